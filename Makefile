@@ -1,0 +1,66 @@
+# tr2's entry points. `make all` runs every protocol stage on the default card, then the report;
+# `make test` runs the tests. Both set up .venv first, so each works on a fresh clone by itself.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV   ?= .venv
+PY     ?= $(VENV)/bin/python
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+# The GPU card when a GPU is there, the CPU card otherwise.
+CARD   ?= $(if $(HAS_GPU),h200,cpu)
+CARD_FILE = params/cards/$(CARD).yaml
+# RESUME=results/<folder> continues a stage where it stopped instead of starting a new folder.
+RESUME ?=
+RUN_STAGE = $(PY) -m tr2.runner $(1) --card $(CARD_FILE) $(if $(RESUME),--resume $(RESUME))
+# A CPU build of PyTorch: this pin is the one the CPU machines here carry on disk; elsewhere pip
+# falls back to PyTorch's CPU index.
+TORCH_CPU ?= torch==2.13.0
+CUPY_EXTRA ?= cuda13
+
+.PHONY: help setup test all series method-a method-b footprint families report bench clean-smoke
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@echo "  CARD=$(CARD) (params/cards/*.yaml), RESUME=results/<folder> to continue a stage"
+
+setup: $(VENV)/.tr2-setup  ## create .venv and install tr2 with its extras (CuPy only where nvidia-smi sees a GPU)
+
+$(VENV)/.tr2-setup: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if [ -n "$(HAS_GPU)" ]; then \
+	  $(PY) -m pip install -q -e '.[test,notebooks,$(CUPY_EXTRA)]'; \
+	else \
+	  $(PY) -m pip install -q '$(TORCH_CPU)' || $(PY) -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu; \
+	  $(PY) -m pip install -q -e '.[test,notebooks]'; \
+	fi
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+test: setup  ## run the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
+	$(PY) -m pytest -q tests --nbval-lax notebooks
+
+series: setup  ## protocol §5: step times in rounds under the outside clock
+	$(call RUN_STAGE,series)
+method-a: setup  ## protocol §7 A: five seeds a side, families of curves
+	$(call RUN_STAGE,method_a)
+method-b: setup  ## protocol §7 B: one shared start, plain float32
+	$(call RUN_STAGE,method_b)
+footprint: setup  ## protocol §8: what each side opens and needs at run time
+	$(call RUN_STAGE,footprint)
+families: setup  ## protocol §6: where the kernel time goes
+	$(call RUN_STAGE,families)
+
+report: setup  ## stitch the newest executed notebooks of CARD into report/TR-2.html
+	$(PY) -m tr2.report --card $(CARD) --out report/TR-2.html
+
+all: setup  ## every stage on the default card, then the report (the main job)
+	$(call RUN_STAGE,series)
+	$(call RUN_STAGE,method_a)
+	$(call RUN_STAGE,method_b)
+	$(call RUN_STAGE,footprint)
+	$(call RUN_STAGE,families)
+	$(PY) -m tr2.report --card $(CARD) --out report/TR-2.html
+
+clean-smoke:  ## remove the smoke card's results folders (what the notebook tests leave)
+	rm -rf results/*-smoke results/*-smoke-*

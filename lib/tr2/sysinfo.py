@@ -1,0 +1,130 @@
+"""What a result must carry: machine, GPU, driver and software versions, date and git commit; GPU sampling."""
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+import sys
+import threading
+import time
+
+from . import REPO_ROOT
+
+
+def _version(module: str):
+    try:
+        mod = __import__(module)
+        return getattr(mod, "__version__", "unknown")
+    except Exception:
+        return None
+
+
+def git_commit() -> dict:
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception:
+            return ""
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status)}
+
+
+def gpu_info() -> list[dict]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+    except Exception:
+        return []
+    gpus = []
+    for line in out.stdout.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 4:
+            gpus.append({"name": parts[0], "driver": parts[1], "memory_mib": parts[2], "max_sm_mhz": parts[3]})
+    return gpus
+
+
+def machine_info() -> dict:
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "python": sys.version.split()[0],
+        "numpy": _version("numpy"),
+        "torch": _version("torch"),
+        "cupy": _version("cupy"),
+        "triton": _version("triton"),
+        "gpus": gpu_info(),
+        **git_commit(),
+    }
+    try:
+        import torch
+        info["torch_cuda"] = torch.version.cuda
+        info["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:
+        pass
+    return info
+
+
+class GpuSampler:
+    """Samples clocks, temperature, power and memory of GPU 0 every `interval` seconds through NVML, in a thread."""
+
+    def __init__(self, interval: float = 1.0, index: int = 0):
+        self.interval, self.index = interval, index
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = None
+        self.available = False
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.available = True
+        except Exception:
+            self._nvml = None
+
+    def _sample(self) -> dict:
+        n, h = self._nvml, self._handle
+        mem = n.nvmlDeviceGetMemoryInfo(h)
+        return {
+            "t": time.monotonic(),
+            "sm_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+            "mem_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),
+            "temp_c": n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+            "power_w": n.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            "mem_used_bytes": int(mem.used),
+            "util_pct": n.nvmlDeviceGetUtilizationRates(h).gpu,
+        }
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                self.samples.append(self._sample())
+            except Exception:
+                pass
+            self._stop.wait(self.interval)
+
+    def other_processes(self) -> list[int]:
+        """PIDs of compute processes on the card: a run must start on an idle card."""
+        if not self.available:
+            return []
+        try:
+            return [p.pid for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)]
+        except Exception:
+            return []
+
+    def __enter__(self):
+        if self.available:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        return False
+
+    def peak_memory_bytes(self):
+        return max((s["mem_used_bytes"] for s in self.samples), default=None)

@@ -1,0 +1,124 @@
+"""The trainer's arguments: parsed, then checked before any work, each error one line naming the key."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from . import Tr2Error
+from .models import list_models
+
+SIDES = ("cupy", "torch")
+DTYPES = ("float32", "bfloat16", "float16")
+MODES = ("eager", "default", "reduce-overhead", "max-autotune")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TrainArgs:
+    side: str
+    model: str
+    dtype: str = "float32"
+    mode: str = "eager"
+    device: str = "auto"
+    steps: int = 400
+    seed: int = 1337
+    init: Optional[str] = None
+    save_init: Optional[str] = None
+    batches: Optional[str] = None
+    tf32: bool = True
+    dropout: Optional[float] = None
+    eval_interval: int = 0
+    eval_iters: int = 0
+    half_roundings: bool = False
+    metrics: Optional[str] = None
+    log_interval: int = 10
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, as for every other bad argument
+        sys.stderr.write(f"tr2.train: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m tr2.train", description="Train one GPT model on one side and print nanoGPT's log lines.")
+    p.add_argument("--side", required=True, help="cupy (our CUDA kernels, NumPy on a CPU) or torch")
+    p.add_argument("--model", required=True, help="a model of params/models.yaml")
+    p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    p.add_argument("--mode", default=None, help="torch only: eager | default | reduce-overhead | max-autotune")
+    p.add_argument("--device", default="auto", help="auto (cuda when there is one) | cpu | cuda")
+    p.add_argument("--steps", type=int, required=True, help="train iterations 0..N, as nanoGPT's max_iters")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--init", default=None, help="start from this initial-weights .npz")
+    p.add_argument("--save-init", default=None, help="write the initial weights to this .npz before training")
+    p.add_argument("--batches", default=None, help="read the training batches from this recorded order (.npy)")
+    p.add_argument("--no-tf32", dest="tf32", action="store_false", help="plain float32 products (no TF32)")
+    p.add_argument("--dropout", type=float, default=None, help="override the model's dropout")
+    p.add_argument("--eval-interval", type=int, default=0, help="evaluate every K steps (0: never)")
+    p.add_argument("--eval-iters", type=int, default=None, help="batches per split at each evaluation")
+    p.add_argument("--half-roundings", action="store_true", help="cupy only: round as PyTorch does in the half types")
+    p.add_argument("--metrics", default=None, help="append every step's loss and every evaluation as JSON lines")
+    p.add_argument("--log-interval", type=int, default=10)
+    return p
+
+
+def _allowed(key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise Tr2Error(f"{key}: {value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
+
+
+def validate(ns: argparse.Namespace) -> TrainArgs:
+    """Check every argument before any work starts."""
+    _allowed("--side", ns.side, SIDES)
+    _allowed("--model", ns.model, list_models())
+    _allowed("--dtype", ns.dtype, DTYPES)
+    _allowed("--device", ns.device, DEVICES)
+    if ns.mode is not None and ns.side != "torch":
+        raise Tr2Error(f"--mode: {ns.mode!r} given for side {ns.side!r}; only --side torch takes a mode")
+    mode = ns.mode or "eager"
+    _allowed("--mode", mode, MODES)
+    if ns.half_roundings and ns.side != "cupy":
+        raise Tr2Error("--half-roundings: given for side 'torch'; only --side cupy takes it (PyTorch always rounds)")
+    if ns.half_roundings and ns.dtype == "float32":
+        raise Tr2Error("--half-roundings: given with --dtype float32; allowed only with bfloat16 or float16")
+    if ns.steps < 0:
+        raise Tr2Error(f"--steps: {ns.steps} is negative; allowed: an integer >= 0")
+    if ns.dropout is not None and not 0.0 <= ns.dropout < 1.0:
+        raise Tr2Error(f"--dropout: {ns.dropout} is out of range; allowed: 0 <= p < 1")
+    if ns.eval_interval < 0:
+        raise Tr2Error(f"--eval-interval: {ns.eval_interval} is negative; allowed: 0 (off) or a positive integer")
+    if ns.eval_iters is not None and ns.eval_iters < 1:
+        raise Tr2Error(f"--eval-iters: {ns.eval_iters}; allowed: a positive integer")
+    if ns.log_interval < 1:
+        raise Tr2Error(f"--log-interval: {ns.log_interval}; allowed: a positive integer")
+    if ns.device == "cuda" and not cuda_available(ns.side):
+        raise Tr2Error(f"--device: 'cuda' asked for, but no CUDA device is visible to the {ns.side} side")
+    device = ns.device
+    if device == "auto":
+        device = "cuda" if cuda_available(ns.side) else "cpu"
+    from .models import load_model
+    eval_iters = ns.eval_iters if ns.eval_iters is not None else load_model(ns.model).eval_iters
+    return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
+                     seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,
+                     dropout=ns.dropout, eval_interval=ns.eval_interval, eval_iters=eval_iters,
+                     half_roundings=ns.half_roundings, metrics=ns.metrics, log_interval=ns.log_interval)
+
+
+def cuda_available(side: str) -> bool:
+    if side == "torch":
+        try:
+            import torch
+            return torch.cuda.is_available()
+        except Exception:
+            return False
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def parse(argv=None) -> TrainArgs:
+    return validate(build_parser().parse_args(argv))

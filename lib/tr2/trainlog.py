@@ -1,0 +1,70 @@
+"""The lines both training programs print (the outside clock reads them) and the metrics file."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def iter_line(step: int, loss: float, ms_per_step: float) -> str:
+    return f"iter {step}: loss {loss:.4f}, time {ms_per_step:.2f}ms"
+
+
+def eval_line(step: int, train_loss: float, val_loss: float) -> str:
+    return f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}"
+
+
+def peak_line(peak_bytes: int) -> str:
+    return f"peak memory: {int(peak_bytes)} bytes"
+
+
+def oom_line(message: str) -> str:
+    return "out of memory: " + " ".join(str(message).split())
+
+
+class TrainLog:
+    """Prints and flushes each line at once; keeps the program's own clock between iter lines."""
+
+    def __init__(self, metrics_path=None, log_interval: int = 10, out=None):
+        self.out = out or sys.stdout
+        self.log_interval = log_interval
+        self.metrics = open(metrics_path, "a", buffering=1) if metrics_path else None
+        self._t_last = time.perf_counter()
+        self._step_last = -1
+
+    def say(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    def start(self) -> None:
+        self._t_last = time.perf_counter()
+        self._step_last = -1
+
+    def wants_line(self, step: int) -> bool:
+        return step % self.log_interval == 0
+
+    def loss(self, step: int, loss_value: float, printed: bool) -> None:
+        """Record step's loss (already read from the device); print the iter line when `printed`."""
+        if self.metrics:
+            self.metrics.write(json.dumps({"kind": "loss", "step": step, "loss": float(loss_value)}) + "\n")
+        if printed:
+            now = time.perf_counter()
+            ms = (now - self._t_last) * 1000.0 / (step - self._step_last)
+            self._t_last, self._step_last = now, step
+            self.say(iter_line(step, loss_value, ms))
+
+    def evaluation(self, step: int, train_loss: float, val_loss: float) -> None:
+        if self.metrics:
+            self.metrics.write(json.dumps({"kind": "eval", "step": step, "train": float(train_loss), "val": float(val_loss)}) + "\n")
+        self.say(eval_line(step, train_loss, val_loss))
+
+    def pause_clock(self):
+        """Evaluation is not training: the caller restarts the own clock after it with resume_clock()."""
+        return time.perf_counter()
+
+    def resume_clock(self, paused_at: float) -> None:
+        self._t_last += time.perf_counter() - paused_at
+
+    def close(self) -> None:
+        if self.metrics:
+            self.metrics.close()
