@@ -80,7 +80,8 @@ def random_offsets(gen: np.random.Generator, n_tokens: int, block_size: int, bat
 def make_batch(data: np.ndarray, offsets: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
     idx = np.asarray(offsets, dtype=np.int64)[:, None] + np.arange(block_size + 1, dtype=np.int64)[None, :]
     window = data[idx].astype(np.int64)
-    return window[:, :-1], window[:, 1:]
+    # Contiguous copies: callers hand these to frameworks that need flat memory (torch's .view).
+    return np.ascontiguousarray(window[:, :-1]), np.ascontiguousarray(window[:, 1:])
 
 
 def write_batch_order(path, dataset: str, block_size: int, batch_size: int, steps: int, seed: int) -> Path:

@@ -1,0 +1,158 @@
+"""The backend: the only thing the model, optimizer and trainer call to touch arrays.
+
+`get_backend(device, dtype, tf32=True, half_roundings=False)` returns `NumpyBackend` for 'cpu' and
+`tr2.cupy_side.gpu.backend.CudaBackend` for 'cuda' (imported only then, so a machine without CuPy
+never imports it). Both have the same attributes and methods, documented on `NumpyBackend`; the CUDA
+one replaces the NumPy one without any change to model.py, optim.py or train.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .ops import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, matmul, norm,
+                  residual)
+from .ops.precision import DTYPES, make_precision
+
+DEVICES = ("cpu", "cuda")
+
+
+class NumpyBackend:
+    """The NumPy form of every operation, bound to one build's element type.
+
+    Constructor: `NumpyBackend(dtype, tf32=True, half_roundings=False)`; `CudaBackend` takes the same.
+    dtype is 'float64' (reference), 'float32' (products in TF32 when tf32), 'bfloat16' or 'float16'
+    (products read the half type; half_roundings also rounds product outputs and attention's
+    probabilities). Weights, gradients, optimizer state and the residual stream are float32 in every
+    build but float64, where everything is float64.
+
+    Attributes
+        xp            the array module (numpy; cupy on the GPU)
+        dtype         the build's name, as given
+        device        'cpu' or 'cuda'
+        float_dtype   numpy dtype of weights, gradients, optimizer state, residual stream, loss
+
+    Utilities (not operations; the model uses them to move and make arrays)
+        to_device(a, dtype=None) -> array   a copy on the device, in float_dtype unless dtype is given
+        to_host(a) -> np.ndarray            waits for the device where there is one
+        zeros(shape) -> array               float_dtype zeros
+        peak_memory_bytes() -> int          the device allocator's peak (0 on the CPU)
+
+    Operations (architecture.md's table; N = B*T rows; "array" = this backend's array type)
+        embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C]) -> x[B,T,C]
+        embedding_backward(dx[B,T,C], idx, dwte, dwpe) -> None          accumulates into dwte, dwpe
+        layernorm_forward(x[N,C], w[C], eps) -> (y[N,C], mean[N], rstd[N])
+        layernorm_backward(dy, x, w, mean, rstd) -> (dx[N,C], dw[C])
+        matmul_forward(x[N,K], w[M,K]) -> y[N,M]                        y = x @ w.T
+        matmul_backward(dy[N,M], x, w) -> (dx[N,K], dw[M,K])
+        attention_forward(qkv[B,T,3C], n_head, p, seed, offset) -> (out[B,T,C], saved)
+        attention_backward(dout[B,T,C], qkv, saved, n_head, p, seed, offset) -> dqkv[B,T,3C]
+        gelu_forward(x) -> y                                            exact (erf) GELU
+        gelu_backward(dy, x) -> dx
+        dropout_forward(x, p, seed, offset) -> y                        p == 0 returns x itself
+        dropout_backward(dy, p, seed, offset) -> dx
+        residual_forward(a, b) -> a + b                                 a fresh array
+        residual_backward(dout) -> (da, db)                             both are dout itself
+        cross_entropy_forward(logits[N,V], targets[N]) -> (loss 0-d, saved)
+        cross_entropy_backward(dloss 0-d, logits, targets, saved) -> dlogits[N,V]
+        adamw_update(params, grads, ms, vs, hyper) -> None              in place; see ops/adamw.py
+        global_norm(grads) -> 0-d array                                 sqrt of the sum of squares
+
+    `saved` is opaque to callers: whatever the backend's forward needs its backward to get back.
+    Gradients returned are treated as read-only by callers (backward may return its input itself).
+    Dropout: p is a Python float, seed and offset Python ints (rng.py); the mask is regenerated in
+    backward. hyper is a float_dtype array [lr, beta1, beta2, eps, weight_decay, bias_corr1,
+    bias_corr2, grad_scale] on the device.
+    """
+
+    xp = np
+    device = "cpu"
+
+    def __init__(self, dtype: str = "float32", tf32: bool = True, half_roundings: bool = False):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype: {dtype!r}; allowed: {', '.join(DTYPES)}")
+        self.dtype = dtype
+        self.tf32 = tf32
+        self.half_roundings = half_roundings
+        self.prec = make_precision(dtype, tf32, half_roundings)
+        self.float_dtype = np.dtype(np.float64 if dtype == "float64" else np.float32)
+
+    def __repr__(self):
+        return f"NumpyBackend({self.dtype!r}, products {self.prec.name})"
+
+    # ---- utilities ----
+    def to_device(self, a, dtype=None) -> np.ndarray:
+        return np.array(a, dtype=dtype or self.float_dtype, copy=True)
+
+    def to_host(self, a) -> np.ndarray:
+        return np.asarray(a)
+
+    def zeros(self, shape) -> np.ndarray:
+        return np.zeros(shape, dtype=self.float_dtype)
+
+    def peak_memory_bytes(self) -> int:
+        return 0
+
+    # ---- operations ----
+    def embedding_forward(self, idx, wte, wpe):
+        return embedding.forward(idx, wte, wpe)
+
+    def embedding_backward(self, dx, idx, dwte, dwpe):
+        embedding.backward(dx, idx, dwte, dwpe)
+
+    def layernorm_forward(self, x, w, eps):
+        return layernorm.forward(x, w, eps)
+
+    def layernorm_backward(self, dy, x, w, mean, rstd):
+        return layernorm.backward(dy, x, w, mean, rstd)
+
+    def matmul_forward(self, x, w):
+        return matmul.forward(x, w, self.prec)
+
+    def matmul_backward(self, dy, x, w):
+        return matmul.backward(dy, x, w, self.prec)
+
+    def attention_forward(self, qkv, n_head, p, seed, offset):
+        return attention.forward(qkv, n_head, p, seed, offset, self.prec)
+
+    def attention_backward(self, dout, qkv, saved, n_head, p, seed, offset):
+        return attention.backward(dout, qkv, saved, n_head, p, seed, offset, self.prec)
+
+    def gelu_forward(self, x):
+        return gelu.forward(x)
+
+    def gelu_backward(self, dy, x):
+        return gelu.backward(dy, x)
+
+    def dropout_forward(self, x, p, seed, offset):
+        return dropout.forward(x, p, seed, offset)
+
+    def dropout_backward(self, dy, p, seed, offset):
+        return dropout.backward(dy, p, seed, offset)
+
+    def residual_forward(self, a, b):
+        return residual.forward(a, b)
+
+    def residual_backward(self, dout):
+        return residual.backward(dout)
+
+    def cross_entropy_forward(self, logits, targets):
+        return cross_entropy.forward(logits, targets)
+
+    def cross_entropy_backward(self, dloss, logits, targets, saved):
+        return cross_entropy.backward(dloss, logits, targets, saved)
+
+    def adamw_update(self, params, grads, ms, vs, hyper):
+        adamw.update(params, grads, ms, vs, hyper)
+
+    def global_norm(self, grads):
+        return norm.global_norm(grads)
+
+
+def get_backend(device: str, dtype: str, tf32: bool = True, half_roundings: bool = False):
+    """The backend for device 'cpu' (NumPy) or 'cuda' (CuPy kernels; imported here, lazily)."""
+    if device == "cpu":
+        return NumpyBackend(dtype, tf32, half_roundings)
+    if device == "cuda":
+        from .gpu.backend import CudaBackend
+        return CudaBackend(dtype, tf32, half_roundings)
+    raise ValueError(f"device: {device!r}; allowed: {', '.join(DEVICES)}")

@@ -1,0 +1,202 @@
+"""nanoGPT's GPT as explicit operations: every step calls the backend and records its backward on a tape.
+
+    x = dropout(wte[idx] + wpe[:T])
+    for each block:
+        x = x + dropout(c_proj(attention(c_attn(ln_1(x)))))     attention drops its weights too
+        x = x + dropout(c_proj(gelu(c_fc(ln_2(x)))))
+    logits = ln_f(x) @ wte.T                                    lm_head tied to the token embedding
+    loss = cross_entropy(logits, targets)
+
+The weights are the dict of tr2.weights (nanoGPT's state_dict names). The activations between
+operations are 2-D [B*T, C] except where an operation wants [B, T, ...]; the reshapes are views.
+This file does no array arithmetic of its own: all of it goes through the backend, so the CUDA
+backend runs this same file.
+
+Dropout: each site of each step has its own counters (rng.py), so a step's masks are a function of
+(seed, step) only; forward(training=False) drops nothing and records nothing (evaluation).
+"""
+from __future__ import annotations
+
+from .. import Tr2Error
+from ..models import ModelConfig
+from ..weights import param_shapes
+from . import rng
+from .tape import Node, Tape
+
+WTE, WPE, LN_F = "transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight"
+
+
+class GPT:
+    def __init__(self, cfg: ModelConfig, backend, weights: dict, seed: int = 0):
+        """weights: name -> array [shape of tr2.weights.param_shapes]; copied onto the backend.
+
+        seed: the dropout generator's seed (the trainer passes --seed).
+        """
+        self.cfg, self.backend, self.seed = cfg, backend, seed
+        shapes = param_shapes(cfg)
+        missing = [k for k in shapes if k not in weights]
+        if missing:
+            raise Tr2Error(f"weights: {missing[0]!r} is missing for model {cfg.name}")
+        self.params = {}
+        for name, shape in shapes.items():
+            if tuple(weights[name].shape) != shape:
+                raise Tr2Error(f"weights: {name} has shape {tuple(weights[name].shape)}, model {cfg.name} needs {shape}")
+            self.params[name] = backend.to_device(weights[name])
+        self.n_sites = rng.n_sites(cfg.n_layer)
+        self.tape = Tape(add=backend.residual_forward)
+        self.grads: dict = {}
+        self._loss = None
+        self._step = 0
+        self._p = 0.0
+
+    # ---- one helper per operation: run its forward, push its backward ----
+
+    def _add_grad(self, name: str, grad) -> None:
+        """A weight's gradient; the tied wte receives two (lm_head, then the embedding adds in place)."""
+        if name in self.grads:
+            self.grads[name] = self.backend.residual_forward(self.grads[name], grad)
+        else:
+            self.grads[name] = grad
+
+    def _embedding(self, idx) -> Node:
+        be, B, T = self.backend, idx.shape[0], idx.shape[1]
+        out = Node(be.embedding_forward(idx, self.params[WTE], self.params[WPE]).reshape(B * T, -1))
+
+        def backward():
+            dx = self.tape.take(out).reshape(B, T, -1)
+            if WTE not in self.grads:  # only when lm_head's backward did not run first (it always does)
+                self.grads[WTE] = be.zeros(self.params[WTE].shape)
+            self.grads[WPE] = be.zeros(self.params[WPE].shape)
+            be.embedding_backward(dx, idx, self.grads[WTE], self.grads[WPE])
+        self.tape.push(backward)
+        return out
+
+    def _dropout(self, x: Node, site: int) -> Node:
+        p = self._p
+        if p == 0.0:
+            return x
+        be = self.backend
+        offset = rng.site_offset(self._step, self.n_sites, site)
+        out = Node(be.dropout_forward(x.value, p, self.seed, offset))
+
+        def backward():
+            self.tape.accumulate(x, be.dropout_backward(self.tape.take(out), p, self.seed, offset))
+        self.tape.push(backward)
+        return out
+
+    def _layernorm(self, x: Node, name: str) -> Node:
+        be, w = self.backend, self.params[name]
+        y, mean, rstd = be.layernorm_forward(x.value, w, self.cfg.eps_ln)
+        out = Node(y)
+
+        def backward():
+            dx, dw = be.layernorm_backward(self.tape.take(out), x.value, w, mean, rstd)
+            self._add_grad(name, dw)
+            self.tape.accumulate(x, dx)
+        self.tape.push(backward)
+        return out
+
+    def _linear(self, x: Node, name: str) -> Node:
+        be, w = self.backend, self.params[name]
+        out = Node(be.matmul_forward(x.value, w))
+
+        def backward():
+            dx, dw = be.matmul_backward(self.tape.take(out), x.value, w)
+            self._add_grad(name, dw)
+            self.tape.accumulate(x, dx)
+        self.tape.push(backward)
+        return out
+
+    def _attention(self, qkv: Node, B: int, T: int, site: int) -> Node:
+        be, H, p, seed = self.backend, self.cfg.n_head, self._p, self.seed
+        offset = rng.site_offset(self._step, self.n_sites, site)
+        qkv3 = qkv.value.reshape(B, T, -1)
+        y, saved = be.attention_forward(qkv3, H, p, seed, offset)
+        out = Node(y.reshape(B * T, -1))
+
+        def backward():
+            dout = self.tape.take(out).reshape(B, T, -1)
+            dqkv = be.attention_backward(dout, qkv3, saved, H, p, seed, offset)
+            self.tape.accumulate(qkv, dqkv.reshape(B * T, -1))
+        self.tape.push(backward)
+        return out
+
+    def _gelu(self, x: Node) -> Node:
+        be = self.backend
+        out = Node(be.gelu_forward(x.value))
+
+        def backward():
+            self.tape.accumulate(x, be.gelu_backward(self.tape.take(out), x.value))
+        self.tape.push(backward)
+        return out
+
+    def _residual(self, a: Node, b: Node) -> Node:
+        be = self.backend
+        out = Node(be.residual_forward(a.value, b.value))
+
+        def backward():
+            da, db = be.residual_backward(self.tape.take(out))
+            self.tape.accumulate(a, da)
+            self.tape.accumulate(b, db)
+        self.tape.push(backward)
+        return out
+
+    def _cross_entropy(self, logits: Node, targets) -> Node:
+        be = self.backend
+        loss, saved = be.cross_entropy_forward(logits.value, targets)
+        out = Node(loss)
+
+        def backward():
+            dlogits = be.cross_entropy_backward(self.tape.take(out), logits.value, targets, saved)
+            self.tape.accumulate(logits, dlogits)
+        self.tape.push(backward)
+        return out
+
+    # ---- the model ----
+
+    def forward(self, idx, targets, step: int, training: bool = True):
+        """idx, targets: int64 [B, T] on the backend. Returns the mean loss (a 0-d backend array).
+
+        step numbers the dropout masks (rng.site_offset); training=False turns dropout off and records
+        nothing for backward (evaluation).
+        """
+        cfg = self.cfg
+        B, T = idx.shape
+        if T > cfg.block_size:
+            raise ValueError(f"sequence of length {T} exceeds block_size {cfg.block_size}")
+        self.tape.start(recording=training)
+        self._step, self._p = step, (cfg.dropout if training else 0.0)
+
+        x = self._embedding(idx)
+        x = self._dropout(x, rng.SITE_EMBEDDING)
+        for i in range(cfg.n_layer):
+            h = f"transformer.h.{i}."
+            a = self._layernorm(x, h + "ln_1.weight")
+            a = self._linear(a, h + "attn.c_attn.weight")
+            a = self._attention(a, B, T, rng.site_attention(i))
+            a = self._linear(a, h + "attn.c_proj.weight")
+            a = self._dropout(a, rng.site_attention_residual(i))
+            x = self._residual(x, a)
+            m = self._layernorm(x, h + "ln_2.weight")
+            m = self._linear(m, h + "mlp.c_fc.weight")
+            m = self._gelu(m)
+            m = self._linear(m, h + "mlp.c_proj.weight")
+            m = self._dropout(m, rng.site_mlp_residual(i))
+            x = self._residual(x, m)
+        x = self._layernorm(x, LN_F)
+        logits = self._linear(x, WTE)  # lm_head: the token embedding, tied
+        loss = self._cross_entropy(logits, targets.reshape(B * T))
+        self._loss = loss if training else None
+        return loss.value
+
+    def backward(self, dloss=None) -> dict:
+        """Gradients of the last training forward's loss times dloss (default 1; the float16 loss
+        scaler passes its scale). Returns name -> gradient for every weight, in param_shapes' order."""
+        if self._loss is None:
+            raise RuntimeError("backward() needs a forward(..., training=True) before it")
+        if dloss is None:
+            dloss = self.backend.to_device(1.0)
+        self.grads = {}
+        self.tape.backward(self._loss, dloss)
+        self._loss = None
+        return {name: self.grads[name] for name in self.params}

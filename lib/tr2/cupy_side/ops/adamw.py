@@ -1,0 +1,35 @@
+"""AdamW in PyTorch's form, one call for all tensors, updating params, m and v in place.
+
+hyper = [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale] (an array, so that a
+captured CUDA graph can read a new step's values from memory), bias_corr_k = 1 - beta_k^t. With
+g = grad * grad_scale (grad_scale folds in the clip coefficient and the loss scaler's 1/scale):
+
+    p *= 1 - lr * weight_decay          only tensors of 2+ dimensions (nanoGPT's parameter groups)
+    m += (1 - beta1) * (g - m)          torch's lerp
+    v  = beta2 * v + (1 - beta2) * g^2
+    p -= lr / bias_corr1 * m / (sqrt(v) / sqrt(bias_corr2) + eps)
+
+This is torch.optim.AdamW's _single_tensor_adamw step, operation for operation.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY, BIAS_CORR1, BIAS_CORR2, GRAD_SCALE = range(8)
+
+
+def update(params, grads, ms, vs, hyper) -> None:
+    lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale = (hyper[k] for k in range(8))
+    one = hyper.dtype.type(1.0)
+    step_size = lr / bc1
+    bc2_sqrt = np.sqrt(bc2)
+    for p, grad, m, v in zip(params, grads, ms, vs):
+        g = grad * grad_scale
+        if p.ndim >= 2:
+            p *= one - lr * wd
+        m += (one - beta1) * (g - m)
+        v *= beta2
+        v += (one - beta2) * (g * g)
+        denom = np.sqrt(v) / bc2_sqrt
+        denom += eps
+        p -= step_size * (m / denom)

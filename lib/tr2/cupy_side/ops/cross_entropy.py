@@ -1,0 +1,35 @@
+"""Mean cross-entropy of logits against targets (torch's F.cross_entropy, ignore_index=-1).
+
+Runs in the logits' type (float32 in every build, float64 for the reference), as autocast runs
+cross_entropy in float32. `saved` is the per-row log-sum-exp: backward rebuilds the softmax from it
+instead of keeping an [N, V] array.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+IGNORE_INDEX = -1
+
+
+def forward(logits: np.ndarray, targets: np.ndarray):
+    """logits [N, V], targets int[N] -> (loss: 0-d array, saved: lse [N])."""
+    row_max = logits.max(axis=1)
+    lse = np.log(np.sum(np.exp(logits - row_max[:, None]), axis=1)) + row_max
+    valid = targets != IGNORE_INDEX
+    picked = logits[np.arange(len(targets)), np.where(valid, targets, 0)]
+    losses = np.where(valid, lse - picked, 0)
+    # Mean over the counted rows; nothing counted gives nan, as torch's mean over zero elements.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        loss = losses.sum() / logits.dtype.type(valid.sum())
+    return np.asarray(loss, dtype=logits.dtype), lse
+
+
+def backward(dloss, logits: np.ndarray, targets: np.ndarray, saved: np.ndarray) -> np.ndarray:
+    """dlogits = (softmax(logits) - onehot(targets)) * dloss / count, zero on ignored rows."""
+    lse = saved
+    valid = targets != IGNORE_INDEX
+    dlogits = np.exp(logits - lse[:, None])
+    dlogits[np.arange(len(targets)), np.where(valid, targets, 0)] -= valid.astype(logits.dtype)
+    dlogits[~valid] = 0
+    dlogits *= np.asarray(dloss, dtype=logits.dtype) / logits.dtype.type(max(int(valid.sum()), 1))
+    return dlogits

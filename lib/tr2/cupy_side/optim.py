@@ -1,0 +1,97 @@
+"""AdamW, gradient-norm clipping and float16 loss scaling, as nanoGPT's train.py gets them from PyTorch.
+
+- AdamW: torch.optim.AdamW's arithmetic (ops/adamw.py), nanoGPT's groups (weight decay only on
+  tensors of 2+ dimensions), bias corrections from the optimizer's own step count.
+- Clipping: torch.nn.utils.clip_grad_norm_'s coefficient, min(1, max_norm / (norm + 1e-6)), folded
+  into AdamW's grad_scale instead of rewriting the gradients.
+- LossScaler: torch.amp.GradScaler's rule: start at 2^16; a step whose gradients are not all finite
+  is skipped and halves the scale; 2000 finite steps in a row double it. The gradients are unscaled
+  (grad_scale gets 1/scale) before the norm is clipped, as train.py calls scaler.unscale_ first.
+
+Per-step scalars travel to adamw_update in a device array (`hyper`), and the clip coefficient is
+computed on the device from the norm, so that without float16 nothing here waits for the device.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6)
+
+
+class AdamW:
+    def __init__(self, backend, params: dict, betas, eps: float, weight_decay: float):
+        """params: name -> backend array, updated in place by step()."""
+        self.backend = backend
+        self.names = list(params)
+        self.params = [params[n] for n in self.names]
+        self.ms = [backend.zeros(p.shape) for p in self.params]
+        self.vs = [backend.zeros(p.shape) for p in self.params]
+        self.beta1, self.beta2 = betas
+        self.eps, self.weight_decay = eps, weight_decay
+        self.t = 0  # updates done (torch's state['step']); a skipped step does not count
+
+    def step(self, grads: dict, lr: float, grad_scale=1.0) -> None:
+        """One update with g = grads * grad_scale (a Python float or a 0-d backend array)."""
+        be = self.backend
+        self.t += 1
+        host = np.array([lr, self.beta1, self.beta2, self.eps, self.weight_decay,
+                         1.0 - self.beta1 ** self.t, 1.0 - self.beta2 ** self.t, 0.0], dtype=be.float_dtype)
+        hyper = be.to_device(host)
+        hyper[7] = grad_scale  # stays on the device when grad_scale is a device scalar
+        be.adamw_update(self.params, [grads[n] for n in self.names], self.ms, self.vs, hyper)
+
+
+class LossScaler:
+    """GradScaler's dynamic loss scale (enabled for float16 only; disabled it is a constant 1)."""
+
+    def __init__(self, enabled: bool, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+        self.enabled = enabled
+        self.scale = init_scale if enabled else 1.0
+        self.growth_factor, self.backoff_factor, self.growth_interval = growth_factor, backoff_factor, growth_interval
+        self.good_steps = 0  # GradScaler's _growth_tracker
+
+    def update(self, found_inf: bool) -> None:
+        """After a step: halve on overflow, double after growth_interval clean steps in a row."""
+        if not self.enabled:
+            return
+        if found_inf:
+            self.scale *= self.backoff_factor
+            self.good_steps = 0
+        else:
+            self.good_steps += 1
+            if self.good_steps == self.growth_interval:
+                self.scale *= self.growth_factor
+                self.good_steps = 0
+
+
+def clip_coefficient(backend, norm, max_norm: float):
+    """min(1, max_norm / (norm + 1e-6)) as a device scalar in the norm's type (1 when max_norm is 0)."""
+    xp = backend.xp
+    dt = backend.float_dtype.type
+    if max_norm == 0.0:
+        return xp.asarray(dt(1.0))
+    return xp.minimum(dt(1.0), dt(max_norm) / (norm + dt(CLIP_EPS)))
+
+
+def optimizer_step(backend, optimizer: AdamW, scaler: LossScaler, grads: dict, lr: float,
+                   grad_clip: float) -> bool:
+    """Everything after backward in nanoGPT's loop: unscale, clip, AdamW step, scaler update.
+
+    grads were computed with dloss = scaler.scale. Returns False when the step was skipped (float16
+    overflow), True otherwise. Overflow is read from the global norm: it is finite exactly when every
+    gradient is (short of squares overflowing float32, far above any real gradient).
+    """
+    xp = backend.xp
+    dt = backend.float_dtype.type
+    inv_scale = dt(1.0 / scaler.scale)
+    need_norm = grad_clip != 0.0 or scaler.enabled
+    norm = backend.global_norm(list(grads.values())) * inv_scale if need_norm else None
+    if scaler.enabled:
+        found_inf = not bool(np.isfinite(backend.to_host(norm)))  # the one wait on the device, as GradScaler's
+        scaler.update(found_inf)
+        if found_inf:
+            return False
+    grad_scale = clip_coefficient(backend, norm, grad_clip) * inv_scale if grad_clip != 0.0 else xp.asarray(inv_scale)
+    optimizer.step(grads, lr, grad_scale)
+    return True

@@ -1,0 +1,106 @@
+"""The cupy side's trainer: nanoGPT's train.py loop on this side's model, optimizer and backend.
+
+As nanoGPT: iterations 0..steps (steps + 1 updates); at the top of an iteration the learning rate is
+set and, every eval_interval steps, the loss is estimated on eval_iters batches of each split with
+dropout off; the first batch is drawn before the loop and the next one right after the forward; then
+backward, unscale and clip, AdamW, and the loss scaler's update (float16 only).
+
+Weights: --init's file, else tr2.weights.init_numpy(cfg, seed); --save-init writes them before
+training. Batches: tr2.data.BatchSource (the recorded order with --batches). The loss is read to the
+host, which waits for the device, on the steps the log prints and on every step with --metrics.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..data import BatchSource
+from ..models import ModelConfig, count_params
+from ..schedule import get_lr
+from ..trainargs import TrainArgs
+from ..trainlog import TrainLog, oom_line, peak_line
+from ..weights import init_numpy, load_weights, save_weights
+from .backend import get_backend
+from .model import GPT
+from .optim import AdamW, LossScaler, optimizer_step
+
+
+def _oom_errors(device: str) -> tuple:
+    """The exception types that mean the device ran out of memory."""
+    errors = [MemoryError]
+    if device == "cuda":
+        try:
+            import cupy
+            errors.append(cupy.cuda.memory.OutOfMemoryError)
+        except Exception:  # noqa: BLE001 - without CuPy there is no CuPy error to catch
+            pass
+    return tuple(errors)
+
+
+def run(args: TrainArgs, cfg: ModelConfig) -> int:
+    log = TrainLog(args.metrics, args.log_interval)
+    try:
+        return _train(args, cfg, log)
+    except _oom_errors(args.device) as e:
+        log.say(oom_line(str(e) or type(e).__name__))
+        return 3
+    finally:
+        log.close()
+
+
+def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
+    backend = get_backend(args.device, args.dtype, tf32=args.tf32, half_roundings=args.half_roundings)
+    batches = BatchSource(cfg.dataset, cfg.block_size, cfg.batch_size, args.seed, args.batches)
+
+    weights = load_weights(args.init, cfg) if args.init else init_numpy(cfg, args.seed)
+    if args.save_init:
+        save_weights(args.save_init, weights)
+    model = GPT(cfg, backend, weights, seed=args.seed)
+    optimizer = AdamW(backend, model.params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
+    scaler = LossScaler(enabled=(args.dtype == "float16"))
+
+    log.say(f"number of parameters: {count_params(cfg) / 1e6:.2f}M")
+    log.say(f"cupy side: model {cfg.name}, backend {backend!r}, device {args.device}, "
+            f"dtype {args.dtype}{' with loss scaling' if scaler.enabled else ''}, tf32 {'on' if args.tf32 else 'off'}, "
+            f"half roundings {'on' if args.half_roundings else 'off'}, dropout {cfg.dropout}, seed {args.seed}, "
+            f"batches {args.batches or 'numpy generator'}, init {args.init or 'init_numpy'}, steps 0..{args.steps}")
+
+    def to_device(batch):
+        x, y = batch
+        return backend.to_device(x, dtype=np.int64), backend.to_device(y, dtype=np.int64)
+
+    def read(loss) -> float:
+        return float(backend.to_host(loss))
+
+    def estimate_loss() -> dict:
+        out = {}
+        for split in ("train", "val"):
+            losses = [read(model.forward(*to_device(batches.eval_batch(split)), step=0, training=False))
+                      for _ in range(args.eval_iters)]
+            out[split] = float(np.mean(losses))
+        return out
+
+    read_every_step = log.metrics is not None
+    X, Y = to_device(batches.train_batch(0))
+    log.start()
+    for it in range(args.steps + 1):
+        lr = get_lr(it, cfg)
+
+        if args.eval_interval > 0 and it % args.eval_interval == 0:
+            paused = log.pause_clock()
+            losses = estimate_loss()
+            log.evaluation(it, losses["train"], losses["val"])
+            log.resume_clock(paused)
+
+        loss = model.forward(X, Y, step=it, training=True)
+        if it < args.steps:  # as nanoGPT: the next batch while the device runs the forward
+            X, Y = to_device(batches.train_batch(it + 1))
+        dloss = backend.to_device(scaler.scale) if scaler.enabled else None
+        grads = model.backward(dloss)
+        optimizer_step(backend, optimizer, scaler, grads, lr, cfg.grad_clip)
+
+        printed = log.wants_line(it)
+        if printed or read_every_step:
+            log.loss(it, read(loss), printed)
+
+    log.say(peak_line(backend.peak_memory_bytes()))
+    return 0

@@ -1,0 +1,284 @@
+"""The cupy side's model, optimizer and trainer on the NumPy backend: whole-model gradients against
+finite differences, AdamW + clipping against torch, the loss scaler's rule, nanoGPT's schedule, and
+the trainer end to end."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from tr2 import train as tr2_train
+from tr2.cupy_side import train as cupy_train
+from tr2.cupy_side.backend import get_backend
+from tr2.cupy_side.model import GPT
+from tr2.cupy_side.optim import AdamW, LossScaler, clip_coefficient, optimizer_step
+from tr2.models import load_model
+from tr2.schedule import get_lr
+from tr2.weights import init_numpy, param_shapes
+
+ITER_LINE = re.compile(r"^iter (\d+): loss ([0-9.]+), time ([0-9.]+)ms$")
+
+
+def small_cfg(**over):
+    kw = dict(n_layer=2, n_head=2, n_embd=8, block_size=6, batch_size=2, dropout=0.1)
+    kw.update(over)
+    return load_model("tiny", **kw)
+
+
+def random_weights(cfg, seed=0):
+    """Weights larger than nanoGPT's init, so every nonlinearity bends (a stronger gradient test)."""
+    gen = np.random.default_rng(seed)
+    return {k: (1 + 0.3 * gen.standard_normal(s) if len(s) == 1 else 0.3 * gen.standard_normal(s))
+            for k, s in param_shapes(cfg).items()}
+
+
+def batch(cfg, seed=1):
+    gen = np.random.default_rng(seed)
+    shape = (cfg.batch_size, cfg.block_size)
+    return gen.integers(0, cfg.vocab_size, shape), gen.integers(0, cfg.vocab_size, shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+def test_model_gradient_matches_finite_differences():
+    cfg = small_cfg()
+    model = GPT(cfg, get_backend("cpu", "float64"), random_weights(cfg), seed=5)
+    X, Y = batch(cfg)
+    step = 3  # dropout on: the masks are a function of (seed, step), so the loss is a smooth function
+    model.forward(X, Y, step)
+    grads = model.backward()
+    assert list(grads) == list(param_shapes(cfg))
+    gen = np.random.default_rng(2)
+    h = 1e-5
+    for name, p in model.params.items():
+        flat = p.reshape(-1)
+        for j in gen.choice(flat.size, 3, replace=False):
+            keep = flat[j]
+            flat[j] = keep + h
+            up = float(model.forward(X, Y, step, training=True))
+            flat[j] = keep - h
+            down = float(model.forward(X, Y, step, training=True))
+            flat[j] = keep
+            numeric = (up - down) / (2 * h)
+            analytic = grads[name].reshape(-1)[j]
+            assert abs(analytic - numeric) <= 1e-6 * abs(numeric) + 1e-9, (name, j, analytic, numeric)
+
+
+def test_dropout_depends_on_step_and_is_off_in_evaluation():
+    cfg = small_cfg(dropout=0.2)
+    w = random_weights(cfg)
+    model = GPT(cfg, get_backend("cpu", "float64"), w, seed=5)
+    X, Y = batch(cfg)
+    a, b, c = (float(model.forward(X, Y, s)) for s in (4, 4, 5))
+    assert a == b and a != c
+    plain = GPT(small_cfg(dropout=0.0), get_backend("cpu", "float64"), w)
+    assert float(model.forward(X, Y, 4, training=False)) == float(plain.forward(X, Y, 4))
+    with pytest.raises(RuntimeError):
+        model.backward()  # an evaluation forward records nothing
+
+
+def test_loss_scale_multiplies_gradients():
+    cfg = small_cfg()
+    model = GPT(cfg, get_backend("cpu", "float64"), random_weights(cfg))
+    X, Y = batch(cfg)
+    model.forward(X, Y, 0)
+    g1 = model.backward()
+    model.forward(X, Y, 0)
+    g2 = model.backward(np.asarray(1024.0))
+    for k in g1:
+        np.testing.assert_allclose(g2[k], 1024.0 * g1[k], rtol=1e-13, atol=1e-300)
+
+
+@pytest.mark.parametrize("dtype, half_roundings, tol", [("float32", False, 1e-4), ("bfloat16", False, 0.05),
+                                                        ("bfloat16", True, 0.1), ("float16", False, 0.02)])
+def test_lower_precision_builds_track_float64(dtype, half_roundings, tol):
+    cfg = small_cfg(dropout=0.1, n_embd=16)
+    w = init_numpy(cfg, 3)
+    X, Y = batch(cfg)
+    ref = GPT(cfg, get_backend("cpu", "float64"), w, seed=1)
+    ref_loss = float(ref.forward(X, Y, 2))
+    ref_grads = ref.backward()
+    be = get_backend("cpu", dtype, tf32=False, half_roundings=half_roundings)
+    model = GPT(cfg, be, w, seed=1)
+    loss = model.forward(X, Y, 2)
+    assert loss.dtype == np.float32
+    assert abs(float(loss) - ref_loss) < tol * ref_loss
+    grads = model.backward()
+    for k, g in grads.items():
+        assert g.dtype == np.float32
+        assert np.linalg.norm(g - ref_grads[k]) <= tol * np.linalg.norm(ref_grads[k]), k
+
+
+# ---------------------------------------------------------------------------------------------
+# optimizer, clipping, loss scaling
+
+def optimizer_case(dtype, seed=0):
+    gen = np.random.default_rng(seed)
+    shapes = {"a.weight": (6, 4), "b.weight": (4,), "c.weight": (3, 5)}
+    params = {k: gen.standard_normal(s).astype(dtype) for k, s in shapes.items()}
+    grad_steps = [{k: (gen.standard_normal(s) * scale).astype(dtype) for k, s in shapes.items()}
+                  for scale in (3.0, 0.01, 1.0)]  # norms above, below and near the clip at 1.0
+    return params, grad_steps
+
+
+@pytest.mark.parametrize("dtype, rtol", [("float64", 1e-12), ("float32", 1e-6)])
+def test_adamw_with_clipping_matches_torch(dtype, rtol):
+    np_dtype = np.float64 if dtype == "float64" else np.float32
+    params, grad_steps = optimizer_case(np_dtype)
+    lr, betas, eps, wd, clip = 6e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
+
+    tparams = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    groups = [{"params": [p for p in tparams.values() if p.dim() >= 2], "weight_decay": wd},
+              {"params": [p for p in tparams.values() if p.dim() < 2], "weight_decay": 0.0}]
+    topt = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+
+    be = get_backend("cpu", dtype)
+    mine = {k: be.to_device(v) for k, v in params.items()}
+    opt = AdamW(be, mine, betas, eps, wd)
+    scaler = LossScaler(enabled=False)
+    for it, grads in enumerate(grad_steps):
+        step_lr = lr * (it + 1) / 3
+        for k, p in tparams.items():
+            p.grad = torch.tensor(grads[k])
+        torch.nn.utils.clip_grad_norm_(list(tparams.values()), clip)
+        for g in topt.param_groups:
+            g["lr"] = step_lr
+        topt.step()
+        assert optimizer_step(be, opt, scaler, grads, step_lr, clip)
+        for k in params:
+            np.testing.assert_allclose(mine[k], tparams[k].detach().numpy(), rtol=rtol, atol=rtol * 1e-2)
+    assert opt.t == 3
+
+
+def test_clip_coefficient_is_torchs():
+    be = get_backend("cpu", "float32")
+    assert float(clip_coefficient(be, np.float32(3.0), 1.0)) == np.float32(1.0) / (np.float32(3.0) + np.float32(1e-6))
+    assert float(clip_coefficient(be, np.float32(0.5), 1.0)) == 1.0
+    assert float(clip_coefficient(be, np.float32(5.0), 0.0)) == 1.0
+
+
+def test_loss_scaler_rule():
+    s = LossScaler(enabled=True, growth_interval=3)
+    assert s.scale == 2.0 ** 16
+    s.update(found_inf=True)
+    assert s.scale == 2.0 ** 15
+    s.update(False), s.update(False)
+    assert s.scale == 2.0 ** 15
+    s.update(True)                       # an overflow resets the run of good steps
+    s.update(False), s.update(False)
+    assert s.scale == 2.0 ** 14
+    s.update(False)
+    assert s.scale == 2.0 ** 15          # three good steps in a row double it
+    assert LossScaler(enabled=True).growth_interval == 2000
+    off = LossScaler(enabled=False)
+    off.update(True)
+    assert off.scale == 1.0
+
+
+def test_scaled_step_skips_overflow_and_unscales():
+    params, grad_steps = optimizer_case(np.float32)
+    be = get_backend("cpu", "float32")
+    scaled = {k: be.to_device(v) for k, v in params.items()}
+    plain = {k: be.to_device(v) for k, v in params.items()}
+    opt_s, opt_p = AdamW(be, scaled, (0.9, 0.99), 1e-8, 0.1), AdamW(be, plain, (0.9, 0.99), 1e-8, 0.1)
+    scaler = LossScaler(enabled=True)
+
+    bad = {k: v * np.float32(scaler.scale) for k, v in grad_steps[0].items()}
+    bad["b.weight"][1] = np.inf
+    assert not optimizer_step(be, opt_s, scaler, bad, 1e-3, 1.0)
+    assert scaler.scale == 2.0 ** 15 and opt_s.t == 0
+    for k in params:
+        np.testing.assert_array_equal(scaled[k], params[k])       # skipped: nothing moved
+
+    for grads in grad_steps:
+        s = np.float32(scaler.scale)
+        assert optimizer_step(be, opt_s, scaler, {k: v * s for k, v in grads.items()}, 1e-3, 1.0)
+        assert optimizer_step(be, opt_p, LossScaler(enabled=False), grads, 1e-3, 1.0)
+    for k in params:
+        np.testing.assert_allclose(scaled[k], plain[k], rtol=1e-6)  # a power-of-two scale unscales exactly
+
+
+# ---------------------------------------------------------------------------------------------
+# schedule
+
+def nanogpt_get_lr(it, learning_rate, min_lr, warmup_iters, lr_decay_iters):
+    """nanoGPT's train.py get_lr, transcribed: linear warm-up to lr, cosine down to min_lr, then min_lr."""
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    assert 0 <= ratio <= 1
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
+
+
+@pytest.mark.parametrize("model", ["nanogpt", "gpt2-small", "tiny"])
+def test_schedule_is_nanogpts(model):
+    cfg = load_model(model)
+    for it in list(range(0, cfg.warmup_iters + 3)) + list(range(cfg.lr_decay_iters - 2, cfg.lr_decay_iters + 5)) + [
+            cfg.lr_decay_iters // 2, cfg.max_iters]:
+        want = nanogpt_get_lr(it, cfg.learning_rate, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters)
+        assert get_lr(it, cfg) == want
+
+
+# ---------------------------------------------------------------------------------------------
+# the trainer
+
+def iter_losses(text):
+    return {int(m.group(1)): float(m.group(2)) for m in map(ITER_LINE.match, text.splitlines()) if m}
+
+
+def test_trainer_float32_losses_fall():
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")  # tiny products: one BLAS thread is fastest and steadiest
+    out = subprocess.run([sys.executable, "-m", "tr2.train", "--side", "cupy", "--model", "tiny", "--steps", "60",
+                          "--dtype", "float32"], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    losses = iter_losses(out.stdout)
+    assert sorted(losses) == list(range(0, 61, 10))
+    assert abs(losses[0] - math.log(65)) < 0.15           # starts near uniform over 65 characters
+    assert losses[60] < losses[0] - 0.4
+    assert losses[60] < losses[30] < losses[0]
+    assert out.stdout.strip().splitlines()[-1] == "peak memory: 0 bytes"
+
+
+@pytest.mark.parametrize("dtype, extra", [("float16", []), ("bfloat16", ["--half-roundings"])])
+def test_trainer_half_types_with_eval_and_metrics(tmp_path, capsys, dtype, extra):
+    metrics = tmp_path / "m.jsonl"
+    rc = tr2_train.main(["--side", "cupy", "--model", "tiny", "--dtype", dtype, "--steps", "4", "--eval-interval", "4",
+                         "--eval-iters", "2", "--log-interval", "2", "--metrics", str(metrics), *extra])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert sorted(iter_losses(out)) == [0, 2, 4]
+    assert len(re.findall(r"^step [04]: train loss [0-9.]+, val loss [0-9.]+$", out, re.M)) == 2
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "loss"] == [0, 1, 2, 3, 4]
+    assert all(math.isfinite(r["loss"]) for r in rows if r["kind"] == "loss")
+    assert [r["step"] for r in rows if r["kind"] == "eval"] == [0, 4]
+
+
+def test_trainer_init_roundtrip_and_batches(tmp_path, capsys):
+    from tr2.data import write_batch_order
+    order = write_batch_order(tmp_path / "order.npy", "shakespeare_char", 64, 8, 3, seed=9)
+    init = tmp_path / "init.npz"
+    common = ["--side", "cupy", "--model", "tiny", "--steps", "3", "--log-interval", "1", "--batches", str(order)]
+    assert tr2_train.main(common + ["--save-init", str(init), "--seed", "4"]) == 0
+    first = iter_losses(capsys.readouterr().out)
+    assert tr2_train.main(common + ["--init", str(init), "--seed", "4"]) == 0
+    assert iter_losses(capsys.readouterr().out) == first
+    assert tr2_train.main(common + ["--init", str(init), "--seed", "4", "--dropout", "0"]) == 0
+    assert iter_losses(capsys.readouterr().out) != first
+
+
+def test_trainer_out_of_memory_exits_3(monkeypatch, capsys):
+    def no_memory(*a, **k):
+        raise MemoryError("Unable to allocate 1.00 TiB\nfor an array")
+    monkeypatch.setattr(cupy_train.GPT, "forward", no_memory)
+    rc = tr2_train.main(["--side", "cupy", "--model", "tiny", "--steps", "2"])
+    assert rc == 3
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "out of memory: Unable to allocate 1.00 TiB for an array"

@@ -1,0 +1,236 @@
+"""tr2.report: a fake set of results folders stitched into TR-2; the HTML's table against the JSON."""
+import base64
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import tr2.report as rp
+from tr2.results import write_json_atomic, write_yaml_atomic
+
+bs4 = pytest.importorskip("bs4")
+
+PNG = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c6360f8cfc0f01f0005"
+    "0001ff8a2b6e9e0000000049454e44ae426082")).decode()
+
+CARD = {"card": "demo", "machine": "cpu", "device": "cpu", "models": ["tiny", "nanogpt"],
+        "dtypes": ["float32", "bfloat16"], "torch_modes": ["eager", "default"], "half_roundings": [False, True]}
+MACHINE = {"date": "2026-11-29T10:00:00+00:00", "host": "vm", "python": "3.11.7", "numpy": "2.4.6",
+           "torch": "2.13.0+cpu", "cupy": None, "triton": None, "gpus": [], "commit": "0123456789abcdef", "dirty": False}
+
+
+def _rng(median, fastest, slowest, runs=2):
+    return {"runs": runs, "median": median, "fastest": fastest, "slowest": slowest}
+
+
+VERDICTS = [
+    # tiny float32: A passed, B passed -> published
+    {"model": "tiny", "dtype": "float32", "build": "cupy", "primary": True, "verdict": "slower", "reason": None,
+     "torch_mode": "eager", "ratio": 1.8123456, "ours": _rng(12.3456, 12.0001, 12.9), "theirs": _rng(6.81, 6.7, 6.95),
+     "oom_modes": [], "modes_without_time": [], "complete": True, "notes": []},
+    # tiny bfloat16: method A failed -> no verdict, speed withheld
+    {"model": "tiny", "dtype": "bfloat16", "build": "cupy", "primary": False, "verdict": "level", "reason": None,
+     "torch_mode": "default", "ratio": 1.01, "ours": _rng(20.0, 19.0, 21.0), "theirs": _rng(19.8, 19.5, 20.2),
+     "oom_modes": [], "modes_without_time": [], "complete": True, "notes": []},
+    {"model": "tiny", "dtype": "bfloat16", "build": "cupy-hr", "primary": True, "verdict": "faster", "reason": None,
+     "torch_mode": "default", "ratio": 0.5, "ours": _rng(9.0, 8.5, 9.5), "theirs": _rng(18.0, 17.9, 18.2),
+     "oom_modes": ["default"], "modes_without_time": ["default"], "complete": True, "notes": []},
+    # nanogpt float32: method B gave no verdict -> withheld
+    {"model": "nanogpt", "dtype": "float32", "build": "cupy", "primary": True, "verdict": "faster", "reason": None,
+     "torch_mode": "default", "ratio": 0.9, "ours": _rng(150.25, 149.0, 151.0), "theirs": _rng(166.9, 165.0, 170.0),
+     "oom_modes": [], "modes_without_time": [], "complete": True, "notes": []},
+]
+
+
+def _notebook(stage, marker):
+    nb = nbformat.v4.new_notebook()
+    p = nbformat.v4.new_code_cell('card = "smoke"\nresults_dir = None')
+    p.metadata["tags"] = ["parameters"]
+    inj = nbformat.v4.new_code_cell(f'print("{marker}-INJECTED")')
+    inj.metadata["tags"] = ["injected-parameters"]
+    inj.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{marker}-INJECTED\n")]
+    body = nbformat.v4.new_code_cell("show()")
+    body.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text=f"{stage} output {marker}-BODY\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="runs:  50%|#####     | 1/2\rruns: 100%|##########| 2/2\n"),
+        nbformat.v4.new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure>"}),
+    ]
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {stage} notebook\n\n![its plot]({stage}.png) [its logs](logs/)"),
+                p, inj, body]
+    return nb
+
+
+def _folder(root, stage, summary, stamp="20261129-100000", card=CARD, machine=MACHINE):
+    d = root / f"{stage}-{stamp}-{card['card']}"
+    (d / "logs").mkdir(parents=True)
+    write_yaml_atomic(d / "card.yaml", card)
+    write_json_atomic(d / "machine.json", machine)
+    write_json_atomic(d / "summary.json", {"stage": stage, **summary})
+    nbformat.write(_notebook(stage, stage.upper()), str(d / f"{stage}.ipynb"))
+    (d / f"{stage}.png").write_bytes(base64.b64decode(PNG))
+    return d
+
+
+def make_results(root, card=CARD):
+    _folder(root, "series", {"conditions": {"rounds": 2, "window": [10, 40], "first_run": "2026-11-29T10:00:01",
+                                            "last_run": "2026-11-29T10:20:00"}, "verdicts": VERDICTS}, card=card)
+    _folder(root, "method_a", {"configs": [
+        {"model": "tiny", "dtype": "float32", "verdict": {"passed": True, "reason": "within ranges"}},
+        {"model": "tiny", "dtype": "bfloat16", "verdict": {"passed": False, "reason": "failed at step(s) 40"}},
+        {"model": "nanogpt", "dtype": "float32", "verdict": {"passed": True, "reason": "within ranges"}}]}, card=card)
+    _folder(root, "method_b", {"models": [
+        {"model": "tiny", "verdict": {"passed": True, "reason": "ok"}, "judge_last_step": 20, "steps": 20},
+        {"model": "nanogpt", "verdict": {"passed": None, "reason": "runs missing: no verdict yet"},
+         "judge_last_step": 20, "steps": 20}]}, card=card)
+    _folder(root, "footprint", {"conditions": {"steps": 10}, "sides": {
+        "cupy": {"runs": 1, "runs_ok": 1, "nvidia_libraries": [], "nvrtc": False, "total_bytes": 40_000_000,
+                 "image_bytes": 40_000_000},
+        "torch": {"runs": 1, "runs_ok": 1, "nvidia_libraries": [], "nvrtc": False, "total_bytes": 967_000_000,
+                  "image_bytes": 967_000_000}},
+        "docker": {"available": False, "message": "the Docker daemon does not run here", "images": {}},
+        "install_set_bytes": {"cupy": 129_000_000, "torch": 994_000_000}}, card=card)
+    # an older series folder of the same card, not chosen by default
+    _folder(root, "series", {"verdicts": []}, stamp="20261128-090000", card=card)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rep")
+    root = base / "results"
+    make_results(root)
+    out = base / "report" / "TR-2.html"
+    html_path, json_path = rp.build_report("demo", root=root, out=out)
+    return base, root, html_path, json_path
+
+
+def _soup(path):
+    return bs4.BeautifulSoup(Path(path).read_text(), "html.parser")
+
+
+def test_report_files_exist_and_choose_the_newest_folders(built):
+    base, root, html_path, json_path = built
+    assert html_path.is_file() and json_path == base / "report" / "TR-2-demo.json"
+    data = json.loads(json_path.read_text())
+    assert [f["stage"] for f in data["folders"]] == ["series", "method_a", "method_b", "footprint"]
+    assert data["folders"][0]["name"] == "series-20261129-100000-demo"
+    assert data["stages_missing"] == ["families"]
+
+
+def test_no_parameter_cells_and_every_stage_stitched(built):
+    _, _, html_path, _ = built
+    text = html_path.read_text()
+    for stage in ("SERIES", "METHOD_A", "METHOD_B", "FOOTPRINT"):
+        assert f"{stage}-BODY" in text          # each stage's outputs are in
+        assert f"{stage}-INJECTED" not in text  # papermill's injected cell is not
+    assert 'card = "smoke"' not in text and "results_dir = None" not in text   # inputs hidden, parameters dropped
+    assert "\r" not in text.split("<main>", 1)[1]          # progress bars collapsed
+    assert text.count('src="data:image/png;base64,') >= 8   # images embedded: outputs and markdown's
+    assert "series.png" not in text                          # the markdown image became data, not a path
+    assert 'href="../results/series-20261129-100000-demo/logs/"' in text   # links made right from the HTML
+
+
+def test_merged_notebook_drops_parameter_cells(built):
+    _, root, _, _ = built
+    front = nbformat.v4.new_notebook()
+    stage = nbformat.read(str(next(root.glob("series-20261129-*")) / "series.ipynb"), as_version=4)
+    info = {"stage": "series", "name": "series-x", "link": "../x/", "conditions": {}, "notebook": True}
+    nb = rp.merge(front, [(info, stage)])
+    tags = [t for c in nb.cells for t in c.metadata.get("tags", [])]
+    assert "parameters" not in tags and "injected-parameters" not in tags
+    assert len(nb.cells) == 3   # header, the stage's title, its body
+    nbformat.validate(nb)
+
+
+def test_offline_no_remote_scripts(built):
+    _, _, html_path, _ = built
+    text = html_path.read_text()
+    assert rp.remote_urls(text) == []
+    soup = _soup(html_path)
+    assert not [s for s in soup.find_all("script") if s.get("src")]
+    assert not [l for l in soup.find_all("link") if (l.get("href") or "").startswith(("http", "//"))]
+    assert "MathJax.js" not in text and "require.min.js" not in text and "mermaid" not in text.lower()
+    assert rp.remote_urls('<script src="https://cdn.example/x.js"></script>')   # the check itself sees one
+
+
+def test_verdict_table_numbers_equal_the_json(built):
+    _, _, html_path, json_path = built
+    data = json.loads(json_path.read_text())
+    table = _soup(html_path).find("table", id="verdict-table")
+    assert table is not None
+    trs = table.find("tbody").find_all("tr")
+    rows = [r for r in data["rows"] if r["primary"]]
+    assert len(trs) == len(rows) == 3
+    for tr, r in zip(trs, rows):
+        assert (tr["data-model"], tr["data-dtype"], tr["data-build"]) == (r["model"], r["dtype"], r["build"])
+        cu, to = tr.find("td", class_="cupy-median"), tr.find("td", class_="torch-median")
+        ratio = tr.find("td", class_="ratio")
+        verdict = tr.find("td", class_="verdict").find("b").get_text()
+        if r["speed_published"]:
+            assert float(cu["data-value"]) == r["cupy"]["median"]
+            assert float(cu["data-fastest"]) == r["cupy"]["fastest"] and float(cu["data-slowest"]) == r["cupy"]["slowest"]
+            assert cu.get_text() == (f'{rp.fmt_ms(r["cupy"]["median"])} [{rp.fmt_ms(r["cupy"]["fastest"])}–'
+                                     f'{rp.fmt_ms(r["cupy"]["slowest"])}]')
+            assert float(to["data-value"]) == r["torch"]["median"]
+            assert tr.find("td", class_="torch-mode").get_text().startswith(r["torch"]["mode"])
+            assert float(ratio["data-value"]) == r["ratio"] and ratio.get_text() == rp.fmt_ratio(r["ratio"])
+            assert tr.find("td", class_="cupy-runs").get_text() == str(r["cupy"]["runs"])
+            assert verdict == r["verdict"]
+        else:
+            assert r["verdict"] is None and r["cupy"] is None and r["ratio"] is None
+            assert cu["data-value"] == "" and cu.get_text() == "withheld" and ratio["data-value"] == ""
+            assert verdict == "no verdict"
+        assert tr.find_all("td")[-1].find("a")["href"] == r["link"]
+    # the published row: the numbers of the series' summary, untouched
+    pub = [r for r in data["rows"] if r["speed_published"]]
+    assert [(r["model"], r["dtype"], r["verdict"], r["cupy"]["median"], r["ratio"]) for r in pub] == \
+        [("tiny", "float32", "slower", 12.3456, 1.8123456)]
+    assert data["counts"] == {"faster": 0, "level": 0, "slower": 1, "no verdict": 2, "comparisons": 3}
+
+
+def test_no_verdict_without_passed_correctness(built):
+    _, _, html_path, json_path = built
+    data = json.loads(json_path.read_text())
+    by = {(r["model"], r["dtype"], r["build"]): r for r in data["rows"]}
+    failed_a = by[("tiny", "bfloat16", "cupy-hr")]
+    assert failed_a["verdict"] is None and not failed_a["speed_published"]
+    assert "method A failed" in failed_a["withheld"]
+    no_b = by[("nanogpt", "float32", "cupy")]
+    assert no_b["verdict"] is None and "method B gave no verdict" in no_b["withheld"]
+    soup = _soup(html_path)
+    tr = soup.find("table", id="verdict-table").find("tr", attrs={"data-model": "tiny", "data-dtype": "bfloat16"})
+    cell = tr.find("td", class_="verdict").get_text()
+    assert "faster" not in cell and "withheld" in cell
+    # the build without half roundings stands in its own table, withheld too
+    halves = soup.find("table", id="halves-table")
+    assert halves is not None and "withheld" in halves.get_text()
+
+
+def test_cpu_banner_first_and_links_relative(built):
+    base, root, html_path, json_path = built
+    text = html_path.read_text()
+    banner = text.find("A CPU demonstration, not a measurement of a GPU")
+    assert 0 < banner < text.find('id="verdict-table"')
+    assert "CPU demonstration" in _soup(html_path).find("title").get_text()
+    data = json.loads(json_path.read_text())
+    for f in data["folders"]:
+        assert not os.path.isabs(f["link"])
+        assert (html_path.parent / f["link"]).resolve() == Path(f["path"]).resolve()
+
+
+def test_no_banner_for_a_gpu_card(tmp_path):
+    card = dict(CARD, card="gpu", machine="nvidia-h200", device="cuda")
+    make_results(tmp_path / "results", card=card)
+    dirs = rp.choose_dirs("gpu", root=tmp_path / "results")
+    data = rp.build_table("gpu", dirs, tmp_path)
+    assert not data["cpu_demonstration"]
+    page = rp.front_page_html(data)
+    assert "CPU demonstration" not in page and 'id="verdict-table"' in page
+
+
+def test_bad_dirs_one_line_exit_2(tmp_path, capsys):
+    assert rp.main(["--card", "demo", "--dirs", str(tmp_path / "nope"), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--dirs" in err[0]
