@@ -1,0 +1,407 @@
+"""Kernel families (protocol §6): a profiled run per configuration, its kernel table, grouped by one rules file.
+
+Configurations: per model and element type of the card, the torch side in each of `torch_modes`, and
+the cupy side in each build (`half_roundings` in the half types; float32 has one build). Each is one
+profiled run (`python -m tr2.profile_run`, torch.profiler: CUPTI on CUDA, CPU activities on a CPU
+card) of `families.steps` iterations whose window `families.window` = [A, B] (steps A+1..B) is tabled:
+kernel name, total time, launches, and both per step.
+
+Families: `params/families.tsv` (or the card's `families.rules`), lines `<regex> TAB <family>`, tried in
+order with re.search, case-insensitive; the first match wins and an unmatched name is "other". The
+same file groups both sides; the full tables are kept beside the families (kernels.csv), and a copy of
+the rules used is kept in the results folder.
+
+PyTorch's attention is named from the kernels it ran (`attention_kernels`): pytorch_flash:: /
+flash_fwd / flash_bwd are FlashAttention, fmha_cutlassF/B the memory-efficient attention, a cuDNN
+attention kernel cuDNN's, softmax kernels between batched products the unfused math path; on a CPU
+card the aten operator names it (flash for CPU, or math). Beside them, the backends torch.backends.cuda
+allows. Graph breaks and recompiles: the profiled run of each compiled mode (per model and element
+type) runs under TORCH_LOGS=graph_breaks,recompiles (logging changes nothing that is compiled, and one
+compilation per configuration is spared); its log is kept and the counts go to the summary. Eager
+compiles nothing: it has no such run. A profiled run out of memory is recorded as such and named, with
+the table and counts it lacks (amendment 8.3). Resumable as the other stages (runs.jsonl).
+
+The family times are the profiled run's kernel time (device time of its kernels; on a CPU card the
+self time of its operators): they explain a step time and never stand in for one.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from . import REPO_ROOT, Tr2Error
+from .method_a import (FINISHED, conditions, finished_keys, load_dir_card, log_text, prepare_dir, progress,
+                       run_logged)
+from .results import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
+
+STAGE = "families"
+RUNS = "runs.jsonl"
+OTHER = "other"
+TORCH_LOGS = "graph_breaks,recompiles"
+LABEL = ("the profiled run's kernel time per step (CUDA: device time of its kernels; CPU card: self time of its "
+         "operators); it explains a step time and never stands in for one")
+
+
+# ----------------------------------------------------------------------------------------------------
+# rules and grouping (pure)
+# ----------------------------------------------------------------------------------------------------
+
+def parse_rules(text: str, source: str = "rules") -> list[tuple[str, "re.Pattern", str]]:
+    """[(pattern, compiled, family)] from `<regex> TAB <family>` lines; '#' lines and blank lines skipped."""
+    rules = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.rstrip("\n").split("\t")
+        parts = [p for p in parts if p != ""]
+        if len(parts) != 2:
+            raise Tr2Error(f"{source}:{n}: {line!r}; allowed: <regex> TAB <family>")
+        pattern, family = parts[0], parts[1].strip()
+        try:
+            rx = re.compile(pattern, re.IGNORECASE)
+        except re.error as e:
+            raise Tr2Error(f"{source}:{n}: regex {pattern!r} does not compile ({e}); allowed: a Python regular expression")
+        rules.append((pattern, rx, family))
+    return rules
+
+
+def load_rules(path=None) -> list:
+    path = Path(path) if path else REPO_ROOT / "params" / "families.tsv"
+    if not path.is_absolute() and not path.is_file():
+        path = REPO_ROOT / path
+    if not path.is_file():
+        raise Tr2Error(f"families.rules: {str(path)!r} does not exist; allowed: a rules file such as params/families.tsv")
+    return parse_rules(path.read_text(), str(path))
+
+
+def family_of(name: str, rules) -> str:
+    """The family of the first rule whose regex matches `name` (re.search), else 'other'."""
+    for _pattern, rx, family in rules:
+        if rx.search(name):
+            return family
+    return OTHER
+
+
+def group(kernels: list[dict], rules, steps: int) -> dict:
+    """{family: {total_us, launches, us_per_step, launches_per_step}} from [{name, total_us, launches}]."""
+    out: dict[str, dict] = {}
+    for k in kernels:
+        f = family_of(k["name"], rules)
+        g = out.setdefault(f, {"total_us": 0.0, "launches": 0})
+        g["total_us"] += float(k["total_us"])
+        g["launches"] += int(k["launches"])
+    for g in out.values():
+        g["us_per_step"] = g["total_us"] / steps
+        g["launches_per_step"] = g["launches"] / steps
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["total_us"]))
+
+
+# Which attention ran, from kernel (or CPU operator) names. Order: the first kind whose regex matches.
+ATTENTION_KINDS = (
+    ("cuDNN", r"cudnn.*(sdpa|fmha|mha|attn|attention|flash)|(sdpa|fmha|mha).*cudnn"),
+    ("memory-efficient (cutlass)", r"fmha_cutlass[fb]|efficient_attention|mem_eff"),
+    ("FlashAttention", r"pytorch_flash::|flash_fwd|flash_bwd|flash_attn|flash::|flash_attention(?!_for_cpu)"),
+    ("flex attention (Triton template)", r"^triton_tem_.*(flex|attention)"),
+    ("flash (CPU)", r"_scaled_dot_product_flash_attention_for_cpu"),
+    ("math", r"_scaled_dot_product_attention_math"),
+    ("ours (attn_* kernels; products as batched matmuls)", r"^(void )?attn_|^attention_(forward|backward)$"),
+)
+_ATT = [(kind, re.compile(rx, re.IGNORECASE)) for kind, rx in ATTENTION_KINDS]
+_SOFTMAX = re.compile(r"softmax", re.IGNORECASE)
+_LOGSOFTMAX = re.compile(r"log_?softmax|logsoftmax|cross_?entropy", re.IGNORECASE)
+_BATCHED = re.compile(r"gemm|xmma|nvjet|cutlass|bmm|batched", re.IGNORECASE)
+
+
+def attention_kernels(names) -> dict:
+    """{'backends': [kinds found], 'kernels': {kind: [names]}} from the kernel names of one profiled run.
+
+    Fused kernels name their backend; where none ran but softmax kernels did beside batched products
+    (log-softmax, the loss's, not counted), the attention took PyTorch's unfused math path.
+    """
+    names = list(names)
+    found: dict[str, list] = {}
+    for n in names:
+        for kind, rx in _ATT:
+            if rx.search(n):
+                found.setdefault(kind, []).append(n)
+                break
+    if not found:
+        soft = [n for n in names if _SOFTMAX.search(n) and not _LOGSOFTMAX.search(n)]
+        if soft and any(_BATCHED.search(n) for n in names):
+            found["math (softmax between batched products)"] = soft
+    return {"backends": list(found), "kernels": found}
+
+
+_GB = re.compile(r"\[__graph_breaks\]\s+Graph break\b(?! Reason)")
+_GB_AT = re.compile(r"Graph break.*?\bat (\S+:\d+)")
+_RC = re.compile(r"\[__recompiles(?:_verbose)?\]\s+Recompiling function (\S+)(?: in (\S+))?")
+_RC_WHY = re.compile(r"\[__recompiles(?:_verbose)?\]\s+-\s+(\d+/\d+: .*\S)")
+
+
+def count_graph_logs(text: str) -> dict:
+    """Graph breaks and recompiles in a TORCH_LOGS=graph_breaks,recompiles log.
+
+    A graph break is one `[__graph_breaks] Graph break ...` message (the continuation lines of the
+    same message, `Graph Break Reason:` and the traceback, are not counted again); a recompile is one
+    `[__recompiles] Recompiling function F in FILE:LINE` message.
+    """
+    breaks, sites, recompiles, functions, reasons = 0, {}, 0, {}, []
+    for line in text.splitlines():
+        if _GB.search(line):
+            breaks += 1
+            m = _GB_AT.search(line)
+            site = m.group(1) if m else "?"
+            sites[site] = sites.get(site, 0) + 1
+            continue
+        m = _RC.search(line)
+        if m:
+            recompiles += 1
+            fn = m.group(1) + (f" in {m.group(2)}" if m.group(2) else "")
+            functions[fn] = functions.get(fn, 0) + 1
+            continue
+        m = _RC_WHY.search(line)
+        if m and len(reasons) < 50:
+            reasons.append(" ".join(m.group(1).split())[:200])
+    return {"graph_breaks": breaks, "break_sites": sites, "recompiles": recompiles,
+            "recompiled_functions": functions, "recompile_reasons": reasons}
+
+
+# ----------------------------------------------------------------------------------------------------
+# the stage
+# ----------------------------------------------------------------------------------------------------
+
+def configurations(card: dict) -> list[dict]:
+    """Every profiled configuration: model x dtype x (torch mode | cupy build)."""
+    out = []
+    for model in card["models"]:
+        for dtype in card["dtypes"]:
+            for mode in card["torch_modes"]:
+                out.append({"key": f"{model}/{dtype}/torch-{mode}", "model": model, "dtype": dtype, "side": "torch",
+                            "mode": mode, "half_roundings": False, "label": f"torch {mode}"})
+            builds = [False] if dtype == "float32" else list(dict.fromkeys(card["half_roundings"]))
+            for hr in builds:
+                out.append({"key": f"{model}/{dtype}/cupy{'-hr' if hr else ''}", "model": model, "dtype": dtype,
+                            "side": "cupy", "mode": None, "half_roundings": hr,
+                            "label": "cupy" + (" half-roundings" if hr else "")})
+    return out
+
+
+def graph_runs(card: dict) -> list[dict]:
+    """The runs whose logs count graph breaks and recompiles: the profiled runs of the compiled modes,
+    which run under TORCH_LOGS=graph_breaks,recompiles (one run per mode, model and type; eager compiles nothing)."""
+    return [c for c in configurations(card) if c["side"] == "torch" and c["mode"] != "eager"]
+
+
+def _slug(key: str) -> str:
+    return key.replace("/", "_")
+
+
+def profile_command(card: dict, c: dict, out_dir) -> list[str]:
+    f = card["families"]
+    cmd = [sys.executable, "-m", "tr2.profile_run", "--side", c["side"], "--model", c["model"], "--dtype", c["dtype"],
+           "--device", card["device"], "--steps", str(f["steps"]), "--window", str(f["window"][0]), str(f["window"][1]),
+           "--out", str(out_dir)]
+    if c["mode"]:
+        cmd += ["--mode", c["mode"]]
+    if c["half_roundings"]:
+        cmd += ["--half-roundings"]
+    return cmd
+
+
+def _rules_path(card: dict) -> Path:
+    p = Path(card["families"]["rules"])
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def run(card: dict, results_dir=None) -> Path:
+    d = prepare_dir(card, results_dir, STAGE)
+    rules_src = _rules_path(card)
+    load_rules(rules_src)  # a bad rules file stops before any run
+    if not (d / "families.tsv").is_file():
+        shutil.copyfile(rules_src, d / "families.tsv")
+    profiles = configurations(card)
+    done = finished_keys(d / RUNS)
+    bar = progress(len(profiles), "families", initial=sum(1 for c in profiles if c["key"] in done))
+    try:
+        for c in profiles:
+            if c["key"] in done:
+                continue
+            out_dir = d / "profiles" / _slug(c["key"])
+            if (out_dir / "profile.json").exists():
+                (out_dir / "profile.json").unlink()
+            log = d / "logs" / f"{STAGE}-profile-{_slug(c['key'])}.log"
+            cmd = profile_command(card, c, out_dir)
+            compiled = c["side"] == "torch" and c["mode"] != "eager"
+            env = {"TORCH_LOGS": TORCH_LOGS} if compiled else None
+            bar.set_postfix_str(c["key"])
+            res = run_logged(cmd, log, env=env)
+            prof = out_dir / "profile.json"
+            if res["status"] == "ok" and not prof.is_file():
+                res.update(status="failed", reason="the profiled run wrote no profile.json")
+            rec = {"kind": "profile", **c, **res, "cmd": cmd, "env": env, "log": str(log.relative_to(d)),
+                   "profile": str(prof.relative_to(d)), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            if compiled and log.is_file():
+                rec.update(count_graph_logs(log_text(log)))
+            append_jsonl(d / RUNS, rec)
+            bar.update(1)
+            if res["status"] not in FINISHED:
+                raise Tr2Error(f"families: profiled run {c['key']} {res['status']} ({res['reason']}); log {log}. "
+                               "A failure other than out of memory ends the stage (amendment 8.4); rerun to retry it")
+    finally:
+        bar.close()
+    return d
+
+
+def _read_profile(d: Path, rec) -> dict | None:
+    import json
+    if not rec or rec.get("status") != "ok":
+        return None
+    p = d / rec["profile"]
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def summarize(results_dir) -> dict:
+    d = Path(results_dir)
+    card = load_dir_card(d)
+    rules_file = d / "families.tsv" if (d / "families.tsv").is_file() else _rules_path(card)
+    rules = load_rules(rules_file)
+    runs = finished_keys(d / RUNS)
+    all_records = read_jsonl(d / RUNS)
+    kern_rows, fam_rows, configs = [], [], []
+    for c in configurations(card):
+        rec = runs.get(c["key"])
+        last_any = next((r for r in reversed(all_records) if r.get("key") == c["key"]), None)
+        status = rec["status"] if rec else (last_any["status"] if last_any else "missing")
+        prof = _read_profile(d, rec)
+        entry = {k: c[k] for k in ("key", "model", "dtype", "side", "mode", "half_roundings", "label")}
+        entry.update(status=status, log=(rec or last_any or {}).get("log"))
+        if prof is None:
+            entry["reason"] = (rec or last_any or {}).get("reason")
+            configs.append(entry)
+            continue
+        steps = prof["steps_in_window"]
+        fams = group(prof["kernels"], rules, steps)
+        total = sum(k["total_us"] for k in prof["kernels"])
+        for k in prof["kernels"]:
+            kern_rows.append({**{x: c[x] for x in ("key", "model", "dtype", "side", "mode", "half_roundings")},
+                              "name": k["name"], "family": family_of(k["name"], rules), "total_us": k["total_us"],
+                              "launches": k["launches"], "us_per_step": k["total_us"] / steps,
+                              "launches_per_step": k["launches"] / steps})
+        for f, g in fams.items():
+            fam_rows.append({**{x: c[x] for x in ("key", "model", "dtype", "side", "mode", "half_roundings", "label")},
+                             "family": f, "us_per_step": g["us_per_step"], "launches_per_step": g["launches_per_step"],
+                             "share": g["total_us"] / total if total else None})
+        att = attention_kernels(k["name"] for k in prof["kernels"])
+        entry.update(device=prof.get("device"), window=prof.get("window"), steps_in_window=steps,
+                     kernel_us_per_step=total / steps, launches_per_step=sum(k["launches"] for k in prof["kernels"]) / steps,
+                     families={f: g["us_per_step"] for f, g in fams.items()},
+                     attention=att["backends"], attention_kernels={k: v[:5] for k, v in att["kernels"].items()},
+                     sdp_backends_allowed=prof.get("sdp_backends"), n_names=len(prof["kernels"]),
+                     top=[{"name": k["name"], "us_per_step": k["total_us"] / steps, "launches_per_step": k["launches"] / steps}
+                          for k in prof["kernels"][:10]])
+        configs.append(entry)
+    graphs = []
+    for g in graph_runs(card):
+        rec = runs.get(g["key"]) or next((r for r in reversed(all_records) if r.get("key") == g["key"]), None)
+        status = rec["status"] if rec else "missing"
+        if rec and rec.get("graph_breaks") is None and status == "ok":
+            status = "no counts"
+        graphs.append({"key": g["key"], "model": g["model"], "dtype": g["dtype"], "mode": g["mode"], "status": status,
+                       **({k: rec.get(k) for k in ("graph_breaks", "recompiles", "break_sites", "recompiled_functions",
+                                                   "recompile_reasons", "log", "reason")} if rec else {})})
+    for mode in card["torch_modes"]:
+        if mode == "eager":
+            graphs.append({"key": "*/*/graphs-eager", "mode": "eager", "status": "not run",
+                           "reason": "eager compiles nothing: no graph breaks or recompiles to count"})
+    _write_csv(d / "kernels.csv", kern_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "name", "family",
+                                              "total_us", "launches", "us_per_step", "launches_per_step"])
+    _write_csv(d / "families.csv", fam_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "label", "family",
+                                              "us_per_step", "launches_per_step", "share"])
+    lacking = [f"{c['key']}: {c['status']} (no kernel table)" for c in configs if c["status"] != "ok"]
+    lacking += [f"{g['key']}: {g['status']} (no graph-break counts)" for g in graphs if g["status"] not in ("ok", "not run")]
+    summary = {
+        "stage": STAGE, "label": LABEL,
+        "rules": {"file": str(rules_file), "sha256": hashlib.sha256(Path(rules_file).read_bytes()).hexdigest(),
+                  "n_rules": len(rules), "match": "re.search, case-insensitive, first match wins, unmatched: other"},
+        "window": card["families"]["window"], "steps": card["families"]["steps"],
+        "configs": configs, "graphs": graphs,
+        "lacking": lacking,  # amendment 8.3: configurations whose kernel table or break counts are missing, and why
+        "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
+        **conditions(d),
+    }
+    write_json_atomic(d / "summary.json", summary)
+    try:
+        plot(d, fam_rows, card)
+    except Exception as e:  # noqa: BLE001
+        summary["plot_error"] = repr(e)
+        write_json_atomic(d / "summary.json", summary)
+    return summary
+
+
+def _write_csv(path, rows, fields):
+    import csv
+    import io
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k) for k in fields})
+    write_text_atomic(path, buf.getvalue())
+
+
+def plot(results_dir, fam_rows=None, card=None):
+    """families.png: per model and type, one stacked bar per configuration (both sides side by side)."""
+    import csv
+    import matplotlib
+    if "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    d = Path(results_dir)
+    card = card or load_dir_card(d)
+    if fam_rows is None:
+        with open(d / "families.csv") as f:
+            fam_rows = [{**r, "us_per_step": float(r["us_per_step"])} for r in csv.DictReader(f)]
+    panels = [(m, t) for m in card["models"] for t in card["dtypes"]]
+    families = []
+    for r in sorted(fam_rows, key=lambda r: -r["us_per_step"]):
+        if r["family"] not in families:
+            families.append(r["family"])
+    cmap = plt.get_cmap("tab20")
+    colors = {f: cmap(i % 20) for i, f in enumerate(families)}
+    per_panel = max(1, max(sum(1 for c in configurations(card) if (c["model"], c["dtype"]) == p) for p in panels))
+    legend_w = 2.9
+    fig_w = max(3.5, 1.1 * per_panel + 1.2) * len(panels) + legend_w
+    fig, axes = plt.subplots(1, len(panels), figsize=(fig_w, 5.5), squeeze=False)
+    unit = "ms"
+    for ax, (m, t) in zip(axes[0], panels):
+        confs = [c for c in configurations(card) if (c["model"], c["dtype"]) == (m, t)]
+        confs.sort(key=lambda c: (c["side"] != "torch",))  # PyTorch's modes, then ours, side by side
+        x = range(len(confs))
+        bottom = [0.0] * len(confs)
+        for f in families:
+            h = []
+            for c in confs:
+                v = sum(r["us_per_step"] for r in fam_rows if r["key"] == c["key"] and r["family"] == f)
+                h.append(v / 1000.0)
+            ax.bar(x, h, bottom=bottom, color=colors[f], label=f, width=0.7)
+            bottom = [b + v for b, v in zip(bottom, h)]
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([c["label"] for c in confs], rotation=30, ha="right", fontsize=8)
+        for i, c in enumerate(confs):
+            if not any(r["key"] == c["key"] for r in fam_rows):
+                ax.text(i, 0, "no table\n(see summary)", ha="center", va="bottom", fontsize=7, color="red")
+        ax.set_title(f"{m}, {t}")
+        ax.set_ylabel(f"kernel time per step ({unit}, profiled run)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    right = 1.0 - legend_w / fig_w
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=8, frameon=False)
+    fig.suptitle("Kernel families per step in the profiled runs' window\n(they explain a step time, never stand in for one)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, right, 0.92))
+    fig.savefig(d / "families.png", dpi=110)
+    plt.close(fig)
+    return d / "families.png"

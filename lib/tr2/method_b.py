@@ -1,0 +1,484 @@
+"""Method B (protocol §7 B, amendment 6): one shared start, one recorded batch order, step by step.
+
+Per model of the card:
+
+1. One saved start, made by the torch side's own initialization: `python -m tr2.train --side torch
+   --steps 0 --save-init init.npz` (the weights are written before its single step).
+2. One recorded batch order (`tr2.data.write_batch_order`, seed `method_b.seed`, iterations 0..steps).
+3. Both sides train from them with dropout 0 and plain float32 (`--no-tf32`), every step's loss in
+   `--metrics`. The torch side runs in the card's `method_a.torch_mode` (the mode the checks run).
+4. The noise floor beside it: the torch side against itself, run in this module's own copy of the
+   torch side's loop (`train_floor`, the same model, optimizer, schedule, clipping and batches as
+   `tr2.torch_side.train`, which has no hook for this), three times from the same start: unperturbed,
+   with every weight moved by one unit in the last place once at the start, and after every optimizer
+   step as well. The move is `torch.nextafter` towards +inf or -inf, the direction drawn per element
+   from a seeded generator (random ±1 ulp, `PERTURBATION`). The unperturbed copy is also set against
+   the trainer's own torch run (it should agree to the bit on one machine).
+
+Verdict (`verdict`, a pure function): passes when the losses at step 0 agree within 1e-5 relative
+and each loss of steps 1..J within 1% relative (relative to the torch side's loss), with J the
+model's `method_b.judge_steps` entry (amendment 6: gpt2-medium 100) or all steps. Where J is less than
+the steps trained, the verdict over all steps is stated beside it (amendment 6.2).
+
+Resumable as method A: runs.jsonl holds every finished piece; a rerun does the rest.
+
+`python -m tr2.method_b floor ...` is the floor's run in a process of its own (see `main`).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+from . import Tr2Error
+from .method_a import (FINISHED, conditions, finished_keys, load_dir_card, prepare_dir, progress, read_metrics,
+                       run_logged, trainer_command)
+from .results import append_jsonl, write_json_atomic, write_text_atomic
+
+STAGE = "method_b"
+RUNS = "runs.jsonl"
+STEP0_REL = 1e-5
+STEP_REL = 1e-2
+PERTURBATION = ("every weight moved by exactly one unit in the last place (float32), towards +inf or -inf "
+                "at random per element (torch.nextafter; direction from a seeded torch.Generator)")
+FLOORS = ("none", "once", "every")
+
+
+# ----------------------------------------------------------------------------------------------------
+# the verdict
+# ----------------------------------------------------------------------------------------------------
+
+def rel_diff(ref: float, other: float) -> float:
+    """|other - ref| / |ref|; inf where either is not finite or ref is 0 and they differ."""
+    if ref is None or other is None or not (math.isfinite(ref) and math.isfinite(other)):
+        return math.inf
+    if ref == 0.0:
+        return 0.0 if other == 0.0 else math.inf
+    return abs(other - ref) / abs(ref)
+
+
+def _window(ref: dict, other: dict, first: int, last: int, tol: float) -> dict:
+    rels = {s: rel_diff(ref.get(s), other.get(s)) for s in range(first, last + 1)}
+    missing = [s for s in range(first, last + 1) if s not in ref or s not in other]
+    worst = max(rels, key=lambda s: rels[s]) if rels else None
+    bad = [s for s, r in rels.items() if not r <= tol]
+    return {"first": first, "last": last, "tol": tol, "max_rel": rels[worst] if worst is not None else None,
+            "worst_step": worst, "failed_steps": bad[:20], "n_failed": len(bad), "missing": missing[:20],
+            "ok": bool(rels) and not bad}
+
+
+def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None) -> dict:
+    """§7 B (and amendment 6) from the two sides' per-step losses, {step: loss}.
+
+    Step 0 within 1e-5 relative, each of steps 1..J within 1% relative, J = judge_steps or steps.
+    `passed` is the verdict under J; `full` gives the verdict over all steps 1..steps beside it.
+    """
+    last = steps if judge_steps is None else min(int(judge_steps), steps)
+    step0 = _window(torch_losses, cupy_losses, 0, 0, STEP0_REL)
+    window = _window(torch_losses, cupy_losses, 1, last, STEP_REL) if last >= 1 else {"ok": True, "last": 0, "max_rel": None}
+    full = _window(torch_losses, cupy_losses, 1, steps, STEP_REL) if steps >= 1 else window
+    passed = step0["ok"] and window["ok"]
+
+    def said(w, tol):
+        if w.get("max_rel") is None:
+            return "nothing to judge"
+        what = f"max {w['max_rel']:.3g} at step {w['worst_step']}"
+        if w.get("missing"):
+            what += f", {len(w['missing'])} step(s) missing"
+        return what + (f" (within {tol:g})" if w["ok"] else f" (over {tol:g} at {w['n_failed']} step(s))")
+    reason = f"step 0: {said(step0, STEP0_REL)}; steps 1..{last}: {said(window, STEP_REL)}"
+    if last < steps:
+        reason += f"; steps 1..{steps}, stated beside (amendment 6.2): {said(full, STEP_REL)}"
+    out = {"passed": passed, "reason": reason, "step0": step0, "window": window, "judge_last_step": last, "steps": steps,
+           "rule": f"step 0 within {STEP0_REL:g} relative, steps 1..{last} each within {STEP_REL:.0%} relative"}
+    if last < steps:
+        out["full"] = {**full, "passed": step0["ok"] and full["ok"],
+                       "rule": f"§7 B as first written: steps 1..{steps} each within {STEP_REL:.0%} (amendment 6.2)"}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# the perturbation and the floor's training loop
+# ----------------------------------------------------------------------------------------------------
+
+def perturb_ulp(params, gen=None, how: str = "random") -> int:
+    """Move every element of every tensor by one unit in its last place, in place; returns the count.
+
+    how='random': towards +inf or -inf, drawn per element from `gen` (a torch.Generator on the
+    tensors' device); how='up': towards +inf (np.nextafter(x, +inf)). Shared (tied) tensors are moved
+    once when `params` is `model.parameters()`, which lists each tensor once.
+    """
+    import torch
+    n = 0
+    with torch.no_grad():
+        seen = set()
+        for p in params:
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if how == "up":
+                target = torch.full_like(p, math.inf)
+            elif how == "random":
+                coin = torch.randint(0, 2, p.shape, generator=gen, device=p.device, dtype=torch.int8)
+                target = torch.where(coin.bool(), math.inf, -math.inf).to(p.dtype)
+            else:
+                raise ValueError(f"how: {how!r}; allowed: random | up")
+            p.copy_(torch.nextafter(p, target))
+            n += p.numel()
+    return n
+
+
+def train_floor(model_name: str, init: str, batches: str, steps: int, seed: int, device: str, mode: str,
+                perturb: str, perturb_seed: int, metrics=None, log_interval: int = 10, out=None) -> list:
+    """The torch side's float32 loop (tf32 off, dropout 0) from `init` on `batches`, with the floor's move.
+
+    The same steps as tr2.torch_side.train._train for float32: seed, model built then loaded, AdamW
+    groups (fused on CUDA), compile per mode, nanoGPT's get_lr, forward, next batch, backward, clip,
+    step, zero_grad, loss.item(). perturb: 'none' | 'once' (every weight one ulp, before step 0) |
+    'every' (that, and again after every optimizer step). Returns the losses of steps 0..steps.
+    """
+    import torch
+    from .models import load_model
+    from .schedule import get_lr
+    from .torch_side.model import GPT, load_weights_into
+    from .torch_side.train import TorchBatches, _to_device
+    from .trainlog import TrainLog, peak_line
+    from .weights import load_weights
+    if perturb not in FLOORS:
+        raise Tr2Error(f"--perturb: {perturb!r}; allowed: {' | '.join(FLOORS)}")
+    cfg = load_model(model_name, dropout=0.0)
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    log = TrainLog(metrics, log_interval, out=out)
+    try:
+        torch.manual_seed(seed)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        data = TorchBatches(cfg.dataset, cfg.block_size, cfg.batch_size, seed, batches)
+        model = GPT(cfg)
+        load_weights_into(model, load_weights(init, cfg))
+        model.to(device)
+        optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                               cfg.eps_adam, device_type)
+        train_model = model
+        if mode == "default":
+            train_model = torch.compile(model)
+        elif mode in ("reduce-overhead", "max-autotune"):
+            train_model = torch.compile(model, mode=mode)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(perturb_seed)
+        log.say(f"method B floor: model {cfg.name}, torch {torch.__version__}, device {device}, mode {mode}, "
+                f"float32, tf32 off, dropout 0, init {init}, batches {batches}, perturb {perturb} "
+                f"(random ±1 ulp, seed {perturb_seed}), steps 0..{steps}")
+        if perturb in ("once", "every"):
+            perturb_ulp(model.parameters(), gen)
+        losses = []
+        X, Y = _to_device(data.train_batch(0), device)
+        log.start()
+        for it in range(steps + 1):
+            lr = get_lr(it, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            _, loss = train_model(X, Y)
+            if it < steps:
+                X, Y = _to_device(data.train_batch(it + 1), device)
+            loss.backward()
+            if cfg.grad_clip != 0.0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if perturb == "every":
+                perturb_ulp(model.parameters(), gen)
+            value = loss.item()
+            losses.append(value)
+            log.loss(it, value, log.wants_line(it))
+        log.say(peak_line(torch.cuda.max_memory_allocated() if device_type == "cuda" else 0))
+        return losses
+    finally:
+        log.close()
+
+
+def main(argv=None) -> int:
+    """`python -m tr2.method_b floor ...`: one floor run in its own process (exit 3 on out of memory)."""
+    p = argparse.ArgumentParser(prog="python -m tr2.method_b")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("floor", help="the torch side's float32 loop with the ulp perturbation")
+    f.add_argument("--model", required=True)
+    f.add_argument("--init", required=True)
+    f.add_argument("--batches", required=True)
+    f.add_argument("--steps", type=int, required=True)
+    f.add_argument("--seed", type=int, default=1337)
+    f.add_argument("--device", default="cpu")
+    f.add_argument("--mode", default="eager")
+    f.add_argument("--perturb", default="none", choices=FLOORS)
+    f.add_argument("--perturb-seed", type=int, default=0)
+    f.add_argument("--metrics", default=None)
+    ns = p.parse_args(argv)
+    from .trainlog import oom_line
+    try:
+        train_floor(ns.model, ns.init, ns.batches, ns.steps, ns.seed, ns.device, ns.mode, ns.perturb,
+                    ns.perturb_seed, ns.metrics)
+        return 0
+    except Tr2Error as e:
+        sys.stderr.write(f"tr2.method_b: error: {e}\n")
+        return 2
+    except Exception as e:  # noqa: BLE001
+        from .torch_side.train import _is_oom
+        if _is_oom(e):
+            print(oom_line(str(e)), flush=True)
+            return 3
+        raise
+
+
+# ----------------------------------------------------------------------------------------------------
+# the stage
+# ----------------------------------------------------------------------------------------------------
+
+def plan(card: dict) -> list[dict]:
+    runs = []
+    for model in card["models"]:
+        for what in ("init", "order", "torch", "cupy", *(f"floor-{f}" for f in FLOORS)):
+            runs.append({"key": f"{model}/{what}", "model": model, "what": what})
+    return runs
+
+
+def _paths(d: Path, model: str) -> dict:
+    base = d / "runs" / model
+    return {"init": base / "init.npz", "order": base / "order.npy", "base": base,
+            **{w: base / f"{w}.metrics.jsonl" for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS))}}
+
+
+def _common_args(card: dict, model: str, p: dict) -> list[str]:
+    b = card["method_b"]
+    return ["--model", model, "--dtype", "float32", "--device", card["device"], "--steps", str(b["steps"]),
+            "--seed", str(b["seed"]), "--no-tf32", "--dropout", "0", "--init", str(p["init"]),
+            "--batches", str(p["order"])]
+
+
+def command(card: dict, r: dict, p: dict) -> list[str] | None:
+    """The command of one piece of the plan (None for the batch order, written in this process)."""
+    b, model, what = card["method_b"], r["model"], r["what"]
+    mode = card["method_a"]["torch_mode"]
+    if what == "init":
+        return trainer_command() + ["--side", "torch", "--model", model, "--dtype", "float32", "--device", card["device"],
+                                    "--steps", "0", "--seed", str(b["seed"]), "--no-tf32", "--dropout", "0",
+                                    "--save-init", str(p["init"])]
+    if what == "order":
+        return None
+    if what == "torch":
+        return trainer_command() + ["--side", "torch", "--mode", mode] + _common_args(card, model, p) + ["--metrics", str(p[what])]
+    if what == "cupy":
+        return trainer_command() + ["--side", "cupy"] + _common_args(card, model, p) + ["--metrics", str(p[what])]
+    perturb = what.split("-", 1)[1]
+    return [sys.executable, "-m", "tr2.method_b", "floor", "--model", model, "--init", str(p["init"]),
+            "--batches", str(p["order"]), "--steps", str(b["steps"]), "--seed", str(b["seed"]),
+            "--device", card["device"], "--mode", mode, "--perturb", perturb, "--perturb-seed", str(b["seed"]),
+            "--metrics", str(p[what])]
+
+
+def run(card: dict, results_dir=None) -> Path:
+    from .data import write_batch_order
+    from .models import load_model
+    d = prepare_dir(card, results_dir, STAGE)
+    todo = plan(card)
+    done = finished_keys(d / RUNS)
+    bar = progress(len(todo), "method B", initial=sum(1 for r in todo if r["key"] in done))
+    blocked = set()  # models whose start or order could not be made (out of memory)
+    try:
+        for r in todo:
+            if r["key"] in done:
+                continue
+            model, what = r["model"], r["what"]
+            if model in blocked:
+                append_jsonl(d / RUNS, {**r, "status": "oom", "reason": "the shared start ran out of memory",
+                                        "returncode": None, "wall_s": 0.0})
+                bar.update(1)
+                continue
+            p = _paths(d, model)
+            p["base"].mkdir(parents=True, exist_ok=True)
+            bar.set_postfix_str(r["key"])
+            if what == "order":
+                cfg = load_model(model)
+                t0 = time.monotonic()
+                write_batch_order(p["order"], cfg.dataset, cfg.block_size, cfg.batch_size, card["method_b"]["steps"],
+                                  card["method_b"]["seed"])
+                res = {"status": "ok", "returncode": 0, "wall_s": round(time.monotonic() - t0, 3), "log": None,
+                       "reason": None, "cmd": None}
+            else:
+                target = p["init"] if what == "init" else p[what]
+                if target.exists():
+                    target.unlink()  # a killed run's partial file: the piece starts over
+                cmd = command(card, r, p)
+                log = d / "logs" / f"{STAGE}-{model}-{what}.log"
+                res = {**run_logged(cmd, log), "cmd": cmd, "log": str(log.relative_to(d))}
+                if what == "init" and res["status"] == "ok" and not p["init"].is_file():
+                    res.update(status="failed", reason="the torch side wrote no --save-init file")
+            rec = {**r, **res, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            if what not in ("init", "order"):
+                rec["metrics"] = str(p[what].relative_to(d))
+            append_jsonl(d / RUNS, rec)
+            bar.update(1)
+            if res["status"] == "oom" and what == "init":
+                blocked.add(model)
+            if res["status"] not in FINISHED:
+                raise Tr2Error(f"method B: {r['key']} {res['status']} ({res['reason']}); log {res['log']}. "
+                               "A failure other than out of memory ends the stage (amendment 8.4); rerun to retry it")
+    finally:
+        bar.close()
+    return d
+
+
+def _losses(d: Path, rec) -> dict:
+    if not rec or rec.get("status") != "ok" or not rec.get("metrics"):
+        return {}
+    return read_metrics(d / rec["metrics"])["loss"]
+
+
+def table(results_dir, card=None) -> list[dict]:
+    """One row per model and step: every run's loss and the relative differences."""
+    d = Path(results_dir)
+    card = card or load_dir_card(d)
+    runs = finished_keys(d / RUNS)
+    rows = []
+    for model in card["models"]:
+        L = {w: _losses(d, runs.get(f"{model}/{w}")) for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS))}
+        for s in range(card["method_b"]["steps"] + 1):
+            g = {w: L[w].get(s) for w in L}
+            ref = g["floor-none"]
+            rows.append({"model": model, "step": s, "torch": g["torch"], "cupy": g["cupy"],
+                         "rel_cupy": rel_diff(g["torch"], g["cupy"]) if g["torch"] is not None and g["cupy"] is not None else None,
+                         "floor_none": ref, "floor_once": g["floor-once"], "floor_every": g["floor-every"],
+                         "rel_once": rel_diff(ref, g["floor-once"]) if ref is not None and g["floor-once"] is not None else None,
+                         "rel_every": rel_diff(ref, g["floor-every"]) if ref is not None and g["floor-every"] is not None else None,
+                         "rel_none_vs_trainer": (rel_diff(g["torch"], ref)
+                                                 if ref is not None and g["torch"] is not None else None)})
+    return rows
+
+
+def _max_over(rows, key, first, last):
+    vals = [(r[key], r["step"]) for r in rows if first <= r["step"] <= last and r[key] is not None]
+    if not vals:
+        return None
+    v, s = max(vals)
+    return {"max_rel": v, "step": s, "first": first, "last": last}
+
+
+def summarize(results_dir) -> dict:
+    import csv
+    import io
+    d = Path(results_dir)
+    card = load_dir_card(d)
+    runs = finished_keys(d / RUNS)
+    rows = table(d, card)
+    buf = io.StringIO()
+    fields = ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once", "floor_every", "rel_once",
+              "rel_every", "rel_none_vs_trainer"]
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    write_text_atomic(d / "method_b.csv", buf.getvalue())
+    steps = card["method_b"]["steps"]
+    models = []
+    for model in card["models"]:
+        status = {w: (runs[f"{model}/{w}"]["status"] if f"{model}/{w}" in runs else "missing")
+                  for w in ("init", "order", "torch", "cupy", *(f"floor-{f}" for f in FLOORS))}
+        judge = card["method_b"]["judge_steps"].get(model)
+        mrows = [r for r in rows if r["model"] == model]
+        t = {r["step"]: r["torch"] for r in mrows if r["torch"] is not None}
+        c = {r["step"]: r["cupy"] for r in mrows if r["cupy"] is not None}
+        if status["torch"] == "oom" or status["cupy"] == "oom" or status["init"] == "oom":
+            v = {"passed": None, "reason": "out of memory (amendment 8): no verdict; see runs"}
+        elif status["torch"] != "ok" or status["cupy"] != "ok":
+            v = {"passed": None, "reason": "runs missing: no verdict yet"}
+        else:
+            v = verdict(t, c, steps, judge)
+        last = steps if judge is None else min(judge, steps)
+        floor = {}
+        for f in ("once", "every"):
+            floor[f] = {"window": _max_over(mrows, f"rel_{f}", 1, last), "all_steps": _max_over(mrows, f"rel_{f}", 1, steps),
+                        "step0": _max_over(mrows, f"rel_{f}", 0, 0)}
+        models.append({
+            "model": model, "runs": status, "verdict": v, "judge_last_step": last, "steps": steps,
+            "torch_mode": card["method_a"]["torch_mode"], "seed": card["method_b"]["seed"],
+            "cupy": {"step0": _max_over(mrows, "rel_cupy", 0, 0), "window": _max_over(mrows, "rel_cupy", 1, last),
+                     "all_steps": _max_over(mrows, "rel_cupy", 1, steps)},
+            "noise_floor": floor,
+            "floor_copy_vs_trainer": _max_over(mrows, "rel_none_vs_trainer", 0, steps),
+            "final_loss": {"torch": t.get(steps), "cupy": c.get(steps)},
+        })
+    judged = [m["verdict"].get("passed") for m in models]
+    summary = {
+        "stage": STAGE,
+        "rule": f"§7 B: same start (torch side's init), same recorded batches, dropout 0, float32 without TF32; "
+                f"step 0 within {STEP0_REL:g} relative, each of steps 1..J within {STEP_REL:.0%} relative to the torch "
+                f"side's loss, J = method_b.judge_steps[model] or all steps (amendment 6)",
+        "perturbation": PERTURBATION,
+        "noise_floor_runs": "the torch side's loop (tr2.method_b.train_floor) unperturbed, perturbed once at the start, "
+                            "and perturbed after every optimizer step; differences relative to the unperturbed run",
+        "passed": (None if any(p is None for p in judged) else all(judged)) if judged else None,
+        "models": models,
+        "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
+        **conditions(d),
+    }
+    write_json_atomic(d / "summary.json", summary)
+    try:
+        plot(d, rows, card)
+    except Exception as e:  # noqa: BLE001
+        summary["plot_error"] = repr(e)
+        write_json_atomic(d / "summary.json", summary)
+    return summary
+
+
+def plot(results_dir, rows=None, card=None):
+    """method_b.png: per model, the losses of every run, and their relative differences on a log scale."""
+    import matplotlib
+    if "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    d = Path(results_dir)
+    card = card or load_dir_card(d)
+    rows = rows if rows is not None else table(d, card)
+    models = card["models"]
+    fig, axes = plt.subplots(2, len(models), figsize=(6.5 * len(models), 7), squeeze=False)
+    for j, model in enumerate(models):
+        mr = [r for r in rows if r["model"] == model]
+        ax = axes[0][j]
+        for key, label, style in (("torch", "torch side", dict(color="tab:blue", lw=2)),
+                                  ("cupy", "cupy side", dict(color="tab:orange", lw=1.2, ls="--")),
+                                  ("floor_once", "torch, ±1 ulp once", dict(color="tab:green", lw=0.8)),
+                                  ("floor_every", "torch, ±1 ulp every step", dict(color="tab:red", lw=0.8))):
+            pts = [(r["step"], r[key]) for r in mr if r[key] is not None]
+            if pts:
+                ax.plot(*zip(*pts), label=label, **style)
+        ax.set_title(f"{model}: loss per step (same start, same batches)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss")
+        ax.legend(fontsize=8)
+        ax = axes[1][j]
+        for key, label, color in (("rel_cupy", "cupy vs torch", "tab:orange"),
+                                  ("rel_once", "torch ±1 ulp once vs torch", "tab:green"),
+                                  ("rel_every", "torch ±1 ulp every step vs torch", "tab:red")):
+            # exact agreement (0) has no place on a log scale: the line breaks there (NaN)
+            pts = [(r["step"], r[key] if r[key] > 0 else math.nan) for r in mr if r[key] is not None and math.isfinite(r[key])]
+            if pts:
+                ax.plot(*zip(*pts), label=label, color=color, lw=1, marker="." if len(pts) < 250 else None, ms=4)
+        ax.axhline(STEP_REL, color="k", ls="--", lw=0.8, label="1% (steps 1..J)")
+        ax.axhline(STEP0_REL, color="k", ls=":", lw=0.8, label="1e-5 (step 0)")
+        judge = card["method_b"]["judge_steps"].get(model)
+        if judge is not None and judge < card["method_b"]["steps"]:
+            ax.axvline(judge, color="grey", ls="-.", lw=1, label=f"judged through step {judge}")
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("relative difference (no point: exactly equal)")
+        ax.legend(fontsize=8)
+    fig.suptitle("Method B: one start, one batch order, float32 without TF32, dropout 0")
+    fig.tight_layout()
+    fig.savefig(d / "method_b.png", dpi=110)
+    plt.close(fig)
+    return d / "method_b.png"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""One profiled training run (protocol §6): the trainer in this process under torch.profiler.
+
+    python -m tr2.profile_run --side cupy|torch --model M --dtype D [--mode MODE] [--half-roundings]
+        [--device cpu|cuda] --steps N --window A B --out DIR [--seed S] [--trace]
+
+The side's own `run(args, cfg)` trains as `python -m tr2.train` would (same argument checks), with
+its iter line every L = gcd(A, B) steps. Those lines come right after a loss read that waits for the
+device, so the profiler's steps are cut on them: torch.profiler's schedule waits until the line of
+step A (one warm-up cycle just before it, which starts CUPTI outside the window), records from the
+line of step A to the line of step B, i.e. steps A+1..B, and the kernel table is taken then.
+
+Activities: on CUDA, CUPTI's kernels, memcpys and memsets, whoever launched them (PyTorch, cuBLAS,
+Inductor's Triton, and our kernels launched through CuPy in the same process); the table's time is
+each kernel's device time. On a CPU card, the CPU operators: aten ops and record_function ranges,
+by self CPU time. The cupy side's backend ops are wrapped in record_function ranges named after the
+op (layernorm_forward, matmul_backward, ...), which is what its CPU (NumPy) table consists of.
+
+Writes DIR/profile.json: status ok | oom | failed, the table [{name, total_us, launches}], steps in
+the window, the attention backends torch.backends allows, and DIR/trace.json with --trace. Exit code
+as the trainer's: 0, 2 (bad arguments), 3 (out of memory), 1 (any other failure).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ITER = re.compile(r"^iter (\d+):")
+
+# The backend's ops (docs/architecture.md), and any other method named *_forward/_backward/_update; its
+# utilities (to_device, to_host, zeros, ...) are not operations and stay unwrapped.
+BACKEND_OPS = ("embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
+               "matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "gelu_forward",
+               "gelu_backward", "dropout_forward", "dropout_backward", "residual_forward", "residual_backward",
+               "cross_entropy_forward", "cross_entropy_backward", "adamw_update", "global_norm")
+
+
+class LineTap:
+    """A stdout stand-in: passes every write through and calls on_iter(step) for each `iter N:` line."""
+
+    def __init__(self, inner, on_iter):
+        self.inner, self.on_iter, self._buf = inner, on_iter, ""
+        self.steps_seen = []
+
+    def write(self, s):
+        n = self.inner.write(s)
+        self._buf += s
+        while "\n" in self._buf:
+            line, self._buf = self._buf.split("\n", 1)
+            m = ITER.match(line)
+            if m:
+                self.steps_seen.append(int(m.group(1)))
+                self.on_iter(int(m.group(1)))
+        return n
+
+    def flush(self):
+        self.inner.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _Annotated:
+    """A backend whose op methods run inside torch.profiler.record_function(<op name>)."""
+
+    def __init__(self, backend):
+        object.__setattr__(self, "_backend", backend)
+
+    def __getattr__(self, name):
+        attr = getattr(self._backend, name)
+        if callable(attr) and (name in BACKEND_OPS or name.endswith(("_forward", "_backward", "_update"))):
+            from torch.profiler import record_function
+
+            def wrapped(*a, **k):
+                with record_function(name):
+                    return attr(*a, **k)
+            wrapped.__name__ = name
+            return wrapped
+        return attr
+
+    def __setattr__(self, name, value):
+        setattr(self._backend, name, value)
+
+
+def annotate_cupy_backend() -> bool:
+    """Wrap tr2.cupy_side.backend.get_backend so every backend it returns names its ops to the profiler."""
+    try:
+        from .cupy_side import backend as be
+    except Exception:  # noqa: BLE001 - no cupy side yet: nothing to annotate
+        return False
+    if getattr(be.get_backend, "_tr2_annotated", False):
+        return True
+    orig = be.get_backend
+
+    def get_backend(*a, **k):
+        b = orig(*a, **k)
+        # a subclass named like the backend, so the side's startup line still names its backend
+        return type(type(b).__name__, (_Annotated,), {})(b)
+    get_backend._tr2_annotated = True
+    be.get_backend = get_backend
+    # Modules that imported the name before us keep the original: rebind it there too.
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("tr2.cupy_side") and getattr(mod, "get_backend", None) is orig:
+            mod.get_backend = get_backend
+    return True
+
+
+def kernel_table(events, device: str) -> list[dict]:
+    """{name, total_us, launches} per name: device kernels on CUDA, self CPU time of CPU events otherwise."""
+    from torch.autograd import DeviceType
+    rows: dict[str, list] = {}
+    for e in events:
+        name = e.name
+        if name.startswith("ProfilerStep"):
+            continue
+        if device == "cuda":
+            if e.device_type != DeviceType.CUDA or getattr(e, "is_user_annotation", False):
+                continue
+            t = e.time_range.elapsed_us()
+        else:
+            if e.device_type != DeviceType.CPU or getattr(e, "is_python_function", False):
+                continue
+            t = e.self_cpu_time_total
+            step = _optimizer_step(e)
+            if step is not None and step is not e:
+                name = f"{step.name}/{name}"  # the optimizer's operators, apart from the model's alike ones
+        r = rows.setdefault(name, [0.0, 0])
+        r[0] += float(t)
+        r[1] += 1
+    out = [{"name": n, "total_us": round(v[0], 3), "launches": v[1]} for n, v in rows.items()]
+    out.sort(key=lambda r: -r["total_us"])
+    return out
+
+
+def _optimizer_step(e):
+    """The enclosing `Optimizer.step#...` range of a CPU event, if any (itself included)."""
+    seen = 0
+    while e is not None and seen < 200:
+        if e.name.startswith("Optimizer.step#"):
+            return e
+        e, seen = e.cpu_parent, seen + 1
+    return None
+
+
+def sdp_backends() -> dict:
+    """The scaled-dot-product attention backends torch.backends.cuda allows in this environment."""
+    import torch
+    out = {}
+    for name in ("flash", "mem_efficient", "math", "cudnn"):
+        fn = getattr(torch.backends.cuda, f"{name}_sdp_enabled", None)
+        if fn is not None:
+            try:
+                out[name] = bool(fn())
+            except Exception:  # noqa: BLE001
+                out[name] = None
+    return out
+
+
+def window_schedule(window) -> tuple[int, dict]:
+    """(log_interval, schedule kwargs) cutting profiler steps on the iter lines of window[0] and window[1]."""
+    a, b = int(window[0]), int(window[1])
+    if not 0 <= a < b:
+        raise ValueError(f"--window: {a} {b}; allowed: 0 <= A < B")
+    L = math.gcd(a, b)  # gcd(0, b) = b
+    # prof.step() is called at every iter line (steps 0, L, 2L, ...): profiler step m spans iterations
+    # (m-1)L+1 .. mL (step 0: from the start through iteration 0). Active: m = A/L+1 .. B/L.
+    return L, {"wait": a // L, "warmup": 1, "active": (b - a) // L, "repeat": 1}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tr2.profile_run", description=__doc__.split("\n")[0])
+    p.add_argument("--side", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--mode", default=None)
+    p.add_argument("--half-roundings", action="store_true")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--window", type=int, nargs=2, required=True)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--out", required=True)
+    p.add_argument("--trace", action="store_true", help="also export a Chrome trace of the window")
+    ns = p.parse_args(argv)
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"side": ns.side, "model": ns.model, "dtype": ns.dtype, "mode": ns.mode, "half_roundings": ns.half_roundings,
+              "window": list(ns.window), "steps": ns.steps, "status": "failed", "kernels": [], "started": time.time()}
+
+    def finish(status, rc, **kw):
+        record.update(status=status, returncode=rc, wall_s=round(time.time() - record.pop("started"), 3), **kw)
+        tmp = out / ".profile.json.tmp"
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(out / "profile.json")
+        return rc
+
+    from . import Tr2Error
+    from .trainargs import parse
+    try:
+        L, sched = window_schedule(ns.window)
+        if ns.window[1] > ns.steps:
+            raise Tr2Error(f"--window: {ns.window[1]} is past --steps {ns.steps}")
+        targv = ["--side", ns.side, "--model", ns.model, "--dtype", ns.dtype, "--device", ns.device, "--steps",
+                 str(ns.steps), "--seed", str(ns.seed), "--log-interval", str(L)]
+        if ns.mode is not None:
+            targv += ["--mode", ns.mode]
+        if ns.half_roundings:
+            targv += ["--half-roundings"]
+        args = parse(targv)
+    except (Tr2Error, ValueError) as e:
+        sys.stderr.write(f"tr2.profile_run: error: {e}\n")
+        return finish("failed", 2, error=str(e))
+    except SystemExit as e:  # argparse inside parse(): its one line is already printed
+        return finish("failed", 2, error="bad arguments")
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+    from .train import run as train_run
+    device = args.device
+    record.update(device=device, log_interval=L, steps_in_window=ns.window[1] - ns.window[0],
+                  torch=torch.__version__, sdp_backends=sdp_backends() if device == "cuda" else None)
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")  # the primary context exists before CUPTI starts (CuPy shares it)
+    if ns.side == "cupy":
+        record["annotated_backend"] = annotate_cupy_backend()
+    got = {}
+
+    def on_ready(prof):
+        got["table"] = kernel_table(prof.events(), device)
+        if ns.trace:
+            prof.export_chrome_trace(str(out / "trace.json"))
+
+    prof = profile(activities=activities, schedule=schedule(**sched), on_trace_ready=on_ready)
+    real_stdout = sys.stdout
+    tap = LineTap(real_stdout, lambda step: prof.step())
+    rc = 1
+    try:
+        prof.start()
+        sys.stdout = tap
+        try:
+            rc = train_run(args)
+        finally:
+            sys.stdout = real_stdout
+            prof.stop()
+    except Tr2Error as e:
+        sys.stderr.write(f"tr2.profile_run: error: {e}\n")
+        return finish("failed", 2, error=str(e))
+    except Exception as e:  # noqa: BLE001
+        from .torch_side.train import _is_oom
+        if _is_oom(e):
+            from .trainlog import oom_line
+            print(oom_line(str(e)), flush=True)
+            return finish("oom", 3, error=" ".join(str(e).split())[:500])
+        traceback.print_exc()
+        return finish("failed", 1, error=f"{type(e).__name__}: {e}"[:500])
+    record["iter_lines"] = len(tap.steps_seen)
+    if rc == 3:
+        return finish("oom", 3, error="the trainer printed out of memory")
+    if rc != 0:
+        return finish("failed", rc, error=f"the trainer exited {rc}")
+    if "table" not in got:
+        return finish("failed", 1, error=f"the profiler's window never completed (iter lines seen: {tap.steps_seen})")
+    record["kernels"] = got["table"]
+    return finish("ok", 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
