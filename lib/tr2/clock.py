@@ -1,0 +1,269 @@
+"""The outside clock (protocol §5): one reader starts a program and stamps every output line as it arrives.
+
+`run_clocked(cmd, log_path, ...)` starts `cmd` in a fresh process (its own process group, Python
+unbuffered), reads its stdout and stderr together, stamps each line with `time.monotonic()` the
+moment it arrives and writes `<monotonic seconds>\\t<line>` to the log at once (flushed per line, so a
+crash loses nothing that arrived). The step time is the time from the `iter A` line to the `iter B`
+line divided by B - A, with (A, B) the window (protocol: 100 and 400). The program's own reading is
+taken from the time fields of the iter lines after A up to B and set beside it.
+
+Whatever the program does, the answer is a record, never an exception:
+status 'ok' | 'oom' | 'failed' | 'no-window' | 'timeout', with a one-line `reason` for all but 'ok'.
+"""
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ITER_RE = re.compile(r"^iter (\d+): loss (\S+), time ([0-9.eE+\-]+|nan|inf)ms\s*$")
+PEAK_RE = re.compile(r"^peak memory: (\d+) bytes\s*$")
+OOM_LINE = "out of memory:"
+OOM_EXIT = 3
+# What an uncaught out-of-memory error looks like when a program dies of it without its own line.
+OOM_PATTERNS = ("CUDA out of memory", "OutOfMemoryError", "cudaErrorMemoryAllocation",
+                "CUBLAS_STATUS_ALLOC_FAILED", "out of memory")
+TAIL_LINES = 30
+
+
+def parse_iter(line: str):
+    """(step, loss, ms) of an `iter N: loss X, time Yms` line, else None."""
+    m = ITER_RE.match(line)
+    if not m:
+        return None
+    try:
+        loss = float(m.group(2))
+    except ValueError:
+        loss = float("nan")
+    return int(m.group(1)), loss, float(m.group(3))
+
+
+def read_stamped_log(path) -> list[tuple[float, str]]:
+    """The (stamp, line) pairs of a stamped log; a torn last line is kept as far as it goes."""
+    out = []
+    for raw in Path(path).read_text(errors="replace").splitlines():
+        t, sep, line = raw.partition("\t")
+        if not sep:
+            continue
+        try:
+            out.append((float(t), line))
+        except ValueError:
+            continue
+    return out
+
+
+def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
+    """The clock's numbers from stamped lines: step_ms, own_step_ms, own_vs_clock, peak_bytes, iters.
+
+    own_step_ms is the mean of the time fields of the iter lines after window[0] up to window[1],
+    each weighted by the steps it covers (the plain mean when the lines are evenly spaced, as they are
+    every 10 steps), so it covers exactly the clock's window when the lines fall on its ends.
+    """
+    a, b = int(window[0]), int(window[1])
+    stamps: dict[int, float] = {}
+    own: list[tuple[int, float]] = []
+    peak = None
+    oom_line = None
+    last_step = None
+    for t, line in lines:
+        it = parse_iter(line)
+        if it is not None:
+            step, _loss, ms = it
+            if step not in stamps:  # the first line of a step counts
+                stamps[step] = t
+                own.append((step, ms))
+            last_step = step
+            continue
+        m = PEAK_RE.match(line)
+        if m:
+            peak = int(m.group(1))
+        elif line.startswith(OOM_LINE) and oom_line is None:
+            oom_line = line
+    out = {"step_ms": None, "own_step_ms": None, "own_vs_clock": None, "peak_bytes": peak,
+           "iters": len(own), "last_step": last_step, "oom_line": oom_line,
+           "has_window": a in stamps and b in stamps}
+    if out["has_window"]:
+        out["step_ms"] = (stamps[b] - stamps[a]) * 1000.0 / (b - a)
+        prev, total, covered = a, 0.0, 0
+        for step, ms in sorted(own):
+            if a < step <= b:
+                total += ms * (step - prev)
+                covered += step - prev
+                prev = step
+        if covered:
+            out["own_step_ms"] = total / covered
+        if out["own_step_ms"] is not None and out["step_ms"] > 0:
+            out["own_vs_clock"] = (out["own_step_ms"] - out["step_ms"]) / out["step_ms"]
+    return out
+
+
+def _find_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except Exception:
+        return None
+
+
+_PRCTL = _find_prctl()  # looked up here, not in the forked child (no dlopen between fork and exec)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGKILL when the reader dies, so a killed series leaves no trainer
+    holding the card."""
+    try:
+        _PRCTL(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except Exception:
+        pass
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
+    """SIGTERM then SIGKILL to the whole process group the program leads (its workers included)."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        pgid = proc.pid
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=wait)
+            if sig == signal.SIGTERM:
+                # The leader is gone; make sure nothing it started lives on.
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _reap_group(pgid: int) -> None:
+    """After the program exits, end what it left behind in its group (compile workers holding the pipe)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=None) -> dict:
+    """Run `cmd` under the outside clock; see the module docstring. Never raises for what the program does."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ if env is None else env)
+    full_env["PYTHONUNBUFFERED"] = "1"
+    cmd = [str(c) for c in cmd]
+    lines: list[tuple[float, str]] = []
+    status_forced = None
+    reason_forced = None
+    returncode = None
+    t_start = time.monotonic()
+    with open(log_path, "w", buffering=1) as log:
+        def emit(t: float, raw: bytes) -> None:
+            line = raw.decode("utf-8", errors="replace").rstrip("\r")
+            lines.append((t, line))
+            log.write(f"{t:.6f}\t{line}\n")
+            log.flush()
+
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=full_env, cwd=cwd, start_new_session=True, bufsize=0,
+                                    preexec_fn=_die_with_parent if _PRCTL is not None else None)
+        except OSError as e:
+            res = analyze([], window)
+            res.update(status="failed", reason=f"could not start: {e}", returncode=None,
+                       wall_s=0.0, log=str(log_path), tail=[], t0=t_start, cmd=cmd)
+            return res
+        pgid = proc.pid  # start_new_session: the program leads its own group
+        fd = proc.stdout.fileno()
+        deadline = None if timeout_s is None else t_start + float(timeout_s)
+        buf = b""
+        exited_at = None
+        try:
+            while True:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    status_forced = "timeout"
+                    reason_forced = f"ran past {float(timeout_s):g} s; process group killed"
+                    _kill_group(proc)
+                    break
+                wait = 0.2 if deadline is None else max(0.0, min(0.2, deadline - now))
+                ready, _, _ = select.select([fd], [], [], wait)
+                if ready:
+                    chunk = os.read(fd, 65536)
+                    t = time.monotonic()
+                    if not chunk:
+                        break  # EOF: every writer closed the pipe
+                    buf += chunk
+                    while b"\n" in buf:
+                        raw, buf = buf.split(b"\n", 1)
+                        emit(t, raw)
+                    continue
+                # Nothing to read: the program may have exited while something it started holds the pipe.
+                if proc.poll() is not None:
+                    if exited_at is None:
+                        exited_at = time.monotonic()
+                    elif time.monotonic() - exited_at > 1.0:
+                        break
+        except BaseException:
+            _kill_group(proc)  # an interrupted reader leaves no program behind
+            raise
+        finally:
+            if buf:
+                emit(time.monotonic(), buf)
+            try:
+                proc.stdout.close()
+            except OSError:
+                pass
+        try:
+            returncode = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            returncode = proc.poll()
+        _reap_group(pgid)
+    wall_s = time.monotonic() - t_start
+
+    res = analyze(lines, window)
+    tail = [line for _t, line in lines[-TAIL_LINES:]]
+    if status_forced:
+        status, reason = status_forced, reason_forced
+    elif res["oom_line"] is not None or returncode == OOM_EXIT:
+        status = "oom"
+        reason = res["oom_line"] or f"exit code {returncode} (the trainer's out-of-memory code)"
+    elif returncode != 0 and any(p in line for _t, line in lines for p in OOM_PATTERNS):
+        status = "oom"
+        reason = next(line for _t, line in lines if any(p in line for p in OOM_PATTERNS)).strip()
+    elif returncode != 0:
+        status = "failed"
+        last = next((line.strip() for line in reversed(tail) if line.strip()), "(no output)")
+        reason = f"exit code {returncode}: {last}"
+    elif not res["has_window"]:
+        status = "no-window"
+        seen = _steps(lines)
+        missing = [s for s in (int(window[0]), int(window[1])) if s not in seen]
+        reason = (f"no iter line for step {' and '.join(map(str, missing))} (last iter line: "
+                  f"{res['last_step']}); the window is [{window[0]}, {window[1]}]")
+    else:
+        status, reason = "ok", None
+    res.update(status=status, reason=reason, returncode=returncode, wall_s=wall_s, log=str(log_path),
+               tail=tail, t0=t_start, cmd=cmd)
+    return res
+
+
+def _steps(lines) -> set:
+    out = set()
+    for _t, line in lines:
+        it = parse_iter(line)
+        if it:
+            out.add(it[0])
+    return out

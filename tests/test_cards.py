@@ -1,0 +1,218 @@
+"""Cards: the shipped ones are valid; a bad one stops with one line naming the key, value and what is allowed."""
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tr2 import REPO_ROOT, Tr2Error
+from tr2 import runner
+from tr2.cards import CARD_KEYS, card_from_notebook, load_card, validate_card
+
+CARDS = REPO_ROOT / "params" / "cards"
+
+
+@pytest.fixture
+def card():
+    return load_card(CARDS / "smoke.yaml")
+
+
+def err(card_dict) -> str:
+    with pytest.raises(Tr2Error) as e:
+        validate_card(card_dict)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+@pytest.mark.parametrize("name", ["cpu", "h200", "smoke"])
+def test_shipped_cards_are_valid(name):
+    c = load_card(CARDS / f"{name}.yaml")
+    assert c["card"] == name and tuple(c) == CARD_KEYS
+
+
+def test_h200_card_is_the_protocols():
+    c = load_card(CARDS / "h200.yaml")
+    assert c["device"] == "cuda" and c["models"] == ["nanogpt", "gpt2-small", "gpt2-medium"]
+    assert c["dtypes"] == ["float32", "bfloat16", "float16"]
+    assert c["torch_modes"] == ["eager", "default", "reduce-overhead", "max-autotune"]
+    assert c["half_roundings"] == [False, True]
+    assert c["series"]["rounds"] == 5 and c["series"]["steps"] == 400 and c["series"]["window"] == [100, 400]
+    assert c["method_a"]["seeds"] == [1337, 1338, 1339, 1340, 1341] and c["method_a"]["steps"] is None
+    assert c["method_a"]["judge_from"] == 1000
+    assert c["method_b"]["steps"] == 200 and c["method_b"]["judge_steps"] == {"gpt2-medium": 100}
+
+
+def test_unknown_key(card):
+    card["colour"] = "blue"
+    assert err(card).startswith("colour: unknown key; allowed keys: card, machine, device")
+
+
+def test_unknown_nested_key(card):
+    card["series"]["round"] = 3
+    assert err(card).startswith("series.round: unknown key; allowed keys of series: rounds, steps, window")
+
+
+def test_missing_keys(card):
+    c = copy.deepcopy(card)
+    del c["machine"]
+    assert err(c).startswith("machine: missing")
+    del card["series"]["window"]
+    assert err(card).startswith("series.window: missing; required keys of series:")
+
+
+def test_bad_dtype_model_mode_device(card):
+    c = copy.deepcopy(card)
+    c["dtypes"] = ["float32", "float64"]
+    assert err(c) == "dtypes: 'float64' is not allowed; allowed: float32 | bfloat16 | float16"
+    c = copy.deepcopy(card)
+    c["models"] = ["gpt3"]
+    msg = err(c)
+    assert msg.startswith("models: 'gpt3' is not allowed; allowed: nanogpt | gpt2-small | gpt2-medium | tiny")
+    c = copy.deepcopy(card)
+    c["method_a"]["torch_mode"] = "turbo"
+    assert err(c).startswith("method_a.torch_mode: 'turbo' is not allowed; allowed: eager | default")
+    c = copy.deepcopy(card)
+    c["device"] = "auto"
+    assert err(c) == "device: 'auto' is not allowed; allowed: cpu | cuda"
+    c = copy.deepcopy(card)
+    c["torch_modes"] = []
+    assert err(c).startswith("torch_modes: [] is not allowed; allowed: a non-empty list")
+    c = copy.deepcopy(card)
+    c["dtypes"] = ["float32", "float32"]
+    assert err(c).startswith("dtypes: ['float32', 'float32'] lists 'float32' twice")
+
+
+def test_windows(card):
+    c = copy.deepcopy(card)
+    c["series"]["window"] = [10, 400]  # steps is 40
+    assert err(c).startswith("series.window: [10, 400] is not allowed; allowed: a window inside the run's steps 0..40")
+    c = copy.deepcopy(card)
+    c["series"]["window"] = [15, 40]
+    assert "multiples of 10" in err(c)
+    c = copy.deepcopy(card)
+    c["series"]["window"] = [40, 10]
+    assert err(c).startswith("series.window: [40, 10] is not allowed; allowed: [first, last]")
+    c = copy.deepcopy(card)
+    c["families"]["window"] = [20, 41]
+    assert err(c).startswith("families.window: [20, 41]")
+
+
+def test_wrong_types(card):
+    c = copy.deepcopy(card)
+    c["series"]["rounds"] = "5"
+    assert err(c) == "series.rounds: '5' is not allowed; allowed: an integer >= 1"
+    c = copy.deepcopy(card)
+    c["series"]["rounds"] = True
+    assert err(c).startswith("series.rounds: True")
+    c = copy.deepcopy(card)
+    c["series"]["timeout_s"] = 0
+    assert err(c).startswith("series.timeout_s: 0 is not allowed; allowed: a number > 0")
+    c = copy.deepcopy(card)
+    c["half_roundings"] = ["yes"]
+    assert err(c) == "half_roundings: 'yes' is not allowed; allowed: true | false"
+    c = copy.deepcopy(card)
+    c["series"] = [1, 2]
+    assert err(c).startswith("series: [1, 2] is not allowed; allowed: a mapping with keys rounds")
+    c = copy.deepcopy(card)
+    c["card"] = "my card"
+    assert err(c).startswith("card: 'my card' is not allowed")
+
+
+def test_cross_key_checks(card):
+    c = copy.deepcopy(card)
+    c["method_a"]["judge_from"] = 41
+    assert err(c).startswith("method_a.judge_from: 41 is not allowed; allowed: a step <= 40")
+    c = copy.deepcopy(card)
+    c["method_b"]["judge_steps"] = {"gpt3": 10}
+    assert err(c).startswith("method_b.judge_steps.gpt3: unknown model")
+    c = copy.deepcopy(card)
+    c["method_b"]["judge_steps"] = {"tiny": 21}
+    assert err(c).startswith("method_b.judge_steps.tiny: 21 is not allowed; allowed: a step <= method_b.steps (20)")
+    c = copy.deepcopy(card)
+    c["method_a"]["steps"] = None  # the tiny model's max_iters (1000) then bounds judge_from
+    c["method_a"]["judge_from"] = 1001
+    assert "tiny's max_iters" in err(c)
+
+
+def test_load_card_errors_are_one_line(tmp_path):
+    with pytest.raises(Tr2Error, match=r"^card file: .* does not exist"):
+        load_card(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("card: [unclosed\n  machine: x\n")
+    with pytest.raises(Tr2Error) as e:
+        load_card(bad)
+    assert "not valid YAML" in str(e.value) and "\n" not in str(e.value)
+    assert load_card("smoke")["card"] == "smoke"  # a bare name is looked up in params/cards/
+
+
+def test_card_from_notebook(card):
+    ns = {**copy.deepcopy(card), "results_dir": None, "In": [], "tr2": sys}
+    before = set(ns)
+    ns.update({"_i3": "x", "_": None})  # IPython's history names are not parameters
+    ns["series"] = {**ns["series"], "rounds": 3}  # the injection rebinds a defined key
+    assert card_from_notebook(ns, before)["series"]["rounds"] == 3
+    ns2 = dict(ns, colour="blue")
+    with pytest.raises(Tr2Error, match=r"^colour: unknown key"):
+        card_from_notebook(ns2, before)
+    before3 = before - {"families"}  # a notebook that does not define a card key
+    with pytest.raises(Tr2Error, match=r"^families: card key not defined in this notebook's parameters cell"):
+        card_from_notebook(ns, before3)
+    ns4 = dict(ns, dtypes=["float64"])
+    with pytest.raises(Tr2Error, match=r"^dtypes: 'float64'"):
+        card_from_notebook(ns4, before)
+
+
+def test_runner_rejects_a_bad_card_in_one_line(tmp_path, capsys):
+    bad = yaml.safe_load((CARDS / "smoke.yaml").read_text())
+    bad["series"]["rounds"] = 0
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(bad))
+    assert runner.main(["series", "--card", str(p), "--root", str(tmp_path)]) == 2
+    out = capsys.readouterr()
+    assert out.err == "tr2.runner: error: series.rounds: 0 is not allowed; allowed: an integer >= 1\n"
+    assert out.out == ""
+    assert runner.main(["dance", "--card", str(CARDS / "smoke.yaml"), "--root", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("tr2.runner: error: stage: 'dance' is not allowed")
+    assert not any(tmp_path.glob("series-*"))
+
+
+def test_runner_cli_exit_code():
+    r = subprocess.run([sys.executable, "-m", "tr2.runner", "series", "--card", "/no/such/card.yaml"],
+                       capture_output=True, text=True, cwd=REPO_ROOT)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr
+
+
+def test_runner_latest(tmp_path, capsys):
+    for name in ("series-20261001-100000-cpu", "series-20261002-100000-cpu", "series-20261002-100000-cpu-2",
+                 "series-20261003-100000-h200", "method_a-20261004-100000-cpu", "series-20261005-100000-cpu-b"):
+        (tmp_path / name).mkdir()
+    assert runner.latest("series", "cpu", tmp_path).name == "series-20261002-100000-cpu-2"
+    assert runner.latest("series", "cpu-b", tmp_path).name == "series-20261005-100000-cpu-b"
+    assert runner.latest("method_b", "cpu", tmp_path) is None
+    assert runner.main(["latest", "series", "--card", "h200", "--root", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("series-20261003-100000-h200")
+    assert runner.main(["latest", "families", "--card", "h200", "--root", str(tmp_path)]) == 1
+    (tmp_path / "series-20261001-100000-cpu" / "summary.json").write_text("{}")
+    (tmp_path / "series-20261001-100000-cpu" / "series.ipynb").write_text("{}")
+    assert runner.latest("series", "cpu", tmp_path, finished=True).name == "series-20261001-100000-cpu"
+
+
+def test_runner_prepares_the_folder(tmp_path, monkeypatch):
+    import tr2.sysinfo
+    monkeypatch.setattr(tr2.sysinfo, "machine_info", lambda: {"host": "test"})
+    (REPO_ROOT / "notebooks" / "series.ipynb").is_file() or pytest.skip("notebooks/series.ipynb not there yet")
+    card, d = runner.prepare("series", CARDS / "smoke.yaml", root=tmp_path)
+    assert d.parent == tmp_path and d.name.startswith("series-") and d.name.endswith("-smoke")
+    assert load_card(d / "card.yaml") == card and (d / "machine.json").is_file()
+    card2, d2 = runner.prepare("series", CARDS / "smoke.yaml", resume=d)
+    assert d2 == d
+    with pytest.raises(Tr2Error, match=r"^--resume: .* holds another card \(key 'card'"):
+        runner.prepare("series", CARDS / "cpu.yaml", resume=d)
+    other = tmp_path / "method_a-20261001-100000-smoke"
+    other.mkdir()
+    with pytest.raises(Tr2Error, match=r"^--resume: .* is a folder of stage method_a"):
+        runner.prepare("series", CARDS / "smoke.yaml", resume=other)
+    cmd = runner.papermill_command("series", CARDS / "smoke.yaml", d)
+    assert cmd[1:3] == ["-m", "papermill"] and cmd[-6:] == ["-p", "results_dir", str(d), "-k", "python3", "--log-output"]
