@@ -1,0 +1,110 @@
+"""The cupy side's CUDA forms: kernels in ``cupy_side/kernels/*.cu`` (one operation per file, forward and
+backward beside each other), compiled at run time by CuPy's ``RawModule`` (NVRTC), and the matrix products
+through cuBLAS called by ctypes (``gpu/blas.py``).
+
+This package imports nothing from CuPy at import time: the host-side pieces (the kernel-file map, the
+sources, the half-type packing helpers in ``halfbits``) work and are tested on machines without a GPU.
+``tr2.cupy_side.gpu.backend.CudaBackend`` is the backend the model code runs on for ``--device cuda``.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+# Operation of the backend table (docs/architecture.md) -> the CUDA source that holds its kernels.
+# None: the operation's CUDA form is cuBLAS (gpu/blas.py), not a kernel file.
+OP_FILES: dict[str, str | None] = {
+    "embedding": "embedding.cu",
+    "layernorm": "layernorm.cu",
+    "matmul": None,
+    "attention": "attention.cu",
+    "gelu": "gelu.cu",
+    "dropout": "dropout.cu",
+    "residual": "residual.cu",
+    "cross_entropy": "cross_entropy.cu",
+    "adamw": "adamw.cu",
+    "global_norm": "global_norm.cu",
+}
+
+# Kernel files that are no operation of the table but serve several (the products' input casts).
+HELPER_FILES = ("cast.cu",)
+
+# Operation -> the backend methods (docs/architecture.md's table) it implements.
+OP_METHODS: dict[str, tuple[str, ...]] = {
+    "embedding": ("embedding_forward", "embedding_backward"),
+    "layernorm": ("layernorm_forward", "layernorm_backward"),
+    "matmul": ("matmul_forward", "matmul_backward"),
+    "attention": ("attention_forward", "attention_backward"),
+    "gelu": ("gelu_forward", "gelu_backward"),
+    "dropout": ("dropout_forward", "dropout_backward"),
+    "residual": ("residual_forward", "residual_backward"),
+    "cross_entropy": ("cross_entropy_forward", "cross_entropy_backward"),
+    "adamw": ("adamw_update",),
+    "global_norm": ("global_norm",),
+}
+
+# The kernels each wrapper launches, by file: checked against the sources by the CPU tests.
+FILE_KERNELS: dict[str, tuple[str, ...]] = {
+    "embedding.cu": ("embedding_forward", "embedding_backward_wte", "embedding_backward_wpe"),
+    "layernorm.cu": ("layernorm_forward", "layernorm_backward_dx", "layernorm_backward_dw_partial",
+                     "layernorm_backward_dw_final"),
+    "attention.cu": ("attn_split_f32", "attn_split_bf16", "attn_split_f16", "attn_merge",
+                     "attn_softmax_forward_f32", "attn_softmax_forward_bf16", "attn_softmax_forward_f16",
+                     "attn_dropout_probs_f32", "attn_dropout_probs_bf16", "attn_dropout_probs_f16",
+                     "attn_softmax_backward_f32", "attn_softmax_backward_bf16", "attn_softmax_backward_f16"),
+    "gelu.cu": ("gelu_forward", "gelu_backward"),
+    "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
+    "residual.cu": ("residual_forward", "residual_accumulate"),
+    "cross_entropy.cu": ("cross_entropy_forward", "cross_entropy_mean", "cross_entropy_backward"),
+    "adamw.cu": ("adamw_update",),
+    "global_norm.cu": ("global_norm_partial", "global_norm_final"),
+    "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "round_f32"),
+}
+
+# Compile options handed to NVRTC through cupy.RawModule. Never fast math; CuPy picks the architecture
+# from the device (sm_XX of the current GPU). Note: CuPy appends -ftz=true after these (denormal floats
+# flush to zero in the kernels' float arithmetic; nothing in the training step lives near 1e-38).
+COMPILE_OPTIONS = ("--std=c++17",)
+
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
+_KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+_MACRO_KERNEL = re.compile(r'^(?:SOFTMAX_FWD|SOFTMAX_BWD|DROPOUT_PROBS)\((\w+),', re.M)
+
+
+def kernel_files() -> list[str]:
+    """Every .cu file the gpu package compiles."""
+    return [f for f in OP_FILES.values() if f] + list(HELPER_FILES)
+
+
+def load_source(filename: str) -> str:
+    """The CUDA source of one kernel file with its local includes (common.cuh) inlined once each.
+
+    Inlining (rather than -I) makes CuPy's compile cache key cover the headers too."""
+    seen: set[str] = set()
+
+    def expand(name: str) -> str:
+        path = KERNELS_DIR / name
+        if not path.is_file():
+            raise FileNotFoundError(f"kernel source {path} does not exist")
+        text = path.read_text()
+
+        def sub(m):
+            inc = m.group(1)
+            if inc in seen:
+                return f"// (already included: {inc})"
+            seen.add(inc)
+            return f"// ---- begin {inc} ----\n{expand(inc)}\n// ---- end {inc} ----"
+
+        return _INCLUDE.sub(sub, text).replace("#pragma once", "")
+
+    return expand(filename)
+
+
+def declared_kernels(filename: str) -> list[str]:
+    """Names of the extern "C" kernels a source declares (directly or through its instantiation macros)."""
+    src = (KERNELS_DIR / filename).read_text()
+    names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
+    names += _MACRO_KERNEL.findall(src)
+    return names

@@ -1,0 +1,21 @@
+"""Wrapper of kernels/adamw.cu: one launch updates every parameter (multi-tensor), scalars from `hyper`."""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+from .runtime import i32, launch
+from .tensors import CHUNK, THREADS, table_for
+
+FILE = "adamw.cu"
+
+
+def update(params, grads, ms, vs, hyper) -> None:
+    """In place. hyper: device array [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale]."""
+    if len(params) == 0:
+        return
+    h = hyper if isinstance(hyper, cp.ndarray) else cp.asarray(hyper)
+    if h.dtype != np.float32:
+        h = h.astype(np.float32)
+    t = table_for(params, grads, ms, vs)
+    launch(FILE, "adamw_update", t.n_blocks, THREADS, (t.table, t.chunk_tensor, t.chunk_start, i32(CHUNK), h))

@@ -1,0 +1,154 @@
+"""CudaBackend: the cupy side's operations as CUDA kernels (kernels/*.cu through CuPy's RawModule) and
+cuBLAS products (gpu/blas.py), with exactly NumpyBackend's attributes, methods and signatures
+(tr2/cupy_side/backend.py documents them), so model.py, optim.py and train.py run on it unchanged.
+
+Every launch goes to CuPy's current stream and nothing here waits for the device, except to_host.
+Per-step scratch lives in a workspace keyed by shape (allocated once); per-step scalars the kernels
+read (AdamW's hyper, the loss gradient, the clip and loss scales) stay in device memory. Values handed
+back to the model (activations, gradients, saved state) are fresh arrays from CuPy's memory pool, which
+recycles them step after step without new device allocations.
+"""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+from ..ops.precision import make_precision
+from . import adamw as _adamw
+from . import attention as _attention
+from . import cross_entropy as _ce
+from . import dropout as _dropout
+from . import embedding as _embedding
+from . import gelu as _gelu
+from . import global_norm as _global_norm
+from . import layernorm as _layernorm
+from . import matmul as _matmul
+from . import residual as _residual
+from .context import GpuContext
+from .runtime import PeakTracker, compile_all
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _f32(a) -> "cp.ndarray":
+    """A C-contiguous float32 CuPy array (the activations', weights' and gradients' type)."""
+    if not isinstance(a, cp.ndarray):
+        a = cp.asarray(a, dtype=np.float32)
+    elif a.dtype != np.float32:
+        a = a.astype(np.float32)
+    return a if a.flags.c_contiguous else cp.ascontiguousarray(a)
+
+
+def _i64(a) -> "cp.ndarray":
+    if not isinstance(a, cp.ndarray):
+        a = cp.asarray(a, dtype=np.int64)
+    elif a.dtype != np.int64:
+        a = a.astype(np.int64)
+    return a if a.flags.c_contiguous else cp.ascontiguousarray(a)
+
+
+class CudaBackend:
+    """See NumpyBackend (tr2/cupy_side/backend.py) for every attribute and method; float64 is not built
+    on the GPU (the trainer offers float32, bfloat16 and float16)."""
+
+    xp = cp
+    device = "cuda"
+
+    def __init__(self, dtype: str = "float32", tf32: bool = True, half_roundings: bool = False):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype: {dtype!r}; allowed on the GPU: {', '.join(DTYPES)}")
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+        self.dtype = dtype
+        self.tf32 = tf32
+        self.half_roundings = half_roundings
+        self.prec = make_precision(dtype, tf32, half_roundings)
+        self.float_dtype = np.dtype(np.float32)
+        self.ctx = GpuContext(dtype=dtype, tf32=tf32, half_roundings=half_roundings)
+        self._peak = PeakTracker.install()
+        compile_all()          # every kernel built (or loaded from CuPy's cache) before the first step
+        self.ctx.cublas        # the cuBLAS handle and its workspace, before the first step
+
+    def __repr__(self):
+        return f"CudaBackend({self.dtype!r}, products {self.prec.name})"
+
+    # ---- utilities ----
+    def to_device(self, a, dtype=None) -> "cp.ndarray":
+        return cp.array(a, dtype=dtype or self.float_dtype, copy=True)
+
+    def to_host(self, a) -> np.ndarray:
+        return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
+
+    def zeros(self, shape) -> "cp.ndarray":
+        return cp.zeros(shape, dtype=self.float_dtype)
+
+    def peak_memory_bytes(self) -> int:
+        """Peak bytes in use in CuPy's memory pool since this process installed the tracker."""
+        return self._peak.peak_bytes()
+
+    def synchronize(self) -> None:
+        cp.cuda.get_current_stream().synchronize()
+
+    # ---- operations ----
+    def embedding_forward(self, idx, wte, wpe):
+        return _embedding.forward(_i64(idx), _f32(wte), _f32(wpe))
+
+    def embedding_backward(self, dx, idx, dwte, dwpe):
+        for a in (dwte, dwpe):
+            if not (isinstance(a, cp.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous):
+                raise ValueError("embedding_backward accumulates in place: dwte and dwpe must be C-contiguous "
+                                 "float32 CuPy arrays")
+        _embedding.backward(_f32(dx), _i64(idx), dwte, dwpe)
+
+    def layernorm_forward(self, x, w, eps):
+        return _layernorm.forward(_f32(x), _f32(w), eps)
+
+    def layernorm_backward(self, dy, x, w, mean, rstd):
+        return _layernorm.backward(self.ctx, _f32(dy), _f32(x), _f32(w), _f32(mean), _f32(rstd))
+
+    def matmul_forward(self, x, w):
+        return _matmul.forward(self.ctx, _f32(x), _f32(w))
+
+    def matmul_backward(self, dy, x, w):
+        return _matmul.backward(self.ctx, _f32(dy), _f32(x), _f32(w))
+
+    def attention_forward(self, qkv, n_head, p, seed, offset):
+        return _attention.forward(self.ctx, _f32(qkv), int(n_head), float(p), int(seed), int(offset))
+
+    def attention_backward(self, dout, qkv, saved, n_head, p, seed, offset):
+        return _attention.backward(self.ctx, _f32(dout), _f32(qkv), saved, int(n_head), float(p), int(seed),
+                                   int(offset))
+
+    def gelu_forward(self, x):
+        return _gelu.forward(_f32(x))
+
+    def gelu_backward(self, dy, x):
+        return _gelu.backward(_f32(dy), _f32(x))
+
+    def dropout_forward(self, x, p, seed, offset):
+        if p == 0.0:
+            return x
+        return _dropout.forward(_f32(x), float(p), int(seed), int(offset))
+
+    def dropout_backward(self, dy, p, seed, offset):
+        if p == 0.0:
+            return dy
+        return _dropout.backward(_f32(dy), float(p), int(seed), int(offset))
+
+    def residual_forward(self, a, b):
+        return _residual.forward(_f32(a), _f32(b))
+
+    def residual_backward(self, dout):
+        return dout, dout
+
+    def cross_entropy_forward(self, logits, targets):
+        return _ce.forward(self.ctx, _f32(logits), _i64(targets))
+
+    def cross_entropy_backward(self, dloss, logits, targets, saved):
+        return _ce.backward(self.ctx, dloss, _f32(logits), _i64(targets), saved)
+
+    def adamw_update(self, params, grads, ms, vs, hyper):
+        _adamw.update(list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)
+
+    def global_norm(self, grads):
+        return _global_norm.global_norm(self.ctx, [_f32(g) for g in grads])

@@ -1,0 +1,206 @@
+"""Matrix products through cuBLAS, called by ctypes on CuPy's current stream.
+
+Why ctypes: CuPy's own cuBLAS bindings raise NotImplementedError during stream capture, and the design
+must allow one CUDA graph for the whole step later. Everything here is capture-safe: the handle has its
+own workspace (no allocation inside cuBLAS), alpha/beta are host scalars fixed per call site, and the
+stream is CuPy's current one.
+
+Element types (docs/architecture.md):
+  float32: CUBLAS_COMPUTE_32F_FAST_TF32 when tf32, else CUBLAS_COMPUTE_32F (plain float32).
+  bfloat16 / float16: inputs are 16-bit buffers (uint16 arrays; CUDA_R_16BF / CUDA_R_16F), compute 32F;
+  outputs float32, or the half type when half_roundings. cuBLAS may reduce in the half type only with
+  half_roundings (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION otherwise).
+The helpers take row-major arrays and map them onto cuBLAS's column-major calls.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import sys
+
+# cublasOperation_t
+OP_N, OP_T = 0, 1
+# cudaDataType_t
+CUDA_R_32F, CUDA_R_64F, CUDA_R_16F, CUDA_R_16BF = 0, 1, 2, 14
+# cublasComputeType_t
+COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
+# cublasMath_t
+DEFAULT_MATH, DISALLOW_REDUCED_PRECISION_REDUCTION = 0, 16
+GEMM_DEFAULT = -1
+WORKSPACE_BYTES = 32 * 1024 * 1024  # cuBLAS's recommendation for Hopper
+
+DATA_TYPES = {"float32": CUDA_R_32F, "float64": CUDA_R_64F, "float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF}
+
+_STATUS = {0: "SUCCESS", 1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
+           11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED",
+           16: "LICENSE_ERROR"}
+
+
+class CublasError(RuntimeError):
+    pass
+
+
+def _mapped_libcublas() -> str | None:
+    """The libcublas already loaded in this process (CuPy's or torch's), from /proc/self/maps."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if line.strip() else ""
+                base = os.path.basename(path)
+                if base.startswith("libcublas.so") and os.path.isfile(path):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def find_libcublas() -> str:
+    """Path of libcublas: the one this process already mapped (after importing CuPy's cuBLAS module), else
+    cuda-pathfinder's, else the nvidia-cublas wheel's, else the CUDA install's."""
+    try:  # make CuPy load its libcublas, so that ours is the same library
+        import cupy_backends.cuda.libs.cublas  # noqa: F401
+    except Exception:
+        pass
+    path = _mapped_libcublas()
+    if path:
+        return path
+    try:
+        from cuda import pathfinder
+        loaded = pathfinder.load_nvidia_dynamic_lib("cublas")
+        p = getattr(loaded, "abs_path", None)
+        if p and os.path.isfile(p):
+            return p
+    except Exception:
+        pass
+    candidates = []
+    for site in sys.path:
+        candidates += sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libcublas.so*")))
+        candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cublas", "lib", "libcublas.so*")))
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root:
+            candidates += sorted(glob.glob(os.path.join(root, "lib64", "libcublas.so*")))
+    candidates = [c for c in candidates if os.path.basename(c).startswith("libcublas.so")]
+    if candidates:
+        return candidates[0]
+    name = ctypes.util.find_library("cublas")
+    if name:
+        return name
+    raise CublasError("libcublas not found (looked in this process, cuda-pathfinder, the nvidia wheels and /usr/local/cuda)")
+
+
+class Cublas:
+    """One cuBLAS handle with its own workspace; products on CuPy's current stream."""
+
+    def __init__(self, path: str | None = None):
+        import cupy as cp
+        self._cp = cp
+        self.path = path or find_libcublas()
+        lib = ctypes.CDLL(self.path)
+        self.lib = lib
+        vp, ci, cll, csz = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_size_t
+        lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
+        lib.cublasDestroy_v2.argtypes = [vp]
+        lib.cublasSetStream_v2.argtypes = [vp, vp]
+        lib.cublasSetMathMode.argtypes = [vp, ci]
+        lib.cublasSetWorkspace_v2.argtypes = [vp, vp, csz]
+        lib.cublasGetVersion_v2.argtypes = [vp, ctypes.POINTER(ci)]
+        lib.cublasGemmEx.argtypes = [vp, ci, ci, ci, ci, ci, vp, vp, ci, ci, vp, ci, ci, vp, vp, ci, ci, ci, ci]
+        lib.cublasGemmStridedBatchedEx.argtypes = [vp, ci, ci, ci, ci, ci, vp, vp, ci, ci, cll, vp, ci, ci, cll,
+                                                   vp, vp, ci, ci, cll, ci, ci, ci]
+        for f in ("cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2", "cublasSetMathMode",
+                  "cublasSetWorkspace_v2", "cublasGetVersion_v2", "cublasGemmEx", "cublasGemmStridedBatchedEx"):
+            getattr(lib, f).restype = ci
+        handle = vp()
+        self._check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
+        self.handle = handle
+        self.workspace = cp.empty(WORKSPACE_BYTES, dtype=cp.uint8)
+        self._check(lib.cublasSetWorkspace_v2(handle, vp(self.workspace.data.ptr), WORKSPACE_BYTES),
+                    "cublasSetWorkspace")
+        self._stream = None
+        self._math = None
+        ver = ci()
+        self._check(lib.cublasGetVersion_v2(handle, ctypes.byref(ver)), "cublasGetVersion")
+        self.version = ver.value
+        self._one = {COMPUTE_32F: ctypes.c_float(1.0), COMPUTE_32F_FAST_TF32: ctypes.c_float(1.0),
+                     COMPUTE_64F: ctypes.c_double(1.0)}
+        self._zero = {COMPUTE_32F: ctypes.c_float(0.0), COMPUTE_32F_FAST_TF32: ctypes.c_float(0.0),
+                      COMPUTE_64F: ctypes.c_double(0.0)}
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise CublasError(f"{what} failed: CUBLAS_STATUS_{_STATUS.get(status, status)}")
+
+    def set_math(self, half_roundings: bool) -> None:
+        mode = DEFAULT_MATH if half_roundings else DEFAULT_MATH | DISALLOW_REDUCED_PRECISION_REDUCTION
+        if mode != self._math:
+            self._check(self.lib.cublasSetMathMode(self.handle, mode), "cublasSetMathMode")
+            self._math = mode
+
+    def _bind_stream(self) -> None:
+        ptr = self._cp.cuda.get_current_stream().ptr
+        if ptr != self._stream:
+            self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(ptr)), "cublasSetStream")
+            self._stream = ptr
+
+    def _scalars(self, compute: int, alpha: float, beta: float):
+        if compute == COMPUTE_64F:
+            a = self._one[compute] if alpha == 1.0 else ctypes.c_double(alpha)
+            b = self._zero[compute] if beta == 0.0 else ctypes.c_double(beta)
+        else:
+            a = self._one[compute] if alpha == 1.0 else ctypes.c_float(alpha)
+            b = self._zero[compute] if beta == 0.0 else ctypes.c_float(beta)
+        return a, b
+
+    def gemm_rm(self, trans_a: bool, trans_b: bool, M: int, N: int, K: int,
+                A, a_type: int, lda: int, B, b_type: int, ldb: int, C, c_type: int, ldc: int,
+                compute: int, alpha: float = 1.0, beta: float = 0.0,
+                batch: int = 1, stride_a: int = 0, stride_b: int = 0, stride_c: int = 0) -> None:
+        """Row-major C[M, N] = alpha op(A) op(B) + beta C, op(A) [M, K], op(B) [K, N]; A, B, C device pointers
+        (ints) or CuPy arrays; lda/ldb/ldc are the row-major leading dimensions (row lengths in elements).
+
+        Column-major cuBLAS computes C^T = op(B)^T op(A)^T: the call swaps A and B and M and N."""
+        self._bind_stream()
+        pa = A if isinstance(A, int) else A.data.ptr
+        pb = B if isinstance(B, int) else B.data.ptr
+        pc = C if isinstance(C, int) else C.data.ptr
+        a, b = self._scalars(compute, alpha, beta)
+        opa, opb = (OP_T if trans_a else OP_N), (OP_T if trans_b else OP_N)
+        vp = ctypes.c_void_p
+        if batch == 1:
+            st = self.lib.cublasGemmEx(self.handle, opb, opa, N, M, K, ctypes.byref(a),
+                                       vp(pb), b_type, ldb, vp(pa), a_type, lda, ctypes.byref(b),
+                                       vp(pc), c_type, ldc, compute, GEMM_DEFAULT)
+            self._check(st, f"cublasGemmEx(M={M}, N={N}, K={K})")
+        else:
+            st = self.lib.cublasGemmStridedBatchedEx(self.handle, opb, opa, N, M, K, ctypes.byref(a),
+                                                     vp(pb), b_type, ldb, stride_b, vp(pa), a_type, lda, stride_a,
+                                                     ctypes.byref(b), vp(pc), c_type, ldc, stride_c, batch,
+                                                     compute, GEMM_DEFAULT)
+            self._check(st, f"cublasGemmStridedBatchedEx(M={M}, N={N}, K={K}, batch={batch})")
+
+    def close(self) -> None:
+        if getattr(self, "handle", None):
+            self.lib.cublasDestroy_v2(self.handle)
+            self.handle = None
+
+
+_instance: Cublas | None = None
+
+
+def get_cublas() -> Cublas:
+    """The process's one handle (created on first use, on the current device)."""
+    global _instance
+    if _instance is None:
+        _instance = Cublas()
+    return _instance
+
+
+def compute_type(dtype: str, tf32: bool) -> int:
+    if dtype == "float64":
+        return COMPUTE_64F
+    if dtype == "float32" and tf32:
+        return COMPUTE_32F_FAST_TF32
+    return COMPUTE_32F

@@ -1,0 +1,46 @@
+"""Wrapper of kernels/cast.cu: float32 <-> bf16/fp16 bits, and rounding float32 to a half type."""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+from .halfbits import KIND_BF16, KIND_F16, KIND_F32
+from .runtime import THREADS, blocks_for, i32, i64, launch
+
+FILE = "cast.cu"
+
+
+def to_half(x: "cp.ndarray", kind: int, out: "cp.ndarray | None" = None) -> "cp.ndarray":
+    """float32 -> uint16 bits of bf16 (kind 1) or fp16 (kind 2), round to nearest even."""
+    n = x.size
+    out = cp.empty(x.shape, dtype=np.uint16) if out is None else out
+    name = {KIND_BF16: "cast_f32_to_bf16", KIND_F16: "cast_f32_to_f16"}[kind]
+    launch(FILE, name, blocks_for(n), THREADS, (out, x, i64(n)))
+    return out
+
+
+def from_half(h: "cp.ndarray", kind: int, out: "cp.ndarray | None" = None) -> "cp.ndarray":
+    n = h.size
+    out = cp.empty(h.shape, dtype=np.float32) if out is None else out
+    name = {KIND_BF16: "cast_bf16_to_f32", KIND_F16: "cast_f16_to_f32"}[kind]
+    launch(FILE, name, blocks_for(n), THREADS, (out, h, i64(n)))
+    return out
+
+
+def round_f32(x: "cp.ndarray", kind: int, out: "cp.ndarray | None" = None) -> "cp.ndarray":
+    """float32 rounded to the half type `kind` and back (out may be x)."""
+    out = cp.empty_like(x) if out is None else out
+    if kind == KIND_F32:
+        if out is not x:
+            out[...] = x
+        return out
+    launch(FILE, "round_f32", blocks_for(x.size), THREADS, (out, x, i64(x.size), i32(kind)))
+    return out
+
+
+def product_input(ctx, x: "cp.ndarray", name: str) -> "cp.ndarray":
+    """x as a product reads it: itself for float32, else its half-type bits in the workspace buffer `name`."""
+    if not ctx.half:
+        return x
+    buf = ctx.ws.get(name, x.shape, np.uint16)
+    return to_half(x, ctx.kind, out=buf)

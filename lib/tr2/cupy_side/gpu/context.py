@@ -1,0 +1,65 @@
+"""What every wrapper needs: the product element kind, the flags, the workspace and the cuBLAS handle."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import cupy as cp
+
+from . import blas
+from .halfbits import KINDS, KIND_F32
+from .runtime import Workspace
+
+
+@dataclass
+class GpuContext:
+    dtype: str = "float32"          # float32 | bfloat16 | float16: the type the products read
+    tf32: bool = True               # float32 products in TF32
+    half_roundings: bool = False    # products' outputs and attention probabilities rounded to the half type
+    ws: Workspace = field(default_factory=Workspace)
+    _cublas: blas.Cublas | None = None
+
+    def __post_init__(self):
+        if self.dtype not in KINDS:
+            raise ValueError(f"dtype {self.dtype!r}: the CUDA backend runs float32, bfloat16 or float16")
+
+    @property
+    def kind(self) -> int:
+        return KINDS[self.dtype]
+
+    @property
+    def half(self) -> bool:
+        return self.kind != KIND_F32
+
+    @property
+    def round_kind(self) -> int:
+        """The kind product outputs and attention probabilities are rounded to (0: not rounded)."""
+        return self.kind if (self.half and self.half_roundings) else KIND_F32
+
+    @property
+    def store_dtype(self):
+        """CuPy dtype of a product's input buffer: float32, or uint16 bits for the half types."""
+        return np.uint16 if self.half else np.float32
+
+    @property
+    def cuda_type(self) -> int:
+        return blas.DATA_TYPES[self.dtype]
+
+    @property
+    def compute(self) -> int:
+        return blas.compute_type(self.dtype, self.tf32)
+
+    @property
+    def cublas(self) -> blas.Cublas:
+        if self._cublas is None:
+            self._cublas = blas.get_cublas()
+        self._cublas.set_math(self.half_roundings)
+        return self._cublas
+
+
+def dev(a, dtype=None) -> "cp.ndarray":
+    """A C-contiguous CuPy array (host arrays are copied to the device)."""
+    a = cp.asarray(a) if not isinstance(a, cp.ndarray) else a
+    if dtype is not None and a.dtype != np.dtype(dtype):
+        a = a.astype(dtype)
+    return cp.ascontiguousarray(a)

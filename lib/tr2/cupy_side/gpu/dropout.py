@@ -1,0 +1,53 @@
+"""Wrapper of kernels/dropout.cu: the counter-based generator of docs/architecture.md on the device.
+
+`threshold(p)` and `scale(p)` are the host-side constants the kernels take; they follow
+tr2.cupy_side.rng's comparison (u >= p, p as float32) and scaling (1/(1-p) in double, held as float32)
+exactly, so masks and outputs are bit-identical to ops/dropout.py."""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+from .halfbits import dropout_threshold
+from .runtime import NULL, THREADS, blocks_for, f32, i64, launch, u32, u64
+
+FILE = "dropout.cu"
+
+
+def threshold(p: float) -> int:
+    """rng.keep_mask compares u >= float32(p): the least kept 24-bit draw for that test."""
+    return dropout_threshold(p, float32_compare=True)
+
+
+def scale(p: float) -> np.float32:
+    """1/(1-p), computed in float64 and rounded once to float32."""
+    return np.float32(1.0 / (1.0 - p))
+
+
+def forward(x: "cp.ndarray", p: float, seed: int, offset: int, offset_add=None) -> "cp.ndarray":
+    if p == 0.0:
+        return x
+    y = cp.empty_like(x)
+    launch(FILE, "dropout_apply", blocks_for(x.size), THREADS,
+           (y, x, i64(x.size), u64(seed), u64(offset), NULL if offset_add is None else offset_add,
+            u32(threshold(p)), f32(scale(p))))
+    return y
+
+
+def backward(dy: "cp.ndarray", p: float, seed: int, offset: int, offset_add=None) -> "cp.ndarray":
+    return forward(dy, p, seed, offset, offset_add)
+
+
+def mask(n: int, p: float, seed: int, offset: int) -> "cp.ndarray":
+    """uint8 [n]: 1 where element i of the site is kept."""
+    m = cp.empty((n,), dtype=np.uint8)
+    launch(FILE, "dropout_mask", blocks_for(n), THREADS,
+           (m, i64(n), u64(seed), u64(offset), NULL, u32(threshold(p))))
+    return m
+
+
+def bits(n: int, seed: int, offset: int) -> "cp.ndarray":
+    """uint32 [n]: the generator's 24-bit draws (z >> 40)."""
+    b = cp.empty((n,), dtype=np.uint32)
+    launch(FILE, "dropout_bits", blocks_for(n), THREADS, (b, i64(n), u64(seed), u64(offset)))
+    return b

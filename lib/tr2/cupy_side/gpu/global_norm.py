@@ -1,0 +1,23 @@
+"""Wrapper of kernels/global_norm.cu: sqrt of the sum of squares of many tensors, left on the device."""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+from .runtime import i32, launch
+from .tensors import CHUNK, THREADS, table_for
+
+FILE = "global_norm.cu"
+
+
+def global_norm(ctx, grads) -> "cp.ndarray":
+    """0-d float32 device array."""
+    out = cp.empty((), dtype=np.float32)
+    if len(grads) == 0:
+        out.fill(0)
+        return out
+    t = table_for(None, grads)
+    part = ctx.ws.get("gn_partial", (t.n_blocks,), np.float32)
+    launch(FILE, "global_norm_partial", t.n_blocks, THREADS, (part, t.table, t.chunk_tensor, t.chunk_start, i32(CHUNK)))
+    launch(FILE, "global_norm_final", 1, 1024, (out, part, i32(t.n_blocks)))
+    return out

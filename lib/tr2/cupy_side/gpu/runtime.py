@@ -1,0 +1,144 @@
+"""Compiling and launching the kernel files through CuPy (NVRTC), and the per-shape workspace.
+
+Every launch goes to CuPy's current stream. Nothing here synchronizes with the host.
+"""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+from . import COMPILE_OPTIONS, kernel_files, load_source
+
+_modules: dict[str, "cp.RawModule"] = {}
+_functions: dict[tuple[str, str], object] = {}
+
+# Grid-stride kernels use at most this many blocks per launch (a few waves on an H200's 132 SMs).
+MAX_BLOCKS = 132 * 32
+THREADS = 256
+
+
+def module(filename: str) -> "cp.RawModule":
+    """The compiled module of one kernel file (compiled once per process; CuPy caches the binary on disk)."""
+    mod = _modules.get(filename)
+    if mod is None:
+        mod = cp.RawModule(code=load_source(filename), options=COMPILE_OPTIONS, backend="nvrtc")
+        mod.compile()
+        _modules[filename] = mod
+    return mod
+
+
+def function(filename: str, name: str):
+    key = (filename, name)
+    f = _functions.get(key)
+    if f is None:
+        f = module(filename).get_function(name)
+        _functions[key] = f
+    return f
+
+
+def compile_all() -> dict[str, list[str]]:
+    """Compile every kernel file and fetch every declared kernel: {file: [kernel names]}."""
+    from . import FILE_KERNELS
+    out = {}
+    for fn in kernel_files():
+        module(fn)
+        for name in FILE_KERNELS[fn]:
+            function(fn, name)
+        out[fn] = list(FILE_KERNELS[fn])
+    return out
+
+
+def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0) -> None:
+    grid = grid if isinstance(grid, tuple) else (int(grid),)
+    block = block if isinstance(block, tuple) else (int(block),)
+    function(filename, name)(grid, block, args, shared_mem=shared_mem)
+
+
+def blocks_for(n: int, threads: int = THREADS, cap: int = MAX_BLOCKS) -> int:
+    """Blocks for a grid-stride loop over n elements."""
+    return max(1, min(cap, (int(n) + threads - 1) // threads))
+
+
+def i32(v) -> np.int32:
+    return np.int32(v)
+
+
+def i64(v) -> np.int64:
+    return np.int64(v)
+
+
+def u32(v) -> np.uint32:
+    return np.uint32(v)
+
+
+def u64(v) -> np.uint64:
+    return np.uint64(int(v) & 0xFFFFFFFFFFFFFFFF)
+
+
+def f32(v) -> np.float32:
+    return np.float32(v)
+
+
+NULL = np.uint64(0)  # a null device pointer as a kernel argument (pointers are 8 bytes)
+
+
+class Workspace:
+    """Buffers that live for the whole run, keyed by (name, shape, dtype): allocated once, reused every step.
+
+    Only for scratch whose contents do not outlive the operation that writes them (everything runs on one
+    stream, so the next user of a buffer always follows the last reader)."""
+
+    def __init__(self):
+        self._buffers: dict[tuple, "cp.ndarray"] = {}
+
+    def get(self, name: str, shape, dtype) -> "cp.ndarray":
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        key = (name, shape, np.dtype(dtype).str)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = cp.empty(shape, dtype=dtype)
+            self._buffers[key] = buf
+        return buf
+
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers.values())
+
+    def clear(self) -> None:
+        self._buffers.clear()
+
+
+class PeakTracker:
+    """Peak bytes in use in CuPy's default memory pool (what torch.cuda.max_memory_allocated is on the other
+    side): installs an allocator that reads the pool's in-use bytes after each allocation."""
+
+    _installed: "PeakTracker | None" = None
+
+    def __init__(self):
+        self.pool = cp.get_default_memory_pool()
+        self.peak = self.pool.used_bytes()
+
+    @classmethod
+    def install(cls) -> "PeakTracker":
+        if cls._installed is None:
+            tracker = cls()
+            pool = tracker.pool
+
+            def malloc(size):
+                mem = pool.malloc(size)
+                used = pool.used_bytes()
+                if used > tracker.peak:
+                    tracker.peak = used
+                return mem
+
+            cp.cuda.set_allocator(malloc)
+            cls._installed = tracker
+        return cls._installed
+
+    def reset(self) -> None:
+        self.peak = self.pool.used_bytes()
+
+    def peak_bytes(self) -> int:
+        return int(max(self.peak, self.pool.used_bytes()))
+
+    def reserved_bytes(self) -> int:
+        return int(self.pool.total_bytes())

@@ -1,0 +1,53 @@
+"""The device table of tensors that the multi-tensor kernels (adamw.cu, global_norm.cu) walk.
+
+table [n_tensors, 6] u64 = (param, grad, m, v, numel, decay flag); chunk_tensor / chunk_start map each
+block to one chunk of one tensor. Built once per list of buffers (keyed by their device addresses) and
+kept: the step replays the same table, as a CUDA graph would."""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+CHUNK = 4096          # elements per block
+THREADS = 256
+
+
+class TensorTable:
+    def __init__(self, table, chunk_tensor, chunk_start, n_blocks):
+        self.table, self.chunk_tensor, self.chunk_start, self.n_blocks = table, chunk_tensor, chunk_start, n_blocks
+
+
+_cache: dict[tuple, TensorTable] = {}
+
+
+def _ptr(a) -> int:
+    return 0 if a is None else int(a.data.ptr)
+
+
+def table_for(params, grads, ms=None, vs=None) -> TensorTable:
+    n = len(grads)
+    params = params if params is not None else [None] * n
+    ms = ms if ms is not None else [None] * n
+    vs = vs if vs is not None else [None] * n
+    for a in list(grads) + [x for x in list(params) + list(ms) + list(vs) if x is not None]:
+        if not isinstance(a, cp.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
+            raise TypeError("multi-tensor kernels take C-contiguous float32 CuPy arrays")
+    rows = []
+    for p, g, m, v in zip(params, grads, ms, vs):
+        ndim = (p if p is not None else g).ndim
+        rows.append((_ptr(p), _ptr(g), _ptr(m), _ptr(v), int(g.size), 1 if ndim >= 2 else 0))
+    key = tuple(rows)
+    t = _cache.get(key)
+    if t is None:
+        chunk_tensor, chunk_start = [], []
+        for i, r in enumerate(rows):
+            for s in range(0, r[4], CHUNK):
+                chunk_tensor.append(i)
+                chunk_start.append(s)
+        t = TensorTable(cp.asarray(np.array(rows, dtype=np.uint64).reshape(-1, 6)),
+                        cp.asarray(np.array(chunk_tensor, dtype=np.int32)),
+                        cp.asarray(np.array(chunk_start, dtype=np.int64)), len(chunk_tensor))
+        if len(_cache) > 64:
+            _cache.clear()
+        _cache[key] = t
+    return t

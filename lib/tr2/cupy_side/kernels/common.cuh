@@ -1,0 +1,115 @@
+// common.cuh: helpers shared by the cupy side's kernels (pasted into each kernel file by
+// tr2.cupy_side.gpu.load_source, so that CuPy's compile cache sees every byte it compiles).
+//
+// Element kinds used by the kernels' template parameters and the Python wrappers:
+//   0 = float32, 1 = bfloat16 (held as unsigned short bits), 2 = float16 (unsigned short bits).
+// Conversions to the half types round to nearest even (PTX cvt.rn), never through fast math.
+#pragma once
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define NEG_INF __int_as_float(0xff800000)
+
+#define KIND_F32 0
+#define KIND_BF16 1
+#define KIND_F16 2
+
+__device__ __forceinline__ float bf16_bits_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+__device__ __forceinline__ u16 f32_to_bf16_bits(float f) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float f16_bits_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16_bits(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// Round a float32 to the half type `kind` and back (kind 0: unchanged).
+__device__ __forceinline__ float round_to_kind(float x, int kind) {
+    if (kind == KIND_BF16) return bf16_bits_to_f32(f32_to_bf16_bits(x));
+    if (kind == KIND_F16) return f16_bits_to_f32(f32_to_f16_bits(x));
+    return x;
+}
+
+// Storage of one element of kind K: float for 0, 16-bit bits for 1 and 2.
+template <int K> struct Elem { typedef u16 T; };
+template <> struct Elem<KIND_F32> { typedef float T; };
+
+template <int K> __device__ __forceinline__ typename Elem<K>::T store_as(float x);
+template <> __device__ __forceinline__ float store_as<KIND_F32>(float x) { return x; }
+template <> __device__ __forceinline__ u16 store_as<KIND_BF16>(float x) { return f32_to_bf16_bits(x); }
+template <> __device__ __forceinline__ u16 store_as<KIND_F16>(float x) { return f32_to_f16_bits(x); }
+
+template <int K> __device__ __forceinline__ float load_from(typename Elem<K>::T x);
+template <> __device__ __forceinline__ float load_from<KIND_F32>(float x) { return x; }
+template <> __device__ __forceinline__ float load_from<KIND_BF16>(u16 x) { return bf16_bits_to_f32(x); }
+template <> __device__ __forceinline__ float load_from<KIND_F16>(u16 x) { return f16_bits_to_f32(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `shared` holds at least 32 floats. Deterministic: fixed reduction tree.
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float t = (lane < nwarps) ? shared[lane] : 0.0f;
+    return warp_sum(t);
+}
+
+__device__ __forceinline__ float block_max(float v, float* shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float t = (lane < nwarps) ? shared[lane] : NEG_INF;
+    return warp_max(t);
+}
+
+// The dropout generator of docs/architecture.md, identical to tr2.cupy_side.rng:
+//   x = seed + (offset + i) * 0x9E3779B97F4A7C15 (mod 2^64)
+//   z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB; z ^= z >> 31
+//   u = (z >> 40) * 2^-24; kept when u >= p.
+// The kernels compare the 24-bit integer k = z >> 40 with an integer threshold computed on the host
+// (`threshold`, the least k with k * 2^-24 >= p), which is the same test without any float rounding.
+// `offset_add` (nullable, device memory) is added to `offset`: a whole-step CUDA graph can advance the
+// step's offsets on the device without re-capturing.
+__device__ __forceinline__ u32 rng_bits24(u64 seed, u64 offset, u64 i) {
+    u64 x = seed + (offset + i) * 0x9E3779B97F4A7C15ull;
+    u64 z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (u32)(z >> 40);
+}
+
+__device__ __forceinline__ u64 site_offset(u64 offset, const u64* offset_add) {
+    return offset_add ? offset + offset_add[0] : offset;
+}
+
+__device__ __forceinline__ bool rng_keep(u64 seed, u64 offset, u64 i, u32 threshold) {
+    return rng_bits24(seed, offset, i) >= threshold;
+}

@@ -1,0 +1,37 @@
+// global_norm.cu: the gradients' global norm sqrt(sum of squares) over many tensors, on the device,
+// in a fixed order: per-chunk partial sums (float32 within a chunk), then one block adds the partials
+// in float64 and writes the root into a device scalar. Same tensor table layout as adamw.cu
+// (only the grad pointer, column 1, and numel, column 4, are read).
+#include "common.cuh"
+
+extern "C" __global__ void global_norm_partial(float* __restrict__ partial, const u64* __restrict__ table,
+                                               const int* __restrict__ chunk_tensor,
+                                               const i64* __restrict__ chunk_start, int chunk) {
+    __shared__ float shared[32];
+    const int t = chunk_tensor[blockIdx.x];
+    const u64* row = table + 6 * (i64)t;
+    const float* g = (const float*)row[1];
+    const i64 n = (i64)row[4];
+    const i64 start = chunk_start[blockIdx.x];
+    const i64 end = (start + (i64)chunk < n) ? start + (i64)chunk : n;
+    float s = 0.0f;
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) s += g[i] * g[i];
+    s = block_sum(s, shared);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// out[0] = sqrt(sum_b partial[b]); one block (blockDim.x a multiple of 32).
+extern "C" __global__ void global_norm_final(float* __restrict__ out, const float* __restrict__ partial, int nb) {
+    __shared__ double shared[32];
+    double s = 0.0;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) s += (double)partial[b];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if (lane == 0) shared[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        double t = (lane < nwarps) ? shared[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (lane == 0) out[0] = (float)sqrt(t);
+    }
+}

@@ -1,0 +1,95 @@
+// layernorm.cu: LayerNorm without bias (nanoGPT's bias=False). Forward per row:
+//   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w.
+// Backward: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w, xhat = (x - mean) * rstd;
+//   dw = sum over rows of dy * xhat, reduced in a fixed order (partials per row group, then a sum).
+#include "common.cuh"
+
+// One warp per row; blockDim.x = 32 * rows per block.
+extern "C" __global__ void layernorm_forward(float* __restrict__ y, float* __restrict__ mean,
+                                             float* __restrict__ rstd, const float* __restrict__ x,
+                                             const float* __restrict__ w, int N, int C, float eps) {
+    const int lane = threadIdx.x & 31;
+    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float* xr = x + row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += xr[c];
+    const float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float d = xr[c] - m;
+        v += d * d;
+    }
+    v = warp_sum(v) / (float)C;
+    const float r = 1.0f / sqrtf(v + eps);
+    float* yr = y + row * C;
+    for (int c = lane; c < C; c += 32) yr[c] = ((xr[c] - m) * r) * w[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+// dx, one warp per row.
+extern "C" __global__ void layernorm_backward_dx(float* __restrict__ dx, const float* __restrict__ dy,
+                                                 const float* __restrict__ x, const float* __restrict__ w,
+                                                 const float* __restrict__ mean, const float* __restrict__ rstd,
+                                                 int N, int C) {
+    const int lane = threadIdx.x & 31;
+    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float* xr = x + row * C;
+    const float* dyr = dy + row * C;
+    const float m = mean[row], r = rstd[row];
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float g = dyr[c] * w[c];
+        const float xh = (xr[c] - m) * r;
+        s1 += g;
+        s2 += g * xh;
+    }
+    s1 = warp_sum(s1) / (float)C;
+    s2 = warp_sum(s2) / (float)C;
+    float* dxr = dx + row * C;
+    for (int c = lane; c < C; c += 32) {
+        const float g = dyr[c] * w[c];
+        const float xh = (xr[c] - m) * r;
+        dxr[c] = r * (g - s1 - xh * s2);
+    }
+}
+
+// dw partials: block (32, 8) covers 32 columns; blockIdx.y takes rows [y*rows_per_group, ...).
+// part[blockIdx.y, c] = sum over the group's rows of dy * xhat.
+extern "C" __global__ void layernorm_backward_dw_partial(float* __restrict__ part, const float* __restrict__ dy,
+                                                         const float* __restrict__ x, const float* __restrict__ mean,
+                                                         const float* __restrict__ rstd, int N, int C,
+                                                         int rows_per_group) {
+    __shared__ float acc[8][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    const int r0 = blockIdx.y * rows_per_group;
+    const int r1 = (r0 + rows_per_group < N) ? r0 + rows_per_group : N;
+    float s = 0.0f;
+    if (c < C) {
+        for (int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            const i64 e = (i64)r * C + c;
+            s += dy[e] * ((x[e] - mean[r]) * rstd[r]);
+        }
+    }
+    acc[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int k = 0; k < (int)blockDim.y; k++) t += acc[k][threadIdx.x];
+        part[(i64)blockIdx.y * C + c] = t;
+    }
+}
+
+// dw[c] = sum_g part[g, c]
+extern "C" __global__ void layernorm_backward_dw_final(float* __restrict__ dw, const float* __restrict__ part,
+                                                       int G, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float t = 0.0f;
+    for (int g = 0; g < G; g++) t += part[(i64)g * C + c];
+    dw[c] = t;
+}

@@ -1,0 +1,16 @@
+// residual.cu: the residual connection. Forward out = a + b; backward hands the gradient to both
+// branches (the wrapper returns the same array twice: no kernel), or accumulates it into an existing
+// gradient with residual_accumulate.
+#include "common.cuh"
+
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+extern "C" __global__ void residual_forward(float* __restrict__ out, const float* __restrict__ a,
+                                            const float* __restrict__ b, i64 n) {
+    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+// acc += d (backward: a branch's gradient added to the stream's).
+extern "C" __global__ void residual_accumulate(float* __restrict__ acc, const float* __restrict__ d, i64 n) {
+    GRID_STRIDE(i, n) acc[i] += d[i];
+}

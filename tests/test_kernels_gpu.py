@@ -1,0 +1,497 @@
+"""The CUDA kernels against their NumPy forms (tr2.cupy_side.ops through NumpyBackend), on a GPU.
+
+Skipped where CuPy or a CUDA device is missing. Every check draws fresh random inputs (several shapes,
+odd sizes included) and runs with every new device allocation poisoned (all bytes 0xFF: NaN in float32
+and the half types), so an output element a kernel forgot to write fails the finiteness check.
+
+Error measure: ||got - ref|| / ||ref|| (Frobenius, in float64). Tolerances:
+  float32 with TF32 off, against the float64 NumPy form:        1e-5 (elementwise ops and products)
+  float32 with TF32 on, against the float64 NumPy form:         2e-3 for products (TF32 keeps 10 mantissa
+      bits: ~3e-4 per product), 5e-3 for attention (two products chained through the softmax)
+  bfloat16 / float16 products, against the NumPy form of the same build (operands rounded alike):
+      without half roundings 1e-3, bfloat16 half roundings 1e-2, float16 half roundings 5e-3
+      (METHOD.md: half-type operands land between 1e-3 and 1e-2 of an exact reference; against the
+      same build's emulation only summation order and a few rounding flips differ)
+  dropout masks and the generator's draws: bit-identical to tr2.cupy_side.rng; dropout's outputs
+      equal to ops/dropout.py's bit for bit.
+  whole step (tiny model, GPU vs NumPy, same weights and batch, dropout on): float32 without TF32
+      against float64: loss 1e-5, each gradient 1e-4 (float32 rounding grown through ~30 chained
+      operations); bfloat16 against the NumPy bfloat16 build: loss 1e-3, each gradient 1e-2.
+Set TR2_KERNEL_REPORT=path.json to write every measured error with its tolerance.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+cp = pytest.importorskip("cupy")
+
+
+def _n_devices() -> int:
+    try:
+        return cp.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_n_devices() < 1, reason="no CUDA device")]
+
+from tr2.cupy_side import rng  # noqa: E402
+from tr2.cupy_side.backend import NumpyBackend  # noqa: E402
+from tr2.cupy_side.gpu import halfbits  # noqa: E402
+
+TOL_F32 = 1e-5
+TOL_TF32 = 2e-3
+TOL_TF32_ATTENTION = 5e-3
+TOL_HALF = {("bfloat16", False): 1e-3, ("bfloat16", True): 1e-2, ("float16", False): 1e-3, ("float16", True): 5e-3}
+
+# (dtype, tf32, half_roundings)
+BUILDS = [("float32", False, False), ("float32", True, False), ("bfloat16", False, False),
+          ("bfloat16", False, True), ("float16", False, False), ("float16", False, True)]
+BUILD_IDS = ["f32", "tf32", "bf16", "bf16hr", "fp16", "fp16hr"]
+
+RECORDS: list[dict] = []
+_BACKENDS: dict = {}
+
+
+def gpu_backend(dtype="float32", tf32=False, half_roundings=False):
+    from tr2.cupy_side.gpu.backend import CudaBackend
+    key = (dtype, tf32, half_roundings)
+    if key not in _BACKENDS:
+        _BACKENDS[key] = CudaBackend(dtype, tf32, half_roundings)
+    return _BACKENDS[key]
+
+
+def reference_for(dtype, tf32, half_roundings, tf32_tol=TOL_TF32):
+    """(reference backend, tolerance): float64 for float32 builds, the same build's NumPy form for the half types."""
+    if dtype == "float32":
+        return NumpyBackend("float64"), (tf32_tol if tf32 else TOL_F32)
+    return NumpyBackend(dtype, tf32, half_roundings), TOL_HALF[(dtype, half_roundings)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report():
+    yield
+    path = os.environ.get("TR2_KERNEL_REPORT")
+    if path:
+        with open(path, "w") as f:
+            json.dump(RECORDS, f, indent=1)
+
+
+@pytest.fixture(autouse=True)
+def poison():
+    """Every allocation made during the test is filled with 0xFF bytes (NaN); the backends' workspaces
+    are dropped first so that their scratch is allocated, and poisoned, anew."""
+    from tr2.cupy_side.gpu.runtime import PeakTracker
+    PeakTracker.install()  # the backends' peak tracker first, so that it stays under the poisoning wrapper
+    for be in _BACKENDS.values():
+        be.ctx.ws.clear()
+    prev = cp.cuda.get_allocator()
+
+    def alloc(size):
+        mem = prev(size)
+        if size:
+            mem.memset_async(0xFF, size)
+        return mem
+
+    cp.cuda.set_allocator(alloc)
+    try:
+        yield
+        cp.cuda.get_current_stream().synchronize()
+    finally:
+        cp.cuda.set_allocator(prev)
+
+
+def host(a) -> np.ndarray:
+    return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
+
+
+def check(name: str, got, ref, tol: float, **info) -> float:
+    g = host(got).astype(np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    assert g.shape == r.shape, f"{name}: shape {g.shape} != {r.shape}"
+    finite = bool(np.isfinite(g).all())
+    denom = max(float(np.linalg.norm(r)), 1e-300)
+    err = float(np.linalg.norm(g - r)) / denom if finite else math.inf
+    max_rel = float(np.max(np.abs(g - r))) / max(float(np.max(np.abs(r))), 1e-300) if finite and g.size else 0.0
+    RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], "name": name,
+                    "shape": list(g.shape), "rel_norm": err, "max_abs_over_max_ref": max_rel, "tol": tol,
+                    "finite": finite, "passed": finite and err <= tol, **info})
+    assert finite, f"{name}: non-finite values (an output element was not written, or overflow)"
+    assert err <= tol, f"{name}: relative error {err:.3e} > {tol:.1e}"
+    return err
+
+
+def exact(name: str, got, ref, **info) -> None:
+    g, r = host(got), np.asarray(ref)
+    same = g.shape == r.shape and g.dtype == r.dtype and np.array_equal(g, r)
+    mism = int(np.count_nonzero(g != r)) if g.shape == r.shape else -1
+    RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], "name": name,
+                    "shape": list(g.shape), "bit_identical": bool(same), "mismatches": mism, "passed": bool(same),
+                    **info})
+    assert same, f"{name}: {mism} elements differ"
+
+
+def gen(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def randn(g, *shape, scale=1.0) -> np.ndarray:
+    return (g.standard_normal(shape) * scale).astype(np.float32)
+
+
+def dev(a) -> "cp.ndarray":
+    return cp.asarray(a)
+
+
+# ---------------------------------------------------------------------------------------------- build
+
+def test_every_kernel_builds_and_cublas_loads():
+    from tr2.cupy_side.gpu import FILE_KERNELS, blas, kernel_files
+    from tr2.cupy_side.gpu.runtime import compile_all
+    built = compile_all()
+    assert set(built) == set(kernel_files())
+    for fn, names in built.items():
+        assert names == list(FILE_KERNELS[fn])
+    cb = blas.get_cublas()
+    RECORDS.append({"test": "build", "name": "environment", "passed": True,
+                    "compute_capability": cp.cuda.Device().compute_capability,
+                    "nvrtc": list(cp.cuda.nvrtc.getVersion()), "cublas_path": cb.path, "cublas_version": cb.version,
+                    "cupy": cp.__version__, "kernels": {k: len(v) for k, v in built.items()}})
+    assert cb.version > 0
+
+
+# ---------------------------------------------------------------------------------------------- casts
+
+@pytest.mark.parametrize("kind", [halfbits.KIND_BF16, halfbits.KIND_F16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("n", [1, 1000, 262147])
+def test_casts_round_to_nearest_even(kind, n):
+    from tr2.cupy_side.gpu import cast
+    g = gen(n + kind)
+    x = (g.standard_normal(n) * 10.0 ** g.integers(-6, 6, n)).astype(np.float32)
+    x[: min(n, 6)] = np.array([0.0, -0.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, np.inf, -np.inf], np.float32)[: min(n, 6)]
+    if kind == halfbits.KIND_F16:
+        x[-1] = 70000.0  # overflows float16 to inf
+    with np.errstate(over="ignore"):
+        want_bits = halfbits.to_bits(x, kind)
+        bits = cast.to_half(dev(x), kind)
+        exact(f"cast f32->{'bf16' if kind == 1 else 'fp16'} bits", bits, want_bits)
+        exact("cast back to f32", cast.from_half(bits, kind), halfbits.from_bits(want_bits, kind))
+        exact("round_f32", cast.round_f32(dev(x), kind), halfbits.round_to_kind(x, kind))
+
+
+def test_bf16_cast_of_subnormals():
+    from tr2.cupy_side.gpu import cast
+    x = (np.arange(1, 2001, dtype=np.float32) * np.float32(1e-41)).astype(np.float32)
+    exact("cast f32->bf16 subnormals", cast.to_half(dev(x), halfbits.KIND_BF16), halfbits.f32_to_bf16_bits(x))
+
+
+# ---------------------------------------------------------------------------------------------- dropout
+
+@pytest.mark.parametrize("seed, step, site, n, p", [
+    (1337, 0, 0, 1, 0.1),
+    (1337, 3, 2, 100_003, 0.2),
+    (0, 7, 1, 65_537, 0.5),
+    (2 ** 63 + 12345, 4999, 18, 262_144, 0.1),
+    (42, 1, 3, 33, 0.9),
+])
+def test_dropout_bits_and_masks_are_rngs(seed, step, site, n, p):
+    from tr2.cupy_side.gpu import dropout
+    offset = rng.site_offset(step, 19, site)
+    want_bits = (rng.uniform(seed, offset, n) * np.float32(2 ** 24)).astype(np.uint32)
+    exact("generator draws (z >> 40)", dropout.bits(n, seed, offset), want_bits, seed=seed, offset=offset)
+    exact("keep mask", dropout.mask(n, p, seed, offset), rng.keep_mask(seed, offset, (n,), p).astype(np.uint8),
+          p=p)
+
+
+@pytest.mark.parametrize("shape, p", [((4, 33, 65), 0.1), ((3, 7), 0.2), ((2, 256, 384), 0.5)])
+def test_dropout_forward_backward_bit_identical(shape, p):
+    from tr2.cupy_side.ops import dropout as ref
+    be = gpu_backend()
+    g = gen(sum(shape))
+    x = randn(g, *shape)
+    seed, offset = 1337, rng.site_offset(5, 7, 3)
+    exact("dropout forward", be.dropout_forward(dev(x), p, seed, offset), ref.forward(x, p, seed, offset), p=p)
+    exact("dropout backward", be.dropout_backward(dev(x), p, seed, offset), ref.backward(x, p, seed, offset), p=p)
+    assert be.dropout_forward(dev(x), 0.0, seed, offset) is not None
+
+
+# ---------------------------------------------------------------------------------------------- embedding
+
+@pytest.mark.parametrize("B, T, Tmax, C, V", [(2, 5, 8, 7, 11), (8, 64, 64, 64, 65), (3, 127, 256, 384, 65),
+                                              (2, 33, 64, 768, 50304)])
+def test_embedding(B, T, Tmax, C, V):
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(B * T + C)
+    idx = g.integers(0, min(V, 20), size=(B, T)).astype(np.int64)  # few tokens: many repeats for the scatter
+    wte, wpe = randn(g, V, C), randn(g, Tmax, C)
+    check("embedding forward", be.embedding_forward(dev(idx), dev(wte), dev(wpe)),
+          ref.embedding_forward(idx, wte.astype(np.float64), wpe.astype(np.float64)), TOL_F32)
+    dx = randn(g, B, T, C)
+    dwte0, dwpe0 = randn(g, V, C), randn(g, Tmax, C)
+    dwte, dwpe = dev(dwte0), dev(dwpe0)
+    be.embedding_backward(dev(dx), dev(idx), dwte, dwpe)
+    rwte, rwpe = dwte0.astype(np.float64), dwpe0.astype(np.float64)
+    ref.embedding_backward(dx.astype(np.float64), idx, rwte, rwpe)
+    check("embedding backward dwte", dwte, rwte, TOL_F32)
+    check("embedding backward dwpe", dwpe, rwpe, TOL_F32)
+
+
+# ---------------------------------------------------------------------------------------------- layernorm
+
+@pytest.mark.parametrize("N, C", [(1, 33), (7, 64), (513, 384), (1000, 768), (257, 1000), (4099, 1024)])
+def test_layernorm(N, C):
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(N * C)
+    x = randn(g, N, C) * np.float32(3.0) + np.float32(0.5)
+    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
+    y, mean, rstd = be.layernorm_forward(dev(x), dev(w), 1e-5)
+    ry, rmean, rrstd = ref.layernorm_forward(x.astype(np.float64), w.astype(np.float64), 1e-5)
+    check("layernorm y", y, ry, TOL_F32)
+    check("layernorm mean", mean, rmean, TOL_F32)
+    check("layernorm rstd", rstd, rrstd, TOL_F32)
+    dy = randn(g, N, C)
+    dx, dw = be.layernorm_backward(dev(dy), dev(x), dev(w), mean, rstd)
+    rdx, rdw = ref.layernorm_backward(dy.astype(np.float64), x.astype(np.float64), w.astype(np.float64), rmean, rrstd)
+    check("layernorm dx", dx, rdx, TOL_F32)
+    check("layernorm dw", dw, rdw, TOL_F32)
+
+
+# ---------------------------------------------------------------------------------------------- matmul
+
+@pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
+@pytest.mark.parametrize("N, K, M", [(1, 1, 1), (7, 33, 65), (512, 64, 192), (1023, 384, 1536), (333, 768, 50304)])
+def test_matmul(build, N, K, M):
+    dtype, tf32, hr = build
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    g = gen(N + K + M)
+    x, w, dy = randn(g, N, K), randn(g, M, K, scale=0.02), randn(g, N, M)
+    rt = ref.float_dtype
+    check(f"matmul y [{dtype} tf32={tf32} hr={hr}]", be.matmul_forward(dev(x), dev(w)),
+          ref.matmul_forward(x.astype(rt), w.astype(rt)), tol)
+    dx, dw = be.matmul_backward(dev(dy), dev(x), dev(w))
+    rdx, rdw = ref.matmul_backward(dy.astype(rt), x.astype(rt), w.astype(rt))
+    check(f"matmul dx [{dtype} tf32={tf32} hr={hr}]", dx, rdx, tol)
+    check(f"matmul dw [{dtype} tf32={tf32} hr={hr}]", dw, rdw, tol)
+    if dtype != "float32":  # also against the exact product, for the record (bf16 operands: 1e-3..1e-2)
+        ex = NumpyBackend("float64")
+        check(f"matmul y vs float64 [{dtype} hr={hr}]", be.matmul_forward(dev(x), dev(w)),
+              ex.matmul_forward(x.astype(np.float64), w.astype(np.float64)), 2e-2)
+
+
+# ---------------------------------------------------------------------------------------------- attention
+
+@pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
+@pytest.mark.parametrize("B, T, H, hs, p", [(1, 1, 1, 8, 0.0), (2, 5, 3, 16, 0.1), (2, 67, 2, 32, 0.0),
+                                            (3, 64, 2, 32, 0.1), (2, 256, 6, 64, 0.2), (1, 129, 4, 64, 0.5)])
+def test_attention(build, B, T, H, hs, p):
+    dtype, tf32, hr = build
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build, tf32_tol=TOL_TF32_ATTENTION)
+    g = gen(B * T * H + hs)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rt = ref.float_dtype
+    out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    rout, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
+    tag = f"[{dtype} tf32={tf32} hr={hr} p={p}]"
+    check(f"attention out {tag}", out, rout, tol)
+    check(f"attention probabilities {tag}", saved.P, rsaved, tol)
+    dqkv = be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)
+    rdqkv = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    check(f"attention dqkv {tag}", dqkv, rdqkv, tol)
+
+
+# ---------------------------------------------------------------------------------------------- elementwise
+
+@pytest.mark.parametrize("shape", [(1,), (7, 33), (512, 1536), (3, 100_003)])
+def test_gelu(shape):
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(int(np.prod(shape)))
+    x, dy = randn(g, *shape, scale=3.0), randn(g, *shape)
+    check("gelu forward", be.gelu_forward(dev(x)), ref.gelu_forward(x.astype(np.float64)), TOL_F32)
+    check("gelu backward", be.gelu_backward(dev(dy), dev(x)),
+          ref.gelu_backward(dy.astype(np.float64), x.astype(np.float64)), TOL_F32)
+
+
+@pytest.mark.parametrize("shape", [(1,), (65, 33), (4096, 384)])
+def test_residual(shape):
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(int(np.prod(shape)) + 1)
+    a, b = randn(g, *shape), randn(g, *shape)
+    check("residual forward", be.residual_forward(dev(a), dev(b)),
+          ref.residual_forward(a.astype(np.float64), b.astype(np.float64)), TOL_F32)
+    d = dev(a)
+    da, db = be.residual_backward(d)
+    assert da is d and db is d
+
+
+# ---------------------------------------------------------------------------------------------- cross-entropy
+
+@pytest.mark.parametrize("N, V, ignored", [(1, 65, 0), (513, 65, 0), (100, 65, 7), (1023, 50304, 3), (8, 50257, 8)])
+def test_cross_entropy(N, V, ignored):
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(N + V)
+    logits = randn(g, N, V, scale=2.0)
+    targets = g.integers(0, V, size=N).astype(np.int64)
+    targets[g.permutation(N)[:ignored]] = -1
+    loss, saved = be.cross_entropy_forward(dev(logits), dev(targets))
+    rloss, rsaved = ref.cross_entropy_forward(logits.astype(np.float64), targets)
+    if ignored == N:  # nothing counts: torch's mean over nothing is nan, on both sides
+        assert np.isnan(host(loss)) and np.isnan(rloss)
+    else:
+        check("cross-entropy loss", loss, rloss, TOL_F32)
+    for dloss in (1.0, 2.0 ** 16):
+        dl = be.cross_entropy_backward(be.to_device(dloss), dev(logits), dev(targets), saved)
+        rdl = ref.cross_entropy_backward(np.float64(dloss), logits.astype(np.float64), targets, rsaved)
+        check(f"cross-entropy dlogits (dloss {dloss})", dl, rdl, TOL_F32)
+
+
+# ---------------------------------------------------------------------------------------------- optimizer
+
+SHAPES = [(65, 64), (64,), (4099,), (3, 5000), (7,), (192, 64), (1,)]
+
+
+def _hyper(dt, t=3, lr=6e-4, grad_scale=0.37):
+    b1, b2 = 0.9, 0.95
+    return np.array([lr, b1, b2, 1e-8, 0.1, 1 - b1 ** t, 1 - b2 ** t, grad_scale], dtype=dt)
+
+
+def test_adamw_multi_tensor():
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(7)
+    ps = [randn(g, *s, scale=0.02) for s in SHAPES]
+    gs = [randn(g, *s, scale=0.1) for s in SHAPES]
+    ms = [randn(g, *s, scale=0.01) for s in SHAPES]
+    vs = [np.abs(randn(g, *s, scale=0.001)) for s in SHAPES]
+    dp, dm, dv = [dev(a) for a in ps], [dev(a) for a in ms], [dev(a) for a in vs]
+    be.adamw_update(dp, [dev(a) for a in gs], dm, dv, be.to_device(_hyper(np.float32)))
+    rp, rm, rv = ([a.astype(np.float64) for a in arrs] for arrs in (ps, ms, vs))
+    ref.adamw_update(rp, [a.astype(np.float64) for a in gs], rm, rv, _hyper(np.float64))
+    for i, s in enumerate(SHAPES):
+        check(f"adamw m {s}", dm[i], rm[i], TOL_F32)
+        check(f"adamw v {s}", dv[i], rv[i], TOL_F32)
+        # the update itself (p_new - p_old), which is far smaller than p
+        check(f"adamw update {s}", host(dp[i]).astype(np.float64) - ps[i], rp[i] - ps[i], TOL_F32)
+
+
+def test_adamw_reads_hyper_from_device_memory():
+    """The same launch with new per-step values written into the same device array (as a graph replays)."""
+    be = gpu_backend()
+    g = gen(8)
+    p, gr = dev(randn(g, 33, 7)), dev(randn(g, 33, 7))
+    m, v = be.zeros((33, 7)), be.zeros((33, 7))
+    hyper = be.to_device(_hyper(np.float32, lr=0.0))
+    p0 = host(p).copy()
+    be.adamw_update([p], [gr], [m], [v], hyper)
+    exact("adamw with lr 0 leaves p", p, p0)
+    hyper[0] = 1e-3
+    be.adamw_update([p], [gr], [m], [v], hyper)
+    assert not np.array_equal(host(p), p0)
+
+
+def test_global_norm():
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(9)
+    grads = [randn(g, *s) for s in SHAPES + [(1000, 1001)]]
+    n = be.global_norm([dev(a) for a in grads])
+    assert isinstance(n, cp.ndarray) and n.shape == ()
+    check("global norm", n, ref.global_norm([a.astype(np.float64) for a in grads]), TOL_F32)
+
+
+# ---------------------------------------------------------------------------------------------- CUDA graphs
+
+def test_products_and_kernels_capture_in_a_cuda_graph():
+    """cuBLAS through ctypes and the RawModule kernels record into a stream capture and replay."""
+    from tr2.cupy_side.gpu import blas
+    from tr2.cupy_side.gpu.gelu import forward as gelu
+    be = gpu_backend("bfloat16")
+    ctx = be.ctx
+    g = gen(10)
+    x, w = dev(randn(g, 64, 96)), dev(randn(g, 80, 96))
+    from tr2.cupy_side.gpu.cast import to_half
+    xh, wh = to_half(x, 1), to_half(w, 1)
+    y = cp.empty((64, 80), dtype=np.float32)
+    z = cp.empty((64, 80), dtype=np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        cb = ctx.cublas
+        stream.begin_capture()
+        cb.gemm_rm(False, True, 64, 80, 96, xh, blas.CUDA_R_16BF, 96, wh, blas.CUDA_R_16BF, 96, y, blas.CUDA_R_32F, 80,
+                   blas.COMPUTE_32F)
+        from tr2.cupy_side.gpu.runtime import THREADS, blocks_for, i64, launch
+        launch("gelu.cu", "gelu_forward", blocks_for(y.size), THREADS, (z, y, i64(y.size)))
+        graph = stream.end_capture()
+        graph.launch()
+    stream.synchronize()
+    xr = halfbits.round_to_bf16(host(x)).astype(np.float64)
+    wr = halfbits.round_to_bf16(host(w)).astype(np.float64)
+    yr = xr @ wr.T
+    check("graph-captured bf16 product", y, yr, 1e-5)
+    check("graph-captured gelu", z, NumpyBackend("float64").gelu_forward(host(y).astype(np.float64)), TOL_F32)
+
+
+def test_peak_memory_is_reported():
+    be = gpu_backend()
+    a = cp.empty((1 << 20,), dtype=np.float32)
+    assert be.peak_memory_bytes() >= a.nbytes
+
+
+# ---------------------------------------------------------------------------------------------- whole step
+
+def _tiny_step(backend, cfg, weights, x, y, step=3, dloss=None):
+    from tr2.cupy_side.model import GPT
+    model = GPT(cfg, backend, weights, seed=1337)
+    xd = backend.to_device(x, dtype=np.int64)
+    yd = backend.to_device(y, dtype=np.int64)
+    loss = model.forward(xd, yd, step=step, training=True)
+    grads = model.backward(None if dloss is None else backend.to_device(dloss))
+    return float(backend.to_host(loss)), {k: backend.to_host(v) for k, v in grads.items()}, model
+
+
+@pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, False), ("bfloat16", False, True),
+                                   ("float16", False, False)], ids=["f32", "bf16", "bf16hr", "fp16"])
+def test_whole_step_tiny_model(build):
+    from tr2.models import load_model
+    from tr2.weights import init_numpy
+    dtype = build[0]
+    cfg = load_model("tiny")
+    weights = init_numpy(cfg, 1337)
+    g = gen(11)
+    tokens = g.integers(0, cfg.vocab_size, size=(cfg.batch_size, cfg.block_size + 1)).astype(np.int64)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    gpu = gpu_backend(*build)
+    if dtype == "float32":
+        ref = NumpyBackend("float64")
+        tol_loss, tol_grad = 1e-5, 1e-4
+    else:
+        ref = NumpyBackend(*build)
+        tol_loss, tol_grad = 1e-3, 1e-2
+    dloss = 2.0 ** 16 if dtype == "float16" else None  # float16 trains with GradScaler's loss scale
+    loss, grads, gmodel = _tiny_step(gpu, cfg, weights, x, y, dloss=dloss)
+    rloss, rgrads, rmodel = _tiny_step(ref, cfg, weights, x, y, dloss=dloss)
+    tag = f"[{'/'.join(map(str, build))}]"
+    check(f"tiny step loss {tag}", np.float64(loss), np.float64(rloss), tol_loss, dropout=cfg.dropout)
+    for name in rgrads:
+        check(f"tiny step grad {name} {tag}", grads[name], rgrads[name], tol_grad)
+    # then one optimizer step (clip + AdamW, the scalars on the device) from the same gradients (the
+    # reference's: Adam's first step is sign-like, so near-zero gradients must not differ) and the next loss
+    from tr2.cupy_side.optim import AdamW, LossScaler, optimizer_step
+    results = []
+    for be, model in ((gpu, gmodel), (ref, rmodel)):
+        opt = AdamW(be, model.params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
+        gr = {k: be.to_device(v) for k, v in rgrads.items()}
+        optimizer_step(be, opt, LossScaler(enabled=False), gr, 1e-3, cfg.grad_clip)
+        nxt = model.forward(be.to_device(x, dtype=np.int64), be.to_device(y, dtype=np.int64), step=4, training=True)
+        results.append((float(be.to_host(nxt)), {k: be.to_host(v) for k, v in model.params.items()}))
+    check(f"tiny step 2 loss {tag}", np.float64(results[0][0]), np.float64(results[1][0]), tol_loss)
+    for name in results[1][1]:
+        w0 = weights[name].astype(np.float64)
+        check(f"tiny AdamW update {name} {tag}", results[0][1][name].astype(np.float64) - w0,
+              results[1][1][name].astype(np.float64) - w0, tol_grad)
