@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 import sys
@@ -25,8 +26,11 @@ def git_commit() -> dict:
             return subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
         except Exception:
             return ""
+    commit = git("rev-parse", "HEAD")
+    if not commit:  # the GPU machine gets the tree without .git: the caller names the commit
+        return {"commit": os.environ.get("TR2_GIT_COMMIT"), "dirty": os.environ.get("TR2_GIT_DIRTY", "unknown")}
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(status)}
+    return {"commit": commit, "dirty": bool(status)}
 
 
 def gpu_info() -> list[dict]:

@@ -1,0 +1,218 @@
+"""One call's work on the GPU machine, in phases, each inside its own time budget.
+
+Run from the repository root on the device (after `source scripts/device_env.sh`):
+    python3 scripts/device_bench.py OUTDIR PHASE[,PHASE...]
+Phases:
+  losscheck  the char model in bfloat16 and float16 with its dropout: the cupy side's losses at step 400
+             against five torch runs with seeds 1337-1341 (runs in parallel: a correctness check, not a timing)
+  series     the series stage (papermill notebook) on params/cards/h200-nanogpt.yaml
+  bench      single clocked runs of every model and element type, cupy side and torch eager
+  profile    torch.profiler kernel tables of the char model in bfloat16, both sides
+  oom        a run that asks for more memory than it may have ends as a clear out-of-memory record
+  methodb    §7 B on the GPU for the three models: one torch-made start, one batch order, dropout 0,
+             --no-tf32, both sides (in parallel: a correctness check, not a timing)
+Everything lands in OUTDIR (JSON lines, logs); a short table is printed last.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tr2 import clock, data, method_b
+from tr2.models import load_model
+from tr2.results import append_jsonl
+
+PY = sys.executable
+TRAIN = [PY, "-u", "-m", "tr2.train"]
+# A dry run on a CPU: TR2_BENCH_DEVICE=cpu TR2_BENCH_MODELS=tiny runs every phase's logic on the tiny model.
+DEVICE = os.environ.get("TR2_BENCH_DEVICE", "cuda")
+MODEL_STANDIN = os.environ.get("TR2_BENCH_MODELS")
+
+
+def train_cmd(side, model, dtype, steps, mode=None, hr=False, extra=()):
+    model = MODEL_STANDIN or model
+    cmd = TRAIN + ["--side", side, "--model", model, "--dtype", dtype, "--device", DEVICE, "--steps", str(steps)]
+    if mode:
+        cmd += ["--mode", mode]
+    if hr:
+        cmd += ["--half-roundings"]
+    return cmd + list(extra)
+
+
+def parallel(jobs, out: Path, timeout_s: float):
+    """jobs: {name: cmd}. All at once; each log to out/<name>.log. Returns {name: returncode or 'timeout'}."""
+    procs = {}
+    for name, cmd in jobs.items():
+        f = open(out / f"{name}.log", "w")
+        procs[name] = (subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT), f)
+    deadline = time.monotonic() + timeout_s
+    codes = {}
+    for name, (p, f) in procs.items():
+        try:
+            codes[name] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            codes[name] = "timeout"
+        f.close()
+    return codes
+
+
+def metrics(path: Path) -> dict:
+    out = {"loss": {}, "eval": {}}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r["kind"] == "loss":
+                out["loss"][r["step"]] = r["loss"]
+            else:
+                out["eval"][r["step"]] = r
+    return out
+
+
+def phase_losscheck(out: Path, budget: float, table: list):
+    d = out / "losscheck"
+    d.mkdir(exist_ok=True)
+    jobs = {}
+    extra = lambda name: ["--eval-interval", "400", "--eval-iters", "20", "--metrics", str(d / f"{name}.jsonl")]
+    for dtype in ("bfloat16", "float16"):
+        for seed in range(1337, 1342):
+            name = f"torch-{dtype}-{seed}"
+            jobs[name] = train_cmd("torch", "nanogpt", dtype, 400, mode="eager", extra=extra(name) + ["--seed", str(seed)])
+        for hr in (True, False):
+            name = f"cupy-{dtype}-{'hr' if hr else 'exact'}"
+            jobs[name] = train_cmd("cupy", "nanogpt", dtype, 400, hr=hr, extra=extra(name) + ["--seed", "1337"])
+    codes = parallel(jobs, d, budget)
+    for dtype in ("bfloat16", "float16"):
+        torch_runs = [metrics(d / f"torch-{dtype}-{s}.jsonl") for s in range(1337, 1342)]
+        t_train = [m["loss"].get(400) for m in torch_runs]
+        t_val = [m["eval"].get(400, {}).get("val") for m in torch_runs]
+        for build in ("hr", "exact"):
+            m = metrics(d / f"cupy-{dtype}-{build}.jsonl")
+            c_train, c_val = m["loss"].get(400), m["eval"].get(400, {}).get("val")
+            ok = None not in t_train + t_val + [c_train, c_val]
+            rec = {"phase": "losscheck", "model": "nanogpt", "dtype": dtype, "cupy_build": build, "exit_codes": codes,
+                   "torch_train_loss_400": t_train, "torch_val_loss_400": t_val,
+                   "cupy_train_loss_400": c_train, "cupy_val_loss_400": c_val,
+                   "train_within_spread": ok and min(t_train) <= c_train <= max(t_train),
+                   "val_within_spread": ok and min(t_val) <= c_val <= max(t_val)}
+            append_jsonl(out / "losscheck.jsonl", rec)
+            table.append(f"losscheck {dtype} {build}: cupy train {c_train} val {c_val}; torch train "
+                         f"[{min(filter(None, t_train), default=None)}, {max(filter(None, t_train), default=None)}] val "
+                         f"[{min(filter(None, t_val), default=None)}, {max(filter(None, t_val), default=None)}]; "
+                         f"within: train {rec['train_within_spread']} val {rec['val_within_spread']}")
+
+
+def phase_series(out: Path, budget: float, table: list):
+    d = out / "series"
+    p = subprocess.run([PY, "-m", "tr2.runner", "series", "--card", "params/cards/h200-nanogpt.yaml",
+                        "--root", str(d)], capture_output=True, text=True, timeout=budget)
+    (out / "series-runner.log").write_text(p.stdout + p.stderr)
+    table.append(f"series: exit {p.returncode}; " + " | ".join(p.stdout.strip().splitlines()[-3:]))
+
+
+BENCH = [  # (model, dtype, steps, window): the protocol's window for the char model; GPT-2 shapes shorter (budget)
+    *[("nanogpt", t, 400, (100, 400)) for t in ("float32", "bfloat16", "float16")],
+    *[("gpt2-small", t, 200, (100, 200)) for t in ("float32", "bfloat16", "float16")],
+    *[("gpt2-medium", t, 200, (100, 200)) for t in ("float32", "bfloat16", "float16")],
+]
+
+
+def phase_bench(out: Path, budget: float, table: list, models=None):
+    d = out / "bench"
+    d.mkdir(exist_ok=True)
+    deadline = time.monotonic() + budget
+    for model, dtype, steps, window in BENCH:
+        if models and model not in models:
+            continue
+        for side in ("cupy", "torch"):
+            left = deadline - time.monotonic()
+            if left < 30:
+                table.append(f"bench: out of budget before {model} {dtype} {side}")
+                return
+            hr = side == "cupy" and dtype != "float32"
+            cmd = train_cmd(side, model, dtype, steps, mode="eager" if side == "torch" else None, hr=hr,
+                            extra=["--log-interval", "10"])
+            name = f"{model}-{dtype}-{side}"
+            r = clock.run_clocked(cmd, d / f"{name}.log", timeout_s=left - 5, window=window)
+            rec = {"phase": "bench", "model": model, "dtype": dtype, "side": side, "mode": "eager" if side == "torch" else None,
+                   "half_roundings": hr, "steps": steps, "window": list(window),
+                   **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes", "wall_s", "returncode")}}
+            append_jsonl(out / "bench.jsonl", rec)
+            table.append(f"bench {name}: {r.get('status')} clock {r.get('step_ms')} ms own {r.get('own_step_ms')} peak {r.get('peak_bytes')}")
+
+
+def phase_profile(out: Path, budget: float, table: list):
+    d = out / "profile"
+    for side, extra in (("cupy", ["--half-roundings"]), ("torch", ["--mode", "eager"])):
+        p = subprocess.run([PY, "-m", "tr2.profile_run", "--side", side, "--model", "nanogpt", "--dtype", "bfloat16",
+                            *extra, "--device", DEVICE, "--steps", "130", "--window", "100", "130", "--out", str(d / side)],
+                           capture_output=True, text=True, timeout=budget / 2)
+        (d / f"{side}.log").write_text(p.stdout + p.stderr)
+        table.append(f"profile {side}: exit {p.returncode}")
+
+
+def phase_oom(out: Path, budget: float, table: list):
+    d = out / "oom"
+    env = dict(os.environ, CUPY_GPU_MEMORY_LIMIT=str(1 << 30))
+    r = clock.run_clocked(train_cmd("cupy", "gpt2-medium", "float32", 5), d / "cupy.log", env=env, timeout_s=budget / 2)
+    torch_cmd = [PY, "-u", "-c", "import sys, torch; torch.cuda.set_per_process_memory_fraction(0.005); "
+                 "from tr2.train import main; sys.exit(main(sys.argv[1:]))",
+                 *train_cmd("torch", "gpt2-medium", "float32", 5)[len(TRAIN):]]
+    r2 = clock.run_clocked(torch_cmd, d / "torch.log", timeout_s=budget / 2)
+    for side, res in (("cupy", r), ("torch", r2)):
+        append_jsonl(out / "oom.jsonl", {"phase": "oom", "side": side, **{k: res.get(k) for k in ("status", "reason", "returncode", "wall_s", "tail")}})
+        table.append(f"oom {side}: status {res.get('status')} rc {res.get('returncode')} in {res.get('wall_s')} s")
+
+
+def phase_methodb(out: Path, budget: float, table: list, steps=200):
+    d = out / "methodb"
+    d.mkdir(exist_ok=True)
+    jobs, judge = {}, {"gpt2-medium": 100}
+    t0 = time.monotonic()
+    for model in ("nanogpt", "gpt2-small", "gpt2-medium"):
+        cfg = load_model(MODEL_STANDIN or model)
+        init, order = d / f"{model}-init.npz", d / f"{model}-batches.npy"
+        data.write_batch_order(order, cfg.dataset, cfg.block_size, cfg.batch_size, steps, seed=1337)
+        subprocess.run(train_cmd("torch", model, "float32", 0, mode="eager",
+                                 extra=["--save-init", str(init), "--no-tf32", "--dropout", "0"]),
+                       check=True, capture_output=True, timeout=300)
+        for side in ("torch", "cupy"):
+            name = f"{model}-{side}"
+            jobs[name] = train_cmd(side, model, "float32", steps, mode="eager" if side == "torch" else None,
+                                   extra=["--init", str(init), "--batches", str(order), "--no-tf32", "--dropout", "0",
+                                          "--metrics", str(d / f"{name}.jsonl")])
+    codes = parallel(jobs, d, budget - (time.monotonic() - t0))
+    for model in ("nanogpt", "gpt2-small", "gpt2-medium"):
+        t, c = metrics(d / f"{model}-torch.jsonl")["loss"], metrics(d / f"{model}-cupy.jsonl")["loss"]
+        v = method_b.verdict(t, c, steps, judge.get(model))
+        append_jsonl(out / "methodb.jsonl", {"phase": "methodb", "model": model, "steps": steps, "exit_codes": codes,
+                                             "torch_steps": len(t), "cupy_steps": len(c), **v})
+        table.append(f"methodb {model}: passed {v['passed']}: {v['reason']}")
+
+
+PHASES = {"losscheck": phase_losscheck, "series": phase_series, "bench": phase_bench, "profile": phase_profile,
+          "oom": phase_oom, "methodb": phase_methodb}
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    plan = [p.split(":") for p in sys.argv[2].split(",")]  # phase:budget_seconds
+    table = []
+    for name, budget in plan:
+        t = time.monotonic()
+        try:
+            PHASES[name](out, float(budget), table)
+        except Exception as e:  # a phase that breaks leaves its record and the next phase runs
+            table.append(f"{name}: FAILED {type(e).__name__}: {e}")
+        table.append(f"  ({name} took {time.monotonic() - t:.0f} s)")
+        (out / "table.txt").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+# Source this on the GPU machine (the device tool's copy of the repo): the carried wheels
+# (.whl: papermill, nbclient, ipykernel, nbval ...) go to /tmp/site, tr2 is imported from lib/,
+# the data from the carried data/ folder. The machine has no network, so nothing else installs.
+set -o pipefail
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
+fi
+export PYTHONPATH="$PWD/lib:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+export TR2_DATA="$PWD/data"
+export TR2_PYTHON=python3
+# Inductor's and Triton's caches stay with the checkout, so a later stage in the same call reuses them.
+export TORCHINDUCTOR_CACHE_DIR="$PWD/.cache/inductor" TRITON_CACHE_DIR="$PWD/.cache/triton"
+export CUPY_CACHE_DIR="$PWD/.cache/cupy"
