@@ -22,10 +22,12 @@ def _version(module: str):
 
 def git_commit() -> dict:
     def git(*a):
+        # Only a zero exit counts: outside a repository `git rev-parse HEAD` can echo "HEAD" back.
         try:
-            return subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+            p = subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
         except Exception:
             return ""
+        return p.stdout.strip() if p.returncode == 0 else ""
     commit = git("rev-parse", "HEAD")
     if not commit:  # the GPU machine gets the tree without .git: the caller names the commit
         return {"commit": os.environ.get("TR2_GIT_COMMIT"), "dirty": os.environ.get("TR2_GIT_DIRTY", "unknown")}
