@@ -51,6 +51,10 @@ footprint: setup  ## protocol §8: what each side opens and needs at run time
 families: setup  ## protocol §6: where the kernel time goes
 	$(call RUN_STAGE,families)
 
+bench: setup  ## one clocked run of every model and type on both sides (tiny stand-in without a GPU), one table
+	TR2_BENCH_DEVICE=$(if $(HAS_GPU),cuda,cpu) $(if $(HAS_GPU),,TR2_BENCH_MODELS=tiny) \
+	  $(PY) scripts/device_bench.py results/bench-$(shell date +%Y%m%d-%H%M%S)-$(CARD) bench:3600
+
 report: setup  ## stitch the newest executed notebooks of CARD into report/TR-2.html
 	$(PY) -m tr2.report --card $(CARD) --out report/TR-2.html
 

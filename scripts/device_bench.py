@@ -143,6 +143,25 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
                    **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes", "wall_s", "returncode")}}
             append_jsonl(out / "bench.jsonl", rec)
             table.append(f"bench {name}: {r.get('status')} clock {r.get('step_ms')} ms own {r.get('own_step_ms')} peak {r.get('peak_bytes')}")
+    table.extend(bench_table(out / "bench.jsonl"))
+
+
+def bench_table(path: Path) -> list:
+    """One line per model and type: both sides' clock times, their ratio and peak memory."""
+    from tr2.results import read_jsonl
+    runs = {(r["model"], r["dtype"], r["side"]): r for r in read_jsonl(path)}
+    lines = [f"{'model':12} {'type':9} {'cupy ms':>9} {'torch ms':>9} {'ratio':>6} {'cupy GB':>8} {'torch GB':>8}"]
+    for (model, dtype, side), c in runs.items():
+        t = runs.get((model, dtype, "torch"))
+        if side != "cupy" or t is None:
+            continue
+        ok = c.get("step_ms") and t.get("step_ms")
+        ratio = f"{c['step_ms'] / t['step_ms']:.3f}" if ok else "-"
+        gb = lambda r: f"{r['peak_bytes'] / 1e9:.2f}" if r.get("peak_bytes") else "-"
+        ms = lambda r: f"{r['step_ms']:.2f}" if r.get("step_ms") else str(r.get("status"))
+        lines.append(f"{model:12} {dtype:9} {ms(c):>9} {ms(t):>9} "
+                     f"{ratio:>6} {gb(c):>8} {gb(t):>8}")
+    return lines
 
 
 def phase_profile(out: Path, budget: float, table: list):
