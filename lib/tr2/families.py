@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 
 from . import REPO_ROOT, Tr2Error
-from .method_a import (FINISHED, conditions, finished_keys, load_dir_card, log_text, prepare_dir, progress,
+from .method_a import (FINISHED, write_summary, conditions, finished_keys, load_dir_card, log_text, prepare_dir, progress,
                        run_logged)
-from .results import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
+from .results import append_jsonl, read_jsonl, write_text_atomic
 
 STAGE = "families"
 RUNS = "runs.jsonl"
@@ -333,13 +333,7 @@ def summarize(results_dir) -> dict:
         "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
         **conditions(d),
     }
-    write_json_atomic(d / "summary.json", summary)
-    try:
-        plot(d, fam_rows, card)
-    except Exception as e:  # noqa: BLE001
-        summary["plot_error"] = repr(e)
-        write_json_atomic(d / "summary.json", summary)
-    return summary
+    return write_summary(d, summary, lambda: plot(d, fam_rows, card))
 
 
 def _write_csv(path, rows, fields):

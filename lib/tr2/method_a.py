@@ -351,10 +351,15 @@ def summarize(results_dir) -> dict:
         "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
         **conditions(d),
     }
+    return write_summary(d, summary, lambda: plot(d, rows, card))
+
+
+def write_summary(d: Path, summary: dict, draw) -> dict:
+    """summary.json first, then the stage's plot: a plot that fails records why and never loses the numbers."""
     write_json_atomic(d / "summary.json", summary)
     try:
-        plot(d, rows, card)
-    except Exception as e:  # noqa: BLE001 - a plot never loses the numbers
+        draw()
+    except Exception as e:  # noqa: BLE001
         summary["plot_error"] = repr(e)
         write_json_atomic(d / "summary.json", summary)
     return summary

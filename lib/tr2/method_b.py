@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 
 from . import Tr2Error
-from .method_a import (FINISHED, conditions, finished_keys, load_dir_card, prepare_dir, progress, read_metrics,
+from .method_a import (FINISHED, write_summary, conditions, finished_keys, load_dir_card, prepare_dir, progress, read_metrics,
                        run_logged, trainer_command)
-from .results import append_jsonl, write_json_atomic, write_text_atomic
+from .results import append_jsonl, write_text_atomic
 
 STAGE = "method_b"
 RUNS = "runs.jsonl"
@@ -422,13 +422,7 @@ def summarize(results_dir) -> dict:
         "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
         **conditions(d),
     }
-    write_json_atomic(d / "summary.json", summary)
-    try:
-        plot(d, rows, card)
-    except Exception as e:  # noqa: BLE001
-        summary["plot_error"] = repr(e)
-        write_json_atomic(d / "summary.json", summary)
-    return summary
+    return write_summary(d, summary, lambda: plot(d, rows, card))
 
 
 def plot(results_dir, rows=None, card=None):
