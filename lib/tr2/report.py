@@ -63,6 +63,13 @@ _CSS_REMOTE = re.compile(r"""@import\s+(?:url\()?["']?(?:https?:)?//|url\(\s*["'
 # ---------------------------------------------------------------------------------------------
 # folders
 
+
+def _dirty(value) -> bool:
+    """machine.json's dirty flag: a bool, or the string the GPU machine's environment handed over (runs of 2026-11-29)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
 def stage_of(d) -> str | None:
     d = Path(d)
     s = _read_json(d / "summary.json") or {}
@@ -128,7 +135,7 @@ def folder_conditions(d) -> dict:
         "card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
         "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
         "driver": ", ".join(sorted({g.get("driver") for g in gpus if g.get("driver")})) or None,
-        "host": m.get("host"), "date": m.get("date"), "commit": m.get("commit"), "dirty": m.get("dirty"),
+        "host": m.get("host"), "date": m.get("date"), "commit": m.get("commit"), "dirty": _dirty(m.get("dirty")),
         "versions": {k: m.get(k) for k in ("python", "torch", "torch_cuda", "cudnn", "triton", "cupy", "numpy")},
     }
 

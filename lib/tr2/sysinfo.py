@@ -30,7 +30,9 @@ def git_commit() -> dict:
         return p.stdout.strip() if p.returncode == 0 else ""
     commit = git("rev-parse", "HEAD")
     if not commit:  # the GPU machine gets the tree without .git: the caller names the commit
-        return {"commit": os.environ.get("TR2_GIT_COMMIT"), "dirty": os.environ.get("TR2_GIT_DIRTY", "unknown")}
+        dirty = os.environ.get("TR2_GIT_DIRTY", "").strip().lower()
+        return {"commit": os.environ.get("TR2_GIT_COMMIT"),
+                "dirty": {"true": True, "1": True, "false": False, "0": False}.get(dirty, "unknown")}
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": bool(status)}
 
