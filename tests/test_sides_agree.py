@@ -42,14 +42,7 @@ cupy_model = pytest.importorskip("tr2.cupy_side.model", reason="the cupy side's 
 MODEL = "tiny"
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread for the in-process work: the tiny model gains nothing from more, and on a loaded
-    2-core machine torch's OpenMP pool spinning against other processes makes it many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cuda_ok() -> bool:

@@ -26,14 +26,7 @@ from tr2.weights import load_weights, param_shapes, save_weights
 ITER_RE = re.compile(r"^iter (\d+): loss ([0-9.]+), time ([0-9.]+)ms$")
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One intra-op thread for the in-process work: the tiny model gains nothing from more, and on a loaded
-    2-core machine torch's OpenMP pool spinning against other processes makes it many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run_trainer(*argv, timeout=300):
