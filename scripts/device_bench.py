@@ -31,6 +31,8 @@ TRAIN = [PY, "-u", "-m", "tr2.train"]
 # A dry run on a CPU: TR2_BENCH_DEVICE=cpu TR2_BENCH_MODELS=tiny runs every phase's logic on the tiny model.
 DEVICE = os.environ.get("TR2_BENCH_DEVICE", "cuda")
 MODEL_STANDIN = os.environ.get("TR2_BENCH_MODELS")
+# TR2_BENCH_SELECT=gpt2-medium/float16,nanogpt/bfloat16 limits the bench phase to those configurations.
+SELECT = {tuple(x.split("/")) for x in os.environ.get("TR2_BENCH_SELECT", "").split(",") if x}
 
 
 def train_cmd(side, model, dtype, steps, mode=None, hr=False, extra=()):
@@ -127,6 +129,8 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
     deadline = time.monotonic() + budget
     for model, dtype, steps, window in BENCH:
         if models and model not in models:
+            continue
+        if SELECT and (model, dtype) not in SELECT:
             continue
         for side in ("cupy", "torch"):
             left = deadline - time.monotonic()

@@ -127,3 +127,75 @@ def test_floor_copy_of_the_torch_loop_matches_the_trainer(tmp_path):
     once = method_b.train_floor("tiny", str(init), str(order), steps, 1337, "cpu", "eager", "once", 0, out=io.StringIO())
     # One ulp on a 0.2M-parameter model moves the float32 loss by at most a few ulp in a few steps (often not at all).
     assert max(abs(a - b) / b for a, b in zip(once, ours)) < 1e-5
+
+
+def _stage_card(**method_b_keys):
+    from tr2.cards import validate_card
+    return validate_card({
+        "card": "test", "machine": "cpu", "device": "cpu", "models": ["tiny"], "dtypes": ["float32"],
+        "torch_modes": ["eager"], "half_roundings": [False],
+        "series": {"rounds": 1, "steps": 40, "window": [10, 40], "timeout_s": 60, "sample_interval_s": 1.0},
+        "method_a": {"seeds": [1], "steps": 40, "eval_interval": 20, "eval_iters": 2, "judge_from": 20,
+                     "torch_mode": "eager"},
+        "method_b": {"steps": 5, "judge_steps": {}, "seed": 1337, **method_b_keys},
+        "families": {"steps": 4, "window": [2, 4], "rules": "params/families.tsv"},
+    })
+
+
+def test_card_without_floors_and_also_runs_all_floors_and_nothing_else():
+    """Cards and results folders written before the two keys existed read as they ran."""
+    card = _stage_card()
+    assert card["method_b"]["floors"] == ["none", "once", "every"] and card["method_b"]["also"] == []
+    assert [r["what"] for r in method_b.plan(card)] == ["init", "order", "torch", "cupy", "floor-none", "floor-once",
+                                                        "floor-every"]
+    card = _stage_card(floors=[], also=["torch-default", "cupy-again"])
+    assert [r["what"] for r in method_b.plan(card)] == ["init", "order", "torch", "cupy", "also-cupy-again",
+                                                        "also-torch-default"]
+
+
+@pytest.mark.parametrize("key,value,says", [
+    ("floors", ["twice"], "method_b.floors: 'twice' is not allowed; allowed: none | once | every"),
+    ("floors", "once", "method_b.floors: 'once' is not allowed; allowed: a list (may be empty) of none | once | every"),
+    ("also", ["torch-eager"], "method_b.also: 'torch-eager' is not allowed; allowed: cupy-again | torch-default"),
+    ("also", ["cupy-again", "cupy-again"], "method_b.also: ['cupy-again', 'cupy-again'] lists a value twice"),
+])
+def test_bad_floors_or_also_name_key_value_and_allowed(key, value, says):
+    from tr2 import Tr2Error
+    with pytest.raises(Tr2Error) as e:
+        _stage_card(**{key: value})
+    assert str(e.value).startswith(says)
+
+
+def test_also_commands_run_the_named_side_and_mode(tmp_path):
+    card = _stage_card(floors=[], also=["cupy-again", "torch-reduce-overhead"])
+    p = method_b._paths(tmp_path, "tiny")
+    cupy = method_b.command(card, {"model": "tiny", "what": "also-cupy-again"}, p)
+    torch_ro = method_b.command(card, {"model": "tiny", "what": "also-torch-reduce-overhead"}, p)
+    assert cupy[cupy.index("--side") + 1] == "cupy" and "--mode" not in cupy
+    assert torch_ro[torch_ro.index("--side") + 1] == "torch" and torch_ro[torch_ro.index("--mode") + 1] == "reduce-overhead"
+    for cmd, name in ((cupy, "cupy-again"), (torch_ro, "torch-reduce-overhead")):
+        for flag in ("--no-tf32", "--init", "--batches"):
+            assert flag in cmd
+        assert cmd[cmd.index("--dropout") + 1] == "0"
+        assert cmd[cmd.index("--metrics") + 1] == str(p[f"also-{name}"])
+
+
+@pytest.mark.slow
+def test_stage_with_cupy_again_and_one_floor_on_the_cpu(tmp_path, one_torch_thread):
+    """The stage end to end on the tiny model: the NumPy side repeats itself to the bit (cupy-again 0),
+    the floor's unperturbed copy equals the trainer's torch run, and only the named runs ran."""
+    card = _stage_card(floors=["none"], also=["cupy-again"])
+    d = tmp_path / "res"
+    method_b.run(card, d)
+    s = method_b.summarize(d)
+    (m,) = s["models"]
+    assert set(m["runs"]) == {"init", "order", "torch", "cupy", "floor-none", "also-cupy-again"}
+    assert all(v == "ok" for v in m["runs"].values())
+    assert m["also"]["cupy-again"]["all_steps"]["max_rel"] == 0.0
+    assert m["floor_copy_vs_trainer"]["max_rel"] == 0.0
+    assert m["verdict"]["passed"] is True
+    import pandas as pd
+    rows = pd.read_csv(d / "method_b.csv")
+    assert list(rows.columns[-2:]) == ["cupy-again", "rel_cupy-again"] and len(rows) == 6
+    assert (rows["cupy-again"] == rows["cupy"]).all()
+    assert (d / "method_b.png").is_file()

@@ -1,7 +1,7 @@
 """Cards: one YAML mapping of every parameter a stage needs, checked strictly before any work.
 
-The schema is docs/architecture.md's "Cards". Every key is required, nothing else is allowed, and a
-bad card stops with one line naming the key (dotted path, e.g. `series.rounds`), the value and what
+The schema is docs/architecture.md's "Cards". Every key is required (but the two of OPTIONAL), nothing
+else is allowed, and a bad card stops with one line naming the key (dotted path, e.g. `series.rounds`), the value and what
 is allowed. The top-level keys are the notebooks' papermill parameters; `card_from_notebook` rebuilds
 the card from a notebook's globals after papermill's injection.
 """
@@ -49,6 +49,8 @@ SCHEMA = {
         "steps": "pos_int",
         "judge_steps": "judge_steps",
         "seed": "nonneg_int",
+        "floors": "floors",
+        "also": "also",
     },
     "families": {
         "steps": "pos_int",
@@ -57,6 +59,11 @@ SCHEMA = {
     },
 }
 CARD_KEYS = tuple(SCHEMA)
+# The only keys a card may leave out, with the value they take then: added after cards and results
+# folders existed, so that those still read as they were run (all three floors, no extra runs).
+OPTIONAL = {"method_b.floors": ["none", "once", "every"], "method_b.also": []}
+FLOOR_NAMES = ("none", "once", "every")  # tr2.method_b.FLOORS
+ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max-autotune")  # tr2.method_b.ALSO
 
 
 def _fail(key: str, value, allowed: str):
@@ -151,6 +158,16 @@ def _check(kind: str, key: str, value):
                 or not 0 <= value[0] < value[1]):
             _fail(key, value, "[first, last] steps, integers with 0 <= first < last")
         return list(value)
+    if kind in ("floors", "also"):
+        allowed = FLOOR_NAMES if kind == "floors" else ALSO_NAMES
+        if not isinstance(value, (list, tuple)):
+            _fail(key, value, f"a list (may be empty) of {' | '.join(allowed)}")
+        for v in value:
+            if not isinstance(v, str) or v not in allowed:
+                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: {' | '.join(allowed)}")
+        if len(set(value)) != len(value):
+            raise Tr2Error(f"{key}: {list(value)!r} lists a value twice; allowed: each value once")
+        return list(value)
     if kind == "judge_steps":
         if value is None:
             value = {}
@@ -176,6 +193,8 @@ def _check_mapping(schema: dict, d, prefix: str = "") -> dict:
         if k not in schema:
             raise Tr2Error(f"{prefix}{k}: unknown key; allowed keys{' of ' + where if prefix else ''}: {', '.join(schema)}")
     for k in schema:
+        if k not in d and prefix + k in OPTIONAL:
+            d = {**d, k: list(OPTIONAL[prefix + k])}
         if k not in d:
             raise Tr2Error(f"{prefix}{k}: missing; required keys{' of ' + where if prefix else ''}: {', '.join(schema)}")
     out = {}

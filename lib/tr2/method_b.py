@@ -13,7 +13,10 @@ Per model of the card:
    with every weight moved by one unit in the last place once at the start, and after every optimizer
    step as well. The move is `torch.nextafter` towards +inf or -inf, the direction drawn per element
    from a seeded generator (random ±1 ulp, `PERTURBATION`). The unperturbed copy is also set against
-   the trainer's own torch run (it should agree to the bit on one machine).
+   the trainer's own torch run (it should agree to the bit on one machine). The card's
+   `method_b.floors` names which of the three run (default all).
+5. `method_b.also` (default none): extra runs from the same start, each against its own side's run
+   (`ALSO`): the cupy side again, or the torch side in a compiled mode against eager.
 
 Verdict (`verdict`, a pure function): passes when the losses at step 0 agree within 1e-5 relative
 and each loss of steps 1..J within 1% relative (relative to the torch side's loss), with J the
@@ -44,6 +47,14 @@ STEP_REL = 1e-2
 PERTURBATION = ("every weight moved by exactly one unit in the last place (float32), towards +inf or -inf "
                 "at random per element (torch.nextafter; direction from a seeded torch.Generator)")
 FLOORS = ("none", "once", "every")
+# Extra runs from the same start (card key method_b.also), each set against its own side's run:
+# name -> (side, torch mode, the run it is compared with). cupy-again asks whether the cupy side is
+# bit-reproducible; torch-<mode> how far another PyTorch stack (the compiler's kernels, summing in
+# their own order) stands from eager.
+ALSO = {"cupy-again": ("cupy", None, "cupy"),
+        "torch-default": ("torch", "default", "torch"),
+        "torch-reduce-overhead": ("torch", "reduce-overhead", "torch"),
+        "torch-max-autotune": ("torch", "max-autotune", "torch")}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -235,10 +246,17 @@ def main(argv=None) -> int:
 # the stage
 # ----------------------------------------------------------------------------------------------------
 
+def _trained(card: dict) -> tuple:
+    """The names of the training runs of each model, in the order they run."""
+    b = card["method_b"]
+    return ("torch", "cupy", *(f"floor-{f}" for f in FLOORS if f in b["floors"]),
+            *(f"also-{a}" for a in ALSO if a in b["also"]))
+
+
 def plan(card: dict) -> list[dict]:
     runs = []
     for model in card["models"]:
-        for what in ("init", "order", "torch", "cupy", *(f"floor-{f}" for f in FLOORS)):
+        for what in ("init", "order", *_trained(card)):
             runs.append({"key": f"{model}/{what}", "model": model, "what": what})
     return runs
 
@@ -246,7 +264,8 @@ def plan(card: dict) -> list[dict]:
 def _paths(d: Path, model: str) -> dict:
     base = d / "runs" / model
     return {"init": base / "init.npz", "order": base / "order.npy", "base": base,
-            **{w: base / f"{w}.metrics.jsonl" for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS))}}
+            **{w: base / f"{w}.metrics.jsonl" for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS),
+                                                          *(f"also-{a}" for a in ALSO))}}
 
 
 def _common_args(card: dict, model: str, p: dict) -> list[str]:
@@ -270,6 +289,10 @@ def command(card: dict, r: dict, p: dict) -> list[str] | None:
         return trainer_command() + ["--side", "torch", "--mode", mode] + _common_args(card, model, p) + ["--metrics", str(p[what])]
     if what == "cupy":
         return trainer_command() + ["--side", "cupy"] + _common_args(card, model, p) + ["--metrics", str(p[what])]
+    if what.startswith("also-"):
+        side, also_mode, _ = ALSO[what[len("also-"):]]
+        cmd = trainer_command() + ["--side", side] + (["--mode", also_mode] if also_mode else [])
+        return cmd + _common_args(card, model, p) + ["--metrics", str(p[what])]
     perturb = what.split("-", 1)[1]
     return [sys.executable, "-m", "tr2.method_b", "floor", "--model", model, "--init", str(p["init"]),
             "--batches", str(p["order"]), "--steps", str(b["steps"]), "--seed", str(b["seed"]),
@@ -340,19 +363,27 @@ def table(results_dir, card=None) -> list[dict]:
     d = Path(results_dir)
     card = card or load_dir_card(d)
     runs = finished_keys(d / RUNS)
+    also = card["method_b"]["also"]
     rows = []
     for model in card["models"]:
-        L = {w: _losses(d, runs.get(f"{model}/{w}")) for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS))}
+        L = {w: _losses(d, runs.get(f"{model}/{w}")) for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS),
+                                                                *(f"also-{a}" for a in also))}
         for s in range(card["method_b"]["steps"] + 1):
             g = {w: L[w].get(s) for w in L}
             ref = g["floor-none"]
+            extra = {}
+            for a in also:
+                mine, theirs = g[f"also-{a}"], g[ALSO[a][2]]
+                extra[a] = mine
+                extra[f"rel_{a}"] = rel_diff(theirs, mine) if mine is not None and theirs is not None else None
             rows.append({"model": model, "step": s, "torch": g["torch"], "cupy": g["cupy"],
                          "rel_cupy": rel_diff(g["torch"], g["cupy"]) if g["torch"] is not None and g["cupy"] is not None else None,
                          "floor_none": ref, "floor_once": g["floor-once"], "floor_every": g["floor-every"],
                          "rel_once": rel_diff(ref, g["floor-once"]) if ref is not None and g["floor-once"] is not None else None,
                          "rel_every": rel_diff(ref, g["floor-every"]) if ref is not None and g["floor-every"] is not None else None,
                          "rel_none_vs_trainer": (rel_diff(g["torch"], ref)
-                                                 if ref is not None and g["torch"] is not None else None)})
+                                                 if ref is not None and g["torch"] is not None else None),
+                         **extra})
     return rows
 
 
@@ -372,8 +403,9 @@ def summarize(results_dir) -> dict:
     runs = finished_keys(d / RUNS)
     rows = table(d, card)
     buf = io.StringIO()
+    also = card["method_b"]["also"]
     fields = ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once", "floor_every", "rel_once",
-              "rel_every", "rel_none_vs_trainer"]
+              "rel_every", "rel_none_vs_trainer", *also, *(f"rel_{a}" for a in also)]
     w = csv.DictWriter(buf, fieldnames=fields)
     w.writeheader()
     for r in rows:
@@ -383,7 +415,7 @@ def summarize(results_dir) -> dict:
     models = []
     for model in card["models"]:
         status = {w: (runs[f"{model}/{w}"]["status"] if f"{model}/{w}" in runs else "missing")
-                  for w in ("init", "order", "torch", "cupy", *(f"floor-{f}" for f in FLOORS))}
+                  for w in ("init", "order", *_trained(card))}
         judge = card["method_b"]["judge_steps"].get(model)
         mrows = [r for r in rows if r["model"] == model]
         t = {r["step"]: r["torch"] for r in mrows if r["torch"] is not None}
@@ -406,6 +438,9 @@ def summarize(results_dir) -> dict:
                      "all_steps": _max_over(mrows, "rel_cupy", 1, steps)},
             "noise_floor": floor,
             "floor_copy_vs_trainer": _max_over(mrows, "rel_none_vs_trainer", 0, steps),
+            "also": {a: {"against": ALSO[a][2], "step0": _max_over(mrows, f"rel_{a}", 0, 0),
+                         "window": _max_over(mrows, f"rel_{a}", 1, last),
+                         "all_steps": _max_over(mrows, f"rel_{a}", 1, steps)} for a in also},
             "final_loss": {"torch": t.get(steps), "cupy": c.get(steps)},
         })
     judged = [m["verdict"].get("passed") for m in models]
@@ -417,6 +452,9 @@ def summarize(results_dir) -> dict:
         "perturbation": PERTURBATION,
         "noise_floor_runs": "the torch side's loop (tr2.method_b.train_floor) unperturbed, perturbed once at the start, "
                             "and perturbed after every optimizer step; differences relative to the unperturbed run",
+        "floors": card["method_b"]["floors"],
+        "also_runs": {a: f"the {ALSO[a][0]} side{' in mode ' + ALSO[a][1] if ALSO[a][1] else ''} from the same start "
+                         f"and batches, set against the stage's {ALSO[a][2]} run" for a in card["method_b"]["also"]},
         "passed": (None if any(p is None for p in judged) else all(judged)) if judged else None,
         "models": models,
         "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
@@ -451,11 +489,16 @@ def plot(results_dir, rows=None, card=None):
         ax.set_ylabel("training loss")
         ax.legend(fontsize=8)
         ax = axes[1][j]
+        also_lines = tuple((f"rel_{a}", f"{a} vs {ALSO[a][2]}", c)
+                           for a, c in zip(card["method_b"]["also"], ("tab:purple", "tab:brown", "tab:olive", "tab:cyan")))
         for key, label, color in (("rel_cupy", "cupy vs torch", "tab:orange"),
                                   ("rel_once", "torch ±1 ulp once vs torch", "tab:green"),
-                                  ("rel_every", "torch ±1 ulp every step vs torch", "tab:red")):
+                                  ("rel_every", "torch ±1 ulp every step vs torch", "tab:red"),
+                                  ("rel_none_vs_trainer", "torch vs torch (unperturbed rerun)", "tab:grey"),
+                                  *also_lines):
             # exact agreement (0) has no place on a log scale: the line breaks there (NaN)
-            pts = [(r["step"], r[key] if r[key] > 0 else math.nan) for r in mr if r[key] is not None and math.isfinite(r[key])]
+            pts = [(r["step"], r[key] if r[key] > 0 else math.nan) for r in mr
+                   if r.get(key) is not None and math.isfinite(r[key])]
             if pts:
                 ax.plot(*zip(*pts), label=label, color=color, lw=1, marker="." if len(pts) < 250 else None, ms=4)
         ax.axhline(STEP_REL, color="k", ls="--", lw=0.8, label="1% (steps 1..J)")
