@@ -28,11 +28,15 @@ def git_commit() -> dict:
         except Exception:
             return ""
         return p.stdout.strip() if p.returncode == 0 else ""
-    commit = git("rev-parse", "HEAD")
-    if not commit:  # the GPU machine gets the tree without .git: the caller names the commit
+    # The caller's word first: the GPU machine's copy of the tree may carry no .git, or a stale one
+    # (a run on 2026-11-29 recorded the commit before the one it ran).
+    named = os.environ.get("TR2_GIT_COMMIT", "").strip()
+    if named:
         dirty = os.environ.get("TR2_GIT_DIRTY", "").strip().lower()
-        return {"commit": os.environ.get("TR2_GIT_COMMIT"),
-                "dirty": {"true": True, "1": True, "false": False, "0": False}.get(dirty, "unknown")}
+        return {"commit": named, "dirty": {"true": True, "1": True, "false": False, "0": False}.get(dirty, "unknown")}
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {"commit": None, "dirty": "unknown"}
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": bool(status)}
 
