@@ -33,6 +33,10 @@ DEVICE = os.environ.get("TR2_BENCH_DEVICE", "cuda")
 MODEL_STANDIN = os.environ.get("TR2_BENCH_MODELS")
 # TR2_BENCH_SELECT=gpt2-medium/float16,nanogpt/bfloat16 limits the bench phase to those configurations.
 SELECT = {tuple(x.split("/")) for x in os.environ.get("TR2_BENCH_SELECT", "").split(",") if x}
+# TR2_BENCH_CUPY=eager,graph runs the cupy side without and with --cuda-graph (graph: not float16);
+# TR2_BENCH_TORCH_MODES=eager,default,reduce-overhead the torch modes (default: eager alone).
+CUPY_VARIANTS = [v for v in os.environ.get("TR2_BENCH_CUPY", "eager").split(",") if v]
+TORCH_MODES = [m for m in os.environ.get("TR2_BENCH_TORCH_MODES", "eager").split(",") if m]
 
 
 def train_cmd(side, model, dtype, steps, mode=None, hr=False, extra=()):
@@ -132,17 +136,21 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
             continue
         if SELECT and (model, dtype) not in SELECT:
             continue
-        for side in ("cupy", "torch"):
+        runs = [("cupy", v) for v in CUPY_VARIANTS if not (v == "graph" and dtype == "float16")]
+        runs += [("torch", m) for m in TORCH_MODES]
+        for side, variant in runs:
             left = deadline - time.monotonic()
             if left < 30:
-                table.append(f"bench: out of budget before {model} {dtype} {side}")
+                table.append(f"bench: out of budget before {model} {dtype} {side} {variant}")
                 return
             hr = side == "cupy" and dtype != "float32"
-            cmd = train_cmd(side, model, dtype, steps, mode="eager" if side == "torch" else None, hr=hr,
-                            extra=["--log-interval", "10"])
-            name = f"{model}-{dtype}-{side}"
+            graph = side == "cupy" and variant == "graph"
+            cmd = train_cmd(side, model, dtype, steps, mode=variant if side == "torch" else None, hr=hr,
+                            extra=["--log-interval", "10"] + (["--cuda-graph"] if graph else []))
+            name = f"{model}-{dtype}-{side}" + ("" if variant == "eager" and side == "cupy" else f"-{variant}")
             r = clock.run_clocked(cmd, d / f"{name}.log", timeout_s=left - 5, window=window)
-            rec = {"phase": "bench", "model": model, "dtype": dtype, "side": side, "mode": "eager" if side == "torch" else None,
+            rec = {"phase": "bench", "model": model, "dtype": dtype, "side": side,
+                   "mode": variant if side == "torch" else None, "cuda_graph": graph,
                    "half_roundings": hr, "steps": steps, "window": list(window),
                    **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes", "wall_s", "returncode")}}
             append_jsonl(out / "bench.jsonl", rec)
@@ -153,17 +161,19 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
 def bench_table(path: Path) -> list:
     """One line per model and type: both sides' clock times, their ratio and peak memory."""
     from tr2.results import read_jsonl
-    runs = {(r["model"], r["dtype"], r["side"]): r for r in read_jsonl(path)}
-    lines = [f"{'model':12} {'type':9} {'cupy ms':>9} {'torch ms':>9} {'ratio':>6} {'cupy GB':>8} {'torch GB':>8}"]
-    for (model, dtype, side), c in runs.items():
-        t = runs.get((model, dtype, "torch"))
-        if side != "cupy" or t is None:
-            continue
+    def variant(r):
+        return ("graph" if r.get("cuda_graph") else "eager") if r["side"] == "cupy" else (r.get("mode") or "eager")
+    runs = {(r["model"], r["dtype"], r["side"], variant(r)): r for r in read_jsonl(path)}
+    lines = [f"{'model':12} {'type':9} {'cupy':6} {'torch':15} {'cupy ms':>9} {'torch ms':>9} {'ratio':>6} "
+             f"{'cupy GB':>8} {'torch GB':>8}"]
+    pairs = [(k, c, runs[(k[0], k[1], "torch", m)], m) for k, c in runs.items() if k[2] == "cupy"
+             for (mm, dd, ss, m) in runs if (mm, dd, ss) == (k[0], k[1], "torch")]
+    for (model, dtype, _, cv), c, t, tm in pairs:
         ok = c.get("step_ms") and t.get("step_ms")
         ratio = f"{c['step_ms'] / t['step_ms']:.3f}" if ok else "-"
         gb = lambda r: f"{r['peak_bytes'] / 1e9:.2f}" if r.get("peak_bytes") else "-"
         ms = lambda r: f"{r['step_ms']:.2f}" if r.get("step_ms") else str(r.get("status"))
-        lines.append(f"{model:12} {dtype:9} {ms(c):>9} {ms(t):>9} "
+        lines.append(f"{model:12} {dtype:9} {cv:6} {tm:15} {ms(c):>9} {ms(t):>9} "
                      f"{ratio:>6} {gb(c):>8} {gb(t):>8}")
     return lines
 

@@ -7,7 +7,8 @@
 #   usage: bash scripts/gpu_check.sh [OUT]      (OUT defaults to $OUT, else ./gpu-check-out)
 #   TR2_GIT_COMMIT / TR2_GIT_DIRTY record the commit where .git does not travel with the tree;
 #   TR2_TRAIN_SMOKE=0 skips the trainings; TR2_OTHER_GPU_TESTS=0 skips the other GPU-marked tests (the
-#   sides' agreement on the CUDA backend, tests/test_sides_agree.py).
+#   sides' agreement on the CUDA backend, tests/test_sides_agree.py, and the CUDA graph's replay against
+#   the eager loop, tests/test_graph_gpu.py).
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/gpu-check-out}}
 mkdir -p "$OUT"
@@ -27,7 +28,7 @@ TR2_KERNEL_REPORT="$OUT/kernel_errors.json" timeout "${TR2_TEST_TIMEOUT:-300}" \
   --junitxml="$OUT/junit.xml" 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|error|^FAILED|^ERROR" | tail -40
 
 if [ "${TR2_OTHER_GPU_TESTS:-1}" = 1 ]; then
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_sides_agree.py \
+  timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_sides_agree.py tests/test_graph_gpu.py \
     >"$OUT/pytest_others.log" 2>&1
   echo "other GPU-marked tests: $(tail -1 "$OUT/pytest_others.log")"
 fi

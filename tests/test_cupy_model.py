@@ -16,7 +16,8 @@ from tr2 import train as tr2_train
 from tr2.cupy_side import train as cupy_train
 from tr2.cupy_side.backend import get_backend
 from tr2.cupy_side.model import GPT
-from tr2.cupy_side.optim import AdamW, LossScaler, clip_coefficient, optimizer_step
+from tr2.cupy_side import rng
+from tr2.cupy_side.optim import AdamW, LossScaler, apply_update, clip_coefficient, optimizer_step
 from tr2.models import load_model
 from tr2.schedule import get_lr
 from tr2.weights import init_numpy, param_shapes
@@ -81,6 +82,43 @@ def test_dropout_depends_on_step_and_is_off_in_evaluation():
     assert float(model.forward(X, Y, 4, training=False)) == float(plain.forward(X, Y, 4))
     with pytest.raises(RuntimeError):
         model.backward()  # an evaluation forward records nothing
+
+
+def test_step_counter_on_the_device_numbers_the_masks_as_the_step_argument():
+    """A captured step passes step=None and reads the counter set_step wrote: the same masks as step=s."""
+    cfg = small_cfg(dropout=0.2)
+    model = GPT(cfg, get_backend("cpu", "float64"), random_weights(cfg), seed=5)
+    X, Y = batch(cfg)
+    by_arg = [float(model.forward(X, Y, s)) for s in (3, 4)]
+    by_counter = []
+    for s in (3, 4):
+        model.set_step(s)
+        by_counter.append(float(model.forward(X, Y, None)))
+    assert by_counter == by_arg and by_arg[0] != by_arg[1]
+    assert int(model.step_counter[0]) == rng.site_offset(4, model.n_sites, 0)
+
+
+def test_split_optimizer_step_is_the_whole_step():
+    """set_lr (host values in) then apply_update (device work only) moves the weights as optimizer_step does."""
+    cfg = small_cfg(dropout=0.0)
+    w = random_weights(cfg)
+    be = get_backend("cpu", "float32")
+    X, Y = batch(cfg)
+    out = []
+    for split in (False, True):
+        model = GPT(cfg, be, w)
+        opt = AdamW(be, model.params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
+        for it in range(3):
+            model.forward(X, Y, it)
+            grads = model.backward()
+            if split:
+                opt.set_lr(1e-3 * (it + 1))
+                apply_update(be, opt, grads, 1.0)
+            else:
+                optimizer_step(be, opt, LossScaler(False), grads, 1e-3 * (it + 1), 1.0)
+        out.append({k: v.copy() for k, v in model.params.items()})
+    for k in out[0]:
+        assert np.array_equal(out[0][k], out[1][k]), k
 
 
 def test_loss_scale_multiplies_gradients():

@@ -32,6 +32,7 @@ class TrainArgs:
     eval_interval: int = 0
     eval_iters: int = 0
     half_roundings: bool = False
+    cuda_graph: bool = False
     metrics: Optional[str] = None
     log_interval: int = 10
 
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-interval", type=int, default=0, help="evaluate every K steps (0: never)")
     p.add_argument("--eval-iters", type=int, default=None, help="batches per split at each evaluation")
     p.add_argument("--half-roundings", action="store_true", help="cupy only: round as PyTorch does in the half types")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="cupy on cuda only: capture the training step once as a CUDA graph and replay it")
     p.add_argument("--metrics", default=None, help="append every step's loss and every evaluation as JSON lines")
     p.add_argument("--log-interval", type=int, default=10)
     return p
@@ -81,6 +84,11 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     _allowed("--mode", mode, MODES)
     if ns.half_roundings and ns.side != "cupy":
         raise Tr2Error("--half-roundings: given for side 'torch'; only --side cupy takes it (PyTorch always rounds)")
+    if ns.cuda_graph and ns.side != "cupy":
+        raise Tr2Error("--cuda-graph: given for side 'torch'; only --side cupy takes it (torch: --mode reduce-overhead)")
+    if ns.cuda_graph and ns.dtype == "float16":
+        raise Tr2Error("--cuda-graph: not built for --dtype float16 (its loss scaler reads the gradient norm on the "
+                       "host every step); allowed: float32 | bfloat16")
     if ns.half_roundings and ns.dtype == "float32":
         raise Tr2Error("--half-roundings: given with --dtype float32; allowed only with bfloat16 or float16")
     if ns.steps < 0:
@@ -98,12 +106,14 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     device = ns.device
     if device == "auto":
         device = "cuda" if cuda_available(ns.side) else "cpu"
+    if ns.cuda_graph and device != "cuda":
+        raise Tr2Error(f"--cuda-graph: the run is on the {device}; allowed only on cuda (a graph is a CUDA object)")
     from .models import load_model
     eval_iters = ns.eval_iters if ns.eval_iters is not None else load_model(ns.model).eval_iters
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,
                      dropout=ns.dropout, eval_interval=ns.eval_interval, eval_iters=eval_iters,
-                     half_roundings=ns.half_roundings, metrics=ns.metrics, log_interval=ns.log_interval)
+                     half_roundings=ns.half_roundings, cuda_graph=ns.cuda_graph, metrics=ns.metrics, log_interval=ns.log_interval)
 
 
 def cuda_available(side: str) -> bool:

@@ -37,6 +37,10 @@ class NumpyBackend:
         zeros(shape) -> array               float_dtype zeros
         peak_memory_bytes() -> int          the device allocator's peak (0 on the CPU)
 
+    Utilities: to_device(a, dtype=None), to_host(a), zeros(shape), write(dst, host) (host values into
+    an existing device array, in place: how per-step inputs reach buffers allocated once),
+    peak_memory_bytes().
+
     Operations (architecture.md's table; N = B*T rows; "array" = this backend's array type)
         embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C]) -> x[B,T,C]
         embedding_backward(dx[B,T,C], idx, dwte, dwpe) -> None          accumulates into dwte, dwpe
@@ -44,12 +48,12 @@ class NumpyBackend:
         layernorm_backward(dy, x, w, mean, rstd) -> (dx[N,C], dw[C])
         matmul_forward(x[N,K], w[M,K]) -> y[N,M]                        y = x @ w.T
         matmul_backward(dy[N,M], x, w) -> (dx[N,K], dw[M,K])
-        attention_forward(qkv[B,T,3C], n_head, p, seed, offset) -> (out[B,T,C], saved)
-        attention_backward(dout[B,T,C], qkv, saved, n_head, p, seed, offset) -> dqkv[B,T,3C]
+        attention_forward(qkv[B,T,3C], n_head, p, seed, offset, offset_add=None) -> (out[B,T,C], saved)
+        attention_backward(dout[B,T,C], qkv, saved, n_head, p, seed, offset, offset_add=None) -> dqkv[B,T,3C]
         gelu_forward(x) -> y                                            exact (erf) GELU
         gelu_backward(dy, x) -> dx
-        dropout_forward(x, p, seed, offset) -> y                        p == 0 returns x itself
-        dropout_backward(dy, p, seed, offset) -> dx
+        dropout_forward(x, p, seed, offset, offset_add=None) -> y       p == 0 returns x itself
+        dropout_backward(dy, p, seed, offset, offset_add=None) -> dx
         residual_forward(a, b) -> a + b                                 a fresh array
         residual_backward(dout) -> (da, db)                             both are dout itself
         cross_entropy_forward(logits[N,V], targets[N]) -> (loss 0-d, saved)
@@ -59,8 +63,10 @@ class NumpyBackend:
 
     `saved` is opaque to callers: whatever the backend's forward needs its backward to get back.
     Gradients returned are treated as read-only by callers (backward may return its input itself).
-    Dropout: p is a Python float, seed and offset Python ints (rng.py); the mask is regenerated in
-    backward. hyper is a float_dtype array [lr, beta1, beta2, eps, weight_decay, bias_corr1,
+    Dropout: p is a Python float, seed and offset Python ints (rng.py); offset_add, when given, a
+    uint64 [1] array on the device whose value is added to offset (mod 2^64) where the mask is drawn:
+    the step's part of the counter, written once per step (`write`), so that a captured step (a CUDA
+    graph) draws new masks at each replay. The mask is regenerated in backward. hyper is a float_dtype array [lr, beta1, beta2, eps, weight_decay, bias_corr1,
     bias_corr2, grad_scale] on the device.
     """
 
@@ -89,6 +95,13 @@ class NumpyBackend:
     def zeros(self, shape) -> np.ndarray:
         return np.zeros(shape, dtype=self.float_dtype)
 
+    def write(self, dst, host) -> None:
+        host = np.asarray(host)
+        if host.shape != dst.shape or host.dtype != dst.dtype:
+            raise ValueError(f"write: {host.dtype}{list(host.shape)} into {dst.dtype}{list(dst.shape)}; "
+                             "allowed: the destination's dtype and shape")
+        dst[...] = host
+
     def peak_memory_bytes(self) -> int:
         return 0
 
@@ -111,11 +124,11 @@ class NumpyBackend:
     def matmul_backward(self, dy, x, w):
         return matmul.backward(dy, x, w, self.prec)
 
-    def attention_forward(self, qkv, n_head, p, seed, offset):
-        return attention.forward(qkv, n_head, p, seed, offset, self.prec)
+    def attention_forward(self, qkv, n_head, p, seed, offset, offset_add=None):
+        return attention.forward(qkv, n_head, p, seed, _offset(offset, offset_add), self.prec)
 
-    def attention_backward(self, dout, qkv, saved, n_head, p, seed, offset):
-        return attention.backward(dout, qkv, saved, n_head, p, seed, offset, self.prec)
+    def attention_backward(self, dout, qkv, saved, n_head, p, seed, offset, offset_add=None):
+        return attention.backward(dout, qkv, saved, n_head, p, seed, _offset(offset, offset_add), self.prec)
 
     def gelu_forward(self, x):
         return gelu.forward(x)
@@ -123,11 +136,11 @@ class NumpyBackend:
     def gelu_backward(self, dy, x):
         return gelu.backward(dy, x)
 
-    def dropout_forward(self, x, p, seed, offset):
-        return dropout.forward(x, p, seed, offset)
+    def dropout_forward(self, x, p, seed, offset, offset_add=None):
+        return dropout.forward(x, p, seed, _offset(offset, offset_add))
 
-    def dropout_backward(self, dy, p, seed, offset):
-        return dropout.backward(dy, p, seed, offset)
+    def dropout_backward(self, dy, p, seed, offset, offset_add=None):
+        return dropout.backward(dy, p, seed, _offset(offset, offset_add))
 
     def residual_forward(self, a, b):
         return residual.forward(a, b)
@@ -146,6 +159,13 @@ class NumpyBackend:
 
     def global_norm(self, grads):
         return norm.global_norm(grads)
+
+
+def _offset(offset: int, offset_add) -> int:
+    """The counter where a site's draws start: offset + offset_add[0] mod 2^64, as the kernels add them."""
+    if offset_add is None:
+        return int(offset)
+    return (int(offset) + int(offset_add.reshape(-1)[0])) & 0xFFFFFFFFFFFFFFFF
 
 
 def get_backend(device: str, dtype: str, tf32: bool = True, half_roundings: bool = False):

@@ -13,9 +13,13 @@ This file does no array arithmetic of its own: all of it goes through the backen
 backend runs this same file.
 
 Dropout: each site of each step has its own counters (rng.py), so a step's masks are a function of
-(seed, step) only; forward(training=False) drops nothing and records nothing (evaluation).
+(seed, step) only; forward(training=False) drops nothing and records nothing (evaluation). The step's
+part of the counter lives on the device (`step_counter`, written by `set_step`) and the site's part is
+a constant, so the same launches, captured once in a CUDA graph, draw each step's masks at replay.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .. import Tr2Error
 from ..models import ModelConfig
@@ -43,10 +47,11 @@ class GPT:
                 raise Tr2Error(f"weights: {name} has shape {tuple(weights[name].shape)}, model {cfg.name} needs {shape}")
             self.params[name] = backend.to_device(weights[name])
         self.n_sites = rng.n_sites(cfg.n_layer)
+        self.step_counter = backend.to_device(np.zeros(1, dtype=np.uint64), dtype=np.uint64)
+        self._one = backend.to_device(1.0)  # backward's default dloss, allocated once
         self.tape = Tape(add=backend.residual_forward)
         self.grads: dict = {}
         self._loss = None
-        self._step = 0
         self._p = 0.0
 
     # ---- one helper per operation: run its forward, push its backward ----
@@ -75,12 +80,12 @@ class GPT:
         p = self._p
         if p == 0.0:
             return x
-        be = self.backend
-        offset = rng.site_offset(self._step, self.n_sites, site)
-        out = Node(be.dropout_forward(x.value, p, self.seed, offset))
+        be, step = self.backend, self.step_counter
+        offset = rng.site_offset(0, self.n_sites, site)
+        out = Node(be.dropout_forward(x.value, p, self.seed, offset, step))
 
         def backward():
-            self.tape.accumulate(x, be.dropout_backward(self.tape.take(out), p, self.seed, offset))
+            self.tape.accumulate(x, be.dropout_backward(self.tape.take(out), p, self.seed, offset, step))
         self.tape.push(backward)
         return out
 
@@ -108,15 +113,15 @@ class GPT:
         return out
 
     def _attention(self, qkv: Node, B: int, T: int, site: int) -> Node:
-        be, H, p, seed = self.backend, self.cfg.n_head, self._p, self.seed
-        offset = rng.site_offset(self._step, self.n_sites, site)
+        be, H, p, seed, step = self.backend, self.cfg.n_head, self._p, self.seed, self.step_counter
+        offset = rng.site_offset(0, self.n_sites, site)
         qkv3 = qkv.value.reshape(B, T, -1)
-        y, saved = be.attention_forward(qkv3, H, p, seed, offset)
+        y, saved = be.attention_forward(qkv3, H, p, seed, offset, step)
         out = Node(y.reshape(B * T, -1))
 
         def backward():
             dout = self.tape.take(out).reshape(B, T, -1)
-            dqkv = be.attention_backward(dout, qkv3, saved, H, p, seed, offset)
+            dqkv = be.attention_backward(dout, qkv3, saved, H, p, seed, offset, step)
             self.tape.accumulate(qkv, dqkv.reshape(B * T, -1))
         self.tape.push(backward)
         return out
@@ -154,10 +159,15 @@ class GPT:
 
     # ---- the model ----
 
-    def forward(self, idx, targets, step: int, training: bool = True):
+    def set_step(self, step: int) -> None:
+        """Number the next training forward's dropout masks (host -> device: outside a captured graph)."""
+        self.backend.write(self.step_counter, np.array([rng.site_offset(step, self.n_sites, 0)], dtype=np.uint64))
+
+    def forward(self, idx, targets, step, training: bool = True):
         """idx, targets: int64 [B, T] on the backend. Returns the mean loss (a 0-d backend array).
 
-        step numbers the dropout masks (rng.site_offset); training=False turns dropout off and records
+        step numbers the dropout masks (rng.site_offset); None keeps the number set_step wrote (a
+        captured step writes nothing to the device). training=False turns dropout off and records
         nothing for backward (evaluation).
         """
         cfg = self.cfg
@@ -165,7 +175,9 @@ class GPT:
         if T > cfg.block_size:
             raise ValueError(f"sequence of length {T} exceeds block_size {cfg.block_size}")
         self.tape.start(recording=training)
-        self._step, self._p = step, (cfg.dropout if training else 0.0)
+        self._p = cfg.dropout if training else 0.0
+        if self._p > 0.0 and step is not None:
+            self.set_step(step)
 
         x = self._embedding(idx)
         x = self._dropout(x, rng.SITE_EMBEDDING)
@@ -195,7 +207,7 @@ class GPT:
         if self._loss is None:
             raise RuntimeError("backward() needs a forward(..., training=True) before it")
         if dloss is None:
-            dloss = self.backend.to_device(1.0)
+            dloss = self._one
         self.grads = {}
         self.tape.backward(self._loss, dloss)
         self._loss = None

@@ -8,8 +8,11 @@
   is skipped and halves the scale; 2000 finite steps in a row double it. The gradients are unscaled
   (grad_scale gets 1/scale) before the norm is clipped, as train.py calls scaler.unscale_ first.
 
-Per-step scalars travel to adamw_update in a device array (`hyper`), and the clip coefficient is
-computed on the device from the norm, so that without float16 nothing here waits for the device.
+Per-step scalars travel to adamw_update in a device array (`hyper`, allocated once), and the clip
+coefficient is computed on the device from the norm, so that without float16 nothing here waits for
+the device. A step splits in two: `AdamW.set_lr` writes the step's host values (learning rate, bias
+corrections) into `hyper`, and `apply_update` is device work only (norm, clip, AdamW): a CUDA graph
+can hold the second and the host runs the first before each replay.
 """
 from __future__ import annotations
 
@@ -29,16 +32,25 @@ class AdamW:
         self.beta1, self.beta2 = betas
         self.eps, self.weight_decay = eps, weight_decay
         self.t = 0  # updates done (torch's state['step']); a skipped step does not count
+        self.hyper = backend.zeros((8,))
 
-    def step(self, grads: dict, lr: float, grad_scale=1.0) -> None:
-        """One update with g = grads * grad_scale (a Python float or a 0-d backend array)."""
-        be = self.backend
+    def set_lr(self, lr: float) -> None:
+        """Before an update: count it, and write lr and the bias corrections into hyper (host -> device)."""
         self.t += 1
         host = np.array([lr, self.beta1, self.beta2, self.eps, self.weight_decay,
-                         1.0 - self.beta1 ** self.t, 1.0 - self.beta2 ** self.t, 0.0], dtype=be.float_dtype)
-        hyper = be.to_device(host)
-        hyper[7] = grad_scale  # stays on the device when grad_scale is a device scalar
-        be.adamw_update(self.params, [grads[n] for n in self.names], self.ms, self.vs, hyper)
+                         1.0 - self.beta1 ** self.t, 1.0 - self.beta2 ** self.t, 1.0], dtype=self.backend.float_dtype)
+        self.backend.write(self.hyper, host)
+
+    def apply(self, grads: dict, grad_scale=1.0) -> None:
+        """The update set_lr prepared, with g = grads * grad_scale (a Python float or a 0-d backend array
+        that stays on the device)."""
+        self.hyper[7] = grad_scale
+        self.backend.adamw_update(self.params, [grads[n] for n in self.names], self.ms, self.vs, self.hyper)
+
+    def step(self, grads: dict, lr: float, grad_scale=1.0) -> None:
+        """One update with g = grads * grad_scale."""
+        self.set_lr(lr)
+        self.apply(grads, grad_scale)
 
 
 class LossScaler:
@@ -70,7 +82,7 @@ def clip_coefficient(backend, norm, max_norm: float):
     xp = backend.xp
     dt = backend.float_dtype.type
     if max_norm == 0.0:
-        return xp.asarray(dt(1.0))
+        return xp.full((), dt(1.0), dtype=backend.float_dtype)  # a fill, not a host copy: capturable
     return xp.minimum(dt(1.0), dt(max_norm) / (norm + dt(CLIP_EPS)))
 
 
@@ -82,7 +94,6 @@ def optimizer_step(backend, optimizer: AdamW, scaler: LossScaler, grads: dict, l
     overflow), True otherwise. Overflow is read from the global norm: it is finite exactly when every
     gradient is (short of squares overflowing float32, far above any real gradient).
     """
-    xp = backend.xp
     dt = backend.float_dtype.type
     inv_scale = dt(1.0 / scaler.scale)
     need_norm = grad_clip != 0.0 or scaler.enabled
@@ -92,6 +103,22 @@ def optimizer_step(backend, optimizer: AdamW, scaler: LossScaler, grads: dict, l
         scaler.update(found_inf)
         if found_inf:
             return False
-    grad_scale = clip_coefficient(backend, norm, grad_clip) * inv_scale if grad_clip != 0.0 else xp.asarray(inv_scale)
-    optimizer.step(grads, lr, grad_scale)
+    optimizer.set_lr(lr)
+    apply_update(backend, optimizer, grads, grad_clip, inv_scale, norm)
     return True
+
+
+def apply_update(backend, optimizer: AdamW, grads: dict, grad_clip: float, inv_scale=1.0, norm=None) -> None:
+    """The device part of a step after backward: the clip coefficient from the global norm (computed
+    here unless given, already unscaled) and AdamW from the hyper set_lr wrote. No host <-> device
+    traffic and no wait: a captured CUDA graph can hold it (tr2.cupy_side.gpu.graph)."""
+    xp = backend.xp
+    dt = backend.float_dtype.type
+    inv_scale = dt(inv_scale)
+    if grad_clip != 0.0:
+        if norm is None:
+            norm = backend.global_norm(list(grads.values())) * inv_scale
+        grad_scale = clip_coefficient(backend, norm, grad_clip) * inv_scale
+    else:
+        grad_scale = xp.full((), inv_scale, dtype=backend.float_dtype)
+    optimizer.apply(grads, grad_scale)

@@ -8,8 +8,16 @@ backward, unscale and clip, AdamW, and the loss scaler's update (float16 only).
 Weights: --init's file, else tr2.weights.init_numpy(cfg, seed); --save-init writes them before
 training. Batches: tr2.data.BatchSource (the recorded order with --batches). The loss is read to the
 host, which waits for the device, on the steps the log prints and on every step with --metrics.
+
+--cuda-graph (float32 and bfloat16 on a GPU): iterations 0 and 1 run eagerly in the graph's own memory
+pool (gpu/graph.py says why two), iteration 2 captures forward, backward, clip and AdamW once, and
+every iteration from 2 on replays it. Before each, the host writes the step's inputs into buffers
+allocated once: the batch, the dropout step counter (model.set_step), lr and the bias corrections
+(AdamW.set_lr). Same kernels, same order, same arithmetic as the eager loop.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
@@ -21,7 +29,7 @@ from ..trainlog import TrainLog, oom_line, peak_line
 from ..weights import init_numpy, load_weights, save_weights
 from .backend import get_backend
 from .model import GPT
-from .optim import AdamW, LossScaler, optimizer_step
+from .optim import AdamW, LossScaler, apply_update, optimizer_step
 
 
 def _oom_errors(device: str) -> tuple:
@@ -80,27 +88,81 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
         return out
 
     read_every_step = log.metrics is not None
-    X, Y = to_device(batches.train_batch(0))
+    graph = _TrainStepGraph(backend, model, optimizer, cfg) if args.cuda_graph else None
+    if graph is not None:
+        log.say("cuda graph: iterations 0 and 1 eager in the graph's pool, 2 captured, every later one replayed")
+        backend.synchronize()  # the weights were copied on the default stream; from here all runs on the graph's
+    X, Y = batches.train_batch(0) if graph is not None else to_device(batches.train_batch(0))
     log.start()
-    for it in range(args.steps + 1):
-        lr = get_lr(it, cfg)
+    with graph.stream if graph is not None else contextlib.nullcontext():
+        for it in range(args.steps + 1):
+            lr = get_lr(it, cfg)
 
-        if args.eval_interval > 0 and it % args.eval_interval == 0:
-            paused = log.pause_clock()
-            losses = estimate_loss()
-            log.evaluation(it, losses["train"], losses["val"])
-            log.resume_clock(paused)
+            if args.eval_interval > 0 and it % args.eval_interval == 0:
+                paused = log.pause_clock()
+                losses = estimate_loss()
+                log.evaluation(it, losses["train"], losses["val"])
+                log.resume_clock(paused)
 
-        loss = model.forward(X, Y, step=it, training=True)
-        if it < args.steps:  # as nanoGPT: the next batch while the device runs the forward
-            X, Y = to_device(batches.train_batch(it + 1))
-        dloss = backend.to_device(scaler.scale) if scaler.enabled else None
-        grads = model.backward(dloss)
-        optimizer_step(backend, optimizer, scaler, grads, lr, cfg.grad_clip)
+            if graph is not None:
+                loss = None  # the last step's output released first: each step starts from the same pool state
+                loss = graph.step(it, X, Y, lr)
+                if it < args.steps:  # the next batch on the host while the device runs this step
+                    X, Y = batches.train_batch(it + 1)
+            else:
+                loss = model.forward(X, Y, step=it, training=True)
+                if it < args.steps:  # as nanoGPT: the next batch while the device runs the forward
+                    X, Y = to_device(batches.train_batch(it + 1))
+                dloss = backend.to_device(scaler.scale) if scaler.enabled else None
+                grads = model.backward(dloss)
+                optimizer_step(backend, optimizer, scaler, grads, lr, cfg.grad_clip)
 
-        printed = log.wants_line(it)
-        if printed or read_every_step:
-            log.loss(it, read(loss), printed)
+            printed = log.wants_line(it)
+            if printed or read_every_step:
+                log.loss(it, read(loss), printed)
 
-    log.say(peak_line(backend.peak_memory_bytes()))
+    # with a graph, its pool (activations and gradients, reserved bytes) adds to the default pool's peak
+    log.say(peak_line(backend.peak_memory_bytes() + (graph.graph_pool_bytes() if graph is not None else 0)))
     return 0
+
+
+class _TrainStepGraph:
+    """The eager-warm-up, capture, replay sequence of --cuda-graph around the model's step."""
+
+    WARMUP = 2
+
+    def __init__(self, backend, model, optimizer, cfg):
+        from .gpu.graph import StepGraph
+        self.backend, self.model, self.optimizer = backend, model, optimizer
+        shape = (cfg.batch_size, cfg.block_size)
+        self.X = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
+        self.Y = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
+        self.grad_clip = cfg.grad_clip
+        self.graph = StepGraph(self._body)
+        self.stream = self.graph.stream
+        self.done = 0
+
+    def _body(self):
+        loss = self.model.forward(self.X, self.Y, step=None, training=True)
+        grads = self.model.backward()
+        apply_update(self.backend, self.optimizer, grads, self.grad_clip)
+        self.model.grads = {}  # nothing of this step stays referenced: the pool's state repeats exactly
+        return loss
+
+    def step(self, it: int, X, Y, lr: float):
+        be = self.backend
+        be.write(self.X, X)
+        be.write(self.Y, Y)
+        self.model.set_step(it)
+        self.optimizer.set_lr(lr)
+        if self.done < self.WARMUP:
+            loss = self.graph.warmup()
+        else:
+            if self.graph.graph is None:
+                self.graph.capture()
+            loss = self.graph.replay()
+        self.done += 1
+        return loss
+
+    def graph_pool_bytes(self) -> int:
+        return self.graph.pool_bytes()

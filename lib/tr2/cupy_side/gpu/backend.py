@@ -39,6 +39,15 @@ def _f32(a) -> "cp.ndarray":
     return a if a.flags.c_contiguous else cp.ascontiguousarray(a)
 
 
+def _u64(a):
+    """offset_add: None, or a uint64 device array whose first element the kernels add to the offset."""
+    if a is None:
+        return None
+    if not (isinstance(a, cp.ndarray) and a.dtype == np.uint64 and a.size >= 1 and a.flags.c_contiguous):
+        raise ValueError("offset_add: a C-contiguous uint64 CuPy array of one element, or None")
+    return a
+
+
 def _i64(a) -> "cp.ndarray":
     if not isinstance(a, cp.ndarray):
         a = cp.asarray(a, dtype=np.int64)
@@ -82,6 +91,13 @@ class CudaBackend:
     def zeros(self, shape) -> "cp.ndarray":
         return cp.zeros(shape, dtype=self.float_dtype)
 
+    def write(self, dst, host) -> None:
+        host = np.ascontiguousarray(host)
+        if host.shape != dst.shape or host.dtype != dst.dtype:
+            raise ValueError(f"write: {host.dtype}{list(host.shape)} into {dst.dtype}{list(dst.shape)}; "
+                             "allowed: the destination's dtype and shape")
+        dst.set(host)  # an ordered copy on the current stream: after the work already queued there
+
     def peak_memory_bytes(self) -> int:
         """Peak bytes in use in CuPy's memory pool since this process installed the tracker."""
         return self._peak.peak_bytes()
@@ -112,12 +128,13 @@ class CudaBackend:
     def matmul_backward(self, dy, x, w):
         return _matmul.backward(self.ctx, _f32(dy), _f32(x), _f32(w))
 
-    def attention_forward(self, qkv, n_head, p, seed, offset):
-        return _attention.forward(self.ctx, _f32(qkv), int(n_head), float(p), int(seed), int(offset))
+    def attention_forward(self, qkv, n_head, p, seed, offset, offset_add=None):
+        return _attention.forward(self.ctx, _f32(qkv), int(n_head), float(p), int(seed), int(offset),
+                                  _u64(offset_add))
 
-    def attention_backward(self, dout, qkv, saved, n_head, p, seed, offset):
+    def attention_backward(self, dout, qkv, saved, n_head, p, seed, offset, offset_add=None):
         return _attention.backward(self.ctx, _f32(dout), _f32(qkv), saved, int(n_head), float(p), int(seed),
-                                   int(offset))
+                                   int(offset), _u64(offset_add))
 
     def gelu_forward(self, x):
         return _gelu.forward(_f32(x))
@@ -125,15 +142,15 @@ class CudaBackend:
     def gelu_backward(self, dy, x):
         return _gelu.backward(_f32(dy), _f32(x))
 
-    def dropout_forward(self, x, p, seed, offset):
+    def dropout_forward(self, x, p, seed, offset, offset_add=None):
         if p == 0.0:
             return x
-        return _dropout.forward(_f32(x), float(p), int(seed), int(offset))
+        return _dropout.forward(_f32(x), float(p), int(seed), int(offset), _u64(offset_add))
 
-    def dropout_backward(self, dy, p, seed, offset):
+    def dropout_backward(self, dy, p, seed, offset, offset_add=None):
         if p == 0.0:
             return dy
-        return _dropout.backward(_f32(dy), float(p), int(seed), int(offset))
+        return _dropout.backward(_f32(dy), float(p), int(seed), int(offset), _u64(offset_add))
 
     def residual_forward(self, a, b):
         return _residual.forward(_f32(a), _f32(b))

@@ -143,6 +143,10 @@ class Cublas:
         ptr = self._cp.cuda.get_current_stream().ptr
         if ptr != self._stream:
             self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(ptr)), "cublasSetStream")
+            # cublasSetStream puts the handle back on cuBLAS's own workspace pool (cuBLAS documentation):
+            # ours again, so that no product allocates, inside a captured graph least of all.
+            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace.data.ptr),
+                                                       WORKSPACE_BYTES), "cublasSetWorkspace")
             self._stream = ptr
 
     def _scalars(self, compute: int, alpha: float, beta: float):

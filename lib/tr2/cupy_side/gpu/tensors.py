@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
+from ... import Tr2Error
+
 CHUNK = 4096          # elements per block
 THREADS = 256
 
@@ -18,6 +20,11 @@ class TensorTable:
 
 
 _cache: dict[tuple, TensorTable] = {}
+
+
+def _capturing() -> bool:
+    stream = cp.cuda.get_current_stream()
+    return bool(stream.is_capturing()) if hasattr(stream, "is_capturing") else False
 
 
 def _ptr(a) -> int:
@@ -39,6 +46,10 @@ def table_for(params, grads, ms=None, vs=None) -> TensorTable:
     key = tuple(rows)
     t = _cache.get(key)
     if t is None:
+        if _capturing():
+            raise Tr2Error("a multi-tensor table would be built inside a CUDA graph capture (a host copy the "
+                           "graph cannot repeat): the warm-up before the capture did not allocate the same "
+                           "gradient buffers; see tr2.cupy_side.gpu.graph")
         chunk_tensor, chunk_start = [], []
         for i, r in enumerate(rows):
             for s in range(0, r[4], CHUNK):

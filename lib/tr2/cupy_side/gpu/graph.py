@@ -1,0 +1,65 @@
+"""A training step captured once as a CUDA graph and replayed every step after.
+
+`body()` must issue device work only: no host <-> device copy, no wait, no new kernel compiled. Its
+inputs (the batch, the learning rate and bias corrections, the dropout step counter) live in buffers
+allocated once, which the caller rewrites (`backend.write`, ordered on this stream) before each replay;
+its products go through gpu/blas.py, whose ctypes cuBLAS calls can be captured (CuPy's own cuBLAS
+bindings refuse capture).
+
+Memory: the step allocates from a pool of its own, as PyTorch's graphs do. `warmup()` runs the body
+eagerly in that pool (a real training step: kernels compiled, the multi-tensor tables built, the
+pool's blocks cut); `capture()` then records the same sequence of allocations, which the pool serves
+from the same blocks, so the tables built in warm-up (tensors.py, keyed by device addresses) are
+found again and nothing is copied from the host inside the capture. After capture nothing else
+allocates from that pool, so the addresses baked into the graph stay the graph's.
+
+Everything, the caller's writes included, runs on `self.stream`: a graph cannot be captured on the
+legacy default stream, and one stream orders each replay after the writes before it.
+"""
+from __future__ import annotations
+
+import cupy as cp
+
+from . import tensors
+
+
+class StepGraph:
+    def __init__(self, body):
+        self.body = body
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.pool = cp.cuda.MemoryPool()
+        self.graph = None
+        self.out = None
+        self._tables = []
+
+    def warmup(self):
+        """The body run eagerly on the graph's stream and pool; returns what it returns."""
+        with self.stream, cp.cuda.using_allocator(self.pool.malloc):
+            return self.body()
+
+    def capture(self) -> None:
+        """Record the body once (nothing runs); the outputs it returned stay valid across replays."""
+        if self.graph is not None:
+            raise RuntimeError("capture: this step is captured already")
+        with self.stream, cp.cuda.using_allocator(self.pool.malloc):
+            self.stream.begin_capture()
+            try:
+                out = self.body()
+            except BaseException:
+                self.stream.end_capture()  # leave the stream out of capture mode; the graph is dropped
+                raise
+            self.graph = self.stream.end_capture()
+        self.out = out
+        # The tables the graph's kernels read must outlive any clearing of the cache.
+        self._tables = list(tensors._cache.values())
+
+    def replay(self):
+        """Launch the captured step on the stream; returns the outputs of capture (rewritten in place)."""
+        if self.graph is None:
+            raise RuntimeError("replay: capture() first")
+        self.graph.launch(self.stream)
+        return self.out
+
+    def pool_bytes(self) -> int:
+        """Bytes the graph's pool holds (its activations and gradients), for the peak memory line."""
+        return int(self.pool.total_bytes())
