@@ -9,9 +9,9 @@ Weights: --init's file, else tr2.weights.init_numpy(cfg, seed); --save-init writ
 training. Batches: tr2.data.BatchSource (the recorded order with --batches). The loss is read to the
 host, which waits for the device, on the steps the log prints and on every step with --metrics.
 
---cuda-graph (float32 and bfloat16 on a GPU): iterations 0 and 1 run eagerly in the graph's own memory
-pool (gpu/graph.py says why two), iteration 2 captures forward, backward, clip and AdamW once, and
-every iteration from 2 on replays it. Before each, the host writes the step's inputs into buffers
+--cuda-graph (float32 and bfloat16 on a GPU): iteration 0 runs eagerly in the graph's own memory pool
+(the warm-up), iteration 1 captures forward, backward, clip and AdamW once, and every iteration from 1
+on replays it. Before each, the host writes the step's inputs into buffers
 allocated once: the batch, the dropout step counter (model.set_step), lr and the bias corrections
 (AdamW.set_lr). Same kernels, same order, same arithmetic as the eager loop.
 """
@@ -90,7 +90,7 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
     read_every_step = log.metrics is not None
     graph = _TrainStepGraph(backend, model, optimizer, cfg) if args.cuda_graph else None
     if graph is not None:
-        log.say("cuda graph: iterations 0 and 1 eager in the graph's pool, 2 captured, every later one replayed")
+        log.say("cuda graph: iteration 0 eager in the graph's pool, 1 captured, it and every later one replayed")
         backend.synchronize()  # the weights were copied on the default stream; from here all runs on the graph's
     X, Y = batches.train_batch(0) if graph is not None else to_device(batches.train_batch(0))
     log.start()
@@ -105,7 +105,6 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
                 log.resume_clock(paused)
 
             if graph is not None:
-                loss = None  # the last step's output released first: each step starts from the same pool state
                 loss = graph.step(it, X, Y, lr)
                 if it < args.steps:  # the next batch on the host while the device runs this step
                     X, Y = batches.train_batch(it + 1)
@@ -129,7 +128,7 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
 class _TrainStepGraph:
     """The eager-warm-up, capture, replay sequence of --cuda-graph around the model's step."""
 
-    WARMUP = 2
+    WARMUP = 1
 
     def __init__(self, backend, model, optimizer, cfg):
         from .gpu.graph import StepGraph
@@ -146,7 +145,7 @@ class _TrainStepGraph:
         loss = self.model.forward(self.X, self.Y, step=None, training=True)
         grads = self.model.backward()
         apply_update(self.backend, self.optimizer, grads, self.grad_clip)
-        self.model.grads = {}  # nothing of this step stays referenced: the pool's state repeats exactly
+        self.model.grads = {}  # the step's buffers go back to the graph's pool, for the next step's eager use
         return loss
 
     def step(self, it: int, X, Y, lr: float):

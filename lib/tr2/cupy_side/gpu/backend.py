@@ -96,7 +96,8 @@ class CudaBackend:
         if host.shape != dst.shape or host.dtype != dst.dtype:
             raise ValueError(f"write: {host.dtype}{list(host.shape)} into {dst.dtype}{list(dst.shape)}; "
                              "allowed: the destination's dtype and shape")
-        dst.set(host)  # an ordered copy on the current stream: after the work already queued there
+        # on the current stream: after the work queued there (a graph's replay reading dst), before the next
+        dst.set(host, stream=cp.cuda.get_current_stream())
 
     def peak_memory_bytes(self) -> int:
         """Peak bytes in use in CuPy's memory pool since this process installed the tracker."""

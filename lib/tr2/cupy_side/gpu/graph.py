@@ -7,11 +7,12 @@ its products go through gpu/blas.py, whose ctypes cuBLAS calls can be captured (
 bindings refuse capture).
 
 Memory: the step allocates from a pool of its own, as PyTorch's graphs do. `warmup()` runs the body
-eagerly in that pool (a real training step: kernels compiled, the multi-tensor tables built, the
-pool's blocks cut); `capture()` then records the same sequence of allocations, which the pool serves
-from the same blocks, so the tables built in warm-up (tensors.py, keyed by device addresses) are
-found again and nothing is copied from the host inside the capture. After capture nothing else
-allocates from that pool, so the addresses baked into the graph stay the graph's.
+eagerly in that pool (a real training step: kernels compiled, cuBLAS's choices made, the pool grown);
+`capture()` records it once. The multi-tensor tables (tensors.py) of the capture's gradient buffers
+are copied from page-locked memory, a copy the graph holds and repeats. After capture nothing else
+allocates from that pool, so the addresses baked into the graph stay the graph's. (A first version
+counted on the pool serving the capture the warm-up's addresses again; on the H200 it did not, and
+the capture stopped with an error rather than record a stale table.)
 
 Everything, the caller's writes included, runs on `self.stream`: a graph cannot be captured on the
 legacy default stream, and one stream orders each replay after the writes before it.

@@ -2,29 +2,38 @@
 
 table [n_tensors, 6] u64 = (param, grad, m, v, numel, decay flag); chunk_tensor / chunk_start map each
 block to one chunk of one tensor. Built once per list of buffers (keyed by their device addresses) and
-kept: the step replays the same table, as a CUDA graph would."""
+kept: the step replays the same table, as a CUDA graph would.
+
+The host rows reach the device from page-locked memory by an asynchronous copy on the current stream:
+inside a CUDA graph capture (gpu/graph.py) that copy is legal and becomes a node of the graph, which
+copies the same rows again at each replay (the table keeps its page-locked source alive for that);
+a plain host copy there would be refused."""
 from __future__ import annotations
 
 import numpy as np
 import cupy as cp
-
-from ... import Tr2Error
+import cupyx
 
 CHUNK = 4096          # elements per block
 THREADS = 256
 
 
 class TensorTable:
-    def __init__(self, table, chunk_tensor, chunk_start, n_blocks):
+    def __init__(self, table, chunk_tensor, chunk_start, n_blocks, sources=()):
         self.table, self.chunk_tensor, self.chunk_start, self.n_blocks = table, chunk_tensor, chunk_start, n_blocks
+        self.sources = sources  # the page-locked host arrays a captured copy reads at every replay
+
+
+def _to_device(host: np.ndarray):
+    """(device copy, its page-locked source): an asynchronous copy on the current stream."""
+    pinned = cupyx.empty_pinned(host.shape, dtype=host.dtype)
+    pinned[...] = host
+    dev = cp.empty(host.shape, dtype=host.dtype)
+    dev.set(pinned, stream=cp.cuda.get_current_stream())
+    return dev, pinned
 
 
 _cache: dict[tuple, TensorTable] = {}
-
-
-def _capturing() -> bool:
-    stream = cp.cuda.get_current_stream()
-    return bool(stream.is_capturing()) if hasattr(stream, "is_capturing") else False
 
 
 def _ptr(a) -> int:
@@ -46,18 +55,15 @@ def table_for(params, grads, ms=None, vs=None) -> TensorTable:
     key = tuple(rows)
     t = _cache.get(key)
     if t is None:
-        if _capturing():
-            raise Tr2Error("a multi-tensor table would be built inside a CUDA graph capture (a host copy the "
-                           "graph cannot repeat): the warm-up before the capture did not allocate the same "
-                           "gradient buffers; see tr2.cupy_side.gpu.graph")
         chunk_tensor, chunk_start = [], []
         for i, r in enumerate(rows):
             for s in range(0, r[4], CHUNK):
                 chunk_tensor.append(i)
                 chunk_start.append(s)
-        t = TensorTable(cp.asarray(np.array(rows, dtype=np.uint64).reshape(-1, 6)),
-                        cp.asarray(np.array(chunk_tensor, dtype=np.int32)),
-                        cp.asarray(np.array(chunk_start, dtype=np.int64)), len(chunk_tensor))
+        (table, a), (ct, b), (cs, c) = (_to_device(np.array(rows, dtype=np.uint64).reshape(-1, 6)),
+                                        _to_device(np.array(chunk_tensor, dtype=np.int32)),
+                                        _to_device(np.array(chunk_start, dtype=np.int64)))
+        t = TensorTable(table, ct, cs, len(chunk_tensor), (a, b, c))
         if len(_cache) > 64:
             _cache.clear()
         _cache[key] = t
