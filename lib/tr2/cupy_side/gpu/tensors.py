@@ -29,7 +29,10 @@ def _to_device(host: np.ndarray):
     pinned = cupyx.empty_pinned(host.shape, dtype=host.dtype)
     pinned[...] = host
     dev = cp.empty(host.shape, dtype=host.dtype)
-    dev.set(pinned, stream=cp.cuda.get_current_stream())
+    # The runtime's call, not ndarray.set: CuPy refuses every host-to-device copy while a stream captures,
+    # though CUDA captures one from page-locked memory.
+    cp.cuda.runtime.memcpyAsync(dev.data.ptr, pinned.ctypes.data, host.nbytes, cp.cuda.runtime.memcpyHostToDevice,
+                                cp.cuda.get_current_stream().ptr)
     return dev, pinned
 
 
