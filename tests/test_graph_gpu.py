@@ -3,12 +3,14 @@
 The CPU counterpart of what the graph relies on is in tests/test_cupy_model.py: the device step counter
 numbers the dropout masks as the step argument does, and set_lr + apply_update is optimizer_step.
 
-Tolerance: each step's loss within 1e-6 relative of the eager run's, steps 0..30. Not bit-equality:
-the embedding backward adds into dwte with float atomics, so two eager runs already differ in the
-last bits after a few steps (results/method_b-20261129-100402-h200-methodb-nanogpt-stacks: the cupy
-side against itself 6.7e-8 at step 3, at most 9.4e-8 through step 40). A replay that read a stale
-input would miss by far more: another batch changes the loss by percents, another dropout mask
-(p = 0.2) by about 1e-2, and the step's learning rate moves the next loss by about 1e-3.
+Tolerance: each step's loss within 1e-4 relative of the eager run's, steps 0..30, from one start and
+one batch order, dropout 0.2. Not bit-equality: the embedding backward adds into dwte with float
+atomics, so two eager runs already part in the last bits, and the half types' roundings carry such a
+bit further (the first H200 run of this test, commit bca858d, found the graph 2.3e-5 from eager in
+bfloat16 and 1.4e-6 in float32 by step 16). The test measures both sides of its tolerance each time:
+eager against eager (the noise, printed) and eager against eager with other dropout masks (the
+signature of a replay that reuses a step's masks, asserted to be more than 10 times the tolerance).
+A stale batch or learning rate misses by more still.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def _cuda_ok() -> bool:
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")]
 
 STEPS = 30
-TOL = 1e-6
+REPLAY_TOL = 1e-4
 
 
 def _losses(path: Path) -> dict[int, float]:
@@ -42,22 +44,36 @@ def _losses(path: Path) -> dict[int, float]:
 def _train(tmp_path: Path, name: str, *argv) -> tuple[dict, str]:
     metrics = tmp_path / f"{name}.jsonl"
     p = subprocess.run([sys.executable, "-m", "tr2.train", "--side", "cupy", "--device", "cuda", "--steps", str(STEPS),
-                        "--dropout", "0.2", "--metrics", str(metrics), *argv],
+                        "--dropout", "0.2", "--metrics", str(metrics), *map(str, argv)],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return _losses(metrics), p.stdout
 
 
+def _max_rel(a: dict, b: dict) -> tuple[float, int]:
+    rel = {s: abs(b[s] - a[s]) / abs(a[s]) for s in a}
+    worst = max(rel, key=rel.get)
+    return rel[worst], worst
+
+
 @pytest.mark.parametrize("model, dtype", [("tiny", "float32"), ("nanogpt", "bfloat16"), ("nanogpt", "float32")])
 def test_graph_replays_train_as_the_eager_loop(tmp_path, model, dtype):
-    common = ["--model", model, "--dtype", dtype] + (["--half-roundings"] if dtype == "bfloat16" else [])
-    eager, _ = _train(tmp_path, "eager", *common)
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype == "bfloat16" else [])
+    eager, _ = _train(tmp_path, "eager", *common, "--save-init", tmp_path / "init.npz")
+    common += ["--init", tmp_path / "init.npz"]
+    again, _ = _train(tmp_path, "again", *common)
     graph, out = _train(tmp_path, "graph", *common, "--cuda-graph")
+    other_masks, _ = _train(tmp_path, "other", *common, "--seed", "1338")  # with --init and --batches: masks only
     assert "cuda graph:" in out
-    assert sorted(eager) == sorted(graph) == list(range(STEPS + 1))
-    rel = {s: abs(graph[s] - eager[s]) / abs(eager[s]) for s in eager}
-    worst = max(rel, key=rel.get)
-    print(f"{model} {dtype}: graph vs eager max rel {rel[worst]:.2e} at step {worst}; "
+    assert sorted(eager) == sorted(graph) == sorted(again) == sorted(other_masks) == list(range(STEPS + 1))
+    noise, replay, signature = _max_rel(eager, again), _max_rel(eager, graph), _max_rel(eager, other_masks)
+    print(f"{model} {dtype}: eager vs eager max rel {noise[0]:.2e} (step {noise[1]}); graph vs eager "
+          f"{replay[0]:.2e} (step {replay[1]}); other dropout masks vs eager {signature[0]:.2e} (step {signature[1]}); "
           f"loss {eager[0]:.4f} -> {eager[STEPS]:.4f}")
-    assert rel[worst] <= TOL, (worst, eager[worst], graph[worst])
+    assert signature[0] > 10 * REPLAY_TOL  # the check can see a replay that draws the wrong masks
+    assert replay[0] <= REPLAY_TOL, (replay, eager[replay[1]], graph[replay[1]])
     assert eager[STEPS] < eager[0] - 0.2  # it trained: both curves fall, not two flat ones that agree
