@@ -223,7 +223,8 @@ def test_dropout_forward_backward_bit_identical(shape, p):
 # ---------------------------------------------------------------------------------------------- embedding
 
 @pytest.mark.parametrize("B, T, Tmax, C, V", [(2, 5, 8, 7, 11), (8, 64, 64, 64, 65), (3, 127, 256, 384, 65),
-                                              (2, 33, 64, 768, 50304)])
+                                              (2, 33, 64, 768, 50304), (3, 700, 1024, 97, 65),
+                                              (4, 1024, 1024, 96, 50304)])
 def test_embedding(B, T, Tmax, C, V):
     be, ref = gpu_backend(), NumpyBackend("float64")
     g = gen(B * T + C)
@@ -239,6 +240,24 @@ def test_embedding(B, T, Tmax, C, V):
     ref.embedding_backward(dx.astype(np.float64), idx, rwte, rwpe)
     check("embedding backward dwte", dwte, rwte, TOL_F32)
     check("embedding backward dwpe", dwpe, rwpe, TOL_F32)
+
+
+@pytest.mark.parametrize("B, T, C, V, tokens", [(8, 256, 384, 65, 3), (4, 1024, 768, 50304, 50304), (1, 5, 9, 11, 1)])
+def test_embedding_backward_is_bit_reproducible(B, T, C, V, tokens):
+    """dwte sums each token's rows in one fixed order (no float atomics): three runs, the same bits.
+    Few distinct tokens make long runs of one token, where an unordered sum would differ most."""
+    be = gpu_backend()
+    g = gen(B * T * C + tokens)
+    idx = dev(g.integers(0, tokens, size=(B, T)).astype(np.int64))
+    dx, dwte0, dwpe0 = dev(randn(g, B, T, C)), randn(g, V, C), randn(g, T, C)
+    outs = []
+    for _ in range(3):
+        dwte, dwpe = dev(dwte0), dev(dwpe0)
+        be.embedding_backward(dx, idx, dwte, dwpe)
+        outs.append((host(dwte), host(dwpe)))
+    for k, (dwte, dwpe) in enumerate(outs[1:], start=2):
+        exact(f"embedding backward dwte, run {k} vs run 1", dwte, outs[0][0])
+        exact(f"embedding backward dwpe, run {k} vs run 1", dwpe, outs[0][1])
 
 
 # ---------------------------------------------------------------------------------------------- layernorm

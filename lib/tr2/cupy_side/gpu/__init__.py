@@ -47,7 +47,8 @@ OP_METHODS: dict[str, tuple[str, ...]] = {
 
 # The kernels each wrapper launches, by file: checked against the sources by the CPU tests.
 FILE_KERNELS: dict[str, tuple[str, ...]] = {
-    "embedding.cu": ("embedding_forward", "embedding_backward_wte", "embedding_backward_wpe"),
+    "embedding.cu": ("embedding_forward", "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan",
+                     "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward_dx", "layernorm_backward_dw_partial",
                      "layernorm_backward_dw_final"),
     "attention.cu": ("attn_split_f32", "attn_split_bf16", "attn_split_f16", "attn_merge",

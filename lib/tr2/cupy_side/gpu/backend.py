@@ -115,7 +115,7 @@ class CudaBackend:
             if not (isinstance(a, cp.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous):
                 raise ValueError("embedding_backward accumulates in place: dwte and dwpe must be C-contiguous "
                                  "float32 CuPy arrays")
-        _embedding.backward(_f32(dx), _i64(idx), dwte, dwpe)
+        _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), dwte, dwpe)
 
     def layernorm_forward(self, x, w, eps):
         return _layernorm.forward(_f32(x), _f32(w), eps)

@@ -19,9 +19,30 @@ def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray") -> "cp.ndar
     return out
 
 
-def backward(dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
-    """Accumulates into dwte and dwpe in place."""
+CHUNK = 1024        # EMB_CHUNK: rows per block of the counting sort
+SCAN_THREADS = 1024  # embedding_sort_scan's block (its shared array)
+WTE_THREADS = 128
+
+
+def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
+    """Accumulates into dwte and dwpe in place, in a fixed order (the same bits on every run).
+
+    ws: the workspace (runtime.Workspace) holding the sort's integer buffers, allocated once per shape.
+    """
     B, T = idx.shape
-    C = dwte.shape[1]
-    launch(FILE, "embedding_backward_wte", blocks_for(B * T * C), THREADS, (dwte, dout, idx, i32(B * T), i32(C)))
+    V, C = dwte.shape
+    N = B * T
+    G = (N + CHUNK - 1) // CHUNK
+    counts = ws.get("emb_counts", (G, V), np.int32)
+    total = ws.get("emb_total", (V,), np.int32)
+    starts = ws.get("emb_starts", (V + 1,), np.int32)
+    rows = ws.get("emb_sorted", (N,), np.int32)
+    counts.fill(0)
+    launch(FILE, "embedding_sort_count", G, THREADS, (counts, idx, i32(N), i32(V)))
+    launch(FILE, "embedding_sort_total", blocks_for(V), THREADS, (total, counts, i32(G), i32(V)))
+    launch(FILE, "embedding_sort_scan", 1, SCAN_THREADS, (starts, total, i32(V)))
+    launch(FILE, "embedding_sort_base", blocks_for(V), THREADS, (counts, starts, i32(G), i32(V)))
+    launch(FILE, "embedding_sort_place", G, CHUNK, (rows, counts, idx, i32(N), i32(V)))
+    launch(FILE, "embedding_backward_wte", (V, (C + WTE_THREADS - 1) // WTE_THREADS), WTE_THREADS,
+           (dwte, dout, rows, starts, i32(C)))
     launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))
