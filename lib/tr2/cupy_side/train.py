@@ -11,9 +11,9 @@ host, which waits for the device, on the steps the log prints and on every step 
 
 --cuda-graph (float32 and bfloat16 on a GPU): iteration 0 runs eagerly in the graph's own memory pool
 (the warm-up), iteration 1 captures forward, backward, clip and AdamW once, and every iteration from 1
-on replays it. Before each, the host writes the step's inputs into buffers
-allocated once: the batch, the dropout step counter (model.set_step), lr and the bias corrections
-(AdamW.set_lr). Same kernels, same order, same arithmetic as the eager loop.
+on replays it. Before each, the host writes the step's inputs into buffers allocated once: the batch,
+the dropout step counter (model.set_step), lr and the bias corrections (AdamW.set_lr). Same kernels,
+same order, same arithmetic as the eager loop: the same losses to the bit (tests/test_graph_gpu.py).
 """
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ bindings refuse capture).
 Memory: the step allocates from a pool of its own, as PyTorch's graphs do. `warmup()` runs the body
 eagerly in that pool (a real training step: kernels compiled, cuBLAS's choices made, the pool grown);
 `capture()` records it once. The multi-tensor tables (tensors.py) of the capture's gradient buffers
-are copied from page-locked memory, a copy the graph holds and repeats. After capture nothing else
-allocates from that pool, so the addresses baked into the graph stay the graph's. (A first version
-counted on the pool serving the capture the warm-up's addresses again; on the H200 it did not, and
-the capture stopped with an error rather than record a stale table.)
+are copied from page-locked memory, a copy the graph holds and repeats (tensors.py keeps them).
+After capture nothing else allocates from that pool, so the addresses baked into the graph stay the
+graph's. (A first version counted on the pool serving the capture the warm-up's addresses again; on
+the H200 it did not, and the capture stopped with an error rather than record a stale table.)
 
 Everything, the caller's writes included, runs on `self.stream`: a graph cannot be captured on the
 legacy default stream, and one stream orders each replay after the writes before it.
@@ -20,8 +20,6 @@ legacy default stream, and one stream orders each replay after the writes before
 from __future__ import annotations
 
 import cupy as cp
-
-from . import tensors
 
 
 class StepGraph:
@@ -31,7 +29,6 @@ class StepGraph:
         self.pool = cp.cuda.MemoryPool()
         self.graph = None
         self.out = None
-        self._tables = []
 
     def warmup(self):
         """The body run eagerly on the graph's stream and pool; returns what it returns."""
@@ -51,8 +48,6 @@ class StepGraph:
                 raise
             self.graph = self.stream.end_capture()
         self.out = out
-        # The tables the graph's kernels read must outlive any clearing of the cache.
-        self._tables = list(tensors._cache.values())
 
     def replay(self):
         """Launch the captured step on the stream; returns the outputs of capture (rewritten in place)."""

@@ -4,10 +4,11 @@ table [n_tensors, 6] u64 = (param, grad, m, v, numel, decay flag); chunk_tensor 
 block to one chunk of one tensor. Built once per list of buffers (keyed by their device addresses) and
 kept: the step replays the same table, as a CUDA graph would.
 
-The host rows reach the device from page-locked memory by an asynchronous copy on the current stream:
-inside a CUDA graph capture (gpu/graph.py) that copy is legal and becomes a node of the graph, which
-copies the same rows again at each replay (the table keeps its page-locked source alive for that);
-a plain host copy there would be refused."""
+Outside a capture the host rows go to the device by CuPy's plain copy, which has taken them from host
+memory before it returns, so a table dropped from the cache leaves no copy reading freed memory.
+Inside a CUDA graph capture (gpu/graph.py), where CuPy refuses host copies, they go from page-locked
+memory by the runtime's asynchronous copy, which the graph records and repeats at every replay; such
+tables are kept for the life of the process (`_captured`), their page-locked sources with them."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,9 @@ class TensorTable:
 
 
 def _to_device(host: np.ndarray):
-    """(device copy, its page-locked source): an asynchronous copy on the current stream."""
+    """(device copy, its page-locked source or None)."""
+    if not cp.cuda.get_current_stream().is_capturing():
+        return cp.asarray(host), None
     pinned = cupyx.empty_pinned(host.shape, dtype=host.dtype)
     pinned[...] = host
     dev = cp.empty(host.shape, dtype=host.dtype)
@@ -37,6 +40,7 @@ def _to_device(host: np.ndarray):
 
 
 _cache: dict[tuple, TensorTable] = {}
+_captured: list[TensorTable] = []  # tables a captured graph reads: never freed
 
 
 def _ptr(a) -> int:
@@ -67,6 +71,8 @@ def table_for(params, grads, ms=None, vs=None) -> TensorTable:
                                         _to_device(np.array(chunk_tensor, dtype=np.int32)),
                                         _to_device(np.array(chunk_start, dtype=np.int64)))
         t = TensorTable(table, ct, cs, len(chunk_tensor), (a, b, c))
+        if a is not None:
+            _captured.append(t)
         if len(_cache) > 64:
             _cache.clear()
         _cache[key] = t
