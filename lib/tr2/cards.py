@@ -1,9 +1,9 @@
 """Cards: one YAML mapping of every parameter a stage needs, checked strictly before any work.
 
 The schema is docs/architecture.md's "Cards". Every key is required (but the two of OPTIONAL), nothing
-else is allowed, and a bad card stops with one line naming the key (dotted path, e.g. `series.rounds`), the value and what
-is allowed. The top-level keys are the notebooks' papermill parameters; `card_from_notebook` rebuilds
-the card from a notebook's globals after papermill's injection.
+else is allowed, and a bad card stops with one line naming the key (dotted path, e.g. `series.rounds`),
+the value and what is allowed. The top-level keys are the notebooks' papermill parameters;
+`card_from_notebook` rebuilds the card from a notebook's globals after papermill's injection.
 """
 from __future__ import annotations
 

@@ -113,7 +113,8 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,
                      dropout=ns.dropout, eval_interval=ns.eval_interval, eval_iters=eval_iters,
-                     half_roundings=ns.half_roundings, cuda_graph=ns.cuda_graph, metrics=ns.metrics, log_interval=ns.log_interval)
+                     half_roundings=ns.half_roundings, cuda_graph=ns.cuda_graph, metrics=ns.metrics,
+                     log_interval=ns.log_interval)
 
 
 def cuda_available(side: str) -> bool:

@@ -35,11 +35,9 @@ class NumpyBackend:
         to_device(a, dtype=None) -> array   a copy on the device, in float_dtype unless dtype is given
         to_host(a) -> np.ndarray            waits for the device where there is one
         zeros(shape) -> array               float_dtype zeros
+        write(dst, host) -> None            host values into an existing array, in place (same dtype and
+                                            shape): how per-step inputs reach buffers allocated once
         peak_memory_bytes() -> int          the device allocator's peak (0 on the CPU)
-
-    Utilities: to_device(a, dtype=None), to_host(a), zeros(shape), write(dst, host) (host values into
-    an existing device array, in place: how per-step inputs reach buffers allocated once),
-    peak_memory_bytes().
 
     Operations (architecture.md's table; N = B*T rows; "array" = this backend's array type)
         embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C]) -> x[B,T,C]
@@ -66,8 +64,9 @@ class NumpyBackend:
     Dropout: p is a Python float, seed and offset Python ints (rng.py); offset_add, when given, a
     uint64 [1] array on the device whose value is added to offset (mod 2^64) where the mask is drawn:
     the step's part of the counter, written once per step (`write`), so that a captured step (a CUDA
-    graph) draws new masks at each replay. The mask is regenerated in backward. hyper is a float_dtype array [lr, beta1, beta2, eps, weight_decay, bias_corr1,
-    bias_corr2, grad_scale] on the device.
+    graph) draws new masks at each replay. The mask is regenerated in backward.
+    hyper is a float_dtype array [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2,
+    grad_scale] on the device.
     """
 
     xp = np
