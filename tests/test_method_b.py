@@ -158,6 +158,7 @@ def test_card_without_floors_and_also_runs_all_floors_and_nothing_else():
     ("floors", "once", "method_b.floors: 'once' is not allowed; allowed: a list (may be empty) of none | once | every"),
     ("also", ["torch-eager"], "method_b.also: 'torch-eager' is not allowed; allowed: cupy-again | torch-default"),
     ("also", ["cupy-again", "cupy-again"], "method_b.also: ['cupy-again', 'cupy-again'] lists a value twice"),
+    ("floors", ["once"], "method_b.floors: ['once'] is not allowed; allowed: [] or a list holding none"),
 ])
 def test_bad_floors_or_also_name_key_value_and_allowed(key, value, says):
     from tr2 import Tr2Error

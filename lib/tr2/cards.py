@@ -228,6 +228,9 @@ def validate_card(d) -> dict:
         if interval > steps:
             _fail("method_a.eval_interval", interval, f"at most {steps} ({whose})")
     b = c["method_b"]
+    if b["floors"] and "none" not in b["floors"]:
+        _fail("method_b.floors", b["floors"], "[] or a list holding none (the perturbed floor runs are measured "
+                                              "against the unperturbed one)")
     for m, v in b["judge_steps"].items():
         if v > b["steps"]:
             _fail(f"method_b.judge_steps.{m}", v, f"a step <= method_b.steps ({b['steps']})")
