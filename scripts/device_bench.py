@@ -15,7 +15,6 @@ Everything lands in OUTDIR (JSON lines, logs); a short table is printed last.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from tr2 import clock, data, method_b
 from tr2.models import load_model
 from tr2.results import append_jsonl
+from tr2.trainlog import read_metrics
 
 PY = sys.executable
 TRAIN = [PY, "-u", "-m", "tr2.train"]
@@ -67,18 +67,6 @@ def parallel(jobs, out: Path, timeout_s: float):
     return codes
 
 
-def metrics(path: Path) -> dict:
-    out = {"loss": {}, "eval": {}}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            if r["kind"] == "loss":
-                out["loss"][r["step"]] = r["loss"]
-            else:
-                out["eval"][r["step"]] = r
-    return out
-
-
 def phase_losscheck(out: Path, budget: float, table: list):
     d = out / "losscheck"
     d.mkdir(exist_ok=True)
@@ -93,12 +81,12 @@ def phase_losscheck(out: Path, budget: float, table: list):
             jobs[name] = train_cmd("cupy", "nanogpt", dtype, 400, hr=hr, extra=extra(name) + ["--seed", "1337"])
     codes = parallel(jobs, d, budget)
     for dtype in ("bfloat16", "float16"):
-        torch_runs = [metrics(d / f"torch-{dtype}-{s}.jsonl") for s in range(1337, 1342)]
+        torch_runs = [read_metrics(d / f"torch-{dtype}-{s}.jsonl") for s in range(1337, 1342)]
         t_train = [m["loss"].get(400) for m in torch_runs]
-        t_val = [m["eval"].get(400, {}).get("val") for m in torch_runs]
+        t_val = [m["eval"].get(400, (None, None))[1] for m in torch_runs]
         for build in ("hr", "exact"):
-            m = metrics(d / f"cupy-{dtype}-{build}.jsonl")
-            c_train, c_val = m["loss"].get(400), m["eval"].get(400, {}).get("val")
+            m = read_metrics(d / f"cupy-{dtype}-{build}.jsonl")
+            c_train, c_val = m["loss"].get(400), m["eval"].get(400, (None, None))[1]
             ok = None not in t_train + t_val + [c_train, c_val]
             rec = {"phase": "losscheck", "model": "nanogpt", "dtype": dtype, "cupy_build": build, "exit_codes": codes,
                    "torch_train_loss_400": t_train, "torch_val_loss_400": t_val,
@@ -161,14 +149,17 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
 def bench_table(path: Path) -> list:
     """One line per model and type: both sides' clock times, their ratio and peak memory."""
     from tr2.results import read_jsonl
-    def variant(r):
-        return ("graph" if r.get("cuda_graph") else "eager") if r["side"] == "cupy" else (r.get("mode") or "eager")
-    runs = {(r["model"], r["dtype"], r["side"], variant(r)): r for r in read_jsonl(path)}
+    cupy, torch = {}, {}  # (model, dtype) -> {variant: the last record of it}
+    for r in read_jsonl(path):
+        if r["side"] == "cupy":
+            cupy.setdefault((r["model"], r["dtype"]), {})["graph" if r.get("cuda_graph") else "eager"] = r
+        else:
+            torch.setdefault((r["model"], r["dtype"]), {})[r.get("mode") or "eager"] = r
     lines = [f"{'model':12} {'type':9} {'cupy':6} {'torch':15} {'cupy ms':>9} {'torch ms':>9} {'ratio':>6} "
              f"{'cupy GB':>8} {'torch GB':>8}"]
-    pairs = [(k, c, runs[(k[0], k[1], "torch", m)], m) for k, c in runs.items() if k[2] == "cupy"
-             for (mm, dd, ss, m) in runs if (mm, dd, ss) == (k[0], k[1], "torch")]
-    for (model, dtype, _, cv), c, t, tm in pairs:
+    pairs = [(model, dtype, cv, c, tm, t) for (model, dtype), cs in cupy.items() for cv, c in cs.items()
+             for tm, t in torch.get((model, dtype), {}).items()]
+    for model, dtype, cv, c, tm, t in pairs:
         ok = c.get("step_ms") and t.get("step_ms")
         ratio = f"{c['step_ms'] / t['step_ms']:.3f}" if ok else "-"
         gb = lambda r: f"{r['peak_bytes'] / 1e9:.2f}" if r.get("peak_bytes") else "-"
@@ -220,7 +211,7 @@ def phase_methodb(out: Path, budget: float, table: list, steps=200):
                                           "--metrics", str(d / f"{name}.jsonl")])
     codes = parallel(jobs, d, budget - (time.monotonic() - t0))
     for model in ("nanogpt", "gpt2-small", "gpt2-medium"):
-        t, c = metrics(d / f"{model}-torch.jsonl")["loss"], metrics(d / f"{model}-cupy.jsonl")["loss"]
+        t, c = read_metrics(d / f"{model}-torch.jsonl")["loss"], read_metrics(d / f"{model}-cupy.jsonl")["loss"]
         v = method_b.verdict(t, c, steps, judge.get(model))
         append_jsonl(out / "methodb.jsonl", {"phase": "methodb", "model": model, "steps": steps, "exit_codes": codes,
                                              "torch_steps": len(t), "cupy_steps": len(c), **v})

@@ -12,13 +12,14 @@ would look like (the eager loop with other masks), so that the check is seen to 
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tr2.trainlog import read_metrics
 
 
 def _cuda_ok() -> bool:
@@ -34,17 +35,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _cuda_ok(), reason="no CUD
 STEPS = 30
 
 
-def _losses(path: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "loss"}
-
-
 def _train(tmp_path: Path, name: str, *argv) -> tuple[dict, str]:
     metrics = tmp_path / f"{name}.jsonl"
     p = subprocess.run([sys.executable, "-m", "tr2.train", "--side", "cupy", "--device", "cuda", "--steps", str(STEPS),
                         "--dropout", "0.2", "--metrics", str(metrics), *map(str, argv)],
                        capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-    return _losses(metrics), p.stdout
+    return read_metrics(metrics)["loss"], p.stdout
 
 
 def _max_rel(a: dict, b: dict) -> tuple[float, int]:

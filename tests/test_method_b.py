@@ -167,6 +167,11 @@ def test_bad_floors_or_also_name_key_value_and_allowed(key, value, says):
     assert str(e.value).startswith(says)
 
 
+def test_the_cards_names_are_the_runs_method_b_knows():
+    from tr2.cards import ALSO_NAMES, FLOOR_NAMES
+    assert tuple(method_b.ALSO) == ALSO_NAMES and method_b.FLOORS == FLOOR_NAMES
+
+
 def test_also_commands_run_the_named_side_and_mode(tmp_path):
     card = _stage_card(floors=[], also=["cupy-again", "torch-reduce-overhead"])
     p = method_b._paths(tmp_path, "tiny")

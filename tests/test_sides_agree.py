@@ -20,11 +20,9 @@ Measured when written (tiny; CPU = torch 2.13 / NumPy, CUDA = H200, torch 2.11, 
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +33,7 @@ from tr2.models import load_model
 from tr2.schedule import get_lr
 from tr2.torch_side.model import GPT, load_weights_into, to_weights
 from tr2.weights import param_shapes
+from tr2.trainlog import read_metrics
 
 cupy_backend = pytest.importorskip("tr2.cupy_side.backend", reason="the cupy side is not there yet")
 cupy_model = pytest.importorskip("tr2.cupy_side.model", reason="the cupy side's model is not there yet")
@@ -206,15 +205,6 @@ def run_trainer(*argv, timeout=600):
     return p.stdout.splitlines()
 
 
-def read_losses(path) -> dict[int, float]:
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        rec = json.loads(line)
-        if rec["kind"] == "loss":
-            out[rec["step"]] = rec["loss"]
-    return out
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_method_b_trainers_agree(tmp_path, device):
     cfg = load_model(MODEL)
@@ -225,7 +215,7 @@ def test_method_b_trainers_agree(tmp_path, device):
     # the torch side makes the start by nanoGPT's initialization and trains from it in the same run
     run_trainer("--side", "torch", *common, "--save-init", tmp_path / "start.npz", "--metrics", tmp_path / "torch.jsonl")
     run_trainer("--side", "cupy", *common, "--init", tmp_path / "start.npz", "--metrics", tmp_path / "cupy.jsonl")
-    t, c = read_losses(tmp_path / "torch.jsonl"), read_losses(tmp_path / "cupy.jsonl")
+    t, c = read_metrics(tmp_path / "torch.jsonl")["loss"], read_metrics(tmp_path / "cupy.jsonl")["loss"]
     steps = list(range(METHOD_B_STEPS + 1))
     assert sorted(t) == steps and sorted(c) == steps
     d = np.array([abs(c[s] - t[s]) / abs(t[s]) for s in steps])

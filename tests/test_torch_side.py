@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 from contextlib import nullcontext
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from tr2.models import count_params, load_model
 from tr2.schedule import get_lr
 from tr2.torch_side.model import GPT, load_weights_into, to_weights
 from tr2.torch_side.train import train_step
+from tr2.trainlog import read_metrics
 from tr2.weights import load_weights, param_shapes, save_weights
 
 ITER_RE = re.compile(r"^iter (\d+): loss ([0-9.]+), time ([0-9.]+)ms$")
@@ -42,13 +42,8 @@ def iter_losses(lines) -> dict[int, float]:
     return {int(m.group(1)): float(m.group(2)) for m in map(ITER_RE.match, lines) if m}
 
 
-def read_metrics(path) -> dict[int, float]:
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        rec = json.loads(line)
-        if rec["kind"] == "loss":
-            out[rec["step"]] = rec["loss"]
-    return out
+def read_losses(path) -> dict[int, float]:
+    return read_metrics(path)["loss"]
 
 
 # ---- the model --------------------------------------------------------------------------------------
@@ -214,7 +209,7 @@ def test_save_init_then_init_with_recorded_batches(tmp_path, capsys):
     # another seed: only --init makes the start the same
     rc, _ = _main(common + ["--init", tmp_path / "w.npz", "--seed", 99, "--metrics", tmp_path / "b.jsonl"], capsys)
     assert rc == 0
-    a, b = read_metrics(tmp_path / "a.jsonl"), read_metrics(tmp_path / "b.jsonl")
+    a, b = read_losses(tmp_path / "a.jsonl"), read_losses(tmp_path / "b.jsonl")
     assert sorted(a) == list(range(6))  # every step's loss when --metrics is given
     assert a == b  # same start, same batches, no dropout, one CPU: the same digits
 
@@ -259,7 +254,7 @@ def test_compile_default_matches_eager_at_step_0(tmp_path):
     if rc != 0 and ("CppCompileError" in err or "InvalidCxxCompiler" in err):
         pytest.skip("torch.compile has no working C++ compiler here")
     assert rc == 0, err
-    e, d = read_metrics(tmp_path / "eager.jsonl"), read_metrics(tmp_path / "default.jsonl")
+    e, d = read_losses(tmp_path / "eager.jsonl"), read_losses(tmp_path / "default.jsonl")
     # Same weights and batch; Inductor fuses and reorders float32 sums, so digits past ~1e-7 may differ.
     assert abs(d[0] - e[0]) / e[0] < 1e-5, (e[0], d[0])
     assert abs(d[1] - e[1]) / e[1] < 1e-4, (e[1], d[1])  # after one update: still float32 noise only

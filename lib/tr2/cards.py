@@ -59,11 +59,11 @@ SCHEMA = {
     },
 }
 CARD_KEYS = tuple(SCHEMA)
+FLOOR_NAMES = ("none", "once", "every")  # method B's noise-floor runs (tr2.method_b)
+ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max-autotune")  # tr2.method_b.ALSO's keys
 # The only keys a card may leave out, with the value they take then: added after cards and results
 # folders existed, so that those still read as they were run (all three floors, no extra runs).
-OPTIONAL = {"method_b.floors": ["none", "once", "every"], "method_b.also": []}
-FLOOR_NAMES = ("none", "once", "every")  # tr2.method_b.FLOORS
-ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max-autotune")  # tr2.method_b.ALSO
+OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": []}
 
 
 def _fail(key: str, value, allowed: str):
@@ -272,6 +272,19 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     if missing:
         raise Tr2Error(f"{missing[0]}: missing from the notebook's parameters cell; required keys: {', '.join(CARD_KEYS)}")
     return validate_card({k: namespace[k] for k in CARD_KEYS})
+
+
+def held_card_difference(folder, card: dict):
+    """(key, value in the folder's card.yaml, value in `card`) for the first top-level key where the card a
+    results folder was started with differs from `card`; None when they agree or the folder holds none."""
+    path = Path(folder) / "card.yaml"
+    if not path.is_file():
+        return None
+    held = validate_card(yaml.safe_load(path.read_text()))
+    if held == card:
+        return None
+    key = next(k for k in card if held.get(k) != card.get(k))
+    return key, held.get(key), card.get(key)
 
 
 def dump_card(card: dict) -> str:

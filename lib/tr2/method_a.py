@@ -31,6 +31,7 @@ from pathlib import Path
 from . import REPO_ROOT, Tr2Error
 from .models import load_model
 from .results import append_jsonl, new_results_dir, read_jsonl, write_json_atomic, write_text_atomic
+from .trainlog import read_metrics
 
 STAGE = "method_a"
 RUNS = "runs.jsonl"
@@ -146,17 +147,6 @@ def progress(total: int, desc: str, initial: int = 0):
             def set_postfix_str(self, s): pass
             def close(self): pass
         return _Bar()
-
-
-def read_metrics(path) -> dict:
-    """{'loss': {step: loss}, 'eval': {step: (train, val)}} from a trainer's --metrics file."""
-    loss, ev = {}, {}
-    for r in read_jsonl(path):
-        if r.get("kind") == "loss":
-            loss[int(r["step"])] = float(r["loss"])
-        elif r.get("kind") == "eval":
-            ev[int(r["step"])] = (float(r["train"]), float(r["val"]))
-    return {"loss": loss, "eval": ev}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -36,9 +36,11 @@ import time
 from pathlib import Path
 
 from . import Tr2Error
-from .method_a import (FINISHED, write_summary, conditions, finished_keys, load_dir_card, prepare_dir, progress, read_metrics,
+from .cards import FLOOR_NAMES
+from .method_a import (FINISHED, write_summary, conditions, finished_keys, load_dir_card, prepare_dir, progress,
                        run_logged, trainer_command)
 from .results import append_jsonl, write_text_atomic
+from .trainlog import read_metrics
 
 STAGE = "method_b"
 RUNS = "runs.jsonl"
@@ -46,7 +48,7 @@ STEP0_REL = 1e-5
 STEP_REL = 1e-2
 PERTURBATION = ("every weight moved by exactly one unit in the last place (float32), towards +inf or -inf "
                 "at random per element (torch.nextafter; direction from a seeded torch.Generator)")
-FLOORS = ("none", "once", "every")
+FLOORS = FLOOR_NAMES  # the card's method_b.floors chooses among them
 # Extra runs from the same start (card key method_b.also), each set against its own side's run:
 # name -> (side, torch mode, the run it is compared with). cupy-again asks whether the cupy side is
 # bit-reproducible; torch-<mode> how far another PyTorch stack (the compiler's kernels, summing in

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
-from .cards import dump_card, load_card, validate_card
+from .cards import dump_card, held_card_difference, load_card
 from .results import new_results_dir, write_json_atomic, write_text_atomic
 
 STAGES = ("series", "method_a", "method_b", "footprint", "families")
@@ -55,13 +55,11 @@ def prepare(stage: str, card_path, resume=None, root=None) -> tuple[dict, Path]:
         other = next((s for s in STAGES if s != stage and d.name.startswith(s + "-") and _STAMP.match(d.name[len(s) + 1:])), None)
         if other is not None:
             raise Tr2Error(f"--resume: {str(d)!r} is a folder of stage {other}; allowed: a folder of stage {stage}")
-        held_path = d / "card.yaml"
-        if held_path.is_file():
-            held = validate_card(yaml.safe_load(held_path.read_text()))
-            if held != card:
-                diff = next(k for k in card if held.get(k) != card.get(k))
-                raise Tr2Error(f"--resume: {str(d)!r} holds another card (key {diff!r}: {held.get(diff)!r} there, "
-                               f"{card.get(diff)!r} in {card_path}); allowed: the card it was started with")
+        differs = held_card_difference(d, card)
+        if differs:
+            key, there, here = differs
+            raise Tr2Error(f"--resume: {str(d)!r} holds another card (key {key!r}: {there!r} there, "
+                           f"{here!r} in {card_path}); allowed: the card it was started with")
         (d / "logs").mkdir(exist_ok=True)
     else:
         d = new_results_dir(stage, card["card"], root=root).resolve()

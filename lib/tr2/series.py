@@ -40,7 +40,7 @@ from typing import Callable, Optional
 import yaml
 
 from . import Tr2Error
-from .cards import dump_card, validate_card
+from .cards import dump_card, held_card_difference, validate_card
 from .clock import run_clocked
 from .results import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
 
@@ -118,15 +118,13 @@ def _repair_jsonl(path: Path) -> None:
 
 
 def _ensure_card(d: Path, card: dict) -> None:
-    path = d / "card.yaml"
-    if path.is_file():
-        held = validate_card(yaml.safe_load(path.read_text()))
-        if held != card:
-            diff = next(k for k in card if held.get(k) != card.get(k))
-            raise Tr2Error(f"results_dir: {str(d)!r} holds another card (key {diff!r} differs: "
-                           f"{held.get(diff)!r} there, {card.get(diff)!r} here); allowed: the card it was started with")
-    else:
-        write_text_atomic(path, dump_card(card))
+    differs = held_card_difference(d, card)
+    if differs:
+        key, there, here = differs
+        raise Tr2Error(f"results_dir: {str(d)!r} holds another card (key {key!r} differs: "
+                       f"{there!r} there, {here!r} here); allowed: the card it was started with")
+    if not (d / "card.yaml").is_file():
+        write_text_atomic(d / "card.yaml", dump_card(card))
 
 
 def _machine_info() -> dict:

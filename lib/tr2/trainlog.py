@@ -14,6 +14,19 @@ def eval_line(step: int, train_loss: float, val_loss: float) -> str:
     return f"step {step}: train loss {train_loss:.4f}, val loss {val_loss:.4f}"
 
 
+def read_metrics(path) -> dict:
+    """{'loss': {step: loss}, 'eval': {step: (train, val)}} from a trainer's --metrics file (empty when
+    the file is missing; a torn last line is dropped)."""
+    from .results import read_jsonl
+    loss, ev = {}, {}
+    for r in read_jsonl(path):
+        if r.get("kind") == "loss":
+            loss[int(r["step"])] = float(r["loss"])
+        elif r.get("kind") == "eval":
+            ev[int(r["step"])] = (float(r["train"]), float(r["val"]))
+    return {"loss": loss, "eval": ev}
+
+
 def peak_line(peak_bytes: int) -> str:
     return f"peak memory: {int(peak_bytes)} bytes"
 
