@@ -53,7 +53,7 @@ SHIPPED = {
     "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)": "attention",
     "fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80, float, true, false, false, 64, 64, 64, false>::Params)": "attention",
     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64_4x1x1_kernel0_0": "attention",
-    "attn_softmax_forward_bf16": "attention", "attn_split_f32": "attention", "attn_merge": "attention",
+    "attn_forward_bf16r_hs64": "attention", "attn_backward_dkdv_f32_hs64": "attention", "attn_backward_dot": "attention",
     "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
     # Inductor
     "triton_per_fused__to_copy_add_native_layer_norm_native_layer_norm_backward_3": "triton-fused",
@@ -123,7 +123,7 @@ def test_attention_named_from_the_kernels():
     assert a(["ampere_sgemm_128x64_tn", "LogSoftMaxForwardEpilogue"])["backends"] == []
     assert a(["aten::_scaled_dot_product_flash_attention_for_cpu"])["backends"] == ["flash (CPU)"]
     assert a(["aten::_scaled_dot_product_attention_math", "aten::_softmax"])["backends"] == ["math"]
-    assert a(["attn_split_f32", "attn_softmax_forward_f32", "sm90_xmma_gemm"])["backends"] == ["ours (attn_* kernels; products as batched matmuls)"]
+    assert a(["attn_forward_bf16r_hs64", "attn_backward_dq_bf16r_hs64", "sm90_xmma_gemm"])["backends"] == ["ours (fused attn_* kernels on tensor cores)"]
 
 
 SAMPLE_LOG = """\

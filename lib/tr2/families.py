@@ -108,7 +108,7 @@ ATTENTION_KINDS = (
     ("flex attention (Triton template)", r"^triton_tem_.*(flex|attention)"),
     ("flash (CPU)", r"_scaled_dot_product_flash_attention_for_cpu"),
     ("math", r"_scaled_dot_product_attention_math"),
-    ("ours (attn_* kernels; products as batched matmuls)", r"^(void )?attn_|^attention_(forward|backward)$"),
+    ("ours (fused attn_* kernels on tensor cores)", r"^(void )?attn_|^attention_(forward|backward)$"),
 )
 _ATT = [(kind, re.compile(rx, re.IGNORECASE)) for kind, rx in ATTENTION_KINDS]
 _SOFTMAX = re.compile(r"softmax", re.IGNORECASE)

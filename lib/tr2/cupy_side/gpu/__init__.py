@@ -1,5 +1,6 @@
 """The cupy side's CUDA forms: kernels in ``cupy_side/kernels/*.cu`` (one operation per file, forward and
-backward beside each other), compiled at run time by CuPy's ``RawModule`` (NVRTC), and the matrix products
+backward beside each other), compiled ahead by NVRTC into cubins (``gpu/cubins.py``) that CuPy's ``RawModule``
+loads, and the matrix products
 through cuBLAS called by ctypes (``gpu/blas.py``).
 
 This package imports nothing from CuPy at import time: the host-side pieces (the kernel-file map, the
@@ -51,10 +52,9 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward_dx", "layernorm_backward_dw_partial",
                      "layernorm_backward_dw_final"),
-    "attention.cu": ("attn_split_f32", "attn_split_bf16", "attn_split_f16", "attn_merge",
-                     "attn_softmax_forward_f32", "attn_softmax_forward_bf16", "attn_softmax_forward_f16",
-                     "attn_dropout_probs_f32", "attn_dropout_probs_bf16", "attn_dropout_probs_f16",
-                     "attn_softmax_backward_f32", "attn_softmax_backward_bf16", "attn_softmax_backward_f16"),
+    "attention.cu": ("attn_backward_dot",) + tuple(
+        f"attn_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("f32", "tf32", "bf16", "bf16r", "f16", "f16r")
+        for kernel in ("forward", "backward_dkdv", "backward_dq")),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward", "residual_accumulate"),
@@ -64,14 +64,15 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "round_f32"),
 }
 
-# Compile options handed to NVRTC through cupy.RawModule. Never fast math; CuPy picks the architecture
-# from the device (sm_XX of the current GPU). Note: CuPy appends -ftz=true after these (denormal floats
-# flush to zero in the kernels' float arithmetic; nothing in the training step lives near 1e-38).
+# Compile options handed to NVRTC. Never fast math. gpu/cubins.py adds the architecture and -ftz=true (what
+# CuPy's RawModule always added when it compiled these files: denormal floats flush to zero in the kernels'
+# float arithmetic; nothing in the training step lives near 1e-38).
 COMPILE_OPTIONS = ("--std=c++17",)
 
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
-_KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
-_MACRO_KERNEL = re.compile(r'^(?:SOFTMAX_FWD|SOFTMAX_BWD|DROPOUT_PROBS)\((\w+),', re.M)
+_KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
+# attention.cu's instantiations: ATTN_KERNELS(build, kind, split, head size) declares three kernels.
+_ATTN_MACRO = re.compile(r'^ATTN_KERNELS\((\w+), \w+, \w+, (\d+)\)', re.M)
 
 
 def kernel_files() -> list[str]:
@@ -107,5 +108,6 @@ def declared_kernels(filename: str) -> list[str]:
     """Names of the extern "C" kernels a source declares (directly or through its instantiation macros)."""
     src = (KERNELS_DIR / filename).read_text()
     names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
-    names += _MACRO_KERNEL.findall(src)
+    for build, hs in _ATTN_MACRO.findall(src):
+        names += [f"attn_{k}_{build}_hs{hs}" for k in ("forward", "backward_dkdv", "backward_dq")]
     return names

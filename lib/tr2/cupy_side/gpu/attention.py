@@ -1,17 +1,10 @@
-"""Wrapper of kernels/attention.cu with the four products per head in cuBLAS (strided batched).
+"""Wrapper of kernels/attention.cu: causal attention fused on tensor cores, q/k/v read in place.
 
-Layout: q, k, v, y [B, H, T, hs] (split out of qkv [B, T, 3C]); scores S, P [B, H, T, T]. The
-probabilities P (float32) are what the backward keeps; q, k, v and the dropped-out probabilities are
-rebuilt in the backward from qkv and the generator.
-
-Element types, as ops/attention.py: q, k, v and dout are product operands (the build's type); Pd and dS
-are operands attention makes itself ("internal": TF32 under TF32, the half type only with half_roundings,
-else float32); out and dqkv are product outputs (rounded only with half_roundings); S and dPd stay float32.
-So the products run in one of three ways:
-  float32 build:              float32 buffers, cuBLAS compute as the build (TF32 or plain float32);
-  half build:                 float32 buffers holding the operands rounded to the half type, Pd and dS
-                              unrounded, plain float32 compute (mixed half x float32 products, exact);
-  half build, half roundings: half-type buffers, compute float32, out/dqkv products written in the half type.
+forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T]); backward launches the row
+dot products D = rowsum(dO * out), then dK/dV and dQ, each kernel writing its own columns of one
+dqkv [B, T, 3C]. No T x T array exists anywhere. The build picks the kernel (attention.cu's header says
+what each rounds): f32 (plain float32, TF32 pairs), tf32, bf16 / f16 (exact: the probabilities as two half
+values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here has 64; `tiny` has 32).
 """
 from __future__ import annotations
 
@@ -20,62 +13,55 @@ import math
 import numpy as np
 import cupy as cp
 
-from . import blas
 from . import dropout as _dropout
-from .halfbits import KIND_BF16, KIND_F16, KIND_F32
-from .matmul import gemm
-from .runtime import NULL, THREADS, blocks_for, f32, i32, i64, launch, u32, u64
+from .halfbits import KIND_F32
+from .runtime import NULL, f32, function, i32, launch, u32, u64
 
 FILE = "attention.cu"
-ROWS_PER_BLOCK = 8
-_SUFFIX = {KIND_F32: "f32", KIND_BF16: "bf16", KIND_F16: "f16"}
+HEAD_SIZES = (32, 64)
+ROWS = 64             # rows of a block's tile (attention.cu's BR)
+THREADS = 128         # four warps
+_TILE_BYTES = {True: ROWS * 72 * 2, False: ROWS * 68 * 4}   # half tiles, float32 tiles (padded rows)
+OP_ROUND_TF32 = 3     # attn_backward_dot's code for "dO rounded to TF32"
 
 
 class AttentionSaved:
-    """What attention_forward hands to attention_backward (opaque to the model): P [B, H, T, T]."""
-    __slots__ = ("P",)
+    """What attention_forward hands to attention_backward (opaque to the model): its output and the
+    per-row log-sum-exp of the scaled scores."""
+    __slots__ = ("out", "lse")
 
-    def __init__(self, P):
-        self.P = P
-
-
-class _Plan:
-    """Storage kind of the attention's product buffers, the rounding applied to operands at the split,
-    the cuBLAS input type and compute type, and the rounding of product outputs."""
-
-    def __init__(self, ctx):
-        if not ctx.half:
-            self.store, self.operand_round = KIND_F32, KIND_F32
-            self.in_type, self.compute, self.out_round = blas.CUDA_R_32F, ctx.compute, KIND_F32
-        elif ctx.half_roundings:
-            self.store, self.operand_round = ctx.kind, KIND_F32   # the store itself rounds
-            self.in_type, self.compute, self.out_round = ctx.cuda_type, blas.COMPUTE_32F, ctx.kind
-        else:
-            self.store, self.operand_round = KIND_F32, ctx.kind
-            self.in_type, self.compute, self.out_round = blas.CUDA_R_32F, blas.COMPUTE_32F, KIND_F32
-        self.dtype = np.float32 if self.store == KIND_F32 else np.uint16
-        self.suffix = _SUFFIX[self.store]
+    def __init__(self, out, lse):
+        self.out, self.lse = out, lse
 
 
-def _split(plan, dst, src, B, T, H, hs, src_stride, col0):
-    launch(FILE, "attn_split_" + plan.suffix, blocks_for(dst.size), THREADS,
-           (dst, src, i32(B), i32(T), i32(H), i32(hs), i32(src_stride), i32(col0), i32(plan.operand_round)))
+def build_name(ctx) -> str:
+    if not ctx.half:
+        return "tf32" if ctx.tf32 else "f32"
+    base = "bf16" if ctx.dtype == "bfloat16" else "f16"
+    return base + ("r" if ctx.half_roundings else "")
 
 
-def _merge(dst, src, B, T, H, hs, dst_stride, col0):
-    launch(FILE, "attn_merge", blocks_for(src.size), THREADS,
-           (dst, src, i32(B), i32(T), i32(H), i32(hs), i32(dst_stride), i32(col0)))
+_smem_set: set[str] = set()
 
 
-def _qkv(ctx, plan, qkv, B, T, H, hs):
-    C = H * hs
-    q = ctx.ws.get("att_q", (B, H, T, hs), plan.dtype)
-    k = ctx.ws.get("att_k", (B, H, T, hs), plan.dtype)
-    v = ctx.ws.get("att_v", (B, H, T, hs), plan.dtype)
-    _split(plan, q, qkv, B, T, H, hs, 3 * C, 0)
-    _split(plan, k, qkv, B, T, H, hs, 3 * C, C)
-    _split(plan, v, qkv, B, T, H, hs, 3 * C, 2 * C)
-    return q, k, v
+def _launch_tiles(ctx, kind: str, hs: int, grid, args, tiles: int, extra_bytes: int = 0) -> None:
+    name = f"attn_{kind}_{build_name(ctx)}_hs{hs}"
+    nbytes = tiles * _TILE_BYTES[ctx.half] + extra_bytes
+    if name not in _smem_set:   # above 48 KB a kernel must opt in; set once, before any capture
+        function(FILE, name).max_dynamic_shared_size_bytes = nbytes
+        _smem_set.add(name)
+    launch(FILE, name, grid, THREADS, args, shared_mem=nbytes)
+
+
+def _shape(qkv, n_head: int):
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    if C3 != 3 * C or C % n_head:
+        raise ValueError(f"attention: qkv of shape {tuple(qkv.shape)} does not split into 3 x {n_head} heads")
+    hs = C // n_head
+    if hs not in HEAD_SIZES:
+        raise ValueError(f"attention: head size {hs}; the CUDA kernels are built for {HEAD_SIZES}")
+    return B, T, C, hs
 
 
 def _dropout_args(p, seed, offset, offset_add):
@@ -84,72 +70,31 @@ def _dropout_args(p, seed, offset, offset_add):
             u32(_dropout.threshold(p) if use else 0), f32(_dropout.scale(p) if use else 1.0))
 
 
-def _bmm(ctx, plan, trans_a, trans_b, M, N, K, A, lda, Bm, ldb, out, ldc, batch, sa, sb, sc, *,
-         rounded, alpha=1.0, name):
-    gemm(ctx, trans_a, trans_b, M, N, K, A, lda, Bm, ldb, out, ldc, in_type=plan.in_type, compute=plan.compute,
-         round_kind=plan.out_round if rounded else KIND_F32, alpha=alpha, batch=batch, stride_a=sa,
-         stride_b=sb, stride_c=sc, out_name=name)
-
-
 def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: int, offset_add=None):
-    B, T, C3 = qkv.shape
-    C = C3 // 3
+    B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    hs = C // H
-    BH = B * H
-    scale = 1.0 / math.sqrt(hs)
-    plan = _Plan(ctx)
-    q, k, v = _qkv(ctx, plan, qkv, B, T, H, hs)
-    S = ctx.ws.get("att_S", (B, H, T, T), np.float32)
-    _bmm(ctx, plan, False, True, T, T, hs, q, hs, k, hs, S, T, BH, T * hs, T * hs, T * T,
-         rounded=False, name="att_S")                                                  # S = q k^T
-    P = cp.empty((B, H, T, T), dtype=np.float32)
-    Pd = ctx.ws.get("att_Pd", (B, H, T, T), plan.dtype)
-    rows = BH * T
-    launch(FILE, "attn_softmax_forward_" + plan.suffix, (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,
-           32 * ROWS_PER_BLOCK, (P, Pd, S, i32(rows), i32(T), f32(scale)) + _dropout_args(p, seed, offset, offset_add))
-    y = ctx.ws.get("att_y", (B, H, T, hs), np.float32)
-    _bmm(ctx, plan, False, False, T, hs, T, Pd, T, v, hs, y, hs, BH, T * T, T * hs, T * hs,
-         rounded=True, name="att_y")                                                   # y = Pd v
     out = cp.empty((B, T, C), dtype=np.float32)
-    _merge(out, y, B, T, H, hs, C, 0)
-    return out, AttentionSaved(P)
+    lse = cp.empty((B, H, T), dtype=np.float32)
+    nblk = (T + ROWS - 1) // ROWS
+    _launch_tiles(ctx, "forward", hs, (nblk, B * H),
+                  (out, lse, qkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
+                  + _dropout_args(p, seed, offset, offset_add), tiles=3)
+    return out, AttentionSaved(out, lse)
 
 
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
-    B, T, C3 = qkv.shape
-    C = C3 // 3
+    B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    hs = C // H
-    BH = B * H
-    scale = 1.0 / math.sqrt(hs)
-    plan = _Plan(ctx)
-    P = saved.P
-    q, k, v = _qkv(ctx, plan, qkv, B, T, H, hs)
-    dy = ctx.ws.get("att_dy", (B, H, T, hs), plan.dtype)
-    _split(plan, dy, dout, B, T, H, hs, C, 0)
-    dargs = _dropout_args(p, seed, offset, offset_add)
-    Pd = ctx.ws.get("att_Pd", (B, H, T, T), plan.dtype)
-    launch(FILE, "attn_dropout_probs_" + plan.suffix, blocks_for(P.size), THREADS, (Pd, P, i64(P.size)) + dargs)
-    dPd = ctx.ws.get("att_dPd", (B, H, T, T), np.float32)
-    _bmm(ctx, plan, False, True, T, T, hs, dy, hs, v, hs, dPd, T, BH, T * hs, T * hs, T * T,
-         rounded=False, name="att_dPd")                                                # dPd = dy v^T
-    dv = ctx.ws.get("att_dv", (B, H, T, hs), np.float32)
-    _bmm(ctx, plan, True, False, T, hs, T, Pd, T, dy, hs, dv, hs, BH, T * T, T * hs, T * hs,
-         rounded=True, name="att_dv")                                                  # dv = Pd^T dy
-    dS = ctx.ws.get("att_dS", (B, H, T, T), plan.dtype)
-    rows = BH * T
-    launch(FILE, "attn_softmax_backward_" + plan.suffix, (rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,
-           32 * ROWS_PER_BLOCK, (dS, dPd, P, i32(rows), i32(T)) + dargs)
-    dq = ctx.ws.get("att_dq", (B, H, T, hs), np.float32)
-    dk = ctx.ws.get("att_dk", (B, H, T, hs), np.float32)
-    _bmm(ctx, plan, False, False, T, hs, T, dS, T, k, hs, dq, hs, BH, T * T, T * hs, T * hs,
-         rounded=True, alpha=scale, name="att_dq")                                     # dq = scale dS k
-    _bmm(ctx, plan, True, False, T, hs, T, dS, T, q, hs, dk, hs, BH, T * T, T * hs, T * hs,
-         rounded=True, alpha=scale, name="att_dk")                                     # dk = scale dS^T q
+    D = ctx.ws.get("att_D", (B, H, T), np.float32)
+    op_round = ctx.kind if ctx.half else (OP_ROUND_TF32 if ctx.tf32 else KIND_F32)
+    warps = B * T * H
+    launch(FILE, "attn_backward_dot", (warps * 32 + 255) // 256, 256,
+           (D, dout, saved.out, i32(B), i32(T), i32(H), i32(hs), i32(op_round)))
     dqkv = cp.empty((B, T, 3 * C), dtype=np.float32)
-    _merge(dqkv, dq, B, T, H, hs, 3 * C, 0)
-    _merge(dqkv, dk, B, T, H, hs, 3 * C, C)
-    _merge(dqkv, dv, B, T, H, hs, 3 * C, 2 * C)
+    nblk = (T + ROWS - 1) // ROWS
+    args = (dqkv, qkv, dout, saved.lse, D, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind)) \
+        + _dropout_args(p, seed, offset, offset_add)
+    _launch_tiles(ctx, "backward_dkdv", hs, (nblk, B * H), args, tiles=4, extra_bytes=2 * ROWS * 4)
+    _launch_tiles(ctx, "backward_dq", hs, (nblk, B * H), args, tiles=4)
     return dqkv

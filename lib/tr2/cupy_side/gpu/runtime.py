@@ -1,4 +1,4 @@
-"""Compiling and launching the kernel files through CuPy (NVRTC), and the per-shape workspace.
+"""Loading and launching the kernel files (cubins built ahead by gpu/cubins.py), and the per-shape workspace.
 
 Every launch goes to CuPy's current stream. Nothing here synchronizes with the host.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import COMPILE_OPTIONS, kernel_files, load_source
+from . import cubins, kernel_files
 
 _modules: dict[str, "cp.RawModule"] = {}
 _functions: dict[tuple[str, str], object] = {}
@@ -17,12 +17,16 @@ MAX_BLOCKS = 132 * 32
 THREADS = 256
 
 
+def arch() -> str:
+    """The current GPU's architecture as NVRTC names it (sm_90 on an H200)."""
+    return "sm_" + cp.cuda.Device().compute_capability
+
+
 def module(filename: str) -> "cp.RawModule":
-    """The compiled module of one kernel file (compiled once per process; CuPy caches the binary on disk)."""
+    """The module of one kernel file, loaded from its cubin (built ahead; compiled and kept when missing)."""
     mod = _modules.get(filename)
     if mod is None:
-        mod = cp.RawModule(code=load_source(filename), options=COMPILE_OPTIONS, backend="nvrtc")
-        mod.compile()
+        mod = cp.RawModule(path=str(cubins.ensure(filename, arch())))
         _modules[filename] = mod
     return mod
 

@@ -2,7 +2,6 @@
 // The products read their inputs through these (bf16 and fp16 held as 16-bit buffers).
 #include "common.cuh"
 
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 extern "C" __global__ void cast_f32_to_bf16(u16* __restrict__ out, const float* __restrict__ in, i64 n) {
     GRID_STRIDE(i, n) out[i] = f32_to_bf16_bits(in[i]);

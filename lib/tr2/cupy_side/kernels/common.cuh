@@ -113,3 +113,6 @@ __device__ __forceinline__ u64 site_offset(u64 offset, const u64* offset_add) {
 __device__ __forceinline__ bool rng_keep(u64 seed, u64 offset, u64 i, u32 threshold) {
     return rng_bits24(seed, offset, i) >= threshold;
 }
+
+// A grid-stride loop over n elements: the element kernels launch a capped grid (runtime.MAX_BLOCKS).
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

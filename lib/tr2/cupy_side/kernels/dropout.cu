@@ -3,7 +3,6 @@
 // rng_bits24(seed, offset, i) >= threshold; kept elements are multiplied by `scale` = 1/(1-p).
 #include "common.cuh"
 
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 // y = x * mask * scale. Used for the forward (x) and the backward (dy): the same mask.
 extern "C" __global__ void dropout_apply(float* __restrict__ y, const float* __restrict__ x, i64 n,

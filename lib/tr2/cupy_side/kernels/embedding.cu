@@ -5,7 +5,6 @@
 // scattered with float atomics: the H200 showed the cupy side parting from itself by 2% in 200 steps.)
 #include "common.cuh"
 
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 extern "C" __global__ void embedding_forward(float* __restrict__ out, const i64* __restrict__ idx,
                                              const float* __restrict__ wte, const float* __restrict__ wpe,

@@ -2,7 +2,6 @@
 // (no fast math).
 #include "common.cuh"
 
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 #define GELU_INV_SQRT2 0.70710678118654752440f
 #define GELU_INV_SQRT_2PI 0.39894228040143267794f

@@ -3,7 +3,6 @@
 // gradient with residual_accumulate.
 #include "common.cuh"
 
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
 extern "C" __global__ void residual_forward(float* __restrict__ out, const float* __restrict__ a,
                                             const float* __restrict__ b, i64 n) {

@@ -2,9 +2,16 @@
 
     q, k, v = split(qkv, 3)                     each [B, T, C] -> heads [B, H, T, hs], hs = C / H
     S = q @ k.T / sqrt(hs), causal (key <= query)
-    P = softmax(S) over the keys                saved for backward
+    P = softmax(S) over the keys; lse = log(sum(exp(S))) per row, saved with the output for backward
     Pd = P * keep / (1 - p)                     nanoGPT's attn_dropout; keep from rng (seed, offset)
     out = Pd @ v, heads re-assembled to [B, T, C]
+
+Backward, in the flash-attention form the CUDA kernels compute (the probabilities are recomputed from
+lse, and the softmax's row sums come from the output instead of the T x T products):
+
+    P = exp(S - lse);  D = rowsum(dout * out)   (= sum_j P dP, since out = Pd v)
+    dv = Pd.T @ dout;  dP = (dout @ v.T) * keep / (1 - p);  dS = P * (dP - D)
+    dq = dS @ k / sqrt(hs);  dk = dS.T @ q / sqrt(hs)
 
 The dropout mask is indexed over the full [B, H, T, T] array, row-major (entries above the diagonal
 included), so that any kernel layout can regenerate element (b, h, i, j) on its own.
@@ -12,7 +19,8 @@ included), so that any kernel layout can regenerate element (b, h, i, j) on its 
 Precision (precision.py): q, k, v and the incoming gradient are product operands (`prec.operand`);
 Pd and the score gradient dS are operands the kernel makes itself (`prec.internal`: rounded under
 TF32, and in the half builds only with half_roundings, as FlashAttention does); out and dqkv are
-product outputs (`prec.output`). Softmax and its gradient run in the arrays' type.
+product outputs (`prec.output`). Softmax and its gradient run in the arrays' type. D reads the output
+as forward returned it (rounded with half roundings), as the kernel does.
 """
 from __future__ import annotations
 
@@ -53,31 +61,41 @@ def _dropout_factor(shape, p: float, seed: int, offset: int, dtype):
     return rng.keep_mask(seed, offset, shape, p) * rng.keep_scale(p, dtype)
 
 
-def forward(qkv: np.ndarray, n_head: int, p: float, seed: int, offset: int, prec: Precision = EXACT):
-    """qkv [B, T, 3C] -> (out [B, T, C], saved = P [B, H, T, T], the probabilities before dropout)."""
-    q, k, v = _heads(prec.operand(qkv), n_head)
+def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """S = q k^T / sqrt(hs), -inf above the diagonal, [B, H, T, T] in the arrays' type."""
     dt = q.dtype.type
     T, hs = q.shape[2], q.shape[3]
     scores = q @ k.transpose(0, 1, 3, 2)
     scores *= dt(1.0 / math.sqrt(hs))
     scores[..., _future(T)] = -np.inf
-    scores -= scores.max(axis=-1, keepdims=True)  # the diagonal is always visible: the max is finite
-    probs = np.exp(scores, out=scores)
-    probs /= probs.sum(axis=-1, keepdims=True)
+    return scores
+
+
+def forward(qkv: np.ndarray, n_head: int, p: float, seed: int, offset: int, prec: Precision = EXACT):
+    """qkv [B, T, 3C] -> (out [B, T, C], saved = (out, lse [B, H, T]))."""
+    q, k, v = _heads(prec.operand(qkv), n_head)
+    scores = _scores(q, k)
+    mx = scores.max(axis=-1, keepdims=True)   # the diagonal is always visible: the max is finite
+    probs = np.exp(scores - mx)
+    total = probs.sum(axis=-1, keepdims=True)
+    lse = (mx + np.log(total))[..., 0]
+    probs /= total
     factor = _dropout_factor(probs.shape, p, seed, offset, probs.dtype)
     dropped = probs if factor is None else probs * factor
     out = prec.output(_merge(prec.internal(dropped) @ v))
-    return out, probs
+    return out, (out, lse)
 
 
-def backward(dout: np.ndarray, qkv: np.ndarray, saved: np.ndarray, n_head: int, p: float, seed: int,
+def backward(dout: np.ndarray, qkv: np.ndarray, saved, n_head: int, p: float, seed: int,
              offset: int, prec: Precision = EXACT) -> np.ndarray:
     """dout [B, T, C] -> dqkv [B, T, 3C]."""
-    probs = saved
+    out, lse = saved
     q, k, v = _heads(prec.operand(qkv), n_head)
     dt = q.dtype.type
     B, H, T, hs = q.shape
+    probs = np.exp(_scores(q, k) - lse[..., None])
     dy = prec.operand(dout).reshape(B, T, H, hs).transpose(0, 2, 1, 3)
+    rowdot = np.sum(dy * np.asarray(out, dtype=dy.dtype).reshape(B, T, H, hs).transpose(0, 2, 1, 3), axis=-1)
     factor = _dropout_factor(probs.shape, p, seed, offset, probs.dtype)
     dropped = probs if factor is None else probs * factor
 
@@ -85,9 +103,7 @@ def backward(dout: np.ndarray, qkv: np.ndarray, saved: np.ndarray, n_head: int, 
     dprobs = dy @ v.transpose(0, 1, 3, 2)  # gradient of the dropped probabilities
     if factor is not None:
         dprobs *= factor                  # ... and of the probabilities before dropout
-    # Softmax backward per row: dS = P * (dP - sum_j P_j dP_j). Entries above the diagonal have P = 0.
-    dscores = probs * (dprobs - np.sum(dprobs * probs, axis=-1, keepdims=True))
-    dscores = prec.internal(dscores)
+    dscores = prec.internal(probs * (dprobs - rowdot[..., None]))
     scale = dt(1.0 / math.sqrt(hs))
     dq = (dscores @ k) * scale
     dk = (dscores.transpose(0, 1, 3, 2) @ q) * scale

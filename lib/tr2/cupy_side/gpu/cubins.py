@@ -1,0 +1,175 @@
+"""Kernels built ahead of time: every .cu file compiled once by NVRTC to a cubin for one architecture, kept
+in a cache folder under a name keyed by the source's hash and the compile options.
+
+A training run loads the cubins (cuModuleLoad through CuPy's RawModule(path=...)) and never opens NVRTC
+when they are all there. A missing or stale cubin (its key changed with the source or the options) is
+compiled once, written atomically, and kept, with a one-line notice on stderr. NVRTC needs no GPU, so
+`python -m tr2.cupy_side.gpu.cubins --arch sm_90` (or `make kernels`) builds them on any machine.
+
+The folder: $TR2_KERNEL_CACHE, else .cache/kernels/ in the checkout. Each cubin has a JSON beside it
+with the source file, the options, the architecture and the NVRTC version that built it.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from . import COMPILE_OPTIONS, kernel_files, load_source
+
+# CuPy's RawModule adds -ftz=true to what it is given; cubins built here add it too, so a kernel computes the
+# same whether CuPy or this module compiled it.
+NVRTC_OPTIONS = COMPILE_OPTIONS + ("-ftz=true",)
+REPO = Path(__file__).resolve().parents[4]
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("TR2_KERNEL_CACHE")
+    return Path(env) if env else REPO / ".cache" / "kernels"
+
+
+def key(filename: str, arch: str) -> str:
+    """The cubin's file name: the kernel file's stem, the architecture and a hash of source and options."""
+    h = hashlib.sha256()
+    h.update(load_source(filename).encode())
+    h.update("\0".join(NVRTC_OPTIONS + (arch,)).encode())
+    return f"{Path(filename).stem}-{arch}-{h.hexdigest()[:20]}.cubin"
+
+
+def path_for(filename: str, arch: str) -> Path:
+    return cache_dir() / key(filename, arch)
+
+
+# ---------------------------------------------------------------------------------------------- NVRTC
+def _find_libnvrtc() -> str:
+    """$TR2_NVRTC, else the nvidia wheels' (CuPy's CUDA 13 or 12 dependency), else cuda-pathfinder's, else the
+    CUDA install's."""
+    env = os.environ.get("TR2_NVRTC")
+    if env:
+        return env
+    cands = []
+    for site in sys.path:
+        cands += sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libnvrtc.so*")))
+        cands += sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "lib", "libnvrtc.so*")))
+    cands = [c for c in cands if "builtins" not in c and ".alt." not in c]
+    if cands:
+        return cands[-1]
+    try:
+        from cuda import pathfinder
+        loaded = pathfinder.load_nvidia_dynamic_lib("nvrtc")
+        p = getattr(loaded, "abs_path", None)
+        if p:
+            return p
+    except Exception:
+        pass
+    for pattern in ("/usr/local/cuda/lib64/libnvrtc.so*", "/usr/lib/x86_64-linux-gnu/libnvrtc.so*"):
+        found = [c for c in sorted(glob.glob(pattern)) if "builtins" not in c]
+        if found:
+            return found[-1]
+    raise RuntimeError("NVRTC not found: install CuPy's CUDA wheels (nvidia-cuda-nvrtc) or set TR2_NVRTC")
+
+
+class Nvrtc:
+    def __init__(self, path: str | None = None):
+        self.path = path or _find_libnvrtc()
+        self.lib = ctypes.CDLL(self.path)
+
+    def version(self) -> str:
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        return f"{major.value}.{minor.value}"
+
+    def compile(self, source: str, name: str, arch: str) -> bytes:
+        """source -> cubin bytes for arch (e.g. 'sm_90'); raises with NVRTC's log on an error."""
+        lib = self.lib
+        prog = ctypes.c_void_p()
+        rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
+        if rc:
+            raise RuntimeError(f"nvrtcCreateProgram({name}) failed: {rc}")
+        try:
+            opts = [o.encode() for o in NVRTC_OPTIONS + (f"--gpu-architecture={arch}",)]
+            rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+            if rc:
+                n = ctypes.c_size_t()
+                lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+                log = ctypes.create_string_buffer(n.value)
+                lib.nvrtcGetProgramLog(prog, log)
+                raise RuntimeError(f"NVRTC could not compile {name} for {arch}:\n{log.value.decode(errors='replace')}")
+            n = ctypes.c_size_t()
+            lib.nvrtcGetCUBINSize(prog, ctypes.byref(n))
+            buf = ctypes.create_string_buffer(n.value)
+            lib.nvrtcGetCUBIN(prog, buf)
+            return buf.raw[:n.value]
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def build(filename: str, arch: str, nvrtc: Nvrtc | None = None) -> Path:
+    """Compile one kernel file for arch into the cache (always; the caller decides whether it was needed)."""
+    nvrtc = nvrtc or Nvrtc()
+    path = path_for(filename, arch)
+    cubin = nvrtc.compile(load_source(filename), filename, arch)
+    _write_atomic(path, cubin)
+    meta = {"source": filename, "options": list(NVRTC_OPTIONS), "arch": arch, "nvrtc": nvrtc.version(),
+            "nvrtc_path": os.path.basename(nvrtc.path), "bytes": len(cubin)}
+    _write_atomic(path.with_suffix(".json"), (json.dumps(meta, indent=1) + "\n").encode())
+    return path
+
+
+def ensure(filename: str, arch: str) -> Path:
+    """The cubin of filename for arch, compiled (once, with a notice) when missing or stale."""
+    path = path_for(filename, arch)
+    if not path.is_file():
+        print(f"tr2: compiling {filename} for {arch} (no cubin {path.name} in {cache_dir()})", file=sys.stderr,
+              flush=True)
+        build(filename, arch)
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tr2.cupy_side.gpu.cubins",
+                                 description="Compile every kernel file to a cubin ahead of the run.")
+    ap.add_argument("--arch", default=None, help="e.g. sm_90 (default: the architecture of the GPU here)")
+    ap.add_argument("--force", action="store_true", help="compile even where a cubin of the same key exists")
+    args = ap.parse_args(argv)
+    arch = args.arch
+    if arch is None:
+        try:
+            import cupy as cp
+            arch = "sm_" + cp.cuda.Device().compute_capability
+        except Exception:
+            print("cubins: no GPU here to read the architecture from; pass --arch (e.g. sm_90)", file=sys.stderr)
+            return 2
+    nvrtc = Nvrtc()
+    for fn in kernel_files():
+        path = path_for(fn, arch)
+        if path.is_file() and not args.force:
+            print(f"  {fn:20s} kept     {path.name}")
+            continue
+        build(fn, arch, nvrtc)
+        print(f"  {fn:20s} compiled {path.name} (NVRTC {nvrtc.version()})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

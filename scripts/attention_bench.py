@@ -1,0 +1,108 @@
+"""Attention alone on the GPU: our fused kernels against PyTorch's scaled_dot_product_attention, same shapes,
+same process, CUDA events. Per model: forward, and backward (row dots + dK/dV + dQ; PyTorch's autograd
+backward), each the median of `reps` timed calls after warm-ups, and the per-step figure (times n_layer).
+
+    python3 scripts/attention_bench.py OUT.jsonl [reps]
+
+PyTorch gets q, k, v as [B, H, T, hs] views of one (B, T, 3C) tensor, as nanoGPT hands them over, in the
+build's type (bfloat16 / float16; float32 with TF32 allowed), dropout as the model trains; ours reads the
+float32 qkv of the cupy side's data path. A micro-benchmark, not a step time: the series is the measure.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import numpy as np
+import cupy as cp
+import torch
+import torch.nn.functional as F
+
+from tr2.cupy_side.gpu.backend import CudaBackend
+from tr2.models import load_model
+
+MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
+BUILDS = [("bfloat16", True), ("float16", True), ("float32", False)]   # (dtype, half_roundings)
+
+
+def _events_ms(fn, reps: int) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    return statistics.median(times)
+
+
+def ours(cfg, dtype, hr, reps):
+    be = CudaBackend(dtype, tf32=True, half_roundings=hr)
+    B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
+    rs = np.random.default_rng(0)
+    qkv = cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32))
+    dout = cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32))
+    p = cfg.dropout
+    out, saved = be.attention_forward(qkv, H, p, 1337, 1 << 32)
+    fwd = _events_ms(lambda: be.attention_forward(qkv, H, p, 1337, 1 << 32), reps)
+    bwd = _events_ms(lambda: be.attention_backward(dout, qkv, saved, H, p, 1337, 1 << 32), reps)
+    return fwd, bwd
+
+
+def theirs(cfg, dtype, reps):
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    dt = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[dtype]
+    B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
+    qkv = torch.randn(B, T, 3 * C, device="cuda", dtype=dt, requires_grad=True)
+
+    def heads():
+        q, k, v = qkv.split(C, dim=2)
+        return [a.view(B, T, H, C // H).transpose(1, 2) for a in (q, k, v)]
+
+    def fwd():
+        q, k, v = heads()
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=cfg.dropout, is_causal=True)
+
+    y = fwd()
+    g = torch.randn_like(y)
+    f_ms = _events_ms(lambda: fwd(), reps)
+
+    def fb():
+        qkv.grad = None
+        fwd().backward(g)
+    fb_ms = _events_ms(fb, reps)
+    return f_ms, fb_ms - f_ms
+
+
+def main():
+    path = sys.argv[1]
+    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+    rows = []
+    for model in MODELS:
+        cfg = load_model(model)
+        for dtype, hr in BUILDS:
+            of, ob = ours(cfg, dtype, hr, reps)
+            tf, tb = theirs(cfg, dtype, reps)
+            r = {"model": model, "dtype": dtype, "half_roundings": hr, "B": cfg.batch_size, "T": cfg.block_size,
+                 "H": cfg.n_head, "hs": cfg.n_embd // cfg.n_head, "dropout": cfg.dropout, "n_layer": cfg.n_layer,
+                 "ours_fwd_ms": of, "ours_bwd_ms": ob, "torch_fwd_ms": tf, "torch_bwd_ms": tb,
+                 "ours_step_ms": (of + ob) * cfg.n_layer, "torch_step_ms": (tf + tb) * cfg.n_layer, "reps": reps}
+            rows.append(r)
+            with open(path, "a") as f:
+                f.write(json.dumps(r) + "\n")
+            cp.get_default_memory_pool().free_all_blocks()
+            torch.cuda.empty_cache()
+    print(f"{'model':12} {'type':9} {'ours fwd':>9} {'ours bwd':>9} {'torch fwd':>9} {'torch bwd':>9} "
+          f"{'ours/step':>9} {'torch/step':>10}")
+    for r in rows:
+        print(f"{r['model']:12} {r['dtype']:9} {r['ours_fwd_ms']:9.3f} {r['ours_bwd_ms']:9.3f} {r['torch_fwd_ms']:9.3f} "
+              f"{r['torch_bwd_ms']:9.3f} {r['ours_step_ms']:9.2f} {r['torch_step_ms']:10.2f}")
+
+
+if __name__ == "__main__":
+    main()
