@@ -334,6 +334,15 @@ def test_attention(build, B, T, H, hs, p):
     check(f"attention out {tag}", out, rout, tol)
     check(f"attention lse {tag}", lse, rsaved[1], tol)
     for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
+        if T == 1 and part != "dv":
+            # One key: the softmax is constant, dq and dk are zero in exact arithmetic and the reference holds
+            # float64 rounding noise, so a relative error means nothing; the kernels' noise is measured
+            # against the size of dv instead.
+            noise = float(np.linalg.norm(dqkv[..., cols])) / float(np.linalg.norm(rdqkv[..., 2 * C:]))
+            RECORDS.append({"name": f"attention {part} {tag}", "noise_over_dv": noise, "tol": tol,
+                            "passed": noise <= tol})
+            assert noise <= tol, f"attention {part} {tag}: |{part}| / |dv| = {noise:.3e} > {tol:.1e}"
+            continue
         check(f"attention {part} {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
     for r in runs[1:]:
         for name, a, b in zip(("out", "lse", "dqkv"), runs[0], r):

@@ -1,8 +1,12 @@
 """Wrapper of kernels/attention.cu: causal attention fused on tensor cores, q/k/v read in place.
 
-forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T]); backward launches the row
-dot products D = rowsum(dO * out), then dK/dV and dQ, each kernel writing its own columns of one
-dqkv [B, T, 3C]. No T x T array exists anywhere. The build picks the kernel (attention.cu's header says
+forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv); backward
+launches the row dot products D = rowsum(dO * out), then dK/dV and dQ, each kernel writing its own columns
+of one dqkv [B, T, 3C]. No T x T array exists anywhere.
+
+The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded):
+while the step's activations are float32 (until the half-type data path), qkv is cast once in forward,
+kept for backward, and dO once in backward. The build picks the kernel (attention.cu's header says
 what each rounds): f32 (plain float32, TF32 pairs), tf32, bf16 / f16 (exact: the probabilities as two half
 values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here has 64; `tiny` has 32).
 """
@@ -14,6 +18,7 @@ import numpy as np
 import cupy as cp
 
 from . import dropout as _dropout
+from .cast import to_half
 from .halfbits import KIND_F32
 from .runtime import NULL, f32, function, i32, launch, u32, u64
 
@@ -28,10 +33,10 @@ OP_ROUND_TF32 = 3     # attn_backward_dot's code for "dO rounded to TF32"
 class AttentionSaved:
     """What attention_forward hands to attention_backward (opaque to the model): its output and the
     per-row log-sum-exp of the scaled scores."""
-    __slots__ = ("out", "lse")
+    __slots__ = ("out", "lse", "qkv")
 
-    def __init__(self, out, lse):
-        self.out, self.lse = out, lse
+    def __init__(self, out, lse, qkv):
+        self.out, self.lse, self.qkv = out, lse, qkv
 
 
 def build_name(ctx) -> str:
@@ -51,6 +56,11 @@ def _launch_tiles(ctx, kind: str, hs: int, grid, args, tiles: int, extra_bytes: 
         function(FILE, name).max_dynamic_shared_size_bytes = nbytes
         _smem_set.add(name)
     launch(FILE, name, grid, THREADS, args, shared_mem=nbytes)
+
+
+def _buffers(ctx) -> int:
+    """Staging buffers of the streamed tiles (attention.cu's Pipe): two (cp.async) in the half builds."""
+    return 2 if ctx.half else 1
 
 
 def _shape(qkv, n_head: int):
@@ -76,10 +86,11 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     out = cp.empty((B, T, C), dtype=np.float32)
     lse = cp.empty((B, H, T), dtype=np.float32)
     nblk = (T + ROWS - 1) // ROWS
+    kqkv = to_half(qkv, ctx.kind) if ctx.half else qkv
     _launch_tiles(ctx, "forward", hs, (nblk, B * H),
-                  (out, lse, qkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
-                  + _dropout_args(p, seed, offset, offset_add), tiles=3)
-    return out, AttentionSaved(out, lse)
+                  (out, lse, kqkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
+                  + _dropout_args(p, seed, offset, offset_add), tiles=1 + 2 * _buffers(ctx))
+    return out, AttentionSaved(out, lse, kqkv)
 
 
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
@@ -93,8 +104,10 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
            (D, dout, saved.out, i32(B), i32(T), i32(H), i32(hs), i32(op_round)))
     dqkv = cp.empty((B, T, 3 * C), dtype=np.float32)
     nblk = (T + ROWS - 1) // ROWS
-    args = (dqkv, qkv, dout, saved.lse, D, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind)) \
+    kdout = to_half(dout, ctx.kind, out=ctx.ws.get("att_dout_half", dout.shape, np.uint16)) if ctx.half else dout
+    args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind)) \
         + _dropout_args(p, seed, offset, offset_add)
-    _launch_tiles(ctx, "backward_dkdv", hs, (nblk, B * H), args, tiles=4, extra_bytes=2 * ROWS * 4)
-    _launch_tiles(ctx, "backward_dq", hs, (nblk, B * H), args, tiles=4)
+    nbuf = _buffers(ctx)
+    _launch_tiles(ctx, "backward_dkdv", hs, (nblk, B * H), args, tiles=2 + 2 * nbuf, extra_bytes=nbuf * 2 * ROWS * 4)
+    _launch_tiles(ctx, "backward_dq", hs, (nblk, B * H), args, tiles=2 + 2 * nbuf)
     return dqkv

@@ -212,25 +212,41 @@ __device__ __forceinline__ void c_to_a(AFrag<K>& a, const float v[SNT][4], int k
     }
 }
 
-// ---- staging: 64 rows x HS columns of a [B, T, stride] float32 array into a padded tile ----
-// Operands are rounded as they are stored (half type, or TF32), except in plain float32 (split later).
-// Rows at or past T are zeros (never read from global memory).
+// ---- staging: 64 rows x HS columns of a [B, T, stride] array into a padded tile ----
+// Half builds read half-type q, k, v and dO (the wrapper hands them over as 16-bit buffers) and copy them
+// by cp.async, 16 bytes a thread, into a tile the next loop iteration does not read: loads overlap the mma
+// of the current tile (two buffers). Float32 builds read float32 and round as they store (TF32; plain
+// float32 stores exact values and splits later), one buffer, synchronously. Rows at or past T are zeros.
+template <int K> struct Pipe { static const int NBUF = 2; };
+template <> struct Pipe<KIND_F32> { static const int NBUF = 1; };
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
 template <int K, bool SPLIT, int HS>
-__device__ __forceinline__ void stage(typename Tile<K>::E* s, const float* __restrict__ src, int row0, int T,
-                                      int stride) {
-    const int LD = Tile<K>::LD, V4 = HS / 4;
-    for (int idx = threadIdx.x; idx < BR * V4; idx += NTHREADS) {
-        const int r = idx / V4, c = (idx % V4) * 4;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (row0 + r < T) x = *(const float4*)(src + (i64)(row0 + r) * stride + c);
-        if constexpr (K == KIND_F32) {
+__device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Tile<K>::E* __restrict__ src, int row0,
+                                      int T, int stride) {
+    const int LD = Tile<K>::LD;
+    if constexpr (K == KIND_F32) {
+        const int V4 = HS / 4;
+        for (int idx = threadIdx.x; idx < BR * V4; idx += NTHREADS) {
+            const int r = idx / V4, c = (idx % V4) * 4;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (row0 + r < T) x = *(const float4*)(src + (i64)(row0 + r) * stride + c);
             if (!SPLIT) x = make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w));
-            *(float4*)((float*)s + r * LD + c) = x;
-        } else {
-            uint2 h;
-            h.x = pack2<K>(x.x, x.y);
-            h.y = pack2<K>(x.z, x.w);
-            *(uint2*)((u16*)s + r * LD + c) = h;
+            *(float4*)(s + r * LD + c) = x;
+        }
+    } else {
+        const int V8 = HS / 8;
+        for (int idx = threadIdx.x; idx < BR * V8; idx += NTHREADS) {
+            const int r = idx / V8, c = (idx % V8) * 8;
+            u16* d = s + r * LD + c;
+            if (row0 + r < T) cp_async16(d, src + (i64)(row0 + r) * stride + c);
+            else *(uint4*)d = make_uint4(0u, 0u, 0u, 0u);
         }
     }
 }
@@ -260,21 +276,81 @@ __device__ __forceinline__ Dropout make_dropout(int use, u64 seed, u64 offset, c
     return d;
 }
 
+// acc[n] += a(16 x 64 in C registers) b(64 x HS staged tile, k-major) over the four k16 slices.
+// Plain float32 (PROMOTE) sums each tile's product apart and adds it to acc with ordinary float adds: the
+// tensor cores' own float32 accumulation is not IEEE-exact, and over a thousand keys it grew past 1e-5.
+template <int K, bool SPLIT, int HS>
+__device__ __forceinline__ void acc_product(float acc[HS / 8][4], const float a[SNT][4],
+                                            const typename Tile<K>::E* sb, int lane) {
+    constexpr bool PROMOTE = (K == KIND_F32 && SPLIT);
+    float part[PROMOTE ? HS / 8 : 1][4];
+    if constexpr (PROMOTE) {
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.0f;
+    }
+#pragma unroll
+    for (int k16 = 0; k16 < BC / 16; ++k16) {
+        AFrag<K> fa;
+        c_to_a<K, SPLIT>(fa, a, k16, lane);
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) {
+            BFrag<K> fb;
+            load_b_cols<K, SPLIT>(fb, sb, n * 8, k16, lane);
+            if constexpr (PROMOTE) mma_acc<K, SPLIT, true>(part[n], fa, fb);
+            else mma_acc<K, SPLIT, true>(acc[n], fa, fb);
+        }
+    }
+    if constexpr (PROMOTE) {
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
+    }
+}
+
+// s[n] = a(16 rows of tile sa, from m0) b^T(64 rows of tile sb) over HS: a warp's 16 x 64 scores-like block.
+template <int K, bool SPLIT, int HS>
+__device__ __forceinline__ void tile_product(float s[SNT][4], const typename Tile<K>::E* sa, int m0,
+                                             const typename Tile<K>::E* sb, int lane) {
+#pragma unroll
+    for (int n = 0; n < SNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int k16 = 0; k16 < HS / 16; ++k16) {
+        AFrag<K> fa;
+        load_a<K, SPLIT>(fa, sa, m0, k16, lane);
+#pragma unroll
+        for (int n = 0; n < SNT; ++n) {
+            BFrag<K> fb;
+            load_b_rows<K, SPLIT>(fb, sb, n * 8, k16, lane);
+            mma_acc<K, SPLIT, false>(s[n], fa, fb);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------- forward
 template <int K, bool SPLIT, int HS>
-__device__ void attention_forward(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
-                                  int T, int H, float scale, int out_round, Dropout drop) {
+__device__ void attention_forward(float* __restrict__ out, float* __restrict__ lse,
+                                  const typename Tile<K>::E* __restrict__ qkv, int T, int H, float scale,
+                                  int out_round, Dropout drop) {
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
+    constexpr int NBUF = Pipe<K>::NBUF;
     E* sQ = (E*)smem;
-    E* sK = sQ + tile_elems<K>();
-    E* sV = sK + tile_elems<K>();
+    E* sKV = sQ + tile_elems<K>();   // buffer b: K at sKV + 2b tiles, V at sKV + (2b + 1) tiles
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.x;   // the longest rows first
     const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
     const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 16, g = lane >> 2, t = lane & 3;
-    const float* base = qkv + (i64)b * T * 3 * C;
+    const E* base = qkv + (i64)b * T * 3 * C;
+    auto stage_kv = [&](int kb, int buf) {
+        stage<K, SPLIT, HS>(sKV + 2 * buf * tile_elems<K>(), base + C + h * HS, kb * BC, T, 3 * C);
+        stage<K, SPLIT, HS>(sKV + (2 * buf + 1) * tile_elems<K>(), base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    };
     stage<K, SPLIT, HS>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    if constexpr (NBUF == 2) {
+        stage_kv(0, 0);
+        cp_async_commit();
+    }
 
     const int rows[2] = {qb * BR + m0 + g, qb * BR + m0 + g + 8};
     float o[HS / 8][4];
@@ -283,24 +359,25 @@ __device__ void attention_forward(float* __restrict__ out, float* __restrict__ l
     float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
 
     for (int kb = 0; kb <= qb; ++kb) {
-        __syncthreads();
-        stage<K, SPLIT, HS>(sK, base + C + h * HS, kb * BC, T, 3 * C);
-        stage<K, SPLIT, HS>(sV, base + 2 * C + h * HS, kb * BC, T, 3 * C);
-        __syncthreads();
-        float s[SNT][4];
-#pragma unroll
-        for (int n = 0; n < SNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-        for (int k16 = 0; k16 < HS / 16; ++k16) {
-            AFrag<K> qa;
-            load_a<K, SPLIT>(qa, sQ, m0, k16, lane);
-#pragma unroll
-            for (int n = 0; n < SNT; ++n) {
-                BFrag<K> kf;
-                load_b_rows<K, SPLIT>(kf, sK, n * 8, k16, lane);
-                mma_acc<K, SPLIT, false>(s[n], qa, kf);
+        const int cur = (NBUF == 2) ? (kb & 1) : 0;
+        if constexpr (NBUF == 2) {
+            if (kb < qb) {
+                stage_kv(kb + 1, cur ^ 1);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
             }
+            __syncthreads();
+        } else {
+            __syncthreads();
+            stage_kv(kb, 0);
+            __syncthreads();
         }
+        const E* sK = sKV + 2 * cur * tile_elems<K>();
+        const E* sV = sK + tile_elems<K>();
+        float s[SNT][4];
+        tile_product<K, SPLIT, HS>(s, sQ, m0, sK, lane);   // S = q k^T
         // scale, mask, the running max of each of the thread's two rows
         float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
@@ -337,17 +414,8 @@ __device__ void attention_forward(float* __restrict__ out, float* __restrict__ l
                 lrow[r] += p;
                 s[n][e] = (p != 0.0f) ? p * drop.factor(bh, i, j, T) : 0.0f;
             }
-#pragma unroll
-        for (int k16 = 0; k16 < BC / 16; ++k16) {
-            AFrag<K> pa;
-            c_to_a<K, SPLIT>(pa, s, k16, lane);
-#pragma unroll
-            for (int n = 0; n < HS / 8; ++n) {
-                BFrag<K> vf;
-                load_b_cols<K, SPLIT>(vf, sV, n * 8, k16, lane);
-                mma_acc<K, SPLIT, true>(o[n], pa, vf);
-            }
-        }
+        acc_product<K, SPLIT, HS>(o, s, sV, lane);   // O += Pd v
+        if constexpr (NBUF == 2) __syncthreads();     // the next iteration stages into this buffer
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -391,28 +459,74 @@ extern "C" __global__ void attn_backward_dot(float* __restrict__ D, const float*
     if (lane == 0) D[((i64)b * H + h) * T + i] = acc;
 }
 
+// The backward's recomputed probabilities of one 16 x 64 block and its score gradient, in place:
+// on entry p = the scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
+// p = Pd = P * keep / (1 - p) and ds = dS = P (dPd * keep / (1 - p) - D). (i, j): query and key of element
+// (n, e); L and Dq: that query's log-sum-exp and row dot.
+template <typename Coords>
+__device__ __forceinline__ void softmax_grad(float p[SNT][4], float ds[SNT][4], int T, int bh, float scale,
+                                             const Dropout& drop, Coords coords) {
+#pragma unroll
+    for (int n = 0; n < SNT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            int i, j;
+            float L, Dq;
+            coords(n, e, i, j, L, Dq);
+            float pv = 0.0f, f = 0.0f;
+            if (j <= i && i < T && j < T) {
+                pv = expf(p[n][e] * scale - L);
+                f = drop.factor(bh, i, j, T);
+            }
+            ds[n][e] = pv * (ds[n][e] * f - Dq);
+            p[n][e] = pv * f;
+        }
+}
+
+template <int HS>
+__device__ __forceinline__ void store_rows(float* __restrict__ dst, const float acc[HS / 8][4], int r, float mul,
+                                           int out_round) {
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+        *(float2*)(dst + n * 8) = make_float2(round_to_kind(acc[n][2 * r] * mul, out_round),
+                                              round_to_kind(acc[n][2 * r + 1] * mul, out_round));
+}
+
 // dK and dV of 64 keys of one head. Warp rows are keys; the staged tiles hold 64 queries.
 template <int K, bool SPLIT, int HS>
-__device__ void attention_backward_dkdv(float* __restrict__ dqkv, const float* __restrict__ qkv,
-                                        const float* __restrict__ dout, const float* __restrict__ lse,
+__device__ void attention_backward_dkdv(float* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
+                                        const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                         const float* __restrict__ Dvec, int T, int H, float scale, int out_round,
                                         Dropout drop) {
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
+    constexpr int NBUF = Pipe<K>::NBUF;
     E* sK = (E*)smem;
     E* sV = sK + tile_elems<K>();
-    E* sQ = sV + tile_elems<K>();
-    E* sO = sQ + tile_elems<K>();   // dO
-    float* sL = (float*)(sO + tile_elems<K>());
-    float* sD = sL + BC;
+    E* sQO = sV + tile_elems<K>();                          // buffer b: q at 2b tiles, dO at 2b + 1
+    float* sLD = (float*)(sQO + 2 * NBUF * tile_elems<K>());  // buffer b: lse at 2b * BC, D at (2b + 1) * BC
     const int nqb = (T + BR - 1) / BR;
     const int kb = (int)blockIdx.x;   // the first key tiles see the most queries: launched first
     const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
     const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 16, g = lane >> 2, t = lane & 3;
-    const float* base = qkv + (i64)b * T * 3 * C;
-    const float* gbase = dout + (i64)b * T * C;
+    const E* base = qkv + (i64)b * T * 3 * C;
+    const E* gbase = dout + (i64)b * T * C;
+    auto stage_q = [&](int qb, int buf) {
+        stage<K, SPLIT, HS>(sQO + 2 * buf * tile_elems<K>(), base + h * HS, qb * BC, T, 3 * C);
+        stage<K, SPLIT, HS>(sQO + (2 * buf + 1) * tile_elems<K>(), gbase + h * HS, qb * BC, T, C);
+        float* l = sLD + 2 * buf * BC;
+        for (int r = threadIdx.x; r < BC; r += NTHREADS) {
+            const int i = qb * BC + r;
+            l[r] = (i < T) ? lse[(i64)bh * T + i] : 0.0f;
+            l[BC + r] = (i < T) ? Dvec[(i64)bh * T + i] : 0.0f;
+        }
+    };
     stage<K, SPLIT, HS>(sK, base + C + h * HS, kb * BR, T, 3 * C);
     stage<K, SPLIT, HS>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
+    if constexpr (NBUF == 2) {
+        stage_q(kb, 0);
+        cp_async_commit();
+    }
     const int keys[2] = {kb * BR + m0 + g, kb * BR + m0 + g + 8};
     float dk[HS / 8][4], dv[HS / 8][4];
 #pragma unroll
@@ -421,96 +535,75 @@ __device__ void attention_backward_dkdv(float* __restrict__ dqkv, const float* _
         for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
 
     for (int qb = kb; qb < nqb; ++qb) {
-        __syncthreads();
-        stage<K, SPLIT, HS>(sQ, base + h * HS, qb * BC, T, 3 * C);
-        stage<K, SPLIT, HS>(sO, gbase + h * HS, qb * BC, T, C);
-        for (int r = threadIdx.x; r < BC; r += NTHREADS) {
-            const int i = qb * BC + r;
-            sL[r] = (i < T) ? lse[(i64)bh * T + i] : 0.0f;
-            sD[r] = (i < T) ? Dvec[(i64)bh * T + i] : 0.0f;
+        const int cur = (NBUF == 2) ? ((qb - kb) & 1) : 0;
+        if constexpr (NBUF == 2) {
+            if (qb + 1 < nqb) {
+                stage_q(qb + 1, cur ^ 1);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+        } else {
+            __syncthreads();
+            stage_q(qb, 0);
+            __syncthreads();
         }
-        __syncthreads();
+        const E* sQ = sQO + 2 * cur * tile_elems<K>();
+        const E* sO = sQ + tile_elems<K>();
+        const float* sL = sLD + 2 * cur * BC;
+        const float* sD = sL + BC;
         float p[SNT][4], ds[SNT][4];
-#pragma unroll
-        for (int n = 0; n < SNT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) p[n][e] = ds[n][e] = 0.0f;
-#pragma unroll
-        for (int k16 = 0; k16 < HS / 16; ++k16) {
-            AFrag<K> ka, va;
-            load_a<K, SPLIT>(ka, sK, m0, k16, lane);
-            load_a<K, SPLIT>(va, sV, m0, k16, lane);
-#pragma unroll
-            for (int n = 0; n < SNT; ++n) {
-                BFrag<K> qf, of;
-                load_b_rows<K, SPLIT>(qf, sQ, n * 8, k16, lane);
-                load_b_rows<K, SPLIT>(of, sO, n * 8, k16, lane);
-                mma_acc<K, SPLIT, false>(p[n], ka, qf);    // S^T = k q^T
-                mma_acc<K, SPLIT, false>(ds[n], va, of);   // dPd^T = v dO^T
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < SNT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = keys[e >> 1], il = n * 8 + 2 * t + (e & 1), i = qb * BC + il;
-                float pv = 0.0f, f = 0.0f;
-                if (j <= i && i < T && j < T) {
-                    pv = expf(p[n][e] * scale - sL[il]);
-                    f = drop.factor(bh, i, j, T);
-                }
-                ds[n][e] = pv * (ds[n][e] * f - sD[il]);   // dS^T = P^T (dP^T - D)
-                p[n][e] = pv * f;                          // Pd^T
-            }
-#pragma unroll
-        for (int k16 = 0; k16 < BC / 16; ++k16) {
-            AFrag<K> pa, sa;
-            c_to_a<K, SPLIT>(pa, p, k16, lane);
-            c_to_a<K, SPLIT>(sa, ds, k16, lane);
-#pragma unroll
-            for (int n = 0; n < HS / 8; ++n) {
-                BFrag<K> of, qf;
-                load_b_cols<K, SPLIT>(of, sO, n * 8, k16, lane);
-                load_b_cols<K, SPLIT>(qf, sQ, n * 8, k16, lane);
-                mma_acc<K, SPLIT, true>(dv[n], pa, of);   // dV += Pd^T dO
-                mma_acc<K, SPLIT, true>(dk[n], sa, qf);   // dK += dS^T q
-            }
-        }
+        tile_product<K, SPLIT, HS>(p, sK, m0, sQ, lane);    // S^T = k q^T
+        tile_product<K, SPLIT, HS>(ds, sV, m0, sO, lane);   // dPd^T = v dO^T
+        softmax_grad(p, ds, T, bh, scale, drop, [&](int n, int e, int& i, int& j, float& L, float& Dq) {
+            const int il = n * 8 + 2 * t + (e & 1);
+            i = qb * BC + il;
+            j = keys[e >> 1];
+            L = sL[il];
+            Dq = sD[il];
+        });
+        acc_product<K, SPLIT, HS>(dv, p, sO, lane);    // dV += Pd^T dO
+        acc_product<K, SPLIT, HS>(dk, ds, sQ, lane);   // dK += dS^T q
+        if constexpr (NBUF == 2) __syncthreads();
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        const int j = keys[r];
-        if (j >= T) continue;
-        float* row = dqkv + ((i64)b * T + j) * 3 * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) {
-            *(float2*)(row + C + n * 8) = make_float2(round_to_kind(dk[n][2 * r] * scale, out_round),
-                                                      round_to_kind(dk[n][2 * r + 1] * scale, out_round));
-            *(float2*)(row + 2 * C + n * 8) = make_float2(round_to_kind(dv[n][2 * r], out_round),
-                                                          round_to_kind(dv[n][2 * r + 1], out_round));
-        }
+        if (keys[r] >= T) continue;
+        float* row = dqkv + ((i64)b * T + keys[r]) * 3 * C + h * HS + 2 * t;
+        store_rows<HS>(row + C, dk, r, scale, out_round);
+        store_rows<HS>(row + 2 * C, dv, r, 1.0f, out_round);
     }
 }
 
 // dQ of 64 queries of one head. Warp rows are queries; the staged tiles hold 64 keys.
 template <int K, bool SPLIT, int HS>
-__device__ void attention_backward_dq(float* __restrict__ dqkv, const float* __restrict__ qkv,
-                                      const float* __restrict__ dout, const float* __restrict__ lse,
+__device__ void attention_backward_dq(float* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
+                                      const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                       const float* __restrict__ Dvec, int T, int H, float scale, int out_round,
                                       Dropout drop) {
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
+    constexpr int NBUF = Pipe<K>::NBUF;
     E* sQ = (E*)smem;
-    E* sO = sQ + tile_elems<K>();   // dO
-    E* sK = sO + tile_elems<K>();
-    E* sV = sK + tile_elems<K>();
+    E* sO = sQ + tile_elems<K>();    // dO
+    E* sKV = sO + tile_elems<K>();   // buffer b: k at 2b tiles, v at 2b + 1
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.x;
     const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
     const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 16, g = lane >> 2, t = lane & 3;
-    const float* base = qkv + (i64)b * T * 3 * C;
+    const E* base = qkv + (i64)b * T * 3 * C;
+    auto stage_kv = [&](int kb, int buf) {
+        stage<K, SPLIT, HS>(sKV + 2 * buf * tile_elems<K>(), base + C + h * HS, kb * BC, T, 3 * C);
+        stage<K, SPLIT, HS>(sKV + (2 * buf + 1) * tile_elems<K>(), base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    };
     stage<K, SPLIT, HS>(sQ, base + h * HS, qb * BR, T, 3 * C);
     stage<K, SPLIT, HS>(sO, dout + (i64)b * T * C + h * HS, qb * BR, T, C);
+    if constexpr (NBUF == 2) {
+        stage_kv(0, 0);
+        cp_async_commit();
+    }
     const int rows[2] = {qb * BR + m0 + g, qb * BR + m0 + g + 8};
     float L[2], Dr[2];
 #pragma unroll
@@ -523,84 +616,60 @@ __device__ void attention_backward_dq(float* __restrict__ dqkv, const float* __r
     for (int n = 0; n < HS / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     for (int kb = 0; kb <= qb; ++kb) {
-        __syncthreads();
-        stage<K, SPLIT, HS>(sK, base + C + h * HS, kb * BC, T, 3 * C);
-        stage<K, SPLIT, HS>(sV, base + 2 * C + h * HS, kb * BC, T, 3 * C);
-        __syncthreads();
+        const int cur = (NBUF == 2) ? (kb & 1) : 0;
+        if constexpr (NBUF == 2) {
+            if (kb < qb) {
+                stage_kv(kb + 1, cur ^ 1);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+        } else {
+            __syncthreads();
+            stage_kv(kb, 0);
+            __syncthreads();
+        }
+        const E* sK = sKV + 2 * cur * tile_elems<K>();
+        const E* sV = sK + tile_elems<K>();
         float p[SNT][4], ds[SNT][4];
-#pragma unroll
-        for (int n = 0; n < SNT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) p[n][e] = ds[n][e] = 0.0f;
-#pragma unroll
-        for (int k16 = 0; k16 < HS / 16; ++k16) {
-            AFrag<K> qa, oa;
-            load_a<K, SPLIT>(qa, sQ, m0, k16, lane);
-            load_a<K, SPLIT>(oa, sO, m0, k16, lane);
-#pragma unroll
-            for (int n = 0; n < SNT; ++n) {
-                BFrag<K> kf, vf;
-                load_b_rows<K, SPLIT>(kf, sK, n * 8, k16, lane);
-                load_b_rows<K, SPLIT>(vf, sV, n * 8, k16, lane);
-                mma_acc<K, SPLIT, false>(p[n], qa, kf);    // S = q k^T
-                mma_acc<K, SPLIT, false>(ds[n], oa, vf);   // dPd = dO v^T
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < SNT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e >> 1, i = rows[r], j = kb * BC + n * 8 + 2 * t + (e & 1);
-                float pv = 0.0f, f = 0.0f;
-                if (j <= i && i < T && j < T) {
-                    pv = expf(p[n][e] * scale - L[r]);
-                    f = drop.factor(bh, i, j, T);
-                }
-                ds[n][e] = pv * (ds[n][e] * f - Dr[r]);
-            }
-#pragma unroll
-        for (int k16 = 0; k16 < BC / 16; ++k16) {
-            AFrag<K> sa;
-            c_to_a<K, SPLIT>(sa, ds, k16, lane);
-#pragma unroll
-            for (int n = 0; n < HS / 8; ++n) {
-                BFrag<K> kf;
-                load_b_cols<K, SPLIT>(kf, sK, n * 8, k16, lane);
-                mma_acc<K, SPLIT, true>(dq[n], sa, kf);   // dQ += dS k
-            }
-        }
+        tile_product<K, SPLIT, HS>(p, sQ, m0, sK, lane);    // S = q k^T
+        tile_product<K, SPLIT, HS>(ds, sO, m0, sV, lane);   // dPd = dO v^T
+        softmax_grad(p, ds, T, bh, scale, drop, [&](int n, int e, int& i, int& j, float& Lq, float& Dq) {
+            i = rows[e >> 1];
+            j = kb * BC + n * 8 + 2 * t + (e & 1);
+            Lq = L[e >> 1];
+            Dq = Dr[e >> 1];
+        });
+        acc_product<K, SPLIT, HS>(dq, ds, sK, lane);   // dQ += dS k
+        if constexpr (NBUF == 2) __syncthreads();
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int i = rows[r];
-        if (i >= T) continue;
-        float* row = dqkv + ((i64)b * T + i) * 3 * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n)
-            *(float2*)(row + n * 8) = make_float2(round_to_kind(dq[n][2 * r] * scale, out_round),
-                                                  round_to_kind(dq[n][2 * r + 1] * scale, out_round));
-    }
+    for (int r = 0; r < 2; ++r)
+        if (rows[r] < T) store_rows<HS>(dqkv + ((i64)b * T + rows[r]) * 3 * C + h * HS + 2 * t, dq, r, scale, out_round);
 }
 
 // ---- the instantiations: attn_{forward,backward_dkdv,backward_dq}_<build>_hs<HS> ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
+// q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
 #define ATTN_KERNELS(BUILD, K, SPLIT, HS)                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
-        float* out, float* lse, const float* qkv, int T, int H, float scale, int out_round, int use_dropout,   \
-        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {                            \
+        float* out, float* lse, const Tile<K>::E* qkv, int T, int H, float scale, int out_round,               \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {            \
         attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, scale, out_round,                                 \
                                         make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
-        float* dqkv, const float* qkv, const float* dout, const float* lse, const float* Dvec, int T, int H,   \
-        float scale, int out_round, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
+        float* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,       \
+        int T, int H, float scale, int out_round, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
         u32 threshold, float dscale) {                                                                         \
         attention_backward_dkdv<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_round,              \
                                               make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
-        float* dqkv, const float* qkv, const float* dout, const float* lse, const float* Dvec, int T, int H,   \
-        float scale, int out_round, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
+        float* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,       \
+        int T, int H, float scale, int out_round, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
         u32 threshold, float dscale) {                                                                         \
         attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_round,                \
                                             make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
