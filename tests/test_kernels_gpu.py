@@ -291,15 +291,17 @@ def test_matmul(build, N, K, M):
     g = gen(N + K + M)
     x, w, dy = randn(g, N, K), randn(g, M, K, scale=0.02), randn(g, N, M)
     rt = ref.float_dtype
-    check(f"matmul y [{dtype} tf32={tf32} hr={hr}]", be.matmul_forward(dev(x), dev(w)),
-          ref.matmul_forward(x.astype(rt), w.astype(rt)), tol)
+    y = be.matmul_forward(dev(x), dev(w))
+    assert y.dtype == (np.uint16 if hr else np.float32)   # half roundings hand the half type on
+    check(f"matmul y [{dtype} tf32={tf32} hr={hr}]", be.to_host(y), ref.matmul_forward(x.astype(rt), w.astype(rt)), tol)
     dx, dw = be.matmul_backward(dev(dy), dev(x), dev(w))
+    dx = be.to_host(dx)
     rdx, rdw = ref.matmul_backward(dy.astype(rt), x.astype(rt), w.astype(rt))
     check(f"matmul dx [{dtype} tf32={tf32} hr={hr}]", dx, rdx, tol)
     check(f"matmul dw [{dtype} tf32={tf32} hr={hr}]", dw, rdw, tol)
     if dtype != "float32":  # also against the exact product, for the record (bf16 operands: 1e-3..1e-2)
         ex = NumpyBackend("float64")
-        check(f"matmul y vs float64 [{dtype} hr={hr}]", be.matmul_forward(dev(x), dev(w)),
+        check(f"matmul y vs float64 [{dtype} hr={hr}]", be.to_host(be.matmul_forward(dev(x), dev(w))),
               ex.matmul_forward(x.astype(np.float64), w.astype(np.float64)), 2e-2)
 
 
@@ -329,7 +331,7 @@ def test_attention(build, B, T, H, hs, p):
     for _ in range(3):
         out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
         dqkv = be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)
-        runs.append([host(out), host(saved.lse), host(dqkv)])
+        runs.append([be.to_host(out), host(saved.lse), be.to_host(dqkv)])
     out, lse, dqkv = runs[0]
     check(f"attention out {tag}", out, rout, tol)
     check(f"attention lse {tag}", lse, rsaved[1], tol)
@@ -398,6 +400,69 @@ def test_cross_entropy(N, V, ignored):
         dl = be.cross_entropy_backward(be.to_device(dloss), dev(logits), dev(targets), saved)
         rdl = ref.cross_entropy_backward(np.float64(dloss), logits.astype(np.float64), targets, rsaved)
         check(f"cross-entropy dlogits (dloss {dloss})", dl, rdl, TOL_F32)
+
+
+# ---------------------------------------------------------------------------------------------- half-type activations
+
+HALF_BUILDS = [b for b in BUILDS if b[0] != "float32"]
+
+
+@pytest.mark.parametrize("build", HALF_BUILDS, ids=[i for b, i in zip(BUILDS, BUILD_IDS) if b[0] != "float32"])
+def test_half_type_activations(build):
+    """The kernels that read or write half-type bits (uint16) in the half builds, against the NumPy forms on the
+    same values: LayerNorm and GELU write the half type (a product reads them so), GELU's backward, dropout, the
+    residual add and LayerNorm's backward read it, cross-entropy reads half logits and writes dlogits over them."""
+    dtype, tf32, hr = build
+    be, ref = gpu_backend(*build), NumpyBackend("float64")
+    kind = halfbits.KINDS[dtype]
+    tol = TOL_HALF[(dtype, hr)]
+    g = gen(77)
+    N, C, V = 257, 192, 1001
+
+    def half(a):   # device half bits, and the float64 values they hold
+        bits = halfbits.to_bits(a.astype(np.float32), kind)
+        return cp.asarray(bits), halfbits.from_bits(bits, kind).astype(np.float64)
+
+    def rounded(a):
+        return halfbits.round_to_kind(np.asarray(a, dtype=np.float32), kind)
+
+    x, w = randn(g, N, C), 1.0 + randn(g, C, scale=0.1)
+    y, mean, rstd = be.layernorm_forward(dev(x), dev(w), 1e-5)
+    ry, rmean, rrstd = ref.layernorm_forward(x.astype(np.float64), w.astype(np.float64), 1e-5)
+    assert y.dtype == np.uint16
+    check(f"layernorm y half [{dtype} hr={hr}]", be.to_host(y), rounded(ry), tol)
+    dyh, dyv = half(randn(g, N, C))
+    dx, dw = be.layernorm_backward(dyh, dev(x), dev(w), mean, rstd)
+    rdx, rdw = ref.layernorm_backward(dyv, x.astype(np.float64), w.astype(np.float64), rmean, rrstd)
+    check(f"layernorm dx from half dy [{dtype} hr={hr}]", dx, rdx, TOL_F32)
+    check(f"layernorm dw from half dy [{dtype} hr={hr}]", dw, rdw, TOL_F32)
+
+    xh, xv = half(randn(g, N, 4 * C, scale=3.0))
+    gy = be.gelu_forward(xh)
+    assert gy.dtype == np.uint16
+    check(f"gelu forward half [{dtype} hr={hr}]", be.to_host(gy), rounded(ref.gelu_forward(xv)), tol)
+    gdh, gdv = half(randn(g, N, 4 * C))
+    gdx = be.gelu_backward(gdh, xh)
+    check(f"gelu backward half [{dtype} hr={hr}]", be.to_host(gdx), rounded(ref.gelu_backward(gdv, xv)), tol)
+    gdx32 = be.gelu_backward(dev(gdv.astype(np.float32)), dev(xv.astype(np.float32)))   # float32 in, half out
+    check(f"gelu backward float32 in [{dtype} hr={hr}]", be.to_host(gdx32), rounded(ref.gelu_backward(gdv, xv)), tol)
+
+    ah = randn(g, N, C)
+    bh, bv = half(randn(g, N, C))
+    check(f"residual a + half b [{dtype} hr={hr}]", be.residual_forward(dev(ah), bh), ah + bv, TOL_F32)
+    seed, offset = 5, rng.site_offset(2, 7, 3)
+    exact(f"dropout of half x [{dtype} hr={hr}]", be.dropout_forward(bh, 0.2, seed, offset),
+          NumpyBackend("float32").dropout_forward(bv.astype(np.float32), 0.2, seed, offset))
+
+    targets = g.integers(0, V, size=N).astype(np.int64)
+    lh, lv = half(randn(g, N, V, scale=2.0))
+    loss, saved = be.cross_entropy_forward(lh, dev(targets))
+    rloss, rsaved = ref.cross_entropy_forward(lv, targets)
+    check(f"cross-entropy loss of half logits [{dtype} hr={hr}]", loss, rloss, TOL_F32)
+    dl = be.cross_entropy_backward(be.to_device(1.0), lh, dev(targets), saved)
+    assert dl.dtype == np.uint16 and dl.data.ptr == lh.data.ptr   # written over the logits
+    check(f"cross-entropy dlogits half [{dtype} hr={hr}]", be.to_host(dl),
+          rounded(ref.cross_entropy_backward(np.float64(1.0), lv, targets, rsaved)), tol)
 
 
 # ---------------------------------------------------------------------------------------------- optimizer

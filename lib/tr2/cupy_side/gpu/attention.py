@@ -4,9 +4,10 @@ forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], 
 launches the row dot products D = rowsum(dO * out), then dK/dV and dQ, each kernel writing its own columns
 of one dqkv [B, T, 3C]. No T x T array exists anywhere.
 
-The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded):
-while the step's activations are float32 (until the half-type data path), qkv is cast once in forward,
-kept for backward, and dO once in backward. The build picks the kernel (attention.cu's header says
+The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded): under
+half roundings c_attn and c_proj's backward hand them over so; otherwise (float32 products' outputs) qkv is
+cast once in forward, kept for backward, and dO once in backward. out and dqkv are written in the half type
+under half roundings (their consumers, products, read them so), else in float32. The build picks the kernel (attention.cu's header says
 what each rounds): f32 (plain float32, TF32 pairs), tf32, bf16 / f16 (exact: the probabilities as two half
 values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here has 64; `tiny` has 32).
 """
@@ -58,6 +59,17 @@ def _launch_tiles(ctx, kind: str, hs: int, grid, args, tiles: int, extra_bytes: 
     launch(FILE, name, grid, THREADS, args, shared_mem=nbytes)
 
 
+def _out_dtype(ctx):
+    return np.uint16 if ctx.round_kind != KIND_F32 else np.float32
+
+
+def _half(ctx, a, out=None):
+    """What the kernels read: float32 in the float32 builds, half bits in the half builds (cast if need be)."""
+    if not ctx.half or a.dtype == np.uint16:
+        return a
+    return to_half(a, ctx.kind, out=out)
+
+
 def _buffers(ctx) -> int:
     """Staging buffers of the streamed tiles (attention.cu's Pipe): two (cp.async) in the half builds."""
     return 2 if ctx.half else 1
@@ -83,10 +95,10 @@ def _dropout_args(p, seed, offset, offset_add):
 def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: int, offset_add=None):
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    out = cp.empty((B, T, C), dtype=np.float32)
+    out = cp.empty((B, T, C), dtype=_out_dtype(ctx))
     lse = cp.empty((B, H, T), dtype=np.float32)
     nblk = (T + ROWS - 1) // ROWS
-    kqkv = to_half(qkv, ctx.kind) if ctx.half else qkv
+    kqkv = _half(ctx, qkv)
     _launch_tiles(ctx, "forward", hs, (nblk, B * H),
                   (out, lse, kqkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
                   + _dropout_args(p, seed, offset, offset_add), tiles=1 + 2 * _buffers(ctx))
@@ -101,10 +113,11 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     op_round = ctx.kind if ctx.half else (OP_ROUND_TF32 if ctx.tf32 else KIND_F32)
     warps = B * T * H
     launch(FILE, "attn_backward_dot", (warps * 32 + 255) // 256, 256,
-           (D, dout, saved.out, i32(B), i32(T), i32(H), i32(hs), i32(op_round)))
-    dqkv = cp.empty((B, T, 3 * C), dtype=np.float32)
+           (D, dout, saved.out, i32(B), i32(T), i32(H), i32(hs), i32(ctx.kind_of(dout)), i32(ctx.kind_of(saved.out)),
+            i32(op_round)))
+    dqkv = cp.empty((B, T, 3 * C), dtype=_out_dtype(ctx))
     nblk = (T + ROWS - 1) // ROWS
-    kdout = to_half(dout, ctx.kind, out=ctx.ws.get("att_dout_half", dout.shape, np.uint16)) if ctx.half else dout
+    kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
     args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind)) \
         + _dropout_args(p, seed, offset, offset_add)
     nbuf = _buffers(ctx)

@@ -3,6 +3,9 @@ cuBLAS products (gpu/blas.py), with exactly NumpyBackend's attributes, methods a
 (tr2/cupy_side/backend.py documents them), so model.py, optim.py and train.py run on it unchanged.
 
 Every launch goes to CuPy's current stream and nothing here waits for the device, except to_host.
+Activations are float32 CuPy arrays, or in the half builds uint16 arrays holding the build's half type where
+the producer rounds to it (product outputs under half roundings) or the consumer reads it (products'
+inputs): `_act` takes either, `_f32` only float32 (weights, gradients, the residual stream).
 Per-step scratch lives in a workspace keyed by shape (allocated once); per-step scalars the kernels
 read (AdamW's hyper, the loss gradient, the clip and loss scales) stay in device memory. Values handed
 back to the model (activations, gradients, saved state) are fresh arrays from CuPy's memory pool, which
@@ -24,16 +27,20 @@ from . import global_norm as _global_norm
 from . import layernorm as _layernorm
 from . import matmul as _matmul
 from . import residual as _residual
+from .cast import from_half
 from .context import GpuContext
+from .halfbits import from_bits
 from .runtime import PeakTracker, compile_all
 
 DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _f32(a) -> "cp.ndarray":
-    """A C-contiguous float32 CuPy array (the activations', weights' and gradients' type)."""
+    """A C-contiguous float32 CuPy array (weights', gradients' and the residual stream's type)."""
     if not isinstance(a, cp.ndarray):
         a = cp.asarray(a, dtype=np.float32)
+    elif a.dtype == np.uint16:
+        raise ValueError("a half-type activation (uint16 bits) where float32 is required: widen it by its kind")
     elif a.dtype != np.float32:
         a = a.astype(np.float32)
     return a if a.flags.c_contiguous else cp.ascontiguousarray(a)
@@ -86,7 +93,22 @@ class CudaBackend:
         return cp.array(a, dtype=dtype or self.float_dtype, copy=True)
 
     def to_host(self, a) -> np.ndarray:
+        """A host copy; half-type activations (uint16 bits) come back as their float32 values."""
+        if isinstance(a, cp.ndarray) and a.dtype == np.uint16:
+            return from_bits(cp.asnumpy(a), self.ctx.kind)
         return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
+
+    def _act(self, a) -> "cp.ndarray":
+        """An activation as the kernels take it: float32, or the build's half type as uint16 bits."""
+        if isinstance(a, cp.ndarray) and a.dtype == np.uint16:
+            self.ctx.kind_of(a)   # refuses half bits in a float32 build
+            return a if a.flags.c_contiguous else cp.ascontiguousarray(a)
+        return _f32(a)
+
+    def _widen(self, a) -> "cp.ndarray":
+        """float32 values of an activation (half bits widened exactly)."""
+        a = self._act(a)
+        return from_half(a, self.ctx.kind) if a.dtype == np.uint16 else a
 
     def zeros(self, shape) -> "cp.ndarray":
         return cp.zeros(shape, dtype=self.float_dtype)
@@ -118,52 +140,55 @@ class CudaBackend:
         _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), dwte, dwpe)
 
     def layernorm_forward(self, x, w, eps):
-        return _layernorm.forward(_f32(x), _f32(w), eps)
+        return _layernorm.forward(self.ctx, _f32(x), _f32(w), eps)
 
     def layernorm_backward(self, dy, x, w, mean, rstd):
-        return _layernorm.backward(self.ctx, _f32(dy), _f32(x), _f32(w), _f32(mean), _f32(rstd))
+        return _layernorm.backward(self.ctx, self._act(dy), _f32(x), _f32(w), _f32(mean), _f32(rstd))
 
     def matmul_forward(self, x, w):
-        return _matmul.forward(self.ctx, _f32(x), _f32(w))
+        return _matmul.forward(self.ctx, self._act(x), _f32(w))
 
     def matmul_backward(self, dy, x, w):
-        return _matmul.backward(self.ctx, _f32(dy), _f32(x), _f32(w))
+        return _matmul.backward(self.ctx, self._act(dy), self._act(x), _f32(w))
 
     def attention_forward(self, qkv, n_head, p, seed, offset, offset_add=None):
-        return _attention.forward(self.ctx, _f32(qkv), int(n_head), float(p), int(seed), int(offset),
+        return _attention.forward(self.ctx, self._act(qkv), int(n_head), float(p), int(seed), int(offset),
                                   _u64(offset_add))
 
     def attention_backward(self, dout, qkv, saved, n_head, p, seed, offset, offset_add=None):
-        return _attention.backward(self.ctx, _f32(dout), _f32(qkv), saved, int(n_head), float(p), int(seed),
-                                   int(offset), _u64(offset_add))
+        return _attention.backward(self.ctx, self._act(dout), self._act(qkv), saved, int(n_head), float(p),
+                                   int(seed), int(offset), _u64(offset_add))
 
     def gelu_forward(self, x):
-        return _gelu.forward(_f32(x))
+        return _gelu.forward(self.ctx, self._act(x))
 
     def gelu_backward(self, dy, x):
-        return _gelu.backward(_f32(dy), _f32(x))
+        return _gelu.backward(self.ctx, self._act(dy), self._act(x))
 
     def dropout_forward(self, x, p, seed, offset, offset_add=None):
         if p == 0.0:
             return x
-        return _dropout.forward(_f32(x), float(p), int(seed), int(offset), _u64(offset_add))
+        x = self._act(x)
+        return _dropout.forward(x, float(p), int(seed), int(offset), _u64(offset_add), self.ctx.kind_of(x))
 
     def dropout_backward(self, dy, p, seed, offset, offset_add=None):
         if p == 0.0:
             return dy
-        return _dropout.backward(_f32(dy), float(p), int(seed), int(offset), _u64(offset_add))
+        dy = self._act(dy)
+        return _dropout.backward(dy, float(p), int(seed), int(offset), _u64(offset_add), self.ctx.kind_of(dy))
 
     def residual_forward(self, a, b):
-        return _residual.forward(_f32(a), _f32(b))
+        b = self._act(b)
+        return _residual.forward(self._widen(a), b, self.ctx.kind_of(b))
 
     def residual_backward(self, dout):
         return dout, dout
 
     def cross_entropy_forward(self, logits, targets):
-        return _ce.forward(self.ctx, _f32(logits), _i64(targets))
+        return _ce.forward(self.ctx, self._act(logits), _i64(targets))
 
     def cross_entropy_backward(self, dloss, logits, targets, saved):
-        return _ce.backward(self.ctx, dloss, _f32(logits), _i64(targets), saved)
+        return _ce.backward(self.ctx, dloss, self._act(logits), _i64(targets), saved)
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         _adamw.update(list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)

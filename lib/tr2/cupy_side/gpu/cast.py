@@ -39,8 +39,9 @@ def round_f32(x: "cp.ndarray", kind: int, out: "cp.ndarray | None" = None) -> "c
 
 
 def product_input(ctx, x: "cp.ndarray", name: str) -> "cp.ndarray":
-    """x as a product reads it: itself for float32, else its half-type bits in the workspace buffer `name`."""
-    if not ctx.half:
+    """x as a product reads it: itself for float32 builds and for half bits already, else its half-type bits in
+    the workspace buffer `name`."""
+    if not ctx.half or x.dtype == np.uint16:
         return x
     buf = ctx.ws.get(name, x.shape, np.uint16)
     return to_half(x, ctx.kind, out=buf)

@@ -42,6 +42,20 @@ class GpuContext:
         return np.uint16 if self.half else np.float32
 
     @property
+    def act_kind(self) -> int:
+        """The kind of activations that only feed products (LayerNorm's and GELU's outputs, the logits'
+        gradient): the half type in the half builds, where the product would round them to it anyway."""
+        return self.kind
+
+    def kind_of(self, a) -> int:
+        """An activation's kind from its dtype: float32, or (uint16 bits) the build's half type."""
+        if a.dtype == np.float32:
+            return KIND_F32
+        if a.dtype == np.uint16 and self.half:
+            return self.kind
+        raise ValueError(f"activation of dtype {a.dtype}; allowed: float32, or uint16 half bits in a half build")
+
+    @property
     def cuda_type(self) -> int:
         return blas.DATA_TYPES[self.dtype]
 

@@ -9,7 +9,7 @@ import numpy as np
 import cupy as cp
 
 from .halfbits import dropout_threshold
-from .runtime import NULL, THREADS, blocks_for, f32, i64, launch, u32, u64
+from .runtime import NULL, THREADS, blocks_for, f32, i32, i64, launch, u32, u64
 
 FILE = "dropout.cu"
 
@@ -24,18 +24,19 @@ def scale(p: float) -> np.float32:
     return np.float32(1.0 / (1.0 - p))
 
 
-def forward(x: "cp.ndarray", p: float, seed: int, offset: int, offset_add=None) -> "cp.ndarray":
+def forward(x: "cp.ndarray", p: float, seed: int, offset: int, offset_add=None, x_kind: int = 0) -> "cp.ndarray":
+    """y = x * keep / (1 - p), float32; x float32 or half bits (x_kind)."""
     if p == 0.0:
         return x
-    y = cp.empty_like(x)
+    y = cp.empty(x.shape, dtype=np.float32)
     launch(FILE, "dropout_apply", blocks_for(x.size), THREADS,
            (y, x, i64(x.size), u64(seed), u64(offset), NULL if offset_add is None else offset_add,
-            u32(threshold(p)), f32(scale(p))))
+            u32(threshold(p)), f32(scale(p)), i32(x_kind)))
     return y
 
 
-def backward(dy: "cp.ndarray", p: float, seed: int, offset: int, offset_add=None) -> "cp.ndarray":
-    return forward(dy, p, seed, offset, offset_add)
+def backward(dy: "cp.ndarray", p: float, seed: int, offset: int, offset_add=None, dy_kind: int = 0) -> "cp.ndarray":
+    return forward(dy, p, seed, offset, offset_add, dy_kind)
 
 
 def mask(n: int, p: float, seed: int, offset: int) -> "cp.ndarray":

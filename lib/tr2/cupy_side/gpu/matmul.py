@@ -1,9 +1,10 @@
 """The matrix products of the backend (y = x W^T and its gradients), through gpu/blas.py.
 
 Row-major throughout: x [N, K], W [M, K], y [N, M]. As ops/matmul.py: every product reads its inputs as
-the build's operands (float32, TF32 inside cuBLAS, or the half type: cast into workspace buffers) and
-accumulates in float32; with half_roundings cuBLAS writes the half type (and may reduce in it) and the
-result is widened back to float32 for the rest of the step."""
+the build's operands (float32, TF32 inside cuBLAS, or the half type: inputs already held as half bits are
+read as they are, float32 ones are cast into workspace buffers) and accumulates in float32. With
+half_roundings cuBLAS writes the half type (and may reduce in it): y and dx are handed on as half bits
+(their consumers read them so), dW is widened back to float32 for the optimizer."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +23,11 @@ def gemm(ctx, trans_a: bool, trans_b: bool, M: int, N: int, K: int, A, lda: int,
 
     round_kind (bf16/fp16): cuBLAS writes that half type into a workspace buffer, widened into out."""
     cb = ctx.cublas
-    if round_kind != KIND_F32:
+    if out.dtype == np.uint16:   # the half type itself, handed on as bits
+        out_type = blas.CUDA_R_16BF if round_kind == 1 else blas.CUDA_R_16F
+        cb.gemm_rm(trans_a, trans_b, M, N, K, A, in_type, lda, B, in_type, ldb, out, out_type, ldc, compute,
+                   alpha=alpha, batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=stride_c)
+    elif round_kind != KIND_F32:
         tmp = ctx.ws.get(out_name + "_half", out.shape, np.uint16)
         out_type = blas.CUDA_R_16BF if round_kind == 1 else blas.CUDA_R_16F
         cb.gemm_rm(trans_a, trans_b, M, N, K, A, in_type, lda, B, in_type, ldb, tmp, out_type, ldc, compute,
@@ -38,12 +43,17 @@ def _mm(ctx, *args, **kw):
     return gemm(ctx, *args, in_type=ctx.cuda_type, compute=ctx.compute, round_kind=ctx.round_kind, **kw)
 
 
+def _out_dtype(ctx):
+    """y and dx: half bits where the build rounds product outputs to the half type, else float32."""
+    return np.uint16 if ctx.round_kind != KIND_F32 else np.float32
+
+
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray") -> "cp.ndarray":
     N, K = x.shape
     M = w.shape[0]
     xa = product_input(ctx, x, "mm_x")
     wa = product_input(ctx, w, "mm_w")
-    y = cp.empty((N, M), dtype=np.float32)
+    y = cp.empty((N, M), dtype=_out_dtype(ctx))
     return _mm(ctx, False, True, N, M, K, xa, K, wa, K, y, M, out_name="mm_y")
 
 
@@ -53,7 +63,7 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray"):
     dya = product_input(ctx, dy, "mm_dy")
     xa = product_input(ctx, x, "mm_x")
     wa = product_input(ctx, w, "mm_w")
-    dx = cp.empty((N, K), dtype=np.float32)
+    dx = cp.empty((N, K), dtype=_out_dtype(ctx))
     dw = cp.empty((M, K), dtype=np.float32)
     _mm(ctx, False, False, N, K, M, dya, M, wa, K, dx, K, out_name="mm_dx")   # dx = dy W
     _mm(ctx, True, False, M, K, N, dya, M, xa, K, dw, K, out_name="mm_dw")    # dW = dy^T x

@@ -30,7 +30,7 @@
 //   float32 with TF32: every operand, internal ones too, rounded to TF32 (nearest even), mma m16n8k8.
 //   float32 plain (SPLIT): every operand as hi + lo TF32 pair, three mma per product (hi*hi + hi*lo +
 //     lo*hi; the dropped lo*lo is below float32's rounding), about float32's accuracy on tensor cores.
-//   out and dqkv are product outputs: rounded to the half type only with half roundings (`out_round`).
+//   out and dqkv are product outputs: written in the half type under half roundings (`out_kind`), else float32.
 // Tile sizes: 64 x 64 with 4 warps keeps a warp's 16 x 64 scores, its output rows and two staged tiles
 // (K and V, or Q and dO) within 255 registers and at most ~70 KB of shared memory (float32 tiles), so
 // several blocks share an SM; rows are padded (72 halves, 68 floats) so fragment reads hit 32 banks.
@@ -253,6 +253,13 @@ __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Til
 
 template <int K> __device__ __forceinline__ constexpr int tile_elems() { return BR * Tile<K>::LD; }
 
+// Two adjacent output elements (idx even) in out_kind: float32, or the half type under half roundings.
+__device__ __forceinline__ void store_pair(void* base, i64 idx, float a, float b, int kind) {
+    if (kind == KIND_F32) *(float2*)((float*)base + idx) = make_float2(a, b);
+    else if (kind == KIND_BF16) *(u32*)((u16*)base + idx) = pack2<KIND_BF16>(a, b);
+    else *(u32*)((u16*)base + idx) = pack2<KIND_F16>(a, b);
+}
+
 struct Dropout {
     int use;
     u64 seed, off;
@@ -329,9 +336,9 @@ __device__ __forceinline__ void tile_product(float s[SNT][4], const typename Til
 
 // ---------------------------------------------------------------------------------------------- forward
 template <int K, bool SPLIT, int HS>
-__device__ void attention_forward(float* __restrict__ out, float* __restrict__ lse,
+__device__ void attention_forward(void* __restrict__ out, float* __restrict__ lse,
                                   const typename Tile<K>::E* __restrict__ qkv, int T, int H, float scale,
-                                  int out_round, Dropout drop) {
+                                  int out_kind, Dropout drop) {
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
     constexpr int NBUF = Pipe<K>::NBUF;
@@ -427,21 +434,19 @@ __device__ void attention_forward(float* __restrict__ out, float* __restrict__ l
         const int i = rows[r];
         if (i >= T) continue;
         const float inv = 1.0f / lrow[r];
-        float* dst = out + ((i64)b * T + i) * C + h * HS + 2 * t;
+        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
 #pragma unroll
-        for (int n = 0; n < HS / 8; ++n)
-            *(float2*)(dst + n * 8) = make_float2(round_to_kind(o[n][2 * r] * inv, out_round),
-                                                  round_to_kind(o[n][2 * r + 1] * inv, out_round));
+        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
         if (t == 0) lse[(i64)bh * T + i] = mrow[r] + logf(lrow[r]);
     }
 }
 
 // ---------------------------------------------------------------------------------------------- backward
 // D[bh*T + i] = sum_d dO[b, i, h*HS + d] * O[b, i, h*HS + d], dO rounded as the products read it
-// (op_round: 0 none, 1 bfloat16, 2 float16, 3 TF32). One warp per (b, i, h).
-extern "C" __global__ void attn_backward_dot(float* __restrict__ D, const float* __restrict__ dout,
-                                             const float* __restrict__ out, int B, int T, int H, int hs,
-                                             int op_round) {
+// (op_round: 0 none, 1 bfloat16, 2 float16, 3 TF32); dO and O held in dout_kind, out_kind. One warp per (b, i, h).
+extern "C" __global__ void attn_backward_dot(float* __restrict__ D, const void* __restrict__ dout,
+                                             const void* __restrict__ out, int B, int T, int H, int hs,
+                                             int dout_kind, int out_kind, int op_round) {
     const i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (w >= (i64)B * T * H) return;
@@ -451,9 +456,9 @@ extern "C" __global__ void attn_backward_dot(float* __restrict__ D, const float*
     const i64 at = bt * H * hs + (i64)h * hs;
     float acc = 0.0f;
     for (int d = lane; d < hs; d += 32) {
-        float g = dout[at + d];
+        float g = load_kind(dout, at + d, dout_kind);
         g = (op_round == 3) ? tf32_rne(g) : round_to_kind(g, op_round);
-        acc += g * out[at + d];
+        acc += g * load_kind(out, at + d, out_kind);
     }
     acc = warp_sum(acc);
     if (lane == 0) D[((i64)b * H + h) * T + i] = acc;
@@ -484,19 +489,17 @@ __device__ __forceinline__ void softmax_grad(float p[SNT][4], float ds[SNT][4], 
 }
 
 template <int HS>
-__device__ __forceinline__ void store_rows(float* __restrict__ dst, const float acc[HS / 8][4], int r, float mul,
-                                           int out_round) {
+__device__ __forceinline__ void store_rows(void* dst, i64 at, const float acc[HS / 8][4], int r, float mul,
+                                           int out_kind) {
 #pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
-        *(float2*)(dst + n * 8) = make_float2(round_to_kind(acc[n][2 * r] * mul, out_round),
-                                              round_to_kind(acc[n][2 * r + 1] * mul, out_round));
+    for (int n = 0; n < HS / 8; ++n) store_pair(dst, at + n * 8, acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul, out_kind);
 }
 
 // dK and dV of 64 keys of one head. Warp rows are keys; the staged tiles hold 64 queries.
 template <int K, bool SPLIT, int HS>
-__device__ void attention_backward_dkdv(float* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
+__device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
-                                        const float* __restrict__ Dvec, int T, int H, float scale, int out_round,
+                                        const float* __restrict__ Dvec, int T, int H, float scale, int out_kind,
                                         Dropout drop) {
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
@@ -571,17 +574,17 @@ __device__ void attention_backward_dkdv(float* __restrict__ dqkv, const typename
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (keys[r] >= T) continue;
-        float* row = dqkv + ((i64)b * T + keys[r]) * 3 * C + h * HS + 2 * t;
-        store_rows<HS>(row + C, dk, r, scale, out_round);
-        store_rows<HS>(row + 2 * C, dv, r, 1.0f, out_round);
+        const i64 at = ((i64)b * T + keys[r]) * 3 * C + h * HS + 2 * t;
+        store_rows<HS>(dqkv, at + C, dk, r, scale, out_kind);
+        store_rows<HS>(dqkv, at + 2 * C, dv, r, 1.0f, out_kind);
     }
 }
 
 // dQ of 64 queries of one head. Warp rows are queries; the staged tiles hold 64 keys.
 template <int K, bool SPLIT, int HS>
-__device__ void attention_backward_dq(float* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
+__device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                       const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
-                                      const float* __restrict__ Dvec, int T, int H, float scale, int out_round,
+                                      const float* __restrict__ Dvec, int T, int H, float scale, int out_kind,
                                       Dropout drop) {
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
@@ -647,7 +650,7 @@ __device__ void attention_backward_dq(float* __restrict__ dqkv, const typename T
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-        if (rows[r] < T) store_rows<HS>(dqkv + ((i64)b * T + rows[r]) * 3 * C + h * HS + 2 * t, dq, r, scale, out_round);
+        if (rows[r] < T) store_rows<HS>(dqkv, ((i64)b * T + rows[r]) * 3 * C + h * HS + 2 * t, dq, r, scale, out_kind);
 }
 
 // ---- the instantiations: attn_{forward,backward_dkdv,backward_dq}_<build>_hs<HS> ----
@@ -655,23 +658,23 @@ __device__ void attention_backward_dq(float* __restrict__ dqkv, const typename T
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
 #define ATTN_KERNELS(BUILD, K, SPLIT, HS)                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
-        float* out, float* lse, const Tile<K>::E* qkv, int T, int H, float scale, int out_round,               \
+        void* out, float* lse, const Tile<K>::E* qkv, int T, int H, float scale, int out_kind,                 \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {            \
-        attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, scale, out_round,                                 \
+        attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, scale, out_kind,                                  \
                                         make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
-        float* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,       \
-        int T, int H, float scale, int out_round, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
+        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
+        int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
         u32 threshold, float dscale) {                                                                         \
-        attention_backward_dkdv<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_round,              \
+        attention_backward_dkdv<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_kind,              \
                                               make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
-        float* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,       \
-        int T, int H, float scale, int out_round, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
+        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
+        int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
         u32 threshold, float dscale) {                                                                         \
-        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_round,                \
+        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_kind,                \
                                             make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }
 

@@ -116,3 +116,17 @@ __device__ __forceinline__ bool rng_keep(u64 seed, u64 offset, u64 i, u32 thresh
 
 // A grid-stride loop over n elements: the element kernels launch a capped grid (runtime.MAX_BLOCKS).
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// Element i of an activation held in `kind` (0 float32, 1 bfloat16 bits, 2 float16 bits), as float32, and
+// the store back. The half builds hand half-type activations between kernels where the consumer reads the
+// half type anyway (a product's operand) or where the producer's output is rounded to it (half roundings).
+__device__ __forceinline__ float load_kind(const void* p, i64 i, int kind) {
+    if (kind == KIND_F32) return ((const float*)p)[i];
+    const u16 h = ((const u16*)p)[i];
+    return kind == KIND_BF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
+}
+
+__device__ __forceinline__ void store_kind(void* p, i64 i, float v, int kind) {
+    if (kind == KIND_F32) ((float*)p)[i] = v;
+    else ((u16*)p)[i] = (kind == KIND_BF16) ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+}

@@ -7,24 +7,25 @@
 // 0 on ignored rows, reading dloss from device memory (so the loss scale stays on the device).
 #include "common.cuh"
 
+// logits in logit_kind: the half type where the product rounds its output (half roundings).
 extern "C" __global__ void cross_entropy_forward(float* __restrict__ losses, float* __restrict__ lse,
-                                                 const float* __restrict__ logits, const i64* __restrict__ targets,
-                                                 int N, int V) {
+                                                 const void* __restrict__ logits, const i64* __restrict__ targets,
+                                                 int N, int V, int logit_kind) {
     __shared__ float shared[32];
     const i64 row = blockIdx.x;
     if (row >= N) return;
-    const float* l = logits + row * V;
+    const i64 r0 = row * V;
     float mx = NEG_INF;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, l[j]);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, load_kind(logits, r0 + j, logit_kind));
     mx = block_max(mx, shared);
     float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(l[j] - mx);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(load_kind(logits, r0 + j, logit_kind) - mx);
     s = block_sum(s, shared);
     if (threadIdx.x == 0) {
         const float z = logf(s) + mx;
         const i64 t = targets[row];
         lse[row] = z;
-        losses[row] = (t < 0) ? 0.0f : z - l[t];
+        losses[row] = (t < 0) ? 0.0f : z - load_kind(logits, r0 + t, logit_kind);
     }
 }
 
@@ -46,23 +47,24 @@ extern "C" __global__ void cross_entropy_mean(float* __restrict__ loss, float* _
     }
 }
 
-extern "C" __global__ void cross_entropy_backward(float* __restrict__ dlogits, const float* __restrict__ logits,
+// dlogits in dlogit_kind: the half builds write the half type the lm_head product reads. dlogits may be the
+// logits' own buffer (same kind): each element is read, then written, by the same thread.
+extern "C" __global__ void cross_entropy_backward(void* dlogits, const void* logits,
                                                   const float* __restrict__ lse, const i64* __restrict__ targets,
                                                   const float* __restrict__ dloss, const float* __restrict__ count,
-                                                  int N, int V) {
+                                                  int N, int V, int logit_kind, int dlogit_kind) {
     const i64 row = blockIdx.x;
     if (row >= N) return;
-    const float* l = logits + row * V;
-    float* d = dlogits + row * V;
+    const i64 r0 = row * V;
     const i64 t = targets[row];
     if (t < 0) {
-        for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = 0.0f;
+        for (int j = threadIdx.x; j < V; j += blockDim.x) store_kind(dlogits, r0 + j, 0.0f, dlogit_kind);
         return;
     }
     const float z = lse[row];
     const float g = dloss[0] / fmaxf(count[0], 1.0f);
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const float p = expf(l[j] - z);
-        d[j] = (p - (j == t ? 1.0f : 0.0f)) * g;
+        const float p = expf(load_kind(logits, r0 + j, logit_kind) - z);
+        store_kind(dlogits, r0 + j, (p - (j == t ? 1.0f : 0.0f)) * g, dlogit_kind);
     }
 }

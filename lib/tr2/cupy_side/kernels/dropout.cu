@@ -5,11 +5,12 @@
 
 
 // y = x * mask * scale. Used for the forward (x) and the backward (dy): the same mask.
-extern "C" __global__ void dropout_apply(float* __restrict__ y, const float* __restrict__ x, i64 n,
+// x in x_kind (a product's half-type output under half roundings), y float32.
+extern "C" __global__ void dropout_apply(float* __restrict__ y, const void* __restrict__ x, i64 n,
                                          u64 seed, u64 offset, const u64* __restrict__ offset_add,
-                                         u32 threshold, float scale) {
+                                         u32 threshold, float scale, int x_kind) {
     const u64 off = site_offset(offset, offset_add);
-    GRID_STRIDE(i, n) y[i] = rng_keep(seed, off, (u64)i, threshold) ? x[i] * scale : 0.0f;
+    GRID_STRIDE(i, n) y[i] = rng_keep(seed, off, (u64)i, threshold) ? load_kind(x, i, x_kind) * scale : 0.0f;
 }
 
 // The mask itself (1 kept, 0 dropped), for tests and tools.

@@ -4,10 +4,11 @@
 //   dw = sum over rows of dy * xhat, reduced in a fixed order (partials per row group, then a sum).
 #include "common.cuh"
 
-// One warp per row; blockDim.x = 32 * rows per block.
-extern "C" __global__ void layernorm_forward(float* __restrict__ y, float* __restrict__ mean,
+// One warp per row; blockDim.x = 32 * rows per block. y in y_kind: the half builds write the half type,
+// which is how the product after every LayerNorm reads it.
+extern "C" __global__ void layernorm_forward(void* __restrict__ y, float* __restrict__ mean,
                                              float* __restrict__ rstd, const float* __restrict__ x,
-                                             const float* __restrict__ w, int N, int C, float eps) {
+                                             const float* __restrict__ w, int N, int C, float eps, int y_kind) {
     const int lane = threadIdx.x & 31;
     const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -22,28 +23,26 @@ extern "C" __global__ void layernorm_forward(float* __restrict__ y, float* __res
     }
     v = warp_sum(v) / (float)C;
     const float r = 1.0f / sqrtf(v + eps);
-    float* yr = y + row * C;
-    for (int c = lane; c < C; c += 32) yr[c] = ((xr[c] - m) * r) * w[c];
+    for (int c = lane; c < C; c += 32) store_kind(y, row * C + c, ((xr[c] - m) * r) * w[c], y_kind);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
 }
 
-// dx, one warp per row.
-extern "C" __global__ void layernorm_backward_dx(float* __restrict__ dx, const float* __restrict__ dy,
+// dx, one warp per row. dy in dy_kind (a product's half-type gradient under half roundings).
+extern "C" __global__ void layernorm_backward_dx(float* __restrict__ dx, const void* __restrict__ dy,
                                                  const float* __restrict__ x, const float* __restrict__ w,
                                                  const float* __restrict__ mean, const float* __restrict__ rstd,
-                                                 int N, int C) {
+                                                 int N, int C, int dy_kind) {
     const int lane = threadIdx.x & 31;
     const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
     const float* xr = x + row * C;
-    const float* dyr = dy + row * C;
     const float m = mean[row], r = rstd[row];
     float s1 = 0.0f, s2 = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        const float g = dyr[c] * w[c];
+        const float g = load_kind(dy, row * C + c, dy_kind) * w[c];
         const float xh = (xr[c] - m) * r;
         s1 += g;
         s2 += g * xh;
@@ -52,7 +51,7 @@ extern "C" __global__ void layernorm_backward_dx(float* __restrict__ dx, const f
     s2 = warp_sum(s2) / (float)C;
     float* dxr = dx + row * C;
     for (int c = lane; c < C; c += 32) {
-        const float g = dyr[c] * w[c];
+        const float g = load_kind(dy, row * C + c, dy_kind) * w[c];
         const float xh = (xr[c] - m) * r;
         dxr[c] = r * (g - s1 - xh * s2);
     }
@@ -60,10 +59,10 @@ extern "C" __global__ void layernorm_backward_dx(float* __restrict__ dx, const f
 
 // dw partials: block (32, 8) covers 32 columns; blockIdx.y takes rows [y*rows_per_group, ...).
 // part[blockIdx.y, c] = sum over the group's rows of dy * xhat.
-extern "C" __global__ void layernorm_backward_dw_partial(float* __restrict__ part, const float* __restrict__ dy,
+extern "C" __global__ void layernorm_backward_dw_partial(float* __restrict__ part, const void* __restrict__ dy,
                                                          const float* __restrict__ x, const float* __restrict__ mean,
                                                          const float* __restrict__ rstd, int N, int C,
-                                                         int rows_per_group) {
+                                                         int rows_per_group, int dy_kind) {
     __shared__ float acc[8][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     const int r0 = blockIdx.y * rows_per_group;
@@ -72,7 +71,7 @@ extern "C" __global__ void layernorm_backward_dw_partial(float* __restrict__ par
     if (c < C) {
         for (int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
             const i64 e = (i64)r * C + c;
-            s += dy[e] * ((x[e] - mean[r]) * rstd[r]);
+            s += load_kind(dy, e, dy_kind) * ((x[e] - mean[r]) * rstd[r]);
         }
     }
     acc[threadIdx.y][threadIdx.x] = s;
