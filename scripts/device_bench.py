@@ -169,14 +169,21 @@ def bench_table(path: Path) -> list:
     return lines
 
 
+# TR2_PROFILE_MODELS=nanogpt,gpt2-small: the models the profile phase profiles (bfloat16, both sides).
+PROFILE_MODELS = [m for m in os.environ.get("TR2_PROFILE_MODELS", "nanogpt").split(",") if m]
+
+
 def phase_profile(out: Path, budget: float, table: list):
     d = out / "profile"
-    for side, extra in (("cupy", ["--half-roundings"]), ("torch", ["--mode", "eager"])):
-        p = subprocess.run([PY, "-m", "tr2.profile_run", "--side", side, "--model", "nanogpt", "--dtype", "bfloat16",
-                            *extra, "--device", DEVICE, "--steps", "130", "--window", "100", "130", "--out", str(d / side)],
-                           capture_output=True, text=True, timeout=budget / 2)
-        (d / f"{side}.log").write_text(p.stdout + p.stderr)
-        table.append(f"profile {side}: exit {p.returncode}")
+    runs = [(model, side, extra) for model in PROFILE_MODELS
+            for side, extra in (("cupy", ["--half-roundings"]), ("torch", ["--mode", "eager"]))]
+    for model, side, extra in runs:
+        name = side if len(PROFILE_MODELS) == 1 else f"{model}-{side}"
+        p = subprocess.run([PY, "-m", "tr2.profile_run", "--side", side, "--model", MODEL_STANDIN or model,
+                            "--dtype", "bfloat16", *extra, "--device", DEVICE, "--steps", "130", "--window", "100",
+                            "130", "--out", str(d / name)], capture_output=True, text=True, timeout=budget / len(runs))
+        (d / f"{name}.log").write_text(p.stdout + p.stderr)
+        table.append(f"profile {name}: exit {p.returncode}")
 
 
 def phase_oom(out: Path, budget: float, table: list):
@@ -192,10 +199,15 @@ def phase_oom(out: Path, budget: float, table: list):
         table.append(f"oom {side}: status {res.get('status')} rc {res.get('returncode')} in {res.get('wall_s')} s")
 
 
-def phase_methodb(out: Path, budget: float, table: list, steps=200):
+def phase_methodb(out: Path, budget: float, table: list, steps=None):
+    """TR2_METHODB_STEPS (default 200) steps; TR2_METHODB_WINDOW judges steps 1..W within 1% for every model (the
+    rule in force until the floor-derived window is built); unset: gpt2-medium 100, the others every step."""
     d = out / "methodb"
     d.mkdir(exist_ok=True)
-    jobs, judge = {}, {"gpt2-medium": 100}
+    steps = steps or int(os.environ.get("TR2_METHODB_STEPS", "200"))
+    window = os.environ.get("TR2_METHODB_WINDOW")
+    jobs = {}
+    judge = ({m: int(window) for m in ("nanogpt", "gpt2-small", "gpt2-medium")} if window else {"gpt2-medium": 100})
     t0 = time.monotonic()
     for model in ("nanogpt", "gpt2-small", "gpt2-medium"):
         cfg = load_model(MODEL_STANDIN or model)

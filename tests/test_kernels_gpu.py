@@ -537,8 +537,8 @@ def test_products_and_kernels_capture_in_a_cuda_graph():
         stream.begin_capture()
         cb.gemm_rm(False, True, 64, 80, 96, xh, blas.CUDA_R_16BF, 96, wh, blas.CUDA_R_16BF, 96, y, blas.CUDA_R_32F, 80,
                    blas.COMPUTE_32F)
-        from tr2.cupy_side.gpu.runtime import THREADS, blocks_for, i64, launch
-        launch("gelu.cu", "gelu_forward", blocks_for(y.size), THREADS, (z, y, i64(y.size)))
+        from tr2.cupy_side.gpu.runtime import THREADS, blocks_for, i32, i64, launch
+        launch("gelu.cu", "gelu_forward", blocks_for(y.size), THREADS, (z, y, i64(y.size), i32(0), i32(0)))
         graph = stream.end_capture()
         graph.launch()
     stream.synchronize()
