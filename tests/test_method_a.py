@@ -83,7 +83,7 @@ FAKE = textwrap.dedent('''
     p = argparse.ArgumentParser()
     for a in ("--side", "--model", "--dtype", "--device", "--mode", "--metrics"):
         p.add_argument(a)
-    for a in ("--steps", "--seed", "--eval-interval", "--eval-iters"):
+    for a in ("--steps", "--seed", "--eval-interval", "--eval-iters", "--log-interval"):
         p.add_argument(a, type=int)
     p.add_argument("--half-roundings", action="store_true")
     a = p.parse_args()

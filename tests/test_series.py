@@ -16,6 +16,7 @@ import pytest
 from tr2 import REPO_ROOT, Tr2Error
 from tr2 import series
 from tr2.cards import load_card
+from tr2.configs import RunConfig
 from tr2.results import read_jsonl
 
 PY = sys.executable
@@ -74,8 +75,8 @@ class Fake:
         self.ms, self.own, self.behaviour = ms or {}, own or {}, behaviour or {}
 
     def __call__(self, config, card):
-        cid = config["id"]
-        default_ms = 1.0 if config["side"] == "cupy" else 5.0  # wide apart: verdicts stay put on a busy machine
+        cid = config.key
+        default_ms = 1.0 if config.side == "cupy" else 5.0  # wide apart: verdicts stay put on a busy machine
         return [PY, str(self.path), cid, str(card["series"]["steps"]), str(self.ms.get(cid, default_ms)),
                 str(self.own.get(cid, 1.0)), self.behaviour.get(cid, "ok"), str(self.count)]
 
@@ -91,7 +92,7 @@ def test_configurations_of_the_h200_card():
     c = load_card(REPO_ROOT / "params" / "cards" / "h200.yaml")
     confs = series.configurations(c)
     assert len(confs) == 3 * (5 + 6 + 6)
-    ids = [x["id"] for x in confs[:17]]
+    ids = [x.key for x in confs[:17]]
     assert ids[:5] == ["nanogpt/float32/torch-eager", "nanogpt/float32/torch-default",
                        "nanogpt/float32/torch-reduce-overhead", "nanogpt/float32/torch-max-autotune", "nanogpt/float32/cupy"]
     assert ids[9:11] == ["nanogpt/bfloat16/cupy", "nanogpt/bfloat16/cupy-hr"]
@@ -109,7 +110,7 @@ def test_rotation_order(card):
     assert series.rotation(3, 2) == [2, 0, 1]
     assert series.rotation(3, 4) == [1, 2, 0]
     card["models"], card["dtypes"], card["torch_modes"] = ["tiny"], ["float32"], ["eager", "default"]
-    p = [(r, c["build"]) for r, c in series.plan(card)]
+    p = [(r, c.build) for r, c in series.plan(card)]
     assert p == [(0, "torch-eager"), (0, "torch-default"), (0, "cupy"),
                  (1, "torch-default"), (1, "cupy"), (1, "torch-eager"),
                  (2, "cupy"), (2, "torch-eager"), (2, "torch-default")]
@@ -144,8 +145,8 @@ def test_verdict_excludes_modes_without_time():
 
 
 def test_own_reading_rule():
-    cupy = {"side": "cupy"}
-    torch = {"side": "torch"}
+    cupy = RunConfig("tiny", "float32", "cupy")
+    torch = RunConfig("tiny", "float32", "torch", mode="eager")
     ok = {"status": "ok", "step_ms": 10.0, "own_step_ms": 10.09, "own_vs_clock": 0.009}
     bad = {"status": "ok", "step_ms": 10.0, "own_step_ms": 10.2, "own_vs_clock": 0.02}
     assert series.own_check(cupy, ok) is None
@@ -280,7 +281,7 @@ def test_resume_after_a_kill_between_runs(card, tmp_path):
     assert len(keys(d)) == 4
     series.run(card, d, trainer=fake, progress=False)
     ks = keys(d)
-    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c["id"]) for r, c in series.plan(card)]
+    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c.key) for r, c in series.plan(card)]
     assert len(fake.started()) == 9  # nothing ran twice
 
 
@@ -295,7 +296,7 @@ def test_resume_after_runs_jsonl_lost_its_tail(card, tmp_path):
     assert len(keys(d)) == 6
     series.run(card, d, trainer=fake, progress=False)
     ks = keys(d)
-    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c["id"]) for r, c in series.plan(card)]
+    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c.key) for r, c in series.plan(card)]
     assert len(fake.started()) == 12  # exactly the three lost runs again
     assert (d / "runs.jsonl").read_text().count("\n") == 9  # the torn line was cut, not kept
 
