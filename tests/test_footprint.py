@@ -5,6 +5,7 @@ import sys
 import pytest
 
 import tr2.footprint as fp
+from tr2.configs import RunConfig
 from tr2.results import append_jsonl, write_json_atomic, write_yaml_atomic
 
 MAPS = """\
@@ -75,11 +76,11 @@ def test_configurations_follow_the_card():
     card = {"models": ["nanogpt", "gpt2-small"], "dtypes": ["float32", "bfloat16", "float16"],
             "torch_modes": ["eager", "default", "reduce-overhead", "max-autotune"], "half_roundings": [False, True]}
     cs = fp.configurations(card)
-    assert {c["model"] for c in cs} == {"nanogpt"}        # the card's first model
-    cupy = [c for c in cs if c["side"] == "cupy"]
-    assert [(c["dtype"], c["half_roundings"]) for c in cupy] == [("float32", False), ("bfloat16", True), ("float16", True)]
-    assert len([c for c in cs if c["side"] == "torch"]) == 12
-    assert len({fp.config_key(c) for c in cs}) == len(cs)
+    assert {c.model for c in cs} == {"nanogpt"}        # the card's first model
+    cupy = [c for c in cs if c.side == "cupy"]
+    assert [(c.dtype, c.half_roundings) for c in cupy] == [("float32", False), ("bfloat16", True), ("float16", True)]
+    assert len([c for c in cs if c.side == "torch"]) == 12
+    assert len({c.key for c in cs}) == len(cs)
     argv = fp.train_argv(cupy[1], "cuda")
     assert "--half-roundings" in argv and "--mode" not in argv
 
@@ -127,7 +128,7 @@ def test_summarize_writes_csv_and_sides(tmp_path):
 def test_real_footprint_of_a_cpu_run(tmp_path):
     """One short run of the torch side on the CPU, traced: no NVIDIA library, no NVRTC, bytes by category."""
     pytest.importorskip("torch")
-    c = {"side": "torch", "model": "tiny", "dtype": "float32", "mode": "eager", "half_roundings": False}
+    c = RunConfig("tiny", "float32", "torch", mode="eager")
     rec = fp.measure(c, tmp_path, "cpu", timeout_s=300)
     assert rec["status"] == "ok", (tmp_path / rec["log"]).read_text()[-2000:]
     names = {l["name"] for l in rec["libraries"]}

@@ -70,11 +70,6 @@ def test_one_seed_a_side_is_read_not_judged():
     assert v["steps"][0]["ok"] is True  # the numbers are still there
 
 
-def test_stats_median_and_range():
-    s = method_a.stats([3.0, 1.0, 2.0, 10.0])
-    assert (s["n"], s["median"], s["min"], s["max"], s["range"]) == (4, 2.5, 1.0, 10.0, 9.0)
-
-
 # ---- resumption ------------------------------------------------------------------------------------
 
 FAKE = textwrap.dedent('''

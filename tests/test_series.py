@@ -4,7 +4,6 @@ The trainer is a fake program whose step time and behaviour each test sets per c
 """
 import copy
 import json
-import os
 import signal
 import subprocess
 import sys

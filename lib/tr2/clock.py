@@ -13,7 +13,6 @@ status 'ok' | 'oom' | 'failed' | 'no-window' | 'timeout', with a one-line `reaso
 from __future__ import annotations
 
 import os
-import re
 import select
 import signal
 import subprocess

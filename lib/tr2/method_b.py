@@ -36,7 +36,6 @@ from .clock import run_logged
 from .configs import RunConfig
 from .data import write_batch_order
 from .models import load_model
-from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
 from .summary import conditions, load_dir_card, write_csv, write_summary
 from .trainargs import trainer_prefix
@@ -354,6 +353,3 @@ def plot(results_dir, rows=None, card=None):
     plt.close(fig)
     return d / "method_b.png"
 
-
-if __name__ == "__main__":
-    sys.exit(main())
