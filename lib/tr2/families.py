@@ -38,7 +38,7 @@ from .clock import log_text, run_logged
 from .configs import RunConfig
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import conditions, load_dir_card, write_csv, write_summary
+from .summary import finish, load_dir_card, pyplot, write_csv
 
 STAGE = "families"
 OTHER = "other"
@@ -301,19 +301,14 @@ def summarize(results_dir) -> dict:
         "window": card["families"]["window"], "steps": card["families"]["steps"],
         "configs": configs, "graphs": graphs,
         "lacking": lacking,  # amendment 8.3: configurations whose kernel table or break counts are missing, and why
-        "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
-        **conditions(d),
     }
-    return write_summary(d, summary, lambda: plot(d, fam_rows, card))
+    return finish(d, summary, runs.values(), lambda: plot(d, fam_rows, card))
 
 
 def plot(results_dir, fam_rows=None, card=None):
     """families.png: per model and type, one stacked bar per configuration (both sides side by side)."""
     import csv
-    import matplotlib
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     d = Path(results_dir)
     card = card or load_dir_card(d)
     if fam_rows is None:

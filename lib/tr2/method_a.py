@@ -19,7 +19,6 @@ ends the stage (amendment 8.4); a rerun tries it again.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from .configs import RunConfig
 from .models import load_model
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import conditions, load_dir_card, stats, write_csv, write_summary
+from .summary import all_passed, finish, load_dir_card, pyplot, save_figure, stats, write_csv
 from .trainargs import trainer_prefix
 from .trainlog import read_metrics
 
@@ -194,21 +193,16 @@ def summarize(results_dir) -> dict:
         "stage": STAGE,
         "rule": "§7 A: at every evaluation from judge_from on, |median_torch - median_cupy| <= max(range_torch, range_cupy)"
                 " of the validation loss over the seeds; one seed a side: read, no verdict (amendment 7.1)",
-        "passed": (None if any(p is None for p in judged) else all(judged)) if judged else None,
+        "passed": all_passed(judged),
         "configs": configs,
         "runs": {"finished": len(runs), "planned": len(plan(card)), "records": len(allruns)},
-        "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
-        **conditions(d),
     }
-    return write_summary(d, summary, lambda: plot(d, rows, card))
+    return finish(d, summary, runs.values(), lambda: plot(d, rows, card))
 
 
 def plot(results_dir, rows=None, card=None):
     """method_a.png: every validation curve, both sides, all seeds, one panel per model and type."""
-    import matplotlib
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     d = Path(results_dir)
     card = card or load_dir_card(d)
     rows = rows if rows is not None else curves(d)
@@ -229,8 +223,4 @@ def plot(results_dir, rows=None, card=None):
         ax.set_xlabel("step")
         ax.set_ylabel("validation loss")
         ax.legend(fontsize=8)
-    fig.suptitle("Method A: validation loss, every seed of both sides")
-    fig.tight_layout()
-    fig.savefig(d / "method_a.png", dpi=110)
-    plt.close(fig)
-    return d / "method_a.png"
+    return save_figure(fig, d / "method_a.png", "Method A: validation loss, every seed of both sides")

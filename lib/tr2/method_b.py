@@ -37,7 +37,7 @@ from .configs import RunConfig
 from .data import write_batch_order
 from .models import load_model
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import conditions, load_dir_card, write_csv, write_summary
+from .summary import all_passed, finish, load_dir_card, pyplot, save_figure, write_csv
 from .trainargs import trainer_prefix
 from .trainlog import read_metrics
 
@@ -292,20 +292,15 @@ def summarize(results_dir) -> dict:
         "floors": card["method_b"]["floors"],
         "also_runs": {a: f"the {ALSO[a][0]} side{' in mode ' + ALSO[a][1] if ALSO[a][1] else ''} from the same start "
                          f"and batches, set against the stage's {ALSO[a][2]} run" for a in card["method_b"]["also"]},
-        "passed": (None if any(p is None for p in judged) else all(judged)) if judged else None,
+        "passed": all_passed(judged),
         "models": models,
-        "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
-        **conditions(d),
     }
-    return write_summary(d, summary, lambda: plot(d, rows, card))
+    return finish(d, summary, runs.values(), lambda: plot(d, rows, card))
 
 
 def plot(results_dir, rows=None, card=None):
     """method_b.png: per model, the losses of every run, and their relative differences on a log scale."""
-    import matplotlib
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     d = Path(results_dir)
     card = card or load_dir_card(d)
     rows = rows if rows is not None else table(d, card)
@@ -347,9 +342,5 @@ def plot(results_dir, rows=None, card=None):
         ax.set_xlabel("step")
         ax.set_ylabel("relative difference (no point: exactly equal)")
         ax.legend(fontsize=8)
-    fig.suptitle("Method B: one start, one batch order, float32 without TF32, dropout 0")
-    fig.tight_layout()
-    fig.savefig(d / "method_b.png", dpi=110)
-    plt.close(fig)
-    return d / "method_b.png"
+    return save_figure(fig, d / "method_b.png", "Method B: one start, one batch order, float32 without TF32, dropout 0")
 

@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import sys
 from pathlib import Path
 
 from .cards import load_card
@@ -71,3 +72,36 @@ def write_summary(d: Path, summary: dict, draw) -> dict:
         summary["plot_error"] = repr(e)
         write_json_atomic(Path(d) / "summary.json", summary)
     return summary
+
+
+def finish(d, summary: dict, records, draw) -> dict:
+    """A stage's summary with its wall time and conditions, written: summary.json first, then the plot."""
+    summary.update(wall_s=wall_s(records), **conditions(d))
+    return write_summary(d, summary, draw)
+
+
+def all_passed(judged: list):
+    """A stage's verdict from its parts': None when any part has none (or there is no part), else all passed."""
+    return (None if any(p is None for p in judged) else all(judged)) if judged else None
+
+
+def wall_s(records) -> float:
+    return round(sum(r.get("wall_s") or 0 for r in records), 1)
+
+
+def pyplot():
+    """matplotlib's pyplot, drawing off screen outside a notebook."""
+    import matplotlib
+    if "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_figure(fig, path, title: str) -> Path:
+    """The stage's plot under its title, written beside its numbers and closed."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return Path(path)
