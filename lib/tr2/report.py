@@ -36,8 +36,8 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
+from .stage import STAGES
 
-STAGES = ("series", "method_a", "method_b", "footprint", "families")
 STAGE_TITLES = {
     "series": "Step time: the series (protocol §5)",
     "method_a": "Correctness, method A: families of runs (§7 A)",

@@ -14,17 +14,9 @@ from . import RESULTS_DIR, Tr2Error
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-# A results folder's name: <stage>-<YYYYmmdd-HHMMSS>-<card>[-<n>]; new_results_dir makes it, parse_folder_name
-# reads it back (the stage is told by the caller: stage names hold '_' and cards may hold '-').
-_STAMP = re.compile(r"^(\d{8}-\d{6})-(.+?)(?:-(\d+))?$")
-
-
-def parse_folder_name(name: str, stage: str):
-    """(stamp, card, n) of a folder named by new_results_dir for `stage`, or None for any other name."""
-    if not name.startswith(stage + "-"):
-        return None
-    m = _STAMP.match(name[len(stage) + 1:])
-    return (m.group(1), m.group(2), int(m.group(3) or 1)) if m else None
+# A results folder's name: <stage>-<YYYYmmdd-HHMMSS>-<card>[-<n>], made by new_results_dir; STAMP_RE reads
+# back what follows "<stage>-" (the stage is told by the caller: stage names hold '_', cards may hold '-').
+STAMP_RE = re.compile(r"^(\d{8}-\d{6})-(.+?)(?:-(\d+))?$")
 
 
 def new_results_dir(stage: str, card_name: str, root=None) -> Path:
