@@ -1,4 +1,4 @@
-"""Method B: the 1e-5 / 1% rules, amendment 6's window, the ulp move, and the floor's copy of the torch loop."""
+"""Method B: the 1e-5 / 1% rules, protocol rule 52's window, the ulp move, and the floor's copy of the torch loop."""
 import math
 import subprocess
 import sys
@@ -39,7 +39,7 @@ def test_each_step_within_one_percent():
 
 def test_gpt2_medium_window_judges_steps_1_to_100_and_states_200_beside():
     t = losses(200)
-    late = moved(t, 150, 0.0142)  # amendment 6: parted by 1.42% by step 200
+    late = moved(t, 150, 0.0142)  # protocol rule 52: parted by 1.42% by step 200
     v = method_b.verdict(t, late, 200, judge_steps=100)
     assert v["passed"] is True and v["judge_last_step"] == 100 and v["window"]["last"] == 100
     assert v["full"]["passed"] is False and v["full"]["failed_steps"] == [150]

@@ -121,7 +121,7 @@ def test_verdict_rule():
     assert v["verdict"] == "faster" and v["mode"] == "default" and v["ratio"] == pytest.approx(9.5 / 10.5)
     assert v["ours"] == {"runs": 3, "median": 9.5, "fastest": 9.0, "slowest": 9.9}
     assert v["theirs"] == {"runs": 3, "median": 10.5, "fastest": 10.0, "slowest": 11.0}
-    # ranges overlap, our median below theirs: level, never faster (amendment 1)
+    # ranges overlap, our median below theirs: level, never faster (protocol rule 21)
     assert series.compare([9.0, 9.5, 10.2], {"default": [10.0, 10.5, 11.0]})["verdict"] == "level"
     # our median less than 5% above: level
     assert series.compare([10.9, 11.0, 11.1], {"default": [10.0, 10.5, 11.0]})["verdict"] == "level"
@@ -135,7 +135,7 @@ def test_verdict_rule():
 
 
 def test_verdict_excludes_modes_without_time():
-    # max-autotune ran out of memory: the comparison is against the fastest mode that ran (amendment 5)
+    # max-autotune ran out of memory: the comparison is against the fastest mode that ran (protocol rule 20)
     v = series.compare([10.0, 10.1], {"eager": [20.0, 20.0], "default": [12.0, 12.5], "max-autotune": []})
     assert v["mode"] == "default" and v["verdict"] == "faster" and v["modes_without_time"] == ["max-autotune"]
     v = series.compare([10.0], {"eager": None, "default": []})

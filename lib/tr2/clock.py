@@ -1,4 +1,4 @@
-"""The outside clock (protocol §5): one reader starts a program and stamps every output line as it arrives.
+"""The outside clock (protocol rules 10-16): one reader starts a program and stamps every output line as it arrives.
 
 `run_clocked(cmd, log_path, ...)` starts `cmd` in a fresh process (its own process group, Python
 unbuffered), reads its stdout and stderr together, stamps each line with `time.monotonic()` the

@@ -1,4 +1,4 @@
-"""Kernel families (protocol §6): a profiled run per configuration, its kernel table, grouped by one rules file.
+"""Kernel families (protocol rules 30-33): a profiled run per configuration, its kernel table, grouped by one rules file.
 
 Configurations: per model and element type of the card, the torch side in each of `torch_modes`, and
 the cupy side in each build (`half_roundings` in the half types; float32 has one build). Each is one
@@ -19,7 +19,7 @@ allows. Graph breaks and recompiles: the profiled run of each compiled mode (per
 type) runs under TORCH_LOGS=graph_breaks,recompiles (logging changes nothing that is compiled, and one
 compilation per configuration is spared); its log is kept and the counts go to the summary. Eager
 compiles nothing: it has no such run. A profiled run out of memory is recorded as such and named, with
-the table and counts it lacks (amendment 8.3). Resumable as the other stages (runs.jsonl).
+the table and counts it lacks (protocol rule 8.3). Resumable as the other stages (runs.jsonl).
 
 The family times are the profiled run's kernel time (device time of its kernels; on a CPU card the
 self time of its operators): they explain a step time and never stand in for one.
@@ -300,7 +300,7 @@ def summarize(results_dir) -> dict:
                   "n_rules": len(rules), "match": "re.search, case-insensitive, first match wins, unmatched: other"},
         "window": card["families"]["window"], "steps": card["families"]["steps"],
         "configs": configs, "graphs": graphs,
-        "lacking": lacking,  # amendment 8.3: configurations whose kernel table or break counts are missing, and why
+        "lacking": lacking,  # protocol rule 8.3: configurations whose kernel table or break counts are missing, and why
     }
     return finish(d, summary, runs.values(), lambda: plot(d, fam_rows, card))
 

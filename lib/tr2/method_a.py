@@ -1,20 +1,20 @@
-"""Method A (protocol §7 A): families of runs, several seeds a side, compared as families.
+"""Method A (protocol rules 40-42): families of runs, several seeds a side, compared as families.
 
 For each model and element type of the card, each side trains the schedule (the card's
 `method_a.steps`, or the model's `max_iters`) once per seed of `method_a.seeds`, evaluated every
 `eval_interval` steps on `eval_iters` batches of each split (the trainer's `--metrics` file holds the
 evaluations). The torch side runs in `method_a.torch_mode`; the cupy side in the half types runs with
-`--half-roundings` (the build the verdict compares, amendment 4.2), in float32 without it.
+`--half-roundings` (the build the verdict compares, protocol rule 22), in float32 without it.
 
 Verdict (`verdict`, a pure function): A passes when, at every evaluation from `judge_from` on, the
 two sides' median validation losses differ by no more than the larger of the two sides' ranges
 (max - min over the seeds) at that step. With one seed a side there is no range: the curves are read
-and published, and no verdict is given (amendment 7.1).
+and published, and no verdict is given (protocol rule 42).
 
 Resumable (tr2.stage): every finished run (ok or out of memory) is one line of `runs.jsonl`; a rerun on
 the same folder starts only the runs that line is missing for, and a run that was killed half-way
 starts over (its partial metrics file is discarded). A run that fails in any other way is recorded and
-ends the stage (amendment 8.4); a rerun tries it again.
+ends the stage (protocol rule 8.4); a rerun tries it again.
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def run(card: dict, results_dir=None) -> Path:
 
 
 def verdict(torch_curves: dict, cupy_curves: dict, judge_from: int) -> dict:
-    """§7 A's verdict from two families of validation curves, {seed: {step: val_loss}} per side.
+    """Method A's verdict (protocol rule 41) from two families of validation curves, {seed: {step: val_loss}} per side.
 
     Judged: every evaluation step >= judge_from that any run holds. At each, both sides' medians and
     ranges over their seeds; the step passes when |median_torch - median_cupy| <= max(range_torch,
@@ -122,7 +122,7 @@ def verdict(torch_curves: dict, cupy_curves: dict, judge_from: int) -> dict:
     n_t, n_c = len(torch_curves), len(cupy_curves)
     if n_t < 2 or n_c < 2:
         passed, reason = None, (f"{n_t} torch and {n_c} cupy seed(s): a side of one seed has no range, so the "
-                                "curves are read and published, not judged (amendment 7.1)")
+                                "curves are read and published, not judged (protocol rule 42)")
     elif not rows:
         passed, reason = None, f"no evaluation at or after step {judge_from}"
     else:
@@ -182,7 +182,7 @@ def summarize(results_dir) -> dict:
             missing = [f"{side} seed {s}" for side in status for s, st in status[side].items() if st == "missing"]
             v = verdict(fam["torch"], fam["cupy"], card["method_a"]["judge_from"])
             if oom:
-                v["passed"], v["reason"] = None, f"out of memory: {', '.join(oom)} (amendment 8): no verdict"
+                v["passed"], v["reason"] = None, f"out of memory: {', '.join(oom)} (protocol rule 8): no verdict"
             elif missing:
                 v["passed"], v["reason"] = None, f"runs missing: {', '.join(missing)}: no verdict yet"
             configs.append({"model": model, "dtype": dtype, "torch_mode": card["method_a"]["torch_mode"],
@@ -191,8 +191,8 @@ def summarize(results_dir) -> dict:
     judged = [c["verdict"]["passed"] for c in configs]
     summary = {
         "stage": STAGE,
-        "rule": "§7 A: at every evaluation from judge_from on, |median_torch - median_cupy| <= max(range_torch, range_cupy)"
-                " of the validation loss over the seeds; one seed a side: read, no verdict (amendment 7.1)",
+        "rule": "protocol rule 41: at every evaluation from judge_from on, |median_torch - median_cupy| <= max(range_torch, range_cupy)"
+                " of the validation loss over the seeds; one seed a side: read, no verdict (protocol rule 42)",
         "passed": all_passed(judged),
         "configs": configs,
         "runs": {"finished": len(runs), "planned": len(plan(card)), "records": len(allruns)},

@@ -1,4 +1,4 @@
-"""Method B (protocol §7 B, amendment 6): one shared start, one recorded batch order, step by step.
+"""Method B (docs/protocol.md, rules 50-54): one shared start, one recorded batch order, step by step.
 
 Per model of the card:
 
@@ -18,8 +18,8 @@ Per model of the card:
 
 Verdict (`verdict`, a pure function): passes when the losses at step 0 agree within 1e-5 relative
 and each loss of steps 1..J within 1% relative (relative to the torch side's loss), with J the
-model's `method_b.judge_steps` entry (amendment 6: gpt2-medium 100) or all steps. Where J is less than
-the steps trained, the verdict over all steps is stated beside it (amendment 6.2).
+model's `method_b.judge_steps` entry (protocol rule 52: gpt2-medium 100) or all steps. Where J is less than
+the steps trained, the verdict over all steps is stated beside it (protocol rule 52).
 
 Resumable as method A (tr2.stage): runs.jsonl holds every finished piece; a rerun does the rest. A
 shared start out of memory ends its model: the model's other pieces do not run.
@@ -85,7 +85,7 @@ def _window(ref: dict, other: dict, first: int, last: int, tol: float) -> dict:
 
 
 def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None) -> dict:
-    """§7 B (and amendment 6) from the two sides' per-step losses, {step: loss}.
+    """Method B (protocol rules 51-52) from the two sides' per-step losses, {step: loss}.
 
     Step 0 within 1e-5 relative, each of steps 1..J within 1% relative, J = judge_steps or steps.
     `passed` is the verdict under J; `full` gives the verdict over all steps 1..steps beside it.
@@ -105,12 +105,12 @@ def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None)
         return what + (f" (within {tol:g})" if w["ok"] else f" (over {tol:g} at {w['n_failed']} step(s))")
     reason = f"step 0: {said(step0, STEP0_REL)}; steps 1..{last}: {said(window, STEP_REL)}"
     if last < steps:
-        reason += f"; steps 1..{steps}, stated beside (amendment 6.2): {said(full, STEP_REL)}"
+        reason += f"; steps 1..{steps}, stated beside (protocol rule 52): {said(full, STEP_REL)}"
     out = {"passed": passed, "reason": reason, "step0": step0, "window": window, "judge_last_step": last, "steps": steps,
            "rule": f"step 0 within {STEP0_REL:g} relative, steps 1..{last} each within {STEP_REL:.0%} relative"}
     if last < steps:
         out["full"] = {**full, "passed": step0["ok"] and full["ok"],
-                       "rule": f"§7 B as first written: steps 1..{steps} each within {STEP_REL:.0%} (amendment 6.2)"}
+                       "rule": f"method B as first written: steps 1..{steps} each within {STEP_REL:.0%} (protocol rule 52)"}
     return out
 
 
@@ -258,7 +258,7 @@ def summarize(results_dir) -> dict:
         t = {r["step"]: r["torch"] for r in mrows if r["torch"] is not None}
         c = {r["step"]: r["cupy"] for r in mrows if r["cupy"] is not None}
         if status["torch"] == "oom" or status["cupy"] == "oom" or status["init"] == "oom":
-            v = {"passed": None, "reason": "out of memory (amendment 8): no verdict; see runs"}
+            v = {"passed": None, "reason": "out of memory (protocol rule 8): no verdict; see runs"}
         elif status["torch"] != "ok" or status["cupy"] != "ok":
             v = {"passed": None, "reason": "runs missing: no verdict yet"}
         else:
@@ -283,9 +283,9 @@ def summarize(results_dir) -> dict:
     judged = [m["verdict"].get("passed") for m in models]
     summary = {
         "stage": STAGE,
-        "rule": f"§7 B: same start (torch side's init), same recorded batches, dropout 0, float32 without TF32; "
+        "rule": f"protocol rules 50-52: same start (torch side's init), same recorded batches, dropout 0, float32 without TF32; "
                 f"step 0 within {STEP0_REL:g} relative, each of steps 1..J within {STEP_REL:.0%} relative to the torch "
-                f"side's loss, J = method_b.judge_steps[model] or all steps (amendment 6)",
+                f"side's loss, J = method_b.judge_steps[model] or all steps (protocol rule 52)",
         "perturbation": PERTURBATION,
         "noise_floor_runs": "the torch side's loop (python -m tr2.floor) unperturbed, perturbed once at the start, "
                             "and perturbed after every optimizer step; differences relative to the unperturbed run",

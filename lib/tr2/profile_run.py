@@ -1,4 +1,4 @@
-"""One profiled training run (protocol §6): the trainer in this process under torch.profiler.
+"""One profiled training run (protocol rules 30-33): the trainer in this process under torch.profiler.
 
     python -m tr2.profile_run --window A B --out DIR [--trace] <the trainer's arguments>
 

@@ -1,4 +1,4 @@
-"""The series (protocol §5, amendments 1, 5 and 8): step times of every configuration, in rounds.
+"""The series (docs/protocol.md, rules 8, 10-16 and 20-22): step times of every configuration, in rounds.
 
 A configuration is one side in one element type of one model: PyTorch in each mode of the card, and
 the cupy side, built with and without the half roundings in the half types (once in float32). Each
@@ -12,11 +12,11 @@ Rules applied per run:
 - before it, the card must hold no other process (NVML; not checked on a CPU card);
 - during it, the card's clocks, temperature, power and memory are sampled every sample_interval_s;
 - the cupy side's own reading must agree with the clock within 1%, or the run is void (PyTorch's own
-  reading is recorded, never compared: protocol §5);
+  reading is recorded, never compared: protocol rules 10-16);
 - a run out of memory is recorded, its configuration runs no further, and the series goes on
-  (amendment 8); a run that fails in any other way (exit code, timeout, no window) is recorded with
+  (protocol rule 8); a run that fails in any other way (exit code, timeout, no window) is recorded with
   its log tail and its configuration runs no further either; the series goes on, and the summary
-  gives that model and element type no verdict (amendment 8.4: such a failure is not a result).
+  gives that model and element type no verdict (protocol rule 8.4: such a failure is not a result).
 
 Resumable: `runs.jsonl` holds one record per finished run, appended and synced; the plan is a
 deterministic list computed from the card, a run is named by (round, configuration), and running the
@@ -96,7 +96,7 @@ def _wait_for_idle_card(probe, timeout_s: float = IDLE_WAIT_S) -> None:
             return
         if time.monotonic() > t_end:
             raise Tr2Error(f"card: holds other processes {pids} after {timeout_s:g} s; allowed: an idle card "
-                           "(protocol §5); end them and run the stage again on the same folder")
+                           "(protocol rules 10-16); end them and run the stage again on the same folder")
         time.sleep(2.0)
 
 
@@ -179,7 +179,7 @@ def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_reco
 # ------------------------------------------------------------------------------------------ summary
 
 def compare(ours: list, theirs: dict) -> dict:
-    """The verdict rule (protocol §10, amendment 1) on step times in ms.
+    """The verdict rule (protocol rules 20-21) on step times in ms.
 
     ours: our valid timed runs. theirs: PyTorch mode -> its valid timed runs (empty or None: the mode
     has no time, e.g. it ran out of memory). The comparison is against the mode with the lowest median
@@ -229,7 +229,7 @@ def config_summary(config: RunConfig, recs: list[dict], rounds: int) -> dict:
         where = "warm run" if bad["warm"] else f"round {bad['round']}"
         row["reason"] = f"{where}: {bad['reason']}"
         row["log"] = bad["log"]
-        times = []  # amendment 8: a configuration out of memory (or failed) has no time
+        times = []  # protocol rule 8: a configuration out of memory (or failed) has no time
     elif len(timed) < rounds:
         row["status"] = "incomplete"
         row["reason"] = f"{len(timed)} of {rounds} timed runs done"

@@ -1,4 +1,4 @@
-"""Footprint (protocol §8, amendments 2 and 3): what each side needs where it trains.
+"""Footprint (docs/protocol.md, rules 60-62): what each side needs where it trains.
 
 For each configuration of the card (the card's first model; every element type; each PyTorch mode;
 the cupy build its half types compare), one short training run is started as
@@ -9,7 +9,7 @@ where WRAPPER calls `tr2.train.main` and, when it returns, writes the modules in
 and its own `/proc/self/maps` to DUMP. While it trains, `/proc/<pid>/maps` of the process and
 its descendants (Inductor's compile workers) is read a few times a second; the union of all
 readings is the set of shared libraries the run mapped. From it come NVIDIA's libraries by name,
-whether NVRTC was opened (amendment 2: an opened libnvrtc shows that a kernel was compiled at run
+whether NVRTC was opened (protocol rule 61: an opened libnvrtc shows that a kernel was compiled at run
 time), and the bytes of the run-time set by category:
 
     interpreter       the executable, libpython and the standard-library files it imported

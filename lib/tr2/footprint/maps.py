@@ -79,7 +79,7 @@ def nvidia_libraries(paths) -> list[str]:
 
 
 def nvrtc_opened(paths) -> bool:
-    """Amendment 2: an opened libnvrtc shows that NVRTC compiled at least one module."""
+    """Protocol rule 61: an opened libnvrtc shows that NVRTC compiled at least one module."""
     return any(library_name(p).startswith("libnvrtc") for p in paths)
 
 
@@ -118,7 +118,7 @@ def read_maps(pid: int) -> str:
 class MapsPoller:
     """Reads /proc/<pid>/maps of a running process and its descendants in a thread, a few times a second;
     `libraries` is the union (main process first, then what only its children mapped). For a stage that
-    starts the trainer itself (the series' discarded run, amendment 2):
+    starts the trainer itself (the series' discarded run, protocol rule 61):
 
         with MapsPoller(proc.pid) as poller:
             proc.wait()
