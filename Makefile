@@ -37,7 +37,8 @@ $(VENV)/.tr2-setup: pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-test: setup  ## run the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
+test: setup  ## the linter, the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests --nbval-lax notebooks
 
 series: setup  ## protocol rules 10-16: step times in rounds under the outside clock

@@ -36,7 +36,7 @@ def test_parse_maps_lists_each_library_once_in_order():
     assert libs[0] == "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
     assert len(libs) == len(set(libs)) == 12
     assert "/tmp/dir with space/libcudnn_graph.so.9" in libs          # spaces kept, ' (deleted)' cut
-    assert not any(l.endswith(("python3.12", "locale-archive")) or "[" in l for l in libs)
+    assert not any(lib.endswith(("python3.12", "locale-archive")) or "[" in lib for lib in libs)
 
 
 def test_nvidia_libraries_named_and_driver_told_apart():
@@ -57,7 +57,7 @@ def test_nvidia_libraries_named_and_driver_told_apart():
 def test_nvrtc_detection():
     libs = fp.parse_maps(MAPS)
     assert fp.nvrtc_opened(libs)
-    without = [l for l in libs if "nvrtc" not in l]
+    without = [lib for lib in libs if "nvrtc" not in lib]
     assert not fp.nvrtc_opened(without)
     assert not fp.nvrtc_opened(fp.parse_maps("7f00-7f01 r-xp 0 08:01 1 /usr/lib/libcublasLt.so.13\n"))
 
@@ -68,7 +68,7 @@ def test_maps_poller_reads_a_live_process():
     with fp.MapsPoller(proc.pid) as poller:
         proc.wait()
     libs = poller.all_libraries()
-    assert poller.polls >= 1 and any(fp.library_name(l).startswith(("libc", "libpython")) for l in libs)
+    assert poller.polls >= 1 and any(fp.library_name(lib).startswith(("libc", "libpython")) for lib in libs)
     assert fp.nvidia_libraries(libs) == [] and not fp.nvrtc_opened(libs)
 
 
@@ -131,7 +131,7 @@ def test_real_footprint_of_a_cpu_run(tmp_path):
     c = RunConfig("tiny", "float32", "torch", mode="eager")
     rec = fp.measure(c, tmp_path, "cpu", timeout_s=300)
     assert rec["status"] == "ok", (tmp_path / rec["log"]).read_text()[-2000:]
-    names = {l["name"] for l in rec["libraries"]}
+    names = {lib["name"] for lib in rec["libraries"]}
     assert "libtorch_cpu" in names and any(n.startswith("libc") for n in names)
     assert rec["nvidia_libraries"] == [] and rec["nvrtc"] is False
     b = rec["bytes"]

@@ -22,7 +22,8 @@ PY = sys.executable
 
 FAKE = textwrap.dedent("""
     import sys, time
-    config, steps, ms, own, behaviour, count = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+    config, steps, ms, own = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    behaviour, count = sys.argv[5], sys.argv[6]
     with open(count, "a") as f:
         f.write(config + "\\n")
     n_started = sum(1 for line in open(count) if line.strip() == config)

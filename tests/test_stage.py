@@ -146,7 +146,6 @@ def test_two_stages_on_one_folder_are_refused_in_one_line(tmp_path):
 
 def test_a_second_process_is_refused_while_a_stage_runs(tmp_path):
     d = tmp_path / "res"
-    c = card()
     code = ("import sys, time, tr2.stage as s, tr2.cards as c; card = c.load_card(sys.argv[1]); card['card'] = 'test'\n"
             "with s.open_folder('families', card, sys.argv[2]):\n    print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(REPO_ROOT / "params" / "cards" / "smoke.yaml"), str(d)],

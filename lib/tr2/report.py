@@ -614,7 +614,7 @@ def stage_header(info) -> str:
             f'(`{info["stage"]}.ipynb` in that folder) follows, its code hidden.')
 
 
-def merge(front_nb, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":
+def merge(front_nb, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":  # noqa: F821 - imported where used
     """One notebook: the front page's cells, then per stage a header and its cells (parameters dropped;
     relative links and images of a stage, meant from its folder, made right from html_dir)."""
     import nbformat

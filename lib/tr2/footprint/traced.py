@@ -36,7 +36,8 @@ def _write(rc):
         json.dump({"returncode": rc, "modules": mods, "maps": maps, "executable": sys.executable,
                    "prefix": sys.prefix, "base_prefix": sys.base_prefix, "version": sys.version.split()[0],
                    "stdlib": sysconfig.get_path("stdlib"),
-                   "site": sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")} | set(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))}, fh)
+                   "site": sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+                                  | set(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))}, fh)
 _rc = 1
 try:
     from tr2.train import main
