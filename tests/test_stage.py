@@ -192,6 +192,11 @@ def test_group_and_stage_stop_rules(tmp_path):
                            ends_group=lambda r: r["status"] == "oom", ends_stage=lambda r: r["status"] == "failed",
                            retry=lambda r: r["key"] == "b/0")
         assert ran == ["b/0", "b/1"]
+        ran.clear()
+        # a record retried no longer ends its group: the out-of-memory piece and the rest of its group run
+        stage.run_plan(f, plan, run_one, desc="test", group=lambda p: p["g"], show=False,
+                       ends_group=lambda r: r["status"] == "oom", retry=lambda r: r["key"] == "a/1")
+        assert ran == ["a/1", "b/1", "b/2"]
 
 
 def test_stats_median_and_range():

@@ -138,7 +138,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     plan = list(plan)
     held = folder.records(runs)
     done = {r.get("key") for r in held if finished(r) and not retry(r)}
-    ended = {r.get("group") for r in held if group is not None and ends_group(r)}
+    ended = {r.get("group") for r in held if group is not None and ends_group(r) and not retry(r)}
     skipped = {key(p) for p in plan if key(p) in done or (group is not None and group(p) in ended)}
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
