@@ -37,18 +37,19 @@ $(VENV)/.tr2-setup: pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-test: setup  ## run the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
+test: setup  ## the linter, the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests --nbval-lax notebooks
 
-series: setup  ## protocol §5: step times in rounds under the outside clock
+series: setup  ## protocol rules 10-16: step times in rounds under the outside clock
 	$(call RUN_STAGE,series)
-method-a: setup  ## protocol §7 A: five seeds a side, families of curves
+method-a: setup  ## protocol rules 40-42: five seeds a side, families of curves
 	$(call RUN_STAGE,method_a)
-method-b: setup  ## protocol §7 B: one shared start, plain float32
+method-b: setup  ## protocol rules 50-54: one shared start, plain float32
 	$(call RUN_STAGE,method_b)
-footprint: setup  ## protocol §8: what each side opens and needs at run time
+footprint: setup  ## protocol rules 60-62: what each side opens and needs at run time
 	$(call RUN_STAGE,footprint)
-families: setup  ## protocol §6: where the kernel time goes
+families: setup  ## protocol rules 30-33: where the kernel time goes
 	$(call RUN_STAGE,families)
 
 bench: setup  ## one clocked run of every model and type on both sides (tiny stand-in without a GPU), one table

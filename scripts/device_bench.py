@@ -71,7 +71,8 @@ def phase_losscheck(out: Path, budget: float, table: list):
     d = out / "losscheck"
     d.mkdir(exist_ok=True)
     jobs = {}
-    extra = lambda name: ["--eval-interval", "400", "--eval-iters", "20", "--metrics", str(d / f"{name}.jsonl")]
+    def extra(name):
+        return ["--eval-interval", "400", "--eval-iters", "20", "--metrics", str(d / f"{name}.jsonl")]
     for dtype in ("bfloat16", "float16"):
         for seed in range(1337, 1342):
             name = f"torch-{dtype}-{seed}"
@@ -140,9 +141,11 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
             rec = {"phase": "bench", "model": model, "dtype": dtype, "side": side,
                    "mode": variant if side == "torch" else None, "cuda_graph": graph,
                    "half_roundings": hr, "steps": steps, "window": list(window),
-                   **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes", "wall_s", "returncode")}}
+                   **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
+                                            "wall_s", "returncode")}}
             append_jsonl(out / "bench.jsonl", rec)
-            table.append(f"bench {name}: {r.get('status')} clock {r.get('step_ms')} ms own {r.get('own_step_ms')} peak {r.get('peak_bytes')}")
+            table.append(f"bench {name}: {r.get('status')} clock {r.get('step_ms')} ms own {r.get('own_step_ms')} "
+                         f"peak {r.get('peak_bytes')}")
     table.extend(bench_table(out / "bench.jsonl"))
 
 
@@ -162,8 +165,11 @@ def bench_table(path: Path) -> list:
     for model, dtype, cv, c, tm, t in pairs:
         ok = c.get("step_ms") and t.get("step_ms")
         ratio = f"{c['step_ms'] / t['step_ms']:.3f}" if ok else "-"
-        gb = lambda r: f"{r['peak_bytes'] / 1e9:.2f}" if r.get("peak_bytes") else "-"
-        ms = lambda r: f"{r['step_ms']:.2f}" if r.get("step_ms") else str(r.get("status"))
+        def gb(r):
+            return f"{r['peak_bytes'] / 1e9:.2f}" if r.get("peak_bytes") else "-"
+
+        def ms(r):
+            return f"{r['step_ms']:.2f}" if r.get("step_ms") else str(r.get("status"))
         lines.append(f"{model:12} {dtype:9} {cv:6} {tm:15} {ms(c):>9} {ms(t):>9} "
                      f"{ratio:>6} {gb(c):>8} {gb(t):>8}")
     return lines
@@ -195,7 +201,8 @@ def phase_oom(out: Path, budget: float, table: list):
                  *train_cmd("torch", "gpt2-medium", "float32", 5)[len(TRAIN):]]
     r2 = clock.run_clocked(torch_cmd, d / "torch.log", timeout_s=budget / 2)
     for side, res in (("cupy", r), ("torch", r2)):
-        append_jsonl(out / "oom.jsonl", {"phase": "oom", "side": side, **{k: res.get(k) for k in ("status", "reason", "returncode", "wall_s", "tail")}})
+        append_jsonl(out / "oom.jsonl", {"phase": "oom", "side": side,
+                                         **{k: res.get(k) for k in ("status", "reason", "returncode", "wall_s", "tail")}})
         table.append(f"oom {side}: status {res.get('status')} rc {res.get('returncode')} in {res.get('wall_s')} s")
 
 

@@ -196,10 +196,10 @@ def _card():
 
 
 def test_configurations_cover_modes_and_builds():
-    keys = [c["key"] for c in families.configurations(_card())]
+    keys = [c.key for c in families.configurations(_card())]
     assert keys == ["tiny/float32/torch-eager", "tiny/float32/torch-default", "tiny/float32/cupy",
                     "tiny/bfloat16/torch-eager", "tiny/bfloat16/torch-default", "tiny/bfloat16/cupy", "tiny/bfloat16/cupy-hr"]
-    assert [g["key"] for g in families.graph_runs(_card())] == ["tiny/float32/torch-default", "tiny/bfloat16/torch-default"]
+    assert [g.key for g in families.graph_runs(_card())] == ["tiny/float32/torch-default", "tiny/bfloat16/torch-default"]
 
 
 def test_summary_names_an_oom_and_groups_both_sides(tmp_path):
@@ -215,16 +215,16 @@ def test_summary_names_an_oom_and_groups_both_sides(tmp_path):
                                      {"name": "gelu_forward", "total_us": 10.0, "launches": 2},
                                      {"name": "mystery_op", "total_us": 2.0, "launches": 2}]}
     for c in families.configurations(card):
-        if c["key"] in kernels:
-            p = d / "profiles" / c["key"].replace("/", "_") / "profile.json"
+        if c.key in kernels:
+            p = d / "profiles" / c.slug / "profile.json"
             p.parent.mkdir(parents=True)
-            p.write_text(json.dumps({"status": "ok", "kernels": kernels[c["key"]], "steps_in_window": 2, "device": "cpu",
+            p.write_text(json.dumps({"status": "ok", "kernels": kernels[c.key], "steps_in_window": 2, "device": "cpu",
                                      "window": [2, 4]}))
-            counts = families.count_graph_logs(SAMPLE_LOG) if c["mode"] == "default" else {}
-            append_jsonl(d / "runs.jsonl", {"kind": "profile", **c, "status": "ok", "profile": str(p.relative_to(d)),
+            counts = families.count_graph_logs(SAMPLE_LOG) if c.mode == "default" else {}
+            append_jsonl(d / "runs.jsonl", {"kind": "profile", **c.as_record(), "status": "ok", "profile": str(p.relative_to(d)),
                                             "log": "logs/x.log", **counts})
-        elif c["key"] == "tiny/bfloat16/torch-default":
-            append_jsonl(d / "runs.jsonl", {"kind": "profile", **c, "status": "oom", "reason": "out of memory: CUDA out of memory",
+        elif c.key == "tiny/bfloat16/torch-default":
+            append_jsonl(d / "runs.jsonl", {"kind": "profile", **c.as_record(), "status": "oom", "reason": "out of memory: CUDA out of memory",
                                             "profile": "profiles/none/profile.json", "log": "logs/y.log"})
     s = families.summarize(d)
     by = {c["key"]: c for c in s["configs"]}

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 import tr2.footprint as fp
+from tr2.configs import RunConfig
 from tr2.results import append_jsonl, write_json_atomic, write_yaml_atomic
 
 MAPS = """\
@@ -35,7 +36,7 @@ def test_parse_maps_lists_each_library_once_in_order():
     assert libs[0] == "/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04"
     assert len(libs) == len(set(libs)) == 12
     assert "/tmp/dir with space/libcudnn_graph.so.9" in libs          # spaces kept, ' (deleted)' cut
-    assert not any(l.endswith(("python3.12", "locale-archive")) or "[" in l for l in libs)
+    assert not any(lib.endswith(("python3.12", "locale-archive")) or "[" in lib for lib in libs)
 
 
 def test_nvidia_libraries_named_and_driver_told_apart():
@@ -56,7 +57,7 @@ def test_nvidia_libraries_named_and_driver_told_apart():
 def test_nvrtc_detection():
     libs = fp.parse_maps(MAPS)
     assert fp.nvrtc_opened(libs)
-    without = [l for l in libs if "nvrtc" not in l]
+    without = [lib for lib in libs if "nvrtc" not in lib]
     assert not fp.nvrtc_opened(without)
     assert not fp.nvrtc_opened(fp.parse_maps("7f00-7f01 r-xp 0 08:01 1 /usr/lib/libcublasLt.so.13\n"))
 
@@ -67,7 +68,7 @@ def test_maps_poller_reads_a_live_process():
     with fp.MapsPoller(proc.pid) as poller:
         proc.wait()
     libs = poller.all_libraries()
-    assert poller.polls >= 1 and any(fp.library_name(l).startswith(("libc", "libpython")) for l in libs)
+    assert poller.polls >= 1 and any(fp.library_name(lib).startswith(("libc", "libpython")) for lib in libs)
     assert fp.nvidia_libraries(libs) == [] and not fp.nvrtc_opened(libs)
 
 
@@ -75,11 +76,11 @@ def test_configurations_follow_the_card():
     card = {"models": ["nanogpt", "gpt2-small"], "dtypes": ["float32", "bfloat16", "float16"],
             "torch_modes": ["eager", "default", "reduce-overhead", "max-autotune"], "half_roundings": [False, True]}
     cs = fp.configurations(card)
-    assert {c["model"] for c in cs} == {"nanogpt"}        # the card's first model
-    cupy = [c for c in cs if c["side"] == "cupy"]
-    assert [(c["dtype"], c["half_roundings"]) for c in cupy] == [("float32", False), ("bfloat16", True), ("float16", True)]
-    assert len([c for c in cs if c["side"] == "torch"]) == 12
-    assert len({fp.config_key(c) for c in cs}) == len(cs)
+    assert {c.model for c in cs} == {"nanogpt"}        # the card's first model
+    cupy = [c for c in cs if c.side == "cupy"]
+    assert [(c.dtype, c.half_roundings) for c in cupy] == [("float32", False), ("bfloat16", True), ("float16", True)]
+    assert len([c for c in cs if c.side == "torch"]) == 12
+    assert len({c.key for c in cs}) == len(cs)
     argv = fp.train_argv(cupy[1], "cuda")
     assert "--half-roundings" in argv and "--mode" not in argv
 
@@ -127,10 +128,10 @@ def test_summarize_writes_csv_and_sides(tmp_path):
 def test_real_footprint_of_a_cpu_run(tmp_path):
     """One short run of the torch side on the CPU, traced: no NVIDIA library, no NVRTC, bytes by category."""
     pytest.importorskip("torch")
-    c = {"side": "torch", "model": "tiny", "dtype": "float32", "mode": "eager", "half_roundings": False}
+    c = RunConfig("tiny", "float32", "torch", mode="eager")
     rec = fp.measure(c, tmp_path, "cpu", timeout_s=300)
     assert rec["status"] == "ok", (tmp_path / rec["log"]).read_text()[-2000:]
-    names = {l["name"] for l in rec["libraries"]}
+    names = {lib["name"] for lib in rec["libraries"]}
     assert "libtorch_cpu" in names and any(n.startswith("libc") for n in names)
     assert rec["nvidia_libraries"] == [] and rec["nvrtc"] is False
     b = rec["bytes"]

@@ -74,7 +74,8 @@ def _ref_bf16(x):
         lo = u & 0xFFFF0000
         hi = (lo + 0x10000) & 0xFFFFFFFF
         flo = float(np.uint32(lo).view(np.float32))
-        fhi = float(np.uint32(hi).view(np.float32)) if (hi >> 23) & 0xFF != 0xFF or (lo >> 23) & 0xFF == 0xFF else math.inf * (1 if v > 0 else -1)
+        finite = (hi >> 23) & 0xFF != 0xFF or (lo >> 23) & 0xFF == 0xFF
+        fhi = float(np.uint32(hi).view(np.float32)) if finite else math.inf * (1 if v > 0 else -1)
         dlo, dhi = abs(float(v) - flo), abs(fhi - float(v))
         if dlo < dhi or (dlo == dhi and ((lo >> 16) & 1) == 0):
             out.append(lo >> 16)

@@ -522,7 +522,6 @@ def test_global_norm():
 def test_products_and_kernels_capture_in_a_cuda_graph():
     """cuBLAS through ctypes and the RawModule kernels record into a stream capture and replay."""
     from tr2.cupy_side.gpu import blas
-    from tr2.cupy_side.gpu.gelu import forward as gelu
     be = gpu_backend("bfloat16")
     ctx = be.ctx
     g = gen(10)

@@ -66,13 +66,8 @@ def test_verdict_missing_or_nonfinite_evaluation_fails_the_step():
 
 def test_one_seed_a_side_is_read_not_judged():
     v = method_a.verdict(fam([(100, 2.0)]), fam([(100, 2.0)]), 100)
-    assert v["passed"] is None and "amendment 7" in v["reason"]
+    assert v["passed"] is None and "protocol rule 42" in v["reason"]
     assert v["steps"][0]["ok"] is True  # the numbers are still there
-
-
-def test_stats_median_and_range():
-    s = method_a.stats([3.0, 1.0, 2.0, 10.0])
-    assert (s["n"], s["median"], s["min"], s["max"], s["range"]) == (4, 2.5, 1.0, 10.0, 9.0)
 
 
 # ---- resumption ------------------------------------------------------------------------------------
@@ -83,7 +78,7 @@ FAKE = textwrap.dedent('''
     p = argparse.ArgumentParser()
     for a in ("--side", "--model", "--dtype", "--device", "--mode", "--metrics"):
         p.add_argument(a)
-    for a in ("--steps", "--seed", "--eval-interval", "--eval-iters"):
+    for a in ("--steps", "--seed", "--eval-interval", "--eval-iters", "--log-interval"):
         p.add_argument(a, type=int)
     p.add_argument("--half-roundings", action="store_true")
     a = p.parse_args()

@@ -1,4 +1,4 @@
-"""Method B: the 1e-5 / 1% rules, amendment 6's window, the ulp move, and the floor's copy of the torch loop."""
+"""Method B: the 1e-5 / 1% rules, protocol rule 52's window, the ulp move, and the floor's copy of the torch loop."""
 import math
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tr2 import method_b
+from tr2 import floor, method_b
 from tr2.models import load_model
 
 
@@ -39,7 +39,7 @@ def test_each_step_within_one_percent():
 
 def test_gpt2_medium_window_judges_steps_1_to_100_and_states_200_beside():
     t = losses(200)
-    late = moved(t, 150, 0.0142)  # amendment 6: parted by 1.42% by step 200
+    late = moved(t, 150, 0.0142)  # protocol rule 52: parted by 1.42% by step 200
     v = method_b.verdict(t, late, 200, judge_steps=100)
     assert v["passed"] is True and v["judge_last_step"] == 100 and v["window"]["last"] == 100
     assert v["full"]["passed"] is False and v["full"]["failed_steps"] == [150]
@@ -79,7 +79,7 @@ def test_random_ulp_moves_every_weight_by_exactly_one_ulp():
     before = {n: p.detach().numpy().copy() for n, p in model.named_parameters()}
     assert model.transformer.wte.weight is model.lm_head.weight  # tied: one tensor, moved once
     gen = torch.Generator().manual_seed(1337)
-    n = method_b.perturb_ulp(model.parameters(), gen)
+    n = floor.perturb_ulp(model.parameters(), gen)
     assert n == sum(p.numel() for p in model.parameters())
     n_up = n_down = 0
     for name, p in model.named_parameters():
@@ -95,7 +95,7 @@ def test_random_ulp_moves_every_weight_by_exactly_one_ulp():
     with torch.no_grad():
         for (name, p) in m2.named_parameters():
             p.copy_(torch.from_numpy(before[name]))
-    method_b.perturb_ulp(m2.parameters(), torch.Generator().manual_seed(1337))
+    floor.perturb_ulp(m2.parameters(), torch.Generator().manual_seed(1337))
     for (n1, p1), (n2, p2) in zip(model.named_parameters(), m2.named_parameters()):
         assert torch.equal(p1, p2)
 
@@ -103,7 +103,7 @@ def test_random_ulp_moves_every_weight_by_exactly_one_ulp():
 def test_up_ulp_is_numpys_nextafter_towards_inf():
     x = torch.tensor([0.0, -0.0, 1.0, -1.0, 3.5e-38, 1e-45, 65504.0, -2.0 ** -20], dtype=torch.float32)
     b = x.numpy().copy()
-    method_b.perturb_ulp([x], how="up")
+    floor.perturb_ulp([x], how="up")
     assert np.array_equal(x.numpy(), np.nextafter(b, np.float32(np.inf)))
 
 
@@ -119,12 +119,12 @@ def test_floor_copy_of_the_torch_loop_matches_the_trainer(tmp_path):
                         "--steps", str(steps), "--no-tf32", "--dropout", "0", "--save-init", str(init),
                         "--batches", str(order), "--metrics", str(metrics)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    from tr2.method_a import read_metrics
+    from tr2.trainlog import read_metrics
     trainer = read_metrics(metrics)["loss"]
     import io
-    ours = method_b.train_floor("tiny", str(init), str(order), steps, 1337, "cpu", "eager", "none", 0, out=io.StringIO())
+    ours = floor.train_floor("tiny", str(init), str(order), steps, 1337, "cpu", "eager", "none", 0, out=io.StringIO())
     assert ours == [trainer[s] for s in range(steps + 1)]
-    once = method_b.train_floor("tiny", str(init), str(order), steps, 1337, "cpu", "eager", "once", 0, out=io.StringIO())
+    once = floor.train_floor("tiny", str(init), str(order), steps, 1337, "cpu", "eager", "once", 0, out=io.StringIO())
     # One ulp on a 0.2M-parameter model moves the float32 loss by at most a few ulp in a few steps (often not at all).
     assert max(abs(a - b) / b for a, b in zip(once, ours)) < 1e-5
 

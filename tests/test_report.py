@@ -150,7 +150,7 @@ def test_offline_no_remote_scripts(built):
     assert rp.remote_urls(text) == []
     soup = _soup(html_path)
     assert not [s for s in soup.find_all("script") if s.get("src")]
-    assert not [l for l in soup.find_all("link") if (l.get("href") or "").startswith(("http", "//"))]
+    assert not [tag for tag in soup.find_all("link") if (tag.get("href") or "").startswith(("http", "//"))]
     assert "MathJax.js" not in text and "require.min.js" not in text and "mermaid" not in text.lower()
     assert rp.remote_urls('<script src="https://cdn.example/x.js"></script>')   # the check itself sees one
 

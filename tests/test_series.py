@@ -4,7 +4,6 @@ The trainer is a fake program whose step time and behaviour each test sets per c
 """
 import copy
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,13 +15,15 @@ import pytest
 from tr2 import REPO_ROOT, Tr2Error
 from tr2 import series
 from tr2.cards import load_card
+from tr2.configs import RunConfig
 from tr2.results import read_jsonl
 
 PY = sys.executable
 
 FAKE = textwrap.dedent("""
     import sys, time
-    config, steps, ms, own, behaviour, count = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+    config, steps, ms, own = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    behaviour, count = sys.argv[5], sys.argv[6]
     with open(count, "a") as f:
         f.write(config + "\\n")
     n_started = sum(1 for line in open(count) if line.strip() == config)
@@ -74,8 +75,8 @@ class Fake:
         self.ms, self.own, self.behaviour = ms or {}, own or {}, behaviour or {}
 
     def __call__(self, config, card):
-        cid = config["id"]
-        default_ms = 1.0 if config["side"] == "cupy" else 5.0  # wide apart: verdicts stay put on a busy machine
+        cid = config.key
+        default_ms = 1.0 if config.side == "cupy" else 5.0  # wide apart: verdicts stay put on a busy machine
         return [PY, str(self.path), cid, str(card["series"]["steps"]), str(self.ms.get(cid, default_ms)),
                 str(self.own.get(cid, 1.0)), self.behaviour.get(cid, "ok"), str(self.count)]
 
@@ -91,7 +92,7 @@ def test_configurations_of_the_h200_card():
     c = load_card(REPO_ROOT / "params" / "cards" / "h200.yaml")
     confs = series.configurations(c)
     assert len(confs) == 3 * (5 + 6 + 6)
-    ids = [x["id"] for x in confs[:17]]
+    ids = [x.key for x in confs[:17]]
     assert ids[:5] == ["nanogpt/float32/torch-eager", "nanogpt/float32/torch-default",
                        "nanogpt/float32/torch-reduce-overhead", "nanogpt/float32/torch-max-autotune", "nanogpt/float32/cupy"]
     assert ids[9:11] == ["nanogpt/bfloat16/cupy", "nanogpt/bfloat16/cupy-hr"]
@@ -109,7 +110,7 @@ def test_rotation_order(card):
     assert series.rotation(3, 2) == [2, 0, 1]
     assert series.rotation(3, 4) == [1, 2, 0]
     card["models"], card["dtypes"], card["torch_modes"] = ["tiny"], ["float32"], ["eager", "default"]
-    p = [(r, c["build"]) for r, c in series.plan(card)]
+    p = [(r, c.build) for r, c in series.plan(card)]
     assert p == [(0, "torch-eager"), (0, "torch-default"), (0, "cupy"),
                  (1, "torch-default"), (1, "cupy"), (1, "torch-eager"),
                  (2, "cupy"), (2, "torch-eager"), (2, "torch-default")]
@@ -121,7 +122,7 @@ def test_verdict_rule():
     assert v["verdict"] == "faster" and v["mode"] == "default" and v["ratio"] == pytest.approx(9.5 / 10.5)
     assert v["ours"] == {"runs": 3, "median": 9.5, "fastest": 9.0, "slowest": 9.9}
     assert v["theirs"] == {"runs": 3, "median": 10.5, "fastest": 10.0, "slowest": 11.0}
-    # ranges overlap, our median below theirs: level, never faster (amendment 1)
+    # ranges overlap, our median below theirs: level, never faster (protocol rule 21)
     assert series.compare([9.0, 9.5, 10.2], {"default": [10.0, 10.5, 11.0]})["verdict"] == "level"
     # our median less than 5% above: level
     assert series.compare([10.9, 11.0, 11.1], {"default": [10.0, 10.5, 11.0]})["verdict"] == "level"
@@ -135,7 +136,7 @@ def test_verdict_rule():
 
 
 def test_verdict_excludes_modes_without_time():
-    # max-autotune ran out of memory: the comparison is against the fastest mode that ran (amendment 5)
+    # max-autotune ran out of memory: the comparison is against the fastest mode that ran (protocol rule 20)
     v = series.compare([10.0, 10.1], {"eager": [20.0, 20.0], "default": [12.0, 12.5], "max-autotune": []})
     assert v["mode"] == "default" and v["verdict"] == "faster" and v["modes_without_time"] == ["max-autotune"]
     v = series.compare([10.0], {"eager": None, "default": []})
@@ -144,8 +145,8 @@ def test_verdict_excludes_modes_without_time():
 
 
 def test_own_reading_rule():
-    cupy = {"side": "cupy"}
-    torch = {"side": "torch"}
+    cupy = RunConfig("tiny", "float32", "cupy")
+    torch = RunConfig("tiny", "float32", "torch", mode="eager")
     ok = {"status": "ok", "step_ms": 10.0, "own_step_ms": 10.09, "own_vs_clock": 0.009}
     bad = {"status": "ok", "step_ms": 10.0, "own_step_ms": 10.2, "own_vs_clock": 0.02}
     assert series.own_check(cupy, ok) is None
@@ -280,7 +281,7 @@ def test_resume_after_a_kill_between_runs(card, tmp_path):
     assert len(keys(d)) == 4
     series.run(card, d, trainer=fake, progress=False)
     ks = keys(d)
-    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c["id"]) for r, c in series.plan(card)]
+    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c.key) for r, c in series.plan(card)]
     assert len(fake.started()) == 9  # nothing ran twice
 
 
@@ -295,7 +296,7 @@ def test_resume_after_runs_jsonl_lost_its_tail(card, tmp_path):
     assert len(keys(d)) == 6
     series.run(card, d, trainer=fake, progress=False)
     ks = keys(d)
-    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c["id"]) for r, c in series.plan(card)]
+    assert len(ks) == 9 == len(set(ks)) and ks == [(r, c.key) for r, c in series.plan(card)]
     assert len(fake.started()) == 12  # exactly the three lost runs again
     assert (d / "runs.jsonl").read_text().count("\n") == 9  # the torn line was cut, not kept
 

@@ -8,7 +8,7 @@
     gradients (the weights after each step).
 (c) method B in small: one start saved by the torch side (--save-init), one recorded batch order, dropout 0,
     float32 without TF32; the two trainers' per-step losses agree within 1e-5 relative at step 0 and 1%
-    over 200 steps (the protocol's §7 B criteria), model tiny, through `python -m tr2.train`.
+    over 200 steps (protocol rules 50-51), model tiny, through `python -m tr2.train`.
 
 Relative difference of a tensor: ||a - b|| / ||b|| (Frobenius), b the torch side's.
 
@@ -188,7 +188,7 @@ def test_adamw_with_clipping_agrees(dtype):
 # ---- (c) method B in small: two trainers, one start, one batch order ---------------------------------------
 
 METHOD_B_STEPS = 200
-STEP0_TOL = 1e-5  # the protocol's §7 B: the losses at step 0 agree within 1e-5 relative
+STEP0_TOL = 1e-5  # protocol rule 51: the losses at step 0 agree within 1e-5 relative
 STEPS_TOL = 1e-2  # ... and each of the first 200 steps within 1% relative
 
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from tr2 import Tr2Error
 from tr2.data import write_batch_order
 from tr2.models import count_params, load_model
 from tr2.schedule import get_lr

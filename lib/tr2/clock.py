@@ -1,4 +1,4 @@
-"""The outside clock (protocol §5): one reader starts a program and stamps every output line as it arrives.
+"""The outside clock (protocol rules 10-16): one reader starts a program and stamps every output line as it arrives.
 
 `run_clocked(cmd, log_path, ...)` starts `cmd` in a fresh process (its own process group, Python
 unbuffered), reads its stdout and stderr together, stamps each line with `time.monotonic()` the
@@ -13,7 +13,6 @@ status 'ok' | 'oom' | 'failed' | 'no-window' | 'timeout', with a one-line `reaso
 from __future__ import annotations
 
 import os
-import re
 import select
 import signal
 import subprocess
@@ -21,26 +20,15 @@ import sys
 import time
 from pathlib import Path
 
-ITER_RE = re.compile(r"^iter (\d+): loss (\S+), time ([0-9.eE+\-]+|nan|inf)ms\s*$")
-PEAK_RE = re.compile(r"^peak memory: (\d+) bytes\s*$")
+from . import REPO_ROOT
+from .trainlog import PEAK_RE, parse_iter
+
 OOM_LINE = "out of memory:"
 OOM_EXIT = 3
 # What an uncaught out-of-memory error looks like when a program dies of it without its own line.
 OOM_PATTERNS = ("CUDA out of memory", "OutOfMemoryError", "cudaErrorMemoryAllocation",
                 "CUBLAS_STATUS_ALLOC_FAILED", "out of memory")
 TAIL_LINES = 30
-
-
-def parse_iter(line: str):
-    """(step, loss, ms) of an `iter N: loss X, time Yms` line, else None."""
-    m = ITER_RE.match(line)
-    if not m:
-        return None
-    try:
-        loss = float(m.group(2))
-    except ValueError:
-        loss = float("nan")
-    return int(m.group(1)), loss, float(m.group(3))
 
 
 def read_stamped_log(path) -> list[tuple[float, str]]:
@@ -267,3 +255,24 @@ def _steps(lines) -> set:
         if it:
             out.add(it[0])
     return out
+
+
+def run_logged(cmd, log_path, env=None, timeout_s=None) -> dict:
+    """Run a program that is not timed (the correctness and profile stages) under the same reader.
+
+    Returns {status: ok|oom|failed|timeout, returncode, wall_s, log, reason}; a program with no iter line
+    in a window is ok here. `env` adds to this process's environment; tr2 is found from anywhere.
+    """
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT / "lib"), full_env.get("PYTHONPATH")) if p)
+    res = run_clocked(cmd, log_path, env=full_env, timeout_s=timeout_s, window=(0, 1), cwd=str(REPO_ROOT))
+    status, reason = res["status"], res.get("reason")
+    if status == "no-window":  # these runs are not timed; a missing iter line means nothing here
+        status, reason = "ok", None
+    return {"status": status, "returncode": res["returncode"], "wall_s": round(res["wall_s"], 3),
+            "log": str(log_path), "reason": reason}
+
+
+def log_text(path) -> str:
+    """The lines of a stamped log without their stamps."""
+    return "\n".join(line for _t, line in read_stamped_log(path))

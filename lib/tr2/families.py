@@ -1,4 +1,4 @@
-"""Kernel families (protocol §6): a profiled run per configuration, its kernel table, grouped by one rules file.
+"""Kernel families (protocol rules 30-33): a profiled run per configuration, its kernel table, grouped by one rules file.
 
 Configurations: per model and element type of the card, the torch side in each of `torch_modes`, and
 the cupy side in each build (`half_roundings` in the half types; float32 has one build). Each is one
@@ -19,7 +19,7 @@ allows. Graph breaks and recompiles: the profiled run of each compiled mode (per
 type) runs under TORCH_LOGS=graph_breaks,recompiles (logging changes nothing that is compiled, and one
 compilation per configuration is spared); its log is kept and the counts go to the summary. Eager
 compiles nothing: it has no such run. A profiled run out of memory is recorded as such and named, with
-the table and counts it lacks (amendment 8.3). Resumable as the other stages (runs.jsonl).
+the table and counts it lacks (protocol rule 8.3). Resumable as the other stages (runs.jsonl).
 
 The family times are the profiled run's kernel time (device time of its kernels; on a CPU card the
 self time of its operators): they explain a step time and never stand in for one.
@@ -33,13 +33,14 @@ import sys
 import time
 from pathlib import Path
 
-from . import REPO_ROOT, Tr2Error
-from .method_a import (FINISHED, write_summary, conditions, finished_keys, load_dir_card, log_text, prepare_dir, progress,
-                       run_logged)
-from .results import append_jsonl, read_jsonl, write_text_atomic
+from . import REPO_ROOT, Tr2Error, configs
+from .clock import log_text, run_logged
+from .configs import RunConfig
+from .results import read_jsonl
+from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
+from .summary import finish, load_dir_card, pyplot, write_csv
 
 STAGE = "families"
-RUNS = "runs.jsonl"
 OTHER = "other"
 TORCH_LOGS = "graph_breaks,recompiles"
 LABEL = ("the profiled run's kernel time per step (CUDA: device time of its kernels; CPU card: self time of its "
@@ -174,42 +175,21 @@ def count_graph_logs(text: str) -> dict:
 # the stage
 # ----------------------------------------------------------------------------------------------------
 
-def configurations(card: dict) -> list[dict]:
+def configurations(card: dict) -> list[RunConfig]:
     """Every profiled configuration: model x dtype x (torch mode | cupy build)."""
-    out = []
-    for model in card["models"]:
-        for dtype in card["dtypes"]:
-            for mode in card["torch_modes"]:
-                out.append({"key": f"{model}/{dtype}/torch-{mode}", "model": model, "dtype": dtype, "side": "torch",
-                            "mode": mode, "half_roundings": False, "label": f"torch {mode}"})
-            builds = [False] if dtype == "float32" else list(dict.fromkeys(card["half_roundings"]))
-            for hr in builds:
-                out.append({"key": f"{model}/{dtype}/cupy{'-hr' if hr else ''}", "model": model, "dtype": dtype,
-                            "side": "cupy", "mode": None, "half_roundings": hr,
-                            "label": "cupy" + (" half-roundings" if hr else "")})
-    return out
+    return configs.configurations(card)
 
 
-def graph_runs(card: dict) -> list[dict]:
+def graph_runs(card: dict) -> list[RunConfig]:
     """The runs whose logs count graph breaks and recompiles: the profiled runs of the compiled modes,
     which run under TORCH_LOGS=graph_breaks,recompiles (one run per mode, model and type; eager compiles nothing)."""
-    return [c for c in configurations(card) if c["side"] == "torch" and c["mode"] != "eager"]
+    return [c for c in configurations(card) if c.side == "torch" and c.mode != "eager"]
 
 
-def _slug(key: str) -> str:
-    return key.replace("/", "_")
-
-
-def profile_command(card: dict, c: dict, out_dir) -> list[str]:
+def profile_command(card: dict, c: RunConfig, out_dir) -> list[str]:
     f = card["families"]
-    cmd = [sys.executable, "-m", "tr2.profile_run", "--side", c["side"], "--model", c["model"], "--dtype", c["dtype"],
-           "--device", card["device"], "--steps", str(f["steps"]), "--window", str(f["window"][0]), str(f["window"][1]),
-           "--out", str(out_dir)]
-    if c["mode"]:
-        cmd += ["--mode", c["mode"]]
-    if c["half_roundings"]:
-        cmd += ["--half-roundings"]
-    return cmd
+    return ([sys.executable, "-m", "tr2.profile_run", "--window", str(f["window"][0]), str(f["window"][1]),
+             "--out", str(out_dir)] + c.train_args(card["device"], f["steps"]).to_argv())
 
 
 def _rules_path(card: dict) -> Path:
@@ -217,43 +197,34 @@ def _rules_path(card: dict) -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
+def run_one(c: RunConfig, card: dict, d: Path) -> dict:
+    out_dir = d / "profiles" / c.slug
+    prof = out_dir / "profile.json"
+    prof.unlink(missing_ok=True)  # a killed run's table: the run starts over
+    log = d / "logs" / f"{STAGE}-profile-{c.slug}.log"
+    cmd = profile_command(card, c, out_dir)
+    compiled = c.side == "torch" and c.mode != "eager"
+    env = {"TORCH_LOGS": TORCH_LOGS} if compiled else None
+    res = run_logged(cmd, log, env=env)
+    if res["status"] == "ok" and not prof.is_file():
+        res.update(status="failed", reason="the profiled run wrote no profile.json")
+    rec = {"kind": "profile", **c.as_record(), "label": c.label, **res, "cmd": cmd, "env": env,
+           "log": str(log.relative_to(d)), "profile": str(prof.relative_to(d)),
+           "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if compiled and log.is_file():
+        rec.update(count_graph_logs(log_text(log)))
+    return rec
+
+
 def run(card: dict, results_dir=None) -> Path:
-    d = prepare_dir(card, results_dir, STAGE)
     rules_src = _rules_path(card)
     load_rules(rules_src)  # a bad rules file stops before any run
-    if not (d / "families.tsv").is_file():
-        shutil.copyfile(rules_src, d / "families.tsv")
-    profiles = configurations(card)
-    done = finished_keys(d / RUNS)
-    bar = progress(len(profiles), "families", initial=sum(1 for c in profiles if c["key"] in done))
-    try:
-        for c in profiles:
-            if c["key"] in done:
-                continue
-            out_dir = d / "profiles" / _slug(c["key"])
-            if (out_dir / "profile.json").exists():
-                (out_dir / "profile.json").unlink()
-            log = d / "logs" / f"{STAGE}-profile-{_slug(c['key'])}.log"
-            cmd = profile_command(card, c, out_dir)
-            compiled = c["side"] == "torch" and c["mode"] != "eager"
-            env = {"TORCH_LOGS": TORCH_LOGS} if compiled else None
-            bar.set_postfix_str(c["key"])
-            res = run_logged(cmd, log, env=env)
-            prof = out_dir / "profile.json"
-            if res["status"] == "ok" and not prof.is_file():
-                res.update(status="failed", reason="the profiled run wrote no profile.json")
-            rec = {"kind": "profile", **c, **res, "cmd": cmd, "env": env, "log": str(log.relative_to(d)),
-                   "profile": str(prof.relative_to(d)), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            if compiled and log.is_file():
-                rec.update(count_graph_logs(log_text(log)))
-            append_jsonl(d / RUNS, rec)
-            bar.update(1)
-            if res["status"] not in FINISHED:
-                raise Tr2Error(f"families: profiled run {c['key']} {res['status']} ({res['reason']}); log {log}. "
-                               "A failure other than out of memory ends the stage (amendment 8.4); rerun to retry it")
-    finally:
-        bar.close()
-    return d
+    with open_folder(STAGE, card, results_dir) as folder:
+        if not (folder.path / "families.tsv").is_file():
+            shutil.copyfile(rules_src, folder.path / "families.tsv")
+        run_plan(folder, configurations(card), lambda c: run_one(c, card, folder.path), desc="families",
+                 key=lambda c: c.key, ends_stage=lambda rec: rec["status"] not in FINISHED)
+    return folder.path
 
 
 def _read_profile(d: Path, rec) -> dict | None:
@@ -273,11 +244,11 @@ def summarize(results_dir) -> dict:
     all_records = read_jsonl(d / RUNS)
     kern_rows, fam_rows, configs = [], [], []
     for c in configurations(card):
-        rec = runs.get(c["key"])
-        last_any = next((r for r in reversed(all_records) if r.get("key") == c["key"]), None)
+        rec = runs.get(c.key)
+        last_any = next((r for r in reversed(all_records) if r.get("key") == c.key), None)
         status = rec["status"] if rec else (last_any["status"] if last_any else "missing")
         prof = _read_profile(d, rec)
-        entry = {k: c[k] for k in ("key", "model", "dtype", "side", "mode", "half_roundings", "label")}
+        entry = {k: v for k, v in c.as_record().items() if k != "build"} | {"label": c.label}
         entry.update(status=status, log=(rec or last_any or {}).get("log"))
         if prof is None:
             entry["reason"] = (rec or last_any or {}).get("reason")
@@ -287,12 +258,12 @@ def summarize(results_dir) -> dict:
         fams = group(prof["kernels"], rules, steps)
         total = sum(k["total_us"] for k in prof["kernels"])
         for k in prof["kernels"]:
-            kern_rows.append({**{x: c[x] for x in ("key", "model", "dtype", "side", "mode", "half_roundings")},
+            kern_rows.append({**entry,
                               "name": k["name"], "family": family_of(k["name"], rules), "total_us": k["total_us"],
                               "launches": k["launches"], "us_per_step": k["total_us"] / steps,
                               "launches_per_step": k["launches"] / steps})
         for f, g in fams.items():
-            fam_rows.append({**{x: c[x] for x in ("key", "model", "dtype", "side", "mode", "half_roundings", "label")},
+            fam_rows.append({**entry,
                              "family": f, "us_per_step": g["us_per_step"], "launches_per_step": g["launches_per_step"],
                              "share": g["total_us"] / total if total else None})
         att = attention_kernels(k["name"] for k in prof["kernels"])
@@ -306,20 +277,20 @@ def summarize(results_dir) -> dict:
         configs.append(entry)
     graphs = []
     for g in graph_runs(card):
-        rec = runs.get(g["key"]) or next((r for r in reversed(all_records) if r.get("key") == g["key"]), None)
+        rec = runs.get(g.key) or next((r for r in reversed(all_records) if r.get("key") == g.key), None)
         status = rec["status"] if rec else "missing"
         if rec and rec.get("graph_breaks") is None and status == "ok":
             status = "no counts"
-        graphs.append({"key": g["key"], "model": g["model"], "dtype": g["dtype"], "mode": g["mode"], "status": status,
+        graphs.append({"key": g.key, "model": g.model, "dtype": g.dtype, "mode": g.mode, "status": status,
                        **({k: rec.get(k) for k in ("graph_breaks", "recompiles", "break_sites", "recompiled_functions",
                                                    "recompile_reasons", "log", "reason")} if rec else {})})
     for mode in card["torch_modes"]:
         if mode == "eager":
             graphs.append({"key": "*/*/graphs-eager", "mode": "eager", "status": "not run",
                            "reason": "eager compiles nothing: no graph breaks or recompiles to count"})
-    _write_csv(d / "kernels.csv", kern_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "name", "family",
+    write_csv(d / "kernels.csv", kern_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "name", "family",
                                               "total_us", "launches", "us_per_step", "launches_per_step"])
-    _write_csv(d / "families.csv", fam_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "label", "family",
+    write_csv(d / "families.csv", fam_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "label", "family",
                                               "us_per_step", "launches_per_step", "share"])
     lacking = [f"{c['key']}: {c['status']} (no kernel table)" for c in configs if c["status"] != "ok"]
     lacking += [f"{g['key']}: {g['status']} (no graph-break counts)" for g in graphs if g["status"] not in ("ok", "not run")]
@@ -329,31 +300,15 @@ def summarize(results_dir) -> dict:
                   "n_rules": len(rules), "match": "re.search, case-insensitive, first match wins, unmatched: other"},
         "window": card["families"]["window"], "steps": card["families"]["steps"],
         "configs": configs, "graphs": graphs,
-        "lacking": lacking,  # amendment 8.3: configurations whose kernel table or break counts are missing, and why
-        "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
-        **conditions(d),
+        "lacking": lacking,  # protocol rule 8.3: configurations whose kernel table or break counts are missing, and why
     }
-    return write_summary(d, summary, lambda: plot(d, fam_rows, card))
-
-
-def _write_csv(path, rows, fields):
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields)
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: r.get(k) for k in fields})
-    write_text_atomic(path, buf.getvalue())
+    return finish(d, summary, runs.values(), lambda: plot(d, fam_rows, card))
 
 
 def plot(results_dir, fam_rows=None, card=None):
     """families.png: per model and type, one stacked bar per configuration (both sides side by side)."""
     import csv
-    import matplotlib
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     d = Path(results_dir)
     card = card or load_dir_card(d)
     if fam_rows is None:
@@ -366,27 +321,27 @@ def plot(results_dir, fam_rows=None, card=None):
             families.append(r["family"])
     cmap = plt.get_cmap("tab20")
     colors = {f: cmap(i % 20) for i, f in enumerate(families)}
-    per_panel = max(1, max(sum(1 for c in configurations(card) if (c["model"], c["dtype"]) == p) for p in panels))
+    per_panel = max(1, max(sum(1 for c in configurations(card) if (c.model, c.dtype) == p) for p in panels))
     legend_w = 2.9
     fig_w = max(3.5, 1.1 * per_panel + 1.2) * len(panels) + legend_w
     fig, axes = plt.subplots(1, len(panels), figsize=(fig_w, 5.5), squeeze=False)
     unit = "ms"
     for ax, (m, t) in zip(axes[0], panels):
-        confs = [c for c in configurations(card) if (c["model"], c["dtype"]) == (m, t)]
-        confs.sort(key=lambda c: (c["side"] != "torch",))  # PyTorch's modes, then ours, side by side
+        confs = [c for c in configurations(card) if (c.model, c.dtype) == (m, t)]
+        confs.sort(key=lambda c: (c.side != "torch",))  # PyTorch's modes, then ours, side by side
         x = range(len(confs))
         bottom = [0.0] * len(confs)
         for f in families:
             h = []
             for c in confs:
-                v = sum(r["us_per_step"] for r in fam_rows if r["key"] == c["key"] and r["family"] == f)
+                v = sum(r["us_per_step"] for r in fam_rows if r["key"] == c.key and r["family"] == f)
                 h.append(v / 1000.0)
             ax.bar(x, h, bottom=bottom, color=colors[f], label=f, width=0.7)
             bottom = [b + v for b, v in zip(bottom, h)]
         ax.set_xticks(list(x))
-        ax.set_xticklabels([c["label"] for c in confs], rotation=30, ha="right", fontsize=8)
+        ax.set_xticklabels([c.label for c in confs], rotation=30, ha="right", fontsize=8)
         for i, c in enumerate(confs):
-            if not any(r["key"] == c["key"] for r in fam_rows):
+            if not any(r["key"] == c.key for r in fam_rows):
                 ax.text(i, 0, "no table\n(see summary)", ha="center", va="bottom", fontsize=7, color="red")
         ax.set_title(f"{m}, {t}")
         ax.set_ylabel(f"kernel time per step ({unit}, profiled run)")

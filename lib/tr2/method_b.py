@@ -1,4 +1,4 @@
-"""Method B (protocol §7 B, amendment 6): one shared start, one recorded batch order, step by step.
+"""Method B (docs/protocol.md, rules 50-54): one shared start, one recorded batch order, step by step.
 
 Per model of the card:
 
@@ -7,56 +7,58 @@ Per model of the card:
 2. One recorded batch order (`tr2.data.write_batch_order`, seed `method_b.seed`, iterations 0..steps).
 3. Both sides train from them with dropout 0 and plain float32 (`--no-tf32`), every step's loss in
    `--metrics`. The torch side runs in the card's `method_a.torch_mode` (the mode the checks run).
-4. The noise floor beside it: the torch side against itself, run in this module's own copy of the
-   torch side's loop (`train_floor`, the same model, optimizer, schedule, clipping and batches as
-   `tr2.torch_side.train`, which has no hook for this), three times from the same start: unperturbed,
-   with every weight moved by one unit in the last place once at the start, and after every optimizer
-   step as well. The move is `torch.nextafter` towards +inf or -inf, the direction drawn per element
-   from a seeded generator (random ±1 ulp, `PERTURBATION`). The unperturbed copy is also set against
-   the trainer's own torch run (it should agree to the bit on one machine). The card's
-   `method_b.floors` names which of the three run (default all).
+4. The noise floor beside it: the torch side against itself (`python -m tr2.floor`: the torch side's own
+   loop with an after-step hook), three times from the same start: unperturbed, with every weight moved
+   by one unit in the last place once at the start, and after every optimizer step as well
+   (`PERTURBATION`). The unperturbed run is also set against the trainer's own torch run (it should
+   agree to the bit on one machine). The card's `method_b.floors` names which of the three run
+   (default all).
 5. `method_b.also` (default none): extra runs from the same start, each against its own side's run
    (`ALSO`): the cupy side again, or the torch side in a compiled mode against eager.
 
 Verdict (`verdict`, a pure function): passes when the losses at step 0 agree within 1e-5 relative
 and each loss of steps 1..J within 1% relative (relative to the torch side's loss), with J the
-model's `method_b.judge_steps` entry (amendment 6: gpt2-medium 100) or all steps. Where J is less than
-the steps trained, the verdict over all steps is stated beside it (amendment 6.2).
+model's `method_b.judge_steps` entry (protocol rule 52: gpt2-medium 100) or all steps. Where J is less than
+the steps trained, the verdict over all steps is stated beside it (protocol rule 52).
 
-Resumable as method A: runs.jsonl holds every finished piece; a rerun does the rest.
-
-`python -m tr2.method_b floor ...` is the floor's run in a process of its own (see `main`).
+Resumable as method A (tr2.stage): runs.jsonl holds every finished piece; a rerun does the rest. A
+shared start out of memory ends its model: the model's other pieces do not run.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
 from pathlib import Path
 
-from . import Tr2Error
-from .cards import FLOOR_NAMES
-from .method_a import (FINISHED, write_summary, conditions, finished_keys, load_dir_card, prepare_dir, progress,
-                       run_logged, trainer_command)
-from .results import append_jsonl, write_text_atomic
+from .cards import ALSO_NAMES, FLOOR_NAMES
+from .clock import run_logged
+from .configs import RunConfig
+from .data import write_batch_order
+from .models import load_model
+from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
+from .summary import all_passed, finish, load_dir_card, pyplot, save_figure, write_csv
+from .trainargs import trainer_prefix
 from .trainlog import read_metrics
 
 STAGE = "method_b"
-RUNS = "runs.jsonl"
 STEP0_REL = 1e-5
 STEP_REL = 1e-2
 PERTURBATION = ("every weight moved by exactly one unit in the last place (float32), towards +inf or -inf "
                 "at random per element (torch.nextafter; direction from a seeded torch.Generator)")
 FLOORS = FLOOR_NAMES  # the card's method_b.floors chooses among them
-# Extra runs from the same start (card key method_b.also), each set against its own side's run:
-# name -> (side, torch mode, the run it is compared with). cupy-again asks whether the cupy side is
-# bit-reproducible; torch-<mode> how far another PyTorch stack (the compiler's kernels, summing in
-# their own order) stands from eager.
-ALSO = {"cupy-again": ("cupy", None, "cupy"),
-        "torch-default": ("torch", "default", "torch"),
-        "torch-reduce-overhead": ("torch", "reduce-overhead", "torch"),
-        "torch-max-autotune": ("torch", "max-autotune", "torch")}
+
+
+def _also(name: str) -> tuple:
+    """(side, torch mode, the run it is compared with) of an extra run named in the card's method_b.also.
+
+    cupy-again asks whether the cupy side is bit-reproducible; torch-<mode> how far another PyTorch stack
+    (the compiler's kernels, summing in their own order) stands from eager."""
+    side, _, rest = name.partition("-")
+    return (side, None if side == "cupy" else rest, side)
+
+
+ALSO = {name: _also(name) for name in ALSO_NAMES}
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -83,7 +85,7 @@ def _window(ref: dict, other: dict, first: int, last: int, tol: float) -> dict:
 
 
 def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None) -> dict:
-    """§7 B (and amendment 6) from the two sides' per-step losses, {step: loss}.
+    """Method B (protocol rules 51-52) from the two sides' per-step losses, {step: loss}.
 
     Step 0 within 1e-5 relative, each of steps 1..J within 1% relative, J = judge_steps or steps.
     `passed` is the verdict under J; `full` gives the verdict over all steps 1..steps beside it.
@@ -103,145 +105,13 @@ def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None)
         return what + (f" (within {tol:g})" if w["ok"] else f" (over {tol:g} at {w['n_failed']} step(s))")
     reason = f"step 0: {said(step0, STEP0_REL)}; steps 1..{last}: {said(window, STEP_REL)}"
     if last < steps:
-        reason += f"; steps 1..{steps}, stated beside (amendment 6.2): {said(full, STEP_REL)}"
+        reason += f"; steps 1..{steps}, stated beside (protocol rule 52): {said(full, STEP_REL)}"
     out = {"passed": passed, "reason": reason, "step0": step0, "window": window, "judge_last_step": last, "steps": steps,
            "rule": f"step 0 within {STEP0_REL:g} relative, steps 1..{last} each within {STEP_REL:.0%} relative"}
     if last < steps:
         out["full"] = {**full, "passed": step0["ok"] and full["ok"],
-                       "rule": f"§7 B as first written: steps 1..{steps} each within {STEP_REL:.0%} (amendment 6.2)"}
+                       "rule": f"method B as first written: steps 1..{steps} each within {STEP_REL:.0%} (protocol rule 52)"}
     return out
-
-
-# ----------------------------------------------------------------------------------------------------
-# the perturbation and the floor's training loop
-# ----------------------------------------------------------------------------------------------------
-
-def perturb_ulp(params, gen=None, how: str = "random") -> int:
-    """Move every element of every tensor by one unit in its last place, in place; returns the count.
-
-    how='random': towards +inf or -inf, drawn per element from `gen` (a torch.Generator on the
-    tensors' device); how='up': towards +inf (np.nextafter(x, +inf)). Shared (tied) tensors are moved
-    once when `params` is `model.parameters()`, which lists each tensor once.
-    """
-    import torch
-    n = 0
-    with torch.no_grad():
-        seen = set()
-        for p in params:
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            if how == "up":
-                target = torch.full_like(p, math.inf)
-            elif how == "random":
-                coin = torch.randint(0, 2, p.shape, generator=gen, device=p.device, dtype=torch.int8)
-                target = torch.where(coin.bool(), math.inf, -math.inf).to(p.dtype)
-            else:
-                raise ValueError(f"how: {how!r}; allowed: random | up")
-            p.copy_(torch.nextafter(p, target))
-            n += p.numel()
-    return n
-
-
-def train_floor(model_name: str, init: str, batches: str, steps: int, seed: int, device: str, mode: str,
-                perturb: str, perturb_seed: int, metrics=None, log_interval: int = 10, out=None) -> list:
-    """The torch side's float32 loop (tf32 off, dropout 0) from `init` on `batches`, with the floor's move.
-
-    The same steps as tr2.torch_side.train._train for float32: seed, model built then loaded, AdamW
-    groups (fused on CUDA), compile per mode, nanoGPT's get_lr, forward, next batch, backward, clip,
-    step, zero_grad, loss.item(). perturb: 'none' | 'once' (every weight one ulp, before step 0) |
-    'every' (that, and again after every optimizer step). Returns the losses of steps 0..steps.
-    """
-    import torch
-    from .models import load_model
-    from .schedule import get_lr
-    from .torch_side.model import GPT, load_weights_into
-    from .torch_side.train import TorchBatches, _to_device
-    from .trainlog import TrainLog, peak_line
-    from .weights import load_weights
-    if perturb not in FLOORS:
-        raise Tr2Error(f"--perturb: {perturb!r}; allowed: {' | '.join(FLOORS)}")
-    cfg = load_model(model_name, dropout=0.0)
-    device_type = "cuda" if device.startswith("cuda") else "cpu"
-    log = TrainLog(metrics, log_interval, out=out)
-    try:
-        torch.manual_seed(seed)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        data = TorchBatches(cfg.dataset, cfg.block_size, cfg.batch_size, seed, batches)
-        model = GPT(cfg)
-        load_weights_into(model, load_weights(init, cfg))
-        model.to(device)
-        optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                               cfg.eps_adam, device_type)
-        train_model = model
-        if mode == "default":
-            train_model = torch.compile(model)
-        elif mode in ("reduce-overhead", "max-autotune"):
-            train_model = torch.compile(model, mode=mode)
-        gen = torch.Generator(device=device)
-        gen.manual_seed(perturb_seed)
-        log.say(f"method B floor: model {cfg.name}, torch {torch.__version__}, device {device}, mode {mode}, "
-                f"float32, tf32 off, dropout 0, init {init}, batches {batches}, perturb {perturb} "
-                f"(random ±1 ulp, seed {perturb_seed}), steps 0..{steps}")
-        if perturb in ("once", "every"):
-            perturb_ulp(model.parameters(), gen)
-        losses = []
-        X, Y = _to_device(data.train_batch(0), device)
-        log.start()
-        for it in range(steps + 1):
-            lr = get_lr(it, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            _, loss = train_model(X, Y)
-            if it < steps:
-                X, Y = _to_device(data.train_batch(it + 1), device)
-            loss.backward()
-            if cfg.grad_clip != 0.0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if perturb == "every":
-                perturb_ulp(model.parameters(), gen)
-            value = loss.item()
-            losses.append(value)
-            log.loss(it, value, log.wants_line(it))
-        log.say(peak_line(torch.cuda.max_memory_allocated() if device_type == "cuda" else 0))
-        return losses
-    finally:
-        log.close()
-
-
-def main(argv=None) -> int:
-    """`python -m tr2.method_b floor ...`: one floor run in its own process (exit 3 on out of memory)."""
-    p = argparse.ArgumentParser(prog="python -m tr2.method_b")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("floor", help="the torch side's float32 loop with the ulp perturbation")
-    f.add_argument("--model", required=True)
-    f.add_argument("--init", required=True)
-    f.add_argument("--batches", required=True)
-    f.add_argument("--steps", type=int, required=True)
-    f.add_argument("--seed", type=int, default=1337)
-    f.add_argument("--device", default="cpu")
-    f.add_argument("--mode", default="eager")
-    f.add_argument("--perturb", default="none", choices=FLOORS)
-    f.add_argument("--perturb-seed", type=int, default=0)
-    f.add_argument("--metrics", default=None)
-    ns = p.parse_args(argv)
-    from .trainlog import oom_line
-    try:
-        train_floor(ns.model, ns.init, ns.batches, ns.steps, ns.seed, ns.device, ns.mode, ns.perturb,
-                    ns.perturb_seed, ns.metrics)
-        return 0
-    except Tr2Error as e:
-        sys.stderr.write(f"tr2.method_b: error: {e}\n")
-        return 2
-    except Exception as e:  # noqa: BLE001
-        from .torch_side.train import _is_oom
-        if _is_oom(e):
-            print(oom_line(str(e)), flush=True)
-            return 3
-        raise
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -270,88 +140,60 @@ def _paths(d: Path, model: str) -> dict:
                                                           *(f"also-{a}" for a in ALSO))}}
 
 
-def _common_args(card: dict, model: str, p: dict) -> list[str]:
-    b = card["method_b"]
-    return ["--model", model, "--dtype", "float32", "--device", card["device"], "--steps", str(b["steps"]),
-            "--seed", str(b["seed"]), "--no-tf32", "--dropout", "0", "--init", str(p["init"]),
-            "--batches", str(p["order"])]
-
-
 def command(card: dict, r: dict, p: dict) -> list[str] | None:
     """The command of one piece of the plan (None for the batch order, written in this process)."""
     b, model, what = card["method_b"], r["model"], r["what"]
     mode = card["method_a"]["torch_mode"]
-    if what == "init":
-        return trainer_command() + ["--side", "torch", "--model", model, "--dtype", "float32", "--device", card["device"],
-                                    "--steps", "0", "--seed", str(b["seed"]), "--no-tf32", "--dropout", "0",
-                                    "--save-init", str(p["init"])]
+    start = dict(seed=b["seed"], tf32=False, dropout=0.0)  # every piece: the one start, plain float32, dropout 0
     if what == "order":
         return None
-    if what == "torch":
-        return trainer_command() + ["--side", "torch", "--mode", mode] + _common_args(card, model, p) + ["--metrics", str(p[what])]
-    if what == "cupy":
-        return trainer_command() + ["--side", "cupy"] + _common_args(card, model, p) + ["--metrics", str(p[what])]
+    if what == "init":  # the torch side's initialization, saved before its single step
+        return trainer_prefix() + RunConfig(model, "float32", "torch", mode="eager").train_args(
+            card["device"], 0, save_init=str(p["init"]), **start).to_argv()
     if what.startswith("also-"):
-        side, also_mode, _ = ALSO[what[len("also-"):]]
-        cmd = trainer_command() + ["--side", side] + (["--mode", also_mode] if also_mode else [])
-        return cmd + _common_args(card, model, p) + ["--metrics", str(p[what])]
-    perturb = what.split("-", 1)[1]
-    return [sys.executable, "-m", "tr2.method_b", "floor", "--model", model, "--init", str(p["init"]),
-            "--batches", str(p["order"]), "--steps", str(b["steps"]), "--seed", str(b["seed"]),
-            "--device", card["device"], "--mode", mode, "--perturb", perturb, "--perturb-seed", str(b["seed"]),
-            "--metrics", str(p[what])]
+        side, run_mode, _ = ALSO[what[len("also-"):]]
+    elif what == "cupy":
+        side, run_mode = "cupy", None
+    else:  # the torch side and its floors, in the checks' mode
+        side, run_mode = "torch", mode
+    args = RunConfig(model, "float32", side, mode=run_mode).train_args(
+        card["device"], b["steps"], init=str(p["init"]), batches=str(p["order"]), metrics=str(p[what]), **start).to_argv()
+    if what.startswith("floor-"):
+        return [sys.executable, "-m", "tr2.floor", "--perturb", what[len("floor-"):], "--perturb-seed", str(b["seed"])] + args
+    return trainer_prefix() + args
+
+
+def run_one(r: dict, card: dict, d: Path) -> dict:
+    model, what = r["model"], r["what"]
+    p = _paths(d, model)
+    p["base"].mkdir(parents=True, exist_ok=True)
+    if what == "order":
+        cfg = load_model(model)
+        t0 = time.monotonic()
+        write_batch_order(p["order"], cfg.dataset, cfg.block_size, cfg.batch_size, card["method_b"]["steps"],
+                          card["method_b"]["seed"])
+        res = {"status": "ok", "returncode": 0, "wall_s": round(time.monotonic() - t0, 3), "log": None,
+               "reason": None, "cmd": None}
+    else:
+        target = p["init"] if what == "init" else p[what]
+        target.unlink(missing_ok=True)  # a killed run's partial file: the piece starts over
+        cmd = command(card, r, p)
+        log = d / "logs" / f"{STAGE}-{model}-{what}.log"
+        res = {**run_logged(cmd, log), "cmd": cmd, "log": str(log.relative_to(d))}
+        if what == "init" and res["status"] == "ok" and not p["init"].is_file():
+            res.update(status="failed", reason="the torch side wrote no --save-init file")
+    rec = {**r, **res, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if what not in ("init", "order"):
+        rec["metrics"] = str(p[what].relative_to(d))
+    return rec
 
 
 def run(card: dict, results_dir=None) -> Path:
-    from .data import write_batch_order
-    from .models import load_model
-    d = prepare_dir(card, results_dir, STAGE)
-    todo = plan(card)
-    done = finished_keys(d / RUNS)
-    bar = progress(len(todo), "method B", initial=sum(1 for r in todo if r["key"] in done))
-    blocked = set()  # models whose start or order could not be made (out of memory)
-    try:
-        for r in todo:
-            if r["key"] in done:
-                continue
-            model, what = r["model"], r["what"]
-            if model in blocked:
-                append_jsonl(d / RUNS, {**r, "status": "oom", "reason": "the shared start ran out of memory",
-                                        "returncode": None, "wall_s": 0.0})
-                bar.update(1)
-                continue
-            p = _paths(d, model)
-            p["base"].mkdir(parents=True, exist_ok=True)
-            bar.set_postfix_str(r["key"])
-            if what == "order":
-                cfg = load_model(model)
-                t0 = time.monotonic()
-                write_batch_order(p["order"], cfg.dataset, cfg.block_size, cfg.batch_size, card["method_b"]["steps"],
-                                  card["method_b"]["seed"])
-                res = {"status": "ok", "returncode": 0, "wall_s": round(time.monotonic() - t0, 3), "log": None,
-                       "reason": None, "cmd": None}
-            else:
-                target = p["init"] if what == "init" else p[what]
-                if target.exists():
-                    target.unlink()  # a killed run's partial file: the piece starts over
-                cmd = command(card, r, p)
-                log = d / "logs" / f"{STAGE}-{model}-{what}.log"
-                res = {**run_logged(cmd, log), "cmd": cmd, "log": str(log.relative_to(d))}
-                if what == "init" and res["status"] == "ok" and not p["init"].is_file():
-                    res.update(status="failed", reason="the torch side wrote no --save-init file")
-            rec = {**r, **res, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            if what not in ("init", "order"):
-                rec["metrics"] = str(p[what].relative_to(d))
-            append_jsonl(d / RUNS, rec)
-            bar.update(1)
-            if res["status"] == "oom" and what == "init":
-                blocked.add(model)
-            if res["status"] not in FINISHED:
-                raise Tr2Error(f"method B: {r['key']} {res['status']} ({res['reason']}); log {res['log']}. "
-                               "A failure other than out of memory ends the stage (amendment 8.4); rerun to retry it")
-    finally:
-        bar.close()
-    return d
+    with open_folder(STAGE, card, results_dir) as folder:
+        run_plan(folder, plan(card), lambda r: run_one(r, card, folder.path), desc="method B",
+                 group=lambda r: r["model"], ends_group=lambda rec: rec["what"] == "init" and rec["status"] == "oom",
+                 ends_stage=lambda rec: rec["status"] not in FINISHED)
+    return folder.path
 
 
 def _losses(d: Path, rec) -> dict:
@@ -398,21 +240,14 @@ def _max_over(rows, key, first, last):
 
 
 def summarize(results_dir) -> dict:
-    import csv
-    import io
     d = Path(results_dir)
     card = load_dir_card(d)
     runs = finished_keys(d / RUNS)
     rows = table(d, card)
-    buf = io.StringIO()
     also = card["method_b"]["also"]
-    fields = ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once", "floor_every", "rel_once",
-              "rel_every", "rel_none_vs_trainer", *also, *(f"rel_{a}" for a in also)]
-    w = csv.DictWriter(buf, fieldnames=fields)
-    w.writeheader()
-    for r in rows:
-        w.writerow(r)
-    write_text_atomic(d / "method_b.csv", buf.getvalue())
+    write_csv(d / "method_b.csv", rows, ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once",
+                                         "floor_every", "rel_once", "rel_every", "rel_none_vs_trainer", *also,
+                                         *(f"rel_{a}" for a in also)])
     steps = card["method_b"]["steps"]
     models = []
     for model in card["models"]:
@@ -423,7 +258,7 @@ def summarize(results_dir) -> dict:
         t = {r["step"]: r["torch"] for r in mrows if r["torch"] is not None}
         c = {r["step"]: r["cupy"] for r in mrows if r["cupy"] is not None}
         if status["torch"] == "oom" or status["cupy"] == "oom" or status["init"] == "oom":
-            v = {"passed": None, "reason": "out of memory (amendment 8): no verdict; see runs"}
+            v = {"passed": None, "reason": "out of memory (protocol rule 8): no verdict; see runs"}
         elif status["torch"] != "ok" or status["cupy"] != "ok":
             v = {"passed": None, "reason": "runs missing: no verdict yet"}
         else:
@@ -448,29 +283,24 @@ def summarize(results_dir) -> dict:
     judged = [m["verdict"].get("passed") for m in models]
     summary = {
         "stage": STAGE,
-        "rule": f"§7 B: same start (torch side's init), same recorded batches, dropout 0, float32 without TF32; "
+        "rule": f"protocol rules 50-52: same start (torch side's init), same recorded batches, dropout 0, float32 without TF32; "
                 f"step 0 within {STEP0_REL:g} relative, each of steps 1..J within {STEP_REL:.0%} relative to the torch "
-                f"side's loss, J = method_b.judge_steps[model] or all steps (amendment 6)",
+                f"side's loss, J = method_b.judge_steps[model] or all steps (protocol rule 52)",
         "perturbation": PERTURBATION,
-        "noise_floor_runs": "the torch side's loop (tr2.method_b.train_floor) unperturbed, perturbed once at the start, "
+        "noise_floor_runs": "the torch side's loop (python -m tr2.floor) unperturbed, perturbed once at the start, "
                             "and perturbed after every optimizer step; differences relative to the unperturbed run",
         "floors": card["method_b"]["floors"],
         "also_runs": {a: f"the {ALSO[a][0]} side{' in mode ' + ALSO[a][1] if ALSO[a][1] else ''} from the same start "
                          f"and batches, set against the stage's {ALSO[a][2]} run" for a in card["method_b"]["also"]},
-        "passed": (None if any(p is None for p in judged) else all(judged)) if judged else None,
+        "passed": all_passed(judged),
         "models": models,
-        "wall_s": round(sum(r.get("wall_s") or 0 for r in runs.values()), 1),
-        **conditions(d),
     }
-    return write_summary(d, summary, lambda: plot(d, rows, card))
+    return finish(d, summary, runs.values(), lambda: plot(d, rows, card))
 
 
 def plot(results_dir, rows=None, card=None):
     """method_b.png: per model, the losses of every run, and their relative differences on a log scale."""
-    import matplotlib
-    if "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     d = Path(results_dir)
     card = card or load_dir_card(d)
     rows = rows if rows is not None else table(d, card)
@@ -512,12 +342,5 @@ def plot(results_dir, rows=None, card=None):
         ax.set_xlabel("step")
         ax.set_ylabel("relative difference (no point: exactly equal)")
         ax.legend(fontsize=8)
-    fig.suptitle("Method B: one start, one batch order, float32 without TF32, dropout 0")
-    fig.tight_layout()
-    fig.savefig(d / "method_b.png", dpi=110)
-    plt.close(fig)
-    return d / "method_b.png"
+    return save_figure(fig, d / "method_b.png", "Method B: one start, one batch order, float32 without TF32, dropout 0")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -83,6 +83,6 @@ def count_params(cfg: ModelConfig, non_embedding: bool = True) -> int:
 
 
 def flops_per_token(cfg: ModelConfig) -> int:
-    """Training FLOPs per token: 6N plus attention's 12·L·H·Q·T (DESIGN.md's floor)."""
+    """Training FLOPs per token: 6N plus attention's 12·L·H·Q·T (the floor of docs/perf.md)."""
     N = count_params(cfg)
     return 6 * N + 12 * cfg.n_layer * cfg.n_head * cfg.head_size * cfg.block_size

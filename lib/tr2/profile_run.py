@@ -1,7 +1,6 @@
-"""One profiled training run (protocol §6): the trainer in this process under torch.profiler.
+"""One profiled training run (protocol rules 30-33): the trainer in this process under torch.profiler.
 
-    python -m tr2.profile_run --side cupy|torch --model M --dtype D [--mode MODE] [--half-roundings]
-        [--device cpu|cuda] --steps N --window A B --out DIR [--seed S] [--trace]
+    python -m tr2.profile_run --window A B --out DIR [--trace] <the trainer's arguments>
 
 The side's own `run(args, cfg)` trains as `python -m tr2.train` would (same argument checks), with
 its iter line every L = gcd(A, B) steps. Those lines come right after a loss read that waits for the
@@ -24,13 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 import traceback
 from pathlib import Path
 
-ITER = re.compile(r"^iter (\d+):")
+from . import Tr2Error
+from .torch_side.train import is_oom
+from .train import run as train_run
+from .trainargs import parse
+from .trainlog import oom_line, parse_iter
 
 # The backend's ops (docs/architecture.md), and any other method named *_forward/_backward/_update; its
 # utilities (to_device, to_host, zeros, ...) are not operations and stay unwrapped.
@@ -52,10 +54,10 @@ class LineTap:
         self._buf += s
         while "\n" in self._buf:
             line, self._buf = self._buf.split("\n", 1)
-            m = ITER.match(line)
-            if m:
-                self.steps_seen.append(int(m.group(1)))
-                self.on_iter(int(m.group(1)))
+            it = parse_iter(line)
+            if it:
+                self.steps_seen.append(it[0])
+                self.on_iter(it[0])
         return n
 
     def flush(self):
@@ -174,22 +176,13 @@ def window_schedule(window) -> tuple[int, dict]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tr2.profile_run", description=__doc__.split("\n")[0])
-    p.add_argument("--side", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--mode", default=None)
-    p.add_argument("--half-roundings", action="store_true")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--steps", type=int, required=True)
     p.add_argument("--window", type=int, nargs=2, required=True)
-    p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--out", required=True)
     p.add_argument("--trace", action="store_true", help="also export a Chrome trace of the window")
-    ns = p.parse_args(argv)
+    ns, train_argv = p.parse_known_args(argv)  # the rest: the trainer's own arguments
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    record = {"side": ns.side, "model": ns.model, "dtype": ns.dtype, "mode": ns.mode, "half_roundings": ns.half_roundings,
-              "window": list(ns.window), "steps": ns.steps, "status": "failed", "kernels": [], "started": time.time()}
+    record = {"window": list(ns.window), "status": "failed", "kernels": [], "started": time.time()}
 
     def finish(status, rc, **kw):
         record.update(status=status, returncode=rc, wall_s=round(time.time() - record.pop("started"), 3), **kw)
@@ -198,28 +191,21 @@ def main(argv=None) -> int:
         tmp.replace(out / "profile.json")
         return rc
 
-    from . import Tr2Error
-    from .trainargs import parse
     try:
         L, sched = window_schedule(ns.window)
-        if ns.window[1] > ns.steps:
-            raise Tr2Error(f"--window: {ns.window[1]} is past --steps {ns.steps}")
-        targv = ["--side", ns.side, "--model", ns.model, "--dtype", ns.dtype, "--device", ns.device, "--steps",
-                 str(ns.steps), "--seed", str(ns.seed), "--log-interval", str(L)]
-        if ns.mode is not None:
-            targv += ["--mode", ns.mode]
-        if ns.half_roundings:
-            targv += ["--half-roundings"]
-        args = parse(targv)
+        args = parse(train_argv + ["--log-interval", str(L)])  # the iter lines cut the profiler's steps
+        if ns.window[1] > args.steps:
+            raise Tr2Error(f"--window: {ns.window[1]} is past --steps {args.steps}")
     except (Tr2Error, ValueError) as e:
         sys.stderr.write(f"tr2.profile_run: error: {e}\n")
         return finish("failed", 2, error=str(e))
-    except SystemExit as e:  # argparse inside parse(): its one line is already printed
+    except SystemExit:  # argparse inside parse(): its one line is already printed
         return finish("failed", 2, error="bad arguments")
+    record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
+                  half_roundings=args.half_roundings, steps=args.steps)
 
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
-    from .train import run as train_run
     device = args.device
     record.update(device=device, log_interval=L, steps_in_window=ns.window[1] - ns.window[0],
                   torch=torch.__version__, sdp_backends=sdp_backends() if device == "cuda" else None)
@@ -228,7 +214,7 @@ def main(argv=None) -> int:
         activities.append(ProfilerActivity.CUDA)
         torch.cuda.init()
         torch.zeros(1, device="cuda")  # the primary context exists before CUPTI starts (CuPy shares it)
-    if ns.side == "cupy":
+    if args.side == "cupy":
         record["annotated_backend"] = annotate_cupy_backend()
     got = {}
 
@@ -253,9 +239,7 @@ def main(argv=None) -> int:
         sys.stderr.write(f"tr2.profile_run: error: {e}\n")
         return finish("failed", 2, error=str(e))
     except Exception as e:  # noqa: BLE001
-        from .torch_side.train import _is_oom
-        if _is_oom(e):
-            from .trainlog import oom_line
+        if is_oom(e):
             print(oom_line(str(e)), flush=True)
             return finish("oom", 3, error=" ".join(str(e).split())[:500])
         traceback.print_exc()

@@ -36,8 +36,8 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
+from .stage import STAGES
 
-STAGES = ("series", "method_a", "method_b", "footprint", "families")
 STAGE_TITLES = {
     "series": "Step time: the series (protocol §5)",
     "method_a": "Correctness, method A: families of runs (§7 A)",
@@ -614,7 +614,7 @@ def stage_header(info) -> str:
             f'(`{info["stage"]}.ipynb` in that folder) follows, its code hidden.')
 
 
-def merge(front_nb, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":
+def merge(front_nb, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":  # noqa: F821 - imported where used
     """One notebook: the front page's cells, then per stage a header and its cells (parameters dropped;
     relative links and images of a stage, meant from its folder, made right from html_dir)."""
     import nbformat

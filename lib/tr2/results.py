@@ -14,6 +14,11 @@ from . import RESULTS_DIR, Tr2Error
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
+# A results folder's name: <stage>-<YYYYmmdd-HHMMSS>-<card>[-<n>], made by new_results_dir; STAMP_RE reads
+# back what follows "<stage>-" (the stage is told by the caller: stage names hold '_', cards may hold '-').
+STAMP_RE = re.compile(r"^(\d{8}-\d{6})-(.+?)(?:-(\d+))?$")
+
+
 def new_results_dir(stage: str, card_name: str, root=None) -> Path:
     """results/<stage>-<YYYYmmdd-HHMMSS>-<card>/, created empty with logs/ inside."""
     if not _NAME.match(card_name):
@@ -50,11 +55,22 @@ def write_yaml_atomic(path, obj) -> Path:
 
 
 def append_jsonl(path, record: dict) -> None:
-    """One record per line, flushed and synced: a kill loses at most the line being written."""
+    """One record per line, flushed and synced: a kill loses at most the line being written.
+
+    A torn last line (a kill mid-append) is cut first: appended after it, the new record would merge into
+    an unreadable line and be lost too.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    with open(path, "a+b") as f:  # a+: created when missing; writes land at the end
+        end = f.seek(0, os.SEEK_END)
+        if end:
+            f.seek(end - 1)
+            if f.read(1) != b"\n":
+                f.seek(0)
+                f.truncate(f.read().rfind(b"\n") + 1)
+        f.write(line)
         f.flush()
         os.fsync(f.fileno())
 

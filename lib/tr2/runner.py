@@ -22,10 +22,8 @@ import yaml
 
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 from .cards import dump_card, held_card_difference, load_card
-from .results import new_results_dir, write_json_atomic, write_text_atomic
-
-STAGES = ("series", "method_a", "method_b", "footprint", "families")
-_STAMP = re.compile(r"^(\d{8}-\d{6})-(.+?)(?:-(\d+))?$")
+from .results import STAMP_RE as _STAMP, new_results_dir, write_json_atomic, write_text_atomic
+from .stage import STAGES
 
 
 class _Parser(argparse.ArgumentParser):

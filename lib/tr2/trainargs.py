@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from . import Tr2Error
-from .models import list_models
+from .models import list_models, load_model
 
 SIDES = ("cupy", "torch")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -35,6 +37,30 @@ class TrainArgs:
     cuda_graph: bool = False
     metrics: Optional[str] = None
     log_interval: int = 10
+
+    def to_argv(self) -> list[str]:
+        """The trainer's arguments for this run: parse(a.to_argv()) gives `a` back (device cpu or cuda)."""
+        argv = ["--side", self.side, "--model", self.model, "--dtype", self.dtype, "--device", self.device,
+                "--steps", str(self.steps), "--seed", str(self.seed), "--eval-interval", str(self.eval_interval),
+                "--log-interval", str(self.log_interval)]
+        if self.side == "torch":
+            argv += ["--mode", self.mode]
+        for flag, value in (("--eval-iters", self.eval_iters or None), ("--dropout", self.dropout), ("--init", self.init),
+                            ("--save-init", self.save_init), ("--batches", self.batches), ("--metrics", self.metrics)):
+            if value is not None:
+                argv += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        for flag, on in (("--no-tf32", not self.tf32), ("--half-roundings", self.half_roundings),
+                         ("--cuda-graph", self.cuda_graph)):
+            if on:
+                argv.append(flag)
+        return argv
+
+
+def trainer_prefix() -> list[str]:
+    """How the stages start the trainer: $TR2_TRAINER (split like a shell; tests put a fake there) or
+    `python -u -m tr2.train` (unbuffered: the outside clock stamps each line as it is printed)."""
+    env = os.environ.get("TR2_TRAINER")
+    return shlex.split(env) if env else [sys.executable, "-u", "-m", "tr2.train"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,7 +134,6 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
         device = "cuda" if cuda_available(ns.side) else "cpu"
     if ns.cuda_graph and device != "cuda":
         raise Tr2Error(f"--cuda-graph: the run is on the {device}; allowed only on cuda (a graph is a CUDA object)")
-    from .models import load_model
     eval_iters = ns.eval_iters if ns.eval_iters is not None else load_model(ns.model).eval_iters
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,

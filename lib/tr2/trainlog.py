@@ -2,12 +2,38 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
+
+from .results import read_jsonl
+
+# The readers of the lines below, beside their writers: the outside clock, the profiler and the
+# footprint's runs parse what these functions print.
+ITER_RE = re.compile(r"^iter (\d+): loss (\S+), time ([0-9.eE+\-]+|nan|inf)ms\s*$")
+PEAK_RE = re.compile(r"^peak memory: (\d+) bytes\s*$")
 
 
 def iter_line(step: int, loss: float, ms_per_step: float) -> str:
     return f"iter {step}: loss {loss:.4f}, time {ms_per_step:.2f}ms"
+
+
+def parse_iter(line: str):
+    """(step, loss, ms) of an `iter N: loss X, time Yms` line, else None."""
+    m = ITER_RE.match(line)
+    if not m:
+        return None
+    try:
+        loss = float(m.group(2))
+    except ValueError:
+        loss = float("nan")
+    return int(m.group(1)), loss, float(m.group(3))
+
+
+def last_loss(text: str):
+    """The loss of the last iter line in a program's output, or None."""
+    found = [it for it in map(parse_iter, text.splitlines()) if it]
+    return found[-1][1] if found else None
 
 
 def eval_line(step: int, train_loss: float, val_loss: float) -> str:
@@ -17,7 +43,6 @@ def eval_line(step: int, train_loss: float, val_loss: float) -> str:
 def read_metrics(path) -> dict:
     """{'loss': {step: loss}, 'eval': {step: (train, val)}} from a trainer's --metrics file (empty when
     the file is missing; a torn last line is dropped)."""
-    from .results import read_jsonl
     loss, ev = {}, {}
     for r in read_jsonl(path):
         if r.get("kind") == "loss":
@@ -38,8 +63,10 @@ def oom_line(message: str) -> str:
 class TrainLog:
     """Prints and flushes each line at once; keeps the program's own clock between iter lines."""
 
-    def __init__(self, metrics_path=None, log_interval: int = 10, out=None):
+    def __init__(self, metrics_path=None, log_interval: int = 10, out=None, keep_losses: bool = False):
         self.out = out or sys.stdout
+        # every step's loss in memory too, for a caller in this process (method B's floor)
+        self.losses = [] if keep_losses else None
         self.log_interval = log_interval
         self.metrics = open(metrics_path, "a", buffering=1) if metrics_path else None
         self._t_last = time.perf_counter()
@@ -53,11 +80,18 @@ class TrainLog:
         self._t_last = time.perf_counter()
         self._step_last = -1
 
+    @property
+    def every_step(self) -> bool:
+        """Whether each step's loss is wanted (read from the device every step, not only on iter lines)."""
+        return self.metrics is not None or self.losses is not None
+
     def wants_line(self, step: int) -> bool:
         return step % self.log_interval == 0
 
     def loss(self, step: int, loss_value: float, printed: bool) -> None:
         """Record step's loss (already read from the device); print the iter line when `printed`."""
+        if self.losses is not None:
+            self.losses.append(float(loss_value))
         if self.metrics:
             self.metrics.write(json.dumps({"kind": "loss", "step": step, "loss": float(loss_value)}) + "\n")
         if printed:

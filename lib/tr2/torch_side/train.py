@@ -79,7 +79,7 @@ def autocast_context(device_type: str, dtype: str):
     return nullcontext(), False, f"products float32 (this torch has no CPU autocast for {dtype})"
 
 
-def _is_oom(e: BaseException) -> bool:
+def is_oom(e: BaseException) -> bool:
     if isinstance(e, torch.cuda.OutOfMemoryError):
         return True
     msg = str(e).lower()  # Inductor and others wrap the allocator's error in their own exception types
@@ -110,12 +110,14 @@ def train_step(train_model, model, optimizer, scaler, ctx, X, Y, grad_clip: floa
     return loss, nxt
 
 
-def run(args: TrainArgs, cfg: ModelConfig) -> int:
-    log = TrainLog(args.metrics, args.log_interval)
+def run(args: TrainArgs, cfg: ModelConfig, after_step=None, log: TrainLog | None = None) -> int:
+    """Train; exit code 0, or 3 out of memory. `after_step(model, it)`, when given, is called after each
+    optimizer step and once with it = -1 before step 0 (method B's noise floor moves the weights there)."""
+    log = log or TrainLog(args.metrics, args.log_interval)
     try:
-        return _train(args, cfg, log)
+        return _train(args, cfg, log, after_step)
     except Exception as e:  # noqa: BLE001 - only out-of-memory is handled; everything else re-raises
-        if not _is_oom(e):
+        if not is_oom(e):
             raise
         log.say(oom_line(str(e)))
         return 3
@@ -123,7 +125,7 @@ def run(args: TrainArgs, cfg: ModelConfig) -> int:
         log.close()
 
 
-def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
+def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog, after_step=None) -> int:
     device = args.device
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     if device_type == "cuda" and not torch.cuda.is_available():
@@ -176,7 +178,8 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
         train_model.train()
         return out
 
-    read_every_step = log.metrics is not None
+    if after_step is not None:
+        after_step(model, -1)
     X, Y = _to_device(batches.train_batch(0), device)
     log.start()
     for it in range(args.steps + 1):
@@ -195,9 +198,11 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
         loss, nxt = train_step(train_model, model, optimizer, scaler, ctx, X, Y, cfg.grad_clip, fetch)
         if nxt is not None:
             X, Y = nxt
+        if after_step is not None:
+            after_step(model, it)
 
         printed = log.wants_line(it)
-        if printed or read_every_step:
+        if printed or log.every_step:
             log.loss(it, loss.item(), printed)  # .item() waits for the device
 
     peak = torch.cuda.max_memory_allocated() if device_type == "cuda" else 0

@@ -1,0 +1,73 @@
+"""One run configuration: a side in one element type of one model, its key, and its trainer arguments.
+
+Every stage takes its configurations from `configurations(card)`, so a key means the same thing in the
+series, the kernel families, the footprint and the report: `<model>/<dtype>/<build>`, with build
+`torch-<mode>`, `cupy` or `cupy-hr` (the cupy side with the half roundings).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from .trainargs import TrainArgs
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str
+    dtype: str
+    side: str                       # torch | cupy
+    mode: Optional[str] = None      # the torch side's mode; None for cupy
+    half_roundings: bool = False    # the cupy side's half roundings (half types only)
+
+    @property
+    def build(self) -> str:
+        if self.side == "torch":
+            return f"torch-{self.mode}"
+        return "cupy-hr" if self.half_roundings else "cupy"
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}/{self.dtype}/{self.build}"
+
+    @property
+    def slug(self) -> str:
+        """The key as a file name."""
+        return self.key.replace("/", "_")
+
+    @property
+    def label(self) -> str:
+        return f"torch {self.mode}" if self.side == "torch" else "cupy" + (" half-roundings" if self.half_roundings else "")
+
+    def as_record(self) -> dict:
+        """The fields a stage's record carries (the key and build included)."""
+        return {**asdict(self), "key": self.key, "build": self.build}
+
+    def train_args(self, device: str, steps: int, **kw) -> TrainArgs:
+        """The trainer's arguments for one run of this configuration; kw: any other TrainArgs field."""
+        return TrainArgs(side=self.side, model=self.model, dtype=self.dtype, mode=self.mode or "eager",
+                         device=device, steps=steps, half_roundings=self.half_roundings, **kw)
+
+
+def cupy_builds(card: dict, dtype: str) -> list[bool]:
+    """The half-roundings settings the cupy side is built with in `dtype` (float32 has one build)."""
+    return [False] if dtype == "float32" else list(dict.fromkeys(bool(h) for h in card["half_roundings"]))
+
+
+def compared_build(card: dict, dtype: str) -> bool:
+    """The cupy build a verdict compares: with the half roundings in the half types where the card builds it."""
+    return dtype != "float32" and True in cupy_builds(card, dtype)
+
+
+def configurations(card: dict, models=None, compared_only: bool = False, cupy_first: bool = False) -> list[RunConfig]:
+    """Every configuration of the card in the card's order: per model and type, the torch modes, then the
+    cupy builds. `models`: a subset; `compared_only`: only the cupy build the verdict compares;
+    `cupy_first`: the cupy side before the torch modes."""
+    out = []
+    for model in models or card["models"]:
+        for dtype in card["dtypes"]:
+            torch = [RunConfig(model, dtype, "torch", mode=m) for m in card["torch_modes"]]
+            hrs = [compared_build(card, dtype)] if compared_only else cupy_builds(card, dtype)
+            cupy = [RunConfig(model, dtype, "cupy", half_roundings=h) for h in hrs]
+            out += cupy + torch if cupy_first else torch + cupy
+    return out

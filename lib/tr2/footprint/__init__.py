@@ -1,0 +1,268 @@
+"""Footprint (docs/protocol.md, rules 60-62): what each side needs where it trains.
+
+For each configuration of the card (the card's first model; every element type; each PyTorch mode;
+the cupy build its half types compare), one short training run is started as
+
+    python -c WRAPPER DUMP --side S --model M --dtype D ... (the trainer's own arguments)
+
+where WRAPPER calls `tr2.train.main` and, when it returns, writes the modules in `sys.modules`
+and its own `/proc/self/maps` to DUMP. While it trains, `/proc/<pid>/maps` of the process and
+its descendants (Inductor's compile workers) is read a few times a second; the union of all
+readings is the set of shared libraries the run mapped. From it come NVIDIA's libraries by name,
+whether NVRTC was opened (protocol rule 61: an opened libnvrtc shows that a kernel was compiled at run
+time), and the bytes of the run-time set by category:
+
+    interpreter       the executable, libpython and the standard-library files it imported
+    python_packages   the installed distributions of the imported third-party modules (tr2: its folder)
+    nvidia_libraries  NVIDIA's libraries mapped (cuBLAS, NVRTC, cuDNN, ...), wherever they live
+    nvidia_driver     the driver's libraries mapped (libcuda, libnvidia-*): the host provides them
+    other_libraries   every other shared library mapped (the C library, libstdc++, ...)
+
+Each file counts once, in the first category above that claims it, in the order
+nvidia_driver, nvidia_libraries, interpreter, python_packages, other_libraries.
+
+The images: docker/cupy.Dockerfile and docker/torch.Dockerfile are the smallest images that
+train with each side. Where Docker runs (`docker info` answers), they are built from a context
+holding lib/tr2 and params/models.yaml, measured (`docker image inspect`) with their file lists,
+and proved by a short training run; where it does not, the summary says so, and the install sets
+measured here stand instead: the distributions pip would bring for each side, with the
+interpreter's standard library as a slim Python image keeps it.
+
+Writes in the results folder: footprint.jsonl (one record per run, resumable), logs/,
+libraries.csv, distributions.csv, install_sets.json, docker.json, footprint.csv, summary.json.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+
+from .. import REPO_ROOT, configs
+from ..configs import RunConfig
+from ..results import read_jsonl, write_json_atomic
+from ..stage import open_folder, run_plan
+from ..summary import condition_fields, read_json, write_csv
+from ..trainlog import last_loss
+from .images import docker_available, measure_images  # noqa: F401 - docker_available: part of the package's face
+from .maps import MapsPoller, library_name, nvidia_kind, nvidia_libraries, nvrtc_opened, parse_maps  # noqa: F401
+from .runtime_sets import (CATEGORIES, IMAGE_CATEGORIES, _size, classify_run, install_set,  # noqa: F401
+                           interpreter_install, side_requirements, tr2_files)
+from .traced import trace_run
+
+STAGE = "footprint"
+STEPS = 10                      # iterations trained per footprint run (0..STEPS): the start is what matters
+
+# ---------------------------------------------------------------------------------------------
+# the stage
+
+def configurations(card: dict) -> list[RunConfig]:
+    """The card's first model: per element type the cupy build its verdict compares, then each PyTorch mode."""
+    return configs.configurations(card, models=card["models"][:1], compared_only=True, cupy_first=True)
+
+
+def train_argv(c: RunConfig, device: str, steps: int = STEPS) -> list[str]:
+    return c.train_args(device, steps, log_interval=1).to_argv()
+
+
+def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) -> dict:
+    """One traced run of configuration c; the record appended to footprint.jsonl (no path lists)."""
+    results_dir = Path(results_dir)
+    env = dict(os.environ if env is None else env)
+    # cold caches, as in a configuration's first run: whatever compiles at the start, compiles here
+    cache = results_dir / "cache" / c.slug
+    shutil.rmtree(cache, ignore_errors=True)  # a run killed half-way: its start again is cold too
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
+               CUPY_CACHE_DIR=str(cache / "cupy"), PYTHONUNBUFFERED="1")
+    log = results_dir / "logs" / f"{c.slug}.log"
+    trace = trace_run(train_argv(c, device), log, results_dir / "logs" / f"{c.slug}.dump.json", env=env,
+                      timeout_s=timeout_s)
+    cls = classify_run(trace)
+    write_csv(results_dir / "files" / f"{c.slug}.csv",
+              sorted(cls["rows"], key=lambda r: (r["category"], r["owner"], r["path"])), ["path", "category", "owner", "bytes"])
+    mapped_main = set(trace["libraries"])
+    all_libs = trace["libraries"] + [p for p in trace["libraries_children"] if p not in mapped_main]
+    return {
+        **c.as_record(), "device": device, "steps": STEPS, "status": trace["status"],
+        "returncode": trace["returncode"], "wall_s": trace["wall_s"], "polls": trace["polls"],
+        "last_loss": last_loss(log.read_text(errors="replace")),
+        "libraries": [{"name": library_name(p), "path": p, "nvidia": nvidia_kind(p),
+                       "process": "main" if p in mapped_main else "child"} for p in all_libs],
+        "nvidia_libraries": nvidia_libraries(all_libs),
+        "nvrtc": nvrtc_opened(all_libs),
+        "modules": len(trace["modules"]),
+        "bytes": cls["bytes"], "total_bytes": sum(cls["bytes"].values()),
+        "image_bytes": sum(cls["bytes"][c2] for c2 in IMAGE_CATEGORIES),
+        "distributions": cls["distributions"], "files_csv": f"files/{c.slug}.csv",
+        "log": f"logs/{c.slug}.log", "python": trace["python"],
+    }
+
+
+def run(card: dict, results_dir=None) -> Path:
+    """Resumable (tr2.stage): configurations already in footprint.jsonl are not run again."""
+    with open_folder(STAGE, card, results_dir) as folder:
+        rd = folder.path
+        timeout = card["series"]["timeout_s"]
+        run_plan(folder, configurations(card), lambda c: measure(c, rd, card["device"], timeout_s=timeout),
+                 desc="footprint", key=lambda c: c.key, finished=lambda rec: True, runs="footprint.jsonl")
+        if not (rd / "install_sets.json").exists():
+            sets = {side: install_set(side_requirements(side)) for side in ("cupy", "torch")}
+            tr2_bytes = sum(_size(p) for p in tr2_files())
+            write_json_atomic(rd / "install_sets.json", {"interpreter": interpreter_install(), "sides": sets,
+                                                         "tr2": {"files": len(tr2_files()), "bytes": tr2_bytes}})
+        if not (rd / "docker.json").exists():
+            write_json_atomic(rd / "docker.json", measure_images(card, rd, STEPS, data_dir=_data_dir()))
+    summarize(rd)
+    return rd
+
+
+def _data_dir():
+    for cand in (os.environ.get("TR2_DATA"), REPO_ROOT / "data", REPO_ROOT.parent / "shared" / "data" / "shakespeare"):
+        if cand and Path(cand).is_dir():
+            return str(cand)
+    return None
+
+
+CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "libraries", "nvidia_libraries",
+              "nvrtc", *[f"bytes_{c}" for c in CATEGORIES], "bytes_image", "bytes_total", "log"]
+
+
+def summarize(results_dir) -> dict:
+    rd = Path(results_dir)
+    records = read_jsonl(rd / "footprint.jsonl")
+    # the card as written (not validated: a summary is made of whatever folder holds the records)
+    card = yaml.safe_load((rd / "card.yaml").read_text()) if (rd / "card.yaml").exists() else {}
+    installs, docker = read_json(rd / "install_sets.json"), read_json(rd / "docker.json")
+    write_csv(rd / "footprint.csv", [{
+        **r, "mode": r.get("mode") or "", "half_roundings": bool(r.get("half_roundings")),
+        "libraries": len(r["libraries"]), "nvidia_libraries": " ".join(r["nvidia_libraries"]),
+        "nvrtc": "yes" if r["nvrtc"] else "no", **{f"bytes_{c}": r["bytes"].get(c, 0) for c in CATEGORIES},
+        "bytes_image": r["image_bytes"], "bytes_total": r["total_bytes"]} for r in records], CSV_FIELDS)
+    write_csv(rd / "libraries.csv", [{**r, **lib, "library": lib["name"]} for r in records for lib in r["libraries"]],
+              ["side", "dtype", "mode", "library", "nvidia", "process", "path"])
+    write_csv(rd / "distributions.csv", [{**r, **d} for r in records for d in r.get("distributions", [])],
+              ["side", "dtype", "mode", "distribution", "version", "bytes"])
+
+    sides = {}
+    for side in ("cupy", "torch"):
+        rs = [r for r in records if r["side"] == side]
+        ok = [r for r in rs if r["status"] == "ok"]
+        if not rs:
+            continue
+        biggest = max(ok or rs, key=lambda r: r["total_bytes"])
+        sides[side] = {
+            "runs": len(rs), "runs_ok": len(ok),
+            "nvidia_libraries": sorted({n for r in rs for n in r["nvidia_libraries"]}),
+            "nvrtc": any(r["nvrtc"] for r in rs),
+            "nvrtc_runs": [r["key"] for r in rs if r["nvrtc"]],
+            "bytes": biggest["bytes"], "total_bytes": biggest["total_bytes"], "image_bytes": biggest["image_bytes"],
+            "largest_run": biggest["key"],
+        }
+    conditions = {
+        **condition_fields(card, read_json(rd / "machine.json")),
+        "steps": STEPS, "runs_per_configuration": 1, "caches": "cold (fresh Inductor, Triton and CuPy caches)",
+        "how": "union of /proc/<pid>/maps of the training process and its children, polled while it trained, "
+               "and the process's own reading at exit",
+    }
+    ratio = None
+    if "cupy" in sides and "torch" in sides and sides["cupy"]["image_bytes"]:
+        ratio = sides["torch"]["image_bytes"] / sides["cupy"]["image_bytes"]
+    images = docker.get("images", {})
+    image_ratio = None
+    if docker.get("available") and all((images.get(s) or {}).get("size_bytes") for s in ("cupy", "torch")):
+        image_ratio = images["torch"]["size_bytes"] / images["cupy"]["size_bytes"]
+    summary = {
+        "stage": STAGE, "results_dir": rd.name, "conditions": conditions,
+        "runs": [{k: r[k] for k in ("key", "side", "model", "dtype", "mode", "half_roundings", "status",
+                                    "returncode", "wall_s", "polls", "nvidia_libraries", "nvrtc", "bytes",
+                                    "total_bytes", "image_bytes", "log", "last_loss")} | {"libraries": len(r["libraries"])}
+                 for r in records],
+        "sides": sides,
+        "run_time_set_ratio_torch_to_cupy": ratio,
+        "install_sets": installs,
+        "install_set_bytes": None,
+        "docker": {"available": docker.get("available"), "message": docker.get("message"),
+                   "images": images, "image_ratio_torch_to_cupy": image_ratio,
+                   "note": "the driver's libcuda comes from the host in both images"},
+    }
+    if installs:
+        summary["install_set_bytes"] = install_totals(summary)
+    write_json_atomic(rd / "summary.json", summary)
+    return summary
+
+
+def load_table(results_dir):
+    """footprint.csv as a pandas DataFrame (for the notebook)."""
+    import pandas as pd
+    return pd.read_csv(Path(results_dir) / "footprint.csv", keep_default_na=False)
+
+
+CATEGORY_LABELS = {
+    "interpreter": "interpreter (executable, libpython, standard library imported)",
+    "python_packages": "Python packages imported (their installed distributions)",
+    "nvidia_libraries": "NVIDIA libraries mapped",
+    "nvidia_driver": "NVIDIA driver libraries mapped (from the host)",
+    "other_libraries": "other shared libraries mapped",
+}
+
+
+def plot_bytes(results_dir, path="bytes.png"):
+    """Stacked bars: the bytes of each run's run-time set by category (MB); saved in the results folder."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+    df = load_table(results_dir)
+    fig, ax = plt.subplots(figsize=(8, 1.8 + 0.45 * max(1, len(df))))
+    labels = [f"{r.side} {r.dtype}" + (f" {r.mode}" if r.mode else "") + ("" if r.status == "ok" else f" ({r.status})")
+              for r in df.itertuples()]
+    left = [0.0] * len(df)
+    colors = matplotlib.colormaps["tab10"].colors
+    for i, c in enumerate(CATEGORIES):
+        vals = [v / 1e6 for v in df[f"bytes_{c}"]]
+        ax.barh(labels, vals, left=left, color=colors[i], label=c.replace("_", " "))
+        left = [a + b for a, b in zip(left, vals)]
+    ax.set_xlabel("MB (10^6 bytes) of the run-time set")
+    ax.invert_yaxis()
+    ax.set_title("What each run needed where it trained, by category")
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0.7 / fig.get_figheight(), 1, 1))
+    if path:
+        fig.savefig(Path(results_dir) / path, dpi=100)
+    return fig
+
+
+def libraries_table(results_dir):
+    """NVIDIA's libraries by run: one column per run, 'main'/'child' where the run mapped it."""
+    import pandas as pd
+    df = pd.read_csv(Path(results_dir) / "libraries.csv", keep_default_na=False)
+    df = df[df["nvidia"] != ""]
+    if df.empty:
+        return pd.DataFrame({"NVIDIA library": [], "mapped by": []})
+    df = df.assign(run=df["side"] + " " + df["dtype"] + (" " + df["mode"]).where(df["mode"] != "", ""))
+    t = df.pivot_table(index=["library", "nvidia"], columns="run", values="process", aggfunc="first", fill_value="")
+    return t
+
+
+def install_table(summary: dict):
+    """The install sets: each side's distributions and their bytes, with the interpreter's."""
+    import pandas as pd
+    sets = summary.get("install_sets", {})
+    rows = []
+    interp = sets.get("interpreter", {})
+    for side, s in sets.get("sides", {}).items():
+        rows.append({"side": side, "what": f"Python {interp.get('python')} (slim: no tests, no caches)",
+                     "version": interp.get("python"), "MB": interp.get("bytes", 0) / 1e6})
+        for d in s["distributions"]:
+            rows.append({"side": side, "what": d["distribution"], "version": d["version"], "MB": d["bytes"] / 1e6})
+        rows.append({"side": side, "what": "tr2 (lib/tr2, params/models.yaml)", "version": "",
+                     "MB": sets.get("tr2", {}).get("bytes", 0) / 1e6})
+        for m in s.get("missing", []):
+            rows.append({"side": side, "what": f"{m} (not installed here)", "version": "", "MB": float("nan")})
+    return pd.DataFrame(rows)
+
+
+def install_totals(summary: dict) -> dict:
+    """side -> bytes of its install set: interpreter + distributions + tr2."""
+    sets = summary.get("install_sets", {})
+    base = sets.get("interpreter", {}).get("bytes", 0) + sets.get("tr2", {}).get("bytes", 0)
+    return {side: base + s["bytes"] for side, s in sets.get("sides", {}).items()}

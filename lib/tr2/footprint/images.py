@@ -1,0 +1,163 @@
+"""The smallest images that train with each side (docker/*.Dockerfile): built, measured and tried where Docker runs."""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import REPO_ROOT
+from ..results import write_text_atomic
+from .runtime_sets import _cupy_requirements, tr2_files
+
+DOCKER_DIR = REPO_ROOT / "docker"
+
+
+def docker_available(timeout_s: float = 20) -> tuple[bool, str]:
+    exe = shutil.which("docker")
+    if not exe:
+        return False, "no docker command on this machine"
+    try:
+        p = subprocess.run([exe, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
+                           timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, "docker info did not answer within %d s" % timeout_s
+    if p.returncode != 0 or not p.stdout.strip():
+        msg = " ".join((p.stderr or p.stdout).split())[:300]
+        return False, "the Docker daemon does not run here: " + (msg or f"docker info exited {p.returncode}")
+    return True, "Docker server " + p.stdout.strip()
+
+
+def build_context(dest) -> Path:
+    """A build context holding lib/tr2 (no caches) and params/models.yaml, and the Dockerfiles."""
+    dest = Path(dest)
+    for f in tr2_files():
+        target = dest / f.relative_to(REPO_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, target)
+    (dest / "docker").mkdir(parents=True, exist_ok=True)
+    for f in DOCKER_DIR.glob("*"):
+        if f.is_file():
+            shutil.copy2(f, dest / "docker" / f.name)
+    return dest
+
+
+def _pinned(name: str):
+    import importlib.metadata as md
+    try:
+        return f"{name}=={md.version(name)}"
+    except md.PackageNotFoundError:
+        return None
+
+
+def image_build_args(side: str, card: dict) -> dict:
+    """Build arguments that pin each image to the versions this environment runs."""
+    args = {"PYTHON_VERSION": "%d.%d" % sys.version_info[:2]}
+    if side == "torch":
+        spec = _pinned("torch")
+        if spec:
+            args["TORCH_SPEC"] = spec.split("+")[0]
+        if os.environ.get("TR2_TORCH_INDEX_URL"):
+            args["TORCH_INDEX_URL"] = os.environ["TR2_TORCH_INDEX_URL"]
+        compiled = [m for m in card.get("torch_modes", []) if m != "eager"]
+        args["COMPILER"] = ("g++" if card.get("device") == "cpu" else "gcc") if compiled else ""
+    elif card.get("device") == "cpu":   # the NumPy forms: no CuPy, no NVIDIA library
+        args["CUPY_SPEC"], args["CUDA_WHEELS"] = "", ""
+    else:
+        cupy = [r for r in _cupy_requirements() if r.startswith("cupy")]
+        if cupy:
+            args["CUPY_SPEC"] = _pinned(cupy[0]) or cupy[0]
+        wheels = [_pinned(r) for r in _cupy_requirements() if r.startswith("nvidia-")]
+        if any(wheels):
+            args["CUDA_WHEELS"] = " ".join(w for w in wheels if w)
+    return args
+
+
+def _docker(*args, timeout=None, **kw):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def image_file_list(tag: str) -> list[tuple[str, int]]:
+    """(path, bytes) of every regular file of the image, read from `docker export` of a created container."""
+    import tarfile
+    cid = _docker("create", tag, timeout=120).stdout.strip()
+    if not cid:
+        return []
+    try:
+        p = subprocess.Popen(["docker", "export", cid], stdout=subprocess.PIPE)
+        out = []
+        with tarfile.open(fileobj=p.stdout, mode="r|") as tar:
+            for m in tar:
+                if m.isfile():
+                    out.append(("/" + m.name.lstrip("./"), m.size))
+        p.wait()
+        return out
+    finally:
+        _docker("rm", "-f", cid, timeout=120)
+
+
+def measure_images(card: dict, results_dir, steps: int, data_dir=None, timeout_s=1800) -> dict:
+    """Build, measure and try each side's image where Docker runs; otherwise say why not."""
+    results_dir = Path(results_dir)
+    ok, message = docker_available()
+    out = {"available": ok, "message": message, "images": {}}
+    if not ok:
+        return out
+    model = card["models"][0]
+    with tempfile.TemporaryDirectory(prefix="tr2-image-") as tmp:
+        ctx = build_context(tmp)
+        for side in ("cupy", "torch"):
+            tag = f"tr2-footprint-{side}:{card['card']}"
+            args = image_build_args(side, card)
+            rec = {"tag": tag, "dockerfile": f"docker/{side}.Dockerfile", "build_args": args}
+            cmd = ["build", "-f", str(ctx / "docker" / f"{side}.Dockerfile"), "-t", tag]
+            for k, v in args.items():
+                cmd += ["--build-arg", f"{k}={v}"]
+            try:
+                b = _docker(*cmd, str(ctx), timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                b = None
+            log = results_dir / "logs" / f"image-{side}-build.log"
+            write_text_atomic(log, (b.stdout + b.stderr) if b else "timeout\n")
+            rec["build_log"] = str(log.relative_to(results_dir))
+            if b is None or b.returncode != 0:
+                rec["status"] = "build failed"
+                out["images"][side] = rec
+                continue
+            size = _docker("image", "inspect", "-f", "{{.Size}}", tag, timeout=60).stdout.strip()
+            rec["size_bytes"] = int(size) if size.isdigit() else None
+            files = image_file_list(tag)
+            flist = results_dir / f"image-{side}-files.csv"
+            buf = io.StringIO()
+            w = csv.writer(buf)
+            w.writerow(["path", "bytes"])
+            w.writerows(sorted(files))
+            write_text_atomic(flist, buf.getvalue())
+            rec["files"], rec["file_list"] = len(files), flist.name
+            # the proof: a short training run in the image
+            dtype = card["dtypes"][0]
+            run = ["run", "--rm"]
+            if card.get("device") == "cuda":
+                run += ["--gpus", "all"]
+            if data_dir:
+                run += ["-v", f"{os.path.realpath(data_dir)}:/data:ro", "-e", "TR2_DATA=/data"]
+            run += [tag, "--side", side, "--model", model, "--dtype", dtype, "--steps", str(steps),
+                    "--device", card.get("device", "auto")]
+            try:
+                r = _docker(*run, timeout=timeout_s)
+                text, rc = r.stdout + r.stderr, r.returncode
+            except subprocess.TimeoutExpired:
+                text, rc = "timeout\n", None
+            tlog = results_dir / "logs" / f"image-{side}-train.log"
+            write_text_atomic(tlog, text)
+            losses = re.findall(r"iter (\d+): loss ([0-9.]+)", text)
+            rec.update(status="trained" if rc == 0 else "train failed", train_log=str(tlog.relative_to(results_dir)),
+                       train_returncode=rc, last_loss=float(losses[-1][1]) if losses else None,
+                       train_config={"model": model, "dtype": dtype, "steps": steps})
+            out["images"][side] = rec
+    return out

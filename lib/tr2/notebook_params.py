@@ -1,0 +1,63 @@
+"""The stage notebooks' parameters cell, made from one place: the smoke card (params/cards/smoke.yaml).
+
+papermill needs the defaults written out in the notebook (its `parameters` cell, which `-f CARD` and
+`-p KEY VALUE` override), so each stage notebook holds a copy; this module writes that copy from the card
+and a test checks it. After editing smoke.yaml: `python -m tr2.notebook_params` (`--check`: exit 1 where
+a notebook differs, rewriting nothing).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import yaml
+
+from . import PARAMS_DIR, REPO_ROOT
+from .cards import CARD_KEYS, load_card
+from .stage import STAGES
+
+HEAD = "# Parameters: the smoke card's values, params/cards/smoke.yaml (papermill's -f CARD and -p KEY VALUE replace them)"
+
+
+def literal(v) -> str:
+    """A YAML value as Python source (JSON's quotes for strings, Python's True/False/None)."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {literal(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(literal(x) for x in v) + "]"
+    return json.dumps(v) if isinstance(v, str) else repr(v)
+
+
+def parameters_source() -> str:
+    path = PARAMS_DIR / "cards" / "smoke.yaml"
+    load_card(path)  # a bad smoke card stops here, in one line
+    card = yaml.safe_load(path.read_text())  # as written: optional keys it leaves out stay out
+    lines = [HEAD] + [f"{k} = {literal(card[k])}" for k in CARD_KEYS if k in card]
+    # `_names_before` lets tr2.cards.card_from_notebook tell what papermill's injected cell added
+    return "\n".join(lines + ["results_dir = None   # None: a fresh results folder", "_names_before = set(globals())"])
+
+
+def _cell(nb: dict) -> dict:
+    return next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+
+
+def sync(check: bool = False) -> list[str]:
+    """The stage notebooks whose parameters cell differs from the smoke card's (rewritten unless check)."""
+    want, differ = parameters_source(), []
+    for stage in STAGES:
+        path = REPO_ROOT / "notebooks" / f"{stage}.ipynb"
+        nb = json.loads(path.read_text())
+        cell = _cell(nb)
+        if "".join(cell["source"]) != want:
+            differ.append(stage)
+            if not check:
+                cell["source"] = want.splitlines(keepends=True)
+                path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return differ
+
+
+if __name__ == "__main__":
+    differ = sync(check="--check" in sys.argv[1:])
+    if differ:
+        print(("differ from smoke.yaml: " if "--check" in sys.argv[1:] else "rewritten: ") + ", ".join(differ))
+    sys.exit(1 if differ and "--check" in sys.argv[1:] else 0)

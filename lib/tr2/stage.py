@@ -1,0 +1,168 @@
+"""The skeleton every protocol stage runs on: its results folder, and its plan run piece by piece.
+
+`open_folder` takes the folder for one stage: an exclusive lock (a second stage on the same folder is
+refused in one line), the held-card check, card.yaml, machine.json and a line in sessions.jsonl.
+`run_plan` runs the pieces the folder does not hold yet, each record appended and synced as it
+finishes (results.append_jsonl cuts a torn last line first), with a progress bar and the stop rule:
+a failure can end the piece's group (the series: that configuration runs no further) or the stage.
+A kill loses at most the piece in flight, and a rerun on the same folder repeats only that piece.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from . import Tr2Error
+from .cards import dump_card, held_card_difference
+from .results import append_jsonl, new_results_dir, read_jsonl, write_json_atomic, write_text_atomic
+from .sysinfo import machine_info
+
+STAGES = ("series", "method_a", "method_b", "footprint", "families")
+FINISHED = ("ok", "oom")  # a record with one of these is a finished piece: never run again
+RUNS = "runs.jsonl"
+
+
+def finished_keys(runs_path) -> dict:
+    """key -> last record of every finished piece in a runs.jsonl."""
+    return {r["key"]: r for r in read_jsonl(runs_path) if r.get("status") in FINISHED}
+
+
+class Folder:
+    """A stage's results folder, held (locked) until closed."""
+
+    def __init__(self, path: Path, stage: str, lock):
+        self.path, self.stage, self._lock = path, stage, lock
+
+    def records(self, name: str = RUNS) -> list[dict]:
+        return read_jsonl(self.path / name)
+
+    def append(self, record: dict, name: str = RUNS) -> None:
+        append_jsonl(self.path / name, record)
+
+    def close(self) -> None:
+        self._lock.close()  # closing the file drops the lock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _lock(d: Path, stage: str):
+    f = open(d / ".lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise Tr2Error(f"results_dir: {str(d)!r} is being worked on by {holder}; allowed: one stage at a time "
+                       "in a folder") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"stage {stage} (pid {os.getpid()})\n")
+    f.flush()
+    return f
+
+
+def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
+    """The stage's results folder (a fresh one when results_dir is None), locked, holding its card."""
+    if results_dir is None:
+        d = new_results_dir(stage, card["card"]).resolve()
+    else:
+        d = Path(results_dir).resolve()
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+    lock = _lock(d, stage)
+    try:
+        differs = held_card_difference(d, card)
+        if differs:
+            key, there, here = differs
+            raise Tr2Error(f"results_dir: {str(d)!r} holds another card (key {key!r} differs: "
+                           f"{there!r} there, {here!r} here); allowed: the card it was started with")
+        if not (d / "card.yaml").is_file():
+            write_text_atomic(d / "card.yaml", dump_card(card))
+        try:
+            info = machine_info()
+        except Exception as e:  # noqa: BLE001 - a machine record is wanted, never worth a stopped stage
+            info = {"error": str(e)}
+        if not (d / "machine.json").is_file():
+            write_json_atomic(d / "machine.json", info)
+        append_jsonl(d / "sessions.jsonl", {"stage": stage, "started": info.get("date"), "host": info.get("host"),
+                                            "commit": info.get("commit"), "dirty": info.get("dirty")})
+    except BaseException:
+        lock.close()
+        raise
+    return Folder(d, stage, lock)
+
+
+def progress(total: int, desc: str, initial: int = 0, enabled: bool = True):
+    """A progress bar: a widget in a notebook that can draw one, text elsewhere, nothing without tqdm."""
+    class _Silent:
+        def update(self, n=1): pass
+        def set_postfix_str(self, s, refresh=True): pass
+        def close(self): pass
+    if not enabled:
+        return _Silent()
+    try:
+        try:
+            import ipywidgets  # noqa: F401 - tqdm.auto would warn where it cannot draw a widget
+            from tqdm.auto import tqdm
+        except ImportError:
+            from tqdm import tqdm
+        return tqdm(total=total, desc=desc, initial=initial, unit="run", file=sys.stderr, mininterval=0)
+    except Exception:  # noqa: BLE001 - no tqdm: the stage runs without a bar
+        return _Silent()
+
+
+def _never(_record) -> bool:
+    return False
+
+
+def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, key: Callable = lambda p: p["key"],
+             finished: Callable = lambda r: r.get("status") in FINISHED, retry: Callable = _never,
+             group: Optional[Callable] = None, ends_group: Callable = _never, ends_stage: Callable = _never,
+             on_record: Optional[Callable] = None, show: bool = True, runs: str = RUNS) -> list[dict]:
+    """Run every piece of `plan` the folder does not hold yet; returns the records appended.
+
+    run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record
+    of its key satisfies `finished` and not `retry` (the hook for failures whose cause is gone). With
+    `group(piece)`, a record satisfying `ends_group` skips the later pieces of its group (no record).
+    A record satisfying `ends_stage` stops the stage with one line, after it is appended (rerun to
+    retry it). `on_record(record)` is called after each append (tests kill the stage there).
+    """
+    plan = list(plan)
+    held = folder.records(runs)
+    done = {r.get("key") for r in held if finished(r) and not retry(r)}
+    ended = {r.get("group") for r in held if group is not None and ends_group(r) and not retry(r)}
+    skipped = {key(p) for p in plan if key(p) in done or (group is not None and group(p) in ended)}
+    bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
+    out = []
+    try:
+        for piece in plan:
+            if key(piece) in done or (group is not None and group(piece) in ended):
+                if key(piece) not in skipped:
+                    bar.update(1)  # its group ended during this session
+                continue
+            bar.set_postfix_str(key(piece), refresh=False)
+            rec = {**run_one(piece), "key": key(piece)}
+            if group is not None:
+                rec["group"] = group(piece)
+            folder.append(rec, runs)
+            out.append(rec)
+            bar.update(1)
+            if on_record is not None:
+                on_record(rec)
+            if group is not None and ends_group(rec):
+                ended.add(rec["group"])
+            if ends_stage(rec):
+                raise Tr2Error(f"{desc}: {key(piece)} {rec.get('status')} ({rec.get('reason')}); log "
+                               f"{rec.get('log')}. A failure other than out of memory ends the stage "
+                               "(docs/protocol.md, rule 8.4); run the stage again on the folder to retry it")
+    finally:
+        bar.close()
+    return out

@@ -1,0 +1,24 @@
+"""One run configuration: its key, the card's configurations, and the trainer's arguments it turns into."""
+from tr2.configs import RunConfig, configurations
+from tr2.trainargs import TrainArgs, parse
+
+
+def test_to_argv_parses_back_to_the_same_run():
+    for a in (TrainArgs(side="torch", model="tiny", mode="default", device="cpu", steps=5, seed=7, eval_interval=2,
+                        eval_iters=3, dropout=0.0, tf32=False, init="i.npz", batches="o.npy", metrics="m.jsonl"),
+              TrainArgs(side="cupy", model="tiny", dtype="bfloat16", device="cpu", steps=0, half_roundings=True,
+                        eval_iters=2, save_init="s.npz", log_interval=1)):
+        assert parse(a.to_argv()) == a
+
+
+def test_keys_and_the_cards_configurations():
+    card = {"models": ["tiny", "nanogpt"], "dtypes": ["float32", "bfloat16"], "torch_modes": ["eager", "default"],
+            "half_roundings": [False, True, True]}
+    keys = [c.key for c in configurations(card, models=["tiny"])]
+    assert keys == ["tiny/float32/torch-eager", "tiny/float32/torch-default", "tiny/float32/cupy",
+                    "tiny/bfloat16/torch-eager", "tiny/bfloat16/torch-default", "tiny/bfloat16/cupy", "tiny/bfloat16/cupy-hr"]
+    assert [c.key for c in configurations(card, models=["tiny"], compared_only=True, cupy_first=True)][3:5] == [
+        "tiny/bfloat16/cupy-hr", "tiny/bfloat16/torch-eager"]
+    assert len(configurations(card)) == 14
+    c = RunConfig("tiny", "bfloat16", "cupy", half_roundings=True)
+    assert (c.slug, c.label, c.as_record()["build"]) == ("tiny_bfloat16_cupy-hr", "cupy half-roundings", "cupy-hr")

@@ -1,0 +1,204 @@
+"""The stage skeleton (tr2.stage): every stage survives a kill mid-append, and one folder holds one stage at a time.
+
+Each stage's own piece of work (its run_one) is replaced by a fake that records each call and returns an
+ok record at once, so what is tested is the skeleton as each stage drives it: its plan, its keys, its
+runs file. The kill is real: a stage in a process of its own is stopped by SIGKILL while the bytes of
+one record are half on disk.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tr2 import REPO_ROOT, Tr2Error
+from tr2 import families, footprint, method_a, method_b, series, stage
+from tr2.cards import load_card
+from tr2.results import append_jsonl, read_jsonl
+from tr2.summary import stats
+
+# stage -> (module, the name of its piece of work, its runs file)
+STAGES = {"series": (series, "run_one", "runs.jsonl"), "method_a": (method_a, "run_one", "runs.jsonl"),
+          "method_b": (method_b, "run_one", "runs.jsonl"), "families": (families, "run_one", "runs.jsonl"),
+          "footprint": (footprint, "measure", "footprint.jsonl")}
+
+
+def test_the_stage_list_is_the_skeletons():
+    assert set(STAGES) == set(stage.STAGES) and len(STAGES) == len(stage.STAGES) == 5
+
+
+def card():
+    c = load_card(REPO_ROOT / "params" / "cards" / "smoke.yaml")
+    c["card"] = "test"
+    return c
+
+
+def prepare(name: str, d):
+    """What a stage does besides its plan, made already, so that only the plan runs."""
+    d.mkdir(parents=True, exist_ok=True)
+    if name == "footprint":
+        (d / "install_sets.json").write_text("{}")
+        (d / "docker.json").write_text("{}")
+
+
+def arm(name: str, calls, kill_at=None, marker=None, setattr=setattr):
+    """Replace the stage's piece of work with a fake that notes its call; with kill_at, the kill_at-th
+    append writes half its line, flushes it and waits to be killed. (In this process, pass monkeypatch's
+    setattr: the modules are put back after the test.)"""
+    mod, attr, _runs = STAGES[name]
+
+    def fake(*args, **kw):
+        piece = args[:2] if name == "series" else args[0]  # the series: (round, configuration)
+        with open(calls, "a") as f:
+            f.write(repr(piece) + "\n")
+        return {"status": "ok", "reason": None, "what": "x", "round": 0, "config": "x"}
+    setattr(mod, attr, fake)
+    if name == "footprint":  # its summary reads what the real runs record
+        setattr(mod, "summarize", lambda d: {})
+    if kill_at is None:
+        return
+    count = [0]
+
+    def half_then_hang(path, record):
+        count[0] += os.path.basename(path) == _runs  # sessions.jsonl is appended to as well
+        if count[0] < kill_at:
+            return append_jsonl(path, record)
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        with open(path, "ab") as f:
+            f.write(line[: len(line) // 2])
+            f.flush()
+            os.fsync(f.fileno())
+        with open(marker, "w") as m:
+            m.write(str(os.getpid()))
+        time.sleep(600)
+    setattr(stage, "append_jsonl", half_then_hang)
+
+
+def run_stage(name: str, c, d):
+    mod = STAGES[name][0]
+    if name == "series":
+        mod.run(c, d, progress=False)
+    else:
+        mod.run(c, d)
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    import test_stage as t
+    t.arm({name!r}, {calls!r}, kill_at=2, marker={marker!r})
+    t.run_stage({name!r}, t.card(), {d!r})
+""")
+
+
+@pytest.mark.parametrize("name", list(STAGES))
+def test_a_kill_mid_append_loses_and_repeats_nothing(name, tmp_path, monkeypatch):
+    d, calls, marker = tmp_path / "res", tmp_path / "calls.txt", tmp_path / "hung.pid"
+    prepare(name, d)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER.format(tests=str(REPO_ROOT / "tests"), name=name, calls=str(calls), marker=str(marker),
+                                    d=str(d)))
+    proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        t0 = time.monotonic()
+        while not marker.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() - t0 < 120, "the stage never reached its second append"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)  # the second record is half on disk
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
+    runs = d / STAGES[name][2]
+    assert not runs.read_bytes().endswith(b"\n")  # torn: the kill landed mid-append
+    first = calls.read_text().splitlines()
+    assert len(first) == 2 and len(read_jsonl(runs)) == 1
+
+    calls.write_text("")
+    arm(name, calls, setattr=monkeypatch.setattr)
+    run_stage(name, card(), d)
+    recs = read_jsonl(runs)
+    keys = [r["key"] for r in recs]
+    assert len(runs.read_text().splitlines()) == len(recs)  # the torn line was cut, every line a record
+    assert len(keys) == len(set(keys)) >= 2  # every piece once
+    again = calls.read_text().splitlines()
+    assert again[0] == first[1] and first[0] not in again  # the torn piece ran again, the finished one did not
+    assert len(again) == len(keys) - 1
+
+
+def test_two_stages_on_one_folder_are_refused_in_one_line(tmp_path):
+    d = tmp_path / "res"
+    c = card()
+    with stage.open_folder("method_a", c, d):
+        with pytest.raises(Tr2Error) as e:
+            series.run(c, d, progress=False)
+        assert "\n" not in str(e.value)
+        assert str(e.value).startswith(f"results_dir: {str(d.resolve())!r} is being worked on by stage method_a (pid ")
+    with stage.open_folder("series", c, d):  # free again once the first is done
+        pass
+
+
+def test_a_second_process_is_refused_while_a_stage_runs(tmp_path):
+    d = tmp_path / "res"
+    code = ("import sys, time, tr2.stage as s, tr2.cards as c; card = c.load_card(sys.argv[1]); card['card'] = 'test'\n"
+            "with s.open_folder('families', card, sys.argv[2]):\n    print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(REPO_ROOT / "params" / "cards" / "smoke.yaml"), str(d)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        r = subprocess.run([sys.executable, "-c", "import sys, tr2.cards as c, tr2.method_b as m; card = "
+                            "c.load_card(sys.argv[1]); card['card'] = 'test'; m.run(card, sys.argv[2])",
+                            str(REPO_ROOT / "params" / "cards" / "smoke.yaml"), str(d)], capture_output=True, text=True)
+        assert r.returncode != 0
+        assert "is being worked on by stage families" in r.stderr.strip().splitlines()[-1]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stage_on_a_folder_of_another_card_is_refused(tmp_path):
+    d = tmp_path / "res"
+    c = card()
+    stage.open_folder("method_a", c, d).close()
+    c["method_a"]["seeds"] = [1, 2]
+    with pytest.raises(Tr2Error, match=r"holds another card \(key 'method_a' differs"):
+        stage.open_folder("method_a", c, d)
+
+
+def test_group_and_stage_stop_rules(tmp_path):
+    """A record ending its group skips the group's later pieces (no record); one ending the stage stops it."""
+    c = card()
+    plan = [{"key": f"{g}/{i}", "g": g} for g in "ab" for i in range(3)]
+    ran = []
+
+    def run_one(p):
+        ran.append(p["key"])
+        return {"status": "oom" if p["key"] == "a/1" else ("failed" if p["key"] == "b/1" else "ok")}
+    with stage.open_folder("method_b", c, tmp_path / "res") as f:
+        with pytest.raises(Tr2Error, match=r"^test: b/1 failed \(None\); log None\. A failure other than out of memory"):
+            stage.run_plan(f, plan, run_one, desc="test", group=lambda p: p["g"], show=False,
+                           ends_group=lambda r: r["status"] == "oom", ends_stage=lambda r: r["status"] == "failed")
+        assert ran == ["a/0", "a/1", "b/0", "b/1"]
+        ran.clear()
+        # rerun: the failure is retried; the ended group stays ended; a retry predicate reopens a finished piece
+        with pytest.raises(Tr2Error):
+            stage.run_plan(f, plan, run_one, desc="test", group=lambda p: p["g"], show=False,
+                           ends_group=lambda r: r["status"] == "oom", ends_stage=lambda r: r["status"] == "failed",
+                           retry=lambda r: r["key"] == "b/0")
+        assert ran == ["b/0", "b/1"]
+        ran.clear()
+        # a record retried no longer ends its group: the out-of-memory piece and the rest of its group run
+        stage.run_plan(f, plan, run_one, desc="test", group=lambda p: p["g"], show=False,
+                       ends_group=lambda r: r["status"] == "oom", retry=lambda r: r["key"] == "a/1")
+        assert ran == ["a/1", "b/1", "b/2"]
+
+
+def test_stats_median_and_range():
+    s = stats([3.0, 1.0, 2.0, 10.0])
+    assert (s["n"], s["median"], s["min"], s["max"], s["range"]) == (4, 2.5, 1.0, 10.0, 9.0)
