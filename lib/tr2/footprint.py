@@ -47,7 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import REPO_ROOT, PARAMS_DIR
+from . import PARAMS_DIR, REPO_ROOT, retry
 from .results import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic, write_yaml_atomic
 
 STAGE = "footprint"
@@ -753,7 +753,7 @@ def run(card: dict, results_dir) -> None:
         write_yaml_atomic(rd / "card.yaml", card)
     if not (rd / "machine.json").exists():
         write_json_atomic(rd / "machine.json", machine_info())
-    done = {r.get("key") for r in read_jsonl(rd / "footprint.jsonl")}
+    done = {r.get("key") for r in read_jsonl(rd / "footprint.jsonl") if not retry.should_retry(r)}  # tr2.retry
     timeout = (card.get("series") or {}).get("timeout_s")
     device = card.get("device", "auto")
     for c in configurations(card):
@@ -784,7 +784,7 @@ CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "lib
 def summarize(results_dir) -> dict:
     import yaml
     rd = Path(results_dir)
-    records = read_jsonl(rd / "footprint.jsonl")
+    records = retry.drop_retried(read_jsonl(rd / "footprint.jsonl"), lambda r: r.get("key"))
     machine = json.loads((rd / "machine.json").read_text()) if (rd / "machine.json").exists() else {}
     card = yaml.safe_load((rd / "card.yaml").read_text()) if (rd / "card.yaml").exists() else {}
     installs = json.loads((rd / "install_sets.json").read_text()) if (rd / "install_sets.json").exists() else {}

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from . import Tr2Error
+from . import Tr2Error, retry
 from .cards import dump_card, held_card_difference, validate_card
 from .clock import run_clocked
 from .results import append_jsonl, read_jsonl, write_json_atomic, write_text_atomic
@@ -254,7 +254,9 @@ def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_reco
                                             "commit": info.get("commit"), "dirty": info.get("dirty")})
         runs_path = d / "runs.jsonl"
         _repair_jsonl(runs_path)
-        records = read_jsonl(runs_path)
+        records = retry.drop_retried(read_jsonl(runs_path), _key)
+        again = {_key(x): retry.note(x) for x in records if retry.should_retry(x)}  # tr2.retry: the cause is gone
+        records = [x for x in records if _key(x) not in again]
         done = {(x["round"], x["config"]) for x in records}
         stopped = {x["config"] for x in records if x["status"] == "oom" or x["status"] in FAILED}
         todo = plan(card)
@@ -273,6 +275,8 @@ def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_reco
                         bar.update(1)  # a configuration that ran out of memory (or failed) in this session
                     continue
                 rec = run_one(r, config, card, d, trainer=trainer, env=env)
+                if key in again:
+                    rec["retried"] = again[key]
                 append_jsonl(runs_path, rec)
                 done.add(key)
                 if rec["status"] == "oom" or rec["status"] in FAILED:
@@ -326,6 +330,10 @@ def _range(times) -> Optional[dict]:
     if not times:
         return None
     return {"runs": len(times), "median": statistics.median(times), "fastest": min(times), "slowest": max(times)}
+
+
+def _key(record: dict) -> tuple:
+    return record.get("round"), record.get("config")
 
 
 def _first_records(records: list[dict]) -> list[dict]:
@@ -445,7 +453,7 @@ def summarize(results_dir) -> dict:
         raise Tr2Error(f"results_dir: {str(d)!r} holds no card.yaml; allowed: a folder the series ran in")
     card = validate_card(yaml.safe_load((d / "card.yaml").read_text()))
     machine = json.loads((d / "machine.json").read_text()) if (d / "machine.json").is_file() else {}
-    records = _first_records(read_jsonl(d / "runs.jsonl"))
+    records = _first_records(retry.drop_retried(read_jsonl(d / "runs.jsonl"), _key))
     rounds = card["series"]["rounds"]
     rows = {}
     for c in configurations(card):
