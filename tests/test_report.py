@@ -8,6 +8,7 @@ import nbformat
 import pytest
 
 import tr2.report as rp
+from tr2.report.front import fmt_ms, fmt_ratio
 from tr2.results import write_json_atomic, write_yaml_atomic
 
 bs4 = pytest.importorskip("bs4")
@@ -134,13 +135,12 @@ def test_no_parameter_cells_and_every_stage_stitched(built):
 
 def test_merged_notebook_drops_parameter_cells(built):
     _, root, _, _ = built
-    front = nbformat.v4.new_notebook()
     stage = nbformat.read(str(next(root.glob("series-20261129-*")) / "series.ipynb"), as_version=4)
     info = {"stage": "series", "name": "series-x", "link": "../x/", "conditions": {}, "notebook": True}
-    nb = rp.merge(front, [(info, stage)])
+    nb = rp.merge("<p>front</p>", [(info, stage)])
     tags = [t for c in nb.cells for t in c.metadata.get("tags", [])]
     assert "parameters" not in tags and "injected-parameters" not in tags
-    assert len(nb.cells) == 3   # header, the stage's title, its body
+    assert len(nb.cells) == 4   # the front page, the header, the stage's title, its body
     nbformat.validate(nb)
 
 
@@ -171,11 +171,11 @@ def test_verdict_table_numbers_equal_the_json(built):
         if r["speed_published"]:
             assert float(cu["data-value"]) == r["cupy"]["median"]
             assert float(cu["data-fastest"]) == r["cupy"]["fastest"] and float(cu["data-slowest"]) == r["cupy"]["slowest"]
-            assert cu.get_text() == (f'{rp.fmt_ms(r["cupy"]["median"])} [{rp.fmt_ms(r["cupy"]["fastest"])}–'
-                                     f'{rp.fmt_ms(r["cupy"]["slowest"])}]')
+            assert cu.get_text() == (f'{fmt_ms(r["cupy"]["median"])} [{fmt_ms(r["cupy"]["fastest"])}–'
+                                     f'{fmt_ms(r["cupy"]["slowest"])}]')
             assert float(to["data-value"]) == r["torch"]["median"]
             assert tr.find("td", class_="torch-mode").get_text().startswith(r["torch"]["mode"])
-            assert float(ratio["data-value"]) == r["ratio"] and ratio.get_text() == rp.fmt_ratio(r["ratio"])
+            assert float(ratio["data-value"]) == r["ratio"] and ratio.get_text() == fmt_ratio(r["ratio"])
             assert tr.find("td", class_="cupy-runs").get_text() == str(r["cupy"]["runs"])
             assert verdict == r["verdict"]
         else:
