@@ -65,7 +65,14 @@ def tidy_dataframe_html(text: str) -> str:
     """A pandas table as a reader wants it: no index column (the row numbers say nothing), empty cells for
     NaN/None, and four significant digits for every decimal (the runs do not resolve more)."""
     def fix(m):
-        t = _ROW_HEAD.sub(r"\1", m.group(0))
+        t = m.group(0)
+        body = t.split("<tbody>", 1)[-1]
+        labels = [x.group(0).rsplit(">", 2)[-2].split("<")[0].strip() for x in _ROW_HEAD.finditer(body)]
+        head = t.split("<tbody>", 1)[0]
+        # Row numbers (pandas' default index, kept through a sort or a filter, '...' where it is cut) say
+        # nothing; an index with a name (its own header row) or with labels stays.
+        if head.count("<tr") == 1 and labels and all(x.isdigit() or x == "..." for x in labels):
+            t = _ROW_HEAD.sub(r"\1", t)
         t = _NAN_CELL.sub("<td></td>", t)
         return _NUM_CELL.sub(_sig, t)
     return _DF_TABLE.sub(fix, text)
