@@ -246,7 +246,10 @@ def test_a_failing_run_is_recorded_and_the_series_goes_on(card, tmp_path):
     assert not s["complete"]
 
 
-def test_timeout_and_no_window_are_recorded(card, tmp_path):
+def test_timeout_and_no_window_are_recorded(card, tmp_path, monkeypatch):
+    # The fake trainer starts in milliseconds, so a 2 s timeout is meaningful here; a real card's floor is 10 s.
+    import tr2.cards
+    monkeypatch.setitem(tr2.cards.BOUNDS, "series.timeout_s", (1, 10))
     card["series"]["timeout_s"] = 2.0
     fake = Fake(tmp_path, behaviour={"tiny/float32/torch-eager": "sleep", "tiny/bfloat16/cupy": "short"},
                 ms={"tiny/float32/torch-default": 150.0})
