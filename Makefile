@@ -6,12 +6,13 @@ SHELL := /bin/bash
 VENV   ?= .venv
 PY     ?= $(VENV)/bin/python
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
-# The GPU card when a GPU is there, the CPU card otherwise.
+# The GPU card when a GPU is there, the CPU card otherwise. CARD is a name (params/cards/NAME.yaml) or a path.
 CARD   ?= $(if $(HAS_GPU),h200,cpu)
-CARD_FILE = params/cards/$(CARD).yaml
-# RESUME=results/<folder> continues a stage where it stopped instead of starting a new folder.
+# RESUME=results/<folder> continues a stage where it stopped instead of starting a new folder. The folder
+# knows its card (card.yaml): CARD is passed along only when given (make ... CARD=x), and must then agree.
 RESUME ?=
-RUN_STAGE = $(PY) -m tr2.runner $(1) --card $(CARD_FILE) $(if $(RESUME),--resume $(RESUME))
+CARD_GIVEN = $(filter command line environment environment override,$(origin CARD))
+RUN_STAGE = $(PY) -m tr2.runner $(1) $(if $(RESUME),--resume $(RESUME) $(if $(CARD_GIVEN),--card $(CARD)),--card $(CARD))
 # A CPU build of PyTorch: this pin is the one the CPU machines here carry on disk; elsewhere pip
 # falls back to PyTorch's CPU index.
 TORCH_CPU ?= torch==2.13.0
@@ -21,7 +22,7 @@ CUPY_EXTRA ?= cuda13
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
-	@echo "  CARD=$(CARD) (params/cards/*.yaml), RESUME=results/<folder> to continue a stage"
+	@echo "  CARD=$(CARD) (a name under params/cards/ or a path), RESUME=results/<folder> to continue a stage (its card is in it)"
 
 setup: $(VENV)/.tr2-setup  ## create .venv and install tr2 with its extras (CuPy only where nvidia-smi sees a GPU)
 
@@ -35,6 +36,7 @@ $(VENV)/.tr2-setup: pyproject.toml
 	  $(PY) -m pip install -q -e '.[test,notebooks]'; \
 	fi
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	$(PY) -m tr2.papermill_hook install >/dev/null  # `papermill -f` refusals in one line (tr2/papermill_hook.py)
 	touch $@
 
 test: setup  ## the linter, the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval

@@ -102,13 +102,13 @@ def test_windows(card):
 def test_wrong_types(card):
     c = copy.deepcopy(card)
     c["series"]["rounds"] = "5"
-    assert err(c) == "series.rounds: '5' is not allowed; allowed: an integer >= 1"
+    assert err(c) == "series.rounds: '5' is not allowed; allowed: an integer from 1 to 100"
     c = copy.deepcopy(card)
     c["series"]["rounds"] = True
     assert err(c).startswith("series.rounds: True")
     c = copy.deepcopy(card)
     c["series"]["timeout_s"] = 0
-    assert err(c).startswith("series.timeout_s: 0 is not allowed; allowed: a number > 0")
+    assert err(c).startswith("series.timeout_s: 0 is not allowed; allowed: a number from 10 to 604800")
     c = copy.deepcopy(card)
     c["half_roundings"] = ["yes"]
     assert err(c) == "half_roundings: 'yes' is not allowed; allowed: true | false"
@@ -171,7 +171,7 @@ def test_runner_rejects_a_bad_card_in_one_line(tmp_path, capsys):
     p.write_text(yaml.safe_dump(bad))
     assert runner.main(["series", "--card", str(p), "--root", str(tmp_path)]) == 2
     out = capsys.readouterr()
-    assert out.err == "tr2.runner: error: series.rounds: 0 is not allowed; allowed: an integer >= 1\n"
+    assert out.err == "tr2.runner: error: series.rounds: 0 is not allowed; allowed: an integer from 1 to 100\n"
     assert out.out == ""
     assert runner.main(["dance", "--card", str(CARDS / "smoke.yaml"), "--root", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("tr2.runner: error: stage: 'dance' is not allowed")
@@ -203,10 +203,12 @@ def test_runner_prepares_the_folder(tmp_path, monkeypatch):
     import tr2.sysinfo
     monkeypatch.setattr(tr2.sysinfo, "machine_info", lambda: {"host": "test"})
     (REPO_ROOT / "notebooks" / "series.ipynb").is_file() or pytest.skip("notebooks/series.ipynb not there yet")
-    card, d = runner.prepare("series", CARDS / "smoke.yaml", root=tmp_path)
+    card, d, _f = runner.prepare("series", CARDS / "smoke.yaml", root=tmp_path)
     assert d.parent == tmp_path and d.name.startswith("series-") and d.name.endswith("-smoke")
     assert load_card(d / "card.yaml") == card and (d / "machine.json").is_file()
-    card2, d2 = runner.prepare("series", CARDS / "smoke.yaml", resume=d)
+    card2, d2, f2 = runner.prepare("series", CARDS / "smoke.yaml", resume=d)
+    assert f2 == d / "card.yaml"  # a resumed stage runs on the card its folder holds
+    assert runner.prepare("series", None, resume=d)[:2] == (card, d)  # the folder knows its card
     assert d2 == d
     with pytest.raises(Tr2Error, match=r"^--resume: .* holds another card \(key 'card'"):
         runner.prepare("series", CARDS / "cpu.yaml", resume=d)

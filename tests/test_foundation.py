@@ -102,7 +102,7 @@ def test_schedule_warmup_cosine_floor():
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--dtype", "fp8"], "--dtype: 'fp8' is not allowed"),
     (["--side", "cupy", "--model", "tiny", "--steps", "1", "--mode", "default"], "only --side torch takes a mode"),
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--mode", "fast"], "--mode: 'fast' is not allowed"),
-    (["--side", "torch", "--model", "tiny", "--steps", "-3"], "--steps: -3 is negative"),
+    (["--side", "torch", "--model", "tiny", "--steps", "-3"], "--steps: -3 is not allowed; allowed: an integer from 0 to 1000000"),
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--dropout", "1.5"], "--dropout: 1.5 is out of range"),
     (["--side", "cupy", "--model", "tiny", "--steps", "1", "--half-roundings"], "allowed only with bfloat16 or float16"),
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--cuda-graph"], "only --side cupy takes it"),

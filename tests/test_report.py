@@ -2,12 +2,15 @@
 import base64
 import json
 import os
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
 import tr2.report as rp
+from tr2 import REPO_ROOT
+from tr2.report.front import fmt_ms, fmt_ratio
 from tr2.results import write_json_atomic, write_yaml_atomic
 
 bs4 = pytest.importorskip("bs4")
@@ -134,13 +137,12 @@ def test_no_parameter_cells_and_every_stage_stitched(built):
 
 def test_merged_notebook_drops_parameter_cells(built):
     _, root, _, _ = built
-    front = nbformat.v4.new_notebook()
     stage = nbformat.read(str(next(root.glob("series-20261129-*")) / "series.ipynb"), as_version=4)
     info = {"stage": "series", "name": "series-x", "link": "../x/", "conditions": {}, "notebook": True}
-    nb = rp.merge(front, [(info, stage)])
+    nb = rp.merge("<p>front</p>", [(info, stage)])
     tags = [t for c in nb.cells for t in c.metadata.get("tags", [])]
     assert "parameters" not in tags and "injected-parameters" not in tags
-    assert len(nb.cells) == 3   # header, the stage's title, its body
+    assert len(nb.cells) == 4   # the front page, the header, the stage's title, its body
     nbformat.validate(nb)
 
 
@@ -171,11 +173,11 @@ def test_verdict_table_numbers_equal_the_json(built):
         if r["speed_published"]:
             assert float(cu["data-value"]) == r["cupy"]["median"]
             assert float(cu["data-fastest"]) == r["cupy"]["fastest"] and float(cu["data-slowest"]) == r["cupy"]["slowest"]
-            assert cu.get_text() == (f'{rp.fmt_ms(r["cupy"]["median"])} [{rp.fmt_ms(r["cupy"]["fastest"])}–'
-                                     f'{rp.fmt_ms(r["cupy"]["slowest"])}]')
+            assert cu.get_text() == (f'{fmt_ms(r["cupy"]["median"])} [{fmt_ms(r["cupy"]["fastest"])}–'
+                                     f'{fmt_ms(r["cupy"]["slowest"])}]')
             assert float(to["data-value"]) == r["torch"]["median"]
             assert tr.find("td", class_="torch-mode").get_text().startswith(r["torch"]["mode"])
-            assert float(ratio["data-value"]) == r["ratio"] and ratio.get_text() == rp.fmt_ratio(r["ratio"])
+            assert float(ratio["data-value"]) == r["ratio"] and ratio.get_text() == fmt_ratio(r["ratio"])
             assert tr.find("td", class_="cupy-runs").get_text() == str(r["cupy"]["runs"])
             assert verdict == r["verdict"]
         else:
@@ -234,3 +236,35 @@ def test_bad_dirs_one_line_exit_2(tmp_path, capsys):
     assert rp.main(["--card", "demo", "--dirs", str(tmp_path / "nope"), "--out", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--dirs" in err[0]
+
+
+def test_cpu_front_page_holds_what_a_reader_needs(tmp_path):
+    """Issue 12 point 4 on the committed CPU results: the chart, the machine, the commits, tokens per second,
+    parameters and spreads, the commands; in the body no stderr block, no index column, no NaN, no absolute path."""
+    out = tmp_path / "report" / "TR-2.html"
+    html_path, json_path = rp.build_report("cpu", out=out)
+    soup = _soup(html_path)
+    text = html_path.read_text()
+    assert soup.find(id="verdict-chart").find("svg") is not None
+    machine = soup.find(id="machine-table").get_text()
+    for what in ("processor", "memory", "GPU", "driver", "load during the series"):
+        assert what in machine
+    data = json.loads(json_path.read_text())
+    commits = soup.find(id="commits-table")
+    assert len(commits.find_all("tr")) == len(data["folders"]) + 1
+    assert ("different commits" in soup.find(id="commits-note").get_text()) == data["commits_differ"]
+    row = soup.find(id="glance-table").find("tbody").find("tr")
+    assert row.find("td", class_="params")["data-value"] == str(data["rows"][0]["params"])
+    assert len(row.find_all("td", class_="tokens")) == 2 and len(row.find_all("td", class_="spread")) == 2
+    assert all(c.get_text().endswith("%") for c in row.find_all("td", class_="spread"))
+    commands = soup.find(id="commands-table").get_text()
+    assert "make series CARD=cpu" in commands and "python -m tr2.report --card cpu" in commands
+    assert not soup.select('[data-mime-type="application/vnd.jupyter.stderr"]')   # (the CSS names it; no output is one)
+    assert not re.search(r"(?<![.\w])" + re.escape(str(REPO_ROOT)), text) and "/site-packages" not in text.replace("site-packages/", "")
+    for table in soup.find_all("table", class_="dataframe"):
+        assert "NaN" not in table.get_text()
+        if len(table.find("thead").find_all("tr")) == 1:   # an index without a name: row numbers
+            first = [tr.find(["th", "td"]) for tr in table.find("tbody").find_all("tr")]
+            assert not any(c.name == "th" and c.get_text().strip().isdigit() for c in first)
+    links = [a["href"] for a in soup.find_all("a", href=True) if not a["href"].startswith(("#", "data:", "http"))]
+    assert links and all((out.parent / h).resolve().exists() for h in links), links   # raw data opens from the file

@@ -32,6 +32,9 @@ FAKE = textwrap.dedent("""
         print("Traceback (most recent call last):", flush=True)
         print("ValueError: shapes do not match", flush=True)
         sys.exit(1)
+    if behaviour == "nodata-first" and n_started == 1:
+        print("tr2.train: error: data file 'input.txt' not found; put nanoGPT's input.txt under data/", flush=True)
+        sys.exit(2)
     if behaviour == "oom" or (behaviour.startswith("oom-at-") and n_started == int(behaviour[7:])):
         print("out of memory: tried to allocate 9.00 GiB", flush=True)
         sys.exit(3)
@@ -247,7 +250,34 @@ def test_a_failing_run_is_recorded_and_the_series_goes_on(card, tmp_path):
     assert not s["complete"]
 
 
-def test_timeout_and_no_window_are_recorded(card, tmp_path):
+def test_a_failure_for_want_of_data_is_retried_on_resume(card, tmp_path):
+    """tr2.retry through the skeleton: the resumed series runs the configuration again, the new record says
+    what it replaces, and the summary reads the last record of each run."""
+    cid = "tiny/float32/torch-eager"
+    fake = Fake(tmp_path, behaviour={cid: "nodata-first"})
+    d = tmp_path / "res"
+    series.run(card, d, trainer=fake, progress=False)
+    recs = read_jsonl(d / "runs.jsonl")
+    assert [x["status"] for x in recs if x["config"] == cid] == ["failed"] and len(recs) == 21 - 2
+    assert series.summarize(d)["verdicts"][0]["verdict"] is None
+    series.run(card, d, trainer=fake, progress=False)   # resume: the cause is gone
+    recs = read_jsonl(d / "runs.jsonl")
+    mine = [x for x in recs if x["config"] == cid]
+    assert [x["status"] for x in mine] == ["failed", "ok", "ok", "ok"] and len(recs) == 21 + 1
+    assert "no data" in mine[1]["retried"] and "input.txt" in mine[1]["retried"]
+    assert "retried" not in mine[2] and fake.started().count(cid) == 4
+    s = series.summarize(d)
+    assert s["complete"] and s["conditions"]["runs_recorded"] == 21
+    v = {(x["dtype"], x["build"]): x for x in s["verdicts"]}
+    assert v[("float32", "cupy")]["verdict"] == "faster"
+    series.run(card, d, trainer=fake, progress=False)   # nothing is left to run
+    assert len(read_jsonl(d / "runs.jsonl")) == 22
+
+
+def test_timeout_and_no_window_are_recorded(card, tmp_path, monkeypatch):
+    # The fake trainer starts in milliseconds, so a 2 s timeout is meaningful here; a real card's floor is 10 s.
+    import tr2.cards
+    monkeypatch.setitem(tr2.cards.BOUNDS, "series.timeout_s", (1, 10))
     card["series"]["timeout_s"] = 2.0
     fake = Fake(tmp_path, behaviour={"tiny/float32/torch-eager": "sleep", "tiny/bfloat16/cupy": "short"},
                 ms={"tiny/float32/torch-default": 150.0})

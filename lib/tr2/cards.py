@@ -7,6 +7,7 @@ the value and what is allowed. The top-level keys are the notebooks' papermill p
 """
 from __future__ import annotations
 
+import os
 import re
 import types
 from pathlib import Path
@@ -15,11 +16,20 @@ import yaml
 
 from . import REPO_ROOT, Tr2Error
 from .models import list_models, load_model
-from .trainargs import DEVICES, DTYPES, MODES
+from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+# Upper (and for times, lower) bounds: a value outside them is a typo, not a plan. A run shorter than
+# MIN_TIMEOUT_S cannot even start Python and import torch, so a smaller timeout times every run out.
+MIN_TIMEOUT_S = 10
+BOUNDS = {
+    "series.rounds": (1, 100), "series.steps": (1, 100_000), "series.timeout_s": (MIN_TIMEOUT_S, 7 * 86400),
+    "series.sample_interval_s": (0.05, 60), "method_a.steps": (1, 100_000), "method_a.eval_interval": (1, 100_000),
+    "method_a.eval_iters": (1, 10_000), "method_a.judge_from": (0, 100_000), "method_b.steps": (1, 100_000),
+    "method_b.seed": (0, SEED_MAX), "method_a.seeds": (0, SEED_MAX), "families.steps": (1, 100_000),
+}
 
 # key -> kind; a dict is a nested mapping. The order is the cards' order.
 SCHEMA = {
@@ -131,27 +141,24 @@ def _check(kind: str, key: str, value):
             if not isinstance(v, bool):
                 raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: true | false")
         return items
+    lo, hi = BOUNDS.get(key, (None, None))
     if kind == "seeds":
-        items = _list(key, value, "integers >= 0")
+        items = _list(key, value, f"integers from {lo} to {hi}")
         for v in items:
-            if not _is_int(v) or v < 0:
-                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: integers >= 0")
+            if not _is_int(v) or not lo <= v <= hi:
+                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: integers from {lo} to {hi}")
         return items
-    if kind == "pos_int":
-        if not _is_int(value) or value < 1:
-            _fail(key, value, "an integer >= 1")
-        return value
-    if kind == "nonneg_int":
-        if not _is_int(value) or value < 0:
-            _fail(key, value, "an integer >= 0")
-        return value
-    if kind == "pos_int_or_null":
-        if value is not None and (not _is_int(value) or value < 1):
-            _fail(key, value, "an integer >= 1, or null (the model's own)")
+    if kind in ("pos_int", "nonneg_int", "pos_int_or_null"):
+        lo = lo if lo is not None else (0 if kind == "nonneg_int" else 1)
+        null = ", or null (the model's own)" if kind == "pos_int_or_null" else ""
+        if value is None and null:
+            return value
+        if not _is_int(value) or value < lo or (hi is not None and value > hi):
+            _fail(key, value, f"an integer from {lo} to {hi}{null}" if hi is not None else f"an integer >= {lo}{null}")
         return value
     if kind == "pos_number":
-        if not _is_number(value) or value <= 0:
-            _fail(key, value, "a number > 0")
+        if not _is_number(value) or value <= 0 or (lo is not None and not lo <= value <= hi):
+            _fail(key, value, f"a number from {lo:g} to {hi:g}" if lo is not None else "a number > 0")
         return value
     if kind == "window":
         if (not isinstance(value, (list, tuple)) or len(value) != 2 or not all(_is_int(v) for v in value)
@@ -237,21 +244,114 @@ def validate_card(d) -> dict:
     return c
 
 
-def load_card(path) -> dict:
-    """Read and validate a card file; every problem is one line."""
-    path = Path(path)
-    if not path.is_file():
-        alt = REPO_ROOT / "params" / "cards" / f"{path}.yaml"
-        if not path.suffix and alt.is_file():
-            path = alt
-        else:
-            raise Tr2Error(f"card file: {str(path)!r} does not exist; allowed: a YAML file such as params/cards/cpu.yaml")
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error (PyYAML keeps the last)."""
+
+
+def _no_duplicates(loader, node, deep=False):
+    seen = {}
+    for key_node, _v in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise Tr2Error(f"{key}: given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1}); "
+                           "allowed: each key once")
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def card_path(arg) -> Path:
+    """A card given by path or by name (params/cards/NAME.yaml); a missing one is one line."""
+    path = Path(arg)
+    if path.is_file():
+        return path
+    alt = REPO_ROOT / "params" / "cards" / f"{arg}.yaml"
+    if not path.suffix and "/" not in str(arg) and alt.is_file():
+        return alt
+    names = " | ".join(sorted(p.stem for p in (REPO_ROOT / "params" / "cards").glob("*.yaml")))
+    raise Tr2Error(f"card file: {str(arg)!r} does not exist; allowed: a YAML file such as params/cards/cpu.yaml, "
+                   f"or a name: {names}")
+
+
+_KIND = {list: "a list", int: "a number", float: "a number", str: "a string", bool: "a boolean"}
+
+
+def read_card_file(path) -> dict:
+    """The mapping a card file holds, unchecked against the schema: one line for a file that is not
+    UTF-8 text, not YAML, empty, not a mapping, or gives a key twice."""
+    path = card_path(path)
     try:
-        d = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise Tr2Error(f"card file {path}: cannot be read ({e.strerror}); allowed: a readable YAML file") from None
+    except UnicodeDecodeError:
+        raise Tr2Error(f"card file {path}: not text (not UTF-8); allowed: a YAML mapping such as "
+                       "params/cards/cpu.yaml") from None
+    if "\0" in text:
+        raise Tr2Error(f"card file {path}: holds NUL bytes, not text; allowed: a YAML mapping such as "
+                       "params/cards/cpu.yaml")
+    try:
+        d = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as e:
         first = " ".join(str(e).split())
         raise Tr2Error(f"card file {path}: not valid YAML: {first}") from None
-    return validate_card(d)
+    except Tr2Error as e:
+        raise Tr2Error(f"card file {path}: {e}") from None
+    if d is None:
+        raise Tr2Error(f"card file {path}: empty; allowed: a mapping with keys {', '.join(CARD_KEYS)}")
+    if not isinstance(d, dict):
+        raise Tr2Error(f"card file {path}: holds {_KIND.get(type(d), 'a ' + type(d).__name__)}, not a mapping; allowed: a "
+                       f"mapping with keys {', '.join(CARD_KEYS)}")
+    return d
+
+
+def load_card(path) -> dict:
+    """Read and validate a card file (a path, or a name under params/cards/); every problem is one line."""
+    return validate_card(read_card_file(path))
+
+
+def check_machine(card: dict) -> None:
+    """What the card needs of the machine it runs on, checked before any run: a CUDA device for a cuda card
+    (seen by torch and by CuPy: both sides run on it), and every data file its models read, present and
+    verified (md5). A problem is one line (Tr2Error)."""
+    from .data import DATA_FILES, data_file
+    from .trainargs import cuda_available
+    if card["device"] == "cuda":
+        missing = [side for side in ("torch", "cupy") if not cuda_available(side)]
+        if missing:
+            raise Tr2Error(f"device: 'cuda' but this machine has no CUDA device that {' or '.join(missing)} can use; "
+                           "allowed here: cpu (e.g. --card cpu), or run the card where nvidia-smi sees a GPU")
+    for m in card["models"]:
+        for name in DATA_FILES[load_model(m).dataset]:
+            data_file(name)
+    rules = Path(card["families"]["rules"])
+    rules = rules if rules.is_absolute() else REPO_ROOT / rules
+    if not rules.is_file():
+        raise Tr2Error(f"families.rules: {card['families']['rules']!r} does not exist; allowed: a TSV file of "
+                       "pattern<TAB>family such as params/families.tsv")
+
+
+def papermill_card_files() -> list[Path]:
+    """The -f files of the papermill process that started this kernel, or [] (not under papermill, or not on
+    Linux). papermill hands a notebook only the merged values: a key given twice, an empty file or a missing
+    mapping is invisible from inside, so the notebook reads the files papermill was given itself."""
+    try:
+        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+    args = [a.decode("utf-8", "replace") for a in argv if a]
+    if not any(Path(a).name == "papermill" or a == "papermill" for a in args[:3]):
+        return []
+    cwd = Path(os.readlink(f"/proc/{os.getppid()}/cwd")) if Path(f"/proc/{os.getppid()}/cwd").exists() else Path.cwd()
+    files = []
+    for i, a in enumerate(args):
+        if a in ("-f", "--parameters_file") and i + 1 < len(args):
+            files.append(cwd / args[i + 1])
+        elif a.startswith("--parameters_file="):
+            files.append(cwd / a.split("=", 1)[1])
+    return files
 
 
 def card_from_notebook(namespace: dict, names_before: set) -> dict:
@@ -262,6 +362,14 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     no card key, or it is a card key this notebook does not define. Names starting with '_' (IPython's
     history) and modules are not parameters.
     """
+    files = papermill_card_files()
+    if files:
+        # papermill merges its -f files in order; the merged mapping must be a whole card by itself (an empty
+        # file or one without a stage's mapping would otherwise run on the notebook's smoke defaults).
+        merged = {}
+        for f in files:
+            merged.update(read_card_file(f))
+        validate_card(merged)
     added = sorted(n for n in set(namespace) - set(names_before)
                    if not n.startswith("_") and not isinstance(namespace[n], types.ModuleType))
     for n in added:
@@ -271,7 +379,9 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     missing = [k for k in CARD_KEYS if k not in namespace]
     if missing:
         raise Tr2Error(f"{missing[0]}: missing from the notebook's parameters cell; required keys: {', '.join(CARD_KEYS)}")
-    return validate_card({k: namespace[k] for k in CARD_KEYS})
+    card = validate_card({k: namespace[k] for k in CARD_KEYS})
+    check_machine(card)
+    return card
 
 
 def held_card_difference(folder, card: dict):

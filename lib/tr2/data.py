@@ -18,13 +18,19 @@ MD5 = {
     "val.bin": "61250e280189555fae15c630ea9b5c02",
 }
 SPLITS = ("train", "val")
+DATA_FILES = {"shakespeare_char": ("input.txt",), "shakespeare": ("train.bin", "val.bin")}  # what each dataset reads
 
 
 def data_dirs() -> list[Path]:
     """Where the data files are looked for, in order."""
     dirs = []
     if os.environ.get("TR2_DATA"):
-        dirs.append(Path(os.environ["TR2_DATA"]))
+        named = Path(os.environ["TR2_DATA"])
+        # A misspelt $TR2_DATA must not fall through to another folder: the user named this one.
+        if not named.is_dir():
+            raise Tr2Error(f"TR2_DATA: {str(named)!r} is not a folder; allowed: a folder holding nanoGPT's "
+                           "input.txt (and train.bin, val.bin), or TR2_DATA unset")
+        return [named]
     dirs += [REPO_ROOT / "data", REPO_ROOT.parent / "shared" / "data" / "shakespeare"]
     return dirs
 
@@ -99,16 +105,40 @@ def write_batch_order(path, dataset: str, block_size: int, batch_size: int, step
     return path
 
 
-def read_batch_order(path) -> tuple[np.ndarray, dict]:
+def read_batch_order(path, mmap: bool = False) -> tuple[np.ndarray, dict]:
+    """A recorded order and its sidecar; a missing, corrupt or ill-formed file is one line."""
     path = Path(path)
     if not path.is_file():
-        raise Tr2Error(f"--batches: file {path} does not exist")
-    offsets = np.load(path)
+        raise Tr2Error(f"--batches: file {path} does not exist; allowed: an .npy written by tr2.data.write_batch_order")
+    try:
+        offsets = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        # numpy's own words (e.g. about pickled data) would mislead: the file is simply not an offsets array
+        raise Tr2Error(f"--batches: {path} is not an .npy array numpy can read; allowed: an .npy written by "
+                       "tr2.data.write_batch_order") from None
     meta_path = Path(str(path) + ".json")
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (ValueError, OSError):
+        raise Tr2Error(f"--batches: its sidecar {meta_path} is not JSON; allowed: the one write_batch_order wrote") from None
+    if not isinstance(meta, dict):
+        raise Tr2Error(f"--batches: its sidecar {meta_path} holds no mapping; allowed: the one write_batch_order wrote")
     if offsets.ndim != 2 or offsets.dtype.kind != "i":
         raise Tr2Error(f"--batches: {path} holds {offsets.dtype} {offsets.shape}; expected int offsets [steps+1, batch]")
     return offsets, meta
+
+
+def check_batch_order(path, dataset: str, block_size: int, batch_size: int, steps: int) -> None:
+    """Before any work: the recorded order fits the run (its data, shapes, and iterations 0..steps)."""
+    order, meta = read_batch_order(path, mmap=True)
+    want = {"dataset": dataset, "block_size": block_size, "batch_size": batch_size}
+    for k, v in want.items():
+        if k in meta and meta[k] != v:
+            raise Tr2Error(f"--batches: {path} was recorded with {k}={meta[k]!r}, this run needs {v!r}")
+    if order.shape[1] != batch_size:
+        raise Tr2Error(f"--batches: {path} has batch {order.shape[1]}, this run needs {batch_size}")
+    if len(order) < steps + 1:
+        raise Tr2Error(f"--batches: {path} holds {len(order)} iterations; allowed: at least steps + 1 = {steps + 1}")
 
 
 class BatchSource:

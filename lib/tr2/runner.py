@@ -1,12 +1,14 @@
 """python -m tr2.runner STAGE --card CARD [--resume DIR]: run one protocol stage's notebook on a card.
 
-Checks the card first (a bad card: one line, exit 2), makes the results folder (or reuses DIR), writes
-card.yaml and machine.json there, then executes the stage's notebook with papermill:
+CARD is a file or a name under params/cards/. Checks everything it can before any run (the card, the card
+against this machine, the data, the folder to resume: one line, exit 2, nothing written), makes the results
+folder (or reuses DIR) with card.yaml and machine.json (tr2.stage.hold_card, which the stage's open_folder
+uses too), then executes the stage's notebook with papermill:
 
     papermill notebooks/STAGE.ipynb DIR/STAGE.ipynb -f CARD -p results_dir DIR -k python3 --log-output
 
 from the repository root, and prints the folder. `--resume DIR` continues a stage in the folder it
-started (every stage is resumable).
+started (every stage is resumable); the folder's card.yaml is its card, so --card may be left out.
 
 python -m tr2.runner latest STAGE --card NAME prints the newest results folder of that stage and card.
 """
@@ -21,9 +23,11 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
-from .cards import dump_card, held_card_difference, load_card
-from .results import STAMP_RE as _STAMP, new_results_dir, write_json_atomic, write_text_atomic
-from .stage import STAGES
+from .cards import card_path as card_path_of
+from .cards import check_machine, held_card_difference, load_card
+from .results import STAMP_RE as _STAMP
+from .results import new_results_dir
+from .stage import STAGES, hold_card
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,34 +43,60 @@ def papermill_command(stage: str, card_path, results_dir) -> list[str]:
             "-k", "python3", "--log-output"]
 
 
-def prepare(stage: str, card_path, resume=None, root=None) -> tuple[dict, Path]:
-    """Check the stage and the card, make or check the folder, write card.yaml and machine.json."""
+def stage_of_folder(d: Path):
+    """(stage, card name from the folder name) of a results folder's name `<stage>-<stamp>-<card>`, or None."""
+    for s in sorted(STAGES, key=len, reverse=True):
+        if d.name.startswith(s + "-"):
+            m = _STAMP.match(d.name[len(s) + 1:])
+            if m:
+                return s, m.group(2)
+    return None
+
+
+def _resume_folder(stage: str, resume) -> Path:
+    """The folder --resume names, checked: a results folder this stage started (its name and its card.yaml)."""
+    d = Path(resume)
+    if not d.is_dir():
+        raise Tr2Error(f"--resume: {str(resume)!r} is not a folder; allowed: a results folder the stage started "
+                       f"(results/{stage}-<stamp>-<card>/)")
+    named = stage_of_folder(d.resolve())
+    if named is not None and named[0] != stage:
+        raise Tr2Error(f"--resume: {str(resume)!r} is a folder of stage {named[0]}; allowed: a folder of stage {stage}")
+    if named is None or not (d / "card.yaml").is_file():
+        what = "holds no card.yaml" if named is not None else f"is not named {stage}-<stamp>-<card>"
+        raise Tr2Error(f"--resume: {str(resume)!r} {what}, so no stage started it; allowed: a results folder "
+                       f"of stage {stage} (results/{stage}-<stamp>-<card>/)")
+    return d.resolve()
+
+
+def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, Path, Path]:
+    """Every check that can be made before the first run (the stage, the card, the card against this machine
+    and its data, the folder to resume), then the folder made or reused with card.yaml and machine.json.
+    Returns (card, folder, the card file papermill reads). Nothing is written before every check passed."""
     if stage not in STAGES:
         raise Tr2Error(f"stage: {stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
-    card = load_card(card_path)
     if not (REPO_ROOT / "notebooks" / f"{stage}.ipynb").is_file():
         raise Tr2Error(f"stage: {stage!r} has no notebook notebooks/{stage}.ipynb yet")
-    if resume:
-        d = Path(resume).resolve()
-        if not d.is_dir():
-            raise Tr2Error(f"--resume: {str(resume)!r} is not a folder; allowed: a results folder the stage started")
-        other = next((s for s in STAGES if s != stage and d.name.startswith(s + "-") and _STAMP.match(d.name[len(s) + 1:])), None)
-        if other is not None:
-            raise Tr2Error(f"--resume: {str(d)!r} is a folder of stage {other}; allowed: a folder of stage {stage}")
+    d = _resume_folder(stage, resume) if resume else None
+    if card_path is None and d is None:
+        raise Tr2Error("--card: missing; allowed: a card file or name (params/cards/), or --resume DIR alone")
+    held = load_card(d / "card.yaml") if d is not None else None
+    card = load_card(card_path) if card_path is not None else held
+    if d is not None and card_path is not None:
         differs = held_card_difference(d, card)
         if differs:
             key, there, here = differs
             raise Tr2Error(f"--resume: {str(d)!r} holds another card (key {key!r}: {there!r} there, "
-                           f"{here!r} in {card_path}); allowed: the card it was started with")
-        (d / "logs").mkdir(exist_ok=True)
-    else:
+                           f"{here!r} in {card_path}); allowed: the card it was started with, or no --card")
+    check_machine(card)
+    if d is None:
         d = new_results_dir(stage, card["card"], root=root).resolve()
-    if not (d / "card.yaml").is_file():
-        write_text_atomic(d / "card.yaml", dump_card(card))
-    if not (d / "machine.json").is_file():
-        from .sysinfo import machine_info
-        write_json_atomic(d / "machine.json", machine_info())
-    return card, d
+    (d / "logs").mkdir(exist_ok=True)
+    hold_card(d, card)  # card.yaml and machine.json, as the stage's open_folder writes them (each once)
+    # papermill reads the card from the folder when resuming (the card it started with); the file the user
+    # named (or the card file of the name) otherwise, so that an error names their file.
+    file_ = card_path_of(card_path) if held is None else d / "card.yaml"
+    return card, d, file_
 
 
 def folders(stage: str, card_name: str, root=None) -> list[Path]:
@@ -105,8 +135,10 @@ def latest(stage: str, card_name: str, root=None, finished: bool = False):
 
 
 def _card_name(arg: str) -> str:
+    """The card's name from a name or a file; a name with no card file under params/cards/ stays a name (the
+    folders of a card that is not in this checkout can still be listed)."""
     p = Path(arg)
-    if p.suffix in (".yaml", ".yml") or p.is_file():
+    if p.suffix in (".yaml", ".yml") or p.is_file() or "/" in arg:
         return load_card(p)["card"]
     return arg
 
@@ -133,18 +165,17 @@ def main(argv=None) -> int:
             return 0
         p = _Parser(prog="python -m tr2.runner", description="Run one protocol stage's notebook with papermill on a card.")
         p.add_argument("stage", help=" | ".join(STAGES) + "  (or: latest STAGE --card NAME)")
-        p.add_argument("--card", required=True, help="a card file, e.g. params/cards/cpu.yaml")
+        p.add_argument("--card", default=None, help="a card file or name, e.g. params/cards/cpu.yaml or cpu "
+                       "(with --resume: optional, the folder's card.yaml is the card)")
         p.add_argument("--resume", default=None, metavar="DIR", help="continue the stage in this results folder")
         p.add_argument("--root", default=None, help=argparse.SUPPRESS)
         a = p.parse_args(argv)
-        card, d = prepare(a.stage, a.card, a.resume, a.root)
+        card, d, card_file = prepare(a.stage, a.card, a.resume, a.root)
     except Tr2Error as e:
         sys.stderr.write(f"tr2.runner: error: {e}\n")
         return 2
     print(d, flush=True)
-    card_file = Path(a.card)
-    card_file = card_file if card_file.is_file() else d / "card.yaml"
-    cmd = papermill_command(a.stage, card_file.resolve(), d)
+    cmd = papermill_command(a.stage, Path(card_file).resolve(), d)
     rc = subprocess.call(cmd, cwd=REPO_ROOT)
     if rc != 0:
         sys.stderr.write(f"tr2.runner: papermill exited {rc}; the executed notebook is {d / (a.stage + '.ipynb')}; "

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import Tr2Error, configs
+from . import Tr2Error, configs, retry
 from .cards import validate_card
 from .clock import run_clocked
 from .configs import RunConfig
@@ -166,14 +166,15 @@ def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_reco
     `on_record(record)` (called after each record is safely appended) are for tests.
 
     Every run, whatever its status, is recorded once; a run that is not ok ends its configuration
-    (docs/protocol.md, rule 8) and the series goes on."""
+    (docs/protocol.md, rule 8) and the series goes on. A failure whose cause was the machine (tr2.retry:
+    no data, no GPU) is run again on resume, its new record noting the one it replaces."""
     card = validate_card(card)
     with open_folder(STAGE, card, results_dir) as folder:
         env = _env(folder.path)
         run_plan(folder, plan(card), lambda p: run_one(p[0], p[1], card, folder.path, trainer=trainer, env=env),
                  desc="series runs", key=lambda p: f"r{p[0]}/{p[1].key}", finished=lambda rec: True,
                  group=lambda p: p[1].key, ends_group=lambda rec: rec["status"] != "ok", on_record=on_record,
-                 show=progress)
+                 retry=retry.should_retry, note=retry.note, show=progress)
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -212,6 +213,10 @@ def _range(times) -> Optional[dict]:
     if not times:
         return None
     return {"runs": len(times), "median": statistics.median(times), "fastest": min(times), "slowest": max(times)}
+
+
+def _key(record: dict) -> tuple:
+    return record.get("round"), record.get("config")
 
 
 def config_summary(config: RunConfig, recs: list[dict], rounds: int) -> dict:
@@ -310,7 +315,8 @@ def summarize(results_dir) -> dict:
     if not (d / "card.yaml").is_file():
         raise Tr2Error(f"results_dir: {str(d)!r} holds no card.yaml; allowed: a folder the series ran in")
     card = load_dir_card(d)
-    records = read_jsonl(d / "runs.jsonl")
+    # a retried failure (tr2.retry) stays in runs.jsonl before the record of its rerun: the last one counts
+    records = retry.drop_retried(read_jsonl(d / "runs.jsonl"), _key)
     rounds = card["series"]["rounds"]
     rows = {c.key: config_summary(c, [x for x in records if x["config"] == c.key], rounds) for c in configurations(card)}
     vs = verdicts(card, rows)

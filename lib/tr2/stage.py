@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Optional
 from . import Tr2Error
 from .cards import dump_card, held_card_difference
 from .results import append_jsonl, new_results_dir, read_jsonl, write_json_atomic, write_text_atomic
-from .sysinfo import machine_info
+from . import sysinfo
 
 STAGES = ("series", "method_a", "method_b", "footprint", "families")
 FINISHED = ("ok", "oom")  # a record with one of these is a finished piece: never run again
@@ -70,6 +70,26 @@ def _lock(d: Path, stage: str):
     return f
 
 
+def hold_card(d: Path, card: dict) -> dict:
+    """The folder holds `card` (the one it was started with, else one line), card.yaml and machine.json (each
+    written once, when missing); returns this machine's record. The runner calls it before the notebook starts,
+    so that a folder it made can be resumed even if the notebook stops before its stage opens it."""
+    differs = held_card_difference(d, card)
+    if differs:
+        key, there, here = differs
+        raise Tr2Error(f"results_dir: {str(d)!r} holds another card (key {key!r} differs: "
+                       f"{there!r} there, {here!r} here); allowed: the card it was started with")
+    if not (d / "card.yaml").is_file():
+        write_text_atomic(d / "card.yaml", dump_card(card))
+    try:
+        info = sysinfo.machine_info()
+    except Exception as e:  # noqa: BLE001 - a machine record is wanted, never worth a stopped stage
+        info = {"error": str(e)}
+    if not (d / "machine.json").is_file():
+        write_json_atomic(d / "machine.json", info)
+    return info
+
+
 def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
     """The stage's results folder (a fresh one when results_dir is None), locked, holding its card."""
     if results_dir is None:
@@ -79,19 +99,7 @@ def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
         (d / "logs").mkdir(parents=True, exist_ok=True)
     lock = _lock(d, stage)
     try:
-        differs = held_card_difference(d, card)
-        if differs:
-            key, there, here = differs
-            raise Tr2Error(f"results_dir: {str(d)!r} holds another card (key {key!r} differs: "
-                           f"{there!r} there, {here!r} here); allowed: the card it was started with")
-        if not (d / "card.yaml").is_file():
-            write_text_atomic(d / "card.yaml", dump_card(card))
-        try:
-            info = machine_info()
-        except Exception as e:  # noqa: BLE001 - a machine record is wanted, never worth a stopped stage
-            info = {"error": str(e)}
-        if not (d / "machine.json").is_file():
-            write_json_atomic(d / "machine.json", info)
+        info = hold_card(d, card)
         append_jsonl(d / "sessions.jsonl", {"stage": stage, "started": info.get("date"), "host": info.get("host"),
                                             "commit": info.get("commit"), "dirty": info.get("dirty")})
     except BaseException:
@@ -125,12 +133,15 @@ def _never(_record) -> bool:
 
 def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, key: Callable = lambda p: p["key"],
              finished: Callable = lambda r: r.get("status") in FINISHED, retry: Callable = _never,
-             group: Optional[Callable] = None, ends_group: Callable = _never, ends_stage: Callable = _never,
-             on_record: Optional[Callable] = None, show: bool = True, runs: str = RUNS) -> list[dict]:
+             note: Optional[Callable] = None, group: Optional[Callable] = None, ends_group: Callable = _never,
+             ends_stage: Callable = _never, on_record: Optional[Callable] = None, show: bool = True,
+             runs: str = RUNS) -> list[dict]:
     """Run every piece of `plan` the folder does not hold yet; returns the records appended.
 
     run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record
-    of its key satisfies `finished` and not `retry` (the hook for failures whose cause is gone). With
+    of its key satisfies `finished` and not `retry` (the hook for failures whose cause is gone:
+    tr2.retry.should_retry); a piece run again so gets `retried`: note(the record it replaces), when
+    `note` is given. With
     `group(piece)`, a record satisfying `ends_group` skips the later pieces of its group (no record).
     A record satisfying `ends_stage` stops the stage with one line, after it is appended (rerun to
     retry it). `on_record(record)` is called after each append (tests kill the stage there).
@@ -139,6 +150,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     held = folder.records(runs)
     done = {r.get("key") for r in held if finished(r) and not retry(r)}
     ended = {r.get("group") for r in held if group is not None and ends_group(r) and not retry(r)}
+    reopened = {r.get("key"): r for r in held if retry(r)}
     skipped = {key(p) for p in plan if key(p) in done or (group is not None and group(p) in ended)}
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
@@ -150,6 +162,8 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
                 continue
             bar.set_postfix_str(key(piece), refresh=False)
             rec = {**run_one(piece), "key": key(piece)}
+            if note is not None and key(piece) in reopened:
+                rec["retried"] = note(reopened[key(piece)])
             if group is not None:
                 rec["group"] = group(piece)
             folder.append(rec, runs)

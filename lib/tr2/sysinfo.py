@@ -55,6 +55,25 @@ def gpu_info() -> list[dict]:
     return gpus
 
 
+def cpu_info() -> dict:
+    """The processor's model and cores, the memory, and the load when the stage starts (the report shows them)."""
+    model = None
+    try:
+        model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        mem = None
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {"cpu_model": model or platform.processor() or None, "cpu_cores": os.cpu_count(), "memory_bytes": mem,
+            "loadavg": load}
+
+
 def machine_info() -> dict:
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -67,6 +86,7 @@ def machine_info() -> dict:
         "cupy": _version("cupy"),
         "triton": _version("triton"),
         "gpus": gpu_info(),
+        **cpu_info(),
         **git_commit(),
     }
     try:

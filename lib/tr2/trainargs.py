@@ -15,6 +15,8 @@ SIDES = ("cupy", "torch")
 DTYPES = ("float32", "bfloat16", "float16")
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda")
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding stops here; one range for every generator a seed reaches
+MAX_STEPS = 1_000_000  # far past any model's max_iters (5000): a larger count is a typo
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,11 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
                        "host every step); allowed: float32 | bfloat16")
     if ns.half_roundings and ns.dtype == "float32":
         raise Tr2Error("--half-roundings: given with --dtype float32; allowed only with bfloat16 or float16")
-    if ns.steps < 0:
-        raise Tr2Error(f"--steps: {ns.steps} is negative; allowed: an integer >= 0")
+    if not 0 <= ns.steps <= MAX_STEPS:
+        raise Tr2Error(f"--steps: {ns.steps} is not allowed; allowed: an integer from 0 to {MAX_STEPS}")
+    if not 0 <= ns.seed <= SEED_MAX:
+        raise Tr2Error(f"--seed: {ns.seed} is not allowed; allowed: an integer from 0 to {SEED_MAX} "
+                       "(the range every generator it seeds takes)")
     if ns.dropout is not None and not 0.0 <= ns.dropout < 1.0:
         raise Tr2Error(f"--dropout: {ns.dropout} is out of range; allowed: 0 <= p < 1")
     if ns.eval_interval < 0:
@@ -134,7 +139,15 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
         device = "cuda" if cuda_available(ns.side) else "cpu"
     if ns.cuda_graph and device != "cuda":
         raise Tr2Error(f"--cuda-graph: the run is on the {device}; allowed only on cuda (a graph is a CUDA object)")
-    eval_iters = ns.eval_iters if ns.eval_iters is not None else load_model(ns.model).eval_iters
+    cfg = load_model(ns.model)
+    # The files a run reads, checked now: a bad one would otherwise end the run after the model is built.
+    if ns.init is not None:
+        from .weights import check_weights_file
+        check_weights_file(ns.init, cfg)
+    if ns.batches is not None:
+        from .data import check_batch_order
+        check_batch_order(ns.batches, cfg.dataset, cfg.block_size, cfg.batch_size, ns.steps)
+    eval_iters = ns.eval_iters if ns.eval_iters is not None else cfg.eval_iters
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,
                      dropout=ns.dropout, eval_interval=ns.eval_interval, eval_iters=eval_iters,

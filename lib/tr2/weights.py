@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -50,19 +51,38 @@ def save_weights(path, weights: dict[str, np.ndarray]) -> Path:
     return path
 
 
-def load_weights(path, cfg: ModelConfig) -> dict[str, np.ndarray]:
+def check_weights_file(path, cfg: ModelConfig) -> None:
+    """The names and shapes of an initial-weights file against the model, from the .npy headers only (no
+    array is read): a missing, corrupt, empty or ill-fitting file is one line, before any work."""
     path = Path(path)
     if not path.is_file():
-        raise Tr2Error(f"--init: file {path} does not exist")
-    with np.load(path) as f:
-        weights = {k: f[k] for k in f.files}
+        raise Tr2Error(f"--init: file {path} does not exist; allowed: an .npz written by --save-init")
+    try:
+        with zipfile.ZipFile(path) as z:
+            shapes = {}
+            for member in z.namelist():
+                with z.open(member) as f:
+                    version = np.lib.format.read_magic(f)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape = read(f)[0]
+                shapes[member[:-4] if member.endswith(".npy") else member] = tuple(shape)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        raise Tr2Error(f"--init: {path} is not an .npz of arrays ({' '.join(str(e).split()) or type(e).__name__}); "
+                       "allowed: an .npz written by --save-init") from None
     want = param_shapes(cfg)
-    extra = sorted(set(weights) - set(want) - {"lm_head.weight"})
-    missing = sorted(set(want) - set(weights))
+    extra = sorted(set(shapes) - set(want) - {"lm_head.weight"})
+    missing = sorted(set(want) - set(shapes))
     if extra or missing:
         raise Tr2Error(f"--init: {path} does not fit model {cfg.name}: "
                        + (f"missing {missing[0]!r}" if missing else f"unexpected {extra[0]!r}"))
     for k, shape in want.items():
-        if weights[k].shape != shape:
-            raise Tr2Error(f"--init: {path}: {k} has shape {weights[k].shape}, model {cfg.name} needs {shape}")
-    return {k: np.asarray(weights[k], dtype=np.float32) for k in want}
+        if shapes[k] != tuple(shape):
+            raise Tr2Error(f"--init: {path}: {k} has shape {shapes[k]}, model {cfg.name} needs {tuple(shape)}")
+
+
+def load_weights(path, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    check_weights_file(path, cfg)
+    with np.load(path) as f:
+        weights = {k: f[k] for k in f.files}
+    return {k: np.asarray(weights[k], dtype=np.float32) for k in param_shapes(cfg)}

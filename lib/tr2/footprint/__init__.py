@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from .. import REPO_ROOT, configs
+from .. import configs, retry
 from ..configs import RunConfig
 from ..results import read_jsonl, write_json_atomic
 from ..stage import open_folder, run_plan
@@ -105,7 +105,8 @@ def run(card: dict, results_dir=None) -> Path:
         rd = folder.path
         timeout = card["series"]["timeout_s"]
         run_plan(folder, configurations(card), lambda c: measure(c, rd, card["device"], timeout_s=timeout),
-                 desc="footprint", key=lambda c: c.key, finished=lambda rec: True, runs="footprint.jsonl")
+                 desc="footprint", key=lambda c: c.key, finished=lambda rec: True, retry=retry.should_retry,
+                 note=retry.note, runs="footprint.jsonl")  # tr2.retry: a failure for a gone cause runs again
         if not (rd / "install_sets.json").exists():
             sets = {side: install_set(side_requirements(side)) for side in ("cupy", "torch")}
             tr2_bytes = sum(_size(p) for p in tr2_files())
@@ -118,10 +119,9 @@ def run(card: dict, results_dir=None) -> Path:
 
 
 def _data_dir():
-    for cand in (os.environ.get("TR2_DATA"), REPO_ROOT / "data", REPO_ROOT.parent / "shared" / "data" / "shakespeare"):
-        if cand and Path(cand).is_dir():
-            return str(cand)
-    return None
+    """The data folder the images mount: tr2.data's first that exists ($TR2_DATA, when set, is the only one)."""
+    from ..data import data_dirs
+    return next((str(d) for d in data_dirs() if d.is_dir()), None)
 
 
 CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "libraries", "nvidia_libraries",
@@ -130,7 +130,7 @@ CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "lib
 
 def summarize(results_dir) -> dict:
     rd = Path(results_dir)
-    records = read_jsonl(rd / "footprint.jsonl")
+    records = retry.drop_retried(read_jsonl(rd / "footprint.jsonl"), lambda r: r.get("key"))  # the rerun replaces it
     # the card as written (not validated: a summary is made of whatever folder holds the records)
     card = yaml.safe_load((rd / "card.yaml").read_text()) if (rd / "card.yaml").exists() else {}
     installs, docker = read_json(rd / "install_sets.json"), read_json(rd / "docker.json")

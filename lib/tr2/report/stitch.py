@@ -1,0 +1,227 @@
+"""Stitching: the front page and each folder's executed stage notebook in one offline HTML file.
+
+The cells tagged `parameters` and `injected-parameters` are dropped; a stage's relative links and images,
+meant from its results folder, are made right from the HTML file; progress bars keep their last state and
+are shown as plain output, not as stderr blocks; pandas tables lose their index column and NaN cells and
+keep four significant digits; the machine's absolute paths are cut to paths inside the repository. The
+export is nbconvert's lab template without any remote script (no MathJax, no require.js, no widget
+manager): one HTML file that reads offline.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path
+
+from .. import REPO_ROOT, Tr2Error
+from .front import STAGE_TITLES
+
+DROP_TAGS = {"parameters", "injected-parameters"}
+DEFAULT_OUT = REPO_ROOT / "report" / "TR-2.html"
+
+# nbconvert's lab template without any remote script: no require.js, no MathJax, no mermaid, no widgets
+OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+_REMOTE = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//[^"'\s>]+""", re.I)
+_CSS_REMOTE = re.compile(r"""@import\s+(?:url\()?["']?(?:https?:)?//|url\(\s*["']?(?:https?:)?//""", re.I)
+
+
+# ---------------------------------------------------------------------------------------------
+# stitching
+
+def _clean_stream(text: str) -> str:
+    """A progress bar's carriage returns: keep what the last one left on each line."""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+
+# An absolute path of the machine that ran a stage, up to the repository's own folders: cut to the part
+# inside the repository, so that the report names no machine's layout (and reads the same anywhere).
+_ABS_PATH = re.compile(r"(?<![\w.~-])/(?:[\w.+@~-]+/)+?(?=(?:results|lib|params|notebooks|report|scripts|docs|\.venv)/)")
+_SITE = re.compile(r"(?<![\w.~-])/(?:[\w.+@~-]+/)+?(?=(?:site|dist)-packages/)")
+
+
+def relative_paths(text: str) -> str:
+    """Absolute paths cut to the repository's (results/..., lib/...) or an installed package's (site-packages/...)."""
+    return _SITE.sub("", _ABS_PATH.sub("", text))
+
+
+_DF_TABLE = re.compile(r'<table border="1" class="dataframe[^"]*">.*?</table>', re.S)
+_ROW_HEAD = re.compile(r"(<tr[^>]*>)\s*<th[^>]*>[^<]*</th>")
+_NAN_CELL = re.compile(r"<td>\s*(?:NaN|None|NaT|nan|&lt;NA&gt;)\s*</td>")
+_NUM_CELL = re.compile(r"<td>\s*(-?\d+\.\d+(?:e[+-]?\d+)?)\s*</td>")
+
+
+def _sig(m) -> str:
+    x = float(m.group(1))
+    return f"<td>{x:.4g}</td>" if abs(x) < 1e15 else m.group(0)
+
+
+def tidy_dataframe_html(text: str) -> str:
+    """A pandas table as a reader wants it: no index column (the row numbers say nothing), empty cells for
+    NaN/None, and four significant digits for every decimal (the runs do not resolve more)."""
+    def fix(m):
+        t = m.group(0)
+        body = t.split("<tbody>", 1)[-1]
+        labels = [x.group(0).rsplit(">", 2)[-2].split("<")[0].strip() for x in _ROW_HEAD.finditer(body)]
+        head = t.split("<tbody>", 1)[0]
+        # Row numbers (pandas' default index, kept through a sort or a filter, '...' where it is cut) say
+        # nothing; an index with a name (its own header row) or with labels stays.
+        if head.count("<tr") == 1 and labels and all(x.isdigit() or x == "..." for x in labels):
+            t = _ROW_HEAD.sub(r"\1", t)
+        t = _NAN_CELL.sub("<td></td>", t)
+        return _NUM_CELL.sub(_sig, t)
+    return _DF_TABLE.sub(fix, text)
+
+
+_MD_TARGET = re.compile(r"(!?)\[([^\]]*)\]\(\s*([^)\s]+)([^)]*)\)")
+_HTML_TARGET = re.compile(r"""\b(src|href)=(["'])([^"']+)\2""")
+
+
+def _is_relative(target: str) -> bool:
+    return not (target.startswith(("#", "/", "data:", "mailto:")) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", target))
+
+
+def rewrite_links(text: str, folder, html_dir) -> str:
+    """A stage notebook's relative targets, meant from its results folder, made right from the HTML file:
+    an image the folder holds is embedded (a data: URI), a link becomes relative to html_dir."""
+    import base64
+    import mimetypes
+    folder, html_dir = Path(folder), Path(html_dir)
+
+    def fix(target: str, image: bool) -> str:
+        if not _is_relative(target):
+            return target
+        path = (folder / target).resolve()
+        if image and path.is_file():
+            mime = mimetypes.guess_type(str(path))[0] or "application/octet-stream"
+            return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+        rel = os.path.relpath(path, html_dir.resolve()).replace(os.sep, "/")
+        return rel + ("/" if target.endswith("/") and not rel.endswith("/") else "")
+
+    text = _MD_TARGET.sub(lambda m: f"{m.group(1)}[{m.group(2)}]({fix(m.group(3), bool(m.group(1)))}{m.group(4)})", text)
+    return _HTML_TARGET.sub(lambda m: f"{m.group(1)}={m.group(2)}{fix(m.group(3), m.group(1) == 'src')}{m.group(2)}", text)
+
+
+def _keep_cells(nb, folder=None, html_dir=None) -> list:
+    out = []
+    for cell in nb.cells:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if tags & DROP_TAGS:
+            continue
+        cell = copy.deepcopy(cell)
+        if folder is not None and cell.cell_type == "markdown":
+            cell.source = relative_paths(rewrite_links(cell.source, folder, html_dir))
+        if cell.cell_type == "code":
+            outs = []
+            for o in cell.get("outputs", []):
+                if o.get("output_type") in ("display_data", "execute_result"):
+                    data = o.get("data", {})
+                    data.pop("application/vnd.jupyter.widget-view+json", None)
+                    data.pop("application/javascript", None)
+                    if not data:
+                        continue
+                    if folder is not None:
+                        for mime in ("text/markdown", "text/html"):
+                            if isinstance(data.get(mime), str):
+                                data[mime] = rewrite_links(data[mime], folder, html_dir)
+                if o.get("output_type") in ("display_data", "execute_result"):
+                    for mime in ("text/html", "text/plain", "text/markdown"):
+                        if isinstance(data.get(mime), str):
+                            data[mime] = relative_paths(data[mime])
+                    if isinstance(data.get("text/html"), str):
+                        data["text/html"] = tidy_dataframe_html(data["text/html"])
+                if o.get("output_type") == "stream":
+                    # stderr here is progress bars and library chatter, not errors (a failed cell stops the
+                    # stage): shown as plain output, the bar at its last state, never as a red stderr block
+                    o["name"] = "stdout"
+                    o["text"] = relative_paths(_clean_stream(o.get("text", "")))
+                    if not o["text"].strip():
+                        continue
+                outs.append(o)
+            cell["outputs"] = outs
+        out.append(cell)
+    return out
+
+
+def stage_header(info) -> str:
+    c = info["conditions"]
+    return (f'<a id="stage-{info["name"]}"></a>\n\n---\n\n'
+            f'**{STAGE_TITLES.get(info["stage"], info["stage"])}.** '
+            f'Results folder (raw data): [{info["name"]}]({info["link"]}) · card `{c.get("card")}` · '
+            f'{c.get("gpu") or c.get("device")} · {c.get("date")} · commit `{(c.get("commit") or "none")[:12]}`'
+            f'{" (uncommitted changes)" if c.get("dirty") else ""}. The stage\'s executed notebook '
+            f'(`{info["stage"]}.ipynb` in that folder) follows, its code hidden.')
+
+
+def merge(front_html: str, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":  # noqa: F821 - imported where used
+    """One notebook: the front page (one HTML output), then per stage a header and its cells (parameters
+    dropped; relative links and images of a stage, meant from its folder, made right from html_dir)."""
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                   "language_info": {"name": "python"}}
+    cells = [nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output("display_data",
+                                                                            data={"text/html": front_html})])]
+    for info, snb in stage_nbs:
+        cells.append(nbformat.v4.new_markdown_cell(stage_header(info)))
+        folder = info.get("path")
+        cells.extend(_keep_cells(snb, folder, html_dir or DEFAULT_OUT.parent) if folder else _keep_cells(snb))
+    for i, cell in enumerate(cells):
+        cell["id"] = f"tr2-{i}"
+        cell.get("metadata", {}).pop("papermill", None)
+        if cell.cell_type == "code":
+            cell.setdefault("execution_count", None)
+    nb.cells = cells
+    return nb
+
+
+def export_html(nb, title: str) -> str:
+    import jinja2
+    from nbconvert import HTMLExporter
+    exporter = HTMLExporter(template_name="lab", extra_loaders=[jinja2.DictLoader({"tr2_offline.html.j2": OFFLINE_TEMPLATE})],
+                            template_file="tr2_offline.html.j2")
+    exporter.exclude_input = True
+    exporter.exclude_input_prompt = True
+    exporter.exclude_output_prompt = True
+    exporter.embed_images = True
+    exporter.anchor_link_text = ""
+    nb.metadata["title"] = title
+    body, _resources = exporter.from_notebook_node(nb)
+    return body
+
+
+def remote_urls(text: str) -> list[str]:
+    """Remote resources an HTML page would fetch: scripts, stylesheets, images, frames, CSS imports."""
+    return [m.group(0) for m in _REMOTE.finditer(text)] + [m.group(0) for m in _CSS_REMOTE.finditer(text)]
+
+
+def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]:
+    """Write the HTML and the verdict table's JSON; returns their paths."""
+    import nbformat
+    from ..results import write_json_atomic, write_text_atomic
+    from .front import front_page_html
+    from .verdicts import build_table, choose_dirs
+    out = Path(out) if out else DEFAULT_OUT
+    out = out.resolve()
+    chosen = choose_dirs(card, dirs, root)
+    data = build_table(card, chosen, out.parent)
+    stage_nbs = []
+    for info, d in zip(data["folders"], chosen):
+        p = Path(d) / f"{info['stage']}.ipynb"
+        if p.is_file():
+            stage_nbs.append((info, nbformat.read(str(p), as_version=4)))
+    nb = merge(front_page_html(data), stage_nbs, out.parent)
+    title = f"TR-2 ({card})" + (" - a CPU demonstration, not a GPU measurement" if data["cpu_demonstration"] else "")
+    text = export_html(nb, title)
+    bad = remote_urls(text)
+    if bad:
+        raise Tr2Error(f"report: the HTML would fetch {bad[0]!r}; allowed: an offline page (no remote resource)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    json_path = write_json_atomic(out.parent / f"TR-2-{card}.json", data)
+    write_text_atomic(out, text)
+    return out, Path(json_path)

@@ -1,0 +1,316 @@
+"""The verdict table of TR-2: pure, from the results folders' card.yaml, machine.json and summary.json.
+
+Which folders the report reads (the newest finished one of each stage for a card, or those named), and the
+table the front page shows: per model, element type and cupy build the series' verdict, gated by the
+correctness checks (a speed is published only where method A for its model and type and method B for its
+model passed), with each number's conditions and a link to its raw data.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+from pathlib import Path
+
+import yaml
+
+from .. import REPO_ROOT, RESULTS_DIR, Tr2Error
+from ..stage import STAGES
+
+
+# ---------------------------------------------------------------------------------------------
+# folders
+
+
+def _dirty(value) -> bool:
+    """machine.json's dirty flag: a bool, or the string the GPU machine's environment handed over (runs of 2026-11-29)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+def stage_of(d) -> str | None:
+    d = Path(d)
+    s = _read_json(d / "summary.json") or {}
+    if s.get("stage") in STAGES:
+        return s["stage"]
+    for st in sorted(STAGES, key=len, reverse=True):
+        if d.name.startswith(st + "-"):
+            return st
+    return None
+
+
+def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
+    """The folders the report stitches, in stage order: the given ones, or the newest finished one of each
+    stage for the card (a folder holding summary.json and its executed notebook)."""
+    if dirs:
+        out = []
+        for d in dirs:
+            p = Path(d).resolve()
+            if not p.is_dir():
+                raise Tr2Error(f"--dirs: {str(d)!r} is not a folder; allowed: results folders of stages")
+            if stage_of(p) is None:
+                raise Tr2Error(f"--dirs: {str(d)!r} is no stage's results folder; allowed: folders named "
+                               f"<stage>-<stamp>-<card> with stage one of {' | '.join(STAGES)}")
+            out.append(p)
+        order = {s: i for i, s in enumerate(STAGES)}
+        return sorted(out, key=lambda p: (order[stage_of(p)], p.name))
+    from ..runner import latest
+    out = []
+    for st in STAGES:
+        p = latest(st, card_name, root=root or RESULTS_DIR, finished=True)
+        if p is not None:
+            out.append(Path(p).resolve())
+    return out
+
+
+def _read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _read_card(d):
+    try:
+        return yaml.safe_load((Path(d) / "card.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def link(d, html_dir) -> str:
+    """The results folder as a link relative to the HTML file's folder, ending in '/'."""
+    rel = os.path.relpath(Path(d).resolve(), Path(html_dir).resolve())
+    return rel.replace(os.sep, "/") + "/"
+
+
+def folder_conditions(d) -> dict:
+    """Card, machine, versions, date and commit of a results folder (card.yaml and machine.json)."""
+    d = Path(d)
+    card = _read_card(d)
+    m = _read_json(d / "machine.json") or {}
+    gpus = m.get("gpus") or []
+    return {
+        "card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
+        "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
+        "driver": ", ".join(sorted({g.get("driver") for g in gpus if g.get("driver")})) or None,
+        "host": m.get("host"), "date": m.get("date"), "commit": m.get("commit"), "dirty": _dirty(m.get("dirty")),
+        "versions": {k: m.get(k) for k in ("python", "torch", "torch_cuda", "cudnn", "triton", "cupy", "numpy")},
+    }
+
+
+def folder_info(d, html_dir) -> dict:
+    d = Path(d)
+    st = stage_of(d)
+    summary = _read_json(d / "summary.json") or {}
+    c = folder_conditions(d)
+    for k in ("first_run", "last_run", "rounds", "steps", "window"):
+        v = (summary.get("conditions") or {}).get(k) if isinstance(summary.get("conditions"), dict) else None
+        if v is not None:
+            c[k] = v
+    return {"stage": st, "name": d.name, "path": str(d), "link": link(d, html_dir),
+            "notebook": (d / f"{st}.ipynb").is_file(), "conditions": c}
+
+
+# ---------------------------------------------------------------------------------------------
+# the verdict table
+
+def _range_of(r, times=None, tokens_per_step=None):
+    """A side's runs: count, median, range; the spread (median absolute deviation over the median, in percent,
+    from the run times the series recorded) and tokens per second at the median."""
+    if not r:
+        return None
+    out = {"runs": r.get("runs"), "median": r.get("median"), "fastest": r.get("fastest"), "slowest": r.get("slowest"),
+           "mad_pct": None, "tokens_per_s": None}
+    if times:
+        med = statistics.median(times)
+        out["mad_pct"] = 100 * statistics.median(abs(t - med) for t in times) / med if med else None
+    if tokens_per_step and out["median"]:
+        out["tokens_per_s"] = tokens_per_step / (out["median"] / 1000)
+    return out
+
+
+def _model_facts(name):
+    """(parameters, tokens per step) of a model of params/models.yaml, or (None, None)."""
+    from ..models import count_params, load_model
+    try:
+        cfg = load_model(name)
+    except Tr2Error:
+        return None, None
+    return count_params(cfg), cfg.batch_size * cfg.block_size
+
+
+def _run_times(summary) -> dict:
+    return {c.get("config"): c.get("run_times_ms") or [] for c in summary.get("configurations", [])}
+
+
+def _load_during(d) -> dict:
+    """The machine's load while the series ran: the load average when it started (machine.json) and, on a
+    GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
+    from ..results import read_jsonl
+    m = _read_json(Path(d) / "machine.json") or {}
+    gpu = [r["gpu"] for r in read_jsonl(Path(d) / "runs.jsonl") if isinstance(r.get("gpu"), dict)]
+    med = {}
+    for k in ("sm_mhz", "temp_c", "power_w"):
+        vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
+        med[k] = statistics.median(vals) if vals else None
+    return {"loadavg": m.get("loadavg"), "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}
+
+
+def _check_of(v, link_, what):
+    if v is None:
+        return {"passed": None, "reason": f"{what} has not run for this card", "link": None}
+    return {"passed": v.get("passed"), "reason": v.get("reason"), "link": link_}
+
+
+def build_table(card_name: str, dirs, html_dir) -> dict:
+    """The front page's data: every model and element type of the series with its verdict, gated by the
+    correctness checks; the checks; the footprint; every folder's conditions."""
+    dirs = [Path(d) for d in dirs]
+    infos = [folder_info(d, html_dir) for d in dirs]
+    by_stage: dict[str, list] = {}
+    for d, info in zip(dirs, infos):
+        by_stage.setdefault(info["stage"], []).append((d, info, _read_json(d / "summary.json") or {}))
+
+    # correctness: method A per (model, dtype), method B per model; a later folder overrides an earlier one
+    check_a, check_b = {}, {}
+    for d, info, s in by_stage.get("method_a", []):
+        for c in s.get("configs", []):
+            check_a[(c["model"], c["dtype"])] = _check_of(c.get("verdict") or {}, info["link"], "method A")
+    for d, info, s in by_stage.get("method_b", []):
+        for m in s.get("models", []):
+            v = dict(m.get("verdict") or {})
+            full = v.get("full")
+            if isinstance(full, dict) and "passed" in full and m.get("judge_last_step") != m.get("steps"):
+                v["reason"] = (v.get("reason") or "") + f" (over all {m.get('steps')} steps: " + \
+                    ("passed" if full.get("passed") else "not passed") + ", protocol rule 52)"
+            check_b[m["model"]] = _check_of(v, info["link"], "method B")
+
+    rows = []
+    seen = {}
+    for d, info, s in by_stage.get("series", []):
+        cond = info["conditions"]
+        times = _run_times(s)
+        for v in s.get("verdicts", []):
+            n_params, tokens = _model_facts(v["model"])
+            ours_t = times.get(f"{v['model']}/{v['dtype']}/{v['build']}")
+            theirs_t = times.get(f"{v['model']}/{v['dtype']}/torch-{v.get('torch_mode')}")
+            key = (v["model"], v["dtype"], v["build"])
+            a = check_a.get((v["model"], v["dtype"])) or _check_of(None, None, "method A")
+            b = check_b.get(v["model"]) or _check_of(None, None, "method B")
+            correct = a["passed"] is True and b["passed"] is True
+            why = []
+            for name, chk in (("method A", a), ("method B", b)):
+                if chk["passed"] is True:
+                    continue
+                if chk.get("link") is None:       # the stage has no folder for this card
+                    why.append(chk["reason"])
+                else:
+                    why.append(name + (" failed" if chk["passed"] is False else " gave no verdict")
+                               + (f": {chk['reason']}" if chk.get("reason") else ""))
+            published = correct and v.get("verdict") is not None
+            if correct and v.get("verdict") is None:
+                why.append("the series gives no verdict" + (f": {v['reason']}" if v.get("reason") else ""))
+            row = {
+                "model": v["model"], "dtype": v["dtype"], "build": v["build"], "primary": bool(v.get("primary")),
+                "half_roundings": v["build"].endswith("-hr"),
+                "params": n_params, "tokens_per_step": tokens,
+                "cupy": _range_of(v.get("ours"), ours_t, tokens) if published else None,
+                "torch": ({"mode": v.get("torch_mode"), **(_range_of(v.get("theirs"), theirs_t, tokens) or {})}
+                          if published else None),
+                "ratio": v.get("ratio") if published else None,
+                "verdict": v.get("verdict") if published else None,
+                "speed_published": published,
+                "withheld": None if published else ("; ".join(why) or "no verdict"),
+                "method_a": a, "method_b": b, "correctness_passed": correct,
+                "oom_modes": v.get("oom_modes") or [], "modes_without_time": v.get("modes_without_time") or [],
+                "notes": v.get("notes") or [], "complete": v.get("complete"),
+                "series": info["name"], "link": info["link"],
+                "conditions": {"card": cond.get("card"), "gpu": cond.get("gpu") or cond.get("device"),
+                               "rounds": cond.get("rounds"), "window": cond.get("window"), "date": cond.get("date"),
+                               "commit": cond.get("commit"), "torch": cond["versions"].get("torch"),
+                               "cupy": cond["versions"].get("cupy")},
+            }
+            if key in seen:
+                rows[seen[key]] = row
+            else:
+                seen[key] = len(rows)
+                rows.append(row)
+
+    primary = [r for r in rows if r["primary"]]
+    counts = {k: sum(1 for r in primary if r["verdict"] == k) for k in ("faster", "level", "slower")}
+    counts["no verdict"] = sum(1 for r in primary if r["verdict"] is None)
+    counts["comparisons"] = len(primary)
+
+    footprint = None
+    for d, info, s in by_stage.get("footprint", []):
+        footprint = {"link": info["link"], "folder": info["name"], "sides": s.get("sides", {}),
+                     "docker": {k: (s.get("docker") or {}).get(k) for k in ("available", "message", "image_ratio_torch_to_cupy")},
+                     "images": {side: {k: i.get(k) for k in ("size_bytes", "status", "files")}
+                                for side, i in ((s.get("docker") or {}).get("images") or {}).items()},
+                     "install_set_bytes": s.get("install_set_bytes"),
+                     "steps": (s.get("conditions") or {}).get("steps"),
+                     "conditions": info["conditions"]}
+
+    devices = {i["conditions"].get("device") for i in infos if i["conditions"].get("device")}
+    cards = {i["conditions"].get("card") for i in infos if i["conditions"].get("card")}
+    dates = sorted(x for i in infos for x in (i["conditions"].get("first_run") or i["conditions"].get("date"),
+                                              i["conditions"].get("last_run") or i["conditions"].get("date")) if x)
+    from ..sysinfo import git_commit
+    commits = {i["stage"]: i["conditions"].get("commit") for i in infos}
+    series = by_stage.get("series", [])
+    return {
+        "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
+        "machine": _machine(dirs[0] if not series else series[-1][0], series[-1][0] if series else None),
+        "commands": commands(card_name, infos, html_dir),
+        "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
+        "cpu_demonstration": "cpu" in devices or (not devices and _card_device(card_name) == "cpu"),
+        "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "report_commit": git_commit(),
+        "measured_from": dates[0] if dates else None, "measured_to": dates[-1] if dates else None,
+        "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
+        "stages_missing": [s for s in STAGES if s not in by_stage],
+    }
+
+
+def _machine(d, series_dir) -> dict:
+    """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver, and the
+    load while the series ran. Folders made before tr2 recorded the processor say None (not recorded)."""
+    m = _read_json(Path(d) / "machine.json") or {}
+    gpus = m.get("gpus") or []
+    return {"host": m.get("host"), "platform": m.get("platform"), "cpu_model": m.get("cpu_model"),
+            "cpu_cores": m.get("cpu_cores"), "memory_bytes": m.get("memory_bytes"),
+            "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
+            "gpu_memory_mib": ", ".join(str(g.get("memory_mib")) for g in gpus if g.get("memory_mib")) or None,
+            "driver": ", ".join(sorted({g.get("driver") for g in gpus if g.get("driver")})) or None,
+            "load": _load_during(series_dir) if series_dir else None}
+
+
+def commands(card_name, infos, html_dir) -> dict:
+    """The command that reproduces each table: each stage on its card at its commit, and this report."""
+    out = {}
+    for i in infos:
+        c = i["conditions"]
+        commit = (c.get("commit") or "")[:12]
+        card = c.get("card") or card_name
+        out[i["name"]] = ((f"git checkout {commit} && " if commit else "") + f"make {i['stage'].replace('_', '-')} "
+                          f"CARD={card}")
+    rels = " ".join(f"results/{i['name']}" for i in infos)
+    out["report"] = f"python -m tr2.report --card {card_name}" + (f" --dirs {rels}" if rels else "")
+    return out
+
+
+def unstitched(card_name: str, root=None) -> list[Path]:
+    """Folders of the card that hold a summary but no executed notebook (a stage run by hand with papermill
+    into another file): the report cannot stitch them and says so."""
+    from ..runner import folders
+    return [p for st in STAGES for p in folders(st, card_name, root or RESULTS_DIR)
+            if (p / "summary.json").is_file() and not (p / f"{st}.ipynb").is_file()]
+
+
+def _card_device(card_name):
+    try:
+        return (yaml.safe_load((REPO_ROOT / "params" / "cards" / f"{card_name}.yaml").read_text()) or {}).get("device")
+    except (OSError, yaml.YAMLError):
+        return None
+

@@ -1,0 +1,189 @@
+"""Every bad input refused up front: exit 2, exactly one line on stderr naming what is wrong and what is
+allowed, and nothing left behind (no results folder, no file in the folder given). One table, three
+entry points: the trainer, the runner, and the `papermill` command (through the hook `make setup` installs)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tr2 import REPO_ROOT
+
+PY = sys.executable
+SMOKE = yaml.safe_load((REPO_ROOT / "params" / "cards" / "smoke.yaml").read_text())
+
+
+def _card(tmp, name, change=None, text=None, raw=None):
+    p = tmp / f"{name}.yaml"
+    if raw is not None:
+        p.write_bytes(raw)
+    elif text is not None:
+        p.write_text(text)
+    else:
+        c = yaml.safe_load(yaml.safe_dump(SMOKE))
+        change(c)
+        p.write_text(yaml.safe_dump(c, sort_keys=False))
+    return str(p)
+
+
+def _set(path, value):
+    def f(c):
+        *head, last = path.split(".")
+        d = c
+        for k in head:
+            d = d[k]
+        if value is KeyError:
+            del d[last]
+        else:
+            d[last] = value
+    return f
+
+
+def _files(tmp):
+    t = Path(tmp)
+    (t / "empty.npz").write_bytes(b"")
+    (t / "junk.npz").write_bytes(os.urandom(300))
+    np.save(t / "floats.npy", np.zeros((5, 4), dtype=np.float32))
+    np.save(t / "short.npy", np.zeros((3, 8), dtype=np.int64))  # the tiny model's batch, too few iterations
+    (t / "junk.npy").write_bytes(os.urandom(300))
+    np.savez(t / "wrong.npz", a=np.zeros(3, dtype=np.float32))
+    (t / "emptydir").mkdir()
+    (t / "series-20261001-100000-smoke").mkdir()  # named like a folder but holding no card.yaml
+
+
+TRAIN = [PY, "-m", "tr2.train", "--side", "cupy", "--model", "tiny", "--steps", "5"]
+RUN = [PY, "-m", "tr2.runner", "series", "--root", "{tmp}/results"]
+
+# (id, argv, extra environment, words the line must hold)
+CASES = [
+    ("train-seed-negative", TRAIN + ["--seed", "-1"], {}, ["--seed: -1", "allowed: an integer from 0"]),
+    ("train-seed-huge", TRAIN + ["--seed", str(2**64)], {}, ["--seed:", "allowed: an integer from 0 to 4294967295"]),
+    ("train-steps-huge", TRAIN[:-1] + ["99999999"], {}, ["--steps: 99999999", "allowed"]),
+    ("train-init-missing", TRAIN + ["--init", "{tmp}/none.npz"], {}, ["--init:", "does not exist", "allowed"]),
+    ("train-init-empty", TRAIN + ["--init", "{tmp}/empty.npz"], {}, ["--init:", "not an .npz", "allowed"]),
+    ("train-init-junk", TRAIN + ["--init", "{tmp}/junk.npz"], {}, ["--init:", "not an .npz", "allowed"]),
+    ("train-init-wrong-model", TRAIN + ["--init", "{tmp}/wrong.npz"], {}, ["--init:", "does not fit model tiny"]),
+    ("train-batches-junk", TRAIN + ["--batches", "{tmp}/junk.npy"], {}, ["--batches:", "not an .npy", "allowed"]),
+    ("train-batches-floats", TRAIN + ["--batches", "{tmp}/floats.npy"], {}, ["--batches:", "expected int offsets"]),
+    ("train-batches-short", TRAIN + ["--batches", "{tmp}/short.npy"], {}, ["--batches:", "allowed: at least steps + 1"]),
+    ("train-device-cuda", TRAIN + ["--device", "cuda"], {}, ["--device: 'cuda'", "no CUDA device"]),
+    ("train-tr2-data-missing", TRAIN, {"TR2_DATA": "{tmp}/nodata"}, ["TR2_DATA:", "is not a folder", "allowed"]),
+    ("train-dtype", TRAIN + ["--dtype", "float64"], {}, ["--dtype: 'float64'", "allowed"]),
+    ("run-card-missing", RUN + ["--card", "{tmp}/none.yaml"], {}, ["card file:", "does not exist", "allowed"]),
+    ("run-card-name-unknown", RUN + ["--card", "nosuchcard"], {}, ["card file:", "'nosuchcard'", "allowed", "smoke"]),
+    ("run-card-binary", RUN + ["--card", "{card:junk}"], {}, ["not text", "allowed"]),
+    ("run-card-nul", RUN + ["--card", "{card:nul}"], {}, ["NUL bytes", "allowed"]),
+    ("run-card-empty", RUN + ["--card", "{card:empty}"], {}, ["empty", "allowed: a mapping with keys card"]),
+    ("run-card-list", RUN + ["--card", "{card:list}"], {}, ["holds a list, not a mapping", "allowed"]),
+    ("run-card-scalar", RUN + ["--card", "{card:scalar}"], {}, ["holds a number, not a mapping", "allowed"]),
+    ("run-card-bad-yaml", RUN + ["--card", "{card:badyaml}"], {}, ["not valid YAML"]),
+    ("run-card-duplicate", RUN + ["--card", "{card:dup}"], {}, ["card: given twice (lines 1 and 2)", "allowed: each key once"]),
+    ("run-card-duplicate-nested", RUN + ["--card", "{card:dupnested}"], {}, ["rounds: given twice", "each key once"]),
+    ("run-card-no-series", RUN + ["--card", "{card:noseries}"], {}, ["series: missing", "required keys"]),
+    ("run-card-unknown-key", RUN + ["--card", "{card:colour}"], {}, ["colour: unknown key", "allowed keys"]),
+    ("run-rounds-huge", RUN + ["--card", "{card:rounds}"], {}, ["series.rounds: 100000", "from 1 to 100"]),
+    ("run-timeout-tiny", RUN + ["--card", "{card:timeout}"], {}, ["series.timeout_s: 0.001", "from 10 to"]),
+    ("run-steps-huge", RUN + ["--card", "{card:steps}"], {}, ["series.steps: 10000000", "from 1 to 100000"]),
+    ("run-seed-huge", RUN + ["--card", "{card:seed}"], {}, ["method_a.seeds: 4294967296", "integers from 0 to"]),
+    ("run-seed-negative", RUN + ["--card", "{card:bseed}"], {}, ["method_b.seed: -5", "from 0 to"]),
+    ("run-gpu-card-on-cpu", RUN + ["--card", "h200"], {}, ["device: 'cuda'", "no CUDA device", "allowed here: cpu"]),
+    ("run-rules-missing", RUN + ["--card", "{card:rules}"], {}, ["families.rules:", "does not exist", "allowed"]),
+    ("run-tr2-data-missing", RUN + ["--card", "smoke"], {"TR2_DATA": "{tmp}/nodata"}, ["TR2_DATA:", "not a folder"]),
+    ("run-tr2-data-wrong", RUN + ["--card", "smoke"], {"TR2_DATA": "{tmp}/baddata"}, ["input.txt", "md5", "differs"]),
+    ("run-resume-missing", RUN + ["--resume", "{tmp}/nowhere"], {}, ["--resume:", "is not a folder", "allowed"]),
+    ("run-resume-empty", RUN + ["--resume", "{tmp}/emptydir"], {}, ["--resume:", "no stage started it", "allowed"]),
+    ("run-resume-no-card", RUN + ["--resume", "{tmp}/series-20261001-100000-smoke"], {}, ["holds no card.yaml"]),
+    ("run-resume-other-stage", RUN + ["--resume", str(REPO_ROOT / "results" / "method_a-20261129-092259-cpu")], {},
+     ["is a folder of stage method_a", "allowed: a folder of stage series"]),
+    ("run-resume-other-card", RUN + ["--card", "smoke", "--resume", str(REPO_ROOT / "results" / "series-20261129-092052-cpu")],
+     {}, ["holds another card", "allowed: the card it was started with"]),
+    ("run-no-card", RUN, {}, ["--card: missing", "allowed"]),
+    ("run-stage", [PY, "-m", "tr2.runner", "dance", "--card", "smoke"], {}, ["stage: 'dance'", "allowed"]),
+]
+
+CARDS = {
+    "junk": dict(raw=bytes(range(128, 256)) * 3), "nul": dict(raw=b"card: x\0\0\0\n"), "empty": dict(text=""),
+    "list": dict(text="[1, 2]\n"), "scalar": dict(text="3\n"), "badyaml": dict(text="card: [unclosed\n  machine: x\n"),
+    "dup": dict(text="card: a\ncard: b\n"),
+    "dupnested": dict(text=(REPO_ROOT / "params/cards/smoke.yaml").read_text().replace("  rounds: 1", "  rounds: 1\n  rounds: 2")),
+    "noseries": dict(change=_set("series", KeyError)), "colour": dict(change=_set("colour", "blue")),
+    "rounds": dict(change=_set("series.rounds", 100000)), "timeout": dict(change=_set("series.timeout_s", 0.001)),
+    "steps": dict(change=_set("series.steps", 10_000_000)), "seed": dict(change=_set("method_a.seeds", [4294967296])),
+    "bseed": dict(change=_set("method_b.seed", -5)), "rules": dict(change=_set("families.rules", "params/nope.tsv")),
+}
+
+
+def _fill(x, tmp):
+    if x.startswith("{card:"):
+        name = x[6:-1]
+        return _card(tmp, name, **CARDS[name])
+    return x.replace("{tmp}", str(tmp))
+
+
+def _snapshot(*dirs):
+    return {p for d in dirs if Path(d).is_dir() for p in Path(d).rglob("*")}
+
+
+@pytest.mark.parametrize("argv,env,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_refused_in_one_line(tmp_path, argv, env, words):
+    _files(tmp_path)
+    (tmp_path / "baddata").mkdir()
+    (tmp_path / "baddata" / "input.txt").write_text("not shakespeare\n")
+    argv = [_fill(a, tmp_path) for a in argv]
+    environ = {**os.environ, **{k: v.replace("{tmp}", str(tmp_path)) for k, v in env.items()},
+               "PYTHONPATH": str(REPO_ROOT / "lib")}
+    before = _snapshot(tmp_path, REPO_ROOT / "results")
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, env=environ, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.endswith("\n"), r.stderr
+    assert ": error: " in r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+    assert r.stdout == ""
+    assert _snapshot(tmp_path, REPO_ROOT / "results") == before   # nothing written
+
+
+def test_at_least_thirty_bad_inputs():
+    assert len(CASES) >= 30 and len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.fixture(scope="module")
+def papermill_bin(tmp_path_factory):
+    """A `papermill` command with the hook as `make setup` installs it (a .pth file in a site folder)."""
+    pytest.importorskip("papermill")
+    t = tmp_path_factory.mktemp("pm")
+    site = t / "site"
+    site.mkdir()
+    subprocess.run([PY, "-m", "tr2.papermill_hook", "install", "--dir", str(site)], check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "lib")})
+    exe = t / "papermill"
+    exe.write_text(f"#!{PY}\nimport site, sys\nsite.addsitedir({str(site)!r})\n"
+                   "from papermill.cli import papermill\nsys.exit(papermill())\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.parametrize("card,extra,words", [
+    ("list", [], ["holds a list, not a mapping"]),
+    ("dup", [], ["card: given twice"]),
+    ("empty", [], ["empty; allowed: a mapping"]),
+    ("noseries", [], ["series: missing"]),
+    ("smoke", ["-p", "device", "cuda"], ["device: 'cuda'", "no CUDA device"]),
+    ("rounds", [], ["series.rounds: 100000"]),
+], ids=["list", "duplicate", "empty", "no-series", "device-cuda", "rounds"])
+def test_papermill_refuses_in_one_line(tmp_path, papermill_bin, card, extra, words):
+    path = str(REPO_ROOT / "params/cards/smoke.yaml") if card == "smoke" else _card(tmp_path, card, **CARDS[card])
+    before = _snapshot(REPO_ROOT / "results")
+    r = subprocess.run([str(papermill_bin), "notebooks/series.ipynb", str(tmp_path / "out.ipynb"), "-f", path, *extra,
+                        "--no-progress-bar", "--log-level", "ERROR"], capture_output=True, text=True, cwd=REPO_ROOT,
+                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "lib")}, timeout=300)
+    assert r.returncode == 2, r.stderr[-3000:]
+    errors = [line for line in r.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [errors[-1]] and errors[0].startswith("papermill: error: "), r.stderr   # one line, no traceback
+    assert "Traceback" not in r.stderr
+    for w in words:
+        assert w in errors[0], (w, errors[0])
+    assert _snapshot(REPO_ROOT / "results") == before   # no results folder
