@@ -213,10 +213,11 @@ def phase_methodb(out: Path, budget: float, table: list, steps=None):
     d.mkdir(exist_ok=True)
     steps = steps or int(os.environ.get("TR2_METHODB_STEPS", "200"))
     window = os.environ.get("TR2_METHODB_WINDOW")
+    models = [m for m in os.environ.get("TR2_METHODB_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m]
     jobs = {}
-    judge = ({m: int(window) for m in ("nanogpt", "gpt2-small", "gpt2-medium")} if window else {"gpt2-medium": 100})
+    judge = ({m: int(window) for m in models} if window else {"gpt2-medium": 100})
     t0 = time.monotonic()
-    for model in ("nanogpt", "gpt2-small", "gpt2-medium"):
+    for model in models:
         cfg = load_model(MODEL_STANDIN or model)
         init, order = d / f"{model}-init.npz", d / f"{model}-batches.npy"
         data.write_batch_order(order, cfg.dataset, cfg.block_size, cfg.batch_size, steps, seed=1337)
@@ -229,7 +230,7 @@ def phase_methodb(out: Path, budget: float, table: list, steps=None):
                                    extra=["--init", str(init), "--batches", str(order), "--no-tf32", "--dropout", "0",
                                           "--metrics", str(d / f"{name}.jsonl")])
     codes = parallel(jobs, d, budget - (time.monotonic() - t0))
-    for model in ("nanogpt", "gpt2-small", "gpt2-medium"):
+    for model in models:
         t, c = read_metrics(d / f"{model}-torch.jsonl")["loss"], read_metrics(d / f"{model}-cupy.jsonl")["loss"]
         v = method_b.verdict(t, c, steps, judge.get(model))
         append_jsonl(out / "methodb.jsonl", {"phase": "methodb", "model": model, "steps": steps, "exit_codes": codes,

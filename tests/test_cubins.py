@@ -1,0 +1,72 @@
+"""Kernels built ahead (tr2.cupy_side.gpu.cubins): the cache key follows the source and the options, a missing
+cubin is compiled once with a notice and kept, and a present one is used without compiling. No GPU needed: the
+compiler is replaced by a recorder (the real NVRTC compile runs on the GPU machine and in `make kernels`)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tr2.cupy_side import gpu
+from tr2.cupy_side.gpu import cubins
+
+
+class FakeNvrtc:
+    path = "/fake/libnvrtc.so.13"
+
+    def __init__(self):
+        self.compiled = []
+
+    def version(self):
+        return "13.0"
+
+    def compile(self, source, name, arch):
+        self.compiled.append((name, arch))
+        return b"CUBIN:" + name.encode() + b":" + arch.encode()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TR2_KERNEL_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_key_follows_source_options_and_arch(monkeypatch):
+    k = cubins.key("gelu.cu", "sm_90")
+    assert k.startswith("gelu-sm_90-") and k.endswith(".cubin")
+    assert cubins.key("gelu.cu", "sm_80") != k
+    assert cubins.key("residual.cu", "sm_90") != k
+    monkeypatch.setattr(cubins, "NVRTC_OPTIONS", cubins.NVRTC_OPTIONS + ("-lineinfo",))
+    assert cubins.key("gelu.cu", "sm_90") != k
+    real = gpu.load_source
+    monkeypatch.setattr(cubins, "load_source", lambda fn: real(fn) + "\n// changed")
+    assert cubins.key("gelu.cu", "sm_90") != k
+
+
+def test_never_fast_math_and_ftz_as_cupy_did():
+    assert "-ftz=true" in cubins.NVRTC_OPTIONS
+    assert not any("fast" in o for o in cubins.NVRTC_OPTIONS)
+
+
+def test_missing_cubin_compiled_once_with_a_notice_then_kept(cache, monkeypatch, capsys):
+    fake = FakeNvrtc()
+    monkeypatch.setattr(cubins, "Nvrtc", lambda *a: fake)
+    p = cubins.ensure("gelu.cu", "sm_90")
+    assert p.parent == cache and p.read_bytes() == b"CUBIN:gelu.cu:sm_90"
+    assert "compiling gelu.cu for sm_90" in capsys.readouterr().err
+    meta = json.loads(p.with_suffix(".json").read_text())
+    assert meta["nvrtc"] == "13.0" and meta["arch"] == "sm_90" and meta["options"] == list(cubins.NVRTC_OPTIONS)
+    assert cubins.ensure("gelu.cu", "sm_90") == p
+    assert fake.compiled == [("gelu.cu", "sm_90")]
+    assert capsys.readouterr().err == ""
+    assert not list(cache.glob("*.tmp"))
+
+
+def test_build_ahead_compiles_every_file_then_keeps_them(cache, monkeypatch, capsys):
+    fake = FakeNvrtc()
+    monkeypatch.setattr(cubins, "Nvrtc", lambda *a: fake)
+    assert cubins.main(["--arch", "sm_90"]) == 0
+    assert sorted(n for n, _ in fake.compiled) == sorted(gpu.kernel_files())
+    assert cubins.main(["--arch", "sm_90"]) == 0
+    assert len(fake.compiled) == len(gpu.kernel_files())   # the second run compiled nothing
+    assert "kept" in capsys.readouterr().out
