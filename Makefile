@@ -18,7 +18,7 @@ RUN_STAGE = $(PY) -m tr2.runner $(1) $(if $(RESUME),--resume $(RESUME) $(if $(CA
 TORCH_CPU ?= torch==2.13.0
 CUPY_EXTRA ?= cuda13
 
-.PHONY: help setup test all series method-a method-b footprint families report bench clean-smoke
+.PHONY: help setup kernels test all series method-a method-b footprint families report bench clean-smoke
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -37,7 +37,11 @@ $(VENV)/.tr2-setup: pyproject.toml
 	fi
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(PY) -m tr2.papermill_hook install >/dev/null  # `papermill -f` refusals in one line (tr2/papermill_hook.py)
+	@if [ -n "$(HAS_GPU)" ]; then $(PY) -m tr2.cupy_side.gpu.cubins; fi  # the kernels built ahead on a GPU machine
 	touch $@
+
+kernels: setup  ## compile every .cu file to a cubin ahead of the runs (ARCH=sm_90 without a GPU; needs NVRTC)
+	$(PY) -m tr2.cupy_side.gpu.cubins $(if $(ARCH),--arch $(ARCH))
 
 test: setup  ## the linter, the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
 	$(PY) -m ruff check .

@@ -42,6 +42,18 @@ def test_h200_card_is_the_protocols():
     assert c["method_a"]["seeds"] == [1337, 1338, 1339, 1340, 1341] and c["method_a"]["steps"] is None
     assert c["method_a"]["judge_from"] == 1000
     assert c["method_b"]["steps"] == 200 and c["method_b"]["judge_steps"] == {"gpt2-medium": 100}
+    assert c["cuda_graph"] is True   # the compared cupy build times its whole-step graph
+
+
+def test_cuda_graph_is_a_bool_for_a_gpu_card_and_false_when_left_out(card):
+    assert card["cuda_graph"] is False        # smoke.yaml leaves it out
+    c = copy.deepcopy(card)
+    c["cuda_graph"] = "yes"
+    assert err(c) == "cuda_graph: 'yes' is not allowed; allowed: true | false"
+    c["cuda_graph"] = True                    # smoke is a cpu card
+    assert err(c).startswith("cuda_graph: True is not allowed; allowed: false on a cpu card")
+    c["device"] = "cuda"
+    assert validate_card(c)["cuda_graph"] is True
 
 
 def test_unknown_key(card):

@@ -1,5 +1,5 @@
 """One run configuration: its key, the card's configurations, and the trainer's arguments it turns into."""
-from tr2.configs import RunConfig, configurations
+from tr2.configs import RunConfig, configurations, graphed
 from tr2.trainargs import TrainArgs, parse
 
 
@@ -27,3 +27,16 @@ def test_keys_and_the_cards_configurations():
     assert len(configurations(card)) == 14
     c = RunConfig("tiny", "bfloat16", "cupy", half_roundings=True)
     assert (c.slug, c.label, c.as_record()["build"]) == ("tiny_bfloat16_cupy-hr", "cupy half-roundings", "cupy-hr")
+
+
+def test_the_cards_cuda_graph_reaches_the_cupy_runs_but_float16():
+    card = {"models": ["nanogpt"], "dtypes": ["float32", "bfloat16", "float16"], "torch_modes": ["eager"],
+            "half_roundings": [True], "cuda_graph": True}
+    cupy = [c for c in configurations(card) if c.side == "cupy"]
+    assert [(c.dtype, c.cuda_graph) for c in cupy] == [("float32", True), ("bfloat16", True), ("float16", False)]
+    assert all(not c.cuda_graph for c in configurations(card) if c.side == "torch")
+    assert cupy[1].key == "nanogpt/bfloat16/cupy-hr" and cupy[1].label == "cupy half-roundings graph"
+    assert cupy[1].as_record()["cuda_graph"] is True
+    assert "--cuda-graph" in cupy[1].train_args("cuda", 10).to_argv()
+    assert "--cuda-graph" not in cupy[2].train_args("cuda", 10).to_argv()
+    assert not graphed({**card, "cuda_graph": False}, "bfloat16") and not graphed({}, "float32")

@@ -40,6 +40,7 @@ SCHEMA = {
     "dtypes": "dtypes",
     "torch_modes": "modes",
     "half_roundings": "bools",
+    "cuda_graph": "bool",
     "series": {
         "rounds": "pos_int",
         "steps": "pos_int",
@@ -73,7 +74,7 @@ FLOOR_NAMES = ("none", "once", "every")  # method B's noise-floor runs (tr2.meth
 ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max-autotune")  # tr2.method_b.ALSO's keys
 # The only keys a card may leave out, with the value they take then: added after cards and results
 # folders existed, so that those still read as they were run (all three floors, no extra runs).
-OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": []}
+OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "cuda_graph": False}
 
 
 def _fail(key: str, value, allowed: str):
@@ -135,6 +136,10 @@ def _check(kind: str, key: str, value):
                 origin = " (params/models.yaml)" if kind == "models" else ""
                 raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: {' | '.join(allowed)}{origin}")
         return items
+    if kind == "bool":
+        if not isinstance(value, bool):
+            _fail(key, value, "true | false")
+        return value
     if kind == "bools":
         items = _list(key, value, "true | false")
         for v in items:
@@ -201,7 +206,8 @@ def _check_mapping(schema: dict, d, prefix: str = "") -> dict:
             raise Tr2Error(f"{prefix}{k}: unknown key; allowed keys{' of ' + where if prefix else ''}: {', '.join(schema)}")
     for k in schema:
         if k not in d and prefix + k in OPTIONAL:
-            d = {**d, k: list(OPTIONAL[prefix + k])}
+            v = OPTIONAL[prefix + k]
+            d = {**d, k: list(v) if isinstance(v, list) else v}
         if k not in d:
             raise Tr2Error(f"{prefix}{k}: missing; required keys{' of ' + where if prefix else ''}: {', '.join(schema)}")
     out = {}
@@ -234,6 +240,8 @@ def validate_card(d) -> dict:
             _fail("method_a.judge_from", a["judge_from"], f"a step <= {steps} ({whose})")
         if interval > steps:
             _fail("method_a.eval_interval", interval, f"at most {steps} ({whose})")
+    if c["cuda_graph"] and c["device"] != "cuda":
+        _fail("cuda_graph", True, "false on a cpu card (the whole-step graph is the cupy side's on a GPU)")
     b = c["method_b"]
     if b["floors"] and "none" not in b["floors"]:
         _fail("method_b.floors", b["floors"], "[] or a list holding none (the perturbed floor runs are measured "

@@ -2,7 +2,9 @@
 
 Every stage takes its configurations from `configurations(card)`, so a key means the same thing in the
 series, the kernel families, the footprint and the report: `<model>/<dtype>/<build>`, with build
-`torch-<mode>`, `cupy` or `cupy-hr` (the cupy side with the half roundings).
+`torch-<mode>`, `cupy` or `cupy-hr` (the cupy side with the half roundings). Whether the cupy side replays
+its step as a CUDA graph is the card's `cuda_graph` (not part of the key: one card times one way), carried
+in each record.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ class RunConfig:
     side: str                       # torch | cupy
     mode: Optional[str] = None      # the torch side's mode; None for cupy
     half_roundings: bool = False    # the cupy side's half roundings (half types only)
+    cuda_graph: bool = False        # the cupy side's step replayed as one CUDA graph (the card's cuda_graph)
 
     @property
     def build(self) -> str:
@@ -37,7 +40,9 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        return f"torch {self.mode}" if self.side == "torch" else "cupy" + (" half-roundings" if self.half_roundings else "")
+        if self.side == "torch":
+            return f"torch {self.mode}"
+        return "cupy" + (" half-roundings" if self.half_roundings else "") + (" graph" if self.cuda_graph else "")
 
     def as_record(self) -> dict:
         """The fields a stage's record carries (the key and build included)."""
@@ -46,7 +51,7 @@ class RunConfig:
     def train_args(self, device: str, steps: int, **kw) -> TrainArgs:
         """The trainer's arguments for one run of this configuration; kw: any other TrainArgs field."""
         return TrainArgs(side=self.side, model=self.model, dtype=self.dtype, mode=self.mode or "eager",
-                         device=device, steps=steps, half_roundings=self.half_roundings, **kw)
+                         device=device, steps=steps, half_roundings=self.half_roundings, cuda_graph=self.cuda_graph, **kw)
 
 
 def cupy_builds(card: dict, dtype: str) -> list[bool]:
@@ -59,6 +64,12 @@ def compared_build(card: dict, dtype: str) -> bool:
     return dtype != "float32" and True in cupy_builds(card, dtype)
 
 
+def graphed(card: dict, dtype: str) -> bool:
+    """Whether the cupy side runs its whole-step graph in `dtype`: where the card asks for it, except float16
+    (its loss scaler decides on the host: the graph is not built for it yet, and the record says so)."""
+    return bool(card.get("cuda_graph")) and dtype != "float16"
+
+
 def configurations(card: dict, models=None, compared_only: bool = False, cupy_first: bool = False) -> list[RunConfig]:
     """Every configuration of the card in the card's order: per model and type, the torch modes, then the
     cupy builds. `models`: a subset; `compared_only`: only the cupy build the verdict compares;
@@ -68,6 +79,6 @@ def configurations(card: dict, models=None, compared_only: bool = False, cupy_fi
         for dtype in card["dtypes"]:
             torch = [RunConfig(model, dtype, "torch", mode=m) for m in card["torch_modes"]]
             hrs = [compared_build(card, dtype)] if compared_only else cupy_builds(card, dtype)
-            cupy = [RunConfig(model, dtype, "cupy", half_roundings=h) for h in hrs]
+            cupy = [RunConfig(model, dtype, "cupy", half_roundings=h, cuda_graph=graphed(card, dtype)) for h in hrs]
             out += cupy + torch if cupy_first else torch + cupy
     return out

@@ -147,7 +147,7 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
     return {
         "round": r, "warm": r == 0, "config": config.key, "model": config.model, "dtype": config.dtype,
         "side": config.side, "mode": config.mode, "half_roundings": config.half_roundings,
-        "build": config.build, "status": clock["status"], "reason": clock["reason"],
+        "cuda_graph": config.cuda_graph, "build": config.build, "status": clock["status"], "reason": clock["reason"],
         "returncode": clock["returncode"], "step_ms": clock["step_ms"], "own_step_ms": clock["own_step_ms"],
         "own_vs_clock": clock["own_vs_clock"], "own_compared": config.side == "cupy",
         "void": void, "valid": r > 0 and clock["status"] == "ok" and void is None,
@@ -292,7 +292,7 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
     return out
 
 
-CSV_COLUMNS = ["config", "model", "dtype", "side", "build", "mode", "half_roundings", "status", "runs", "planned",
+CSV_COLUMNS = ["config", "model", "dtype", "side", "build", "mode", "half_roundings", "cuda_graph", "status", "runs", "planned",
                "void", "median_ms", "fastest_ms", "slowest_ms", "own_median_ms", "own_vs_clock_max", "peak_bytes",
                "nvml_peak_bytes", "reason"]
 VERDICT_COLUMNS = ["model", "dtype", "build", "primary", "verdict", "ratio", "torch_mode", "ours_median_ms",
