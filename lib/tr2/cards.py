@@ -384,10 +384,11 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
         if n in SCHEMA:
             raise Tr2Error(f"{n}: card key not defined in this notebook's parameters cell; add it there")
         raise Tr2Error(f"{n}: unknown key; allowed keys: {', '.join(CARD_KEYS)} (and results_dir)")
-    missing = [k for k in CARD_KEYS if k not in namespace]
+    missing = [k for k in CARD_KEYS if k not in namespace and k not in OPTIONAL]
     if missing:
-        raise Tr2Error(f"{missing[0]}: missing from the notebook's parameters cell; required keys: {', '.join(CARD_KEYS)}")
-    card = validate_card({k: namespace[k] for k in CARD_KEYS})
+        required = [k for k in CARD_KEYS if k not in OPTIONAL]
+        raise Tr2Error(f"{missing[0]}: missing from the notebook's parameters cell; required keys: {', '.join(required)}")
+    card = validate_card({k: namespace[k] for k in CARD_KEYS if k in namespace})
     check_machine(card)
     return card
 
