@@ -70,3 +70,14 @@ def test_build_ahead_compiles_every_file_then_keeps_them(cache, monkeypatch, cap
     assert cubins.main(["--arch", "sm_90"]) == 0
     assert len(fake.compiled) == len(gpu.kernel_files())   # the second run compiled nothing
     assert "kept" in capsys.readouterr().out
+
+
+def test_no_nvrtc_is_its_own_error(monkeypatch):
+    """runtime.module falls back to CuPy's own compile on this error (and only this one), so it must be distinct."""
+    monkeypatch.setenv("TR2_NVRTC", "")
+    monkeypatch.setattr(cubins.sys, "path", [])
+    monkeypatch.setattr(cubins.glob, "glob", lambda pattern: [])
+    monkeypatch.setitem(__import__("sys").modules, "cuda", None)   # no cuda-pathfinder either
+    with pytest.raises(cubins.NvrtcNotFound, match="NVRTC not found"):
+        cubins.Nvrtc()
+    assert issubclass(cubins.NvrtcNotFound, RuntimeError)

@@ -47,6 +47,10 @@ def path_for(filename: str, arch: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- NVRTC
+class NvrtcNotFound(RuntimeError):
+    pass
+
+
 def _find_libnvrtc() -> str:
     """$TR2_NVRTC, else the nvidia wheels' (CuPy's CUDA 13 or 12 dependency), else cuda-pathfinder's, else the
     CUDA install's."""
@@ -72,7 +76,7 @@ def _find_libnvrtc() -> str:
         found = [c for c in sorted(glob.glob(pattern)) if "builtins" not in c]
         if found:
             return found[-1]
-    raise RuntimeError("NVRTC not found: install CuPy's CUDA wheels (nvidia-cuda-nvrtc) or set TR2_NVRTC")
+    raise NvrtcNotFound("NVRTC not found: install CuPy's CUDA wheels (nvidia-cuda-nvrtc) or set TR2_NVRTC")
 
 
 class Nvrtc:

@@ -4,10 +4,12 @@ Every launch goes to CuPy's current stream. Nothing here synchronizes with the h
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import cupy as cp
 
-from . import cubins, kernel_files
+from . import COMPILE_OPTIONS, cubins, kernel_files, load_source
 
 _modules: dict[str, "cp.RawModule"] = {}
 _functions: dict[tuple[str, str], object] = {}
@@ -23,10 +25,17 @@ def arch() -> str:
 
 
 def module(filename: str) -> "cp.RawModule":
-    """The module of one kernel file, loaded from its cubin (built ahead; compiled and kept when missing)."""
+    """The module of one kernel file, loaded from its cubin (built ahead; compiled and kept when missing).
+    Where no NVRTC library can be found to build a missing cubin, CuPy compiles the source itself (its own
+    NVRTC, the same options), as before cubins existed, with a notice."""
     mod = _modules.get(filename)
     if mod is None:
-        mod = cp.RawModule(path=str(cubins.ensure(filename, arch())))
+        try:
+            mod = cp.RawModule(path=str(cubins.ensure(filename, arch())))
+        except cubins.NvrtcNotFound as e:
+            print(f"tr2: {e}; CuPy compiles {filename} instead", file=sys.stderr, flush=True)
+            mod = cp.RawModule(code=load_source(filename), options=COMPILE_OPTIONS, backend="nvrtc")
+            mod.compile()
         _modules[filename] = mod
     return mod
 
