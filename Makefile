@@ -18,7 +18,7 @@ RUN_STAGE = $(PY) -m tr2.runner $(1) $(if $(RESUME),--resume $(RESUME) $(if $(CA
 TORCH_CPU ?= torch==2.13.0
 CUPY_EXTRA ?= cuda13
 
-.PHONY: help setup kernels test all series method-a method-b footprint families report bench clean-smoke
+.PHONY: help setup kernels test lab all series method-a method-b footprint families report bench clean-smoke
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,6 +46,11 @@ kernels: setup  ## compile every .cu file to a cubin ahead of the runs (ARCH=sm_
 test: setup  ## the linter, the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q tests --nbval-lax notebooks
+
+# The results as DataFrames (notebooks/explore.ipynb, through tr2.explore); LAB_ARGS passes options on
+# (e.g. LAB_ARGS="--ip 127.0.0.1 --port 8890 --no-browser" on a remote machine behind a tunnel).
+lab: setup  ## JupyterLab on notebooks/: explore.ipynb loads every results folder into pandas DataFrames
+	$(PY) -m jupyterlab --notebook-dir=notebooks $(LAB_ARGS)
 
 series: setup  ## protocol rules 10-16: step times in rounds under the outside clock
 	$(call RUN_STAGE,series)

@@ -1,0 +1,153 @@
+"""tr2.explore: the committed results read back as the stages' own summaries state them, and small made-up
+folders for what the committed ones do not show (a retried run, a torn line, a missing table, a comparison)."""
+import json
+
+import pytest
+import yaml
+
+from tr2 import RESULTS_DIR
+import tr2.explore as ex
+
+CPU = {st: RESULTS_DIR / name for st, name in [
+    ("series", "series-20261129-092052-cpu"), ("method_a", "method_a-20261129-092650-cpu"),
+    ("method_b", "method_b-20261129-092337-cpu"), ("families", "families-20261129-092501-cpu"),
+    ("footprint", "footprint-20261129-092413-cpu")]}
+
+
+def _summary(path):
+    return json.loads((path / "summary.json").read_text())
+
+
+def test_stage_of_reads_the_folder_name():
+    assert ex.stage_of("results/method_a-20261129-092259-cpu") == "method_a"
+    assert ex.stage_of("x/series-20261129-090624-h200-nanogpt") == "series"
+    assert ex.stage_of("results/h200-checks-20261129") is None  # a folder of GPU calls, no stage's
+    assert ex.stage_of("results/series-notes") is None  # no stamp
+
+
+def test_index_lists_the_committed_stage_folders_and_nothing_else():
+    idx = ex.index()
+    names = set(idx["folder"])
+    assert {p.name for p in CPU.values()} <= names
+    assert "h200-checks-20261129" not in names and "gpu-kernels-20261129" not in names
+    row = idx[idx["folder"] == CPU["series"].name].iloc[0]
+    assert (row["stage"], row["card"], row["models"], row["dtypes"]) == ("series", "cpu", ("tiny",), ("float32",))
+    assert row["commit"].startswith("93a8409") and row["finished"]
+    assert list(idx["stamp"]) == sorted(idx["stamp"])
+
+
+def test_select_filters_by_card_model_type_and_commit():
+    idx = ex.index()
+    cpu = ex.select(idx, card="cpu")
+    assert set(cpu["card"]) == {"cpu"} and len(cpu) >= 6
+    assert set(ex.select(idx, model="gpt2-medium")["folder"]) >= {"method_b-20261129-100402-h200-methodb-gpt2-medium"}
+    assert "tiny" not in {m for ms in ex.select(idx, model="nanogpt")["models"] for m in ms}
+    by_commit = ex.select(idx, commit="ff0e049")
+    assert len(by_commit) >= 5 and all(c.startswith("ff0e049") for c in by_commit["commit"])
+    assert ex.select(idx, card="cpu", dtype="bfloat16").empty  # the CPU card measures float32 only
+    assert list(ex.select(idx, stage="method_a", card="cpu")["stage"].unique()) == ["method_a"]
+
+
+def test_step_times_are_the_runs_the_series_summary_counts():
+    st = ex.step_times(CPU["series"])
+    table = ex.series_table(CPU["series"])
+    assert len(st) == table["runs"].sum() == 6  # 3 configurations, 2 timed rounds; round 0 left out
+    assert (st["round"] > 0).all()
+    med = st.groupby("config")["step_ms"].median()
+    for _, row in table.iterrows():
+        assert med[row["config"]] == pytest.approx(row["median_ms"], rel=1e-12)
+    assert len(ex.runs(CPU["series"])) == 9  # the discarded runs are there
+
+
+def test_bands_a_are_the_medians_and_ranges_method_a_judged():
+    bands = ex.bands_a(ex.curves_a(CPU["method_a"]))
+    cfg = _summary(CPU["method_a"])["configs"][0]
+    for side in ("torch", "cupy"):
+        final = cfg["final_val"][side]
+        row = bands[(bands["side"] == side) & (bands["step"] == final["step"])].iloc[0]
+        assert row["n"] == final["n"] == 5
+        assert row["median"] == pytest.approx(final["median"]) and row["range"] == pytest.approx(final["range"])
+
+
+def test_curves_b_carry_each_runs_difference_and_mark_the_floors():
+    cb = ex.curves_b(CPU["method_b"])
+    m = _summary(CPU["method_b"])["models"][0]
+    rel = cb.groupby("run")["rel"].max()
+    assert rel["cupy"] == pytest.approx(m["cupy"]["all_steps"]["max_rel"])
+    assert rel["floor_once"] == pytest.approx(m["noise_floor"]["once"]["all_steps"]["max_rel"])
+    assert rel["floor_every"] == pytest.approx(m["noise_floor"]["every"]["all_steps"]["max_rel"])
+    assert set(cb.loc[cb["floor"], "run"]) == {"floor_none", "floor_once", "floor_every"}
+    assert cb.loc[cb["run"] == "torch", "rel"].isna().all()  # the reference has no difference from itself
+    assert len(cb[cb["run"] == "cupy"]) == 201  # steps 0..200
+
+
+def test_families_and_footprint_tables():
+    fam = ex.kernel_families(CPU["families"])
+    assert set(fam["label"]) == {"torch eager", "torch default", "cupy"}
+    for _, g in fam.groupby("key"):
+        assert g["share"].sum() == pytest.approx(1.0)
+    fp = ex.footprint(CPU["footprint"])
+    assert len(fp["footprint"]) == 3 and len(fp["libraries"]) > 0 and len(fp["distributions"]) > 0
+    assert set(fp["footprint"]["folder"]) == {CPU["footprint"].name}
+
+
+def test_load_filters_rows_of_every_table():
+    t = ex.load(model="nanogpt")
+    assert len(t["step_times"]) > 0 and set(t["step_times"]["model"]) == {"nanogpt"}
+    assert set(t["curves_b"]["model"]) == {"nanogpt"}
+    assert t["curves_a"].empty  # no method A folder measured nanogpt
+
+
+def _series_folder(root, name, commit, runs, medians):
+    d = root / name
+    (d / "logs").mkdir(parents=True)
+    (d / "card.yaml").write_text(yaml.safe_dump({"card": name.split("-", 3)[3], "device": "cpu",
+                                                 "models": ["tiny"], "dtypes": ["float32"]}))
+    (d / "machine.json").write_text(json.dumps({"commit": commit, "gpus": []}))
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    (d / "series.csv").write_text("config,model,dtype,median_ms\n"
+                                  + "".join(f"{c},tiny,float32,{m}\n" for c, m in medians.items()))
+    return d
+
+
+def _run(rnd, config, ms, status="ok", reason=None):
+    return {"round": rnd, "config": config, "model": "tiny", "dtype": "float32", "status": status,
+            "valid": status == "ok" and rnd > 0, "step_ms": ms, "reason": reason}
+
+
+def test_a_retried_run_counts_once_and_a_torn_line_is_dropped(tmp_path):
+    failed = _run(1, "tiny/float32/cupy", None, "failed", "data file train.bin not found")
+    d = _series_folder(tmp_path, "series-20261201-000000-mine", "abc", [_run(0, "tiny/float32/cupy", 9.0), failed,
+                                                                        _run(1, "tiny/float32/cupy", 5.0)], {})
+    with open(d / "runs.jsonl", "a") as f:
+        f.write('{"round": 2, "config": "tiny/fl')  # killed mid-append
+    r = ex.runs(d)
+    assert list(r["round"]) == [0, 1] and list(r["status"]) == ["ok", "ok"]
+    assert list(ex.step_times(d)["step_ms"]) == [5.0]
+
+
+def test_a_folder_without_a_table_adds_no_rows(tmp_path):
+    d = tmp_path / "families-20261201-000000-mine"
+    d.mkdir()
+    assert ex.kernel_families(d).empty and ex.curves_b(d).empty
+    assert list(ex.index(tmp_path)["finished"]) == [False]
+
+
+def test_compare_two_commits_of_a_series(tmp_path):
+    a = _series_folder(tmp_path, "series-20261201-000000-mine", "aaa", [], {"x": 10.0, "y": 4.0})
+    b = _series_folder(tmp_path, "series-20261202-000000-mine", "bbb", [], {"x": 5.0, "z": 1.0})
+    cmp = ex.compare(a, b).set_index("config")
+    assert cmp.loc["x", "b_over_a"] == 0.5 and cmp.loc["x", "b_minus_a"] == -5.0
+    assert cmp.loc["y"].isna()["b"] and cmp.loc["z"].isna()["a"]  # rows only one folder holds stay
+    assert cmp.attrs["stage"] == "series" and cmp.attrs["b"] == b.name
+    idx = ex.index(tmp_path)
+    assert ex.pair(idx) == (a, b)
+    assert list(ex.select(idx, commit="bb")["folder"]) == [b.name]
+    with pytest.raises(ValueError, match="not results folders of one stage"):
+        ex.compare(a, CPU["method_b"])
+
+
+def test_pair_needs_two_folders_for_the_same_models():
+    idx = ex.select(ex.index(), card="cpu")
+    assert ex.pair(idx) == (RESULTS_DIR / "method_a-20261129-092259-cpu", CPU["method_a"])
+    assert ex.pair(ex.select(idx, stage="series")) is None
