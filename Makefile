@@ -49,8 +49,10 @@ test: setup  ## the linter, the tests (CPU; GPU tests skip without a GPU) and th
 
 # The results as DataFrames (notebooks/explore.ipynb, through tr2.explore); LAB_ARGS passes options on
 # (e.g. LAB_ARGS="--ip 127.0.0.1 --port 8890 --no-browser" on a remote machine behind a tunnel).
+# JupyterLab refuses to start as root unless told; containers here run as root.
+LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: setup  ## JupyterLab on notebooks/: explore.ipynb loads every results folder into pandas DataFrames
-	$(PY) -m jupyterlab --notebook-dir=notebooks $(LAB_ARGS)
+	$(PY) -m jupyterlab --notebook-dir=notebooks $(LAB_ROOT) $(LAB_ARGS)
 
 series: setup  ## protocol rules 10-16: step times in rounds under the outside clock
 	$(call RUN_STAGE,series)
