@@ -230,3 +230,28 @@ def test_runner_prepares_the_folder(tmp_path, monkeypatch):
         runner.prepare("series", CARDS / "smoke.yaml", resume=other)
     cmd = runner.papermill_command("series", CARDS / "smoke.yaml", d)
     assert cmd[1:3] == ["-m", "papermill"] and cmd[-6:] == ["-p", "results_dir", str(d), "-k", "python3", "--log-output"]
+
+
+def test_torch_loops_default_to_ours_and_take_nanogpt_beside(card):
+    assert card["torch_loops"] == ["torch"] and card["nanogpt_path"] == "../shared/nanoGPT"  # smoke leaves both out
+    c = copy.deepcopy(card)
+    c["torch_loops"] = ["torch", "nanogpt"]
+    assert validate_card(c)["torch_loops"] == ["torch", "nanogpt"]
+    c["torch_loops"] = ["nanogpt"]
+    assert err(c) == ("torch_loops: ['nanogpt'] is not allowed; allowed: [torch] or [torch, nanogpt] "
+                      "(our torch loop is always measured)")
+    c["torch_loops"] = ["torch", "jax"]
+    assert err(c) == "torch_loops: 'jax' is not allowed; allowed: torch | nanogpt"
+    c["torch_loops"] = ["torch", "torch"]
+    assert err(c).startswith("torch_loops: ['torch', 'torch'] lists 'torch' twice")
+    c["torch_loops"], c["nanogpt_path"] = ["torch"], ""
+    assert err(c) == "nanogpt_path: '' is not allowed; allowed: a non-empty string"
+
+
+def test_a_card_with_nanogpt_needs_its_checkout_on_the_machine(card):
+    from tr2.cards import check_machine
+    c = {**card, "torch_loops": ["torch", "nanogpt"], "nanogpt_path": "/nonexistent/nanoGPT"}
+    with pytest.raises(Tr2Error) as e:
+        check_machine(c)
+    assert str(e.value).startswith("nanogpt_path: '/nonexistent/nanoGPT' holds no train.py")
+    check_machine({**c, "torch_loops": ["torch"]})  # not listed: the path is not read

@@ -205,6 +205,19 @@ def test_a_whole_series(card, tmp_path):
     assert len(list(csv.DictReader(open(d / "series.csv")))) == 7
 
 
+def test_the_verdict_takes_the_fastest_pytorch_loop_whichever_it_is(card, tmp_path):
+    card = {**card, "dtypes": ["float32"], "torch_modes": ["eager"], "torch_loops": ["torch", "nanogpt"]}
+    # nanoGPT's own loop faster than ours: the cupy side is compared against it (docs/protocol.md, rule 20)
+    fake = Fake(tmp_path, ms={"tiny/float32/torch-eager": 8.0, "tiny/float32/nanogpt-eager": 4.0,
+                              "tiny/float32/cupy": 5.0})
+    d = tmp_path / "res"
+    series.run(card, d, trainer=fake, progress=False)
+    assert sorted(set(fake.started())) == ["tiny/float32/cupy", "tiny/float32/nanogpt-eager", "tiny/float32/torch-eager"]
+    (v,) = series.summarize(d)["verdicts"]
+    assert (v["torch_loop"], v["torch_mode"], v["torch_build"]) == ("nanogpt", "eager", "nanogpt-eager")
+    assert v["verdict"] == "slower" and v["ratio"] > 1.0
+
+
 def test_oom_ends_the_configuration_not_the_series(card, tmp_path):
     fake = Fake(tmp_path, behaviour={"tiny/bfloat16/cupy": "oom", "tiny/bfloat16/torch-default": "oom",
                                      "tiny/float32/torch-default": "oom-at-2"})

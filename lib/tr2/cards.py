@@ -16,7 +16,7 @@ import yaml
 
 from . import REPO_ROOT, Tr2Error
 from .models import list_models, load_model
-from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX
+from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
@@ -41,6 +41,8 @@ SCHEMA = {
     "torch_modes": "modes",
     "half_roundings": "bools",
     "cuda_graph": "bool",
+    "torch_loops": "loops",
+    "nanogpt_path": "text",
     "series": {
         "rounds": "pos_int",
         "steps": "pos_int",
@@ -73,8 +75,10 @@ CARD_KEYS = tuple(SCHEMA)
 FLOOR_NAMES = ("none", "once", "every")  # method B's noise-floor runs (tr2.method_b)
 ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max-autotune")  # tr2.method_b.ALSO's keys
 # The only keys a card may leave out, with the value they take then: added after cards and results
-# folders existed, so that those still read as they were run (all three floors, no extra runs).
-OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "cuda_graph": False}
+# folders existed, so that those still read as they were run (all three floors, no extra runs, our torch
+# loop alone; nanoGPT's checkout beside the repository, read only where torch_loops lists nanogpt).
+OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "cuda_graph": False,
+            "torch_loops": ["torch"], "nanogpt_path": "../shared/nanoGPT"}
 
 
 def _fail(key: str, value, allowed: str):
@@ -170,6 +174,14 @@ def _check(kind: str, key: str, value):
                 or not 0 <= value[0] < value[1]):
             _fail(key, value, "[first, last] steps, integers with 0 <= first < last")
         return list(value)
+    if kind == "loops":  # our torch loop always (method B and the families stand on it); nanoGPT's beside it
+        items = _list(key, value, " | ".join(TORCH_LOOPS))
+        for v in items:
+            if not isinstance(v, str) or v not in TORCH_LOOPS:
+                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: {' | '.join(TORCH_LOOPS)}")
+        if "torch" not in items:
+            _fail(key, value, "[torch] or [torch, nanogpt] (our torch loop is always measured)")
+        return items
     if kind in ("floors", "also"):
         allowed = FLOOR_NAMES if kind == "floors" else ALSO_NAMES
         if not isinstance(value, (list, tuple)):
@@ -334,6 +346,9 @@ def check_machine(card: dict) -> None:
     for m in card["models"]:
         for name in DATA_FILES[load_model(m).dataset]:
             data_file(name)
+    if "nanogpt" in card["torch_loops"]:
+        from .nanogpt_side import checkout_path
+        checkout_path(card["nanogpt_path"], key="nanogpt_path")
     rules = Path(card["families"]["rules"])
     rules = rules if rules.is_absolute() else REPO_ROOT / rules
     if not rules.is_file():

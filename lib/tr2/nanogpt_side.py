@@ -47,13 +47,14 @@ DEFAULT_CHECKOUT = "../shared/nanoGPT"  # relative to the repository root
 CHECKOUT_FILES = ("train.py", "model.py", "configurator.py")
 
 
-def checkout_path(path=None) -> Path:
-    """The nanoGPT checkout (absolute), checked to hold what the launch runs; one-line error otherwise."""
+def checkout_path(path=None, key: str = "--nanogpt") -> Path:
+    """The nanoGPT checkout (absolute), checked to hold what the launch runs; one-line error naming `key`
+    (the trainer's --nanogpt, the card's nanogpt_path) otherwise. A relative path is the repository's."""
     p = Path(path if path is not None else DEFAULT_CHECKOUT)
     p = p if p.is_absolute() else (REPO_ROOT / p)
     missing = [f for f in CHECKOUT_FILES if not (p / f).is_file()]
     if missing:
-        raise Tr2Error(f"--nanogpt: {str(path if path is not None else DEFAULT_CHECKOUT)!r} holds no {missing[0]} "
+        raise Tr2Error(f"{key}: {str(path if path is not None else DEFAULT_CHECKOUT)!r} holds no {missing[0]} "
                        f"({p}); allowed: a nanoGPT checkout with {', '.join(CHECKOUT_FILES)} (e.g. {DEFAULT_CHECKOUT})")
     return p.resolve()
 

@@ -98,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cupy on cuda only: capture the training step once as a CUDA graph and replay it")
     p.add_argument("--metrics", default=None, help="append every step's loss and every evaluation as JSON lines")
     p.add_argument("--log-interval", type=int, default=10)
-    p.add_argument("--nanogpt", default=None, help="nanogpt only: the nanoGPT checkout (default ../shared/nanoGPT "
-                                                   "beside the repository)")
+    p.add_argument("--nanogpt", default=None, help="nanogpt only: the nanoGPT checkout, a relative path "
+                   "taken from the repository's root as the card's nanogpt_path is (default ../shared/nanoGPT)")
     return p
 
 
