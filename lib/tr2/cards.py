@@ -61,6 +61,7 @@ SCHEMA = {
     "method_b": {
         "steps": "pos_int",
         "judge_steps": "judge_steps",
+        "window": "window_rule",
         "seed": "nonneg_int",
         "floors": "floors",
         "also": "also",
@@ -72,12 +73,17 @@ SCHEMA = {
     },
 }
 CARD_KEYS = tuple(SCHEMA)
+# method B's judged window (tr2.method_b): from the floors (issue 11: W, the last step every floor run stays
+# within 0.5%) or the fixed judge_steps of protocol rule 52 (how the cards before that rule were run)
+WINDOW_RULES = ("floors", "judge_steps")
 FLOOR_NAMES = ("none", "once", "every")  # method B's noise-floor runs (tr2.method_b)
 ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max-autotune")  # tr2.method_b.ALSO's keys
 # The only keys a card may leave out, with the value they take then: added after cards and results
 # folders existed, so that those still read as they were run (all three floors, no extra runs, our torch
 # loop alone; nanoGPT's checkout beside the repository, read only where torch_loops lists nanogpt).
-OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "cuda_graph": False,
+# method_b.window: judge_steps (the fixed windows, protocol rule 52) for cards written before issue 11's rule.
+OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "method_b.window": "judge_steps",
+            "cuda_graph": False,
             "torch_loops": ["torch"], "nanogpt_path": "../shared/nanoGPT"}
 
 
@@ -174,6 +180,9 @@ def _check(kind: str, key: str, value):
                 or not 0 <= value[0] < value[1]):
             _fail(key, value, "[first, last] steps, integers with 0 <= first < last")
         return list(value)
+    if kind == "window_rule":
+        _one_of(key, value, WINDOW_RULES)
+        return value
     if kind == "loops":  # our torch loop always (method B and the families stand on it); nanoGPT's beside it
         items = _list(key, value, " | ".join(TORCH_LOOPS))
         for v in items:
@@ -258,6 +267,10 @@ def validate_card(d) -> dict:
     if b["floors"] and "none" not in b["floors"]:
         _fail("method_b.floors", b["floors"], "[] or a list holding none (the perturbed floor runs are measured "
                                               "against the unperturbed one)")
+    if b["window"] == "floors" and b["judge_steps"]:
+        _fail("method_b.judge_steps", b["judge_steps"], "{} when method_b.window is floors (the floors decide W)")
+    if b["window"] == "floors" and not b["floors"] and "nanogpt" not in c["torch_loops"]:
+        _fail("method_b.floors", b["floors"], "at least [none] when method_b.window is floors (W comes from them)")
     for m, v in b["judge_steps"].items():
         if v > b["steps"]:
             _fail(f"method_b.judge_steps.{m}", v, f"a step <= method_b.steps ({b['steps']})")
