@@ -41,7 +41,9 @@ def test_h200_card_is_the_protocols():
     assert c["series"]["rounds"] == 5 and c["series"]["steps"] == 400 and c["series"]["window"] == [100, 400]
     assert c["method_a"]["seeds"] == [1337, 1338, 1339, 1340, 1341] and c["method_a"]["steps"] is None
     assert c["method_a"]["judge_from"] == 1000
-    assert c["method_b"]["steps"] == 200 and c["method_b"]["judge_steps"] == {"gpt2-medium": 100}
+    assert c["method_b"]["steps"] == 200 and c["method_b"]["judge_steps"] == {}
+    assert c["method_b"]["window"] == "floors"  # issue 11: W from the floors replaces gpt2-medium's fixed 100
+    assert c["torch_loops"] == ["torch", "nanogpt"]
     assert c["cuda_graph"] is True   # the compared cupy build times its whole-step graph
 
 
@@ -140,6 +142,10 @@ def test_cross_key_checks(card):
     c["method_b"]["judge_steps"] = {"gpt3": 10}
     assert err(c).startswith("method_b.judge_steps.gpt3: unknown model")
     c = copy.deepcopy(card)
+    c["method_b"]["judge_steps"] = {"tiny": 10}
+    assert err(c) == ("method_b.judge_steps: {'tiny': 10} is not allowed; allowed: {} when method_b.window is floors "
+                      "(the floors decide W)")
+    c["method_b"]["window"] = "judge_steps"
     c["method_b"]["judge_steps"] = {"tiny": 21}
     assert err(c).startswith("method_b.judge_steps.tiny: 21 is not allowed; allowed: a step <= method_b.steps (20)")
     c = copy.deepcopy(card)
