@@ -94,13 +94,20 @@ def keys(d):
 def test_configurations_of_the_h200_card():
     c = load_card(REPO_ROOT / "params" / "cards" / "h200.yaml")
     confs = series.configurations(c)
-    assert len(confs) == 3 * (5 + 6 + 6)
-    ids = [x.key for x in confs[:17]]
-    assert ids[:5] == ["nanogpt/float32/torch-eager", "nanogpt/float32/torch-default",
-                       "nanogpt/float32/torch-reduce-overhead", "nanogpt/float32/torch-max-autotune", "nanogpt/float32/cupy"]
-    assert ids[9:11] == ["nanogpt/bfloat16/cupy", "nanogpt/bfloat16/cupy-hr"]
-    assert len(series.plan(c)) == 51 * 6
-    cmd = series.trainer_command(confs[10], c)
+    # per model: our 4 torch modes, nanoGPT's train.py in the same 4 (torch_loops), then 1 cupy build in float32
+    # and 2 in each half type
+    assert len(confs) == 3 * (9 + 10 + 10)
+    ids = [x.key for x in confs[:29]]
+    assert ids[:9] == ["nanogpt/float32/torch-eager", "nanogpt/float32/torch-default",
+                       "nanogpt/float32/torch-reduce-overhead", "nanogpt/float32/torch-max-autotune",
+                       "nanogpt/float32/nanogpt-eager", "nanogpt/float32/nanogpt-default",
+                       "nanogpt/float32/nanogpt-reduce-overhead", "nanogpt/float32/nanogpt-max-autotune",
+                       "nanogpt/float32/cupy"]
+    assert ids[17:19] == ["nanogpt/bfloat16/cupy", "nanogpt/bfloat16/cupy-hr"]
+    assert len(series.plan(c)) == 87 * 6
+    cmd = series.trainer_command(confs[7], c)
+    assert cmd[cmd.index("--side") + 1] == "nanogpt" and cmd[cmd.index("--nanogpt") + 1] == "../shared/nanoGPT"
+    cmd = series.trainer_command(confs[18], c)
     assert cmd[1:4] == ["-u", "-m", "tr2.train"] and "--half-roundings" in cmd and "--mode" not in cmd
     assert cmd[cmd.index("--eval-interval") + 1] == "0" and cmd[cmd.index("--steps") + 1] == "400"
     cmd = series.trainer_command(confs[3], c)
