@@ -26,7 +26,7 @@ def err(card_dict) -> str:
     return msg
 
 
-@pytest.mark.parametrize("name", ["cpu", "h200", "smoke"])
+@pytest.mark.parametrize("name", ["cpu", "h200", "smoke", "h200-quick"])
 def test_shipped_cards_are_valid(name):
     c = load_card(CARDS / f"{name}.yaml")
     assert c["card"] == name and tuple(c) == CARD_KEYS
@@ -261,3 +261,19 @@ def test_a_card_with_nanogpt_needs_its_checkout_on_the_machine(card):
         check_machine(c)
     assert str(e.value).startswith("nanogpt_path: '/nonexistent/nanoGPT' holds no train.py")
     check_machine({**c, "torch_loops": ["torch"]})  # not listed: the path is not read
+
+
+def test_the_quick_h200_card_stays_small_and_covers_every_stage():
+    """h200-quick (issue 11): all five stages in at most 10 H200 minutes. Unrun here (no GPU): what a CPU can hold
+    it to is its size, the run counts its minutes were estimated from."""
+    from tr2 import method_a, method_b, series
+    from tr2.configs import configurations
+    c = load_card(CARDS / "h200-quick.yaml")
+    assert c["device"] == "cuda" and c["models"] == ["nanogpt"] and c["dtypes"] == ["bfloat16"]
+    assert "max-autotune" not in c["torch_modes"]  # a cold max-autotune compile alone took 5 minutes
+    assert len(series.plan(c)) == 6
+    assert len(method_a.plan(c)) == 4
+    assert [r["what"] for r in method_b.plan(c)] == ["init", "order", "torch", "cupy", "nanogpt", "floor-none",
+                                                     "floor-once", "floor-every"]
+    assert c["method_b"]["window"] == "floors"
+    assert len(configurations(c)) == 2  # families: our torch side and the compared cupy build
