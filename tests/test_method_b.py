@@ -226,7 +226,9 @@ def test_w_is_the_last_step_every_floor_stays_within_half_a_percent():
     # one step more over the band, and W drops below 50: flagged, and said in the sentence
     fw = method_b.floor_window({"once": floor_rel(200, lambda s: 1e-4 * (s + 1))}, 200)
     assert fw["W"] == 49 and fw["too_chaotic"]
-    assert "too chaotic on this card for method B to judge past step 49" in method_b.window_said(fw)
+    said = method_b.window_said(fw)
+    assert said.startswith("W = 49 of 200, set by once; floors (max to W, first step over 0.5%): once 0.005 (50); ")
+    assert said.endswith("W below 50: the model is too chaotic on this card for method B to judge past step 49")
 
 
 def test_w_edges_missing_steps_step_zero_no_floors_and_short_runs():
@@ -293,4 +295,5 @@ def test_stage_with_nanogpt_and_the_floor_window_on_the_cpu(tmp_path, one_torch_
     assert m["nanogpt"]["all_steps"]["max_rel"] <= 1e-6 and m["nanogpt"]["step0"]["max_rel"] <= 1e-6
     assert m["window"]["W"] == 5 == m["judge_last_step"] and set(m["window"]["floors"]) == {"rerun", "once", "nanogpt"}
     assert m["verdict"]["passed"] is True and m["verdict"]["window_rule"]["W"] == 5
-    assert m["verdict"]["reason"].startswith("W = 5 of 5; step 0:")
+    assert m["verdict"]["reason"].startswith("W = 5 of 5; floors (max to W, first step over 0.5%): rerun 0 (never), ")
+    assert "; step 0: max " in m["verdict"]["reason"]

@@ -121,6 +121,11 @@ def window_said(fw: dict) -> str:
     if fw["no_floors"]:
         return f"W = {fw['W']} (no floor run: the whole run)"
     text = f"W = {fw['W']} of {fw['steps']}" + (f", set by {', '.join(fw['limited_by'])}" if fw["limited_by"] else "")
+    # the floors themselves, published with W (issue 11): each one's largest difference up to W and where it left
+    # the band
+    text += f"; floors (max to W, first step over {fw['band']:.1%}): " + ", ".join(
+        f"{name} {'-' if f['max_rel_to_W'] is None else format(f['max_rel_to_W'], '.3g')} "
+        f"({'never' if f['first_over'] is None else f['first_over']})" for name, f in fw["floors"].items())
     if fw["too_chaotic"]:
         text += (f"; W below {MIN_JUDGED}: the model is too chaotic on this card for method B to judge past "
                  f"step {fw['W']}")
