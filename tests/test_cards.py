@@ -26,7 +26,7 @@ def err(card_dict) -> str:
     return msg
 
 
-@pytest.mark.parametrize("name", ["cpu", "h200", "smoke"])
+@pytest.mark.parametrize("name", ["cpu", "h200", "smoke", "h200-quick"])
 def test_shipped_cards_are_valid(name):
     c = load_card(CARDS / f"{name}.yaml")
     assert c["card"] == name and tuple(c) == CARD_KEYS
@@ -41,7 +41,9 @@ def test_h200_card_is_the_protocols():
     assert c["series"]["rounds"] == 5 and c["series"]["steps"] == 400 and c["series"]["window"] == [100, 400]
     assert c["method_a"]["seeds"] == [1337, 1338, 1339, 1340, 1341] and c["method_a"]["steps"] is None
     assert c["method_a"]["judge_from"] == 1000
-    assert c["method_b"]["steps"] == 200 and c["method_b"]["judge_steps"] == {"gpt2-medium": 100}
+    assert c["method_b"]["steps"] == 200 and c["method_b"]["judge_steps"] == {}
+    assert c["method_b"]["window"] == "floors"  # issue 11: W from the floors replaces gpt2-medium's fixed 100
+    assert c["torch_loops"] == ["torch", "nanogpt"]
     assert c["cuda_graph"] is True   # the compared cupy build times its whole-step graph
 
 
@@ -140,6 +142,10 @@ def test_cross_key_checks(card):
     c["method_b"]["judge_steps"] = {"gpt3": 10}
     assert err(c).startswith("method_b.judge_steps.gpt3: unknown model")
     c = copy.deepcopy(card)
+    c["method_b"]["judge_steps"] = {"tiny": 10}
+    assert err(c) == ("method_b.judge_steps: {'tiny': 10} is not allowed; allowed: {} when method_b.window is floors "
+                      "(the floors decide W)")
+    c["method_b"]["window"] = "judge_steps"
     c["method_b"]["judge_steps"] = {"tiny": 21}
     assert err(c).startswith("method_b.judge_steps.tiny: 21 is not allowed; allowed: a step <= method_b.steps (20)")
     c = copy.deepcopy(card)
@@ -230,3 +236,44 @@ def test_runner_prepares_the_folder(tmp_path, monkeypatch):
         runner.prepare("series", CARDS / "smoke.yaml", resume=other)
     cmd = runner.papermill_command("series", CARDS / "smoke.yaml", d)
     assert cmd[1:3] == ["-m", "papermill"] and cmd[-6:] == ["-p", "results_dir", str(d), "-k", "python3", "--log-output"]
+
+
+def test_torch_loops_default_to_ours_and_take_nanogpt_beside(card):
+    assert card["torch_loops"] == ["torch"] and card["nanogpt_path"] == "../shared/nanoGPT"  # smoke leaves both out
+    c = copy.deepcopy(card)
+    c["torch_loops"] = ["torch", "nanogpt"]
+    assert validate_card(c)["torch_loops"] == ["torch", "nanogpt"]
+    c["torch_loops"] = ["nanogpt"]
+    assert err(c) == ("torch_loops: ['nanogpt'] is not allowed; allowed: [torch] or [torch, nanogpt] "
+                      "(our torch loop is always measured)")
+    c["torch_loops"] = ["torch", "jax"]
+    assert err(c) == "torch_loops: 'jax' is not allowed; allowed: torch | nanogpt"
+    c["torch_loops"] = ["torch", "torch"]
+    assert err(c).startswith("torch_loops: ['torch', 'torch'] lists 'torch' twice")
+    c["torch_loops"], c["nanogpt_path"] = ["torch"], ""
+    assert err(c) == "nanogpt_path: '' is not allowed; allowed: a non-empty string"
+
+
+def test_a_card_with_nanogpt_needs_its_checkout_on_the_machine(card):
+    from tr2.cards import check_machine
+    c = {**card, "torch_loops": ["torch", "nanogpt"], "nanogpt_path": "/nonexistent/nanoGPT"}
+    with pytest.raises(Tr2Error) as e:
+        check_machine(c)
+    assert str(e.value).startswith("nanogpt_path: '/nonexistent/nanoGPT' holds no train.py")
+    check_machine({**c, "torch_loops": ["torch"]})  # not listed: the path is not read
+
+
+def test_the_quick_h200_card_stays_small_and_covers_every_stage():
+    """h200-quick (issue 11): all five stages in at most 10 H200 minutes. Unrun here (no GPU): what a CPU can hold
+    it to is its size, the run counts its minutes were estimated from."""
+    from tr2 import method_a, method_b, series
+    from tr2.configs import configurations
+    c = load_card(CARDS / "h200-quick.yaml")
+    assert c["device"] == "cuda" and c["models"] == ["nanogpt"] and c["dtypes"] == ["bfloat16"]
+    assert "max-autotune" not in c["torch_modes"]  # a cold max-autotune compile alone took 5 minutes
+    assert len(series.plan(c)) == 6
+    assert len(method_a.plan(c)) == 4
+    assert [r["what"] for r in method_b.plan(c)] == ["init", "order", "torch", "cupy", "nanogpt", "floor-none",
+                                                     "floor-once", "floor-every"]
+    assert c["method_b"]["window"] == "floors"
+    assert len(configurations(c)) == 2  # families: our torch side and the compared cupy build

@@ -40,3 +40,19 @@ def test_the_cards_cuda_graph_reaches_the_cupy_runs_but_float16():
     assert "--cuda-graph" in cupy[1].train_args("cuda", 10).to_argv()
     assert "--cuda-graph" not in cupy[2].train_args("cuda", 10).to_argv()
     assert not graphed({**card, "cuda_graph": False}, "bfloat16") and not graphed({}, "float32")
+
+
+def test_the_nanogpt_side_stands_after_the_torch_modes_where_the_card_lists_it():
+    card = {"models": ["tiny"], "dtypes": ["float32"], "torch_modes": ["eager", "max-autotune"],
+            "half_roundings": [False], "torch_loops": ["torch", "nanogpt"], "nanogpt_path": "/x/nanoGPT"}
+    assert [c.key for c in configurations(card, nanogpt=True)] == [
+        "tiny/float32/torch-eager", "tiny/float32/torch-max-autotune", "tiny/float32/nanogpt-eager",
+        "tiny/float32/nanogpt-max-autotune", "tiny/float32/cupy"]
+    # the stages that measure our torch side only (families, footprint) do not get it
+    assert [c.side for c in configurations(card)] == ["torch", "torch", "cupy"]
+    ng = configurations(card, nanogpt=True)[3]
+    assert ng.label == "nanogpt max-autotune" and ng.as_record()["checkout"] == "/x/nanoGPT"
+    argv = ng.train_args("cpu", 10).to_argv()
+    assert argv[argv.index("--side") + 1] == "nanogpt" and argv[argv.index("--mode") + 1] == "max-autotune"
+    assert argv[argv.index("--nanogpt") + 1] == "/x/nanoGPT"
+    assert "checkout" not in configurations(card)[0].as_record()  # the other sides' records as before

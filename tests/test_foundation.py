@@ -100,7 +100,7 @@ def test_schedule_warmup_cosine_floor():
     (["--side", "jax", "--model", "tiny", "--steps", "1"], "--side: 'jax' is not allowed; allowed: cupy, torch"),
     (["--side", "torch", "--model", "gpt5", "--steps", "1"], "--model: 'gpt5' is not allowed"),
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--dtype", "fp8"], "--dtype: 'fp8' is not allowed"),
-    (["--side", "cupy", "--model", "tiny", "--steps", "1", "--mode", "default"], "only --side torch takes a mode"),
+    (["--side", "cupy", "--model", "tiny", "--steps", "1", "--mode", "default"], "only --side torch | nanogpt take a mode"),
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--mode", "fast"], "--mode: 'fast' is not allowed"),
     (["--side", "torch", "--model", "tiny", "--steps", "-3"], "--steps: -3 is not allowed; allowed: an integer from 0 to 1000000"),
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--dropout", "1.5"], "--dropout: 1.5 is out of range"),

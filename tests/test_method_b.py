@@ -205,3 +205,95 @@ def test_stage_with_cupy_again_and_one_floor_on_the_cpu(tmp_path, one_torch_thre
     assert list(rows.columns[-2:]) == ["cupy-again", "rel_cupy-again"] and len(rows) == 6
     assert (rows["cupy-again"] == rows["cupy"]).all()
     assert (d / "method_b.png").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# issue 11's window: W from the floors
+
+
+def floor_rel(n, rel_at):
+    """A floor run's relative differences over steps 0..n: rel_at(step)."""
+    return {s: rel_at(s) for s in range(n + 1)}
+
+
+def test_w_is_the_last_step_every_floor_stays_within_half_a_percent():
+    fw = method_b.floor_window({"rerun": floor_rel(200, lambda s: 0.0),
+                                "once": floor_rel(200, lambda s: 1e-4 * s),        # 0.5% exactly at 50: within
+                                "every": floor_rel(200, lambda s: 2e-3 if s < 140 else 0.02)}, 200)
+    assert fw["W"] == 50 and fw["limited_by"] == ["once"] and not fw["too_chaotic"]
+    assert fw["floors"]["once"]["first_over"] == 51 and fw["floors"]["every"]["first_over"] == 140
+    assert fw["floors"]["rerun"]["first_over"] is None and fw["floors"]["once"]["max_rel_to_W"] == pytest.approx(5e-3)
+    # one step more over the band, and W drops below 50: flagged, and said in the sentence
+    fw = method_b.floor_window({"once": floor_rel(200, lambda s: 1e-4 * (s + 1))}, 200)
+    assert fw["W"] == 49 and fw["too_chaotic"]
+    said = method_b.window_said(fw)
+    assert said.startswith("W = 49 of 200, set by once; floors (max to W, first step over 0.5%): once 0.005 (50); ")
+    assert said.endswith("W below 50: the model is too chaotic on this card for method B to judge past step 49")
+
+
+def test_w_edges_missing_steps_step_zero_no_floors_and_short_runs():
+    f = floor_rel(100, lambda s: 0.0)
+    del f[70]
+    assert method_b.floor_window({"nanogpt": f}, 100)["W"] == 69                 # a missing step ends the stretch
+    assert method_b.floor_window({"x": floor_rel(100, lambda s: math.nan if s == 80 else 0.0)}, 100)["W"] == 79
+    assert method_b.floor_window({"x": floor_rel(100, lambda s: 0.01)}, 100)["W"] == 0  # over at step 0: step 0 alone
+    fw = method_b.floor_window({}, 120)
+    assert fw["W"] == 120 and fw["no_floors"] and "no floor run" in method_b.window_said(fw)
+    fw = method_b.floor_window({"x": floor_rel(20, lambda s: 1e-7)}, 20)                # the CPU: W is the whole run
+    assert fw["W"] == 20 and not fw["too_chaotic"] and fw["limited_by"] == []
+
+
+def test_verdict_judges_steps_1_to_w_and_states_the_rest_beside():
+    t = losses(200)
+    c = moved(moved(t, 150, 0.03), 50, 0.009)   # 0.9% at 50 (inside W), 3% at 150 (after W)
+    v = method_b.verdict(t, c, 200, judge_steps=100)
+    assert v["passed"] is True and v["full"]["passed"] is False and v["judge_last_step"] == 100
+    assert method_b.verdict(moved(t, 0, 0), moved(c, 80, 0.011), 200, judge_steps=100)["passed"] is False
+
+
+def test_card_window_rule_key():
+    from tr2 import Tr2Error
+    assert _stage_card()["method_b"]["window"] == "judge_steps"  # cards before the rule read as they ran
+    assert _stage_card(window="floors")["method_b"]["window"] == "floors"
+    for kw, says in (({"window": "fixed"}, "method_b.window: 'fixed' is not allowed; allowed: floors | judge_steps"),
+                     ({"window": "floors", "floors": []},
+                      "method_b.floors: [] is not allowed; allowed: at least [none] when method_b.window is floors")):
+        with pytest.raises(Tr2Error) as e:
+            _stage_card(**kw)
+        assert str(e.value).startswith(says)
+
+
+def test_nanogpt_runs_in_method_b_from_the_same_start_where_the_card_lists_it(tmp_path):
+    card = _stage_card(floors=["none"])
+    card["torch_loops"] = ["torch", "nanogpt"]
+    assert [r["what"] for r in method_b.plan(card)][2:] == ["torch", "cupy", "nanogpt", "floor-none"]
+    p = method_b._paths(tmp_path, "tiny")
+    cmd = method_b.command(card, {"model": "tiny", "what": "nanogpt"}, p)
+    assert cmd[cmd.index("--side") + 1] == "nanogpt" and cmd[cmd.index("--nanogpt") + 1] == "../shared/nanoGPT"
+    for flag, value in (("--init", str(p["init"])), ("--batches", str(p["order"])), ("--dropout", "0"),
+                        ("--metrics", str(p["nanogpt"])), ("--mode", "eager")):
+        assert cmd[cmd.index(flag) + 1] == value
+    assert "--no-tf32" in cmd
+
+
+@pytest.mark.slow
+def test_stage_with_nanogpt_and_the_floor_window_on_the_cpu(tmp_path, one_torch_thread):
+    """End to end on the tiny model: nanoGPT's train.py equals our loop to 1e-6, every floor stays in the band,
+    so W is the whole run (as on every CPU card) and the verdict judges all steps."""
+    from tr2.nanogpt_side import checkout_path
+    from tr2 import Tr2Error
+    try:
+        checkout_path(None)
+    except Tr2Error:
+        pytest.skip("no nanoGPT checkout at ../shared/nanoGPT")
+    card = _stage_card(floors=["none", "once"], window="floors")
+    card["torch_loops"] = ["torch", "nanogpt"]
+    d = tmp_path / "res"
+    method_b.run(card, d)
+    (m,) = method_b.summarize(d)["models"]
+    assert all(v == "ok" for v in m["runs"].values()) and "nanogpt" in m["runs"]
+    assert m["nanogpt"]["all_steps"]["max_rel"] <= 1e-6 and m["nanogpt"]["step0"]["max_rel"] <= 1e-6
+    assert m["window"]["W"] == 5 == m["judge_last_step"] and set(m["window"]["floors"]) == {"rerun", "once", "nanogpt"}
+    assert m["verdict"]["passed"] is True and m["verdict"]["window_rule"]["W"] == 5
+    assert m["verdict"]["reason"].startswith("W = 5 of 5; floors (max to W, first step over 0.5%): rerun 0 (never), ")
+    assert "; step 0: max " in m["verdict"]["reason"]

@@ -94,13 +94,20 @@ def keys(d):
 def test_configurations_of_the_h200_card():
     c = load_card(REPO_ROOT / "params" / "cards" / "h200.yaml")
     confs = series.configurations(c)
-    assert len(confs) == 3 * (5 + 6 + 6)
-    ids = [x.key for x in confs[:17]]
-    assert ids[:5] == ["nanogpt/float32/torch-eager", "nanogpt/float32/torch-default",
-                       "nanogpt/float32/torch-reduce-overhead", "nanogpt/float32/torch-max-autotune", "nanogpt/float32/cupy"]
-    assert ids[9:11] == ["nanogpt/bfloat16/cupy", "nanogpt/bfloat16/cupy-hr"]
-    assert len(series.plan(c)) == 51 * 6
-    cmd = series.trainer_command(confs[10], c)
+    # per model: our 4 torch modes, nanoGPT's train.py in the same 4 (torch_loops), then 1 cupy build in float32
+    # and 2 in each half type
+    assert len(confs) == 3 * (9 + 10 + 10)
+    ids = [x.key for x in confs[:29]]
+    assert ids[:9] == ["nanogpt/float32/torch-eager", "nanogpt/float32/torch-default",
+                       "nanogpt/float32/torch-reduce-overhead", "nanogpt/float32/torch-max-autotune",
+                       "nanogpt/float32/nanogpt-eager", "nanogpt/float32/nanogpt-default",
+                       "nanogpt/float32/nanogpt-reduce-overhead", "nanogpt/float32/nanogpt-max-autotune",
+                       "nanogpt/float32/cupy"]
+    assert ids[17:19] == ["nanogpt/bfloat16/cupy", "nanogpt/bfloat16/cupy-hr"]
+    assert len(series.plan(c)) == 87 * 6
+    cmd = series.trainer_command(confs[7], c)
+    assert cmd[cmd.index("--side") + 1] == "nanogpt" and cmd[cmd.index("--nanogpt") + 1] == "../shared/nanoGPT"
+    cmd = series.trainer_command(confs[18], c)
     assert cmd[1:4] == ["-u", "-m", "tr2.train"] and "--half-roundings" in cmd and "--mode" not in cmd
     assert cmd[cmd.index("--eval-interval") + 1] == "0" and cmd[cmd.index("--steps") + 1] == "400"
     cmd = series.trainer_command(confs[3], c)
@@ -203,6 +210,19 @@ def test_a_whole_series(card, tmp_path):
     assert json.loads((d / "summary.json").read_text())["verdicts"][0]["model"] == "tiny"
     import csv
     assert len(list(csv.DictReader(open(d / "series.csv")))) == 7
+
+
+def test_the_verdict_takes_the_fastest_pytorch_loop_whichever_it_is(card, tmp_path):
+    card = {**card, "dtypes": ["float32"], "torch_modes": ["eager"], "torch_loops": ["torch", "nanogpt"]}
+    # nanoGPT's own loop faster than ours: the cupy side is compared against it (docs/protocol.md, rule 20)
+    fake = Fake(tmp_path, ms={"tiny/float32/torch-eager": 8.0, "tiny/float32/nanogpt-eager": 4.0,
+                              "tiny/float32/cupy": 5.0})
+    d = tmp_path / "res"
+    series.run(card, d, trainer=fake, progress=False)
+    assert sorted(set(fake.started())) == ["tiny/float32/cupy", "tiny/float32/nanogpt-eager", "tiny/float32/torch-eager"]
+    (v,) = series.summarize(d)["verdicts"]
+    assert (v["torch_loop"], v["torch_mode"], v["torch_build"]) == ("nanogpt", "eager", "nanogpt-eager")
+    assert v["verdict"] == "slower" and v["ratio"] > 1.0
 
 
 def test_oom_ends_the_configuration_not_the_series(card, tmp_path):

@@ -16,7 +16,7 @@ import yaml
 
 from . import REPO_ROOT, Tr2Error
 from .models import list_models, load_model
-from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX
+from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
@@ -41,6 +41,8 @@ SCHEMA = {
     "torch_modes": "modes",
     "half_roundings": "bools",
     "cuda_graph": "bool",
+    "torch_loops": "loops",
+    "nanogpt_path": "text",
     "series": {
         "rounds": "pos_int",
         "steps": "pos_int",
@@ -59,6 +61,7 @@ SCHEMA = {
     "method_b": {
         "steps": "pos_int",
         "judge_steps": "judge_steps",
+        "window": "window_rule",
         "seed": "nonneg_int",
         "floors": "floors",
         "also": "also",
@@ -70,11 +73,18 @@ SCHEMA = {
     },
 }
 CARD_KEYS = tuple(SCHEMA)
+# method B's judged window (tr2.method_b): from the floors (issue 11: W, the last step every floor run stays
+# within 0.5%) or the fixed judge_steps of protocol rule 52 (how the cards before that rule were run)
+WINDOW_RULES = ("floors", "judge_steps")
 FLOOR_NAMES = ("none", "once", "every")  # method B's noise-floor runs (tr2.method_b)
 ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max-autotune")  # tr2.method_b.ALSO's keys
 # The only keys a card may leave out, with the value they take then: added after cards and results
-# folders existed, so that those still read as they were run (all three floors, no extra runs).
-OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "cuda_graph": False}
+# folders existed, so that those still read as they were run (all three floors, no extra runs, our torch
+# loop alone; nanoGPT's checkout beside the repository, read only where torch_loops lists nanogpt).
+# method_b.window: judge_steps (the fixed windows, protocol rule 52) for cards written before issue 11's rule.
+OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "method_b.window": "judge_steps",
+            "cuda_graph": False,
+            "torch_loops": ["torch"], "nanogpt_path": "../shared/nanoGPT"}
 
 
 def _fail(key: str, value, allowed: str):
@@ -170,6 +180,17 @@ def _check(kind: str, key: str, value):
                 or not 0 <= value[0] < value[1]):
             _fail(key, value, "[first, last] steps, integers with 0 <= first < last")
         return list(value)
+    if kind == "window_rule":
+        _one_of(key, value, WINDOW_RULES)
+        return value
+    if kind == "loops":  # our torch loop always (method B and the families stand on it); nanoGPT's beside it
+        items = _list(key, value, " | ".join(TORCH_LOOPS))
+        for v in items:
+            if not isinstance(v, str) or v not in TORCH_LOOPS:
+                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: {' | '.join(TORCH_LOOPS)}")
+        if "torch" not in items:
+            _fail(key, value, "[torch] or [torch, nanogpt] (our torch loop is always measured)")
+        return items
     if kind in ("floors", "also"):
         allowed = FLOOR_NAMES if kind == "floors" else ALSO_NAMES
         if not isinstance(value, (list, tuple)):
@@ -246,6 +267,10 @@ def validate_card(d) -> dict:
     if b["floors"] and "none" not in b["floors"]:
         _fail("method_b.floors", b["floors"], "[] or a list holding none (the perturbed floor runs are measured "
                                               "against the unperturbed one)")
+    if b["window"] == "floors" and b["judge_steps"]:
+        _fail("method_b.judge_steps", b["judge_steps"], "{} when method_b.window is floors (the floors decide W)")
+    if b["window"] == "floors" and not b["floors"] and "nanogpt" not in c["torch_loops"]:
+        _fail("method_b.floors", b["floors"], "at least [none] when method_b.window is floors (W comes from them)")
     for m, v in b["judge_steps"].items():
         if v > b["steps"]:
             _fail(f"method_b.judge_steps.{m}", v, f"a step <= method_b.steps ({b['steps']})")
@@ -334,6 +359,9 @@ def check_machine(card: dict) -> None:
     for m in card["models"]:
         for name in DATA_FILES[load_model(m).dataset]:
             data_file(name)
+    if "nanogpt" in card["torch_loops"]:
+        from .nanogpt_side import checkout_path
+        checkout_path(card["nanogpt_path"], key="nanogpt_path")
     rules = Path(card["families"]["rules"])
     rules = rules if rules.is_absolute() else REPO_ROOT / rules
     if not rules.is_file():

@@ -2,7 +2,8 @@
 
 Every stage takes its configurations from `configurations(card)`, so a key means the same thing in the
 series, the kernel families, the footprint and the report: `<model>/<dtype>/<build>`, with build
-`torch-<mode>`, `cupy` or `cupy-hr` (the cupy side with the half roundings). Whether the cupy side replays
+`torch-<mode>`, `nanogpt-<mode>` (nanoGPT's own train.py, the card's `torch_loops`), `cupy` or `cupy-hr` (the cupy
+side with the half roundings). Whether the cupy side replays
 its step as a CUDA graph is the card's `cuda_graph` (not part of the key: one card times one way), carried
 in each record.
 """
@@ -11,22 +12,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from .trainargs import TrainArgs
+from .trainargs import TORCH_LOOPS, TrainArgs
 
 
 @dataclass(frozen=True)
 class RunConfig:
     model: str
     dtype: str
-    side: str                       # torch | cupy
-    mode: Optional[str] = None      # the torch side's mode; None for cupy
+    side: str                       # torch | nanogpt | cupy
+    mode: Optional[str] = None      # the PyTorch sides' mode; None for cupy
     half_roundings: bool = False    # the cupy side's half roundings (half types only)
     cuda_graph: bool = False        # the cupy side's step replayed as one CUDA graph (the card's cuda_graph)
+    checkout: Optional[str] = None  # the nanogpt side's nanoGPT checkout (the card's nanogpt_path)
 
     @property
     def build(self) -> str:
-        if self.side == "torch":
-            return f"torch-{self.mode}"
+        if self.side in TORCH_LOOPS:
+            return f"{self.side}-{self.mode}"
         return "cupy-hr" if self.half_roundings else "cupy"
 
     @property
@@ -40,18 +42,22 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        if self.side == "torch":
-            return f"torch {self.mode}"
+        if self.side in TORCH_LOOPS:
+            return f"{self.side} {self.mode}"
         return "cupy" + (" half-roundings" if self.half_roundings else "") + (" graph" if self.cuda_graph else "")
 
     def as_record(self) -> dict:
         """The fields a stage's record carries (the key and build included)."""
-        return {**asdict(self), "key": self.key, "build": self.build}
+        rec = asdict(self)
+        if rec["checkout"] is None:  # the records of the other sides stay as they were before the nanogpt side
+            del rec["checkout"]
+        return {**rec, "key": self.key, "build": self.build}
 
     def train_args(self, device: str, steps: int, **kw) -> TrainArgs:
         """The trainer's arguments for one run of this configuration; kw: any other TrainArgs field."""
         return TrainArgs(side=self.side, model=self.model, dtype=self.dtype, mode=self.mode or "eager",
-                         device=device, steps=steps, half_roundings=self.half_roundings, cuda_graph=self.cuda_graph, **kw)
+                         device=device, steps=steps, half_roundings=self.half_roundings, cuda_graph=self.cuda_graph,
+                         nanogpt=self.checkout, **kw)
 
 
 def cupy_builds(card: dict, dtype: str) -> list[bool]:
@@ -70,14 +76,19 @@ def graphed(card: dict, dtype: str) -> bool:
     return bool(card.get("cuda_graph")) and dtype != "float16"
 
 
-def configurations(card: dict, models=None, compared_only: bool = False, cupy_first: bool = False) -> list[RunConfig]:
+def configurations(card: dict, models=None, compared_only: bool = False, cupy_first: bool = False,
+                   nanogpt: bool = False) -> list[RunConfig]:
     """Every configuration of the card in the card's order: per model and type, the torch modes, then the
     cupy builds. `models`: a subset; `compared_only`: only the cupy build the verdict compares;
-    `cupy_first`: the cupy side before the torch modes."""
+    `cupy_first`: the cupy side before the torch modes; `nanogpt`: the nanogpt side's modes after the torch
+    side's where the card's torch_loops lists it (the series and method B take it; the families' profiler and
+    the footprint measure the torch side only, for now)."""
     out = []
+    loops = [lp for lp in card.get("torch_loops", ["torch"]) if nanogpt or lp == "torch"]
     for model in models or card["models"]:
         for dtype in card["dtypes"]:
-            torch = [RunConfig(model, dtype, "torch", mode=m) for m in card["torch_modes"]]
+            torch = [RunConfig(model, dtype, lp, mode=m, checkout=card.get("nanogpt_path") if lp == "nanogpt" else None)
+                     for lp in loops for m in card["torch_modes"]]
             hrs = [compared_build(card, dtype)] if compared_only else cupy_builds(card, dtype)
             cupy = [RunConfig(model, dtype, "cupy", half_roundings=h, cuda_graph=graphed(card, dtype)) for h in hrs]
             out += cupy + torch if cupy_first else torch + cupy

@@ -15,11 +15,16 @@ Per model of the card:
    (default all).
 5. `method_b.also` (default none): extra runs from the same start, each against its own side's run
    (`ALSO`): the cupy side again, or the torch side in a compiled mode against eager.
+6. Where the card's `torch_loops` lists nanogpt: nanoGPT's own train.py (tr2.nanogpt_side) from the same start
+   and batches, in the checks' mode, set against the torch side's run. It is a floor: two PyTorch loops.
 
 Verdict (`verdict`, a pure function): passes when the losses at step 0 agree within 1e-5 relative
-and each loss of steps 1..J within 1% relative (relative to the torch side's loss), with J the
-model's `method_b.judge_steps` entry (protocol rule 52: gpt2-medium 100) or all steps. Where J is less than
-the steps trained, the verdict over all steps is stated beside it (protocol rule 52).
+and each loss of steps 1..J within 1% relative (relative to the torch side's loss). J is, with the card's
+`method_b.window: floors` (issue 11, docs/protocol.md rule 52), W of `floor_window` (a pure function): the last step
+up to which every floor run (the unperturbed rerun against the trainer's run, one ulp once, one ulp every step,
+nanoGPT's loop against ours) stays within 0.5%; with `window: judge_steps` (the cards before that rule) the
+model's `method_b.judge_steps` entry or all steps. Where J is less than the steps trained, the verdict over all
+steps is stated beside it.
 
 Resumable as method A (tr2.stage): runs.jsonl holds every finished piece; a rerun does the rest. A
 shared start out of memory ends its model: the model's other pieces do not run.
@@ -47,6 +52,11 @@ STEP_REL = 1e-2
 PERTURBATION = ("every weight moved by exactly one unit in the last place (float32), towards +inf or -inf "
                 "at random per element (torch.nextafter; direction from a seeded torch.Generator)")
 FLOORS = FLOOR_NAMES  # the card's method_b.floors chooses among them
+FLOOR_BAND = 5e-3  # issue 11: W is the last step up to which every floor run stays within 0.5%
+MIN_JUDGED = 50    # a W below this, where the floors cut the run short: too chaotic on the card to judge past W
+# The floor runs W is read from: name -> (the table's relative-difference column, the run it needs)
+FLOOR_COLUMNS = {"rerun": ("rel_none_vs_trainer", "floor-none"), "once": ("rel_once", "floor-once"),
+                 "every": ("rel_every", "floor-every"), "nanogpt": ("rel_nanogpt", "nanogpt")}
 
 
 def _also(name: str) -> tuple:
@@ -84,6 +94,44 @@ def _window(ref: dict, other: dict, first: int, last: int, tol: float) -> dict:
             "ok": bool(rels) and not bad}
 
 
+def floor_window(floors: dict, steps: int) -> dict:
+    """W, the steps method B judges (issue 11, docs/protocol.md rule 52), from the floor runs alone.
+
+    floors: name -> {step: relative difference of that floor run from its reference}. W is the last step s
+    (at most `steps`) such that every floor stays within FLOOR_BAND at each of steps 0..s; a step a floor lacks
+    or a difference that is not finite ends its stretch there. A floor over the band at step 0 leaves W = 0
+    (step 0 judged alone). No floor at all: W = steps, said in `no_floors`. `too_chaotic`: W below MIN_JUDGED
+    where the floors, not the run's length, set it."""
+    per = {}
+    for name, rel in floors.items():
+        over = next((st for st in range(steps + 1) if not (rel.get(st) is not None and rel[st] <= FLOOR_BAND)), None)
+        per[name] = {"first_over": over, "last_within": steps if over is None else over - 1,
+                     "max_rel": max((v for v in rel.values() if v is not None and math.isfinite(v)), default=None)}
+    w = max(0, min((f["last_within"] for f in per.values()), default=steps))
+    for f, rel in zip(per.values(), floors.values()):
+        f["max_rel_to_W"] = max((rel[st] for st in range(w + 1) if rel.get(st) is not None), default=None)
+    limiting = sorted(n for n, f in per.items() if f["last_within"] <= w)
+    return {"W": w, "steps": steps, "band": FLOOR_BAND, "floors": per, "limited_by": limiting if w < steps else [],
+            "no_floors": not floors, "too_chaotic": w < min(MIN_JUDGED, steps),
+            "rule": f"W = the last step up to which every floor run stays within {FLOOR_BAND:.1%} (at most {steps})"}
+
+
+def window_said(fw: dict) -> str:
+    """The window rule's outcome in one sentence, for the verdict's reason and the report."""
+    if fw["no_floors"]:
+        return f"W = {fw['W']} (no floor run: the whole run)"
+    text = f"W = {fw['W']} of {fw['steps']}" + (f", set by {', '.join(fw['limited_by'])}" if fw["limited_by"] else "")
+    # the floors themselves, published with W (issue 11): each one's largest difference up to W and where it left
+    # the band
+    text += f"; floors (max to W, first step over {fw['band']:.1%}): " + ", ".join(
+        f"{name} {'-' if f['max_rel_to_W'] is None else format(f['max_rel_to_W'], '.3g')} "
+        f"({'never' if f['first_over'] is None else f['first_over']})" for name, f in fw["floors"].items())
+    if fw["too_chaotic"]:
+        text += (f"; W below {MIN_JUDGED}: the model is too chaotic on this card for method B to judge past "
+                 f"step {fw['W']}")
+    return text
+
+
 def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None) -> dict:
     """Method B (protocol rules 51-52) from the two sides' per-step losses, {step: loss}.
 
@@ -105,7 +153,7 @@ def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None)
         return what + (f" (within {tol:g})" if w["ok"] else f" (over {tol:g} at {w['n_failed']} step(s))")
     reason = f"step 0: {said(step0, STEP0_REL)}; steps 1..{last}: {said(window, STEP_REL)}"
     if last < steps:
-        reason += f"; steps 1..{steps}, stated beside (protocol rule 52): {said(full, STEP_REL)}"
+        reason += f"; steps 1..{steps}, stated beside, judging nothing (protocol rule 52): {said(full, STEP_REL)}"
     out = {"passed": passed, "reason": reason, "step0": step0, "window": window, "judge_last_step": last, "steps": steps,
            "rule": f"step 0 within {STEP0_REL:g} relative, steps 1..{last} each within {STEP_REL:.0%} relative"}
     if last < steps:
@@ -121,8 +169,8 @@ def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None)
 def _trained(card: dict) -> tuple:
     """The names of the training runs of each model, in the order they run."""
     b = card["method_b"]
-    return ("torch", "cupy", *(f"floor-{f}" for f in FLOORS if f in b["floors"]),
-            *(f"also-{a}" for a in ALSO if a in b["also"]))
+    return ("torch", "cupy", *(("nanogpt",) if "nanogpt" in card["torch_loops"] else ()),
+            *(f"floor-{f}" for f in FLOORS if f in b["floors"]), *(f"also-{a}" for a in ALSO if a in b["also"]))
 
 
 def plan(card: dict) -> list[dict]:
@@ -136,7 +184,7 @@ def plan(card: dict) -> list[dict]:
 def _paths(d: Path, model: str) -> dict:
     base = d / "runs" / model
     return {"init": base / "init.npz", "order": base / "order.npy", "base": base,
-            **{w: base / f"{w}.metrics.jsonl" for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS),
+            **{w: base / f"{w}.metrics.jsonl" for w in ("torch", "cupy", "nanogpt", *(f"floor-{f}" for f in FLOORS),
                                                           *(f"also-{a}" for a in ALSO))}}
 
 
@@ -154,9 +202,12 @@ def command(card: dict, r: dict, p: dict) -> list[str] | None:
         side, run_mode, _ = ALSO[what[len("also-"):]]
     elif what == "cupy":
         side, run_mode = "cupy", None
+    elif what == "nanogpt":  # nanoGPT's own train.py, launched from the card's checkout
+        side, run_mode = "nanogpt", mode
     else:  # the torch side and its floors, in the checks' mode
         side, run_mode = "torch", mode
-    args = RunConfig(model, "float32", side, mode=run_mode).train_args(
+    checkout = card["nanogpt_path"] if side == "nanogpt" else None
+    args = RunConfig(model, "float32", side, mode=run_mode, checkout=checkout).train_args(
         card["device"], b["steps"], init=str(p["init"]), batches=str(p["order"]), metrics=str(p[what]), **start).to_argv()
     if what.startswith("floor-"):
         return [sys.executable, "-m", "tr2.floor", "--perturb", what[len("floor-"):], "--perturb-seed", str(b["seed"])] + args
@@ -210,7 +261,7 @@ def table(results_dir, card=None) -> list[dict]:
     also = card["method_b"]["also"]
     rows = []
     for model in card["models"]:
-        L = {w: _losses(d, runs.get(f"{model}/{w}")) for w in ("torch", "cupy", *(f"floor-{f}" for f in FLOORS),
+        L = {w: _losses(d, runs.get(f"{model}/{w}")) for w in ("torch", "cupy", "nanogpt", *(f"floor-{f}" for f in FLOORS),
                                                                 *(f"also-{a}" for a in also))}
         for s in range(card["method_b"]["steps"] + 1):
             g = {w: L[w].get(s) for w in L}
@@ -227,8 +278,25 @@ def table(results_dir, card=None) -> list[dict]:
                          "rel_every": rel_diff(ref, g["floor-every"]) if ref is not None and g["floor-every"] is not None else None,
                          "rel_none_vs_trainer": (rel_diff(g["torch"], ref)
                                                  if ref is not None and g["torch"] is not None else None),
+                         "nanogpt": g["nanogpt"],
+                         "rel_nanogpt": (rel_diff(g["torch"], g["nanogpt"])
+                                         if g["nanogpt"] is not None and g["torch"] is not None else None),
                          **extra})
     return rows
+
+
+def judged_window(card: dict, model: str, mrows: list) -> tuple:
+    """(J, the floor window or None): the last judged step of `model` under the card's method_b.window. With
+    floors, W of `floor_window` over the floor runs the card ran (their columns of `table`'s rows)."""
+    b, steps = card["method_b"], card["method_b"]["steps"]
+    if b["window"] != "floors":
+        judge = b["judge_steps"].get(model)
+        return (steps if judge is None else min(judge, steps)), None
+    planned = set(_trained(card))
+    floors = {name: {r["step"]: r[col] for r in mrows if r[col] is not None}
+              for name, (col, run) in FLOOR_COLUMNS.items() if run in planned}
+    fw = floor_window(floors, steps)
+    return fw["W"], fw
 
 
 def _max_over(rows, key, first, last):
@@ -246,30 +314,39 @@ def summarize(results_dir) -> dict:
     rows = table(d, card)
     also = card["method_b"]["also"]
     write_csv(d / "method_b.csv", rows, ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once",
-                                         "floor_every", "rel_once", "rel_every", "rel_none_vs_trainer", *also,
+                                         "floor_every", "rel_once", "rel_every", "rel_none_vs_trainer", "nanogpt",
+                                         "rel_nanogpt", *also,
                                          *(f"rel_{a}" for a in also)])
     steps = card["method_b"]["steps"]
     models = []
     for model in card["models"]:
         status = {w: (runs[f"{model}/{w}"]["status"] if f"{model}/{w}" in runs else "missing")
                   for w in ("init", "order", *_trained(card))}
-        judge = card["method_b"]["judge_steps"].get(model)
         mrows = [r for r in rows if r["model"] == model]
+        last, fw = judged_window(card, model, mrows)
         t = {r["step"]: r["torch"] for r in mrows if r["torch"] is not None}
         c = {r["step"]: r["cupy"] for r in mrows if r["cupy"] is not None}
-        if status["torch"] == "oom" or status["cupy"] == "oom" or status["init"] == "oom":
+        floors_missing = [w for w in status if (w.startswith("floor-") or w == "nanogpt") and status[w] != "ok"]
+        if any(status[w] == "oom" for w in ("torch", "cupy", "init")):
             v = {"passed": None, "reason": "out of memory (protocol rule 8): no verdict; see runs"}
         elif status["torch"] != "ok" or status["cupy"] != "ok":
             v = {"passed": None, "reason": "runs missing: no verdict yet"}
+        elif fw is not None and floors_missing:  # W is read from every floor run: none may be missing
+            v = {"passed": None, "reason": f"floor runs not finished ({', '.join(floors_missing)}): no window W, no verdict"}
         else:
-            v = verdict(t, c, steps, judge)
-        last = steps if judge is None else min(judge, steps)
+            v = verdict(t, c, steps, last)
+            if fw is not None:
+                v.update(reason=f"{window_said(fw)}; {v['reason']}", window_rule=fw)
         floor = {}
         for f in ("once", "every"):
             floor[f] = {"window": _max_over(mrows, f"rel_{f}", 1, last), "all_steps": _max_over(mrows, f"rel_{f}", 1, steps),
                         "step0": _max_over(mrows, f"rel_{f}", 0, 0)}
         models.append({
             "model": model, "runs": status, "verdict": v, "judge_last_step": last, "steps": steps,
+            "window": fw,  # issue 11's rule (method_b.window: floors): W, the floors' stretches; None: judge_steps
+            "nanogpt": ({"against": "torch", "step0": _max_over(mrows, "rel_nanogpt", 0, 0),
+                         "window": _max_over(mrows, "rel_nanogpt", 1, last),
+                         "all_steps": _max_over(mrows, "rel_nanogpt", 1, steps)} if "nanogpt" in status else None),
             "torch_mode": card["method_a"]["torch_mode"], "seed": card["method_b"]["seed"],
             "cupy": {"step0": _max_over(mrows, "rel_cupy", 0, 0), "window": _max_over(mrows, "rel_cupy", 1, last),
                      "all_steps": _max_over(mrows, "rel_cupy", 1, steps)},
@@ -285,7 +362,9 @@ def summarize(results_dir) -> dict:
         "stage": STAGE,
         "rule": f"protocol rules 50-52: same start (torch side's init), same recorded batches, dropout 0, float32 without TF32; "
                 f"step 0 within {STEP0_REL:g} relative, each of steps 1..J within {STEP_REL:.0%} relative to the torch "
-                f"side's loss, J = method_b.judge_steps[model] or all steps (protocol rule 52)",
+                f"side's loss, J = " + (f"W, the last step every floor run stays within {FLOOR_BAND:.1%} (issue 11)"
+                                         if card["method_b"]["window"] == "floors" else
+                                         "method_b.judge_steps[model] or all steps (protocol rule 52)"),
         "perturbation": PERTURBATION,
         "noise_floor_runs": "the torch side's loop (python -m tr2.floor) unperturbed, perturbed once at the start, "
                             "and perturbed after every optimizer step; differences relative to the unperturbed run",
@@ -311,6 +390,7 @@ def plot(results_dir, rows=None, card=None):
         ax = axes[0][j]
         for key, label, style in (("torch", "torch side", dict(color="tab:blue", lw=2)),
                                   ("cupy", "cupy side", dict(color="tab:orange", lw=1.2, ls="--")),
+                                  ("nanogpt", "nanoGPT's train.py", dict(color="tab:pink", lw=0.8, ls=":")),
                                   ("floor_once", "torch, ±1 ulp once", dict(color="tab:green", lw=0.8)),
                                   ("floor_every", "torch, ±1 ulp every step", dict(color="tab:red", lw=0.8))):
             pts = [(r["step"], r[key]) for r in mr if r[key] is not None]
@@ -327,6 +407,7 @@ def plot(results_dir, rows=None, card=None):
                                   ("rel_once", "torch ±1 ulp once vs torch", "tab:green"),
                                   ("rel_every", "torch ±1 ulp every step vs torch", "tab:red"),
                                   ("rel_none_vs_trainer", "torch vs torch (unperturbed rerun)", "tab:grey"),
+                                  ("rel_nanogpt", "nanoGPT's train.py vs torch", "tab:pink"),
                                   *also_lines):
             # exact agreement (0) has no place on a log scale: the line breaks there (NaN)
             pts = [(r["step"], r[key] if r[key] > 0 else math.nan) for r in mr
@@ -335,9 +416,11 @@ def plot(results_dir, rows=None, card=None):
                 ax.plot(*zip(*pts), label=label, color=color, lw=1, marker="." if len(pts) < 250 else None, ms=4)
         ax.axhline(STEP_REL, color="k", ls="--", lw=0.8, label="1% (steps 1..J)")
         ax.axhline(STEP0_REL, color="k", ls=":", lw=0.8, label="1e-5 (step 0)")
-        judge = card["method_b"]["judge_steps"].get(model)
-        if judge is not None and judge < card["method_b"]["steps"]:
-            ax.axvline(judge, color="grey", ls="-.", lw=1, label=f"judged through step {judge}")
+        judge, fw = judged_window(card, model, mr)
+        if judge < card["method_b"]["steps"]:
+            ax.axvline(judge, color="grey", ls="-.", lw=1, label=f"judged through step {judge}" + (" (W)" if fw else ""))
+        if fw is not None:
+            ax.axhline(FLOOR_BAND, color="grey", ls=":", lw=0.8, label=f"{FLOOR_BAND:.1%}: the floors' band for W")
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("relative difference (no point: exactly equal)")

@@ -53,8 +53,9 @@ FAILED = ("failed", "timeout", "no-window")
 # ---------------------------------------------------------------------------------------------- plan
 
 def configurations(card: dict) -> list[RunConfig]:
-    """Every configuration of the card, in the card's order: per model, per dtype, torch modes then cupy builds."""
-    return configs.configurations(card)
+    """Every configuration of the card, in the card's order: per model, per dtype, the torch modes, the nanogpt
+    side's (where the card's torch_loops lists it), then the cupy builds."""
+    return configs.configurations(card, nanogpt=True)
 
 
 def rotation(n: int, r: int) -> list[int]:
@@ -260,7 +261,10 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
     out = []
     for model in card["models"]:
         for dtype in card["dtypes"]:
-            torch_rows = {m: rows[f"{model}/{dtype}/torch-{m}"] for m in card["torch_modes"]}
+            # every PyTorch loop of the card in every mode: the verdict takes the fastest, whichever loop it is
+            # (docs/protocol.md, rule 20); our torch loop's modes keep their plain names, nanoGPT's are nanogpt-<mode>
+            torch_rows = {(m if lp == "torch" else f"{lp}-{m}"): rows[f"{model}/{dtype}/{lp}-{m}"]
+                          for lp in card["torch_loops"] for m in card["torch_modes"]}
             builds = ["cupy"] if dtype == "float32" else [("cupy-hr" if hr else "cupy") for hr in card["half_roundings"]]
             primary = builds[-1] if dtype == "float32" else ("cupy-hr" if "cupy-hr" in builds else builds[0])
             for build in builds:
@@ -269,8 +273,8 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
                 notes = []
                 oom_modes = [m for m, r in torch_rows.items() if r["status"] == "oom"]
                 if oom_modes:
-                    notes.append("out of memory: " + ", ".join(f"torch-{m}" for m in oom_modes))
-                failed = [f"torch-{m} {r['status']} ({r['reason']})" for m, r in torch_rows.items() if r["status"] in FAILED]
+                    notes.append("out of memory: " + ", ".join(r["build"] for r in torch_rows.values() if r["status"] == "oom"))
+                failed = [f"{r['build']} {r['status']} ({r['reason']})" for r in torch_rows.values() if r["status"] in FAILED]
                 if ours["status"] in FAILED:
                     failed.insert(0, f"{build} {ours['status']} ({ours['reason']})")
                 incomplete = [r["config"] for r in [ours, *torch_rows.values()] if r["status"] in ("incomplete", "void")]
@@ -284,7 +288,9 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
                     notes.append("incomplete or void runs: " + ", ".join(incomplete))
                 out.append({
                     "model": model, "dtype": dtype, "build": build, "primary": build == primary,
-                    "verdict": verdict, "reason": reason, "torch_mode": res["mode"], "ratio": res["ratio"],
+                    "verdict": verdict, "reason": reason, "torch_mode": torch_rows[res["mode"]]["mode"] if res["mode"] else None,
+                    "torch_loop": torch_rows[res["mode"]]["side"] if res["mode"] else None,
+                    "torch_build": torch_rows[res["mode"]]["build"] if res["mode"] else None, "ratio": res["ratio"],
                     "ours": res["ours"], "theirs": res["theirs"], "oom_modes": oom_modes,
                     "modes_without_time": res["modes_without_time"], "complete": not incomplete and not failed,
                     "notes": notes,
@@ -295,7 +301,7 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
 CSV_COLUMNS = ["config", "model", "dtype", "side", "build", "mode", "half_roundings", "cuda_graph", "status", "runs", "planned",
                "void", "median_ms", "fastest_ms", "slowest_ms", "own_median_ms", "own_vs_clock_max", "peak_bytes",
                "nvml_peak_bytes", "reason"]
-VERDICT_COLUMNS = ["model", "dtype", "build", "primary", "verdict", "ratio", "torch_mode", "ours_median_ms",
+VERDICT_COLUMNS = ["model", "dtype", "build", "primary", "verdict", "ratio", "torch_mode", "torch_loop", "ours_median_ms",
                    "ours_fastest_ms", "ours_slowest_ms", "torch_median_ms", "torch_fastest_ms", "torch_slowest_ms",
                    "oom_modes", "complete", "reason"]
 
@@ -361,7 +367,7 @@ def plot(d: Path, card: dict, records: list[dict], rows: dict) -> Path:
         for i, c in enumerate(cs):
             row = rows[c.key]
             runs = [x for x in records if x["config"] == c.key and not x["warm"]]
-            color = "tab:orange" if c.side == "cupy" else "tab:blue"
+            color = {"cupy": "tab:orange", "nanogpt": "tab:green"}.get(c.side, "tab:blue")
             ok = [x["step_ms"] for x in runs if x["valid"]]
             ax.plot([i] * len(ok), ok, "o", color=color, alpha=0.6, markersize=4)
             void = [x["step_ms"] for x in runs if x.get("void") and x["step_ms"] is not None]

@@ -1,4 +1,4 @@
-"""python -m tr2.train: one trainer for both sides. Bad arguments stop with one line and exit 2, before any work."""
+"""python -m tr2.train: one trainer for every side. Bad arguments stop with one line and exit 2, before any work."""
 from __future__ import annotations
 
 import sys
@@ -13,6 +13,8 @@ def run(args: TrainArgs) -> int:
     cfg = load_model(args.model, **overrides)
     if args.side == "torch":
         from .torch_side.train import run as run_side
+    elif args.side == "nanogpt":
+        from .nanogpt_side import run as run_side
     else:
         from .cupy_side.train import run as run_side
     return run_side(args, cfg)

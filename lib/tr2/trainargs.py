@@ -11,7 +11,8 @@ from typing import Optional
 from . import Tr2Error
 from .models import list_models, load_model
 
-SIDES = ("cupy", "torch")
+SIDES = ("cupy", "torch", "nanogpt")  # nanogpt: nanoGPT's own train.py (tr2.nanogpt_side)
+TORCH_LOOPS = ("torch", "nanogpt")  # the sides that train with PyTorch (and take --mode)
 DTYPES = ("float32", "bfloat16", "float16")
 MODES = ("eager", "default", "reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda")
@@ -39,14 +40,17 @@ class TrainArgs:
     cuda_graph: bool = False
     metrics: Optional[str] = None
     log_interval: int = 10
+    nanogpt: Optional[str] = None   # the nanogpt side's checkout (None: tr2.nanogpt_side.DEFAULT_CHECKOUT)
 
     def to_argv(self) -> list[str]:
         """The trainer's arguments for this run: parse(a.to_argv()) gives `a` back (device cpu or cuda)."""
         argv = ["--side", self.side, "--model", self.model, "--dtype", self.dtype, "--device", self.device,
                 "--steps", str(self.steps), "--seed", str(self.seed), "--eval-interval", str(self.eval_interval),
                 "--log-interval", str(self.log_interval)]
-        if self.side == "torch":
+        if self.side in TORCH_LOOPS:
             argv += ["--mode", self.mode]
+        if self.side == "nanogpt" and self.nanogpt is not None:
+            argv += ["--nanogpt", self.nanogpt]
         for flag, value in (("--eval-iters", self.eval_iters or None), ("--dropout", self.dropout), ("--init", self.init),
                             ("--save-init", self.save_init), ("--batches", self.batches), ("--metrics", self.metrics)):
             if value is not None:
@@ -73,10 +77,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m tr2.train", description="Train one GPT model on one side and print nanoGPT's log lines.")
-    p.add_argument("--side", required=True, help="cupy (our CUDA kernels, NumPy on a CPU) or torch")
+    p.add_argument("--side", required=True,
+                   help="cupy (our CUDA kernels, NumPy on a CPU), torch (nanoGPT's loop written here) or nanogpt "
+                        "(nanoGPT's own train.py, launched from its checkout)")
     p.add_argument("--model", required=True, help="a model of params/models.yaml")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
-    p.add_argument("--mode", default=None, help="torch only: eager | default | reduce-overhead | max-autotune")
+    p.add_argument("--mode", default=None, help="torch and nanogpt: eager | default | reduce-overhead | max-autotune")
     p.add_argument("--device", default="auto", help="auto (cuda when there is one) | cpu | cuda")
     p.add_argument("--steps", type=int, required=True, help="train iterations 0..N, as nanoGPT's max_iters")
     p.add_argument("--seed", type=int, default=1337)
@@ -92,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cupy on cuda only: capture the training step once as a CUDA graph and replay it")
     p.add_argument("--metrics", default=None, help="append every step's loss and every evaluation as JSON lines")
     p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--nanogpt", default=None, help="nanogpt only: the nanoGPT checkout, a relative path "
+                   "taken from the repository's root as the card's nanogpt_path is (default ../shared/nanoGPT)")
     return p
 
 
@@ -106,14 +114,21 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     _allowed("--model", ns.model, list_models())
     _allowed("--dtype", ns.dtype, DTYPES)
     _allowed("--device", ns.device, DEVICES)
-    if ns.mode is not None and ns.side != "torch":
-        raise Tr2Error(f"--mode: {ns.mode!r} given for side {ns.side!r}; only --side torch takes a mode")
+    if ns.mode is not None and ns.side not in TORCH_LOOPS:
+        raise Tr2Error(f"--mode: {ns.mode!r} given for side {ns.side!r}; only --side torch | nanogpt take a mode")
+    if ns.nanogpt is not None and ns.side != "nanogpt":
+        raise Tr2Error(f"--nanogpt: given for side {ns.side!r}; only --side nanogpt takes a checkout")
+    if ns.side == "nanogpt":
+        from .nanogpt_side import checkout_path
+        checkout_path(ns.nanogpt)
+        if ns.save_init is not None:
+            raise Tr2Error("--save-init: given for side 'nanogpt'; allowed only with --side torch (method B's start)")
     mode = ns.mode or "eager"
     _allowed("--mode", mode, MODES)
     if ns.half_roundings and ns.side != "cupy":
-        raise Tr2Error("--half-roundings: given for side 'torch'; only --side cupy takes it (PyTorch always rounds)")
+        raise Tr2Error(f"--half-roundings: given for side {ns.side!r}; only --side cupy takes it (PyTorch always rounds)")
     if ns.cuda_graph and ns.side != "cupy":
-        raise Tr2Error("--cuda-graph: given for side 'torch'; only --side cupy takes it (torch: --mode reduce-overhead)")
+        raise Tr2Error(f"--cuda-graph: given for side {ns.side!r}; only --side cupy takes it (PyTorch: --mode reduce-overhead)")
     if ns.cuda_graph and ns.dtype == "float16":
         raise Tr2Error("--cuda-graph: not built for --dtype float16 (its loss scaler reads the gradient norm on the "
                        "host every step); allowed: float32 | bfloat16")
@@ -152,11 +167,11 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,
                      dropout=ns.dropout, eval_interval=ns.eval_interval, eval_iters=eval_iters,
                      half_roundings=ns.half_roundings, cuda_graph=ns.cuda_graph, metrics=ns.metrics,
-                     log_interval=ns.log_interval)
+                     log_interval=ns.log_interval, nanogpt=ns.nanogpt)
 
 
 def cuda_available(side: str) -> bool:
-    if side == "torch":
+    if side in TORCH_LOOPS:
         try:
             import torch
             return torch.cuda.is_available()

@@ -10,7 +10,8 @@ from .results import read_jsonl
 
 # The readers of the lines below, beside their writers: the outside clock, the profiler and the
 # footprint's runs parse what these functions print.
-ITER_RE = re.compile(r"^iter (\d+): loss (\S+), time ([0-9.eE+\-]+|nan|inf)ms\s*$")
+# nanoGPT's own train.py (the nanogpt side) ends its line with ", mfu X%": the same line, read the same way
+ITER_RE = re.compile(r"^iter (\d+): loss (\S+), time ([0-9.eE+\-]+|nan|inf)ms(?:, mfu \S+%)?\s*$")
 PEAK_RE = re.compile(r"^peak memory: (\d+) bytes\s*$")
 
 

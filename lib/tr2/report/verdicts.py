@@ -194,7 +194,8 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
         for v in s.get("verdicts", []):
             n_params, tokens = _model_facts(v["model"])
             ours_t = times.get(f"{v['model']}/{v['dtype']}/{v['build']}")
-            theirs_t = times.get(f"{v['model']}/{v['dtype']}/torch-{v.get('torch_mode')}")
+            # the fastest PyTorch configuration, our loop's or nanoGPT's (summaries before the nanogpt side: ours)
+            theirs_t = times.get(f"{v['model']}/{v['dtype']}/{v.get('torch_build') or 'torch-' + str(v.get('torch_mode'))}")
             key = (v["model"], v["dtype"], v["build"])
             a = check_a.get((v["model"], v["dtype"])) or _check_of(None, None, "method A")
             b = check_b.get(v["model"]) or _check_of(None, None, "method B")
@@ -216,7 +217,8 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                 "half_roundings": v["build"].endswith("-hr"),
                 "params": n_params, "tokens_per_step": tokens,
                 "cupy": _range_of(v.get("ours"), ours_t, tokens) if published else None,
-                "torch": ({"mode": v.get("torch_mode"), **(_range_of(v.get("theirs"), theirs_t, tokens) or {})}
+                "torch": ({"mode": v.get("torch_mode") if v.get("torch_loop", "torch") == "torch"
+                           else f"nanoGPT's train.py, {v.get('torch_mode')}", **(_range_of(v.get("theirs"), theirs_t, tokens) or {})}
                           if published else None),
                 "ratio": v.get("ratio") if published else None,
                 "verdict": v.get("verdict") if published else None,

@@ -114,8 +114,13 @@ def run(args: TrainArgs, cfg: ModelConfig, after_step=None, log: TrainLog | None
     """Train; exit code 0, or 3 out of memory. `after_step(model, it)`, when given, is called after each
     optimizer step and once with it = -1 before step 0 (method B's noise floor moves the weights there)."""
     log = log or TrainLog(args.metrics, args.log_interval)
+    return oom_exit(lambda: _train(args, cfg, log, after_step), log)
+
+
+def oom_exit(body, log: TrainLog) -> int:
+    """body()'s exit code; out of memory becomes its line and exit 3 (both PyTorch sides), the log closed."""
     try:
-        return _train(args, cfg, log, after_step)
+        return body()
     except Exception as e:  # noqa: BLE001 - only out-of-memory is handled; everything else re-raises
         if not is_oom(e):
             raise
