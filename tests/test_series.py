@@ -79,7 +79,9 @@ class Fake:
 
     def __call__(self, config, card):
         cid = config.key
-        default_ms = 1.0 if config.side == "cupy" else 5.0  # wide apart: verdicts stay put on a busy machine
+        # wide apart, so verdicts stay put on a busy machine; windows of 30 ms and more, so the reader's latency
+        # (up to ~10 ms on a loaded 2-core machine, which voided a 10 ms window in CI) stays within the loosened rule
+        default_ms = 3.0 if config.side == "cupy" else 15.0
         return [PY, str(self.path), cid, str(card["series"]["steps"]), str(self.ms.get(cid, default_ms)),
                 str(self.own.get(cid, 1.0)), self.behaviour.get(cid, "ok"), str(self.count)]
 
@@ -201,7 +203,7 @@ def test_a_whole_series(card, tmp_path):
     rows = {r["config"]: r for r in s["configurations"]}
     assert rows["tiny/float32/cupy"]["status"] == "void" and rows["tiny/float32/cupy"]["runs"] == 0
     r = rows["tiny/bfloat16/cupy-hr"]
-    assert r["status"] == "ok" and r["runs"] == 2 and 0.9 < r["median_ms"] < 3.0 and r["peak_bytes"] == 1000
+    assert r["status"] == "ok" and r["runs"] == 2 and 2.9 < r["median_ms"] < 9.0 and r["peak_bytes"] == 1000
     v = {(x["dtype"], x["build"]): x for x in s["verdicts"]}
     assert v[("bfloat16", "cupy-hr")]["verdict"] == "faster" and v[("bfloat16", "cupy-hr")]["primary"]
     assert v[("bfloat16", "cupy")]["verdict"] == "faster" and not v[("bfloat16", "cupy")]["primary"]
@@ -215,8 +217,8 @@ def test_a_whole_series(card, tmp_path):
 def test_the_verdict_takes_the_fastest_pytorch_loop_whichever_it_is(card, tmp_path):
     card = {**card, "dtypes": ["float32"], "torch_modes": ["eager"], "torch_loops": ["torch", "nanogpt"]}
     # nanoGPT's own loop faster than ours: the cupy side is compared against it (docs/protocol.md, rule 20)
-    fake = Fake(tmp_path, ms={"tiny/float32/torch-eager": 8.0, "tiny/float32/nanogpt-eager": 4.0,
-                              "tiny/float32/cupy": 5.0})
+    fake = Fake(tmp_path, ms={"tiny/float32/torch-eager": 20.0, "tiny/float32/nanogpt-eager": 5.0,
+                              "tiny/float32/cupy": 10.0})
     d = tmp_path / "res"
     series.run(card, d, trainer=fake, progress=False)
     assert sorted(set(fake.started())) == ["tiny/float32/cupy", "tiny/float32/nanogpt-eager", "tiny/float32/torch-eager"]
