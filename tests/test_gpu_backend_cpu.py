@@ -102,6 +102,19 @@ def test_bf16_ties_go_to_even():
     assert halfbits.round_to_bf16(x).tolist() == [1.0, 1 + 2 ** -6, -1.0]
 
 
+def test_attention_geometry_is_read_from_the_source(tmp_path, monkeypatch):
+    geo = gpu.attention_geometry()
+    assert set(geo) == {"half", "float32"}
+    for g in geo.values():
+        assert g["mt"] in (1, 2)
+        # the kernels walk the streamed tiles in pairs of n8 tiles (ldmatrix.x4) and k16 slices
+        assert all(g[k] % 16 == 0 and g[k] >= 16 for k in ("forward", "backward_dq", "backward_dkdv"))
+    (tmp_path / "attention.cu").write_text("template <int K> struct Geometry { static const int MT = 2; };\n")
+    monkeypatch.setattr(gpu, "KERNELS_DIR", tmp_path)
+    with pytest.raises(RuntimeError, match="Geometry of"):
+        gpu.attention_geometry()
+
+
 def test_bf16_specials():
     x = np.array([np.inf, -np.inf, np.nan], np.float32)
     b = halfbits.bf16_bits_to_f32(halfbits.f32_to_bf16_bits(x))

@@ -73,6 +73,9 @@ _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
 # attention.cu's instantiations: ATTN_KERNELS(build, kind, split, head size) declares three kernels.
 _ATTN_MACRO = re.compile(r'^ATTN_KERNELS\((\w+), \w+, \w+, (\d+)\)', re.M)
+# attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
+_ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
+                            r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)
 
 
 def kernel_files() -> list[str]:
@@ -111,3 +114,14 @@ def declared_kernels(filename: str) -> list[str]:
     for build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in ("forward", "backward_dkdv", "backward_dq")]
     return names
+
+
+def attention_geometry() -> dict:
+    """attention.cu's Geometry, read from the source (the one place it is written): for "half" and "float32",
+    the m16 tiles a warp owns (mt) and the rows of the tiles each kernel streams."""
+    found = {("float32" if f32 else "half"): {"mt": int(mt), "forward": int(fwd), "backward_dq": int(dq),
+                                               "backward_dkdv": int(dkdv)}
+             for f32, mt, fwd, dq, dkdv in _ATTN_GEOMETRY.findall((KERNELS_DIR / "attention.cu").read_text())}
+    if set(found) != {"half", "float32"}:
+        raise RuntimeError(f"attention.cu: Geometry of {sorted(found)} found; both half and float32 expected")
+    return found
