@@ -9,7 +9,11 @@ sources, the half-type packing helpers in ``halfbits``) work and are tested on m
 """
 from __future__ import annotations
 
+import ctypes.util
+import glob
+import os
 import re
+import sys
 from pathlib import Path
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
@@ -125,3 +129,40 @@ def attention_geometry() -> dict:
     if set(found) != {"half", "float32"}:
         raise RuntimeError(f"attention.cu: Geometry of {sorted(found)} found; both half and float32 expected")
     return found
+
+
+def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
+    """Path of NVIDIA's shared library lib<stem>.so (cublas, nvrtc), or None: $env when set and not empty,
+    else the one this process already mapped (CuPy's or torch's: then ours is the same library), else
+    cuda-pathfinder's, else an nvidia wheel's under sys.path, else the CUDA install's, else the loader's.
+    NVRTC's side libraries (nvrtc-builtins, the .alt. builds) never count as the library itself."""
+    if env and os.environ.get(env):
+        return os.environ[env]
+    prefix = f"lib{stem}.so"
+
+    def usable(path: str) -> bool:
+        return os.path.basename(path).startswith(prefix) and ".alt." not in path
+
+    try:
+        with open("/proc/self/maps") as f:
+            mapped = [line.split()[-1] for line in f if len(line.split()) >= 6]
+        found = [m for m in mapped if usable(m) and os.path.isfile(m)]
+        if found:
+            return found[0]
+    except OSError:
+        pass
+    try:
+        from cuda import pathfinder
+        path = getattr(pathfinder.load_nvidia_dynamic_lib(stem), "abs_path", None)
+        if path and os.path.isfile(path):
+            return path
+    except Exception:   # no cuda-pathfinder, or it found nothing: the other places follow
+        pass
+    candidates = [c for site in sys.path for c in sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", prefix + "*")))]
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root:
+            candidates += sorted(glob.glob(os.path.join(root, "lib64", prefix + "*")))
+    candidates = [c for c in candidates if usable(c)]
+    if candidates:
+        return candidates[0]
+    return ctypes.util.find_library(stem)
