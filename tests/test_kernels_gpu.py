@@ -370,6 +370,13 @@ def test_gelu(shape):
           ref.gelu_backward(dy.astype(np.float64), x.astype(np.float64)), TOL_F32)
 
 
+def test_gelu_refuses_an_array_off_16_bytes():
+    be = gpu_backend()
+    x = dev(np.ones(17, np.float32))[1:]   # 4 bytes past the allocation's start
+    with pytest.raises(ValueError, match="16-byte"):
+        be.gelu_forward(x)
+
+
 @pytest.mark.parametrize("shape", [(1,), (65, 33), (4096, 384)])
 def test_residual(shape):
     be, ref = gpu_backend(), NumpyBackend("float64")
