@@ -1,8 +1,8 @@
 """Wrapper of kernels/attention.cu: causal attention fused on tensor cores, q/k/v read in place.
 
 forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv); backward
-launches the row dot products D = rowsum(dO * out), then dK/dV and dQ, each kernel writing its own columns
-of one dqkv [B, T, 3C]. No T x T array exists anywhere.
+launches dQ (which also writes the row dot products D = rowsum(dO * out)), then dK/dV, each kernel writing its
+own columns of one dqkv [B, T, 3C]. No T x T array exists anywhere.
 
 The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded): under
 half roundings c_attn and c_proj's backward hand them over so; otherwise (float32 products' outputs) qkv is
@@ -29,7 +29,6 @@ THREADS = 128         # four warps
 # attention.cu's Geometry: m16 tiles a warp (a block owns 4 * 16 * mt rows), rows of each kernel's streamed tiles
 GEOMETRY = attention_geometry()
 _ROW_BYTES = {True: 72 * 2, False: 68 * 4}   # a staged row: half tiles, float32 tiles (padded)
-OP_ROUND_TF32 = 3     # attn_backward_dot's code for "dO rounded to TF32"
 
 
 class AttentionSaved:
@@ -122,16 +121,11 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    D = ctx.ws.get("att_D", (B, H, T), np.float32)
-    op_round = ctx.kind if ctx.half else (OP_ROUND_TF32 if ctx.tf32 else KIND_F32)
-    warps = B * T * H
-    launch(FILE, "attn_backward_dot", (warps * 32 + 255) // 256, 256,
-           (D, dout, saved.out, i32(B), i32(T), i32(H), i32(hs), i32(ctx.kind_of(dout)), i32(ctx.kind_of(saved.out)),
-            i32(op_round)))
+    D = ctx.ws.get("att_D", (B, H, T), np.float32)   # the row dots: written by the dQ kernel, read by dK/dV's
     dqkv = cp.empty((B, T, 3 * C), dtype=_out_dtype(ctx))
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
-    args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind)) \
-        + _dropout_args(p, seed, offset, offset_add)
-    _launch(ctx, "backward_dkdv", hs, T, B * H, args)
-    _launch(ctx, "backward_dq", hs, T, B * H, args)
+    scale, tail = f32(1.0 / math.sqrt(hs)), (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)
+    _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H), scale)
+            + tail)
+    _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H), scale) + tail)
     return dqkv

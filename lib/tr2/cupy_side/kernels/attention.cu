@@ -13,14 +13,15 @@
 //     Pd = exp(scale (s - m)) * keep / (1 - p) (dropout drawn here by the counter-based generator, element
 //     (bh*T + i)*T + j of the site, as ops/attention.py indexes it); O += Pd v by mma with O in registers;
 //     at the end out = O / l and lse = scale m + log(l).
-//   backward, a small kernel first: D_i = sum_d dO_id * O_id (the row dot products), then
+//   backward, dQ first: one block per (4 * 16 * MT queries, bh); the row dot products D_i = sum_d dO_id O_id
+//     of its queries (dO as the products read it, from the staged tile), kept and written for dK/dV; then a
+//     loop over the key tiles up to the diagonal: S = q k^T, P = exp(S * scale - lse) (recomputed, never
+//     stored), dPd = dO v^T, dS = P (dPd * keep / (1 - p) - D), dQ += dS k; dQ *= scale.
 //     dK, dV: one block per (4 * 16 * MT keys, bh), loop over the query tiles from the diagonal down:
-//       S^T = k q^T, P^T = exp(S^T * scale - lse) (recomputed, never stored), dV += Pd^T dO,
-//       dP^T = v dO^T, dS^T = P^T (dP^T * keep / (1 - p) - D), dK += dS^T q; dK *= scale.
-//     dQ: one block per (4 * 16 * MT queries, bh), loop over the key tiles up to the diagonal:
-//       S, P, dP = dO v^T and dS again, dQ += dS k; dQ *= scale.
+//       S^T, P^T and dS^T again, dV += Pd^T dO, dK += dS^T q; dK *= scale.
 //   dQ has its own pass (the two recomputed products cost less than a second sweep of memory) so that
-//   every sum runs in a fixed order: no atomics, the same bits on every run.
+//   every sum runs in a fixed order: no atomics, the same bits on every run. (D had a kernel of its own
+//   until the dQ pass took it over: 31 us a layer of gpt2-small bf16 in call 4's profile, to read dO and O.)
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
 //
@@ -76,6 +77,12 @@ __device__ __forceinline__ float tf32_rne(float x) {  // as ops/precision.round_
 }
 
 template <int K> __device__ __forceinline__ float half_value(u16 h) { return load_from<K>(h); }
+
+// A staged operand's value (half bits widened; float32 tiles hold it as the products read it already).
+template <int K> __device__ __forceinline__ float operand_value(typename Tile<K>::E x) {
+    if constexpr (K == KIND_F32) return x;
+    else return half_value<K>(x);
+}
 
 // Two values as one register of half-type operands, x0 in the low half (the lower column), rounded to
 // nearest even by one cvt (the same bits as two scalar conversions).
@@ -547,28 +554,6 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 }
 
 // ---------------------------------------------------------------------------------------------- backward
-// D[bh*T + i] = sum_d dO[b, i, h*HS + d] * O[b, i, h*HS + d], dO rounded as the products read it
-// (op_round: 0 none, 1 bfloat16, 2 float16, 3 TF32); dO and O held in dout_kind, out_kind. One warp per (b, i, h).
-extern "C" __global__ void attn_backward_dot(float* __restrict__ D, const void* __restrict__ dout,
-                                             const void* __restrict__ out, int B, int T, int H, int hs,
-                                             int dout_kind, int out_kind, int op_round) {
-    const i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= (i64)B * T * H) return;
-    const int h = (int)(w % H);
-    const i64 bt = w / H;
-    const int b = (int)(bt / T), i = (int)(bt % T);
-    const i64 at = bt * H * hs + (i64)h * hs;
-    float acc = 0.0f;
-    for (int d = lane; d < hs; d += 32) {
-        float g = load_kind(dout, at + d, dout_kind);
-        g = (op_round == 3) ? tf32_rne(g) : round_to_kind(g, op_round);
-        acc += g * load_kind(out, at + d, out_kind);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) D[((i64)b * H + h) * T + i] = acc;
-}
-
 // The backward's recomputed probabilities of a warp's block and its score gradient, in place:
 // on entry p = the raw scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
 // p = Pd = P * keep / (1 - p) and ds = dS = P (dPd * keep / (1 - p) - D). coords(mt, n, e, i, j, Lc, Dq)
@@ -686,11 +671,12 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
 }
 
 // dQ of 4 * 16 * MT queries of one head. Warp rows are queries; the streamed tiles hold BC keys.
+// out: the forward's output, in out_kind (as dqkv is written); Dvec: written here, read by dK/dV after.
 template <int K, bool SPLIT, int HS>
 __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                       const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
-                                      const float* __restrict__ Dvec, int T, int H, float scale, int out_kind,
-                                      Dropout drop) {
+                                      float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
+                                      float scale, int out_kind, Dropout drop) {
     constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DQ, NT = BC / 8;
     constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
     constexpr bool EXACT = (K == KIND_F32 && SPLIT);
@@ -721,7 +707,6 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         for (int r = 0; r < 2; ++r) {
             const int i = r0 + 16 * mt + g + 8 * r;
             L[mt][r] = i < T ? lse[(i64)bh * T + i] * lmul : 0.0f;
-            Dr[mt][r] = i < T ? Dvec[(i64)bh * T + i] : 0.0f;
         }
     float dq[MT][HS / 8][4];
 #pragma unroll
@@ -731,6 +716,26 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 
     for (int kb = 0; kb <= last; ++kb) {
         const int cur = kv.acquire(kb);
+        if (kb == 0) {   // the staged dO is complete from here: D of the warp's rows, the four lanes of a
+                         // row group each taking HS / 4 columns, their sums added in a fixed butterfly
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int il = warp * RW + 16 * mt + g + 8 * r, i = qb * BR + il;
+                    float acc = 0.0f;
+                    if (i < T) {
+                        const E* d = sO + il * LD + t * (HS / 4);
+                        const i64 at = ((i64)b * T + i) * C + h * HS + t * (HS / 4);
+#pragma unroll
+                        for (int e = 0; e < HS / 4; ++e) acc += operand_value<K>(d[e]) * load_kind(out, at + e, out_kind);
+                    }
+                    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+                    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+                    Dr[mt][r] = acc;
+                    if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
+                }
+        }
         if (kb * BC <= r0 + RW - 1) {   // else the warp's queries all come before the tile's keys
             const E* sK = sKV + 2 * cur * BC * LD;
             const E* sV = sK + BC * LD;
@@ -776,10 +781,10 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
                                               make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
-        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
-        int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
-        u32 threshold, float dscale) {                                                                         \
-        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_kind,                \
+        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
+        const void* out, int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset,       \
+        const u64* offset_add, u32 threshold, float dscale) {                                                  \
+        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, scale, out_kind,           \
                                             make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }
 
