@@ -508,6 +508,63 @@ def test_adamw_reads_hyper_from_device_memory():
     assert not np.array_equal(host(p), p0)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_adamw_rewrites_the_half_copies_products_read(dtype):
+    """Half builds: product_weights casts each weight once into a persistent half copy, and adamw_update rewrites
+    the copy from the new master in the same pass: bit-identical to a cast of the new p (ops/adamw.py's copies);
+    a product reading the copy equals, bit for bit, the product of an uncopied array of the same values (the cast
+    path); tensors without a copy are updated as before; three updates from the same state give the same bits."""
+    from tr2.cupy_side.ops import adamw as ref_adamw
+    be, kind = gpu_backend(dtype), halfbits.KINDS[dtype]
+    g = gen(12)
+    ps = [randn(g, *s, scale=0.02) for s in SHAPES]
+    gs = [randn(g, *s, scale=0.1) for s in SHAPES]
+    ms = [randn(g, *s, scale=0.01) for s in SHAPES]
+    vs = [np.abs(randn(g, *s, scale=0.001)) for s in SHAPES]
+    with_copy = [i for i, s in enumerate(SHAPES) if len(s) == 2 or s == (4099,)]   # a 1-D one too: not tied to decay
+    hyper = _hyper(np.float32)
+    runs = []
+    for _ in range(3):
+        dp, dm, dv = [dev(a) for a in ps], [dev(a) for a in ms], [dev(a) for a in vs]
+        be.product_weights([dp[i] for i in with_copy])
+        for i in range(len(SHAPES)):
+            copy = be.ctx.half_copy(dp[i])
+            assert (copy is not None) == (i in with_copy)
+            if copy is not None:
+                exact(f"half copy cast once {SHAPES[i]} [{dtype}]", copy, halfbits.to_bits(ps[i], kind))
+        be.adamw_update(dp, [dev(a) for a in gs], dm, dv, be.to_device(hyper))
+        runs.append([host(a) for a in dp] + [host(be.ctx.half_copy(dp[i])) for i in with_copy])
+        for i in with_copy:
+            exact(f"half copy after adamw {SHAPES[i]} [{dtype}]", be.ctx.half_copy(dp[i]), halfbits.to_bits(host(dp[i]), kind))
+    rp, rm, rv = ([a.astype(np.float64) for a in arrs] for arrs in (ps, ms, vs))
+    rc = [np.zeros(s) if i in with_copy else None for i, s in enumerate(SHAPES)]
+    ref_adamw.update(rp, [a.astype(np.float64) for a in gs], rm, rv, hyper.astype(np.float64), rc,
+                     lambda a: halfbits.round_to_kind(a, kind))
+    for k, i in enumerate(with_copy):
+        check(f"half copy vs ops/adamw.py {SHAPES[i]} [{dtype}]", halfbits.from_bits(runs[0][len(SHAPES) + k], kind),
+              rc[i], TOL_HALF[(dtype, False)])
+    for i, s in enumerate(SHAPES):
+        check(f"adamw update with copies {s} [{dtype}]", runs[0][i].astype(np.float64) - ps[i], rp[i] - ps[i], TOL_F32)
+    for r in runs[1:]:
+        for a, b in zip(runs[0], r):
+            exact(f"adamw with half copies run-to-run [{dtype}]", b, a)
+    w = dp[0]                      # the last run's first weight, with its copy rewritten by adamw
+    x, dy = randn(g, 9, SHAPES[0][1]), randn(g, 9, SHAPES[0][0])
+    fresh = w.copy()               # the same values, no copy: the product casts it
+    assert be.ctx.half_copy(fresh) is None
+    exact(f"product through the half copy = through a cast [{dtype}]", be.to_host(be.matmul_forward(dev(x), w)),
+          be.to_host(be.matmul_forward(dev(x), fresh)))
+    for name, a, b in zip(("dx", "dw"), be.matmul_backward(dev(dy), dev(x), w), be.matmul_backward(dev(dy), dev(x), fresh)):
+        exact(f"product backward {name} through the half copy = through a cast [{dtype}]", be.to_host(a), be.to_host(b))
+
+
+def test_float32_builds_keep_no_half_copies():
+    be = gpu_backend("float32", True)
+    w = dev(np.ones((3, 4), np.float32))
+    be.product_weights([w])
+    assert be.ctx.half_copy(w) is None
+
+
 def test_global_norm():
     be, ref = gpu_backend(), NumpyBackend("float64")
     g = gen(9)

@@ -375,6 +375,30 @@ def test_adamw_update_against_torch(gen):
     np.testing.assert_allclose(p1[0], p2[0], rtol=1e-15)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_adamw_half_copies_are_what_products_read(gen, dtype):
+    """The kernel's half copies (ops/adamw.py's copies): rewritten from the new p, they hold exactly the values a
+    product reads when it rounds p as its operand, and the update of p itself does not change with them."""
+    prec = make_precision(dtype)
+    shapes = [(4, 3), (3,), (5, 2)]
+    hyper = np.array([3e-3, 0.9, 0.95, 1e-8, 0.1, 1 - 0.9 ** 2, 1 - 0.95 ** 2, 0.5], dtype=np.float32)
+    params = [(gen.standard_normal(s) * 0.02).astype(np.float32) for s in shapes]
+    grads = [gen.standard_normal(s).astype(np.float32) for s in shapes]
+    ms = [np.zeros(s, np.float32) for s in shapes]
+    vs = [np.zeros(s, np.float32) for s in shapes]
+    plain = [p.copy() for p in params]
+    copies = [np.full(s, np.nan, np.float32) for s in shapes[:2]] + [None]
+    adamw.update(params, grads, ms, vs, hyper, copies, prec.operand)
+    adamw.update(plain, grads, [np.zeros(s, np.float32) for s in shapes], [np.zeros(s, np.float32) for s in shapes],
+                 hyper)
+    for p, q, c in zip(params, plain, copies):
+        assert np.array_equal(p, q)
+        if c is not None:
+            assert np.array_equal(c, prec.operand(p)) and not np.array_equal(c, p)
+    x = gen.standard_normal((7, 3)).astype(np.float32)
+    assert np.array_equal(matmul.forward(x, params[0], prec), prec.operand(x) @ copies[0].T)
+
+
 # ---------------------------------------------------------------------------------------------
 # rounding helpers and the emulated element types
 

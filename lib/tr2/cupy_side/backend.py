@@ -38,6 +38,11 @@ class NumpyBackend:
         write(dst, host) -> None            host values into an existing array, in place (same dtype and
                                             shape): how per-step inputs reach buffers allocated once
         peak_memory_bytes() -> int          the device allocator's peak (0 on the CPU)
+        product_weights(weights) -> None    the weights (float32 masters, updated only by adamw_update) that
+                                            products read: the CUDA backend keeps a half-type copy of each in the
+                                            half builds, cast once here and rewritten by adamw_update with the
+                                            master, so no cast of a weight runs in a step; NumPy's products round
+                                            their operands as they go (the same values), so nothing here
 
     Operations (architecture.md's table; N = B*T rows; "array" = this backend's array type)
         embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C]) -> x[B,T,C]
@@ -103,6 +108,9 @@ class NumpyBackend:
 
     def peak_memory_bytes(self) -> int:
         return 0
+
+    def product_weights(self, weights) -> None:
+        pass
 
     # ---- operations ----
     def embedding_forward(self, idx, wte, wpe):

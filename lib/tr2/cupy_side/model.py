@@ -28,6 +28,7 @@ from . import rng
 from .tape import Node, Tape
 
 WTE, WPE, LN_F = "transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight"
+PRODUCT_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 class GPT:
@@ -46,6 +47,8 @@ class GPT:
             if tuple(weights[name].shape) != shape:
                 raise Tr2Error(f"weights: {name} has shape {tuple(weights[name].shape)}, model {cfg.name} needs {shape}")
             self.params[name] = backend.to_device(weights[name])
+        # the weights the products read (the Linear layers and the tied lm_head): half copies on the GPU
+        backend.product_weights([self.params[n] for n in self.params if n == WTE or n.endswith(PRODUCT_WEIGHTS)])
         self.n_sites = rng.n_sites(cfg.n_layer)
         self.step_counter = backend.to_device(np.zeros(1, dtype=np.uint64), dtype=np.uint64)
         self._one = backend.to_device(1.0)  # backward's default dloss, allocated once

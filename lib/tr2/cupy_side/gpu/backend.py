@@ -125,6 +125,12 @@ class CudaBackend:
         """Peak bytes in use in CuPy's memory pool since this process installed the tracker."""
         return self._peak.peak_bytes()
 
+    def product_weights(self, weights) -> None:
+        """Half builds: each weight gets its half copy, cast once now and rewritten by adamw_update from then on
+        (GpuContext.keep_half_copy); the products read it. float32 builds: nothing."""
+        for w in weights:
+            self.ctx.keep_half_copy(w)
+
     def synchronize(self) -> None:
         cp.cuda.get_current_stream().synchronize()
 
@@ -191,7 +197,7 @@ class CudaBackend:
         return _ce.backward(self.ctx, dloss, self._act(logits), _i64(targets), saved)
 
     def adamw_update(self, params, grads, ms, vs, hyper):
-        _adamw.update(list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)
+        _adamw.update(self.ctx, list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)
 
     def global_norm(self, grads):
         return _global_norm.global_norm(self.ctx, [_f32(g) for g in grads])
