@@ -14,7 +14,7 @@ TABLE_METHODS = {
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward", "matmul_forward",
     "matmul_backward", "attention_forward", "attention_backward", "gelu_forward", "gelu_backward",
     "dropout_forward", "dropout_backward", "residual_forward", "cross_entropy_forward",
-    "cross_entropy_backward", "adamw_update", "global_norm",
+    "cross_entropy_forward_backward", "adamw_update", "global_norm",
 }
 
 

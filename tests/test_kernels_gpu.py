@@ -383,23 +383,55 @@ def test_residual(shape):
 
 # ---------------------------------------------------------------------------------------------- cross-entropy
 
-@pytest.mark.parametrize("N, V, ignored", [(1, 65, 0), (513, 65, 0), (100, 65, 7), (1023, 50304, 3), (8, 50257, 8)])
+@pytest.mark.parametrize("N, V, ignored", [(1, 65, 0), (513, 65, 0), (100, 65, 7), (1023, 50304, 3), (8, 50257, 8),
+                                           (37, 2, 1), (5, 1031, 0)])
 def test_cross_entropy(N, V, ignored):
+    """Evaluation's loss alone; training's loss and dlogits from one kernel, written over the float32 logits; the
+    two losses equal bit for bit (the same row arithmetic); three runs give the same bits."""
     be, ref = gpu_backend(), NumpyBackend("float64")
     g = gen(N + V)
     logits = randn(g, N, V, scale=2.0)
     targets = g.integers(0, V, size=N).astype(np.int64)
     targets[g.permutation(N)[:ignored]] = -1
-    loss, saved = be.cross_entropy_forward(dev(logits), dev(targets))
-    rloss, rsaved = ref.cross_entropy_forward(logits.astype(np.float64), targets)
+    lg = dev(logits)
+    loss_eval = be.cross_entropy_forward(lg, dev(targets))
+    exact("cross-entropy evaluation leaves the logits", lg, logits)
+    rloss = ref.cross_entropy_forward(logits.astype(np.float64), targets)
     if ignored == N:  # nothing counts: torch's mean over nothing is nan, on both sides
-        assert np.isnan(host(loss)) and np.isnan(rloss)
+        assert np.isnan(host(loss_eval)) and np.isnan(rloss)
     else:
-        check("cross-entropy loss", loss, rloss, TOL_F32)
+        check("cross-entropy loss (evaluation)", loss_eval, rloss, TOL_F32)
     for dloss in (1.0, 2.0 ** 16):
-        dl = be.cross_entropy_backward(be.to_device(dloss), dev(logits), dev(targets), saved)
-        rdl = ref.cross_entropy_backward(np.float64(dloss), logits.astype(np.float64), targets, rsaved)
-        check(f"cross-entropy dlogits (dloss {dloss})", dl, rdl, TOL_F32)
+        runs = []
+        for _ in range(3):
+            lg = dev(logits)
+            loss, dl = be.cross_entropy_forward_backward(lg, dev(targets), be.to_device(dloss))
+            assert dl.dtype == np.float32 and dl.data.ptr == lg.data.ptr   # over the logits
+            runs.append((host(loss), host(dl)))
+        rl, rdl = ref.cross_entropy_forward_backward(logits.astype(np.float64), targets, np.float64(dloss))
+        if ignored < N:
+            check(f"cross-entropy loss (training, dloss {dloss})", runs[0][0], rl, TOL_F32)
+            exact(f"cross-entropy training loss = evaluation loss (dloss {dloss})", runs[0][0], host(loss_eval))
+        if ignored < N:
+            check(f"cross-entropy dlogits (dloss {dloss})", runs[0][1], rdl, TOL_F32)
+        else:
+            exact("cross-entropy dlogits of ignored rows", runs[0][1], np.zeros_like(logits))
+        for k, r in enumerate(runs[1:], start=2):
+            exact(f"cross-entropy loss, run {k} vs run 1", r[0], runs[0][0])
+            exact(f"cross-entropy dlogits, run {k} vs run 1", r[1], runs[0][1])
+
+
+def test_cross_entropy_reads_dloss_when_it_runs():
+    """dloss is read from device memory at launch, not at the call: a captured step replays it with a new scale."""
+    be = gpu_backend()
+    g = gen(13)
+    logits, targets = randn(g, 9, 70), dev(g.integers(0, 70, size=9).astype(np.int64))
+    d = be.to_device(1.0)
+    _, one = be.cross_entropy_forward_backward(dev(logits), targets, d)
+    one = host(one)
+    d.fill(np.float32(4.0))
+    _, four = be.cross_entropy_forward_backward(dev(logits), targets, d)
+    exact("dlogits with dloss 4 = 4 x dlogits with dloss 1 (a power of two: exact)", four, one * np.float32(4.0))
 
 
 # ---------------------------------------------------------------------------------------------- half-type activations
@@ -456,13 +488,18 @@ def test_half_type_activations(build):
 
     targets = g.integers(0, V, size=N).astype(np.int64)
     lh, lv = half(randn(g, N, V, scale=2.0))
-    loss, saved = be.cross_entropy_forward(lh, dev(targets))
-    rloss, rsaved = ref.cross_entropy_forward(lv, targets)
-    check(f"cross-entropy loss of half logits [{dtype} hr={hr}]", loss, rloss, TOL_F32)
-    dl = be.cross_entropy_backward(be.to_device(1.0), lh, dev(targets), saved)
+    rloss, rdl = ref.cross_entropy_forward_backward(lv, targets, np.float64(1.0))
+    check(f"cross-entropy loss of half logits [{dtype} hr={hr}]", be.cross_entropy_forward(lh, dev(targets)), rloss,
+          TOL_F32)
+    loss, dl = be.cross_entropy_forward_backward(lh, dev(targets), be.to_device(1.0))
+    check(f"cross-entropy training loss of half logits [{dtype} hr={hr}]", loss, rloss, TOL_F32)
     assert dl.dtype == np.uint16 and dl.data.ptr == lh.data.ptr   # written over the logits
-    check(f"cross-entropy dlogits half [{dtype} hr={hr}]", be.to_host(dl),
-          rounded(ref.cross_entropy_backward(np.float64(1.0), lv, targets, rsaved)), tol)
+    check(f"cross-entropy dlogits half [{dtype} hr={hr}]", be.to_host(dl), rounded(rdl), tol)
+    l32 = dev(lv.astype(np.float32))   # float32 logits (no half roundings): dlogits in a fresh half-type array
+    loss32, dl32 = be.cross_entropy_forward_backward(l32, dev(targets), be.to_device(1.0))
+    assert dl32.dtype == np.uint16 and dl32.data.ptr != l32.data.ptr
+    exact(f"cross-entropy of float32 logits leaves them [{dtype} hr={hr}]", l32, lv.astype(np.float32))
+    check(f"cross-entropy dlogits half from float32 logits [{dtype} hr={hr}]", be.to_host(dl32), rounded(rdl), tol)
 
 
 # ---------------------------------------------------------------------------------------------- optimizer
@@ -618,8 +655,8 @@ def _tiny_step(backend, cfg, weights, x, y, step=3, dloss=None):
     model = GPT(cfg, backend, weights, seed=1337)
     xd = backend.to_device(x, dtype=np.int64)
     yd = backend.to_device(y, dtype=np.int64)
-    loss = model.forward(xd, yd, step=step, training=True)
-    grads = model.backward(None if dloss is None else backend.to_device(dloss))
+    loss = model.forward(xd, yd, step=step, training=True, dloss=None if dloss is None else backend.to_device(dloss))
+    grads = model.backward()
     return float(backend.to_host(loss)), {k: backend.to_host(v) for k, v in grads.items()}, model
 
 

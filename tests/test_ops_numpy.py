@@ -331,6 +331,10 @@ def test_cross_entropy_fd_and_torch(gen, N, V):
     (tloss * dloss).backward()
     assert loss.shape == () and abs(float(loss) - tloss.item()) <= 1e-14 * abs(tloss.item())
     np.testing.assert_allclose(dlogits, tl.grad.numpy(), rtol=1e-12, atol=1e-15)
+    # the fused form (what a training pass calls) is the two, to the bit, and leaves the logits alone
+    before = logits.copy()
+    floss, fdlogits = cross_entropy.forward_backward(logits, targets, np.asarray(dloss))
+    assert np.array_equal(floss, loss) and np.array_equal(fdlogits, dlogits) and np.array_equal(logits, before)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,7 +516,7 @@ def test_attention_rounds_only_as_told(gen):
 TABLE = ["embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward", "matmul_forward",
          "matmul_backward", "attention_forward", "attention_backward", "gelu_forward", "gelu_backward",
          "dropout_forward", "dropout_backward", "residual_forward", "residual_backward", "cross_entropy_forward",
-         "cross_entropy_backward", "adamw_update", "global_norm"]
+         "cross_entropy_forward_backward", "adamw_update", "global_norm"]
 
 
 def test_backend_has_the_table():

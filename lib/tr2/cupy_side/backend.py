@@ -59,8 +59,11 @@ class NumpyBackend:
         dropout_backward(dy, p, seed, offset, offset_add=None) -> dx
         residual_forward(a, b) -> a + b                                 a fresh array
         residual_backward(dout) -> (da, db)                             both are dout itself
-        cross_entropy_forward(logits[N,V], targets[N]) -> (loss 0-d, saved)
-        cross_entropy_backward(dloss 0-d, logits, targets, saved) -> dlogits[N,V]
+        cross_entropy_forward(logits[N,V], targets[N]) -> loss 0-d           evaluation: no gradient
+        cross_entropy_forward_backward(logits, targets, dloss 0-d) -> (loss 0-d, dlogits[N,V])
+                                                                        training: the loss and its gradient times
+                                                                        dloss at once; dlogits may be the logits'
+                                                                        own buffer, overwritten (the CUDA form)
         adamw_update(params, grads, ms, vs, hyper) -> None              in place; see ops/adamw.py
         global_norm(grads) -> 0-d array                                 sqrt of the sum of squares
 
@@ -156,10 +159,10 @@ class NumpyBackend:
         return residual.backward(dout)
 
     def cross_entropy_forward(self, logits, targets):
-        return cross_entropy.forward(logits, targets)
+        return cross_entropy.forward(logits, targets)[0]
 
-    def cross_entropy_backward(self, dloss, logits, targets, saved):
-        return cross_entropy.backward(dloss, logits, targets, saved)
+    def cross_entropy_forward_backward(self, logits, targets, dloss):
+        return cross_entropy.forward_backward(logits, targets, dloss)
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         adamw.update(params, grads, ms, vs, hyper)

@@ -51,10 +51,11 @@ class GPT:
         backend.product_weights([self.params[n] for n in self.params if n == WTE or n.endswith(PRODUCT_WEIGHTS)])
         self.n_sites = rng.n_sites(cfg.n_layer)
         self.step_counter = backend.to_device(np.zeros(1, dtype=np.uint64), dtype=np.uint64)
-        self._one = backend.to_device(1.0)  # backward's default dloss, allocated once
+        self._one = backend.to_device(1.0)  # the default dloss, allocated once
         self.tape = Tape(add=backend.residual_forward)
         self.grads: dict = {}
         self._loss = None
+        self._dloss = self._one
         self._p = 0.0
 
     # ---- one helper per operation: run its forward, push its backward ----
@@ -149,13 +150,17 @@ class GPT:
         self.tape.push(backward)
         return out
 
-    def _cross_entropy(self, logits: Node, targets) -> Node:
+    def _cross_entropy(self, logits: Node, targets, dloss) -> Node:
+        """Training: the loss and the logits' gradient (times dloss) from one call, the gradient handed on at
+        backward. Evaluation (nothing recorded, no backward to come): the loss alone, the logits untouched."""
         be = self.backend
-        loss, saved = be.cross_entropy_forward(logits.value, targets)
+        if not self.tape.recording:
+            return Node(be.cross_entropy_forward(logits.value, targets))
+        loss, dlogits = be.cross_entropy_forward_backward(logits.value, targets, dloss)
         out = Node(loss)
 
         def backward():
-            dlogits = be.cross_entropy_backward(self.tape.take(out), logits.value, targets, saved)
+            self.tape.take(out)  # the seed: dloss, already in dlogits
             self.tape.accumulate(logits, dlogits)
         self.tape.push(backward)
         return out
@@ -166,12 +171,14 @@ class GPT:
         """Number the next training forward's dropout masks (host -> device: outside a captured graph)."""
         self.backend.write(self.step_counter, np.array([rng.site_offset(step, self.n_sites, 0)], dtype=np.uint64))
 
-    def forward(self, idx, targets, step, training: bool = True):
+    def forward(self, idx, targets, step, training: bool = True, dloss=None):
         """idx, targets: int64 [B, T] on the backend. Returns the mean loss (a 0-d backend array).
 
         step numbers the dropout masks (rng.site_offset); None keeps the number set_step wrote (a
         captured step writes nothing to the device). training=False turns dropout off and records
-        nothing for backward (evaluation).
+        nothing for backward (evaluation). dloss (training only): the gradient backward starts from, a
+        0-d backend array or a number (default 1; the float16 loss scaler passes its scale). The
+        classifier's gradient is computed in this pass (one kernel with the loss), so it is given here.
         """
         cfg = self.cfg
         B, T = idx.shape
@@ -200,18 +207,17 @@ class GPT:
             x = self._residual(x, m)
         x = self._layernorm(x, LN_F)
         logits = self._linear(x, WTE)  # lm_head: the token embedding, tied
-        loss = self._cross_entropy(logits, targets.reshape(B * T))
+        self._dloss = self._one if dloss is None else dloss
+        loss = self._cross_entropy(logits, targets.reshape(B * T), self._dloss)
         self._loss = loss if training else None
         return loss.value
 
-    def backward(self, dloss=None) -> dict:
-        """Gradients of the last training forward's loss times dloss (default 1; the float16 loss
-        scaler passes its scale). Returns name -> gradient for every weight, in param_shapes' order."""
+    def backward(self) -> dict:
+        """Gradients of the last training forward's loss times its dloss. Returns name -> gradient for every
+        weight, in param_shapes' order."""
         if self._loss is None:
             raise RuntimeError("backward() needs a forward(..., training=True) before it")
-        if dloss is None:
-            dloss = self._one
         self.grads = {}
-        self.tape.backward(self._loss, dloss)
+        self.tape.backward(self._loss, self._dloss)
         self._loss = None
         return {name: self.grads[name] for name in self.params}

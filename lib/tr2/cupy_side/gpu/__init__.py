@@ -41,7 +41,7 @@ OP_METHODS: dict[str, tuple[str, ...]] = {
     "gelu": ("gelu_forward", "gelu_backward"),
     "dropout": ("dropout_forward", "dropout_backward"),
     "residual": ("residual_forward", "residual_backward"),
-    "cross_entropy": ("cross_entropy_forward", "cross_entropy_backward"),
+    "cross_entropy": ("cross_entropy_forward", "cross_entropy_forward_backward"),
     "adamw": ("adamw_update",),
     "global_norm": ("global_norm",),
 }
@@ -58,7 +58,8 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward", "residual_accumulate"),
-    "cross_entropy.cu": ("cross_entropy_forward", "cross_entropy_mean", "cross_entropy_backward"),
+    "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
+                         "cross_entropy_mean"),
     "adamw.cu": ("adamw_update",),
     "global_norm.cu": ("global_norm_partial", "global_norm_final"),
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "round_f32"),

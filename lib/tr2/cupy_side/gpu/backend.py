@@ -193,8 +193,8 @@ class CudaBackend:
     def cross_entropy_forward(self, logits, targets):
         return _ce.forward(self.ctx, self._act(logits), _i64(targets))
 
-    def cross_entropy_backward(self, dloss, logits, targets, saved):
-        return _ce.backward(self.ctx, dloss, self._act(logits), _i64(targets), saved)
+    def cross_entropy_forward_backward(self, logits, targets, dloss):
+        return _ce.forward_backward(self.ctx, self._act(logits), _i64(targets), dloss)
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         _adamw.update(self.ctx, list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)
