@@ -376,9 +376,75 @@ def test_residual(shape):
     a, b = randn(g, *shape), randn(g, *shape)
     check("residual forward", be.residual_forward(dev(a), dev(b)),
           ref.residual_forward(a.astype(np.float64), b.astype(np.float64)), TOL_F32)
-    d = dev(a)
-    da, db = be.residual_backward(d)
-    assert da is d and db is d
+
+
+@pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, False), ("bfloat16", False, True),
+                                   ("float16", False, True)], ids=["f32", "bf16", "bf16hr", "fp16hr"])
+@pytest.mark.parametrize("N, C, skip", [(1, 33, True), (7, 64, False), (513, 384, True), (257, 1000, True),
+                                        (4099, 768, False)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_residual_layernorm(build, N, C, skip, p):
+    """s = x + dropout(b), y = LayerNorm(s) in one kernel, and its backward (ds = LayerNorm's dx + dskip, db through
+    the same mask, dw): against the float64 NumPy form, and bit for bit against the unfused kernels it replaces in
+    the model (dropout_apply, residual_forward, layernorm_forward / layernorm_backward, the tape's add, dropout's
+    backward; the half-type db against the cast the branch's product made of the float32 one). The step's part
+    of the dropout counter comes from device memory (offset_add). Three runs give the same bits."""
+    dtype, tf32, hr = build
+    be, ref = gpu_backend(*build), NumpyBackend("float64")
+    kind = halfbits.KINDS[dtype]
+    g = gen(N * C + int(p * 10) + kind)
+    x, bf, dyf, dskip = randn(g, N, C, scale=2.0), randn(g, N, C), randn(g, N, C), randn(g, N, C)
+    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
+    if hr:   # the branch's output and the incoming gradient are products' half-type outputs
+        b, dy = cp.asarray(halfbits.to_bits(bf, kind)), cp.asarray(halfbits.to_bits(dyf, kind))
+        bv, dyv = halfbits.from_bits(host(b), kind), halfbits.from_bits(host(dy), kind)
+    else:
+        b, dy, bv, dyv = dev(bf), dev(dyf), bf, dyf
+    seed, offset = 1337, rng.site_offset(0, 7, 2)
+    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
+    runs = []
+    for _ in range(3):
+        s, y, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
+        ds, db, dw = be.residual_layernorm_backward(dy, dev(dskip) if skip else None, s, dev(w), mean, rstd, p, seed,
+                                                    offset, add)
+        assert s.dtype == np.float32 and ds.dtype == np.float32
+        assert y.dtype == (np.float32 if dtype == "float32" else np.uint16)
+        if dtype == "float32" and p == 0.0:
+            assert db is ds          # nothing written: the branch's gradient is the stream's
+        else:
+            assert db.dtype == (np.float32 if dtype == "float32" else np.uint16)
+        runs.append([host(s), be.to_host(y), host(mean), host(rstd), host(ds), be.to_host(db), host(dw)])
+    s, y, mean, rstd, ds, db, dw = runs[0]
+    r64 = [a.astype(np.float64) for a in (x, bv, w, dyv, dskip)]
+    off = (offset + rng.site_offset(5, 7, 0)) & 0xFFFFFFFFFFFFFFFF
+    rs, ry, rmean, rrstd = ref.residual_layernorm_forward(r64[0], r64[1], r64[2], 1e-5, p, seed, off)
+    rds, rdb, rdw = ref.residual_layernorm_backward(r64[3], r64[4] if skip else None, rs, r64[2], rmean, rrstd, p, seed,
+                                                    off)
+    if dtype == "float32":
+        tol_act = TOL_F32
+    else:   # y and db are written in the half type: against the reference rounded alike
+        tol_act = TOL_HALF[(dtype, hr)]
+        ry, rdb = halfbits.round_to_kind(ry, kind), halfbits.round_to_kind(rdb, kind)
+    for name, got, want, tol in (("s", s, rs, TOL_F32), ("y", y, ry, tol_act), ("mean", mean, rmean, TOL_F32),
+                                 ("rstd", rstd, rrstd, TOL_F32), ("ds", ds, rds, TOL_F32), ("db", db, rdb, tol_act),
+                                 ("dw", dw, rdw, TOL_F32)):
+        check(f"residual+layernorm {name} {tag}", got, want, tol)
+    # the unfused kernels, on the same inputs
+    b_drop = be.dropout_forward(b, p, seed, offset, add)
+    s0 = be.residual_forward(dev(x), b_drop)
+    y0, mean0, rstd0 = be.layernorm_forward(s0, dev(w), 1e-5)
+    dx0, dw0 = be.layernorm_backward(dy, s0, dev(w), mean0, rstd0)
+    ds0 = be.residual_forward(dev(dskip), dx0) if skip else dx0
+    db0 = host(be.dropout_backward(ds0, p, seed, offset, add))
+    if dtype != "float32":
+        db0 = halfbits.round_to_kind(db0, kind)   # the cast the branch's product made of it
+    for name, got, want in (("s", s, host(s0)), ("y", y, be.to_host(y0)), ("mean", mean, host(mean0)),
+                            ("rstd", rstd, host(rstd0)), ("ds", ds, host(ds0)), ("db", db, db0), ("dw", dw, host(dw0))):
+        exact(f"residual+layernorm {name} = the unfused kernels' {tag}", got, want)
+    for k, r in enumerate(runs[1:], start=2):
+        for name, a, b_ in zip(("s", "y", "mean", "rstd", "ds", "db", "dw"), runs[0], r):
+            exact(f"residual+layernorm {name}, run {k} vs run 1 {tag}", b_, a)
 
 
 # ---------------------------------------------------------------------------------------------- cross-entropy

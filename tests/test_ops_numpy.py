@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from tr2.cupy_side import rng
 from tr2.cupy_side.backend import NumpyBackend, get_backend
 from tr2.cupy_side.ops import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, matmul, norm,
-                               residual)
+                               residual, residual_layernorm)
 from tr2.cupy_side.ops.precision import (EXACT, make_precision, round_to_bf16, round_to_fp16, round_to_tf32)
 from tr2.cupy_side.ops.special import erf
 
@@ -305,11 +305,36 @@ def test_dropout_keep_rate_float32(gen):
 # residual and cross-entropy
 
 def test_residual(gen):
-    a, b, G = (gen.standard_normal((4, 3)) for _ in range(3))
+    a, b = (gen.standard_normal((4, 3)) for _ in range(2))
     np.testing.assert_array_equal(residual.forward(a, b), a + b)
-    da, db = residual.backward(G)
-    np.testing.assert_array_equal(da, G)
-    np.testing.assert_array_equal(db, G)
+
+
+@pytest.mark.parametrize("p, skip", [(0.0, True), (0.3, True), (0.3, False)])
+def test_residual_layernorm_is_the_unfused_ops_and_fd(gen, p, skip):
+    """The fused residual add + LayerNorm (dropout on the branch first) equals dropout, add and LayerNorm run one after
+    the other, to the bit, forward and backward; its gradients against central differences (dropout's mask is a
+    constant of (seed, offset))."""
+    N, C, eps, seed, offset = 6, 5, 1e-5, 11, rng.site_offset(3, 7, 2)
+    x, b, dy, dskip = (gen.standard_normal((N, C)) for _ in range(4))
+    dskip = dskip if skip else None
+    w = 1 + 0.3 * gen.standard_normal(C)
+    s, y, mean, rstd = residual_layernorm.forward(x, b, w, eps, p, seed, offset)
+    s0 = x + dropout.forward(b, p, seed, offset)
+    y0, mean0, rstd0 = layernorm.forward(s0, w, eps)
+    for got, want in ((s, s0), (y, y0), (mean, mean0), (rstd, rstd0)):
+        assert np.array_equal(got, want)
+    ds, db, dw = residual_layernorm.backward(dy, dskip, s, w, mean, rstd, p, seed, offset)
+    dx0, dw0 = layernorm.backward(dy, s0, w, mean0, rstd0)
+    ds0 = dx0 if dskip is None else dskip + dx0
+    assert np.array_equal(ds, ds0) and np.array_equal(dw, dw0)
+    assert np.array_equal(db, dropout.backward(ds0, p, seed, offset))
+
+    def loss():   # <dy, y> + <dskip, s>: dskip is what s's other reader sends back
+        s_, y_, _, _ = residual_layernorm.forward(x, b, w, eps, p, seed, offset)
+        return float(np.sum(dy * y_) + (np.sum(dskip * s_) if skip else 0.0))
+    assert_fd(loss, x, ds, gen)
+    assert_fd(loss, b, db, gen)
+    assert_fd(loss, w, dw, gen)
 
 
 @pytest.mark.parametrize("N, V", [(5, 7), (8, 65), (1, 2)])
@@ -515,7 +540,8 @@ def test_attention_rounds_only_as_told(gen):
 
 TABLE = ["embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward", "matmul_forward",
          "matmul_backward", "attention_forward", "attention_backward", "gelu_forward", "gelu_backward",
-         "dropout_forward", "dropout_backward", "residual_forward", "residual_backward", "cross_entropy_forward",
+         "dropout_forward", "dropout_backward", "residual_forward", "residual_layernorm_forward",
+         "residual_layernorm_backward", "cross_entropy_forward",
          "cross_entropy_forward_backward", "adamw_update", "global_norm"]
 
 

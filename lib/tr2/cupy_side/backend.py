@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ops import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, matmul, norm,
-                  residual)
+                  residual, residual_layernorm)
 from .ops.precision import DTYPES, make_precision
 
 DEVICES = ("cpu", "cuda")
@@ -57,8 +57,11 @@ class NumpyBackend:
         gelu_backward(dy, x) -> dx
         dropout_forward(x, p, seed, offset, offset_add=None) -> y       p == 0 returns x itself
         dropout_backward(dy, p, seed, offset, offset_add=None) -> dx
-        residual_forward(a, b) -> a + b                                 a fresh array
-        residual_backward(dout) -> (da, db)                             both are dout itself
+        residual_forward(a, b) -> a + b                                 a fresh array (the tape's add of gradients)
+        residual_layernorm_forward(x[N,C], b[N,C], w[C], eps, p, seed, offset, offset_add=None)
+            -> (s[N,C], y[N,C], mean[N], rstd[N])                       s = x + dropout(b), y = layernorm(s)
+        residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None)
+            -> (ds, db, dw)                                             dskip: s's other gradient, or None
         cross_entropy_forward(logits[N,V], targets[N]) -> loss 0-d           evaluation: no gradient
         cross_entropy_forward_backward(logits, targets, dloss 0-d) -> (loss 0-d, dlogits[N,V])
                                                                         training: the loss and its gradient times
@@ -155,8 +158,11 @@ class NumpyBackend:
     def residual_forward(self, a, b):
         return residual.forward(a, b)
 
-    def residual_backward(self, dout):
-        return residual.backward(dout)
+    def residual_layernorm_forward(self, x, b, w, eps, p, seed, offset, offset_add=None):
+        return residual_layernorm.forward(x, b, w, eps, p, seed, _offset(offset, offset_add))
+
+    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None):
+        return residual_layernorm.backward(dy, dskip, s, w, mean, rstd, p, seed, _offset(offset, offset_add))
 
     def cross_entropy_forward(self, logits, targets):
         return cross_entropy.forward(logits, targets)[0]

@@ -7,6 +7,10 @@
     logits = ln_f(x) @ wte.T                                    lm_head tied to the token embedding
     loss = cross_entropy(logits, targets)
 
+Each residual add runs with the residual dropout before it and the LayerNorm after it as one operation
+(residual_layernorm: ln_2 after the attention's add, the next block's ln_1 or ln_f after the MLP's), so only the
+first block's ln_1 is a LayerNorm of its own.
+
 The weights are the dict of tr2.weights (nanoGPT's state_dict names). The activations between
 operations are 2-D [B*T, C] except where an operation wants [B, T, ...]; the reshapes are views.
 This file does no array arithmetic of its own: all of it goes through the backend, so the CUDA
@@ -139,16 +143,24 @@ class GPT:
         self.tape.push(backward)
         return out
 
-    def _residual(self, a: Node, b: Node) -> Node:
-        be = self.backend
-        out = Node(be.residual_forward(a.value, b.value))
+    def _residual_layernorm(self, x: Node, b: Node, name: str, site: int) -> tuple[Node, Node]:
+        """(s, y): s = x + dropout(b), the residual stream, and y = LayerNorm(s) with weight `name`, one operation.
+        s's gradient from its other reader (the next residual add) reaches backward as dskip; none after the last
+        block, where only ln_f reads s."""
+        be, w, p, seed, step = self.backend, self.params[name], self._p, self.seed, self.step_counter
+        offset = rng.site_offset(0, self.n_sites, site)
+        s, y, mean, rstd = be.residual_layernorm_forward(x.value, b.value, w, self.cfg.eps_ln, p, seed, offset, step)
+        out_s, out_y = Node(s), Node(y)
 
         def backward():
-            da, db = be.residual_backward(self.tape.take(out))
-            self.tape.accumulate(a, da)
+            dskip, out_s.grad = out_s.grad, None
+            ds, db, dw = be.residual_layernorm_backward(self.tape.take(out_y), dskip, s, w, mean, rstd, p, seed,
+                                                        offset, step)
+            self._add_grad(name, dw)
+            self.tape.accumulate(x, ds)
             self.tape.accumulate(b, db)
         self.tape.push(backward)
-        return out
+        return out_s, out_y
 
     def _cross_entropy(self, logits: Node, targets, dloss) -> Node:
         """Training: the loss and the logits' gradient (times dloss) from one call, the gradient handed on at
@@ -191,22 +203,19 @@ class GPT:
 
         x = self._embedding(idx)
         x = self._dropout(x, rng.SITE_EMBEDDING)
+        a = self._layernorm(x, "transformer.h.0.ln_1.weight")
         for i in range(cfg.n_layer):
             h = f"transformer.h.{i}."
-            a = self._layernorm(x, h + "ln_1.weight")
             a = self._linear(a, h + "attn.c_attn.weight")
             a = self._attention(a, B, T, rng.site_attention(i))
             a = self._linear(a, h + "attn.c_proj.weight")
-            a = self._dropout(a, rng.site_attention_residual(i))
-            x = self._residual(x, a)
-            m = self._layernorm(x, h + "ln_2.weight")
+            x, m = self._residual_layernorm(x, a, h + "ln_2.weight", rng.site_attention_residual(i))
             m = self._linear(m, h + "mlp.c_fc.weight")
             m = self._gelu(m)
             m = self._linear(m, h + "mlp.c_proj.weight")
-            m = self._dropout(m, rng.site_mlp_residual(i))
-            x = self._residual(x, m)
-        x = self._layernorm(x, LN_F)
-        logits = self._linear(x, WTE)  # lm_head: the token embedding, tied
+            after = f"transformer.h.{i + 1}.ln_1.weight" if i + 1 < cfg.n_layer else LN_F
+            x, a = self._residual_layernorm(x, m, after, rng.site_mlp_residual(i))
+        logits = self._linear(a, WTE)  # lm_head: the token embedding, tied; a is ln_f's output
         self._dloss = self._one if dloss is None else dloss
         loss = self._cross_entropy(logits, targets.reshape(B * T), self._dloss)
         self._loss = loss if training else None

@@ -27,6 +27,7 @@ from . import global_norm as _global_norm
 from . import layernorm as _layernorm
 from . import matmul as _matmul
 from . import residual as _residual
+from . import residual_layernorm as _residual_layernorm
 from .cast import from_half
 from .context import GpuContext
 from .halfbits import from_bits
@@ -187,8 +188,14 @@ class CudaBackend:
         b = self._act(b)
         return _residual.forward(self._widen(a), b, self.ctx.kind_of(b))
 
-    def residual_backward(self, dout):
-        return dout, dout
+    def residual_layernorm_forward(self, x, b, w, eps, p, seed, offset, offset_add=None):
+        return _residual_layernorm.forward(self.ctx, _f32(x), self._act(b), _f32(w), float(eps), float(p), int(seed),
+                                           int(offset), _u64(offset_add))
+
+    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None):
+        return _residual_layernorm.backward(self.ctx, self._act(dy), None if dskip is None else _f32(dskip), _f32(s),
+                                            _f32(w), _f32(mean), _f32(rstd), float(p), int(seed), int(offset),
+                                            _u64(offset_add))
 
     def cross_entropy_forward(self, logits, targets):
         return _ce.forward(self.ctx, self._act(logits), _i64(targets))
