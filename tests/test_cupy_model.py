@@ -127,8 +127,8 @@ def test_loss_scale_multiplies_gradients():
     X, Y = batch(cfg)
     model.forward(X, Y, 0)
     g1 = model.backward()
-    model.forward(X, Y, 0)
-    g2 = model.backward(np.asarray(1024.0))
+    model.forward(X, Y, 0, dloss=np.asarray(1024.0))
+    g2 = model.backward()
     for k in g1:
         np.testing.assert_allclose(g2[k], 1024.0 * g1[k], rtol=1e-13, atol=1e-300)
 

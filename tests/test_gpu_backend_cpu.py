@@ -13,8 +13,9 @@ from tr2.cupy_side.gpu import halfbits
 TABLE_METHODS = {
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward", "matmul_forward",
     "matmul_backward", "attention_forward", "attention_backward", "gelu_forward", "gelu_backward",
-    "dropout_forward", "dropout_backward", "residual_forward", "cross_entropy_forward",
-    "cross_entropy_backward", "adamw_update", "global_norm",
+    "dropout_forward", "dropout_backward", "residual_forward", "residual_layernorm_forward",
+    "residual_layernorm_backward", "cross_entropy_forward",
+    "cross_entropy_forward_backward", "adamw_update", "global_norm",
 }
 
 

@@ -109,11 +109,11 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
                 if it < args.steps:  # the next batch on the host while the device runs this step
                     X, Y = batches.train_batch(it + 1)
             else:
-                loss = model.forward(X, Y, step=it, training=True)
+                dloss = backend.to_device(scaler.scale) if scaler.enabled else None
+                loss = model.forward(X, Y, step=it, training=True, dloss=dloss)
                 if it < args.steps:  # as nanoGPT: the next batch while the device runs the forward
                     X, Y = to_device(batches.train_batch(it + 1))
-                dloss = backend.to_device(scaler.scale) if scaler.enabled else None
-                grads = model.backward(dloss)
+                grads = model.backward()
                 optimizer_step(backend, optimizer, scaler, grads, lr, cfg.grad_clip)
 
             printed = log.wants_line(it)

@@ -10,6 +10,11 @@ g = grad * grad_scale (grad_scale folds in the clip coefficient and the loss sca
     p -= lr / bias_corr1 * m / (sqrt(v) / sqrt(bias_corr2) + eps)
 
 This is torch.optim.AdamW's _single_tensor_adamw step, operation for operation.
+
+copies (the CUDA kernel's half copies, kernels/adamw.cu): copies[i], where not None, is rewritten from the new
+p[i] as `rounding(p)`, the build's half-type rounding (precision.py's operand rounding in a half build). It is
+exactly what a product reads when it rounds p as its operand, so holding it changes no product. The NumPy
+backend passes none (its products round as they go); the GPU tests take this form as the kernel's reference.
 """
 from __future__ import annotations
 
@@ -18,12 +23,13 @@ import numpy as np
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY, BIAS_CORR1, BIAS_CORR2, GRAD_SCALE = range(8)
 
 
-def update(params, grads, ms, vs, hyper) -> None:
+def update(params, grads, ms, vs, hyper, copies=None, rounding=None) -> None:
     lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale = (hyper[k] for k in range(8))
     one = hyper.dtype.type(1.0)
     step_size = lr / bc1
     bc2_sqrt = np.sqrt(bc2)
-    for p, grad, m, v in zip(params, grads, ms, vs):
+    copies = [None] * len(params) if copies is None else copies
+    for p, grad, m, v, copy in zip(params, grads, ms, vs, copies):
         g = grad * grad_scale
         if p.ndim >= 2:
             p *= one - lr * wd
@@ -33,3 +39,5 @@ def update(params, grads, ms, vs, hyper) -> None:
         denom = np.sqrt(v) / bc2_sqrt
         denom += eps
         p -= step_size * (m / denom)
+        if copy is not None:
+            copy[...] = rounding(p)
