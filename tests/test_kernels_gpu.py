@@ -581,9 +581,9 @@ def test_half_type_activations(build):
 SHAPES = [(65, 64), (64,), (4099,), (3, 5000), (7,), (192, 64), (1,)]
 
 
-def _hyper(dt, t=3, lr=6e-4, grad_scale=0.37):
+def _hyper(dt, t=3, lr=6e-4, grad_scale=0.37, skip=0.0):
     b1, b2 = 0.9, 0.95
-    return np.array([lr, b1, b2, 1e-8, 0.1, 1 - b1 ** t, 1 - b2 ** t, grad_scale], dtype=dt)
+    return np.array([lr, b1, b2, 1e-8, 0.1, 1 - b1 ** t, 1 - b2 ** t, grad_scale, skip], dtype=dt)
 
 
 def test_adamw_multi_tensor():
@@ -615,6 +615,11 @@ def test_adamw_reads_hyper_from_device_memory():
     be.adamw_update([p], [gr], [m], [v], hyper)
     exact("adamw with lr 0 leaves p", p, p0)
     hyper[0] = 1e-3
+    hyper[8] = 1.0   # skip: a float16 step that overflowed
+    be.adamw_update([p], [gr], [m], [v], hyper)
+    exact("adamw with skip leaves p", p, p0)
+    exact("adamw with skip leaves m", m, np.zeros((33, 7), np.float32))
+    hyper[8] = 0.0
     be.adamw_update([p], [gr], [m], [v], hyper)
     assert not np.array_equal(host(p), p0)
 
@@ -766,7 +771,7 @@ def test_whole_step_tiny_model(build):
     for be, model in ((gpu, gmodel), (ref, rmodel)):
         opt = AdamW(be, model.params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
         gr = {k: be.to_device(v) for k, v in rgrads.items()}
-        optimizer_step(be, opt, LossScaler(enabled=False), gr, 1e-3, cfg.grad_clip)
+        optimizer_step(be, opt, LossScaler(be, enabled=False), gr, 1e-3, cfg.grad_clip)
         nxt = model.forward(be.to_device(x, dtype=np.int64), be.to_device(y, dtype=np.int64), step=4, training=True)
         results.append((float(be.to_host(nxt)), {k: be.to_host(v) for k, v in model.params.items()}))
     check(f"tiny step 2 loss {tag}", np.float64(results[0][0]), np.float64(results[1][0]), tol_loss)

@@ -392,15 +392,15 @@ def test_adamw_update_against_torch(gen):
         for tp, g in zip(tparams, grads):
             tp.grad = torch.tensor(g)
         opt.step()
-        hyper = np.array([lr, b1, b2, eps, wd, 1 - b1 ** t, 1 - b2 ** t, 1.0])
+        hyper = np.array([lr, b1, b2, eps, wd, 1 - b1 ** t, 1 - b2 ** t, 1.0, 0.0])
         adamw.update(params, grads, ms, vs, hyper)
         for p, tp in zip(params, tparams):
             np.testing.assert_allclose(p, tp.detach().numpy(), rtol=1e-14, atol=1e-15)
     # grad_scale multiplies the gradients before anything else
     p1, p2 = [np.ones((2, 2))], [np.ones((2, 2))]
     g = gen.standard_normal((2, 2))
-    adamw.update(p1, [g], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 0.5]))
-    adamw.update(p2, [g * 0.5], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 1.0]))
+    adamw.update(p1, [g], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 0.5, 0.0]))
+    adamw.update(p2, [g * 0.5], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 1.0, 0.0]))
     np.testing.assert_allclose(p1[0], p2[0], rtol=1e-15)
 
 
@@ -410,7 +410,7 @@ def test_adamw_half_copies_are_what_products_read(gen, dtype):
     product reads when it rounds p as its operand, and the update of p itself does not change with them."""
     prec = make_precision(dtype)
     shapes = [(4, 3), (3,), (5, 2)]
-    hyper = np.array([3e-3, 0.9, 0.95, 1e-8, 0.1, 1 - 0.9 ** 2, 1 - 0.95 ** 2, 0.5], dtype=np.float32)
+    hyper = np.array([3e-3, 0.9, 0.95, 1e-8, 0.1, 1 - 0.9 ** 2, 1 - 0.95 ** 2, 0.5, 0.0], dtype=np.float32)
     params = [(gen.standard_normal(s) * 0.02).astype(np.float32) for s in shapes]
     grads = [gen.standard_normal(s).astype(np.float32) for s in shapes]
     ms = [np.zeros(s, np.float32) for s in shapes]
@@ -556,3 +556,17 @@ def test_backend_has_the_table():
     assert get_backend("cpu", "bfloat16").float_dtype == np.float32
     with pytest.raises(ValueError):
         get_backend("tpu", "float32")
+
+
+def test_adamw_skip_flag_leaves_everything(gen):
+    """hyper's skip (a float16 step that overflowed, decided on the device): params, m, v and copies unchanged."""
+    p, g = [gen.standard_normal((3, 4)).astype(np.float32)], [gen.standard_normal((3, 4)).astype(np.float32)]
+    m, v, c = [np.ones((3, 4), np.float32)], [np.ones((3, 4), np.float32)], [np.full((3, 4), 7.0, np.float32)]
+    before = [a[0].copy() for a in (p, m, v, c)]
+    hyper = np.array([3e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1.0, 1.0], dtype=np.float32)
+    adamw.update(p, g, m, v, hyper, c, lambda x: x)
+    for a, b in zip((p, m, v, c), before):
+        assert np.array_equal(a[0], b)
+    hyper[adamw.SKIP] = 0.0
+    adamw.update(p, g, m, v, hyper, c, lambda x: x)
+    assert not np.array_equal(p[0], before[0]) and np.array_equal(c[0], p[0])

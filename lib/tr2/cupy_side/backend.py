@@ -77,7 +77,7 @@ class NumpyBackend:
     the step's part of the counter, written once per step (`write`), so that a captured step (a CUDA
     graph) draws new masks at each replay. The mask is regenerated in backward.
     hyper is a float_dtype array [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2,
-    grad_scale] on the device.
+    grad_scale, skip] on the device (ops/adamw.HYPER).
     """
 
     xp = np

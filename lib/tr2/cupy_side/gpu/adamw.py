@@ -12,7 +12,8 @@ FILE = "adamw.cu"
 
 
 def update(ctx, params, grads, ms, vs, hyper) -> None:
-    """In place. hyper: device array [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale]."""
+    """In place. hyper: device array [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale,
+    skip] (ops/adamw.HYPER)."""
     if len(params) == 0:
         return
     h = hyper if isinstance(hyper, cp.ndarray) else cp.asarray(hyper)

@@ -5,8 +5,9 @@
 //   p = p - (lr / bias_corr1) m / (sqrt(v) / sqrt(bias_corr2) + eps)
 //   half = p rounded to the build's half type (round to nearest even), where the tensor has a half copy
 // (reference: tr2/cupy_side/ops/adamw.py). The step's scalars come from device memory `hyper` = [lr, beta1, beta2, eps, weight_decay,
-// bias_corr1, bias_corr2, grad_scale] (bias_corr_k = 1 - beta_k^step), so nothing per step is baked
-// into the launch (a CUDA graph of the whole step can replay it).
+// bias_corr1, bias_corr2, grad_scale, skip] (bias_corr_k = 1 - beta_k^step), so nothing per step is baked
+// into the launch (a CUDA graph of the whole step can replay it). skip != 0 (a float16 step whose gradients
+// overflowed, decided on the device): nothing is written.
 //
 // Why the half copy here: in the half builds every product reads its weight in the half type. The copy the
 // products read (gpu/context.py keeps one per weight) is rewritten from the new float32 master in the same pass,
@@ -21,6 +22,7 @@
 extern "C" __global__ void adamw_update(const u64* __restrict__ table, const int* __restrict__ chunk_tensor,
                                         const i64* __restrict__ chunk_start, int chunk,
                                         const float* __restrict__ hyper, int half_kind) {
+    if (hyper[8] != 0.0f) return;
     const int t = chunk_tensor[blockIdx.x];
     const u64* row = table + TENSOR_COLS * (i64)t;
     float* p = (float*)row[0];

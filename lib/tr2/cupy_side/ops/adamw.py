@@ -1,7 +1,8 @@
 """AdamW in PyTorch's form, one call for all tensors, updating params, m and v in place.
 
-hyper = [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale] (an array, so that a
-captured CUDA graph can read a new step's values from memory), bias_corr_k = 1 - beta_k^t. With
+hyper = [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2, grad_scale, skip] (an array, so that a
+captured CUDA graph can read a new step's values from memory), bias_corr_k = 1 - beta_k^t. skip != 0: nothing
+changes (a float16 step whose gradients overflowed; GradScaler skips optimizer.step). With
 g = grad * grad_scale (grad_scale folds in the clip coefficient and the loss scaler's 1/scale):
 
     p *= 1 - lr * weight_decay          only tensors of 2+ dimensions (nanoGPT's parameter groups)
@@ -20,11 +21,14 @@ from __future__ import annotations
 
 import numpy as np
 
-LR, BETA1, BETA2, EPS, WEIGHT_DECAY, BIAS_CORR1, BIAS_CORR2, GRAD_SCALE = range(8)
+HYPER = ("lr", "beta1", "beta2", "eps", "weight_decay", "bias_corr1", "bias_corr2", "grad_scale", "skip")
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY, BIAS_CORR1, BIAS_CORR2, GRAD_SCALE, SKIP = range(len(HYPER))
 
 
 def update(params, grads, ms, vs, hyper, copies=None, rounding=None) -> None:
-    lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale = (hyper[k] for k in range(8))
+    if hyper[SKIP] != 0:
+        return
+    lr, beta1, beta2, eps, wd, bc1, bc2, grad_scale = (hyper[k] for k in range(SKIP))
     one = hyper.dtype.type(1.0)
     step_size = lr / bc1
     bc2_sqrt = np.sqrt(bc2)
