@@ -63,7 +63,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
         for kernel in ("forward", "backward_dkdv", "backward_dq")),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
-    "residual.cu": ("residual_forward", "residual_accumulate"),
+    "residual.cu": ("residual_forward",),
     "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward"),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_mean"),
