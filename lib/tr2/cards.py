@@ -308,6 +308,15 @@ def card_path(arg) -> Path:
                    f"or a name: {names}")
 
 
+def card_name(arg: str) -> str:
+    """The card's name from a name or a file; a name with no card file under params/cards/ stays a name (the
+    folders of a card that is not in this checkout can still be listed and reported)."""
+    p = Path(arg)
+    if p.suffix in (".yaml", ".yml") or p.is_file() or "/" in arg:
+        return load_card(p)["card"]
+    return arg
+
+
 _KIND = {list: "a list", int: "a number", float: "a number", str: "a string", bool: "a boolean"}
 
 

@@ -8,51 +8,22 @@ side by side. A folder that lacks a table (a stage stopped early, a stage of ano
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
-import yaml
-
-from . import RESULTS_DIR
-from .results import STAMP_RE, read_jsonl
+from .results import STAGES, parse_folder_name, read_json, read_jsonl, read_yaml, results_folders, stage_of
 from .retry import drop_retried
-from .stage import STAGES
 
 FOLDER_COLUMNS = ["folder", "card", "commit"]  # in front of every table's rows
-
-
-def stage_of(path) -> str | None:
-    """The stage whose folder this is, from its name <stage>-<YYYYmmdd-HHMMSS>-<card> (tr2.results)."""
-    name = Path(path).name
-    # longest first: no stage name is a prefix of another today, but "method_a-" must never read as "method"
-    for st in sorted(STAGES, key=len, reverse=True):
-        if name.startswith(st + "-") and STAMP_RE.match(name[len(st) + 1:]):
-            return st
-    return None
-
-
-def _json(path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def _card(path) -> dict:
-    try:
-        return yaml.safe_load((Path(path) / "card.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
 
 
 def folder_row(path) -> dict:
     """One folder's line of the index: stage, stamp, the card's name and lists, the machine and commit."""
     p = Path(path)
-    stage = stage_of(p)
-    card, machine = _card(p), _json(p / "machine.json")
+    name = parse_folder_name(p)
+    card, machine = read_yaml(p / "card.yaml"), read_json(p / "machine.json")
     gpus = machine.get("gpus") or []
-    return {"folder": p.name, "stage": stage, "stamp": STAMP_RE.match(p.name[len(stage) + 1:]).group(1),
+    return {"folder": p.name, "stage": name.stage, "stamp": name.stamp,
             "card": card.get("card"), "device": card.get("device"),
             "models": tuple(card.get("models") or ()), "dtypes": tuple(card.get("dtypes") or ()),
             "commit": machine.get("commit"), "dirty": machine.get("dirty"), "date": machine.get("date"),
@@ -62,8 +33,7 @@ def folder_row(path) -> dict:
 
 def index(root=None) -> pd.DataFrame:
     """Every stage's results folder under root (default results/), oldest first: one row each."""
-    root = Path(root) if root else RESULTS_DIR
-    rows = [folder_row(p) for p in sorted(root.iterdir()) if p.is_dir() and stage_of(p)] if root.is_dir() else []
+    rows = [folder_row(p) for p in results_folders(root)]
     cols = ["folder", "stage", "stamp", "card", "device", "models", "dtypes", "commit", "dirty", "date", "host",
             "gpu", "finished", "path"]
     return pd.DataFrame(rows, columns=cols).sort_values(["stamp", "folder"], ignore_index=True)

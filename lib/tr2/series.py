@@ -37,9 +37,9 @@ from . import Tr2Error, configs, retry
 from .cards import validate_card
 from .clock import run_clocked
 from .configs import RunConfig
-from .results import read_jsonl, write_json_atomic, write_text_atomic
+from .results import read_json, read_jsonl, write_json_atomic, write_text_atomic
 from .stage import open_folder, run_plan
-from .summary import condition_fields, load_dir_card, read_json, stats, write_csv
+from .summary import condition_fields, load_dir_card, stats, write_csv
 from .sysinfo import GpuSampler
 from .trainargs import trainer_prefix
 

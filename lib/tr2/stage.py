@@ -17,10 +17,10 @@ from typing import Callable, Iterable, Optional
 
 from . import Tr2Error
 from .cards import dump_card, held_card_difference
+from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
 from .results import append_jsonl, new_results_dir, read_jsonl, write_json_atomic, write_text_atomic
 from . import sysinfo
 
-STAGES = ("series", "method_a", "method_b", "footprint", "families")
 FINISHED = ("ok", "oom")  # a record with one of these is a finished piece: never run again
 RUNS = "runs.jsonl"
 

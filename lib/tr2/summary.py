@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import sys
 from pathlib import Path
 
 from .cards import load_card
-from .results import write_json_atomic, write_text_atomic
+from .results import read_json, write_json_atomic, write_text_atomic
 
 VERSIONS = ("python", "numpy", "torch", "torch_cuda", "cudnn", "cupy", "triton")
 
@@ -24,11 +23,6 @@ def stats(values) -> dict:
     n = len(vals)
     med = vals[n // 2] if n % 2 else 0.5 * (vals[n // 2 - 1] + vals[n // 2])
     return {"n": n, "median": med, "min": vals[0], "max": vals[-1], "range": vals[-1] - vals[0], "nonfinite": bad}
-
-
-def read_json(path) -> dict:
-    path = Path(path)
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def load_dir_card(results_dir) -> dict:

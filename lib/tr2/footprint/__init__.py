@@ -41,9 +41,9 @@ import yaml
 
 from .. import configs, retry
 from ..configs import RunConfig
-from ..results import read_jsonl, write_json_atomic
+from ..results import read_json, read_jsonl, write_json_atomic
 from ..stage import open_folder, run_plan
-from ..summary import condition_fields, read_json, write_csv
+from ..summary import condition_fields, write_csv
 from ..trainlog import last_loss
 from .images import docker_available, measure_images  # noqa: F401 - docker_available: part of the package's face
 from .maps import MapsPoller, library_name, nvidia_kind, nvidia_libraries, nvrtc_opened, parse_maps  # noqa: F401

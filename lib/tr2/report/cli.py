@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from .. import Tr2Error
+from ..cards import card_name
 from .stitch import DEFAULT_OUT, build_report
+from .verdicts import unstitched
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,13 +27,9 @@ def main(argv=None) -> int:
     p.add_argument("--root", default=None, help="where the results folders are (default results/)")
     a = p.parse_args(argv)
     try:
-        card = a.card
-        if card.endswith((".yaml", ".yml")) or Path(card).is_file():
-            from ..cards import load_card
-            card = load_card(card)["card"]
+        card = card_name(a.card)
         html_path, json_path = build_report(card, a.dirs, a.out, a.root)
         if not a.dirs:
-            from .verdicts import unstitched
             for d in unstitched(card, a.root):
                 sys.stderr.write(f"tr2.report: note: {d.name} holds summary.json but no executed notebook, so it is "
                                  f"not stitched; run the stage with `make {d.name.split('-')[0].replace('_', '-')} "

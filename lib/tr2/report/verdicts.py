@@ -8,15 +8,14 @@ model passed), with each number's conditions and a link to its raw data.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import statistics
 from pathlib import Path
 
-import yaml
-
-from .. import REPO_ROOT, RESULTS_DIR, Tr2Error
-from ..stage import STAGES
+from .. import PARAMS_DIR, Tr2Error
+from ..models import count_params, load_model
+from ..results import STAGES, is_finished, latest, read_json, read_jsonl, read_yaml, results_folders, stage_of
+from ..sysinfo import git_commit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -28,17 +27,6 @@ def _dirty(value) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
     return bool(value)
-
-def stage_of(d) -> str | None:
-    d = Path(d)
-    s = _read_json(d / "summary.json") or {}
-    if s.get("stage") in STAGES:
-        return s["stage"]
-    for st in sorted(STAGES, key=len, reverse=True):
-        if d.name.startswith(st + "-"):
-            return st
-    return None
-
 
 def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
     """The folders the report stitches, in stage order: the given ones, or the newest finished one of each
@@ -55,27 +43,8 @@ def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
             out.append(p)
         order = {s: i for i, s in enumerate(STAGES)}
         return sorted(out, key=lambda p: (order[stage_of(p)], p.name))
-    from ..runner import latest
-    out = []
-    for st in STAGES:
-        p = latest(st, card_name, root=root or RESULTS_DIR, finished=True)
-        if p is not None:
-            out.append(Path(p).resolve())
-    return out
-
-
-def _read_json(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _read_card(d):
-    try:
-        return yaml.safe_load((Path(d) / "card.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
+    found = (latest(st, card_name, root, finished=True) for st in STAGES)
+    return [p.resolve() for p in found if p is not None]
 
 
 def link(d, html_dir) -> str:
@@ -87,8 +56,8 @@ def link(d, html_dir) -> str:
 def folder_conditions(d) -> dict:
     """Card, machine, versions, date and commit of a results folder (card.yaml and machine.json)."""
     d = Path(d)
-    card = _read_card(d)
-    m = _read_json(d / "machine.json") or {}
+    card = read_yaml(d / "card.yaml")
+    m = read_json(d / "machine.json")
     gpus = m.get("gpus") or []
     return {
         "card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
@@ -102,7 +71,7 @@ def folder_conditions(d) -> dict:
 def folder_info(d, html_dir) -> dict:
     d = Path(d)
     st = stage_of(d)
-    summary = _read_json(d / "summary.json") or {}
+    summary = read_json(d / "summary.json")
     c = folder_conditions(d)
     for k in ("first_run", "last_run", "rounds", "steps", "window"):
         v = (summary.get("conditions") or {}).get(k) if isinstance(summary.get("conditions"), dict) else None
@@ -132,7 +101,6 @@ def _range_of(r, times=None, tokens_per_step=None):
 
 def _model_facts(name):
     """(parameters, tokens per step) of a model of params/models.yaml, or (None, None)."""
-    from ..models import count_params, load_model
     try:
         cfg = load_model(name)
     except Tr2Error:
@@ -147,8 +115,7 @@ def _run_times(summary) -> dict:
 def _load_during(d) -> dict:
     """The machine's load while the series ran: the load average when it started (machine.json) and, on a
     GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
-    from ..results import read_jsonl
-    m = _read_json(Path(d) / "machine.json") or {}
+    m = read_json(Path(d) / "machine.json")
     gpu = [r["gpu"] for r in read_jsonl(Path(d) / "runs.jsonl") if isinstance(r.get("gpu"), dict)]
     med = {}
     for k in ("sm_mhz", "temp_c", "power_w"):
@@ -170,7 +137,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     infos = [folder_info(d, html_dir) for d in dirs]
     by_stage: dict[str, list] = {}
     for d, info in zip(dirs, infos):
-        by_stage.setdefault(info["stage"], []).append((d, info, _read_json(d / "summary.json") or {}))
+        by_stage.setdefault(info["stage"], []).append((d, info, read_json(d / "summary.json")))
 
     # correctness: method A per (model, dtype), method B per model; a later folder overrides an earlier one
     check_a, check_b = {}, {}
@@ -258,7 +225,6 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     cards = {i["conditions"].get("card") for i in infos if i["conditions"].get("card")}
     dates = sorted(x for i in infos for x in (i["conditions"].get("first_run") or i["conditions"].get("date"),
                                               i["conditions"].get("last_run") or i["conditions"].get("date")) if x)
-    from ..sysinfo import git_commit
     commits = {i["stage"]: i["conditions"].get("commit") for i in infos}
     series = by_stage.get("series", [])
     return {
@@ -278,7 +244,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
 def _machine(d, series_dir) -> dict:
     """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver, and the
     load while the series ran. Folders made before tr2 recorded the processor say None (not recorded)."""
-    m = _read_json(Path(d) / "machine.json") or {}
+    m = read_json(Path(d) / "machine.json")
     gpus = m.get("gpus") or []
     return {"host": m.get("host"), "platform": m.get("platform"), "cpu_model": m.get("cpu_model"),
             "cpu_cores": m.get("cpu_cores"), "memory_bytes": m.get("memory_bytes"),
@@ -305,14 +271,8 @@ def commands(card_name, infos, html_dir) -> dict:
 def unstitched(card_name: str, root=None) -> list[Path]:
     """Folders of the card that hold a summary but no executed notebook (a stage run by hand with papermill
     into another file): the report cannot stitch them and says so."""
-    from ..runner import folders
-    return [p for st in STAGES for p in folders(st, card_name, root or RESULTS_DIR)
-            if (p / "summary.json").is_file() and not (p / f"{st}.ipynb").is_file()]
+    return [p for p in results_folders(root, card=card_name) if (p / "summary.json").is_file() and not is_finished(p)]
 
 
 def _card_device(card_name):
-    try:
-        return (yaml.safe_load((REPO_ROOT / "params" / "cards" / f"{card_name}.yaml").read_text()) or {}).get("device")
-    except (OSError, yaml.YAMLError):
-        return None
-
+    return read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device")
