@@ -29,17 +29,15 @@ import traceback
 from pathlib import Path
 
 from . import Tr2Error
+from .cupy_side.gpu import OP_METHODS
 from .torch_side.train import is_oom
 from .train import run as train_run
 from .trainargs import parse
 from .trainlog import oom_line, parse_iter
 
-# The backend's ops (docs/architecture.md), and any other method named *_forward/_backward/_update; its
-# utilities (to_device, to_host, zeros, ...) are not operations and stay unwrapped.
-BACKEND_OPS = ("embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
-               "matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "gelu_forward",
-               "gelu_backward", "dropout_forward", "dropout_backward", "residual_forward", "residual_backward",
-               "cross_entropy_forward", "cross_entropy_backward", "adamw_update", "global_norm")
+# The backend's ops (docs/architecture.md's table, as tr2.cupy_side.gpu lists them), and any other method named
+# *_forward/_backward/_update; its utilities (to_device, to_host, zeros, ...) are not operations and stay unwrapped.
+BACKEND_OPS = frozenset(m for methods in OP_METHODS.values() for m in methods)
 
 
 class LineTap:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from .. import REPO_ROOT
 from ..results import write_text_atomic
+from ..trainlog import last_loss
 from .runtime_sets import _cupy_requirements, tr2_files
 
 DOCKER_DIR = REPO_ROOT / "docker"
@@ -155,9 +155,8 @@ def measure_images(card: dict, results_dir, steps: int, data_dir=None, timeout_s
                 text, rc = "timeout\n", None
             tlog = results_dir / "logs" / f"image-{side}-train.log"
             write_text_atomic(tlog, text)
-            losses = re.findall(r"iter (\d+): loss ([0-9.]+)", text)
             rec.update(status="trained" if rc == 0 else "train failed", train_log=str(tlog.relative_to(results_dir)),
-                       train_returncode=rc, last_loss=float(losses[-1][1]) if losses else None,
+                       train_returncode=rc, last_loss=last_loss(text),
                        train_config={"model": model, "dtype": dtype, "steps": steps})
             out["images"][side] = rec
     return out
