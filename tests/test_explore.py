@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from tr2 import RESULTS_DIR, results
+from tr2 import REPO_ROOT, RESULTS_DIR, results
 import tr2.explore as ex
 
 CPU = {st: RESULTS_DIR / name for st, name in [
@@ -167,3 +167,15 @@ def test_pair_needs_two_folders_for_the_same_models():
     idx = ex.select(ex.index(), card="cpu")
     assert ex.pair(idx) == (RESULTS_DIR / "method_a-20261129-092259-cpu", CPU["method_a"])
     assert ex.pair(ex.select(idx, stage="series")) is None
+
+
+def test_the_notebooks_and_the_report_read_results_through_explore():
+    """Issue 10: one loader. The stage notebooks, explore.ipynb and the report's verdict table read results only
+    through tr2.explore (the stage notebooks call their stage, then show what the loader reads back)."""
+    readers = ("read_csv", "read_json", "json.load", "read_text", "open(", "read_jsonl", "yaml.safe_load")
+    for nb in (REPO_ROOT / "notebooks").glob("*.ipynb"):
+        code = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        assert "import tr2.explore as ex" in code, nb.name
+        assert not [r for r in readers if r in code], nb.name
+    verdicts = (REPO_ROOT / "lib" / "tr2" / "report" / "verdicts.py").read_text()
+    assert "explore." in verdicts and not [r for r in readers if r in verdicts]

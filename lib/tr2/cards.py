@@ -15,8 +15,9 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT, Tr2Error
+from .data import DATA_FILES, data_file
 from .models import list_models, load_model
-from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS
+from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS, cuda_available
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
@@ -358,8 +359,6 @@ def check_machine(card: dict) -> None:
     """What the card needs of the machine it runs on, checked before any run: a CUDA device for a cuda card
     (seen by torch and by CuPy: both sides run on it), and every data file its models read, present and
     verified (md5). A problem is one line (Tr2Error)."""
-    from .data import DATA_FILES, data_file
-    from .trainargs import cuda_available
     if card["device"] == "cuda":
         missing = [side for side in ("torch", "cupy") if not cuda_available(side)]
         if missing:

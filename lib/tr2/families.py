@@ -34,11 +34,13 @@ import time
 from pathlib import Path
 
 from . import REPO_ROOT, Tr2Error, configs
+from . import explore
+from . import explore_plots as plots
 from .clock import log_text, run_logged
 from .configs import RunConfig
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import finish, load_dir_card, pyplot, write_csv
+from .summary import finish, load_dir_card, save_figure, write_csv
 
 STAGE = "families"
 OTHER = "other"
@@ -302,55 +304,6 @@ def summarize(results_dir) -> dict:
         "configs": configs, "graphs": graphs,
         "lacking": lacking,  # protocol rule 8.3: configurations whose kernel table or break counts are missing, and why
     }
-    return finish(d, summary, runs.values(), lambda: plot(d, fam_rows, card))
-
-
-def plot(results_dir, fam_rows=None, card=None):
-    """families.png: per model and type, one stacked bar per configuration (both sides side by side)."""
-    import csv
-    plt = pyplot()
-    d = Path(results_dir)
-    card = card or load_dir_card(d)
-    if fam_rows is None:
-        with open(d / "families.csv") as f:
-            fam_rows = [{**r, "us_per_step": float(r["us_per_step"])} for r in csv.DictReader(f)]
-    panels = [(m, t) for m in card["models"] for t in card["dtypes"]]
-    families = []
-    for r in sorted(fam_rows, key=lambda r: -r["us_per_step"]):
-        if r["family"] not in families:
-            families.append(r["family"])
-    cmap = plt.get_cmap("tab20")
-    colors = {f: cmap(i % 20) for i, f in enumerate(families)}
-    per_panel = max(1, max(sum(1 for c in configurations(card) if (c.model, c.dtype) == p) for p in panels))
-    legend_w = 2.9
-    fig_w = max(3.5, 1.1 * per_panel + 1.2) * len(panels) + legend_w
-    fig, axes = plt.subplots(1, len(panels), figsize=(fig_w, 5.5), squeeze=False)
-    unit = "ms"
-    for ax, (m, t) in zip(axes[0], panels):
-        confs = [c for c in configurations(card) if (c.model, c.dtype) == (m, t)]
-        confs.sort(key=lambda c: (c.side != "torch",))  # PyTorch's modes, then ours, side by side
-        x = range(len(confs))
-        bottom = [0.0] * len(confs)
-        for f in families:
-            h = []
-            for c in confs:
-                v = sum(r["us_per_step"] for r in fam_rows if r["key"] == c.key and r["family"] == f)
-                h.append(v / 1000.0)
-            ax.bar(x, h, bottom=bottom, color=colors[f], label=f, width=0.7)
-            bottom = [b + v for b, v in zip(bottom, h)]
-        ax.set_xticks(list(x))
-        ax.set_xticklabels([c.label for c in confs], rotation=30, ha="right", fontsize=8)
-        for i, c in enumerate(confs):
-            if not any(r["key"] == c.key for r in fam_rows):
-                ax.text(i, 0, "no table\n(see summary)", ha="center", va="bottom", fontsize=7, color="red")
-        ax.set_title(f"{m}, {t}")
-        ax.set_ylabel(f"kernel time per step ({unit}, profiled run)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    right = 1.0 - legend_w / fig_w
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=8, frameon=False)
-    fig.suptitle("Kernel families per step in the profiled runs' window\n(they explain a step time, never stand in for one)",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, right, 0.92))
-    fig.savefig(d / "families.png", dpi=110)
-    plt.close(fig)
-    return d / "families.png"
+    return finish(d, summary, runs.values(), lambda: save_figure(
+        plots.family_bars(explore.kernel_families(d)), d / "families.png",
+        "Kernel families per step in the profiled runs' window (they explain a step time, never stand in for one)"))

@@ -22,12 +22,14 @@ import math
 import time
 from pathlib import Path
 
+from . import explore
+from . import explore_plots as plots
 from .clock import run_logged
 from .configs import RunConfig
 from .models import load_model
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import all_passed, finish, load_dir_card, pyplot, save_figure, stats, write_csv
+from .summary import all_passed, finish, load_dir_card, save_figure, stats, write_csv
 from .trainargs import trainer_prefix
 from .trainlog import read_metrics
 
@@ -197,30 +199,6 @@ def summarize(results_dir) -> dict:
         "configs": configs,
         "runs": {"finished": len(runs), "planned": len(plan(card)), "records": len(allruns)},
     }
-    return finish(d, summary, runs.values(), lambda: plot(d, rows, card))
-
-
-def plot(results_dir, rows=None, card=None):
-    """method_a.png: every validation curve, both sides, all seeds, one panel per model and type."""
-    plt = pyplot()
-    d = Path(results_dir)
-    card = card or load_dir_card(d)
-    rows = rows if rows is not None else curves(d)
-    panels = [(m, t) for m in card["models"] for t in card["dtypes"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    colors = {"torch": "tab:blue", "cupy": "tab:orange"}
-    for ax, (m, t) in zip(axes[0], panels):
-        for side in SIDES:
-            seeds = sorted({r["seed"] for r in rows if (r["model"], r["dtype"], r["side"]) == (m, t, side)})
-            for i, s in enumerate(seeds):
-                pts = [(r["step"], r["val"]) for r in rows if (r["model"], r["dtype"], r["side"], r["seed"]) == (m, t, side, s)]
-                if pts:
-                    xs, ys = zip(*pts)
-                    ax.plot(xs, ys, color=colors[side], alpha=0.8, lw=1.2, marker=".",
-                            label=f"{side} ({len(seeds)} seeds)" if i == 0 else None)
-        ax.axvline(card["method_a"]["judge_from"], color="grey", ls=":", lw=1, label="judge_from")
-        ax.set_title(f"{m}, {t}")
-        ax.set_xlabel("step")
-        ax.set_ylabel("validation loss")
-        ax.legend(fontsize=8)
-    return save_figure(fig, d / "method_a.png", "Method A: validation loss, every seed of both sides")
+    return finish(d, summary, runs.values(), lambda: save_figure(
+        plots.bands(explore.bands_a(explore.curves_a(d)), card["method_a"]["judge_from"]), d / "method_a.png",
+        "Method A: validation loss, median and range over the seeds of each side"))

@@ -37,12 +37,14 @@ import time
 from pathlib import Path
 
 from .cards import ALSO_NAMES, FLOOR_NAMES
+from . import explore
+from . import explore_plots as plots
 from .clock import run_logged
 from .configs import RunConfig
 from .data import write_batch_order
 from .models import load_model
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import all_passed, finish, load_dir_card, pyplot, save_figure, write_csv
+from .summary import all_passed, finish, load_dir_card, save_figure, write_csv
 from .trainargs import trainer_prefix
 from .trainlog import read_metrics
 
@@ -374,56 +376,9 @@ def summarize(results_dir) -> dict:
         "passed": all_passed(judged),
         "models": models,
     }
-    return finish(d, summary, runs.values(), lambda: plot(d, rows, card))
-
-
-def plot(results_dir, rows=None, card=None):
-    """method_b.png: per model, the losses of every run, and their relative differences on a log scale."""
-    plt = pyplot()
-    d = Path(results_dir)
-    card = card or load_dir_card(d)
-    rows = rows if rows is not None else table(d, card)
-    models = card["models"]
-    fig, axes = plt.subplots(2, len(models), figsize=(6.5 * len(models), 7), squeeze=False)
-    for j, model in enumerate(models):
-        mr = [r for r in rows if r["model"] == model]
-        ax = axes[0][j]
-        for key, label, style in (("torch", "torch side", dict(color="tab:blue", lw=2)),
-                                  ("cupy", "cupy side", dict(color="tab:orange", lw=1.2, ls="--")),
-                                  ("nanogpt", "nanoGPT's train.py", dict(color="tab:pink", lw=0.8, ls=":")),
-                                  ("floor_once", "torch, ±1 ulp once", dict(color="tab:green", lw=0.8)),
-                                  ("floor_every", "torch, ±1 ulp every step", dict(color="tab:red", lw=0.8))):
-            pts = [(r["step"], r[key]) for r in mr if r[key] is not None]
-            if pts:
-                ax.plot(*zip(*pts), label=label, **style)
-        ax.set_title(f"{model}: loss per step (same start, same batches)")
-        ax.set_xlabel("step")
-        ax.set_ylabel("training loss")
-        ax.legend(fontsize=8)
-        ax = axes[1][j]
-        also_lines = tuple((f"rel_{a}", f"{a} vs {ALSO[a][2]}", c)
-                           for a, c in zip(card["method_b"]["also"], ("tab:purple", "tab:brown", "tab:olive", "tab:cyan")))
-        for key, label, color in (("rel_cupy", "cupy vs torch", "tab:orange"),
-                                  ("rel_once", "torch ±1 ulp once vs torch", "tab:green"),
-                                  ("rel_every", "torch ±1 ulp every step vs torch", "tab:red"),
-                                  ("rel_none_vs_trainer", "torch vs torch (unperturbed rerun)", "tab:grey"),
-                                  ("rel_nanogpt", "nanoGPT's train.py vs torch", "tab:pink"),
-                                  *also_lines):
-            # exact agreement (0) has no place on a log scale: the line breaks there (NaN)
-            pts = [(r["step"], r[key] if r[key] > 0 else math.nan) for r in mr
-                   if r.get(key) is not None and math.isfinite(r[key])]
-            if pts:
-                ax.plot(*zip(*pts), label=label, color=color, lw=1, marker="." if len(pts) < 250 else None, ms=4)
-        ax.axhline(STEP_REL, color="k", ls="--", lw=0.8, label="1% (steps 1..J)")
-        ax.axhline(STEP0_REL, color="k", ls=":", lw=0.8, label="1e-5 (step 0)")
-        judge, fw = judged_window(card, model, mr)
-        if judge < card["method_b"]["steps"]:
-            ax.axvline(judge, color="grey", ls="-.", lw=1, label=f"judged through step {judge}" + (" (W)" if fw else ""))
-        if fw is not None:
-            ax.axhline(FLOOR_BAND, color="grey", ls=":", lw=0.8, label=f"{FLOOR_BAND:.1%}: the floors' band for W")
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_ylabel("relative difference (no point: exactly equal)")
-        ax.legend(fontsize=8)
-    return save_figure(fig, d / "method_b.png", "Method B: one start, one batch order, float32 without TF32, dropout 0")
-
+    lines = [(f"{STEP_REL:.0%} (steps 1..J)", STEP_REL), (f"{STEP0_REL:g} (step 0)", STEP0_REL)]
+    if card["method_b"]["window"] == "floors":
+        lines.append((f"{FLOOR_BAND:.1%}: the floors' band for W", FLOOR_BAND))
+    return finish(d, summary, runs.values(), lambda: save_figure(
+        plots.method_b(explore.curves_b(d), explore.verdicts_b(d), lines), d / "method_b.png",
+        "Method B: one start, one batch order, float32 without TF32, dropout 0"))

@@ -88,6 +88,25 @@ def new_results_dir(stage: str, card_name: str, root=None) -> Path:
     return path
 
 
+VERSIONS = ("python", "numpy", "torch", "torch_cuda", "cudnn", "cupy", "triton")
+MACHINE = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "loadavg", "date", "commit")
+
+
+def conditions(path) -> dict:
+    """What every number of a results folder carries (docs/protocol.md, rule 4), from its card.yaml and
+    machine.json: the card, the machine with its GPUs and driver, the versions, the date and the commit."""
+    card, m = read_yaml(Path(path) / "card.yaml"), read_json(Path(path) / "machine.json")
+    gpus, dirty = m.get("gpus") or [], m.get("dirty")
+    return {"card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
+            "models": tuple(card.get("models") or ()), "dtypes": tuple(card.get("dtypes") or ()),
+            **{k: m.get(k) for k in MACHINE}, "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
+            "gpu_memory_mib": ", ".join(str(g["memory_mib"]) for g in gpus if g.get("memory_mib")) or None,
+            "driver": ", ".join(sorted({g["driver"] for g in gpus if g.get("driver")})) or None,
+            # machine.json's flag as the GPU machine's environment once handed it over: a string (2026-11-29)
+            "dirty": dirty.strip().lower() in ("true", "1", "yes") if isinstance(dirty, str) else bool(dirty),
+            "versions": {k: m.get(k) for k in VERSIONS}}
+
+
 def read_json(path) -> dict:
     """A JSON file's contents; {} where it is missing or unreadable (a stage stopped before writing it)."""
     try:

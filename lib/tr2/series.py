@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import Tr2Error, configs, retry
+from . import Tr2Error, configs, explore, retry
+from . import explore_plots as plots
 from .cards import validate_card
 from .clock import run_clocked
 from .configs import RunConfig
-from .results import read_json, read_jsonl, write_json_atomic, write_text_atomic
+from .results import read_jsonl, write_text_atomic
 from .stage import open_folder, run_plan
-from .summary import condition_fields, load_dir_card, stats, write_csv
+from .summary import finish, load_dir_card, save_figure, stats, write_csv
 from .sysinfo import GpuSampler
 from .trainargs import trainer_prefix
 
@@ -327,70 +328,14 @@ def summarize(results_dir) -> dict:
     rows = {c.key: config_summary(c, [x for x in records if x["config"] == c.key], rounds) for c in configurations(card)}
     vs = verdicts(card, rows)
     started = [x["started"] for x in records if x.get("started")]
-    summary = {
-        "stage": STAGE,
-        "conditions": {
-            **condition_fields(card, read_json(d / "machine.json")),
-            "rounds": rounds, "steps": card["series"]["steps"], "window": card["series"]["window"],
-            "clock": "outside clock (tr2.clock): time from the iter line of window[0] to that of window[1], "
-                     "divided by the steps between",
-            "first_run": min(started) if started else None, "last_run": max(started) if started else None,
-            "runs_recorded": len(records), "runs_planned": len(plan(card)), "logs": "logs/",
-        },
-        "complete": all(r["status"] in ("ok", "oom") for r in rows.values()),
-        "configurations": list(rows.values()),
-        "verdicts": vs,
-    }
-    write_json_atomic(d / "summary.json", summary)
     write_csv(d / "series.csv", list(rows.values()), CSV_COLUMNS)
     write_csv(d / "verdicts.csv", [_verdict_row(v) for v in vs], VERDICT_COLUMNS)
-    try:
-        plot(d, card, records, rows)
-    except ImportError:
-        pass
-    return summary
-
-
-def plot(d: Path, card: dict, records: list[dict], rows: dict) -> Path:
-    """series.png: per model a panel, per configuration its runs as dots and its median as a bar."""
-    from matplotlib.figure import Figure
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    models = card["models"]
-    confs = configurations(card)
-    width = max(6.0, 0.55 * max(sum(1 for c in confs if c.model == m) for m in models) + 2)
-    fig = Figure(figsize=(width, 3.2 * len(models)))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(models), 1, squeeze=False)[:, 0]
-    for ax, model in zip(axes, models):
-        cs = [c for c in confs if c.model == model]
-        for i, c in enumerate(cs):
-            row = rows[c.key]
-            runs = [x for x in records if x["config"] == c.key and not x["warm"]]
-            color = {"cupy": "tab:orange", "nanogpt": "tab:green"}.get(c.side, "tab:blue")
-            ok = [x["step_ms"] for x in runs if x["valid"]]
-            ax.plot([i] * len(ok), ok, "o", color=color, alpha=0.6, markersize=4)
-            void = [x["step_ms"] for x in runs if x.get("void") and x["step_ms"] is not None]
-            ax.plot([i] * len(void), void, "x", color="tab:red", markersize=5)
-            warm = [x["step_ms"] for x in records if x["config"] == c.key and x["warm"] and x["step_ms"] is not None]
-            ax.plot([i] * len(warm), warm, "o", markerfacecolor="none", color="grey", markersize=4)
-            if row["median_ms"] is not None:
-                ax.hlines(row["median_ms"], i - 0.3, i + 0.3, color=color, linewidth=2)
-            if row["status"] not in ("ok",):
-                ax.annotate(row["status"], (i, 0), xycoords=("data", "axes fraction"), xytext=(0, 4),
-                            textcoords="offset points", ha="center", va="bottom", fontsize=7, color="tab:red",
-                            rotation=90)
-        ax.set_xlim(-0.6, len(cs) - 0.4)
-        ax.set_xticks(range(len(cs)))
-        ax.set_xticklabels([f"{c.dtype}\n{c.build}" for c in cs], fontsize=7)
-        ax.set_ylabel("ms per step")
-        ax.set_title(f"{model}, card {card['card']}: ms per step by the outside clock\n"
-                     "dots: timed runs, bar: median, x: void runs, circles: discarded runs", fontsize=8)
-        ax.set_ylim(bottom=0)
-        ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = d / "series.png"
-    tmp = d / ".series.png.tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
-    return path
+    summary = {"stage": STAGE, "complete": all(r["status"] in ("ok", "oom") for r in rows.values()),
+               "configurations": list(rows.values()), "verdicts": vs}
+    return finish(d, summary, records, lambda: save_figure(
+        plots.step_time_boxes(explore.runs(d)), d / "series.png", f"Card {card['card']}: ms per step by the outside clock"),
+        rounds=rounds, steps=card["series"]["steps"], window=card["series"]["window"],
+        clock="outside clock (tr2.clock): time from the iter line of window[0] to that of window[1], divided by "
+              "the steps between",
+        first_run=min(started) if started else None, last_run=max(started) if started else None,
+        runs_recorded=len(records), runs_planned=len(plan(card)), logs="logs/")

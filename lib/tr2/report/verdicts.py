@@ -14,19 +14,10 @@ from pathlib import Path
 
 from .. import PARAMS_DIR, Tr2Error
 from ..models import count_params, load_model
-from ..results import STAGES, is_finished, latest, read_json, read_jsonl, read_yaml, results_folders, stage_of
+from .. import explore
+from ..results import STAGES, is_finished, latest, read_yaml, results_folders, stage_of
 from ..sysinfo import git_commit
 
-
-# ---------------------------------------------------------------------------------------------
-# folders
-
-
-def _dirty(value) -> bool:
-    """machine.json's dirty flag: a bool, or the string the GPU machine's environment handed over (runs of 2026-11-29)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
 
 def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
     """The folders the report stitches, in stage order: the given ones, or the newest finished one of each
@@ -53,32 +44,16 @@ def link(d, html_dir) -> str:
     return rel.replace(os.sep, "/") + "/"
 
 
-def folder_conditions(d) -> dict:
-    """Card, machine, versions, date and commit of a results folder (card.yaml and machine.json)."""
-    d = Path(d)
-    card = read_yaml(d / "card.yaml")
-    m = read_json(d / "machine.json")
-    gpus = m.get("gpus") or []
-    return {
-        "card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
-        "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
-        "driver": ", ".join(sorted({g.get("driver") for g in gpus if g.get("driver")})) or None,
-        "host": m.get("host"), "date": m.get("date"), "commit": m.get("commit"), "dirty": _dirty(m.get("dirty")),
-        "versions": {k: m.get(k) for k in ("python", "torch", "torch_cuda", "cudnn", "triton", "cupy", "numpy")},
-    }
-
-
 def folder_info(d, html_dir) -> dict:
-    d = Path(d)
-    st = stage_of(d)
-    summary = read_json(d / "summary.json")
-    c = folder_conditions(d)
-    for k in ("first_run", "last_run", "rounds", "steps", "window"):
-        v = (summary.get("conditions") or {}).get(k) if isinstance(summary.get("conditions"), dict) else None
-        if v is not None:
-            c[k] = v
-    return {"stage": st, "name": d.name, "path": str(d), "link": link(d, html_dir),
-            "notebook": (d / f"{st}.ipynb").is_file(), "conditions": c}
+    """A folder as the front page shows it (tr2.explore.folder_row): its stage, name, path and link from the HTML
+    file, whether its executed notebook is there, and its conditions with those its summary adds (the series':
+    rounds, window, the dates of its first and last run; the footprint's steps)."""
+    row = explore.folder_row(d)
+    own = explore.summary(d).get("conditions") or {}
+    c = {k: v for k, v in row.items() if k not in ("folder", "stage", "stamp", "finished", "path")}
+    c.update({k: own[k] for k in ("first_run", "last_run", "rounds", "steps", "window") if own.get(k) is not None})
+    return {"stage": row["stage"], "name": row["folder"], "path": str(d), "link": link(d, html_dir),
+            "notebook": is_finished(d), "conditions": c}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,16 +87,15 @@ def _run_times(summary) -> dict:
     return {c.get("config"): c.get("run_times_ms") or [] for c in summary.get("configurations", [])}
 
 
-def _load_during(d) -> dict:
+def _load_during(info) -> dict:
     """The machine's load while the series ran: the load average when it started (machine.json) and, on a
     GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
-    m = read_json(Path(d) / "machine.json")
-    gpu = [r["gpu"] for r in read_jsonl(Path(d) / "runs.jsonl") if isinstance(r.get("gpu"), dict)]
+    gpu = [g for g in explore.runs(info["path"]).get("gpu", []) if isinstance(g, dict)]
     med = {}
     for k in ("sm_mhz", "temp_c", "power_w"):
         vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
         med[k] = statistics.median(vals) if vals else None
-    return {"loadavg": m.get("loadavg"), "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}
+    return {"loadavg": info["conditions"].get("loadavg"), "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}
 
 
 def _check_of(v, link_, what):
@@ -136,26 +110,24 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     dirs = [Path(d) for d in dirs]
     infos = [folder_info(d, html_dir) for d in dirs]
     by_stage: dict[str, list] = {}
-    for d, info in zip(dirs, infos):
-        by_stage.setdefault(info["stage"], []).append((d, info, read_json(d / "summary.json")))
+    for info in infos:
+        by_stage.setdefault(info["stage"], []).append((info, explore.summary(info["path"])))
 
     # correctness: method A per (model, dtype), method B per model; a later folder overrides an earlier one
     check_a, check_b = {}, {}
-    for d, info, s in by_stage.get("method_a", []):
-        for c in s.get("configs", []):
-            check_a[(c["model"], c["dtype"])] = _check_of(c.get("verdict") or {}, info["link"], "method A")
-    for d, info, s in by_stage.get("method_b", []):
-        for m in s.get("models", []):
-            v = dict(m.get("verdict") or {})
-            full = v.get("full")
-            if isinstance(full, dict) and "passed" in full and m.get("judge_last_step") != m.get("steps"):
-                v["reason"] = (v.get("reason") or "") + f" (over all {m.get('steps')} steps: " + \
-                    ("passed" if full.get("passed") else "not passed") + ", protocol rule 52)"
-            check_b[m["model"]] = _check_of(v, info["link"], "method B")
+    for info, _s in by_stage.get("method_a", []):
+        for c in explore.verdicts_a(info["path"]).to_dict("records"):
+            check_a[(c["model"], c["dtype"])] = _check_of(c, info["link"], "method A")
+    for info, _s in by_stage.get("method_b", []):
+        for m in explore.verdicts_b(info["path"]).to_dict("records"):
+            if m["judged_through"] != m["steps"] and m["all_steps_passed"] is not None:  # judged short of the end
+                m["reason"] = (m["reason"] or "") + f" (over all {m['steps']} steps: " + \
+                    ("passed" if m["all_steps_passed"] else "not passed") + ", protocol rule 52)"
+            check_b[m["model"]] = _check_of(m, info["link"], "method B")
 
     rows = []
     seen = {}
-    for d, info, s in by_stage.get("series", []):
+    for info, s in by_stage.get("series", []):
         cond = info["conditions"]
         times = _run_times(s)
         for v in s.get("verdicts", []):
@@ -212,7 +184,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     counts["comparisons"] = len(primary)
 
     footprint = None
-    for d, info, s in by_stage.get("footprint", []):
+    for info, s in by_stage.get("footprint", []):
         footprint = {"link": info["link"], "folder": info["name"], "sides": s.get("sides", {}),
                      "docker": {k: (s.get("docker") or {}).get(k) for k in ("available", "message", "image_ratio_torch_to_cupy")},
                      "images": {side: {k: i.get(k) for k in ("size_bytes", "status", "files")}
@@ -229,7 +201,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     series = by_stage.get("series", [])
     return {
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
-        "machine": _machine(dirs[0] if not series else series[-1][0], series[-1][0] if series else None),
+        "machine": _machine(series[-1][0] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir),
         "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
         "cpu_demonstration": "cpu" in devices or (not devices and _card_device(card_name) == "cpu"),
@@ -241,17 +213,11 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     }
 
 
-def _machine(d, series_dir) -> dict:
+def _machine(info, series) -> dict:
     """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver, and the
     load while the series ran. Folders made before tr2 recorded the processor say None (not recorded)."""
-    m = read_json(Path(d) / "machine.json")
-    gpus = m.get("gpus") or []
-    return {"host": m.get("host"), "platform": m.get("platform"), "cpu_model": m.get("cpu_model"),
-            "cpu_cores": m.get("cpu_cores"), "memory_bytes": m.get("memory_bytes"),
-            "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
-            "gpu_memory_mib": ", ".join(str(g.get("memory_mib")) for g in gpus if g.get("memory_mib")) or None,
-            "driver": ", ".join(sorted({g.get("driver") for g in gpus if g.get("driver")})) or None,
-            "load": _load_during(series_dir) if series_dir else None}
+    keys = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "gpu", "gpu_memory_mib", "driver")
+    return {**{k: info["conditions"].get(k) for k in keys}, "load": _load_during(series) if series else None}
 
 
 def commands(card_name, infos, html_dir) -> dict:
