@@ -17,7 +17,7 @@ import yaml
 from . import REPO_ROOT, Tr2Error
 from .data import DATA_FILES, data_file
 from .models import list_models, load_model
-from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS, cuda_available
+from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS, checkout_path, cuda_available
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
@@ -368,7 +368,6 @@ def check_machine(card: dict) -> None:
         for name in DATA_FILES[load_model(m).dataset]:
             data_file(name)
     if "nanogpt" in card["torch_loops"]:
-        from .nanogpt_side import checkout_path
         checkout_path(card["nanogpt_path"], key="nanogpt_path")
     rules = Path(card["families"]["rules"])
     rules = rules if rules.is_absolute() else REPO_ROOT / rules

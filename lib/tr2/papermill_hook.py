@@ -41,6 +41,7 @@ def one_line(exc) -> str | None:
     if type(exc).__name__ == "PapermillExecutionError" and getattr(exc, "ename", None) == "Tr2Error":
         return " ".join(str(exc.evalue).split())
     if isinstance(exc, (ValueError, TypeError, UnicodeDecodeError)) or type(exc).__module__.startswith("yaml"):
+        # imported only here: the .pth file loads this module in every Python of the venv, papermill's or not
         from . import Tr2Error
         from .cards import read_card_file
         for f in _card_files(sys.argv[1:]):

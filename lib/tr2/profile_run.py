@@ -29,6 +29,7 @@ import traceback
 from pathlib import Path
 
 from . import Tr2Error
+from .cupy_side import backend as cupy_backend
 from .cupy_side.gpu import OP_METHODS
 from .torch_side.train import is_oom
 from .train import run as train_run
@@ -89,20 +90,16 @@ class _Annotated:
 
 def annotate_cupy_backend() -> bool:
     """Wrap tr2.cupy_side.backend.get_backend so every backend it returns names its ops to the profiler."""
-    try:
-        from .cupy_side import backend as be
-    except Exception:  # noqa: BLE001 - no cupy side yet: nothing to annotate
-        return False
-    if getattr(be.get_backend, "_tr2_annotated", False):
+    if getattr(cupy_backend.get_backend, "_tr2_annotated", False):
         return True
-    orig = be.get_backend
+    orig = cupy_backend.get_backend
 
     def get_backend(*a, **k):
         b = orig(*a, **k)
         # a subclass named like the backend, so the side's startup line still names its backend
         return type(type(b).__name__, (_Annotated,), {})(b)
     get_backend._tr2_annotated = True
-    be.get_backend = get_backend
+    cupy_backend.get_backend = get_backend
     # Modules that imported the name before us keep the original: rebind it there too.
     for name, mod in list(sys.modules.items()):
         if name.startswith("tr2.cupy_side") and getattr(mod, "get_backend", None) is orig:
