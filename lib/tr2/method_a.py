@@ -1,20 +1,11 @@
-"""Method A (protocol rules 40-42): families of runs, several seeds a side, compared as families.
+"""Method A (docs/protocol.md, rules 40-42): families of runs, several seeds a side, compared as families.
 
-For each model and element type of the card, each side trains the schedule (the card's
-`method_a.steps`, or the model's `max_iters`) once per seed of `method_a.seeds`, evaluated every
-`eval_interval` steps on `eval_iters` batches of each split (the trainer's `--metrics` file holds the
-evaluations). The torch side runs in `method_a.torch_mode`; the cupy side in the half types runs with
-`--half-roundings` (the build the verdict compares, protocol rule 22), in float32 without it.
-
-Verdict (`verdict`, a pure function): A passes when, at every evaluation from `judge_from` on, the
-two sides' median validation losses differ by no more than the larger of the two sides' ranges
-(max - min over the seeds) at that step. With one seed a side there is no range: the curves are read
-and published, and no verdict is given (protocol rule 42).
-
-Resumable (tr2.stage): every finished run (ok or out of memory) is one line of `runs.jsonl`; a rerun on
-the same folder starts only the runs that line is missing for, and a run that was killed half-way
-starts over (its partial metrics file is discarded). A run that fails in any other way is recorded and
-ends the stage (protocol rule 8.4); a rerun tries it again.
+For each model and element type of the card, each side trains the schedule (`method_a.steps`, or the model's
+`max_iters`) once per seed of `method_a.seeds`, evaluated every `eval_interval` steps on `eval_iters` batches of
+each split (in the trainer's `--metrics` file); the torch side in `method_a.torch_mode`, the cupy side in the half
+types with `--half-roundings` (the build the verdict compares, rule 22). `verdict` is rule 41 as a pure function.
+Resumable (tr2.stage): a run killed half-way starts over (its partial metrics file is discarded); a failure other
+than out of memory is recorded and ends the stage (rule 8.4), and a rerun tries it again.
 """
 from __future__ import annotations
 

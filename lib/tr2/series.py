@@ -1,27 +1,12 @@
 """The series (docs/protocol.md, rules 8, 10-16 and 20-22): step times of every configuration, in rounds.
 
-A configuration is one side in one element type of one model: PyTorch in each mode of the card, and
-the cupy side, built with and without the half roundings in the half types (once in float32). Each
-configuration runs once, discarded (round 0, the warm round: it fills NVRTC's and Inductor's
-caches), then once in each of the card's timed rounds 1..R. Round r runs every configuration, in the
-card's order rotated to start at configuration r mod n, so heat and drift touch every configuration
-alike. Each run is a fresh process of `python -m tr2.train` under the outside clock (tr2.clock),
-trained with evaluation off.
-
-Rules applied per run:
-- before it, the card must hold no other process (NVML; not checked on a CPU card);
-- during it, the card's clocks, temperature, power and memory are sampled every sample_interval_s;
-- the cupy side's own reading must agree with the clock within 1%, or the run is void (PyTorch's own
-  reading is recorded, never compared: protocol rules 10-16);
-- a run out of memory is recorded, its configuration runs no further, and the series goes on
-  (protocol rule 8); a run that fails in any other way (exit code, timeout, no window) is recorded with
-  its log tail and its configuration runs no further either; the series goes on, and the summary
-  gives that model and element type no verdict (protocol rule 8.4: such a failure is not a result).
-
-Resumable: `runs.jsonl` holds one record per finished run, appended and synced; the plan is a
-deterministic list computed from the card, a run is named by (round, configuration), and running the
-stage again on the same folder continues from the first run it does not hold. A kill loses at most
-the run in flight.
+The plan: every configuration of the card (tr2.configs, nanoGPT's loop included where the card lists it) once in
+round 0, the warm run that fills the compile caches and is discarded, then once in each timed round 1..R, round r
+in the card's order rotated to start at configuration r mod n (heat and drift touch every configuration alike).
+Each run is a fresh `python -m tr2.train` (evaluation off) under the outside clock (tr2.clock), on a GPU card after
+the card was found idle and sampled while it runs; the cupy side's own reading must agree with the clock within 1%
+or the run is void. Every run is recorded whatever its status; one that is not ok ends its configuration and the
+series goes on (rule 8). Resumable (tr2.stage): a kill loses at most the run in flight.
 """
 from __future__ import annotations
 
@@ -266,9 +251,8 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
             # (docs/protocol.md, rule 20); our torch loop's modes keep their plain names, nanoGPT's are nanogpt-<mode>
             torch_rows = {(m if lp == "torch" else f"{lp}-{m}"): rows[f"{model}/{dtype}/{lp}-{m}"]
                           for lp in card["torch_loops"] for m in card["torch_modes"]}
-            builds = ["cupy"] if dtype == "float32" else [("cupy-hr" if hr else "cupy") for hr in card["half_roundings"]]
-            primary = builds[-1] if dtype == "float32" else ("cupy-hr" if "cupy-hr" in builds else builds[0])
-            for build in builds:
+            for hr in configs.cupy_builds(card, dtype):  # the primary build: the one the verdict compares
+                build, primary = RunConfig(model, dtype, "cupy", half_roundings=hr).build, hr == configs.compared_build(card, dtype)
                 ours = rows[f"{model}/{dtype}/{build}"]
                 res = compare(ours["times_ms"], {m: r["times_ms"] for m, r in torch_rows.items()})
                 notes = []
@@ -288,7 +272,7 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
                 if incomplete and verdict is not None:
                     notes.append("incomplete or void runs: " + ", ".join(incomplete))
                 out.append({
-                    "model": model, "dtype": dtype, "build": build, "primary": build == primary,
+                    "model": model, "dtype": dtype, "build": build, "primary": primary,
                     "verdict": verdict, "reason": reason, "torch_mode": torch_rows[res["mode"]]["mode"] if res["mode"] else None,
                     "torch_loop": torch_rows[res["mode"]]["side"] if res["mode"] else None,
                     "torch_build": torch_rows[res["mode"]]["build"] if res["mode"] else None, "ratio": res["ratio"],

@@ -1,35 +1,21 @@
 """Footprint (docs/protocol.md, rules 60-62): what each side needs where it trains.
 
-For each configuration of the card (the card's first model; every element type; each PyTorch mode;
-the cupy build its half types compare), one short training run is started as
+For each configuration of the card (its first model; every element type; each PyTorch mode; the cupy build its
+half types compare) one short training run, traced (traced.py: `/proc/<pid>/maps` of the run and its children
+polled while it trains, and its modules and maps at exit), gives the shared libraries it mapped: NVIDIA's by name,
+whether NVRTC was opened (rule 61: an opened libnvrtc shows a kernel compiled at run time), and the bytes of its
+run-time set by category (runtime_sets.py), each file counted once, in the first category that claims it:
 
-    python -c WRAPPER DUMP --side S --model M --dtype D ... (the trainer's own arguments)
-
-where WRAPPER calls `tr2.train.main` and, when it returns, writes the modules in `sys.modules`
-and its own `/proc/self/maps` to DUMP. While it trains, `/proc/<pid>/maps` of the process and
-its descendants (Inductor's compile workers) is read a few times a second; the union of all
-readings is the set of shared libraries the run mapped. From it come NVIDIA's libraries by name,
-whether NVRTC was opened (protocol rule 61: an opened libnvrtc shows that a kernel was compiled at run
-time), and the bytes of the run-time set by category:
-
+    nvidia_driver     the driver's libraries mapped (libcuda, libnvidia-*): the host provides them
+    nvidia_libraries  NVIDIA's libraries mapped (cuBLAS, NVRTC, cuDNN, ...), wherever they live
     interpreter       the executable, libpython and the standard-library files it imported
     python_packages   the installed distributions of the imported third-party modules (tr2: its folder)
-    nvidia_libraries  NVIDIA's libraries mapped (cuBLAS, NVRTC, cuDNN, ...), wherever they live
-    nvidia_driver     the driver's libraries mapped (libcuda, libnvidia-*): the host provides them
     other_libraries   every other shared library mapped (the C library, libstdc++, ...)
 
-Each file counts once, in the first category above that claims it, in the order
-nvidia_driver, nvidia_libraries, interpreter, python_packages, other_libraries.
-
-The images: docker/cupy.Dockerfile and docker/torch.Dockerfile are the smallest images that
-train with each side. Where Docker runs (`docker info` answers), they are built from a context
-holding lib/tr2 and params/models.yaml, measured (`docker image inspect`) with their file lists,
-and proved by a short training run; where it does not, the summary says so, and the install sets
-measured here stand instead: the distributions pip would bring for each side, with the
-interpreter's standard library as a slim Python image keeps it.
-
-Writes in the results folder: footprint.jsonl (one record per run, resumable), logs/,
-libraries.csv, distributions.csv, install_sets.json, docker.json, footprint.csv, summary.json.
+Where Docker runs, each side's smallest image (docker/*.Dockerfile) is built, measured and tried (images.py);
+where it does not, the summary says so and the install sets pip would bring stand instead. Writes footprint.jsonl
+(a record per run, resumable), logs/, footprint.csv, libraries.csv, distributions.csv, install_sets.json,
+docker.json, summary.json and bytes.png.
 """
 from __future__ import annotations
 
