@@ -82,8 +82,9 @@ def run_one(r: dict, card: dict, d: Path) -> dict:
 def run(card: dict, results_dir=None) -> Path:
     """Train every run of the card that the folder does not hold yet; returns the folder."""
     with open_folder(STAGE, card, results_dir) as folder:
+        side_of = lambda r: f"{r['model']}/{r['dtype']}/{r['side']}"  # noqa: E731 - every seed of a side alike
         run_plan(folder, plan(card), lambda r: run_one(r, card, folder.path), desc="method A",
-                 ends_stage=lambda rec: rec["status"] not in FINISHED)
+                 ends_stage=lambda rec: rec["status"] not in FINISHED, kind=side_of, record_kind=side_of)
     return folder.path
 
 

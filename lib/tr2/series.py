@@ -23,7 +23,7 @@ from . import explore_plots as plots
 from .cards import validate_card
 from .clock import run_clocked
 from .configs import RunConfig
-from .results import read_jsonl, write_text_atomic
+from .results import read_json, read_jsonl, write_json_atomic, write_text_atomic
 from .stage import open_folder, run_plan
 from .summary import finish, load_dir_card, save_figure, stats, write_csv
 from .sysinfo import GpuSampler
@@ -110,9 +110,23 @@ def _env(d: Path) -> dict:
     return env
 
 
+def _filled(d: Path) -> list:
+    """The configurations that ran to their end in the folder's caches (<folder>/cache, git-ignored, kept between
+    pieces where it travels with the folder): a machine resuming the series without them compiles cold again."""
+    return read_json(d / "cache" / "filled.json").get("configs", [])
+
+
+def _kind(config_key: str, cold: bool) -> str:
+    """A run's kind for the plan's estimate: its configuration, and whether it compiles into empty caches."""
+    return f"{config_key} ({'cold compile' if cold else 'caches warm'})"
+
+
 def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = trainer_command, env=None) -> dict:
-    """One run under the clock, with the card sampled; returns its record (not yet appended)."""
+    """One run under the clock, with the card sampled; returns its record (not yet appended). `cold_compile`: the
+    caches held no finished run of its configuration (round 0's discarded run, or the first after a resume
+    without them)."""
     s = card["series"]
+    filled = _filled(d)
     name = run_name(r, config)
     log = d / "logs" / f"{name}.log"
     cmd = trainer(config, card)
@@ -131,8 +145,11 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
     else:
         clock = run_clocked(cmd, log, env=env, timeout_s=s["timeout_s"], window=tuple(s["window"]))
     void = own_check(config, clock)
+    if clock["status"] == "ok" and config.key not in filled:
+        write_json_atomic(d / "cache" / "filled.json", {"configs": filled + [config.key]})
     return {
-        "round": r, "warm": r == 0, "config": config.key, "model": config.model, "dtype": config.dtype,
+        "round": r, "warm": r == 0, "cold_compile": config.key not in filled, "config": config.key,
+        "model": config.model, "dtype": config.dtype,
         "side": config.side, "mode": config.mode, "half_roundings": config.half_roundings,
         "cuda_graph": config.cuda_graph, "build": config.build, "status": clock["status"], "reason": clock["reason"],
         "returncode": clock["returncode"], "step_ms": clock["step_ms"], "own_step_ms": clock["own_step_ms"],
@@ -158,10 +175,17 @@ def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_reco
     card = validate_card(card)
     with open_folder(STAGE, card, results_dir) as folder:
         env = _env(folder.path)
+        filled = set(_filled(folder.path))
+
+        def kind(p):  # called in running order: a configuration's first run to go compiles cold if its caches are empty
+            cold = p[1].key not in filled
+            filled.add(p[1].key)
+            return _kind(p[1].key, cold)
         run_plan(folder, plan(card), lambda p: run_one(p[0], p[1], card, folder.path, trainer=trainer, env=env),
                  desc="series runs", key=lambda p: f"r{p[0]}/{p[1].key}", finished=lambda rec: True,
                  group=lambda p: p[1].key, ends_group=lambda rec: rec["status"] != "ok", on_record=on_record,
-                 retry=retry.should_retry, note=retry.note, show=progress)
+                 retry=retry.should_retry, note=retry.note, show=progress, kind=kind,
+                 record_kind=lambda rec: _kind(rec["config"], rec.get("cold_compile", rec.get("round") == 0)))
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -322,4 +346,5 @@ def summarize(results_dir) -> dict:
         clock="outside clock (tr2.clock): time from the iter line of window[0] to that of window[1], divided by "
               "the steps between",
         first_run=min(started) if started else None, last_run=max(started) if started else None,
-        runs_recorded=len(records), runs_planned=len(plan(card)), logs="logs/")
+        runs_recorded=len(records), runs_planned=len(plan(card)), logs="logs/",
+        cold_timed_runs=[f"r{x['round']}/{x['config']}" for x in records if x["round"] and x.get("cold_compile")])
