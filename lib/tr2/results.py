@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional
 
 import yaml
 
-from . import RESULTS_DIR, Tr2Error
+from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 STAGES = ("series", "method_a", "method_b", "footprint", "families")  # the protocol's stages, in `make all`'s order
@@ -72,6 +72,20 @@ def is_finished(path) -> bool:
 def latest(stage: str, card_name: str, root=None, finished: bool = False) -> Optional[Path]:
     """The newest results folder of stage and card (with `finished`: the newest a stage ran to its end), or None."""
     return next((p for p in reversed(results_folders(root, stage, card_name)) if not finished or is_finished(p)), None)
+
+
+def stored_path(path) -> str:
+    """A folder's path as a record stores it: relative to the repository's root where it lies inside it (a record
+    names no machine's layout), else absolute."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)
+
+
+def folder_path(stored) -> Path:
+    """A stored path read back, either form: relative to the repository's root, or absolute (records made
+    before paths were stored relative)."""
+    p = Path(stored)
+    return p if p.is_absolute() else REPO_ROOT / p
 
 
 def new_results_dir(stage: str, card_name: str, root=None) -> Path:

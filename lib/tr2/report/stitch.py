@@ -21,7 +21,7 @@ import nbformat
 from nbconvert import HTMLExporter
 
 from .. import REPO_ROOT, Tr2Error
-from ..results import write_json_atomic, write_text_atomic
+from ..results import folder_path, write_json_atomic, write_text_atomic
 from .front import STAGE_TITLES, front_page_html
 from .verdicts import build_table, choose_dirs
 
@@ -174,7 +174,7 @@ def merge(front_html: str, stage_nbs, html_dir=None) -> nbformat.NotebookNode:
                                                                             data={"text/html": front_html})])]
     for info, snb in stage_nbs:
         cells.append(nbformat.v4.new_markdown_cell(stage_header(info)))
-        folder = info.get("path")
+        folder = info.get("path") and folder_path(info["path"])
         cells.extend(_keep_cells(snb, folder, html_dir or DEFAULT_OUT.parent) if folder else _keep_cells(snb))
     for i, cell in enumerate(cells):
         cell["id"] = f"tr2-{i}"

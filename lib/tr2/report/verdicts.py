@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import PARAMS_DIR, Tr2Error
 from ..models import count_params, load_model
 from .. import explore
-from ..results import STAGES, is_finished, latest, read_yaml, results_folders, stage_of
+from ..results import STAGES, is_finished, latest, read_yaml, results_folders, stage_of, stored_path
 from ..sysinfo import git_commit
 
 
@@ -52,7 +52,7 @@ def folder_info(d, html_dir) -> dict:
     own = explore.summary(d).get("conditions") or {}
     c = {k: v for k, v in row.items() if k not in ("folder", "stage", "stamp", "finished", "path")}
     c.update({k: own[k] for k in ("first_run", "last_run", "rounds", "steps", "window") if own.get(k) is not None})
-    return {"stage": row["stage"], "name": row["folder"], "path": str(d), "link": link(d, html_dir),
+    return {"stage": row["stage"], "name": row["folder"], "path": stored_path(d), "link": link(d, html_dir),
             "notebook": is_finished(d), "conditions": c}
 
 
@@ -87,10 +87,10 @@ def _run_times(summary) -> dict:
     return {c.get("config"): c.get("run_times_ms") or [] for c in summary.get("configurations", [])}
 
 
-def _load_during(info) -> dict:
+def _load_during(d, info) -> dict:
     """The machine's load while the series ran: the load average when it started (machine.json) and, on a
     GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
-    gpu = [g for g in explore.runs(info["path"]).get("gpu", []) if isinstance(g, dict)]
+    gpu = [g for g in explore.runs(d).get("gpu", []) if isinstance(g, dict)]
     med = {}
     for k in ("sm_mhz", "temp_c", "power_w"):
         vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
@@ -110,16 +110,16 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     dirs = [Path(d) for d in dirs]
     infos = [folder_info(d, html_dir) for d in dirs]
     by_stage: dict[str, list] = {}
-    for info in infos:
-        by_stage.setdefault(info["stage"], []).append((info, explore.summary(info["path"])))
+    for d, info in zip(dirs, infos):
+        by_stage.setdefault(info["stage"], []).append((d, info, explore.summary(d)))
 
     # correctness: method A per (model, dtype), method B per model; a later folder overrides an earlier one
     check_a, check_b = {}, {}
-    for info, _s in by_stage.get("method_a", []):
-        for c in explore.verdicts_a(info["path"]).to_dict("records"):
+    for d, info, _s in by_stage.get("method_a", []):
+        for c in explore.verdicts_a(d).to_dict("records"):
             check_a[(c["model"], c["dtype"])] = _check_of(c, info["link"], "method A")
-    for info, _s in by_stage.get("method_b", []):
-        for m in explore.verdicts_b(info["path"]).to_dict("records"):
+    for d, info, _s in by_stage.get("method_b", []):
+        for m in explore.verdicts_b(d).to_dict("records"):
             if m["judged_through"] != m["steps"] and m["all_steps_passed"] is not None:  # judged short of the end
                 m["reason"] = (m["reason"] or "") + f" (over all {m['steps']} steps: " + \
                     ("passed" if m["all_steps_passed"] else "not passed") + ", protocol rule 52)"
@@ -127,7 +127,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
 
     rows = []
     seen = {}
-    for info, s in by_stage.get("series", []):
+    for d, info, s in by_stage.get("series", []):
         cond = info["conditions"]
         times = _run_times(s)
         for v in s.get("verdicts", []):
@@ -184,7 +184,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     counts["comparisons"] = len(primary)
 
     footprint = None
-    for info, s in by_stage.get("footprint", []):
+    for d, info, s in by_stage.get("footprint", []):
         footprint = {"link": info["link"], "folder": info["name"], "sides": s.get("sides", {}),
                      "docker": {k: (s.get("docker") or {}).get(k) for k in ("available", "message", "image_ratio_torch_to_cupy")},
                      "images": {side: {k: i.get(k) for k in ("size_bytes", "status", "files")}
@@ -201,7 +201,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     series = by_stage.get("series", [])
     return {
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
-        "machine": _machine(series[-1][0] if series else infos[0], series[-1][0] if series else None),
+        "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir),
         "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
         "cpu_demonstration": "cpu" in devices or (not devices and _card_device(card_name) == "cpu"),
@@ -213,11 +213,11 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     }
 
 
-def _machine(info, series) -> dict:
+def _machine(info, series_dir) -> dict:
     """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver, and the
     load while the series ran. Folders made before tr2 recorded the processor say None (not recorded)."""
     keys = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "gpu", "gpu_memory_mib", "driver")
-    return {**{k: info["conditions"].get(k) for k in keys}, "load": _load_during(series) if series else None}
+    return {**{k: info["conditions"].get(k) for k in keys}, "load": _load_during(series_dir, info) if series_dir else None}
 
 
 def commands(card_name, infos, html_dir) -> dict:
