@@ -17,6 +17,7 @@ import yaml
 from . import REPO_ROOT, Tr2Error
 from .data import DATA_FILES, data_file
 from .models import list_models, load_model
+from .papermill_hook import card_files
 from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS, checkout_path, cuda_available
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
@@ -388,13 +389,7 @@ def papermill_card_files() -> list[Path]:
     if not any(Path(a).name == "papermill" or a == "papermill" for a in args[:3]):
         return []
     cwd = Path(os.readlink(f"/proc/{os.getppid()}/cwd")) if Path(f"/proc/{os.getppid()}/cwd").exists() else Path.cwd()
-    files = []
-    for i, a in enumerate(args):
-        if a in ("-f", "--parameters_file") and i + 1 < len(args):
-            files.append(cwd / args[i + 1])
-        elif a.startswith("--parameters_file="):
-            files.append(cwd / a.split("=", 1)[1])
-    return files
+    return [cwd / f for f in card_files(args)]
 
 
 def card_from_notebook(namespace: dict, names_before: set) -> dict:

@@ -26,7 +26,8 @@ def _under_papermill() -> bool:
     return bool(sys.argv) and Path(sys.argv[0]).name == "papermill"
 
 
-def _card_files(argv) -> list[str]:
+def card_files(argv) -> list[str]:
+    """The card files (-f, --parameters_file) of a papermill command line, as given."""
     out = []
     for i, a in enumerate(argv):
         if a in ("-f", "--parameters_file") and i + 1 < len(argv):
@@ -44,7 +45,7 @@ def one_line(exc) -> str | None:
         # imported only here: the .pth file loads this module in every Python of the venv, papermill's or not
         from . import Tr2Error
         from .cards import read_card_file
-        for f in _card_files(sys.argv[1:]):
+        for f in card_files(sys.argv[1:]):
             try:
                 read_card_file(f)
             except Tr2Error as e:

@@ -28,6 +28,10 @@ import time
 import traceback
 from pathlib import Path
 
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
 from . import Tr2Error
 from .cupy_side import backend as cupy_backend
 from .cupy_side.gpu import OP_METHODS
@@ -75,8 +79,6 @@ class _Annotated:
     def __getattr__(self, name):
         attr = getattr(self._backend, name)
         if callable(attr) and (name in BACKEND_OPS or name.endswith(("_forward", "_backward", "_update"))):
-            from torch.profiler import record_function
-
             def wrapped(*a, **k):
                 with record_function(name):
                     return attr(*a, **k)
@@ -109,7 +111,6 @@ def annotate_cupy_backend() -> bool:
 
 def kernel_table(events, device: str) -> list[dict]:
     """{name, total_us, launches} per name: device kernels on CUDA, self CPU time of CPU events otherwise."""
-    from torch.autograd import DeviceType
     rows: dict[str, list] = {}
     for e in events:
         name = e.name
@@ -146,7 +147,6 @@ def _optimizer_step(e):
 
 def sdp_backends() -> dict:
     """The scaled-dot-product attention backends torch.backends.cuda allows in this environment."""
-    import torch
     out = {}
     for name in ("flash", "mem_efficient", "math", "cudnn"):
         fn = getattr(torch.backends.cuda, f"{name}_sdp_enabled", None)
@@ -199,8 +199,6 @@ def main(argv=None) -> int:
     record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
                   half_roundings=args.half_roundings, steps=args.steps)
 
-    import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
     device = args.device
     record.update(device=device, log_interval=L, steps_in_window=ns.window[1] - ns.window[0],
                   torch=torch.__version__, sdp_backends=sdp_backends() if device == "cuda" else None)

@@ -24,12 +24,7 @@ from .cards import card_path as card_path_of
 from .cards import card_name, check_machine, held_card_difference, load_card
 from .results import STAGES, latest, new_results_dir, parse_folder_name
 from .stage import hold_card
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"tr2.runner: error: {message}\n")
-        sys.exit(2)
+from .trainargs import Parser
 
 
 def papermill_command(stage: str, card_path, results_dir) -> list[str]:
@@ -89,7 +84,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "latest":
-            p = _Parser(prog="python -m tr2.runner latest", description="Print the newest results folder of a stage and card.")
+            p = Parser(prog="python -m tr2.runner latest", description="Print the newest results folder of a stage and card.")
             p.add_argument("stage", help=" | ".join(STAGES))
             p.add_argument("--card", required=True, help="the card's name (or its file)")
             p.add_argument("--finished", action="store_true", help="only folders holding summary.json and the executed notebook")
@@ -105,7 +100,7 @@ def main(argv=None) -> int:
                 return 1
             print(found)
             return 0
-        p = _Parser(prog="python -m tr2.runner", description="Run one protocol stage's notebook with papermill on a card.")
+        p = Parser(prog="python -m tr2.runner", description="Run one protocol stage's notebook with papermill on a card.")
         p.add_argument("stage", help=" | ".join(STAGES) + "  (or: latest STAGE --card NAME)")
         p.add_argument("--card", default=None, help="a card file or name, e.g. params/cards/cpu.yaml or cpu "
                        "(with --resume: optional, the folder's card.yaml is the card)")

@@ -73,14 +73,17 @@ def trainer_prefix() -> list[str]:
     return shlex.split(env) if env else [sys.executable, "-u", "-m", "tr2.train"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, as for every other bad argument
-        sys.stderr.write(f"tr2.train: error: {message}\n")
+class Parser(argparse.ArgumentParser):
+    """argparse with a bad argument in one line, `<module>: error: ...`, exit 2, as every other bad input (the
+    trainer's, the runner's, the report's; prog is `python -m <module> ...`)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog.split()[2]}: error: {message}\n")
         sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m tr2.train", description="Train one GPT model on one side and print nanoGPT's log lines.")
+    p = Parser(prog="python -m tr2.train", description="Train one GPT model on one side and print nanoGPT's log lines.")
     p.add_argument("--side", required=True,
                    help="cupy (our CUDA kernels, NumPy on a CPU), torch (nanoGPT's loop written here) or nanogpt "
                         "(nanoGPT's own train.py, launched from its checkout)")

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import csv
+import importlib.metadata as md
 import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -48,7 +50,6 @@ def build_context(dest) -> Path:
 
 
 def _pinned(name: str):
-    import importlib.metadata as md
     try:
         return f"{name}=={md.version(name)}"
     except md.PackageNotFoundError:
@@ -84,7 +85,6 @@ def _docker(*args, timeout=None, **kw):
 
 def image_file_list(tag: str) -> list[tuple[str, int]]:
     """(path, bytes) of every regular file of the image, read from `docker export` of a created container."""
-    import tarfile
     cid = _docker("create", tag, timeout=120).stdout.strip()
     if not cid:
         return []

@@ -1,23 +1,17 @@
 """python -m tr2.report --card NAME [--dirs DIR ...] [--out report/TR-2.html]: TR-2, stitched."""
 from __future__ import annotations
 
-import argparse
 import sys
 
 from .. import Tr2Error
 from ..cards import card_name
+from ..trainargs import Parser
 from .stitch import DEFAULT_OUT, build_report
 from .verdicts import unstitched
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"tr2.report: error: {message}\n")
-        sys.exit(2)
-
-
 def main(argv=None) -> int:
-    p = _Parser(prog="python -m tr2.report", description="Stitch the executed notebooks of a card's results "
+    p = Parser(prog="python -m tr2.report", description="Stitch the executed notebooks of a card's results "
                 "folders into one offline HTML report behind the front page (TR-2).")
     p.add_argument("--card", required=True, help="the card's name (or its file)")
     p.add_argument("--dirs", nargs="+", default=None, metavar="DIR",
