@@ -241,12 +241,17 @@ def test_the_plan_falls_back_to_the_newest_committed_folder_of_its_stage_and_car
     run = lambda: stage.run_plan(f, plan, lambda p: {"status": "ok"}, desc="method B", show=False)  # noqa: E731
     with stage.open_folder("method_b", c, d) as f:
         run()
-    out = capsys.readouterr().out  # no git repository: the newest earlier folder, named as not committed
+    out = capsys.readouterr().out  # no git repository: the newest other folder, named as such
     assert f"measured in {newer.name}" in out and "1 x m/cupy: no estimate" in out
     assert (f"estimate: 1.5 minutes of the CPU (1.5 min) for 1 of the 2 runs, from the runs measured in results folder "
-            f"{newer.name} (not committed: the newest earlier folder of this stage and card); no estimate for the other 1") in out
+            f"{newer.name} (no git here to tell whether it is committed: the newest other folder of this stage and card); "
+            "no estimate for the other 1") in out
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git[:3], "init", "-q"], check=True)
+    (d / "runs.jsonl").unlink()
+    with stage.open_folder("method_b", c, d) as f:
+        run()
+    assert f"{newer.name} (not committed: the newest other folder of this stage and card)" in capsys.readouterr().out
     subprocess.run([*git, "add", older.name], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
     (d / "runs.jsonl").unlink()

@@ -423,17 +423,16 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     return card
 
 
-def held_card_difference(folder, card: dict):
-    """(key, value in the folder's card.yaml, value in `card`) for the first top-level key where the card a
-    results folder was started with differs from `card`; None when they agree or the folder holds none."""
+def check_held_card(folder, card: dict, key: str, here: str = "here",
+                    allowed: str = "the card it was started with") -> None:
+    """One line (Tr2Error, naming `key`) where the card a results folder was started with (its card.yaml) differs
+    from `card`: the first top-level key that differs, its value there and `here`."""
     path = Path(folder) / "card.yaml"
-    if not path.is_file():
-        return None
-    held = validate_card(yaml.safe_load(path.read_text()))
-    if held == card:
-        return None
-    key = next(k for k in card if held.get(k) != card.get(k))
-    return key, held.get(key), card.get(key)
+    held = validate_card(yaml.safe_load(path.read_text())) if path.is_file() else card
+    if held != card:
+        k = next(k for k in card if held.get(k) != card.get(k))
+        raise Tr2Error(f"{key}: {str(folder)!r} holds another card (key {k!r} differs: {held.get(k)!r} there, "
+                       f"{card.get(k)!r} {here}); allowed: {allowed}")
 
 
 def dump_card(card: dict) -> str:

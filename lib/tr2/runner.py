@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 from .cards import card_path as card_path_of
-from .cards import card_name, check_machine, held_card_difference, load_card
+from .cards import card_name, check_held_card, check_machine, load_card
 from .results import STAGES, latest, new_results_dir, parse_folder_name
 from .stage import hold_card
 from .trainargs import Parser
@@ -64,11 +64,7 @@ def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, P
     held = load_card(d / "card.yaml") if d is not None else None
     card = load_card(card_path) if card_path is not None else held
     if d is not None and card_path is not None:
-        differs = held_card_difference(d, card)
-        if differs:
-            key, there, here = differs
-            raise Tr2Error(f"--resume: {str(d)!r} holds another card (key {key!r}: {there!r} there, "
-                           f"{here!r} in {card_path}); allowed: the card it was started with, or no --card")
+        check_held_card(d, card, "--resume", f"in {card_path}", "the card it was started with, or no --card")
     check_machine(card)
     if d is None:
         d = new_results_dir(stage, card["card"], root=root).resolve()

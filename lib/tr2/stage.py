@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from . import Tr2Error
-from .cards import dump_card, held_card_difference
+from .cards import check_held_card, dump_card
 from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
 from .results import append_jsonl, new_results_dir, read_jsonl, results_folders, write_json_atomic, write_text_atomic
 from . import sysinfo
@@ -76,11 +76,7 @@ def hold_card(d: Path, card: dict) -> dict:
     """The folder holds `card` (the one it was started with, else one line), card.yaml and machine.json (each
     written once, when missing); returns this machine's record. The runner calls it before the notebook starts,
     so that a folder it made can be resumed even if the notebook stops before its stage opens it."""
-    differs = held_card_difference(d, card)
-    if differs:
-        key, there, here = differs
-        raise Tr2Error(f"results_dir: {str(d)!r} holds another card (key {key!r} differs: "
-                       f"{there!r} there, {here!r} here); allowed: the card it was started with")
+    check_held_card(d, card, "results_dir")
     if not (d / "card.yaml").is_file():
         write_text_atomic(d / "card.yaml", dump_card(card))
     try:
@@ -146,14 +142,15 @@ def _committed(root: Path):
 
 def reference_folder(folder: Folder) -> tuple:
     """(folder, what it is) whose runs estimate this folder's where it has none of a kind: the newest other folder
-    of the same stage and card beside it that git tracks, else the newest such folder at all (not committed);
+    of the same stage and card beside it that git tracks, else the newest such folder at all, named as such;
     (None, None) where there is none."""
     others = [p for p in results_folders(folder.path.parent, folder.stage, folder.card["card"]) if p != folder.path]
-    tracked = _committed(folder.path.parent) or set()
-    committed = [p for p in others if p.name in tracked]
+    tracked = _committed(folder.path.parent)
+    committed = [p for p in others if p.name in (tracked or ())]
     if committed:
         return committed[-1], "committed"
-    return (others[-1], "not committed: the newest earlier folder of this stage and card") if others else (None, None)
+    what = "not committed" if tracked is not None else "no git here to tell whether it is committed"
+    return (others[-1], f"{what}: the newest other folder of this stage and card") if others else (None, None)
 
 
 def _times(records, kind) -> dict:

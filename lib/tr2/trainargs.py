@@ -10,10 +10,8 @@ from typing import Optional
 
 from pathlib import Path
 
-from . import REPO_ROOT, Tr2Error
-from .data import check_batch_order
+from . import REPO_ROOT, Tr2Error, data, weights
 from .models import list_models, load_model
-from .weights import check_weights_file
 
 SIDES = ("cupy", "torch", "nanogpt")  # nanogpt: nanoGPT's own train.py (tr2.nanogpt_side)
 TORCH_LOOPS = ("torch", "nanogpt")  # the sides that train with PyTorch (and take --mode)
@@ -179,9 +177,9 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     cfg = load_model(ns.model)
     # The files a run reads, checked now: a bad one would otherwise end the run after the model is built.
     if ns.init is not None:
-        check_weights_file(ns.init, cfg)
+        weights.check_weights_file(ns.init, cfg)
     if ns.batches is not None:
-        check_batch_order(ns.batches, cfg.dataset, cfg.block_size, cfg.batch_size, ns.steps)
+        data.check_batch_order(ns.batches, cfg.dataset, cfg.block_size, cfg.batch_size, ns.steps)
     eval_iters = ns.eval_iters if ns.eval_iters is not None else cfg.eval_iters
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,

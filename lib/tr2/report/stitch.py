@@ -131,14 +131,10 @@ def _keep_cells(nb, folder=None, html_dir=None) -> list:
                     data.pop("application/javascript", None)
                     if not data:
                         continue
-                    if folder is not None:
-                        for mime in ("text/markdown", "text/html"):
-                            if isinstance(data.get(mime), str):
-                                data[mime] = rewrite_links(data[mime], folder, html_dir)
-                if o.get("output_type") in ("display_data", "execute_result"):
                     for mime in ("text/html", "text/plain", "text/markdown"):
                         if isinstance(data.get(mime), str):
-                            data[mime] = relative_paths(data[mime])
+                            linked = rewrite_links(data[mime], folder, html_dir) if folder and mime != "text/plain" else data[mime]
+                            data[mime] = relative_paths(linked)
                     if isinstance(data.get("text/html"), str):
                         data["text/html"] = tidy_dataframe_html(data["text/html"])
                 if o.get("output_type") == "stream":
