@@ -125,8 +125,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                     ("passed" if m["all_steps_passed"] else "not passed") + ", protocol rule 52)"
             check_b[m["model"]] = _check_of(m, info["link"], "method B")
 
-    rows = []
-    seen = {}
+    rows = {}
     for d, info, s in by_stage.get("series", []):
         cond = info["conditions"]
         times = _run_times(s)
@@ -172,11 +171,8 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                                "commit": cond.get("commit"), "torch": cond["versions"].get("torch"),
                                "cupy": cond["versions"].get("cupy")},
             }
-            if key in seen:
-                rows[seen[key]] = row
-            else:
-                seen[key] = len(rows)
-                rows.append(row)
+            rows[key] = row  # a later series replaces an earlier one's row in its place
+    rows = list(rows.values())
 
     primary = [r for r in rows if r["primary"]]
     counts = {k: sum(1 for r in primary if r["verdict"] == k) for k in ("faster", "level", "slower")}
