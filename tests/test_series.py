@@ -169,10 +169,11 @@ def test_own_reading_rule():
 
 
 def test_own_reading_rule_end_to_end(tmp_path):
-    """The 1% rule as the series applies it, on windows of 0.8 s: honest is valid, off by 5% is void."""
+    """The 1% rule as the series applies it: honest is valid on windows of 1.6 s (the reader's latency on a loaded
+    2-core machine, up to ~10 ms, stays well inside 1%; 0.8 s windows failed now and then there), off by 5% is void."""
     c = load_card(REPO_ROOT / "params" / "cards" / "smoke.yaml")
     c["series"].update(rounds=1, steps=50, window=[10, 50])
-    fake = Fake(tmp_path, ms={"tiny/float32/cupy": 20.0, "tiny/float32/torch-eager": 1.0})
+    fake = Fake(tmp_path, ms={"tiny/float32/cupy": 40.0, "tiny/float32/torch-eager": 1.0})
     d = tmp_path / "honest"
     series.run(c, d, trainer=fake, progress=False)
     recs = read_jsonl(d / "runs.jsonl")
