@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from tr2 import RESULTS_DIR
+from tr2 import REPO_ROOT, RESULTS_DIR, results
 import tr2.explore as ex
 
 CPU = {st: RESULTS_DIR / name for st, name in [
@@ -23,6 +23,22 @@ def test_stage_of_reads_the_folder_name():
     assert ex.stage_of("x/series-20261129-090624-h200-nanogpt") == "series"
     assert ex.stage_of("results/h200-checks-20261129") is None  # a folder of GPU calls, no stage's
     assert ex.stage_of("results/series-notes") is None  # no stamp
+
+
+def test_folder_names_are_made_and_read_in_one_place(tmp_path):
+    name = results.folder_name("method_b", "20261201-120000", "h200-quick", 2)
+    assert name == "method_b-20261201-120000-h200-quick-2"
+    assert results.parse_folder_name(tmp_path / name) == ("method_b", "20261201-120000", "h200-quick", 2, "h200-quick-2")
+    assert results.parse_folder_name("series-20261201-120000-cpu") == ("series", "20261201-120000", "cpu", 1, "cpu")
+    assert results.parse_folder_name("bench-20261201-120000-cpu") is None  # no stage's
+    made = [results.new_results_dir("series", "cpu", root=tmp_path) for _ in range(2)]  # mostly within one second
+    assert [results.folder_name(*results.parse_folder_name(p)[:4]) for p in made] == [p.name for p in made]
+    assert results.results_folders(tmp_path) == made and results.results_folders(tmp_path, card="cpu") == made
+    assert results.results_folders(tmp_path, stage="method_a") == [] and results.latest("series", "cpu", tmp_path) == made[1]
+    for p, card in zip(made, ("cpu-2", "cpu")):  # the card a folder holds decides, not what its name can mean
+        (p / "card.yaml").write_text(f"card: {card}\n")
+    assert results.results_folders(tmp_path, card="cpu-2") == [made[0]]
+    assert results.results_folders(tmp_path, card="cpu") == [made[1]]
 
 
 def test_index_lists_the_committed_stage_folders_and_nothing_else():
@@ -151,3 +167,15 @@ def test_pair_needs_two_folders_for_the_same_models():
     idx = ex.select(ex.index(), card="cpu")
     assert ex.pair(idx) == (RESULTS_DIR / "method_a-20261129-092259-cpu", CPU["method_a"])
     assert ex.pair(ex.select(idx, stage="series")) is None
+
+
+def test_the_notebooks_and_the_report_read_results_through_explore():
+    """Issue 10: one loader. The stage notebooks, explore.ipynb and the report's verdict table read results only
+    through tr2.explore (the stage notebooks call their stage, then show what the loader reads back)."""
+    readers = ("read_csv", "read_json", "json.load", "read_text", "open(", "read_jsonl", "yaml.safe_load")
+    for nb in (REPO_ROOT / "notebooks").glob("*.ipynb"):
+        code = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        assert "import tr2.explore as ex" in code, nb.name
+        assert not [r for r in readers if r in code], nb.name
+    verdicts = (REPO_ROOT / "lib" / "tr2" / "report" / "verdicts.py").read_text()
+    assert "explore." in verdicts and not [r for r in readers if r in verdicts]

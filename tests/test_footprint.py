@@ -5,6 +5,7 @@ import sys
 import pytest
 
 import tr2.footprint as fp
+from tr2 import explore
 from tr2.configs import RunConfig
 from tr2.results import append_jsonl, write_json_atomic, write_yaml_atomic
 
@@ -117,7 +118,7 @@ def test_summarize_writes_csv_and_sides(tmp_path):
     assert s["sides"]["cupy"]["nvrtc"] and not s["sides"]["torch"]["nvrtc"]
     assert s["sides"]["torch"]["nvidia_libraries"] == ["libcublas", "libcudnn"]
     assert s["run_time_set_ratio_torch_to_cupy"] == pytest.approx(10.0)
-    table = fp.load_table(tmp_path)
+    table = explore.footprint(tmp_path)["footprint"]  # what the notebooks and the report read
     assert list(table["nvrtc"]) == ["yes", "no"]
     assert list(table["bytes_total"]) == [50, 500]
     assert "libnvrtc" in (tmp_path / "libraries.csv").read_text()

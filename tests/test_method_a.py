@@ -170,7 +170,7 @@ def test_killed_stage_resumes_with_only_the_missing_runs(tmp_path, monkeypatch):
     assert c["verdict"]["passed"] is True and [r["step"] for r in c["verdict"]["steps"]] == [20, 40]
     assert c["final_val"]["torch"]["n"] == 3 and c["final_val"]["torch"]["step"] == 40
     assert (d / "method_a.csv").is_file() and (d / "method_a.png").is_file() and (d / "summary.json").is_file()
-    assert s["card"]["card"] == "test" and "commit" in s
+    assert s["conditions"]["card"] == "test" and "commit" in s["conditions"]  # every summary carries its conditions
 
 
 def test_failed_run_ends_the_stage_and_is_retried(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import tr2.report as rp
 from tr2 import REPO_ROOT
 from tr2.report.front import fmt_ms, fmt_ratio
-from tr2.results import write_json_atomic, write_yaml_atomic
+from tr2.results import folder_path, stored_path, write_json_atomic, write_yaml_atomic
 
 bs4 = pytest.importorskip("bs4")
 
@@ -219,7 +219,7 @@ def test_cpu_banner_first_and_links_relative(built):
     data = json.loads(json_path.read_text())
     for f in data["folders"]:
         assert not os.path.isabs(f["link"])
-        assert (html_path.parent / f["link"]).resolve() == Path(f["path"]).resolve()
+        assert (html_path.parent / f["link"]).resolve() == folder_path(f["path"]).resolve()
 
 
 def test_no_banner_for_a_gpu_card(tmp_path):
@@ -250,6 +250,11 @@ def test_cpu_front_page_holds_what_a_reader_needs(tmp_path):
     for what in ("processor", "memory", "GPU", "driver", "load during the series"):
         assert what in machine
     data = json.loads(json_path.read_text())
+    # the folders' paths as the JSON stores them: relative to the repository, no machine's layout (an older JSON's
+    # absolute paths read back as well)
+    assert all(f["path"].startswith("results/") and folder_path(f["path"]).is_dir() for f in data["folders"])
+    assert folder_path(str(REPO_ROOT / data["folders"][0]["path"])) == folder_path(data["folders"][0]["path"])
+    assert stored_path(REPO_ROOT / data["folders"][0]["path"]) == data["folders"][0]["path"]
     commits = soup.find(id="commits-table")
     assert len(commits.find_all("tr")) == len(data["folders"]) + 1
     assert ("different commits" in soup.find(id="commits-note").get_text()) == data["commits_differ"]

@@ -202,3 +202,69 @@ def test_group_and_stage_stop_rules(tmp_path):
 def test_stats_median_and_range():
     s = stats([3.0, 1.0, 2.0, 10.0])
     assert (s["n"], s["median"], s["min"], s["max"], s["range"]) == (4, 2.5, 1.0, 10.0, 9.0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# issue 11, item 2: every stage prints its plan and the minutes it will take, measured, never invented
+
+
+def _records(d, times, status="ok"):
+    for key, wall_s in times.items():
+        append_jsonl(d / "runs.jsonl", {"key": key, "status": status, "wall_s": wall_s})
+
+
+def test_the_plan_is_estimated_from_this_folders_runs_first(tmp_path, capsys):
+    c = card()
+    plan = [{"key": f"{m}/{i}", "m": m} for m in "ab" for i in range(3)]
+    d = tmp_path / "method_a-20261201-100000-test"
+    d.mkdir()
+    _records(d, {"a/0": 60.0, "b/0": 120.0})
+    with stage.open_folder("method_a", c, d) as f:
+        stage.run_plan(f, plan, lambda p: {"status": "ok", "wall_s": 1.0}, desc="method A", show=False,
+                       kind=lambda p: p["m"], record_kind=lambda r: r["key"][0])
+    out = capsys.readouterr().out
+    assert out.startswith("method A: 4 of 6 runs to go\n")
+    assert "     2 x a: 60.0 s each, measured in this folder" in out and "2 x b: 2.0 min each" in out
+    assert "  estimate: 6.0 minutes of the CPU (6.0 min) for 4 of the 4 runs, from the runs measured in this folder" in out
+
+
+def test_the_plan_falls_back_to_the_newest_committed_folder_of_its_stage_and_card(tmp_path, capsys):
+    c = card()
+    root = tmp_path / "results"
+    older, newer, other_card = (root / f"method_b-2026120{i}-100000-{name}" for i, name in ((1, "test"), (2, "test"),
+                                                                                            (3, "cpu")))
+    for folder, t in ((older, 30.0), (newer, 90.0), (other_card, 600.0)):
+        folder.mkdir(parents=True)
+        _records(folder, {"m/torch": t})
+    d = root / "method_b-20261204-100000-test"
+    plan = [{"key": "m/torch"}, {"key": "m/cupy"}]
+    run = lambda: stage.run_plan(f, plan, lambda p: {"status": "ok"}, desc="method B", show=False)  # noqa: E731
+    with stage.open_folder("method_b", c, d) as f:
+        run()
+    out = capsys.readouterr().out  # no git repository: the newest other folder, named as such
+    assert f"measured in {newer.name}" in out and "1 x m/cupy: no estimate" in out
+    assert (f"estimate: 1.5 minutes of the CPU (1.5 min) for 1 of the 2 runs, from the runs measured in results folder "
+            f"{newer.name} (no git here to tell whether it is committed: the newest other folder of this stage and card); "
+            "no estimate for the other 1") in out
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    (d / "runs.jsonl").unlink()
+    with stage.open_folder("method_b", c, d) as f:
+        run()
+    assert f"{newer.name} (not committed: the newest other folder of this stage and card)" in capsys.readouterr().out
+    subprocess.run([*git, "add", older.name], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (d / "runs.jsonl").unlink()
+    with stage.open_folder("method_b", c, d) as f:
+        run()
+    out = capsys.readouterr().out  # a committed folder is preferred to a newer one git does not track
+    assert f"30.0 s each, measured in {older.name}" in out and f"{older.name} (committed)" in out
+
+
+def test_no_estimate_where_nothing_was_measured(tmp_path, capsys):
+    with stage.open_folder("families", card(), tmp_path / "families-20261201-100000-test") as f:
+        _records(f.path, {"x": 5.0}, status="failed")  # a failed run's time estimates nothing
+        stage.run_plan(f, [{"key": "x"}], lambda p: {"status": "ok"}, desc="families", show=False)
+    out = capsys.readouterr().out
+    assert "1 x x: no estimate" in out and "estimate: no estimate (no finished run of these kinds" in out
+    assert "minutes" not in out

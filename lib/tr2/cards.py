@@ -15,8 +15,10 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT, Tr2Error
+from .data import DATA_FILES, data_file
 from .models import list_models, load_model
-from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS
+from .papermill_hook import card_files
+from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS, checkout_path, cuda_available
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
@@ -308,6 +310,15 @@ def card_path(arg) -> Path:
                    f"or a name: {names}")
 
 
+def card_name(arg: str) -> str:
+    """The card's name from a name or a file; a name with no card file under params/cards/ stays a name (the
+    folders of a card that is not in this checkout can still be listed and reported)."""
+    p = Path(arg)
+    if p.suffix in (".yaml", ".yml") or p.is_file() or "/" in arg:
+        return load_card(p)["card"]
+    return arg
+
+
 _KIND = {list: "a list", int: "a number", float: "a number", str: "a string", bool: "a boolean"}
 
 
@@ -349,8 +360,6 @@ def check_machine(card: dict) -> None:
     """What the card needs of the machine it runs on, checked before any run: a CUDA device for a cuda card
     (seen by torch and by CuPy: both sides run on it), and every data file its models read, present and
     verified (md5). A problem is one line (Tr2Error)."""
-    from .data import DATA_FILES, data_file
-    from .trainargs import cuda_available
     if card["device"] == "cuda":
         missing = [side for side in ("torch", "cupy") if not cuda_available(side)]
         if missing:
@@ -360,7 +369,6 @@ def check_machine(card: dict) -> None:
         for name in DATA_FILES[load_model(m).dataset]:
             data_file(name)
     if "nanogpt" in card["torch_loops"]:
-        from .nanogpt_side import checkout_path
         checkout_path(card["nanogpt_path"], key="nanogpt_path")
     rules = Path(card["families"]["rules"])
     rules = rules if rules.is_absolute() else REPO_ROOT / rules
@@ -381,13 +389,7 @@ def papermill_card_files() -> list[Path]:
     if not any(Path(a).name == "papermill" or a == "papermill" for a in args[:3]):
         return []
     cwd = Path(os.readlink(f"/proc/{os.getppid()}/cwd")) if Path(f"/proc/{os.getppid()}/cwd").exists() else Path.cwd()
-    files = []
-    for i, a in enumerate(args):
-        if a in ("-f", "--parameters_file") and i + 1 < len(args):
-            files.append(cwd / args[i + 1])
-        elif a.startswith("--parameters_file="):
-            files.append(cwd / a.split("=", 1)[1])
-    return files
+    return [cwd / f for f in card_files(args)]
 
 
 def card_from_notebook(namespace: dict, names_before: set) -> dict:
@@ -421,17 +423,16 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     return card
 
 
-def held_card_difference(folder, card: dict):
-    """(key, value in the folder's card.yaml, value in `card`) for the first top-level key where the card a
-    results folder was started with differs from `card`; None when they agree or the folder holds none."""
+def check_held_card(folder, card: dict, key: str, here: str = "here",
+                    allowed: str = "the card it was started with") -> None:
+    """One line (Tr2Error, naming `key`) where the card a results folder was started with (its card.yaml) differs
+    from `card`: the first top-level key that differs, its value there and `here`."""
     path = Path(folder) / "card.yaml"
-    if not path.is_file():
-        return None
-    held = validate_card(yaml.safe_load(path.read_text()))
-    if held == card:
-        return None
-    key = next(k for k in card if held.get(k) != card.get(k))
-    return key, held.get(key), card.get(key)
+    held = validate_card(yaml.safe_load(path.read_text())) if path.is_file() else card
+    if held != card:
+        k = next(k for k in card if held.get(k) != card.get(k))
+        raise Tr2Error(f"{key}: {str(folder)!r} holds another card (key {k!r} differs: {held.get(k)!r} there, "
+                       f"{card.get(k)!r} {here}); allowed: {allowed}")
 
 
 def dump_card(card: dict) -> str:

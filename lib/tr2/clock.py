@@ -12,6 +12,7 @@ status 'ok' | 'oom' | 'failed' | 'no-window' | 'timeout', with a one-line `reaso
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
@@ -74,7 +75,7 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
             oom_line = line
     out = {"step_ms": None, "own_step_ms": None, "own_vs_clock": None, "peak_bytes": peak,
            "iters": len(own), "last_step": last_step, "oom_line": oom_line,
-           "has_window": a in stamps and b in stamps}
+           "has_window": a in stamps and b in stamps, "missing": [s for s in (a, b) if s not in stamps]}
     if out["has_window"]:
         out["step_ms"] = (stamps[b] - stamps[a]) * 1000.0 / (b - a)
         prev, total, covered = a, 0.0, 0
@@ -94,7 +95,6 @@ def _find_prctl():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        import ctypes
         return ctypes.CDLL("libc.so.6", use_errno=True).prctl
     except Exception:
         return None
@@ -237,24 +237,13 @@ def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=
         reason = f"exit code {returncode}: {last}"
     elif not res["has_window"]:
         status = "no-window"
-        seen = _steps(lines)
-        missing = [s for s in (int(window[0]), int(window[1])) if s not in seen]
-        reason = (f"no iter line for step {' and '.join(map(str, missing))} (last iter line: "
+        reason = (f"no iter line for step {' and '.join(map(str, res['missing']))} (last iter line: "
                   f"{res['last_step']}); the window is [{window[0]}, {window[1]}]")
     else:
         status, reason = "ok", None
     res.update(status=status, reason=reason, returncode=returncode, wall_s=wall_s, log=str(log_path),
                tail=tail, t0=t_start, cmd=cmd)
     return res
-
-
-def _steps(lines) -> set:
-    out = set()
-    for _t, line in lines:
-        it = parse_iter(line)
-        if it:
-            out.add(it[0])
-    return out
 
 
 def run_logged(cmd, log_path, env=None, timeout_s=None) -> dict:

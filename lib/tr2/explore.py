@@ -1,72 +1,38 @@
-"""Every stage's results folder under results/ as pandas DataFrames, for exploring them (notebooks/explore.ipynb).
+"""Every stage's results folder as pandas DataFrames: the one reader of what the stages write.
 
-The loader reads only the files the stages write (card.yaml, machine.json, runs.jsonl and each stage's CSV
-tables) and writes nothing. `index` lists the folders with the card, models, types and commit each ran
-with; `select` filters that list; each table function takes such a list (or a folder) and returns one
-DataFrame, a row per record, with the folder's name, card and commit in front so that folders can be set
-side by side. A folder that lacks a table (a stage stopped early, a stage of another kind) adds no rows.
+The stage notebooks, notebooks/explore.ipynb and the report (tr2.report) read results through this module.
+It reads the files the stages write (card.yaml, machine.json, summary.json, the runs files and each stage's
+CSV tables) and writes nothing. `index` lists the folders with their conditions (card, models, types,
+machine, versions, commit); `select` filters that list; each table function takes such a list, one folder or a
+list of folders and returns one DataFrame, a row per record, with the folder's name, card and commit in front
+so that folders can be set side by side. A folder that lacks a table (a stage stopped early) adds no rows.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from . import RESULTS_DIR
-from .results import STAMP_RE, read_jsonl
+from .results import STAGES, conditions, parse_folder_name, read_json, read_jsonl, results_folders, stage_of
 from .retry import drop_retried
-from .stage import STAGES
 
 FOLDER_COLUMNS = ["folder", "card", "commit"]  # in front of every table's rows
+RUNS_FILES = {"footprint": "footprint.jsonl"}  # each stage's records; the others: runs.jsonl
 
 
-def stage_of(path) -> str | None:
-    """The stage whose folder this is, from its name <stage>-<YYYYmmdd-HHMMSS>-<card> (tr2.results)."""
-    name = Path(path).name
-    # longest first: no stage name is a prefix of another today, but "method_a-" must never read as "method"
-    for st in sorted(STAGES, key=len, reverse=True):
-        if name.startswith(st + "-") and STAMP_RE.match(name[len(st) + 1:]):
-            return st
-    return None
-
-
-def _json(path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
-def _card(path) -> dict:
-    try:
-        return yaml.safe_load((Path(path) / "card.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-
-
-def folder_row(path) -> dict:
-    """One folder's line of the index: stage, stamp, the card's name and lists, the machine and commit."""
-    p = Path(path)
-    stage = stage_of(p)
-    card, machine = _card(p), _json(p / "machine.json")
-    gpus = machine.get("gpus") or []
-    return {"folder": p.name, "stage": stage, "stamp": STAMP_RE.match(p.name[len(stage) + 1:]).group(1),
-            "card": card.get("card"), "device": card.get("device"),
-            "models": tuple(card.get("models") or ()), "dtypes": tuple(card.get("dtypes") or ()),
-            "commit": machine.get("commit"), "dirty": machine.get("dirty"), "date": machine.get("date"),
-            "host": machine.get("host"), "gpu": gpus[0].get("name") if gpus else None,
-            "finished": (p / "summary.json").is_file(), "path": p}
+def folder_row(path, stage=None) -> dict:
+    """One folder's line of the index: its stage and stamp (from its name; `stage` for a folder named
+    otherwise), its conditions (tr2.results.conditions), whether it is summarized, and its path."""
+    p, name = Path(path), parse_folder_name(path)
+    return {"folder": p.name, "stage": name.stage if name else stage, "stamp": name.stamp if name else None,
+            **conditions(p), "finished": (p / "summary.json").is_file(), "path": p}
 
 
 def index(root=None) -> pd.DataFrame:
     """Every stage's results folder under root (default results/), oldest first: one row each."""
-    root = Path(root) if root else RESULTS_DIR
-    rows = [folder_row(p) for p in sorted(root.iterdir()) if p.is_dir() and stage_of(p)] if root.is_dir() else []
-    cols = ["folder", "stage", "stamp", "card", "device", "models", "dtypes", "commit", "dirty", "date", "host",
-            "gpu", "finished", "path"]
-    return pd.DataFrame(rows, columns=cols).sort_values(["stamp", "folder"], ignore_index=True)
+    rows = [folder_row(p) for p in results_folders(root)]
+    columns = list(folder_row(Path(), "series"))  # a row's keys, for an index of no folder too
+    return pd.DataFrame(rows, columns=columns).sort_values(["stamp", "folder"], ignore_index=True)
 
 
 def select(idx: pd.DataFrame, stage=None, card=None, model=None, dtype=None, commit=None) -> pd.DataFrame:
@@ -86,13 +52,27 @@ def select(idx: pd.DataFrame, stage=None, card=None, model=None, dtype=None, com
     return idx[keep].reset_index(drop=True)
 
 
+def summary(path) -> dict:
+    """A folder's summary.json as its stage wrote it ({} before the stage summarized)."""
+    return read_json(Path(path) / "summary.json")
+
+
+def condition_table(path) -> pd.DataFrame:
+    """What a folder's numbers carry, one value a row: its conditions, the versions, and what its stage's
+    summary adds (rounds, window, steps, caches, the dates of its first and last run)."""
+    own = summary(path).get("conditions") or {}
+    c = {**conditions(path), **{k: v for k, v in own.items() if k not in ("versions", "gpus")}}
+    c.update(c.pop("versions"))
+    return pd.Series(c, dtype=object).to_frame("value")
+
+
 def _folders(where, stage) -> list[dict]:
-    """The index rows of one stage from an index, one folder path, or a list of paths."""
+    """The index rows of one stage from an index, one folder path, or a list of paths (a path the caller names
+    counts as the stage's unless its name says another stage)."""
     if isinstance(where, pd.DataFrame):
         rows = where.to_dict("records")
     else:
-        paths = [where] if isinstance(where, (str, Path)) else list(where)
-        rows = [folder_row(p) for p in paths if stage_of(p)]
+        rows = [folder_row(p, stage) for p in ([where] if isinstance(where, (str, Path)) else where)]
     return [r for r in rows if r["stage"] == stage]
 
 
@@ -123,18 +103,32 @@ def _csv(name):
     return read
 
 
-def _series_runs(path):
-    # a retried failure stays in runs.jsonl before its rerun's record; the last one counts (tr2.retry)
-    records = drop_retried(read_jsonl(path / "runs.jsonl"), lambda r: (r.get("round"), r.get("config")))
-    cols = ["round", "config", "model", "dtype", "side", "build", "mode", "half_roundings", "status", "valid",
-            "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes", "nvml_peak_bytes", "wall_s", "started", "reason",
-            "log"]
-    return pd.DataFrame([{c: r.get(c) for c in cols} for r in records], columns=cols) if records else None
+def _summary_rows(rows_of):
+    """A reader of the rows rows_of(summary) makes of a folder's summary.json."""
+    return lambda path: pd.DataFrame(rows_of(s)) if (s := summary(path)) else None
+
+
+def records(where, stage, model=None, dtype=None) -> pd.DataFrame:
+    """Every record of each folder's runs file, as the stage appended it; a failure retried on resume is
+    replaced by its rerun's record (tr2.retry), a torn last line (a kill mid-append) is left out."""
+    # the series' records before tr2.stage carried no key: a run is its round and configuration
+    key = (lambda r: (r.get("round"), r.get("config"))) if stage == "series" else (lambda r: r.get("key"))
+
+    def read(path):
+        recs = drop_retried(read_jsonl(path / RUNS_FILES.get(stage, "runs.jsonl")), key)
+        return pd.DataFrame(recs) if recs else None
+    return _gather(where, stage, read, model, dtype)
+
+
+SERIES_RUN_COLUMNS = ["round", "warm", "config", "model", "dtype", "side", "build", "mode", "half_roundings",
+                      "cuda_graph", "status", "valid", "void", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
+                      "nvml_peak_bytes", "gpu", "wall_s", "started", "reason", "log"]
 
 
 def runs(where, model=None, dtype=None) -> pd.DataFrame:
     """Every run of every series (round 0 is the discarded one), as runs.jsonl records it."""
-    return _gather(where, "series", _series_runs, model, dtype)
+    r = records(where, "series", model, dtype)
+    return r.reindex(columns=FOLDER_COLUMNS + SERIES_RUN_COLUMNS) if not r.empty else r
 
 
 def step_times(where, model=None, dtype=None) -> pd.DataFrame:
@@ -172,6 +166,23 @@ def bands_a(curves: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def verdicts_a(where, model=None, dtype=None) -> pd.DataFrame:
+    """Method A's verdict per model and element type, with its seeds, schedule and reason."""
+    def row(c):
+        v = c.get("verdict") or {}
+        return {"model": c["model"], "dtype": c["dtype"], "torch_mode": c.get("torch_mode"),
+                "seeds": len(c.get("seeds") or ()), "steps": c.get("steps"), "judge_from": v.get("judge_from"),
+                "passed": v.get("passed"), "worst_step": v.get("worst_step"), "reason": v.get("reason")}
+    return _gather(where, "method_a", _summary_rows(lambda s: [row(c) for c in s.get("configs", [])]), model, dtype)
+
+
+def judged_a(where, model=None, dtype=None) -> pd.DataFrame:
+    """Method A's judged evaluations: the two medians, the two ranges, their difference and what is allowed."""
+    return _gather(where, "method_a", _summary_rows(lambda s: [
+        {"model": c["model"], "dtype": c["dtype"], **r} for c in s.get("configs", []) for r in c["verdict"]["steps"]]),
+        model, dtype)
+
+
 # method_b.csv names a run's relative difference from the torch run rel_<x>; most x are the run's column
 # name, the floors' are shortened (tr2.method_b writes them so)
 _REL_OF = {"rel_once": "floor_once", "rel_every": "floor_every", "rel_none_vs_trainer": "floor_none"}
@@ -198,10 +209,91 @@ def curves_b(where, model=None) -> pd.DataFrame:
     return _gather(where, "method_b", _method_b_long, model)
 
 
+def verdicts_b(where, model=None) -> pd.DataFrame:
+    """Method B's verdict per model: step 0, the judged steps 1..J (J = W of the floors, or the card's fixed
+    window), the largest difference over every step and the verdict over them, stated beside."""
+    def rows(s):
+        for m in s.get("models", []):
+            v, cupy = m.get("verdict") or {}, m.get("cupy") or {}
+            yield {"model": m["model"], "torch_mode": m.get("torch_mode"), "passed": v.get("passed"),
+                   "judged_through": m.get("judge_last_step"), "steps": m.get("steps"),
+                   "W": (m.get("window") or {}).get("W"),
+                   "step0_rel": (cupy.get("step0") or {}).get("max_rel"),
+                   "window_max_rel": (cupy.get("window") or {}).get("max_rel"),
+                   "worst_step": (cupy.get("window") or {}).get("step"),
+                   "all_steps_max_rel": (cupy.get("all_steps") or {}).get("max_rel"),
+                   "all_steps_passed": (v.get("full") or v).get("passed"), "reason": v.get("reason")}
+    return _gather(where, "method_b", _summary_rows(lambda s: list(rows(s))), model)
+
+
+def floors_b(where, model=None) -> pd.DataFrame:
+    """Method B's window W per model and floor run (issue 11's rule): the first step over the band (None:
+    never), the largest difference up to W and over all steps, which floors set W, and whether W is too short."""
+    return _gather(where, "method_b", _summary_rows(lambda s: [
+        {"model": m["model"], "W": m["window"]["W"], "floor": name, "first_over": f["first_over"],
+         "max_rel_to_W": f["max_rel_to_W"], "max_rel": f["max_rel"], "limited_by": ", ".join(m["window"]["limited_by"]),
+         "too_chaotic": m["window"]["too_chaotic"]}
+        for m in s.get("models", []) if m.get("window") for name, f in m["window"]["floors"].items()]), model)
+
+
+def differences_b(where, model=None) -> pd.DataFrame:
+    """Method B's runs from the one start, each against the run it is read against: the cupy side and
+    nanoGPT's loop against the torch side, the perturbed floors against the unperturbed one, the unperturbed
+    floor against the trainer's torch run, the card's extra runs against their own side's run."""
+    def rows(s):
+        for m in s.get("models", []):
+            runs = {"cupy": {"against": "torch", **(m.get("cupy") or {})},
+                    **{f"floor_{f}": {"against": "floor_none", **r} for f, r in (m.get("noise_floor") or {}).items()},
+                    "floor_none": {"against": "torch", "all_steps": m.get("floor_copy_vs_trainer")},
+                    **({"nanogpt": m["nanogpt"]} if m.get("nanogpt") else {}), **(m.get("also") or {})}
+            for run, r in runs.items():
+                yield {"model": m["model"], "run": run, "against": r.get("against"),
+                       **{f"{w}_rel": (r.get(w) or {}).get("max_rel") for w in ("step0", "window", "all_steps")},
+                       "worst_step": (r.get("all_steps") or {}).get("step")}
+    return _gather(where, "method_b", _summary_rows(lambda s: list(rows(s))), model)
+
+
 def footprint(where, model=None, dtype=None) -> dict:
     """The footprint's tables: footprint (bytes by category per run), libraries, distributions."""
     return {name: _gather(where, "footprint", _csv(f"{name}.csv"), model, dtype)
             for name in ("footprint", "libraries", "distributions")}
+
+
+def footprint_sides(where) -> pd.DataFrame:
+    """Per side: its runs, NVIDIA's libraries over all runs, NVRTC, and the bytes of its largest run-time set."""
+    return _gather(where, "footprint", _summary_rows(lambda s: [
+        {"side": side, "runs": v["runs"], "runs_ok": v["runs_ok"], "nvidia_libraries": ", ".join(v["nvidia_libraries"]),
+         "nvrtc": v["nvrtc"], "total_bytes": v["total_bytes"], "image_bytes": v["image_bytes"]}
+        for side, v in s.get("sides", {}).items()]))
+
+
+def nvidia_libraries(where) -> pd.DataFrame:
+    """NVIDIA's libraries by run: a column per run, 'main' or 'child' where the run (or only a process it
+    started) mapped it; the driver's are marked as such."""
+    df = footprint(where)["libraries"]
+    df = df[df["nvidia"].fillna("") != ""] if "nvidia" in df else df
+    if df.empty:
+        return pd.DataFrame({"library": [], "nvidia": []})
+    df = df.assign(run=df["side"] + " " + df["dtype"] + (" " + df["mode"].fillna("")).str.rstrip())
+    return df.pivot_table(index=["library", "nvidia"], columns="run", values="process", aggfunc="first", fill_value="")
+
+
+def install_sets(where) -> pd.DataFrame:
+    """The install sets measured where Docker does not run: per side the interpreter, each distribution pip
+    brings and tr2's own files, in MB; the side's total is their sum."""
+    def rows(s):
+        sets = s.get("install_sets") or {}
+        interp = sets.get("interpreter", {})
+        for side, st in sets.get("sides", {}).items():
+            yield {"side": side, "what": f"Python {interp.get('python')} (slim: no tests, no caches)",
+                   "version": interp.get("python"), "MB": interp.get("bytes", 0) / 1e6}
+            for d in st["distributions"]:
+                yield {"side": side, "what": d["distribution"], "version": d["version"], "MB": d["bytes"] / 1e6}
+            yield {"side": side, "what": "tr2 (lib/tr2, params/models.yaml)", "version": "",
+                   "MB": sets.get("tr2", {}).get("bytes", 0) / 1e6}
+            for m in st.get("missing", []):
+                yield {"side": side, "what": f"{m} (not installed here)", "version": "", "MB": float("nan")}
+    return _gather(where, "footprint", _summary_rows(lambda s: list(rows(s))))
 
 
 def kernel_families(where, model=None, dtype=None) -> pd.DataFrame:
@@ -214,13 +306,32 @@ def kernels(where, model=None, dtype=None) -> pd.DataFrame:
     return _gather(where, "families", _csv("kernels.csv"), model, dtype)
 
 
+def profiled(where, model=None, dtype=None) -> pd.DataFrame:
+    """The families' profiled runs: per configuration its status, kernel time and launches per step, the
+    attention that ran and the attention backends PyTorch allowed (CUDA)."""
+    return _gather(where, "families", _summary_rows(lambda s: [
+        {"key": c["key"], "model": c["model"], "dtype": c["dtype"], "label": c["label"], "status": c["status"],
+         "kernel_us_per_step": c.get("kernel_us_per_step"), "launches_per_step": c.get("launches_per_step"),
+         "attention": ", ".join(c.get("attention") or []), "sdp_allowed": c.get("sdp_backends_allowed"),
+         "log": c.get("log"), "reason": c.get("reason")} for c in s.get("configs", [])]), model, dtype)
+
+
+def graph_breaks(where, model=None, dtype=None) -> pd.DataFrame:
+    """Graph breaks and recompiles per model, type and compiled mode (the profiled runs' TORCH_LOGS)."""
+    cols = ("key", "model", "dtype", "mode", "status", "graph_breaks", "recompiles", "break_sites",
+            "recompiled_functions", "log", "reason")
+    return _gather(where, "families", _summary_rows(lambda s: [{k: g.get(k) for k in cols} for g in s.get("graphs", [])]),
+                   model, dtype)
+
+
 def load(root=None, stage=None, card=None, model=None, dtype=None, commit=None) -> dict:
     """Every table of the folders that match the filters: name -> DataFrame (footprint's three included)."""
     idx = select(index(root), stage=stage, card=card, model=model, dtype=dtype, commit=commit)
     return {"index": idx, "runs": runs(idx, model, dtype), "step_times": step_times(idx, model, dtype),
             "series": series_table(idx, model, dtype), "verdicts": series_verdicts(idx, model, dtype),
             "curves_a": (ca := curves_a(idx, model, dtype)), "bands_a": bands_a(ca),
-            "curves_b": curves_b(idx, model), **footprint(idx, model, dtype),
+            "verdicts_a": verdicts_a(idx, model, dtype), "curves_b": curves_b(idx, model),
+            "verdicts_b": verdicts_b(idx, model), **footprint(idx, model, dtype),
             "families": kernel_families(idx, model, dtype), "kernels": kernels(idx, model, dtype)}
 
 

@@ -1,11 +1,13 @@
-"""The plots of notebooks/explore.ipynb, drawn from tr2.explore's tables (each returns its figure)."""
+"""The plots of the results, drawn from tr2.explore's tables (each returns its figure): the stages save them
+in their folders (series.png, method_a.png, method_b.png, families.png, bytes.png), notebooks/explore.ipynb
+draws them over any folders it selects."""
 from __future__ import annotations
 
 import numpy as np
 
 from .summary import pyplot
 
-SIDE_COLORS = {"torch": "tab:blue", "cupy": "tab:orange"}
+SIDE_COLORS = {"torch": "tab:blue", "cupy": "tab:orange", "nanogpt": "tab:green"}
 
 
 def _panels(n, width=5.0, height=3.6, ncols=3):
@@ -27,64 +29,100 @@ def _steps_axis(ax, title, ylabel):
     ax.legend(fontsize=7)
 
 
-def step_time_boxes(step_times):
-    """Step-time distributions per configuration side by side: one panel per series folder (the scales of a
-    CPU and a GPU folder have nothing in common), a box and the runs' points per configuration."""
-    folders = list(dict.fromkeys(step_times["folder"]))
-    fig, axes = _panels(len(folders), width=6.0, ncols=2)
-    for ax, f in zip(axes, folders):
-        d = step_times[step_times["folder"] == f]
+def step_time_boxes(runs):
+    """Step times per configuration side by side, from a series' runs (tr2.explore.runs): a panel per folder
+    and model (the scales of a CPU and a GPU folder have nothing in common), a box of the valid timed runs with
+    each run a point; the discarded runs (round 0) open circles, void runs crosses."""
+    groups = list(runs.groupby(["folder", "model"], sort=False))
+    fig, axes = _panels(len(groups), width=6.0, ncols=2)
+    for ax, ((f, m), d) in zip(axes, groups):
         configs = sorted(d["config"].unique())
-        data = [d.loc[d["config"] == c, "step_ms"].to_numpy() for c in configs]
-        ax.boxplot(data, vert=False, widths=0.5)
-        for i, ys in enumerate(data, start=1):
-            ax.plot(ys, np.full(len(ys), i), "o", color="tab:red", alpha=0.6, ms=4)
-        ax.set_yticks(range(1, len(configs) + 1), configs, fontsize=8)
-        ax.set_xlabel("ms per step (outside clock)")
-        ax.set_title(f, fontsize=9)
+        timed = d[d["round"] > 0]
+        valid = timed[timed["valid"] == True]  # noqa: E712 - None is not valid
+        ax.boxplot([valid.loc[valid["config"] == c, "step_ms"].to_numpy() for c in configs], widths=0.5)
+        for part, style in ((valid, dict(marker="o", color="tab:red", alpha=0.6)),
+                            (d[d["round"] == 0], dict(marker="o", mfc="none", color="grey")),
+                            (timed[timed["void"].notna()], dict(marker="x", color="black"))):
+            for i, c in enumerate(configs, start=1):
+                ys = part.loc[part["config"] == c, "step_ms"].dropna().to_numpy()
+                ax.plot(np.full(len(ys), i), ys, ls="none", ms=4, **style)
+        ax.set_xticks(range(1, len(configs) + 1), [c.split("/", 1)[1].replace("/", "\n") for c in configs], fontsize=7)
+        ax.set_ylabel("ms per step (outside clock)")
+        ax.set_xlabel("circles: discarded runs, x: void runs", fontsize=8)
+        ax.set_title(f"{f}\n{m}", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def bands(bands_a):
-    """Method A: the validation loss of each side, median over the seeds with its range shaded."""
+def bands(bands_a, judge_from=None):
+    """Method A: the validation loss of each side, median over the seeds with its range shaded; a dotted line at
+    `judge_from`, the first judged evaluation, where given."""
     groups = list(bands_a.groupby(["folder", "model", "dtype"], sort=False))
     fig, axes = _panels(len(groups))
     for ax, ((f, m, t), d) in zip(axes, groups):
         for side, s in d.groupby("side"):
-            ax.plot(s["step"], s["median"], color=SIDE_COLORS.get(side), label=f"{side} (n={s['n'].max()})")
+            ax.plot(s["step"], s["median"], color=SIDE_COLORS.get(side), marker=".", label=f"{side} (n={s['n'].max()})")
             ax.fill_between(s["step"], s["min"], s["max"], color=SIDE_COLORS.get(side), alpha=0.25)
+        if judge_from is not None:
+            ax.axvline(judge_from, color="grey", ls=":", lw=1, label="judged from")
         _steps_axis(ax, f"{f}\n{m}, {t}", "validation loss")
     fig.tight_layout()
     return fig
 
 
-def method_b(curves_b):
-    """Method B: each run's relative difference from the torch run, log scale; the floors dashed grey."""
+def method_b(curves_b, verdicts=None, lines=()):
+    """Method B: each run's relative difference from the torch run, log scale; the floors dashed grey. With
+    `verdicts` (tr2.explore.verdicts_b), a line at each model's last judged step; `lines`: (label, y) pairs,
+    the rule's tolerances."""
     groups = list(curves_b.dropna(subset=["rel"]).groupby(["folder", "model"], sort=False))
-    fig, axes = _panels(len(groups))
+    fig, axes = _panels(len(groups), width=6.5, height=4.2, ncols=2)
     for ax, ((f, m), d) in zip(axes, groups):
         for run, s in d.groupby("run"):
             floor = bool(s["floor"].iloc[0])
             # a difference of exactly 0 has no place on a log axis: drawn at the axis' bottom instead
             ax.plot(s["step"], s["rel"].clip(lower=1e-9), lw=1, label=run, ls="--" if floor else "-",
                     color=None if not floor else {"floor_none": "0.2", "floor_once": "0.5"}.get(run, "0.75"))
+        for (label, y), ls in zip(lines, ("--", ":", "-.", (0, (1, 3)))):
+            ax.axhline(y, color="k", ls=ls, lw=0.8, label=label)
+        for j in [] if verdicts is None else verdicts.loc[(verdicts["folder"] == f) & (verdicts["model"] == m), "judged_through"]:
+            if j < d["step"].max():  # judged short of the last step: later steps judge nothing
+                ax.axvline(j, color="grey", ls="-.", lw=1, label=f"judged through step {j:g}")
         ax.set_yscale("log")
-        _steps_axis(ax, f"{f}\n{m}", "|loss - torch| / torch")
+        _steps_axis(ax, f"{f}\n{m}", "|loss - reference| / reference")
     fig.tight_layout()
     return fig
 
 
 def family_bars(families):
     """Kernel families: microseconds per step of each family, one stacked bar per profiled run."""
-    table = families.assign(run=families["card"] + ": " + families["label"]).pivot_table(
-        index="run", columns="family", values="us_per_step", aggfunc="sum").fillna(0.0)
+    table = families.assign(run=families["card"] + ": " + families["model"] + " " + families["dtype"] + " "
+                            + families["label"]).pivot_table(index="run", columns="family", values="us_per_step",
+                                                              aggfunc="sum", sort=False).fillna(0.0)
     table = table[table.sum().sort_values(ascending=False).index]
     fig, ax = _panels(1, width=9.0, height=0.6 * len(table) + 1.8)
     table.plot.barh(stacked=True, ax=ax[0], colormap="tab20")
-    ax[0].set_xlabel("µs per step")
+    ax[0].set_xlabel("µs per step (the profiled run's kernel time; CPU card: operators' self time)")
+    ax[0].invert_yaxis()
     ax[0].legend(fontsize=7, ncols=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
+    return fig
+
+
+def footprint_bytes(table, categories):
+    """The footprint: the bytes of each run's run-time set by category (MB), one stacked bar per run."""
+    fig, ax = _panels(1, width=8.0, height=1.8 + 0.45 * max(1, len(table)))
+    ax = ax[0]
+    labels = [f"{r.side} {r.dtype}" + (f" {r.mode}" if isinstance(r.mode, str) and r.mode else "")
+              + ("" if r.status == "ok" else f" ({r.status})") for r in table.itertuples()]
+    left = np.zeros(len(table))
+    for c in categories:
+        vals = table[f"bytes_{c}"].to_numpy() / 1e6
+        ax.barh(labels, vals, left=left, label=c.replace("_", " "))
+        left += vals
+    ax.set_xlabel("MB (10^6 bytes) of the run-time set")
+    ax.invert_yaxis()
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0.7 / fig.get_figheight(), 1, 1))
     return fig
 
 

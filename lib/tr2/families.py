@@ -1,28 +1,14 @@
-"""Kernel families (protocol rules 30-33): a profiled run per configuration, its kernel table, grouped by one rules file.
+"""Kernel families (docs/protocol.md, rules 30-33 and 8.3): a profiled run per configuration, its kernel table,
+grouped by one rules file.
 
-Configurations: per model and element type of the card, the torch side in each of `torch_modes`, and
-the cupy side in each build (`half_roundings` in the half types; float32 has one build). Each is one
-profiled run (`python -m tr2.profile_run`, torch.profiler: CUPTI on CUDA, CPU activities on a CPU
-card) of `families.steps` iterations whose window `families.window` = [A, B] (steps A+1..B) is tabled:
-kernel name, total time, launches, and both per step.
-
-Families: `params/families.tsv` (or the card's `families.rules`), lines `<regex> TAB <family>`, tried in
-order with re.search, case-insensitive; the first match wins and an unmatched name is "other". The
-same file groups both sides; the full tables are kept beside the families (kernels.csv), and a copy of
-the rules used is kept in the results folder.
-
-PyTorch's attention is named from the kernels it ran (`attention_kernels`): pytorch_flash:: /
-flash_fwd / flash_bwd are FlashAttention, fmha_cutlassF/B the memory-efficient attention, a cuDNN
-attention kernel cuDNN's, softmax kernels between batched products the unfused math path; on a CPU
-card the aten operator names it (flash for CPU, or math). Beside them, the backends torch.backends.cuda
-allows. Graph breaks and recompiles: the profiled run of each compiled mode (per model and element
-type) runs under TORCH_LOGS=graph_breaks,recompiles (logging changes nothing that is compiled, and one
-compilation per configuration is spared); its log is kept and the counts go to the summary. Eager
-compiles nothing: it has no such run. A profiled run out of memory is recorded as such and named, with
-the table and counts it lacks (protocol rule 8.3). Resumable as the other stages (runs.jsonl).
-
-The family times are the profiled run's kernel time (device time of its kernels; on a CPU card the
-self time of its operators): they explain a step time and never stand in for one.
+Each configuration of the card (tr2.configs) is one profiled run (`python -m tr2.profile_run`: torch.profiler,
+CUPTI's kernels on CUDA, the operators' self time on a CPU card) of `families.steps` iterations, whose window
+`families.window` = [A, B] (steps A+1..B) is tabled. Both sides' tables are grouped by the rules file (`<regex> TAB
+<family>` lines, re.search, case-insensitive, first match wins, else "other"), a copy of which the folder keeps
+beside the full tables (kernels.csv). PyTorch's attention is named from the kernels it ran (`attention_kernels`).
+The profiled runs of the compiled modes run under TORCH_LOGS=graph_breaks,recompiles (logging changes nothing
+compiled, and spares a compilation per configuration) and their logs' counts go to the summary. A profiled run out
+of memory is recorded and named with what it lacks. Family times explain a step time and never stand in for one.
 """
 from __future__ import annotations
 
@@ -34,11 +20,13 @@ import time
 from pathlib import Path
 
 from . import REPO_ROOT, Tr2Error, configs
+from . import explore
+from . import explore_plots as plots
 from .clock import log_text, run_logged
 from .configs import RunConfig
-from .results import read_jsonl
+from .results import read_json, read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import finish, load_dir_card, pyplot, write_csv
+from .summary import finish, load_dir_card, save_figure, write_csv
 
 STAGE = "families"
 OTHER = "other"
@@ -227,67 +215,49 @@ def run(card: dict, results_dir=None) -> Path:
     return folder.path
 
 
-def _read_profile(d: Path, rec) -> dict | None:
-    import json
-    if not rec or rec.get("status") != "ok":
-        return None
-    p = d / rec["profile"]
-    return json.loads(p.read_text()) if p.is_file() else None
-
-
 def summarize(results_dir) -> dict:
     d = Path(results_dir)
     card = load_dir_card(d)
     rules_file = d / "families.tsv" if (d / "families.tsv").is_file() else _rules_path(card)
     rules = load_rules(rules_file)
     runs = finished_keys(d / RUNS)
-    all_records = read_jsonl(d / RUNS)
+    last = {r.get("key"): r for r in read_jsonl(d / RUNS)}  # a configuration's last record, finished or not
     kern_rows, fam_rows, configs = [], [], []
     for c in configurations(card):
-        rec = runs.get(c.key)
-        last_any = next((r for r in reversed(all_records) if r.get("key") == c.key), None)
-        status = rec["status"] if rec else (last_any["status"] if last_any else "missing")
-        prof = _read_profile(d, rec)
+        rec = runs.get(c.key) or last.get(c.key) or {}
         entry = {k: v for k, v in c.as_record().items() if k != "build"} | {"label": c.label}
-        entry.update(status=status, log=(rec or last_any or {}).get("log"))
-        if prof is None:
-            entry["reason"] = (rec or last_any or {}).get("reason")
-            configs.append(entry)
+        entry.update(status=rec.get("status", "missing"), log=rec.get("log"))
+        prof = read_json(d / rec["profile"]) if rec.get("status") == "ok" else {}
+        configs.append(entry)
+        if not prof:
+            entry["reason"] = rec.get("reason")
             continue
-        steps = prof["steps_in_window"]
-        fams = group(prof["kernels"], rules, steps)
-        total = sum(k["total_us"] for k in prof["kernels"])
-        for k in prof["kernels"]:
-            kern_rows.append({**entry,
-                              "name": k["name"], "family": family_of(k["name"], rules), "total_us": k["total_us"],
-                              "launches": k["launches"], "us_per_step": k["total_us"] / steps,
-                              "launches_per_step": k["launches"] / steps})
-        for f, g in fams.items():
-            fam_rows.append({**entry,
-                             "family": f, "us_per_step": g["us_per_step"], "launches_per_step": g["launches_per_step"],
-                             "share": g["total_us"] / total if total else None})
-        att = attention_kernels(k["name"] for k in prof["kernels"])
+        steps, kernels = prof["steps_in_window"], prof["kernels"]
+        fams = group(kernels, rules, steps)
+        total = sum(k["total_us"] for k in kernels)
+        kern_rows += [{**entry, "name": k["name"], "family": family_of(k["name"], rules), "total_us": k["total_us"],
+                       "launches": k["launches"], "us_per_step": k["total_us"] / steps,
+                       "launches_per_step": k["launches"] / steps} for k in kernels]
+        fam_rows += [{**entry, "family": f, "us_per_step": g["us_per_step"], "launches_per_step": g["launches_per_step"],
+                      "share": g["total_us"] / total if total else None} for f, g in fams.items()]
+        att = attention_kernels(k["name"] for k in kernels)
         entry.update(device=prof.get("device"), window=prof.get("window"), steps_in_window=steps,
-                     kernel_us_per_step=total / steps, launches_per_step=sum(k["launches"] for k in prof["kernels"]) / steps,
+                     kernel_us_per_step=total / steps, launches_per_step=sum(k["launches"] for k in kernels) / steps,
                      families={f: g["us_per_step"] for f, g in fams.items()},
                      attention=att["backends"], attention_kernels={k: v[:5] for k, v in att["kernels"].items()},
-                     sdp_backends_allowed=prof.get("sdp_backends"), n_names=len(prof["kernels"]),
-                     top=[{"name": k["name"], "us_per_step": k["total_us"] / steps, "launches_per_step": k["launches"] / steps}
-                          for k in prof["kernels"][:10]])
-        configs.append(entry)
+                     sdp_backends_allowed=prof.get("sdp_backends"), n_names=len(kernels))
     graphs = []
     for g in graph_runs(card):
-        rec = runs.get(g.key) or next((r for r in reversed(all_records) if r.get("key") == g.key), None)
+        rec = runs.get(g.key) or last.get(g.key)
         status = rec["status"] if rec else "missing"
         if rec and rec.get("graph_breaks") is None and status == "ok":
             status = "no counts"
         graphs.append({"key": g.key, "model": g.model, "dtype": g.dtype, "mode": g.mode, "status": status,
                        **({k: rec.get(k) for k in ("graph_breaks", "recompiles", "break_sites", "recompiled_functions",
                                                    "recompile_reasons", "log", "reason")} if rec else {})})
-    for mode in card["torch_modes"]:
-        if mode == "eager":
-            graphs.append({"key": "*/*/graphs-eager", "mode": "eager", "status": "not run",
-                           "reason": "eager compiles nothing: no graph breaks or recompiles to count"})
+    if "eager" in card["torch_modes"]:
+        graphs.append({"key": "*/*/graphs-eager", "mode": "eager", "status": "not run",
+                       "reason": "eager compiles nothing: no graph breaks or recompiles to count"})
     write_csv(d / "kernels.csv", kern_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "name", "family",
                                               "total_us", "launches", "us_per_step", "launches_per_step"])
     write_csv(d / "families.csv", fam_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "label", "family",
@@ -296,61 +266,13 @@ def summarize(results_dir) -> dict:
     lacking += [f"{g['key']}: {g['status']} (no graph-break counts)" for g in graphs if g["status"] not in ("ok", "not run")]
     summary = {
         "stage": STAGE, "label": LABEL,
-        "rules": {"file": str(rules_file), "sha256": hashlib.sha256(Path(rules_file).read_bytes()).hexdigest(),
+        "rules": {"file": rules_file.name if rules_file.parent == d else card["families"]["rules"],
+                  "sha256": hashlib.sha256(rules_file.read_bytes()).hexdigest(),
                   "n_rules": len(rules), "match": "re.search, case-insensitive, first match wins, unmatched: other"},
         "window": card["families"]["window"], "steps": card["families"]["steps"],
         "configs": configs, "graphs": graphs,
         "lacking": lacking,  # protocol rule 8.3: configurations whose kernel table or break counts are missing, and why
     }
-    return finish(d, summary, runs.values(), lambda: plot(d, fam_rows, card))
-
-
-def plot(results_dir, fam_rows=None, card=None):
-    """families.png: per model and type, one stacked bar per configuration (both sides side by side)."""
-    import csv
-    plt = pyplot()
-    d = Path(results_dir)
-    card = card or load_dir_card(d)
-    if fam_rows is None:
-        with open(d / "families.csv") as f:
-            fam_rows = [{**r, "us_per_step": float(r["us_per_step"])} for r in csv.DictReader(f)]
-    panels = [(m, t) for m in card["models"] for t in card["dtypes"]]
-    families = []
-    for r in sorted(fam_rows, key=lambda r: -r["us_per_step"]):
-        if r["family"] not in families:
-            families.append(r["family"])
-    cmap = plt.get_cmap("tab20")
-    colors = {f: cmap(i % 20) for i, f in enumerate(families)}
-    per_panel = max(1, max(sum(1 for c in configurations(card) if (c.model, c.dtype) == p) for p in panels))
-    legend_w = 2.9
-    fig_w = max(3.5, 1.1 * per_panel + 1.2) * len(panels) + legend_w
-    fig, axes = plt.subplots(1, len(panels), figsize=(fig_w, 5.5), squeeze=False)
-    unit = "ms"
-    for ax, (m, t) in zip(axes[0], panels):
-        confs = [c for c in configurations(card) if (c.model, c.dtype) == (m, t)]
-        confs.sort(key=lambda c: (c.side != "torch",))  # PyTorch's modes, then ours, side by side
-        x = range(len(confs))
-        bottom = [0.0] * len(confs)
-        for f in families:
-            h = []
-            for c in confs:
-                v = sum(r["us_per_step"] for r in fam_rows if r["key"] == c.key and r["family"] == f)
-                h.append(v / 1000.0)
-            ax.bar(x, h, bottom=bottom, color=colors[f], label=f, width=0.7)
-            bottom = [b + v for b, v in zip(bottom, h)]
-        ax.set_xticks(list(x))
-        ax.set_xticklabels([c.label for c in confs], rotation=30, ha="right", fontsize=8)
-        for i, c in enumerate(confs):
-            if not any(r["key"] == c.key for r in fam_rows):
-                ax.text(i, 0, "no table\n(see summary)", ha="center", va="bottom", fontsize=7, color="red")
-        ax.set_title(f"{m}, {t}")
-        ax.set_ylabel(f"kernel time per step ({unit}, profiled run)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    right = 1.0 - legend_w / fig_w
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=8, frameon=False)
-    fig.suptitle("Kernel families per step in the profiled runs' window\n(they explain a step time, never stand in for one)",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, right, 0.92))
-    fig.savefig(d / "families.png", dpi=110)
-    plt.close(fig)
-    return d / "families.png"
+    return finish(d, summary, runs.values(), lambda: save_figure(
+        plots.family_bars(explore.kernel_families(d)), d / "families.png",
+        "Kernel families per step in the profiled runs' window (they explain a step time, never stand in for one)"))

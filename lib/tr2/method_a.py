@@ -1,20 +1,11 @@
-"""Method A (protocol rules 40-42): families of runs, several seeds a side, compared as families.
+"""Method A (docs/protocol.md, rules 40-42): families of runs, several seeds a side, compared as families.
 
-For each model and element type of the card, each side trains the schedule (the card's
-`method_a.steps`, or the model's `max_iters`) once per seed of `method_a.seeds`, evaluated every
-`eval_interval` steps on `eval_iters` batches of each split (the trainer's `--metrics` file holds the
-evaluations). The torch side runs in `method_a.torch_mode`; the cupy side in the half types runs with
-`--half-roundings` (the build the verdict compares, protocol rule 22), in float32 without it.
-
-Verdict (`verdict`, a pure function): A passes when, at every evaluation from `judge_from` on, the
-two sides' median validation losses differ by no more than the larger of the two sides' ranges
-(max - min over the seeds) at that step. With one seed a side there is no range: the curves are read
-and published, and no verdict is given (protocol rule 42).
-
-Resumable (tr2.stage): every finished run (ok or out of memory) is one line of `runs.jsonl`; a rerun on
-the same folder starts only the runs that line is missing for, and a run that was killed half-way
-starts over (its partial metrics file is discarded). A run that fails in any other way is recorded and
-ends the stage (protocol rule 8.4); a rerun tries it again.
+For each model and element type of the card, each side trains the schedule (`method_a.steps`, or the model's
+`max_iters`) once per seed of `method_a.seeds`, evaluated every `eval_interval` steps on `eval_iters` batches of
+each split (in the trainer's `--metrics` file); the torch side in `method_a.torch_mode`, the cupy side in the half
+types with `--half-roundings` (the build the verdict compares, rule 22). `verdict` is rule 41 as a pure function.
+Resumable (tr2.stage): a run killed half-way starts over (its partial metrics file is discarded); a failure other
+than out of memory is recorded and ends the stage (rule 8.4), and a rerun tries it again.
 """
 from __future__ import annotations
 
@@ -22,12 +13,14 @@ import math
 import time
 from pathlib import Path
 
+from . import explore
+from . import explore_plots as plots
 from .clock import run_logged
 from .configs import RunConfig
 from .models import load_model
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import all_passed, finish, load_dir_card, pyplot, save_figure, stats, write_csv
+from .summary import all_passed, finish, load_dir_card, save_figure, stats, write_csv
 from .trainargs import trainer_prefix
 from .trainlog import read_metrics
 
@@ -89,8 +82,9 @@ def run_one(r: dict, card: dict, d: Path) -> dict:
 def run(card: dict, results_dir=None) -> Path:
     """Train every run of the card that the folder does not hold yet; returns the folder."""
     with open_folder(STAGE, card, results_dir) as folder:
+        side_of = lambda r: f"{r['model']}/{r['dtype']}/{r['side']}"  # noqa: E731 - every seed of a side alike
         run_plan(folder, plan(card), lambda r: run_one(r, card, folder.path), desc="method A",
-                 ends_stage=lambda rec: rec["status"] not in FINISHED)
+                 ends_stage=lambda rec: rec["status"] not in FINISHED, kind=side_of, record_kind=side_of)
     return folder.path
 
 
@@ -197,30 +191,6 @@ def summarize(results_dir) -> dict:
         "configs": configs,
         "runs": {"finished": len(runs), "planned": len(plan(card)), "records": len(allruns)},
     }
-    return finish(d, summary, runs.values(), lambda: plot(d, rows, card))
-
-
-def plot(results_dir, rows=None, card=None):
-    """method_a.png: every validation curve, both sides, all seeds, one panel per model and type."""
-    plt = pyplot()
-    d = Path(results_dir)
-    card = card or load_dir_card(d)
-    rows = rows if rows is not None else curves(d)
-    panels = [(m, t) for m in card["models"] for t in card["dtypes"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    colors = {"torch": "tab:blue", "cupy": "tab:orange"}
-    for ax, (m, t) in zip(axes[0], panels):
-        for side in SIDES:
-            seeds = sorted({r["seed"] for r in rows if (r["model"], r["dtype"], r["side"]) == (m, t, side)})
-            for i, s in enumerate(seeds):
-                pts = [(r["step"], r["val"]) for r in rows if (r["model"], r["dtype"], r["side"], r["seed"]) == (m, t, side, s)]
-                if pts:
-                    xs, ys = zip(*pts)
-                    ax.plot(xs, ys, color=colors[side], alpha=0.8, lw=1.2, marker=".",
-                            label=f"{side} ({len(seeds)} seeds)" if i == 0 else None)
-        ax.axvline(card["method_a"]["judge_from"], color="grey", ls=":", lw=1, label="judge_from")
-        ax.set_title(f"{m}, {t}")
-        ax.set_xlabel("step")
-        ax.set_ylabel("validation loss")
-        ax.legend(fontsize=8)
-    return save_figure(fig, d / "method_a.png", "Method A: validation loss, every seed of both sides")
+    return finish(d, summary, runs.values(), lambda: save_figure(
+        plots.bands(explore.bands_a(explore.curves_a(d)), card["method_a"]["judge_from"]), d / "method_a.png",
+        "Method A: validation loss, median and range over the seeds of each side"))

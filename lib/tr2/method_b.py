@@ -1,33 +1,16 @@
 """Method B (docs/protocol.md, rules 50-54): one shared start, one recorded batch order, step by step.
 
-Per model of the card:
+Per model of the card, the plan: the start (`--steps 0 --save-init`: the torch side's own initialization, written
+before its single step), the batch order (`tr2.data.write_batch_order`, seed `method_b.seed`), then from them,
+with dropout 0 and float32 without TF32, every step's loss in `--metrics`: the torch side in `method_a.torch_mode`
+(the checks' mode), the cupy side, nanoGPT's own train.py where the card's `torch_loops` lists it (two PyTorch
+loops: a floor), the floor runs the card's `method_b.floors` names (`python -m tr2.floor`: the torch side's loop
+unperturbed, moved by one ulp once at the start, and after every step as well: `PERTURBATION`), and the runs of
+`method_b.also` (`ALSO`), each read against its own side's run.
 
-1. One saved start, made by the torch side's own initialization: `python -m tr2.train --side torch
-   --steps 0 --save-init init.npz` (the weights are written before its single step).
-2. One recorded batch order (`tr2.data.write_batch_order`, seed `method_b.seed`, iterations 0..steps).
-3. Both sides train from them with dropout 0 and plain float32 (`--no-tf32`), every step's loss in
-   `--metrics`. The torch side runs in the card's `method_a.torch_mode` (the mode the checks run).
-4. The noise floor beside it: the torch side against itself (`python -m tr2.floor`: the torch side's own
-   loop with an after-step hook), three times from the same start: unperturbed, with every weight moved
-   by one unit in the last place once at the start, and after every optimizer step as well
-   (`PERTURBATION`). The unperturbed run is also set against the trainer's own torch run (it should
-   agree to the bit on one machine). The card's `method_b.floors` names which of the three run
-   (default all).
-5. `method_b.also` (default none): extra runs from the same start, each against its own side's run
-   (`ALSO`): the cupy side again, or the torch side in a compiled mode against eager.
-6. Where the card's `torch_loops` lists nanogpt: nanoGPT's own train.py (tr2.nanogpt_side) from the same start
-   and batches, in the checks' mode, set against the torch side's run. It is a floor: two PyTorch loops.
-
-Verdict (`verdict`, a pure function): passes when the losses at step 0 agree within 1e-5 relative
-and each loss of steps 1..J within 1% relative (relative to the torch side's loss). J is, with the card's
-`method_b.window: floors` (issue 11, docs/protocol.md rule 52), W of `floor_window` (a pure function): the last step
-up to which every floor run (the unperturbed rerun against the trainer's run, one ulp once, one ulp every step,
-nanoGPT's loop against ours) stays within 0.5%; with `window: judge_steps` (the cards before that rule) the
-model's `method_b.judge_steps` entry or all steps. Where J is less than the steps trained, the verdict over all
-steps is stated beside it.
-
-Resumable as method A (tr2.stage): runs.jsonl holds every finished piece; a rerun does the rest. A
-shared start out of memory ends its model: the model's other pieces do not run.
+`verdict` (rules 51-52: step 0 within 1e-5, steps 1..J within 1%) and `floor_window` (J = W, the last step every
+floor run stays within 0.5%, with `method_b.window: floors`) are pure functions. Resumable as every stage
+(tr2.stage); a shared start out of memory ends its model.
 """
 from __future__ import annotations
 
@@ -37,12 +20,14 @@ import time
 from pathlib import Path
 
 from .cards import ALSO_NAMES, FLOOR_NAMES
+from . import explore
+from . import explore_plots as plots
 from .clock import run_logged
 from .configs import RunConfig
 from .data import write_batch_order
 from .models import load_model
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
-from .summary import all_passed, finish, load_dir_card, pyplot, save_figure, write_csv
+from .summary import all_passed, finish, load_dir_card, save_figure, write_csv
 from .trainargs import trainer_prefix
 from .trainlog import read_metrics
 
@@ -253,35 +238,33 @@ def _losses(d: Path, rec) -> dict:
     return read_metrics(d / rec["metrics"])["loss"]
 
 
+# method_b.csv's columns (tr2.explore reads them by these names): each run's loss under its column, and rel_<x>,
+# a run's relative difference from the run it is read against: column -> (run, reference run)
+LOSSES = {"torch": "torch", "cupy": "cupy", "floor_none": "floor-none", "floor_once": "floor-once",
+          "floor_every": "floor-every", "nanogpt": "nanogpt"}
+RELS = {"rel_cupy": ("cupy", "torch"), "rel_once": ("floor-once", "floor-none"), "rel_every": ("floor-every", "floor-none"),
+        "rel_none_vs_trainer": ("floor-none", "torch"), "rel_nanogpt": ("nanogpt", "torch")}
+CSV_COLUMNS = ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once", "floor_every", "rel_once",
+               "rel_every", "rel_none_vs_trainer", "nanogpt", "rel_nanogpt"]  # then each extra run's two
+
+
 def table(results_dir, card=None) -> list[dict]:
     """One row per model and step: every run's loss and the relative differences."""
     d = Path(results_dir)
     card = card or load_dir_card(d)
     runs = finished_keys(d / RUNS)
     also = card["method_b"]["also"]
+    losses = {**LOSSES, **{a: f"also-{a}" for a in also}}
+    rels = {**RELS, **{f"rel_{a}": (f"also-{a}", ALSO[a][2]) for a in also}}
     rows = []
     for model in card["models"]:
-        L = {w: _losses(d, runs.get(f"{model}/{w}")) for w in ("torch", "cupy", "nanogpt", *(f"floor-{f}" for f in FLOORS),
-                                                                *(f"also-{a}" for a in also))}
+        curve = {run: _losses(d, runs.get(f"{model}/{run}")) for run in losses.values()}
         for s in range(card["method_b"]["steps"] + 1):
-            g = {w: L[w].get(s) for w in L}
-            ref = g["floor-none"]
-            extra = {}
-            for a in also:
-                mine, theirs = g[f"also-{a}"], g[ALSO[a][2]]
-                extra[a] = mine
-                extra[f"rel_{a}"] = rel_diff(theirs, mine) if mine is not None and theirs is not None else None
-            rows.append({"model": model, "step": s, "torch": g["torch"], "cupy": g["cupy"],
-                         "rel_cupy": rel_diff(g["torch"], g["cupy"]) if g["torch"] is not None and g["cupy"] is not None else None,
-                         "floor_none": ref, "floor_once": g["floor-once"], "floor_every": g["floor-every"],
-                         "rel_once": rel_diff(ref, g["floor-once"]) if ref is not None and g["floor-once"] is not None else None,
-                         "rel_every": rel_diff(ref, g["floor-every"]) if ref is not None and g["floor-every"] is not None else None,
-                         "rel_none_vs_trainer": (rel_diff(g["torch"], ref)
-                                                 if ref is not None and g["torch"] is not None else None),
-                         "nanogpt": g["nanogpt"],
-                         "rel_nanogpt": (rel_diff(g["torch"], g["nanogpt"])
-                                         if g["nanogpt"] is not None and g["torch"] is not None else None),
-                         **extra})
+            row = {"model": model, "step": s, **{col: curve[run].get(s) for col, run in losses.items()}}
+            for col, (run, ref) in rels.items():
+                pair = curve[ref].get(s), curve[run].get(s)
+                row[col] = None if None in pair else rel_diff(*pair)
+            rows.append(row)
     return rows
 
 
@@ -299,6 +282,12 @@ def judged_window(card: dict, model: str, mrows: list) -> tuple:
     return fw["W"], fw
 
 
+def _stretches(rows, key, last, steps, **extra) -> dict:
+    """The largest of column `key` at step 0, over the judged steps 1..last, and over all steps 1..steps."""
+    return {**extra, "step0": _max_over(rows, key, 0, 0), "window": _max_over(rows, key, 1, last),
+            "all_steps": _max_over(rows, key, 1, steps)}
+
+
 def _max_over(rows, key, first, last):
     vals = [(r[key], r["step"]) for r in rows if first <= r["step"] <= last and r[key] is not None]
     if not vals:
@@ -313,10 +302,7 @@ def summarize(results_dir) -> dict:
     runs = finished_keys(d / RUNS)
     rows = table(d, card)
     also = card["method_b"]["also"]
-    write_csv(d / "method_b.csv", rows, ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once",
-                                         "floor_every", "rel_once", "rel_every", "rel_none_vs_trainer", "nanogpt",
-                                         "rel_nanogpt", *also,
-                                         *(f"rel_{a}" for a in also)])
+    write_csv(d / "method_b.csv", rows, CSV_COLUMNS + also + [f"rel_{a}" for a in also])
     steps = card["method_b"]["steps"]
     models = []
     for model in card["models"]:
@@ -337,24 +323,15 @@ def summarize(results_dir) -> dict:
             v = verdict(t, c, steps, last)
             if fw is not None:
                 v.update(reason=f"{window_said(fw)}; {v['reason']}", window_rule=fw)
-        floor = {}
-        for f in ("once", "every"):
-            floor[f] = {"window": _max_over(mrows, f"rel_{f}", 1, last), "all_steps": _max_over(mrows, f"rel_{f}", 1, steps),
-                        "step0": _max_over(mrows, f"rel_{f}", 0, 0)}
         models.append({
             "model": model, "runs": status, "verdict": v, "judge_last_step": last, "steps": steps,
             "window": fw,  # issue 11's rule (method_b.window: floors): W, the floors' stretches; None: judge_steps
-            "nanogpt": ({"against": "torch", "step0": _max_over(mrows, "rel_nanogpt", 0, 0),
-                         "window": _max_over(mrows, "rel_nanogpt", 1, last),
-                         "all_steps": _max_over(mrows, "rel_nanogpt", 1, steps)} if "nanogpt" in status else None),
+            "nanogpt": _stretches(mrows, "rel_nanogpt", last, steps, against="torch") if "nanogpt" in status else None,
             "torch_mode": card["method_a"]["torch_mode"], "seed": card["method_b"]["seed"],
-            "cupy": {"step0": _max_over(mrows, "rel_cupy", 0, 0), "window": _max_over(mrows, "rel_cupy", 1, last),
-                     "all_steps": _max_over(mrows, "rel_cupy", 1, steps)},
-            "noise_floor": floor,
+            "cupy": _stretches(mrows, "rel_cupy", last, steps),
+            "noise_floor": {f: _stretches(mrows, f"rel_{f}", last, steps) for f in ("once", "every")},
             "floor_copy_vs_trainer": _max_over(mrows, "rel_none_vs_trainer", 0, steps),
-            "also": {a: {"against": ALSO[a][2], "step0": _max_over(mrows, f"rel_{a}", 0, 0),
-                         "window": _max_over(mrows, f"rel_{a}", 1, last),
-                         "all_steps": _max_over(mrows, f"rel_{a}", 1, steps)} for a in also},
+            "also": {a: _stretches(mrows, f"rel_{a}", last, steps, against=ALSO[a][2]) for a in also},
             "final_loss": {"torch": t.get(steps), "cupy": c.get(steps)},
         })
     judged = [m["verdict"].get("passed") for m in models]
@@ -374,56 +351,9 @@ def summarize(results_dir) -> dict:
         "passed": all_passed(judged),
         "models": models,
     }
-    return finish(d, summary, runs.values(), lambda: plot(d, rows, card))
-
-
-def plot(results_dir, rows=None, card=None):
-    """method_b.png: per model, the losses of every run, and their relative differences on a log scale."""
-    plt = pyplot()
-    d = Path(results_dir)
-    card = card or load_dir_card(d)
-    rows = rows if rows is not None else table(d, card)
-    models = card["models"]
-    fig, axes = plt.subplots(2, len(models), figsize=(6.5 * len(models), 7), squeeze=False)
-    for j, model in enumerate(models):
-        mr = [r for r in rows if r["model"] == model]
-        ax = axes[0][j]
-        for key, label, style in (("torch", "torch side", dict(color="tab:blue", lw=2)),
-                                  ("cupy", "cupy side", dict(color="tab:orange", lw=1.2, ls="--")),
-                                  ("nanogpt", "nanoGPT's train.py", dict(color="tab:pink", lw=0.8, ls=":")),
-                                  ("floor_once", "torch, ±1 ulp once", dict(color="tab:green", lw=0.8)),
-                                  ("floor_every", "torch, ±1 ulp every step", dict(color="tab:red", lw=0.8))):
-            pts = [(r["step"], r[key]) for r in mr if r[key] is not None]
-            if pts:
-                ax.plot(*zip(*pts), label=label, **style)
-        ax.set_title(f"{model}: loss per step (same start, same batches)")
-        ax.set_xlabel("step")
-        ax.set_ylabel("training loss")
-        ax.legend(fontsize=8)
-        ax = axes[1][j]
-        also_lines = tuple((f"rel_{a}", f"{a} vs {ALSO[a][2]}", c)
-                           for a, c in zip(card["method_b"]["also"], ("tab:purple", "tab:brown", "tab:olive", "tab:cyan")))
-        for key, label, color in (("rel_cupy", "cupy vs torch", "tab:orange"),
-                                  ("rel_once", "torch ±1 ulp once vs torch", "tab:green"),
-                                  ("rel_every", "torch ±1 ulp every step vs torch", "tab:red"),
-                                  ("rel_none_vs_trainer", "torch vs torch (unperturbed rerun)", "tab:grey"),
-                                  ("rel_nanogpt", "nanoGPT's train.py vs torch", "tab:pink"),
-                                  *also_lines):
-            # exact agreement (0) has no place on a log scale: the line breaks there (NaN)
-            pts = [(r["step"], r[key] if r[key] > 0 else math.nan) for r in mr
-                   if r.get(key) is not None and math.isfinite(r[key])]
-            if pts:
-                ax.plot(*zip(*pts), label=label, color=color, lw=1, marker="." if len(pts) < 250 else None, ms=4)
-        ax.axhline(STEP_REL, color="k", ls="--", lw=0.8, label="1% (steps 1..J)")
-        ax.axhline(STEP0_REL, color="k", ls=":", lw=0.8, label="1e-5 (step 0)")
-        judge, fw = judged_window(card, model, mr)
-        if judge < card["method_b"]["steps"]:
-            ax.axvline(judge, color="grey", ls="-.", lw=1, label=f"judged through step {judge}" + (" (W)" if fw else ""))
-        if fw is not None:
-            ax.axhline(FLOOR_BAND, color="grey", ls=":", lw=0.8, label=f"{FLOOR_BAND:.1%}: the floors' band for W")
-        ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_ylabel("relative difference (no point: exactly equal)")
-        ax.legend(fontsize=8)
-    return save_figure(fig, d / "method_b.png", "Method B: one start, one batch order, float32 without TF32, dropout 0")
-
+    lines = [(f"{STEP_REL:.0%} (steps 1..J)", STEP_REL), (f"{STEP0_REL:g} (step 0)", STEP0_REL)]
+    if card["method_b"]["window"] == "floors":
+        lines.append((f"{FLOOR_BAND:.1%}: the floors' band for W", FLOOR_BAND))
+    return finish(d, summary, runs.values(), lambda: save_figure(
+        plots.method_b(explore.curves_b(d), explore.verdicts_b(d), lines), d / "method_b.png",
+        "Method B: one start, one batch order, float32 without TF32, dropout 0"))

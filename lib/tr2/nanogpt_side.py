@@ -36,28 +36,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import REPO_ROOT, Tr2Error
+from . import Tr2Error
 from .models import ModelConfig
 from .torch_side.train import TorchBatches, oom_exit  # nanoGPT's own draw; the out-of-memory exit
-from .trainargs import TrainArgs
+from .trainargs import CHECKOUT_FILES, DEFAULT_CHECKOUT, TrainArgs, checkout_path  # noqa: F401 - read from here too
 from .trainlog import TrainLog, peak_line
 from .weights import load_weights
-
-DEFAULT_CHECKOUT = "../shared/nanoGPT"  # relative to the repository root
-CHECKOUT_FILES = ("train.py", "model.py", "configurator.py")
-
-
-def checkout_path(path=None, key: str = "--nanogpt") -> Path:
-    """The nanoGPT checkout (absolute), checked to hold what the launch runs; one-line error naming `key`
-    (the trainer's --nanogpt, the card's nanogpt_path) otherwise. A relative path is the repository's."""
-    p = Path(path if path is not None else DEFAULT_CHECKOUT)
-    p = p if p.is_absolute() else (REPO_ROOT / p)
-    missing = [f for f in CHECKOUT_FILES if not (p / f).is_file()]
-    if missing:
-        raise Tr2Error(f"{key}: {str(path if path is not None else DEFAULT_CHECKOUT)!r} holds no {missing[0]} "
-                       f"({p}); allowed: a nanoGPT checkout with {', '.join(CHECKOUT_FILES)} (e.g. {DEFAULT_CHECKOUT})")
-    return p.resolve()
-
 
 def config_argv(args: TrainArgs, cfg: ModelConfig, out_dir: str) -> list[str]:
     """configurator.py's `--key=value` overrides: tr2's model, run length, device and type for nanoGPT's globals.

@@ -14,7 +14,7 @@ import yaml
 
 from . import PARAMS_DIR, REPO_ROOT
 from .cards import CARD_KEYS, load_card
-from .stage import STAGES
+from .results import STAGES
 
 HEAD = "# Parameters: the smoke card's values, params/cards/smoke.yaml (papermill's -f CARD and -p KEY VALUE replace them)"
 

@@ -26,7 +26,8 @@ def _under_papermill() -> bool:
     return bool(sys.argv) and Path(sys.argv[0]).name == "papermill"
 
 
-def _card_files(argv) -> list[str]:
+def card_files(argv) -> list[str]:
+    """The card files (-f, --parameters_file) of a papermill command line, as given."""
     out = []
     for i, a in enumerate(argv):
         if a in ("-f", "--parameters_file") and i + 1 < len(argv):
@@ -41,9 +42,10 @@ def one_line(exc) -> str | None:
     if type(exc).__name__ == "PapermillExecutionError" and getattr(exc, "ename", None) == "Tr2Error":
         return " ".join(str(exc.evalue).split())
     if isinstance(exc, (ValueError, TypeError, UnicodeDecodeError)) or type(exc).__module__.startswith("yaml"):
+        # imported only here: the .pth file loads this module in every Python of the venv, papermill's or not
         from . import Tr2Error
         from .cards import read_card_file
-        for f in _card_files(sys.argv[1:]):
+        for f in card_files(sys.argv[1:]):
             try:
                 read_card_file(f)
             except Tr2Error as e:

@@ -28,18 +28,21 @@ import time
 import traceback
 from pathlib import Path
 
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
 from . import Tr2Error
+from .cupy_side import backend as cupy_backend
+from .cupy_side.gpu import OP_METHODS
 from .torch_side.train import is_oom
 from .train import run as train_run
 from .trainargs import parse
 from .trainlog import oom_line, parse_iter
 
-# The backend's ops (docs/architecture.md), and any other method named *_forward/_backward/_update; its
-# utilities (to_device, to_host, zeros, ...) are not operations and stay unwrapped.
-BACKEND_OPS = ("embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward",
-               "matmul_forward", "matmul_backward", "attention_forward", "attention_backward", "gelu_forward",
-               "gelu_backward", "dropout_forward", "dropout_backward", "residual_forward", "residual_backward",
-               "cross_entropy_forward", "cross_entropy_backward", "adamw_update", "global_norm")
+# The backend's ops (docs/architecture.md's table, as tr2.cupy_side.gpu lists them), and any other method named
+# *_forward/_backward/_update; its utilities (to_device, to_host, zeros, ...) are not operations and stay unwrapped.
+BACKEND_OPS = frozenset(m for methods in OP_METHODS.values() for m in methods)
 
 
 class LineTap:
@@ -76,8 +79,6 @@ class _Annotated:
     def __getattr__(self, name):
         attr = getattr(self._backend, name)
         if callable(attr) and (name in BACKEND_OPS or name.endswith(("_forward", "_backward", "_update"))):
-            from torch.profiler import record_function
-
             def wrapped(*a, **k):
                 with record_function(name):
                     return attr(*a, **k)
@@ -91,20 +92,16 @@ class _Annotated:
 
 def annotate_cupy_backend() -> bool:
     """Wrap tr2.cupy_side.backend.get_backend so every backend it returns names its ops to the profiler."""
-    try:
-        from .cupy_side import backend as be
-    except Exception:  # noqa: BLE001 - no cupy side yet: nothing to annotate
-        return False
-    if getattr(be.get_backend, "_tr2_annotated", False):
+    if getattr(cupy_backend.get_backend, "_tr2_annotated", False):
         return True
-    orig = be.get_backend
+    orig = cupy_backend.get_backend
 
     def get_backend(*a, **k):
         b = orig(*a, **k)
         # a subclass named like the backend, so the side's startup line still names its backend
         return type(type(b).__name__, (_Annotated,), {})(b)
     get_backend._tr2_annotated = True
-    be.get_backend = get_backend
+    cupy_backend.get_backend = get_backend
     # Modules that imported the name before us keep the original: rebind it there too.
     for name, mod in list(sys.modules.items()):
         if name.startswith("tr2.cupy_side") and getattr(mod, "get_backend", None) is orig:
@@ -114,7 +111,6 @@ def annotate_cupy_backend() -> bool:
 
 def kernel_table(events, device: str) -> list[dict]:
     """{name, total_us, launches} per name: device kernels on CUDA, self CPU time of CPU events otherwise."""
-    from torch.autograd import DeviceType
     rows: dict[str, list] = {}
     for e in events:
         name = e.name
@@ -151,7 +147,6 @@ def _optimizer_step(e):
 
 def sdp_backends() -> dict:
     """The scaled-dot-product attention backends torch.backends.cuda allows in this environment."""
-    import torch
     out = {}
     for name in ("flash", "mem_efficient", "math", "cudnn"):
         fn = getattr(torch.backends.cuda, f"{name}_sdp_enabled", None)
@@ -204,8 +199,6 @@ def main(argv=None) -> int:
     record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
                   half_roundings=args.half_roundings, steps=args.steps)
 
-    import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
     device = args.device
     record.update(device=device, log_interval=L, steps_in_window=ns.window[1] - ns.window[0],
                   torch=torch.__version__, sdp_backends=sdp_backends() if device == "cuda" else None)

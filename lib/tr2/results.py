@@ -6,17 +6,86 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import yaml
 
-from . import RESULTS_DIR, Tr2Error
+from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+STAGES = ("series", "method_a", "method_b", "footprint", "families")  # the protocol's stages, in `make all`'s order
+
+# A results folder's name: <stage>-<YYYYmmdd-HHMMSS>-<card>, with -<n> after it for a second folder of the same
+# stage, card and second. folder_name makes it and parse_folder_name reads it back: every listing of results
+# folders (the runner, the report, tr2.explore) goes through results_folders below.
+_FOLDER = re.compile(rf"^({'|'.join(STAGES)})-(\d{{8}}-\d{{6}})-((.+?)(?:-(\d+))?)$")
 
 
-# A results folder's name: <stage>-<YYYYmmdd-HHMMSS>-<card>[-<n>], made by new_results_dir; STAMP_RE reads
-# back what follows "<stage>-" (the stage is told by the caller: stage names hold '_', cards may hold '-').
-STAMP_RE = re.compile(r"^(\d{8}-\d{6})-(.+?)(?:-(\d+))?$")
+class FolderName(NamedTuple):
+    stage: str
+    stamp: str
+    card: str  # as the name reads it: "x-2" is card x's second folder (card.yaml, when there, tells: folder_cards)
+    n: int
+    tail: str  # all after the stamp: the card and the folder's number
+
+
+def folder_name(stage: str, stamp: str, card_name: str, n: int = 1) -> str:
+    return f"{stage}-{stamp}-{card_name}" + (f"-{n}" if n > 1 else "")
+
+
+def parse_folder_name(path) -> Optional[FolderName]:
+    """The parts of a results folder's name (a path's last part), or None for any other folder."""
+    m = _FOLDER.match(Path(path).name)
+    return FolderName(m[1], m[2], m[4], int(m[5] or 1), m[3]) if m else None
+
+
+def stage_of(path) -> Optional[str]:
+    """The stage whose results folder this is, from its name; None for any other folder."""
+    f = parse_folder_name(path)
+    return f.stage if f else None
+
+
+def folder_cards(path) -> set:
+    """The card names a results folder answers to: its card.yaml's, else what its name can mean."""
+    held = read_yaml(Path(path) / "card.yaml").get("card")
+    f = parse_folder_name(path)
+    return {held} if held else {f.card, f.tail}
+
+
+def results_folders(root=None, stage=None, card=None) -> list[Path]:
+    """The stages' results folders under root (default results/), oldest first (by stamp, then number); with
+    stage or card given, only theirs."""
+    root = Path(root) if root else RESULTS_DIR
+    found = []
+    for p in root.iterdir() if root.is_dir() else ():
+        f = parse_folder_name(p)
+        if f and p.is_dir() and stage in (None, f.stage) and (card is None or card in folder_cards(p)):
+            found.append((f.stamp, f.n, p.name, p))
+    return [p for *_, p in sorted(found)]
+
+
+def is_finished(path) -> bool:
+    """A stage ran to its end in the folder: its summary and its executed notebook are there."""
+    return (Path(path) / "summary.json").is_file() and (Path(path) / f"{stage_of(path)}.ipynb").is_file()
+
+
+def latest(stage: str, card_name: str, root=None, finished: bool = False) -> Optional[Path]:
+    """The newest results folder of stage and card (with `finished`: the newest a stage ran to its end), or None."""
+    return next((p for p in reversed(results_folders(root, stage, card_name)) if not finished or is_finished(p)), None)
+
+
+def stored_path(path) -> str:
+    """A folder's path as a record stores it: relative to the repository's root where it lies inside it (a record
+    names no machine's layout), else absolute."""
+    p = Path(path).resolve()
+    return str(p.relative_to(REPO_ROOT)) if p.is_relative_to(REPO_ROOT) else str(p)
+
+
+def folder_path(stored) -> Path:
+    """A stored path read back, either form: relative to the repository's root, or absolute (records made
+    before paths were stored relative)."""
+    p = Path(stored)
+    return p if p.is_absolute() else REPO_ROOT / p
 
 
 def new_results_dir(stage: str, card_name: str, root=None) -> Path:
@@ -25,13 +94,47 @@ def new_results_dir(stage: str, card_name: str, root=None) -> Path:
         raise Tr2Error(f"card: {card_name!r}; allowed: letters, digits, '.', '_' and '-'")
     root = Path(root) if root else RESULTS_DIR
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = root / f"{stage}-{stamp}-{card_name}"
     n = 1
-    while path.exists():  # two stages started in the same second
+    while (root / folder_name(stage, stamp, card_name, n)).exists():  # two stages started in the same second
         n += 1
-        path = root / f"{stage}-{stamp}-{card_name}-{n}"
+    path = root / folder_name(stage, stamp, card_name, n)
     (path / "logs").mkdir(parents=True)
     return path
+
+
+VERSIONS = ("python", "numpy", "torch", "torch_cuda", "cudnn", "cupy", "triton")
+MACHINE = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "loadavg", "date", "commit")
+
+
+def conditions(path) -> dict:
+    """What every number of a results folder carries (docs/protocol.md, rule 4), from its card.yaml and
+    machine.json: the card, the machine with its GPUs and driver, the versions, the date and the commit."""
+    card, m = read_yaml(Path(path) / "card.yaml"), read_json(Path(path) / "machine.json")
+    gpus, dirty = m.get("gpus") or [], m.get("dirty")
+    return {"card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
+            "models": tuple(card.get("models") or ()), "dtypes": tuple(card.get("dtypes") or ()),
+            **{k: m.get(k) for k in MACHINE}, "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
+            "gpu_memory_mib": ", ".join(str(g["memory_mib"]) for g in gpus if g.get("memory_mib")) or None,
+            "driver": ", ".join(sorted({g["driver"] for g in gpus if g.get("driver")})) or None,
+            # machine.json's flag as the GPU machine's environment once handed it over: a string (2026-11-29)
+            "dirty": dirty.strip().lower() in ("true", "1", "yes") if isinstance(dirty, str) else bool(dirty),
+            "versions": {k: m.get(k) for k in VERSIONS}}
+
+
+def read_json(path) -> dict:
+    """A JSON file's contents; {} where it is missing or unreadable (a stage stopped before writing it)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def read_yaml(path) -> dict:
+    """A YAML file's mapping, unchecked; {} where it is missing or unreadable."""
+    try:
+        return yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
 
 
 def write_text_atomic(path, text: str) -> Path:

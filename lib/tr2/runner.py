@@ -15,25 +15,16 @@ python -m tr2.runner latest STAGE --card NAME prints the newest results folder o
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 from .cards import card_path as card_path_of
-from .cards import check_machine, held_card_difference, load_card
-from .results import STAMP_RE as _STAMP
-from .results import new_results_dir
-from .stage import STAGES, hold_card
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"tr2.runner: error: {message}\n")
-        sys.exit(2)
+from .cards import card_name, check_held_card, check_machine, load_card
+from .results import STAGES, latest, new_results_dir, parse_folder_name
+from .stage import hold_card
+from .trainargs import Parser
 
 
 def papermill_command(stage: str, card_path, results_dir) -> list[str]:
@@ -43,25 +34,15 @@ def papermill_command(stage: str, card_path, results_dir) -> list[str]:
             "-k", "python3", "--log-output"]
 
 
-def stage_of_folder(d: Path):
-    """(stage, card name from the folder name) of a results folder's name `<stage>-<stamp>-<card>`, or None."""
-    for s in sorted(STAGES, key=len, reverse=True):
-        if d.name.startswith(s + "-"):
-            m = _STAMP.match(d.name[len(s) + 1:])
-            if m:
-                return s, m.group(2)
-    return None
-
-
 def _resume_folder(stage: str, resume) -> Path:
     """The folder --resume names, checked: a results folder this stage started (its name and its card.yaml)."""
     d = Path(resume)
     if not d.is_dir():
         raise Tr2Error(f"--resume: {str(resume)!r} is not a folder; allowed: a results folder the stage started "
                        f"(results/{stage}-<stamp>-<card>/)")
-    named = stage_of_folder(d.resolve())
-    if named is not None and named[0] != stage:
-        raise Tr2Error(f"--resume: {str(resume)!r} is a folder of stage {named[0]}; allowed: a folder of stage {stage}")
+    named = parse_folder_name(d.resolve())
+    if named is not None and named.stage != stage:
+        raise Tr2Error(f"--resume: {str(resume)!r} is a folder of stage {named.stage}; allowed: a folder of stage {stage}")
     if named is None or not (d / "card.yaml").is_file():
         what = "holds no card.yaml" if named is not None else f"is not named {stage}-<stamp>-<card>"
         raise Tr2Error(f"--resume: {str(resume)!r} {what}, so no stage started it; allowed: a results folder "
@@ -83,11 +64,7 @@ def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, P
     held = load_card(d / "card.yaml") if d is not None else None
     card = load_card(card_path) if card_path is not None else held
     if d is not None and card_path is not None:
-        differs = held_card_difference(d, card)
-        if differs:
-            key, there, here = differs
-            raise Tr2Error(f"--resume: {str(d)!r} holds another card (key {key!r}: {there!r} there, "
-                           f"{here!r} in {card_path}); allowed: the card it was started with, or no --card")
+        check_held_card(d, card, "--resume", f"in {card_path}", "the card it was started with, or no --card")
     check_machine(card)
     if d is None:
         d = new_results_dir(stage, card["card"], root=root).resolve()
@@ -99,55 +76,11 @@ def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, P
     return card, d, file_
 
 
-def folders(stage: str, card_name: str, root=None) -> list[Path]:
-    """The results folders of a stage and card, oldest first."""
-    root = Path(root) if root else RESULTS_DIR
-    found = []
-    if not root.is_dir():
-        return found
-    for p in root.iterdir():
-        if not p.is_dir() or not p.name.startswith(stage + "-"):
-            continue
-        m = _STAMP.match(p.name[len(stage) + 1:])
-        if not m:
-            continue
-        name = None
-        if (p / "card.yaml").is_file():
-            try:
-                name = (yaml.safe_load((p / "card.yaml").read_text()) or {}).get("card")
-            except yaml.YAMLError:
-                name = None
-        if name is None:
-            tail = p.name[len(stage) + 1 + 16:]
-            name = re.sub(r"-\d+$", "", tail) if tail != card_name else tail
-        if name == card_name:
-            found.append((m.group(1), int(m.group(3) or 1), p))
-    return [p for _s, _n, p in sorted(found)]
-
-
-def latest(stage: str, card_name: str, root=None, finished: bool = False):
-    """The newest results folder of stage and card (with `finished`: the newest holding summary.json and the
-    executed notebook), or None."""
-    for p in reversed(folders(stage, card_name, root)):
-        if not finished or ((p / "summary.json").is_file() and (p / f"{stage}.ipynb").is_file()):
-            return p
-    return None
-
-
-def _card_name(arg: str) -> str:
-    """The card's name from a name or a file; a name with no card file under params/cards/ stays a name (the
-    folders of a card that is not in this checkout can still be listed)."""
-    p = Path(arg)
-    if p.suffix in (".yaml", ".yml") or p.is_file() or "/" in arg:
-        return load_card(p)["card"]
-    return arg
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] == "latest":
-            p = _Parser(prog="python -m tr2.runner latest", description="Print the newest results folder of a stage and card.")
+            p = Parser(prog="python -m tr2.runner latest", description="Print the newest results folder of a stage and card.")
             p.add_argument("stage", help=" | ".join(STAGES))
             p.add_argument("--card", required=True, help="the card's name (or its file)")
             p.add_argument("--finished", action="store_true", help="only folders holding summary.json and the executed notebook")
@@ -155,7 +88,7 @@ def main(argv=None) -> int:
             a = p.parse_args(argv[1:])
             if a.stage not in STAGES:
                 raise Tr2Error(f"stage: {a.stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
-            name = _card_name(a.card)
+            name = card_name(a.card)
             found = latest(a.stage, name, a.root, a.finished)
             if found is None:
                 sys.stderr.write(f"tr2.runner: no results folder of stage {a.stage} and card {name} "
@@ -163,7 +96,7 @@ def main(argv=None) -> int:
                 return 1
             print(found)
             return 0
-        p = _Parser(prog="python -m tr2.runner", description="Run one protocol stage's notebook with papermill on a card.")
+        p = Parser(prog="python -m tr2.runner", description="Run one protocol stage's notebook with papermill on a card.")
         p.add_argument("stage", help=" | ".join(STAGES) + "  (or: latest STAGE --card NAME)")
         p.add_argument("--card", default=None, help="a card file or name, e.g. params/cards/cpu.yaml or cpu "
                        "(with --resume: optional, the folder's card.yaml is the card)")

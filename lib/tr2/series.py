@@ -1,27 +1,12 @@
 """The series (docs/protocol.md, rules 8, 10-16 and 20-22): step times of every configuration, in rounds.
 
-A configuration is one side in one element type of one model: PyTorch in each mode of the card, and
-the cupy side, built with and without the half roundings in the half types (once in float32). Each
-configuration runs once, discarded (round 0, the warm round: it fills NVRTC's and Inductor's
-caches), then once in each of the card's timed rounds 1..R. Round r runs every configuration, in the
-card's order rotated to start at configuration r mod n, so heat and drift touch every configuration
-alike. Each run is a fresh process of `python -m tr2.train` under the outside clock (tr2.clock),
-trained with evaluation off.
-
-Rules applied per run:
-- before it, the card must hold no other process (NVML; not checked on a CPU card);
-- during it, the card's clocks, temperature, power and memory are sampled every sample_interval_s;
-- the cupy side's own reading must agree with the clock within 1%, or the run is void (PyTorch's own
-  reading is recorded, never compared: protocol rules 10-16);
-- a run out of memory is recorded, its configuration runs no further, and the series goes on
-  (protocol rule 8); a run that fails in any other way (exit code, timeout, no window) is recorded with
-  its log tail and its configuration runs no further either; the series goes on, and the summary
-  gives that model and element type no verdict (protocol rule 8.4: such a failure is not a result).
-
-Resumable: `runs.jsonl` holds one record per finished run, appended and synced; the plan is a
-deterministic list computed from the card, a run is named by (round, configuration), and running the
-stage again on the same folder continues from the first run it does not hold. A kill loses at most
-the run in flight.
+The plan: every configuration of the card (tr2.configs, nanoGPT's loop included where the card lists it) once in
+round 0, the warm run that fills the compile caches and is discarded, then once in each timed round 1..R, round r
+in the card's order rotated to start at configuration r mod n (heat and drift touch every configuration alike).
+Each run is a fresh `python -m tr2.train` (evaluation off) under the outside clock (tr2.clock), on a GPU card after
+the card was found idle and sampled while it runs; the cupy side's own reading must agree with the clock within 1%
+or the run is void. Every run is recorded whatever its status; one that is not ok ends its configuration and the
+series goes on (rule 8). Resumable (tr2.stage): a kill loses at most the run in flight.
 """
 from __future__ import annotations
 
@@ -33,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import Tr2Error, configs, retry
+from . import Tr2Error, configs, explore, retry
+from . import explore_plots as plots
 from .cards import validate_card
 from .clock import run_clocked
 from .configs import RunConfig
-from .results import read_jsonl, write_json_atomic, write_text_atomic
+from .results import read_json, read_jsonl, write_json_atomic, write_text_atomic
 from .stage import open_folder, run_plan
-from .summary import condition_fields, load_dir_card, read_json, stats, write_csv
+from .summary import finish, load_dir_card, save_figure, stats, write_csv
 from .sysinfo import GpuSampler
 from .trainargs import trainer_prefix
 
@@ -124,9 +110,23 @@ def _env(d: Path) -> dict:
     return env
 
 
+def _filled(d: Path) -> list:
+    """The configurations that ran to their end in the folder's caches (<folder>/cache, git-ignored, kept between
+    pieces where it travels with the folder): a machine resuming the series without them compiles cold again."""
+    return read_json(d / "cache" / "filled.json").get("configs", [])
+
+
+def _kind(config_key: str, cold: bool) -> str:
+    """A run's kind for the plan's estimate: its configuration, and whether it compiles into empty caches."""
+    return f"{config_key} ({'cold compile' if cold else 'caches warm'})"
+
+
 def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = trainer_command, env=None) -> dict:
-    """One run under the clock, with the card sampled; returns its record (not yet appended)."""
+    """One run under the clock, with the card sampled; returns its record (not yet appended). `cold_compile`: the
+    caches held no finished run of its configuration (round 0's discarded run, or the first after a resume
+    without them)."""
     s = card["series"]
+    filled = _filled(d)
     name = run_name(r, config)
     log = d / "logs" / f"{name}.log"
     cmd = trainer(config, card)
@@ -145,8 +145,11 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
     else:
         clock = run_clocked(cmd, log, env=env, timeout_s=s["timeout_s"], window=tuple(s["window"]))
     void = own_check(config, clock)
+    if clock["status"] == "ok" and config.key not in filled:
+        write_json_atomic(d / "cache" / "filled.json", {"configs": filled + [config.key]})
     return {
-        "round": r, "warm": r == 0, "config": config.key, "model": config.model, "dtype": config.dtype,
+        "round": r, "warm": r == 0, "cold_compile": config.key not in filled, "config": config.key,
+        "model": config.model, "dtype": config.dtype,
         "side": config.side, "mode": config.mode, "half_roundings": config.half_roundings,
         "cuda_graph": config.cuda_graph, "build": config.build, "status": clock["status"], "reason": clock["reason"],
         "returncode": clock["returncode"], "step_ms": clock["step_ms"], "own_step_ms": clock["own_step_ms"],
@@ -172,10 +175,17 @@ def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_reco
     card = validate_card(card)
     with open_folder(STAGE, card, results_dir) as folder:
         env = _env(folder.path)
+        filled = set(_filled(folder.path))
+
+        def kind(p):  # called in running order: a configuration's first run to go compiles cold if its caches are empty
+            cold = p[1].key not in filled
+            filled.add(p[1].key)
+            return _kind(p[1].key, cold)
         run_plan(folder, plan(card), lambda p: run_one(p[0], p[1], card, folder.path, trainer=trainer, env=env),
                  desc="series runs", key=lambda p: f"r{p[0]}/{p[1].key}", finished=lambda rec: True,
                  group=lambda p: p[1].key, ends_group=lambda rec: rec["status"] != "ok", on_record=on_record,
-                 retry=retry.should_retry, note=retry.note, show=progress)
+                 retry=retry.should_retry, note=retry.note, show=progress, kind=kind,
+                 record_kind=lambda rec: _kind(rec["config"], rec.get("cold_compile", rec.get("round") == 0)))
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -265,9 +275,8 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
             # (docs/protocol.md, rule 20); our torch loop's modes keep their plain names, nanoGPT's are nanogpt-<mode>
             torch_rows = {(m if lp == "torch" else f"{lp}-{m}"): rows[f"{model}/{dtype}/{lp}-{m}"]
                           for lp in card["torch_loops"] for m in card["torch_modes"]}
-            builds = ["cupy"] if dtype == "float32" else [("cupy-hr" if hr else "cupy") for hr in card["half_roundings"]]
-            primary = builds[-1] if dtype == "float32" else ("cupy-hr" if "cupy-hr" in builds else builds[0])
-            for build in builds:
+            for hr in configs.cupy_builds(card, dtype):  # the primary build: the one the verdict compares
+                build, primary = RunConfig(model, dtype, "cupy", half_roundings=hr).build, hr == configs.compared_build(card, dtype)
                 ours = rows[f"{model}/{dtype}/{build}"]
                 res = compare(ours["times_ms"], {m: r["times_ms"] for m, r in torch_rows.items()})
                 notes = []
@@ -287,7 +296,7 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
                 if incomplete and verdict is not None:
                     notes.append("incomplete or void runs: " + ", ".join(incomplete))
                 out.append({
-                    "model": model, "dtype": dtype, "build": build, "primary": build == primary,
+                    "model": model, "dtype": dtype, "build": build, "primary": primary,
                     "verdict": verdict, "reason": reason, "torch_mode": torch_rows[res["mode"]]["mode"] if res["mode"] else None,
                     "torch_loop": torch_rows[res["mode"]]["side"] if res["mode"] else None,
                     "torch_build": torch_rows[res["mode"]]["build"] if res["mode"] else None, "ratio": res["ratio"],
@@ -327,70 +336,15 @@ def summarize(results_dir) -> dict:
     rows = {c.key: config_summary(c, [x for x in records if x["config"] == c.key], rounds) for c in configurations(card)}
     vs = verdicts(card, rows)
     started = [x["started"] for x in records if x.get("started")]
-    summary = {
-        "stage": STAGE,
-        "conditions": {
-            **condition_fields(card, read_json(d / "machine.json")),
-            "rounds": rounds, "steps": card["series"]["steps"], "window": card["series"]["window"],
-            "clock": "outside clock (tr2.clock): time from the iter line of window[0] to that of window[1], "
-                     "divided by the steps between",
-            "first_run": min(started) if started else None, "last_run": max(started) if started else None,
-            "runs_recorded": len(records), "runs_planned": len(plan(card)), "logs": "logs/",
-        },
-        "complete": all(r["status"] in ("ok", "oom") for r in rows.values()),
-        "configurations": list(rows.values()),
-        "verdicts": vs,
-    }
-    write_json_atomic(d / "summary.json", summary)
     write_csv(d / "series.csv", list(rows.values()), CSV_COLUMNS)
     write_csv(d / "verdicts.csv", [_verdict_row(v) for v in vs], VERDICT_COLUMNS)
-    try:
-        plot(d, card, records, rows)
-    except ImportError:
-        pass
-    return summary
-
-
-def plot(d: Path, card: dict, records: list[dict], rows: dict) -> Path:
-    """series.png: per model a panel, per configuration its runs as dots and its median as a bar."""
-    from matplotlib.figure import Figure
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    models = card["models"]
-    confs = configurations(card)
-    width = max(6.0, 0.55 * max(sum(1 for c in confs if c.model == m) for m in models) + 2)
-    fig = Figure(figsize=(width, 3.2 * len(models)))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(models), 1, squeeze=False)[:, 0]
-    for ax, model in zip(axes, models):
-        cs = [c for c in confs if c.model == model]
-        for i, c in enumerate(cs):
-            row = rows[c.key]
-            runs = [x for x in records if x["config"] == c.key and not x["warm"]]
-            color = {"cupy": "tab:orange", "nanogpt": "tab:green"}.get(c.side, "tab:blue")
-            ok = [x["step_ms"] for x in runs if x["valid"]]
-            ax.plot([i] * len(ok), ok, "o", color=color, alpha=0.6, markersize=4)
-            void = [x["step_ms"] for x in runs if x.get("void") and x["step_ms"] is not None]
-            ax.plot([i] * len(void), void, "x", color="tab:red", markersize=5)
-            warm = [x["step_ms"] for x in records if x["config"] == c.key and x["warm"] and x["step_ms"] is not None]
-            ax.plot([i] * len(warm), warm, "o", markerfacecolor="none", color="grey", markersize=4)
-            if row["median_ms"] is not None:
-                ax.hlines(row["median_ms"], i - 0.3, i + 0.3, color=color, linewidth=2)
-            if row["status"] not in ("ok",):
-                ax.annotate(row["status"], (i, 0), xycoords=("data", "axes fraction"), xytext=(0, 4),
-                            textcoords="offset points", ha="center", va="bottom", fontsize=7, color="tab:red",
-                            rotation=90)
-        ax.set_xlim(-0.6, len(cs) - 0.4)
-        ax.set_xticks(range(len(cs)))
-        ax.set_xticklabels([f"{c.dtype}\n{c.build}" for c in cs], fontsize=7)
-        ax.set_ylabel("ms per step")
-        ax.set_title(f"{model}, card {card['card']}: ms per step by the outside clock\n"
-                     "dots: timed runs, bar: median, x: void runs, circles: discarded runs", fontsize=8)
-        ax.set_ylim(bottom=0)
-        ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = d / "series.png"
-    tmp = d / ".series.png.tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
-    return path
+    summary = {"stage": STAGE, "complete": all(r["status"] in ("ok", "oom") for r in rows.values()),
+               "configurations": list(rows.values()), "verdicts": vs}
+    return finish(d, summary, records, lambda: save_figure(
+        plots.step_time_boxes(explore.runs(d)), d / "series.png", f"Card {card['card']}: ms per step by the outside clock"),
+        rounds=rounds, steps=card["series"]["steps"], window=card["series"]["window"],
+        clock="outside clock (tr2.clock): time from the iter line of window[0] to that of window[1], divided by "
+              "the steps between",
+        first_run=min(started) if started else None, last_run=max(started) if started else None,
+        runs_recorded=len(records), runs_planned=len(plan(card)), logs="logs/",
+        cold_timed_runs=[f"r{x['round']}/{x['config']}" for x in records if x["round"] and x.get("cold_compile")])

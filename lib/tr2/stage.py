@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import fcntl
 import os
+import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from . import Tr2Error
-from .cards import dump_card, held_card_difference
-from .results import append_jsonl, new_results_dir, read_jsonl, write_json_atomic, write_text_atomic
+from .cards import check_held_card, dump_card
+from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
+from .results import append_jsonl, new_results_dir, read_jsonl, results_folders, write_json_atomic, write_text_atomic
 from . import sysinfo
 
-STAGES = ("series", "method_a", "method_b", "footprint", "families")
 FINISHED = ("ok", "oom")  # a record with one of these is a finished piece: never run again
 RUNS = "runs.jsonl"
 
@@ -31,10 +33,10 @@ def finished_keys(runs_path) -> dict:
 
 
 class Folder:
-    """A stage's results folder, held (locked) until closed."""
+    """A stage's results folder, held (locked) until closed, with the card it holds."""
 
-    def __init__(self, path: Path, stage: str, lock):
-        self.path, self.stage, self._lock = path, stage, lock
+    def __init__(self, path: Path, stage: str, lock, card: dict):
+        self.path, self.stage, self._lock, self.card = path, stage, lock, card
 
     def records(self, name: str = RUNS) -> list[dict]:
         return read_jsonl(self.path / name)
@@ -74,11 +76,7 @@ def hold_card(d: Path, card: dict) -> dict:
     """The folder holds `card` (the one it was started with, else one line), card.yaml and machine.json (each
     written once, when missing); returns this machine's record. The runner calls it before the notebook starts,
     so that a folder it made can be resumed even if the notebook stops before its stage opens it."""
-    differs = held_card_difference(d, card)
-    if differs:
-        key, there, here = differs
-        raise Tr2Error(f"results_dir: {str(d)!r} holds another card (key {key!r} differs: "
-                       f"{there!r} there, {here!r} here); allowed: the card it was started with")
+    check_held_card(d, card, "results_dir")
     if not (d / "card.yaml").is_file():
         write_text_atomic(d / "card.yaml", dump_card(card))
     try:
@@ -105,7 +103,7 @@ def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
     except BaseException:
         lock.close()
         raise
-    return Folder(d, stage, lock)
+    return Folder(d, stage, lock, card)
 
 
 def progress(total: int, desc: str, initial: int = 0, enabled: bool = True):
@@ -127,6 +125,88 @@ def progress(total: int, desc: str, initial: int = 0, enabled: bool = True):
         return _Silent()
 
 
+def record_key(record: dict) -> str:
+    """A record's piece: its key (the series' records before this skeleton had none: round and configuration)."""
+    return record.get("key") or f"r{record.get('round')}/{record.get('config')}"
+
+
+def _committed(root: Path):
+    """The names of the folders under root that git tracks, or None where git cannot tell (no repository)."""
+    try:
+        p = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", "."], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {Path(f).parts[0] for f in p.stdout.split("\0") if f} if p.returncode == 0 else None
+
+
+def reference_folder(folder: Folder) -> tuple:
+    """(folder, what it is) whose runs estimate this folder's where it has none of a kind: the newest other folder
+    of the same stage and card beside it that git tracks, else the newest such folder at all, named as such;
+    (None, None) where there is none."""
+    others = [p for p in results_folders(folder.path.parent, folder.stage, folder.card["card"]) if p != folder.path]
+    tracked = _committed(folder.path.parent)
+    committed = [p for p in others if p.name in (tracked or ())]
+    if committed:
+        return committed[-1], "committed"
+    what = "not committed" if tracked is not None else "no git here to tell whether it is committed"
+    return (others[-1], f"{what}: the newest other folder of this stage and card") if others else (None, None)
+
+
+def _times(records, kind) -> dict:
+    """kind -> the wall times (s) of the runs of that kind that finished ok."""
+    out = {}
+    for r in records:
+        if r.get("status") == "ok" and isinstance(r.get("wall_s"), (int, float)):
+            out.setdefault(kind(r), []).append(r["wall_s"])
+    return out
+
+
+def estimate(folder: Folder, kinds: list, planned: int, record_kind: Callable = record_key, runs: str = RUNS) -> dict:
+    """The plan of the pieces still to run, `kinds` (each one's kind of run, in running order), with its estimated
+    minutes of the card: per kind the median wall time of the runs of that kind that finished ok, measured in this
+    folder, else in `reference_folder`'s; a kind measured in neither has no estimate, and none is invented."""
+    here = _times(folder.records(runs), record_kind)
+    ref, what = reference_folder(folder)
+    there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
+    rows = {}
+    for k in kinds:
+        rows.setdefault(k, {"kind": k, "runs": 0, "each_s": None, "source": None})["runs"] += 1
+    for row in rows.values():
+        for source, times in (("this folder", here), (ref and ref.name, there)):
+            if times.get(row["kind"]):
+                row.update(each_s=statistics.median(times[row["kind"]]), source=source)
+                break
+    known = [r for r in rows.values() if r["each_s"] is not None]
+    return {"planned": planned, "to_run": len(kinds), "rows": list(rows.values()),
+            "minutes": sum(r["runs"] * r["each_s"] for r in known) / 60 if known else None,
+            "estimated_runs": sum(r["runs"] for r in known), "reference": ref and ref.name, "reference_is": what}
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
+
+
+def plan_text(est: dict, desc: str, device: str) -> str:
+    """The plan as the stage prints it before its first run: each kind of run to go, then the estimate and its
+    sources (or "no estimate")."""
+    unit = "GPU minutes" if device == "cuda" else "minutes of the CPU"
+    lines = [f"{desc}: {est['to_run']} of {est['planned']} runs to go"]
+    lines += [f"  {r['runs']:4d} x {r['kind']}: " + ("no estimate" if r["each_s"] is None else
+              f"{_duration(r['each_s'])} each, measured in {r['source']}") for r in est["rows"]]
+    if est["minutes"] is None:
+        lines.append("  estimate: no estimate (no finished run of these kinds in this folder or in another folder of "
+                     "its stage and card)" if est["to_run"] else "  nothing to run")
+    else:
+        sources = sorted({r["source"] for r in est["rows"] if r["source"]})
+        named = ", ".join(s if s == "this folder" else f"results folder {s} ({est['reference_is']})" for s in sources)
+        missing = est["to_run"] - est["estimated_runs"]
+        lines.append(f"  estimate: {est['minutes']:.1f} {unit} ({_duration(60 * est['minutes'])}) for "
+                     f"{est['estimated_runs']} of the {est['to_run']} runs, from the runs measured in {named}"
+                     + (f"; no estimate for the other {missing}" if missing else ""))
+    return "\n".join(lines)
+
+
 def _never(_record) -> bool:
     return False
 
@@ -135,7 +215,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
              finished: Callable = lambda r: r.get("status") in FINISHED, retry: Callable = _never,
              note: Optional[Callable] = None, group: Optional[Callable] = None, ends_group: Callable = _never,
              ends_stage: Callable = _never, on_record: Optional[Callable] = None, show: bool = True,
-             runs: str = RUNS) -> list[dict]:
+             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = record_key) -> list[dict]:
     """Run every piece of `plan` the folder does not hold yet; returns the records appended.
 
     run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record
@@ -145,6 +225,9 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     `group(piece)`, a record satisfying `ends_group` skips the later pieces of its group (no record).
     A record satisfying `ends_stage` stops the stage with one line, after it is appended (rerun to
     retry it). `on_record(record)` is called after each append (tests kill the stage there).
+    Before the first piece the plan is printed with its estimate (`estimate`, `plan_text`): kind(piece), called once
+    per piece to run in running order (default: its key), and record_kind(record) name the kind of run whose
+    measured times estimate it.
     """
     plan = list(plan)
     held = folder.records(runs)
@@ -152,6 +235,8 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     ended = {r.get("group") for r in held if group is not None and ends_group(r) and not retry(r)}
     reopened = {r.get("key"): r for r in held if retry(r)}
     skipped = {key(p) for p in plan if key(p) in done or (group is not None and group(p) in ended)}
+    kinds = [(kind or key)(p) for p in plan if key(p) not in skipped]
+    print(plan_text(estimate(folder, kinds, len(plan), record_kind, runs), desc, folder.card["device"]), flush=True)
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
     try:

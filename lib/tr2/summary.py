@@ -1,18 +1,15 @@
-"""What the stages' summaries share: statistics, the conditions every number carries, CSV and the write order."""
+"""What the stages' summaries share: statistics, CSV, the write order (summary.json with its conditions, then the plot)."""
 from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import sys
 from pathlib import Path
 
 from .cards import load_card
+from .results import conditions as folder_conditions
 from .results import write_json_atomic, write_text_atomic
-
-VERSIONS = ("python", "numpy", "torch", "torch_cuda", "cudnn", "cupy", "triton")
-
 
 def stats(values) -> dict:
     """n, median, min, max and range of a list of numbers (NaN and inf kept out, counted)."""
@@ -26,31 +23,8 @@ def stats(values) -> dict:
     return {"n": n, "median": med, "min": vals[0], "max": vals[-1], "range": vals[-1] - vals[0], "nonfinite": bad}
 
 
-def read_json(path) -> dict:
-    path = Path(path)
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def load_dir_card(results_dir) -> dict:
     return load_card(Path(results_dir) / "card.yaml")
-
-
-def conditions(results_dir) -> dict:
-    """What every number carries (docs/protocol.md, rule 4): card, machine and versions, date, commit."""
-    d = Path(results_dir)
-    machine = read_json(d / "machine.json")
-    card = load_dir_card(d) if (d / "card.yaml").is_file() else None
-    return {"card": card, "machine": machine, "date": machine.get("date"), "commit": machine.get("commit"),
-            "dirty": machine.get("dirty"), "results_dir": str(d)}
-
-
-def condition_fields(card: dict, machine: dict) -> dict:
-    """The same conditions as one flat block (a summary's `conditions`)."""
-    gpus = machine.get("gpus")
-    return {"card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
-            "versions": {k: machine.get(k) for k in VERSIONS}, "gpus": gpus, "host": machine.get("host"),
-            "gpu": (gpus or [{}])[0].get("name") if card.get("device") == "cuda" else None,
-            "commit": machine.get("commit"), "dirty": machine.get("dirty"), "date": machine.get("date")}
 
 
 def write_csv(path, rows, fields) -> None:
@@ -63,21 +37,19 @@ def write_csv(path, rows, fields) -> None:
     write_text_atomic(path, buf.getvalue())
 
 
-def write_summary(d: Path, summary: dict, draw) -> dict:
-    """summary.json first, then the stage's plot: a plot that fails records why and never loses the numbers."""
+def finish(d, summary: dict, records, plot=None, **conditions) -> dict:
+    """A stage's summary written with its wall time and its conditions (the folder's, tr2.results.conditions,
+    then the stage's own): summary.json first, then `plot()`, which draws the stage's figure from it; a plot
+    that fails records why and never loses the numbers."""
+    summary.update(wall_s=wall_s(records), conditions={**folder_conditions(d), **conditions})
     write_json_atomic(Path(d) / "summary.json", summary)
     try:
-        draw()
+        if plot is not None:
+            plot()
     except Exception as e:  # noqa: BLE001
         summary["plot_error"] = repr(e)
         write_json_atomic(Path(d) / "summary.json", summary)
     return summary
-
-
-def finish(d, summary: dict, records, draw) -> dict:
-    """A stage's summary with its wall time and conditions, written: summary.json first, then the plot."""
-    summary.update(wall_s=wall_s(records), **conditions(d))
-    return write_summary(d, summary, draw)
 
 
 def all_passed(judged: list):
@@ -99,9 +71,11 @@ def pyplot():
 
 
 def save_figure(fig, path, title: str) -> Path:
-    """The stage's plot under its title, written beside its numbers and closed."""
+    """The stage's plot under its title, written beside its numbers (atomically) and closed."""
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    tmp.replace(path)
     pyplot().close(fig)
     return Path(path)

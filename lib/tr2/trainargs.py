@@ -8,7 +8,9 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
-from . import Tr2Error
+from pathlib import Path
+
+from . import REPO_ROOT, Tr2Error, data, weights
 from .models import list_models, load_model
 
 SIDES = ("cupy", "torch", "nanogpt")  # nanogpt: nanoGPT's own train.py (tr2.nanogpt_side)
@@ -40,7 +42,7 @@ class TrainArgs:
     cuda_graph: bool = False
     metrics: Optional[str] = None
     log_interval: int = 10
-    nanogpt: Optional[str] = None   # the nanogpt side's checkout (None: tr2.nanogpt_side.DEFAULT_CHECKOUT)
+    nanogpt: Optional[str] = None   # the nanogpt side's checkout (None: DEFAULT_CHECKOUT)
 
     def to_argv(self) -> list[str]:
         """The trainer's arguments for this run: parse(a.to_argv()) gives `a` back (device cpu or cuda)."""
@@ -69,14 +71,17 @@ def trainer_prefix() -> list[str]:
     return shlex.split(env) if env else [sys.executable, "-u", "-m", "tr2.train"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, as for every other bad argument
-        sys.stderr.write(f"tr2.train: error: {message}\n")
+class Parser(argparse.ArgumentParser):
+    """argparse with a bad argument in one line, `<module>: error: ...`, exit 2, as every other bad input (the
+    trainer's, the runner's, the report's; prog is `python -m <module> ...`)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog.split()[2]}: error: {message}\n")
         sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m tr2.train", description="Train one GPT model on one side and print nanoGPT's log lines.")
+    p = Parser(prog="python -m tr2.train", description="Train one GPT model on one side and print nanoGPT's log lines.")
     p.add_argument("--side", required=True,
                    help="cupy (our CUDA kernels, NumPy on a CPU), torch (nanoGPT's loop written here) or nanogpt "
                         "(nanoGPT's own train.py, launched from its checkout)")
@@ -108,6 +113,22 @@ def _allowed(key: str, value, allowed) -> None:
         raise Tr2Error(f"{key}: {value!r} is not allowed; allowed: {', '.join(map(str, allowed))}")
 
 
+DEFAULT_CHECKOUT = "../shared/nanoGPT"  # relative to the repository root
+CHECKOUT_FILES = ("train.py", "model.py", "configurator.py")
+
+
+def checkout_path(path=None, key: str = "--nanogpt") -> Path:
+    """The nanoGPT checkout (absolute), checked to hold what the launch runs; one-line error naming `key`
+    (the trainer's --nanogpt, the card's nanogpt_path) otherwise. A relative path is the repository's."""
+    p = Path(path if path is not None else DEFAULT_CHECKOUT)
+    p = p if p.is_absolute() else (REPO_ROOT / p)
+    missing = [f for f in CHECKOUT_FILES if not (p / f).is_file()]
+    if missing:
+        raise Tr2Error(f"{key}: {str(path if path is not None else DEFAULT_CHECKOUT)!r} holds no {missing[0]} "
+                       f"({p}); allowed: a nanoGPT checkout with {', '.join(CHECKOUT_FILES)} (e.g. {DEFAULT_CHECKOUT})")
+    return p.resolve()
+
+
 def validate(ns: argparse.Namespace) -> TrainArgs:
     """Check every argument before any work starts."""
     _allowed("--side", ns.side, SIDES)
@@ -119,7 +140,6 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     if ns.nanogpt is not None and ns.side != "nanogpt":
         raise Tr2Error(f"--nanogpt: given for side {ns.side!r}; only --side nanogpt takes a checkout")
     if ns.side == "nanogpt":
-        from .nanogpt_side import checkout_path
         checkout_path(ns.nanogpt)
         if ns.save_init is not None:
             raise Tr2Error("--save-init: given for side 'nanogpt'; allowed only with --side torch (method B's start)")
@@ -154,11 +174,9 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     cfg = load_model(ns.model)
     # The files a run reads, checked now: a bad one would otherwise end the run after the model is built.
     if ns.init is not None:
-        from .weights import check_weights_file
-        check_weights_file(ns.init, cfg)
+        weights.check_weights_file(ns.init, cfg)
     if ns.batches is not None:
-        from .data import check_batch_order
-        check_batch_order(ns.batches, cfg.dataset, cfg.block_size, cfg.batch_size, ns.steps)
+        data.check_batch_order(ns.batches, cfg.dataset, cfg.block_size, cfg.batch_size, ns.steps)
     eval_iters = ns.eval_iters if ns.eval_iters is not None else cfg.eval_iters
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,

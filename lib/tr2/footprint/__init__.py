@@ -1,35 +1,21 @@
 """Footprint (docs/protocol.md, rules 60-62): what each side needs where it trains.
 
-For each configuration of the card (the card's first model; every element type; each PyTorch mode;
-the cupy build its half types compare), one short training run is started as
+For each configuration of the card (its first model; every element type; each PyTorch mode; the cupy build its
+half types compare) one short training run, traced (traced.py: `/proc/<pid>/maps` of the run and its children
+polled while it trains, and its modules and maps at exit), gives the shared libraries it mapped: NVIDIA's by name,
+whether NVRTC was opened (rule 61: an opened libnvrtc shows a kernel compiled at run time), and the bytes of its
+run-time set by category (runtime_sets.py), each file counted once, in the first category that claims it:
 
-    python -c WRAPPER DUMP --side S --model M --dtype D ... (the trainer's own arguments)
-
-where WRAPPER calls `tr2.train.main` and, when it returns, writes the modules in `sys.modules`
-and its own `/proc/self/maps` to DUMP. While it trains, `/proc/<pid>/maps` of the process and
-its descendants (Inductor's compile workers) is read a few times a second; the union of all
-readings is the set of shared libraries the run mapped. From it come NVIDIA's libraries by name,
-whether NVRTC was opened (protocol rule 61: an opened libnvrtc shows that a kernel was compiled at run
-time), and the bytes of the run-time set by category:
-
+    nvidia_driver     the driver's libraries mapped (libcuda, libnvidia-*): the host provides them
+    nvidia_libraries  NVIDIA's libraries mapped (cuBLAS, NVRTC, cuDNN, ...), wherever they live
     interpreter       the executable, libpython and the standard-library files it imported
     python_packages   the installed distributions of the imported third-party modules (tr2: its folder)
-    nvidia_libraries  NVIDIA's libraries mapped (cuBLAS, NVRTC, cuDNN, ...), wherever they live
-    nvidia_driver     the driver's libraries mapped (libcuda, libnvidia-*): the host provides them
     other_libraries   every other shared library mapped (the C library, libstdc++, ...)
 
-Each file counts once, in the first category above that claims it, in the order
-nvidia_driver, nvidia_libraries, interpreter, python_packages, other_libraries.
-
-The images: docker/cupy.Dockerfile and docker/torch.Dockerfile are the smallest images that
-train with each side. Where Docker runs (`docker info` answers), they are built from a context
-holding lib/tr2 and params/models.yaml, measured (`docker image inspect`) with their file lists,
-and proved by a short training run; where it does not, the summary says so, and the install sets
-measured here stand instead: the distributions pip would bring for each side, with the
-interpreter's standard library as a slim Python image keeps it.
-
-Writes in the results folder: footprint.jsonl (one record per run, resumable), logs/,
-libraries.csv, distributions.csv, install_sets.json, docker.json, footprint.csv, summary.json.
+Where Docker runs, each side's smallest image (docker/*.Dockerfile) is built, measured and tried (images.py);
+where it does not, the summary says so and the install sets pip would bring stand instead. Writes footprint.jsonl
+(a record per run, resumable), logs/, footprint.csv, libraries.csv, distributions.csv, install_sets.json,
+docker.json, summary.json and bytes.png.
 """
 from __future__ import annotations
 
@@ -37,13 +23,13 @@ import os
 import shutil
 from pathlib import Path
 
-import yaml
-
-from .. import configs, retry
+from .. import configs, explore, retry
+from .. import explore_plots as plots
 from ..configs import RunConfig
-from ..results import read_jsonl, write_json_atomic
+from ..data import data_dirs
+from ..results import read_json, read_jsonl, write_json_atomic
 from ..stage import open_folder, run_plan
-from ..summary import condition_fields, read_json, write_csv
+from ..summary import finish, save_figure, write_csv
 from ..trainlog import last_loss
 from .images import docker_available, measure_images  # noqa: F401 - docker_available: part of the package's face
 from .maps import MapsPoller, library_name, nvidia_kind, nvidia_libraries, nvrtc_opened, parse_maps  # noqa: F401
@@ -120,7 +106,6 @@ def run(card: dict, results_dir=None) -> Path:
 
 def _data_dir():
     """The data folder the images mount: tr2.data's first that exists ($TR2_DATA, when set, is the only one)."""
-    from ..data import data_dirs
     return next((str(d) for d in data_dirs() if d.is_dir()), None)
 
 
@@ -129,10 +114,9 @@ CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "lib
 
 
 def summarize(results_dir) -> dict:
+    """footprint.csv, libraries.csv, distributions.csv, summary.json and bytes.png from the folder's records."""
     rd = Path(results_dir)
     records = retry.drop_retried(read_jsonl(rd / "footprint.jsonl"), lambda r: r.get("key"))  # the rerun replaces it
-    # the card as written (not validated: a summary is made of whatever folder holds the records)
-    card = yaml.safe_load((rd / "card.yaml").read_text()) if (rd / "card.yaml").exists() else {}
     installs, docker = read_json(rd / "install_sets.json"), read_json(rd / "docker.json")
     write_csv(rd / "footprint.csv", [{
         **r, "mode": r.get("mode") or "", "half_roundings": bool(r.get("half_roundings")),
@@ -159,12 +143,6 @@ def summarize(results_dir) -> dict:
             "bytes": biggest["bytes"], "total_bytes": biggest["total_bytes"], "image_bytes": biggest["image_bytes"],
             "largest_run": biggest["key"],
         }
-    conditions = {
-        **condition_fields(card, read_json(rd / "machine.json")),
-        "steps": STEPS, "runs_per_configuration": 1, "caches": "cold (fresh Inductor, Triton and CuPy caches)",
-        "how": "union of /proc/<pid>/maps of the training process and its children, polled while it trained, "
-               "and the process's own reading at exit",
-    }
     ratio = None
     if "cupy" in sides and "torch" in sides and sides["cupy"]["image_bytes"]:
         ratio = sides["torch"]["image_bytes"] / sides["cupy"]["image_bytes"]
@@ -172,8 +150,10 @@ def summarize(results_dir) -> dict:
     image_ratio = None
     if docker.get("available") and all((images.get(s) or {}).get("size_bytes") for s in ("cupy", "torch")):
         image_ratio = images["torch"]["size_bytes"] / images["cupy"]["size_bytes"]
+    # an install set: the interpreter, the side's distributions and tr2's files
+    base = (installs.get("interpreter") or {}).get("bytes", 0) + (installs.get("tr2") or {}).get("bytes", 0)
     summary = {
-        "stage": STAGE, "results_dir": rd.name, "conditions": conditions,
+        "stage": STAGE, "results_dir": rd.name,
         "runs": [{k: r[k] for k in ("key", "side", "model", "dtype", "mode", "half_roundings", "status",
                                     "returncode", "wall_s", "polls", "nvidia_libraries", "nvrtc", "bytes",
                                     "total_bytes", "image_bytes", "log", "last_loss")} | {"libraries": len(r["libraries"])}
@@ -181,88 +161,14 @@ def summarize(results_dir) -> dict:
         "sides": sides,
         "run_time_set_ratio_torch_to_cupy": ratio,
         "install_sets": installs,
-        "install_set_bytes": None,
+        "install_set_bytes": {side: base + st["bytes"] for side, st in installs.get("sides", {}).items()} or None,
         "docker": {"available": docker.get("available"), "message": docker.get("message"),
                    "images": images, "image_ratio_torch_to_cupy": image_ratio,
                    "note": "the driver's libcuda comes from the host in both images"},
     }
-    if installs:
-        summary["install_set_bytes"] = install_totals(summary)
-    write_json_atomic(rd / "summary.json", summary)
-    return summary
-
-
-def load_table(results_dir):
-    """footprint.csv as a pandas DataFrame (for the notebook)."""
-    import pandas as pd
-    return pd.read_csv(Path(results_dir) / "footprint.csv", keep_default_na=False)
-
-
-CATEGORY_LABELS = {
-    "interpreter": "interpreter (executable, libpython, standard library imported)",
-    "python_packages": "Python packages imported (their installed distributions)",
-    "nvidia_libraries": "NVIDIA libraries mapped",
-    "nvidia_driver": "NVIDIA driver libraries mapped (from the host)",
-    "other_libraries": "other shared libraries mapped",
-}
-
-
-def plot_bytes(results_dir, path="bytes.png"):
-    """Stacked bars: the bytes of each run's run-time set by category (MB); saved in the results folder."""
-    import matplotlib
-    import matplotlib.pyplot as plt
-    df = load_table(results_dir)
-    fig, ax = plt.subplots(figsize=(8, 1.8 + 0.45 * max(1, len(df))))
-    labels = [f"{r.side} {r.dtype}" + (f" {r.mode}" if r.mode else "") + ("" if r.status == "ok" else f" ({r.status})")
-              for r in df.itertuples()]
-    left = [0.0] * len(df)
-    colors = matplotlib.colormaps["tab10"].colors
-    for i, c in enumerate(CATEGORIES):
-        vals = [v / 1e6 for v in df[f"bytes_{c}"]]
-        ax.barh(labels, vals, left=left, color=colors[i], label=c.replace("_", " "))
-        left = [a + b for a, b in zip(left, vals)]
-    ax.set_xlabel("MB (10^6 bytes) of the run-time set")
-    ax.invert_yaxis()
-    ax.set_title("What each run needed where it trained, by category")
-    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=3, frameon=False)
-    fig.tight_layout(rect=(0, 0.7 / fig.get_figheight(), 1, 1))
-    if path:
-        fig.savefig(Path(results_dir) / path, dpi=100)
-    return fig
-
-
-def libraries_table(results_dir):
-    """NVIDIA's libraries by run: one column per run, 'main'/'child' where the run mapped it."""
-    import pandas as pd
-    df = pd.read_csv(Path(results_dir) / "libraries.csv", keep_default_na=False)
-    df = df[df["nvidia"] != ""]
-    if df.empty:
-        return pd.DataFrame({"NVIDIA library": [], "mapped by": []})
-    df = df.assign(run=df["side"] + " " + df["dtype"] + (" " + df["mode"]).where(df["mode"] != "", ""))
-    t = df.pivot_table(index=["library", "nvidia"], columns="run", values="process", aggfunc="first", fill_value="")
-    return t
-
-
-def install_table(summary: dict):
-    """The install sets: each side's distributions and their bytes, with the interpreter's."""
-    import pandas as pd
-    sets = summary.get("install_sets", {})
-    rows = []
-    interp = sets.get("interpreter", {})
-    for side, s in sets.get("sides", {}).items():
-        rows.append({"side": side, "what": f"Python {interp.get('python')} (slim: no tests, no caches)",
-                     "version": interp.get("python"), "MB": interp.get("bytes", 0) / 1e6})
-        for d in s["distributions"]:
-            rows.append({"side": side, "what": d["distribution"], "version": d["version"], "MB": d["bytes"] / 1e6})
-        rows.append({"side": side, "what": "tr2 (lib/tr2, params/models.yaml)", "version": "",
-                     "MB": sets.get("tr2", {}).get("bytes", 0) / 1e6})
-        for m in s.get("missing", []):
-            rows.append({"side": side, "what": f"{m} (not installed here)", "version": "", "MB": float("nan")})
-    return pd.DataFrame(rows)
-
-
-def install_totals(summary: dict) -> dict:
-    """side -> bytes of its install set: interpreter + distributions + tr2."""
-    sets = summary.get("install_sets", {})
-    base = sets.get("interpreter", {}).get("bytes", 0) + sets.get("tr2", {}).get("bytes", 0)
-    return {side: base + s["bytes"] for side, s in sets.get("sides", {}).items()}
+    return finish(rd, summary, records, lambda: save_figure(
+        plots.footprint_bytes(explore.footprint(rd)["footprint"], CATEGORIES), rd / "bytes.png",
+        "What each run needed where it trained, by category"),
+        steps=STEPS, runs_per_configuration=1, caches="cold (fresh Inductor, Triton and CuPy caches)",
+        how="union of /proc/<pid>/maps of the training process and its children, polled while it trained, "
+            "and the process's own reading at exit")

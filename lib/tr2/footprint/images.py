@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import csv
+import importlib.metadata as md
 import io
 import os
-import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
 from .. import REPO_ROOT
 from ..results import write_text_atomic
+from ..trainlog import last_loss
 from .runtime_sets import _cupy_requirements, tr2_files
 
 DOCKER_DIR = REPO_ROOT / "docker"
@@ -48,7 +50,6 @@ def build_context(dest) -> Path:
 
 
 def _pinned(name: str):
-    import importlib.metadata as md
     try:
         return f"{name}=={md.version(name)}"
     except md.PackageNotFoundError:
@@ -84,7 +85,6 @@ def _docker(*args, timeout=None, **kw):
 
 def image_file_list(tag: str) -> list[tuple[str, int]]:
     """(path, bytes) of every regular file of the image, read from `docker export` of a created container."""
-    import tarfile
     cid = _docker("create", tag, timeout=120).stdout.strip()
     if not cid:
         return []
@@ -155,9 +155,8 @@ def measure_images(card: dict, results_dir, steps: int, data_dir=None, timeout_s
                 text, rc = "timeout\n", None
             tlog = results_dir / "logs" / f"image-{side}-train.log"
             write_text_atomic(tlog, text)
-            losses = re.findall(r"iter (\d+): loss ([0-9.]+)", text)
             rec.update(status="trained" if rc == 0 else "train failed", train_log=str(tlog.relative_to(results_dir)),
-                       train_returncode=rc, last_loss=float(losses[-1][1]) if losses else None,
+                       train_returncode=rc, last_loss=last_loss(text),
                        train_config={"model": model, "dtype": dtype, "steps": steps})
             out["images"][side] = rec
     return out

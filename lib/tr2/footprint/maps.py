@@ -116,14 +116,8 @@ def read_maps(pid: int) -> str:
 
 
 class MapsPoller:
-    """Reads /proc/<pid>/maps of a running process and its descendants in a thread, a few times a second;
-    `libraries` is the union (main process first, then what only its children mapped). For a stage that
-    starts the trainer itself (the series' discarded run, protocol rule 61):
-
-        with MapsPoller(proc.pid) as poller:
-            proc.wait()
-        nvidia_libraries(poller.all_libraries()), nvrtc_opened(poller.all_libraries())
-    """
+    """Reads /proc/<pid>/maps of a running process and its descendants in a thread, a few times a second, while
+    in its `with` block; `libraries` is the union of the main process's, `children` what only its children mapped."""
 
     def __init__(self, pid: int, interval_s: float = POLL_SLOW_S):
         self.pid, self.interval_s = pid, interval_s

@@ -1,11 +1,15 @@
 """The bytes of a run-time set by category, and the install sets pip would bring for each side."""
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import re
 import sys
 import sysconfig
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from .. import PARAMS_DIR, REPO_ROOT
 from .maps import library_name, nvidia_kind
@@ -48,7 +52,6 @@ def _distribution_files(dist) -> list[str]:
 
 def classify_run(trace: dict) -> dict:
     """Assign every file of a run's run-time set to one category; returns rows, bytes and distributions."""
-    import importlib.metadata as md
 
     libs = list(trace.get("libraries", [])) + list(trace.get("libraries_children", []))
     stdlib = os.path.realpath(trace.get("stdlib") or sysconfig.get_path("stdlib"))
@@ -136,7 +139,6 @@ SIDE_REQUIREMENTS = {"torch": ["torch", "numpy", "pyyaml"], "cupy": ["numpy", "p
 
 def _cupy_requirements() -> list[str]:
     """The cupy wheel installed here and NVIDIA's wheels of the libraries the cupy side opens."""
-    import importlib.metadata as md
     names = []
     for dist in md.distributions():
         n = (dist.metadata["Name"] or "").lower()
@@ -156,15 +158,6 @@ def side_requirements(side: str) -> list[str]:
 
 def install_set(requirements: list[str]) -> dict:
     """The closure of `requirements` over installed distributions (markers evaluated, no extras)."""
-    import importlib.metadata as md
-    try:
-        from packaging.requirements import Requirement
-        from packaging.utils import canonicalize_name
-    except ImportError:     # pragma: no cover - packaging ships with pip/setuptools
-        Requirement = None
-
-        def canonicalize_name(n):
-            return re.sub(r"[-_.]+", "-", n).lower()
     todo, seen, dists, missing = list(requirements), set(), [], []
     while todo:
         req = todo.pop(0)
@@ -181,20 +174,12 @@ def install_set(requirements: list[str]) -> dict:
         dists.append({"distribution": dist.metadata["Name"], "version": dist.version,
                       "files": len(files), "bytes": sum(_size(p) for p in files)})
         for r in dist.requires or []:
-            if Requirement is not None:
-                try:
-                    rq = Requirement(r)
-                except Exception:
-                    continue
-                if rq.marker is not None:
-                    try:
-                        if not rq.marker.evaluate({"extra": ""}):
-                            continue
-                    except Exception:
-                        continue
-                todo.append(rq.name)
-            elif ";" not in r:
-                todo.append(r)
+            try:
+                rq = Requirement(r)
+                if rq.marker is None or rq.marker.evaluate({"extra": ""}):
+                    todo.append(rq.name)
+            except Exception:  # noqa: BLE001 - a requirement or marker packaging cannot read: not followed
+                continue
     dists.sort(key=lambda d: -d["bytes"])
     return {"requirements": requirements, "distributions": dists, "missing": sorted(missing),
             "bytes": sum(d["bytes"] for d in dists)}

@@ -18,8 +18,7 @@ The rules the front page applies:
 from .cli import main
 from .front import front_page_html
 from .stitch import DEFAULT_OUT, build_report, export_html, merge, relative_paths, remote_urls, tidy_dataframe_html
-from ..stage import STAGES
 from .verdicts import build_table, choose_dirs, unstitched
 
-__all__ = ["DEFAULT_OUT", "STAGES", "build_report", "build_table", "choose_dirs", "export_html", "front_page_html",
+__all__ = ["DEFAULT_OUT", "build_report", "build_table", "choose_dirs", "export_html", "front_page_html",
            "main", "merge", "relative_paths", "remote_urls", "tidy_dataframe_html", "unstitched"]

@@ -1,22 +1,17 @@
 """python -m tr2.report --card NAME [--dirs DIR ...] [--out report/TR-2.html]: TR-2, stitched."""
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 from .. import Tr2Error
+from ..cards import card_name
+from ..trainargs import Parser
 from .stitch import DEFAULT_OUT, build_report
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"tr2.report: error: {message}\n")
-        sys.exit(2)
+from .verdicts import unstitched
 
 
 def main(argv=None) -> int:
-    p = _Parser(prog="python -m tr2.report", description="Stitch the executed notebooks of a card's results "
+    p = Parser(prog="python -m tr2.report", description="Stitch the executed notebooks of a card's results "
                 "folders into one offline HTML report behind the front page (TR-2).")
     p.add_argument("--card", required=True, help="the card's name (or its file)")
     p.add_argument("--dirs", nargs="+", default=None, metavar="DIR",
@@ -26,13 +21,9 @@ def main(argv=None) -> int:
     p.add_argument("--root", default=None, help="where the results folders are (default results/)")
     a = p.parse_args(argv)
     try:
-        card = a.card
-        if card.endswith((".yaml", ".yml")) or Path(card).is_file():
-            from ..cards import load_card
-            card = load_card(card)["card"]
+        card = card_name(a.card)
         html_path, json_path = build_report(card, a.dirs, a.out, a.root)
         if not a.dirs:
-            from .verdicts import unstitched
             for d in unstitched(card, a.root):
                 sys.stderr.write(f"tr2.report: note: {d.name} holds summary.json but no executed notebook, so it is "
                                  f"not stitched; run the stage with `make {d.name.split('-')[0].replace('_', '-')} "

@@ -9,13 +9,21 @@ manager): one HTML file that reads offline.
 """
 from __future__ import annotations
 
+import base64
 import copy
+import mimetypes
 import os
 import re
 from pathlib import Path
 
+import jinja2
+import nbformat
+from nbconvert import HTMLExporter
+
 from .. import REPO_ROOT, Tr2Error
-from .front import STAGE_TITLES
+from ..results import folder_path, write_json_atomic, write_text_atomic
+from .front import STAGE_TITLES, front_page_html
+from .verdicts import build_table, choose_dirs
 
 DROP_TAGS = {"parameters", "injected-parameters"}
 DEFAULT_OUT = REPO_ROOT / "report" / "TR-2.html"
@@ -89,8 +97,6 @@ def _is_relative(target: str) -> bool:
 def rewrite_links(text: str, folder, html_dir) -> str:
     """A stage notebook's relative targets, meant from its results folder, made right from the HTML file:
     an image the folder holds is embedded (a data: URI), a link becomes relative to html_dir."""
-    import base64
-    import mimetypes
     folder, html_dir = Path(folder), Path(html_dir)
 
     def fix(target: str, image: bool) -> str:
@@ -125,14 +131,10 @@ def _keep_cells(nb, folder=None, html_dir=None) -> list:
                     data.pop("application/javascript", None)
                     if not data:
                         continue
-                    if folder is not None:
-                        for mime in ("text/markdown", "text/html"):
-                            if isinstance(data.get(mime), str):
-                                data[mime] = rewrite_links(data[mime], folder, html_dir)
-                if o.get("output_type") in ("display_data", "execute_result"):
                     for mime in ("text/html", "text/plain", "text/markdown"):
                         if isinstance(data.get(mime), str):
-                            data[mime] = relative_paths(data[mime])
+                            linked = rewrite_links(data[mime], folder, html_dir) if folder and mime != "text/plain" else data[mime]
+                            data[mime] = relative_paths(linked)
                     if isinstance(data.get("text/html"), str):
                         data["text/html"] = tidy_dataframe_html(data["text/html"])
                 if o.get("output_type") == "stream":
@@ -158,10 +160,9 @@ def stage_header(info) -> str:
             f'(`{info["stage"]}.ipynb` in that folder) follows, its code hidden.')
 
 
-def merge(front_html: str, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":  # noqa: F821 - imported where used
+def merge(front_html: str, stage_nbs, html_dir=None) -> nbformat.NotebookNode:
     """One notebook: the front page (one HTML output), then per stage a header and its cells (parameters
     dropped; relative links and images of a stage, meant from its folder, made right from html_dir)."""
-    import nbformat
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                    "language_info": {"name": "python"}}
@@ -169,7 +170,7 @@ def merge(front_html: str, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":
                                                                             data={"text/html": front_html})])]
     for info, snb in stage_nbs:
         cells.append(nbformat.v4.new_markdown_cell(stage_header(info)))
-        folder = info.get("path")
+        folder = info.get("path") and folder_path(info["path"])
         cells.extend(_keep_cells(snb, folder, html_dir or DEFAULT_OUT.parent) if folder else _keep_cells(snb))
     for i, cell in enumerate(cells):
         cell["id"] = f"tr2-{i}"
@@ -181,8 +182,6 @@ def merge(front_html: str, stage_nbs, html_dir=None) -> "nbformat.NotebookNode":
 
 
 def export_html(nb, title: str) -> str:
-    import jinja2
-    from nbconvert import HTMLExporter
     exporter = HTMLExporter(template_name="lab", extra_loaders=[jinja2.DictLoader({"tr2_offline.html.j2": OFFLINE_TEMPLATE})],
                             template_file="tr2_offline.html.j2")
     exporter.exclude_input = True
@@ -202,10 +201,6 @@ def remote_urls(text: str) -> list[str]:
 
 def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]:
     """Write the HTML and the verdict table's JSON; returns their paths."""
-    import nbformat
-    from ..results import write_json_atomic, write_text_atomic
-    from .front import front_page_html
-    from .verdicts import build_table, choose_dirs
     out = Path(out) if out else DEFAULT_OUT
     out = out.resolve()
     chosen = choose_dirs(card, dirs, root)

@@ -8,36 +8,15 @@ model passed), with each number's conditions and a link to its raw data.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import statistics
 from pathlib import Path
 
-import yaml
-
-from .. import REPO_ROOT, RESULTS_DIR, Tr2Error
-from ..stage import STAGES
-
-
-# ---------------------------------------------------------------------------------------------
-# folders
-
-
-def _dirty(value) -> bool:
-    """machine.json's dirty flag: a bool, or the string the GPU machine's environment handed over (runs of 2026-11-29)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
-
-def stage_of(d) -> str | None:
-    d = Path(d)
-    s = _read_json(d / "summary.json") or {}
-    if s.get("stage") in STAGES:
-        return s["stage"]
-    for st in sorted(STAGES, key=len, reverse=True):
-        if d.name.startswith(st + "-"):
-            return st
-    return None
+from .. import PARAMS_DIR, Tr2Error
+from ..models import count_params, load_model
+from .. import explore
+from ..results import STAGES, is_finished, latest, read_yaml, results_folders, stage_of, stored_path
+from ..sysinfo import git_commit
 
 
 def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
@@ -55,27 +34,8 @@ def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
             out.append(p)
         order = {s: i for i, s in enumerate(STAGES)}
         return sorted(out, key=lambda p: (order[stage_of(p)], p.name))
-    from ..runner import latest
-    out = []
-    for st in STAGES:
-        p = latest(st, card_name, root=root or RESULTS_DIR, finished=True)
-        if p is not None:
-            out.append(Path(p).resolve())
-    return out
-
-
-def _read_json(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _read_card(d):
-    try:
-        return yaml.safe_load((Path(d) / "card.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
+    found = (latest(st, card_name, root, finished=True) for st in STAGES)
+    return [p.resolve() for p in found if p is not None]
 
 
 def link(d, html_dir) -> str:
@@ -84,32 +44,16 @@ def link(d, html_dir) -> str:
     return rel.replace(os.sep, "/") + "/"
 
 
-def folder_conditions(d) -> dict:
-    """Card, machine, versions, date and commit of a results folder (card.yaml and machine.json)."""
-    d = Path(d)
-    card = _read_card(d)
-    m = _read_json(d / "machine.json") or {}
-    gpus = m.get("gpus") or []
-    return {
-        "card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
-        "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
-        "driver": ", ".join(sorted({g.get("driver") for g in gpus if g.get("driver")})) or None,
-        "host": m.get("host"), "date": m.get("date"), "commit": m.get("commit"), "dirty": _dirty(m.get("dirty")),
-        "versions": {k: m.get(k) for k in ("python", "torch", "torch_cuda", "cudnn", "triton", "cupy", "numpy")},
-    }
-
-
 def folder_info(d, html_dir) -> dict:
-    d = Path(d)
-    st = stage_of(d)
-    summary = _read_json(d / "summary.json") or {}
-    c = folder_conditions(d)
-    for k in ("first_run", "last_run", "rounds", "steps", "window"):
-        v = (summary.get("conditions") or {}).get(k) if isinstance(summary.get("conditions"), dict) else None
-        if v is not None:
-            c[k] = v
-    return {"stage": st, "name": d.name, "path": str(d), "link": link(d, html_dir),
-            "notebook": (d / f"{st}.ipynb").is_file(), "conditions": c}
+    """A folder as the front page shows it (tr2.explore.folder_row): its stage, name, path and link from the HTML
+    file, whether its executed notebook is there, and its conditions with those its summary adds (the series':
+    rounds, window, the dates of its first and last run; the footprint's steps)."""
+    row = explore.folder_row(d)
+    own = explore.summary(d).get("conditions") or {}
+    c = {k: v for k, v in row.items() if k not in ("folder", "stage", "stamp", "finished", "path")}
+    c.update({k: own[k] for k in ("first_run", "last_run", "rounds", "steps", "window") if own.get(k) is not None})
+    return {"stage": row["stage"], "name": row["folder"], "path": stored_path(d), "link": link(d, html_dir),
+            "notebook": is_finished(d), "conditions": c}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +76,6 @@ def _range_of(r, times=None, tokens_per_step=None):
 
 def _model_facts(name):
     """(parameters, tokens per step) of a model of params/models.yaml, or (None, None)."""
-    from ..models import count_params, load_model
     try:
         cfg = load_model(name)
     except Tr2Error:
@@ -144,17 +87,15 @@ def _run_times(summary) -> dict:
     return {c.get("config"): c.get("run_times_ms") or [] for c in summary.get("configurations", [])}
 
 
-def _load_during(d) -> dict:
+def _load_during(d, info) -> dict:
     """The machine's load while the series ran: the load average when it started (machine.json) and, on a
     GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
-    from ..results import read_jsonl
-    m = _read_json(Path(d) / "machine.json") or {}
-    gpu = [r["gpu"] for r in read_jsonl(Path(d) / "runs.jsonl") if isinstance(r.get("gpu"), dict)]
+    gpu = [g for g in explore.runs(d).get("gpu", []) if isinstance(g, dict)]
     med = {}
     for k in ("sm_mhz", "temp_c", "power_w"):
         vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
         med[k] = statistics.median(vals) if vals else None
-    return {"loadavg": m.get("loadavg"), "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}
+    return {"loadavg": info["conditions"].get("loadavg"), "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}
 
 
 def _check_of(v, link_, what):
@@ -170,24 +111,21 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     infos = [folder_info(d, html_dir) for d in dirs]
     by_stage: dict[str, list] = {}
     for d, info in zip(dirs, infos):
-        by_stage.setdefault(info["stage"], []).append((d, info, _read_json(d / "summary.json") or {}))
+        by_stage.setdefault(info["stage"], []).append((d, info, explore.summary(d)))
 
     # correctness: method A per (model, dtype), method B per model; a later folder overrides an earlier one
     check_a, check_b = {}, {}
-    for d, info, s in by_stage.get("method_a", []):
-        for c in s.get("configs", []):
-            check_a[(c["model"], c["dtype"])] = _check_of(c.get("verdict") or {}, info["link"], "method A")
-    for d, info, s in by_stage.get("method_b", []):
-        for m in s.get("models", []):
-            v = dict(m.get("verdict") or {})
-            full = v.get("full")
-            if isinstance(full, dict) and "passed" in full and m.get("judge_last_step") != m.get("steps"):
-                v["reason"] = (v.get("reason") or "") + f" (over all {m.get('steps')} steps: " + \
-                    ("passed" if full.get("passed") else "not passed") + ", protocol rule 52)"
-            check_b[m["model"]] = _check_of(v, info["link"], "method B")
+    for d, info, _s in by_stage.get("method_a", []):
+        for c in explore.verdicts_a(d).to_dict("records"):
+            check_a[(c["model"], c["dtype"])] = _check_of(c, info["link"], "method A")
+    for d, info, _s in by_stage.get("method_b", []):
+        for m in explore.verdicts_b(d).to_dict("records"):
+            if m["judged_through"] != m["steps"] and m["all_steps_passed"] is not None:  # judged short of the end
+                m["reason"] = (m["reason"] or "") + f" (over all {m['steps']} steps: " + \
+                    ("passed" if m["all_steps_passed"] else "not passed") + ", protocol rule 52)"
+            check_b[m["model"]] = _check_of(m, info["link"], "method B")
 
-    rows = []
-    seen = {}
+    rows = {}
     for d, info, s in by_stage.get("series", []):
         cond = info["conditions"]
         times = _run_times(s)
@@ -233,11 +171,8 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                                "commit": cond.get("commit"), "torch": cond["versions"].get("torch"),
                                "cupy": cond["versions"].get("cupy")},
             }
-            if key in seen:
-                rows[seen[key]] = row
-            else:
-                seen[key] = len(rows)
-                rows.append(row)
+            rows[key] = row  # a later series replaces an earlier one's row in its place
+    rows = list(rows.values())
 
     primary = [r for r in rows if r["primary"]]
     counts = {k: sum(1 for r in primary if r["verdict"] == k) for k in ("faster", "level", "slower")}
@@ -258,12 +193,11 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     cards = {i["conditions"].get("card") for i in infos if i["conditions"].get("card")}
     dates = sorted(x for i in infos for x in (i["conditions"].get("first_run") or i["conditions"].get("date"),
                                               i["conditions"].get("last_run") or i["conditions"].get("date")) if x)
-    from ..sysinfo import git_commit
     commits = {i["stage"]: i["conditions"].get("commit") for i in infos}
     series = by_stage.get("series", [])
     return {
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
-        "machine": _machine(dirs[0] if not series else series[-1][0], series[-1][0] if series else None),
+        "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir),
         "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
         "cpu_demonstration": "cpu" in devices or (not devices and _card_device(card_name) == "cpu"),
@@ -275,17 +209,11 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     }
 
 
-def _machine(d, series_dir) -> dict:
+def _machine(info, series_dir) -> dict:
     """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver, and the
     load while the series ran. Folders made before tr2 recorded the processor say None (not recorded)."""
-    m = _read_json(Path(d) / "machine.json") or {}
-    gpus = m.get("gpus") or []
-    return {"host": m.get("host"), "platform": m.get("platform"), "cpu_model": m.get("cpu_model"),
-            "cpu_cores": m.get("cpu_cores"), "memory_bytes": m.get("memory_bytes"),
-            "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
-            "gpu_memory_mib": ", ".join(str(g.get("memory_mib")) for g in gpus if g.get("memory_mib")) or None,
-            "driver": ", ".join(sorted({g.get("driver") for g in gpus if g.get("driver")})) or None,
-            "load": _load_during(series_dir) if series_dir else None}
+    keys = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "gpu", "gpu_memory_mib", "driver")
+    return {**{k: info["conditions"].get(k) for k in keys}, "load": _load_during(series_dir, info) if series_dir else None}
 
 
 def commands(card_name, infos, html_dir) -> dict:
@@ -305,14 +233,8 @@ def commands(card_name, infos, html_dir) -> dict:
 def unstitched(card_name: str, root=None) -> list[Path]:
     """Folders of the card that hold a summary but no executed notebook (a stage run by hand with papermill
     into another file): the report cannot stitch them and says so."""
-    from ..runner import folders
-    return [p for st in STAGES for p in folders(st, card_name, root or RESULTS_DIR)
-            if (p / "summary.json").is_file() and not (p / f"{st}.ipynb").is_file()]
+    return [p for p in results_folders(root, card=card_name) if (p / "summary.json").is_file() and not is_finished(p)]
 
 
 def _card_device(card_name):
-    try:
-        return (yaml.safe_load((REPO_ROOT / "params" / "cards" / f"{card_name}.yaml").read_text()) or {}).get("device")
-    except (OSError, yaml.YAMLError):
-        return None
-
+    return read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device")
