@@ -20,7 +20,6 @@ import cupy as cp
 
 from . import attention_geometry, dropout as _dropout
 from .cast import to_half
-from .halfbits import KIND_F32
 from .runtime import NULL, f32, function, i32, launch, u32, u64
 
 FILE = "attention.cu"
@@ -78,10 +77,6 @@ def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
     launch(FILE, name, ((T + rows - 1) // rows, BH), THREADS, args, shared_mem=nbytes)
 
 
-def _out_dtype(ctx):
-    return np.uint16 if ctx.round_kind != KIND_F32 else np.float32
-
-
 def _half(ctx, a, out=None):
     """What the kernels read: float32 in the float32 builds, half bits in the half builds (cast if need be)."""
     if not ctx.half or a.dtype == np.uint16:
@@ -109,7 +104,7 @@ def _dropout_args(p, seed, offset, offset_add):
 def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: int, offset_add=None):
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    out = cp.empty((B, T, C), dtype=_out_dtype(ctx))
+    out = cp.empty((B, T, C), dtype=ctx.out_dtype)
     lse = cp.empty((B, H, T), dtype=np.float32)
     kqkv = _half(ctx, qkv)
     _launch(ctx, "forward", hs, T, B * H, (out, lse, kqkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
@@ -122,7 +117,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
     D = ctx.ws.get("att_D", (B, H, T), np.float32)   # the row dots: written by the dQ kernel, read by dK/dV's
-    dqkv = cp.empty((B, T, 3 * C), dtype=_out_dtype(ctx))
+    dqkv = cp.empty((B, T, 3 * C), dtype=ctx.out_dtype)
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
     scale, tail = f32(1.0 / math.sqrt(hs)), (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)
     _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H), scale)

@@ -46,6 +46,12 @@ class GpuContext:
         return np.uint16 if self.half else np.float32
 
     @property
+    def out_dtype(self):
+        """CuPy dtype of a product's output (and attention's): uint16 half bits where the build rounds product
+        outputs to the half type (half roundings), else float32."""
+        return np.uint16 if self.round_kind != KIND_F32 else np.float32
+
+    @property
     def act_kind(self) -> int:
         """The kind of activations that only feed products (LayerNorm's and GELU's outputs, the logits'
         gradient): the half type in the half builds, where the product would round them to it anyway."""

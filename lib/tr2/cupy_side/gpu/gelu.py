@@ -1,10 +1,8 @@
 """Wrapper of kernels/gelu.cu (exact erf GELU)."""
 from __future__ import annotations
 
-import numpy as np
 import cupy as cp
 
-from .halfbits import KIND_F32
 from .runtime import THREADS, blocks_for, i32, i64, launch
 
 FILE = "gelu.cu"
@@ -12,7 +10,7 @@ FILE = "gelu.cu"
 
 def _empty(ctx, shape):
     """GELU's output and its input gradient feed only products: the half type in the half builds."""
-    return cp.empty(shape, dtype=np.uint16 if ctx.act_kind != KIND_F32 else np.float32)
+    return cp.empty(shape, dtype=ctx.store_dtype)
 
 
 def _aligned(*arrays) -> None:

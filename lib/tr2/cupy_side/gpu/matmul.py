@@ -44,11 +44,6 @@ def _mm(ctx, *args, **kw):
     return gemm(ctx, *args, in_type=ctx.cuda_type, compute=ctx.compute, round_kind=ctx.round_kind, **kw)
 
 
-def _out_dtype(ctx):
-    """y and dx: half bits where the build rounds product outputs to the half type, else float32."""
-    return np.uint16 if ctx.round_kind != KIND_F32 else np.float32
-
-
 def _weight(ctx, w: "cp.ndarray") -> "cp.ndarray":
     """The weight as the product reads it: its half copy where it has one, else as product_input gives it."""
     copy = ctx.half_copy(w)
@@ -60,7 +55,7 @@ def forward(ctx, x: "cp.ndarray", w: "cp.ndarray") -> "cp.ndarray":
     M = w.shape[0]
     xa = product_input(ctx, x, "mm_x")
     wa = _weight(ctx, w)
-    y = cp.empty((N, M), dtype=_out_dtype(ctx))
+    y = cp.empty((N, M), dtype=ctx.out_dtype)
     return _mm(ctx, False, True, N, M, K, xa, K, wa, K, y, M, out_name="mm_y")
 
 
@@ -70,7 +65,7 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray"):
     dya = product_input(ctx, dy, "mm_dy")
     xa = product_input(ctx, x, "mm_x")
     wa = _weight(ctx, w)
-    dx = cp.empty((N, K), dtype=_out_dtype(ctx))
+    dx = cp.empty((N, K), dtype=ctx.out_dtype)
     dw = cp.empty((M, K), dtype=np.float32)
     _mm(ctx, False, False, N, K, M, dya, M, wa, K, dx, K, out_name="mm_dx")   # dx = dy W
     _mm(ctx, True, False, M, K, N, dya, M, xa, K, dw, K, out_name="mm_dw")    # dW = dy^T x
