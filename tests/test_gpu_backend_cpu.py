@@ -104,6 +104,13 @@ def test_bf16_ties_go_to_even():
     assert halfbits.round_to_bf16(x).tolist() == [1.0, 1 + 2 ** -6, -1.0]
 
 
+def test_block_sizes_are_read_from_the_sources():
+    assert gpu.kernel_define("embedding.cu", "EMB_CHUNK") == 1024
+    assert 1 <= gpu.kernel_define("embedding.cu", "WTE_RUN") <= 128   # gpu/embedding.py's WTE_THREADS reads them
+    with pytest.raises(RuntimeError, match="no '#define NOPE"):
+        gpu.kernel_define("embedding.cu", "NOPE")
+
+
 def test_attention_geometry_is_read_from_the_source(tmp_path, monkeypatch):
     geo = gpu.attention_geometry()
     assert set(geo) == {"half", "float32"}

@@ -170,3 +170,12 @@ def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
     if candidates:
         return candidates[0]
     return ctypes.util.find_library(stem)
+
+
+def kernel_define(filename: str, name: str) -> int:
+    """The integer a kernel file #defines as `name` (a block size its wrapper must launch with): read from the
+    source, the one place it is written."""
+    m = re.search(rf"^#define {name} (\d+)\b", (KERNELS_DIR / filename).read_text(), re.M)
+    if m is None:
+        raise RuntimeError(f"{filename}: no '#define {name} <integer>'")
+    return int(m.group(1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
+from . import kernel_define
 from .runtime import THREADS, blocks_for, i32, launch
 
 FILE = "embedding.cu"
@@ -19,10 +20,10 @@ def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray") -> "cp.ndar
     return out
 
 
-CHUNK = 1024        # EMB_CHUNK: rows per block of the counting sort
+CHUNK = kernel_define(FILE, "EMB_CHUNK")   # rows per block of the counting sort
 SCAN_THREADS = 1024  # embedding_sort_scan's block (its shared array)
-WTE_THREADS = 128   # at least WTE_RUN (embedding.cu): its first threads read the block's sorted positions
-WTE_RUN = 32
+WTE_RUN = kernel_define(FILE, "WTE_RUN")   # sorted positions a block of embedding_backward_wte looks at
+WTE_THREADS = 128   # at least WTE_RUN: its first threads read the block's sorted positions
 
 
 def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
