@@ -15,6 +15,14 @@
 // (a pass with no backward has no dloss and must not overwrite them).
 // Why: the forward read each row twice (max, then sum) and the backward a third time, in separate launches;
 // now training reads it once for the statistics and once more to write the gradient (mostly from L2).
+// Rows of whole 16-byte vectors that fit 8 vectors a thread take ce_row_vec (GPT-2's 50304 columns in the half
+// types with 1024 threads; float32 rows that wide keep the scalar row, as 16 vectors a thread spilled): the row is
+// read once, by 16-byte loads, into the block's registers; max, then the sum of exp(x - max), then the gradient
+// are computed from the registers, so the gradient pass reads no memory. The scalar row (ce_row) read
+// every element as 2 bytes with the type decided per element, and spent 1.77 ms a step of gpt2-small bf16 on
+// 8192 x 50304 logits (call 1 of 2026-11-30's session, results/h200-perf-20261130a), ~4.7x the time to read and
+// write them once at the copy rate. Which row a launch takes depends on the logits alone, so evaluation and
+// training take the same one and their losses stay equal bit for bit.
 #include "common.cuh"
 
 // One element x into a thread's (m, s).
@@ -96,6 +104,118 @@ __device__ __forceinline__ void ce_row(float* __restrict__ losses, void* dlogits
     }
 }
 
+// Element e of a 16-byte vector of kind K, widened.
+template <int K> __device__ __forceinline__ float vec_elem(const uint4& v, int e) {
+    const u32 w = (e >> 1) == 0 ? v.x : (e >> 1) == 1 ? v.y : (e >> 1) == 2 ? v.z : v.w;
+    return load_from<K>((u16)((e & 1) ? (w >> 16) : (w & 0xffffu)));
+}
+template <> __device__ __forceinline__ float vec_elem<KIND_F32>(const uint4& v, int e) {
+    return __uint_as_float(e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w);
+}
+
+// The row from registers: LK the logits' kind, NV vectors a thread (a compile-time count, so x stays in
+// registers), GRAD as ce_row. Needs 16-byte aligned rows of V / EPV whole vectors and V / EPV <= NV blockDim.x.
+template <int LK, int NV, bool GRAD>
+__device__ __forceinline__ void ce_row_vec(float* __restrict__ losses, void* dlogits, const void* logits,
+                                           const i64* __restrict__ targets, const float* __restrict__ dloss,
+                                           const float* __restrict__ count, int V, int dlogit_kind) {
+    typedef typename Elem<LK>::T E;
+    constexpr int EPV = 16 / (int)sizeof(E);
+    __shared__ float red[32];
+    const i64 row = blockIdx.x;
+    const i64 r0 = row * V;
+    const int nvec = V / EPV;
+    // dlogits as 16-byte vectors of the logits' kind (the in-place case), else element by element
+    const bool vec_out = GRAD && dlogit_kind == LK && ((size_t)dlogits % 16 == 0);
+    const i64 t = targets[row];
+    if (t < 0) {
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        if (GRAD) {
+            if (vec_out)
+                for (int v = threadIdx.x; v < nvec; v += blockDim.x) ((uint4*)((E*)dlogits + r0))[v] = make_uint4(0, 0, 0, 0);
+            else
+                for (int j = threadIdx.x; j < V; j += blockDim.x) store_kind(dlogits, r0 + j, 0.0f, dlogit_kind);
+        }
+        return;
+    }
+    const float xt = (threadIdx.x == 0) ? load_kind(logits, r0 + t, LK) : 0.0f;
+    const uint4* src = (const uint4*)((const E*)logits + r0);
+    uint4 x[NV];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int v = threadIdx.x + k * (int)blockDim.x;
+        x[k] = (v < nvec) ? src[v] : make_uint4(0, 0, 0, 0);
+    }
+    float m = NEG_INF;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        if (threadIdx.x + k * (int)blockDim.x < nvec)
+#pragma unroll
+            for (int e = 0; e < EPV; e++) m = fmaxf(m, vec_elem<LK>(x[k], e));
+    m = block_max(m, red);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        if (threadIdx.x + k * (int)blockDim.x < nvec)
+#pragma unroll
+            for (int e = 0; e < EPV; e++) s += expf(vec_elem<LK>(x[k], e) - m);
+    s = block_sum(s, red);
+    const float lse = logf(s) + m;
+    if (threadIdx.x == 0) losses[row] = lse - xt;
+    if (!GRAD) return;
+    const float g = dloss[0] / fmaxf(count[0], 1.0f);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int v = threadIdx.x + k * (int)blockDim.x;
+        if (v >= nvec) continue;
+        float d[EPV];
+#pragma unroll
+        for (int e = 0; e < EPV; e++) {
+            const int j = v * EPV + e;
+            d[e] = (expf(vec_elem<LK>(x[k], e) - lse) - (j == t ? 1.0f : 0.0f)) * g;
+        }
+        if (vec_out) {
+            u32 w[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                if (LK == KIND_F32) w[q] = __float_as_uint(d[q]);
+                else w[q] = (u32)store_as<LK>(d[(2 * q) % EPV]) | ((u32)store_as<LK>(d[(2 * q + 1) % EPV]) << 16);
+            }
+            ((uint4*)((E*)dlogits + r0))[v] = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < EPV; e++) store_kind(dlogits, r0 + (i64)v * EPV + e, d[e], dlogit_kind);
+        }
+    }
+}
+
+// The vectorized row where the logits allow it (NV 4 or 8, the lesser that holds the row), else ce_row.
+template <int LK, bool GRAD>
+__device__ __forceinline__ bool ce_try_vec(float* losses, void* dlogits, const void* logits, const i64* targets,
+                                           const float* dloss, const float* count, int V, int dlogit_kind) {
+    constexpr int EPV = 16 / (int)sizeof(typename Elem<LK>::T);
+    const int per_thread = (V / EPV + (int)blockDim.x - 1) / (int)blockDim.x;
+    if (per_thread <= 4) ce_row_vec<LK, 4, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind);
+    else if (per_thread <= 8) ce_row_vec<LK, 8, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind);
+    else return false;
+    return true;
+}
+
+template <bool GRAD>
+__device__ __forceinline__ void ce_dispatch(float* losses, void* dlogits, const void* logits, const i64* targets,
+                                            const float* dloss, const float* count, int V, int logit_kind,
+                                            int dlogit_kind) {
+    const int esize = logit_kind == KIND_F32 ? 4 : 2;
+    if ((size_t)logits % 16 == 0 && ((i64)V * esize) % 16 == 0) {
+        bool done;
+        if (logit_kind == KIND_F32) done = ce_try_vec<KIND_F32, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind);
+        else if (logit_kind == KIND_BF16) done = ce_try_vec<KIND_BF16, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind);
+        else done = ce_try_vec<KIND_F16, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind);
+        if (done) return;
+    }
+    ce_row<GRAD>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
+}
+
 // count[0] = rows whose target is not -1; one block, fixed order (an exact integer in float32 up to 2^24 rows).
 extern "C" __global__ void cross_entropy_count(float* __restrict__ count, const i64* __restrict__ targets, int N) {
     __shared__ float shared[32];
@@ -107,19 +227,19 @@ extern "C" __global__ void cross_entropy_count(float* __restrict__ count, const 
 
 // Evaluation: losses[n] only; grid = N blocks. logits in logit_kind (the half type where the product rounds its
 // output, half roundings).
-extern "C" __global__ void cross_entropy_forward(float* __restrict__ losses, const void* __restrict__ logits,
+extern "C" __global__ void __launch_bounds__(1024) cross_entropy_forward(float* __restrict__ losses, const void* __restrict__ logits,
                                                  const i64* __restrict__ targets, int V, int logit_kind) {
-    ce_row<false>(losses, nullptr, logits, targets, nullptr, nullptr, V, logit_kind, KIND_F32);
+    ce_dispatch<false>(losses, nullptr, logits, targets, nullptr, nullptr, V, logit_kind, KIND_F32);
 }
 
 // Training: losses[n] and dlogits in dlogit_kind (the half builds write the half type the lm_head product reads);
 // dlogits may be the logits' own buffer (same kind). Needs count (cross_entropy_count) before it.
-extern "C" __global__ void cross_entropy_forward_backward(float* __restrict__ losses, void* dlogits, const void* logits,
+extern "C" __global__ void __launch_bounds__(1024) cross_entropy_forward_backward(float* __restrict__ losses, void* dlogits, const void* logits,
                                                           const i64* __restrict__ targets,
                                                           const float* __restrict__ dloss,
                                                           const float* __restrict__ count, int V, int logit_kind,
                                                           int dlogit_kind) {
-    ce_row<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
+    ce_dispatch<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
 }
 
 // loss[0] = sum(losses) / count[0]; one block, fixed order.
