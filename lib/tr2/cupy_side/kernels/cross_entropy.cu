@@ -20,7 +20,7 @@
 // read once, by 16-byte loads, into the block's registers; max, then the sum of exp(x - max), then the gradient
 // are computed from the registers, so the gradient pass reads no memory. The scalar row (ce_row) read
 // every element as 2 bytes with the type decided per element, and spent 1.77 ms a step of gpt2-small bf16 on
-// 8192 x 50304 logits (call 1 of 2026-11-30's session, results/h200-perf-20261130a), ~4.7x the time to read and
+// 8192 x 50304 logits (results/h200-perf-20261130/call1-aca8248), ~4.7x the time to read and
 // write them once at the copy rate. Which row a launch takes depends on the logits alone, so evaluation and
 // training take the same one and their losses stay equal bit for bit.
 #include "common.cuh"
