@@ -29,17 +29,19 @@ def test_keys_and_the_cards_configurations():
     assert (c.slug, c.label, c.as_record()["build"]) == ("tiny_bfloat16_cupy-hr", "cupy half-roundings", "cupy-hr")
 
 
-def test_the_cards_cuda_graph_reaches_the_cupy_runs_but_float16():
+def test_the_cards_cuda_graph_reaches_every_cupy_run():
     card = {"models": ["nanogpt"], "dtypes": ["float32", "bfloat16", "float16"], "torch_modes": ["eager"],
             "half_roundings": [True], "cuda_graph": True}
     cupy = [c for c in configurations(card) if c.side == "cupy"]
-    assert [(c.dtype, c.cuda_graph) for c in cupy] == [("float32", True), ("bfloat16", True), ("float16", False)]
+    assert [(c.dtype, c.cuda_graph) for c in cupy] == [("float32", True), ("bfloat16", True), ("float16", True)]
     assert all(not c.cuda_graph for c in configurations(card) if c.side == "torch")
     assert cupy[1].key == "nanogpt/bfloat16/cupy-hr" and cupy[1].label == "cupy half-roundings graph"
     assert cupy[1].as_record()["cuda_graph"] is True
     assert "--cuda-graph" in cupy[1].train_args("cuda", 10).to_argv()
-    assert "--cuda-graph" not in cupy[2].train_args("cuda", 10).to_argv()
-    assert not graphed({**card, "cuda_graph": False}, "bfloat16") and not graphed({}, "float32")
+    assert "--cuda-graph" in cupy[2].train_args("cuda", 10).to_argv()
+    assert not graphed({**card, "cuda_graph": False}) and not graphed({})
+    plain = [c for c in configurations({**card, "cuda_graph": False}) if c.side == "cupy"]
+    assert not any(c.cuda_graph for c in plain) and "--cuda-graph" not in plain[2].train_args("cuda", 10).to_argv()
 
 
 def test_the_nanogpt_side_stands_after_the_torch_modes_where_the_card_lists_it():

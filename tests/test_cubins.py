@@ -75,9 +75,28 @@ def test_build_ahead_compiles_every_file_then_keeps_them(cache, monkeypatch, cap
 def test_no_nvrtc_is_its_own_error(monkeypatch):
     """runtime.module falls back to CuPy's own compile on this error (and only this one), so it must be distinct."""
     monkeypatch.setenv("TR2_NVRTC", "")
-    monkeypatch.setattr(cubins.sys, "path", [])
-    monkeypatch.setattr(cubins.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(gpu.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(gpu.ctypes.util, "find_library", lambda name: None)
     monkeypatch.setitem(__import__("sys").modules, "cuda", None)   # no cuda-pathfinder either
     with pytest.raises(cubins.NvrtcNotFound, match="NVRTC not found"):
         cubins.Nvrtc()
     assert issubclass(cubins.NvrtcNotFound, RuntimeError)
+
+
+def test_the_library_finder_takes_the_library_not_its_side_files(tmp_path, monkeypatch):
+    """gpu.find_nvidia_lib, shared by cuBLAS and NVRTC: the variable first, else a wheel's library under
+    sys.path (NVRTC's builtins and .alt. builds are not NVRTC), else nothing."""
+    lib = tmp_path / "site" / "nvidia" / "cu13" / "lib"
+    lib.mkdir(parents=True)
+    for name in ("libnvrtc-builtins.so.13.0", "libnvrtc.alt.so.13", "libnvrtc.so.13", "libcublasLt.so.13"):
+        (lib / name).write_bytes(b"")
+    monkeypatch.setitem(__import__("sys").modules, "cuda", None)
+    monkeypatch.setattr(gpu.sys, "path", [str(tmp_path / "site")])
+    monkeypatch.setattr(gpu.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setenv("TR2_NVRTC", "")
+    assert gpu.find_nvidia_lib("nvrtc", env="TR2_NVRTC") == str(lib / "libnvrtc.so.13")
+    monkeypatch.setenv("TR2_NVRTC", "/opt/mine/libnvrtc.so.12")
+    assert gpu.find_nvidia_lib("nvrtc", env="TR2_NVRTC") == "/opt/mine/libnvrtc.so.12"
+    assert gpu.find_nvidia_lib("cublas") is None   # libcublasLt is another library

@@ -115,7 +115,7 @@ def test_split_optimizer_step_is_the_whole_step():
                 opt.set_lr(1e-3 * (it + 1))
                 apply_update(be, opt, grads, 1.0)
             else:
-                optimizer_step(be, opt, LossScaler(False), grads, 1e-3 * (it + 1), 1.0)
+                optimizer_step(be, opt, LossScaler(be, False), grads, 1e-3 * (it + 1), 1.0)
         out.append({k: v.copy() for k, v in model.params.items()})
     for k in out[0]:
         assert np.array_equal(out[0][k], out[1][k]), k
@@ -127,8 +127,8 @@ def test_loss_scale_multiplies_gradients():
     X, Y = batch(cfg)
     model.forward(X, Y, 0)
     g1 = model.backward()
-    model.forward(X, Y, 0)
-    g2 = model.backward(np.asarray(1024.0))
+    model.forward(X, Y, 0, dloss=np.asarray(1024.0))
+    g2 = model.backward()
     for k in g1:
         np.testing.assert_allclose(g2[k], 1024.0 * g1[k], rtol=1e-13, atol=1e-300)
 
@@ -179,7 +179,7 @@ def test_adamw_with_clipping_matches_torch(dtype, rtol):
     be = get_backend("cpu", dtype)
     mine = {k: be.to_device(v) for k, v in params.items()}
     opt = AdamW(be, mine, betas, eps, wd)
-    scaler = LossScaler(enabled=False)
+    scaler = LossScaler(be, enabled=False)
     for it, grads in enumerate(grad_steps):
         step_lr = lr * (it + 1) / 3
         for k, p in tparams.items():
@@ -188,10 +188,11 @@ def test_adamw_with_clipping_matches_torch(dtype, rtol):
         for g in topt.param_groups:
             g["lr"] = step_lr
         topt.step()
-        assert optimizer_step(be, opt, scaler, grads, step_lr, clip)
+        optimizer_step(be, opt, scaler, grads, step_lr, clip)
+        assert opt.steps_taken() == it + 1
         for k in params:
             np.testing.assert_allclose(mine[k], tparams[k].detach().numpy(), rtol=rtol, atol=rtol * 1e-2)
-    assert opt.t == 3
+    assert opt.steps_taken() == 3
 
 
 def test_clip_coefficient_is_torchs():
@@ -202,21 +203,22 @@ def test_clip_coefficient_is_torchs():
 
 
 def test_loss_scaler_rule():
-    s = LossScaler(enabled=True, growth_interval=3)
-    assert s.scale == 2.0 ** 16
+    be = get_backend("cpu", "float32")
+    s = LossScaler(be, enabled=True, growth_interval=3)
+    assert s.value() == 2.0 ** 16 and s.scale.shape == () and s.scale.dtype == np.float32
     s.update(found_inf=True)
-    assert s.scale == 2.0 ** 15
+    assert s.value() == 2.0 ** 15
     s.update(False), s.update(False)
-    assert s.scale == 2.0 ** 15
+    assert s.value() == 2.0 ** 15
     s.update(True)                       # an overflow resets the run of good steps
     s.update(False), s.update(False)
-    assert s.scale == 2.0 ** 14
-    s.update(False)
-    assert s.scale == 2.0 ** 15          # three good steps in a row double it
-    assert LossScaler(enabled=True).growth_interval == 2000
-    off = LossScaler(enabled=False)
+    assert s.value() == 2.0 ** 14
+    s.update(be.to_device(0.0))          # the step's own verdict, a 0-d array on the device
+    assert s.value() == 2.0 ** 15        # three good steps in a row double it
+    assert LossScaler(be, enabled=True).growth_interval == 2000
+    off = LossScaler(be, enabled=False)
     off.update(True)
-    assert off.scale == 1.0
+    assert off.value() == 1.0
 
 
 def test_scaled_step_skips_overflow_and_unscales():
@@ -225,21 +227,36 @@ def test_scaled_step_skips_overflow_and_unscales():
     scaled = {k: be.to_device(v) for k, v in params.items()}
     plain = {k: be.to_device(v) for k, v in params.items()}
     opt_s, opt_p = AdamW(be, scaled, (0.9, 0.99), 1e-8, 0.1), AdamW(be, plain, (0.9, 0.99), 1e-8, 0.1)
-    scaler = LossScaler(enabled=True)
+    scaler = LossScaler(be, enabled=True)
 
-    bad = {k: v * np.float32(scaler.scale) for k, v in grad_steps[0].items()}
+    bad = {k: v * np.float32(scaler.value()) for k, v in grad_steps[0].items()}
     bad["b.weight"][1] = np.inf
-    assert not optimizer_step(be, opt_s, scaler, bad, 1e-3, 1.0)
-    assert scaler.scale == 2.0 ** 15 and opt_s.t == 0
+    optimizer_step(be, opt_s, scaler, bad, 1e-3, 1.0)
+    assert scaler.value() == 2.0 ** 15 and opt_s.steps_taken() == 0
     for k in params:
         np.testing.assert_array_equal(scaled[k], params[k])       # skipped: nothing moved
+        np.testing.assert_array_equal(opt_s.ms[opt_s.names.index(k)], 0.0)
 
-    for grads in grad_steps:
-        s = np.float32(scaler.scale)
-        assert optimizer_step(be, opt_s, scaler, {k: v * s for k, v in grads.items()}, 1e-3, 1.0)
-        assert optimizer_step(be, opt_p, LossScaler(enabled=False), grads, 1e-3, 1.0)
+    plain_scaler = LossScaler(be, enabled=False)
+    for n, grads in enumerate(grad_steps, start=1):
+        s = np.float32(scaler.value())
+        optimizer_step(be, opt_s, scaler, {k: v * s for k, v in grads.items()}, 1e-3, 1.0)
+        optimizer_step(be, opt_p, plain_scaler, grads, 1e-3, 1.0)
+        assert opt_s.steps_taken() == opt_p.steps_taken() == n   # the skipped step did not count
     for k in params:
         np.testing.assert_allclose(scaled[k], plain[k], rtol=1e-6)  # a power-of-two scale unscales exactly
+
+
+def test_bias_corrections_computed_on_the_device_are_the_hosts():
+    """The step count and bias corrections moved to the device (float64 there, stored in float32): the values
+    AdamW reads are what the host's Python floats gave, float32(1 - beta ** t), for the first steps and late ones."""
+    be = get_backend("cpu", "float32")
+    opt = AdamW(be, {"w": be.to_device(np.ones((2, 2)))}, (0.9, 0.95), 1e-8, 0.1)
+    for t in range(1, 2001):
+        opt.set_lr(1e-3)
+        opt.apply({"w": be.to_device(np.full((2, 2), 1e-3))}, 1.0)
+        if t in (1, 2, 3, 10, 777, 2000):
+            assert opt.hyper[5] == np.float32(1.0 - 0.9 ** t) and opt.hyper[6] == np.float32(1.0 - 0.95 ** t), t
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from tr2.cupy_side.gpu import halfbits
 TABLE_METHODS = {
     "embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward", "matmul_forward",
     "matmul_backward", "attention_forward", "attention_backward", "gelu_forward", "gelu_backward",
-    "dropout_forward", "dropout_backward", "residual_forward", "cross_entropy_forward",
-    "cross_entropy_backward", "adamw_update", "global_norm",
+    "dropout_forward", "dropout_backward", "residual_forward", "residual_layernorm_forward",
+    "residual_layernorm_backward", "cross_entropy_forward",
+    "cross_entropy_forward_backward", "adamw_update", "global_norm",
 }
 
 
@@ -40,7 +41,8 @@ def test_one_file_per_op_and_sources_declare_the_launched_kernels():
 
 def test_forward_and_backward_sit_in_the_same_file():
     for op, fn in gpu.OP_FILES.items():
-        if fn is None or op in ("adamw", "global_norm"):
+        # no backward: the optimizer and the norm; the residual add, whose gradient passes to both branches as it is
+        if fn is None or op in ("adamw", "global_norm", "residual"):
             continue
         names = gpu.FILE_KERNELS[fn]
         assert any("forward" in n or "split" in n or "apply" in n for n in names), fn
@@ -100,6 +102,26 @@ def test_bf16_ties_go_to_even():
     # 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: even mantissa is 1.0. 1 + 3*2^-8 goes up to 1 + 2^-6.
     x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8)], np.float32)
     assert halfbits.round_to_bf16(x).tolist() == [1.0, 1 + 2 ** -6, -1.0]
+
+
+def test_block_sizes_are_read_from_the_sources():
+    assert gpu.kernel_define("embedding.cu", "EMB_CHUNK") == 1024
+    assert 1 <= gpu.kernel_define("embedding.cu", "WTE_RUN") <= 128   # gpu/embedding.py's WTE_THREADS reads them
+    with pytest.raises(RuntimeError, match="no '#define NOPE"):
+        gpu.kernel_define("embedding.cu", "NOPE")
+
+
+def test_attention_geometry_is_read_from_the_source(tmp_path, monkeypatch):
+    geo = gpu.attention_geometry()
+    assert set(geo) == {"half", "float32"}
+    for g in geo.values():
+        assert g["mt"] in (1, 2)
+        # the kernels walk the streamed tiles in pairs of n8 tiles (ldmatrix.x4) and k16 slices
+        assert all(g[k] % 16 == 0 and g[k] >= 16 for k in ("forward", "backward_dq", "backward_dkdv"))
+    (tmp_path / "attention.cu").write_text("template <int K> struct Geometry { static const int MT = 2; };\n")
+    monkeypatch.setattr(gpu, "KERNELS_DIR", tmp_path)
+    with pytest.raises(RuntimeError, match="Geometry of"):
+        gpu.attention_geometry()
 
 
 def test_bf16_specials():

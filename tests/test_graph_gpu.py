@@ -50,13 +50,15 @@ def _max_rel(a: dict, b: dict) -> tuple[float, int]:
     return rel[worst], worst
 
 
-@pytest.mark.parametrize("model, dtype", [("tiny", "float32"), ("nanogpt", "bfloat16"), ("nanogpt", "float32")])
+# float16: its loss scaler decides on the device (the first steps overflow at 2^16 and are skipped in the replay)
+@pytest.mark.parametrize("model, dtype", [("tiny", "float32"), ("nanogpt", "bfloat16"), ("nanogpt", "float32"),
+                                          ("nanogpt", "float16")])
 def test_graph_replays_train_as_the_eager_loop(tmp_path, model, dtype):
     from tr2.data import write_batch_order
     from tr2.models import load_model
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype == "bfloat16" else [])
+    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
     eager, _ = _train(tmp_path, "eager", *common, "--save-init", tmp_path / "init.npz")
     common += ["--init", tmp_path / "init.npz"]
     again, _ = _train(tmp_path, "again", *common)

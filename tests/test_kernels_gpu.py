@@ -128,8 +128,10 @@ def check(name: str, got, ref, tol: float, **info) -> float:
 
 def exact(name: str, got, ref, **info) -> None:
     g, r = host(got), np.asarray(ref)
-    same = g.shape == r.shape and g.dtype == r.dtype and np.array_equal(g, r)
-    mism = int(np.count_nonzero(g != r)) if g.shape == r.shape else -1
+    # nan equals nan here: a loss over no counted rows is nan on both sides and in every run.
+    same = g.shape == r.shape and g.dtype == r.dtype and np.array_equal(g, r, equal_nan=g.dtype.kind == "f")
+    mism = int(np.count_nonzero((g != r) & ~(np.isnan(g) & np.isnan(r)) if g.dtype.kind == "f" else g != r)) \
+        if g.shape == r.shape else -1
     RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], "name": name,
                     "shape": list(g.shape), "bit_identical": bool(same), "mismatches": mism, "passed": bool(same),
                     **info})
@@ -307,8 +309,9 @@ def test_matmul(build, N, K, M):
 
 # ---------------------------------------------------------------------------------------------- attention
 
-ATTENTION_SHAPES = [(1, 1, 1, 64), (2, 7, 3, 32), (3, 64, 2, 64), (2, 65, 2, 64), (1, 127, 3, 32), (2, 256, 6, 64),
-                    (1, 1000, 2, 64), (1, 1024, 2, 64)]
+# T around the blocks' edges: 64 rows a block (float32 builds), 128 (half builds), streamed tiles of 32 and 64
+ATTENTION_SHAPES = [(1, 1, 1, 64), (2, 7, 3, 32), (3, 64, 2, 64), (2, 65, 2, 64), (1, 127, 3, 32), (2, 129, 2, 64),
+                    (2, 256, 6, 64), (1, 1000, 2, 64), (1, 1024, 2, 64)]
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
@@ -369,6 +372,13 @@ def test_gelu(shape):
           ref.gelu_backward(dy.astype(np.float64), x.astype(np.float64)), TOL_F32)
 
 
+def test_gelu_refuses_an_array_off_16_bytes():
+    be = gpu_backend()
+    x = dev(np.ones(17, np.float32))[1:]   # 4 bytes past the allocation's start
+    with pytest.raises(ValueError, match="16-byte"):
+        be.gelu_forward(x)
+
+
 @pytest.mark.parametrize("shape", [(1,), (65, 33), (4096, 384)])
 def test_residual(shape):
     be, ref = gpu_backend(), NumpyBackend("float64")
@@ -376,30 +386,128 @@ def test_residual(shape):
     a, b = randn(g, *shape), randn(g, *shape)
     check("residual forward", be.residual_forward(dev(a), dev(b)),
           ref.residual_forward(a.astype(np.float64), b.astype(np.float64)), TOL_F32)
-    d = dev(a)
-    da, db = be.residual_backward(d)
-    assert da is d and db is d
+
+
+@pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, False), ("bfloat16", False, True),
+                                   ("float16", False, True)], ids=["f32", "bf16", "bf16hr", "fp16hr"])
+@pytest.mark.parametrize("N, C, skip", [(1, 33, True), (7, 64, False), (513, 384, True), (257, 1000, True),
+                                        (4099, 768, False)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_residual_layernorm(build, N, C, skip, p):
+    """s = x + dropout(b), y = LayerNorm(s) in one kernel, and its backward (ds = LayerNorm's dx + dskip, db through
+    the same mask, dw): against the float64 NumPy form, and bit for bit against the unfused kernels it replaces in
+    the model (dropout_apply, residual_forward, layernorm_forward / layernorm_backward, the tape's add, dropout's
+    backward; the half-type db against the cast the branch's product made of the float32 one). The step's part
+    of the dropout counter comes from device memory (offset_add). Three runs give the same bits."""
+    dtype, tf32, hr = build
+    be, ref = gpu_backend(*build), NumpyBackend("float64")
+    kind = halfbits.KINDS[dtype]
+    g = gen(N * C + int(p * 10) + kind)
+    x, bf, dyf, dskip = randn(g, N, C, scale=2.0), randn(g, N, C), randn(g, N, C), randn(g, N, C)
+    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
+    if hr:   # the branch's output and the incoming gradient are products' half-type outputs
+        b, dy = cp.asarray(halfbits.to_bits(bf, kind)), cp.asarray(halfbits.to_bits(dyf, kind))
+        bv, dyv = halfbits.from_bits(host(b), kind), halfbits.from_bits(host(dy), kind)
+    else:
+        b, dy, bv, dyv = dev(bf), dev(dyf), bf, dyf
+    seed, offset = 1337, rng.site_offset(0, 7, 2)
+    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
+    runs = []
+    for _ in range(3):
+        s, y, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
+        ds, db, dw = be.residual_layernorm_backward(dy, dev(dskip) if skip else None, s, dev(w), mean, rstd, p, seed,
+                                                    offset, add)
+        assert s.dtype == np.float32 and ds.dtype == np.float32
+        assert y.dtype == (np.float32 if dtype == "float32" else np.uint16)
+        if dtype == "float32" and p == 0.0:
+            assert db is ds          # nothing written: the branch's gradient is the stream's
+        else:
+            assert db.dtype == (np.float32 if dtype == "float32" else np.uint16)
+        runs.append([host(s), be.to_host(y), host(mean), host(rstd), host(ds), be.to_host(db), host(dw)])
+    s, y, mean, rstd, ds, db, dw = runs[0]
+    r64 = [a.astype(np.float64) for a in (x, bv, w, dyv, dskip)]
+    off = (offset + rng.site_offset(5, 7, 0)) & 0xFFFFFFFFFFFFFFFF
+    rs, ry, rmean, rrstd = ref.residual_layernorm_forward(r64[0], r64[1], r64[2], 1e-5, p, seed, off)
+    rds, rdb, rdw = ref.residual_layernorm_backward(r64[3], r64[4] if skip else None, rs, r64[2], rmean, rrstd, p, seed,
+                                                    off)
+    if dtype == "float32":
+        tol_act = TOL_F32
+    else:   # y and db are written in the half type: against the reference rounded alike
+        tol_act = TOL_HALF[(dtype, hr)]
+        ry, rdb = halfbits.round_to_kind(ry, kind), halfbits.round_to_kind(rdb, kind)
+    for name, got, want, tol in (("s", s, rs, TOL_F32), ("y", y, ry, tol_act), ("mean", mean, rmean, TOL_F32),
+                                 ("rstd", rstd, rrstd, TOL_F32), ("ds", ds, rds, TOL_F32), ("db", db, rdb, tol_act),
+                                 ("dw", dw, rdw, TOL_F32)):
+        check(f"residual+layernorm {name} {tag}", got, want, tol)
+    # the unfused kernels, on the same inputs
+    b_drop = be.dropout_forward(b, p, seed, offset, add)
+    s0 = be.residual_forward(dev(x), b_drop)
+    y0, mean0, rstd0 = be.layernorm_forward(s0, dev(w), 1e-5)
+    dx0, dw0 = be.layernorm_backward(dy, s0, dev(w), mean0, rstd0)
+    ds0 = be.residual_forward(dev(dskip), dx0) if skip else dx0
+    db0 = host(be.dropout_backward(ds0, p, seed, offset, add))
+    if dtype != "float32":
+        db0 = halfbits.round_to_kind(db0, kind)   # the cast the branch's product made of it
+    for name, got, want in (("s", s, host(s0)), ("y", y, be.to_host(y0)), ("mean", mean, host(mean0)),
+                            ("rstd", rstd, host(rstd0)), ("ds", ds, host(ds0)), ("db", db, db0), ("dw", dw, host(dw0))):
+        exact(f"residual+layernorm {name} = the unfused kernels' {tag}", got, want)
+    for k, r in enumerate(runs[1:], start=2):
+        for name, a, b_ in zip(("s", "y", "mean", "rstd", "ds", "db", "dw"), runs[0], r):
+            exact(f"residual+layernorm {name}, run {k} vs run 1 {tag}", b_, a)
 
 
 # ---------------------------------------------------------------------------------------------- cross-entropy
 
-@pytest.mark.parametrize("N, V, ignored", [(1, 65, 0), (513, 65, 0), (100, 65, 7), (1023, 50304, 3), (8, 50257, 8)])
+@pytest.mark.parametrize("N, V, ignored", [(1, 65, 0), (513, 65, 0), (100, 65, 7), (1023, 50304, 3), (8, 50257, 8),
+                                           (37, 2, 1), (5, 1031, 0)])
 def test_cross_entropy(N, V, ignored):
+    """Evaluation's loss alone; training's loss and dlogits from one kernel, written over the float32 logits; the
+    two losses equal bit for bit (the same row arithmetic); three runs give the same bits."""
     be, ref = gpu_backend(), NumpyBackend("float64")
     g = gen(N + V)
     logits = randn(g, N, V, scale=2.0)
     targets = g.integers(0, V, size=N).astype(np.int64)
     targets[g.permutation(N)[:ignored]] = -1
-    loss, saved = be.cross_entropy_forward(dev(logits), dev(targets))
-    rloss, rsaved = ref.cross_entropy_forward(logits.astype(np.float64), targets)
+    lg = dev(logits)
+    loss_eval = be.cross_entropy_forward(lg, dev(targets))
+    exact("cross-entropy evaluation leaves the logits", lg, logits)
+    rloss = ref.cross_entropy_forward(logits.astype(np.float64), targets)
     if ignored == N:  # nothing counts: torch's mean over nothing is nan, on both sides
-        assert np.isnan(host(loss)) and np.isnan(rloss)
+        assert np.isnan(host(loss_eval)) and np.isnan(rloss)
     else:
-        check("cross-entropy loss", loss, rloss, TOL_F32)
+        check("cross-entropy loss (evaluation)", loss_eval, rloss, TOL_F32)
     for dloss in (1.0, 2.0 ** 16):
-        dl = be.cross_entropy_backward(be.to_device(dloss), dev(logits), dev(targets), saved)
-        rdl = ref.cross_entropy_backward(np.float64(dloss), logits.astype(np.float64), targets, rsaved)
-        check(f"cross-entropy dlogits (dloss {dloss})", dl, rdl, TOL_F32)
+        runs = []
+        for _ in range(3):
+            lg = dev(logits)
+            loss, dl = be.cross_entropy_forward_backward(lg, dev(targets), be.to_device(dloss))
+            assert dl.dtype == np.float32 and dl.data.ptr == lg.data.ptr   # over the logits
+            runs.append((host(loss), host(dl)))
+        rl, rdl = ref.cross_entropy_forward_backward(logits.astype(np.float64), targets, np.float64(dloss))
+        if ignored < N:
+            check(f"cross-entropy loss (training, dloss {dloss})", runs[0][0], rl, TOL_F32)
+            exact(f"cross-entropy training loss = evaluation loss (dloss {dloss})", runs[0][0], host(loss_eval))
+        if ignored < N:
+            check(f"cross-entropy dlogits (dloss {dloss})", runs[0][1], rdl, TOL_F32)
+        else:
+            exact("cross-entropy dlogits of ignored rows", runs[0][1], np.zeros_like(logits))
+        for k, r in enumerate(runs[1:], start=2):
+            exact(f"cross-entropy loss, run {k} vs run 1", r[0], runs[0][0])
+            exact(f"cross-entropy dlogits, run {k} vs run 1", r[1], runs[0][1])
+
+
+def test_cross_entropy_reads_dloss_when_it_runs():
+    """dloss is read from device memory at launch, not at the call: a captured step replays it with a new scale."""
+    be = gpu_backend()
+    g = gen(13)
+    logits, targets = randn(g, 9, 70), dev(g.integers(0, 70, size=9).astype(np.int64))
+    d = be.to_device(1.0)
+    _, one = be.cross_entropy_forward_backward(dev(logits), targets, d)
+    one = host(one)
+    d.fill(np.float32(4.0))
+    _, four = be.cross_entropy_forward_backward(dev(logits), targets, d)
+    exact("dlogits with dloss 4 = 4 x dlogits with dloss 1 (a power of two: exact)", four, one * np.float32(4.0))
 
 
 # ---------------------------------------------------------------------------------------------- half-type activations
@@ -456,13 +564,66 @@ def test_half_type_activations(build):
 
     targets = g.integers(0, V, size=N).astype(np.int64)
     lh, lv = half(randn(g, N, V, scale=2.0))
-    loss, saved = be.cross_entropy_forward(lh, dev(targets))
-    rloss, rsaved = ref.cross_entropy_forward(lv, targets)
-    check(f"cross-entropy loss of half logits [{dtype} hr={hr}]", loss, rloss, TOL_F32)
-    dl = be.cross_entropy_backward(be.to_device(1.0), lh, dev(targets), saved)
+    rloss, rdl = ref.cross_entropy_forward_backward(lv, targets, np.float64(1.0))
+    check(f"cross-entropy loss of half logits [{dtype} hr={hr}]", be.cross_entropy_forward(lh, dev(targets)), rloss,
+          TOL_F32)
+    loss, dl = be.cross_entropy_forward_backward(lh, dev(targets), be.to_device(1.0))
+    check(f"cross-entropy training loss of half logits [{dtype} hr={hr}]", loss, rloss, TOL_F32)
     assert dl.dtype == np.uint16 and dl.data.ptr == lh.data.ptr   # written over the logits
-    check(f"cross-entropy dlogits half [{dtype} hr={hr}]", be.to_host(dl),
-          rounded(ref.cross_entropy_backward(np.float64(1.0), lv, targets, rsaved)), tol)
+    check(f"cross-entropy dlogits half [{dtype} hr={hr}]", be.to_host(dl), rounded(rdl), tol)
+    l32 = dev(lv.astype(np.float32))   # float32 logits (no half roundings): dlogits in a fresh half-type array
+    loss32, dl32 = be.cross_entropy_forward_backward(l32, dev(targets), be.to_device(1.0))
+    assert dl32.dtype == np.uint16 and dl32.data.ptr != l32.data.ptr
+    exact(f"cross-entropy of float32 logits leaves them [{dtype} hr={hr}]", l32, lv.astype(np.float32))
+    check(f"cross-entropy dlogits half from float32 logits [{dtype} hr={hr}]", be.to_host(dl32), rounded(rdl), tol)
+
+
+@pytest.mark.parametrize("dtype, N, V, ignored", [
+    ("bfloat16", 37, 50304, 5),    # GPT-2's padded vocabulary: 1024 threads, 7 vectors a thread
+    ("float16", 9, 50304, 0),
+    ("bfloat16", 4, 24, 1),        # 3 vectors, most threads idle
+    ("float32", 11, 8192, 2),      # 256 threads, 8 vectors a thread
+    ("float32", 3, 32768, 3),      # every row ignored
+    ("bfloat16", 5, 65528, 0),     # 8191 vectors: one more than 8 a thread, so the scalar row
+])
+def test_cross_entropy_vectorized_rows(dtype, N, V, ignored):
+    """The rows of whole 16-byte vectors (cross_entropy.cu's ce_row_vec, in registers): loss and dlogits against
+    float64 on the same values, evaluation loss = training loss bit for bit, dlogits written over the logits,
+    ignored rows zero, three runs the same bits. The last case is the scalar row, the same checks."""
+    build = (dtype, False, dtype != "float32")
+    be, ref = gpu_backend(*build), NumpyBackend("float64")
+    g = gen(N * 7 + V)
+    raw = randn(g, N, V, scale=3.0).astype(np.float32)
+    if dtype == "float32":
+        bits, values, tol = raw, raw.astype(np.float64), TOL_F32
+    else:
+        kind = halfbits.KINDS[dtype]
+        bits = halfbits.to_bits(raw, kind)
+        values, tol = halfbits.from_bits(bits, kind).astype(np.float64), TOL_HALF[(dtype, True)]
+    targets = g.integers(0, V, size=N).astype(np.int64)
+    targets[g.permutation(N)[:ignored]] = -1
+    rl, rdl = ref.cross_entropy_forward_backward(values, targets, np.float64(1.0))
+    loss_eval = be.cross_entropy_forward(cp.asarray(bits), dev(targets))
+    runs = []
+    for _ in range(3):
+        lg = cp.asarray(bits)
+        loss, dl = be.cross_entropy_forward_backward(lg, dev(targets), be.to_device(1.0))
+        assert dl.data.ptr == lg.data.ptr   # over the logits
+        runs.append((host(loss), be.to_host(dl).astype(np.float64)))
+    if ignored < N:
+        check(f"vectorized cross-entropy loss [{dtype} V={V}]", loss_eval, rl, TOL_F32)
+        exact(f"vectorized cross-entropy training loss = evaluation loss [{dtype} V={V}]", runs[0][0], host(loss_eval))
+        want = rdl if dtype == "float32" else halfbits.round_to_kind(rdl.astype(np.float32), kind)
+        check(f"vectorized cross-entropy dlogits [{dtype} V={V}]", runs[0][1], want, tol)
+    else:
+        assert np.isnan(host(loss_eval)) and np.isnan(rl)
+    if ignored:
+        rows = targets < 0
+        exact(f"vectorized cross-entropy dlogits of ignored rows [{dtype} V={V}]", runs[0][1][rows],
+              np.zeros((int(rows.sum()), V)))
+    for k, r in enumerate(runs[1:], start=2):
+        exact(f"vectorized cross-entropy loss, run {k} vs run 1", r[0], runs[0][0])
+        exact(f"vectorized cross-entropy dlogits, run {k} vs run 1", r[1], runs[0][1])
 
 
 # ---------------------------------------------------------------------------------------------- optimizer
@@ -470,9 +631,9 @@ def test_half_type_activations(build):
 SHAPES = [(65, 64), (64,), (4099,), (3, 5000), (7,), (192, 64), (1,)]
 
 
-def _hyper(dt, t=3, lr=6e-4, grad_scale=0.37):
+def _hyper(dt, t=3, lr=6e-4, grad_scale=0.37, skip=0.0):
     b1, b2 = 0.9, 0.95
-    return np.array([lr, b1, b2, 1e-8, 0.1, 1 - b1 ** t, 1 - b2 ** t, grad_scale], dtype=dt)
+    return np.array([lr, b1, b2, 1e-8, 0.1, 1 - b1 ** t, 1 - b2 ** t, grad_scale, skip], dtype=dt)
 
 
 def test_adamw_multi_tensor():
@@ -503,9 +664,74 @@ def test_adamw_reads_hyper_from_device_memory():
     p0 = host(p).copy()
     be.adamw_update([p], [gr], [m], [v], hyper)
     exact("adamw with lr 0 leaves p", p, p0)
+    m1, v1 = host(m).copy(), host(v).copy()   # the moments did move: lr scales only the weights' update
+    assert np.any(m1 != 0) and np.any(v1 != 0)
     hyper[0] = 1e-3
+    hyper[8] = 1.0   # skip: a float16 step that overflowed
+    be.adamw_update([p], [gr], [m], [v], hyper)
+    exact("adamw with skip leaves p", p, p0)
+    exact("adamw with skip leaves m", m, m1)
+    exact("adamw with skip leaves v", v, v1)
+    hyper[8] = 0.0
     be.adamw_update([p], [gr], [m], [v], hyper)
     assert not np.array_equal(host(p), p0)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_adamw_rewrites_the_half_copies_products_read(dtype):
+    """Half builds: product_weights casts each weight once into a persistent half copy, and adamw_update rewrites
+    the copy from the new master in the same pass: bit-identical to a cast of the new p (ops/adamw.py's copies);
+    a product reading the copy equals, bit for bit, the product of an uncopied array of the same values (the cast
+    path); tensors without a copy are updated as before; three updates from the same state give the same bits."""
+    from tr2.cupy_side.ops import adamw as ref_adamw
+    be, kind = gpu_backend(dtype), halfbits.KINDS[dtype]
+    g = gen(12)
+    ps = [randn(g, *s, scale=0.02) for s in SHAPES]
+    gs = [randn(g, *s, scale=0.1) for s in SHAPES]
+    ms = [randn(g, *s, scale=0.01) for s in SHAPES]
+    vs = [np.abs(randn(g, *s, scale=0.001)) for s in SHAPES]
+    with_copy = [i for i, s in enumerate(SHAPES) if len(s) == 2 or s == (4099,)]   # a 1-D one too: not tied to decay
+    hyper = _hyper(np.float32)
+    runs = []
+    for _ in range(3):
+        dp, dm, dv = [dev(a) for a in ps], [dev(a) for a in ms], [dev(a) for a in vs]
+        be.product_weights([dp[i] for i in with_copy])
+        for i in range(len(SHAPES)):
+            copy = be.ctx.half_copy(dp[i])
+            assert (copy is not None) == (i in with_copy)
+            if copy is not None:
+                exact(f"half copy cast once {SHAPES[i]} [{dtype}]", copy, halfbits.to_bits(ps[i], kind))
+        be.adamw_update(dp, [dev(a) for a in gs], dm, dv, be.to_device(hyper))
+        runs.append([host(a) for a in dp] + [host(be.ctx.half_copy(dp[i])) for i in with_copy])
+        for i in with_copy:
+            exact(f"half copy after adamw {SHAPES[i]} [{dtype}]", be.ctx.half_copy(dp[i]), halfbits.to_bits(host(dp[i]), kind))
+    rp, rm, rv = ([a.astype(np.float64) for a in arrs] for arrs in (ps, ms, vs))
+    rc = [np.zeros(s) if i in with_copy else None for i, s in enumerate(SHAPES)]
+    ref_adamw.update(rp, [a.astype(np.float64) for a in gs], rm, rv, hyper.astype(np.float64), rc,
+                     lambda a: halfbits.round_to_kind(a, kind))
+    for k, i in enumerate(with_copy):
+        check(f"half copy vs ops/adamw.py {SHAPES[i]} [{dtype}]", halfbits.from_bits(runs[0][len(SHAPES) + k], kind),
+              rc[i], TOL_HALF[(dtype, False)])
+    for i, s in enumerate(SHAPES):
+        check(f"adamw update with copies {s} [{dtype}]", runs[0][i].astype(np.float64) - ps[i], rp[i] - ps[i], TOL_F32)
+    for r in runs[1:]:
+        for a, b in zip(runs[0], r):
+            exact(f"adamw with half copies run-to-run [{dtype}]", b, a)
+    w = dp[0]                      # the last run's first weight, with its copy rewritten by adamw
+    x, dy = randn(g, 9, SHAPES[0][1]), randn(g, 9, SHAPES[0][0])
+    fresh = w.copy()               # the same values, no copy: the product casts it
+    assert be.ctx.half_copy(fresh) is None
+    exact(f"product through the half copy = through a cast [{dtype}]", be.to_host(be.matmul_forward(dev(x), w)),
+          be.to_host(be.matmul_forward(dev(x), fresh)))
+    for name, a, b in zip(("dx", "dw"), be.matmul_backward(dev(dy), dev(x), w), be.matmul_backward(dev(dy), dev(x), fresh)):
+        exact(f"product backward {name} through the half copy = through a cast [{dtype}]", be.to_host(a), be.to_host(b))
+
+
+def test_float32_builds_keep_no_half_copies():
+    be = gpu_backend("float32", True)
+    w = dev(np.ones((3, 4), np.float32))
+    be.product_weights([w])
+    assert be.ctx.half_copy(w) is None
 
 
 def test_global_norm():
@@ -561,8 +787,8 @@ def _tiny_step(backend, cfg, weights, x, y, step=3, dloss=None):
     model = GPT(cfg, backend, weights, seed=1337)
     xd = backend.to_device(x, dtype=np.int64)
     yd = backend.to_device(y, dtype=np.int64)
-    loss = model.forward(xd, yd, step=step, training=True)
-    grads = model.backward(None if dloss is None else backend.to_device(dloss))
+    loss = model.forward(xd, yd, step=step, training=True, dloss=None if dloss is None else backend.to_device(dloss))
+    grads = model.backward()
     return float(backend.to_host(loss)), {k: backend.to_host(v) for k, v in grads.items()}, model
 
 
@@ -598,7 +824,7 @@ def test_whole_step_tiny_model(build):
     for be, model in ((gpu, gmodel), (ref, rmodel)):
         opt = AdamW(be, model.params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
         gr = {k: be.to_device(v) for k, v in rgrads.items()}
-        optimizer_step(be, opt, LossScaler(enabled=False), gr, 1e-3, cfg.grad_clip)
+        optimizer_step(be, opt, LossScaler(be, enabled=False), gr, 1e-3, cfg.grad_clip)
         nxt = model.forward(be.to_device(x, dtype=np.int64), be.to_device(y, dtype=np.int64), step=4, training=True)
         results.append((float(be.to_host(nxt)), {k: be.to_host(v) for k, v in model.params.items()}))
     check(f"tiny step 2 loss {tag}", np.float64(results[0][0]), np.float64(results[1][0]), tol_loss)

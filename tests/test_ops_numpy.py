@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from tr2.cupy_side import rng
 from tr2.cupy_side.backend import NumpyBackend, get_backend
 from tr2.cupy_side.ops import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, matmul, norm,
-                               residual)
+                               residual, residual_layernorm)
 from tr2.cupy_side.ops.precision import (EXACT, make_precision, round_to_bf16, round_to_fp16, round_to_tf32)
 from tr2.cupy_side.ops.special import erf
 
@@ -305,11 +305,36 @@ def test_dropout_keep_rate_float32(gen):
 # residual and cross-entropy
 
 def test_residual(gen):
-    a, b, G = (gen.standard_normal((4, 3)) for _ in range(3))
+    a, b = (gen.standard_normal((4, 3)) for _ in range(2))
     np.testing.assert_array_equal(residual.forward(a, b), a + b)
-    da, db = residual.backward(G)
-    np.testing.assert_array_equal(da, G)
-    np.testing.assert_array_equal(db, G)
+
+
+@pytest.mark.parametrize("p, skip", [(0.0, True), (0.3, True), (0.3, False)])
+def test_residual_layernorm_is_the_unfused_ops_and_fd(gen, p, skip):
+    """The fused residual add + LayerNorm (dropout on the branch first) equals dropout, add and LayerNorm run one after
+    the other, to the bit, forward and backward; its gradients against central differences (dropout's mask is a
+    constant of (seed, offset))."""
+    N, C, eps, seed, offset = 6, 5, 1e-5, 11, rng.site_offset(3, 7, 2)
+    x, b, dy, dskip = (gen.standard_normal((N, C)) for _ in range(4))
+    dskip = dskip if skip else None
+    w = 1 + 0.3 * gen.standard_normal(C)
+    s, y, mean, rstd = residual_layernorm.forward(x, b, w, eps, p, seed, offset)
+    s0 = x + dropout.forward(b, p, seed, offset)
+    y0, mean0, rstd0 = layernorm.forward(s0, w, eps)
+    for got, want in ((s, s0), (y, y0), (mean, mean0), (rstd, rstd0)):
+        assert np.array_equal(got, want)
+    ds, db, dw = residual_layernorm.backward(dy, dskip, s, w, mean, rstd, p, seed, offset)
+    dx0, dw0 = layernorm.backward(dy, s0, w, mean0, rstd0)
+    ds0 = dx0 if dskip is None else dskip + dx0
+    assert np.array_equal(ds, ds0) and np.array_equal(dw, dw0)
+    assert np.array_equal(db, dropout.backward(ds0, p, seed, offset))
+
+    def loss():   # <dy, y> + <dskip, s>: dskip is what s's other reader sends back
+        s_, y_, _, _ = residual_layernorm.forward(x, b, w, eps, p, seed, offset)
+        return float(np.sum(dy * y_) + (np.sum(dskip * s_) if skip else 0.0))
+    assert_fd(loss, x, ds, gen)
+    assert_fd(loss, b, db, gen)
+    assert_fd(loss, w, dw, gen)
 
 
 @pytest.mark.parametrize("N, V", [(5, 7), (8, 65), (1, 2)])
@@ -331,6 +356,10 @@ def test_cross_entropy_fd_and_torch(gen, N, V):
     (tloss * dloss).backward()
     assert loss.shape == () and abs(float(loss) - tloss.item()) <= 1e-14 * abs(tloss.item())
     np.testing.assert_allclose(dlogits, tl.grad.numpy(), rtol=1e-12, atol=1e-15)
+    # the fused form (what a training pass calls) is the two, to the bit, and leaves the logits alone
+    before = logits.copy()
+    floss, fdlogits = cross_entropy.forward_backward(logits, targets, np.asarray(dloss))
+    assert np.array_equal(floss, loss) and np.array_equal(fdlogits, dlogits) and np.array_equal(logits, before)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,16 +392,40 @@ def test_adamw_update_against_torch(gen):
         for tp, g in zip(tparams, grads):
             tp.grad = torch.tensor(g)
         opt.step()
-        hyper = np.array([lr, b1, b2, eps, wd, 1 - b1 ** t, 1 - b2 ** t, 1.0])
+        hyper = np.array([lr, b1, b2, eps, wd, 1 - b1 ** t, 1 - b2 ** t, 1.0, 0.0])
         adamw.update(params, grads, ms, vs, hyper)
         for p, tp in zip(params, tparams):
             np.testing.assert_allclose(p, tp.detach().numpy(), rtol=1e-14, atol=1e-15)
     # grad_scale multiplies the gradients before anything else
     p1, p2 = [np.ones((2, 2))], [np.ones((2, 2))]
     g = gen.standard_normal((2, 2))
-    adamw.update(p1, [g], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 0.5]))
-    adamw.update(p2, [g * 0.5], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 1.0]))
+    adamw.update(p1, [g], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 0.5, 0.0]))
+    adamw.update(p2, [g * 0.5], [np.zeros((2, 2))], [np.zeros((2, 2))], np.array([lr, b1, b2, eps, wd, 0.1, 0.05, 1.0, 0.0]))
     np.testing.assert_allclose(p1[0], p2[0], rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_adamw_half_copies_are_what_products_read(gen, dtype):
+    """The kernel's half copies (ops/adamw.py's copies): rewritten from the new p, they hold exactly the values a
+    product reads when it rounds p as its operand, and the update of p itself does not change with them."""
+    prec = make_precision(dtype)
+    shapes = [(4, 3), (3,), (5, 2)]
+    hyper = np.array([3e-3, 0.9, 0.95, 1e-8, 0.1, 1 - 0.9 ** 2, 1 - 0.95 ** 2, 0.5, 0.0], dtype=np.float32)
+    params = [(gen.standard_normal(s) * 0.02).astype(np.float32) for s in shapes]
+    grads = [gen.standard_normal(s).astype(np.float32) for s in shapes]
+    ms = [np.zeros(s, np.float32) for s in shapes]
+    vs = [np.zeros(s, np.float32) for s in shapes]
+    plain = [p.copy() for p in params]
+    copies = [np.full(s, np.nan, np.float32) for s in shapes[:2]] + [None]
+    adamw.update(params, grads, ms, vs, hyper, copies, prec.operand)
+    adamw.update(plain, grads, [np.zeros(s, np.float32) for s in shapes], [np.zeros(s, np.float32) for s in shapes],
+                 hyper)
+    for p, q, c in zip(params, plain, copies):
+        assert np.array_equal(p, q)
+        if c is not None:
+            assert np.array_equal(c, prec.operand(p)) and not np.array_equal(c, p)
+    x = gen.standard_normal((7, 3)).astype(np.float32)
+    assert np.array_equal(matmul.forward(x, params[0], prec), prec.operand(x) @ copies[0].T)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,8 +540,9 @@ def test_attention_rounds_only_as_told(gen):
 
 TABLE = ["embedding_forward", "embedding_backward", "layernorm_forward", "layernorm_backward", "matmul_forward",
          "matmul_backward", "attention_forward", "attention_backward", "gelu_forward", "gelu_backward",
-         "dropout_forward", "dropout_backward", "residual_forward", "residual_backward", "cross_entropy_forward",
-         "cross_entropy_backward", "adamw_update", "global_norm"]
+         "dropout_forward", "dropout_backward", "residual_forward", "residual_layernorm_forward",
+         "residual_layernorm_backward", "cross_entropy_forward",
+         "cross_entropy_forward_backward", "adamw_update", "global_norm"]
 
 
 def test_backend_has_the_table():
@@ -502,3 +556,17 @@ def test_backend_has_the_table():
     assert get_backend("cpu", "bfloat16").float_dtype == np.float32
     with pytest.raises(ValueError):
         get_backend("tpu", "float32")
+
+
+def test_adamw_skip_flag_leaves_everything(gen):
+    """hyper's skip (a float16 step that overflowed, decided on the device): params, m, v and copies unchanged."""
+    p, g = [gen.standard_normal((3, 4)).astype(np.float32)], [gen.standard_normal((3, 4)).astype(np.float32)]
+    m, v, c = [np.ones((3, 4), np.float32)], [np.ones((3, 4), np.float32)], [np.full((3, 4), 7.0, np.float32)]
+    before = [a[0].copy() for a in (p, m, v, c)]
+    hyper = np.array([3e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1.0, 1.0], dtype=np.float32)
+    adamw.update(p, g, m, v, hyper, c, lambda x: x)
+    for a, b in zip((p, m, v, c), before):
+        assert np.array_equal(a[0], b)
+    hyper[adamw.SKIP] = 0.0
+    adamw.update(p, g, m, v, hyper, c, lambda x: x)
+    assert not np.array_equal(p[0], before[0]) and np.array_equal(c[0], p[0])

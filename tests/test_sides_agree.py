@@ -158,7 +158,7 @@ def test_adamw_with_clipping_agrees(dtype):
     be = cupy_backend.get_backend("cpu", dtype, tf32=False, half_roundings=False)
     c_params = {k: be.to_device(w[k]) for k in param_shapes(cfg)}
     c_opt = cupy_optim.AdamW(be, c_params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
-    scaler = cupy_optim.LossScaler(enabled=False)
+    scaler = cupy_optim.LossScaler(be, enabled=False)
     tol_update, tol_weight = ADAMW_TOL[dtype]
     for t, clip in enumerate(CLIPS):
         lr = get_lr(cfg.warmup_iters + t, cfg)  # post-warm-up rates: updates of ~1e-3, well above rounding
@@ -174,7 +174,8 @@ def test_adamw_with_clipping_agrees(dtype):
         assert (norm > clip) == (t < 2)  # the clip acts on the first two steps only
         opt.step()
         opt.zero_grad(set_to_none=True)
-        assert cupy_optim.optimizer_step(be, c_opt, scaler, grads, lr, clip)
+        cupy_optim.optimizer_step(be, c_opt, scaler, grads, lr, clip)
+        assert c_opt.steps_taken() == t + 1
         for n, p in params.items():
             tw, cw = p.detach().double().numpy(), to_numpy(c_params[n])
             d_up = rel(cw - before[n], tw - before[n])

@@ -70,10 +70,10 @@ def compared_build(card: dict, dtype: str) -> bool:
     return dtype != "float32" and True in cupy_builds(card, dtype)
 
 
-def graphed(card: dict, dtype: str) -> bool:
-    """Whether the cupy side runs its whole-step graph in `dtype`: where the card asks for it, except float16
-    (its loss scaler decides on the host: the graph is not built for it yet, and the record says so)."""
-    return bool(card.get("cuda_graph")) and dtype != "float16"
+def graphed(card: dict) -> bool:
+    """Whether the cupy side runs its whole-step graph: where the card asks for it, in every element type (float16
+    too since its loss scaler moved to the device, 2026-11-30; the record says so per run)."""
+    return bool(card.get("cuda_graph"))
 
 
 def configurations(card: dict, models=None, compared_only: bool = False, cupy_first: bool = False,
@@ -90,6 +90,6 @@ def configurations(card: dict, models=None, compared_only: bool = False, cupy_fi
             torch = [RunConfig(model, dtype, lp, mode=m, checkout=card.get("nanogpt_path") if lp == "nanogpt" else None)
                      for lp in loops for m in card["torch_modes"]]
             hrs = [compared_build(card, dtype)] if compared_only else cupy_builds(card, dtype)
-            cupy = [RunConfig(model, dtype, "cupy", half_roundings=h, cuda_graph=graphed(card, dtype)) for h in hrs]
+            cupy = [RunConfig(model, dtype, "cupy", half_roundings=h, cuda_graph=graphed(card)) for h in hrs]
             out += cupy + torch if cupy_first else torch + cupy
     return out

@@ -149,9 +149,6 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
         raise Tr2Error(f"--half-roundings: given for side {ns.side!r}; only --side cupy takes it (PyTorch always rounds)")
     if ns.cuda_graph and ns.side != "cupy":
         raise Tr2Error(f"--cuda-graph: given for side {ns.side!r}; only --side cupy takes it (PyTorch: --mode reduce-overhead)")
-    if ns.cuda_graph and ns.dtype == "float16":
-        raise Tr2Error("--cuda-graph: not built for --dtype float16 (its loss scaler reads the gradient norm on the "
-                       "host every step); allowed: float32 | bfloat16")
     if ns.half_roundings and ns.dtype == "float32":
         raise Tr2Error("--half-roundings: given with --dtype float32; allowed only with bfloat16 or float16")
     if not 0 <= ns.steps <= MAX_STEPS:

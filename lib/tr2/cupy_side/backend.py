@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ops import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, matmul, norm,
-                  residual)
+                  residual, residual_layernorm)
 from .ops.precision import DTYPES, make_precision
 
 DEVICES = ("cpu", "cuda")
@@ -38,6 +38,11 @@ class NumpyBackend:
         write(dst, host) -> None            host values into an existing array, in place (same dtype and
                                             shape): how per-step inputs reach buffers allocated once
         peak_memory_bytes() -> int          the device allocator's peak (0 on the CPU)
+        product_weights(weights) -> None    the weights (float32 masters, updated only by adamw_update) that
+                                            products read: the CUDA backend keeps a half-type copy of each in the
+                                            half builds, cast once here and rewritten by adamw_update with the
+                                            master, so no cast of a weight runs in a step; NumPy's products round
+                                            their operands as they go (the same values), so nothing here
 
     Operations (architecture.md's table; N = B*T rows; "array" = this backend's array type)
         embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C]) -> x[B,T,C]
@@ -52,10 +57,16 @@ class NumpyBackend:
         gelu_backward(dy, x) -> dx
         dropout_forward(x, p, seed, offset, offset_add=None) -> y       p == 0 returns x itself
         dropout_backward(dy, p, seed, offset, offset_add=None) -> dx
-        residual_forward(a, b) -> a + b                                 a fresh array
-        residual_backward(dout) -> (da, db)                             both are dout itself
-        cross_entropy_forward(logits[N,V], targets[N]) -> (loss 0-d, saved)
-        cross_entropy_backward(dloss 0-d, logits, targets, saved) -> dlogits[N,V]
+        residual_forward(a, b) -> a + b                                 a fresh array (the tape's add of gradients)
+        residual_layernorm_forward(x[N,C], b[N,C], w[C], eps, p, seed, offset, offset_add=None)
+            -> (s[N,C], y[N,C], mean[N], rstd[N])                       s = x + dropout(b), y = layernorm(s)
+        residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None)
+            -> (ds, db, dw)                                             dskip: s's other gradient, or None
+        cross_entropy_forward(logits[N,V], targets[N]) -> loss 0-d           evaluation: no gradient
+        cross_entropy_forward_backward(logits, targets, dloss 0-d) -> (loss 0-d, dlogits[N,V])
+                                                                        training: the loss and its gradient times
+                                                                        dloss at once; dlogits may be the logits'
+                                                                        own buffer, overwritten (the CUDA form)
         adamw_update(params, grads, ms, vs, hyper) -> None              in place; see ops/adamw.py
         global_norm(grads) -> 0-d array                                 sqrt of the sum of squares
 
@@ -66,7 +77,7 @@ class NumpyBackend:
     the step's part of the counter, written once per step (`write`), so that a captured step (a CUDA
     graph) draws new masks at each replay. The mask is regenerated in backward.
     hyper is a float_dtype array [lr, beta1, beta2, eps, weight_decay, bias_corr1, bias_corr2,
-    grad_scale] on the device.
+    grad_scale, skip] on the device (ops/adamw.HYPER).
     """
 
     xp = np
@@ -103,6 +114,9 @@ class NumpyBackend:
 
     def peak_memory_bytes(self) -> int:
         return 0
+
+    def product_weights(self, weights) -> None:
+        pass
 
     # ---- operations ----
     def embedding_forward(self, idx, wte, wpe):
@@ -144,14 +158,17 @@ class NumpyBackend:
     def residual_forward(self, a, b):
         return residual.forward(a, b)
 
-    def residual_backward(self, dout):
-        return residual.backward(dout)
+    def residual_layernorm_forward(self, x, b, w, eps, p, seed, offset, offset_add=None):
+        return residual_layernorm.forward(x, b, w, eps, p, seed, _offset(offset, offset_add))
+
+    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None):
+        return residual_layernorm.backward(dy, dskip, s, w, mean, rstd, p, seed, _offset(offset, offset_add))
 
     def cross_entropy_forward(self, logits, targets):
-        return cross_entropy.forward(logits, targets)
+        return cross_entropy.forward(logits, targets)[0]
 
-    def cross_entropy_backward(self, dloss, logits, targets, saved):
-        return cross_entropy.backward(dloss, logits, targets, saved)
+    def cross_entropy_forward_backward(self, logits, targets, dloss):
+        return cross_entropy.forward_backward(logits, targets, dloss)
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         adamw.update(params, grads, ms, vs, hyper)

@@ -7,6 +7,10 @@
     logits = ln_f(x) @ wte.T                                    lm_head tied to the token embedding
     loss = cross_entropy(logits, targets)
 
+Each residual add runs with the residual dropout before it and the LayerNorm after it as one operation
+(residual_layernorm: ln_2 after the attention's add, the next block's ln_1 or ln_f after the MLP's), so only the
+first block's ln_1 is a LayerNorm of its own.
+
 The weights are the dict of tr2.weights (nanoGPT's state_dict names). The activations between
 operations are 2-D [B*T, C] except where an operation wants [B, T, ...]; the reshapes are views.
 This file does no array arithmetic of its own: all of it goes through the backend, so the CUDA
@@ -28,6 +32,7 @@ from . import rng
 from .tape import Node, Tape
 
 WTE, WPE, LN_F = "transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight"
+PRODUCT_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 class GPT:
@@ -46,12 +51,15 @@ class GPT:
             if tuple(weights[name].shape) != shape:
                 raise Tr2Error(f"weights: {name} has shape {tuple(weights[name].shape)}, model {cfg.name} needs {shape}")
             self.params[name] = backend.to_device(weights[name])
+        # the weights the products read (the Linear layers and the tied lm_head): half copies on the GPU
+        backend.product_weights([self.params[n] for n in self.params if n == WTE or n.endswith(PRODUCT_WEIGHTS)])
         self.n_sites = rng.n_sites(cfg.n_layer)
         self.step_counter = backend.to_device(np.zeros(1, dtype=np.uint64), dtype=np.uint64)
-        self._one = backend.to_device(1.0)  # backward's default dloss, allocated once
+        self._one = backend.to_device(1.0)  # the default dloss, allocated once
         self.tape = Tape(add=backend.residual_forward)
         self.grads: dict = {}
         self._loss = None
+        self._dloss = self._one
         self._p = 0.0
 
     # ---- one helper per operation: run its forward, push its backward ----
@@ -135,24 +143,36 @@ class GPT:
         self.tape.push(backward)
         return out
 
-    def _residual(self, a: Node, b: Node) -> Node:
-        be = self.backend
-        out = Node(be.residual_forward(a.value, b.value))
+    def _residual_layernorm(self, x: Node, b: Node, name: str, site: int) -> tuple[Node, Node]:
+        """(s, y): s = x + dropout(b), the residual stream, and y = LayerNorm(s) with weight `name`, one operation.
+        s's gradient from its other reader (the next residual add) reaches backward as dskip; none after the last
+        block, where only ln_f reads s."""
+        be, w, p, seed, step = self.backend, self.params[name], self._p, self.seed, self.step_counter
+        offset = rng.site_offset(0, self.n_sites, site)
+        s, y, mean, rstd = be.residual_layernorm_forward(x.value, b.value, w, self.cfg.eps_ln, p, seed, offset, step)
+        out_s, out_y = Node(s), Node(y)
 
         def backward():
-            da, db = be.residual_backward(self.tape.take(out))
-            self.tape.accumulate(a, da)
+            dskip, out_s.grad = out_s.grad, None
+            ds, db, dw = be.residual_layernorm_backward(self.tape.take(out_y), dskip, s, w, mean, rstd, p, seed,
+                                                        offset, step)
+            self._add_grad(name, dw)
+            self.tape.accumulate(x, ds)
             self.tape.accumulate(b, db)
         self.tape.push(backward)
-        return out
+        return out_s, out_y
 
-    def _cross_entropy(self, logits: Node, targets) -> Node:
+    def _cross_entropy(self, logits: Node, targets, dloss) -> Node:
+        """Training: the loss and the logits' gradient (times dloss) from one call, the gradient handed on at
+        backward. Evaluation (nothing recorded, no backward to come): the loss alone, the logits untouched."""
         be = self.backend
-        loss, saved = be.cross_entropy_forward(logits.value, targets)
+        if not self.tape.recording:
+            return Node(be.cross_entropy_forward(logits.value, targets))
+        loss, dlogits = be.cross_entropy_forward_backward(logits.value, targets, dloss)
         out = Node(loss)
 
         def backward():
-            dlogits = be.cross_entropy_backward(self.tape.take(out), logits.value, targets, saved)
+            self.tape.take(out)  # the seed: dloss, already in dlogits
             self.tape.accumulate(logits, dlogits)
         self.tape.push(backward)
         return out
@@ -163,12 +183,14 @@ class GPT:
         """Number the next training forward's dropout masks (host -> device: outside a captured graph)."""
         self.backend.write(self.step_counter, np.array([rng.site_offset(step, self.n_sites, 0)], dtype=np.uint64))
 
-    def forward(self, idx, targets, step, training: bool = True):
+    def forward(self, idx, targets, step, training: bool = True, dloss=None):
         """idx, targets: int64 [B, T] on the backend. Returns the mean loss (a 0-d backend array).
 
         step numbers the dropout masks (rng.site_offset); None keeps the number set_step wrote (a
         captured step writes nothing to the device). training=False turns dropout off and records
-        nothing for backward (evaluation).
+        nothing for backward (evaluation). dloss (training only): the gradient backward starts from, a
+        0-d backend array or a number (default 1; the float16 loss scaler passes its scale). The
+        classifier's gradient is computed in this pass (one kernel with the loss), so it is given here.
         """
         cfg = self.cfg
         B, T = idx.shape
@@ -181,34 +203,30 @@ class GPT:
 
         x = self._embedding(idx)
         x = self._dropout(x, rng.SITE_EMBEDDING)
+        a = self._layernorm(x, "transformer.h.0.ln_1.weight")
         for i in range(cfg.n_layer):
             h = f"transformer.h.{i}."
-            a = self._layernorm(x, h + "ln_1.weight")
             a = self._linear(a, h + "attn.c_attn.weight")
             a = self._attention(a, B, T, rng.site_attention(i))
             a = self._linear(a, h + "attn.c_proj.weight")
-            a = self._dropout(a, rng.site_attention_residual(i))
-            x = self._residual(x, a)
-            m = self._layernorm(x, h + "ln_2.weight")
+            x, m = self._residual_layernorm(x, a, h + "ln_2.weight", rng.site_attention_residual(i))
             m = self._linear(m, h + "mlp.c_fc.weight")
             m = self._gelu(m)
             m = self._linear(m, h + "mlp.c_proj.weight")
-            m = self._dropout(m, rng.site_mlp_residual(i))
-            x = self._residual(x, m)
-        x = self._layernorm(x, LN_F)
-        logits = self._linear(x, WTE)  # lm_head: the token embedding, tied
-        loss = self._cross_entropy(logits, targets.reshape(B * T))
+            after = f"transformer.h.{i + 1}.ln_1.weight" if i + 1 < cfg.n_layer else LN_F
+            x, a = self._residual_layernorm(x, m, after, rng.site_mlp_residual(i))
+        logits = self._linear(a, WTE)  # lm_head: the token embedding, tied; a is ln_f's output
+        self._dloss = self._one if dloss is None else dloss
+        loss = self._cross_entropy(logits, targets.reshape(B * T), self._dloss)
         self._loss = loss if training else None
         return loss.value
 
-    def backward(self, dloss=None) -> dict:
-        """Gradients of the last training forward's loss times dloss (default 1; the float16 loss
-        scaler passes its scale). Returns name -> gradient for every weight, in param_shapes' order."""
+    def backward(self) -> dict:
+        """Gradients of the last training forward's loss times its dloss. Returns name -> gradient for every
+        weight, in param_shapes' order."""
         if self._loss is None:
             raise RuntimeError("backward() needs a forward(..., training=True) before it")
-        if dloss is None:
-            dloss = self._one
         self.grads = {}
-        self.tape.backward(self._loss, dloss)
+        self.tape.backward(self._loss, self._dloss)
         self._loss = None
         return {name: self.grads[name] for name in self.params}

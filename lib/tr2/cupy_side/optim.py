@@ -8,15 +8,20 @@
   is skipped and halves the scale; 2000 finite steps in a row double it. The gradients are unscaled
   (grad_scale gets 1/scale) before the norm is clipped, as train.py calls scaler.unscale_ first.
 
-Per-step scalars travel to adamw_update in a device array (`hyper`, allocated once), and the clip
-coefficient is computed on the device from the norm, so that without float16 nothing here waits for
-the device. A step splits in two: `AdamW.set_lr` writes the step's host values (learning rate, bias
-corrections) into `hyper`, and `apply_update` is device work only (norm, clip, AdamW): a CUDA graph
-can hold the second and the host runs the first before each replay.
+Everything a step decides lives on the device: the clip coefficient (from the norm), the loss scale and its
+run of good steps, whether a float16 step overflowed (the norm not finite: AdamW then skips, through a flag in
+`hyper`), and the optimizer's step count with the bias corrections computed from it (in float64, as torch
+computes them in Python floats). Nothing here waits for the device, in any element type. A step splits in
+two: `AdamW.set_lr` writes the step's host values (the learning rate and the constants) into `hyper`, and
+`apply_update` is device work only (norm, overflow, clip, bias corrections, AdamW, the scale's update): a CUDA
+graph holds the second and the host runs the first before each replay. (Until 2026-11-30 the float16 step read
+the norm on the host, as GradScaler's step does, and could not be captured.)
 """
 from __future__ import annotations
 
 import numpy as np
+
+from .ops import adamw as adamw_ops
 
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6)
 
@@ -31,50 +36,69 @@ class AdamW:
         self.vs = [backend.zeros(p.shape) for p in self.params]
         self.beta1, self.beta2 = betas
         self.eps, self.weight_decay = eps, weight_decay
-        self.t = 0  # updates done (torch's state['step']); a skipped step does not count
-        self.hyper = backend.zeros((8,))
+        # updates done (torch's state['step']), on the device: a skipped float16 step does not count
+        self.t = backend.to_device(0.0, dtype=np.float64)
+        self.hyper = backend.zeros((len(adamw_ops.HYPER),))
 
     def set_lr(self, lr: float) -> None:
-        """Before an update: count it, and write lr and the bias corrections into hyper (host -> device)."""
-        self.t += 1
-        host = np.array([lr, self.beta1, self.beta2, self.eps, self.weight_decay,
-                         1.0 - self.beta1 ** self.t, 1.0 - self.beta2 ** self.t, 1.0], dtype=self.backend.float_dtype)
+        """Before an update: lr and the constants into hyper (host -> device); apply() fills in the rest."""
+        host = np.zeros(len(adamw_ops.HYPER), dtype=self.backend.float_dtype)
+        host[[adamw_ops.LR, adamw_ops.BETA1, adamw_ops.BETA2, adamw_ops.EPS, adamw_ops.WEIGHT_DECAY]] = (
+            lr, self.beta1, self.beta2, self.eps, self.weight_decay)
         self.backend.write(self.hyper, host)
 
-    def apply(self, grads: dict, grad_scale=1.0) -> None:
+    def apply(self, grads: dict, grad_scale=1.0, skip=None) -> None:
         """The update set_lr prepared, with g = grads * grad_scale (a Python float or a 0-d backend array
-        that stays on the device)."""
-        self.hyper[7] = grad_scale
-        self.backend.adamw_update(self.params, [grads[n] for n in self.names], self.ms, self.vs, self.hyper)
+        that stays on the device); skip (a 0-d backend array, 1 or 0): the update is skipped where 1, and
+        does not count. Device work only."""
+        h = self.hyper
+        if skip is not None:
+            self.t += 1.0 - skip.astype(np.float64)
+            h[adamw_ops.SKIP] = skip
+        else:
+            self.t += 1.0
+        h[adamw_ops.BIAS_CORR1] = 1.0 - self.beta1 ** self.t   # float64, stored in hyper's type
+        h[adamw_ops.BIAS_CORR2] = 1.0 - self.beta2 ** self.t
+        h[adamw_ops.GRAD_SCALE] = grad_scale
+        self.backend.adamw_update(self.params, [grads[n] for n in self.names], self.ms, self.vs, h)
 
     def step(self, grads: dict, lr: float, grad_scale=1.0) -> None:
         """One update with g = grads * grad_scale."""
         self.set_lr(lr)
         self.apply(grads, grad_scale)
 
+    def steps_taken(self) -> int:
+        """torch's state['step'], read from the device (waits for it)."""
+        return int(self.backend.to_host(self.t))
+
 
 class LossScaler:
-    """GradScaler's dynamic loss scale (enabled for float16 only; disabled it is a constant 1)."""
+    """GradScaler's dynamic loss scale on the device (enabled for float16 only; disabled it is a constant 1).
+    `scale` is the 0-d backend array backward starts from (the model's dloss)."""
 
-    def __init__(self, enabled: bool, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
+    def __init__(self, backend, enabled: bool, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
                  backoff_factor: float = 0.5, growth_interval: int = 2000):
-        self.enabled = enabled
-        self.scale = init_scale if enabled else 1.0
+        self.backend, self.enabled = backend, enabled
+        self.scale = backend.to_device(init_scale if enabled else 1.0)
+        self.good_steps = backend.to_device(0.0)   # GradScaler's _growth_tracker
         self.growth_factor, self.backoff_factor, self.growth_interval = growth_factor, backoff_factor, growth_interval
-        self.good_steps = 0  # GradScaler's _growth_tracker
 
-    def update(self, found_inf: bool) -> None:
-        """After a step: halve on overflow, double after growth_interval clean steps in a row."""
+    def update(self, found_inf) -> None:
+        """After a step (device work): halve on overflow, double after growth_interval clean steps in a row.
+        found_inf: a 0-d backend array (1 where the step overflowed), or a bool."""
         if not self.enabled:
             return
-        if found_inf:
-            self.scale *= self.backoff_factor
-            self.good_steps = 0
-        else:
-            self.good_steps += 1
-            if self.good_steps == self.growth_interval:
-                self.scale *= self.growth_factor
-                self.good_steps = 0
+        xp = self.backend.xp
+        found = xp.asarray(found_inf, dtype=self.scale.dtype) != 0
+        good = xp.where(found, 0.0, self.good_steps + 1.0)
+        grow = good == self.growth_interval
+        self.scale[...] = xp.where(found, self.scale * self.backoff_factor,
+                                   xp.where(grow, self.scale * self.growth_factor, self.scale))
+        self.good_steps[...] = xp.where(grow, 0.0, good)
+
+    def value(self) -> float:
+        """The scale, read from the device (waits for it)."""
+        return float(self.backend.to_host(self.scale))
 
 
 def clip_coefficient(backend, norm, max_norm: float):
@@ -87,38 +111,31 @@ def clip_coefficient(backend, norm, max_norm: float):
 
 
 def optimizer_step(backend, optimizer: AdamW, scaler: LossScaler, grads: dict, lr: float,
-                   grad_clip: float) -> bool:
-    """Everything after backward in nanoGPT's loop: unscale, clip, AdamW step, scaler update.
-
-    grads were computed with dloss = scaler.scale. Returns False when the step was skipped (float16
-    overflow), True otherwise. Overflow is read from the global norm: it is finite exactly when every
-    gradient is (short of squares overflowing float32, far above any real gradient).
-    """
-    dt = backend.float_dtype.type
-    inv_scale = dt(1.0 / scaler.scale)
-    need_norm = grad_clip != 0.0 or scaler.enabled
-    norm = backend.global_norm(list(grads.values())) * inv_scale if need_norm else None
-    if scaler.enabled:
-        found_inf = not bool(np.isfinite(backend.to_host(norm)))  # the one wait on the device, as GradScaler's
-        scaler.update(found_inf)
-        if found_inf:
-            return False
+                   grad_clip: float) -> None:
+    """Everything after backward in nanoGPT's loop: unscale, clip, AdamW step, scaler update (grads were
+    computed with dloss = scaler.scale). An overflowed float16 step is skipped on the device."""
     optimizer.set_lr(lr)
-    apply_update(backend, optimizer, grads, grad_clip, inv_scale, norm)
-    return True
+    apply_update(backend, optimizer, grads, grad_clip, scaler)
 
 
-def apply_update(backend, optimizer: AdamW, grads: dict, grad_clip: float, inv_scale=1.0, norm=None) -> None:
-    """The device part of a step after backward: the clip coefficient from the global norm (computed
-    here unless given, already unscaled) and AdamW from the hyper set_lr wrote. No host <-> device
-    traffic and no wait: a captured CUDA graph can hold it (tr2.cupy_side.gpu.graph)."""
+def apply_update(backend, optimizer: AdamW, grads: dict, grad_clip: float, scaler: LossScaler | None = None) -> None:
+    """The device part of a step after backward: with an enabled scaler the gradients' unscaling (1 / scale)
+    and the overflow test (the global norm not finite: it is finite exactly when every gradient is, short of
+    squares overflowing float32, far above any real gradient); the clip coefficient from the global norm;
+    AdamW from the hyper set_lr wrote; the scale's update. No host <-> device traffic and no wait: a
+    captured CUDA graph can hold it (tr2.cupy_side.gpu.graph)."""
     xp = backend.xp
     dt = backend.float_dtype.type
-    inv_scale = dt(inv_scale)
+    scaled = scaler is not None and scaler.enabled
+    inv_scale = dt(1.0) / scaler.scale if scaled else dt(1.0)
+    norm = backend.global_norm(list(grads.values())) * inv_scale if (grad_clip != 0.0 or scaled) else None
+    found = (~xp.isfinite(norm)).astype(backend.float_dtype) if scaled else None
     if grad_clip != 0.0:
-        if norm is None:
-            norm = backend.global_norm(list(grads.values())) * inv_scale
         grad_scale = clip_coefficient(backend, norm, grad_clip) * inv_scale
+    elif scaled:
+        grad_scale = inv_scale
     else:
         grad_scale = xp.full((), inv_scale, dtype=backend.float_dtype)
-    optimizer.apply(grads, grad_scale)
+    optimizer.apply(grads, grad_scale, skip=found)
+    if scaled:
+        scaler.update(found)

@@ -9,10 +9,11 @@ Weights: --init's file, else tr2.weights.init_numpy(cfg, seed); --save-init writ
 training. Batches: tr2.data.BatchSource (the recorded order with --batches). The loss is read to the
 host, which waits for the device, on the steps the log prints and on every step with --metrics.
 
---cuda-graph (float32 and bfloat16 on a GPU): iteration 0 runs eagerly in the graph's own memory pool
-(the warm-up), iteration 1 captures forward, backward, clip and AdamW once, and every iteration from 1
-on replays it. Before each, the host writes the step's inputs into buffers allocated once: the batch,
-the dropout step counter (model.set_step), lr and the bias corrections (AdamW.set_lr). Same kernels,
+--cuda-graph (every element type on a GPU): iteration 0 runs eagerly in the graph's own memory pool
+(the warm-up), iteration 1 captures forward, backward, clip, AdamW and the loss scaler's update once, and
+every iteration from 1 on replays it. Before each, the host writes the step's inputs into buffers allocated
+once: the batch, the dropout step counter (model.set_step), lr (AdamW.set_lr); the rest (bias corrections,
+loss scale, a float16 overflow's skip) is decided on the device (optim.py). Same kernels,
 same order, same arithmetic as the eager loop: the same losses to the bit (tests/test_graph_gpu.py).
 """
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
         save_weights(args.save_init, weights)
     model = GPT(cfg, backend, weights, seed=args.seed)
     optimizer = AdamW(backend, model.params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
-    scaler = LossScaler(enabled=(args.dtype == "float16"))
+    scaler = LossScaler(backend, enabled=(args.dtype == "float16"))
 
     log.say(f"number of parameters: {count_params(cfg) / 1e6:.2f}M")
     log.say(f"cupy side: model {cfg.name}, backend {backend!r}, device {args.device}, "
@@ -88,7 +89,7 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
         return out
 
     read_every_step = log.metrics is not None
-    graph = _TrainStepGraph(backend, model, optimizer, cfg) if args.cuda_graph else None
+    graph = _TrainStepGraph(backend, model, optimizer, scaler, cfg) if args.cuda_graph else None
     if graph is not None:
         log.say("cuda graph: iteration 0 eager in the graph's pool, 1 captured, it and every later one replayed")
         backend.synchronize()  # the weights were copied on the default stream; from here all runs on the graph's
@@ -109,11 +110,10 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
                 if it < args.steps:  # the next batch on the host while the device runs this step
                     X, Y = batches.train_batch(it + 1)
             else:
-                loss = model.forward(X, Y, step=it, training=True)
+                loss = model.forward(X, Y, step=it, training=True, dloss=scaler.scale if scaler.enabled else None)
                 if it < args.steps:  # as nanoGPT: the next batch while the device runs the forward
                     X, Y = to_device(batches.train_batch(it + 1))
-                dloss = backend.to_device(scaler.scale) if scaler.enabled else None
-                grads = model.backward(dloss)
+                grads = model.backward()
                 optimizer_step(backend, optimizer, scaler, grads, lr, cfg.grad_clip)
 
             printed = log.wants_line(it)
@@ -130,9 +130,9 @@ class _TrainStepGraph:
 
     WARMUP = 1
 
-    def __init__(self, backend, model, optimizer, cfg):
+    def __init__(self, backend, model, optimizer, scaler, cfg):
         from .gpu.graph import StepGraph
-        self.backend, self.model, self.optimizer = backend, model, optimizer
+        self.backend, self.model, self.optimizer, self.scaler = backend, model, optimizer, scaler
         shape = (cfg.batch_size, cfg.block_size)
         self.X = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
         self.Y = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
@@ -142,9 +142,10 @@ class _TrainStepGraph:
         self.done = 0
 
     def _body(self):
-        loss = self.model.forward(self.X, self.Y, step=None, training=True)
+        scaler = self.scaler
+        loss = self.model.forward(self.X, self.Y, step=None, training=True, dloss=scaler.scale if scaler.enabled else None)
         grads = self.model.backward()
-        apply_update(self.backend, self.optimizer, grads, self.grad_clip)
+        apply_update(self.backend, self.optimizer, grads, self.grad_clip, scaler)
         self.model.grads = {}  # the step's buffers go back to the graph's pool, for the next step's eager use
         return loss
 

@@ -9,7 +9,11 @@ sources, the half-type packing helpers in ``halfbits``) work and are tested on m
 """
 from __future__ import annotations
 
+import ctypes.util
+import glob
+import os
 import re
+import sys
 from pathlib import Path
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
@@ -24,6 +28,7 @@ OP_FILES: dict[str, str | None] = {
     "gelu": "gelu.cu",
     "dropout": "dropout.cu",
     "residual": "residual.cu",
+    "residual_layernorm": "residual_layernorm.cu",
     "cross_entropy": "cross_entropy.cu",
     "adamw": "adamw.cu",
     "global_norm": "global_norm.cu",
@@ -40,8 +45,9 @@ OP_METHODS: dict[str, tuple[str, ...]] = {
     "attention": ("attention_forward", "attention_backward"),
     "gelu": ("gelu_forward", "gelu_backward"),
     "dropout": ("dropout_forward", "dropout_backward"),
-    "residual": ("residual_forward", "residual_backward"),
-    "cross_entropy": ("cross_entropy_forward", "cross_entropy_backward"),
+    "residual": ("residual_forward",),
+    "residual_layernorm": ("residual_layernorm_forward", "residual_layernorm_backward"),
+    "cross_entropy": ("cross_entropy_forward", "cross_entropy_forward_backward"),
     "adamw": ("adamw_update",),
     "global_norm": ("global_norm",),
 }
@@ -52,13 +58,15 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward_dx", "layernorm_backward_dw_partial",
                      "layernorm_backward_dw_final"),
-    "attention.cu": ("attn_backward_dot",) + tuple(
+    "attention.cu": tuple(
         f"attn_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("f32", "tf32", "bf16", "bf16r", "f16", "f16r")
         for kernel in ("forward", "backward_dkdv", "backward_dq")),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
-    "residual.cu": ("residual_forward", "residual_accumulate"),
-    "cross_entropy.cu": ("cross_entropy_forward", "cross_entropy_mean", "cross_entropy_backward"),
+    "residual.cu": ("residual_forward",),
+    "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward"),
+    "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
+                         "cross_entropy_mean"),
     "adamw.cu": ("adamw_update",),
     "global_norm.cu": ("global_norm_partial", "global_norm_final"),
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "round_f32"),
@@ -73,6 +81,9 @@ _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
 # attention.cu's instantiations: ATTN_KERNELS(build, kind, split, head size) declares three kernels.
 _ATTN_MACRO = re.compile(r'^ATTN_KERNELS\((\w+), \w+, \w+, (\d+)\)', re.M)
+# attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
+_ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
+                            r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)
 
 
 def kernel_files() -> list[str]:
@@ -111,3 +122,60 @@ def declared_kernels(filename: str) -> list[str]:
     for build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in ("forward", "backward_dkdv", "backward_dq")]
     return names
+
+
+def attention_geometry() -> dict:
+    """attention.cu's Geometry, read from the source (the one place it is written): for "half" and "float32",
+    the m16 tiles a warp owns (mt) and the rows of the tiles each kernel streams."""
+    found = {("float32" if f32 else "half"): {"mt": int(mt), "forward": int(fwd), "backward_dq": int(dq),
+                                               "backward_dkdv": int(dkdv)}
+             for f32, mt, fwd, dq, dkdv in _ATTN_GEOMETRY.findall((KERNELS_DIR / "attention.cu").read_text())}
+    if set(found) != {"half", "float32"}:
+        raise RuntimeError(f"attention.cu: Geometry of {sorted(found)} found; both half and float32 expected")
+    return found
+
+
+def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
+    """Path of NVIDIA's shared library lib<stem>.so (cublas, nvrtc), or None: $env when set and not empty,
+    else the one this process already mapped (CuPy's or torch's: then ours is the same library), else
+    cuda-pathfinder's, else an nvidia wheel's under sys.path, else the CUDA install's, else the loader's.
+    NVRTC's side libraries (nvrtc-builtins, the .alt. builds) never count as the library itself."""
+    if env and os.environ.get(env):
+        return os.environ[env]
+    prefix = f"lib{stem}.so"
+
+    def usable(path: str) -> bool:
+        return os.path.basename(path).startswith(prefix) and ".alt." not in path
+
+    try:
+        with open("/proc/self/maps") as f:
+            mapped = [line.split()[-1] for line in f if len(line.split()) >= 6]
+        found = [m for m in mapped if usable(m) and os.path.isfile(m)]
+        if found:
+            return found[0]
+    except OSError:
+        pass
+    try:
+        from cuda import pathfinder
+        path = getattr(pathfinder.load_nvidia_dynamic_lib(stem), "abs_path", None)
+        if path and os.path.isfile(path):
+            return path
+    except Exception:   # no cuda-pathfinder, or it found nothing: the other places follow
+        pass
+    candidates = [c for site in sys.path for c in sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", prefix + "*")))]
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root:
+            candidates += sorted(glob.glob(os.path.join(root, "lib64", prefix + "*")))
+    candidates = [c for c in candidates if usable(c)]
+    if candidates:
+        return candidates[0]
+    return ctypes.util.find_library(stem)
+
+
+def kernel_define(filename: str, name: str) -> int:
+    """The integer a kernel file #defines as `name` (a block size its wrapper must launch with): read from the
+    source, the one place it is written."""
+    m = re.search(rf"^#define {name} (\d+)\b", (KERNELS_DIR / filename).read_text(), re.M)
+    if m is None:
+        raise RuntimeError(f"{filename}: no '#define {name} <integer>'")
+    return int(m.group(1))

@@ -1,8 +1,8 @@
 """Wrapper of kernels/attention.cu: causal attention fused on tensor cores, q/k/v read in place.
 
 forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv); backward
-launches the row dot products D = rowsum(dO * out), then dK/dV and dQ, each kernel writing its own columns
-of one dqkv [B, T, 3C]. No T x T array exists anywhere.
+launches dQ (which also writes the row dot products D = rowsum(dO * out)), then dK/dV, each kernel writing its
+own columns of one dqkv [B, T, 3C]. No T x T array exists anywhere.
 
 The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded): under
 half roundings c_attn and c_proj's backward hand them over so; otherwise (float32 products' outputs) qkv is
@@ -18,17 +18,16 @@ import math
 import numpy as np
 import cupy as cp
 
-from . import dropout as _dropout
+from . import attention_geometry, dropout as _dropout
 from .cast import to_half
-from .halfbits import KIND_F32
 from .runtime import NULL, f32, function, i32, launch, u32, u64
 
 FILE = "attention.cu"
 HEAD_SIZES = (32, 64)
-ROWS = 64             # rows of a block's tile (attention.cu's BR)
 THREADS = 128         # four warps
-_TILE_BYTES = {True: ROWS * 72 * 2, False: ROWS * 68 * 4}   # half tiles, float32 tiles (padded rows)
-OP_ROUND_TF32 = 3     # attn_backward_dot's code for "dO rounded to TF32"
+# attention.cu's Geometry: m16 tiles a warp (a block owns 4 * 16 * mt rows), rows of each kernel's streamed tiles
+GEOMETRY = attention_geometry()
+_ROW_BYTES = {True: 72 * 2, False: 68 * 4}   # a staged row: half tiles, float32 tiles (padded)
 
 
 class AttentionSaved:
@@ -50,17 +49,32 @@ def build_name(ctx) -> str:
 _smem_set: set[str] = set()
 
 
-def _launch_tiles(ctx, kind: str, hs: int, grid, args, tiles: int, extra_bytes: int = 0) -> None:
-    name = f"attn_{kind}_{build_name(ctx)}_hs{hs}"
-    nbytes = tiles * _TILE_BYTES[ctx.half] + extra_bytes
+def _geometry(ctx) -> dict:
+    return GEOMETRY["half" if ctx.half else "float32"]
+
+
+def block_rows(ctx) -> int:
+    """Rows (queries, or keys in dK/dV) a block of each kernel owns."""
+    return 4 * 16 * _geometry(ctx)["mt"]
+
+
+def shared_bytes(ctx, kernel: str) -> int:
+    """attention.cu's shared memory of one block: the block's own tiles, the streamed tiles in each staging
+    buffer (two in the half builds, cp.async), and dK/dV's staged lse and D."""
+    rows, streamed, nbuf = block_rows(ctx), _geometry(ctx)[kernel], 2 if ctx.half else 1
+    own = {"forward": 1, "backward_dq": 2, "backward_dkdv": 2}[kernel]
+    extra = nbuf * 2 * streamed * 4 if kernel == "backward_dkdv" else 0
+    return (own * rows + nbuf * 2 * streamed) * _ROW_BYTES[ctx.half] + extra
+
+
+def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
+    name = f"attn_{kernel}_{build_name(ctx)}_hs{hs}"
+    nbytes = shared_bytes(ctx, kernel)
     if name not in _smem_set:   # above 48 KB a kernel must opt in; set once, before any capture
         function(FILE, name).max_dynamic_shared_size_bytes = nbytes
         _smem_set.add(name)
-    launch(FILE, name, grid, THREADS, args, shared_mem=nbytes)
-
-
-def _out_dtype(ctx):
-    return np.uint16 if ctx.round_kind != KIND_F32 else np.float32
+    rows = block_rows(ctx)
+    launch(FILE, name, ((T + rows - 1) // rows, BH), THREADS, args, shared_mem=nbytes)
 
 
 def _half(ctx, a, out=None):
@@ -68,11 +82,6 @@ def _half(ctx, a, out=None):
     if not ctx.half or a.dtype == np.uint16:
         return a
     return to_half(a, ctx.kind, out=out)
-
-
-def _buffers(ctx) -> int:
-    """Staging buffers of the streamed tiles (attention.cu's Pipe): two (cp.async) in the half builds."""
-    return 2 if ctx.half else 1
 
 
 def _shape(qkv, n_head: int):
@@ -95,13 +104,11 @@ def _dropout_args(p, seed, offset, offset_add):
 def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: int, offset_add=None):
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    out = cp.empty((B, T, C), dtype=_out_dtype(ctx))
+    out = cp.empty((B, T, C), dtype=ctx.out_dtype)
     lse = cp.empty((B, H, T), dtype=np.float32)
-    nblk = (T + ROWS - 1) // ROWS
     kqkv = _half(ctx, qkv)
-    _launch_tiles(ctx, "forward", hs, (nblk, B * H),
-                  (out, lse, kqkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
-                  + _dropout_args(p, seed, offset, offset_add), tiles=1 + 2 * _buffers(ctx))
+    _launch(ctx, "forward", hs, T, B * H, (out, lse, kqkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
+            + _dropout_args(p, seed, offset, offset_add))
     return out, AttentionSaved(out, lse, kqkv)
 
 
@@ -109,18 +116,11 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    D = ctx.ws.get("att_D", (B, H, T), np.float32)
-    op_round = ctx.kind if ctx.half else (OP_ROUND_TF32 if ctx.tf32 else KIND_F32)
-    warps = B * T * H
-    launch(FILE, "attn_backward_dot", (warps * 32 + 255) // 256, 256,
-           (D, dout, saved.out, i32(B), i32(T), i32(H), i32(hs), i32(ctx.kind_of(dout)), i32(ctx.kind_of(saved.out)),
-            i32(op_round)))
-    dqkv = cp.empty((B, T, 3 * C), dtype=_out_dtype(ctx))
-    nblk = (T + ROWS - 1) // ROWS
+    D = ctx.ws.get("att_D", (B, H, T), np.float32)   # the row dots: written by the dQ kernel, read by dK/dV's
+    dqkv = cp.empty((B, T, 3 * C), dtype=ctx.out_dtype)
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
-    args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind)) \
-        + _dropout_args(p, seed, offset, offset_add)
-    nbuf = _buffers(ctx)
-    _launch_tiles(ctx, "backward_dkdv", hs, (nblk, B * H), args, tiles=2 + 2 * nbuf, extra_bytes=nbuf * 2 * ROWS * 4)
-    _launch_tiles(ctx, "backward_dq", hs, (nblk, B * H), args, tiles=2 + 2 * nbuf)
+    scale, tail = f32(1.0 / math.sqrt(hs)), (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)
+    _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H), scale)
+            + tail)
+    _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H), scale) + tail)
     return dqkv

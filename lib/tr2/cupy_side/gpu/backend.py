@@ -27,6 +27,7 @@ from . import global_norm as _global_norm
 from . import layernorm as _layernorm
 from . import matmul as _matmul
 from . import residual as _residual
+from . import residual_layernorm as _residual_layernorm
 from .cast import from_half
 from .context import GpuContext
 from .halfbits import from_bits
@@ -125,6 +126,12 @@ class CudaBackend:
         """Peak bytes in use in CuPy's memory pool since this process installed the tracker."""
         return self._peak.peak_bytes()
 
+    def product_weights(self, weights) -> None:
+        """Half builds: each weight gets its half copy, cast once now and rewritten by adamw_update from then on
+        (GpuContext.keep_half_copy); the products read it. float32 builds: nothing."""
+        for w in weights:
+            self.ctx.keep_half_copy(w)
+
     def synchronize(self) -> None:
         cp.cuda.get_current_stream().synchronize()
 
@@ -181,17 +188,23 @@ class CudaBackend:
         b = self._act(b)
         return _residual.forward(self._widen(a), b, self.ctx.kind_of(b))
 
-    def residual_backward(self, dout):
-        return dout, dout
+    def residual_layernorm_forward(self, x, b, w, eps, p, seed, offset, offset_add=None):
+        return _residual_layernorm.forward(self.ctx, _f32(x), self._act(b), _f32(w), float(eps), float(p), int(seed),
+                                           int(offset), _u64(offset_add))
+
+    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None):
+        return _residual_layernorm.backward(self.ctx, self._act(dy), None if dskip is None else _f32(dskip), _f32(s),
+                                            _f32(w), _f32(mean), _f32(rstd), float(p), int(seed), int(offset),
+                                            _u64(offset_add))
 
     def cross_entropy_forward(self, logits, targets):
         return _ce.forward(self.ctx, self._act(logits), _i64(targets))
 
-    def cross_entropy_backward(self, dloss, logits, targets, saved):
-        return _ce.backward(self.ctx, dloss, self._act(logits), _i64(targets), saved)
+    def cross_entropy_forward_backward(self, logits, targets, dloss):
+        return _ce.forward_backward(self.ctx, self._act(logits), _i64(targets), dloss)
 
     def adamw_update(self, params, grads, ms, vs, hyper):
-        _adamw.update(list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)
+        _adamw.update(self.ctx, list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)
 
     def global_norm(self, grads):
         return _global_norm.global_norm(self.ctx, [_f32(g) for g in grads])

@@ -15,10 +15,8 @@ The helpers take row-major arrays and map them onto cuBLAS's column-major calls.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import glob
-import os
-import sys
+
+from . import find_nvidia_lib
 
 # cublasOperation_t
 OP_N, OP_T = 0, 1
@@ -42,52 +40,17 @@ class CublasError(RuntimeError):
     pass
 
 
-def _mapped_libcublas() -> str | None:
-    """The libcublas already loaded in this process (CuPy's or torch's), from /proc/self/maps."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1] if line.strip() else ""
-                base = os.path.basename(path)
-                if base.startswith("libcublas.so") and os.path.isfile(path):
-                    return path
-    except OSError:
-        pass
-    return None
-
-
 def find_libcublas() -> str:
-    """Path of libcublas: the one this process already mapped (after importing CuPy's cuBLAS module), else
-    cuda-pathfinder's, else the nvidia-cublas wheel's, else the CUDA install's."""
-    try:  # make CuPy load its libcublas, so that ours is the same library
-        import cupy_backends.cuda.libs.cublas  # noqa: F401
-    except Exception:
-        pass
-    path = _mapped_libcublas()
-    if path:
-        return path
+    """Path of libcublas (gpu.find_nvidia_lib), after CuPy has loaded its own: ours is then the same library."""
     try:
-        from cuda import pathfinder
-        loaded = pathfinder.load_nvidia_dynamic_lib("cublas")
-        p = getattr(loaded, "abs_path", None)
-        if p and os.path.isfile(p):
-            return p
-    except Exception:
+        import cupy_backends.cuda.libs.cublas  # noqa: F401
+    except Exception:   # no CuPy here: the other places are searched
         pass
-    candidates = []
-    for site in sys.path:
-        candidates += sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libcublas.so*")))
-        candidates += sorted(glob.glob(os.path.join(site, "nvidia", "cublas", "lib", "libcublas.so*")))
-    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root:
-            candidates += sorted(glob.glob(os.path.join(root, "lib64", "libcublas.so*")))
-    candidates = [c for c in candidates if os.path.basename(c).startswith("libcublas.so")]
-    if candidates:
-        return candidates[0]
-    name = ctypes.util.find_library("cublas")
-    if name:
-        return name
-    raise CublasError("libcublas not found (looked in this process, cuda-pathfinder, the nvidia wheels and /usr/local/cuda)")
+    path = find_nvidia_lib("cublas")
+    if path is None:
+        raise CublasError("libcublas not found (looked in this process, cuda-pathfinder, the nvidia wheels, "
+                          "the CUDA install and the loader's path)")
+    return path
 
 
 class Cublas:

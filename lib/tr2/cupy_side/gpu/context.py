@@ -1,6 +1,8 @@
-"""What every wrapper needs: the product element kind, the flags, the workspace and the cuBLAS handle."""
+"""What every wrapper needs: the product element kind, the flags, the workspace, the cuBLAS handle and the
+half-type copies of the weights the products read."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +20,8 @@ class GpuContext:
     half_roundings: bool = False    # products' outputs and attention probabilities rounded to the half type
     ws: Workspace = field(default_factory=Workspace)
     _cublas: blas.Cublas | None = None
+    # id(float32 master) -> (weak reference to the master, its half-type copy); see keep_half_copy
+    _copies: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.dtype not in KINDS:
@@ -42,6 +46,12 @@ class GpuContext:
         return np.uint16 if self.half else np.float32
 
     @property
+    def out_dtype(self):
+        """CuPy dtype of a product's output (and attention's): uint16 half bits where the build rounds product
+        outputs to the half type (half roundings), else float32."""
+        return np.uint16 if self.round_kind != KIND_F32 else np.float32
+
+    @property
     def act_kind(self) -> int:
         """The kind of activations that only feed products (LayerNorm's and GELU's outputs, the logits'
         gradient): the half type in the half builds, where the product would round them to it anyway."""
@@ -54,6 +64,26 @@ class GpuContext:
         if a.dtype == np.uint16 and self.half:
             return self.kind
         raise ValueError(f"activation of dtype {a.dtype}; allowed: float32, or uint16 half bits in a half build")
+
+    def keep_half_copy(self, w: "cp.ndarray") -> None:
+        """Give the float32 weight w a persistent copy in the build's half type (uint16 bits), cast once here.
+        From then on the products read the copy (`half_copy`) and adamw_update rewrites it with the master
+        (kernels/adamw.cu), so no cast of w runs in a step. Only the optimizer may change w afterwards: a
+        copy is not refreshed by any other write. Nothing in float32 builds (the products read w itself).
+        The entry goes when w is freed (a weak reference), so a new array at w's address never finds it."""
+        if not self.half or self.half_copy(w) is not None:
+            return
+        if not (isinstance(w, cp.ndarray) and w.dtype == np.float32 and w.flags.c_contiguous):
+            raise ValueError("a half copy is kept of a C-contiguous float32 CuPy array (the master the optimizer updates)")
+        from .cast import to_half
+        key = id(w)
+        self._copies[key] = (weakref.ref(w, lambda _ref, key=key: self._copies.pop(key, None)),
+                             to_half(w, self.kind, out=cp.empty(w.shape, dtype=np.uint16)))
+
+    def half_copy(self, w) -> "cp.ndarray | None":
+        """w's half copy (keep_half_copy), or None where it has none."""
+        entry = self._copies.get(id(w))
+        return entry[1] if entry is not None and entry[0]() is w else None
 
     @property
     def cuda_type(self) -> int:

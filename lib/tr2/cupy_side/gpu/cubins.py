@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import COMPILE_OPTIONS, kernel_files, load_source
+from . import COMPILE_OPTIONS, find_nvidia_lib, kernel_files, load_source
 
 # CuPy's RawModule adds -ftz=true to what it is given; cubins built here add it too, so a kernel computes the
 # same whether CuPy or this module compiled it.
@@ -52,31 +51,11 @@ class NvrtcNotFound(RuntimeError):
 
 
 def _find_libnvrtc() -> str:
-    """$TR2_NVRTC, else the nvidia wheels' (CuPy's CUDA 13 or 12 dependency), else cuda-pathfinder's, else the
-    CUDA install's."""
-    env = os.environ.get("TR2_NVRTC")
-    if env:
-        return env
-    cands = []
-    for site in sys.path:
-        cands += sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libnvrtc.so*")))
-        cands += sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "lib", "libnvrtc.so*")))
-    cands = [c for c in cands if "builtins" not in c and ".alt." not in c]
-    if cands:
-        return cands[-1]
-    try:
-        from cuda import pathfinder
-        loaded = pathfinder.load_nvidia_dynamic_lib("nvrtc")
-        p = getattr(loaded, "abs_path", None)
-        if p:
-            return p
-    except Exception:
-        pass
-    for pattern in ("/usr/local/cuda/lib64/libnvrtc.so*", "/usr/lib/x86_64-linux-gnu/libnvrtc.so*"):
-        found = [c for c in sorted(glob.glob(pattern)) if "builtins" not in c]
-        if found:
-            return found[-1]
-    raise NvrtcNotFound("NVRTC not found: install CuPy's CUDA wheels (nvidia-cuda-nvrtc) or set TR2_NVRTC")
+    """$TR2_NVRTC, else where gpu.find_nvidia_lib finds it (CuPy's CUDA wheels among the places)."""
+    path = find_nvidia_lib("nvrtc", env="TR2_NVRTC")
+    if path is None:
+        raise NvrtcNotFound("NVRTC not found: install CuPy's CUDA wheels (nvidia-cuda-nvrtc) or set TR2_NVRTC")
+    return path
 
 
 class Nvrtc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
+from . import kernel_define
 from .runtime import THREADS, blocks_for, i32, launch
 
 FILE = "embedding.cu"
@@ -19,9 +20,10 @@ def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray") -> "cp.ndar
     return out
 
 
-CHUNK = 1024        # EMB_CHUNK: rows per block of the counting sort
+CHUNK = kernel_define(FILE, "EMB_CHUNK")   # rows per block of the counting sort
 SCAN_THREADS = 1024  # embedding_sort_scan's block (its shared array)
-WTE_THREADS = 128
+WTE_RUN = kernel_define(FILE, "WTE_RUN")   # sorted positions a block of embedding_backward_wte looks at
+WTE_THREADS = 128   # at least WTE_RUN: its first threads read the block's sorted positions
 
 
 def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
@@ -43,6 +45,6 @@ def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe
     launch(FILE, "embedding_sort_scan", 1, SCAN_THREADS, (starts, total, i32(V)))
     launch(FILE, "embedding_sort_base", blocks_for(V), THREADS, (counts, starts, i32(G), i32(V)))
     launch(FILE, "embedding_sort_place", G, CHUNK, (rows, counts, idx, i32(N), i32(V)))
-    launch(FILE, "embedding_backward_wte", (V, (C + WTE_THREADS - 1) // WTE_THREADS), WTE_THREADS,
-           (dwte, dout, rows, starts, i32(C)))
+    launch(FILE, "embedding_backward_wte", ((N + WTE_RUN - 1) // WTE_RUN, (C + WTE_THREADS - 1) // WTE_THREADS),
+           WTE_THREADS, (dwte, dout, rows, starts, idx, i32(N), i32(C)))
     launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))

@@ -2,7 +2,8 @@
 
 Row-major throughout: x [N, K], W [M, K], y [N, M]. As ops/matmul.py: every product reads its inputs as
 the build's operands (float32, TF32 inside cuBLAS, or the half type: inputs already held as half bits are
-read as they are, float32 ones are cast into workspace buffers) and accumulates in float32. With
+read as they are, a weight with a half copy (GpuContext.keep_half_copy, refreshed by AdamW) through its copy,
+other float32 ones are cast into workspace buffers) and accumulates in float32. With
 half_roundings cuBLAS writes the half type (and may reduce in it): y and dx are handed on as half bits
 (their consumers read them so), dW is widened back to float32 for the optimizer."""
 from __future__ import annotations
@@ -43,17 +44,18 @@ def _mm(ctx, *args, **kw):
     return gemm(ctx, *args, in_type=ctx.cuda_type, compute=ctx.compute, round_kind=ctx.round_kind, **kw)
 
 
-def _out_dtype(ctx):
-    """y and dx: half bits where the build rounds product outputs to the half type, else float32."""
-    return np.uint16 if ctx.round_kind != KIND_F32 else np.float32
+def _weight(ctx, w: "cp.ndarray") -> "cp.ndarray":
+    """The weight as the product reads it: its half copy where it has one, else as product_input gives it."""
+    copy = ctx.half_copy(w)
+    return copy if copy is not None else product_input(ctx, w, "mm_w")
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray") -> "cp.ndarray":
     N, K = x.shape
     M = w.shape[0]
     xa = product_input(ctx, x, "mm_x")
-    wa = product_input(ctx, w, "mm_w")
-    y = cp.empty((N, M), dtype=_out_dtype(ctx))
+    wa = _weight(ctx, w)
+    y = cp.empty((N, M), dtype=ctx.out_dtype)
     return _mm(ctx, False, True, N, M, K, xa, K, wa, K, y, M, out_name="mm_y")
 
 
@@ -62,8 +64,8 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray"):
     M = w.shape[0]
     dya = product_input(ctx, dy, "mm_dy")
     xa = product_input(ctx, x, "mm_x")
-    wa = product_input(ctx, w, "mm_w")
-    dx = cp.empty((N, K), dtype=_out_dtype(ctx))
+    wa = _weight(ctx, w)
+    dx = cp.empty((N, K), dtype=ctx.out_dtype)
     dw = cp.empty((M, K), dtype=np.float32)
     _mm(ctx, False, False, N, K, M, dya, M, wa, K, dx, K, out_name="mm_dx")   # dx = dy W
     _mm(ctx, True, False, M, K, N, dya, M, xa, K, dw, K, out_name="mm_dw")    # dW = dy^T x

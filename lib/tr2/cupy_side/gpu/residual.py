@@ -13,9 +13,3 @@ def forward(a: "cp.ndarray", b: "cp.ndarray", b_kind: int) -> "cp.ndarray":
     out = cp.empty(a.shape, dtype=a.dtype)
     launch(FILE, "residual_forward", blocks_for(a.size), THREADS, (out, a, b, i64(a.size), i32(b_kind)))
     return out
-
-
-def accumulate(acc: "cp.ndarray", d: "cp.ndarray") -> "cp.ndarray":
-    """acc += d in place."""
-    launch(FILE, "residual_accumulate", blocks_for(acc.size), THREADS, (acc, d, i64(acc.size)))
-    return acc

@@ -1,6 +1,7 @@
 """The device table of tensors that the multi-tensor kernels (adamw.cu, global_norm.cu) walk.
 
-table [n_tensors, 6] u64 = (param, grad, m, v, numel, decay flag); chunk_tensor / chunk_start map each
+table [n_tensors, COLS] u64 = (param, grad, m, v, numel, decay flag, half copy) (common.cuh's TENSOR_COLS; 0 where
+a column has no tensor: the norm's table has grads only, and float32 builds no half copies); chunk_tensor / chunk_start map each
 block to one chunk of one tensor. Built once per list of buffers (keyed by their device addresses) and
 kept: the step replays the same table, as a CUDA graph would.
 
@@ -17,6 +18,7 @@ import cupyx
 
 CHUNK = 4096          # elements per block
 THREADS = 256
+COLS = 7              # common.cuh's TENSOR_COLS
 
 
 class TensorTable:
@@ -47,18 +49,21 @@ def _ptr(a) -> int:
     return 0 if a is None else int(a.data.ptr)
 
 
-def table_for(params, grads, ms=None, vs=None) -> TensorTable:
+def table_for(params, grads, ms=None, vs=None, halves=None) -> TensorTable:
+    """halves: per tensor, its half-type copy (uint16 bits, the param's shape) or None."""
     n = len(grads)
-    params = params if params is not None else [None] * n
-    ms = ms if ms is not None else [None] * n
-    vs = vs if vs is not None else [None] * n
-    for a in list(grads) + [x for x in list(params) + list(ms) + list(vs) if x is not None]:
+    params, ms, vs, halves = ([None] * n if a is None else list(a) for a in (params, ms, vs, halves))
+    for a in list(grads) + [x for x in params + ms + vs if x is not None]:
         if not isinstance(a, cp.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
             raise TypeError("multi-tensor kernels take C-contiguous float32 CuPy arrays")
+    for h, g in zip(halves, grads):
+        if h is not None and not (isinstance(h, cp.ndarray) and h.dtype == np.uint16 and h.flags.c_contiguous
+                                  and h.size == g.size):
+            raise TypeError("a half copy is a C-contiguous uint16 CuPy array of its tensor's size")
     rows = []
-    for p, g, m, v in zip(params, grads, ms, vs):
+    for p, g, m, v, h in zip(params, grads, ms, vs, halves):
         ndim = (p if p is not None else g).ndim
-        rows.append((_ptr(p), _ptr(g), _ptr(m), _ptr(v), int(g.size), 1 if ndim >= 2 else 0))
+        rows.append((_ptr(p), _ptr(g), _ptr(m), _ptr(v), int(g.size), 1 if ndim >= 2 else 0, _ptr(h)))
     key = tuple(rows)
     t = _cache.get(key)
     if t is None:
@@ -67,7 +72,7 @@ def table_for(params, grads, ms=None, vs=None) -> TensorTable:
             for s in range(0, r[4], CHUNK):
                 chunk_tensor.append(i)
                 chunk_start.append(s)
-        (table, a), (ct, b), (cs, c) = (_to_device(np.array(rows, dtype=np.uint64).reshape(-1, 6)),
+        (table, a), (ct, b), (cs, c) = (_to_device(np.array(rows, dtype=np.uint64).reshape(-1, COLS)),
                                         _to_device(np.array(chunk_tensor, dtype=np.int32)),
                                         _to_device(np.array(chunk_start, dtype=np.int64)))
         t = TensorTable(table, ct, cs, len(chunk_tensor), (a, b, c))

@@ -1,25 +1,40 @@
 // attention.cu: causal self-attention, forward and backward, fused in the flash-attention manner on
-// tensor cores (mma.sync). The T x T scores are never stored: each block keeps one tile of them in
+// tensor cores (mma.sync). The T x T scores are never stored: each warp keeps its rows' tile of them in
 // registers. Reference: tr2/cupy_side/ops/attention.py (same formulas, whole arrays).
 //
 // Layout, read and written in place (no split, merge or transpose kernels):
 //   qkv [B, T, 3C] float32, c_attn's output: q of head h at columns h*HS, k at C + h*HS, v at 2C + h*HS;
 //   out [B, T, C] (c_proj's input), dout [B, T, C]; dqkv [B, T, 3C] like qkv; lse, D [B*H, T] float32.
 //
-// Algorithm (HS = head size, 32 or 64; tiles of 64 rows by 64 columns; 4 warps, 16 rows each):
-//   forward, one block per (64 queries, b*H + h), heaviest blocks first: loop over the key tiles up to
-//     the diagonal; S = q k^T by mma; s = S * scale, causal mask; online softmax in float32 (running max
-//     m and per-thread partial sums l); Pd = exp(s - m) * keep / (1 - p) (dropout drawn here by the
-//     counter-based generator, element (bh*T + i)*T + j of the site, as ops/attention.py indexes it);
-//     O += Pd v by mma with O in registers; at the end out = O / l and lse = m + log(l).
-//   backward, a small kernel first: D_i = sum_d dO_id * O_id (the row dot products), then
-//     dK, dV: one block per (64 keys, bh), loop over the query tiles from the diagonal down:
-//       S^T = k q^T, P^T = exp(S^T * scale - lse) (recomputed, never stored), dV += Pd^T dO,
-//       dP^T = v dO^T, dS^T = P^T (dP^T * keep / (1 - p) - D), dK += dS^T q; dK *= scale.
-//     dQ: one block per (64 queries, bh), loop over the key tiles up to the diagonal:
-//       S, P, dP = dO v^T and dS again, dQ += dS k; dQ *= scale.
+// Algorithm (HS = head size, 32 or 64; 4 warps a block, each owning 16 * MT rows; Geometry<K> below):
+//   forward, one block per (4 * 16 * MT queries, b*H + h), heaviest blocks first: loop over the key tiles
+//     (BC keys each) up to the diagonal; S = q k^T by mma; causal mask on the tiles that cross the diagonal
+//     or T only; online softmax in float32 (running max m of the raw scores, per-thread partial sums l);
+//     Pd = exp(scale (s - m)) * keep / (1 - p) (dropout drawn here by the counter-based generator, element
+//     (bh*T + i)*T + j of the site, as ops/attention.py indexes it); O += Pd v by mma with O in registers;
+//     at the end out = O / l and lse = scale m + log(l).
+//   backward, dQ first: one block per (4 * 16 * MT queries, bh); the row dot products D_i = sum_d dO_id O_id
+//     of its queries (dO as the products read it, from the staged tile), kept and written for dK/dV; then a
+//     loop over the key tiles up to the diagonal: S = q k^T, P = exp(S * scale - lse) (recomputed, never
+//     stored), dPd = dO v^T, dS = P (dPd * keep / (1 - p) - D), dQ += dS k; dQ *= scale.
+//     dK, dV: one block per (4 * 16 * MT keys, bh), loop over the query tiles from the diagonal down:
+//       S^T, P^T and dS^T again, dV += Pd^T dO, dK += dS^T q; dK *= scale.
 //   dQ has its own pass (the two recomputed products cost less than a second sweep of memory) so that
-//   every sum runs in a fixed order: no atomics, the same bits on every run.
+//   every sum runs in a fixed order: no atomics, the same bits on every run. (D had a kernel of its own
+//   until the dQ pass took it over: 31 us a layer of gpt2-small bf16 in call 4's profile, to read dO and O.)
+//   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
+//   result would be unchanged, bit for bit).
+//
+// Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
+// shared memory once and feeds two mma with it, which halves the shared-memory bytes per mma; with one tile
+// a warp the kernels were bound by shared memory (1 mma per fragment read, ~100 TFLOP/s on the H200). B
+// fragments come by ldmatrix.x4 (two n8 tiles per instruction), A fragments of staged tiles likewise.
+// The float32 builds keep one m16 tile a warp: their fragments are twice as wide (two m16n8k8 per k16,
+// and hi + lo pairs in the plain build), and two tiles would not fit the registers.
+//
+// Exponentials: the half and TF32 builds take exp2(s * scale log2(e) - m scale log2(e)), one FFMA and one
+// MUFU.EX2 an element (FlashAttention's form; its error, a few float32 ulps, is far below the half types'
+// rounding). The plain float32 build keeps expf(s * scale - m * scale) as the reference computes it.
 //
 // Element types (ops/precision.py's three roundings; K = the build's kind, SPLIT = the exact build):
 //   bfloat16 / float16: q, k, v, dO are rounded to the half type when a tile is loaded (the products'
@@ -31,19 +46,23 @@
 //   float32 plain (SPLIT): every operand as hi + lo TF32 pair, three mma per product (hi*hi + hi*lo +
 //     lo*hi; the dropped lo*lo is below float32's rounding), about float32's accuracy on tensor cores.
 //   out and dqkv are product outputs: written in the half type under half roundings (`out_kind`), else float32.
-// Tile sizes: 64 x 64 with 4 warps keeps a warp's 16 x 64 scores, its output rows and two staged tiles
-// (K and V, or Q and dO) within 255 registers and at most ~70 KB of shared memory (float32 tiles), so
-// several blocks share an SM; rows are padded (72 halves, 68 floats) so fragment reads hit 32 banks.
+// Shared memory: rows are padded (72 halves, 68 floats) so fragment reads hit 32 banks; the half builds
+// stream their tiles into two buffers by cp.async (the next tile loads while the current one computes).
 #include "common.cuh"
 
-#define BR 64          // rows of a block's tile (queries, or keys in dK/dV)
-#define BC 64          // columns of a staged tile (keys, or queries in dK/dV)
 #define NWARPS 4
 #define NTHREADS (NWARPS * 32)
-#define SNT (BC / 8)   // n8 tiles across a warp's 16 x 64 scores
+#define LOG2E 1.4426950408889634f
 
 template <int K> struct Tile { typedef u16 E; static const int LD = 72; };
 template <> struct Tile<KIND_F32> { typedef float E; static const int LD = 68; };
+
+// MT: m16 tiles a warp (rows a block = 4 * 16 * MT); FWD, DQ, DKDV: rows of the streamed tiles in each
+// kernel (keys, keys, queries). The backward streams 32 rows in the half builds: a warp holds its two
+// accumulators (dK and dV, 2 x 32 x HS floats) and the tile's P and dS, and 64-row tiles would spill.
+// gpu/attention.py reads this table from here (gpu.attention_geometry): keep each on one line.
+template <int K> struct Geometry { static const int MT = 2, FWD = 64, DQ = 32, DKDV = 32; };
+template <> struct Geometry<KIND_F32> { static const int MT = 1, FWD = 64, DQ = 64, DKDV = 64; };
 
 // Fragments of one k16 slice: the half types take one m16n8k16 mma, float32 two m16n8k8 (R = 2).
 template <int K> struct Pieces { static const int R = 1; };
@@ -57,11 +76,21 @@ __device__ __forceinline__ float tf32_rne(float x) {  // as ops/precision.round_
     return __uint_as_float(b & 0xFFFFE000u);
 }
 
-template <int K> __device__ __forceinline__ u16 half_bits(float x) { return store_as<K>(x); }
 template <int K> __device__ __forceinline__ float half_value(u16 h) { return load_from<K>(h); }
 
-template <int K> __device__ __forceinline__ u32 pack2(float lo_col, float hi_col) {
-    return (u32)half_bits<K>(lo_col) | ((u32)half_bits<K>(hi_col) << 16);
+// A staged operand's value (half bits widened; float32 tiles hold it as the products read it already).
+template <int K> __device__ __forceinline__ float operand_value(typename Tile<K>::E x) {
+    if constexpr (K == KIND_F32) return x;
+    else return half_value<K>(x);
+}
+
+// Two values as one register of half-type operands, x0 in the low half (the lower column), rounded to
+// nearest even by one cvt (the same bits as two scalar conversions).
+template <int K> __device__ __forceinline__ u32 pack2(float x0, float x1) {
+    u32 r;
+    if constexpr (K == KIND_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    return r;
 }
 
 // x as an operand register (and its remainder with SPLIT); for float32, x is first rounded to TF32
@@ -119,13 +148,27 @@ __device__ __forceinline__ void mma_acc(float c[4], const AFrag<K>& a, const BFr
 
 // ---- fragments from shared memory (tiles row-major [row][d], LD elements a row) ----
 // mma's fragment layout: g = lane / 4, t = lane % 4; A rows g and g + 8; B column g; C (row g, cols
-// 2t, 2t+1) and (row g + 8, same cols).
+// 2t, 2t+1) and (row g + 8, same cols). ldmatrix.x4 reads four 8 x 8 half matrices, lanes 8q..8q+7
+// giving the row addresses of matrix q, and hands lane l row l / 4, columns 2(l % 4), +1 of each: the
+// fragment layout, so one instruction fills a whole A fragment or the B fragments of two n8 tiles.
+__device__ __forceinline__ void ldmatrix_x4(u32 r[4], const u16* p) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], const u16* p) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
 
-// A = tile rows m0..m0+15, columns k16*16..+15.
+// A = tile rows m0..m0+15, columns k16*16..+15. Half builds: matrices (rows +0, cols +0), (+8, +0),
+// (+0, +8), (+8, +8) are a0..a3.
 template <int K, bool SPLIT>
 __device__ __forceinline__ void load_a(AFrag<K>& a, const typename Tile<K>::E* s, int m0, int k16, int lane) {
-    const int g = lane >> 2, t = lane & 3, LD = Tile<K>::LD;
+    const int LD = Tile<K>::LD;
     if constexpr (K == KIND_F32) {
+        const int g = lane >> 2, t = lane & 3;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float* p = (const float*)s + (m0 + g) * LD + k16 * 16 + 8 * r + t;
@@ -135,57 +178,61 @@ __device__ __forceinline__ void load_a(AFrag<K>& a, const typename Tile<K>::E* s
             tf32_operand<SPLIT, false>(p[8 * LD + 4], a.hi[4 * r + 3], a.lo[4 * r + 3]);
         }
     } else {
-        const u16* p = (const u16*)s + (m0 + g) * LD + k16 * 16 + 2 * t;
-        a.hi[0] = *(const u32*)p;
-        a.hi[1] = *(const u32*)(p + 8 * LD);
-        a.hi[2] = *(const u32*)(p + 8);
-        a.hi[3] = *(const u32*)(p + 8 * LD + 8);
+        ldmatrix_x4(a.hi, (const u16*)s + (m0 + (lane & 15)) * LD + k16 * 16 + (lane >> 4) * 8);
     }
 }
 
-// B[k][n] = tile[n][k] (the tile's rows are B's columns): n0..n0+7, k16 slice. For S = q k^T etc.
+// B[k][n] = tile[n][k] (the tile's rows are B's columns), for S = q k^T etc.: the fragments of the two n8
+// tiles n0..n0+7 and n0+8..n0+15, k16 slice. Half builds: matrices (rows +0, cols +0), (+0, +8) are b[0],
+// (+8, +0), (+8, +8) are b[1].
 template <int K, bool SPLIT>
-__device__ __forceinline__ void load_b_rows(BFrag<K>& b, const typename Tile<K>::E* s, int n0, int k16, int lane) {
-    const int g = lane >> 2, t = lane & 3, LD = Tile<K>::LD;
+__device__ __forceinline__ void load_b_rows(BFrag<K> b[2], const typename Tile<K>::E* s, int n0, int k16, int lane) {
+    const int LD = Tile<K>::LD;
     if constexpr (K == KIND_F32) {
+        const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float* p = (const float*)s + (n0 + g) * LD + k16 * 16 + 8 * r + t;
-            tf32_operand<SPLIT, false>(p[0], b.hi[2 * r], b.lo[2 * r]);
-            tf32_operand<SPLIT, false>(p[4], b.hi[2 * r + 1], b.lo[2 * r + 1]);
-        }
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float* p = (const float*)s + (n0 + 8 * q + g) * LD + k16 * 16 + 8 * r + t;
+                tf32_operand<SPLIT, false>(p[0], b[q].hi[2 * r], b[q].lo[2 * r]);
+                tf32_operand<SPLIT, false>(p[4], b[q].hi[2 * r + 1], b[q].lo[2 * r + 1]);
+            }
     } else {
-        const u16* p = (const u16*)s + (n0 + g) * LD + k16 * 16 + 2 * t;
-        b.hi[0] = *(const u32*)p;
-        b.hi[1] = *(const u32*)(p + 8);
+        u32 r[4];
+        ldmatrix_x4(r, (const u16*)s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * LD + k16 * 16 + ((lane >> 3) & 1) * 8);
+        b[0].hi[0] = r[0]; b[0].hi[1] = r[1]; b[1].hi[0] = r[2]; b[1].hi[1] = r[3];
     }
 }
 
-// B[k][n] = tile[k][n] (the tile's rows are B's k): rows k16*16..+15, columns n0..n0+7. For Pd v etc.
-// The half types read it transposed by ldmatrix.trans.
+// B[k][n] = tile[k][n] (the tile's rows are B's k), for Pd v etc.: rows k16*16..+15, the two n8 tiles
+// n0.. and n0+8... Half builds read it transposed: matrices (rows +0, cols +0), (+8, +0) are b[0],
+// (+0, +8), (+8, +8) are b[1].
 template <int K, bool SPLIT>
-__device__ __forceinline__ void load_b_cols(BFrag<K>& b, const typename Tile<K>::E* s, int n0, int k16, int lane) {
-    const int g = lane >> 2, t = lane & 3, LD = Tile<K>::LD;
+__device__ __forceinline__ void load_b_cols(BFrag<K> b[2], const typename Tile<K>::E* s, int n0, int k16, int lane) {
+    const int LD = Tile<K>::LD;
     if constexpr (K == KIND_F32) {
+        const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float* p = (const float*)s + (k16 * 16 + 8 * r + t) * LD + n0 + g;
-            tf32_operand<SPLIT, false>(p[0], b.hi[2 * r], b.lo[2 * r]);
-            tf32_operand<SPLIT, false>(p[4 * LD], b.hi[2 * r + 1], b.lo[2 * r + 1]);
-        }
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float* p = (const float*)s + (k16 * 16 + 8 * r + t) * LD + n0 + 8 * q + g;
+                tf32_operand<SPLIT, false>(p[0], b[q].hi[2 * r], b[q].lo[2 * r]);
+                tf32_operand<SPLIT, false>(p[4 * LD], b[q].hi[2 * r + 1], b[q].lo[2 * r + 1]);
+            }
     } else {
-        const u16* p = (const u16*)s + (k16 * 16 + (lane & 15)) * LD + n0;
-        const u32 addr = (u32)__cvta_generic_to_shared(p);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-                     : "=r"(b.hi[0]), "=r"(b.hi[1]) : "r"(addr));
+        u32 r[4];
+        ldmatrix_x4_trans(r, (const u16*)s + (k16 * 16 + (lane & 15)) * LD + n0 + (lane >> 4) * 8);
+        b[0].hi[0] = r[0]; b[0].hi[1] = r[1]; b[1].hi[0] = r[2]; b[1].hi[1] = r[3];
     }
 }
 
-// A from a warp's C registers (16 rows x 64 columns, v[nt][e]), k16 slice = column tiles 2*k16, 2*k16+1.
+// A from a warp's C registers (16 rows x 8 NT columns, v[nt][e]), k16 slice = column tiles 2*k16, 2*k16+1.
 // The half types' C layout is their A layout; float32's A wants columns t and t + 4 of an n8 tile where
 // C holds 2t and 2t + 1, so the values move between the four lanes of a row group by shuffles.
 template <int K, bool SPLIT>
-__device__ __forceinline__ void c_to_a(AFrag<K>& a, const float v[SNT][4], int k16, int lane) {
+__device__ __forceinline__ void c_to_a(AFrag<K>& a, const float (*v)[4], int k16, int lane) {
     if constexpr (K == KIND_F32) {
         const int t = lane & 3;
         const int src0 = (lane & ~3) | (t >> 1), src1 = src0 + 2;
@@ -212,10 +259,10 @@ __device__ __forceinline__ void c_to_a(AFrag<K>& a, const float v[SNT][4], int k
     }
 }
 
-// ---- staging: 64 rows x HS columns of a [B, T, stride] array into a padded tile ----
+// ---- staging: ROWS rows x HS columns of a [B, T, stride] array into a padded tile ----
 // Half builds read half-type q, k, v and dO (the wrapper hands them over as 16-bit buffers) and copy them
-// by cp.async, 16 bytes a thread, into a tile the next loop iteration does not read: loads overlap the mma
-// of the current tile (two buffers). Float32 builds read float32 and round as they store (TF32; plain
+// by cp.async, 16 bytes a thread, into a buffer the current iteration does not read: loads overlap the
+// mma of the current tile (two buffers). Float32 builds read float32 and round as they store (TF32; plain
 // float32 stores exact values and splits later), one buffer, synchronously. Rows at or past T are zeros.
 template <int K> struct Pipe { static const int NBUF = 2; };
 template <> struct Pipe<KIND_F32> { static const int NBUF = 1; };
@@ -227,13 +274,13 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-template <int K, bool SPLIT, int HS>
+template <int K, bool SPLIT, int HS, int ROWS>
 __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Tile<K>::E* __restrict__ src, int row0,
                                       int T, int stride) {
     const int LD = Tile<K>::LD;
     if constexpr (K == KIND_F32) {
         const int V4 = HS / 4;
-        for (int idx = threadIdx.x; idx < BR * V4; idx += NTHREADS) {
+        for (int idx = threadIdx.x; idx < ROWS * V4; idx += NTHREADS) {
             const int r = idx / V4, c = (idx % V4) * 4;
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
             if (row0 + r < T) x = *(const float4*)(src + (i64)(row0 + r) * stride + c);
@@ -242,7 +289,7 @@ __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Til
         }
     } else {
         const int V8 = HS / 8;
-        for (int idx = threadIdx.x; idx < BR * V8; idx += NTHREADS) {
+        for (int idx = threadIdx.x; idx < ROWS * V8; idx += NTHREADS) {
             const int r = idx / V8, c = (idx % V8) * 8;
             u16* d = s + r * LD + c;
             if (row0 + r < T) cp_async16(d, src + (i64)(row0 + r) * stride + c);
@@ -251,7 +298,46 @@ __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Til
     }
 }
 
-template <int K> __device__ __forceinline__ constexpr int tile_elems() { return BR * Tile<K>::LD; }
+// The streamed tiles of a loop of iterations 0..last. start() stages iteration 0 (half builds: into
+// buffer 0, in the commit group of whatever the block staged before); acquire(it) returns the buffer that
+// holds iteration it, complete and visible to every thread, having first started the next iteration's
+// copy into the other buffer (float32: staged synchronously into the one buffer); release() after the
+// iteration's reads, before the next acquire may overwrite the buffer. stage_fn(it, buf) stages one.
+template <int K, typename StageFn>
+struct Stream {
+    StageFn stage_fn;
+    int last;
+    __device__ __forceinline__ void start() {
+        if constexpr (Pipe<K>::NBUF == 2) {
+            stage_fn(0, 0);
+            cp_async_commit();
+        }
+    }
+    __device__ __forceinline__ int acquire(int it) {
+        if constexpr (Pipe<K>::NBUF == 2) {
+            const int cur = it & 1;
+            if (it < last) {
+                stage_fn(it + 1, cur ^ 1);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+            return cur;
+        } else {
+            __syncthreads();
+            stage_fn(it, 0);
+            __syncthreads();
+            return 0;
+        }
+    }
+    __device__ __forceinline__ void release() {
+        if constexpr (Pipe<K>::NBUF == 2) __syncthreads();
+    }
+};
+template <int K, typename StageFn>
+__device__ __forceinline__ Stream<K, StageFn> make_stream(StageFn f, int last) { return Stream<K, StageFn>{f, last}; }
 
 // Two adjacent output elements (idx even) in out_kind: float32, or the half type under half roundings.
 __device__ __forceinline__ void store_pair(void* base, i64 idx, float a, float b, int kind) {
@@ -267,7 +353,6 @@ struct Dropout {
     float scale;
     // keep / (1 - p) for element (row i, column j) of head bh's T x T probabilities
     __device__ __forceinline__ float factor(int bh, int i, int j, int T) const {
-        if (!use) return 1.0f;
         return rng_keep(seed, off, ((u64)bh * T + i) * (u64)T + j, threshold) ? scale : 0.0f;
     }
 };
@@ -283,53 +368,77 @@ __device__ __forceinline__ Dropout make_dropout(int use, u64 seed, u64 offset, c
     return d;
 }
 
-// acc[n] += a(16 x 64 in C registers) b(64 x HS staged tile, k-major) over the four k16 slices.
+// The softmax's exponential of scale * (s - m) for raw scores s and a row's m, handed over as mc = m * c:
+// c = scale in the plain float32 build (expf of the scaled difference, as the reference), else
+// c = scale * log2(e) and exp2 of one fused multiply-add.
+template <bool EXACT> __device__ __forceinline__ float exp_c(float s, float c, float mc) {
+    if constexpr (EXACT) return expf(s * c - mc);
+    else return exp2f(fmaf(s, c, -mc));
+}
+
+// acc[mt][n] += a[mt] (16 x NT*8 in C registers) b (NT*8 x HS staged tile, k-major), for each of the MT tiles.
 // Plain float32 (PROMOTE) sums each tile's product apart and adds it to acc with ordinary float adds: the
 // tensor cores' own float32 accumulation is not IEEE-exact, and over a thousand keys it grew past 1e-5.
-template <int K, bool SPLIT, int HS>
-__device__ __forceinline__ void acc_product(float acc[HS / 8][4], const float a[SNT][4],
+template <int K, bool SPLIT, int HS, int MT, int NT>
+__device__ __forceinline__ void acc_product(float acc[MT][HS / 8][4], const float a[MT][NT][4],
                                             const typename Tile<K>::E* sb, int lane) {
     constexpr bool PROMOTE = (K == KIND_F32 && SPLIT);
-    float part[PROMOTE ? HS / 8 : 1][4];
+    float part[PROMOTE ? MT : 1][PROMOTE ? HS / 8 : 1][4];
     if constexpr (PROMOTE) {
 #pragma unroll
-        for (int n = 0; n < HS / 8; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.0f;
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < HS / 8; ++n) part[mt][n][0] = part[mt][n][1] = part[mt][n][2] = part[mt][n][3] = 0.0f;
     }
 #pragma unroll
-    for (int k16 = 0; k16 < BC / 16; ++k16) {
-        AFrag<K> fa;
-        c_to_a<K, SPLIT>(fa, a, k16, lane);
+    for (int k16 = 0; k16 < NT / 2; ++k16) {
+        AFrag<K> fa[MT];
 #pragma unroll
-        for (int n = 0; n < HS / 8; ++n) {
-            BFrag<K> fb;
-            load_b_cols<K, SPLIT>(fb, sb, n * 8, k16, lane);
-            if constexpr (PROMOTE) mma_acc<K, SPLIT, true>(part[n], fa, fb);
-            else mma_acc<K, SPLIT, true>(acc[n], fa, fb);
+        for (int mt = 0; mt < MT; ++mt) c_to_a<K, SPLIT>(fa[mt], a[mt], k16, lane);
+#pragma unroll
+        for (int np = 0; np < HS / 16; ++np) {
+            BFrag<K> fb[2];
+            load_b_cols<K, SPLIT>(fb, sb, np * 16, k16, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    if constexpr (PROMOTE) mma_acc<K, SPLIT, true>(part[mt][2 * np + q], fa[mt], fb[q]);
+                    else mma_acc<K, SPLIT, true>(acc[mt][2 * np + q], fa[mt], fb[q]);
+                }
         }
     }
     if constexpr (PROMOTE) {
 #pragma unroll
-        for (int n = 0; n < HS / 8; ++n)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[n][e] += part[n][e];
+            for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][n][e] += part[mt][n][e];
     }
 }
 
-// s[n] = a(16 rows of tile sa, from m0) b^T(64 rows of tile sb) over HS: a warp's 16 x 64 scores-like block.
-template <int K, bool SPLIT, int HS>
-__device__ __forceinline__ void tile_product(float s[SNT][4], const typename Tile<K>::E* sa, int m0,
+// s[mt][n] = a(16 rows of tile sa from m0 + 16 mt) b^T(NT*8 rows of tile sb) over HS: a warp's scores-like block.
+template <int K, bool SPLIT, int HS, int MT, int NT>
+__device__ __forceinline__ void tile_product(float s[MT][NT][4], const typename Tile<K>::E* sa, int m0,
                                              const typename Tile<K>::E* sb, int lane) {
 #pragma unroll
-    for (int n = 0; n < SNT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
     for (int k16 = 0; k16 < HS / 16; ++k16) {
-        AFrag<K> fa;
-        load_a<K, SPLIT>(fa, sa, m0, k16, lane);
+        AFrag<K> fa[MT];
 #pragma unroll
-        for (int n = 0; n < SNT; ++n) {
-            BFrag<K> fb;
-            load_b_rows<K, SPLIT>(fb, sb, n * 8, k16, lane);
-            mma_acc<K, SPLIT, false>(s[n], fa, fb);
+        for (int mt = 0; mt < MT; ++mt) load_a<K, SPLIT>(fa[mt], sa, m0 + 16 * mt, k16, lane);
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            BFrag<K> fb[2];
+            load_b_rows<K, SPLIT>(fb, sb, np * 16, k16, lane);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int q = 0; q < 2; ++q) mma_acc<K, SPLIT, false>(s[mt][2 * np + q], fa[mt], fb[q]);
         }
     }
 }
@@ -339,153 +448,137 @@ template <int K, bool SPLIT, int HS>
 __device__ void attention_forward(void* __restrict__ out, float* __restrict__ lse,
                                   const typename Tile<K>::E* __restrict__ qkv, int T, int H, float scale,
                                   int out_kind, Dropout drop) {
+    constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::FWD, NT = BC / 8;
+    constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
+    constexpr bool EXACT = (K == KIND_F32 && SPLIT);
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
-    constexpr int NBUF = Pipe<K>::NBUF;
     E* sQ = (E*)smem;
-    E* sKV = sQ + tile_elems<K>();   // buffer b: K at sKV + 2b tiles, V at sKV + (2b + 1) tiles
+    E* sKV = sQ + BR * LD;   // buffer b: K at sKV + 2b BC rows, V at sKV + (2b + 1) BC rows
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.x;   // the longest rows first
     const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
-    const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 16, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = qb * BR + warp * RW;         // the warp's first query
     const E* base = qkv + (i64)b * T * 3 * C;
-    auto stage_kv = [&](int kb, int buf) {
-        stage<K, SPLIT, HS>(sKV + 2 * buf * tile_elems<K>(), base + C + h * HS, kb * BC, T, 3 * C);
-        stage<K, SPLIT, HS>(sKV + (2 * buf + 1) * tile_elems<K>(), base + 2 * C + h * HS, kb * BC, T, 3 * C);
-    };
-    stage<K, SPLIT, HS>(sQ, base + h * HS, qb * BR, T, 3 * C);
-    if constexpr (NBUF == 2) {
-        stage_kv(0, 0);
-        cp_async_commit();
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the last key tile a query of the block sees
+    auto kv = make_stream<K>([&](int kb, int buf) {
+        stage<K, SPLIT, HS, BC>(sKV + 2 * buf * BC * LD, base + C + h * HS, kb * BC, T, 3 * C);
+        stage<K, SPLIT, HS, BC>(sKV + (2 * buf + 1) * BC * LD, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    }, last);
+    stage<K, SPLIT, HS, BR>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    kv.start();
+
+    const float c = EXACT ? scale : scale * LOG2E;
+    float o[MT][HS / 8][4];
+    float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        mrow[mt][0] = mrow[mt][1] = NEG_INF;
+        lrow[mt][0] = lrow[mt][1] = 0.0f;
     }
 
-    const int rows[2] = {qb * BR + m0 + g, qb * BR + m0 + g + 8};
-    float o[HS / 8][4];
+    for (int kb = 0; kb <= last; ++kb) {
+        const int cur = kv.acquire(kb);
+        if (kb * BC <= r0 + RW - 1) {   // else the warp's queries all come before the tile's keys
+            const E* sK = sKV + 2 * cur * BC * LD;
+            const E* sV = sK + BC * LD;
+            float s[MT][NT][4];
+            tile_product<K, SPLIT, HS, MT, NT>(s, sQ, warp * RW, sK, lane);   // S = q k^T (raw)
+            if (kb * BC + BC - 1 > r0 || kb * BC + BC > T) {   // a tile across the diagonal or T: mask
 #pragma unroll
-    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
-
-    for (int kb = 0; kb <= qb; ++kb) {
-        const int cur = (NBUF == 2) ? (kb & 1) : 0;
-        if constexpr (NBUF == 2) {
-            if (kb < qb) {
-                stage_kv(kb + 1, cur ^ 1);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int i = r0 + 16 * mt + g + 8 * (e >> 1), j = kb * BC + n * 8 + 2 * t + (e & 1);
+                            if (j > i || j >= T) s[mt][n][e] = NEG_INF;
+                        }
             }
-            __syncthreads();
-        } else {
-            __syncthreads();
-            stage_kv(kb, 0);
-            __syncthreads();
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                float mc[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {   // the running max of each of the thread's two rows
+                    float mx = NEG_INF;
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mnew = fmaxf(mrow[mt][r], mx);
+                    mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;   // a row with nothing visible yet
+                    const float alpha = exp_c<EXACT>(mrow[mt][r], c, mc[r]);
+                    mrow[mt][r] = mnew;
+                    lrow[mt][r] *= alpha;
+#pragma unroll
+                    for (int n = 0; n < HS / 8; ++n) {
+                        o[mt][n][2 * r] *= alpha;
+                        o[mt][n][2 * r + 1] *= alpha;
+                    }
+                }
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = e >> 1;
+                        float p = exp_c<EXACT>(s[mt][n][e], c, mc[r]);   // 0 where masked
+                        lrow[mt][r] += p;
+                        if (drop.use && p != 0.0f)
+                            p *= drop.factor(bh, r0 + 16 * mt + g + 8 * r, kb * BC + n * 8 + 2 * t + (e & 1), T);
+                        s[mt][n][e] = p;
+                    }
+            }
+            acc_product<K, SPLIT, HS, MT, NT>(o, s, sV, lane);   // O += Pd v
         }
-        const E* sK = sKV + 2 * cur * tile_elems<K>();
-        const E* sV = sK + tile_elems<K>();
-        float s[SNT][4];
-        tile_product<K, SPLIT, HS>(s, sQ, m0, sK, lane);   // S = q k^T
-        // scale, mask, the running max of each of the thread's two rows
-        float mx[2] = {NEG_INF, NEG_INF};
+        kv.release();
+    }
 #pragma unroll
-        for (int n = 0; n < SNT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = rows[e >> 1], j = kb * BC + n * 8 + 2 * t + (e & 1);
-                const float v = (j <= i && j < T) ? s[n][e] * scale : NEG_INF;
-                s[n][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
-        float alpha[2], muse[2];
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float mnew = fmaxf(mrow[r], mx[r]);
-            muse[r] = (mnew == NEG_INF) ? 0.0f : mnew;   // a row with nothing visible yet (past T)
-            alpha[r] = expf(mrow[r] - muse[r]);
-            mrow[r] = mnew;
-            lrow[r] *= alpha[r];
+            float l = lrow[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int i = r0 + 16 * mt + g + 8 * r;
+            if (i >= T) continue;
+            const float inv = 1.0f / l;
+            const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
+#pragma unroll
+            for (int n = 0; n < HS / 8; ++n)
+                store_pair(out, at + n * 8, o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv, out_kind);
+            if (t == 0) lse[(i64)bh * T + i] = mrow[mt][r] * scale + logf(l);
         }
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) {
-            o[n][0] *= alpha[0]; o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1]; o[n][3] *= alpha[1];
-        }
-#pragma unroll
-        for (int n = 0; n < SNT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e >> 1, i = rows[r], j = kb * BC + n * 8 + 2 * t + (e & 1);
-                const float p = expf(s[n][e] - muse[r]);   // exp(-inf) = 0 where masked
-                lrow[r] += p;
-                s[n][e] = (p != 0.0f) ? p * drop.factor(bh, i, j, T) : 0.0f;
-            }
-        acc_product<K, SPLIT, HS>(o, s, sV, lane);   // O += Pd v
-        if constexpr (NBUF == 2) __syncthreads();     // the next iteration stages into this buffer
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 1);
-        lrow[r] += __shfl_xor_sync(0xffffffffu, lrow[r], 2);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int i = rows[r];
-        if (i >= T) continue;
-        const float inv = 1.0f / lrow[r];
-        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
-        if (t == 0) lse[(i64)bh * T + i] = mrow[r] + logf(lrow[r]);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------- backward
-// D[bh*T + i] = sum_d dO[b, i, h*HS + d] * O[b, i, h*HS + d], dO rounded as the products read it
-// (op_round: 0 none, 1 bfloat16, 2 float16, 3 TF32); dO and O held in dout_kind, out_kind. One warp per (b, i, h).
-extern "C" __global__ void attn_backward_dot(float* __restrict__ D, const void* __restrict__ dout,
-                                             const void* __restrict__ out, int B, int T, int H, int hs,
-                                             int dout_kind, int out_kind, int op_round) {
-    const i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= (i64)B * T * H) return;
-    const int h = (int)(w % H);
-    const i64 bt = w / H;
-    const int b = (int)(bt / T), i = (int)(bt % T);
-    const i64 at = bt * H * hs + (i64)h * hs;
-    float acc = 0.0f;
-    for (int d = lane; d < hs; d += 32) {
-        float g = load_kind(dout, at + d, dout_kind);
-        g = (op_round == 3) ? tf32_rne(g) : round_to_kind(g, op_round);
-        acc += g * load_kind(out, at + d, out_kind);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) D[((i64)b * H + h) * T + i] = acc;
-}
-
-// The backward's recomputed probabilities of one 16 x 64 block and its score gradient, in place:
-// on entry p = the scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
-// p = Pd = P * keep / (1 - p) and ds = dS = P (dPd * keep / (1 - p) - D). (i, j): query and key of element
-// (n, e); L and Dq: that query's log-sum-exp and row dot.
-template <typename Coords>
-__device__ __forceinline__ void softmax_grad(float p[SNT][4], float ds[SNT][4], int T, int bh, float scale,
-                                             const Dropout& drop, Coords coords) {
+// The backward's recomputed probabilities of a warp's block and its score gradient, in place:
+// on entry p = the raw scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
+// p = Pd = P * keep / (1 - p) and ds = dS = P (dPd * keep / (1 - p) - D). coords(mt, n, e, i, j, Lc, Dq)
+// gives element (mt, n, e)'s query i and key j, that query's log-sum-exp as exp_c wants it (Lc = lse * c /
+// scale) and its row dot. `edge`: the block crosses the diagonal or T, and elements outside are zeroed.
+template <bool EXACT, int MT, int NT, typename Coords>
+__device__ __forceinline__ void softmax_grad(float p[MT][NT][4], float ds[MT][NT][4], bool edge, int T, int bh,
+                                             float c, const Dropout& drop, Coords coords) {
 #pragma unroll
-    for (int n = 0; n < SNT; ++n)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            int i, j;
-            float L, Dq;
-            coords(n, e, i, j, L, Dq);
-            float pv = 0.0f, f = 0.0f;
-            if (j <= i && i < T && j < T) {
-                pv = expf(p[n][e] * scale - L);
-                f = drop.factor(bh, i, j, T);
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int i, j;
+                float Lc, Dq;
+                coords(mt, n, e, i, j, Lc, Dq);
+                float pv = 0.0f, f = 0.0f;
+                if (!edge || (j <= i && i < T && j < T)) {
+                    pv = exp_c<EXACT>(p[mt][n][e], c, Lc);
+                    f = drop.use ? drop.factor(bh, i, j, T) : 1.0f;
+                }
+                ds[mt][n][e] = pv * (ds[mt][n][e] * f - Dq);
+                p[mt][n][e] = pv * f;
             }
-            ds[n][e] = pv * (ds[n][e] * f - Dq);
-            p[n][e] = pv * f;
-        }
 }
 
 template <int HS>
@@ -495,162 +588,179 @@ __device__ __forceinline__ void store_rows(void* dst, i64 at, const float acc[HS
     for (int n = 0; n < HS / 8; ++n) store_pair(dst, at + n * 8, acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul, out_kind);
 }
 
-// dK and dV of 64 keys of one head. Warp rows are keys; the staged tiles hold 64 queries.
+// dK and dV of 4 * 16 * MT keys of one head. Warp rows are keys; the streamed tiles hold BC queries.
 template <int K, bool SPLIT, int HS>
 __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                         const float* __restrict__ Dvec, int T, int H, float scale, int out_kind,
                                         Dropout drop) {
+    constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DKDV, NT = BC / 8;
+    constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
+    constexpr bool EXACT = (K == KIND_F32 && SPLIT);
+    constexpr int NBUF = Pipe<K>::NBUF;
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
-    constexpr int NBUF = Pipe<K>::NBUF;
     E* sK = (E*)smem;
-    E* sV = sK + tile_elems<K>();
-    E* sQO = sV + tile_elems<K>();                          // buffer b: q at 2b tiles, dO at 2b + 1
-    float* sLD = (float*)(sQO + 2 * NBUF * tile_elems<K>());  // buffer b: lse at 2b * BC, D at (2b + 1) * BC
-    const int nqb = (T + BR - 1) / BR;
-    const int kb = (int)blockIdx.x;   // the first key tiles see the most queries: launched first
+    E* sV = sK + BR * LD;
+    E* sQO = sV + BR * LD;                          // buffer b: q at 2b BC rows, dO at (2b + 1) BC rows
+    float* sLD = (float*)(sQO + 2 * NBUF * BC * LD);  // buffer b: lse * c / scale at 2b * BC, D at (2b + 1) * BC
+    const int kb = (int)blockIdx.x;   // the first key blocks see the most queries: launched first
     const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
-    const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 16, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int k0 = kb * BR + warp * RW;   // the warp's first key
+    const int first = (kb * BR) / BC, nqt = (T + BC - 1) / BC;   // the query tiles from the diagonal down
+    const float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
     const E* base = qkv + (i64)b * T * 3 * C;
     const E* gbase = dout + (i64)b * T * C;
-    auto stage_q = [&](int qb, int buf) {
-        stage<K, SPLIT, HS>(sQO + 2 * buf * tile_elems<K>(), base + h * HS, qb * BC, T, 3 * C);
-        stage<K, SPLIT, HS>(sQO + (2 * buf + 1) * tile_elems<K>(), gbase + h * HS, qb * BC, T, C);
+    auto qo = make_stream<K>([&](int it, int buf) {
+        const int qt = first + it;
+        stage<K, SPLIT, HS, BC>(sQO + 2 * buf * BC * LD, base + h * HS, qt * BC, T, 3 * C);
+        stage<K, SPLIT, HS, BC>(sQO + (2 * buf + 1) * BC * LD, gbase + h * HS, qt * BC, T, C);
         float* l = sLD + 2 * buf * BC;
         for (int r = threadIdx.x; r < BC; r += NTHREADS) {
-            const int i = qb * BC + r;
-            l[r] = (i < T) ? lse[(i64)bh * T + i] : 0.0f;
+            const int i = qt * BC + r;
+            l[r] = (i < T) ? lse[(i64)bh * T + i] * lmul : 0.0f;
             l[BC + r] = (i < T) ? Dvec[(i64)bh * T + i] : 0.0f;
         }
-    };
-    stage<K, SPLIT, HS>(sK, base + C + h * HS, kb * BR, T, 3 * C);
-    stage<K, SPLIT, HS>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
-    if constexpr (NBUF == 2) {
-        stage_q(kb, 0);
-        cp_async_commit();
-    }
-    const int keys[2] = {kb * BR + m0 + g, kb * BR + m0 + g + 8};
-    float dk[HS / 8][4], dv[HS / 8][4];
+    }, nqt - 1 - first);
+    stage<K, SPLIT, HS, BR>(sK, base + C + h * HS, kb * BR, T, 3 * C);
+    stage<K, SPLIT, HS, BR>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
+    qo.start();
+    float dk[MT][HS / 8][4], dv[MT][HS / 8][4];
 #pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+        for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dk[mt][n][e] = dv[mt][n][e] = 0.0f;
 
-    for (int qb = kb; qb < nqb; ++qb) {
-        const int cur = (NBUF == 2) ? ((qb - kb) & 1) : 0;
-        if constexpr (NBUF == 2) {
-            if (qb + 1 < nqb) {
-                stage_q(qb + 1, cur ^ 1);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
-            __syncthreads();
-        } else {
-            __syncthreads();
-            stage_q(qb, 0);
-            __syncthreads();
+    for (int qt = first; qt < nqt; ++qt) {
+        const int cur = qo.acquire(qt - first);
+        if (qt * BC + BC - 1 >= k0) {   // else the tile's queries all come before the warp's keys
+            const E* sQ = sQO + 2 * cur * BC * LD;
+            const E* sO = sQ + BC * LD;
+            const float* sL = sLD + 2 * cur * BC;
+            const float* sD = sL + BC;
+            float p[MT][NT][4], ds[MT][NT][4];
+            tile_product<K, SPLIT, HS, MT, NT>(p, sK, warp * RW, sQ, lane);    // S^T = k q^T
+            tile_product<K, SPLIT, HS, MT, NT>(ds, sV, warp * RW, sO, lane);   // dPd^T = v dO^T
+            const bool edge = qt * BC < k0 + RW - 1 || qt * BC + BC > T;
+            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, bh, c, drop,
+                                        [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                const int il = n * 8 + 2 * t + (e & 1);
+                i = qt * BC + il;
+                j = k0 + 16 * mt + g + 8 * (e >> 1);
+                Lc = sL[il];
+                Dq = sD[il];
+            });
+            acc_product<K, SPLIT, HS, MT, NT>(dv, p, sO, lane);    // dV += Pd^T dO
+            acc_product<K, SPLIT, HS, MT, NT>(dk, ds, sQ, lane);   // dK += dS^T q
         }
-        const E* sQ = sQO + 2 * cur * tile_elems<K>();
-        const E* sO = sQ + tile_elems<K>();
-        const float* sL = sLD + 2 * cur * BC;
-        const float* sD = sL + BC;
-        float p[SNT][4], ds[SNT][4];
-        tile_product<K, SPLIT, HS>(p, sK, m0, sQ, lane);    // S^T = k q^T
-        tile_product<K, SPLIT, HS>(ds, sV, m0, sO, lane);   // dPd^T = v dO^T
-        softmax_grad(p, ds, T, bh, scale, drop, [&](int n, int e, int& i, int& j, float& L, float& Dq) {
-            const int il = n * 8 + 2 * t + (e & 1);
-            i = qb * BC + il;
-            j = keys[e >> 1];
-            L = sL[il];
-            Dq = sD[il];
-        });
-        acc_product<K, SPLIT, HS>(dv, p, sO, lane);    // dV += Pd^T dO
-        acc_product<K, SPLIT, HS>(dk, ds, sQ, lane);   // dK += dS^T q
-        if constexpr (NBUF == 2) __syncthreads();
+        qo.release();
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        if (keys[r] >= T) continue;
-        const i64 at = ((i64)b * T + keys[r]) * 3 * C + h * HS + 2 * t;
-        store_rows<HS>(dqkv, at + C, dk, r, scale, out_kind);
-        store_rows<HS>(dqkv, at + 2 * C, dv, r, 1.0f, out_kind);
-    }
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int j = k0 + 16 * mt + g + 8 * r;
+            if (j >= T) continue;
+            const i64 at = ((i64)b * T + j) * 3 * C + h * HS + 2 * t;
+            store_rows<HS>(dqkv, at + C, dk[mt], r, scale, out_kind);
+            store_rows<HS>(dqkv, at + 2 * C, dv[mt], r, 1.0f, out_kind);
+        }
 }
 
-// dQ of 64 queries of one head. Warp rows are queries; the staged tiles hold 64 keys.
+// dQ of 4 * 16 * MT queries of one head. Warp rows are queries; the streamed tiles hold BC keys.
+// out: the forward's output, in out_kind (as dqkv is written); Dvec: written here, read by dK/dV after.
 template <int K, bool SPLIT, int HS>
 __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                       const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
-                                      const float* __restrict__ Dvec, int T, int H, float scale, int out_kind,
-                                      Dropout drop) {
+                                      float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
+                                      float scale, int out_kind, Dropout drop) {
+    constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DQ, NT = BC / 8;
+    constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
+    constexpr bool EXACT = (K == KIND_F32 && SPLIT);
     extern __shared__ __align__(16) unsigned char smem[];
     typedef typename Tile<K>::E E;
-    constexpr int NBUF = Pipe<K>::NBUF;
     E* sQ = (E*)smem;
-    E* sO = sQ + tile_elems<K>();    // dO
-    E* sKV = sO + tile_elems<K>();   // buffer b: k at 2b tiles, v at 2b + 1
+    E* sO = sQ + BR * LD;    // dO
+    E* sKV = sO + BR * LD;   // buffer b: k at 2b BC rows, v at (2b + 1) BC rows
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.x;
     const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
-    const int lane = threadIdx.x & 31, m0 = (threadIdx.x >> 5) * 16, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = qb * BR + warp * RW;   // the warp's first query
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;
+    const float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
     const E* base = qkv + (i64)b * T * 3 * C;
-    auto stage_kv = [&](int kb, int buf) {
-        stage<K, SPLIT, HS>(sKV + 2 * buf * tile_elems<K>(), base + C + h * HS, kb * BC, T, 3 * C);
-        stage<K, SPLIT, HS>(sKV + (2 * buf + 1) * tile_elems<K>(), base + 2 * C + h * HS, kb * BC, T, 3 * C);
-    };
-    stage<K, SPLIT, HS>(sQ, base + h * HS, qb * BR, T, 3 * C);
-    stage<K, SPLIT, HS>(sO, dout + (i64)b * T * C + h * HS, qb * BR, T, C);
-    if constexpr (NBUF == 2) {
-        stage_kv(0, 0);
-        cp_async_commit();
-    }
-    const int rows[2] = {qb * BR + m0 + g, qb * BR + m0 + g + 8};
-    float L[2], Dr[2];
+    auto kv = make_stream<K>([&](int kb, int buf) {
+        stage<K, SPLIT, HS, BC>(sKV + 2 * buf * BC * LD, base + C + h * HS, kb * BC, T, 3 * C);
+        stage<K, SPLIT, HS, BC>(sKV + (2 * buf + 1) * BC * LD, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    }, last);
+    stage<K, SPLIT, HS, BR>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    stage<K, SPLIT, HS, BR>(sO, dout + (i64)b * T * C + h * HS, qb * BR, T, C);
+    kv.start();
+    float L[MT][2], Dr[MT][2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        L[r] = rows[r] < T ? lse[(i64)bh * T + rows[r]] : 0.0f;
-        Dr[r] = rows[r] < T ? Dvec[(i64)bh * T + rows[r]] : 0.0f;
-    }
-    float dq[HS / 8][4];
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int n = 0; n < HS / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-
-    for (int kb = 0; kb <= qb; ++kb) {
-        const int cur = (NBUF == 2) ? (kb & 1) : 0;
-        if constexpr (NBUF == 2) {
-            if (kb < qb) {
-                stage_kv(kb + 1, cur ^ 1);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
-            __syncthreads();
-        } else {
-            __syncthreads();
-            stage_kv(kb, 0);
-            __syncthreads();
+        for (int r = 0; r < 2; ++r) {
+            const int i = r0 + 16 * mt + g + 8 * r;
+            L[mt][r] = i < T ? lse[(i64)bh * T + i] * lmul : 0.0f;
         }
-        const E* sK = sKV + 2 * cur * tile_elems<K>();
-        const E* sV = sK + tile_elems<K>();
-        float p[SNT][4], ds[SNT][4];
-        tile_product<K, SPLIT, HS>(p, sQ, m0, sK, lane);    // S = q k^T
-        tile_product<K, SPLIT, HS>(ds, sO, m0, sV, lane);   // dPd = dO v^T
-        softmax_grad(p, ds, T, bh, scale, drop, [&](int n, int e, int& i, int& j, float& Lq, float& Dq) {
-            i = rows[e >> 1];
-            j = kb * BC + n * 8 + 2 * t + (e & 1);
-            Lq = L[e >> 1];
-            Dq = Dr[e >> 1];
-        });
-        acc_product<K, SPLIT, HS>(dq, ds, sK, lane);   // dQ += dS k
-        if constexpr (NBUF == 2) __syncthreads();
+    float dq[MT][HS / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
+
+    for (int kb = 0; kb <= last; ++kb) {
+        const int cur = kv.acquire(kb);
+        if (kb == 0) {   // the staged dO is complete from here: D of the warp's rows, the four lanes of a
+                         // row group each taking HS / 4 columns, their sums added in a fixed butterfly
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int il = warp * RW + 16 * mt + g + 8 * r, i = qb * BR + il;
+                    float acc = 0.0f;
+                    if (i < T) {
+                        const E* d = sO + il * LD + t * (HS / 4);
+                        const i64 at = ((i64)b * T + i) * C + h * HS + t * (HS / 4);
+#pragma unroll
+                        for (int e = 0; e < HS / 4; ++e) acc += operand_value<K>(d[e]) * load_kind(out, at + e, out_kind);
+                    }
+                    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+                    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+                    Dr[mt][r] = acc;
+                    if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
+                }
+        }
+        if (kb * BC <= r0 + RW - 1) {   // else the warp's queries all come before the tile's keys
+            const E* sK = sKV + 2 * cur * BC * LD;
+            const E* sV = sK + BC * LD;
+            float p[MT][NT][4], ds[MT][NT][4];
+            tile_product<K, SPLIT, HS, MT, NT>(p, sQ, warp * RW, sK, lane);    // S = q k^T
+            tile_product<K, SPLIT, HS, MT, NT>(ds, sO, warp * RW, sV, lane);   // dPd = dO v^T
+            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, bh, c, drop,
+                                        [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                i = r0 + 16 * mt + g + 8 * (e >> 1);
+                j = kb * BC + n * 8 + 2 * t + (e & 1);
+                Lc = L[mt][e >> 1];
+                Dq = Dr[mt][e >> 1];
+            });
+            acc_product<K, SPLIT, HS, MT, NT>(dq, ds, sK, lane);   // dQ += dS k
+        }
+        kv.release();
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-        if (rows[r] < T) store_rows<HS>(dqkv, ((i64)b * T + rows[r]) * 3 * C + h * HS + 2 * t, dq, r, scale, out_kind);
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = r0 + 16 * mt + g + 8 * r;
+            if (i < T) store_rows<HS>(dqkv, ((i64)b * T + i) * 3 * C + h * HS + 2 * t, dq[mt], r, scale, out_kind);
+        }
 }
 
 // ---- the instantiations: attn_{forward,backward_dkdv,backward_dq}_<build>_hs<HS> ----
@@ -671,10 +781,10 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
                                               make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
-        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
-        int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
-        u32 threshold, float dscale) {                                                                         \
-        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_kind,                \
+        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
+        const void* out, int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset,       \
+        const u64* offset_add, u32 threshold, float dscale) {                                                  \
+        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, scale, out_kind,           \
                                             make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }
 

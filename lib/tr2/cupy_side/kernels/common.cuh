@@ -114,6 +114,10 @@ __device__ __forceinline__ bool rng_keep(u64 seed, u64 offset, u64 i, u32 thresh
     return rng_bits24(seed, offset, i) >= threshold;
 }
 
+// The multi-tensor table of adamw.cu and global_norm.cu (gpu/tensors.py writes it): one row of TENSOR_COLS u64
+// per tensor = (param, grad, m, v, numel, decay flag, half copy); a null pointer where a column has no tensor.
+#define TENSOR_COLS 7
+
 // A grid-stride loop over n elements: the element kernels launch a capped grid (runtime.MAX_BLOCKS).
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 

@@ -95,24 +95,45 @@ extern "C" __global__ void embedding_sort_place(int* __restrict__ sorted, const 
 }
 
 // dwte[v, c] += the sum of dout[row, c] over token v's rows, in sorted (row) order: eight running
-// sums take every eighth row, then add up in one fixed pattern. Grid (V, ceil(C / blockDim.x)).
+// sums take every eighth row, then add up in one fixed pattern. Grid (ceil(N / WTE_RUN), ceil(C / blockDim.x)):
+// a block looks at WTE_RUN sorted positions and sums each token run that starts among them (to its end,
+// past the block's positions if need be). A grid over the vocabulary instead (one block per token and
+// channel slice) started some 300,000 blocks a step on the GPT-2 shapes, nearly all for absent tokens:
+// 294 us a step on the H200 (gpt2-small bf16, results/h200-attention-20261130/call4-1db8699 profile).
+#define WTE_RUN 32
+
 extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, const float* __restrict__ dout,
                                                   const int* __restrict__ sorted, const int* __restrict__ starts,
-                                                  int C) {
-    const int v = blockIdx.x;
-    const int c = blockIdx.y * blockDim.x + threadIdx.x;
-    const int lo = starts[v], hi = starts[v + 1];
-    if (c >= C || lo == hi) return;
-    float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    int k = lo;
-    for (; k + 8 <= hi; k += 8) {
-#pragma unroll
-        for (int u = 0; u < 8; u++) a[u] += dout[(i64)sorted[k + u] * C + c];
+                                                  const i64* __restrict__ idx, int N, int C) {
+    __shared__ int run_token[WTE_RUN];   // the token whose run starts at sorted position k0 + r, else -1
+    const int k0 = blockIdx.x * WTE_RUN;
+    if (threadIdx.x < WTE_RUN) {
+        const int k = k0 + threadIdx.x;
+        int v = -1;
+        if (k < N) {
+            v = (int)idx[sorted[k]];
+            if (starts[v] != k) v = -1;
+        }
+        run_token[threadIdx.x] = v;
     }
+    __syncthreads();
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int r = 0; r < WTE_RUN; r++) {
+        const int v = run_token[r];
+        if (v < 0) continue;
+        const int lo = k0 + r, hi = starts[v + 1];
+        float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        int k = lo;
+        for (; k + 8 <= hi; k += 8) {
 #pragma unroll
-    for (int u = 0; u < 8; u++)  // the last rows, fewer than eight; fixed indices keep a[] in registers
-        if (k + u < hi) a[u] += dout[(i64)sorted[k + u] * C + c];
-    dwte[(i64)v * C + c] += ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+            for (int u = 0; u < 8; u++) a[u] += dout[(i64)sorted[k + u] * C + c];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)  // the last rows, fewer than eight; fixed indices keep a[] in registers
+            if (k + u < hi) a[u] += dout[(i64)sorted[k + u] * C + c];
+        dwte[(i64)v * C + c] += ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    }
 }
 
 // dwpe[t, c] += sum_b dout[b, t, c]

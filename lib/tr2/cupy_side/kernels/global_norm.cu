@@ -9,7 +9,7 @@ extern "C" __global__ void global_norm_partial(float* __restrict__ partial, cons
                                                const i64* __restrict__ chunk_start, int chunk) {
     __shared__ float shared[32];
     const int t = chunk_tensor[blockIdx.x];
-    const u64* row = table + 6 * (i64)t;
+    const u64* row = table + TENSOR_COLS * (i64)t;
     const float* g = (const float*)row[1];
     const i64 n = (i64)row[4];
     const i64 start = chunk_start[blockIdx.x];

@@ -6,5 +6,5 @@ training); products round their inputs as the build's `Precision` says (precisio
 The model never calls these modules directly: it calls a backend (backend.py), which binds them.
 """
 from . import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, matmul, norm,  # noqa: F401
-               precision, residual)
+               precision, residual, residual_layernorm)
 from .precision import EXACT, Precision, make_precision, round_to_bf16, round_to_fp16, round_to_tf32  # noqa: F401

@@ -2,7 +2,9 @@
 
 Runs in the logits' type (float32 in every build, float64 for the reference), as autocast runs
 cross_entropy in float32. `saved` is the per-row log-sum-exp: backward rebuilds the softmax from it
-instead of keeping an [N, V] array.
+instead of keeping an [N, V] array. `forward_backward` is both at once, what a training pass calls: the CUDA
+kernel (kernels/cross_entropy.cu) computes the row's statistics and writes its gradient in one launch, so the
+gradient needs dloss when the loss is computed, not after.
 """
 from __future__ import annotations
 
@@ -33,3 +35,9 @@ def backward(dloss, logits: np.ndarray, targets: np.ndarray, saved: np.ndarray) 
     dlogits[~valid] = 0
     dlogits *= np.asarray(dloss, dtype=logits.dtype) / logits.dtype.type(max(int(valid.sum()), 1))
     return dlogits
+
+
+def forward_backward(logits: np.ndarray, targets: np.ndarray, dloss):
+    """-> (loss, dlogits): forward's loss and backward's gradient times dloss, from one call."""
+    loss, lse = forward(logits, targets)
+    return loss, backward(dloss, logits, targets, lse)

@@ -1,7 +1,8 @@
-"""The residual connection: out = a + b. Its gradient passes unchanged to both inputs.
+"""The residual connection's add: out = a + b.
 
-backward returns the same array twice: callers treat gradients as read-only (the tape adds them into
-fresh arrays), so no copy is needed.
+What the tape adds gradients with (a value read by two operations receives a gradient from each) and the tied
+wte's two gradients; a block's residual adds themselves are ops/residual_layernorm.py, with the LayerNorm after
+them, whose backward hands the stream's gradient to both inputs.
 """
 from __future__ import annotations
 
@@ -10,8 +11,3 @@ import numpy as np
 
 def forward(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + b
-
-
-def backward(dout: np.ndarray):
-    """-> (da, db)."""
-    return dout, dout

@@ -1,0 +1,50 @@
+"""Wrapper of kernels/residual_layernorm.cu: s = x + dropout(b) and y = LayerNorm(s) in one pass, and its backward
+(the stream's gradient with the skip path's added, the branch's through the same mask); the weight's gradient is
+layernorm.cu's fixed-order sum."""
+from __future__ import annotations
+
+import numpy as np
+import cupy as cp
+
+from . import dropout as _dropout
+from .halfbits import KIND_F32
+from .layernorm import ROWS_PER_BLOCK, weight_grad
+from .runtime import NULL, f32, i32, launch, u32, u64
+
+FILE = "residual_layernorm.cu"
+
+
+def _drop_args(p: float, seed: int, offset: int, offset_add) -> tuple:
+    """(drop, seed, offset, offset_add, threshold, scale): dropout.cu's constants, so the masks are its masks."""
+    return (i32(1 if p > 0.0 else 0), u64(seed), u64(offset), NULL if offset_add is None else offset_add,
+            u32(_dropout.threshold(p)), f32(_dropout.scale(p)))
+
+
+def forward(ctx, x: "cp.ndarray", b: "cp.ndarray", w: "cp.ndarray", eps: float, p: float, seed: int, offset: int,
+            offset_add=None):
+    """-> (s float32, y, mean, rstd); y feeds a product only: the half type in the half builds."""
+    N, C = x.shape
+    s = cp.empty((N, C), dtype=np.float32)
+    y = cp.empty((N, C), dtype=ctx.store_dtype)
+    mean = cp.empty((N,), dtype=np.float32)
+    rstd = cp.empty((N,), dtype=np.float32)
+    grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
+    launch(FILE, "residual_layernorm_forward", grid, 32 * ROWS_PER_BLOCK,
+           (s, y, mean, rstd, x, b, w, i32(N), i32(C), f32(eps), i32(ctx.kind_of(b)), i32(ctx.kind_of(y)))
+           + _drop_args(p, seed, offset, offset_add))
+    return s, y, mean, rstd
+
+
+def backward(ctx, dy: "cp.ndarray", dskip, s: "cp.ndarray", w: "cp.ndarray", mean: "cp.ndarray", rstd: "cp.ndarray",
+             p: float, seed: int, offset: int, offset_add=None):
+    """-> (ds float32, db, dw). db feeds the branch's product only: the half type in the half builds; in float32
+    builds without dropout it is ds itself (nothing written)."""
+    N, C = s.shape
+    ds = cp.empty((N, C), dtype=np.float32)
+    db = None if (ctx.act_kind == KIND_F32 and p == 0.0) else cp.empty((N, C), dtype=ctx.store_dtype)
+    grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
+    launch(FILE, "residual_layernorm_backward", grid, 32 * ROWS_PER_BLOCK,
+           (ds, NULL if db is None else db, dy, NULL if dskip is None else dskip, s, w, mean, rstd, i32(N), i32(C),
+            i32(ctx.kind_of(dy)), i32(KIND_F32 if db is None else ctx.kind_of(db)))
+           + _drop_args(p, seed, offset, offset_add))
+    return ds, (ds if db is None else db), weight_grad(ctx, dy, s, mean, rstd)

@@ -1,0 +1,95 @@
+// residual_layernorm.cu: a block's residual add with the residual dropout nanoGPT puts before it, and the LayerNorm
+// that reads the sum (ln_2 after the attention's add, the next block's ln_1 or ln_f after the MLP's), one pass
+// (reference tr2/cupy_side/ops/residual_layernorm.py). Forward per row:
+//   s = x + dropout(b)           the residual stream, float32; dropout (when drop): b * 1/(1-p) where the
+//                                generator keeps element row * C + c of the site, 0 elsewhere (dropout.cu's mask)
+//   y = (s - mean) * rstd * w    LayerNorm as layernorm.cu: mean = sum(s)/C, var = sum((s-mean)^2)/C,
+//                                rstd = 1/sqrt(var + eps); y in y_kind (the half type in the half builds: a
+//                                product reads it)
+// Backward per row, with g = dy * w, shat = (s - mean) * rstd, dskip the gradient s gets from its other reader
+// (the next residual add; none after the last block, where only ln_f reads s):
+//   ds = rstd * (g - mean(g) - shat * mean(g * shat)) + dskip     the stream's gradient, which x receives
+//   db = dropout(ds)             the branch's gradient, with the same mask, in db_kind (the half type in the half
+//                                builds: the branch's product reads it); not written where it would equal ds
+// The weight's gradient is layernorm.cu's fixed-order dw (gpu/layernorm.py's weight_grad).
+// Why: before, the branch's dropout, the add and the LayerNorm were three launches with the stream written and
+// read back between them, and backward's add of the two gradients, the dropout and the cast of the branch's
+// gradient to the half type three more. The arithmetic is theirs operation for operation: the products that were
+// rounded to float32 in memory are __fmul_rn here, so that no multiply-add contracts across a former store.
+#include "common.cuh"
+
+// One warp per row; blockDim.x = 32 * rows per block. b in b_kind (a product's half-type output under half
+// roundings). drop = 0: no dropout (p = 0), the generator is not run.
+extern "C" __global__ void residual_layernorm_forward(float* __restrict__ s, void* __restrict__ y,
+                                                      float* __restrict__ mean, float* __restrict__ rstd,
+                                                      const float* __restrict__ x, const void* __restrict__ b,
+                                                      const float* __restrict__ w, int N, int C, float eps,
+                                                      int b_kind, int y_kind, int drop, u64 seed, u64 offset,
+                                                      const u64* __restrict__ offset_add, u32 threshold, float scale) {
+    const int lane = threadIdx.x & 31;
+    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const u64 off = site_offset(offset, offset_add);
+    const i64 r0 = row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const i64 e = r0 + c;
+        float bv = load_kind(b, e, b_kind);
+        if (drop) bv = rng_keep(seed, off, (u64)e, threshold) ? __fmul_rn(bv, scale) : 0.0f;
+        const float v = x[e] + bv;
+        s[e] = v;
+        sum += v;
+    }
+    // Each lane reads back only the elements it wrote.
+    const float m = warp_sum(sum) / (float)C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float d = s[r0 + c] - m;
+        var += d * d;
+    }
+    var = warp_sum(var) / (float)C;
+    const float r = 1.0f / sqrtf(var + eps);
+    for (int c = lane; c < C; c += 32) store_kind(y, r0 + c, ((s[r0 + c] - m) * r) * w[c], y_kind);
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+// One warp per row. dy in dy_kind (a product's half-type gradient under half roundings); dskip and db nullable.
+extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, void* __restrict__ db,
+                                                       const void* __restrict__ dy, const float* __restrict__ dskip,
+                                                       const float* __restrict__ s, const float* __restrict__ w,
+                                                       const float* __restrict__ mean, const float* __restrict__ rstd,
+                                                       int N, int C, int dy_kind, int db_kind, int drop, u64 seed,
+                                                       u64 offset, const u64* __restrict__ offset_add, u32 threshold,
+                                                       float scale) {
+    const int lane = threadIdx.x & 31;
+    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const i64 r0 = row * C;
+    const float m = mean[row], r = rstd[row];
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float g = load_kind(dy, r0 + c, dy_kind) * w[c];
+        const float sh = (s[r0 + c] - m) * r;
+        s1 += g;
+        s2 += g * sh;
+    }
+    s1 = warp_sum(s1) / (float)C;
+    s2 = warp_sum(s2) / (float)C;
+    const u64 off = site_offset(offset, offset_add);
+    for (int c = lane; c < C; c += 32) {
+        const i64 e = r0 + c;
+        const float g = load_kind(dy, e, dy_kind) * w[c];
+        const float sh = (s[e] - m) * r;
+        float d = __fmul_rn(r, g - s1 - sh * s2);
+        if (dskip != nullptr) d = dskip[e] + d;
+        ds[e] = d;
+        if (db != nullptr) {
+            float v = d;
+            if (drop) v = rng_keep(seed, off, (u64)e, threshold) ? __fmul_rn(d, scale) : 0.0f;
+            store_kind(db, e, v, db_kind);
+        }
+    }
+}

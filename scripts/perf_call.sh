@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU call that checks a kernel change and measures it against its baseline and PyTorch, for the device
+# tool's copy of the repo. Carry: .cache/kernels (cubins built ahead, the baseline's among them), data, and
+# .cache/baseline (a copy of the baseline commit's lib/, e.g. `git archive main lib | tar x -C .cache/baseline`).
+# Writes under OUT (at most 8 files come back), each part as soon as it is done, so that a call stopped at its
+# limit still returns what ran: machine.txt, check.tgz (gpu_check.sh: kernel and graph tests), attention.tgz
+# (baseline and new), profile.tgz and bench.tgz (scripts/device_bench.py), table.txt; prints the table last.
+#   usage: bash scripts/perf_call.sh [OUT]     budgets: PERF_BENCH_S (default 240), PERF_PROFILE_S (120)
+set -u -o pipefail
+OUT=${1:-${OUT:-$PWD/perf-call-out}}
+W=$(mktemp -d)
+source scripts/device_env.sh || exit 1
+export TR2_KERNEL_CACHE="$PWD/.cache/kernels"
+{ date -u; nvidia-smi; python3 -c "import cupy, torch, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__,
+'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; } >"$W/machine.txt" 2>&1
+mkdir -p "$OUT"; cp "$W/machine.txt" "$OUT/"
+pack() {  # pack NAME FILES...: one tarball under OUT, written at once
+  local name=$1; shift
+  (cd "$W" && tar czf "$OUT/$name.tgz" --exclude='*.npz' "$@" 2>/dev/null)
+}
+TR2_TRAIN_SMOKE=0 bash scripts/gpu_check.sh "$W/check" >"$W/check.log" 2>&1
+pack check check check.log
+if [ -d .cache/baseline/lib ]; then
+  PYTHONPATH="$PWD/.cache/baseline/lib:/tmp/site" timeout 300 python3 scripts/attention_bench.py "$W/attention_baseline.jsonl" 20 \
+    >"$W/attention_baseline.log" 2>&1
+fi
+timeout 300 python3 scripts/attention_bench.py "$W/attention_new.jsonl" 20 >"$W/attention_new.log" 2>&1
+pack attention $(cd "$W" && ls -d attention_* 2>/dev/null)
+TR2_PROFILE_MODELS=gpt2-small timeout $(( ${PERF_PROFILE_S:-120} + 30 )) python3 scripts/device_bench.py "$W/profile" \
+  "profile:${PERF_PROFILE_S:-120}" >"$W/profile.log" 2>&1
+pack profile profile profile.log
+TR2_BENCH_CUPY=graph TR2_BENCH_TORCH_MODES=reduce-overhead \
+  TR2_BENCH_SELECT=nanogpt/bfloat16,gpt2-small/bfloat16,gpt2-medium/bfloat16 \
+  timeout $(( ${PERF_BENCH_S:-240} + 30 )) python3 scripts/device_bench.py "$W/bench" "bench:${PERF_BENCH_S:-240}" \
+  >"$W/bench.log" 2>&1
+pack bench bench bench.log
+{ echo "== tests"; tail -3 "$W/check.log"; grep -h "passed\|failed" "$W/check/pytest_others.log" 2>/dev/null | tail -1
+  echo "== attention (baseline)"; tail -6 "$W/attention_baseline.log" 2>/dev/null
+  echo "== attention (new)"; tail -6 "$W/attention_new.log"
+  echo "== bench"; tail -12 "$W/bench.log"; } >"$W/table.txt"
+cp "$W/table.txt" "$OUT/table.txt"
+cat "$OUT/table.txt"

@@ -1,0 +1,163 @@
+"""attention.cu's blocking, checked without a GPU: the fragment addresses its ldmatrix loads give each lane,
+against the mma fragment layout; and its loops (blocks of 4 * 16 * MT rows, streamed tiles, the first and
+last tile of each block, the tiles a warp skips, the tiles that need the causal mask) transcribed to NumPy
+with the geometry read from the source, against dense attention for T around every edge."""
+import numpy as np
+import pytest
+
+from tr2.cupy_side import gpu
+
+NWARPS = 4
+LD = 72   # a staged half row, padded
+
+
+# ---- ldmatrix and the mma m16n8k16 layout (PTX ISA): lanes 8q..8q+7 address the rows of matrix q; lane l
+# receives row l // 4, columns 2 (l % 4), +1 of each matrix (.trans: the transposed matrix) ----
+def ldmatrix_x4(tile, address_of_lane, trans=False):
+    out = np.zeros((32, 4, 2), dtype=tile.dtype)
+    for q in range(4):
+        m = np.array([tile[r, c:c + 8] for r, c in (address_of_lane(8 * q + i) for i in range(8))])
+        m = m.T if trans else m
+        for lane in range(32):
+            out[lane, q] = m[lane // 4, 2 * (lane % 4):2 * (lane % 4) + 2]
+    return out
+
+
+def a_fragment(get, m0):
+    """Registers a0..a3 of each lane: (row g, k 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)."""
+    return np.array([[[get(m0 + ln // 4 + dr, 2 * (ln % 4) + dk + e) for e in (0, 1)]
+                      for dr, dk in ((0, 0), (8, 0), (0, 8), (8, 8))] for ln in range(32)])
+
+
+def b_fragment(get, n0):
+    """Registers b0, b1 of each lane for B[k][n] = get(k, n): (k 2t.., n g), (k 2t + 8.., n g)."""
+    return np.array([[[get(2 * (ln % 4) + dk + e, n0 + ln // 4) for e in (0, 1)] for dk in (0, 8)] for ln in range(32)])
+
+
+@pytest.mark.parametrize("k16", [0, 1, 3])
+@pytest.mark.parametrize("r0", [0, 16, 48])
+def test_fragment_addresses(k16, r0):
+    tile = np.arange(128 * LD).reshape(128, LD)
+    # load_a: rows r0 + (lane & 15), columns k16 * 16 + (lane >> 4) * 8
+    got = ldmatrix_x4(tile, lambda ln: (r0 + (ln & 15), k16 * 16 + (ln >> 4) * 8))
+    assert (got == a_fragment(lambda r, k: tile[r, k16 * 16 + k], r0)).all()
+    # load_b_rows (B[k][n] = tile[n][k]): rows n0 + (lane & 7) + ((lane >> 4) << 3), columns + ((lane >> 3) & 1) * 8
+    got = ldmatrix_x4(tile, lambda ln: (r0 + (ln & 7) + ((ln >> 4) << 3), k16 * 16 + ((ln >> 3) & 1) * 8))
+    for q in (0, 1):
+        assert (got[:, 2 * q:2 * q + 2] == b_fragment(lambda k, n: tile[n, k16 * 16 + k], r0 + 8 * q)).all()
+    # load_b_cols (B[k][n] = tile[k][n], transposed): rows k16 * 16 + (lane & 15), columns n0 + (lane >> 4) * 8
+    got = ldmatrix_x4(tile, lambda ln: (k16 * 16 + (ln & 15), r0 + (ln >> 4) * 8), trans=True)
+    for q in (0, 1):
+        assert (got[:, 2 * q:2 * q + 2] == b_fragment(lambda k, n: tile[k16 * 16 + k, n], r0 + 8 * q)).all()
+
+
+# ---- the loops ----
+def dense(q, k, v, do, scale):
+    T = q.shape[0]
+    s = q @ k.T * scale
+    s[np.triu_indices(T, 1)] = -np.inf
+    lse = np.log(np.exp(s - s.max(1, keepdims=True)).sum(1)) + s.max(1)
+    P = np.exp(s - lse[:, None])
+    o = P @ v
+    D = (do * o).sum(1)
+    dS = P * (do @ v.T - D[:, None])
+    return o, lse, D, dS @ k * scale, dS.T @ q * scale, P.T @ do
+
+
+def padded(a, n):
+    return np.vstack([a, np.zeros((n - a.shape[0], a.shape[1]))])
+
+
+def forward(q, k, v, scale, mt, bc):
+    T, hs = q.shape
+    rw, br = 16 * mt, NWARPS * 16 * mt
+    nqb, c = -(-T // br), scale * np.log2(np.e)
+    Q, K, V = padded(q, nqb * br), padded(k, (T // bc + 1) * bc), padded(v, (T // bc + 1) * bc)
+    o, lse = np.full((T, hs), np.nan), np.full(T, np.nan)
+    for qb in range(nqb):
+        last = min(qb * br + br - 1, T - 1) // bc
+        for w in range(NWARPS):
+            r0 = qb * br + w * rw
+            rows = np.arange(r0, r0 + rw)
+            m, lsum, acc = np.full(rw, -np.inf), np.zeros(rw), np.zeros((rw, hs))
+            for kb in range(last + 1):
+                if kb * bc > r0 + rw - 1:   # the warp skips the tile
+                    continue
+                cols = np.arange(kb * bc, kb * bc + bc)
+                s = Q[rows] @ K[cols].T
+                if kb * bc + bc - 1 > r0 or kb * bc + bc > T:   # only these tiles are masked
+                    s[(cols[None, :] > rows[:, None]) | (cols[None, :] >= T)] = -np.inf
+                mnew = np.maximum(m, s.max(1))
+                mc = np.where(mnew == -np.inf, 0.0, mnew * c)
+                alpha = np.exp2(m * c - mc)
+                p = np.exp2(s * c - mc[:, None])
+                m, lsum, acc = mnew, lsum * alpha + p.sum(1), acc * alpha[:, None] + p @ V[cols]
+            keep = rows < T
+            o[rows[keep]] = acc[keep] / lsum[keep, None]
+            lse[rows[keep]] = (m * scale + np.log(lsum))[keep]
+    return o, lse
+
+
+def backward_dq(q, k, v, do, lse, D, scale, mt, bc):
+    T, hs = q.shape
+    rw, br = 16 * mt, NWARPS * 16 * mt
+    nqb, c = -(-T // br), scale * np.log2(np.e)
+    Q, dO = padded(q, nqb * br), padded(do, nqb * br)
+    K, V = padded(k, (T // bc + 1) * bc), padded(v, (T // bc + 1) * bc)
+    Lc, Dp = np.append(lse * np.log2(np.e), np.zeros(nqb * br - T)), np.append(D, np.zeros(nqb * br - T))
+    dq = np.full((T, hs), np.nan)
+    for qb in range(nqb):
+        last = min(qb * br + br - 1, T - 1) // bc
+        for w in range(NWARPS):
+            r0 = qb * br + w * rw
+            rows, acc = np.arange(r0, r0 + rw), np.zeros((rw, hs))
+            for kb in range(last + 1):
+                if kb * bc > r0 + rw - 1:
+                    continue
+                cols = np.arange(kb * bc, kb * bc + bc)
+                p = np.exp2(Q[rows] @ K[cols].T * c - Lc[rows][:, None])
+                if kb * bc + bc - 1 > r0 or kb * bc + bc > T:
+                    p[~((cols[None, :] <= rows[:, None]) & (rows[:, None] < T) & (cols[None, :] < T))] = 0.0
+                acc += (p * (dO[rows] @ V[cols].T - Dp[rows][:, None])) @ K[cols]
+            keep = rows < T
+            dq[rows[keep]] = acc[keep] * scale
+    return dq
+
+
+def backward_dkdv(q, k, v, do, lse, D, scale, mt, bc):
+    T, hs = q.shape
+    rw, br = 16 * mt, NWARPS * 16 * mt
+    nkb, nqt, c = -(-T // br), -(-T // bc), scale * np.log2(np.e)
+    K, V, Q, dO = padded(k, nkb * br), padded(v, nkb * br), padded(q, nqt * bc), padded(do, nqt * bc)
+    Lc, Dp = np.append(lse * np.log2(np.e), np.zeros(nqt * bc - T)), np.append(D, np.zeros(nqt * bc - T))
+    dk, dv = np.full((T, hs), np.nan), np.full((T, hs), np.nan)
+    for kb in range(nkb):
+        for w in range(NWARPS):
+            k0 = kb * br + w * rw
+            keys, ak, av = np.arange(k0, k0 + rw), np.zeros((rw, hs)), np.zeros((rw, hs))
+            for qt in range((kb * br) // bc, nqt):
+                if qt * bc + bc - 1 < k0:
+                    continue
+                qs = np.arange(qt * bc, qt * bc + bc)
+                p = np.exp2(K[keys] @ Q[qs].T * c - Lc[qs][None, :])
+                if qt * bc < k0 + rw - 1 or qt * bc + bc > T:
+                    p[~((keys[:, None] <= qs[None, :]) & (qs[None, :] < T) & (keys[:, None] < T))] = 0.0
+                av += p @ dO[qs]
+                ak += (p * (V[keys] @ dO[qs].T - Dp[qs][None, :])) @ Q[qs]
+            keep = keys < T
+            dk[keys[keep]], dv[keys[keep]] = ak[keep] * scale, av[keep]
+    return dk, dv
+
+
+@pytest.mark.parametrize("build", ["half", "float32"])
+@pytest.mark.parametrize("T", [1, 7, 31, 64, 65, 127, 128, 129, 200, 256, 1000])
+def test_the_loops_cover_causal_attention(build, T):
+    g = gpu.attention_geometry()[build]
+    rng = np.random.default_rng(T)
+    q, k, v, do = (rng.standard_normal((T, 16)) for _ in range(4))
+    o, lse, D, dq, dk, dv = dense(q, k, v, do, 0.25)
+    o2, lse2 = forward(q, k, v, 0.25, g["mt"], g["forward"])
+    dq2 = backward_dq(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dq"])
+    dk2, dv2 = backward_dkdv(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"])
+    for name, got, want in (("out", o2, o), ("lse", lse2, lse), ("dq", dq2, dq), ("dk", dk2, dk), ("dv", dv2, dv)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"{name} T={T} {build}")
