@@ -312,11 +312,12 @@ __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Til
     }
 }
 
-// n floats of a row vector (zeros from T on) into shared memory: by cp.async in the half builds (the copy
-// joins the tile's commit group, so no thread waits on a global load here), else by plain loads.
+// n floats of a row vector (zeros from T on) into shared memory, element tid of them (threads with tid outside
+// 0..n-1 copy nothing): by cp.async in the half builds (the copy joins the tile's commit group, so no thread
+// waits on a global load here), else by plain loads.
 template <int K>
 __device__ __forceinline__ void stage_row(float* s, const float* __restrict__ src, int i0, int n, int T, int tid) {
-    if (tid >= n) return;
+    if (tid < 0 || tid >= n) return;
     if (i0 + tid >= T) s[tid] = 0.0f;
     else if constexpr (Pipe<K>::NBUF == 2) cp_async4(s + tid, src + i0 + tid);
     else s[tid] = src[i0 + tid];
