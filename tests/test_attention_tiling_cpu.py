@@ -2,6 +2,8 @@
 against the mma fragment layout; and its loops (blocks of 4 * 16 * MT rows, streamed tiles, the first and
 last tile of each block, the tiles a warp skips, the tiles that need the causal mask) transcribed to NumPy
 with the geometry read from the source, against dense attention for T around every edge."""
+import re
+
 import numpy as np
 import pytest
 
@@ -161,3 +163,12 @@ def test_the_loops_cover_causal_attention(build, T):
     dk2, dv2 = backward_dkdv(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"])
     for name, got, want in (("out", o2, o), ("lse", lse2, lse), ("dq", dq2, dq), ("dk", dk2, dk), ("dv", dv2, dv)):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"{name} T={T} {build}")
+
+
+@pytest.mark.parametrize("hs", [32, 64])
+def test_the_compiled_scale_is_the_wrappers(hs):
+    """attention.cu's Scale<HS> (a compile-time constant) is float32(1 / sqrt(hs)), as the reference takes it."""
+    src = gpu.load_source("attention.cu")
+    found = re.search(rf"struct Scale<{hs}> {{ static constexpr float value = \(float\)([0-9.e+-]+); }}", src)
+    assert found, f"attention.cu has no Scale<{hs}>"
+    assert np.float32(float(found.group(1))) == np.float32(1.0 / np.sqrt(hs))

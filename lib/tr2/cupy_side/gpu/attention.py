@@ -13,7 +13,6 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import cupy as cp
@@ -74,7 +73,7 @@ def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
         function(FILE, name).max_dynamic_shared_size_bytes = nbytes
         _smem_set.add(name)
     rows = block_rows(ctx)
-    launch(FILE, name, ((T + rows - 1) // rows, BH), THREADS, args, shared_mem=nbytes)
+    launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes)   # attention.cu: Grid
 
 
 def _half(ctx, a, out=None):
@@ -107,7 +106,8 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     out = cp.empty((B, T, C), dtype=ctx.out_dtype)
     lse = cp.empty((B, H, T), dtype=np.float32)
     kqkv = _half(ctx, qkv)
-    _launch(ctx, "forward", hs, T, B * H, (out, lse, kqkv, i32(T), i32(H), f32(1.0 / math.sqrt(hs)), i32(ctx.round_kind))
+    # the softmax's scale 1 / sqrt(hs) is attention.cu's Scale<hs>, a compile-time constant
+    _launch(ctx, "forward", hs, T, B * H, (out, lse, kqkv, i32(T), i32(H), i32(ctx.round_kind))
             + _dropout_args(p, seed, offset, offset_add))
     return out, AttentionSaved(out, lse, kqkv)
 
@@ -119,8 +119,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     D = ctx.ws.get("att_D", (B, H, T), np.float32)   # the row dots: written by the dQ kernel, read by dK/dV's
     dqkv = cp.empty((B, T, 3 * C), dtype=ctx.out_dtype)
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
-    scale, tail = f32(1.0 / math.sqrt(hs)), (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)
-    _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H), scale)
-            + tail)
-    _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H), scale) + tail)
+    tail = (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)   # the scale: attention.cu's Scale
+    _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail)
+    _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail)
     return dqkv

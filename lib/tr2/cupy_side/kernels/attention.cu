@@ -52,7 +52,18 @@
 
 #define NWARPS 4
 #define NTHREADS (NWARPS * 32)
+// Grid: (B * H, blocks a head). blockIdx.x, the index the hardware hands out fastest, runs over the heads and
+// blockIdx.y ranks a head's blocks by their work, the heaviest first: every head's longest blocks start in
+// the first waves and the short ones fill the tail (longest first). With the head's blocks in x instead, the
+// last heads' longest blocks started last, and their tail left SMs idle (Nsight Compute, call 2 of
+// results/h200-perf-20261130: 2.91 waves, "up to 33%" of the time in the partial wave).
 #define LOG2E 1.4426950408889634f
+
+// The softmax's scale 1 / sqrt(HS) as float32, from the double as the wrapper and the reference take it
+// (float32(1 / sqrt(hs))); known at compile time, so scale * log2(e) is an immediate operand.
+template <int HS> struct Scale;
+template <> struct Scale<64> { static constexpr float value = (float)0.125; };
+template <> struct Scale<32> { static constexpr float value = (float)0.17677669529663687; };
 
 template <int K> struct Tile { typedef u16 E; static const int LD = 72; };
 template <> struct Tile<KIND_F32> { typedef float E; static const int LD = 68; };
@@ -271,6 +282,10 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const u32 d = (u32)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
 }
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
@@ -278,24 +293,34 @@ template <int K, bool SPLIT, int HS, int ROWS>
 __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Tile<K>::E* __restrict__ src, int row0,
                                       int T, int stride) {
     const int LD = Tile<K>::LD;
-    if constexpr (K == KIND_F32) {
-        const int V4 = HS / 4;
-        for (int idx = threadIdx.x; idx < ROWS * V4; idx += NTHREADS) {
-            const int r = idx / V4, c = (idx % V4) * 4;
+    // a fixed number of pieces a thread (no remainder loop for the compiler to guard)
+    constexpr int PIECE = K == KIND_F32 ? 4 : 8, PER_ROW = HS / PIECE, EACH = ROWS * PER_ROW / NTHREADS;
+    static_assert(ROWS * PER_ROW % NTHREADS == 0, "a staged tile splits evenly over the block's threads");
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) {
+        const int idx = threadIdx.x + k * NTHREADS, r = idx / PER_ROW, c = (idx % PER_ROW) * PIECE;
+        if constexpr (K == KIND_F32) {
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
             if (row0 + r < T) x = *(const float4*)(src + (i64)(row0 + r) * stride + c);
             if (!SPLIT) x = make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w));
             *(float4*)(s + r * LD + c) = x;
-        }
-    } else {
-        const int V8 = HS / 8;
-        for (int idx = threadIdx.x; idx < ROWS * V8; idx += NTHREADS) {
-            const int r = idx / V8, c = (idx % V8) * 8;
+        } else {
             u16* d = s + r * LD + c;
             if (row0 + r < T) cp_async16(d, src + (i64)(row0 + r) * stride + c);
             else *(uint4*)d = make_uint4(0u, 0u, 0u, 0u);
         }
     }
+}
+
+// n floats of a row vector (zeros from T on) into shared memory, element tid of them (threads with tid outside
+// 0..n-1 copy nothing): by cp.async in the half builds (the copy joins the tile's commit group, so no thread
+// waits on a global load here), else by plain loads.
+template <int K>
+__device__ __forceinline__ void stage_row(float* s, const float* __restrict__ src, int i0, int n, int T, int tid) {
+    if (tid < 0 || tid >= n) return;
+    if (i0 + tid >= T) s[tid] = 0.0f;
+    else if constexpr (Pipe<K>::NBUF == 2) cp_async4(s + tid, src + i0 + tid);
+    else s[tid] = src[i0 + tid];
 }
 
 // The streamed tiles of a loop of iterations 0..last. start() stages iteration 0 (half builds: into
@@ -446,8 +471,9 @@ __device__ __forceinline__ void tile_product(float s[MT][NT][4], const typename 
 // ---------------------------------------------------------------------------------------------- forward
 template <int K, bool SPLIT, int HS>
 __device__ void attention_forward(void* __restrict__ out, float* __restrict__ lse,
-                                  const typename Tile<K>::E* __restrict__ qkv, int T, int H, float scale,
-                                  int out_kind, Dropout drop) {
+                                  const typename Tile<K>::E* __restrict__ qkv, int T, int H, int out_kind,
+                                  Dropout drop) {
+    constexpr float scale = Scale<HS>::value;
     constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::FWD, NT = BC / 8;
     constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
     constexpr bool EXACT = (K == KIND_F32 && SPLIT);
@@ -456,8 +482,8 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
     E* sQ = (E*)smem;
     E* sKV = sQ + BR * LD;   // buffer b: K at sKV + 2b BC rows, V at sKV + (2b + 1) BC rows
     const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.x;   // the longest rows first
-    const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid below)
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int r0 = qb * BR + warp * RW;         // the warp's first query
     const E* base = qkv + (i64)b * T * 3 * C;
@@ -469,7 +495,7 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
     stage<K, SPLIT, HS, BR>(sQ, base + h * HS, qb * BR, T, 3 * C);
     kv.start();
 
-    const float c = EXACT ? scale : scale * LOG2E;
+    constexpr float c = EXACT ? scale : scale * LOG2E;
     float o[MT][HS / 8][4];
     float mrow[MT][2], lrow[MT][2];
 #pragma unroll
@@ -523,13 +549,20 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int r = e >> 1;
-                        float p = exp_c<EXACT>(s[mt][n][e], c, mc[r]);   // 0 where masked
-                        lrow[mt][r] += p;
-                        if (drop.use && p != 0.0f)
-                            p *= drop.factor(bh, r0 + 16 * mt + g + 8 * r, kb * BC + n * 8 + 2 * t + (e & 1), T);
+                        const float p = exp_c<EXACT>(s[mt][n][e], c, mc[e >> 1]);   // 0 where masked
+                        lrow[mt][e >> 1] += p;
                         s[mt][n][e] = p;
                     }
+            }
+            if (drop.use) {   // a loop apart, so that a launch without dropout tests nothing an element
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            if (s[mt][n][e] != 0.0f)
+                                s[mt][n][e] *= drop.factor(bh, r0 + 16 * mt + g + 8 * (e >> 1), kb * BC + n * 8 + 2 * t + (e & 1), T);
             }
             acc_product<K, SPLIT, HS, MT, NT>(o, s, sV, lane);   // O += Pd v
         }
@@ -559,9 +592,9 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 // p = Pd = P * keep / (1 - p) and ds = dS = P (dPd * keep / (1 - p) - D). coords(mt, n, e, i, j, Lc, Dq)
 // gives element (mt, n, e)'s query i and key j, that query's log-sum-exp as exp_c wants it (Lc = lse * c /
 // scale) and its row dot. `edge`: the block crosses the diagonal or T, and elements outside are zeroed.
-template <bool EXACT, int MT, int NT, typename Coords>
-__device__ __forceinline__ void softmax_grad(float p[MT][NT][4], float ds[MT][NT][4], bool edge, int T, int bh,
-                                             float c, const Dropout& drop, Coords coords) {
+template <bool EXACT, bool EDGE, bool DROP, int MT, int NT, typename Coords>
+__device__ __forceinline__ void softmax_grad_of(float p[MT][NT][4], float ds[MT][NT][4], int T, int bh, float c,
+                                                const Dropout& drop, Coords coords) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -571,14 +604,28 @@ __device__ __forceinline__ void softmax_grad(float p[MT][NT][4], float ds[MT][NT
                 int i, j;
                 float Lc, Dq;
                 coords(mt, n, e, i, j, Lc, Dq);
-                float pv = 0.0f, f = 0.0f;
-                if (!edge || (j <= i && i < T && j < T)) {
-                    pv = exp_c<EXACT>(p[mt][n][e], c, Lc);
-                    f = drop.use ? drop.factor(bh, i, j, T) : 1.0f;
-                }
+                const bool inside = !EDGE || (j <= i && i < T && j < T);
+                // selected, not multiplied: a masked score may exceed its row's lse and overflow exp
+                const float pv = inside ? exp_c<EXACT>(p[mt][n][e], c, Lc) : 0.0f;
+                float f = inside ? 1.0f : 0.0f;
+                if constexpr (DROP) f = inside ? drop.factor(bh, i, j, T) : 0.0f;
                 ds[mt][n][e] = pv * (ds[mt][n][e] * f - Dq);
                 p[mt][n][e] = pv * f;
             }
+}
+
+// Which elements need the mask and the dropout draw is known per tile: one of four compiled bodies runs, so
+// a tile inside the triangle without dropout spends an exponential and three float operations an element.
+template <bool EXACT, int MT, int NT, typename Coords>
+__device__ __forceinline__ void softmax_grad(float p[MT][NT][4], float ds[MT][NT][4], bool edge, int T, int bh,
+                                             float c, const Dropout& drop, Coords coords) {
+    if (edge) {
+        if (drop.use) softmax_grad_of<EXACT, true, true, MT, NT>(p, ds, T, bh, c, drop, coords);
+        else softmax_grad_of<EXACT, true, false, MT, NT>(p, ds, T, bh, c, drop, coords);
+    } else {
+        if (drop.use) softmax_grad_of<EXACT, false, true, MT, NT>(p, ds, T, bh, c, drop, coords);
+        else softmax_grad_of<EXACT, false, false, MT, NT>(p, ds, T, bh, c, drop, coords);
+    }
 }
 
 template <int HS>
@@ -592,8 +639,8 @@ __device__ __forceinline__ void store_rows(void* dst, i64 at, const float acc[HS
 template <int K, bool SPLIT, int HS>
 __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
-                                        const float* __restrict__ Dvec, int T, int H, float scale, int out_kind,
-                                        Dropout drop) {
+                                        const float* __restrict__ Dvec, int T, int H, int out_kind, Dropout drop) {
+    constexpr float scale = Scale<HS>::value;
     constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DKDV, NT = BC / 8;
     constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
     constexpr bool EXACT = (K == KIND_F32 && SPLIT);
@@ -603,25 +650,22 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
     E* sK = (E*)smem;
     E* sV = sK + BR * LD;
     E* sQO = sV + BR * LD;                          // buffer b: q at 2b BC rows, dO at (2b + 1) BC rows
-    float* sLD = (float*)(sQO + 2 * NBUF * BC * LD);  // buffer b: lse * c / scale at 2b * BC, D at (2b + 1) * BC
-    const int kb = (int)blockIdx.x;   // the first key blocks see the most queries: launched first
-    const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
+    float* sLD = (float*)(sQO + 2 * NBUF * BC * LD);  // buffer b: lse at 2b * BC, D at (2b + 1) * BC
+    const int kb = (int)blockIdx.y;   // the first key blocks see the most queries: launched first (Grid below)
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = kb * BR + warp * RW;   // the warp's first key
     const int first = (kb * BR) / BC, nqt = (T + BC - 1) / BC;   // the query tiles from the diagonal down
-    const float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
+    constexpr float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
     const E* base = qkv + (i64)b * T * 3 * C;
     const E* gbase = dout + (i64)b * T * C;
     auto qo = make_stream<K>([&](int it, int buf) {
         const int qt = first + it;
         stage<K, SPLIT, HS, BC>(sQO + 2 * buf * BC * LD, base + h * HS, qt * BC, T, 3 * C);
         stage<K, SPLIT, HS, BC>(sQO + (2 * buf + 1) * BC * LD, gbase + h * HS, qt * BC, T, C);
-        float* l = sLD + 2 * buf * BC;
-        for (int r = threadIdx.x; r < BC; r += NTHREADS) {
-            const int i = qt * BC + r;
-            l[r] = (i < T) ? lse[(i64)bh * T + i] * lmul : 0.0f;
-            l[BC + r] = (i < T) ? Dvec[(i64)bh * T + i] : 0.0f;
-        }
+        float* l = sLD + 2 * buf * BC;   // lse and D as stored (lse times lmul where read)
+        stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
+        stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
     }, nqt - 1 - first);
     stage<K, SPLIT, HS, BR>(sK, base + C + h * HS, kb * BR, T, 3 * C);
     stage<K, SPLIT, HS, BR>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
@@ -650,7 +694,7 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
                 const int il = n * 8 + 2 * t + (e & 1);
                 i = qt * BC + il;
                 j = k0 + 16 * mt + g + 8 * (e >> 1);
-                Lc = sL[il];
+                Lc = sL[il] * lmul;
                 Dq = sD[il];
             });
             acc_product<K, SPLIT, HS, MT, NT>(dv, p, sO, lane);    // dV += Pd^T dO
@@ -676,7 +720,8 @@ template <int K, bool SPLIT, int HS>
 __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                       const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                       float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
-                                      float scale, int out_kind, Dropout drop) {
+                                      int out_kind, Dropout drop) {
+    constexpr float scale = Scale<HS>::value;
     constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DQ, NT = BC / 8;
     constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
     constexpr bool EXACT = (K == KIND_F32 && SPLIT);
@@ -686,12 +731,12 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
     E* sO = sQ + BR * LD;    // dO
     E* sKV = sO + BR * LD;   // buffer b: k at 2b BC rows, v at (2b + 1) BC rows
     const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.x;
-    const int bh = blockIdx.y, b = bh / H, h = bh % H, C = H * HS;
+    const int qb = nqb - 1 - (int)blockIdx.y;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int r0 = qb * BR + warp * RW;   // the warp's first query
     const int last = min(qb * BR + BR - 1, T - 1) / BC;
-    const float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
+    constexpr float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
     const E* base = qkv + (i64)b * T * 3 * C;
     auto kv = make_stream<K>([&](int kb, int buf) {
         stage<K, SPLIT, HS, BC>(sKV + 2 * buf * BC * LD, base + C + h * HS, kb * BC, T, 3 * C);
@@ -768,23 +813,23 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
 #define ATTN_KERNELS(BUILD, K, SPLIT, HS)                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
-        void* out, float* lse, const Tile<K>::E* qkv, int T, int H, float scale, int out_kind,                 \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {            \
-        attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, scale, out_kind,                                  \
+        void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
+        u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
+        attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, out_kind,                                         \
                                         make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
-        int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, \
+        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
-        attention_backward_dkdv<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, scale, out_kind,              \
+        attention_backward_dkdv<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind,                     \
                                               make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
-        const void* out, int T, int H, float scale, int out_kind, int use_dropout, u64 seed, u64 offset,       \
+        const void* out, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset,                    \
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
-        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, scale, out_kind,           \
+        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind,                  \
                                             make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }
 
