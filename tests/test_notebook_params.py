@@ -1,7 +1,10 @@
 """The stage notebooks' defaults come from one place, the smoke card, and every executed stage shows its card."""
 import json
 
-from tr2 import REPO_ROOT, notebook_params
+import pytest
+import yaml
+
+from tr2 import REPO_ROOT, cards, notebook_params
 from tr2.stage import STAGES
 
 
@@ -22,3 +25,16 @@ def test_every_stage_notebook_shows_its_card():
         sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
         at = next(i for i, s in enumerate(sources) if "card_from_notebook" in s)
         assert "tr2.cards.dump_card(card)" in sources[at + 1], stage
+
+
+@pytest.mark.parametrize("card", sorted(p.stem for p in (REPO_ROOT / "params" / "cards").glob("*.yaml")))
+def test_every_card_can_be_handed_to_the_notebooks(card, monkeypatch):
+    """papermill -f CARD rebinds the parameters cell's names: each key of every committed card must be one of
+    them (the h200 cards' cuda_graph, torch_loops and nanogpt_path were not, and every stage stopped)."""
+    namespace = {}
+    exec(notebook_params.parameters_source(), namespace)
+    before = namespace["_names_before"]
+    namespace.update(yaml.safe_load((REPO_ROOT / "params" / "cards" / f"{card}.yaml").read_text()))  # papermill's cell
+    monkeypatch.setattr(cards, "check_machine", lambda c: None)   # the machine is the runner's to check
+    monkeypatch.setattr(cards, "papermill_card_files", lambda: [])
+    assert cards.card_from_notebook(namespace, before)["card"] == card

@@ -273,3 +273,12 @@ def test_cpu_front_page_holds_what_a_reader_needs(tmp_path):
             assert not any(c.name == "th" and c.get_text().strip().isdigit() for c in first)
     links = [a["href"] for a in soup.find_all("a", href=True) if not a["href"].startswith(("#", "data:", "http"))]
     assert links and all((out.parent / h).resolve().exists() for h in links), links   # raw data opens from the file
+
+
+def test_a_card_without_finished_folders_one_line_exit_2(tmp_path, capsys):
+    """The quick card's first H200 call stopped in every stage; the report then raised an IndexError."""
+    (tmp_path / "results").mkdir()
+    assert rp.main(["--card", "demo", "--root", str(tmp_path / "results"), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no finished results folder" in err[0] and "'demo'" in err[0]
+    assert not (tmp_path / "r.html").exists()

@@ -13,10 +13,11 @@ import sys
 import yaml
 
 from . import PARAMS_DIR, REPO_ROOT
-from .cards import CARD_KEYS, load_card
+from .cards import CARD_KEYS, OPTIONAL, load_card
 from .results import STAGES
 
-HEAD = "# Parameters: the smoke card's values, params/cards/smoke.yaml (papermill's -f CARD and -p KEY VALUE replace them)"
+HEAD = ("# Parameters: the smoke card's values, params/cards/smoke.yaml, and the optional keys' defaults (papermill's -f CARD"
+        " and -p KEY VALUE replace them)")
 
 
 def literal(v) -> str:
@@ -32,7 +33,10 @@ def parameters_source() -> str:
     path = PARAMS_DIR / "cards" / "smoke.yaml"
     load_card(path)  # a bad smoke card stops here, in one line
     card = yaml.safe_load(path.read_text())  # as written: optional keys it leaves out stay out
-    lines = [HEAD] + [f"{k} = {literal(card[k])}" for k in CARD_KEYS if k in card]
+    # a top-level key the smoke card leaves out takes its OPTIONAL value here, so that a card giving it
+    # (cuda_graph, torch_loops, nanogpt_path on the GPU cards) may rebind it through papermill
+    values = {k: card[k] if k in card else OPTIONAL[k] for k in CARD_KEYS if k in card or k in OPTIONAL}
+    lines = [HEAD] + [f"{k} = {literal(v)}" for k, v in values.items()]
     # `_names_before` lets tr2.cards.card_from_notebook tell what papermill's injected cell added
     return "\n".join(lines + ["results_dir = None   # None: a fresh results folder", "_names_before = set(globals())"])
 

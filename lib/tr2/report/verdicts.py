@@ -34,8 +34,11 @@ def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
             out.append(p)
         order = {s: i for i, s in enumerate(STAGES)}
         return sorted(out, key=lambda p: (order[stage_of(p)], p.name))
-    found = (latest(st, card_name, root, finished=True) for st in STAGES)
-    return [p.resolve() for p in found if p is not None]
+    found = [p.resolve() for p in (latest(st, card_name, root, finished=True) for st in STAGES) if p is not None]
+    if not found:
+        raise Tr2Error(f"--card: {card_name!r} has no finished results folder of any stage under "
+                       f"{root or 'results/'}; allowed: a card whose stages have run (make all CARD={card_name})")
+    return found
 
 
 def link(d, html_dir) -> str:
