@@ -16,14 +16,7 @@
 // read back between them, and backward's add of the two gradients, the dropout and the cast of the branch's
 // gradient to the half type three more. The arithmetic is theirs operation for operation: the products that were
 // rounded to float32 in memory are __fmul_rn here, so that no multiply-add contracts across a former store.
-// Each lane keeps its elements (columns lane, lane + 32, ...) in registers between the passes instead of reading
-// them back: the loads of a row are all issued before the first sum needs them, and backward reads dy, w and s
-// once instead of twice. Same columns per lane, same order of every sum: the bits are the scalar loops' own.
-// (The loops re-reading memory ran at about half the memory's speed: residual_layernorm_backward 43 us a layer of
-// gpt2-small bf16, for ~100 MB, in call 4 of results/h200-perf-20261201.)
 #include "common.cuh"
-
-#define RLN_MAX 32   // elements a lane holds: rows up to 32 * RLN_MAX = 1024 wide (gpu/residual_layernorm.py's MAX_C)
 
 // One warp per row; blockDim.x = 32 * rows per block. b in b_kind (a product's half-type output under half
 // roundings). drop = 0: no dropout (p = 0), the generator is not run.
@@ -38,36 +31,25 @@ extern "C" __global__ void residual_layernorm_forward(float* __restrict__ s, voi
     if (row >= N) return;
     const u64 off = site_offset(offset, offset_add);
     const i64 r0 = row * C;
-    float v[RLN_MAX];
     float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < RLN_MAX; ++k) {
-        const int c = lane + 32 * k;
-        if (c < C) {
-            const i64 e = r0 + c;
-            float bv = load_kind(b, e, b_kind);
-            if (drop) bv = rng_keep(seed, off, (u64)e, threshold) ? __fmul_rn(bv, scale) : 0.0f;
-            v[k] = x[e] + bv;
-            s[e] = v[k];
-            sum += v[k];
-        }
+    for (int c = lane; c < C; c += 32) {
+        const i64 e = r0 + c;
+        float bv = load_kind(b, e, b_kind);
+        if (drop) bv = rng_keep(seed, off, (u64)e, threshold) ? __fmul_rn(bv, scale) : 0.0f;
+        const float v = x[e] + bv;
+        s[e] = v;
+        sum += v;
     }
+    // Each lane reads back only the elements it wrote.
     const float m = warp_sum(sum) / (float)C;
     float var = 0.0f;
-#pragma unroll
-    for (int k = 0; k < RLN_MAX; ++k) {
-        if (lane + 32 * k < C) {
-            const float d = v[k] - m;
-            var += d * d;
-        }
+    for (int c = lane; c < C; c += 32) {
+        const float d = s[r0 + c] - m;
+        var += d * d;
     }
     var = warp_sum(var) / (float)C;
     const float r = 1.0f / sqrtf(var + eps);
-#pragma unroll
-    for (int k = 0; k < RLN_MAX; ++k) {
-        const int c = lane + 32 * k;
-        if (c < C) store_kind(y, r0 + c, ((v[k] - m) * r) * w[c], y_kind);
-    }
+    for (int c = lane; c < C; c += 32) store_kind(y, r0 + c, ((s[r0 + c] - m) * r) * w[c], y_kind);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -87,30 +69,21 @@ extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, v
     if (row >= N) return;
     const i64 r0 = row * C;
     const float m = mean[row], r = rstd[row];
-    // dy is kept as loaded, not as g = dy w: the second pass's g - s1 is one fused multiply-add, as it was
-    float dyv[RLN_MAX], sh[RLN_MAX];
     float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < RLN_MAX; ++k) {
-        const int c = lane + 32 * k;
-        if (c < C) {
-            dyv[k] = load_kind(dy, r0 + c, dy_kind);
-            sh[k] = (s[r0 + c] - m) * r;
-            const float g = dyv[k] * w[c];
-            s1 += g;
-            s2 += g * sh[k];
-        }
+    for (int c = lane; c < C; c += 32) {
+        const float g = load_kind(dy, r0 + c, dy_kind) * w[c];
+        const float sh = (s[r0 + c] - m) * r;
+        s1 += g;
+        s2 += g * sh;
     }
     s1 = warp_sum(s1) / (float)C;
     s2 = warp_sum(s2) / (float)C;
     const u64 off = site_offset(offset, offset_add);
-#pragma unroll
-    for (int k = 0; k < RLN_MAX; ++k) {
-        const int c = lane + 32 * k;
-        if (c >= C) continue;
+    for (int c = lane; c < C; c += 32) {
         const i64 e = r0 + c;
-        const float g = dyv[k] * w[c];
-        float d = __fmul_rn(r, g - s1 - sh[k] * s2);
+        const float g = load_kind(dy, e, dy_kind) * w[c];
+        const float sh = (s[e] - m) * r;
+        float d = __fmul_rn(r, g - s1 - sh * s2);
         if (dskip != nullptr) d = dskip[e] + d;
         ds[e] = d;
         if (db != nullptr) {
