@@ -282,3 +282,19 @@ def test_a_card_without_finished_folders_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no finished results folder" in err[0] and "'demo'" in err[0]
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_gpu_card_other_than_the_published_one_is_a_preview(tmp_path):
+    """Protocol rule 9: the front page of a reduced GPU card (h200-quick) says what it changes from h200.yaml."""
+    for name, is_preview in (("gpu", True), ("h200", False)):
+        card = dict(CARD, card=name, machine="nvidia-h200", device="cuda")
+        make_results(tmp_path / name, card=card)
+        data = rp.build_table(name, rp.choose_dirs(name, root=tmp_path / name), tmp_path)
+        page = rp.front_page_html(data)
+        assert ("A preview, not the published protocol" in page) == is_preview, name
+        if is_preview:
+            assert data["preview"]["published"] == "h200"
+            assert "models: ['tiny', 'nanogpt'] (published: ['nanogpt', 'gpt2-small', 'gpt2-medium'])" in \
+                data["preview"]["changes"]
+        else:
+            assert data["preview"] is None

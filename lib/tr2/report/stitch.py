@@ -211,7 +211,8 @@ def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]
         if p.is_file():
             stage_nbs.append((info, nbformat.read(str(p), as_version=4)))
     nb = merge(front_page_html(data), stage_nbs, out.parent)
-    title = f"TR-2 ({card})" + (" - a CPU demonstration, not a GPU measurement" if data["cpu_demonstration"] else "")
+    title = f"TR-2 ({card})" + (" - a CPU demonstration, not a GPU measurement" if data["cpu_demonstration"] else
+                                " - a preview, not the published protocol" if data.get("preview") else "")
     text = export_html(nb, title)
     bad = remote_urls(text)
     if bad:

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from .. import PARAMS_DIR, Tr2Error
+from ..cards import validate_card
 from ..models import count_params, load_model
 from .. import explore
 from ..results import STAGES, is_finished, latest, read_yaml, results_folders, stage_of, stored_path
@@ -209,7 +210,46 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
         "measured_from": dates[0] if dates else None, "measured_to": dates[-1] if dates else None,
         "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
         "stages_missing": [s for s in STAGES if s not in by_stage],
+        "preview": preview(card_name, dirs, devices),
     }
+
+
+# The card whose runs are the published edition, by device (protocol rule 9: any other card is preparation).
+PUBLISHED = {"cuda": "h200"}
+_STAGE_KEYS = ("series", "method_a", "method_b", "families")
+
+
+def preview(card_name: str, dirs, devices) -> dict | None:
+    """Protocol rule 9 on the front page: a GPU card other than the published one is a preview. The published
+    card's name and what this card changes from it, key by key ("models: [...] (published: [...])"), from the
+    first folder's card.yaml; None for the published card itself and for CPU cards (those carry the CPU banner)."""
+    device = next(iter(devices), None) if len(devices) == 1 else None
+    published = PUBLISHED.get(device)
+    if published is None or card_name == published or not dirs:
+        return None
+    def as_read(d):   # as the stages read a card: optional keys filled with their defaults (as written if invalid)
+        try:
+            return validate_card(d)
+        except Tr2Error:
+            return d
+
+    card = as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
+    ref = as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml"))
+
+    def shown(v):   # null in a card's stage mapping: the model's own value (steps, evaluations)
+        return "the model's own" if v is None else v
+
+    lines = []
+    for k, v in card.items():
+        if k in ("card", "machine", "nanogpt_path") or k not in ref:
+            continue
+        if k in _STAGE_KEYS and isinstance(v, dict) and isinstance(ref[k], dict):
+            lines += [f"{k}.{sk}: {shown(sv)} (published: {shown(ref[k].get(sk))})"
+                      for sk, sv in v.items() if sv != ref[k].get(sk)]
+        elif v != ref[k]:
+            lines.append(f"{k}: {v} (published: {ref[k]})")
+    return {"published": published,
+            "changes": lines or ["the same keys as the published card, under another name"]}
 
 
 def _machine(info, series_dir) -> dict:
