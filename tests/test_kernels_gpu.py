@@ -735,6 +735,21 @@ def test_float32_builds_keep_no_half_copies():
     assert be.ctx.half_copy(w) is None
 
 
+@pytest.mark.parametrize("dtype, hr", [("float32", False), ("bfloat16", True), ("float16", True)])
+@pytest.mark.parametrize("N, C", [(1, 64), (300, 384), (4099, 768), (513, 1000)])
+def test_layernorm_weight_grad_two_columns_a_thread(dtype, hr, N, C):
+    """The pairs form of LayerNorm's dw partials gives the one-column form's bits (same rows, same order a column)."""
+    from tr2.cupy_side.gpu import layernorm as gln
+    be, kind = gpu_backend(dtype, False, hr), halfbits.KINDS[dtype]
+    g = gen(N + C + kind)
+    x, dyf = randn(g, N, C, scale=2.0), randn(g, N, C)
+    dy = cp.asarray(halfbits.to_bits(dyf, kind)) if hr else dev(dyf)
+    _, mean, rstd = be.layernorm_forward(dev(x), dev(np.ones(C, np.float32)), 1e-5)
+    pairs = host(gln.weight_grad(be.ctx, dy, dev(x), mean, rstd))
+    exact(f"layernorm dw, two columns a thread = one [{dtype} N={N} C={C}]",
+          pairs, host(gln.weight_grad(be.ctx, dy, dev(x), mean, rstd, pairs=False)))
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_type_gradients_read_as_their_float32_values(dtype):
     """Under half roundings a product's dW reaches AdamW and the global norm in the half type (no cast kernel):

@@ -30,14 +30,19 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray", mean: "cp.
     return dx, weight_grad(ctx, dy, x, mean, rstd)
 
 
-def weight_grad(ctx, dy: "cp.ndarray", x: "cp.ndarray", mean: "cp.ndarray", rstd: "cp.ndarray") -> "cp.ndarray":
+def weight_grad(ctx, dy: "cp.ndarray", x: "cp.ndarray", mean: "cp.ndarray", rstd: "cp.ndarray",
+                pairs: bool = True) -> "cp.ndarray":
     """dw = sum over rows of dy * xhat, in a fixed order (partials per row group, then their sum); also the fused
-    residual + LayerNorm's (gpu/residual_layernorm.py)."""
+    residual + LayerNorm's (gpu/residual_layernorm.py). Two columns a thread where C is even (the same sums, the
+    same bits; pairs=False takes the one-column form, for the test that holds them equal)."""
     N, C = x.shape
     dw = cp.empty((C,), dtype=np.float32)
     G = (N + DW_ROWS_PER_GROUP - 1) // DW_ROWS_PER_GROUP
     part = ctx.ws.get("ln_dw_part", (G, C), np.float32)
-    launch(FILE, "layernorm_backward_dw_partial", ((C + 31) // 32, G), (32, 8),
-           (part, dy, x, mean, rstd, i32(N), i32(C), i32(DW_ROWS_PER_GROUP), i32(ctx.kind_of(dy))))
+    args = (part, dy, x, mean, rstd, i32(N), i32(C), i32(DW_ROWS_PER_GROUP), i32(ctx.kind_of(dy)))
+    if pairs and C % 2 == 0:
+        launch(FILE, "layernorm_backward_dw_partial_pairs", ((C // 2 + 31) // 32, G), (32, 8), args)
+    else:
+        launch(FILE, "layernorm_backward_dw_partial", ((C + 31) // 32, G), (32, 8), args)
     launch(FILE, "layernorm_backward_dw_final", ((C + 255) // 256,), (256,), (dw, part, i32(G), i32(C)))
     return dw
