@@ -219,6 +219,18 @@ PUBLISHED = {"cuda": "h200"}
 _STAGE_KEYS = ("series", "method_a", "method_b", "families")
 
 
+def _as_read(card: dict) -> dict:
+    """A card as the stages read it: optional keys filled with their defaults (as written where it is invalid)."""
+    try:
+        return validate_card(card)
+    except Tr2Error:
+        return card
+
+
+def _shown(v):
+    return "the model's own" if v is None else v   # null in a stage mapping: the model's own steps, evaluations
+
+
 def preview(card_name: str, dirs, devices) -> dict | None:
     """Protocol rule 9 on the front page: a GPU card other than the published one is a preview. The published
     card's name and what this card changes from it, key by key ("models: [...] (published: [...])"), from the
@@ -227,24 +239,14 @@ def preview(card_name: str, dirs, devices) -> dict | None:
     published = PUBLISHED.get(device)
     if published is None or card_name == published or not dirs:
         return None
-    def as_read(d):   # as the stages read a card: optional keys filled with their defaults (as written if invalid)
-        try:
-            return validate_card(d)
-        except Tr2Error:
-            return d
-
-    card = as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
-    ref = as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml"))
-
-    def shown(v):   # null in a card's stage mapping: the model's own value (steps, evaluations)
-        return "the model's own" if v is None else v
-
+    card = _as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
+    ref = _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml"))
     lines = []
     for k, v in card.items():
         if k in ("card", "machine", "nanogpt_path") or k not in ref:
             continue
         if k in _STAGE_KEYS and isinstance(v, dict) and isinstance(ref[k], dict):
-            lines += [f"{k}.{sk}: {shown(sv)} (published: {shown(ref[k].get(sk))})"
+            lines += [f"{k}.{sk}: {_shown(sv)} (published: {_shown(ref[k].get(sk))})"
                       for sk, sv in v.items() if sv != ref[k].get(sk)]
         elif v != ref[k]:
             lines.append(f"{k}: {v} (published: {ref[k]})")

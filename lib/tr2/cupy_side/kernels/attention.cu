@@ -482,7 +482,7 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
     E* sQ = (E*)smem;
     E* sKV = sQ + BR * LD;   // buffer b: K at sKV + 2b BC rows, V at sKV + (2b + 1) BC rows
     const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid below)
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int r0 = qb * BR + warp * RW;         // the warp's first query
@@ -651,7 +651,7 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
     E* sV = sK + BR * LD;
     E* sQO = sV + BR * LD;                          // buffer b: q at 2b BC rows, dO at (2b + 1) BC rows
     float* sLD = (float*)(sQO + 2 * NBUF * BC * LD);  // buffer b: lse at 2b * BC, D at (2b + 1) * BC
-    const int kb = (int)blockIdx.y;   // the first key blocks see the most queries: launched first (Grid below)
+    const int kb = (int)blockIdx.y;   // the first key blocks see the most queries: launched first (Grid, at the top)
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = kb * BR + warp * RW;   // the warp's first key
