@@ -16,8 +16,8 @@ from . import PARAMS_DIR, REPO_ROOT
 from .cards import CARD_KEYS, OPTIONAL, load_card
 from .results import STAGES
 
-HEAD = ("# Parameters: the smoke card's values, params/cards/smoke.yaml, and the optional keys' defaults (papermill's -f CARD"
-        " and -p KEY VALUE replace them)")
+HEAD = ("# Parameters: the smoke card's values (params/cards/smoke.yaml) and the optional keys' defaults;\n"
+        "# papermill's -f CARD and -p KEY VALUE replace them")
 
 
 def literal(v) -> str:
