@@ -12,3 +12,12 @@ export TR2_PYTHON=python3
 # Inductor's and Triton's caches stay with the checkout, so a later stage in the same call reuses them.
 export TORCHINDUCTOR_CACHE_DIR="$PWD/.cache/inductor" TRITON_CACHE_DIR="$PWD/.cache/triton"
 export CUPY_CACHE_DIR="$PWD/.cache/cupy"
+# nbconvert's templates (in the carried wheels) lie outside Jupyter's default data paths
+export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}
+
+# machine_record FILE: the date, nvidia-smi, the Python/CuPy/torch versions and the commit a call ran, the
+# header every raw output of a device call carries (perf_call.sh, quick_call.sh).
+machine_record() {
+  { date -u; nvidia-smi; python3 -c "import cupy, torch, sys; print('python', sys.version.split()[0], 'cupy',
+cupy.__version__, 'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; } >"$1" 2>&1
+}

@@ -11,8 +11,7 @@ OUT=${1:-${OUT:-$PWD/perf-call-out}}
 W=$(mktemp -d)
 source scripts/device_env.sh || exit 1
 export TR2_KERNEL_CACHE="$PWD/.cache/kernels"
-{ date -u; nvidia-smi; python3 -c "import cupy, torch, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__,
-'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; } >"$W/machine.txt" 2>&1
+machine_record "$W/machine.txt"
 mkdir -p "$OUT"; cp "$W/machine.txt" "$OUT/"
 pack() {  # pack NAME FILES...: one tarball under OUT, written at once
   local name=$1; shift

@@ -11,15 +11,13 @@ set -u -o pipefail
 OUT=$1
 CARD=${2:-h200-quick}
 source scripts/device_env.sh || exit 1
-export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}
 export TR2_KERNEL_CACHE="$PWD/.cache/kernels"
 if [ ! -d ../shared/nanoGPT ] && [ -d .cache/nanoGPT ]; then
   mkdir -p ../shared && cp -r .cache/nanoGPT ../shared/nanoGPT || echo "no ../shared/nanoGPT: the nanogpt side will be refused"
 fi
 W=$(mktemp -d)
 mkdir -p "$OUT" "$W/logs"
-{ date -u; nvidia-smi; python3 -c "import cupy, torch, sys; print('python', sys.version.split()[0], 'cupy', cupy.__version__,
-'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; } >"$OUT/machine.txt" 2>&1
+machine_record "$OUT/machine.txt"
 pack() {
   tar czf "$OUT/logs.tgz" -C "$W" logs
   tar czf "$OUT/results.tgz" --exclude='*.npz' $(ls -d results/*-"$CARD" 2>/dev/null) $(ls report/*"$CARD"* 2>/dev/null)
