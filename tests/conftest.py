@@ -11,3 +11,17 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def pytest_sessionstart(session):
+    """The suite's inputs, checked once before any test: tiny Shakespeare (data.data_dirs: $TR2_DATA, ./data,
+    ../shared/data/shakespeare) and nanoGPT's checkout (../shared/nanoGPT). Without them some 70 tests and
+    notebook cells each failed on their own (a clone outside the project's folder, 2026-12-01); now one line."""
+    from tr2 import Tr2Error, data, trainargs
+    try:
+        for name in ("input.txt", "train.bin", "val.bin"):
+            data.data_file(name)
+        trainargs.checkout_path()
+    except Tr2Error as e:
+        pytest.exit(f"the tests need the data and nanoGPT's checkout (../shared beside the repository): {e}",
+                    returncode=2)
