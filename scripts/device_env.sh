@@ -1,6 +1,8 @@
 # Source this on the GPU machine (the device tool's copy of the repo): the carried wheels
 # (.whl: papermill, nbclient, ipykernel, nbval ...) go to /tmp/site, tr2 is imported from lib/,
 # the data from the carried data/ folder. The machine has no network, so nothing else installs.
+# Carry .cache/nanoGPT too (a copy of ../shared/nanoGPT): the tests check for it before they start and the
+# nanogpt side runs it; it is put where the cards' default nanogpt_path looks, ../shared/nanoGPT.
 set -o pipefail
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
@@ -21,3 +23,7 @@ machine_record() {
   { date -u; nvidia-smi; python3 -c "import cupy, torch, sys; print('python', sys.version.split()[0], 'cupy',
 cupy.__version__, 'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; } >"$1" 2>&1
 }
+
+if [ ! -d ../shared/nanoGPT ] && [ -d .cache/nanoGPT ]; then
+  mkdir -p ../shared && cp -r .cache/nanoGPT ../shared/nanoGPT || echo "no ../shared/nanoGPT: tests and the nanogpt side will stop"
+fi

@@ -12,9 +12,6 @@ OUT=$1
 CARD=${2:-h200-quick}
 source scripts/device_env.sh || exit 1
 export TR2_KERNEL_CACHE="$PWD/.cache/kernels"
-if [ ! -d ../shared/nanoGPT ] && [ -d .cache/nanoGPT ]; then
-  mkdir -p ../shared && cp -r .cache/nanoGPT ../shared/nanoGPT || echo "no ../shared/nanoGPT: the nanogpt side will be refused"
-fi
 W=$(mktemp -d)
 mkdir -p "$OUT" "$W/logs"
 machine_record "$OUT/machine.txt"
