@@ -6,7 +6,8 @@
 # Writes under OUT (at most 8 files come back), each part as soon as it is done, so that a call stopped at its
 # limit still returns what ran: machine.txt, check.tgz (gpu_check.sh: kernel and graph tests), attention.tgz
 # (baseline and new), profile.tgz and bench.tgz (scripts/device_bench.py), table.txt; prints the table last.
-#   usage: bash scripts/perf_call.sh [OUT]     budgets: PERF_BENCH_S (default 240), PERF_PROFILE_S (120)
+#   usage: bash scripts/perf_call.sh [OUT]     budgets: PERF_BENCH_S (default 240), PERF_PROFILE_S (120);
+#   PERF_TORCH_MODES: the torch modes the bench runs beside the cupy graph (default reduce-overhead)
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/perf-call-out}}
 W=$(mktemp -d)
@@ -29,7 +30,7 @@ pack attention $(cd "$W" && ls -d attention_* 2>/dev/null)
 TR2_PROFILE_MODELS=gpt2-small timeout $(( ${PERF_PROFILE_S:-120} + 30 )) python3 scripts/device_bench.py "$W/profile" \
   "profile:${PERF_PROFILE_S:-120}" >"$W/profile.log" 2>&1
 pack profile profile profile.log
-TR2_BENCH_CUPY=graph TR2_BENCH_TORCH_MODES=reduce-overhead \
+TR2_BENCH_CUPY=graph TR2_BENCH_TORCH_MODES=${PERF_TORCH_MODES:-reduce-overhead} \
   TR2_BENCH_SELECT=nanogpt/bfloat16,gpt2-small/bfloat16,gpt2-medium/bfloat16 \
   timeout $(( ${PERF_BENCH_S:-240} + 30 )) python3 scripts/device_bench.py "$W/bench" "bench:${PERF_BENCH_S:-240}" \
   >"$W/bench.log" 2>&1
