@@ -11,7 +11,7 @@ __device__ __forceinline__ float sum_squares(const typename Elem<K>::T* __restri
     float s = 0.0f;
     for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
         const float x = load_from<K>(g[i]);
-        s += x * x;
+        s = __fmaf_rn(x, x, s);  // spelled out, so every reader's instance rounds alike
     }
     return s;
 }
