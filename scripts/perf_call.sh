@@ -7,7 +7,8 @@
 # limit still returns what ran: machine.txt, check.tgz (gpu_check.sh: kernel and graph tests), attention.tgz
 # (baseline and new), profile.tgz and bench.tgz (scripts/device_bench.py), table.txt; prints the table last.
 #   usage: bash scripts/perf_call.sh [OUT]     budgets: PERF_BENCH_S (default 240), PERF_PROFILE_S (120);
-#   PERF_TORCH_MODES: the torch modes the bench runs beside the cupy graph (default reduce-overhead)
+#   PERF_TORCH_MODES: the torch modes the bench runs beside the cupy graph (default reduce-overhead);
+#   PERF_ATTENTION=0 skips the attention bench (a call that leaves attention.cu as it was)
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/perf-call-out}}
 W=$(mktemp -d)
@@ -25,8 +26,10 @@ if [ -d .cache/baseline/lib ]; then
   PYTHONPATH="$PWD/.cache/baseline/lib:/tmp/site" timeout 300 python3 scripts/attention_bench.py "$W/attention_baseline.jsonl" 20 \
     >"$W/attention_baseline.log" 2>&1
 fi
-timeout 300 python3 scripts/attention_bench.py "$W/attention_new.jsonl" 20 >"$W/attention_new.log" 2>&1
-pack attention $(cd "$W" && ls -d attention_* 2>/dev/null)
+if [ "${PERF_ATTENTION:-1}" != 0 ]; then
+  timeout 300 python3 scripts/attention_bench.py "$W/attention_new.jsonl" 20 >"$W/attention_new.log" 2>&1
+  pack attention $(cd "$W" && ls -d attention_* 2>/dev/null)
+fi
 TR2_PROFILE_MODELS=gpt2-small timeout $(( ${PERF_PROFILE_S:-120} + 30 )) python3 scripts/device_bench.py "$W/profile" \
   "profile:${PERF_PROFILE_S:-120}" >"$W/profile.log" 2>&1
 pack profile profile profile.log

@@ -78,7 +78,7 @@ SHIPPED = {
     "Memcpy HtoD (Pageable -> Device)": "copy/cast",
     "Memset (Device)": "memset",
     # ours (.cu kernels, and the backend's op names on a CPU card)
-    "layernorm_forward": "layernorm", "layernorm_backward_dw_partial": "layernorm",
+    "layernorm_forward": "layernorm", "residual_layernorm_dw_final": "layernorm",
     "gelu_forward": "gelu", "gelu_backward": "gelu",
     "dropout_apply": "dropout", "dropout_mask": "dropout",
     "cross_entropy_forward": "cross-entropy", "cross_entropy_mean": "cross-entropy",

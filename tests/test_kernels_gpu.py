@@ -264,7 +264,8 @@ def test_embedding_backward_is_bit_reproducible(B, T, C, V, tokens):
 
 # ---------------------------------------------------------------------------------------------- layernorm
 
-@pytest.mark.parametrize("N, C", [(1, 33), (7, 64), (513, 384), (1000, 768), (257, 1000), (4099, 1024)])
+@pytest.mark.parametrize("N, C", [(1, 33), (7, 64), (513, 384), (1000, 768), (257, 1000), (4099, 1024), (300, 1600),
+                                  (37, 2000)])   # the last two take more than 48 KB of shared memory in backward
 def test_layernorm(N, C):
     be, ref = gpu_backend(), NumpyBackend("float64")
     g = gen(N * C)
@@ -297,7 +298,8 @@ def test_matmul(build, N, K, M):
     assert y.dtype == (np.uint16 if hr else np.float32)   # half roundings hand the half type on
     check(f"matmul y [{dtype} tf32={tf32} hr={hr}]", be.to_host(y), ref.matmul_forward(x.astype(rt), w.astype(rt)), tol)
     dx, dw = be.matmul_backward(dev(dy), dev(x), dev(w))
-    dx = be.to_host(dx)
+    assert dx.dtype == dw.dtype == (np.uint16 if hr else np.float32)   # dW too: AdamW and the norm read it so
+    dx, dw = be.to_host(dx), be.to_host(dw)
     rdx, rdw = ref.matmul_backward(dy.astype(rt), x.astype(rt), w.astype(rt))
     check(f"matmul dx [{dtype} tf32={tf32} hr={hr}]", dx, rdx, tol)
     check(f"matmul dw [{dtype} tf32={tf32} hr={hr}]", dw, rdw, tol)
@@ -732,6 +734,34 @@ def test_float32_builds_keep_no_half_copies():
     w = dev(np.ones((3, 4), np.float32))
     be.product_weights([w])
     assert be.ctx.half_copy(w) is None
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_type_gradients_read_as_their_float32_values(dtype):
+    """Under half roundings a product's dW reaches AdamW and the global norm in the half type (no cast kernel):
+    both give, bit for bit, what they give for the same values widened to float32 (the cast they replace); a
+    table may mix float32 and half gradients (LayerNorm's dw beside the products')."""
+    be, kind = gpu_backend(dtype, False, True), halfbits.KINDS[dtype]
+    g = gen(14)
+    ps = [randn(g, *s, scale=0.02) for s in SHAPES]
+    gs = [halfbits.round_to_kind(randn(g, *s, scale=0.1), kind) for s in SHAPES]
+    ms = [randn(g, *s, scale=0.01) for s in SHAPES]
+    vs = [np.abs(randn(g, *s, scale=0.001)) for s in SHAPES]
+    half = [i % 2 == 0 for i in range(len(SHAPES))]   # every other gradient in the half type
+    as_given = [cp.asarray(halfbits.to_bits(a, kind)) if h else dev(a) for a, h in zip(gs, half)]
+    widened = [dev(a) for a in gs]
+    assert any(a.dtype == np.uint16 for a in as_given) and any(a.dtype == np.float32 for a in as_given)
+    exact(f"global norm of half gradients = of their float32 values [{dtype}]", be.global_norm(as_given),
+          host(be.global_norm(widened)))
+    hyper = be.to_device(_hyper(np.float32))
+    out = []
+    for grads in (as_given, widened):
+        dp, dm, dv = [dev(a) for a in ps], [dev(a) for a in ms], [dev(a) for a in vs]
+        be.adamw_update(dp, grads, dm, dv, hyper)
+        out.append([host(a) for a in dp + dm + dv])
+    for k, (a, b) in enumerate(zip(*out)):
+        exact(f"adamw with half gradients = with their float32 values, array {k} [{dtype}]", a, b)
+    exact(f"gradient_f32 widens exactly [{dtype}]", be.gradient_f32(as_given[0]), gs[0])
 
 
 def test_global_norm():

@@ -69,6 +69,11 @@ class NumpyBackend:
                                                                         own buffer, overwritten (the CUDA form)
         adamw_update(params, grads, ms, vs, hyper) -> None              in place; see ops/adamw.py
         global_norm(grads) -> 0-d array                                 sqrt of the sum of squares
+        gradient_f32(g) -> array                                        a gradient as float32 values: the CUDA
+                                                                        form hands a product's dW over in the
+                                                                        half type under half roundings (its
+                                                                        values), widened here where a float32
+                                                                        array is needed (the tied wte)
 
     `saved` is opaque to callers: whatever the backend's forward needs its backward to get back.
     Gradients returned are treated as read-only by callers (backward may return its input itself).
@@ -104,6 +109,9 @@ class NumpyBackend:
 
     def zeros(self, shape) -> np.ndarray:
         return np.zeros(shape, dtype=self.float_dtype)
+
+    def gradient_f32(self, g) -> np.ndarray:
+        return g   # NumPy's products return dW as float32 values already rounded as the build rounds them
 
     def write(self, dst, host) -> None:
         host = np.asarray(host)

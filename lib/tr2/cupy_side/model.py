@@ -79,6 +79,8 @@ class GPT:
             dx = self.tape.take(out).reshape(B, T, -1)
             if WTE not in self.grads:  # only when lm_head's backward did not run first (it always does)
                 self.grads[WTE] = be.zeros(self.params[WTE].shape)
+            else:   # the embedding adds into lm_head's dW: a float32 array (the product may hand over half bits)
+                self.grads[WTE] = be.gradient_f32(self.grads[WTE])
             self.grads[WPE] = be.zeros(self.params[WPE].shape)
             be.embedding_backward(dx, idx, self.grads[WTE], self.grads[WPE])
         self.tape.push(backward)

@@ -56,15 +56,15 @@ OP_METHODS: dict[str, tuple[str, ...]] = {
 FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "embedding.cu": ("embedding_forward", "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan",
                      "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
-    "layernorm.cu": ("layernorm_forward", "layernorm_backward_dx", "layernorm_backward_dw_partial",
-                     "layernorm_backward_dw_final"),
+    "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final"),
     "attention.cu": tuple(
         f"attn_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("f32", "tf32", "bf16", "bf16r", "f16", "f16r")
         for kernel in ("forward", "backward_dkdv", "backward_dq")),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
-    "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward"),
+    "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward",
+                              "residual_layernorm_dw_final"),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_mean"),
     "adamw.cu": ("adamw_update",),

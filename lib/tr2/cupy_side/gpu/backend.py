@@ -204,7 +204,10 @@ class CudaBackend:
         return _ce.forward_backward(self.ctx, self._act(logits), _i64(targets), dloss)
 
     def adamw_update(self, params, grads, ms, vs, hyper):
-        _adamw.update(self.ctx, list(params), [_f32(g) for g in grads], list(ms), list(vs), hyper)
+        _adamw.update(self.ctx, list(params), [self._act(g) for g in grads], list(ms), list(vs), hyper)
 
     def global_norm(self, grads):
-        return _global_norm.global_norm(self.ctx, [_f32(g) for g in grads])
+        return _global_norm.global_norm(self.ctx, [self._act(g) for g in grads])
+
+    def gradient_f32(self, g):
+        return self._widen(g)

@@ -11,12 +11,12 @@ FILE = "global_norm.cu"
 
 
 def global_norm(ctx, grads) -> "cp.ndarray":
-    """0-d float32 device array."""
+    """0-d float32 device array. grads: float32, or the build's half type (uint16 bits)."""
     out = cp.empty((), dtype=np.float32)
     if len(grads) == 0:
         out.fill(0)
         return out
-    t = table_for(None, grads)
+    t = table_for(None, grads, half_kind=ctx.kind)
     part = ctx.ws.get("gn_partial", (t.n_blocks,), np.float32)
     launch(FILE, "global_norm_partial", t.n_blocks, THREADS, (part, t.table, t.chunk_tensor, t.chunk_start, i32(CHUNK)))
     launch(FILE, "global_norm_final", 1, 1024, (out, part, i32(t.n_blocks)))

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from .runtime import f32, i32, launch
+from .runtime import f32, function, i32, launch
 
 FILE = "layernorm.cu"
 ROWS_PER_BLOCK = 8          # one warp per row
-DW_ROWS_PER_GROUP = 256     # rows each dw partial block reduces
+SHARED_DEFAULT = 48 * 1024  # dynamic shared memory a launch may take without raising the kernel's limit
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -25,19 +25,21 @@ def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
 def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray", mean: "cp.ndarray", rstd: "cp.ndarray"):
     N, C = x.shape
     dx = cp.empty((N, C), dtype=np.float32)
+    dw = rows_backward(ctx, FILE, "layernorm_backward", "layernorm_dw_final", N, C,
+                       lambda part: (dx, part, dy, x, w, mean, rstd, i32(N), i32(C), i32(ctx.kind_of(dy))))
+    return dx, dw
+
+
+def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part) -> "cp.ndarray":
+    """Launches a backward kernel on layernorm_backward.cuh's body (a warp a row, ROWS_PER_BLOCK rows a block, the
+    block's dw partial into `part`, its arguments args_of_part(part)), then `final`, which adds the partials in
+    order; -> dw. Shared by the plain LayerNorm and residual_layernorm."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    launch(FILE, "layernorm_backward_dx", grid, 32 * ROWS_PER_BLOCK, (dx, dy, x, w, mean, rstd, i32(N), i32(C), i32(ctx.kind_of(dy))))
-    return dx, weight_grad(ctx, dy, x, mean, rstd)
-
-
-def weight_grad(ctx, dy: "cp.ndarray", x: "cp.ndarray", mean: "cp.ndarray", rstd: "cp.ndarray") -> "cp.ndarray":
-    """dw = sum over rows of dy * xhat, in a fixed order (partials per row group, then their sum); also the fused
-    residual + LayerNorm's (gpu/residual_layernorm.py)."""
-    N, C = x.shape
+    part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
+    shared = ROWS_PER_BLOCK * C * 4
+    if shared > SHARED_DEFAULT:   # rows wider than 1536
+        function(filename, kernel).max_dynamic_shared_size_bytes = shared
+    launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=shared)
     dw = cp.empty((C,), dtype=np.float32)
-    G = (N + DW_ROWS_PER_GROUP - 1) // DW_ROWS_PER_GROUP
-    part = ctx.ws.get("ln_dw_part", (G, C), np.float32)
-    launch(FILE, "layernorm_backward_dw_partial", ((C + 31) // 32, G), (32, 8),
-           (part, dy, x, mean, rstd, i32(N), i32(C), i32(DW_ROWS_PER_GROUP), i32(ctx.kind_of(dy))))
-    launch(FILE, "layernorm_backward_dw_final", ((C + 255) // 256,), (256,), (dw, part, i32(G), i32(C)))
+    launch(filename, final, ((C + 31) // 32,), (32, 32), (dw, part, i32(grid), i32(C)))
     return dw

@@ -1,6 +1,6 @@
 """Wrapper of kernels/residual_layernorm.cu: s = x + dropout(b) and y = LayerNorm(s) in one pass, and its backward
-(the stream's gradient with the skip path's added, the branch's through the same mask); the weight's gradient is
-layernorm.cu's fixed-order sum."""
+(the stream's gradient with the skip path's added, the branch's through the same mask, the weight's in a fixed
+order: layernorm_backward.cuh's body, the plain LayerNorm's too)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import cupy as cp
 
 from . import dropout as _dropout
 from .halfbits import KIND_F32
-from .layernorm import ROWS_PER_BLOCK, weight_grad
+from .layernorm import ROWS_PER_BLOCK, rows_backward
 from .runtime import NULL, f32, i32, launch, u32, u64
 
 FILE = "residual_layernorm.cu"
@@ -42,9 +42,9 @@ def backward(ctx, dy: "cp.ndarray", dskip, s: "cp.ndarray", w: "cp.ndarray", mea
     N, C = s.shape
     ds = cp.empty((N, C), dtype=np.float32)
     db = None if (ctx.act_kind == KIND_F32 and p == 0.0) else cp.empty((N, C), dtype=ctx.store_dtype)
-    grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    launch(FILE, "residual_layernorm_backward", grid, 32 * ROWS_PER_BLOCK,
-           (ds, NULL if db is None else db, dy, NULL if dskip is None else dskip, s, w, mean, rstd, i32(N), i32(C),
-            i32(ctx.kind_of(dy)), i32(KIND_F32 if db is None else ctx.kind_of(db)))
-           + _drop_args(p, seed, offset, offset_add))
-    return ds, (ds if db is None else db), weight_grad(ctx, dy, s, mean, rstd)
+    dw = rows_backward(ctx, FILE, "residual_layernorm_backward", "residual_layernorm_dw_final", N, C,
+                       lambda part: (ds, NULL if db is None else db, part, dy, NULL if dskip is None else dskip, s, w,
+                                     mean, rstd, i32(N), i32(C), i32(ctx.kind_of(dy)),
+                                     i32(KIND_F32 if db is None else ctx.kind_of(db)))
+                       + _drop_args(p, seed, offset, offset_add))
+    return ds, (ds if db is None else db), dw

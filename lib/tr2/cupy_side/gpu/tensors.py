@@ -1,7 +1,9 @@
 """The device table of tensors that the multi-tensor kernels (adamw.cu, global_norm.cu) walk.
 
-table [n_tensors, COLS] u64 = (param, grad, m, v, numel, decay flag, half copy) (common.cuh's TENSOR_COLS; 0 where
-a column has no tensor: the norm's table has grads only, and float32 builds no half copies); chunk_tensor / chunk_start map each
+table [n_tensors, COLS] u64 = (param, grad, m, v, numel, decay flag, half copy, grad kind) (common.cuh's TENSOR_COLS;
+0 where a column has no tensor: the norm's table has grads only, and float32 builds no half copies; grad kind 0 for
+float32 gradients, the build's kind for half-type ones, a product's dW under half roundings); chunk_tensor /
+chunk_start map each
 block to one chunk of one tensor. Built once per list of buffers (keyed by their device addresses) and
 kept: the step replays the same table, as a CUDA graph would.
 
@@ -16,9 +18,11 @@ import numpy as np
 import cupy as cp
 import cupyx
 
+from .halfbits import KIND_BF16, KIND_F16, KIND_F32
+
 CHUNK = 4096          # elements per block
 THREADS = 256
-COLS = 7              # common.cuh's TENSOR_COLS
+COLS = 8              # common.cuh's TENSOR_COLS
 
 
 class TensorTable:
@@ -49,13 +53,18 @@ def _ptr(a) -> int:
     return 0 if a is None else int(a.data.ptr)
 
 
-def table_for(params, grads, ms=None, vs=None, halves=None) -> TensorTable:
-    """halves: per tensor, its half-type copy (uint16 bits, the param's shape) or None."""
+def table_for(params, grads, ms=None, vs=None, halves=None, half_kind: int = KIND_F32) -> TensorTable:
+    """halves: per tensor, its half-type copy (uint16 bits, the param's shape) or None. A gradient may be held in
+    the build's half type (uint16 bits of half_kind) instead of float32."""
     n = len(grads)
     params, ms, vs, halves = ([None] * n if a is None else list(a) for a in (params, ms, vs, halves))
-    for a in list(grads) + [x for x in params + ms + vs if x is not None]:
+    for a in [x for x in params + ms + vs if x is not None]:
         if not isinstance(a, cp.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
             raise TypeError("multi-tensor kernels take C-contiguous float32 CuPy arrays")
+    for g in grads:
+        half = isinstance(g, cp.ndarray) and g.dtype == np.uint16 and half_kind in (KIND_BF16, KIND_F16)
+        if not isinstance(g, cp.ndarray) or not (g.dtype == np.float32 or half) or not g.flags.c_contiguous:
+            raise TypeError("a gradient is a C-contiguous CuPy array of float32, or of the half build's uint16 bits")
     for h, g in zip(halves, grads):
         if h is not None and not (isinstance(h, cp.ndarray) and h.dtype == np.uint16 and h.flags.c_contiguous
                                   and h.size == g.size):
@@ -63,7 +72,8 @@ def table_for(params, grads, ms=None, vs=None, halves=None) -> TensorTable:
     rows = []
     for p, g, m, v, h in zip(params, grads, ms, vs, halves):
         ndim = (p if p is not None else g).ndim
-        rows.append((_ptr(p), _ptr(g), _ptr(m), _ptr(v), int(g.size), 1 if ndim >= 2 else 0, _ptr(h)))
+        rows.append((_ptr(p), _ptr(g), _ptr(m), _ptr(v), int(g.size), 1 if ndim >= 2 else 0, _ptr(h),
+                     half_kind if g.dtype == np.uint16 else KIND_F32))
     key = tuple(rows)
     t = _cache.get(key)
     if t is None:

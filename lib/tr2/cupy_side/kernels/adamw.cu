@@ -14,10 +14,90 @@
 // so no cast of a weight runs before a product. The copy holds exactly the bits a cast of the master would give
 // (the same cvt.rn of the same float32 value).
 //
-// The tensors: `table` [n_tensors, TENSOR_COLS] of u64 = (param, grad, m, v, numel, decay flag, half copy or 0);
+// The tensors: `table` [n_tensors, TENSOR_COLS] of u64 = (param, grad, m, v, numel, decay flag, half copy or 0,
+// grad kind: a product's dW arrives in the half type under half roundings and is widened here, exactly, as the
+// cast kernel did before: 49 launches a step of gpt2-small, 317 us, in call 4 of results/h200-perf-20261201);
 // block b works on elements [chunk_start[b], chunk_start[b] + chunk) of tensor chunk_tensor[b]. half_kind is the
 // build's half type (1 bfloat16, 2 float16), read only for rows with a half copy.
 #include "common.cuh"
+
+struct AdamwStep {
+    float b1, b2, eps, gs, step_size, bc2_sqrt, decay_factor;
+    // One element: the gradient's value in, the new m, v, p out (the arithmetic of ops/adamw.py, in one place
+    // for the vector and the scalar loop). Every rounding is spelled out (_rn intrinsics, explicit fma): left to
+    // the compiler, the float16 reader's instance contracted v's update as g (g (1 - b2)) + b2 v where the float32
+    // one fused b2 v + ((1 - b2) g) g, and 25 of 4160 parameters differed from the same gradients given in float32
+    // (GPU test, call 6 of results/h200-perf-20261201). The forms below are the float32 instance's, so float32
+    // gradients keep the bits they had.
+    __device__ __forceinline__ float update(float graw, float& mi, float& vi, float pi) const {
+        const float g = __fmul_rn(graw, gs);
+        mi = __fmaf_rn(1.0f - b1, __fsub_rn(g, mi), mi);
+        vi = __fmaf_rn(vi, b2, __fmul_rn(g, __fmul_rn(1.0f - b2, g)));
+        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+        return __fmaf_rn(__fdiv_rn(mi, denom), -step_size, __fmul_rn(pi, decay_factor));
+    }
+};
+
+// Four consecutive gradient values from i (a multiple of 4; the pointer 16 bytes aligned for float32, 8 for
+// half bits) and four half-type values stored likewise.
+template <int GK> __device__ __forceinline__ void load4(float out[4], const typename Elem<GK>::T* g, i64 i) {
+    if constexpr (GK == KIND_F32) {
+        const float4 a = *(const float4*)(g + i);
+        out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    } else {
+        const uint2 a = *(const uint2*)(g + i);
+        out[0] = load_from<GK>((u16)(a.x & 0xFFFFu)); out[1] = load_from<GK>((u16)(a.x >> 16));
+        out[2] = load_from<GK>((u16)(a.y & 0xFFFFu)); out[3] = load_from<GK>((u16)(a.y >> 16));
+    }
+}
+
+__device__ __forceinline__ void store4_kind(u16* h, i64 i, const float x[4], int kind) {
+    u16 b[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) b[k] = kind == KIND_BF16 ? f32_to_bf16_bits(x[k]) : f32_to_f16_bits(x[k]);
+    *(uint2*)(h + i) = make_uint2((u32)b[0] | ((u32)b[1] << 16), (u32)b[2] | ((u32)b[3] << 16));
+}
+
+// Elements [start, end) of one tensor whose gradient is held in kind GK: four a thread by 16-byte (float32) and
+// 8-byte (half) accesses where every pointer allows it (start is a multiple of 4: chunks are), the rest one by one.
+// The scalar form read and wrote 4 bytes an access and ran at ~68% of the memory's speed (1137 us a step of
+// gpt2-small for ~3.7 GB, call 4 of results/h200-perf-20261201).
+template <int GK>
+__device__ __forceinline__ void adamw_elements(float* __restrict__ p, const typename Elem<GK>::T* __restrict__ gr,
+                                               float* __restrict__ m, float* __restrict__ v, u16* __restrict__ half,
+                                               i64 start, i64 end, const AdamwStep& st, int half_kind) {
+    const u64 align = ((u64)p | (u64)m | (u64)v) & 15u;
+    const u64 galign = (u64)(gr + start) & (GK == KIND_F32 ? 15u : 7u);
+    const bool vec = align == 0 && galign == 0 && ((u64)half & 7u) == 0 && (start & 3) == 0;
+    i64 i0 = start;
+    if (vec) {
+        const i64 n4 = (end - start) / 4;
+        for (i64 q = threadIdx.x; q < n4; q += blockDim.x) {
+            const i64 i = start + 4 * q;
+            float g[4], pn[4];
+            load4<GK>(g, gr, i);
+            float4 mv = *(const float4*)(m + i), vv = *(const float4*)(v + i);
+            const float4 pv = *(const float4*)(p + i);
+            pn[0] = st.update(g[0], mv.x, vv.x, pv.x);
+            pn[1] = st.update(g[1], mv.y, vv.y, pv.y);
+            pn[2] = st.update(g[2], mv.z, vv.z, pv.z);
+            pn[3] = st.update(g[3], mv.w, vv.w, pv.w);
+            *(float4*)(m + i) = mv;
+            *(float4*)(v + i) = vv;
+            *(float4*)(p + i) = make_float4(pn[0], pn[1], pn[2], pn[3]);
+            if (half != nullptr) store4_kind(half, i, pn, half_kind);
+        }
+        i0 = start + 4 * n4;
+    }
+    for (i64 i = i0 + threadIdx.x; i < end; i += blockDim.x) {
+        float mi = m[i], vi = v[i];
+        const float pi = st.update(load_from<GK>(gr[i]), mi, vi, p[i]);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi;
+        if (half != nullptr) store_kind(half, i, pi, half_kind);
+    }
+}
 
 extern "C" __global__ void adamw_update(const u64* __restrict__ table, const int* __restrict__ chunk_tensor,
                                         const i64* __restrict__ chunk_start, int chunk,
@@ -26,28 +106,20 @@ extern "C" __global__ void adamw_update(const u64* __restrict__ table, const int
     const int t = chunk_tensor[blockIdx.x];
     const u64* row = table + TENSOR_COLS * (i64)t;
     float* p = (float*)row[0];
-    const float* gr = (const float*)row[1];
     float* m = (float*)row[2];
     float* v = (float*)row[3];
     const i64 n = (i64)row[4];
     const int decay = (int)row[5];
     u16* half = (u16*)row[6];
-    const float lr = hyper[0], b1 = hyper[1], b2 = hyper[2], eps = hyper[3], wd = hyper[4];
-    const float bc1 = hyper[5], bc2 = hyper[6], gs = hyper[7];
-    const float step_size = lr / bc1;
-    const float bc2_sqrt = sqrtf(bc2);
-    const float decay_factor = decay ? 1.0f - lr * wd : 1.0f;
+    const int grad_kind = (int)row[7];
+    const float lr = hyper[0], wd = hyper[4], bc1 = hyper[5], bc2 = hyper[6];
+    const AdamwStep st{hyper[1], hyper[2], hyper[3], hyper[7], lr / bc1, sqrtf(bc2), decay ? 1.0f - lr * wd : 1.0f};
     const i64 start = chunk_start[blockIdx.x];
     const i64 end = (start + (i64)chunk < n) ? start + (i64)chunk : n;
-    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
-        const float g = gr[i] * gs;
-        const float mi = m[i] + (1.0f - b1) * (g - m[i]);
-        const float vi = b2 * v[i] + (1.0f - b2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        const float denom = sqrtf(vi) / bc2_sqrt + eps;
-        const float pi = p[i] * decay_factor - step_size * (mi / denom);
-        p[i] = pi;
-        if (half != nullptr) store_kind(half, i, pi, half_kind);
-    }
+    if (grad_kind == KIND_BF16)
+        adamw_elements<KIND_BF16>(p, (const u16*)row[1], m, v, half, start, end, st, half_kind);
+    else if (grad_kind == KIND_F16)
+        adamw_elements<KIND_F16>(p, (const u16*)row[1], m, v, half, start, end, st, half_kind);
+    else
+        adamw_elements<KIND_F32>(p, (const float*)row[1], m, v, half, start, end, st, half_kind);
 }

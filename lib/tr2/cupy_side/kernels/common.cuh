@@ -115,8 +115,10 @@ __device__ __forceinline__ bool rng_keep(u64 seed, u64 offset, u64 i, u32 thresh
 }
 
 // The multi-tensor table of adamw.cu and global_norm.cu (gpu/tensors.py writes it): one row of TENSOR_COLS u64
-// per tensor = (param, grad, m, v, numel, decay flag, half copy); a null pointer where a column has no tensor.
-#define TENSOR_COLS 7
+// per tensor = (param, grad, m, v, numel, decay flag, half copy, grad kind); a null pointer where a column has no
+// tensor. grad kind: the gradient's element type (KIND_F32, or KIND_BF16 / KIND_F16 bits: a product's dW under
+// half roundings, read as it was written instead of widened by a kernel of its own).
+#define TENSOR_COLS 8
 
 // A grid-stride loop over n elements: the element kernels launch a capped grid (runtime.MAX_BLOCKS).
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

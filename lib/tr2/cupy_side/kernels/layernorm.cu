@@ -1,8 +1,10 @@
 // layernorm.cu: LayerNorm without bias (nanoGPT's bias=False). Forward per row:
 //   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + eps), y = (x - mean) * rstd * w.
 // Backward: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w, xhat = (x - mean) * rstd;
-//   dw = sum over rows of dy * xhat, reduced in a fixed order (partials per row group, then a sum).
+//   dw = sum over rows of dy * xhat in a fixed order. Both in layernorm_backward.cuh, whose body the fused
+//   residual + LayerNorm's backward runs too (so the two give the same bits).
 #include "common.cuh"
+#include "layernorm_backward.cuh"
 
 // One warp per row; blockDim.x = 32 * rows per block. y in y_kind: the half builds write the half type,
 // which is how the product after every LayerNorm reads it.
@@ -30,65 +32,16 @@ extern "C" __global__ void layernorm_forward(void* __restrict__ y, float* __rest
     }
 }
 
-// dx, one warp per row. dy in dy_kind (a product's half-type gradient under half roundings).
-extern "C" __global__ void layernorm_backward_dx(float* __restrict__ dx, const void* __restrict__ dy,
-                                                 const float* __restrict__ x, const float* __restrict__ w,
-                                                 const float* __restrict__ mean, const float* __restrict__ rstd,
-                                                 int N, int C, int dy_kind) {
-    const int lane = threadIdx.x & 31;
-    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= N) return;
-    const float* xr = x + row * C;
-    const float m = mean[row], r = rstd[row];
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        const float g = load_kind(dy, row * C + c, dy_kind) * w[c];
-        const float xh = (xr[c] - m) * r;
-        s1 += g;
-        s2 += g * xh;
-    }
-    s1 = warp_sum(s1) / (float)C;
-    s2 = warp_sum(s2) / (float)C;
-    float* dxr = dx + row * C;
-    for (int c = lane; c < C; c += 32) {
-        const float g = load_kind(dy, row * C + c, dy_kind) * w[c];
-        const float xh = (xr[c] - m) * r;
-        dxr[c] = r * (g - s1 - xh * s2);
-    }
+// dx and the block's dw partial; one warp per row, blockDim.x = 32 * rows a block, dynamic shared memory
+// rows * C floats; dw_part [gridDim.x, C], summed by layernorm_dw_final.
+extern "C" __global__ void layernorm_backward(float* __restrict__ dx, float* __restrict__ dw_part,
+                                              const void* __restrict__ dy, const float* __restrict__ x,
+                                              const float* __restrict__ w, const float* __restrict__ mean,
+                                              const float* __restrict__ rstd, int N, int C, int dy_kind) {
+    layernorm_backward_body(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N, C, dy_kind, KIND_F32, 0, 0, 0,
+                            nullptr, 0u, 1.0f);
 }
 
-// dw partials: block (32, 8) covers 32 columns; blockIdx.y takes rows [y*rows_per_group, ...).
-// part[blockIdx.y, c] = sum over the group's rows of dy * xhat.
-extern "C" __global__ void layernorm_backward_dw_partial(float* __restrict__ part, const void* __restrict__ dy,
-                                                         const float* __restrict__ x, const float* __restrict__ mean,
-                                                         const float* __restrict__ rstd, int N, int C,
-                                                         int rows_per_group, int dy_kind) {
-    __shared__ float acc[8][33];
-    const int c = blockIdx.x * 32 + threadIdx.x;
-    const int r0 = blockIdx.y * rows_per_group;
-    const int r1 = (r0 + rows_per_group < N) ? r0 + rows_per_group : N;
-    float s = 0.0f;
-    if (c < C) {
-        for (int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-            const i64 e = (i64)r * C + c;
-            s += load_kind(dy, e, dy_kind) * ((x[e] - mean[r]) * rstd[r]);
-        }
-    }
-    acc[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float t = 0.0f;
-        for (int k = 0; k < (int)blockDim.y; k++) t += acc[k][threadIdx.x];
-        part[(i64)blockIdx.y * C + c] = t;
-    }
-}
-
-// dw[c] = sum_g part[g, c]
-extern "C" __global__ void layernorm_backward_dw_final(float* __restrict__ dw, const float* __restrict__ part,
-                                                       int G, int C) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float t = 0.0f;
-    for (int g = 0; g < G; g++) t += part[(i64)g * C + c];
-    dw[c] = t;
+extern "C" __global__ void layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part, int G, int C) {
+    layernorm_dw_final_body(dw, part, G, C);
 }

@@ -11,12 +11,13 @@
 //   ds = rstd * (g - mean(g) - shat * mean(g * shat)) + dskip     the stream's gradient, which x receives
 //   db = dropout(ds)             the branch's gradient, with the same mask, in db_kind (the half type in the half
 //                                builds: the branch's product reads it); not written where it would equal ds
-// The weight's gradient is layernorm.cu's fixed-order dw (gpu/layernorm.py's weight_grad).
+//   dw = sum over rows of dy * shat     in a fixed order (layernorm_backward.cuh, shared with layernorm.cu)
 // Why: before, the branch's dropout, the add and the LayerNorm were three launches with the stream written and
 // read back between them, and backward's add of the two gradients, the dropout and the cast of the branch's
 // gradient to the half type three more. The arithmetic is theirs operation for operation: the products that were
 // rounded to float32 in memory are __fmul_rn here, so that no multiply-add contracts across a former store.
 #include "common.cuh"
+#include "layernorm_backward.cuh"
 
 // One warp per row; blockDim.x = 32 * rows per block. b in b_kind (a product's half-type output under half
 // roundings). drop = 0: no dropout (p = 0), the generator is not run.
@@ -56,40 +57,21 @@ extern "C" __global__ void residual_layernorm_forward(float* __restrict__ s, voi
     }
 }
 
-// One warp per row. dy in dy_kind (a product's half-type gradient under half roundings); dskip and db nullable.
+// One warp per row; blockDim.x = 32 * rows a block; dynamic shared memory rows * C floats. dy in dy_kind;
+// dskip and db nullable; dw_part [gridDim.x, C], summed by residual_layernorm_dw_final.
 extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, void* __restrict__ db,
-                                                       const void* __restrict__ dy, const float* __restrict__ dskip,
-                                                       const float* __restrict__ s, const float* __restrict__ w,
-                                                       const float* __restrict__ mean, const float* __restrict__ rstd,
-                                                       int N, int C, int dy_kind, int db_kind, int drop, u64 seed,
-                                                       u64 offset, const u64* __restrict__ offset_add, u32 threshold,
+                                                       float* __restrict__ dw_part, const void* __restrict__ dy,
+                                                       const float* __restrict__ dskip, const float* __restrict__ s,
+                                                       const float* __restrict__ w, const float* __restrict__ mean,
+                                                       const float* __restrict__ rstd, int N, int C, int dy_kind,
+                                                       int db_kind, int drop, u64 seed, u64 offset,
+                                                       const u64* __restrict__ offset_add, u32 threshold,
                                                        float scale) {
-    const int lane = threadIdx.x & 31;
-    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= N) return;
-    const i64 r0 = row * C;
-    const float m = mean[row], r = rstd[row];
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        const float g = load_kind(dy, r0 + c, dy_kind) * w[c];
-        const float sh = (s[r0 + c] - m) * r;
-        s1 += g;
-        s2 += g * sh;
-    }
-    s1 = warp_sum(s1) / (float)C;
-    s2 = warp_sum(s2) / (float)C;
-    const u64 off = site_offset(offset, offset_add);
-    for (int c = lane; c < C; c += 32) {
-        const i64 e = r0 + c;
-        const float g = load_kind(dy, e, dy_kind) * w[c];
-        const float sh = (s[e] - m) * r;
-        float d = __fmul_rn(r, g - s1 - sh * s2);
-        if (dskip != nullptr) d = dskip[e] + d;
-        ds[e] = d;
-        if (db != nullptr) {
-            float v = d;
-            if (drop) v = rng_keep(seed, off, (u64)e, threshold) ? __fmul_rn(d, scale) : 0.0f;
-            store_kind(db, e, v, db_kind);
-        }
-    }
+    layernorm_backward_body(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, C, dy_kind, db_kind, drop, seed,
+                            offset, offset_add, threshold, scale);
+}
+
+extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part,
+                                                       int G, int C) {
+    layernorm_dw_final_body(dw, part, G, C);
 }

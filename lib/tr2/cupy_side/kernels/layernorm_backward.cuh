@@ -1,0 +1,86 @@
+// layernorm_backward.cuh: LayerNorm's backward rows and its weight gradient's final sum, shared by layernorm.cu
+// (the plain LayerNorm: no skip, no branch gradient, no dropout) and residual_layernorm.cu (the fused one), so
+// both kernels run one body and give the same bits. Per row, g = dy * w, shat = (s - mean) * rstd:
+//   ds = rstd * (g - mean(g) - shat * mean(g * shat)) + dskip      (dskip nullable)
+//   db = dropout(ds) in db_kind                                      (db nullable; drop = 0: no dropout)
+//   dw = sum over rows of dy * shat, in a fixed order: each warp leaves its row's dy * shat in shared memory
+//        (dynamic, ROWS x C floats), the block adds its rows in warp order into dw_part[blockIdx.x, :], and the
+//        final kernel adds the blocks' partials (layernorm_dw_final_body).
+// Why dw here: it was a kernel of its own that read dy and s a second time (6 bytes an element; 25 launches and
+// 525 us a step of gpt2-small bf16, ~1.8 TB/s, call 6 of results/h200-perf-20261201); here it costs a
+// shared-memory store an element and 4 bytes a column a block.
+#pragma once
+#include "common.cuh"
+
+// One warp per row; blockDim.x = 32 * rows a block. dy in dy_kind (a product's half-type gradient under half
+// roundings). No early return: every warp reaches the block's barrier.
+__device__ __forceinline__ void layernorm_backward_body(float* __restrict__ ds, void* __restrict__ db,
+                                                        float* __restrict__ dw_part, const void* __restrict__ dy,
+                                                        const float* __restrict__ dskip, const float* __restrict__ s,
+                                                        const float* __restrict__ w, const float* __restrict__ mean,
+                                                        const float* __restrict__ rstd, int N, int C, int dy_kind,
+                                                        int db_kind, int drop, u64 seed, u64 offset,
+                                                        const u64* __restrict__ offset_add, u32 threshold,
+                                                        float scale) {
+    extern __shared__ float dw_rows[];   // [rows][C]: warp k's row's dy * shat
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
+    float* dwr = dw_rows + (i64)warp * C;
+    if (row < N) {
+        const i64 r0 = row * C;
+        const float m = mean[row], r = rstd[row];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            const float g = load_kind(dy, r0 + c, dy_kind) * w[c];
+            const float sh = (s[r0 + c] - m) * r;
+            s1 += g;
+            s2 += g * sh;
+        }
+        s1 = warp_sum(s1) / (float)C;
+        s2 = warp_sum(s2) / (float)C;
+        const u64 off = drop ? site_offset(offset, offset_add) : 0;
+        for (int c = lane; c < C; c += 32) {
+            const i64 e = r0 + c;
+            const float dyv = load_kind(dy, e, dy_kind);
+            const float g = dyv * w[c];
+            const float sh = (s[e] - m) * r;
+            dwr[c] = __fmul_rn(dyv, sh);
+            float d = __fmul_rn(r, g - s1 - sh * s2);
+            if (dskip != nullptr) d = dskip[e] + d;
+            ds[e] = d;
+            if (db != nullptr) {
+                float v = d;
+                if (drop) v = rng_keep(seed, off, (u64)e, threshold) ? __fmul_rn(d, scale) : 0.0f;
+                store_kind(db, e, v, db_kind);
+            }
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
+    }
+    __syncthreads();
+    const int rows = blockDim.x >> 5;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float t = 0.0f;
+        for (int k = 0; k < rows; k++) t += dw_rows[(i64)k * C + c];
+        dw_part[(i64)blockIdx.x * C + c] = t;
+    }
+}
+
+// dw[c] = sum over g of part[g, c], g in order: block (32, 32) covers 32 columns; thread (x, y) adds the partials
+// y, y + 32, ... of its column in order, then thread (x, 0) adds the 32 sums in order. G is one partial a block
+// of the backward (N / 8: 1024 for gpt2-small's 8192 rows), too many for one thread a column.
+__device__ __forceinline__ void layernorm_dw_final_body(float* __restrict__ dw, const float* __restrict__ part,
+                                                        int G, int C) {
+    __shared__ float sums[32][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float t = 0.0f;
+    if (c < C)
+        for (int g = threadIdx.y; g < G; g += 32) t += part[(i64)g * C + c];
+    sums[threadIdx.y][threadIdx.x] = t;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float u = 0.0f;
+        for (int k = 0; k < 32; k++) u += sums[k][threadIdx.x];
+        dw[c] = u;
+    }
+}
