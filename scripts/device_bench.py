@@ -116,62 +116,83 @@ BENCH = [  # (model, dtype, steps, window): the protocol's window for the char m
 ]
 
 
+# TR2_BENCH_ROUNDS=3 times every configuration three times, each round in an order rotated by one (the series'
+# rotating order); TR2_BENCH_ROUND0=1 numbers and rotates the rounds from 1, so that a later call continues them.
+ROUNDS = int(os.environ.get("TR2_BENCH_ROUNDS", "1"))
+ROUND0 = int(os.environ.get("TR2_BENCH_ROUND0", "0"))
+
+
+def bench_runs(models=None) -> list:
+    """(model, dtype, steps, window, side, variant) of every run of one round, in the round's first order."""
+    runs = []
+    for model, dtype, steps, window in BENCH:
+        if (models and model not in models) or (SELECT and (model, dtype) not in SELECT):
+            continue
+        sides = [("cupy", v) for v in CUPY_VARIANTS if not (v == "graph" and dtype == "float16")]
+        runs += [(model, dtype, steps, window, side, variant) for side, variant in sides + [("torch", m) for m in TORCH_MODES]]
+    return runs
+
+
 def phase_bench(out: Path, budget: float, table: list, models=None):
     d = out / "bench"
     d.mkdir(exist_ok=True)
     deadline = time.monotonic() + budget
-    for model, dtype, steps, window in BENCH:
-        if models and model not in models:
-            continue
-        if SELECT and (model, dtype) not in SELECT:
-            continue
-        runs = [("cupy", v) for v in CUPY_VARIANTS if not (v == "graph" and dtype == "float16")]
-        runs += [("torch", m) for m in TORCH_MODES]
-        for side, variant in runs:
+    runs = bench_runs(models)
+    for rnd in range(ROUND0, ROUND0 + ROUNDS):
+        k = rnd % max(1, len(runs))
+        for model, dtype, steps, window, side, variant in runs[k:] + runs[:k]:
             left = deadline - time.monotonic()
             if left < 30:
-                table.append(f"bench: out of budget before {model} {dtype} {side} {variant}")
+                table.append(f"bench: out of budget before round {rnd} {model} {dtype} {side} {variant}")
+                table.extend(bench_table(out / "bench.jsonl"))
                 return
             hr = side == "cupy" and dtype != "float32"
             graph = side == "cupy" and variant == "graph"
             cmd = train_cmd(side, model, dtype, steps, mode=variant if side == "torch" else None, hr=hr,
                             extra=["--log-interval", "10"] + (["--cuda-graph"] if graph else []))
             name = f"{model}-{dtype}-{side}" + ("" if variant == "eager" and side == "cupy" else f"-{variant}")
-            r = clock.run_clocked(cmd, d / f"{name}.log", timeout_s=left - 5, window=window)
-            rec = {"phase": "bench", "model": model, "dtype": dtype, "side": side,
+            r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", timeout_s=left - 5, window=window)
+            rec = {"phase": "bench", "round": rnd, "model": model, "dtype": dtype, "side": side,
                    "mode": variant if side == "torch" else None, "cuda_graph": graph,
                    "half_roundings": hr, "steps": steps, "window": list(window),
                    **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
                                             "wall_s", "returncode")}}
             append_jsonl(out / "bench.jsonl", rec)
-            table.append(f"bench {name}: {r.get('status')} clock {r.get('step_ms')} ms own {r.get('own_step_ms')} "
-                         f"peak {r.get('peak_bytes')}")
+            table.append(f"bench r{rnd} {name}: {r.get('status')} clock {r.get('step_ms')} ms own "
+                         f"{r.get('own_step_ms')} peak {r.get('peak_bytes')}")
     table.extend(bench_table(out / "bench.jsonl"))
 
 
 def bench_table(path: Path) -> list:
-    """One line per model and type: both sides' clock times, their ratio and peak memory."""
+    """One line per model, type and pair of variants: both sides' median clock times over the rounds run (n: how
+    many), their ratio and peak memory (the largest)."""
+    from statistics import median
+
     from tr2.results import read_jsonl
-    cupy, torch = {}, {}  # (model, dtype) -> {variant: the last record of it}
+    cupy, torch = {}, {}  # (model, dtype) -> {variant: [records]}
     for r in read_jsonl(path):
         if r["side"] == "cupy":
-            cupy.setdefault((r["model"], r["dtype"]), {})["graph" if r.get("cuda_graph") else "eager"] = r
+            cupy.setdefault((r["model"], r["dtype"]), {}).setdefault("graph" if r.get("cuda_graph") else "eager", []).append(r)
         else:
-            torch.setdefault((r["model"], r["dtype"]), {})[r.get("mode") or "eager"] = r
-    lines = [f"{'model':12} {'type':9} {'cupy':6} {'torch':15} {'cupy ms':>9} {'torch ms':>9} {'ratio':>6} "
-             f"{'cupy GB':>8} {'torch GB':>8}"]
-    pairs = [(model, dtype, cv, c, tm, t) for (model, dtype), cs in cupy.items() for cv, c in cs.items()
-             for tm, t in torch.get((model, dtype), {}).items()]
-    for model, dtype, cv, c, tm, t in pairs:
-        ok = c.get("step_ms") and t.get("step_ms")
-        ratio = f"{c['step_ms'] / t['step_ms']:.3f}" if ok else "-"
-        def gb(r):
-            return f"{r['peak_bytes'] / 1e9:.2f}" if r.get("peak_bytes") else "-"
+            torch.setdefault((r["model"], r["dtype"]), {}).setdefault(r.get("mode") or "eager", []).append(r)
 
-        def ms(r):
-            return f"{r['step_ms']:.2f}" if r.get("step_ms") else str(r.get("status"))
-        lines.append(f"{model:12} {dtype:9} {cv:6} {tm:15} {ms(c):>9} {ms(t):>9} "
-                     f"{ratio:>6} {gb(c):>8} {gb(t):>8}")
+    def ms(rs):
+        t = [r["step_ms"] for r in rs if r.get("step_ms")]
+        return (median(t), len(t)) if t else (None, 0)
+
+    def gb(rs):
+        b = [r["peak_bytes"] for r in rs if r.get("peak_bytes")]
+        return f"{max(b) / 1e9:.2f}" if b else "-"
+
+    lines = [f"{'model':12} {'type':9} {'cupy':6} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
+             f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8}"]
+    for (model, dtype), cs in cupy.items():
+        for cv, c in cs.items():
+            for tm, t in torch.get((model, dtype), {}).items():
+                (cm, cn), (tms, tn) = ms(c), ms(t)
+                ratio = f"{cm / tms:.3f}" if cm and tms else "-"
+                lines.append(f"{model:12} {dtype:9} {cv:6} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
+                             f"{ratio:>6} {gb(c):>8} {gb(t):>8}")
     return lines
 
 

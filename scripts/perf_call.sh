@@ -8,7 +8,9 @@
 # (baseline and new), profile.tgz and bench.tgz (scripts/device_bench.py), table.txt; prints the table last.
 #   usage: bash scripts/perf_call.sh [OUT]     budgets: PERF_BENCH_S (default 240), PERF_PROFILE_S (120);
 #   PERF_TORCH_MODES: the torch modes the bench runs beside the cupy graph (default reduce-overhead);
-#   PERF_ATTENTION=0 skips the attention bench (a call that leaves attention.cu as it was)
+#   PERF_ATTENTION=0 skips the attention bench (a call that leaves attention.cu as it was), PERF_TESTS=0 the GPU
+#   tests (a call that only times a commit tested in an earlier call), PERF_PROFILE_S=0 the profile;
+#   TR2_BENCH_ROUNDS / TR2_BENCH_ROUND0 (scripts/device_bench.py) time each configuration in rotating rounds
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/perf-call-out}}
 W=$(mktemp -d)
@@ -20,8 +22,10 @@ pack() {  # pack NAME FILES...: one tarball under OUT, written at once
   local name=$1; shift
   (cd "$W" && tar czf "$OUT/$name.tgz" --exclude='*.npz' "$@" 2>/dev/null)
 }
-TR2_TRAIN_SMOKE=0 bash scripts/gpu_check.sh "$W/check" >"$W/check.log" 2>&1
-pack check check check.log
+if [ "${PERF_TESTS:-1}" != 0 ]; then
+  TR2_TRAIN_SMOKE=0 bash scripts/gpu_check.sh "$W/check" >"$W/check.log" 2>&1
+  pack check check check.log
+fi
 if [ -d .cache/baseline/lib ]; then
   PYTHONPATH="$PWD/.cache/baseline/lib:/tmp/site" timeout 300 python3 scripts/attention_bench.py "$W/attention_baseline.jsonl" 20 \
     >"$W/attention_baseline.log" 2>&1
@@ -30,17 +34,19 @@ if [ "${PERF_ATTENTION:-1}" != 0 ]; then
   timeout 300 python3 scripts/attention_bench.py "$W/attention_new.jsonl" 20 >"$W/attention_new.log" 2>&1
   pack attention $(cd "$W" && ls -d attention_* 2>/dev/null)
 fi
-TR2_PROFILE_MODELS=gpt2-small timeout $(( ${PERF_PROFILE_S:-120} + 30 )) python3 scripts/device_bench.py "$W/profile" \
-  "profile:${PERF_PROFILE_S:-120}" >"$W/profile.log" 2>&1
-pack profile profile profile.log
+if [ "${PERF_PROFILE_S:-120}" != 0 ]; then
+  TR2_PROFILE_MODELS=gpt2-small timeout $(( ${PERF_PROFILE_S:-120} + 30 )) python3 scripts/device_bench.py "$W/profile" \
+    "profile:${PERF_PROFILE_S:-120}" >"$W/profile.log" 2>&1
+  pack profile profile profile.log
+fi
 TR2_BENCH_CUPY=graph TR2_BENCH_TORCH_MODES=${PERF_TORCH_MODES:-reduce-overhead} \
   TR2_BENCH_SELECT=nanogpt/bfloat16,gpt2-small/bfloat16,gpt2-medium/bfloat16 \
   timeout $(( ${PERF_BENCH_S:-240} + 30 )) python3 scripts/device_bench.py "$W/bench" "bench:${PERF_BENCH_S:-240}" \
   >"$W/bench.log" 2>&1
 pack bench bench bench.log
-{ echo "== tests"; tail -3 "$W/check.log"; grep -h "passed\|failed" "$W/check/pytest_others.log" 2>/dev/null | tail -1
+{ echo "== tests"; tail -3 "$W/check.log" 2>/dev/null; for f in "$W"/check/pytest*.log; do [ -f "$f" ] && tail -1 "$f"; done
   echo "== attention (baseline)"; tail -6 "$W/attention_baseline.log" 2>/dev/null
   echo "== attention (new)"; tail -6 "$W/attention_new.log"
-  echo "== bench"; tail -12 "$W/bench.log"; } >"$W/table.txt"
+  echo "== bench"; tail -n 60 "$W/bench.log"; } >"$W/table.txt"
 cp "$W/table.txt" "$OUT/table.txt"
 cat "$OUT/table.txt"
