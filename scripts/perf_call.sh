@@ -46,7 +46,7 @@ TR2_BENCH_CUPY=graph TR2_BENCH_TORCH_MODES=${PERF_TORCH_MODES:-reduce-overhead} 
 pack bench bench bench.log
 { echo "== tests"; tail -3 "$W/check.log" 2>/dev/null; for f in "$W"/check/pytest*.log; do [ -f "$f" ] && tail -1 "$f"; done
   echo "== attention (baseline)"; tail -6 "$W/attention_baseline.log" 2>/dev/null
-  echo "== attention (new)"; tail -6 "$W/attention_new.log"
+  echo "== attention (new)"; tail -6 "$W/attention_new.log" 2>/dev/null
   echo "== bench"; tail -n 60 "$W/bench.log"; } >"$W/table.txt"
 cp "$W/table.txt" "$OUT/table.txt"
 cat "$OUT/table.txt"
