@@ -581,17 +581,20 @@ def test_half_type_activations(build):
 
 
 @pytest.mark.parametrize("dtype, N, V, ignored", [
-    ("bfloat16", 37, 50304, 5),    # GPT-2's padded vocabulary: 1024 threads, 7 vectors a thread
+    ("bfloat16", 37, 50304, 5),    # GPT-2's padded vocabulary: the shared-memory row since, the same checks
     ("float16", 9, 50304, 0),
+    ("bfloat16", 7, 57344, 1),     # past the shared-memory row: 1024 threads, 7 vectors a thread in registers
+    ("float16", 6, 4088, 1),       # just below it: 256 threads, 2 vectors a thread
     ("bfloat16", 4, 24, 1),        # 3 vectors, most threads idle
     ("float32", 11, 8192, 2),      # 256 threads, 8 vectors a thread
     ("float32", 3, 32768, 3),      # every row ignored
     ("bfloat16", 5, 65528, 0),     # 8191 vectors: one more than 8 a thread, so the scalar row
 ])
 def test_cross_entropy_vectorized_rows(dtype, N, V, ignored):
-    """The rows of whole 16-byte vectors (cross_entropy.cu's ce_row_vec, in registers): loss and dlogits against
-    float64 on the same values, evaluation loss = training loss bit for bit, dlogits written over the logits,
-    ignored rows zero, three runs the same bits. The last case is the scalar row, the same checks."""
+    """The rows of whole 16-byte vectors (cross_entropy.cu's ce_row_vec, in registers; GPT-2's half rows now take
+    the shared-memory row, test_cross_entropy_shared_memory_rows): loss and dlogits against float64 on the same
+    values, evaluation loss = training loss bit for bit, dlogits written over the logits, ignored rows zero, three
+    runs the same bits. The last case is the scalar row, the same checks."""
     build = (dtype, False, dtype != "float32")
     be, ref = gpu_backend(*build), NumpyBackend("float64")
     g = gen(N * 7 + V)
@@ -626,6 +629,59 @@ def test_cross_entropy_vectorized_rows(dtype, N, V, ignored):
     for k, r in enumerate(runs[1:], start=2):
         exact(f"vectorized cross-entropy loss, run {k} vs run 1", r[0], runs[0][0])
         exact(f"vectorized cross-entropy dlogits, run {k} vs run 1", r[1], runs[0][1])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("V, offset", [(50304, 0), (50257, 0), (32768, 0), (8200, 0), (50304, 4)])
+def test_cross_entropy_shared_memory_rows(dtype, V, offset):
+    """cross_entropy.cu's shared-memory row (half types, whole vectors, 4096 to 53248 columns: GPT-2's 50304,
+    32768, 8200 = 1025 vectors, one more than two a thread) against float64 on the same values: loss and dlogits
+    within the vectorized rows' tolerances, evaluation loss = training loss bit for bit, dlogits written over the
+    logits, ignored rows zero, three runs the same bits. 50257 (not whole vectors) and logits 8 bytes off a
+    16-byte boundary (offset 4 elements) take the other rows (gpu.cross_entropy_plan), the same checks."""
+    from tr2.cupy_side.gpu import cross_entropy_plan
+    build = (dtype, False, True)
+    be, ref = gpu_backend(*build), NumpyBackend("float64")
+    kind = halfbits.KINDS[dtype]
+    N, ignored = 45, 6
+    g = gen(N * 11 + V + offset)
+    raw = randn(g, N, V, scale=3.0).astype(np.float32)
+    raw[2, 17] = 40.0   # a row whose max stands far out: its other probabilities underflow towards 0
+    bits = halfbits.to_bits(raw, kind)
+    values = halfbits.from_bits(bits, kind).astype(np.float64)
+    targets = g.integers(0, V, size=N).astype(np.int64)
+    targets[0], targets[1], targets[2] = 0, V - 1, 17   # the first and last column, the row's max
+    targets[3 + g.permutation(N - 3)[:ignored]] = -1
+
+    def logits_on_device():
+        flat = cp.empty(N * V + offset, dtype=np.uint16)
+        lg = flat[offset:].reshape(N, V)
+        lg[...] = cp.asarray(bits)
+        return lg
+
+    lg = logits_on_device()
+    smem = (V % 8 == 0) and offset == 0
+    assert (cross_entropy_plan(V, kind, lg.data.ptr % 16 == 0)[0] == "_smem") == smem
+    rl, rdl = ref.cross_entropy_forward_backward(values, targets, np.float64(1.0))
+    loss_eval = be.cross_entropy_forward(lg, dev(targets))
+    exact(f"shared-memory cross-entropy evaluation leaves the logits [{dtype} V={V}]", lg, bits)
+    runs = []
+    for _ in range(3):
+        lg = logits_on_device()
+        loss, dl = be.cross_entropy_forward_backward(lg, dev(targets), be.to_device(1.0))
+        assert dl.dtype == np.uint16 and dl.data.ptr == lg.data.ptr   # over the logits
+        runs.append((host(loss), be.to_host(dl).astype(np.float64)))
+    tag = f"[{dtype} V={V} offset={offset} {'shared-memory row' if smem else 'other rows'}]"
+    check(f"shared-memory cross-entropy loss {tag}", loss_eval, rl, TOL_F32)
+    exact(f"shared-memory cross-entropy training loss = evaluation loss {tag}", runs[0][0], host(loss_eval))
+    want = halfbits.round_to_kind(rdl.astype(np.float32), kind)
+    check(f"shared-memory cross-entropy dlogits {tag}", runs[0][1], want, TOL_HALF[(dtype, True)])
+    rows = targets < 0
+    exact(f"shared-memory cross-entropy dlogits of ignored rows {tag}", runs[0][1][rows],
+          np.zeros((int(rows.sum()), V)))
+    for k, r in enumerate(runs[1:], start=2):
+        exact(f"shared-memory cross-entropy loss, run {k} vs run 1 {tag}", r[0], runs[0][0])
+        exact(f"shared-memory cross-entropy dlogits, run {k} vs run 1 {tag}", r[1], runs[0][1])
 
 
 # ---------------------------------------------------------------------------------------------- optimizer

@@ -10,6 +10,7 @@ sources, the half-type packing helpers in ``halfbits``) work and are tested on m
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import glob
 import os
 import re
@@ -66,7 +67,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward",
                               "residual_layernorm_dw_final"),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
-                         "cross_entropy_mean"),
+                         "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem", "cross_entropy_mean"),
     "adamw.cu": ("adamw_update",),
     "global_norm.cu": ("global_norm_partial", "global_norm_final"),
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "round_f32"),
@@ -179,3 +180,24 @@ def kernel_define(filename: str, name: str) -> int:
     if m is None:
         raise RuntimeError(f"{filename}: no '#define {name} <integer>'")
     return int(m.group(1))
+
+
+@functools.cache
+def _cross_entropy_smem_defines() -> tuple[int, int, int]:
+    return tuple(kernel_define("cross_entropy.cu", n) for n in ("CE_SMEM_THREADS", "CE_SMEM_MIN_V", "CE_SMEM_MAX_V"))
+
+
+def cross_entropy_plan(V: int, kind: int, aligned: bool) -> tuple[str, int, int]:
+    """Which of cross_entropy.cu's rows takes logits of V columns of `kind` (0 float32, 1 bfloat16, 2 float16),
+    their data 16-byte aligned or not: (kernel name suffix, threads a block, dynamic shared bytes a block).
+
+    Evaluation and training both ask with the logits alone, so they take the same row and their losses agree bit
+    for bit. Half-type rows of whole 16-byte vectors from CE_SMEM_MIN_V to CE_SMEM_MAX_V columns take the
+    shared-memory row ("_smem": the row staged in V * 2 bytes of shared memory, two blocks an SM). The others
+    take the first kernels, which pick the registers or the scalar row themselves: 1024 threads above 16384
+    columns (8 vectors a thread then reach 65536 half or 32768 float32 columns), 256 above 256, else the row
+    rounded up to a warp."""
+    threads, lo, hi = _cross_entropy_smem_defines()
+    if kind in (1, 2) and aligned and V % 8 == 0 and lo <= V <= hi:
+        return "_smem", threads, 2 * V
+    return "", 1024 if V > 16384 else 256 if V > 256 else max(32, (V + 31) // 32 * 32), 0

@@ -19,7 +19,7 @@ import cupy as cp
 
 from . import attention_geometry, dropout as _dropout
 from .cast import to_half
-from .runtime import NULL, f32, function, i32, launch, u32, u64
+from .runtime import NULL, f32, i32, launch, u32, u64
 
 FILE = "attention.cu"
 HEAD_SIZES = (32, 64)
@@ -45,9 +45,6 @@ def build_name(ctx) -> str:
     return base + ("r" if ctx.half_roundings else "")
 
 
-_smem_set: set[str] = set()
-
-
 def _geometry(ctx) -> dict:
     return GEOMETRY["half" if ctx.half else "float32"]
 
@@ -69,9 +66,6 @@ def shared_bytes(ctx, kernel: str) -> int:
 def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
     name = f"attn_{kernel}_{build_name(ctx)}_hs{hs}"
     nbytes = shared_bytes(ctx, kernel)
-    if name not in _smem_set:   # above 48 KB a kernel must opt in; set once, before any capture
-        function(FILE, name).max_dynamic_shared_size_bytes = nbytes
-        _smem_set.add(name)
     rows = block_rows(ctx)
     launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes)   # attention.cu: Grid
 

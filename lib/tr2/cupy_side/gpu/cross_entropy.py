@@ -1,19 +1,21 @@
 """Wrapper of kernels/cross_entropy.cu: the classifier's loss (mean over counted rows, ignore_index -1), and in
-training the logits' gradient in the same kernel, written over the logits."""
+training the logits' gradient in the same kernel, written over the logits. Which kernels, threads and shared
+memory a launch takes is gpu.cross_entropy_plan's choice, from the logits alone (GPT-2's half-type rows: the
+shared-memory row, two 512-thread blocks an SM)."""
 from __future__ import annotations
 
 import numpy as np
 import cupy as cp
 
+from . import cross_entropy_plan
 from .runtime import i32, launch
 
 FILE = "cross_entropy.cu"
 
 
-def _threads(V: int) -> int:
-    # Wide rows take 1024 threads: the kernel's vectorized row then holds GPT-2's 50304 columns in 8 (half
-    # types) or 16 (float32) 16-byte vectors a thread.
-    return 1024 if V > 16384 else 256 if V > 256 else max(32, (V + 31) // 32 * 32)
+def _plan(ctx, logits: "cp.ndarray") -> tuple[str, int, int]:
+    """(kernel suffix, threads, shared bytes) of these logits' row: the same for evaluation and training."""
+    return cross_entropy_plan(logits.shape[1], ctx.kind_of(logits), logits.data.ptr % 16 == 0)
 
 
 def _count(ctx, targets: "cp.ndarray") -> "cp.ndarray":
@@ -34,7 +36,9 @@ def forward(ctx, logits: "cp.ndarray", targets: "cp.ndarray") -> "cp.ndarray":
     N, V = logits.shape
     count = _count(ctx, targets)
     losses = ctx.ws.get("ce_losses", (N,), np.float32)
-    launch(FILE, "cross_entropy_forward", N, _threads(V), (losses, logits, targets, i32(V), i32(ctx.kind_of(logits))))
+    suffix, threads, shared = _plan(ctx, logits)
+    launch(FILE, "cross_entropy_forward" + suffix, N, threads, (losses, logits, targets, i32(V), i32(ctx.kind_of(logits))),
+           shared_mem=shared, prefer_shared=shared > 0)
     return _mean(ctx, losses, count)
 
 
@@ -54,6 +58,8 @@ def forward_backward(ctx, logits: "cp.ndarray", targets: "cp.ndarray", dloss):
     dlogits = logits if lk == ctx.act_kind else cp.empty((N, V), dtype=ctx.store_dtype)
     count = _count(ctx, targets)
     losses = ctx.ws.get("ce_losses", (N,), np.float32)
-    launch(FILE, "cross_entropy_forward_backward", N, _threads(V),
-           (losses, dlogits, logits, targets, d, count, i32(V), i32(lk), i32(ctx.kind_of(dlogits))))
+    suffix, threads, shared = _plan(ctx, logits)
+    launch(FILE, "cross_entropy_forward_backward" + suffix, N, threads,
+           (losses, dlogits, logits, targets, d, count, i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
+           shared_mem=shared, prefer_shared=shared > 0)
     return _mean(ctx, losses, count), dlogits

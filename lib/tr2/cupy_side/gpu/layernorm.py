@@ -4,11 +4,10 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from .runtime import f32, function, i32, launch
+from .runtime import f32, i32, launch
 
 FILE = "layernorm.cu"
 ROWS_PER_BLOCK = 8          # one warp per row
-SHARED_DEFAULT = 48 * 1024  # dynamic shared memory a launch may take without raising the kernel's limit
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -36,10 +35,7 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
     order; -> dw. Shared by the plain LayerNorm and residual_layernorm."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
     part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
-    shared = ROWS_PER_BLOCK * C * 4
-    if shared > SHARED_DEFAULT:   # rows wider than 1536
-        function(filename, kernel).max_dynamic_shared_size_bytes = shared
-    launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=shared)
+    launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=ROWS_PER_BLOCK * C * 4)
     dw = cp.empty((C,), dtype=np.float32)
     launch(filename, final, ((C + 31) // 32,), (32, 32), (dw, part, i32(grid), i32(C)))
     return dw

@@ -61,9 +61,37 @@ def compile_all() -> dict[str, list[str]]:
     return out
 
 
-def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0) -> None:
+# Dynamic shared memory a kernel may take without opting in; more needs cudaFuncAttributeMaxDynamicSharedMemorySize
+# raised (up to 227 KB a block on an H200).
+SHARED_WITHOUT_OPT_IN = 48 * 1024
+# (file, kernel) -> (dynamic shared bytes it may take, whether it prefers the most shared memory)
+_shared_attrs: dict[tuple[str, str], tuple[int, bool]] = {}
+
+
+def _set_shared_attributes(filename: str, name: str, shared_mem: int, prefer_shared: bool) -> None:
+    """Raise a kernel's dynamic shared-memory limit to shared_mem, and ask for the largest shared-memory carveout,
+    once each: the first launch of a shape is the warm-up, so the driver calls happen before any graph capture."""
+    key = (filename, name)
+    limit, preferred = _shared_attrs.get(key, (SHARED_WITHOUT_OPT_IN, False))
+    f = function(filename, name)
+    if shared_mem > limit:
+        f.max_dynamic_shared_size_bytes = int(shared_mem)
+        limit = int(shared_mem)
+    if prefer_shared and not preferred:
+        # The driver may pick any L1/shared split that fits one block; a kernel that wants two big blocks an SM
+        # (cross_entropy.cu's shared-memory row) asks for the most shared memory (100: percent of the maximum).
+        f.preferred_shared_memory_carveout = 100
+        preferred = True
+    _shared_attrs[key] = (limit, preferred)
+
+
+def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, prefer_shared: bool = False) -> None:
+    """One launch on CuPy's current stream; shared_mem bytes of dynamic shared memory a block (above 48 KB the
+    kernel is opted in here), prefer_shared: the largest shared-memory carveout for this kernel."""
     grid = grid if isinstance(grid, tuple) else (int(grid),)
     block = block if isinstance(block, tuple) else (int(block),)
+    if shared_mem > SHARED_WITHOUT_OPT_IN or prefer_shared:
+        _set_shared_attributes(filename, name, shared_mem, prefer_shared)
     function(filename, name)(grid, block, args, shared_mem=shared_mem)
 
 

@@ -15,14 +15,31 @@
 // (a pass with no backward has no dloss and must not overwrite them).
 // Why: the forward read each row twice (max, then sum) and the backward a third time, in separate launches;
 // now training reads it once for the statistics and once more to write the gradient (mostly from L2).
-// Rows of whole 16-byte vectors that fit 8 vectors a thread take ce_row_vec (GPT-2's 50304 columns in the half
-// types with 1024 threads; float32 rows that wide keep the scalar row, as 16 vectors a thread spilled): the row is
-// read once, by 16-byte loads, into the block's registers; max, then the sum of exp(x - max), then the gradient
-// are computed from the registers, so the gradient pass reads no memory. The scalar row (ce_row) read
-// every element as 2 bytes with the type decided per element, and spent 1.77 ms a step of gpt2-small bf16 on
-// 8192 x 50304 logits (results/h200-perf-20261130/call1-aca8248), ~4.7x the time to read and
-// write them once at the copy rate. Which row a launch takes depends on the logits alone, so evaluation and
-// training take the same one and their losses stay equal bit for bit.
+// Other rows of whole 16-byte vectors that fit 8 vectors a thread take ce_row_vec (float32 rows, and half rows
+// outside the shared-memory row's range; float32 rows as wide as GPT-2's 50304 keep the scalar row, as 16
+// vectors a thread spilled): the row is read once, by 16-byte loads, into the block's registers; max, then the
+// sum of exp(x - max), then the gradient are computed from the registers, so the gradient pass reads no memory.
+// The scalar row (ce_row) read every element as 2 bytes with the type decided per element, and spent 1.77 ms a
+// step of gpt2-small bf16 on 8192 x 50304 logits (results/h200-perf-20261130/call1-aca8248), ~4.7x the time to
+// read and write them once at the copy rate.
+// Which row a launch takes depends on the logits alone, so evaluation and training take the same one and their
+// losses stay equal bit for bit.
+//
+// The shared-memory row (ce_row_smem; cross_entropy_forward_smem, cross_entropy_forward_backward_smem): half-type
+// rows of whole vectors, 4096 to 53248 columns, GPT-2's 50304 among them; the wrapper picks it
+// (gpu.cross_entropy_plan) from the logits' kind, V and alignment, for evaluation and training alike.
+// Why: ce_row_vec held GPT-2's row in the registers of a 1024-thread block, one block an SM (64 registers a
+// thread), and took 800 us a step of gpt2-small bf16 for 824 MB read and 824 MB written, about 2 TB/s, under
+// half the H200's 4.8 TB/s (call 6 of results/h200-perf-20261201). With one block an SM, the SM asks memory for
+// nothing while its block runs the two block reductions and the exponentials, and the next row's reads wait
+// until the block has written its gradient. Here a block of 512 threads copies its row by cp.async into
+// V * 2 bytes of dynamic shared memory (98 KB for 50304 columns) and computes the max, the sum of exp(x - max)
+// and the gradient from there, writing dlogits by 16-byte stores; at most 64 registers a thread
+// (__launch_bounds__(512, 2)) and under 114 KB of shared memory a block let two blocks share an SM (65536
+// registers, 228 KB), so while one computes the other's row is on its way: about 1.65 GB a step at 3.5-4 TB/s,
+// ~0.45 ms instead of 0.80 (expected, not yet measured). The row arithmetic keeps its fixed order: the max by
+// packed half-type max (exact, so the same value as fmaxf), the sum in each thread over its vectors in order,
+// then the block's fixed tree (block_max, block_sum); expf and logf as in the other rows.
 #include "common.cuh"
 
 // One element x into a thread's (m, s).
@@ -216,6 +233,135 @@ __device__ __forceinline__ void ce_dispatch(float* losses, void* dlogits, const 
     ce_row<GRAD>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
 }
 
+// ---- the shared-memory row: half-type rows of 4096 to 53248 columns (CE_SMEM_MIN_V..CE_SMEM_MAX_V) ----
+// The wrapper takes it where the logits are bfloat16 or float16, 16-byte aligned, and V a multiple of 8 in
+// that range (gpu.cross_entropy_plan), for evaluation and training alike. CE_SMEM_MIN_V: every thread owns at
+// least one vector. CE_SMEM_MAX_V: 2 x (53248 x 2 bytes + 128 static + 1 KB the hardware keeps a block)
+// = 210 KB, so two blocks still share an SM's 228 KB.
+#define CE_SMEM_THREADS 512
+#define CE_SMEM_MIN_V 4096
+#define CE_SMEM_MAX_V 53248
+
+// 16 bytes global -> shared without passing through registers, so a thread has its whole share of the row in
+// flight at once; .cg: through L2 only (the row is read from memory once, and L1 is mostly given to shared).
+__device__ __forceinline__ void ce_cp_async16(void* dst, const void* src) {
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+// Lane-wise max of two pairs of half-type values: exact, and a NaN loses to a number as in fmaxf, so the row's
+// max is the same value fmaxf of the widened elements gives; one instruction for two elements.
+template <int K> __device__ __forceinline__ u32 ce_max2(u32 a, u32 b);
+template <> __device__ __forceinline__ u32 ce_max2<KIND_BF16>(u32 a, u32 b) {
+    u32 d;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+template <> __device__ __forceinline__ u32 ce_max2<KIND_F16>(u32 a, u32 b) {
+    u32 d;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+// -inf in both halves: the max of no elements.
+template <int K> __device__ __forceinline__ u32 ce_neg_inf2() { return K == KIND_BF16 ? 0xff80ff80u : 0xfc00fc00u; }
+
+// store_as<K>(lo) | store_as<K>(hi) << 16 in one instruction (cvt.rn to the pair: the same rounding, nearest
+// even, as the scalar cvt.rn of store_as).
+template <int K> __device__ __forceinline__ u32 ce_pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 ce_pack2<KIND_BF16>(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+template <> __device__ __forceinline__ u32 ce_pack2<KIND_F16>(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// One vector's dlogits. ONEHOT only for the vector that holds the target (element te of it): the other
+// vectors skip the per-element comparison, and their (p - 0) * g is p * g bit for bit anyway.
+template <int LK, bool ONEHOT>
+__device__ __forceinline__ void ce_grad_vec(float d[8], const uint4& q, float lse, float g, int te) {
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        d[e] = (expf(vec_elem<LK>(q, e) - lse) - ((ONEHOT && e == te) ? 1.0f : 0.0f)) * g;
+}
+
+// The row (blockIdx.x) staged in dynamic shared memory (V * 2 bytes), LK a half kind, GRAD as ce_row. Needs a
+// 16-byte aligned row of V / 8 whole vectors. Each thread copies, and later reads, the vectors threadIdx.x +
+// k blockDim.x, so only the target's logit crosses threads (read after a block barrier).
+template <int LK, bool GRAD>
+__device__ __forceinline__ void ce_row_smem(float* __restrict__ losses, void* dlogits, const void* logits,
+                                            const i64* __restrict__ targets, const float* __restrict__ dloss,
+                                            const float* __restrict__ count, int V, int dlogit_kind, float* red) {
+    extern __shared__ uint4 ce_row_buf[];
+    const i64 row = blockIdx.x;
+    const i64 r0 = row * V;
+    const int nvec = V / 8;
+    const bool vec_out = GRAD && dlogit_kind == LK && ((size_t)dlogits % 16 == 0);
+    uint4* const out = GRAD ? (uint4*)((u16*)dlogits + r0) : nullptr;   // the row's dlogits as vectors (vec_out)
+    const i64 t = targets[row];
+    if (t < 0) {
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        if (GRAD) {
+            if (vec_out)
+                for (int v = threadIdx.x; v < nvec; v += blockDim.x) out[v] = make_uint4(0, 0, 0, 0);
+            else
+                for (int j = threadIdx.x; j < V; j += blockDim.x) store_kind(dlogits, r0 + j, 0.0f, dlogit_kind);
+        }
+        return;
+    }
+    // The whole row is copied before anything is written: in place over the logits is safe, and the target's
+    // logit is read from the copy.
+    const uint4* src = (const uint4*)((const u16*)logits + r0);
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) ce_cp_async16(&ce_row_buf[v], src + v);
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    u32 m2 = ce_neg_inf2<LK>();
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        const uint4 q = ce_row_buf[v];
+        m2 = ce_max2<LK>(ce_max2<LK>(m2, q.x), ce_max2<LK>(q.y, ce_max2<LK>(q.z, q.w)));
+    }
+    float m = fmaxf(load_from<LK>((u16)(m2 & 0xffffu)), load_from<LK>((u16)(m2 >> 16)));
+    m = block_max(m, red);
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        const uint4 q = ce_row_buf[v];
+#pragma unroll
+        for (int e = 0; e < 8; e++) s += expf(vec_elem<LK>(q, e) - m);
+    }
+    s = block_sum(s, red);   // its barriers also make every thread's copy visible to thread 0
+    const float lse = logf(s) + m;
+    if (threadIdx.x == 0) losses[row] = lse - load_from<LK>(((const u16*)ce_row_buf)[t]);
+    if (!GRAD) return;
+    const float g = dloss[0] / fmaxf(count[0], 1.0f);
+    const int tv = (int)(t >> 3), te = (int)(t & 7);
+    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
+        const uint4 q = ce_row_buf[v];
+        float d[8];
+        if (v == tv) ce_grad_vec<LK, true>(d, q, lse, g, te);
+        else ce_grad_vec<LK, false>(d, q, lse, g, te);
+        if (vec_out) {
+            out[v] = make_uint4(ce_pack2<LK>(d[0], d[1]), ce_pack2<LK>(d[2], d[3]), ce_pack2<LK>(d[4], d[5]),
+                                ce_pack2<LK>(d[6], d[7]));
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) store_kind(dlogits, r0 + (i64)v * 8 + e, d[e], dlogit_kind);
+        }
+    }
+}
+
+template <bool GRAD>
+__device__ __forceinline__ void ce_dispatch_smem(float* losses, void* dlogits, const void* logits,
+                                                 const i64* targets, const float* dloss, const float* count, int V,
+                                                 int logit_kind, int dlogit_kind) {
+    __shared__ float red[32];   // one for both kinds: the 128 static bytes counted in CE_SMEM_MAX_V
+    if (logit_kind == KIND_BF16)
+        ce_row_smem<KIND_BF16, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind, red);
+    else
+        ce_row_smem<KIND_F16, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind, red);
+}
+
 // count[0] = rows whose target is not -1; one block, fixed order (an exact integer in float32 up to 2^24 rows).
 extern "C" __global__ void cross_entropy_count(float* __restrict__ count, const i64* __restrict__ targets, int N) {
     __shared__ float shared[32];
@@ -240,6 +386,21 @@ extern "C" __global__ void __launch_bounds__(1024) cross_entropy_forward_backwar
                                                           const float* __restrict__ count, int V, int logit_kind,
                                                           int dlogit_kind) {
     ce_dispatch<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
+}
+
+// The same two on the shared-memory row: CE_SMEM_THREADS threads and V * 2 bytes of dynamic shared memory a
+// block, at most 64 registers a thread so that two blocks share an SM.
+extern "C" __global__ void __launch_bounds__(CE_SMEM_THREADS, 2)
+cross_entropy_forward_smem(float* __restrict__ losses, const void* __restrict__ logits,
+                           const i64* __restrict__ targets, int V, int logit_kind) {
+    ce_dispatch_smem<false>(losses, nullptr, logits, targets, nullptr, nullptr, V, logit_kind, KIND_F32);
+}
+
+extern "C" __global__ void __launch_bounds__(CE_SMEM_THREADS, 2)
+cross_entropy_forward_backward_smem(float* __restrict__ losses, void* dlogits, const void* logits,
+                                    const i64* __restrict__ targets, const float* __restrict__ dloss,
+                                    const float* __restrict__ count, int V, int logit_kind, int dlogit_kind) {
+    ce_dispatch_smem<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
 }
 
 // loss[0] = sum(losses) / count[0]; one block, fixed order.
