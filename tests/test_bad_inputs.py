@@ -42,6 +42,15 @@ def _set(path, value):
     return f
 
 
+def _gpu_edition(edition):
+    """The smoke card moved to the GPU, claiming `edition`: the card is refused before the machine is asked for
+    its GPU."""
+    def f(c):
+        c["device"] = "cuda"
+        c["edition"] = edition
+    return f
+
+
 def _files(tmp):
     t = Path(tmp)
     (t / "empty.npz").write_bytes(b"")
@@ -89,6 +98,15 @@ CASES = [
     ("run-steps-huge", RUN + ["--card", "{card:steps}"], {}, ["series.steps: 10000000", "from 1 to 100000"]),
     ("run-seed-huge", RUN + ["--card", "{card:seed}"], {}, ["method_a.seeds: 4294967296", "integers from 0 to"]),
     ("run-seed-negative", RUN + ["--card", "{card:bseed}"], {}, ["method_b.seed: -5", "from 0 to"]),
+    ("run-edition-no-such-card", RUN + ["--card", "{card:editionnone}"], {},
+     ["edition.of: 'h300'", "does not exist", "allowed: h200 (the published card for device cuda)"]),
+    ("run-edition-not-published", RUN + ["--card", "{card:editionquick}"], {},
+     ["edition.of: 'h200-quick' is not allowed", "allowed: h200 (the published card for device cuda)"]),
+    ("run-edition-cpu-card", RUN + ["--card", "{card:editioncpu}"], {},
+     ["edition.of: 'h200' is not allowed", "allowed: none on a cpu card"]),
+    ("run-edition-not-mapping", RUN + ["--card", "{card:editionname}"], {},
+     ["edition: 'h200' is not allowed", "a mapping with keys of, reason"]),
+    ("run-edition-no-reason", RUN + ["--card", "{card:editionbare}"], {}, ["edition.reason: missing", "required keys"]),
     ("run-gpu-card-on-cpu", RUN + ["--card", "h200"], {}, ["device: 'cuda'", "no CUDA device", "allowed here: cpu"]),
     ("run-rules-missing", RUN + ["--card", "{card:rules}"], {}, ["families.rules:", "does not exist", "allowed"]),
     ("run-tr2-data-missing", RUN + ["--card", "smoke"], {"TR2_DATA": "{tmp}/nodata"}, ["TR2_DATA:", "not a folder"]),
@@ -113,6 +131,11 @@ CARDS = {
     "rounds": dict(change=_set("series.rounds", 100000)), "timeout": dict(change=_set("series.timeout_s", 0.001)),
     "steps": dict(change=_set("series.steps", 10_000_000)), "seed": dict(change=_set("method_a.seeds", [4294967296])),
     "bseed": dict(change=_set("method_b.seed", -5)), "rules": dict(change=_set("families.rules", "params/nope.tsv")),
+    "editionnone": dict(change=_gpu_edition({"of": "h300", "reason": "GPU minutes"})),
+    "editionquick": dict(change=_gpu_edition({"of": "h200-quick", "reason": "GPU minutes"})),
+    "editioncpu": dict(change=_set("edition", {"of": "h200", "reason": "GPU minutes"})),
+    "editionname": dict(change=_gpu_edition("h200")),
+    "editionbare": dict(change=_gpu_edition({"of": "h200"})),
 }
 
 
@@ -173,7 +196,8 @@ def papermill_bin(tmp_path_factory):
     ("noseries", [], ["series: missing"]),
     ("smoke", ["-p", "device", "cuda"], ["device: 'cuda'", "no CUDA device"]),
     ("rounds", [], ["series.rounds: 100000"]),
-], ids=["list", "duplicate", "empty", "no-series", "device-cuda", "rounds"])
+    ("editionquick", [], ["edition.of: 'h200-quick' is not allowed"]),
+], ids=["list", "duplicate", "empty", "no-series", "device-cuda", "rounds", "edition-not-published"])
 def test_papermill_refuses_in_one_line(tmp_path, papermill_bin, card, extra, words):
     path = str(REPO_ROOT / "params/cards/smoke.yaml") if card == "smoke" else _card(tmp_path, card, **CARDS[card])
     before = _snapshot(REPO_ROOT / "results")

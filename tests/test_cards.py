@@ -277,3 +277,44 @@ def test_the_quick_h200_card_stays_small_and_covers_every_stage():
                                                      "floor-once", "floor-every"]
     assert c["method_b"]["window"] == "floors"
     assert len(configurations(c)) == 2  # families: our torch side and the compared cupy build
+
+
+def _edition_card(**edition) -> dict:
+    """h200.yaml as a reduced edition of itself under another name: one mode less, the given `edition`."""
+    c = load_card(CARDS / "h200.yaml")
+    return {**c, "card": "h200-lean", "torch_modes": ["eager", "default"], "edition": edition}
+
+
+def test_edition_is_null_when_left_out_and_names_the_published_card(card):
+    assert card["edition"] is None and load_card(CARDS / "h200.yaml")["edition"] is None
+    reason = "The GPU minutes granted hold half the full card's runs,\nso two compiled modes are left out."
+    c = validate_card(_edition_card(of="h200", reason=reason))
+    assert c["edition"] == {"of": "h200", "reason": reason}
+    assert list(c).index("edition") == list(c).index("device") + 1   # the cards' order: after the device it depends on
+
+
+def test_an_edition_must_name_the_published_card_of_its_device(card):
+    published = "allowed: h200 (the published card for device cuda)"
+    assert err(_edition_card(of="h300", reason="x")) == \
+        f"edition.of: 'h300' does not exist (no params/cards/h300.yaml); {published}"
+    assert err(_edition_card(of="h200-quick", reason="x")) == f"edition.of: 'h200-quick' is not allowed; {published}"
+    assert err(_edition_card(of="my card", reason="x")).startswith("edition.of: 'my card' is not allowed; allowed: a name")
+    assert err({**card, "edition": {"of": "h200", "reason": "x"}}) == (
+        "edition.of: 'h200' is not allowed; allowed: none on a cpu card (edition: null): only cuda (h200) has a "
+        "published card")
+    h200 = load_card(CARDS / "h200.yaml")
+    assert err({**h200, "edition": {"of": "h200", "reason": "x"}}) == (
+        "edition.of: 'h200' is not allowed; allowed: none on h200 itself (edition: null): the full card reduces nothing")
+
+
+def test_an_edition_is_a_mapping_of_the_card_and_one_paragraph_of_reason():
+    assert err({**_edition_card(), "edition": "h200"}) == (
+        "edition: 'h200' is not allowed; allowed: null (a card of its own), or a mapping with keys of, reason")
+    assert err(_edition_card(of="h200")) == "edition.reason: missing; required keys of edition: of, reason"
+    assert err(_edition_card(of="h200", reason="x", why="y")) == \
+        "edition.why: unknown key; allowed keys of edition: of, reason"
+    one_paragraph = "allowed: one paragraph of text (a non-empty string without a blank line)"
+    assert err(_edition_card(of="h200", reason="  ")) == f"edition.reason: '  ' is not allowed; {one_paragraph}"
+    assert err(_edition_card(of="h200", reason="first\n\nsecond")) == \
+        f"edition.reason: 'first\\n\\nsecond' is not allowed; {one_paragraph}"
+    assert err(_edition_card(of="h200", reason=["GPU minutes"])).startswith("edition.reason: ['GPU minutes'] is not")

@@ -38,3 +38,19 @@ def test_every_card_can_be_handed_to_the_notebooks(card, monkeypatch):
     monkeypatch.setattr(cards, "check_machine", lambda c: None)   # the machine is the runner's to check
     monkeypatch.setattr(cards, "papermill_card_files", lambda: [])
     assert cards.card_from_notebook(namespace, before)["card"] == card
+
+
+def test_a_reduced_edition_can_be_handed_to_the_notebooks(monkeypatch):
+    """`edition` is a parameter like any card key: None in the cell (the smoke card has none), rebound by papermill
+    from a card that is the published card's reduced edition (no such card is committed yet)."""
+    src = notebook_params.parameters_source()
+    assert "\nedition = None\n" in src
+    namespace = {}
+    exec(src, namespace)
+    before = namespace["_names_before"]
+    card = yaml.safe_load((REPO_ROOT / "params" / "cards" / "h200.yaml").read_text())
+    edition = {"of": "h200", "reason": "The GPU minutes hold one round."}
+    namespace.update({**card, "card": "h200-lean", "edition": edition, "series": {**card["series"], "rounds": 1}})
+    monkeypatch.setattr(cards, "check_machine", lambda c: None)
+    monkeypatch.setattr(cards, "papermill_card_files", lambda: [])
+    assert cards.card_from_notebook(namespace, before)["edition"] == edition

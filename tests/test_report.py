@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 
 import tr2.report as rp
 from tr2 import REPO_ROOT
@@ -298,3 +299,59 @@ def test_a_gpu_card_other_than_the_published_one_is_a_preview(tmp_path):
                 data["preview"]["changes"]
         else:
             assert data["preview"] is None
+        assert data["edition"] is None and "published edition" not in page, name   # no card here claims one
+
+
+REASON = "The GPU minutes granted hold a third of the full card's runs & no more, so two models are left out."
+
+
+def _edition_page(tmp_path, card):
+    make_results(tmp_path / card["card"], card=card)
+    data = rp.build_table(card["card"], rp.choose_dirs(card["card"], root=tmp_path / card["card"]), tmp_path)
+    return data, rp.front_page_html(data)
+
+
+def test_the_published_cards_reduced_edition_says_so_and_why(tmp_path):
+    """Issue 11: a card whose `edition` names h200 is the published edition, reduced: the front page gives the reason
+    and every change from h200.yaml, points to the full card, and calls it no preview."""
+    card = dict(CARD, card="h200-lean", machine="nvidia-h200", device="cuda", edition={"of": "h200", "reason": REASON})
+    data, page = _edition_page(tmp_path, card)
+    assert data["preview"] is None
+    e = data["edition"]
+    assert e["published"] == "h200" and e["reason"] == REASON
+    assert "models: ['tiny', 'nanogpt'] (published: ['nanogpt', 'gpt2-small', 'gpt2-medium'])" in e["changes"]
+    assert not any(line.startswith(("edition", "card:", "machine:")) for line in e["changes"])
+    assert "A preview" not in page and "preview" not in rp.stitch.page_title("h200-lean", data)
+    assert rp.stitch.page_title("h200-lean", data) == "TR-2 (h200-lean) - the published edition of h200, reduced"
+    banner = bs4.BeautifulSoup(page, "html.parser").find("div", class_="tr2-reduced")
+    text = " ".join(banner.get_text().split())
+    assert text.startswith("The published edition of card h200, reduced from the full protocol.")
+    assert "params/cards/h200.yaml" in text and REASON in text and "make all CARD=h200" in text
+    assert [li.get_text() for li in banner.find_all("li")] == e["changes"]
+    assert page.find("tr2-reduced") < page.find('id="tr2-title"')   # at the top, before the title
+
+
+def test_a_reduced_edition_lists_exactly_what_it_runs_differently(tmp_path):
+    """On a whole card (optional keys filled as the stages read them) the list is the reductions, nothing else."""
+    full = yaml.safe_load((REPO_ROOT / "params" / "cards" / "h200.yaml").read_text())
+    card = {**full, "card": "h200-lean", "torch_modes": ["eager", "default"],
+            "method_a": {**full["method_a"], "seeds": [1337, 1338]}, "edition": {"of": "h200", "reason": REASON}}
+    data, _page = _edition_page(tmp_path, card)
+    assert data["edition"]["changes"] == [
+        "torch_modes: ['eager', 'default'] (published: ['eager', 'default', 'reduce-overhead', 'max-autotune'])",
+        "method_a.seeds: [1337, 1338] (published: [1337, 1338, 1339, 1340, 1341])"]
+
+
+def test_an_edition_claimed_for_another_card_or_device_is_no_edition(tmp_path):
+    """Only the published card of the device the folders ran on can be stood in for: a GPU card naming another card
+    stays a preview; a CPU card naming h200 stays a CPU demonstration."""
+    other = dict(CARD, card="gpu-claim", machine="nvidia-h200", device="cuda",
+                 edition={"of": "h200-quick", "reason": REASON})
+    data, page = _edition_page(tmp_path, other)
+    assert data["edition"] is None and data["preview"]["published"] == "h200"
+    assert "A preview, not the published protocol" in page and "published edition" not in page
+    assert "edition" not in " ".join(data["preview"]["changes"])
+    cpu = dict(CARD, card="cpu-claim", edition={"of": "h200", "reason": REASON})
+    data, page = _edition_page(tmp_path, cpu)
+    assert data["edition"] is None and data["preview"] is None and data["cpu_demonstration"]
+    assert "A CPU demonstration" in page and "published edition" not in page and "A preview" not in page

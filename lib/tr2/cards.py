@@ -1,6 +1,6 @@
 """Cards: one YAML mapping of every parameter a stage needs, checked strictly before any work.
 
-The schema is docs/architecture.md's "Cards". Every key is required (but the two of OPTIONAL), nothing
+The schema is docs/architecture.md's "Cards". Every key is required (but those of OPTIONAL), nothing
 else is allowed, and a bad card stops with one line naming the key (dotted path, e.g. `series.rounds`),
 the value and what is allowed. The top-level keys are the notebooks' papermill parameters;
 `card_from_notebook` rebuilds the card from a notebook's globals after papermill's injection.
@@ -33,11 +33,18 @@ BOUNDS = {
     "method_b.seed": (0, SEED_MAX), "method_a.seeds": (0, SEED_MAX), "families.steps": (1, 100_000),
 }
 
+# The card whose runs are the published edition, by device (protocol rule 9). Any other card is preparation,
+# unless its `edition` names the one here: then it is the published edition, reduced from that full card.
+PUBLISHED = {"cuda": "h200"}
+# `edition`'s keys: the published card this card stands in for, and why it runs less than that card.
+EDITION = {"of": "name", "reason": "paragraph"}
+
 # key -> kind; a dict is a nested mapping. The order is the cards' order.
 SCHEMA = {
     "card": "name",
     "machine": "text",
     "device": "device",
+    "edition": "edition",   # after device: which card it may name depends on the device
     "models": "models",
     "dtypes": "dtypes",
     "torch_modes": "modes",
@@ -84,7 +91,8 @@ ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max
 # folders existed, so that those still read as they were run (all three floors, no extra runs, our torch
 # loop alone; nanoGPT's checkout beside the repository, read only where torch_loops lists nanogpt).
 # method_b.window: judge_steps (the fixed windows, protocol rule 52) for cards written before issue 11's rule.
-OPTIONAL = {"method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "method_b.window": "judge_steps",
+# edition: null, a card of its own (the published one, a preview, the CPU's), as every card before the key was.
+OPTIONAL = {"edition": None, "method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "method_b.window": "judge_steps",
             "cuda_graph": False,
             "torch_loops": ["torch"], "nanogpt_path": "../shared/nanoGPT"}
 
@@ -133,6 +141,16 @@ def _check(kind: str, key: str, value):
         if not isinstance(value, str) or not value.strip():
             _fail(key, value, "a non-empty string")
         return value
+    if kind == "paragraph":  # the front page shows it as one paragraph: a blank line would be a second one
+        if not isinstance(value, str) or not value.strip() or re.search(r"\n[ \t]*\n", value.strip()):
+            _fail(key, value, "one paragraph of text (a non-empty string without a blank line)")
+        return value
+    if kind == "edition":
+        if value is None:
+            return value
+        if not isinstance(value, dict):
+            _fail(key, value, f"null (a card of its own), or a mapping with keys {', '.join(EDITION)}")
+        return _check_mapping(EDITION, value, key + ".")
     if kind == "device":
         _one_of(key, value, CARD_DEVICES)
         return value
@@ -276,7 +294,25 @@ def validate_card(d) -> dict:
     for m, v in b["judge_steps"].items():
         if v > b["steps"]:
             _fail(f"method_b.judge_steps.{m}", v, f"a step <= method_b.steps ({b['steps']})")
+    if c["edition"] is not None:
+        _check_edition(c["card"], c["device"], c["edition"]["of"])
     return c
+
+
+def _check_edition(card: str, device: str, of: str) -> None:
+    """A card may stand in only for the published card of its own device, one that is there to run in full
+    (the front page points to it), and never for itself."""
+    published = PUBLISHED.get(device)
+    if published is None:
+        _fail("edition.of", of, f"none on a {device} card (edition: null): only "
+                                f"{' | '.join(f'{d} ({n})' for d, n in PUBLISHED.items())} has a published card")
+    allowed = f"{published} (the published card for device {device})"
+    if not (REPO_ROOT / "params" / "cards" / f"{of}.yaml").is_file():
+        raise Tr2Error(f"edition.of: {of!r} does not exist (no params/cards/{of}.yaml); allowed: {allowed}")
+    if of != published:
+        _fail("edition.of", of, allowed)
+    if card == published:
+        _fail("edition.of", of, f"none on {published} itself (edition: null): the full card reduces nothing")
 
 
 class _StrictLoader(yaml.SafeLoader):

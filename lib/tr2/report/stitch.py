@@ -199,6 +199,17 @@ def remote_urls(text: str) -> list[str]:
     return [m.group(0) for m in _REMOTE.finditer(text)] + [m.group(0) for m in _CSS_REMOTE.finditer(text)]
 
 
+def page_title(card: str, data: dict) -> str:
+    """The HTML's title: the card, and what its front page's banner says it is (protocol rule 9)."""
+    if data["cpu_demonstration"]:
+        return f"TR-2 ({card}) - a CPU demonstration, not a GPU measurement"
+    if data.get("preview"):
+        return f"TR-2 ({card}) - a preview, not the published protocol"
+    if data.get("edition"):
+        return f"TR-2 ({card}) - the published edition of {data['edition']['published']}, reduced"
+    return f"TR-2 ({card})"
+
+
 def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]:
     """Write the HTML and the verdict table's JSON; returns their paths."""
     out = Path(out) if out else DEFAULT_OUT
@@ -211,9 +222,7 @@ def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]
         if p.is_file():
             stage_nbs.append((info, nbformat.read(str(p), as_version=4)))
     nb = merge(front_page_html(data), stage_nbs, out.parent)
-    title = f"TR-2 ({card})" + (" - a CPU demonstration, not a GPU measurement" if data["cpu_demonstration"] else
-                                " - a preview, not the published protocol" if data.get("preview") else "")
-    text = export_html(nb, title)
+    text = export_html(nb, page_title(card, data))
     bad = remote_urls(text)
     if bad:
         raise Tr2Error(f"report: the HTML would fetch {bad[0]!r}; allowed: an offline page (no remote resource)")

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 from .. import PARAMS_DIR, Tr2Error
-from ..cards import validate_card
+from ..cards import PUBLISHED, validate_card
 from ..models import count_params, load_model
 from .. import explore
 from ..results import STAGES, is_finished, latest, read_yaml, results_folders, stage_of, stored_path
@@ -211,12 +211,13 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
         "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
         "stages_missing": [s for s in STAGES if s not in by_stage],
         "preview": preview(card_name, dirs, devices),
+        "edition": reduced_edition(card_name, dirs, devices),
     }
 
 
-# The card whose runs are the published edition, by device (protocol rule 9: any other card is preparation).
-PUBLISHED = {"cuda": "h200"}
 _STAGE_KEYS = ("series", "method_a", "method_b", "families")
+# keys that name or place a card rather than say what it runs: no change from the published card
+_NOT_COMPARED = ("card", "edition", "machine", "nanogpt_path")
 
 
 def _as_read(card: dict) -> dict:
@@ -231,27 +232,63 @@ def _shown(v):
     return "the model's own" if v is None else v   # null in a stage mapping: the model's own steps, evaluations
 
 
-def preview(card_name: str, dirs, devices) -> dict | None:
-    """Protocol rule 9 on the front page: a GPU card other than the published one is a preview. The published
-    card's name and what this card changes from it, key by key ("models: [...] (published: [...])"), from the
-    first folder's card.yaml; None for the published card itself and for CPU cards (those carry the CPU banner)."""
+def _beside_published(card_name: str, dirs, devices):
+    """(the published card's name, this card, the published card), both as the stages read them, where the
+    folders ran on one device that has a published card and this card is another; else None. This card is
+    the first folder's card.yaml: what ran, whatever the checkout's card file says now."""
     device = next(iter(devices), None) if len(devices) == 1 else None
     published = PUBLISHED.get(device)
     if published is None or card_name == published or not dirs:
         return None
     card = _as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
-    ref = _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml"))
+    return published, card, _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml"))
+
+
+def _changes(card: dict, ref: dict) -> list[str]:
+    """What the card runs differently from the published one, key by key ("models: [...] (published: [...])")."""
     lines = []
     for k, v in card.items():
-        if k in ("card", "machine", "nanogpt_path") or k not in ref:
+        if k in _NOT_COMPARED or k not in ref:
             continue
         if k in _STAGE_KEYS and isinstance(v, dict) and isinstance(ref[k], dict):
             lines += [f"{k}.{sk}: {_shown(sv)} (published: {_shown(ref[k].get(sk))})"
                       for sk, sv in v.items() if sv != ref[k].get(sk)]
         elif v != ref[k]:
             lines.append(f"{k}: {v} (published: {ref[k]})")
-    return {"published": published,
-            "changes": lines or ["the same keys as the published card, under another name"]}
+    return lines or ["the same keys as the published card, under another name"]
+
+
+def _edition_of(card: dict, published: str) -> dict | None:
+    """The card's `edition` where it stands in for `published`, else None. Read again here, not trusted from
+    validation: a folder's card.yaml may be one the checkout no longer accepts (then it is read as written), and
+    a claim for another card or another device's published card leaves the card a preview."""
+    e = card.get("edition")
+    if isinstance(e, dict) and e.get("of") == published and isinstance(e.get("reason"), str) and e["reason"].strip():
+        return e
+    return None
+
+
+def preview(card_name: str, dirs, devices) -> dict | None:
+    """Protocol rule 9 on the front page: a GPU card other than the published one, and not its reduced edition, is
+    a preview. The published card's name and what this card changes from it; None for the published card itself,
+    its reduced edition (reduced_edition) and CPU cards (those carry the CPU banner)."""
+    found = _beside_published(card_name, dirs, devices)
+    if found is None or _edition_of(found[1], found[0]) is not None:
+        return None
+    published, card, ref = found
+    return {"published": published, "changes": _changes(card, ref)}
+
+
+def reduced_edition(card_name: str, dirs, devices) -> dict | None:
+    """Protocol rule 9's other side: a card whose `edition` names the published card of the device its folders
+    ran on is that edition, reduced. The published card's name, the card's reason (one line) and what it runs
+    differently, key by key as preview gives them; None for every other card."""
+    found = _beside_published(card_name, dirs, devices)
+    edition = _edition_of(found[1], found[0]) if found is not None else None
+    if edition is None:
+        return None
+    published, card, ref = found
+    return {"published": published, "reason": " ".join(edition["reason"].split()), "changes": _changes(card, ref)}
 
 
 def _machine(info, series_dir) -> dict:
