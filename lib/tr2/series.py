@@ -10,6 +10,7 @@ series goes on (rule 8). Resumable (tr2.stage): a kill loses at most the run in 
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -33,7 +34,6 @@ STAGE = "series"
 OWN_TOLERANCE = 0.01  # the cupy side's own reading must agree with the clock within 1%
 LEVEL_RATIO = 1.05  # level: our median less than 5% above PyTorch's
 IDLE_WAIT_S = 120.0  # how long a run waits for the card to be free before the stage stops
-FAILED = ("failed", "timeout", "no-window")
 
 
 # ---------------------------------------------------------------------------------------------- plan
@@ -130,20 +130,17 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
     name = run_name(r, config)
     log = d / "logs" / f"{name}.log"
     cmd = trainer(config, card)
-    sampler = None
-    if card["device"] == "cuda":
-        sampler = GpuSampler(interval=s["sample_interval_s"])
-        if sampler.available:
-            _wait_for_idle_card(sampler)
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    samples = []
+    sampler = GpuSampler(interval=s["sample_interval_s"]) if card["device"] == "cuda" else None
     if sampler is not None and sampler.available:
-        with sampler:
-            clock = run_clocked(cmd, log, env=env, timeout_s=s["timeout_s"], window=tuple(s["window"]))
-        samples = sampler.samples
-        write_text_atomic(d / "logs" / f"{name}.gpu.jsonl", "".join(json.dumps(x) + "\n" for x in samples))
+        _wait_for_idle_card(sampler)
     else:
+        sampler = None
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with sampler or contextlib.nullcontext():
         clock = run_clocked(cmd, log, env=env, timeout_s=s["timeout_s"], window=tuple(s["window"]))
+    samples = sampler.samples if sampler is not None else []
+    if sampler is not None:
+        write_text_atomic(d / "logs" / f"{name}.gpu.jsonl", "".join(json.dumps(x) + "\n" for x in samples))
     void = own_check(config, clock)
     if clock["status"] == "ok" and config.key not in filled:
         write_json_atomic(d / "cache" / "filled.json", {"configs": filled + [config.key]})
@@ -234,7 +231,7 @@ def config_summary(config: RunConfig, recs: list[dict], rounds: int) -> dict:
     """One configuration's row: status, median and range of its valid timed runs, memory, own reading."""
     recs = sorted(recs, key=lambda x: x["round"])
     timed = [x for x in recs if not x["warm"]]
-    bad = next((x for x in recs if x["status"] == "oom"), None) or next((x for x in recs if x["status"] in FAILED), None)
+    bad = next((x for x in recs if x["status"] == "oom"), None) or next((x for x in recs if x["status"] in retry.FAILED), None)
     valid = [x for x in timed if x["valid"]]
     times = [x["step_ms"] for x in valid]
     row = config.as_record()
@@ -259,10 +256,8 @@ def config_summary(config: RunConfig, recs: list[dict], rounds: int) -> dict:
     diffs = [x["own_vs_clock"] for x in timed if x.get("own_vs_clock") is not None]
     row["own_median_ms"] = statistics.median(owns) if owns else None
     row["own_vs_clock_max"] = max(diffs, key=abs) if diffs else None
-    peaks = [x["peak_bytes"] for x in timed if x.get("peak_bytes") is not None]
-    nvml = [x["nvml_peak_bytes"] for x in timed if x.get("nvml_peak_bytes") is not None]
-    row["peak_bytes"] = max(peaks) if peaks else None
-    row["nvml_peak_bytes"] = max(nvml) if nvml else None
+    for k in ("peak_bytes", "nvml_peak_bytes"):
+        row[k] = max((x[k] for x in timed if x.get(k) is not None), default=None)
     return row
 
 
@@ -282,24 +277,22 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
                 notes = []
                 oom_modes = [m for m, r in torch_rows.items() if r["status"] == "oom"]
                 if oom_modes:
-                    notes.append("out of memory: " + ", ".join(r["build"] for r in torch_rows.values() if r["status"] == "oom"))
-                failed = [f"{r['build']} {r['status']} ({r['reason']})" for r in torch_rows.values() if r["status"] in FAILED]
-                if ours["status"] in FAILED:
-                    failed.insert(0, f"{build} {ours['status']} ({ours['reason']})")
+                    notes.append("out of memory: " + ", ".join(torch_rows[m]["build"] for m in oom_modes))
+                failed = [f"{r['build']} {r['status']} ({r['reason']})" for r in [ours, *torch_rows.values()]
+                          if r["status"] in retry.FAILED]
                 incomplete = [r["config"] for r in [ours, *torch_rows.values()] if r["status"] in ("incomplete", "void")]
-                verdict = res["verdict"]
-                reason = res.get("reason")
+                verdict, reason = res["verdict"], res.get("reason")
                 if ours["status"] == "oom":
                     verdict, reason = None, f"{build} ran out of memory: no time, no verdict (a deficit)"
                 if failed:
                     verdict, reason = None, "failed: " + "; ".join(failed)
                 if incomplete and verdict is not None:
                     notes.append("incomplete or void runs: " + ", ".join(incomplete))
+                best = torch_rows.get(res["mode"], {})  # the PyTorch row compared with, where one is
                 out.append({
-                    "model": model, "dtype": dtype, "build": build, "primary": primary,
-                    "verdict": verdict, "reason": reason, "torch_mode": torch_rows[res["mode"]]["mode"] if res["mode"] else None,
-                    "torch_loop": torch_rows[res["mode"]]["side"] if res["mode"] else None,
-                    "torch_build": torch_rows[res["mode"]]["build"] if res["mode"] else None, "ratio": res["ratio"],
+                    "model": model, "dtype": dtype, "build": build, "primary": primary, "verdict": verdict,
+                    "reason": reason, "torch_mode": best.get("mode"), "torch_loop": best.get("side"),
+                    "torch_build": best.get("build"), "ratio": res["ratio"],
                     "ours": res["ours"], "theirs": res["theirs"], "oom_modes": oom_modes,
                     "modes_without_time": res["modes_without_time"], "complete": not incomplete and not failed,
                     "notes": notes,

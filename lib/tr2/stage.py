@@ -112,22 +112,15 @@ def progress(total: int, desc: str, initial: int = 0, enabled: bool = True):
         def update(self, n=1): pass
         def set_postfix_str(self, s, refresh=True): pass
         def close(self): pass
-    if not enabled:
-        return _Silent()
     try:
         try:
             import ipywidgets  # noqa: F401 - tqdm.auto would warn where it cannot draw a widget
             from tqdm.auto import tqdm
         except ImportError:
             from tqdm import tqdm
-        return tqdm(total=total, desc=desc, initial=initial, unit="run", file=sys.stderr, mininterval=0)
+        return tqdm(total=total, desc=desc, initial=initial, unit="run", file=sys.stderr, mininterval=0, disable=not enabled)
     except Exception:  # noqa: BLE001 - no tqdm: the stage runs without a bar
         return _Silent()
-
-
-def record_key(record: dict) -> str:
-    """A record's piece: its key (the series' records before this skeleton had none: round and configuration)."""
-    return record.get("key") or f"r{record.get('round')}/{record.get('config')}"
 
 
 def _committed(root: Path):
@@ -162,7 +155,11 @@ def _times(records, kind) -> dict:
     return out
 
 
-def estimate(folder: Folder, kinds: list, planned: int, record_kind: Callable = record_key, runs: str = RUNS) -> dict:
+def _key(record: dict):
+    return record.get("key")
+
+
+def estimate(folder: Folder, kinds: list, planned: int, record_kind: Callable = _key, runs: str = RUNS) -> dict:
     """The plan of the pieces still to run, `kinds` (each one's kind of run, in running order), with its estimated
     minutes of the card: per kind the median wall time of the runs of that kind that finished ok, measured in this
     folder, else in `reference_folder`'s; a kind measured in neither has no estimate, and none is invented."""
@@ -215,33 +212,32 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
              finished: Callable = lambda r: r.get("status") in FINISHED, retry: Callable = _never,
              note: Optional[Callable] = None, group: Optional[Callable] = None, ends_group: Callable = _never,
              ends_stage: Callable = _never, on_record: Optional[Callable] = None, show: bool = True,
-             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = record_key) -> list[dict]:
+             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = _key) -> list[dict]:
     """Run every piece of `plan` the folder does not hold yet; returns the records appended.
 
-    run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record
-    of its key satisfies `finished` and not `retry` (the hook for failures whose cause is gone:
-    tr2.retry.should_retry); a piece run again so gets `retried`: note(the record it replaces), when
-    `note` is given. With
-    `group(piece)`, a record satisfying `ends_group` skips the later pieces of its group (no record).
-    A record satisfying `ends_stage` stops the stage with one line, after it is appended (rerun to
-    retry it). `on_record(record)` is called after each append (tests kill the stage there).
-    Before the first piece the plan is printed with its estimate (`estimate`, `plan_text`): kind(piece), called once
-    per piece to run in running order (default: its key), and record_kind(record) name the kind of run whose
-    measured times estimate it.
+    run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record of its key
+    satisfies `finished` and not `retry` (the hook for failures whose cause is gone: tr2.retry.should_retry); a piece
+    run again so gets `retried`: note(the record it replaces), when `note` is given. With `group(piece)`, a record
+    satisfying `ends_group` skips the later pieces of its group (no record). A record satisfying `ends_stage` stops
+    the stage with one line, after it is appended (rerun to retry it). `on_record(record)` is called after each
+    append (tests kill the stage there). Before the first piece the plan is printed with its estimate: kind(piece),
+    called once per piece to run in running order (default: its key), and record_kind(record) name the kind of run
+    whose measured times estimate it.
     """
     plan = list(plan)
     held = folder.records(runs)
     done = {r.get("key") for r in held if finished(r) and not retry(r)}
     ended = {r.get("group") for r in held if group is not None and ends_group(r) and not retry(r)}
     reopened = {r.get("key"): r for r in held if retry(r)}
-    skipped = {key(p) for p in plan if key(p) in done or (group is not None and group(p) in ended)}
+    skip = lambda p: key(p) in done or (group is not None and group(p) in ended)  # noqa: E731
+    skipped = {key(p) for p in plan if skip(p)}
     kinds = [(kind or key)(p) for p in plan if key(p) not in skipped]
     print(plan_text(estimate(folder, kinds, len(plan), record_kind, runs), desc, folder.card["device"]), flush=True)
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
     try:
         for piece in plan:
-            if key(piece) in done or (group is not None and group(piece) in ended):
+            if skip(piece):
                 if key(piece) not in skipped:
                     bar.update(1)  # its group ended during this session
                 continue
