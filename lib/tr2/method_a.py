@@ -37,13 +37,6 @@ def schedule(card: dict, model: str) -> dict:
             "eval_iters": a["eval_iters"] if a["eval_iters"] is not None else cfg.eval_iters}
 
 
-def _config(card: dict, model: str, dtype: str, side: str) -> RunConfig:
-    # the cupy side in the half types runs with the half roundings: the build the verdict compares
-    if side == "torch":
-        return RunConfig(model, dtype, side, mode=card["method_a"]["torch_mode"])
-    return RunConfig(model, dtype, side, half_roundings=dtype != "float32")
-
-
 def plan(card: dict) -> list[dict]:
     """Every run of the stage, in the order they run: model, type, seed, then the two sides."""
     runs = []
@@ -52,9 +45,10 @@ def plan(card: dict) -> list[dict]:
         for dtype in card["dtypes"]:
             for seed in card["method_a"]["seeds"]:
                 for side in SIDES:
-                    c = _config(card, model, dtype, side)
+                    # the cupy side in the half types runs with the half roundings: the build the verdict compares
                     runs.append({"key": f"{model}/{dtype}/{side}/{seed}", "model": model, "dtype": dtype, "side": side,
-                                 "seed": seed, "mode": c.mode, "half_roundings": c.half_roundings, **sch})
+                                 "seed": seed, "mode": card["method_a"]["torch_mode"] if side == "torch" else None,
+                                 "half_roundings": side == "cupy" and dtype != "float32", **sch})
     return runs
 
 
@@ -102,17 +96,13 @@ def verdict(torch_curves: dict, cupy_curves: dict, judge_from: int) -> dict:
         t_vals = [c.get(s) for c in torch_curves.values()]
         c_vals = [c.get(s) for c in cupy_curves.values()]
         t, c = stats(t_vals), stats(c_vals)
-        missing = (sum(v is None for v in t_vals) + sum(v is None for v in c_vals)
-                   + t["nonfinite"] + c["nonfinite"])
-        if missing or t["n"] == 0 or c["n"] == 0:
-            rows.append({"step": s, "torch_median": t["median"], "cupy_median": c["median"],
-                         "torch_range": t["range"], "cupy_range": c["range"], "diff": None, "allowed": None,
-                         "ok": False, "why": f"{missing} run(s) lack this evaluation or hold a non-finite loss"})
-            continue
-        diff = abs(t["median"] - c["median"])
-        allowed = max(t["range"], c["range"])
+        missing = t_vals.count(None) + c_vals.count(None) + t["nonfinite"] + c["nonfinite"]
+        judged = not missing and t["n"] and c["n"]
+        diff = abs(t["median"] - c["median"]) if judged else None
+        allowed = max(t["range"], c["range"]) if judged else None
         rows.append({"step": s, "torch_median": t["median"], "cupy_median": c["median"], "torch_range": t["range"],
-                     "cupy_range": c["range"], "diff": diff, "allowed": allowed, "ok": diff <= allowed, "why": None})
+                     "cupy_range": c["range"], "diff": diff, "allowed": allowed, "ok": bool(judged) and diff <= allowed,
+                     "why": None if judged else f"{missing} run(s) lack this evaluation or hold a non-finite loss"})
     n_t, n_c = len(torch_curves), len(cupy_curves)
     if n_t < 2 or n_c < 2:
         passed, reason = None, (f"{n_t} torch and {n_c} cupy seed(s): a side of one seed has no range, so the "
@@ -162,14 +152,10 @@ def summarize(results_dir) -> dict:
         for dtype in card["dtypes"]:
             fam, final, status = {}, {}, {}
             for side in SIDES:
-                recs = [runs.get(f"{model}/{dtype}/{side}/{s}") for s in card["method_a"]["seeds"]]
-                status[side] = {str(s): (rec["status"] if rec else "missing")
-                                for s, rec in zip(card["method_a"]["seeds"], recs)}
-                fam[side] = {}
-                for s, rec in zip(card["method_a"]["seeds"], recs):
-                    if rec and rec["status"] == "ok":
-                        ev = read_metrics(d / rec["metrics"])["eval"]
-                        fam[side][s] = {k: v[1] for k, v in ev.items()}
+                recs = {sd: runs.get(f"{model}/{dtype}/{side}/{sd}") for sd in card["method_a"]["seeds"]}
+                status[side] = {str(sd): rec["status"] if rec else "missing" for sd, rec in recs.items()}
+                fam[side] = {sd: {k: v[1] for k, v in read_metrics(d / rec["metrics"])["eval"].items()}
+                             for sd, rec in recs.items() if rec and rec["status"] == "ok"}
                 last = sch["steps"] - sch["steps"] % sch["eval_interval"]
                 final[side] = {**stats([c.get(last) for c in fam[side].values()]), "step": last}
             oom = [f"{side} seed {s}" for side in status for s, st in status[side].items() if st == "oom"]
