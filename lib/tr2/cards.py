@@ -19,11 +19,11 @@ from . import REPO_ROOT, Tr2Error
 from .data import DATA_FILES, data_file
 from .models import list_models, load_model
 from .papermill_hook import card_files
+from .results import NAME
 from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS, checkout_path, cuda_available
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 # Upper (and for times, lower) bounds: a value outside them is a typo, not a plan. A run shorter than
 # MIN_TIMEOUT_S cannot even start Python and import torch, so a smaller timeout times every run out.
 MIN_TIMEOUT_S = 10
@@ -99,7 +99,7 @@ OPTIONAL = {"edition": None, "method_b.floors": list(FLOOR_NAMES), "method_b.als
 CHOICES = {"device": CARD_DEVICES, "mode": MODES, "dtype": DTYPES, "loop": TORCH_LOOPS, "window_rule": WINDOW_RULES,
            "floor": FLOOR_NAMES, "also": ALSO_NAMES}
 PLAIN = {  # kind -> (the test a value passes, what is allowed)
-    "name": (lambda v: isinstance(v, str) and bool(_NAME.match(v)), "a name of letters, digits, '.', '_' and '-'"),
+    "name": (lambda v: isinstance(v, str) and bool(NAME.match(v)), "a name of letters, digits, '.', '_' and '-'"),
     "text": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
     # the front page shows it as one paragraph: a blank line would be a second one
     "paragraph": (lambda v: isinstance(v, str) and bool(v.strip()) and not re.search(r"\n[ \t]*\n", v.strip()),
@@ -365,14 +365,15 @@ def papermill_card_files() -> list[Path]:
     """The -f files of the papermill process that started this kernel, or [] (not under papermill, or not on
     Linux). papermill hands a notebook only the merged values: a key given twice, an empty file or a missing
     mapping is invisible from inside, so the notebook reads the files papermill was given itself."""
+    proc = Path(f"/proc/{os.getppid()}")
     try:
-        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return []
     args = [a.decode("utf-8", "replace") for a in argv if a]
-    if not any(Path(a).name == "papermill" or a == "papermill" for a in args[:3]):
+    if not any(Path(a).name == "papermill" for a in args[:3]):
         return []
-    cwd = Path(os.readlink(f"/proc/{os.getppid()}/cwd")) if Path(f"/proc/{os.getppid()}/cwd").exists() else Path.cwd()
+    cwd = (proc / "cwd").resolve() if (proc / "cwd").exists() else Path.cwd()
     return [cwd / f for f in card_files(args)]
 
 
@@ -398,9 +399,9 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
         if n in SCHEMA:
             raise Tr2Error(f"{n}: card key not defined in this notebook's parameters cell; add it there")
         raise Tr2Error(f"{n}: unknown key; allowed keys: {', '.join(CARD_KEYS)} (and results_dir)")
-    missing = [k for k in CARD_KEYS if k not in namespace and k not in OPTIONAL]
+    required = [k for k in CARD_KEYS if k not in OPTIONAL]
+    missing = [k for k in required if k not in namespace]
     if missing:
-        required = [k for k in CARD_KEYS if k not in OPTIONAL]
         raise Tr2Error(f"{missing[0]}: missing from the notebook's parameters cell; required keys: {', '.join(required)}")
     card = validate_card({k: namespace[k] for k in CARD_KEYS if k in namespace})
     check_machine(card)

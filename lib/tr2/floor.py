@@ -2,11 +2,9 @@
 
     python -m tr2.floor --perturb none|once|every [--perturb-seed S] <the trainer's arguments>
 
-The run is `python -m tr2.train --side torch ...` (tr2.torch_side.train, unchanged) with an after-step
-hook: 'once' moves every weight by one unit in the last place before step 0, 'every' does that and
-again after every optimizer step, 'none' moves nothing (it should equal the trainer's own run to the
-bit). The move is torch.nextafter towards +inf or -inf, the direction drawn per element from a seeded
-torch.Generator on the weights' device. Exit codes as the trainer's (3: out of memory).
+The run is the trainer's torch run (tr2.torch_side.train, unchanged) with an after-step hook: 'once' moves every
+weight by one ulp (`perturb_ulp`) before step 0, 'every' again after every optimizer step, 'none' moves nothing (it
+should equal the trainer's own run to the bit). Exit codes as the trainer's (3: out of memory).
 """
 from __future__ import annotations
 

@@ -143,11 +143,8 @@ def _trained(card: dict) -> tuple:
 
 
 def plan(card: dict) -> list[dict]:
-    runs = []
-    for model in card["models"]:
-        for what in ("init", "order", *_trained(card)):
-            runs.append({"key": f"{model}/{what}", "model": model, "what": what})
-    return runs
+    return [{"key": f"{model}/{what}", "model": model, "what": what}
+            for model in card["models"] for what in ("init", "order", *_trained(card))]
 
 
 def _paths(d: Path, model: str) -> dict:
@@ -167,14 +164,10 @@ def command(card: dict, r: dict, p: dict) -> list[str] | None:
     if what == "init":  # the torch side's initialization, saved before its single step
         return trainer_prefix() + RunConfig(model, "float32", "torch", mode="eager").train_args(
             card["device"], 0, save_init=str(p["init"]), **start).to_argv()
+    # the torch side and its floors in the checks' mode; nanoGPT's own train.py, launched from the card's checkout
+    side, run_mode = {"cupy": ("cupy", None), "nanogpt": ("nanogpt", mode)}.get(what, ("torch", mode))
     if what.startswith("also-"):
         side, run_mode, _ = ALSO[what[len("also-"):]]
-    elif what == "cupy":
-        side, run_mode = "cupy", None
-    elif what == "nanogpt":  # nanoGPT's own train.py, launched from the card's checkout
-        side, run_mode = "nanogpt", mode
-    else:  # the torch side and its floors, in the checks' mode
-        side, run_mode = "torch", mode
     checkout = card["nanogpt_path"] if side == "nanogpt" else None
     args = RunConfig(model, "float32", side, mode=run_mode, checkout=checkout).train_args(
         card["device"], b["steps"], init=str(p["init"]), batches=str(p["order"]), metrics=str(p[what]), **start).to_argv()
@@ -195,8 +188,7 @@ def run_one(r: dict, card: dict, d: Path) -> dict:
         res = {"status": "ok", "returncode": 0, "wall_s": round(time.monotonic() - t0, 3), "log": None,
                "reason": None, "cmd": None}
     else:
-        target = p["init"] if what == "init" else p[what]
-        target.unlink(missing_ok=True)  # a killed run's partial file: the piece starts over
+        p[what].unlink(missing_ok=True)  # a killed run's partial file: the piece starts over
         cmd = command(card, r, p)
         log = d / "logs" / f"{STAGE}-{model}-{what}.log"
         res = {**run_logged(cmd, log), "cmd": cmd, "log": str(log.relative_to(d))}

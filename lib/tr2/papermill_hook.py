@@ -1,14 +1,12 @@
 """One line, exit 2, for a stage refused by its parameters check under the `papermill` command.
 
-papermill re-raises a notebook's exception as PapermillExecutionError and the CLI leaves it uncaught: a
-page of papermill's own frames with our one-line Tr2Error buried inside. `make setup` installs a .pth
-file (`python -m tr2.papermill_hook install`) that puts `hook` in sys.excepthook of every Python of the
-venv; it changes nothing but the report of these two failures of a `papermill` process:
-- a notebook cell raised Tr2Error (the card check): its message, one line, exit 2;
-- papermill itself failed reading a -f card (a list or a scalar card: "dictionary update sequence
-  element #0", binary junk, bad YAML): the card file is read by tr2.cards and its one line printed, exit 2.
-Everything else reaches the hook that was there before. papermill has already written the executed
-notebook (with the error in it) where it was told to; no results folder exists yet (the check runs first).
+papermill re-raises a notebook's exception as PapermillExecutionError and its CLI leaves it uncaught: a page of
+papermill's frames with our one-line Tr2Error buried inside. `make setup` installs a .pth file (`python -m
+tr2.papermill_hook install`) that puts `hook` in sys.excepthook of every Python of the venv. Under `papermill` it
+reports two failures in one line, exit 2: a notebook cell raised Tr2Error (the card check), or papermill failed
+reading a -f card (a list or a scalar card, binary junk, bad YAML: tr2.cards reads the file and says why).
+Everything else reaches the hook that was there before. papermill has written the executed notebook, the error in
+it; no results folder exists yet (the check runs first).
 """
 from __future__ import annotations
 

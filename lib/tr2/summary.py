@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -18,9 +19,8 @@ def stats(values) -> dict:
     bad = len(values) - len(vals)
     if not vals:
         return {"n": 0, "median": None, "min": None, "max": None, "range": None, "nonfinite": bad}
-    n = len(vals)
-    med = vals[n // 2] if n % 2 else 0.5 * (vals[n // 2 - 1] + vals[n // 2])
-    return {"n": n, "median": med, "min": vals[0], "max": vals[-1], "range": vals[-1] - vals[0], "nonfinite": bad}
+    return {"n": len(vals), "median": statistics.median(vals), "min": vals[0], "max": vals[-1],
+            "range": vals[-1] - vals[0], "nonfinite": bad}
 
 
 def load_dir_card(results_dir) -> dict:
