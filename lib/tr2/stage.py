@@ -9,6 +9,7 @@ A kill loses at most the piece in flight, and a rerun on the same folder repeats
 """
 from __future__ import annotations
 
+import collections
 import fcntl
 import os
 import statistics
@@ -159,48 +160,36 @@ def _key(record: dict):
     return record.get("key")
 
 
-def estimate(folder: Folder, kinds: list, planned: int, record_kind: Callable = _key, runs: str = RUNS) -> dict:
-    """The plan of the pieces still to run, `kinds` (each one's kind of run, in running order), with its estimated
-    minutes of the card: per kind the median wall time of the runs of that kind that finished ok, measured in this
-    folder, else in `reference_folder`'s; a kind measured in neither has no estimate, and none is invented."""
-    here = _times(folder.records(runs), record_kind)
-    ref, what = reference_folder(folder)
-    there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
-    rows = {}
-    for k in kinds:
-        rows.setdefault(k, {"kind": k, "runs": 0, "each_s": None, "source": None})["runs"] += 1
-    for row in rows.values():
-        for source, times in (("this folder", here), (ref and ref.name, there)):
-            if times.get(row["kind"]):
-                row.update(each_s=statistics.median(times[row["kind"]]), source=source)
-                break
-    known = [r for r in rows.values() if r["each_s"] is not None]
-    return {"planned": planned, "to_run": len(kinds), "rows": list(rows.values()),
-            "minutes": sum(r["runs"] * r["each_s"] for r in known) / 60 if known else None,
-            "estimated_runs": sum(r["runs"] for r in known), "reference": ref and ref.name, "reference_is": what}
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
 
 
-def plan_text(est: dict, desc: str, device: str) -> str:
-    """The plan as the stage prints it before its first run: each kind of run to go, then the estimate and its
-    sources (or "no estimate")."""
-    unit = "GPU minutes" if device == "cuda" else "minutes of the CPU"
-    lines = [f"{desc}: {est['to_run']} of {est['planned']} runs to go"]
-    lines += [f"  {r['runs']:4d} x {r['kind']}: " + ("no estimate" if r["each_s"] is None else
-              f"{_duration(r['each_s'])} each, measured in {r['source']}") for r in est["rows"]]
-    if est["minutes"] is None:
+def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind: Callable, runs: str) -> str:
+    """The plan as the stage prints it before its first run: each kind of run still to go (`kinds`, in running
+    order) with its time, the median wall time of the runs of that kind that finished ok, measured in this folder,
+    else in `reference_folder`'s (a kind measured in neither has no estimate, and none is invented); then the total."""
+    here = _times(folder.records(runs), record_kind)
+    ref, what = reference_folder(folder)
+    there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
+    lines = [f"{desc}: {len(kinds)} of {planned} runs to go"]
+    seconds, known, sources = 0.0, 0, set()
+    for k, n in collections.Counter(kinds).items():
+        found = next(((s, times[k]) for s, times in (("this folder", here), (ref and ref.name, there)) if times.get(k)), None)
+        if found is None:
+            lines.append(f"  {n:4d} x {k}: no estimate")
+            continue
+        source, each = found[0], statistics.median(found[1])
+        seconds, known, sources = seconds + n * each, known + n, sources | {source}
+        lines.append(f"  {n:4d} x {k}: {_duration(each)} each, measured in {source}")
+    if not known:
         lines.append("  estimate: no estimate (no finished run of these kinds in this folder or in another folder of "
-                     "its stage and card)" if est["to_run"] else "  nothing to run")
+                     "its stage and card)" if kinds else "  nothing to run")
     else:
-        sources = sorted({r["source"] for r in est["rows"] if r["source"]})
-        named = ", ".join(s if s == "this folder" else f"results folder {s} ({est['reference_is']})" for s in sources)
-        missing = est["to_run"] - est["estimated_runs"]
-        lines.append(f"  estimate: {est['minutes']:.1f} {unit} ({_duration(60 * est['minutes'])}) for "
-                     f"{est['estimated_runs']} of the {est['to_run']} runs, from the runs measured in {named}"
-                     + (f"; no estimate for the other {missing}" if missing else ""))
+        unit = "GPU minutes" if folder.card["device"] == "cuda" else "minutes of the CPU"
+        named = ", ".join(s if s == "this folder" else f"results folder {s} ({what})" for s in sorted(sources))
+        lines.append(f"  estimate: {seconds / 60:.1f} {unit} ({_duration(seconds)}) for {known} of the "
+                     f"{len(kinds)} runs, from the runs measured in {named}"
+                     + (f"; no estimate for the other {len(kinds) - known}" if known < len(kinds) else ""))
     return "\n".join(lines)
 
 
@@ -232,7 +221,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     skip = lambda p: key(p) in done or (group is not None and group(p) in ended)  # noqa: E731
     skipped = {key(p) for p in plan if skip(p)}
     kinds = [(kind or key)(p) for p in plan if key(p) not in skipped]
-    print(plan_text(estimate(folder, kinds, len(plan), record_kind, runs), desc, folder.card["device"]), flush=True)
+    print(plan_text(folder, kinds, len(plan), desc, record_kind, runs), flush=True)
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
     try:
