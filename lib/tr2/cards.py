@@ -11,6 +11,7 @@ import math
 import os
 import re
 import types
+from operator import itemgetter
 from pathlib import Path
 
 import yaml
@@ -221,9 +222,7 @@ def validate_card(d) -> dict:
             _fail(key, window, f"steps on which the trainer prints its iter line (multiples of {every})")
     a = c["method_a"]
     for m in c["models"]:
-        cfg = load_model(m)
-        steps = a["steps"] if a["steps"] is not None else cfg.max_iters
-        interval = a["eval_interval"] if a["eval_interval"] is not None else cfg.eval_interval
+        steps, interval = itemgetter("steps", "eval_interval")(method_a_schedule(c, m))
         whose = f"{m}'s max_iters" if a["steps"] is None else "method_a.steps"
         if a["judge_from"] > steps:
             _fail("method_a.judge_from", a["judge_from"], f"a step <= {steps} ({whose})")
@@ -245,6 +244,13 @@ def validate_card(d) -> dict:
     if c["edition"] is not None:
         _check_edition(c["card"], c["device"], c["edition"]["of"])
     return c
+
+
+def method_a_schedule(card: dict, model: str) -> dict:
+    """steps, eval_interval, eval_iters of method A for one model under the card (null: the model's own)."""
+    cfg, a = load_model(model), card["method_a"]
+    own = {"steps": cfg.max_iters, "eval_interval": cfg.eval_interval, "eval_iters": cfg.eval_iters}
+    return {k: own[k] if a[k] is None else a[k] for k in own}
 
 
 def _check_edition(card: str, device: str, of: str) -> None:

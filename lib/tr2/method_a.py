@@ -15,9 +15,9 @@ from pathlib import Path
 
 from . import explore
 from . import explore_plots as plots
+from .cards import method_a_schedule
 from .clock import run_logged
 from .configs import RunConfig
-from .models import load_model
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
 from .summary import all_passed, finish, load_dir_card, save_figure, stats, write_csv
@@ -28,20 +28,11 @@ STAGE = "method_a"
 SIDES = ("torch", "cupy")
 
 
-def schedule(card: dict, model: str) -> dict:
-    """steps, eval_interval, eval_iters for one model under the card (null: the model's own)."""
-    cfg = load_model(model)
-    a = card["method_a"]
-    return {"steps": a["steps"] if a["steps"] is not None else cfg.max_iters,
-            "eval_interval": a["eval_interval"] if a["eval_interval"] is not None else cfg.eval_interval,
-            "eval_iters": a["eval_iters"] if a["eval_iters"] is not None else cfg.eval_iters}
-
-
 def plan(card: dict) -> list[dict]:
     """Every run of the stage, in the order they run: model, type, seed, then the two sides."""
     runs = []
     for model in card["models"]:
-        sch = schedule(card, model)
+        sch = method_a_schedule(card, model)
         for dtype in card["dtypes"]:
             for seed in card["method_a"]["seeds"]:
                 for side in SIDES:
@@ -148,7 +139,7 @@ def summarize(results_dir) -> dict:
 
     configs = []
     for model in card["models"]:
-        sch = schedule(card, model)
+        sch = method_a_schedule(card, model)
         for dtype in card["dtypes"]:
             fam, final, status = {}, {}, {}
             for side in SIDES:

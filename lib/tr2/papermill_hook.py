@@ -20,10 +20,6 @@ PTH_LINE = 'import sys; exec("try:\\n import tr2.papermill_hook as _h; _h.instal
 _previous = None
 
 
-def _under_papermill() -> bool:
-    return bool(sys.argv) and Path(sys.argv[0]).name == "papermill"
-
-
 def card_files(argv) -> list[str]:
     """The card files (-f, --parameters_file) of a papermill command line, as given."""
     out = []
@@ -53,7 +49,7 @@ def one_line(exc) -> str | None:
 
 def hook(exc_type, exc, tb):
     try:
-        line = one_line(exc) if _under_papermill() else None
+        line = one_line(exc) if sys.argv and Path(sys.argv[0]).name == "papermill" else None
     except Exception:  # the hook must never hide the original error behind its own
         line = None
     if line is None:

@@ -61,10 +61,6 @@ def trainer_command(config: RunConfig, card: dict) -> list[str]:
     return trainer_prefix() + config.train_args(card["device"], card["series"]["steps"], eval_interval=0).to_argv()
 
 
-def run_name(r: int, config: RunConfig) -> str:
-    return f"r{r}-{config.slug}"
-
-
 # ----------------------------------------------------------------------------------------------- run
 
 def _gpu_summary(samples: list[dict]) -> Optional[dict]:
@@ -127,7 +123,7 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
     without them)."""
     s = card["series"]
     filled = _filled(d)
-    name = run_name(r, config)
+    name = f"r{r}-{config.slug}"
     log = d / "logs" / f"{name}.log"
     cmd = trainer(config, card)
     sampler = GpuSampler(interval=s["sample_interval_s"]) if card["device"] == "cuda" else None
@@ -163,12 +159,8 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
 
 def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_record: Callable = None,
         progress: bool = True) -> None:
-    """Run (or continue) the series of `card` in `results_dir`. `trainer(config, card) -> argv` and
-    `on_record(record)` (called after each record is safely appended) are for tests.
-
-    Every run, whatever its status, is recorded once; a run that is not ok ends its configuration
-    (docs/protocol.md, rule 8) and the series goes on. A failure whose cause was the machine (tr2.retry:
-    no data, no GPU) is run again on resume, its new record noting the one it replaces."""
+    """Run (or continue) the series of `card` in `results_dir`; a failure whose cause was the machine (tr2.retry) runs
+    again. `trainer(config, card) -> argv` and `on_record(record)` (after each record is appended) are for tests."""
     card = validate_card(card)
     with open_folder(STAGE, card, results_dir) as folder:
         env = _env(folder.path)
@@ -198,21 +190,13 @@ def compare(ours: list, theirs: dict) -> dict:
     ran = {m: list(t) for m, t in theirs.items() if t}
     out = {"verdict": None, "mode": None, "ratio": None, "ours": _range(ours), "theirs": None,
            "modes_without_time": [m for m, t in theirs.items() if not t]}
-    if not ours:
-        out["reason"] = "our side has no time"
-        return out
-    if not ran:
-        out["reason"] = "no PyTorch mode has a time"
+    if not ours or not ran:
+        out["reason"] = "our side has no time" if not ours else "no PyTorch mode has a time"
         return out
     mode = min(ran, key=lambda m: statistics.median(ran[m]))
     t = ran[mode]
     ratio = statistics.median(ours) / statistics.median(t)
-    if max(ours) < min(t):
-        v = "faster"
-    elif ratio < LEVEL_RATIO:
-        v = "level"
-    else:
-        v = "slower"
+    v = "faster" if max(ours) < min(t) else "level" if ratio < LEVEL_RATIO else "slower"
     out.update(verdict=v, mode=mode, ratio=ratio, theirs=_range(t), reason=None)
     return out
 
@@ -221,10 +205,6 @@ def _range(times) -> Optional[dict]:
     if not times:
         return None
     return {"runs": len(times), "median": statistics.median(times), "fastest": min(times), "slowest": max(times)}
-
-
-def _key(record: dict) -> tuple:
-    return record.get("round"), record.get("config")
 
 
 def config_summary(config: RunConfig, recs: list[dict], rounds: int) -> dict:
@@ -324,7 +304,7 @@ def summarize(results_dir) -> dict:
         raise Tr2Error(f"results_dir: {str(d)!r} holds no card.yaml; allowed: a folder the series ran in")
     card = load_dir_card(d)
     # a retried failure (tr2.retry) stays in runs.jsonl before the record of its rerun: the last one counts
-    records = retry.drop_retried(read_jsonl(d / "runs.jsonl"), _key)
+    records = retry.drop_retried(read_jsonl(d / "runs.jsonl"), lambda r: (r.get("round"), r.get("config")))
     rounds = card["series"]["rounds"]
     rows = {c.key: config_summary(c, [x for x in records if x["config"] == c.key], rounds) for c in configurations(card)}
     vs = verdicts(card, rows)

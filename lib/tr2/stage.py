@@ -1,11 +1,6 @@
-"""The skeleton every protocol stage runs on: its results folder, and its plan run piece by piece.
-
-`open_folder` takes the folder for one stage: an exclusive lock (a second stage on the same folder is
-refused in one line), the held-card check, card.yaml, machine.json and a line in sessions.jsonl.
-`run_plan` runs the pieces the folder does not hold yet, each record appended and synced as it
-finishes (results.append_jsonl cuts a torn last line first), with a progress bar and the stop rule:
-a failure can end the piece's group (the series: that configuration runs no further) or the stage.
-A kill loses at most the piece in flight, and a rerun on the same folder repeats only that piece.
+"""The skeleton every protocol stage runs on: its results folder (`open_folder`) and its plan run piece by piece
+(`run_plan`), each record appended and synced as it finishes (results.append_jsonl cuts a torn last line first): a
+kill loses at most the piece in flight, and a rerun on the same folder repeats only that piece.
 """
 from __future__ import annotations
 
@@ -90,7 +85,8 @@ def hold_card(d: Path, card: dict) -> dict:
 
 
 def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
-    """The stage's results folder (a fresh one when results_dir is None), locked, holding its card."""
+    """The stage's results folder (a fresh one when results_dir is None), locked (a second stage on it is refused in
+    one line), holding its card (`hold_card`), with a line in sessions.jsonl."""
     if results_dir is None:
         d = new_results_dir(stage, card["card"]).resolve()
     else:
