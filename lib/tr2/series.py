@@ -142,16 +142,12 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
         write_json_atomic(d / "cache" / "filled.json", {"configs": filled + [config.key]})
     return {
         "round": r, "warm": r == 0, "cold_compile": config.key not in filled, "config": config.key,
-        "model": config.model, "dtype": config.dtype,
-        "side": config.side, "mode": config.mode, "half_roundings": config.half_roundings,
-        "cuda_graph": config.cuda_graph, "build": config.build, "status": clock["status"], "reason": clock["reason"],
-        "returncode": clock["returncode"], "step_ms": clock["step_ms"], "own_step_ms": clock["own_step_ms"],
-        "own_vs_clock": clock["own_vs_clock"], "own_compared": config.side == "cupy",
-        "void": void, "valid": r > 0 and clock["status"] == "ok" and void is None,
-        "peak_bytes": clock["peak_bytes"],
+        **{k: getattr(config, k) for k in ("model", "dtype", "side", "mode", "half_roundings", "cuda_graph", "build")},
+        **{k: clock[k] for k in ("status", "reason", "returncode", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
+                                 "iters", "last_step")},
+        "own_compared": config.side == "cupy", "void": void, "valid": r > 0 and clock["status"] == "ok" and void is None,
         "nvml_peak_bytes": max((x["mem_used_bytes"] for x in samples), default=None),
-        "gpu": _gpu_summary(samples), "gpu_sampled": bool(samples),
-        "wall_s": round(clock["wall_s"], 3), "iters": clock["iters"], "last_step": clock["last_step"],
+        "gpu": _gpu_summary(samples), "gpu_sampled": bool(samples), "wall_s": round(clock["wall_s"], 3),
         "log": str(log.relative_to(d)), "cmd": cmd, "started": started,
         "tail": clock["tail"] if clock["status"] != "ok" or void else None,
     }
