@@ -31,11 +31,7 @@ def perturb_ulp(params, gen=None, how: str = "random") -> int:
     """
     n = 0
     with torch.no_grad():
-        seen = set()
         for p in params:
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
             if how == "up":
                 target = torch.full_like(p, math.inf)
             elif how == "random":
@@ -55,8 +51,7 @@ def floor_run(args: TrainArgs, perturb: str, perturb_seed: int, log: TrainLog | 
     if args.side != "torch" or args.dtype != "float32" or args.tf32:
         raise Tr2Error("the floor runs the torch side in float32 without TF32; allowed: --side torch --dtype "
                        "float32 --no-tf32")
-    gen = torch.Generator(device=args.device)
-    gen.manual_seed(perturb_seed)
+    gen = torch.Generator(device=args.device).manual_seed(perturb_seed)
 
     def after_step(model, it):
         if perturb == "every" or (perturb == "once" and it == -1):

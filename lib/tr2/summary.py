@@ -30,10 +30,9 @@ def load_dir_card(results_dir) -> dict:
 def write_csv(path, rows, fields) -> None:
     """rows (dicts) as CSV with these columns; None is an empty cell."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
+    w.writerows({k: ("" if r.get(k) is None else r.get(k)) for k in fields} for r in rows)
     write_text_atomic(path, buf.getvalue())
 
 
