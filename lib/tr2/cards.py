@@ -171,11 +171,9 @@ def _check(kind, key: str, value):
     if isinstance(kind, list):
         return _check_list(kind[0], key, value)
     if kind == "edition":
-        if value is None:
-            return value
-        if not isinstance(value, dict):
+        if value is not None and not isinstance(value, dict):
             _fail(key, value, f"null (a card of its own), or a mapping with keys {', '.join(EDITION)}")
-        return _check_mapping(EDITION, value, key + ".")
+        return value if value is None else _check_mapping(EDITION, value, key + ".")
     if kind == "judge_steps":
         if value is None:
             value = {}

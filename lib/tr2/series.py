@@ -39,8 +39,7 @@ IDLE_WAIT_S = 120.0  # how long a run waits for the card to be free before the s
 # ---------------------------------------------------------------------------------------------- plan
 
 def configurations(card: dict) -> list[RunConfig]:
-    """Every configuration of the card, in the card's order: per model, per dtype, the torch modes, the nanogpt
-    side's (where the card's torch_loops lists it), then the cupy builds."""
+    """Every configuration of the card in its order (tr2.configs), nanoGPT's loop where the card's torch_loops lists it."""
     return configs.configurations(card, nanogpt=True)
 
 
