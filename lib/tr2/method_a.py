@@ -1,11 +1,9 @@
 """Method A (docs/protocol.md, rules 40-42): families of runs, several seeds a side, compared as families.
 
-For each model and element type of the card, each side trains the schedule (`method_a.steps`, or the model's
-`max_iters`) once per seed of `method_a.seeds`, evaluated every `eval_interval` steps on `eval_iters` batches of
-each split (in the trainer's `--metrics` file); the torch side in `method_a.torch_mode`, the cupy side in the half
-types with `--half-roundings` (the build the verdict compares, rule 22). `verdict` is rule 41 as a pure function.
-Resumable (tr2.stage): a run killed half-way starts over (its partial metrics file is discarded); a failure other
-than out of memory is recorded and ends the stage (rule 8.4), and a rerun tries it again.
+Per model and element type, each side trains the schedule (`method_a_schedule`) once per seed, evaluated every
+`eval_interval` steps (the trainer's `--metrics` file): the torch side in `method_a.torch_mode`, the cupy side in the
+half types with the half roundings (the build the verdict compares, rule 22). A run killed half-way starts over; a
+failure other than out of memory is recorded and ends the stage (rule 8.4), and a rerun tries it again.
 """
 from __future__ import annotations
 

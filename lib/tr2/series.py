@@ -1,12 +1,10 @@
 """The series (docs/protocol.md, rules 8, 10-16 and 20-22): step times of every configuration, in rounds.
 
-The plan: every configuration of the card (tr2.configs, nanoGPT's loop included where the card lists it) once in
-round 0, the warm run that fills the compile caches and is discarded, then once in each timed round 1..R, round r
-in the card's order rotated to start at configuration r mod n (heat and drift touch every configuration alike).
-Each run is a fresh `python -m tr2.train` (evaluation off) under the outside clock (tr2.clock), on a GPU card after
-the card was found idle and sampled while it runs; the cupy side's own reading must agree with the clock within 1%
-or the run is void. Every run is recorded whatever its status; one that is not ok ends its configuration and the
-series goes on (rule 8). Resumable (tr2.stage): a kill loses at most the run in flight.
+Round 0 runs every configuration once to fill the compile caches and is discarded; timed round r runs them in the
+card's order rotated to start at configuration r mod n, so that heat and drift touch every configuration alike. Each
+run is a fresh `python -m tr2.train` (evaluation off) under the outside clock (tr2.clock), on an idle GPU, sampled;
+the cupy side's own reading must agree with the clock within 1% or the run is void. A run that is not ok ends its
+configuration and the series goes on (rule 8). Resumable (tr2.stage): a kill loses at most the run in flight.
 """
 from __future__ import annotations
 
