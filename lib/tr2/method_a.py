@@ -113,17 +113,11 @@ def verdict(torch_curves: dict, cupy_curves: dict, judge_from: int) -> dict:
 def curves(results_dir) -> list[dict]:
     """Every evaluation of every finished run: model, dtype, side, seed, step, train, val."""
     d = Path(results_dir)
-    rows = []
-    for r in finished_keys(d / RUNS).values():
-        path = d / r["metrics"]
-        if not path.is_file():
-            continue
-        for step, (tr, va) in sorted(read_metrics(path)["eval"].items()):
-            rows.append({"model": r["model"], "dtype": r["dtype"], "side": r["side"], "seed": r["seed"],
-                         "mode": r.get("mode"), "half_roundings": r.get("half_roundings"), "step": step,
-                         "train": tr, "val": va})
-    rows.sort(key=lambda x: (x["model"], x["dtype"], x["side"], x["seed"], x["step"]))
-    return rows
+    rows = [{"model": r["model"], "dtype": r["dtype"], "side": r["side"], "seed": r["seed"], "mode": r.get("mode"),
+             "half_roundings": r.get("half_roundings"), "step": step, "train": tr, "val": va}
+            for r in finished_keys(d / RUNS).values() if (d / r["metrics"]).is_file()
+            for step, (tr, va) in sorted(read_metrics(d / r["metrics"])["eval"].items())]
+    return sorted(rows, key=lambda x: (x["model"], x["dtype"], x["side"], x["seed"], x["step"]))
 
 
 def summarize(results_dir) -> dict:

@@ -211,24 +211,20 @@ def config_summary(config: RunConfig, recs: list[dict], rounds: int) -> dict:
     row.update(config=config.key, planned=rounds, runs=len(times), void=sum(1 for x in timed if x.get("void")),
                status="ok", reason=None, run_times_ms=times)
     if bad is not None:
-        row["status"] = bad["status"]
         where = "warm run" if bad["warm"] else f"round {bad['round']}"
-        row["reason"] = f"{where}: {bad['reason']}"
-        row["log"] = bad["log"]
+        row.update(status=bad["status"], reason=f"{where}: {bad['reason']}", log=bad["log"])
         times = []  # protocol rule 8: a configuration out of memory (or failed) has no time
     elif len(timed) < rounds:
-        row["status"] = "incomplete"
-        row["reason"] = f"{len(timed)} of {rounds} timed runs done"
+        row.update(status="incomplete", reason=f"{len(timed)} of {rounds} timed runs done")
     elif row["void"]:
-        row["status"] = "void"
-        row["reason"] = "; ".join(f"round {x['round']}: {x['void']}" for x in timed if x.get("void"))
+        row.update(status="void", reason="; ".join(f"round {x['round']}: {x['void']}" for x in timed if x.get("void")))
     rng = _range(times)
     row.update(median_ms=rng and rng["median"], fastest_ms=rng and rng["fastest"], slowest_ms=rng and rng["slowest"],
                times_ms=times)
     owns = [x["own_step_ms"] for x in valid if x.get("own_step_ms") is not None]
-    diffs = [x["own_vs_clock"] for x in timed if x.get("own_vs_clock") is not None]
     row["own_median_ms"] = statistics.median(owns) if owns else None
-    row["own_vs_clock_max"] = max(diffs, key=abs) if diffs else None
+    row["own_vs_clock_max"] = max((x["own_vs_clock"] for x in timed if x.get("own_vs_clock") is not None), key=abs,
+                                  default=None)
     for k in ("peak_bytes", "nvml_peak_bytes"):
         row[k] = max((x[k] for x in timed if x.get(k) is not None), default=None)
     return row
