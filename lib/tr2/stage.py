@@ -87,11 +87,8 @@ def hold_card(d: Path, card: dict) -> dict:
 def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
     """The stage's results folder (a fresh one when results_dir is None), locked (a second stage on it is refused in
     one line), holding its card (`hold_card`), with a line in sessions.jsonl."""
-    if results_dir is None:
-        d = new_results_dir(stage, card["card"]).resolve()
-    else:
-        d = Path(results_dir).resolve()
-        (d / "logs").mkdir(parents=True, exist_ok=True)
+    d = (new_results_dir(stage, card["card"]) if results_dir is None else Path(results_dir)).resolve()
+    (d / "logs").mkdir(parents=True, exist_ok=True)
     lock = _lock(d, stage)
     try:
         info = hold_card(d, card)
