@@ -7,9 +7,11 @@ the value and what is allowed. The top-level keys are the notebooks' papermill p
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import types
+from operator import itemgetter
 from pathlib import Path
 
 import yaml
@@ -18,11 +20,11 @@ from . import REPO_ROOT, Tr2Error
 from .data import DATA_FILES, data_file
 from .models import list_models, load_model
 from .papermill_hook import card_files
+from .results import NAME
 from .trainargs import DEVICES, DTYPES, MODES, SEED_MAX, TORCH_LOOPS, checkout_path, cuda_available
 
 CARD_DEVICES = tuple(d for d in DEVICES if d != "auto")  # a card is for one machine: cpu or cuda
 LOG_INTERVAL = 10  # the trainer prints an iter line every 10 steps: the clock's window ends must fall on one
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 # Upper (and for times, lower) bounds: a value outside them is a typo, not a plan. A run shorter than
 # MIN_TIMEOUT_S cannot even start Python and import torch, so a smaller timeout times every run out.
 MIN_TIMEOUT_S = 10
@@ -39,44 +41,44 @@ PUBLISHED = {"cuda": "h200"}
 # `edition`'s keys: the published card this card stands in for, and why it runs less than that card.
 EDITION = {"of": "name", "reason": "paragraph"}
 
-# key -> kind; a dict is a nested mapping. The order is the cards' order.
+# key -> kind; a dict is a nested mapping, [kind] a list of distinct values of that kind. The order is the cards'.
 SCHEMA = {
     "card": "name",
     "machine": "text",
     "device": "device",
     "edition": "edition",   # after device: which card it may name depends on the device
-    "models": "models",
-    "dtypes": "dtypes",
-    "torch_modes": "modes",
-    "half_roundings": "bools",
+    "models": ["model"],
+    "dtypes": ["dtype"],
+    "torch_modes": ["mode"],
+    "half_roundings": ["bool"],
     "cuda_graph": "bool",
-    "torch_loops": "loops",
+    "torch_loops": ["loop"],
     "nanogpt_path": "text",
     "series": {
-        "rounds": "pos_int",
-        "steps": "pos_int",
+        "rounds": "int",
+        "steps": "int",
         "window": "window",
-        "timeout_s": "pos_number",
-        "sample_interval_s": "pos_number",
+        "timeout_s": "number",
+        "sample_interval_s": "number",
     },
     "method_a": {
-        "seeds": "seeds",
-        "steps": "pos_int_or_null",
-        "eval_interval": "pos_int_or_null",
-        "eval_iters": "pos_int_or_null",
-        "judge_from": "nonneg_int",
+        "seeds": ["seed"],
+        "steps": "int_or_null",
+        "eval_interval": "int_or_null",
+        "eval_iters": "int_or_null",
+        "judge_from": "int",
         "torch_mode": "mode",
     },
     "method_b": {
-        "steps": "pos_int",
+        "steps": "int",
         "judge_steps": "judge_steps",
         "window": "window_rule",
-        "seed": "nonneg_int",
-        "floors": "floors",
-        "also": "also",
+        "seed": "int",
+        "floors": ["floor"],
+        "also": ["also"],
     },
     "families": {
-        "steps": "pos_int",
+        "steps": "int",
         "window": "window",
         "rules": "text",
     },
@@ -95,6 +97,19 @@ ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max
 OPTIONAL = {"edition": None, "method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "method_b.window": "judge_steps",
             "cuda_graph": False,
             "torch_loops": ["torch"], "nanogpt_path": "../shared/nanoGPT"}
+CHOICES = {"device": CARD_DEVICES, "mode": MODES, "dtype": DTYPES, "loop": TORCH_LOOPS, "window_rule": WINDOW_RULES,
+           "floor": FLOOR_NAMES, "also": ALSO_NAMES}
+PLAIN = {  # kind -> (the test a value passes, what is allowed)
+    "name": (lambda v: isinstance(v, str) and bool(NAME.match(v)), "a name of letters, digits, '.', '_' and '-'"),
+    "text": (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string"),
+    # the front page shows it as one paragraph: a blank line would be a second one
+    "paragraph": (lambda v: isinstance(v, str) and bool(v.strip()) and not re.search(r"\n[ \t]*\n", v.strip()),
+                  "one paragraph of text (a non-empty string without a blank line)"),
+    "bool": (lambda v: isinstance(v, bool), "true | false"),
+    "window": (lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(map(_is_int, v)) and 0 <= v[0] < v[1],
+               "[first, last] steps, integers with 0 <= first < last"),
+}
+NOUNS = {"model": "models", "dtype": "element types", "mode": "PyTorch modes"}  # a list's items, named in its message
 
 
 def _fail(key: str, value, allowed: str):
@@ -105,137 +120,76 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and v == v and v not in (float("inf"), float("-inf"))
+def _rule(kind: str, key: str) -> tuple:
+    """(the test a value of `kind` at `key` passes, what is allowed); numbers within the key's BOUNDS."""
+    lo, hi = BOUNDS.get(key, (None, None))
+    if kind in ("int", "int_or_null", "seed"):
+        null = ", or null (the model's own)" if kind == "int_or_null" else ""
+        return ((lambda v: (_is_int(v) and lo <= v <= hi) or (null and v is None)),
+                f"integers from {lo} to {hi}" if kind == "seed" else f"an integer from {lo} to {hi}{null}")
+    if kind == "number":
+        return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and lo <= v <= hi), f"a number from {lo:g} to {hi:g}"
+    if kind == "model" or kind in CHOICES:
+        allowed = list_models() if kind == "model" else CHOICES[kind]
+        return (lambda v: isinstance(v, str) and v in allowed), " | ".join(allowed)
+    return PLAIN[kind]
 
 
-def _list(key: str, value, allowed_desc: str) -> list:
+def _check_list(kind: str, key: str, value) -> list:
+    test, allowed = _rule(kind, key)
+    may_be_empty = kind in ("floor", "also")  # method B may run no floor and no extra run
+    what = f"{NOUNS[kind]} from {allowed}" if kind in NOUNS else allowed
     if not isinstance(value, (list, tuple)):
-        _fail(key, value, f"a list of {allowed_desc}")
-    if not value:
-        _fail(key, value, f"a non-empty list of {allowed_desc}")
-    seen = set()
+        _fail(key, value, f"a list (may be empty) of {allowed}" if may_be_empty else f"a list of {what}")
+    if not may_be_empty:
+        if not value:
+            _fail(key, value, f"a non-empty list of {what}")
+        seen = set()
+        for v in value:
+            try:
+                hash(v)
+            except TypeError:
+                _fail(key, value, f"a list of {what}")
+            if (type(v), v) in seen:
+                raise Tr2Error(f"{key}: {value!r} lists {v!r} twice; allowed: each value once")
+            seen.add((type(v), v))
     for v in value:
-        try:
-            hash(v)
-        except TypeError:
-            _fail(key, value, f"a list of {allowed_desc}")
-        if (type(v), v) in seen:
-            raise Tr2Error(f"{key}: {value!r} lists {v!r} twice; allowed: each value once")
-        seen.add((type(v), v))
+        if not test(v):
+            _fail(key, v, allowed + (" (params/models.yaml)" if kind == "model" else ""))
+    if may_be_empty and len(set(value)) != len(value):
+        raise Tr2Error(f"{key}: {list(value)!r} lists a value twice; allowed: each value once")
+    if kind == "loop" and "torch" not in value:  # our torch loop always (method B and the families stand on it)
+        _fail(key, value, "[torch] or [torch, nanogpt] (our torch loop is always measured)")
     return list(value)
 
 
-def _one_of(key: str, value, allowed) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        _fail(key, value, " | ".join(allowed))
-
-
-def _check(kind: str, key: str, value):
+def _check(kind, key: str, value):
     """The value checked and normalized (tuples to lists), or Tr2Error."""
-    if kind == "name":
-        if not isinstance(value, str) or not _NAME.match(value):
-            _fail(key, value, "a name of letters, digits, '.', '_' and '-'")
-        return value
-    if kind == "text":
-        if not isinstance(value, str) or not value.strip():
-            _fail(key, value, "a non-empty string")
-        return value
-    if kind == "paragraph":  # the front page shows it as one paragraph: a blank line would be a second one
-        if not isinstance(value, str) or not value.strip() or re.search(r"\n[ \t]*\n", value.strip()):
-            _fail(key, value, "one paragraph of text (a non-empty string without a blank line)")
-        return value
+    if isinstance(kind, dict):
+        return _check_mapping(kind, value, key + ".")
+    if isinstance(kind, list):
+        return _check_list(kind[0], key, value)
     if kind == "edition":
-        if value is None:
-            return value
-        if not isinstance(value, dict):
+        if value is not None and not isinstance(value, dict):
             _fail(key, value, f"null (a card of its own), or a mapping with keys {', '.join(EDITION)}")
-        return _check_mapping(EDITION, value, key + ".")
-    if kind == "device":
-        _one_of(key, value, CARD_DEVICES)
-        return value
-    if kind == "mode":
-        _one_of(key, value, MODES)
-        return value
-    if kind in ("models", "dtypes", "modes"):
-        allowed = {"models": list_models(), "dtypes": DTYPES, "modes": MODES}[kind]
-        what = {"models": "models", "dtypes": "element types", "modes": "PyTorch modes"}[kind]
-        items = _list(key, value, f"{what} from {' | '.join(allowed)}")
-        for v in items:
-            if not isinstance(v, str) or v not in allowed:
-                origin = " (params/models.yaml)" if kind == "models" else ""
-                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: {' | '.join(allowed)}{origin}")
-        return items
-    if kind == "bool":
-        if not isinstance(value, bool):
-            _fail(key, value, "true | false")
-        return value
-    if kind == "bools":
-        items = _list(key, value, "true | false")
-        for v in items:
-            if not isinstance(v, bool):
-                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: true | false")
-        return items
-    lo, hi = BOUNDS.get(key, (None, None))
-    if kind == "seeds":
-        items = _list(key, value, f"integers from {lo} to {hi}")
-        for v in items:
-            if not _is_int(v) or not lo <= v <= hi:
-                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: integers from {lo} to {hi}")
-        return items
-    if kind in ("pos_int", "nonneg_int", "pos_int_or_null"):
-        lo = lo if lo is not None else (0 if kind == "nonneg_int" else 1)
-        null = ", or null (the model's own)" if kind == "pos_int_or_null" else ""
-        if value is None and null:
-            return value
-        if not _is_int(value) or value < lo or (hi is not None and value > hi):
-            _fail(key, value, f"an integer from {lo} to {hi}{null}" if hi is not None else f"an integer >= {lo}{null}")
-        return value
-    if kind == "pos_number":
-        if not _is_number(value) or value <= 0 or (lo is not None and not lo <= value <= hi):
-            _fail(key, value, f"a number from {lo:g} to {hi:g}" if lo is not None else "a number > 0")
-        return value
-    if kind == "window":
-        if (not isinstance(value, (list, tuple)) or len(value) != 2 or not all(_is_int(v) for v in value)
-                or not 0 <= value[0] < value[1]):
-            _fail(key, value, "[first, last] steps, integers with 0 <= first < last")
-        return list(value)
-    if kind == "window_rule":
-        _one_of(key, value, WINDOW_RULES)
-        return value
-    if kind == "loops":  # our torch loop always (method B and the families stand on it); nanoGPT's beside it
-        items = _list(key, value, " | ".join(TORCH_LOOPS))
-        for v in items:
-            if not isinstance(v, str) or v not in TORCH_LOOPS:
-                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: {' | '.join(TORCH_LOOPS)}")
-        if "torch" not in items:
-            _fail(key, value, "[torch] or [torch, nanogpt] (our torch loop is always measured)")
-        return items
-    if kind in ("floors", "also"):
-        allowed = FLOOR_NAMES if kind == "floors" else ALSO_NAMES
-        if not isinstance(value, (list, tuple)):
-            _fail(key, value, f"a list (may be empty) of {' | '.join(allowed)}")
-        for v in value:
-            if not isinstance(v, str) or v not in allowed:
-                raise Tr2Error(f"{key}: {v!r} is not allowed; allowed: {' | '.join(allowed)}")
-        if len(set(value)) != len(value):
-            raise Tr2Error(f"{key}: {list(value)!r} lists a value twice; allowed: each value once")
-        return list(value)
+        return value if value is None else _check_mapping(EDITION, value, key + ".")
     if kind == "judge_steps":
         if value is None:
             value = {}
         if not isinstance(value, dict):
             _fail(key, value, "a mapping model -> last judged step ({} for none)")
         models = list_models()
-        out = {}
         for m, v in value.items():
             if m not in models:
                 raise Tr2Error(f"{key}.{m}: unknown model; allowed: {' | '.join(models)} (params/models.yaml)")
             if not _is_int(v) or v < 0:
                 _fail(f"{key}.{m}", v, "an integer >= 0 (the last judged step)")
-            out[m] = v
-        return out
-    raise AssertionError(f"unknown kind {kind}")
+        return dict(value)
+    test, allowed = _rule(kind, key)
+    if not test(value):
+        _fail(key, value, allowed)
+    return list(value) if kind == "window" else value
 
 
 def _check_mapping(schema: dict, d, prefix: str = "") -> dict:
@@ -251,14 +205,7 @@ def _check_mapping(schema: dict, d, prefix: str = "") -> dict:
             d = {**d, k: list(v) if isinstance(v, list) else v}
         if k not in d:
             raise Tr2Error(f"{prefix}{k}: missing; required keys{' of ' + where if prefix else ''}: {', '.join(schema)}")
-    out = {}
-    for k, kind in schema.items():
-        key = prefix + k
-        if isinstance(kind, dict):
-            out[k] = _check_mapping(kind, d[k], key + ".")
-        else:
-            out[k] = _check(kind, key, d[k])
-    return out
+    return {k: _check(kind, prefix + k, d[k]) for k, kind in schema.items()}
 
 
 def validate_card(d) -> dict:
@@ -273,9 +220,7 @@ def validate_card(d) -> dict:
             _fail(key, window, f"steps on which the trainer prints its iter line (multiples of {every})")
     a = c["method_a"]
     for m in c["models"]:
-        cfg = load_model(m)
-        steps = a["steps"] if a["steps"] is not None else cfg.max_iters
-        interval = a["eval_interval"] if a["eval_interval"] is not None else cfg.eval_interval
+        steps, interval = itemgetter("steps", "eval_interval")(method_a_schedule(c, m))
         whose = f"{m}'s max_iters" if a["steps"] is None else "method_a.steps"
         if a["judge_from"] > steps:
             _fail("method_a.judge_from", a["judge_from"], f"a step <= {steps} ({whose})")
@@ -297,6 +242,13 @@ def validate_card(d) -> dict:
     if c["edition"] is not None:
         _check_edition(c["card"], c["device"], c["edition"]["of"])
     return c
+
+
+def method_a_schedule(card: dict, model: str) -> dict:
+    """steps, eval_interval, eval_iters of method A for one model under the card (null: the model's own)."""
+    cfg, a = load_model(model), card["method_a"]
+    own = {"steps": cfg.max_iters, "eval_interval": cfg.eval_interval, "eval_iters": cfg.eval_iters}
+    return {k: own[k] if a[k] is None else a[k] for k in own}
 
 
 def _check_edition(card: str, device: str, of: str) -> None:
@@ -417,14 +369,15 @@ def papermill_card_files() -> list[Path]:
     """The -f files of the papermill process that started this kernel, or [] (not under papermill, or not on
     Linux). papermill hands a notebook only the merged values: a key given twice, an empty file or a missing
     mapping is invisible from inside, so the notebook reads the files papermill was given itself."""
+    proc = Path(f"/proc/{os.getppid()}")
     try:
-        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
     except OSError:
         return []
     args = [a.decode("utf-8", "replace") for a in argv if a]
-    if not any(Path(a).name == "papermill" or a == "papermill" for a in args[:3]):
+    if not any(Path(a).name == "papermill" for a in args[:3]):
         return []
-    cwd = Path(os.readlink(f"/proc/{os.getppid()}/cwd")) if Path(f"/proc/{os.getppid()}/cwd").exists() else Path.cwd()
+    cwd = (proc / "cwd").resolve() if (proc / "cwd").exists() else Path.cwd()
     return [cwd / f for f in card_files(args)]
 
 
@@ -450,9 +403,9 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
         if n in SCHEMA:
             raise Tr2Error(f"{n}: card key not defined in this notebook's parameters cell; add it there")
         raise Tr2Error(f"{n}: unknown key; allowed keys: {', '.join(CARD_KEYS)} (and results_dir)")
-    missing = [k for k in CARD_KEYS if k not in namespace and k not in OPTIONAL]
+    required = [k for k in CARD_KEYS if k not in OPTIONAL]
+    missing = [k for k in required if k not in namespace]
     if missing:
-        required = [k for k in CARD_KEYS if k not in OPTIONAL]
         raise Tr2Error(f"{missing[0]}: missing from the notebook's parameters cell; required keys: {', '.join(required)}")
     card = validate_card({k: namespace[k] for k in CARD_KEYS if k in namespace})
     check_machine(card)

@@ -1,11 +1,8 @@
 """One run configuration: a side in one element type of one model, its key, and its trainer arguments.
 
-Every stage takes its configurations from `configurations(card)`, so a key means the same thing in the
-series, the kernel families, the footprint and the report: `<model>/<dtype>/<build>`, with build
-`torch-<mode>`, `nanogpt-<mode>` (nanoGPT's own train.py, the card's `torch_loops`), `cupy` or `cupy-hr` (the cupy
-side with the half roundings). Whether the cupy side replays
-its step as a CUDA graph is the card's `cuda_graph` (not part of the key: one card times one way), carried
-in each record.
+Every stage takes its configurations from `configurations(card)`, so a key means the same thing in every stage and
+the report: `<model>/<dtype>/<build>`, build `torch-<mode>`, `nanogpt-<mode>` (nanoGPT's own train.py), `cupy` or
+`cupy-hr` (with the half roundings). The card's `cuda_graph` is no part of the key (one card times one way).
 """
 from __future__ import annotations
 

@@ -2,11 +2,9 @@
 
     python -m tr2.floor --perturb none|once|every [--perturb-seed S] <the trainer's arguments>
 
-The run is `python -m tr2.train --side torch ...` (tr2.torch_side.train, unchanged) with an after-step
-hook: 'once' moves every weight by one unit in the last place before step 0, 'every' does that and
-again after every optimizer step, 'none' moves nothing (it should equal the trainer's own run to the
-bit). The move is torch.nextafter towards +inf or -inf, the direction drawn per element from a seeded
-torch.Generator on the weights' device. Exit codes as the trainer's (3: out of memory).
+The run is the trainer's torch run (tr2.torch_side.train, unchanged) with an after-step hook: 'once' moves every
+weight by one ulp (`perturb_ulp`) before step 0, 'every' again after every optimizer step, 'none' moves nothing (it
+should equal the trainer's own run to the bit). Exit codes as the trainer's (3: out of memory).
 """
 from __future__ import annotations
 
@@ -33,11 +31,7 @@ def perturb_ulp(params, gen=None, how: str = "random") -> int:
     """
     n = 0
     with torch.no_grad():
-        seen = set()
         for p in params:
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
             if how == "up":
                 target = torch.full_like(p, math.inf)
             elif how == "random":
@@ -57,8 +51,7 @@ def floor_run(args: TrainArgs, perturb: str, perturb_seed: int, log: TrainLog | 
     if args.side != "torch" or args.dtype != "float32" or args.tf32:
         raise Tr2Error("the floor runs the torch side in float32 without TF32; allowed: --side torch --dtype "
                        "float32 --no-tf32")
-    gen = torch.Generator(device=args.device)
-    gen.manual_seed(perturb_seed)
+    gen = torch.Generator(device=args.device).manual_seed(perturb_seed)
 
     def after_step(model, it):
         if perturb == "every" or (perturb == "once" and it == -1):

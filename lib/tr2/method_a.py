@@ -1,11 +1,9 @@
 """Method A (docs/protocol.md, rules 40-42): families of runs, several seeds a side, compared as families.
 
-For each model and element type of the card, each side trains the schedule (`method_a.steps`, or the model's
-`max_iters`) once per seed of `method_a.seeds`, evaluated every `eval_interval` steps on `eval_iters` batches of
-each split (in the trainer's `--metrics` file); the torch side in `method_a.torch_mode`, the cupy side in the half
-types with `--half-roundings` (the build the verdict compares, rule 22). `verdict` is rule 41 as a pure function.
-Resumable (tr2.stage): a run killed half-way starts over (its partial metrics file is discarded); a failure other
-than out of memory is recorded and ends the stage (rule 8.4), and a rerun tries it again.
+Per model and element type, each side trains the schedule (`method_a_schedule`) once per seed, evaluated every
+`eval_interval` steps (the trainer's `--metrics` file): the torch side in `method_a.torch_mode`, the cupy side in the
+half types with the half roundings (the build the verdict compares, rule 22). A run killed half-way starts over; a
+failure other than out of memory is recorded and ends the stage (rule 8.4), and a rerun tries it again.
 """
 from __future__ import annotations
 
@@ -15,9 +13,9 @@ from pathlib import Path
 
 from . import explore
 from . import explore_plots as plots
+from .cards import method_a_schedule
 from .clock import run_logged
 from .configs import RunConfig
-from .models import load_model
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
 from .summary import all_passed, finish, load_dir_card, save_figure, stats, write_csv
@@ -28,33 +26,18 @@ STAGE = "method_a"
 SIDES = ("torch", "cupy")
 
 
-def schedule(card: dict, model: str) -> dict:
-    """steps, eval_interval, eval_iters for one model under the card (null: the model's own)."""
-    cfg = load_model(model)
-    a = card["method_a"]
-    return {"steps": a["steps"] if a["steps"] is not None else cfg.max_iters,
-            "eval_interval": a["eval_interval"] if a["eval_interval"] is not None else cfg.eval_interval,
-            "eval_iters": a["eval_iters"] if a["eval_iters"] is not None else cfg.eval_iters}
-
-
-def _config(card: dict, model: str, dtype: str, side: str) -> RunConfig:
-    # the cupy side in the half types runs with the half roundings: the build the verdict compares
-    if side == "torch":
-        return RunConfig(model, dtype, side, mode=card["method_a"]["torch_mode"])
-    return RunConfig(model, dtype, side, half_roundings=dtype != "float32")
-
-
 def plan(card: dict) -> list[dict]:
     """Every run of the stage, in the order they run: model, type, seed, then the two sides."""
     runs = []
     for model in card["models"]:
-        sch = schedule(card, model)
+        sch = method_a_schedule(card, model)
         for dtype in card["dtypes"]:
             for seed in card["method_a"]["seeds"]:
                 for side in SIDES:
-                    c = _config(card, model, dtype, side)
+                    # the cupy side in the half types runs with the half roundings: the build the verdict compares
                     runs.append({"key": f"{model}/{dtype}/{side}/{seed}", "model": model, "dtype": dtype, "side": side,
-                                 "seed": seed, "mode": c.mode, "half_roundings": c.half_roundings, **sch})
+                                 "seed": seed, "mode": card["method_a"]["torch_mode"] if side == "torch" else None,
+                                 "half_roundings": side == "cupy" and dtype != "float32", **sch})
     return runs
 
 
@@ -102,17 +85,13 @@ def verdict(torch_curves: dict, cupy_curves: dict, judge_from: int) -> dict:
         t_vals = [c.get(s) for c in torch_curves.values()]
         c_vals = [c.get(s) for c in cupy_curves.values()]
         t, c = stats(t_vals), stats(c_vals)
-        missing = (sum(v is None for v in t_vals) + sum(v is None for v in c_vals)
-                   + t["nonfinite"] + c["nonfinite"])
-        if missing or t["n"] == 0 or c["n"] == 0:
-            rows.append({"step": s, "torch_median": t["median"], "cupy_median": c["median"],
-                         "torch_range": t["range"], "cupy_range": c["range"], "diff": None, "allowed": None,
-                         "ok": False, "why": f"{missing} run(s) lack this evaluation or hold a non-finite loss"})
-            continue
-        diff = abs(t["median"] - c["median"])
-        allowed = max(t["range"], c["range"])
+        missing = t_vals.count(None) + c_vals.count(None) + t["nonfinite"] + c["nonfinite"]
+        judged = not missing and t["n"] and c["n"]
+        diff = abs(t["median"] - c["median"]) if judged else None
+        allowed = max(t["range"], c["range"]) if judged else None
         rows.append({"step": s, "torch_median": t["median"], "cupy_median": c["median"], "torch_range": t["range"],
-                     "cupy_range": c["range"], "diff": diff, "allowed": allowed, "ok": diff <= allowed, "why": None})
+                     "cupy_range": c["range"], "diff": diff, "allowed": allowed, "ok": bool(judged) and diff <= allowed,
+                     "why": None if judged else f"{missing} run(s) lack this evaluation or hold a non-finite loss"})
     n_t, n_c = len(torch_curves), len(cupy_curves)
     if n_t < 2 or n_c < 2:
         passed, reason = None, (f"{n_t} torch and {n_c} cupy seed(s): a side of one seed has no range, so the "
@@ -134,17 +113,11 @@ def verdict(torch_curves: dict, cupy_curves: dict, judge_from: int) -> dict:
 def curves(results_dir) -> list[dict]:
     """Every evaluation of every finished run: model, dtype, side, seed, step, train, val."""
     d = Path(results_dir)
-    rows = []
-    for r in finished_keys(d / RUNS).values():
-        path = d / r["metrics"]
-        if not path.is_file():
-            continue
-        for step, (tr, va) in sorted(read_metrics(path)["eval"].items()):
-            rows.append({"model": r["model"], "dtype": r["dtype"], "side": r["side"], "seed": r["seed"],
-                         "mode": r.get("mode"), "half_roundings": r.get("half_roundings"), "step": step,
-                         "train": tr, "val": va})
-    rows.sort(key=lambda x: (x["model"], x["dtype"], x["side"], x["seed"], x["step"]))
-    return rows
+    rows = [{"model": r["model"], "dtype": r["dtype"], "side": r["side"], "seed": r["seed"], "mode": r.get("mode"),
+             "half_roundings": r.get("half_roundings"), "step": step, "train": tr, "val": va}
+            for r in finished_keys(d / RUNS).values() if (d / r["metrics"]).is_file()
+            for step, (tr, va) in sorted(read_metrics(d / r["metrics"])["eval"].items())]
+    return sorted(rows, key=lambda x: (x["model"], x["dtype"], x["side"], x["seed"], x["step"]))
 
 
 def summarize(results_dir) -> dict:
@@ -158,18 +131,14 @@ def summarize(results_dir) -> dict:
 
     configs = []
     for model in card["models"]:
-        sch = schedule(card, model)
+        sch = method_a_schedule(card, model)
         for dtype in card["dtypes"]:
             fam, final, status = {}, {}, {}
             for side in SIDES:
-                recs = [runs.get(f"{model}/{dtype}/{side}/{s}") for s in card["method_a"]["seeds"]]
-                status[side] = {str(s): (rec["status"] if rec else "missing")
-                                for s, rec in zip(card["method_a"]["seeds"], recs)}
-                fam[side] = {}
-                for s, rec in zip(card["method_a"]["seeds"], recs):
-                    if rec and rec["status"] == "ok":
-                        ev = read_metrics(d / rec["metrics"])["eval"]
-                        fam[side][s] = {k: v[1] for k, v in ev.items()}
+                recs = {sd: runs.get(f"{model}/{dtype}/{side}/{sd}") for sd in card["method_a"]["seeds"]}
+                status[side] = {str(sd): rec["status"] if rec else "missing" for sd, rec in recs.items()}
+                fam[side] = {sd: {k: v[1] for k, v in read_metrics(d / rec["metrics"])["eval"].items()}
+                             for sd, rec in recs.items() if rec and rec["status"] == "ok"}
                 last = sch["steps"] - sch["steps"] % sch["eval_interval"]
                 final[side] = {**stats([c.get(last) for c in fam[side].values()]), "step": last}
             oom = [f"{side} seed {s}" for side in status for s, st in status[side].items() if st == "oom"]

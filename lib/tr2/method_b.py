@@ -1,16 +1,11 @@
 """Method B (docs/protocol.md, rules 50-54): one shared start, one recorded batch order, step by step.
 
-Per model of the card, the plan: the start (`--steps 0 --save-init`: the torch side's own initialization, written
-before its single step), the batch order (`tr2.data.write_batch_order`, seed `method_b.seed`), then from them,
-with dropout 0 and float32 without TF32, every step's loss in `--metrics`: the torch side in `method_a.torch_mode`
-(the checks' mode), the cupy side, nanoGPT's own train.py where the card's `torch_loops` lists it (two PyTorch
-loops: a floor), the floor runs the card's `method_b.floors` names (`python -m tr2.floor`: the torch side's loop
-unperturbed, moved by one ulp once at the start, and after every step as well: `PERTURBATION`), and the runs of
-`method_b.also` (`ALSO`), each read against its own side's run.
-
-`verdict` (rules 51-52: step 0 within 1e-5, steps 1..J within 1%) and `floor_window` (J = W, the last step every
-floor run stays within 0.5%, with `method_b.window: floors`) are pure functions. Resumable as every stage
-(tr2.stage); a shared start out of memory ends its model.
+Per model, the plan: the start (the torch side's own initialization, `--save-init` before its single step), the
+batch order (seed `method_b.seed`), then from them, with dropout 0 and float32 without TF32, every step's loss: the
+torch side in `method_a.torch_mode` (the checks' mode), the cupy side, nanoGPT's own train.py where `torch_loops`
+lists it (two PyTorch loops: a floor), the floor runs of `method_b.floors` (tr2.floor, `PERTURBATION`) and the runs
+of `method_b.also` (`ALSO`), each read against its own side's run. `verdict` (rules 51-52) and `floor_window` (J = W,
+issue 11) are pure functions. Resumable (tr2.stage); a shared start out of memory ends its model.
 """
 from __future__ import annotations
 
@@ -44,21 +39,13 @@ FLOOR_COLUMNS = {"rerun": ("rel_none_vs_trainer", "floor-none"), "once": ("rel_o
                  "every": ("rel_every", "floor-every"), "nanogpt": ("rel_nanogpt", "nanogpt")}
 
 
-def _also(name: str) -> tuple:
-    """(side, torch mode, the run it is compared with) of an extra run named in the card's method_b.also.
-
-    cupy-again asks whether the cupy side is bit-reproducible; torch-<mode> how far another PyTorch stack
-    (the compiler's kernels, summing in their own order) stands from eager."""
-    side, _, rest = name.partition("-")
-    return (side, None if side == "cupy" else rest, side)
+# An extra run of the card's method_b.also, name -> (side, torch mode, the run it is read against): cupy-again asks
+# whether the cupy side is bit-reproducible; torch-<mode> how far another PyTorch stack (the compiler's kernels,
+# summing in their own order) stands from eager.
+ALSO = {n: (side, None if side == "cupy" else rest, side) for n in ALSO_NAMES for side, _, rest in [n.partition("-")]}
 
 
-ALSO = {name: _also(name) for name in ALSO_NAMES}
-
-
-# ----------------------------------------------------------------------------------------------------
-# the verdict
-# ----------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------ verdict
 
 def rel_diff(ref: float, other: float) -> float:
     """|other - ref| / |ref|; inf where either is not finite or ref is 0 and they differ."""
@@ -136,20 +123,17 @@ def verdict(torch_losses: dict, cupy_losses: dict, steps: int, judge_steps=None)
         if w.get("missing"):
             what += f", {len(w['missing'])} step(s) missing"
         return what + (f" (within {tol:g})" if w["ok"] else f" (over {tol:g} at {w['n_failed']} step(s))")
-    reason = f"step 0: {said(step0, STEP0_REL)}; steps 1..{last}: {said(window, STEP_REL)}"
-    if last < steps:
-        reason += f"; steps 1..{steps}, stated beside, judging nothing (protocol rule 52): {said(full, STEP_REL)}"
-    out = {"passed": passed, "reason": reason, "step0": step0, "window": window, "judge_last_step": last, "steps": steps,
+    out = {"passed": passed, "reason": f"step 0: {said(step0, STEP0_REL)}; steps 1..{last}: {said(window, STEP_REL)}",
+           "step0": step0, "window": window, "judge_last_step": last, "steps": steps,
            "rule": f"step 0 within {STEP0_REL:g} relative, steps 1..{last} each within {STEP_REL:.0%} relative"}
     if last < steps:
+        out["reason"] += f"; steps 1..{steps}, stated beside, judging nothing (protocol rule 52): {said(full, STEP_REL)}"
         out["full"] = {**full, "passed": step0["ok"] and full["ok"],
                        "rule": f"method B as first written: steps 1..{steps} each within {STEP_REL:.0%} (protocol rule 52)"}
     return out
 
 
-# ----------------------------------------------------------------------------------------------------
-# the stage
-# ----------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------------- stage
 
 def _trained(card: dict) -> tuple:
     """The names of the training runs of each model, in the order they run."""
@@ -159,11 +143,8 @@ def _trained(card: dict) -> tuple:
 
 
 def plan(card: dict) -> list[dict]:
-    runs = []
-    for model in card["models"]:
-        for what in ("init", "order", *_trained(card)):
-            runs.append({"key": f"{model}/{what}", "model": model, "what": what})
-    return runs
+    return [{"key": f"{model}/{what}", "model": model, "what": what}
+            for model in card["models"] for what in ("init", "order", *_trained(card))]
 
 
 def _paths(d: Path, model: str) -> dict:
@@ -183,14 +164,10 @@ def command(card: dict, r: dict, p: dict) -> list[str] | None:
     if what == "init":  # the torch side's initialization, saved before its single step
         return trainer_prefix() + RunConfig(model, "float32", "torch", mode="eager").train_args(
             card["device"], 0, save_init=str(p["init"]), **start).to_argv()
+    # the torch side and its floors in the checks' mode; nanoGPT's own train.py, launched from the card's checkout
+    side, run_mode = {"cupy": ("cupy", None), "nanogpt": ("nanogpt", mode)}.get(what, ("torch", mode))
     if what.startswith("also-"):
         side, run_mode, _ = ALSO[what[len("also-"):]]
-    elif what == "cupy":
-        side, run_mode = "cupy", None
-    elif what == "nanogpt":  # nanoGPT's own train.py, launched from the card's checkout
-        side, run_mode = "nanogpt", mode
-    else:  # the torch side and its floors, in the checks' mode
-        side, run_mode = "torch", mode
     checkout = card["nanogpt_path"] if side == "nanogpt" else None
     args = RunConfig(model, "float32", side, mode=run_mode, checkout=checkout).train_args(
         card["device"], b["steps"], init=str(p["init"]), batches=str(p["order"]), metrics=str(p[what]), **start).to_argv()
@@ -211,8 +188,7 @@ def run_one(r: dict, card: dict, d: Path) -> dict:
         res = {"status": "ok", "returncode": 0, "wall_s": round(time.monotonic() - t0, 3), "log": None,
                "reason": None, "cmd": None}
     else:
-        target = p["init"] if what == "init" else p[what]
-        target.unlink(missing_ok=True)  # a killed run's partial file: the piece starts over
+        p[what].unlink(missing_ok=True)  # a killed run's partial file: the piece starts over
         cmd = command(card, r, p)
         log = d / "logs" / f"{STAGE}-{model}-{what}.log"
         res = {**run_logged(cmd, log), "cmd": cmd, "log": str(log.relative_to(d))}
@@ -240,8 +216,7 @@ def _losses(d: Path, rec) -> dict:
 
 # method_b.csv's columns (tr2.explore reads them by these names): each run's loss under its column, and rel_<x>,
 # a run's relative difference from the run it is read against: column -> (run, reference run)
-LOSSES = {"torch": "torch", "cupy": "cupy", "floor_none": "floor-none", "floor_once": "floor-once",
-          "floor_every": "floor-every", "nanogpt": "nanogpt"}
+LOSSES = {col: col.replace("_", "-") for col in ("torch", "cupy", "floor_none", "floor_once", "floor_every", "nanogpt")}
 RELS = {"rel_cupy": ("cupy", "torch"), "rel_once": ("floor-once", "floor-none"), "rel_every": ("floor-every", "floor-none"),
         "rel_none_vs_trainer": ("floor-none", "torch"), "rel_nanogpt": ("nanogpt", "torch")}
 CSV_COLUMNS = ["model", "step", "torch", "cupy", "rel_cupy", "floor_none", "floor_once", "floor_every", "rel_once",

@@ -41,17 +41,13 @@ def parameters_source() -> str:
     return "\n".join(lines + ["results_dir = None   # None: a fresh results folder", "_names_before = set(globals())"])
 
 
-def _cell(nb: dict) -> dict:
-    return next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
-
-
 def sync(check: bool = False) -> list[str]:
     """The stage notebooks whose parameters cell differs from the smoke card's (rewritten unless check)."""
     want, differ = parameters_source(), []
     for stage in STAGES:
         path = REPO_ROOT / "notebooks" / f"{stage}.ipynb"
         nb = json.loads(path.read_text())
-        cell = _cell(nb)
+        cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
         if "".join(cell["source"]) != want:
             differ.append(stage)
             if not check:

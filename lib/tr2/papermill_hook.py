@@ -1,14 +1,12 @@
 """One line, exit 2, for a stage refused by its parameters check under the `papermill` command.
 
-papermill re-raises a notebook's exception as PapermillExecutionError and the CLI leaves it uncaught: a
-page of papermill's own frames with our one-line Tr2Error buried inside. `make setup` installs a .pth
-file (`python -m tr2.papermill_hook install`) that puts `hook` in sys.excepthook of every Python of the
-venv; it changes nothing but the report of these two failures of a `papermill` process:
-- a notebook cell raised Tr2Error (the card check): its message, one line, exit 2;
-- papermill itself failed reading a -f card (a list or a scalar card: "dictionary update sequence
-  element #0", binary junk, bad YAML): the card file is read by tr2.cards and its one line printed, exit 2.
-Everything else reaches the hook that was there before. papermill has already written the executed
-notebook (with the error in it) where it was told to; no results folder exists yet (the check runs first).
+papermill re-raises a notebook's exception as PapermillExecutionError and its CLI leaves it uncaught: a page of
+papermill's frames with our one-line Tr2Error buried inside. `make setup` installs a .pth file (`python -m
+tr2.papermill_hook install`) that puts `hook` in sys.excepthook of every Python of the venv. Under `papermill` it
+reports two failures in one line, exit 2: a notebook cell raised Tr2Error (the card check), or papermill failed
+reading a -f card (a list or a scalar card, binary junk, bad YAML: tr2.cards reads the file and says why).
+Everything else reaches the hook that was there before. papermill has written the executed notebook, the error in
+it; no results folder exists yet (the check runs first).
 """
 from __future__ import annotations
 
@@ -20,10 +18,6 @@ from pathlib import Path
 PTH_NAME = "tr2-papermill-hook.pth"
 PTH_LINE = 'import sys; exec("try:\\n import tr2.papermill_hook as _h; _h.install()\\nexcept ImportError:\\n pass")\n'
 _previous = None
-
-
-def _under_papermill() -> bool:
-    return bool(sys.argv) and Path(sys.argv[0]).name == "papermill"
 
 
 def card_files(argv) -> list[str]:
@@ -55,7 +49,7 @@ def one_line(exc) -> str | None:
 
 def hook(exc_type, exc, tb):
     try:
-        line = one_line(exc) if _under_papermill() else None
+        line = one_line(exc) if sys.argv and Path(sys.argv[0]).name == "papermill" else None
     except Exception:  # the hook must never hide the original error behind its own
         line = None
     if line is None:

@@ -12,7 +12,7 @@ import yaml
 
 from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+NAME = re.compile(r"^[A-Za-z0-9._-]+$")  # a card's name (tr2.cards), the tail of its results folders' names
 STAGES = ("series", "method_a", "method_b", "footprint", "families")  # the protocol's stages, in `make all`'s order
 
 # A results folder's name: <stage>-<YYYYmmdd-HHMMSS>-<card>, with -<n> after it for a second folder of the same
@@ -90,7 +90,7 @@ def folder_path(stored) -> Path:
 
 def new_results_dir(stage: str, card_name: str, root=None) -> Path:
     """results/<stage>-<YYYYmmdd-HHMMSS>-<card>/, created empty with logs/ inside."""
-    if not _NAME.match(card_name):
+    if not NAME.match(card_name):
         raise Tr2Error(f"card: {card_name!r}; allowed: letters, digits, '.', '_' and '-'")
     root = Path(root) if root else RESULTS_DIR
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -158,11 +158,8 @@ def write_yaml_atomic(path, obj) -> Path:
 
 
 def append_jsonl(path, record: dict) -> None:
-    """One record per line, flushed and synced: a kill loses at most the line being written.
-
-    A torn last line (a kill mid-append) is cut first: appended after it, the new record would merge into
-    an unreadable line and be lost too.
-    """
+    """One record per line, flushed and synced: a kill loses at most the line being written. A torn last line (a
+    kill mid-append) is cut first: appended after it, the new record would merge into an unreadable line and be lost."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
@@ -185,10 +182,8 @@ def read_jsonl(path) -> list[dict]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
         try:
             out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+        except json.JSONDecodeError:  # also a blank line
+            pass
     return out

@@ -1,11 +1,9 @@
 """Which recorded failures a resumed stage runs again: those whose cause was the machine, not the run.
 
-A run that failed because the data was missing or wrong, or because no CUDA device was there, says
-nothing about the program: once the cause is gone, the run is owed. Resuming a stage passes the up-front
-checks first (tr2.cards.check_machine: the card's CUDA device, the data present and verified), so when a
-stage's skip logic asks, such a cause is gone, and the run is retried; the new record carries `retried`
-with the earlier failure's cause and reason. Every other failure (an exit code of the program, a timeout,
-out of memory, no window) is a result and stays.
+A run that failed because the data was missing or wrong, or no CUDA device was there, says nothing about the
+program. A resumed stage passes the up-front checks first (tr2.cards.check_machine), so such a cause is gone and
+the run is owed: it runs again, its new record carrying `retried` with the earlier cause and reason. Every other
+failure (an exit code of the program, a timeout, out of memory, no window) is a result and stays.
 """
 from __future__ import annotations
 
@@ -40,7 +38,5 @@ def note(record: dict) -> str:
 
 def drop_retried(records: list, key) -> list:
     """The records without each retried failure that a later record of the same key(record) replaced."""
-    later = {}
-    for i, r in enumerate(records):
-        later[key(r)] = i
+    later = {key(r): i for i, r in enumerate(records)}
     return [r for i, r in enumerate(records) if not (should_retry(r) and later[key(r)] > i)]

@@ -1,16 +1,13 @@
 """python -m tr2.runner STAGE --card CARD [--resume DIR]: run one protocol stage's notebook on a card.
 
-CARD is a file or a name under params/cards/. Checks everything it can before any run (the card, the card
-against this machine, the data, the folder to resume: one line, exit 2, nothing written), makes the results
-folder (or reuses DIR) with card.yaml and machine.json (tr2.stage.hold_card, which the stage's open_folder
-uses too), then executes the stage's notebook with papermill:
+CARD is a file or a name under params/cards/. Everything that can be checked before any run is (`prepare`: one
+line, exit 2, nothing written); then the results folder is made (or DIR reused) with card.yaml and machine.json
+(tr2.stage.hold_card, as the stage's open_folder), and the stage's notebook runs from the repository root:
 
     papermill notebooks/STAGE.ipynb DIR/STAGE.ipynb -f CARD -p results_dir DIR -k python3 --log-output
 
-from the repository root, and prints the folder. `--resume DIR` continues a stage in the folder it
-started (every stage is resumable); the folder's card.yaml is its card, so --card may be left out.
-
-python -m tr2.runner latest STAGE --card NAME prints the newest results folder of that stage and card.
+`--resume DIR` continues a stage in the folder it started; the folder's card.yaml is its card, so --card may be
+left out. `python -m tr2.runner latest STAGE --card NAME` prints the newest results folder of that stage and card.
 """
 from __future__ import annotations
 
@@ -51,9 +48,8 @@ def _resume_folder(stage: str, resume) -> Path:
 
 
 def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, Path, Path]:
-    """Every check that can be made before the first run (the stage, the card, the card against this machine
-    and its data, the folder to resume), then the folder made or reused with card.yaml and machine.json.
-    Returns (card, folder, the card file papermill reads). Nothing is written before every check passed."""
+    """Every check before the first run (the stage, the card, this machine and its data, the folder to resume),
+    then the folder made or reused; (card, folder, the card file papermill reads)."""
     if stage not in STAGES:
         raise Tr2Error(f"stage: {stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
     if not (REPO_ROOT / "notebooks" / f"{stage}.ipynb").is_file():

@@ -1,15 +1,14 @@
 """The series (docs/protocol.md, rules 8, 10-16 and 20-22): step times of every configuration, in rounds.
 
-The plan: every configuration of the card (tr2.configs, nanoGPT's loop included where the card lists it) once in
-round 0, the warm run that fills the compile caches and is discarded, then once in each timed round 1..R, round r
-in the card's order rotated to start at configuration r mod n (heat and drift touch every configuration alike).
-Each run is a fresh `python -m tr2.train` (evaluation off) under the outside clock (tr2.clock), on a GPU card after
-the card was found idle and sampled while it runs; the cupy side's own reading must agree with the clock within 1%
-or the run is void. Every run is recorded whatever its status; one that is not ok ends its configuration and the
-series goes on (rule 8). Resumable (tr2.stage): a kill loses at most the run in flight.
+Round 0 runs every configuration once to fill the compile caches and is discarded; timed round r runs them in the
+card's order rotated to start at configuration r mod n, so that heat and drift touch every configuration alike. Each
+run is a fresh `python -m tr2.train` (evaluation off) under the outside clock (tr2.clock), on an idle GPU, sampled;
+the cupy side's own reading must agree with the clock within 1% or the run is void. A run that is not ok ends its
+configuration and the series goes on (rule 8). Resumable (tr2.stage): a kill loses at most the run in flight.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -33,14 +32,12 @@ STAGE = "series"
 OWN_TOLERANCE = 0.01  # the cupy side's own reading must agree with the clock within 1%
 LEVEL_RATIO = 1.05  # level: our median less than 5% above PyTorch's
 IDLE_WAIT_S = 120.0  # how long a run waits for the card to be free before the stage stops
-FAILED = ("failed", "timeout", "no-window")
 
 
 # ---------------------------------------------------------------------------------------------- plan
 
 def configurations(card: dict) -> list[RunConfig]:
-    """Every configuration of the card, in the card's order: per model, per dtype, the torch modes, the nanogpt
-    side's (where the card's torch_loops lists it), then the cupy builds."""
+    """Every configuration of the card in its order (tr2.configs), nanoGPT's loop where the card's torch_loops lists it."""
     return configs.configurations(card, nanogpt=True)
 
 
@@ -59,10 +56,6 @@ def plan(card: dict) -> list[tuple[int, dict]]:
 def trainer_command(config: RunConfig, card: dict) -> list[str]:
     """The trainer's command line for one run of `config` (eval off, the card's steps)."""
     return trainer_prefix() + config.train_args(card["device"], card["series"]["steps"], eval_interval=0).to_argv()
-
-
-def run_name(r: int, config: RunConfig) -> str:
-    return f"r{r}-{config.slug}"
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -127,38 +120,31 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
     without them)."""
     s = card["series"]
     filled = _filled(d)
-    name = run_name(r, config)
+    name = f"r{r}-{config.slug}"
     log = d / "logs" / f"{name}.log"
     cmd = trainer(config, card)
-    sampler = None
-    if card["device"] == "cuda":
-        sampler = GpuSampler(interval=s["sample_interval_s"])
-        if sampler.available:
-            _wait_for_idle_card(sampler)
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    samples = []
+    sampler = GpuSampler(interval=s["sample_interval_s"]) if card["device"] == "cuda" else None
     if sampler is not None and sampler.available:
-        with sampler:
-            clock = run_clocked(cmd, log, env=env, timeout_s=s["timeout_s"], window=tuple(s["window"]))
-        samples = sampler.samples
-        write_text_atomic(d / "logs" / f"{name}.gpu.jsonl", "".join(json.dumps(x) + "\n" for x in samples))
+        _wait_for_idle_card(sampler)
     else:
+        sampler = None
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with sampler or contextlib.nullcontext():
         clock = run_clocked(cmd, log, env=env, timeout_s=s["timeout_s"], window=tuple(s["window"]))
+    samples = sampler.samples if sampler is not None else []
+    if sampler is not None:
+        write_text_atomic(d / "logs" / f"{name}.gpu.jsonl", "".join(json.dumps(x) + "\n" for x in samples))
     void = own_check(config, clock)
     if clock["status"] == "ok" and config.key not in filled:
         write_json_atomic(d / "cache" / "filled.json", {"configs": filled + [config.key]})
     return {
         "round": r, "warm": r == 0, "cold_compile": config.key not in filled, "config": config.key,
-        "model": config.model, "dtype": config.dtype,
-        "side": config.side, "mode": config.mode, "half_roundings": config.half_roundings,
-        "cuda_graph": config.cuda_graph, "build": config.build, "status": clock["status"], "reason": clock["reason"],
-        "returncode": clock["returncode"], "step_ms": clock["step_ms"], "own_step_ms": clock["own_step_ms"],
-        "own_vs_clock": clock["own_vs_clock"], "own_compared": config.side == "cupy",
-        "void": void, "valid": r > 0 and clock["status"] == "ok" and void is None,
-        "peak_bytes": clock["peak_bytes"],
+        **{k: getattr(config, k) for k in ("model", "dtype", "side", "mode", "half_roundings", "cuda_graph", "build")},
+        **{k: clock[k] for k in ("status", "reason", "returncode", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
+                                 "iters", "last_step")},
+        "own_compared": config.side == "cupy", "void": void, "valid": r > 0 and clock["status"] == "ok" and void is None,
         "nvml_peak_bytes": max((x["mem_used_bytes"] for x in samples), default=None),
-        "gpu": _gpu_summary(samples), "gpu_sampled": bool(samples),
-        "wall_s": round(clock["wall_s"], 3), "iters": clock["iters"], "last_step": clock["last_step"],
+        "gpu": _gpu_summary(samples), "gpu_sampled": bool(samples), "wall_s": round(clock["wall_s"], 3),
         "log": str(log.relative_to(d)), "cmd": cmd, "started": started,
         "tail": clock["tail"] if clock["status"] != "ok" or void else None,
     }
@@ -166,12 +152,8 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
 
 def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_record: Callable = None,
         progress: bool = True) -> None:
-    """Run (or continue) the series of `card` in `results_dir`. `trainer(config, card) -> argv` and
-    `on_record(record)` (called after each record is safely appended) are for tests.
-
-    Every run, whatever its status, is recorded once; a run that is not ok ends its configuration
-    (docs/protocol.md, rule 8) and the series goes on. A failure whose cause was the machine (tr2.retry:
-    no data, no GPU) is run again on resume, its new record noting the one it replaces."""
+    """Run (or continue) the series of `card` in `results_dir`; a failure whose cause was the machine (tr2.retry) runs
+    again. `trainer(config, card) -> argv` and `on_record(record)` (after each record is appended) are for tests."""
     card = validate_card(card)
     with open_folder(STAGE, card, results_dir) as folder:
         env = _env(folder.path)
@@ -201,21 +183,13 @@ def compare(ours: list, theirs: dict) -> dict:
     ran = {m: list(t) for m, t in theirs.items() if t}
     out = {"verdict": None, "mode": None, "ratio": None, "ours": _range(ours), "theirs": None,
            "modes_without_time": [m for m, t in theirs.items() if not t]}
-    if not ours:
-        out["reason"] = "our side has no time"
-        return out
-    if not ran:
-        out["reason"] = "no PyTorch mode has a time"
+    if not ours or not ran:
+        out["reason"] = "our side has no time" if not ours else "no PyTorch mode has a time"
         return out
     mode = min(ran, key=lambda m: statistics.median(ran[m]))
     t = ran[mode]
     ratio = statistics.median(ours) / statistics.median(t)
-    if max(ours) < min(t):
-        v = "faster"
-    elif ratio < LEVEL_RATIO:
-        v = "level"
-    else:
-        v = "slower"
+    v = "faster" if max(ours) < min(t) else "level" if ratio < LEVEL_RATIO else "slower"
     out.update(verdict=v, mode=mode, ratio=ratio, theirs=_range(t), reason=None)
     return out
 
@@ -226,43 +200,33 @@ def _range(times) -> Optional[dict]:
     return {"runs": len(times), "median": statistics.median(times), "fastest": min(times), "slowest": max(times)}
 
 
-def _key(record: dict) -> tuple:
-    return record.get("round"), record.get("config")
-
-
 def config_summary(config: RunConfig, recs: list[dict], rounds: int) -> dict:
     """One configuration's row: status, median and range of its valid timed runs, memory, own reading."""
     recs = sorted(recs, key=lambda x: x["round"])
     timed = [x for x in recs if not x["warm"]]
-    bad = next((x for x in recs if x["status"] == "oom"), None) or next((x for x in recs if x["status"] in FAILED), None)
+    bad = next((x for x in recs if x["status"] == "oom"), None) or next((x for x in recs if x["status"] in retry.FAILED), None)
     valid = [x for x in timed if x["valid"]]
     times = [x["step_ms"] for x in valid]
     row = config.as_record()
     row.update(config=config.key, planned=rounds, runs=len(times), void=sum(1 for x in timed if x.get("void")),
                status="ok", reason=None, run_times_ms=times)
     if bad is not None:
-        row["status"] = bad["status"]
         where = "warm run" if bad["warm"] else f"round {bad['round']}"
-        row["reason"] = f"{where}: {bad['reason']}"
-        row["log"] = bad["log"]
+        row.update(status=bad["status"], reason=f"{where}: {bad['reason']}", log=bad["log"])
         times = []  # protocol rule 8: a configuration out of memory (or failed) has no time
     elif len(timed) < rounds:
-        row["status"] = "incomplete"
-        row["reason"] = f"{len(timed)} of {rounds} timed runs done"
+        row.update(status="incomplete", reason=f"{len(timed)} of {rounds} timed runs done")
     elif row["void"]:
-        row["status"] = "void"
-        row["reason"] = "; ".join(f"round {x['round']}: {x['void']}" for x in timed if x.get("void"))
+        row.update(status="void", reason="; ".join(f"round {x['round']}: {x['void']}" for x in timed if x.get("void")))
     rng = _range(times)
     row.update(median_ms=rng and rng["median"], fastest_ms=rng and rng["fastest"], slowest_ms=rng and rng["slowest"],
                times_ms=times)
     owns = [x["own_step_ms"] for x in valid if x.get("own_step_ms") is not None]
-    diffs = [x["own_vs_clock"] for x in timed if x.get("own_vs_clock") is not None]
     row["own_median_ms"] = statistics.median(owns) if owns else None
-    row["own_vs_clock_max"] = max(diffs, key=abs) if diffs else None
-    peaks = [x["peak_bytes"] for x in timed if x.get("peak_bytes") is not None]
-    nvml = [x["nvml_peak_bytes"] for x in timed if x.get("nvml_peak_bytes") is not None]
-    row["peak_bytes"] = max(peaks) if peaks else None
-    row["nvml_peak_bytes"] = max(nvml) if nvml else None
+    row["own_vs_clock_max"] = max((x["own_vs_clock"] for x in timed if x.get("own_vs_clock") is not None), key=abs,
+                                  default=None)
+    for k in ("peak_bytes", "nvml_peak_bytes"):
+        row[k] = max((x[k] for x in timed if x.get(k) is not None), default=None)
     return row
 
 
@@ -282,24 +246,22 @@ def verdicts(card: dict, rows: dict) -> list[dict]:
                 notes = []
                 oom_modes = [m for m, r in torch_rows.items() if r["status"] == "oom"]
                 if oom_modes:
-                    notes.append("out of memory: " + ", ".join(r["build"] for r in torch_rows.values() if r["status"] == "oom"))
-                failed = [f"{r['build']} {r['status']} ({r['reason']})" for r in torch_rows.values() if r["status"] in FAILED]
-                if ours["status"] in FAILED:
-                    failed.insert(0, f"{build} {ours['status']} ({ours['reason']})")
+                    notes.append("out of memory: " + ", ".join(torch_rows[m]["build"] for m in oom_modes))
+                failed = [f"{r['build']} {r['status']} ({r['reason']})" for r in [ours, *torch_rows.values()]
+                          if r["status"] in retry.FAILED]
                 incomplete = [r["config"] for r in [ours, *torch_rows.values()] if r["status"] in ("incomplete", "void")]
-                verdict = res["verdict"]
-                reason = res.get("reason")
+                verdict, reason = res["verdict"], res.get("reason")
                 if ours["status"] == "oom":
                     verdict, reason = None, f"{build} ran out of memory: no time, no verdict (a deficit)"
                 if failed:
                     verdict, reason = None, "failed: " + "; ".join(failed)
                 if incomplete and verdict is not None:
                     notes.append("incomplete or void runs: " + ", ".join(incomplete))
+                best = torch_rows.get(res["mode"], {})  # the PyTorch row compared with, where one is
                 out.append({
-                    "model": model, "dtype": dtype, "build": build, "primary": primary,
-                    "verdict": verdict, "reason": reason, "torch_mode": torch_rows[res["mode"]]["mode"] if res["mode"] else None,
-                    "torch_loop": torch_rows[res["mode"]]["side"] if res["mode"] else None,
-                    "torch_build": torch_rows[res["mode"]]["build"] if res["mode"] else None, "ratio": res["ratio"],
+                    "model": model, "dtype": dtype, "build": build, "primary": primary, "verdict": verdict,
+                    "reason": reason, "torch_mode": best.get("mode"), "torch_loop": best.get("side"),
+                    "torch_build": best.get("build"), "ratio": res["ratio"],
                     "ours": res["ours"], "theirs": res["theirs"], "oom_modes": oom_modes,
                     "modes_without_time": res["modes_without_time"], "complete": not incomplete and not failed,
                     "notes": notes,
@@ -331,7 +293,7 @@ def summarize(results_dir) -> dict:
         raise Tr2Error(f"results_dir: {str(d)!r} holds no card.yaml; allowed: a folder the series ran in")
     card = load_dir_card(d)
     # a retried failure (tr2.retry) stays in runs.jsonl before the record of its rerun: the last one counts
-    records = retry.drop_retried(read_jsonl(d / "runs.jsonl"), _key)
+    records = retry.drop_retried(read_jsonl(d / "runs.jsonl"), lambda r: (r.get("round"), r.get("config")))
     rounds = card["series"]["rounds"]
     rows = {c.key: config_summary(c, [x for x in records if x["config"] == c.key], rounds) for c in configurations(card)}
     vs = verdicts(card, rows)

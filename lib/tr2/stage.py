@@ -1,14 +1,10 @@
-"""The skeleton every protocol stage runs on: its results folder, and its plan run piece by piece.
-
-`open_folder` takes the folder for one stage: an exclusive lock (a second stage on the same folder is
-refused in one line), the held-card check, card.yaml, machine.json and a line in sessions.jsonl.
-`run_plan` runs the pieces the folder does not hold yet, each record appended and synced as it
-finishes (results.append_jsonl cuts a torn last line first), with a progress bar and the stop rule:
-a failure can end the piece's group (the series: that configuration runs no further) or the stage.
-A kill loses at most the piece in flight, and a rerun on the same folder repeats only that piece.
+"""The skeleton every protocol stage runs on: its results folder (`open_folder`) and its plan run piece by piece
+(`run_plan`), each record appended and synced as it finishes (results.append_jsonl cuts a torn last line first): a
+kill loses at most the piece in flight, and a rerun on the same folder repeats only that piece.
 """
 from __future__ import annotations
 
+import collections
 import fcntl
 import os
 import statistics
@@ -89,12 +85,10 @@ def hold_card(d: Path, card: dict) -> dict:
 
 
 def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
-    """The stage's results folder (a fresh one when results_dir is None), locked, holding its card."""
-    if results_dir is None:
-        d = new_results_dir(stage, card["card"]).resolve()
-    else:
-        d = Path(results_dir).resolve()
-        (d / "logs").mkdir(parents=True, exist_ok=True)
+    """The stage's results folder (a fresh one when results_dir is None), locked (a second stage on it is refused in
+    one line), holding its card (`hold_card`), with a line in sessions.jsonl."""
+    d = (new_results_dir(stage, card["card"]) if results_dir is None else Path(results_dir)).resolve()
+    (d / "logs").mkdir(parents=True, exist_ok=True)
     lock = _lock(d, stage)
     try:
         info = hold_card(d, card)
@@ -112,22 +106,15 @@ def progress(total: int, desc: str, initial: int = 0, enabled: bool = True):
         def update(self, n=1): pass
         def set_postfix_str(self, s, refresh=True): pass
         def close(self): pass
-    if not enabled:
-        return _Silent()
     try:
         try:
             import ipywidgets  # noqa: F401 - tqdm.auto would warn where it cannot draw a widget
             from tqdm.auto import tqdm
         except ImportError:
             from tqdm import tqdm
-        return tqdm(total=total, desc=desc, initial=initial, unit="run", file=sys.stderr, mininterval=0)
+        return tqdm(total=total, desc=desc, initial=initial, unit="run", file=sys.stderr, mininterval=0, disable=not enabled)
     except Exception:  # noqa: BLE001 - no tqdm: the stage runs without a bar
         return _Silent()
-
-
-def record_key(record: dict) -> str:
-    """A record's piece: its key (the series' records before this skeleton had none: round and configuration)."""
-    return record.get("key") or f"r{record.get('round')}/{record.get('config')}"
 
 
 def _committed(root: Path):
@@ -162,48 +149,40 @@ def _times(records, kind) -> dict:
     return out
 
 
-def estimate(folder: Folder, kinds: list, planned: int, record_kind: Callable = record_key, runs: str = RUNS) -> dict:
-    """The plan of the pieces still to run, `kinds` (each one's kind of run, in running order), with its estimated
-    minutes of the card: per kind the median wall time of the runs of that kind that finished ok, measured in this
-    folder, else in `reference_folder`'s; a kind measured in neither has no estimate, and none is invented."""
-    here = _times(folder.records(runs), record_kind)
-    ref, what = reference_folder(folder)
-    there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
-    rows = {}
-    for k in kinds:
-        rows.setdefault(k, {"kind": k, "runs": 0, "each_s": None, "source": None})["runs"] += 1
-    for row in rows.values():
-        for source, times in (("this folder", here), (ref and ref.name, there)):
-            if times.get(row["kind"]):
-                row.update(each_s=statistics.median(times[row["kind"]]), source=source)
-                break
-    known = [r for r in rows.values() if r["each_s"] is not None]
-    return {"planned": planned, "to_run": len(kinds), "rows": list(rows.values()),
-            "minutes": sum(r["runs"] * r["each_s"] for r in known) / 60 if known else None,
-            "estimated_runs": sum(r["runs"] for r in known), "reference": ref and ref.name, "reference_is": what}
+def _key(record: dict):
+    return record.get("key")
 
 
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
 
 
-def plan_text(est: dict, desc: str, device: str) -> str:
-    """The plan as the stage prints it before its first run: each kind of run to go, then the estimate and its
-    sources (or "no estimate")."""
-    unit = "GPU minutes" if device == "cuda" else "minutes of the CPU"
-    lines = [f"{desc}: {est['to_run']} of {est['planned']} runs to go"]
-    lines += [f"  {r['runs']:4d} x {r['kind']}: " + ("no estimate" if r["each_s"] is None else
-              f"{_duration(r['each_s'])} each, measured in {r['source']}") for r in est["rows"]]
-    if est["minutes"] is None:
+def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind: Callable, runs: str) -> str:
+    """The plan as the stage prints it before its first run: each kind of run still to go (`kinds`, in running
+    order) with its time, the median wall time of the runs of that kind that finished ok, measured in this folder,
+    else in `reference_folder`'s (a kind measured in neither has no estimate, and none is invented); then the total."""
+    here = _times(folder.records(runs), record_kind)
+    ref, what = reference_folder(folder)
+    there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
+    lines = [f"{desc}: {len(kinds)} of {planned} runs to go"]
+    seconds, known, sources = 0.0, 0, set()
+    for k, n in collections.Counter(kinds).items():
+        found = next(((s, times[k]) for s, times in (("this folder", here), (ref and ref.name, there)) if times.get(k)), None)
+        if found is None:
+            lines.append(f"  {n:4d} x {k}: no estimate")
+            continue
+        source, each = found[0], statistics.median(found[1])
+        seconds, known, sources = seconds + n * each, known + n, sources | {source}
+        lines.append(f"  {n:4d} x {k}: {_duration(each)} each, measured in {source}")
+    if not known:
         lines.append("  estimate: no estimate (no finished run of these kinds in this folder or in another folder of "
-                     "its stage and card)" if est["to_run"] else "  nothing to run")
+                     "its stage and card)" if kinds else "  nothing to run")
     else:
-        sources = sorted({r["source"] for r in est["rows"] if r["source"]})
-        named = ", ".join(s if s == "this folder" else f"results folder {s} ({est['reference_is']})" for s in sources)
-        missing = est["to_run"] - est["estimated_runs"]
-        lines.append(f"  estimate: {est['minutes']:.1f} {unit} ({_duration(60 * est['minutes'])}) for "
-                     f"{est['estimated_runs']} of the {est['to_run']} runs, from the runs measured in {named}"
-                     + (f"; no estimate for the other {missing}" if missing else ""))
+        unit = "GPU minutes" if folder.card["device"] == "cuda" else "minutes of the CPU"
+        named = ", ".join(s if s == "this folder" else f"results folder {s} ({what})" for s in sorted(sources))
+        lines.append(f"  estimate: {seconds / 60:.1f} {unit} ({_duration(seconds)}) for {known} of the "
+                     f"{len(kinds)} runs, from the runs measured in {named}"
+                     + (f"; no estimate for the other {len(kinds) - known}" if known < len(kinds) else ""))
     return "\n".join(lines)
 
 
@@ -215,33 +194,32 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
              finished: Callable = lambda r: r.get("status") in FINISHED, retry: Callable = _never,
              note: Optional[Callable] = None, group: Optional[Callable] = None, ends_group: Callable = _never,
              ends_stage: Callable = _never, on_record: Optional[Callable] = None, show: bool = True,
-             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = record_key) -> list[dict]:
+             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = _key) -> list[dict]:
     """Run every piece of `plan` the folder does not hold yet; returns the records appended.
 
-    run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record
-    of its key satisfies `finished` and not `retry` (the hook for failures whose cause is gone:
-    tr2.retry.should_retry); a piece run again so gets `retried`: note(the record it replaces), when
-    `note` is given. With
-    `group(piece)`, a record satisfying `ends_group` skips the later pieces of its group (no record).
-    A record satisfying `ends_stage` stops the stage with one line, after it is appended (rerun to
-    retry it). `on_record(record)` is called after each append (tests kill the stage there).
-    Before the first piece the plan is printed with its estimate (`estimate`, `plan_text`): kind(piece), called once
-    per piece to run in running order (default: its key), and record_kind(record) name the kind of run whose
-    measured times estimate it.
+    run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record of its key
+    satisfies `finished` and not `retry` (the hook for failures whose cause is gone: tr2.retry.should_retry); a piece
+    run again so gets `retried`: note(the record it replaces), when `note` is given. With `group(piece)`, a record
+    satisfying `ends_group` skips the later pieces of its group (no record). A record satisfying `ends_stage` stops
+    the stage with one line, after it is appended (rerun to retry it). `on_record(record)` is called after each
+    append (tests kill the stage there). Before the first piece the plan is printed with its estimate: kind(piece),
+    called once per piece to run in running order (default: its key), and record_kind(record) name the kind of run
+    whose measured times estimate it.
     """
     plan = list(plan)
     held = folder.records(runs)
     done = {r.get("key") for r in held if finished(r) and not retry(r)}
     ended = {r.get("group") for r in held if group is not None and ends_group(r) and not retry(r)}
     reopened = {r.get("key"): r for r in held if retry(r)}
-    skipped = {key(p) for p in plan if key(p) in done or (group is not None and group(p) in ended)}
+    skip = lambda p: key(p) in done or (group is not None and group(p) in ended)  # noqa: E731
+    skipped = {key(p) for p in plan if skip(p)}
     kinds = [(kind or key)(p) for p in plan if key(p) not in skipped]
-    print(plan_text(estimate(folder, kinds, len(plan), record_kind, runs), desc, folder.card["device"]), flush=True)
+    print(plan_text(folder, kinds, len(plan), desc, record_kind, runs), flush=True)
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
     try:
         for piece in plan:
-            if key(piece) in done or (group is not None and group(piece) in ended):
+            if skip(piece):
                 if key(piece) not in skipped:
                     bar.update(1)  # its group ended during this session
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -18,9 +19,8 @@ def stats(values) -> dict:
     bad = len(values) - len(vals)
     if not vals:
         return {"n": 0, "median": None, "min": None, "max": None, "range": None, "nonfinite": bad}
-    n = len(vals)
-    med = vals[n // 2] if n % 2 else 0.5 * (vals[n // 2 - 1] + vals[n // 2])
-    return {"n": n, "median": med, "min": vals[0], "max": vals[-1], "range": vals[-1] - vals[0], "nonfinite": bad}
+    return {"n": len(vals), "median": statistics.median(vals), "min": vals[0], "max": vals[-1],
+            "range": vals[-1] - vals[0], "nonfinite": bad}
 
 
 def load_dir_card(results_dir) -> dict:
@@ -30,10 +30,9 @@ def load_dir_card(results_dir) -> dict:
 def write_csv(path, rows, fields) -> None:
     """rows (dicts) as CSV with these columns; None is an empty cell."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in fields})
+    w.writerows({k: ("" if r.get(k) is None else r.get(k)) for k in fields} for r in rows)
     write_text_atomic(path, buf.getvalue())
 
 
