@@ -40,9 +40,6 @@ from .traced import trace_run
 STAGE = "footprint"
 STEPS = 10                      # iterations trained per footprint run (0..STEPS): the start is what matters
 
-# ---------------------------------------------------------------------------------------------
-# the stage
-
 def configurations(card: dict) -> list[RunConfig]:
     """The card's first model: per element type the cupy build its verdict compares, then each PyTorch mode."""
     return configs.configurations(card, models=card["models"][:1], compared_only=True, cupy_first=True)
@@ -68,7 +65,7 @@ def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) ->
     write_csv(results_dir / "files" / f"{c.slug}.csv",
               sorted(cls["rows"], key=lambda r: (r["category"], r["owner"], r["path"])), ["path", "category", "owner", "bytes"])
     mapped_main = set(trace["libraries"])
-    all_libs = trace["libraries"] + [p for p in trace["libraries_children"] if p not in mapped_main]
+    all_libs = trace["libraries"] + trace["libraries_children"]   # a child's: only what the main process did not map
     return {
         **c.as_record(), "device": device, "steps": STEPS, "status": trace["status"],
         "returncode": trace["returncode"], "wall_s": trace["wall_s"], "polls": trace["polls"],
@@ -99,14 +96,11 @@ def run(card: dict, results_dir=None) -> Path:
             write_json_atomic(rd / "install_sets.json", {"interpreter": interpreter_install(), "sides": sets,
                                                          "tr2": {"files": len(tr2_files()), "bytes": tr2_bytes}})
         if not (rd / "docker.json").exists():
-            write_json_atomic(rd / "docker.json", measure_images(card, rd, STEPS, data_dir=_data_dir()))
+            # the images mount tr2.data's first data folder that exists ($TR2_DATA, when set, is the only one)
+            data_dir = next((str(d) for d in data_dirs() if d.is_dir()), None)
+            write_json_atomic(rd / "docker.json", measure_images(card, rd, STEPS, data_dir=data_dir))
     summarize(rd)
     return rd
-
-
-def _data_dir():
-    """The data folder the images mount: tr2.data's first that exists ($TR2_DATA, when set, is the only one)."""
-    return next((str(d) for d in data_dirs() if d.is_dir()), None)
 
 
 CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "libraries", "nvidia_libraries",
