@@ -35,7 +35,3 @@ def main(argv=None) -> int:
     print(json_path)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
-

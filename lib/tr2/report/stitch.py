@@ -182,16 +182,11 @@ def merge(front_html: str, stage_nbs, html_dir=None) -> nbformat.NotebookNode:
 
 
 def export_html(nb, title: str) -> str:
-    exporter = HTMLExporter(template_name="lab", extra_loaders=[jinja2.DictLoader({"tr2_offline.html.j2": OFFLINE_TEMPLATE})],
-                            template_file="tr2_offline.html.j2")
-    exporter.exclude_input = True
-    exporter.exclude_input_prompt = True
-    exporter.exclude_output_prompt = True
-    exporter.embed_images = True
-    exporter.anchor_link_text = ""
+    exporter = HTMLExporter(template_name="lab", template_file="tr2_offline.html.j2", exclude_input=True,
+                            exclude_input_prompt=True, exclude_output_prompt=True, embed_images=True, anchor_link_text="",
+                            extra_loaders=[jinja2.DictLoader({"tr2_offline.html.j2": OFFLINE_TEMPLATE})])
     nb.metadata["title"] = title
-    body, _resources = exporter.from_notebook_node(nb)
-    return body
+    return exporter.from_notebook_node(nb)[0]
 
 
 def remote_urls(text: str) -> list[str]:
@@ -212,15 +207,11 @@ def page_title(card: str, data: dict) -> str:
 
 def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]:
     """Write the HTML and the verdict table's JSON; returns their paths."""
-    out = Path(out) if out else DEFAULT_OUT
-    out = out.resolve()
+    out = Path(out or DEFAULT_OUT).resolve()
     chosen = choose_dirs(card, dirs, root)
     data = build_table(card, chosen, out.parent)
-    stage_nbs = []
-    for info, d in zip(data["folders"], chosen):
-        p = Path(d) / f"{info['stage']}.ipynb"
-        if p.is_file():
-            stage_nbs.append((info, nbformat.read(str(p), as_version=4)))
+    stage_nbs = [(info, nbformat.read(str(p), as_version=4)) for info, d in zip(data["folders"], chosen)
+                 if (p := Path(d) / f"{info['stage']}.ipynb").is_file()]
     nb = merge(front_page_html(data), stage_nbs, out.parent)
     text = export_html(nb, page_title(card, data))
     bad = remote_urls(text)

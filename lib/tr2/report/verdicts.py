@@ -7,6 +7,7 @@ model passed), with each number's conditions and a link to its raw data.
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import os
 import statistics
@@ -68,8 +69,7 @@ def _range_of(r, times=None, tokens_per_step=None):
     from the run times the series recorded) and tokens per second at the median."""
     if not r:
         return None
-    out = {"runs": r.get("runs"), "median": r.get("median"), "fastest": r.get("fastest"), "slowest": r.get("slowest"),
-           "mad_pct": None, "tokens_per_s": None}
+    out = {k: r.get(k) for k in ("runs", "median", "fastest", "slowest")} | {"mad_pct": None, "tokens_per_s": None}
     if times:
         med = statistics.median(times)
         out["mad_pct"] = 100 * statistics.median(abs(t - med) for t in times) / med if med else None
@@ -85,10 +85,6 @@ def _model_facts(name):
     except Tr2Error:
         return None, None
     return count_params(cfg), cfg.batch_size * cfg.block_size
-
-
-def _run_times(summary) -> dict:
-    return {c.get("config"): c.get("run_times_ms") or [] for c in summary.get("configurations", [])}
 
 
 def _load_during(d, info) -> dict:
@@ -132,7 +128,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     rows = {}
     for d, info, s in by_stage.get("series", []):
         cond = info["conditions"]
-        times = _run_times(s)
+        times = {c.get("config"): c.get("run_times_ms") or [] for c in s.get("configurations", [])}
         for v in s.get("verdicts", []):
             n_params, tokens = _model_facts(v["model"])
             ours_t = times.get(f"{v['model']}/{v['dtype']}/{v['build']}")
@@ -179,9 +175,9 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     rows = list(rows.values())
 
     primary = [r for r in rows if r["primary"]]
-    counts = {k: sum(1 for r in primary if r["verdict"] == k) for k in ("faster", "level", "slower")}
-    counts["no verdict"] = sum(1 for r in primary if r["verdict"] is None)
-    counts["comparisons"] = len(primary)
+    n = collections.Counter(r["verdict"] for r in primary)
+    counts = {"faster": n["faster"], "level": n["level"], "slower": n["slower"], "no verdict": n[None],
+              "comparisons": len(primary)}
 
     footprint = None
     for d, info, s in by_stage.get("footprint", []):
@@ -199,6 +195,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                                               i["conditions"].get("last_run") or i["conditions"].get("date")) if x)
     commits = {i["stage"]: i["conditions"].get("commit") for i in infos}
     series = by_stage.get("series", [])
+    preview, edition = rule9_banners(card_name, dirs, devices)
     return {
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
@@ -210,8 +207,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
         "measured_from": dates[0] if dates else None, "measured_to": dates[-1] if dates else None,
         "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
         "stages_missing": [s for s in STAGES if s not in by_stage],
-        "preview": preview(card_name, dirs, devices),
-        "edition": reduced_edition(card_name, dirs, devices),
+        "preview": preview, "edition": edition,
     }
 
 
@@ -232,18 +228,6 @@ def _shown(v):
     return "the model's own" if v is None else v   # null in a stage mapping: the model's own steps, evaluations
 
 
-def _beside_published(card_name: str, dirs, devices):
-    """(the published card's name, this card, the published card), both as the stages read them, where the
-    folders ran on one device that has a published card and this card is another; else None. This card is
-    the first folder's card.yaml: what ran, whatever the checkout's card file says now."""
-    device = next(iter(devices), None) if len(devices) == 1 else None
-    published = PUBLISHED.get(device)
-    if published is None or card_name == published or not dirs:
-        return None
-    card = _as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
-    return published, card, _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml"))
-
-
 def _changes(card: dict, ref: dict) -> list[str]:
     """What the card runs differently from the published one, key by key ("models: [...] (published: [...])")."""
     lines = []
@@ -258,37 +242,23 @@ def _changes(card: dict, ref: dict) -> list[str]:
     return lines or ["the same keys as the published card, under another name"]
 
 
-def _edition_of(card: dict, published: str) -> dict | None:
-    """The card's `edition` where it stands in for `published`, else None. Read again here, not trusted from
-    validation: a folder's card.yaml may be one the checkout no longer accepts (then it is read as written), and
-    a claim for another card or another device's published card leaves the card a preview."""
-    e = card.get("edition")
+def rule9_banners(card_name: str, dirs, devices) -> tuple[dict | None, dict | None]:
+    """Protocol rule 9 on the front page: (preview, edition). Where the folders ran on one device that has a
+    published card and this card is another, it is that card's reduced edition when its `edition` names it (with
+    the card's reason in one line), else a preview; either way with what it runs differently, key by key. (None,
+    None) for the published card itself and CPU cards (those carry the CPU banner). This card is the first folder's
+    card.yaml: what ran, whatever the checkout's card file says now, and `edition` is read again here, not trusted
+    from validation (a folder's card.yaml may be one the checkout no longer accepts: it is read as written)."""
+    device = next(iter(devices), None) if len(devices) == 1 else None
+    published = PUBLISHED.get(device)
+    if published is None or card_name == published or not dirs:
+        return None, None
+    card = _as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
+    changes = _changes(card, _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml")))
+    e = card.get("edition")   # a claim for another card or another device's published card leaves a preview
     if isinstance(e, dict) and e.get("of") == published and isinstance(e.get("reason"), str) and e["reason"].strip():
-        return e
-    return None
-
-
-def preview(card_name: str, dirs, devices) -> dict | None:
-    """Protocol rule 9 on the front page: a GPU card other than the published one, and not its reduced edition, is
-    a preview. The published card's name and what this card changes from it; None for the published card itself,
-    its reduced edition (reduced_edition) and CPU cards (those carry the CPU banner)."""
-    found = _beside_published(card_name, dirs, devices)
-    if found is None or _edition_of(found[1], found[0]) is not None:
-        return None
-    published, card, ref = found
-    return {"published": published, "changes": _changes(card, ref)}
-
-
-def reduced_edition(card_name: str, dirs, devices) -> dict | None:
-    """Protocol rule 9's other side: a card whose `edition` names the published card of the device its folders
-    ran on is that edition, reduced. The published card's name, the card's reason (one line) and what it runs
-    differently, key by key as preview gives them; None for every other card."""
-    found = _beside_published(card_name, dirs, devices)
-    edition = _edition_of(found[1], found[0]) if found is not None else None
-    if edition is None:
-        return None
-    published, card, ref = found
-    return {"published": published, "reason": " ".join(edition["reason"].split()), "changes": _changes(card, ref)}
+        return None, {"published": published, "reason": " ".join(e["reason"].split()), "changes": changes}
+    return {"published": published, "changes": changes}, None
 
 
 def _machine(info, series_dir) -> dict:
