@@ -12,6 +12,7 @@ of memory is recorded and named with what it lacks. Family times explain a step 
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import re
 import shutil
@@ -45,8 +46,7 @@ def parse_rules(text: str, source: str = "rules") -> list[tuple[str, "re.Pattern
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        parts = line.rstrip("\n").split("\t")
-        parts = [p for p in parts if p != ""]
+        parts = [p for p in line.split("\t") if p]
         if len(parts) != 2:
             raise Tr2Error(f"{source}:{n}: {line!r}; allowed: <regex> TAB <family>")
         pattern, family = parts[0], parts[1].strip()
@@ -79,8 +79,7 @@ def group(kernels: list[dict], rules, steps: int) -> dict:
     """{family: {total_us, launches, us_per_step, launches_per_step}} from [{name, total_us, launches}]."""
     out: dict[str, dict] = {}
     for k in kernels:
-        f = family_of(k["name"], rules)
-        g = out.setdefault(f, {"total_us": 0.0, "launches": 0})
+        g = out.setdefault(family_of(k["name"], rules), {"total_us": 0.0, "launches": 0})
         g["total_us"] += float(k["total_us"])
         g["launches"] += int(k["launches"])
     for g in out.values():
@@ -138,25 +137,17 @@ def count_graph_logs(text: str) -> dict:
     same message, `Graph Break Reason:` and the traceback, are not counted again); a recompile is one
     `[__recompiles] Recompiling function F in FILE:LINE` message.
     """
-    breaks, sites, recompiles, functions, reasons = 0, {}, 0, {}, []
+    sites, functions, reasons = collections.Counter(), collections.Counter(), []
     for line in text.splitlines():
         if _GB.search(line):
-            breaks += 1
             m = _GB_AT.search(line)
-            site = m.group(1) if m else "?"
-            sites[site] = sites.get(site, 0) + 1
-            continue
-        m = _RC.search(line)
-        if m:
-            recompiles += 1
-            fn = m.group(1) + (f" in {m.group(2)}" if m.group(2) else "")
-            functions[fn] = functions.get(fn, 0) + 1
-            continue
-        m = _RC_WHY.search(line)
-        if m and len(reasons) < 50:
+            sites[m.group(1) if m else "?"] += 1
+        elif m := _RC.search(line):
+            functions[m.group(1) + (f" in {m.group(2)}" if m.group(2) else "")] += 1
+        elif (m := _RC_WHY.search(line)) and len(reasons) < 50:
             reasons.append(" ".join(m.group(1).split())[:200])
-    return {"graph_breaks": breaks, "break_sites": sites, "recompiles": recompiles,
-            "recompiled_functions": functions, "recompile_reasons": reasons}
+    return {"graph_breaks": sum(sites.values()), "break_sites": dict(sites), "recompiles": sum(functions.values()),
+            "recompiled_functions": dict(functions), "recompile_reasons": reasons}
 
 
 # ----------------------------------------------------------------------------------------------------

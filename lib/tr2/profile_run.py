@@ -37,6 +37,7 @@ from .cupy_side import backend as cupy_backend
 from .cupy_side.gpu import OP_METHODS
 from .torch_side.train import is_oom
 from .train import run as train_run
+from .results import write_text_atomic
 from .trainargs import parse
 from .trainlog import oom_line, parse_iter
 
@@ -130,9 +131,8 @@ def kernel_table(events, device: str) -> list[dict]:
         r = rows.setdefault(name, [0.0, 0])
         r[0] += float(t)
         r[1] += 1
-    out = [{"name": n, "total_us": round(v[0], 3), "launches": v[1]} for n, v in rows.items()]
-    out.sort(key=lambda r: -r["total_us"])
-    return out
+    return sorted(({"name": n, "total_us": round(v[0], 3), "launches": v[1]} for n, v in rows.items()),
+                  key=lambda r: -r["total_us"])
 
 
 def _optimizer_step(e):
@@ -181,9 +181,7 @@ def main(argv=None) -> int:
 
     def finish(status, rc, **kw):
         record.update(status=status, returncode=rc, wall_s=round(time.time() - record.pop("started"), 3), **kw)
-        tmp = out / ".profile.json.tmp"
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(out / "profile.json")
+        write_text_atomic(out / "profile.json", json.dumps(record, indent=1) + "\n")
         return rc
 
     try:
@@ -196,12 +194,11 @@ def main(argv=None) -> int:
         return finish("failed", 2, error=str(e))
     except SystemExit:  # argparse inside parse(): its one line is already printed
         return finish("failed", 2, error="bad arguments")
-    record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
-                  half_roundings=args.half_roundings, steps=args.steps)
-
     device = args.device
-    record.update(device=device, log_interval=L, steps_in_window=ns.window[1] - ns.window[0],
-                  torch=torch.__version__, sdp_backends=sdp_backends() if device == "cuda" else None)
+    record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
+                  half_roundings=args.half_roundings, steps=args.steps, device=device, log_interval=L,
+                  steps_in_window=ns.window[1] - ns.window[0], torch=torch.__version__,
+                  sdp_backends=sdp_backends() if device == "cuda" else None)
     activities = [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)

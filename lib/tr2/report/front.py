@@ -1,11 +1,6 @@
-"""The front page of TR-2, filled directly from the verdict table (no notebook round trip).
-
-`front.html.j2` lays it out: the part a reader takes in at a glance (the chart of the verdicts, the machine,
-the commits, the comparison with tokens per second, parameter counts and spreads, the commands that reproduce
-each table), then the verdict tables, the correctness checks, the footprint and every folder's conditions. The
+"""The front page of TR-2, front.html.j2 filled directly from the verdict table (no notebook round trip). The
 rule texts' numbers come from the modules that own the rules (tr2.series for the verdict, tr2.method_b for the
-tolerances).
-"""
+tolerances)."""
 from __future__ import annotations
 
 import io

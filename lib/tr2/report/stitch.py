@@ -1,12 +1,4 @@
-"""Stitching: the front page and each folder's executed stage notebook in one offline HTML file.
-
-The cells tagged `parameters` and `injected-parameters` are dropped; a stage's relative links and images,
-meant from its results folder, are made right from the HTML file; progress bars keep their last state and
-are shown as plain output, not as stderr blocks; pandas tables lose their index column and NaN cells and
-keep four significant digits; the machine's absolute paths are cut to paths inside the repository. The
-export is nbconvert's lab template without any remote script (no MathJax, no require.js, no widget
-manager): one HTML file that reads offline.
-"""
+"""Stitching: the front page and each folder's executed stage notebook in one HTML file that reads offline."""
 from __future__ import annotations
 
 import base64
@@ -38,9 +30,6 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 _REMOTE = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//[^"'\s>]+""", re.I)
 _CSS_REMOTE = re.compile(r"""@import\s+(?:url\()?["']?(?:https?:)?//|url\(\s*["']?(?:https?:)?//""", re.I)
 
-
-# ---------------------------------------------------------------------------------------------
-# stitching
 
 def _clean_stream(text: str) -> str:
     """A progress bar's carriage returns: keep what the last one left on each line."""
@@ -116,8 +105,7 @@ def rewrite_links(text: str, folder, html_dir) -> str:
 def _keep_cells(nb, folder=None, html_dir=None) -> list:
     out = []
     for cell in nb.cells:
-        tags = set(cell.get("metadata", {}).get("tags", []))
-        if tags & DROP_TAGS:
+        if DROP_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
         cell = copy.deepcopy(cell)
         if folder is not None and cell.cell_type == "markdown":
@@ -133,10 +121,9 @@ def _keep_cells(nb, folder=None, html_dir=None) -> list:
                         continue
                     for mime in ("text/html", "text/plain", "text/markdown"):
                         if isinstance(data.get(mime), str):
-                            linked = rewrite_links(data[mime], folder, html_dir) if folder and mime != "text/plain" else data[mime]
-                            data[mime] = relative_paths(linked)
-                    if isinstance(data.get("text/html"), str):
-                        data["text/html"] = tidy_dataframe_html(data["text/html"])
+                            text = relative_paths(rewrite_links(data[mime], folder, html_dir)
+                                                  if folder and mime != "text/plain" else data[mime])
+                            data[mime] = tidy_dataframe_html(text) if mime == "text/html" else text
                 if o.get("output_type") == "stream":
                     # stderr here is progress bars and library chatter, not errors (a failed cell stops the
                     # stage): shown as plain output, the bar at its last state, never as a red stderr block

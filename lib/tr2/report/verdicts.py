@@ -1,10 +1,5 @@
-"""The verdict table of TR-2: pure, from the results folders' card.yaml, machine.json and summary.json.
-
-Which folders the report reads (the newest finished one of each stage for a card, or those named), and the
-table the front page shows: per model, element type and cupy build the series' verdict, gated by the
-correctness checks (a speed is published only where method A for its model and type and method B for its
-model passed), with each number's conditions and a link to its raw data.
-"""
+"""The verdict table of TR-2 (the rules: tr2.report's docstring), pure, from the folders' card.yaml, machine.json
+and summary.json, and which folders the report reads."""
 from __future__ import annotations
 
 import collections
@@ -34,8 +29,7 @@ def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
                 raise Tr2Error(f"--dirs: {str(d)!r} is no stage's results folder; allowed: folders named "
                                f"<stage>-<stamp>-<card> with stage one of {' | '.join(STAGES)}")
             out.append(p)
-        order = {s: i for i, s in enumerate(STAGES)}
-        return sorted(out, key=lambda p: (order[stage_of(p)], p.name))
+        return sorted(out, key=lambda p: (STAGES.index(stage_of(p)), p.name))
     found = [p.resolve() for p in (latest(st, card_name, root, finished=True) for st in STAGES) if p is not None]
     if not found:
         raise Tr2Error(f"--card: {card_name!r} has no finished results folder of any stage under "
@@ -60,9 +54,6 @@ def folder_info(d, html_dir) -> dict:
     return {"stage": row["stage"], "name": row["folder"], "path": stored_path(d), "link": link(d, html_dir),
             "notebook": is_finished(d), "conditions": c}
 
-
-# ---------------------------------------------------------------------------------------------
-# the verdict table
 
 def _range_of(r, times=None, tokens_per_step=None):
     """A side's runs: count, median, range; the spread (median absolute deviation over the median, in percent,
@@ -134,7 +125,6 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
             ours_t = times.get(f"{v['model']}/{v['dtype']}/{v['build']}")
             # the fastest PyTorch configuration, our loop's or nanoGPT's (summaries before the nanogpt side: ours)
             theirs_t = times.get(f"{v['model']}/{v['dtype']}/{v.get('torch_build') or 'torch-' + str(v.get('torch_mode'))}")
-            key = (v["model"], v["dtype"], v["build"])
             a = check_a.get((v["model"], v["dtype"])) or _check_of(None, None, "method A")
             b = check_b.get(v["model"]) or _check_of(None, None, "method B")
             correct = a["passed"] is True and b["passed"] is True
@@ -150,7 +140,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
             published = correct and v.get("verdict") is not None
             if correct and v.get("verdict") is None:
                 why.append("the series gives no verdict" + (f": {v['reason']}" if v.get("reason") else ""))
-            row = {
+            rows[(v["model"], v["dtype"], v["build"])] = {   # a later series replaces an earlier one's row in its place
                 "model": v["model"], "dtype": v["dtype"], "build": v["build"], "primary": bool(v.get("primary")),
                 "half_roundings": v["build"].endswith("-hr"),
                 "params": n_params, "tokens_per_step": tokens,
@@ -166,12 +156,10 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                 "oom_modes": v.get("oom_modes") or [], "modes_without_time": v.get("modes_without_time") or [],
                 "notes": v.get("notes") or [], "complete": v.get("complete"),
                 "series": info["name"], "link": info["link"],
-                "conditions": {"card": cond.get("card"), "gpu": cond.get("gpu") or cond.get("device"),
-                               "rounds": cond.get("rounds"), "window": cond.get("window"), "date": cond.get("date"),
-                               "commit": cond.get("commit"), "torch": cond["versions"].get("torch"),
+                "conditions": {**{k: cond.get(k) for k in ("card", "rounds", "window", "date", "commit")},
+                               "gpu": cond.get("gpu") or cond.get("device"), "torch": cond["versions"].get("torch"),
                                "cupy": cond["versions"].get("cupy")},
             }
-            rows[key] = row  # a later series replaces an earlier one's row in its place
     rows = list(rows.values())
 
     primary = [r for r in rows if r["primary"]]
