@@ -21,6 +21,7 @@ as the trainer's: 0, 2 (bad arguments), 3 (out of memory), 1 (any other failure)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -55,13 +56,10 @@ class LineTap:
 
     def write(self, s):
         n = self.inner.write(s)
-        self._buf += s
-        while "\n" in self._buf:
-            line, self._buf = self._buf.split("\n", 1)
-            it = parse_iter(line)
-            if it:
-                self.steps_seen.append(it[0])
-                self.on_iter(it[0])
+        *lines, self._buf = (self._buf + s).split("\n")
+        for it in filter(None, map(parse_iter, lines)):
+            self.steps_seen.append(it[0])
+            self.on_iter(it[0])
         return n
 
     def flush(self):
@@ -214,16 +212,13 @@ def main(argv=None) -> int:
             prof.export_chrome_trace(str(out / "trace.json"))
 
     prof = profile(activities=activities, schedule=schedule(**sched), on_trace_ready=on_ready)
-    real_stdout = sys.stdout
-    tap = LineTap(real_stdout, lambda step: prof.step())
-    rc = 1
+    tap = LineTap(sys.stdout, lambda step: prof.step())
     try:
         prof.start()
-        sys.stdout = tap
         try:
-            rc = train_run(args)
+            with contextlib.redirect_stdout(tap):
+                rc = train_run(args)
         finally:
-            sys.stdout = real_stdout
             prof.stop()
     except Tr2Error as e:
         sys.stderr.write(f"tr2.profile_run: error: {e}\n")
