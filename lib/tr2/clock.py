@@ -57,20 +57,15 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
     a, b = int(window[0]), int(window[1])
     stamps: dict[int, float] = {}
     own: list[tuple[int, float]] = []
-    peak = None
-    oom_line = None
-    last_step = None
+    peak = oom_line = last_step = None
     for t, line in lines:
-        it = parse_iter(line)
-        if it is not None:
+        if (it := parse_iter(line)) is not None:
             step, _loss, ms = it
             if step not in stamps:  # the first line of a step counts
                 stamps[step] = t
                 own.append((step, ms))
             last_step = step
-            continue
-        m = PEAK_RE.match(line)
-        if m:
+        elif m := PEAK_RE.match(line):
             peak = int(m.group(1))
         elif line.startswith(OOM_LINE) and oom_line is None:
             oom_line = line
@@ -174,9 +169,8 @@ def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=
                     continue
                 # Nothing to read: the program may have exited while something it started holds the pipe.
                 if proc.poll() is not None:
-                    if exited_at is None:
-                        exited_at = time.monotonic()
-                    elif time.monotonic() - exited_at > 1.0:
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at > 1.0:
                         break
         except BaseException:
             _kill_group(proc)  # an interrupted reader leaves no program behind

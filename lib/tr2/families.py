@@ -165,12 +165,6 @@ def graph_runs(card: dict) -> list[RunConfig]:
     return [c for c in configurations(card) if c.side == "torch" and c.mode != "eager"]
 
 
-def profile_command(card: dict, c: RunConfig, out_dir) -> list[str]:
-    f = card["families"]
-    return ([sys.executable, "-m", "tr2.profile_run", "--window", str(f["window"][0]), str(f["window"][1]),
-             "--out", str(out_dir)] + c.train_args(card["device"], f["steps"]).to_argv())
-
-
 def _rules_path(card: dict) -> Path:
     p = Path(card["families"]["rules"])
     return p if p.is_absolute() else REPO_ROOT / p
@@ -181,7 +175,9 @@ def run_one(c: RunConfig, card: dict, d: Path) -> dict:
     prof = out_dir / "profile.json"
     prof.unlink(missing_ok=True)  # a killed run's table: the run starts over
     log = d / "logs" / f"{STAGE}-profile-{c.slug}.log"
-    cmd = profile_command(card, c, out_dir)
+    f = card["families"]
+    cmd = [sys.executable, "-m", "tr2.profile_run", "--window", *map(str, f["window"]), "--out", str(out_dir),
+           *c.train_args(card["device"], f["steps"]).to_argv()]
     compiled = c.side == "torch" and c.mode != "eager"
     env = {"TORCH_LOGS": TORCH_LOGS} if compiled else None
     res = run_logged(cmd, log, env=env)

@@ -40,6 +40,7 @@ from .traced import trace_run
 STAGE = "footprint"
 STEPS = 10                      # iterations trained per footprint run (0..STEPS): the start is what matters
 
+
 def configurations(card: dict) -> list[RunConfig]:
     """The card's first model: per element type the cupy build its verdict compares, then each PyTorch mode."""
     return configs.configurations(card, models=card["models"][:1], compared_only=True, cupy_first=True)

@@ -201,10 +201,8 @@ def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]
                  if (p := Path(d) / f"{info['stage']}.ipynb").is_file()]
     nb = merge(front_page_html(data), stage_nbs, out.parent)
     text = export_html(nb, page_title(card, data))
-    bad = remote_urls(text)
-    if bad:
+    if bad := remote_urls(text):
         raise Tr2Error(f"report: the HTML would fetch {bad[0]!r}; allowed: an offline page (no remote resource)")
-    out.parent.mkdir(parents=True, exist_ok=True)
     json_path = write_json_atomic(out.parent / f"TR-2-{card}.json", data)
     write_text_atomic(out, text)
     return out, Path(json_path)

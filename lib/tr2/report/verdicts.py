@@ -78,17 +78,6 @@ def _model_facts(name):
     return count_params(cfg), cfg.batch_size * cfg.block_size
 
 
-def _load_during(d, info) -> dict:
-    """The machine's load while the series ran: the load average when it started (machine.json) and, on a
-    GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
-    gpu = [g for g in explore.runs(d).get("gpu", []) if isinstance(g, dict)]
-    med = {}
-    for k in ("sm_mhz", "temp_c", "power_w"):
-        vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
-        med[k] = statistics.median(vals) if vals else None
-    return {"loadavg": info["conditions"].get("loadavg"), "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}
-
-
 def _check_of(v, link_, what):
     if v is None:
         return {"passed": None, "reason": f"{what} has not run for this card", "link": None}
@@ -184,12 +173,13 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     commits = {i["stage"]: i["conditions"].get("commit") for i in infos}
     series = by_stage.get("series", [])
     preview, edition = rule9_banners(card_name, dirs, devices)
+    cpu = "cpu" in devices or (not devices and read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device") == "cpu")
     return {
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir),
         "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
-        "cpu_demonstration": "cpu" in devices or (not devices and _card_device(card_name) == "cpu"),
+        "cpu_demonstration": cpu,
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "report_commit": git_commit(),
         "measured_from": dates[0] if dates else None, "measured_to": dates[-1] if dates else None,
@@ -250,10 +240,20 @@ def rule9_banners(card_name: str, dirs, devices) -> tuple[dict | None, dict | No
 
 
 def _machine(info, series_dir) -> dict:
-    """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver, and the
-    load while the series ran. Folders made before tr2 recorded the processor say None (not recorded)."""
+    """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver (None where a
+    folder predates their record), and the load while the series ran: the load average when it started
+    (machine.json) and, on a GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
     keys = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "gpu", "gpu_memory_mib", "driver")
-    return {**{k: info["conditions"].get(k) for k in keys}, "load": _load_during(series_dir, info) if series_dir else None}
+    out = {k: info["conditions"].get(k) for k in keys}
+    if series_dir is None:
+        return out | {"load": None}
+    gpu = [g for g in explore.runs(series_dir).get("gpu", []) if isinstance(g, dict)]
+    med = {}
+    for k in ("sm_mhz", "temp_c", "power_w"):
+        vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
+        med[k] = statistics.median(vals) if vals else None
+    return out | {"load": {"loadavg": info["conditions"].get("loadavg"),
+                           "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}}
 
 
 def commands(card_name, infos, html_dir) -> dict:
@@ -274,7 +274,3 @@ def unstitched(card_name: str, root=None) -> list[Path]:
     """Folders of the card that hold a summary but no executed notebook (a stage run by hand with papermill
     into another file): the report cannot stitch them and says so."""
     return [p for p in results_folders(root, card=card_name) if (p / "summary.json").is_file() and not is_finished(p)]
-
-
-def _card_device(card_name):
-    return read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device")
