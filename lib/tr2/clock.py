@@ -87,16 +87,10 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
     return out
 
 
-def _find_prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except Exception:
-        return None
-
-
-_PRCTL = _find_prctl()  # looked up here, not in the forked child (no dlopen between fork and exec)
+try:  # looked up here, not in the forked child (no dlopen between fork and exec)
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl if sys.platform.startswith("linux") else None
+except Exception:
+    _PRCTL = None
 
 
 def _die_with_parent() -> None:

@@ -90,11 +90,8 @@ def image_file_list(tag: str) -> list[tuple[str, int]]:
         return []
     try:
         p = subprocess.Popen(["docker", "export", cid], stdout=subprocess.PIPE)
-        out = []
         with tarfile.open(fileobj=p.stdout, mode="r|") as tar:
-            for m in tar:
-                if m.isfile():
-                    out.append(("/" + m.name.lstrip("./"), m.size))
+            out = [("/" + m.name.lstrip("./"), m.size) for m in tar if m.isfile()]
         p.wait()
         return out
     finally:

@@ -31,11 +31,6 @@ _REMOTE = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*
 _CSS_REMOTE = re.compile(r"""@import\s+(?:url\()?["']?(?:https?:)?//|url\(\s*["']?(?:https?:)?//""", re.I)
 
 
-def _clean_stream(text: str) -> str:
-    """A progress bar's carriage returns: keep what the last one left on each line."""
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
-
-
 # An absolute path of the machine that ran a stage, up to the repository's own folders: cut to the part
 # inside the repository, so that the report names no machine's layout (and reads the same anywhere).
 _ABS_PATH = re.compile(r"(?<![\w.~-])/(?:[\w.+@~-]+/)+?(?=(?:results|lib|params|notebooks|report|scripts|docs|\.venv)/)")
@@ -79,18 +74,14 @@ _MD_TARGET = re.compile(r"(!?)\[([^\]]*)\]\(\s*([^)\s]+)([^)]*)\)")
 _HTML_TARGET = re.compile(r"""\b(src|href)=(["'])([^"']+)\2""")
 
 
-def _is_relative(target: str) -> bool:
-    return not (target.startswith(("#", "/", "data:", "mailto:")) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", target))
-
-
 def rewrite_links(text: str, folder, html_dir) -> str:
     """A stage notebook's relative targets, meant from its results folder, made right from the HTML file:
     an image the folder holds is embedded (a data: URI), a link becomes relative to html_dir."""
     folder, html_dir = Path(folder), Path(html_dir)
 
     def fix(target: str, image: bool) -> str:
-        if not _is_relative(target):
-            return target
+        if target.startswith(("#", "/", "data:", "mailto:")) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", target):
+            return target   # not relative
         path = (folder / target).resolve()
         if image and path.is_file():
             mime = mimetypes.guess_type(str(path))[0] or "application/octet-stream"
@@ -126,9 +117,11 @@ def _keep_cells(nb, folder=None, html_dir=None) -> list:
                             data[mime] = tidy_dataframe_html(text) if mime == "text/html" else text
                 if o.get("output_type") == "stream":
                     # stderr here is progress bars and library chatter, not errors (a failed cell stops the
-                    # stage): shown as plain output, the bar at its last state, never as a red stderr block
+                    # stage): shown as plain output, the bar at its last state (what its last carriage return left on
+                    # each line), never as a red stderr block
                     o["name"] = "stdout"
-                    o["text"] = relative_paths(_clean_stream(o.get("text", "")))
+                    lines = o.get("text", "").split("\n")
+                    o["text"] = relative_paths("\n".join(line.rsplit("\r", 1)[-1] for line in lines))
                     if not o["text"].strip():
                         continue
                 outs.append(o)
