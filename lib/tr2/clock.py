@@ -4,8 +4,7 @@
 unbuffered), reads its stdout and stderr together, stamps each line with `time.monotonic()` the
 moment it arrives and writes `<monotonic seconds>\\t<line>` to the log at once (flushed per line, so a
 crash loses nothing that arrived). The step time is the time from the `iter A` line to the `iter B`
-line divided by B - A, with (A, B) the window (protocol: 100 and 400). The program's own reading is
-taken from the time fields of the iter lines after A up to B and set beside it.
+line divided by B - A, with (A, B) the window (protocol: 100 and 400); the program's own reading beside it (analyze).
 
 Whatever the program does, the answer is a record, never an exception:
 status 'ok' | 'oom' | 'failed' | 'no-window' | 'timeout', with a one-line `reason` for all but 'ok'.

@@ -154,9 +154,7 @@ def count_graph_logs(text: str) -> dict:
 # the stage
 # ----------------------------------------------------------------------------------------------------
 
-def configurations(card: dict) -> list[RunConfig]:
-    """Every profiled configuration: model x dtype x (torch mode | cupy build)."""
-    return configs.configurations(card)
+configurations = configs.configurations   # every profiled configuration: model x dtype x (torch mode | cupy build)
 
 
 def graph_runs(card: dict) -> list[RunConfig]:

@@ -138,13 +138,11 @@ def summarize(results_dir) -> dict:
             "bytes": biggest["bytes"], "total_bytes": biggest["total_bytes"], "image_bytes": biggest["image_bytes"],
             "largest_run": biggest["key"],
         }
-    ratio = None
-    if "cupy" in sides and "torch" in sides and sides["cupy"]["image_bytes"]:
-        ratio = sides["torch"]["image_bytes"] / sides["cupy"]["image_bytes"]
+    ratio = (sides["torch"]["image_bytes"] / sides["cupy"]["image_bytes"]
+             if "cupy" in sides and "torch" in sides and sides["cupy"]["image_bytes"] else None)
     images = docker.get("images", {})
-    image_ratio = None
-    if docker.get("available") and all((images.get(s) or {}).get("size_bytes") for s in ("cupy", "torch")):
-        image_ratio = images["torch"]["size_bytes"] / images["cupy"]["size_bytes"]
+    image_ratio = (images["torch"]["size_bytes"] / images["cupy"]["size_bytes"] if docker.get("available")
+                   and all((images.get(s) or {}).get("size_bytes") for s in ("cupy", "torch")) else None)
     # an install set: the interpreter, the side's distributions and tr2's files
     base = (installs.get("interpreter") or {}).get("bytes", 0) + (installs.get("tr2") or {}).get("bytes", 0)
     summary = {

@@ -14,8 +14,7 @@ from packaging.utils import canonicalize_name
 from .. import PARAMS_DIR, REPO_ROOT
 from .maps import library_name, nvidia_kind
 
-# Each file counts once, in the first category that claims it: nvidia_driver, nvidia_libraries,
-# interpreter, python_packages, other_libraries (see the package's docstring).
+# Each file counts once, in the first category that claims it (the order: the package's docstring)
 CATEGORIES = ("interpreter", "python_packages", "nvidia_libraries", "nvidia_driver", "other_libraries")
 IMAGE_CATEGORIES = tuple(c for c in CATEGORIES if c != "nvidia_driver")   # what an image must hold
 
