@@ -89,10 +89,9 @@ def _gather(where, stage, read, model=None, dtype=None) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=FOLDER_COLUMNS)
     out = pd.concat(parts, ignore_index=True)
-    if model is not None and "model" in out:
-        out = out[out["model"] == model]
-    if dtype is not None and "dtype" in out:
-        out = out[out["dtype"] == dtype]
+    for col, value in (("model", model), ("dtype", dtype)):
+        if value is not None and col in out:
+            out = out[out[col] == value]
     return out.reset_index(drop=True)
 
 

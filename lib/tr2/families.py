@@ -113,10 +113,8 @@ def attention_kernels(names) -> dict:
     names = list(names)
     found: dict[str, list] = {}
     for n in names:
-        for kind, rx in _ATT:
-            if rx.search(n):
-                found.setdefault(kind, []).append(n)
-                break
+        if kind := next((kind for kind, rx in _ATT if rx.search(n)), None):   # the first kind that matches
+            found.setdefault(kind, []).append(n)
     if not found:
         soft = [n for n in names if _SOFTMAX.search(n) and not _LOGSOFTMAX.search(n)]
         if soft and any(_BATCHED.search(n) for n in names):

@@ -60,22 +60,19 @@ def image_build_args(side: str, card: dict) -> dict:
     """Build arguments that pin each image to the versions this environment runs."""
     args = {"PYTHON_VERSION": "%d.%d" % sys.version_info[:2]}
     if side == "torch":
-        spec = _pinned("torch")
-        if spec:
+        if spec := _pinned("torch"):
             args["TORCH_SPEC"] = spec.split("+")[0]
-        if os.environ.get("TR2_TORCH_INDEX_URL"):
-            args["TORCH_INDEX_URL"] = os.environ["TR2_TORCH_INDEX_URL"]
-        compiled = [m for m in card.get("torch_modes", []) if m != "eager"]
+        if url := os.environ.get("TR2_TORCH_INDEX_URL"):
+            args["TORCH_INDEX_URL"] = url
+        compiled = any(m != "eager" for m in card.get("torch_modes", []))
         args["COMPILER"] = ("g++" if card.get("device") == "cpu" else "gcc") if compiled else ""
     elif card.get("device") == "cpu":   # the NumPy forms: no CuPy, no NVIDIA library
         args["CUPY_SPEC"], args["CUDA_WHEELS"] = "", ""
     else:
-        cupy = [r for r in _cupy_requirements() if r.startswith("cupy")]
-        if cupy:
+        if cupy := [r for r in _cupy_requirements() if r.startswith("cupy")]:
             args["CUPY_SPEC"] = _pinned(cupy[0]) or cupy[0]
-        wheels = [_pinned(r) for r in _cupy_requirements() if r.startswith("nvidia-")]
-        if any(wheels):
-            args["CUDA_WHEELS"] = " ".join(w for w in wheels if w)
+        if wheels := [w for r in _cupy_requirements() if r.startswith("nvidia-") and (w := _pinned(r))]:
+            args["CUDA_WHEELS"] = " ".join(wheels)
     return args
 
 
