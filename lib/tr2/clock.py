@@ -4,14 +4,14 @@
 unbuffered), reads its stdout and stderr together, stamps each line with `time.monotonic()` the
 moment it arrives and writes `<monotonic seconds>\\t<line>` to the log at once (flushed per line, so a
 crash loses nothing that arrived). The step time is the time from the `iter A` line to the `iter B`
-line divided by B - A, with (A, B) the window (protocol: 100 and 400). The program's own reading is
-taken from the time fields of the iter lines after A up to B and set beside it.
+line divided by B - A, with (A, B) the window (protocol: 100 and 400); the program's own reading beside it (analyze).
 
 Whatever the program does, the answer is a record, never an exception:
 status 'ok' | 'oom' | 'failed' | 'no-window' | 'timeout', with a one-line `reason` for all but 'ok'.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
@@ -56,20 +56,15 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
     a, b = int(window[0]), int(window[1])
     stamps: dict[int, float] = {}
     own: list[tuple[int, float]] = []
-    peak = None
-    oom_line = None
-    last_step = None
+    peak = oom_line = last_step = None
     for t, line in lines:
-        it = parse_iter(line)
-        if it is not None:
+        if (it := parse_iter(line)) is not None:
             step, _loss, ms = it
             if step not in stamps:  # the first line of a step counts
                 stamps[step] = t
                 own.append((step, ms))
             last_step = step
-            continue
-        m = PEAK_RE.match(line)
-        if m:
+        elif m := PEAK_RE.match(line):
             peak = int(m.group(1))
         elif line.startswith(OOM_LINE) and oom_line is None:
             oom_line = line
@@ -91,77 +86,49 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
     return out
 
 
-def _find_prctl():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except Exception:
-        return None
-
-
-_PRCTL = _find_prctl()  # looked up here, not in the forked child (no dlopen between fork and exec)
+try:  # looked up here, not in the forked child (no dlopen between fork and exec)
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl if sys.platform.startswith("linux") else None
+except Exception:
+    _PRCTL = None
 
 
 def _die_with_parent() -> None:
     """In the child before exec (Linux): SIGKILL when the reader dies, so a killed series leaves no trainer
     holding the card."""
-    try:
+    with contextlib.suppress(Exception):
         _PRCTL(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-    except Exception:
-        pass
+
+
+def _killpg(pgid: int, sig=signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
-    """SIGTERM then SIGKILL to the whole process group the program leads (its workers included)."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        pgid = proc.pid
+    """SIGTERM, then SIGKILL to the whole process group the program leads (start_new_session), its workers
+    included: the leader may be gone while something it started lives on."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
+        _killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait)
-            if sig == signal.SIGTERM:
-                # The leader is gone; make sure nothing it started lives on.
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _killpg(proc.pid)
             return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _reap_group(pgid: int) -> None:
-    """After the program exits, end what it left behind in its group (compile workers holding the pipe)."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=None) -> dict:
     """Run `cmd` under the outside clock; see the module docstring. Never raises for what the program does."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    full_env = dict(os.environ if env is None else env)
-    full_env["PYTHONUNBUFFERED"] = "1"
+    full_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     cmd = [str(c) for c in cmd]
     lines: list[tuple[float, str]] = []
-    status_forced = None
-    reason_forced = None
-    returncode = None
+    forced = None   # (status, reason) when the reader ended the program
     t_start = time.monotonic()
-    with open(log_path, "w", buffering=1) as log:
+    with open(log_path, "w", buffering=1) as log:   # line-buffered: each stamped line is on disk as it arrives
         def emit(t: float, raw: bytes) -> None:
             line = raw.decode("utf-8", errors="replace").rstrip("\r")
             lines.append((t, line))
             log.write(f"{t:.6f}\t{line}\n")
-            log.flush()
 
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -172,7 +139,6 @@ def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=
             res.update(status="failed", reason=f"could not start: {e}", returncode=None,
                        wall_s=0.0, log=str(log_path), tail=[], t0=t_start, cmd=cmd)
             return res
-        pgid = proc.pid  # start_new_session: the program leads its own group
         fd = proc.stdout.fileno()
         deadline = None if timeout_s is None else t_start + float(timeout_s)
         buf = b""
@@ -181,27 +147,23 @@ def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=
             while True:
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
-                    status_forced = "timeout"
-                    reason_forced = f"ran past {float(timeout_s):g} s; process group killed"
+                    forced = ("timeout", f"ran past {float(timeout_s):g} s; process group killed")
                     _kill_group(proc)
                     break
                 wait = 0.2 if deadline is None else max(0.0, min(0.2, deadline - now))
-                ready, _, _ = select.select([fd], [], [], wait)
-                if ready:
+                if select.select([fd], [], [], wait)[0]:
                     chunk = os.read(fd, 65536)
                     t = time.monotonic()
                     if not chunk:
                         break  # EOF: every writer closed the pipe
-                    buf += chunk
-                    while b"\n" in buf:
-                        raw, buf = buf.split(b"\n", 1)
+                    *done, buf = (buf + chunk).split(b"\n")
+                    for raw in done:
                         emit(t, raw)
                     continue
                 # Nothing to read: the program may have exited while something it started holds the pipe.
                 if proc.poll() is not None:
-                    if exited_at is None:
-                        exited_at = time.monotonic()
-                    elif time.monotonic() - exited_at > 1.0:
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at > 1.0:
                         break
         except BaseException:
             _kill_group(proc)  # an interrupted reader leaves no program behind
@@ -209,28 +171,26 @@ def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=
         finally:
             if buf:
                 emit(time.monotonic(), buf)
-            try:
+            with contextlib.suppress(OSError):
                 proc.stdout.close()
-            except OSError:
-                pass
         try:
             returncode = proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             returncode = proc.poll()
-        _reap_group(pgid)
+        _killpg(proc.pid)  # what the program left behind in its group (compile workers holding the pipe)
     wall_s = time.monotonic() - t_start
 
     res = analyze(lines, window)
     tail = [line for _t, line in lines[-TAIL_LINES:]]
-    if status_forced:
-        status, reason = status_forced, reason_forced
+    died_of_oom = next((line.strip() for _t, line in lines if any(p in line for p in OOM_PATTERNS)), None)
+    if forced:
+        status, reason = forced
     elif res["oom_line"] is not None or returncode == OOM_EXIT:
         status = "oom"
         reason = res["oom_line"] or f"exit code {returncode} (the trainer's out-of-memory code)"
-    elif returncode != 0 and any(p in line for _t, line in lines for p in OOM_PATTERNS):
-        status = "oom"
-        reason = next(line for _t, line in lines if any(p in line for p in OOM_PATTERNS)).strip()
+    elif returncode != 0 and died_of_oom is not None:
+        status, reason = "oom", died_of_oom
     elif returncode != 0:
         status = "failed"
         last = next((line.strip() for line in reversed(tail) if line.strip()), "(no output)")

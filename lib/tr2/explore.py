@@ -89,18 +89,22 @@ def _gather(where, stage, read, model=None, dtype=None) -> pd.DataFrame:
     if not parts:
         return pd.DataFrame(columns=FOLDER_COLUMNS)
     out = pd.concat(parts, ignore_index=True)
-    if model is not None and "model" in out:
-        out = out[out["model"] == model]
-    if dtype is not None and "dtype" in out:
-        out = out[out["dtype"] == dtype]
+    for col, value in (("model", model), ("dtype", dtype)):
+        if value is not None and col in out:
+            out = out[out[col] == value]
     return out.reset_index(drop=True)
 
 
-def _csv(name):
-    def read(path):
-        f = path / name
-        return pd.read_csv(f) if f.is_file() and f.stat().st_size else None
-    return read
+def _read_csv(path):
+    return pd.read_csv(path) if path.is_file() and path.stat().st_size else None
+
+
+def _csv_table(stage, name, doc):
+    """A table function (where, model=None, dtype=None) of the stage's CSV file `name`, one per folder."""
+    def table(where, model=None, dtype=None) -> pd.DataFrame:
+        return _gather(where, stage, lambda path: _read_csv(path / name), model, dtype)
+    table.__doc__ = doc
+    return table
 
 
 def _summary_rows(rows_of):
@@ -139,19 +143,12 @@ def step_times(where, model=None, dtype=None) -> pd.DataFrame:
     return r[(r["round"] > 0) & (r["valid"] == True)].reset_index(drop=True)  # noqa: E712 - None is not valid
 
 
-def series_table(where, model=None, dtype=None) -> pd.DataFrame:
-    """series.csv of each series: per configuration median, range, own reading, memory."""
-    return _gather(where, "series", _csv("series.csv"), model, dtype)
-
-
-def series_verdicts(where, model=None, dtype=None) -> pd.DataFrame:
-    """verdicts.csv of each series: per model, type and cupy build, against PyTorch's fastest mode."""
-    return _gather(where, "series", _csv("verdicts.csv"), model, dtype)
-
-
-def curves_a(where, model=None, dtype=None) -> pd.DataFrame:
-    """Method A: every evaluation of every seed (method_a.csv): train and validation loss per step."""
-    return _gather(where, "method_a", _csv("method_a.csv"), model, dtype)
+series_table = _csv_table("series", "series.csv",
+                          "series.csv of each series: per configuration median, range, own reading, memory.")
+series_verdicts = _csv_table("series", "verdicts.csv", "verdicts.csv of each series: per model, type and cupy "
+                             "build, against PyTorch's fastest mode.")
+curves_a = _csv_table("method_a", "method_a.csv", "Method A: every evaluation of every seed (method_a.csv): train "
+                      "and validation loss per step.")
 
 
 def bands_a(curves: pd.DataFrame) -> pd.DataFrame:
@@ -189,10 +186,9 @@ _REL_OF = {"rel_once": "floor_once", "rel_every": "floor_every", "rel_none_vs_tr
 
 
 def _method_b_long(path):
-    f = path / "method_b.csv"
-    if not f.is_file():
+    wide = _read_csv(path / "method_b.csv")
+    if wide is None:
         return None
-    wide = pd.read_csv(f)
     rel_cols = [c for c in wide if c.startswith("rel_")]
     loss = wide.drop(columns=rel_cols).melt(["model", "step"], var_name="run", value_name="loss")
     rel = wide[["model", "step", *rel_cols]].melt(["model", "step"], var_name="run", value_name="rel")
@@ -255,7 +251,7 @@ def differences_b(where, model=None) -> pd.DataFrame:
 
 def footprint(where, model=None, dtype=None) -> dict:
     """The footprint's tables: footprint (bytes by category per run), libraries, distributions."""
-    return {name: _gather(where, "footprint", _csv(f"{name}.csv"), model, dtype)
+    return {name: _csv_table("footprint", f"{name}.csv", None)(where, model, dtype)
             for name in ("footprint", "libraries", "distributions")}
 
 
@@ -296,14 +292,10 @@ def install_sets(where) -> pd.DataFrame:
     return _gather(where, "footprint", _summary_rows(lambda s: list(rows(s))))
 
 
-def kernel_families(where, model=None, dtype=None) -> pd.DataFrame:
-    """families.csv of each families stage: microseconds and launches per step of each kernel family."""
-    return _gather(where, "families", _csv("families.csv"), model, dtype)
-
-
-def kernels(where, model=None, dtype=None) -> pd.DataFrame:
-    """kernels.csv: every kernel name with its family, time and launches per step."""
-    return _gather(where, "families", _csv("kernels.csv"), model, dtype)
+kernel_families = _csv_table("families", "families.csv", "families.csv of each families stage: microseconds and "
+                             "launches per step of each kernel family.")
+kernels = _csv_table("families", "kernels.csv", "kernels.csv: every kernel name with its family, time and launches "
+                     "per step.")
 
 
 def profiled(where, model=None, dtype=None) -> pd.DataFrame:

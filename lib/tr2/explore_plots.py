@@ -99,19 +99,18 @@ def family_bars(families):
                             + families["label"]).pivot_table(index="run", columns="family", values="us_per_step",
                                                               aggfunc="sum", sort=False).fillna(0.0)
     table = table[table.sum().sort_values(ascending=False).index]
-    fig, ax = _panels(1, width=9.0, height=0.6 * len(table) + 1.8)
-    table.plot.barh(stacked=True, ax=ax[0], colormap="tab20")
-    ax[0].set_xlabel("µs per step (the profiled run's kernel time; CPU card: operators' self time)")
-    ax[0].invert_yaxis()
-    ax[0].legend(fontsize=7, ncols=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig, (ax,) = _panels(1, width=9.0, height=0.6 * len(table) + 1.8)
+    table.plot.barh(stacked=True, ax=ax, colormap="tab20")
+    ax.set_xlabel("µs per step (the profiled run's kernel time; CPU card: operators' self time)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, ncols=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 
 
 def footprint_bytes(table, categories):
     """The footprint: the bytes of each run's run-time set by category (MB), one stacked bar per run."""
-    fig, ax = _panels(1, width=8.0, height=1.8 + 0.45 * max(1, len(table)))
-    ax = ax[0]
+    fig, (ax,) = _panels(1, width=8.0, height=1.8 + 0.45 * max(1, len(table)))
     labels = [f"{r.side} {r.dtype}" + (f" {r.mode}" if isinstance(r.mode, str) and r.mode else "")
               + ("" if r.status == "ok" else f" ({r.status})") for r in table.itertuples()]
     left = np.zeros(len(table))
@@ -129,8 +128,7 @@ def footprint_bytes(table, categories):
 def comparison(cmp):
     """Two folders compared (tr2.explore.compare): b - a along the steps where rows have steps, else a and b
     side by side per row."""
-    fig, axes = _panels(1, width=8.0)
-    ax = axes[0]
+    fig, (ax,) = _panels(1, width=8.0)
     keys = [c for c in cmp.columns if c not in ("a", "b", "b_over_a", "b_minus_a")]
     if "step" in keys:
         others = [k for k in keys if k != "step"]

@@ -12,6 +12,7 @@ of memory is recorded and named with what it lacks. Family times explain a step 
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import re
 import shutil
@@ -45,8 +46,7 @@ def parse_rules(text: str, source: str = "rules") -> list[tuple[str, "re.Pattern
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        parts = line.rstrip("\n").split("\t")
-        parts = [p for p in parts if p != ""]
+        parts = [p for p in line.split("\t") if p]
         if len(parts) != 2:
             raise Tr2Error(f"{source}:{n}: {line!r}; allowed: <regex> TAB <family>")
         pattern, family = parts[0], parts[1].strip()
@@ -79,8 +79,7 @@ def group(kernels: list[dict], rules, steps: int) -> dict:
     """{family: {total_us, launches, us_per_step, launches_per_step}} from [{name, total_us, launches}]."""
     out: dict[str, dict] = {}
     for k in kernels:
-        f = family_of(k["name"], rules)
-        g = out.setdefault(f, {"total_us": 0.0, "launches": 0})
+        g = out.setdefault(family_of(k["name"], rules), {"total_us": 0.0, "launches": 0})
         g["total_us"] += float(k["total_us"])
         g["launches"] += int(k["launches"])
     for g in out.values():
@@ -114,10 +113,8 @@ def attention_kernels(names) -> dict:
     names = list(names)
     found: dict[str, list] = {}
     for n in names:
-        for kind, rx in _ATT:
-            if rx.search(n):
-                found.setdefault(kind, []).append(n)
-                break
+        if kind := next((kind for kind, rx in _ATT if rx.search(n)), None):   # the first kind that matches
+            found.setdefault(kind, []).append(n)
     if not found:
         soft = [n for n in names if _SOFTMAX.search(n) and not _LOGSOFTMAX.search(n)]
         if soft and any(_BATCHED.search(n) for n in names):
@@ -138,46 +135,30 @@ def count_graph_logs(text: str) -> dict:
     same message, `Graph Break Reason:` and the traceback, are not counted again); a recompile is one
     `[__recompiles] Recompiling function F in FILE:LINE` message.
     """
-    breaks, sites, recompiles, functions, reasons = 0, {}, 0, {}, []
+    sites, functions, reasons = collections.Counter(), collections.Counter(), []
     for line in text.splitlines():
         if _GB.search(line):
-            breaks += 1
             m = _GB_AT.search(line)
-            site = m.group(1) if m else "?"
-            sites[site] = sites.get(site, 0) + 1
-            continue
-        m = _RC.search(line)
-        if m:
-            recompiles += 1
-            fn = m.group(1) + (f" in {m.group(2)}" if m.group(2) else "")
-            functions[fn] = functions.get(fn, 0) + 1
-            continue
-        m = _RC_WHY.search(line)
-        if m and len(reasons) < 50:
+            sites[m.group(1) if m else "?"] += 1
+        elif m := _RC.search(line):
+            functions[m.group(1) + (f" in {m.group(2)}" if m.group(2) else "")] += 1
+        elif (m := _RC_WHY.search(line)) and len(reasons) < 50:
             reasons.append(" ".join(m.group(1).split())[:200])
-    return {"graph_breaks": breaks, "break_sites": sites, "recompiles": recompiles,
-            "recompiled_functions": functions, "recompile_reasons": reasons}
+    return {"graph_breaks": sum(sites.values()), "break_sites": dict(sites), "recompiles": sum(functions.values()),
+            "recompiled_functions": dict(functions), "recompile_reasons": reasons}
 
 
 # ----------------------------------------------------------------------------------------------------
 # the stage
 # ----------------------------------------------------------------------------------------------------
 
-def configurations(card: dict) -> list[RunConfig]:
-    """Every profiled configuration: model x dtype x (torch mode | cupy build)."""
-    return configs.configurations(card)
+configurations = configs.configurations   # every profiled configuration: model x dtype x (torch mode | cupy build)
 
 
 def graph_runs(card: dict) -> list[RunConfig]:
     """The runs whose logs count graph breaks and recompiles: the profiled runs of the compiled modes,
     which run under TORCH_LOGS=graph_breaks,recompiles (one run per mode, model and type; eager compiles nothing)."""
     return [c for c in configurations(card) if c.side == "torch" and c.mode != "eager"]
-
-
-def profile_command(card: dict, c: RunConfig, out_dir) -> list[str]:
-    f = card["families"]
-    return ([sys.executable, "-m", "tr2.profile_run", "--window", str(f["window"][0]), str(f["window"][1]),
-             "--out", str(out_dir)] + c.train_args(card["device"], f["steps"]).to_argv())
 
 
 def _rules_path(card: dict) -> Path:
@@ -190,7 +171,9 @@ def run_one(c: RunConfig, card: dict, d: Path) -> dict:
     prof = out_dir / "profile.json"
     prof.unlink(missing_ok=True)  # a killed run's table: the run starts over
     log = d / "logs" / f"{STAGE}-profile-{c.slug}.log"
-    cmd = profile_command(card, c, out_dir)
+    f = card["families"]
+    cmd = [sys.executable, "-m", "tr2.profile_run", "--window", *map(str, f["window"]), "--out", str(out_dir),
+           *c.train_args(card["device"], f["steps"]).to_argv()]
     compiled = c.side == "torch" and c.mode != "eager"
     env = {"TORCH_LOGS": TORCH_LOGS} if compiled else None
     res = run_logged(cmd, log, env=env)

@@ -21,6 +21,7 @@ as the trainer's: 0, 2 (bad arguments), 3 (out of memory), 1 (any other failure)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -37,6 +38,7 @@ from .cupy_side import backend as cupy_backend
 from .cupy_side.gpu import OP_METHODS
 from .torch_side.train import is_oom
 from .train import run as train_run
+from .results import write_text_atomic
 from .trainargs import parse
 from .trainlog import oom_line, parse_iter
 
@@ -54,13 +56,10 @@ class LineTap:
 
     def write(self, s):
         n = self.inner.write(s)
-        self._buf += s
-        while "\n" in self._buf:
-            line, self._buf = self._buf.split("\n", 1)
-            it = parse_iter(line)
-            if it:
-                self.steps_seen.append(it[0])
-                self.on_iter(it[0])
+        *lines, self._buf = (self._buf + s).split("\n")
+        for it in filter(None, map(parse_iter, lines)):
+            self.steps_seen.append(it[0])
+            self.on_iter(it[0])
         return n
 
     def flush(self):
@@ -130,9 +129,8 @@ def kernel_table(events, device: str) -> list[dict]:
         r = rows.setdefault(name, [0.0, 0])
         r[0] += float(t)
         r[1] += 1
-    out = [{"name": n, "total_us": round(v[0], 3), "launches": v[1]} for n, v in rows.items()]
-    out.sort(key=lambda r: -r["total_us"])
-    return out
+    return sorted(({"name": n, "total_us": round(v[0], 3), "launches": v[1]} for n, v in rows.items()),
+                  key=lambda r: -r["total_us"])
 
 
 def _optimizer_step(e):
@@ -181,9 +179,7 @@ def main(argv=None) -> int:
 
     def finish(status, rc, **kw):
         record.update(status=status, returncode=rc, wall_s=round(time.time() - record.pop("started"), 3), **kw)
-        tmp = out / ".profile.json.tmp"
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(out / "profile.json")
+        write_text_atomic(out / "profile.json", json.dumps(record, indent=1) + "\n")
         return rc
 
     try:
@@ -196,12 +192,11 @@ def main(argv=None) -> int:
         return finish("failed", 2, error=str(e))
     except SystemExit:  # argparse inside parse(): its one line is already printed
         return finish("failed", 2, error="bad arguments")
-    record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
-                  half_roundings=args.half_roundings, steps=args.steps)
-
     device = args.device
-    record.update(device=device, log_interval=L, steps_in_window=ns.window[1] - ns.window[0],
-                  torch=torch.__version__, sdp_backends=sdp_backends() if device == "cuda" else None)
+    record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
+                  half_roundings=args.half_roundings, steps=args.steps, device=device, log_interval=L,
+                  steps_in_window=ns.window[1] - ns.window[0], torch=torch.__version__,
+                  sdp_backends=sdp_backends() if device == "cuda" else None)
     activities = [ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -217,16 +212,13 @@ def main(argv=None) -> int:
             prof.export_chrome_trace(str(out / "trace.json"))
 
     prof = profile(activities=activities, schedule=schedule(**sched), on_trace_ready=on_ready)
-    real_stdout = sys.stdout
-    tap = LineTap(real_stdout, lambda step: prof.step())
-    rc = 1
+    tap = LineTap(sys.stdout, lambda step: prof.step())
     try:
         prof.start()
-        sys.stdout = tap
         try:
-            rc = train_run(args)
+            with contextlib.redirect_stdout(tap):
+                rc = train_run(args)
         finally:
-            sys.stdout = real_stdout
             prof.stop()
     except Tr2Error as e:
         sys.stderr.write(f"tr2.profile_run: error: {e}\n")

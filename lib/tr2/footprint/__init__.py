@@ -40,8 +40,6 @@ from .traced import trace_run
 STAGE = "footprint"
 STEPS = 10                      # iterations trained per footprint run (0..STEPS): the start is what matters
 
-# ---------------------------------------------------------------------------------------------
-# the stage
 
 def configurations(card: dict) -> list[RunConfig]:
     """The card's first model: per element type the cupy build its verdict compares, then each PyTorch mode."""
@@ -68,7 +66,7 @@ def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) ->
     write_csv(results_dir / "files" / f"{c.slug}.csv",
               sorted(cls["rows"], key=lambda r: (r["category"], r["owner"], r["path"])), ["path", "category", "owner", "bytes"])
     mapped_main = set(trace["libraries"])
-    all_libs = trace["libraries"] + [p for p in trace["libraries_children"] if p not in mapped_main]
+    all_libs = trace["libraries"] + trace["libraries_children"]   # a child's: only what the main process did not map
     return {
         **c.as_record(), "device": device, "steps": STEPS, "status": trace["status"],
         "returncode": trace["returncode"], "wall_s": trace["wall_s"], "polls": trace["polls"],
@@ -99,14 +97,11 @@ def run(card: dict, results_dir=None) -> Path:
             write_json_atomic(rd / "install_sets.json", {"interpreter": interpreter_install(), "sides": sets,
                                                          "tr2": {"files": len(tr2_files()), "bytes": tr2_bytes}})
         if not (rd / "docker.json").exists():
-            write_json_atomic(rd / "docker.json", measure_images(card, rd, STEPS, data_dir=_data_dir()))
+            # the images mount tr2.data's first data folder that exists ($TR2_DATA, when set, is the only one)
+            data_dir = next((str(d) for d in data_dirs() if d.is_dir()), None)
+            write_json_atomic(rd / "docker.json", measure_images(card, rd, STEPS, data_dir=data_dir))
     summarize(rd)
     return rd
-
-
-def _data_dir():
-    """The data folder the images mount: tr2.data's first that exists ($TR2_DATA, when set, is the only one)."""
-    return next((str(d) for d in data_dirs() if d.is_dir()), None)
 
 
 CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "libraries", "nvidia_libraries",
@@ -143,13 +138,11 @@ def summarize(results_dir) -> dict:
             "bytes": biggest["bytes"], "total_bytes": biggest["total_bytes"], "image_bytes": biggest["image_bytes"],
             "largest_run": biggest["key"],
         }
-    ratio = None
-    if "cupy" in sides and "torch" in sides and sides["cupy"]["image_bytes"]:
-        ratio = sides["torch"]["image_bytes"] / sides["cupy"]["image_bytes"]
+    ratio = (sides["torch"]["image_bytes"] / sides["cupy"]["image_bytes"]
+             if "cupy" in sides and "torch" in sides and sides["cupy"]["image_bytes"] else None)
     images = docker.get("images", {})
-    image_ratio = None
-    if docker.get("available") and all((images.get(s) or {}).get("size_bytes") for s in ("cupy", "torch")):
-        image_ratio = images["torch"]["size_bytes"] / images["cupy"]["size_bytes"]
+    image_ratio = (images["torch"]["size_bytes"] / images["cupy"]["size_bytes"] if docker.get("available")
+                   and all((images.get(s) or {}).get("size_bytes") for s in ("cupy", "torch")) else None)
     # an install set: the interpreter, the side's distributions and tr2's files
     base = (installs.get("interpreter") or {}).get("bytes", 0) + (installs.get("tr2") or {}).get("bytes", 0)
     summary = {

@@ -60,22 +60,19 @@ def image_build_args(side: str, card: dict) -> dict:
     """Build arguments that pin each image to the versions this environment runs."""
     args = {"PYTHON_VERSION": "%d.%d" % sys.version_info[:2]}
     if side == "torch":
-        spec = _pinned("torch")
-        if spec:
+        if spec := _pinned("torch"):
             args["TORCH_SPEC"] = spec.split("+")[0]
-        if os.environ.get("TR2_TORCH_INDEX_URL"):
-            args["TORCH_INDEX_URL"] = os.environ["TR2_TORCH_INDEX_URL"]
-        compiled = [m for m in card.get("torch_modes", []) if m != "eager"]
+        if url := os.environ.get("TR2_TORCH_INDEX_URL"):
+            args["TORCH_INDEX_URL"] = url
+        compiled = any(m != "eager" for m in card.get("torch_modes", []))
         args["COMPILER"] = ("g++" if card.get("device") == "cpu" else "gcc") if compiled else ""
     elif card.get("device") == "cpu":   # the NumPy forms: no CuPy, no NVIDIA library
         args["CUPY_SPEC"], args["CUDA_WHEELS"] = "", ""
     else:
-        cupy = [r for r in _cupy_requirements() if r.startswith("cupy")]
-        if cupy:
+        if cupy := [r for r in _cupy_requirements() if r.startswith("cupy")]:
             args["CUPY_SPEC"] = _pinned(cupy[0]) or cupy[0]
-        wheels = [_pinned(r) for r in _cupy_requirements() if r.startswith("nvidia-")]
-        if any(wheels):
-            args["CUDA_WHEELS"] = " ".join(w for w in wheels if w)
+        if wheels := [w for r in _cupy_requirements() if r.startswith("nvidia-") and (w := _pinned(r))]:
+            args["CUDA_WHEELS"] = " ".join(wheels)
     return args
 
 
@@ -90,15 +87,23 @@ def image_file_list(tag: str) -> list[tuple[str, int]]:
         return []
     try:
         p = subprocess.Popen(["docker", "export", cid], stdout=subprocess.PIPE)
-        out = []
         with tarfile.open(fileobj=p.stdout, mode="r|") as tar:
-            for m in tar:
-                if m.isfile():
-                    out.append(("/" + m.name.lstrip("./"), m.size))
+            out = [("/" + m.name.lstrip("./"), m.size) for m in tar if m.isfile()]
         p.wait()
         return out
     finally:
         _docker("rm", "-f", cid, timeout=120)
+
+
+def _docker_logged(args, log: Path, timeout_s) -> tuple[str, int | None]:
+    """A docker command's output, written to log ('timeout' where it ran past timeout_s), and its exit code."""
+    try:
+        r = _docker(*args, timeout=timeout_s)
+        text, rc = r.stdout + r.stderr, r.returncode
+    except subprocess.TimeoutExpired:
+        text, rc = "timeout\n", None
+    write_text_atomic(log, text)
+    return text, rc
 
 
 def measure_images(card: dict, results_dir, steps: int, data_dir=None, timeout_s=1800) -> dict:
@@ -114,29 +119,22 @@ def measure_images(card: dict, results_dir, steps: int, data_dir=None, timeout_s
         for side in ("cupy", "torch"):
             tag = f"tr2-footprint-{side}:{card['card']}"
             args = image_build_args(side, card)
-            rec = {"tag": tag, "dockerfile": f"docker/{side}.Dockerfile", "build_args": args}
+            rec = out["images"][side] = {"tag": tag, "dockerfile": f"docker/{side}.Dockerfile", "build_args": args}
             cmd = ["build", "-f", str(ctx / "docker" / f"{side}.Dockerfile"), "-t", tag]
             for k, v in args.items():
                 cmd += ["--build-arg", f"{k}={v}"]
-            try:
-                b = _docker(*cmd, str(ctx), timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                b = None
             log = results_dir / "logs" / f"image-{side}-build.log"
-            write_text_atomic(log, (b.stdout + b.stderr) if b else "timeout\n")
+            _text, rc = _docker_logged([*cmd, str(ctx)], log, timeout_s)
             rec["build_log"] = str(log.relative_to(results_dir))
-            if b is None or b.returncode != 0:
+            if rc != 0:
                 rec["status"] = "build failed"
-                out["images"][side] = rec
                 continue
             size = _docker("image", "inspect", "-f", "{{.Size}}", tag, timeout=60).stdout.strip()
             rec["size_bytes"] = int(size) if size.isdigit() else None
             files = image_file_list(tag)
             flist = results_dir / f"image-{side}-files.csv"
             buf = io.StringIO()
-            w = csv.writer(buf)
-            w.writerow(["path", "bytes"])
-            w.writerows(sorted(files))
+            csv.writer(buf).writerows([["path", "bytes"], *sorted(files)])
             write_text_atomic(flist, buf.getvalue())
             rec["files"], rec["file_list"] = len(files), flist.name
             # the proof: a short training run in the image
@@ -148,15 +146,9 @@ def measure_images(card: dict, results_dir, steps: int, data_dir=None, timeout_s
                 run += ["-v", f"{os.path.realpath(data_dir)}:/data:ro", "-e", "TR2_DATA=/data"]
             run += [tag, "--side", side, "--model", model, "--dtype", dtype, "--steps", str(steps),
                     "--device", card.get("device", "auto")]
-            try:
-                r = _docker(*run, timeout=timeout_s)
-                text, rc = r.stdout + r.stderr, r.returncode
-            except subprocess.TimeoutExpired:
-                text, rc = "timeout\n", None
             tlog = results_dir / "logs" / f"image-{side}-train.log"
-            write_text_atomic(tlog, text)
+            text, rc = _docker_logged(run, tlog, timeout_s)
             rec.update(status="trained" if rc == 0 else "train failed", train_log=str(tlog.relative_to(results_dir)),
                        train_returncode=rc, last_loss=last_loss(text),
                        train_config={"model": model, "dtype": dtype, "steps": steps})
-            out["images"][side] = rec
     return out

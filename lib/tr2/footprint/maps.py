@@ -10,22 +10,14 @@ POLL_FAST_S, POLL_SLOW_S = 0.05, 0.25  # the first 5 s fast (imports map most li
 
 _SO = re.compile(r"\.so(\.[0-9][0-9A-Za-z_.-]*)?$")
 
-# NVIDIA's libraries, by the name before ".so" (first match wins): (pattern, is the driver's)
-_NVIDIA = [
-    (re.compile(r"^libcuda$"), True),
-    (re.compile(r"^libnvidia-.+$"), True),            # libnvidia-ml, -ptxjitcompiler, -gpucomp, ...
-    (re.compile(r"^libnvcuvid$|^libnvoptix$|^libcudadebugger$"), True),
-    (re.compile(r"^libcudart$|^libcudadevrt$"), False),
-    (re.compile(r"^libcublas(Lt)?$|^libnvblas$"), False),
-    (re.compile(r"^libnvrtc(-builtins)?$"), False),
-    (re.compile(r"^libcudnn.*$"), False),
-    (re.compile(r"^libnccl.*$"), False),
-    (re.compile(r"^libnvJitLink$|^libnvjitlink$"), False),
-    (re.compile(r"^libcupti$|^libnvperf.*$|^libpcsamplingutil$|^libcheckpoint$"), False),
-    (re.compile(r"^libcufft.*$|^libcurand$|^libcusparse.*$|^libcusolver.*$|^libcufile.*$"), False),
-    (re.compile(r"^libnvToolsExt$|^libnvtx.*$|^libnvshmem.*$|^libnpp.*$|^libnvjpeg$|^libcutensor.*$"), False),
-    (re.compile(r"^libnvfatbin$|^libnvptxcompiler.*$|^libnvvm$|^libcudss.*$|^libcublasmp.*$|^libcal$"), False),
-]
+# NVIDIA's libraries, by the name before ".so": the driver's (the host provides them), then the others
+_DRIVER = re.compile(r"^(libcuda|libnvidia-.+|libnvcuvid|libnvoptix|libcudadebugger)$")   # libnvidia-ml, -ptxjitcompiler
+_LIBRARY = re.compile("^(" + "|".join((
+    r"libcudart|libcudadevrt|libcublas(Lt)?|libnvblas|libnvrtc(-builtins)?|libcudnn.*|libnccl.*|libnvJitLink|libnvjitlink",
+    r"libcupti|libnvperf.*|libpcsamplingutil|libcheckpoint",
+    r"libcufft.*|libcurand|libcusparse.*|libcusolver.*|libcufile.*",
+    r"libnvToolsExt|libnvtx.*|libnvshmem.*|libnpp.*|libnvjpeg|libcutensor.*",
+    r"libnvfatbin|libnvptxcompiler.*|libnvvm|libcudss.*|libcublasmp.*|libcal")) + ")$")
 
 
 def parse_maps(text: str) -> list[str]:
@@ -34,24 +26,12 @@ def parse_maps(text: str) -> list[str]:
     A line is `address perms offset dev inode [pathname]`; the pathname may hold spaces and may end
     in ' (deleted)'. Anonymous mappings, [heap], [stack], [vdso] and non-library files are left out.
     """
-    out, seen = [], set()
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6:
-            continue
-        path = parts[5].strip()
-        if path.endswith(" (deleted)"):
-            path = path[: -len(" (deleted)")]
-        if not path.startswith("/") or not is_shared_library(path):
-            continue
-        if path not in seen:
-            seen.add(path)
-            out.append(path)
-    return out
-
-
-def is_shared_library(path: str) -> bool:
-    return bool(_SO.search(os.path.basename(path)))
+    out = {}
+    for parts in (line.split(None, 5) for line in text.splitlines()):
+        path = parts[5].strip().removesuffix(" (deleted)") if len(parts) == 6 else ""
+        if path.startswith("/") and _SO.search(os.path.basename(path)):
+            out.setdefault(path)
+    return list(out)
 
 
 def library_name(path: str) -> str:
@@ -64,11 +44,10 @@ def library_name(path: str) -> str:
 def nvidia_kind(path: str):
     """'driver' for the driver's libraries, 'library' for NVIDIA's other libraries, None otherwise."""
     name = library_name(path)
-    for pat, is_driver in _NVIDIA:
-        if pat.match(name):
-            return "driver" if is_driver else "library"
-    # a library of NVIDIA's wheels (site-packages/nvidia/...) that the list above does not name
-    if name.startswith("lib") and re.search(r"[/\\]site-packages[/\\]nvidia[/\\]", path):
+    if _DRIVER.match(name):
+        return "driver"
+    # or a library of NVIDIA's wheels (site-packages/nvidia/...) that the list above does not name
+    if _LIBRARY.match(name) or (name.startswith("lib") and re.search(r"[/\\]site-packages[/\\]nvidia[/\\]", path)):
         return "library"
     return None
 
@@ -83,27 +62,20 @@ def nvrtc_opened(paths) -> bool:
     return any(library_name(p).startswith("libnvrtc") for p in paths)
 
 
-def _children_map() -> dict:
+def process_tree(pid: int) -> list[int]:
     kids: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                stat = f.read()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(entry.name))
-    return kids
-
-
-def process_tree(pid: int) -> list[int]:
-    kids, out, todo = _children_map(), [], [pid]
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
     while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
+        out.append(todo.pop())
+        todo.extend(kids.get(out[-1], []))
     return out
 
 

@@ -14,8 +14,7 @@ from packaging.utils import canonicalize_name
 from .. import PARAMS_DIR, REPO_ROOT
 from .maps import library_name, nvidia_kind
 
-# Each file counts once, in the first category that claims it: nvidia_driver, nvidia_libraries,
-# interpreter, python_packages, other_libraries (see the package's docstring).
+# Each file counts once, in the first category that claims it (the order: the package's docstring)
 CATEGORIES = ("interpreter", "python_packages", "nvidia_libraries", "nvidia_driver", "other_libraries")
 IMAGE_CATEGORIES = tuple(c for c in CATEGORIES if c != "nvidia_driver")   # what an image must hold
 
@@ -33,27 +32,22 @@ def _under(path: str, roots) -> bool:
     return any(r and (path == r or path.startswith(r.rstrip("/") + "/")) for r in roots)
 
 
-def _tree_files(top) -> list[str]:
+def _tree_files(top, drop=("__pycache__", ".ipynb_checkpoints")) -> list[str]:
     out = []
     for root, dirs, files in os.walk(top):
-        dirs[:] = [d for d in dirs if d not in ("__pycache__", ".ipynb_checkpoints")]
+        dirs[:] = [d for d in dirs if d not in drop]
         out.extend(os.path.join(root, f) for f in files)
     return out
 
 
 def _distribution_files(dist) -> list[str]:
-    files = []
-    for f in dist.files or []:
-        p = os.path.realpath(str(dist.locate_file(f)))
-        if os.path.isfile(p):
-            files.append(p)
-    return files
+    files = (os.path.realpath(str(dist.locate_file(f))) for f in dist.files or [])
+    return [p for p in files if os.path.isfile(p)]
 
 
 def classify_run(trace: dict) -> dict:
     """Assign every file of a run's run-time set to one category; returns rows, bytes and distributions."""
-
-    libs = list(trace.get("libraries", [])) + list(trace.get("libraries_children", []))
+    libs = [*trace.get("libraries", []), *trace.get("libraries_children", [])]
     stdlib = os.path.realpath(trace.get("stdlib") or sysconfig.get_path("stdlib"))
     site = [os.path.realpath(s) for s in trace.get("site", []) if s]
     claimed: dict[str, tuple[str, str]] = {}     # realpath -> (category, owner)
@@ -63,28 +57,25 @@ def classify_run(trace: dict) -> dict:
         if rp not in claimed and os.path.isfile(rp):
             claimed[rp] = (category, owner)
 
+    def in_stdlib(path):   # the standard library, not a site-packages folder inside it
+        rp = os.path.realpath(path)
+        return _under(rp, [stdlib]) and not _under(rp, site)
+
     for lib in libs:
-        kind = nvidia_kind(lib)
-        if kind:
+        if kind := nvidia_kind(lib):
             claim(lib, "nvidia_driver" if kind == "driver" else "nvidia_libraries", library_name(lib))
-    exe = trace.get("executable") or sys.executable
-    claim(exe, "interpreter", "python")
+    claim(trace.get("executable") or sys.executable, "interpreter", "python")
     for lib in libs:
-        if library_name(lib).startswith("libpython"):
-            claim(lib, "interpreter", "python")
-        elif _under(os.path.realpath(lib), [stdlib]) and not _under(os.path.realpath(lib), site):
+        if library_name(lib).startswith("libpython") or in_stdlib(lib):
             claim(lib, "interpreter", "python")
 
     modules = trace.get("modules", {})
     tops: dict[str, list[str]] = {}
     for name, f in modules.items():
-        if not f:
-            continue
-        rf = os.path.realpath(f)
-        if _under(rf, [stdlib]) and not _under(rf, site):
-            claim(rf, "interpreter", "python")
-            continue
-        tops.setdefault(name.split(".")[0], []).append(rf)
+        if f and in_stdlib(f):
+            claim(f, "interpreter", "python")
+        elif f:
+            tops.setdefault(name.split(".")[0], []).append(os.path.realpath(f))
 
     try:
         pkg_dists = md.packages_distributions()
@@ -92,7 +83,7 @@ def classify_run(trace: dict) -> dict:
         pkg_dists = {}
     dists_used: dict[str, dict] = {}
     for top, files in sorted(tops.items()):
-        owners = []
+        owned = False
         for dname in dict.fromkeys(pkg_dists.get(top, [])):
             try:
                 dist = md.distribution(dname)
@@ -100,25 +91,19 @@ def classify_run(trace: dict) -> dict:
                 continue
             dfiles = _distribution_files(dist)
             if set(files) & set(dfiles):
-                owners.append((dist.metadata["Name"], dist.version, dfiles))
-        if owners:
-            for dname, version, dfiles in owners:
-                if dname in dists_used:
-                    continue
-                for p in dfiles:
-                    claim(p, "python_packages", dname)
-                dists_used[dname] = {"distribution": dname, "version": version, "modules": top}
-        else:   # not installed as a distribution (an editable install such as tr2): its package folder
-            pkg = sys.modules.get(top)
+                owned, name = True, dist.metadata["Name"]
+                if name not in dists_used:
+                    for p in dfiles:
+                        claim(p, "python_packages", name)
+                    dists_used[name] = {"distribution": name, "version": dist.version, "modules": top}
+        if not owned:   # not installed as a distribution (an editable install such as tr2): its package folder
             mod_file = modules.get(top)
             if mod_file and os.path.basename(mod_file) == "__init__.py":
-                tree = _tree_files(os.path.dirname(os.path.realpath(mod_file)))
-            else:
-                tree = files
-            for p in tree:
+                files = _tree_files(os.path.dirname(os.path.realpath(mod_file)))
+            for p in files:
                 claim(p, "python_packages", top)
-            dists_used.setdefault(top, {"distribution": top, "version": getattr(pkg, "__version__", None),
-                                         "modules": top})
+            dists_used.setdefault(top, {"distribution": top, "version": getattr(sys.modules.get(top), "__version__", None),
+                                        "modules": top})
     for lib in libs:
         claim(lib, "other_libraries", library_name(lib))
 
@@ -139,21 +124,13 @@ SIDE_REQUIREMENTS = {"torch": ["torch", "numpy", "pyyaml"], "cupy": ["numpy", "p
 
 def _cupy_requirements() -> list[str]:
     """The cupy wheel installed here and NVIDIA's wheels of the libraries the cupy side opens."""
-    names = []
-    for dist in md.distributions():
-        n = (dist.metadata["Name"] or "").lower()
-        if n.startswith("cupy-cuda") or n == "cupy":
-            names.append(n)
-        elif re.match(r"^nvidia-(cublas|cuda-nvrtc|cuda-runtime)(-cu\d+)?$", n):
-            names.append(n)
-    return sorted(set(names))
+    names = {(dist.metadata["Name"] or "").lower() for dist in md.distributions()}
+    return sorted(n for n in names if n == "cupy" or n.startswith("cupy-cuda")
+                  or re.match(r"^nvidia-(cublas|cuda-nvrtc|cuda-runtime)(-cu\d+)?$", n))
 
 
 def side_requirements(side: str) -> list[str]:
-    reqs = list(SIDE_REQUIREMENTS[side])
-    if side == "cupy":
-        reqs = _cupy_requirements() + reqs
-    return reqs
+    return (_cupy_requirements() if side == "cupy" else []) + SIDE_REQUIREMENTS[side]
 
 
 def install_set(requirements: list[str]) -> dict:
@@ -197,11 +174,7 @@ def interpreter_install(python=None) -> dict:
         p = os.path.join(libdir, ldlib)
         if os.path.exists(p):
             files.add(os.path.realpath(p))
-    for root, dirs, fs in os.walk(stdlib):
-        dirs[:] = [d for d in dirs if d not in _SLIM_DROP_DIRS]
-        for f in fs:
-            if not f.endswith((".pyc", ".pyo", ".a")):
-                files.add(os.path.realpath(os.path.join(root, f)))
+    files |= {os.path.realpath(f) for f in _tree_files(stdlib, _SLIM_DROP_DIRS) if not f.endswith((".pyc", ".pyo", ".a"))}
     return {"python": sys.version.split()[0], "stdlib": stdlib, "files": len(files),
             "bytes": sum(_size(p) for p in files)}
 

@@ -1,6 +1,7 @@
 """The traced run: the trainer under a wrapper that dumps its modules and maps at exit, polled while it runs."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -59,8 +60,7 @@ def trace_run(train_argv: list[str], log_path, dump_path, env=None, timeout_s=No
     python = python or sys.executable
     log_path, dump_path = Path(log_path), Path(dump_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    if dump_path.exists():
-        dump_path.unlink()
+    dump_path.unlink(missing_ok=True)
     cmd = [python, "-u", "-c", WRAPPER, str(dump_path), *train_argv]
     t0 = time.monotonic()
     status = "ok"
@@ -74,27 +74,22 @@ def trace_run(train_argv: list[str], log_path, dump_path, env=None, timeout_s=No
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 status = "timeout"
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)    # the run's own group: it and its compile workers
-                except ProcessLookupError:
-                    pass
                 proc.wait()
-    main_libs, child_libs, polls = poller.libraries, poller.children, poller.polls
     wall = time.monotonic() - t0
-    dump = {}
-    if dump_path.exists():
-        try:
-            dump = json.loads(dump_path.read_text())
-        except json.JSONDecodeError:
-            dump = {}
+    try:
+        dump = json.loads(dump_path.read_text())
+    except (OSError, json.JSONDecodeError):   # no dump: the run died before its wrapper could write one
+        dump = {}
+    main_libs = poller.libraries
     for lib in parse_maps(dump.get("maps", "")):   # the process's own last reading, at exit
         main_libs.setdefault(lib, True)
-    returncode = proc.returncode
-    if status == "ok" and returncode != 0:
-        status = "oom" if returncode == 3 else "failed"
+    if status == "ok" and proc.returncode != 0:
+        status = "oom" if proc.returncode == 3 else "failed"
     return {
-        "status": status, "returncode": returncode, "wall_s": round(wall, 3), "polls": polls,
-        "libraries": list(main_libs), "libraries_children": [p for p in child_libs if p not in main_libs],
+        "status": status, "returncode": proc.returncode, "wall_s": round(wall, 3), "polls": poller.polls,
+        "libraries": list(main_libs), "libraries_children": [p for p in poller.children if p not in main_libs],
         "modules": dump.get("modules", {}), "executable": dump.get("executable", python),
         "stdlib": dump.get("stdlib") or sysconfig.get_path("stdlib"),
         "site": dump.get("site") or [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")],

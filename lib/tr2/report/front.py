@@ -1,11 +1,6 @@
-"""The front page of TR-2, filled directly from the verdict table (no notebook round trip).
-
-`front.html.j2` lays it out: the part a reader takes in at a glance (the chart of the verdicts, the machine,
-the commits, the comparison with tokens per second, parameter counts and spreads, the commands that reproduce
-each table), then the verdict tables, the correctness checks, the footprint and every folder's conditions. The
+"""The front page of TR-2, front.html.j2 filled directly from the verdict table (no notebook round trip). The
 rule texts' numbers come from the modules that own the rules (tr2.series for the verdict, tr2.method_b for the
-tolerances).
-"""
+tolerances)."""
 from __future__ import annotations
 
 import io
@@ -25,6 +20,14 @@ STAGE_TITLES = {
     "families": "Where the time goes: kernel families (rules 30-33)",
 }
 LEVEL_PCT = f"{100 * (series.LEVEL_RATIO - 1):g}"
+VERDICT_RULE = (f"faster when the cupy side's slowest run is faster than the fastest run of PyTorch's fastest mode; "
+                f"level when not faster and its median less than {LEVEL_PCT}% above; slower otherwise "
+                f"(tr2.series.compare, level below a ratio of {series.LEVEL_RATIO:g})")
+
+
+def _none_as(text: str, fmt):
+    """The format fmt, with `text` for a number not recorded (None)."""
+    return lambda x: text if x is None else fmt(x)
 
 
 def fmt_ms(x) -> str:
@@ -34,22 +37,7 @@ def fmt_ms(x) -> str:
     return f"{x:.3f}" if x < 10 else (f"{x:.2f}" if x < 100 else f"{x:.1f}")
 
 
-def fmt_ratio(x) -> str:
-    return "—" if x is None else f"{float(x):.3f}"
-
-
-def fmt_mb(b) -> str:
-    return "—" if b is None else f"{b / 1e6:.1f}"
-
-
-def check_text(c) -> str:
-    return {True: "passed", False: "failed"}.get(c.get("passed"), "no verdict")
-
-
-def verdict_rule_text() -> str:
-    return (f"faster when the cupy side's slowest run is faster than the fastest run of PyTorch's fastest mode; level "
-            f"when not faster and its median less than {LEVEL_PCT}% above; slower otherwise (tr2.series.compare, "
-            f"level below a ratio of {series.LEVEL_RATIO:g})")
+fmt_ratio = _none_as("—", lambda x: f"{float(x):.3f}")
 
 
 def verdict_chart_svg(data) -> str:
@@ -93,12 +81,12 @@ def _template():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(__file__).parent)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              finalize=lambda x: "" if x is None else x)  # None shows as nothing
-    env.filters.update(ms=fmt_ms, ratio=fmt_ratio, mb=fmt_mb, check=check_text,
-                       dv=lambda x: "" if x is None else repr(float(x)),
-                       pct=lambda x: "—" if x is None else f"{x:.2g}%",
-                       rate=lambda x: "—" if x is None else f"{x:,.0f}",
-                       count=lambda x: "—" if x is None else (f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x:,}"),
-                       gib=lambda x: "not recorded" if x is None else f"{x / 2**30:.1f} GiB")
+    env.filters.update(ms=fmt_ms, ratio=fmt_ratio, mb=_none_as("—", lambda b: f"{b / 1e6:.1f}"),
+                       check=lambda c: {True: "passed", False: "failed"}.get(c.get("passed"), "no verdict"),
+                       dv=_none_as("", lambda x: repr(float(x))), pct=_none_as("—", "{:.2g}%".format),
+                       rate=_none_as("—", "{:,.0f}".format),
+                       count=_none_as("—", lambda x: f"{x / 1e6:.2f} M" if x >= 1e6 else f"{x:,}"),
+                       gib=_none_as("not recorded", lambda x: f"{x / 2**30:.1f} GiB"))
     return env.get_template("front.html.j2")
 
 
@@ -108,6 +96,6 @@ def front_page_html(data) -> str:
     for r in data["rows"]:  # the correctness checks of each model and type, once
         checks.setdefault((r["model"], r["dtype"]), r)
     return _template().render(
-        d=data, chart=Markup(verdict_chart_svg(data)), verdict_rule=verdict_rule_text(), titles=STAGE_TITLES,
+        d=data, chart=Markup(verdict_chart_svg(data)), verdict_rule=VERDICT_RULE, titles=STAGE_TITLES,
         primary=[r for r in data["rows"] if r["primary"]], checks=list(checks.values()), level_pct=LEVEL_PCT,
         step0_rel=f"{method_b.STEP0_REL:g}", step_pct=f"{100 * method_b.STEP_REL:g}")

@@ -1,12 +1,4 @@
-"""Stitching: the front page and each folder's executed stage notebook in one offline HTML file.
-
-The cells tagged `parameters` and `injected-parameters` are dropped; a stage's relative links and images,
-meant from its results folder, are made right from the HTML file; progress bars keep their last state and
-are shown as plain output, not as stderr blocks; pandas tables lose their index column and NaN cells and
-keep four significant digits; the machine's absolute paths are cut to paths inside the repository. The
-export is nbconvert's lab template without any remote script (no MathJax, no require.js, no widget
-manager): one HTML file that reads offline.
-"""
+"""Stitching: the front page and each folder's executed stage notebook in one HTML file that reads offline."""
 from __future__ import annotations
 
 import base64
@@ -37,14 +29,6 @@ OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
 """
 _REMOTE = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//[^"'\s>]+""", re.I)
 _CSS_REMOTE = re.compile(r"""@import\s+(?:url\()?["']?(?:https?:)?//|url\(\s*["']?(?:https?:)?//""", re.I)
-
-
-# ---------------------------------------------------------------------------------------------
-# stitching
-
-def _clean_stream(text: str) -> str:
-    """A progress bar's carriage returns: keep what the last one left on each line."""
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.split("\n"))
 
 
 # An absolute path of the machine that ran a stage, up to the repository's own folders: cut to the part
@@ -90,18 +74,14 @@ _MD_TARGET = re.compile(r"(!?)\[([^\]]*)\]\(\s*([^)\s]+)([^)]*)\)")
 _HTML_TARGET = re.compile(r"""\b(src|href)=(["'])([^"']+)\2""")
 
 
-def _is_relative(target: str) -> bool:
-    return not (target.startswith(("#", "/", "data:", "mailto:")) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", target))
-
-
 def rewrite_links(text: str, folder, html_dir) -> str:
     """A stage notebook's relative targets, meant from its results folder, made right from the HTML file:
     an image the folder holds is embedded (a data: URI), a link becomes relative to html_dir."""
     folder, html_dir = Path(folder), Path(html_dir)
 
     def fix(target: str, image: bool) -> str:
-        if not _is_relative(target):
-            return target
+        if target.startswith(("#", "/", "data:", "mailto:")) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", target):
+            return target   # not relative
         path = (folder / target).resolve()
         if image and path.is_file():
             mime = mimetypes.guess_type(str(path))[0] or "application/octet-stream"
@@ -116,8 +96,7 @@ def rewrite_links(text: str, folder, html_dir) -> str:
 def _keep_cells(nb, folder=None, html_dir=None) -> list:
     out = []
     for cell in nb.cells:
-        tags = set(cell.get("metadata", {}).get("tags", []))
-        if tags & DROP_TAGS:
+        if DROP_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
         cell = copy.deepcopy(cell)
         if folder is not None and cell.cell_type == "markdown":
@@ -133,15 +112,16 @@ def _keep_cells(nb, folder=None, html_dir=None) -> list:
                         continue
                     for mime in ("text/html", "text/plain", "text/markdown"):
                         if isinstance(data.get(mime), str):
-                            linked = rewrite_links(data[mime], folder, html_dir) if folder and mime != "text/plain" else data[mime]
-                            data[mime] = relative_paths(linked)
-                    if isinstance(data.get("text/html"), str):
-                        data["text/html"] = tidy_dataframe_html(data["text/html"])
+                            text = relative_paths(rewrite_links(data[mime], folder, html_dir)
+                                                  if folder and mime != "text/plain" else data[mime])
+                            data[mime] = tidy_dataframe_html(text) if mime == "text/html" else text
                 if o.get("output_type") == "stream":
                     # stderr here is progress bars and library chatter, not errors (a failed cell stops the
-                    # stage): shown as plain output, the bar at its last state, never as a red stderr block
+                    # stage): shown as plain output, the bar at its last state (what its last carriage return left on
+                    # each line), never as a red stderr block
                     o["name"] = "stdout"
-                    o["text"] = relative_paths(_clean_stream(o.get("text", "")))
+                    lines = o.get("text", "").split("\n")
+                    o["text"] = relative_paths("\n".join(line.rsplit("\r", 1)[-1] for line in lines))
                     if not o["text"].strip():
                         continue
                 outs.append(o)
@@ -182,16 +162,11 @@ def merge(front_html: str, stage_nbs, html_dir=None) -> nbformat.NotebookNode:
 
 
 def export_html(nb, title: str) -> str:
-    exporter = HTMLExporter(template_name="lab", extra_loaders=[jinja2.DictLoader({"tr2_offline.html.j2": OFFLINE_TEMPLATE})],
-                            template_file="tr2_offline.html.j2")
-    exporter.exclude_input = True
-    exporter.exclude_input_prompt = True
-    exporter.exclude_output_prompt = True
-    exporter.embed_images = True
-    exporter.anchor_link_text = ""
+    exporter = HTMLExporter(template_name="lab", template_file="tr2_offline.html.j2", exclude_input=True,
+                            exclude_input_prompt=True, exclude_output_prompt=True, embed_images=True, anchor_link_text="",
+                            extra_loaders=[jinja2.DictLoader({"tr2_offline.html.j2": OFFLINE_TEMPLATE})])
     nb.metadata["title"] = title
-    body, _resources = exporter.from_notebook_node(nb)
-    return body
+    return exporter.from_notebook_node(nb)[0]
 
 
 def remote_urls(text: str) -> list[str]:
@@ -212,21 +187,15 @@ def page_title(card: str, data: dict) -> str:
 
 def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]:
     """Write the HTML and the verdict table's JSON; returns their paths."""
-    out = Path(out) if out else DEFAULT_OUT
-    out = out.resolve()
+    out = Path(out or DEFAULT_OUT).resolve()
     chosen = choose_dirs(card, dirs, root)
     data = build_table(card, chosen, out.parent)
-    stage_nbs = []
-    for info, d in zip(data["folders"], chosen):
-        p = Path(d) / f"{info['stage']}.ipynb"
-        if p.is_file():
-            stage_nbs.append((info, nbformat.read(str(p), as_version=4)))
+    stage_nbs = [(info, nbformat.read(str(p), as_version=4)) for info, d in zip(data["folders"], chosen)
+                 if (p := Path(d) / f"{info['stage']}.ipynb").is_file()]
     nb = merge(front_page_html(data), stage_nbs, out.parent)
     text = export_html(nb, page_title(card, data))
-    bad = remote_urls(text)
-    if bad:
+    if bad := remote_urls(text):
         raise Tr2Error(f"report: the HTML would fetch {bad[0]!r}; allowed: an offline page (no remote resource)")
-    out.parent.mkdir(parents=True, exist_ok=True)
     json_path = write_json_atomic(out.parent / f"TR-2-{card}.json", data)
     write_text_atomic(out, text)
     return out, Path(json_path)

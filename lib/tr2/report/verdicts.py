@@ -1,12 +1,8 @@
-"""The verdict table of TR-2: pure, from the results folders' card.yaml, machine.json and summary.json.
-
-Which folders the report reads (the newest finished one of each stage for a card, or those named), and the
-table the front page shows: per model, element type and cupy build the series' verdict, gated by the
-correctness checks (a speed is published only where method A for its model and type and method B for its
-model passed), with each number's conditions and a link to its raw data.
-"""
+"""The verdict table of TR-2 (the rules: tr2.report's docstring), pure, from the folders' card.yaml, machine.json
+and summary.json, and which folders the report reads."""
 from __future__ import annotations
 
+import collections
 import datetime
 import os
 import statistics
@@ -33,8 +29,7 @@ def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
                 raise Tr2Error(f"--dirs: {str(d)!r} is no stage's results folder; allowed: folders named "
                                f"<stage>-<stamp>-<card> with stage one of {' | '.join(STAGES)}")
             out.append(p)
-        order = {s: i for i, s in enumerate(STAGES)}
-        return sorted(out, key=lambda p: (order[stage_of(p)], p.name))
+        return sorted(out, key=lambda p: (STAGES.index(stage_of(p)), p.name))
     found = [p.resolve() for p in (latest(st, card_name, root, finished=True) for st in STAGES) if p is not None]
     if not found:
         raise Tr2Error(f"--card: {card_name!r} has no finished results folder of any stage under "
@@ -60,16 +55,12 @@ def folder_info(d, html_dir) -> dict:
             "notebook": is_finished(d), "conditions": c}
 
 
-# ---------------------------------------------------------------------------------------------
-# the verdict table
-
 def _range_of(r, times=None, tokens_per_step=None):
     """A side's runs: count, median, range; the spread (median absolute deviation over the median, in percent,
     from the run times the series recorded) and tokens per second at the median."""
     if not r:
         return None
-    out = {"runs": r.get("runs"), "median": r.get("median"), "fastest": r.get("fastest"), "slowest": r.get("slowest"),
-           "mad_pct": None, "tokens_per_s": None}
+    out = {k: r.get(k) for k in ("runs", "median", "fastest", "slowest")} | {"mad_pct": None, "tokens_per_s": None}
     if times:
         med = statistics.median(times)
         out["mad_pct"] = 100 * statistics.median(abs(t - med) for t in times) / med if med else None
@@ -85,21 +76,6 @@ def _model_facts(name):
     except Tr2Error:
         return None, None
     return count_params(cfg), cfg.batch_size * cfg.block_size
-
-
-def _run_times(summary) -> dict:
-    return {c.get("config"): c.get("run_times_ms") or [] for c in summary.get("configurations", [])}
-
-
-def _load_during(d, info) -> dict:
-    """The machine's load while the series ran: the load average when it started (machine.json) and, on a
-    GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
-    gpu = [g for g in explore.runs(d).get("gpu", []) if isinstance(g, dict)]
-    med = {}
-    for k in ("sm_mhz", "temp_c", "power_w"):
-        vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
-        med[k] = statistics.median(vals) if vals else None
-    return {"loadavg": info["conditions"].get("loadavg"), "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}
 
 
 def _check_of(v, link_, what):
@@ -132,13 +108,12 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     rows = {}
     for d, info, s in by_stage.get("series", []):
         cond = info["conditions"]
-        times = _run_times(s)
+        times = {c.get("config"): c.get("run_times_ms") or [] for c in s.get("configurations", [])}
         for v in s.get("verdicts", []):
             n_params, tokens = _model_facts(v["model"])
             ours_t = times.get(f"{v['model']}/{v['dtype']}/{v['build']}")
             # the fastest PyTorch configuration, our loop's or nanoGPT's (summaries before the nanogpt side: ours)
             theirs_t = times.get(f"{v['model']}/{v['dtype']}/{v.get('torch_build') or 'torch-' + str(v.get('torch_mode'))}")
-            key = (v["model"], v["dtype"], v["build"])
             a = check_a.get((v["model"], v["dtype"])) or _check_of(None, None, "method A")
             b = check_b.get(v["model"]) or _check_of(None, None, "method B")
             correct = a["passed"] is True and b["passed"] is True
@@ -154,7 +129,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
             published = correct and v.get("verdict") is not None
             if correct and v.get("verdict") is None:
                 why.append("the series gives no verdict" + (f": {v['reason']}" if v.get("reason") else ""))
-            row = {
+            rows[(v["model"], v["dtype"], v["build"])] = {   # a later series replaces an earlier one's row in its place
                 "model": v["model"], "dtype": v["dtype"], "build": v["build"], "primary": bool(v.get("primary")),
                 "half_roundings": v["build"].endswith("-hr"),
                 "params": n_params, "tokens_per_step": tokens,
@@ -170,18 +145,16 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                 "oom_modes": v.get("oom_modes") or [], "modes_without_time": v.get("modes_without_time") or [],
                 "notes": v.get("notes") or [], "complete": v.get("complete"),
                 "series": info["name"], "link": info["link"],
-                "conditions": {"card": cond.get("card"), "gpu": cond.get("gpu") or cond.get("device"),
-                               "rounds": cond.get("rounds"), "window": cond.get("window"), "date": cond.get("date"),
-                               "commit": cond.get("commit"), "torch": cond["versions"].get("torch"),
+                "conditions": {**{k: cond.get(k) for k in ("card", "rounds", "window", "date", "commit")},
+                               "gpu": cond.get("gpu") or cond.get("device"), "torch": cond["versions"].get("torch"),
                                "cupy": cond["versions"].get("cupy")},
             }
-            rows[key] = row  # a later series replaces an earlier one's row in its place
     rows = list(rows.values())
 
     primary = [r for r in rows if r["primary"]]
-    counts = {k: sum(1 for r in primary if r["verdict"] == k) for k in ("faster", "level", "slower")}
-    counts["no verdict"] = sum(1 for r in primary if r["verdict"] is None)
-    counts["comparisons"] = len(primary)
+    n = collections.Counter(r["verdict"] for r in primary)
+    counts = {"faster": n["faster"], "level": n["level"], "slower": n["slower"], "no verdict": n[None],
+              "comparisons": len(primary)}
 
     footprint = None
     for d, info, s in by_stage.get("footprint", []):
@@ -199,19 +172,20 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
                                               i["conditions"].get("last_run") or i["conditions"].get("date")) if x)
     commits = {i["stage"]: i["conditions"].get("commit") for i in infos}
     series = by_stage.get("series", [])
+    preview, edition = rule9_banners(card_name, dirs, devices)
+    cpu = "cpu" in devices or (not devices and read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device") == "cpu")
     return {
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir),
         "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
-        "cpu_demonstration": "cpu" in devices or (not devices and _card_device(card_name) == "cpu"),
+        "cpu_demonstration": cpu,
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "report_commit": git_commit(),
         "measured_from": dates[0] if dates else None, "measured_to": dates[-1] if dates else None,
         "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
         "stages_missing": [s for s in STAGES if s not in by_stage],
-        "preview": preview(card_name, dirs, devices),
-        "edition": reduced_edition(card_name, dirs, devices),
+        "preview": preview, "edition": edition,
     }
 
 
@@ -232,18 +206,6 @@ def _shown(v):
     return "the model's own" if v is None else v   # null in a stage mapping: the model's own steps, evaluations
 
 
-def _beside_published(card_name: str, dirs, devices):
-    """(the published card's name, this card, the published card), both as the stages read them, where the
-    folders ran on one device that has a published card and this card is another; else None. This card is
-    the first folder's card.yaml: what ran, whatever the checkout's card file says now."""
-    device = next(iter(devices), None) if len(devices) == 1 else None
-    published = PUBLISHED.get(device)
-    if published is None or card_name == published or not dirs:
-        return None
-    card = _as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
-    return published, card, _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml"))
-
-
 def _changes(card: dict, ref: dict) -> list[str]:
     """What the card runs differently from the published one, key by key ("models: [...] (published: [...])")."""
     lines = []
@@ -258,44 +220,40 @@ def _changes(card: dict, ref: dict) -> list[str]:
     return lines or ["the same keys as the published card, under another name"]
 
 
-def _edition_of(card: dict, published: str) -> dict | None:
-    """The card's `edition` where it stands in for `published`, else None. Read again here, not trusted from
-    validation: a folder's card.yaml may be one the checkout no longer accepts (then it is read as written), and
-    a claim for another card or another device's published card leaves the card a preview."""
-    e = card.get("edition")
+def rule9_banners(card_name: str, dirs, devices) -> tuple[dict | None, dict | None]:
+    """Protocol rule 9 on the front page: (preview, edition). Where the folders ran on one device that has a
+    published card and this card is another, it is that card's reduced edition when its `edition` names it (with
+    the card's reason in one line), else a preview; either way with what it runs differently, key by key. (None,
+    None) for the published card itself and CPU cards (those carry the CPU banner). This card is the first folder's
+    card.yaml: what ran, whatever the checkout's card file says now, and `edition` is read again here, not trusted
+    from validation (a folder's card.yaml may be one the checkout no longer accepts: it is read as written)."""
+    device = next(iter(devices), None) if len(devices) == 1 else None
+    published = PUBLISHED.get(device)
+    if published is None or card_name == published or not dirs:
+        return None, None
+    card = _as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
+    changes = _changes(card, _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml")))
+    e = card.get("edition")   # a claim for another card or another device's published card leaves a preview
     if isinstance(e, dict) and e.get("of") == published and isinstance(e.get("reason"), str) and e["reason"].strip():
-        return e
-    return None
-
-
-def preview(card_name: str, dirs, devices) -> dict | None:
-    """Protocol rule 9 on the front page: a GPU card other than the published one, and not its reduced edition, is
-    a preview. The published card's name and what this card changes from it; None for the published card itself,
-    its reduced edition (reduced_edition) and CPU cards (those carry the CPU banner)."""
-    found = _beside_published(card_name, dirs, devices)
-    if found is None or _edition_of(found[1], found[0]) is not None:
-        return None
-    published, card, ref = found
-    return {"published": published, "changes": _changes(card, ref)}
-
-
-def reduced_edition(card_name: str, dirs, devices) -> dict | None:
-    """Protocol rule 9's other side: a card whose `edition` names the published card of the device its folders
-    ran on is that edition, reduced. The published card's name, the card's reason (one line) and what it runs
-    differently, key by key as preview gives them; None for every other card."""
-    found = _beside_published(card_name, dirs, devices)
-    edition = _edition_of(found[1], found[0]) if found is not None else None
-    if edition is None:
-        return None
-    published, card, ref = found
-    return {"published": published, "reason": " ".join(edition["reason"].split()), "changes": _changes(card, ref)}
+        return None, {"published": published, "reason": " ".join(e["reason"].split()), "changes": changes}
+    return {"published": published, "changes": changes}, None
 
 
 def _machine(info, series_dir) -> dict:
-    """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver, and the
-    load while the series ran. Folders made before tr2 recorded the processor say None (not recorded)."""
+    """The machine of the series (or of the first folder): processor, cores, memory, GPU and driver (None where a
+    folder predates their record), and the load while the series ran: the load average when it started
+    (machine.json) and, on a GPU, the medians of the card's samples over every run (clocks, temperature, power)."""
     keys = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "gpu", "gpu_memory_mib", "driver")
-    return {**{k: info["conditions"].get(k) for k in keys}, "load": _load_during(series_dir, info) if series_dir else None}
+    out = {k: info["conditions"].get(k) for k in keys}
+    if series_dir is None:
+        return out | {"load": None}
+    gpu = [g for g in explore.runs(series_dir).get("gpu", []) if isinstance(g, dict)]
+    med = {}
+    for k in ("sm_mhz", "temp_c", "power_w"):
+        vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
+        med[k] = statistics.median(vals) if vals else None
+    return out | {"load": {"loadavg": info["conditions"].get("loadavg"),
+                           "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}}
 
 
 def commands(card_name, infos, html_dir) -> dict:
@@ -316,7 +274,3 @@ def unstitched(card_name: str, root=None) -> list[Path]:
     """Folders of the card that hold a summary but no executed notebook (a stage run by hand with papermill
     into another file): the report cannot stitch them and says so."""
     return [p for p in results_folders(root, card=card_name) if (p / "summary.json").is_file() and not is_finished(p)]
-
-
-def _card_device(card_name):
-    return read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device")
