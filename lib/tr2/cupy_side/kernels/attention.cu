@@ -95,14 +95,6 @@ template <int K> __device__ __forceinline__ float operand_value(typename Tile<K>
     else return half_value<K>(x);
 }
 
-// Two values as one register of half-type operands, x0 in the low half (the lower column), rounded to
-// nearest even by one cvt (the same bits as two scalar conversions).
-template <int K> __device__ __forceinline__ u32 pack2(float x0, float x1) {
-    u32 r;
-    if constexpr (K == KIND_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
-    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
-    return r;
-}
 
 // x as an operand register (and its remainder with SPLIT); for float32, x is first rounded to TF32
 // unless it already is (operands staged in shared memory by a TF32 build are rounded when stored).

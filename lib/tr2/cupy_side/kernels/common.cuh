@@ -37,6 +37,15 @@ __device__ __forceinline__ u16 f32_to_f16_bits(float f) {
     return h;
 }
 
+// Two float32 values as one register of half type K (KIND_BF16 or KIND_F16), x0 in the low 16 bits, rounded to
+// nearest even by one cvt: the same bits as f32_to_bf16_bits / f32_to_f16_bits of each.
+template <int K> __device__ __forceinline__ u32 pack2(float x0, float x1) {
+    u32 r;
+    if constexpr (K == KIND_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
+    return r;
+}
+
 // Round a float32 to the half type `kind` and back (kind 0: unchanged).
 __device__ __forceinline__ float round_to_kind(float x, int kind) {
     if (kind == KIND_BF16) return bf16_bits_to_f32(f32_to_bf16_bits(x));

@@ -265,20 +265,6 @@ template <> __device__ __forceinline__ u32 ce_max2<KIND_F16>(u32 a, u32 b) {
 // -inf in both halves: the max of no elements.
 template <int K> __device__ __forceinline__ u32 ce_neg_inf2() { return K == KIND_BF16 ? 0xff80ff80u : 0xfc00fc00u; }
 
-// store_as<K>(lo) | store_as<K>(hi) << 16 in one instruction (cvt.rn to the pair: the same rounding, nearest
-// even, as the scalar cvt.rn of store_as).
-template <int K> __device__ __forceinline__ u32 ce_pack2(float lo, float hi);
-template <> __device__ __forceinline__ u32 ce_pack2<KIND_BF16>(float lo, float hi) {
-    u32 d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-}
-template <> __device__ __forceinline__ u32 ce_pack2<KIND_F16>(float lo, float hi) {
-    u32 d;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-}
-
 // One vector's dlogits. ONEHOT only for the vector that holds the target (element te of it): the other
 // vectors skip the per-element comparison, and their (p - 0) * g is p * g bit for bit anyway.
 template <int LK, bool ONEHOT>
@@ -342,8 +328,8 @@ __device__ __forceinline__ void ce_row_smem(float* __restrict__ losses, void* dl
         if (v == tv) ce_grad_vec<LK, true>(d, q, lse, g, te);
         else ce_grad_vec<LK, false>(d, q, lse, g, te);
         if (vec_out) {
-            out[v] = make_uint4(ce_pack2<LK>(d[0], d[1]), ce_pack2<LK>(d[2], d[3]), ce_pack2<LK>(d[4], d[5]),
-                                ce_pack2<LK>(d[6], d[7]));
+            out[v] = make_uint4(pack2<LK>(d[0], d[1]), pack2<LK>(d[2], d[3]), pack2<LK>(d[4], d[5]),
+                                pack2<LK>(d[6], d[7]));
         } else {
 #pragma unroll
             for (int e = 0; e < 8; e++) store_kind(dlogits, r0 + (i64)v * 8 + e, d[e], dlogit_kind);
