@@ -51,6 +51,10 @@ def test_fragment_addresses(k16, r0):
     got = ldmatrix_x4(tile, lambda ln: (k16 * 16 + (ln & 15), r0 + (ln >> 4) * 8), trans=True)
     for q in (0, 1):
         assert (got[:, 2 * q:2 * q + 2] == b_fragment(lambda k, n: tile[k16 * 16 + k, n], r0 + 8 * q)).all()
+    # load_a_trans (A[m][k] = tile[k][m], the backward's dS^T read as dS): rows k16 * 16 + (lane & 7) +
+    # ((lane >> 4) << 3), columns m0 + ((lane >> 3) & 1) * 8, transposed
+    got = ldmatrix_x4(tile, lambda ln: (k16 * 16 + (ln & 7) + ((ln >> 4) << 3), r0 + ((ln >> 3) & 1) * 8), trans=True)
+    assert (got == a_fragment(lambda m, k: tile[k16 * 16 + k, m], r0)).all()
 
 
 # ---- the loops ----
@@ -151,6 +155,57 @@ def backward_dkdv(q, k, v, do, lse, D, scale, mt, bc):
     return dk, dv
 
 
+def backward_fused(q, k, v, do, lse, D, scale, mt, bc):
+    """The half builds' one backward kernel: backward_dkdv's loop with the query tiles from the last down,
+    each block's part of a tile's dQ (dS over the block's keys up to the tile's last query, times k) added
+    to what the blocks before it left, in key-block order; the tile's last key block scales and writes it.
+    `order` records which key blocks added to each tile, in their order, for the test to check."""
+    T, hs = q.shape
+    rw, br = 16 * mt, NWARPS * 16 * mt
+    nkb, nqt, c = -(-T // br), -(-T // bc), scale * np.log2(np.e)
+    K, V, Q, dO = padded(k, nkb * br), padded(v, nkb * br), padded(q, nqt * bc), padded(do, nqt * bc)
+    Lc, Dp = np.append(lse * np.log2(np.e), np.zeros(nqt * bc - T)), np.append(D, np.zeros(nqt * bc - T))
+    dq_acc, dq = np.full((nqt * bc, hs), np.nan), np.full((T, hs), np.nan)
+    order = {qt: [] for qt in range(nqt)}
+    for kb in range(nkb):   # the tickets' order; a block's wait makes the sums run in it whatever the schedule
+        first = (kb * br) // bc
+        for qt in range(nqt - 1, first - 1, -1):
+            qs = np.arange(qt * bc, qt * bc + bc)
+            sdS = np.full((br, bc), np.nan)   # rows of warps that skip the tile are never written
+            for w in range(NWARPS):
+                k0 = kb * br + w * rw
+                if qt * bc + bc - 1 < k0:
+                    continue
+                keys = np.arange(k0, k0 + rw)
+                p = np.exp2(K[keys] @ Q[qs].T * c - Lc[qs][None, :])
+                if qt * bc < k0 + rw - 1 or qt * bc + bc > T:
+                    p[~((keys[:, None] <= qs[None, :]) & (qs[None, :] < T) & (keys[:, None] < T))] = 0.0
+                sdS[w * rw:(w + 1) * rw] = p * (V[keys] @ dO[qs].T - Dp[qs][None, :])
+            nk = min(br, qt * bc + bc - kb * br) // 16 * 16
+            part = sdS[:nk].T @ K[kb * br:kb * br + nk]
+            acc = part if kb == 0 else dq_acc[qs] + part
+            order[qt].append(kb)
+            if kb == min(qt * bc + bc - 1, T - 1) // br:
+                live = qs < T
+                dq[qs[live]] = acc[live] * scale
+            else:
+                dq_acc[qs] = acc
+    return dq, order
+
+
+@pytest.mark.parametrize("T", [1, 7, 31, 32, 64, 65, 127, 128, 129, 200, 256, 1000, 1024])
+def test_the_fused_backward_sums_every_key_block_in_order(T):
+    g = gpu.attention_geometry()["half"]
+    rng = np.random.default_rng(T + 1)
+    q, k, v, do = (rng.standard_normal((T, 16)) for _ in range(4))
+    o, lse, D, dq, dk, dv = dense(q, k, v, do, 0.25)
+    dq2, order = backward_fused(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"])
+    np.testing.assert_allclose(dq2, dq, rtol=1e-10, atol=1e-12, err_msg=f"dq T={T}")
+    br, bc = NWARPS * 16 * g["mt"], g["backward_dkdv"]
+    for qt, blocks in order.items():   # each tile: every key block at or before its queries, once, in order
+        assert blocks == list(range(min(qt * bc + bc - 1, T - 1) // br + 1)), (qt, blocks)
+
+
 @pytest.mark.parametrize("build", ["half", "float32"])
 @pytest.mark.parametrize("T", [1, 7, 31, 64, 65, 127, 128, 129, 200, 256, 1000])
 def test_the_loops_cover_causal_attention(build, T):
@@ -159,7 +214,7 @@ def test_the_loops_cover_causal_attention(build, T):
     q, k, v, do = (rng.standard_normal((T, 16)) for _ in range(4))
     o, lse, D, dq, dk, dv = dense(q, k, v, do, 0.25)
     o2, lse2 = forward(q, k, v, 0.25, g["mt"], g["forward"])
-    dq2 = backward_dq(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dq"])
+    dq2 = backward_dq(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dq"])   # the float32 builds' dQ
     dk2, dv2 = backward_dkdv(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"])
     for name, got, want in (("out", o2, o), ("lse", lse2, lse), ("dq", dq2, dq), ("dk", dk2, dk), ("dv", dv2, dv)):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=f"{name} T={T} {build}")

@@ -59,8 +59,12 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final"),
     "attention.cu": tuple(
-        f"attn_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("f32", "tf32", "bf16", "bf16r", "f16", "f16r")
-        for kernel in ("forward", "backward_dkdv", "backward_dq")),
+        name for hs in (64, 32) for name in
+        [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32") for kernel in ("forward", "backward_dkdv",
+                                                                                   "backward_dq")]
+        + [f"attn_{kernel}_{build}_hs{hs}" for build in ("bf16", "bf16r", "f16", "f16r")
+           for kernel in ("forward", "backward")]
+        + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")]),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
@@ -80,8 +84,10 @@ COMPILE_OPTIONS = ("--std=c++17",)
 
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
-# attention.cu's instantiations: ATTN_KERNELS(build, kind, split, head size) declares three kernels.
-_ATTN_MACRO = re.compile(r'^ATTN_KERNELS\((\w+), \w+, \w+, (\d+)\)', re.M)
+# attention.cu's instantiation macros, and the kernels each declares
+_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS)\((\w+), [\w, ]*?(\d+)\)', re.M)
+_ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
+                       "ATTN_KERNELS_HALF": ("forward", "backward"), "ATTN_ROW_DOTS": ("row_dots",)}
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
 _ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
                             r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)
@@ -120,8 +126,8 @@ def declared_kernels(filename: str) -> list[str]:
     """Names of the extern "C" kernels a source declares (directly or through its instantiation macros)."""
     src = (KERNELS_DIR / filename).read_text()
     names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
-    for build, hs in _ATTN_MACRO.findall(src):
-        names += [f"attn_{k}_{build}_hs{hs}" for k in ("forward", "backward_dkdv", "backward_dq")]
+    for macro, build, hs in _ATTN_MACRO.findall(src):
+        names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
     return names
 
 

@@ -1,8 +1,10 @@
 """Wrapper of kernels/attention.cu: causal attention fused on tensor cores, q/k/v read in place.
 
-forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv); backward
-launches dQ (which also writes the row dot products D = rowsum(dO * out)), then dK/dV, each kernel writing its
-own columns of one dqkv [B, T, 3C]. No T x T array exists anywhere.
+forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv). backward,
+half builds: the row dot products D = rowsum(dO * out) (which also zero the backward's counters), then one
+kernel for dK, dV and dQ (dQ's key-block parts added in a fixed order through a float32 buffer [B*H, T, hs]);
+float32 builds: dQ (which also writes D), then dK/dV. Each kernel writes its own columns of one dqkv
+[B, T, 3C]. No T x T array exists anywhere.
 
 The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded): under
 half roundings c_attn and c_proj's backward hand them over so; otherwise (float32 products' outputs) qkv is
@@ -24,6 +26,7 @@ from .runtime import NULL, f32, i32, launch, u32, u64
 FILE = "attention.cu"
 HEAD_SIZES = (32, 64)
 THREADS = 128         # four warps
+ROW_DOTS_THREADS = 256   # attn_row_dots: eight threads a row
 # attention.cu's Geometry: m16 tiles a warp (a block owns 4 * 16 * mt rows), rows of each kernel's streamed tiles
 GEOMETRY = attention_geometry()
 _ROW_BYTES = {True: 72 * 2, False: 68 * 4}   # a staged row: half tiles, float32 tiles (padded)
@@ -56,10 +59,14 @@ def block_rows(ctx) -> int:
 
 def shared_bytes(ctx, kernel: str) -> int:
     """attention.cu's shared memory of one block: the block's own tiles, the streamed tiles in each staging
-    buffer (two in the half builds, cp.async), and dK/dV's staged lse and D."""
-    rows, streamed, nbuf = block_rows(ctx), _geometry(ctx)[kernel], 2 if ctx.half else 1
-    own = {"forward": 1, "backward_dq": 2, "backward_dkdv": 2}[kernel]
-    extra = nbuf * 2 * streamed * 4 if kernel == "backward_dkdv" else 0
+    buffer (two in the half builds, cp.async), and dK/dV's staged lse and D; the half builds' backward
+    ("backward": dK/dV with dQ) also its dS^T, [rows][streamed + 8] halves, twice in the exact build."""
+    geometry = "backward_dkdv" if kernel == "backward" else kernel
+    rows, streamed, nbuf = block_rows(ctx), _geometry(ctx)[geometry], 2 if ctx.half else 1
+    own = {"forward": 1, "backward_dq": 2, "backward_dkdv": 2}[geometry]
+    extra = nbuf * 2 * streamed * 4 if geometry == "backward_dkdv" else 0
+    if kernel == "backward":
+        extra += rows * (streamed + 8) * 2 * (1 if ctx.half_roundings else 2)
     return (own * rows + nbuf * 2 * streamed) * _ROW_BYTES[ctx.half] + extra
 
 
@@ -110,10 +117,20 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
-    D = ctx.ws.get("att_D", (B, H, T), np.float32)   # the row dots: written by the dQ kernel, read by dK/dV's
+    D = ctx.ws.get("att_D", (B, H, T), np.float32)   # the row dots, read by dK/dV's kernel
     dqkv = cp.empty((B, T, 3 * C), dtype=ctx.out_dtype)
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
     tail = (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)   # the scale: attention.cu's Scale
-    _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail)
-    _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail)
+    if not ctx.half:
+        _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H))
+                + tail)
+        _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail)
+        return dqkv
+    n_tiles = -(-T // _geometry(ctx)["backward_dkdv"])
+    sync = ctx.ws.get("att_sync", (B * H * n_tiles + 1,), np.int32)   # a counter a (head, query tile), a ticket
+    dq_acc = ctx.ws.get("att_dq_acc", (B * H, T, hs), np.float32)     # dQ's key-block parts, summed in order
+    rows = B * T * H
+    launch(FILE, f"attn_row_dots_{build_name(ctx).rstrip('r')}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS),
+           ROW_DOTS_THREADS, (D, sync, i32(sync.size), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
+    _launch(ctx, "backward", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, dq_acc, sync, i32(T), i32(H)) + tail)
     return dqkv

@@ -13,15 +13,19 @@
 //     Pd = exp(scale (s - m)) * keep / (1 - p) (dropout drawn here by the counter-based generator, element
 //     (bh*T + i)*T + j of the site, as ops/attention.py indexes it); O += Pd v by mma with O in registers;
 //     at the end out = O / l and lse = scale m + log(l).
-//   backward, dQ first: one block per (4 * 16 * MT queries, bh); the row dot products D_i = sum_d dO_id O_id
-//     of its queries (dO as the products read it, from the staged tile), kept and written for dK/dV; then a
-//     loop over the key tiles up to the diagonal: S = q k^T, P = exp(S * scale - lse) (recomputed, never
-//     stored), dPd = dO v^T, dS = P (dPd * keep / (1 - p) - D), dQ += dS k; dQ *= scale.
-//     dK, dV: one block per (4 * 16 * MT keys, bh), loop over the query tiles from the diagonal down:
-//       S^T, P^T and dS^T again, dV += Pd^T dO, dK += dS^T q; dK *= scale.
-//   dQ has its own pass (the two recomputed products cost less than a second sweep of memory) so that
-//   every sum runs in a fixed order: no atomics, the same bits on every run. (D had a kernel of its own
-//   until the dQ pass took it over: 31 us a layer of gpt2-small bf16 in call 4's profile, to read dO and O.)
+//   backward, half builds: a small kernel first, the row dot products D_i = sum_d dO_id O_id (dO as the
+//     products read it); then one block per (4 * 16 * MT keys, bh), looping over the query tiles (BC queries)
+//     from the last down to the diagonal: S^T = k q^T, P^T = exp(S^T * scale - lse) (recomputed, never
+//     stored), dPd^T = v dO^T, dS^T = P^T (dPd^T * keep / (1 - p) - D), dV += Pd^T dO, dK += dS^T q, and
+//     the block's part of the tile's dQ, dS k over its keys, added to the other key blocks' parts in a fixed
+//     order (the folded dQ, below); dK *= scale, dQ *= scale. (Until 2026-12-01 dQ had a kernel of its own
+//     that recomputed S and dPd, seven products where five do; 1.27 ms of gpt2-small bf16's 3.58 ms of attention
+//     a step, results/h200-perf-20261201b/call1-7751049.)
+//   backward, float32 builds: dQ first, one block per (4 * 16 * MT queries, bh), which also writes D: a loop
+//     over the key tiles up to the diagonal, S = q k^T, P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then
+//     dK, dV as above without dQ, the query tiles from the diagonal down. (Their fragments are twice as wide
+//     and the registers hold no more.)
+//   Every sum runs in a fixed order: no float atomics, the same bits on every run.
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
 //
@@ -627,38 +631,84 @@ __device__ __forceinline__ void store_rows(void* dst, i64 at, const float acc[HS
     for (int n = 0; n < HS / 8; ++n) store_pair(dst, at + n * 8, acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul, out_kind);
 }
 
+// ---- dQ folded into the dK/dV kernel (the half builds): fixed-order sums of the key blocks' parts ----
+// A key block's part of a query tile's dQ is dS k over the block's keys. The parts of one tile are added in
+// key-block order, 0 first, through a float32 buffer dq_acc [BH, T, HS]: block 0 writes its part, block kb
+// waits until sync[bh, qt] says kb (blocks 0..kb-1 have added theirs), adds its own and hands on kb + 1;
+// the tile's last key block (the one holding its diagonal) writes scale * dQ into dqkv instead. So every
+// element's sum runs in one order whatever the schedule: the same bits on every run, no float atomics.
+// Blocks take their (key block, head) from a ticket (atomicAdd on sync[BH * nqt], zeroed with the counters
+// by the row-dots kernel before): the tickets go out key block by key block, so a block only ever waits on
+// blocks that took a ticket before it, which are running or done; block scheduling order is never assumed.
+// Each block walks its query tiles from the last down: block kb reaches a tile one iteration after block
+// kb - 1 did, so it waits about one iteration at its start and hardly after.
+__device__ __forceinline__ int ld_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release(int* p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// A fragment (rows m0..m0+15, k slice ks) of A = S^T for a tile S stored [k][m] (LDS halves a row): the
+// transposed ldmatrix of the 8 x 8 blocks (k +0, m +0), (k +0, m +8), (k +8, m +0), (k +8, m +8) = a0..a3.
+template <int LDS>
+__device__ __forceinline__ void load_a_trans(u32 a[4], const u16* s, int m0, int ks, int lane) {
+    ldmatrix_x4_trans(a, s + (ks * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + m0 + ((lane >> 3) & 1) * 8);
+}
+
 // dK and dV of 4 * 16 * MT keys of one head. Warp rows are keys; the streamed tiles hold BC queries.
-template <int K, bool SPLIT, int HS>
+// DQ (the half builds): dQ too, as above; the query tiles run from the last down. Else from the diagonal
+// down, and attention_backward_dq makes dQ.
+template <int K, bool SPLIT, int HS, bool DQ>
 __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
-                                        const float* __restrict__ Dvec, int T, int H, int out_kind, Dropout drop) {
+                                        const float* __restrict__ Dvec, float* __restrict__ dq_acc,
+                                        int* __restrict__ sync, int T, int H, int out_kind, Dropout drop) {
     constexpr float scale = Scale<HS>::value;
     constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DKDV, NT = BC / 8;
     constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
     constexpr bool EXACT = (K == KIND_F32 && SPLIT);
     constexpr int NBUF = Pipe<K>::NBUF;
+    // dS^T of the block (BR keys x BC queries, half bits; the exact build's remainders after it)
+    constexpr int LDS = BC + 8;
+    static_assert(!DQ || (K != KIND_F32 && BC % RW == 0 && BR % BC == 0 && BC == 32 && HS % 32 == 0),
+                  "the folded dQ: half builds; a warp's keys lie wholly inside or past a tile's queries; "
+                  "four warps of 16 queries x HS / 2 columns");
     extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ int ticket;
     typedef typename Tile<K>::E E;
     E* sK = (E*)smem;
     E* sV = sK + BR * LD;
     E* sQO = sV + BR * LD;                          // buffer b: q at 2b BC rows, dO at (2b + 1) BC rows
     float* sLD = (float*)(sQO + 2 * NBUF * BC * LD);  // buffer b: lse at 2b * BC, D at (2b + 1) * BC
-    const int kb = (int)blockIdx.y;   // the first key blocks see the most queries: launched first (Grid, at the top)
-    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    u16* sdS = (u16*)(sLD + 2 * NBUF * BC);         // DQ: [BR][LDS], then the remainders (SPLIT)
+    const int nqt = (T + BC - 1) / BC;
+    int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: launched first
+    if constexpr (DQ) {
+        if (threadIdx.x == 0) ticket = atomicAdd(sync + (i64)gridDim.x * nqt, 1);
+        __syncthreads();
+        kb = ticket / (int)gridDim.x;
+        bh = ticket % (int)gridDim.x;
+    }
+    const int b = bh / H, h = bh % H, C = H * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0 = kb * BR + warp * RW;   // the warp's first key
-    const int first = (kb * BR) / BC, nqt = (T + BC - 1) / BC;   // the query tiles from the diagonal down
+    const int first = (kb * BR) / BC;     // the query tiles from the diagonal (first) to the end
+    const int niter = nqt - first;
     constexpr float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
     const E* base = qkv + (i64)b * T * 3 * C;
     const E* gbase = dout + (i64)b * T * C;
+    auto tile_of = [&](int it) { return DQ ? nqt - 1 - it : first + it; };
     auto qo = make_stream<K>([&](int it, int buf) {
-        const int qt = first + it;
+        const int qt = tile_of(it);
         stage<K, SPLIT, HS, BC>(sQO + 2 * buf * BC * LD, base + h * HS, qt * BC, T, 3 * C);
         stage<K, SPLIT, HS, BC>(sQO + (2 * buf + 1) * BC * LD, gbase + h * HS, qt * BC, T, C);
         float* l = sLD + 2 * buf * BC;   // lse and D as stored (lse times lmul where read)
         stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
         stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
-    }, nqt - 1 - first);
+    }, niter - 1);
     stage<K, SPLIT, HS, BR>(sK, base + C + h * HS, kb * BR, T, 3 * C);
     stage<K, SPLIT, HS, BR>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
     qo.start();
@@ -670,10 +720,11 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
 #pragma unroll
             for (int e = 0; e < 4; ++e) dk[mt][n][e] = dv[mt][n][e] = 0.0f;
 
-    for (int qt = first; qt < nqt; ++qt) {
-        const int cur = qo.acquire(qt - first);
+    for (int it = 0; it < niter; ++it) {
+        const int qt = tile_of(it);
+        const int cur = qo.acquire(it);
+        const E* sQ = sQO + 2 * cur * BC * LD;
         if (qt * BC + BC - 1 >= k0) {   // else the tile's queries all come before the warp's keys
-            const E* sQ = sQO + 2 * cur * BC * LD;
             const E* sO = sQ + BC * LD;
             const float* sL = sLD + 2 * cur * BC;
             const float* sD = sL + BC;
@@ -690,7 +741,75 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
                 Dq = sD[il];
             });
             acc_product<K, SPLIT, HS, MT, NT>(dv, p, sO, lane);    // dV += Pd^T dO
+            if constexpr (DQ) {   // the warp's dS^T rows for the block's dQ product, rounded as dK's operand
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            u32 hi, lo;
+                            half_operand<K, SPLIT>(ds[mt][n][2 * r], ds[mt][n][2 * r + 1], hi, lo);
+                            const int at = (warp * RW + 16 * mt + g + 8 * r) * LDS + n * 8 + 2 * t;
+                            *(u32*)(sdS + at) = hi;
+                            if constexpr (SPLIT) *(u32*)(sdS + BR * LDS + at) = lo;
+                        }
+            }
             acc_product<K, SPLIT, HS, MT, NT>(dk, ds, sQ, lane);   // dK += dS^T q
+        }
+        if constexpr (DQ) {
+            __syncthreads();   // dS^T of every warp that has keys at or before the tile's queries is staged
+            // The warp's part: queries qr..qr+15 of the tile, columns d0..d0+HS/2-1, over the block's keys up to
+            // the tile's last query (the rows of the warps that skipped the tile lie past them).
+            const int qr = (warp & 1) * 16, d0 = (warp >> 1) * (HS / 2);
+            const int nks = min(BR, qt * BC + BC - kb * BR) / 16;
+            float part[HS / 16][4];
+#pragma unroll
+            for (int n = 0; n < HS / 16; ++n) part[n][0] = part[n][1] = part[n][2] = part[n][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < BR / 16; ++ks) {
+                if (ks < nks) {
+                    AFrag<K> fa;
+                    load_a_trans<LDS>(fa.hi, sdS, qr, ks, lane);
+                    if constexpr (SPLIT) load_a_trans<LDS>(fa.lo, sdS + BR * LDS, qr, ks, lane);
+#pragma unroll
+                    for (int np = 0; np < HS / 32; ++np) {
+                        BFrag<K> fb[2];
+                        load_b_cols<K, SPLIT>(fb, sK, d0 + np * 16, ks, lane);   // B[key][d] = k
+#pragma unroll
+                        for (int q = 0; q < 2; ++q) mma_acc<K, SPLIT, true>(part[2 * np + q], fa, fb[q]);
+                    }
+                }
+            }
+            const int last_kb = min(qt * BC + BC - 1, T - 1) / BR;   // the block holding the tile's diagonal
+            int* turn = sync + (i64)bh * nqt + qt;
+            if (kb > 0) {
+                if (threadIdx.x == 0)
+                    while (ld_acquire(turn) != kb) __nanosleep(32);
+                __syncthreads();
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int i = qt * BC + qr + g + 8 * r;
+                if (i >= T) continue;
+                float* acc = dq_acc + ((i64)bh * T + i) * HS + d0 + 2 * t;
+                const i64 at = ((i64)b * T + i) * 3 * C + h * HS + d0 + 2 * t;
+#pragma unroll
+                for (int n = 0; n < HS / 16; ++n) {
+                    float x0 = part[n][2 * r], x1 = part[n][2 * r + 1];
+                    if (kb > 0) {   // the blocks before, then this one
+                        const float2 s = __ldcg((const float2*)(acc + n * 8));
+                        x0 = s.x + x0;
+                        x1 = s.y + x1;
+                    }
+                    if (kb == last_kb) store_pair(dqkv, at + n * 8, x0 * scale, x1 * scale, out_kind);
+                    else __stcg((float2*)(acc + n * 8), make_float2(x0, x1));
+                }
+            }
+            if (kb < last_kb) {
+                __syncthreads();   // every thread's part is in dq_acc
+                if (threadIdx.x == 0) st_release(turn, kb + 1);
+            }
         }
         qo.release();
     }
@@ -704,6 +823,33 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
             store_rows<HS>(dqkv, at + C, dk[mt], r, scale, out_kind);
             store_rows<HS>(dqkv, at + 2 * C, dv[mt], r, 1.0f, out_kind);
         }
+}
+
+// The row dot products D[bh, i] = sum_d dO[b, i, h HS + d] out[b, i, h HS + d] of the half builds' backward (dO
+// as the products read it, out as the forward wrote it, in out_kind), eight threads a row, each HS / 8 columns
+// in order, their sums added in one butterfly; and sync (n_sync ints: the dK/dV kernel's counters and ticket)
+// zeroed, since that kernel runs next. Rows r = (b T + i) H + h, the order of the memory.
+template <int K, int HS>
+__device__ void attention_row_dots(float* __restrict__ Dvec, int* __restrict__ sync, int n_sync,
+                                   const u16* __restrict__ dout, const void* __restrict__ out, int rows, int T, int H,
+                                   int out_kind) {
+    const i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (i64 s = id; s < n_sync; s += (i64)gridDim.x * blockDim.x) sync[s] = 0;
+    constexpr int PER = HS / 8;
+    const i64 r = id / 8;
+    float acc = 0.0f;
+    if (r < rows) {
+        const i64 at = r * HS + (id % 8) * PER;
+#pragma unroll
+        for (int e = 0; e < PER; ++e) acc += load_from<K>(dout[at + e]) * load_kind(out, at + e, out_kind);
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    if (r < rows && id % 8 == 0) {
+        const int h = (int)(r % H), i = (int)((r / H) % T), b = (int)(r / ((i64)H * T));
+        Dvec[((i64)b * H + h) * T + i] = acc;
+    }
 }
 
 // dQ of 4 * 16 * MT queries of one head. Warp rows are queries; the streamed tiles hold BC keys.
@@ -800,40 +946,64 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         }
 }
 
-// ---- the instantiations: attn_{forward,backward_dkdv,backward_dq}_<build>_hs<HS> ----
+// ---- the instantiations ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
-#define ATTN_KERNELS(BUILD, K, SPLIT, HS)                                                                        \
+// Every build: attn_forward_<build>_hs<HS>. The float32 builds' backward: attn_backward_dq_ (which writes D),
+// then attn_backward_dkdv_. The half builds': attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters zeroed),
+// then attn_backward_<build>_hs<HS> (dK, dV and dQ).
+#define ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                       \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
         u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
         attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, out_kind,                                         \
                                         make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
-    }                                                                                                          \
+    }
+#define ATTN_KERNELS_F32(BUILD, SPLIT, HS)                                                                      \
+    ATTN_FORWARD(BUILD, KIND_F32, SPLIT, HS)                                                                   \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
-        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
+        void* dqkv, const float* qkv, const float* dout, const float* lse, const float* Dvec,                  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
-        attention_backward_dkdv<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind,                     \
-                                              make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+        attention_backward_dkdv<KIND_F32, SPLIT, HS, false>(                                                   \
+            dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, out_kind,                                      \
+            make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale));                           \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
-        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
+        void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec,                        \
         const void* out, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset,                    \
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
-        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind,                  \
-                                            make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+        attention_backward_dq<KIND_F32, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind,           \
+                                                   make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+    }
+#define ATTN_KERNELS_HALF(BUILD, K, SPLIT, HS)                                                                  \
+    ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                          \
+    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_##BUILD##_hs##HS(                      \
+        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, float* dq_acc,       \
+        int* sync, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,   \
+        u32 threshold, float dscale) {                                                                         \
+        attention_backward_dkdv<K, SPLIT, HS, true>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, \
+                                                    make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+    }
+#define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
+    extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
+                                                            const void* out, int rows, int T, int H, int out_kind) { \
+        attention_row_dots<K, HS>(Dvec, sync, n_sync, dout, out, rows, T, H, out_kind);                        \
     }
 
-ATTN_KERNELS(f32, KIND_F32, true, 64)
-ATTN_KERNELS(tf32, KIND_F32, false, 64)
-ATTN_KERNELS(bf16, KIND_BF16, true, 64)
-ATTN_KERNELS(bf16r, KIND_BF16, false, 64)
-ATTN_KERNELS(f16, KIND_F16, true, 64)
-ATTN_KERNELS(f16r, KIND_F16, false, 64)
-ATTN_KERNELS(f32, KIND_F32, true, 32)
-ATTN_KERNELS(tf32, KIND_F32, false, 32)
-ATTN_KERNELS(bf16, KIND_BF16, true, 32)
-ATTN_KERNELS(bf16r, KIND_BF16, false, 32)
-ATTN_KERNELS(f16, KIND_F16, true, 32)
-ATTN_KERNELS(f16r, KIND_F16, false, 32)
+ATTN_KERNELS_F32(f32, true, 64)
+ATTN_KERNELS_F32(tf32, false, 64)
+ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 64)
+ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 64)
+ATTN_KERNELS_HALF(f16, KIND_F16, true, 64)
+ATTN_KERNELS_HALF(f16r, KIND_F16, false, 64)
+ATTN_ROW_DOTS(bf16, KIND_BF16, 64)
+ATTN_ROW_DOTS(f16, KIND_F16, 64)
+ATTN_KERNELS_F32(f32, true, 32)
+ATTN_KERNELS_F32(tf32, false, 32)
+ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 32)
+ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 32)
+ATTN_KERNELS_HALF(f16, KIND_F16, true, 32)
+ATTN_KERNELS_HALF(f16r, KIND_F16, false, 32)
+ATTN_ROW_DOTS(bf16, KIND_BF16, 32)
+ATTN_ROW_DOTS(f16, KIND_F16, 32)
