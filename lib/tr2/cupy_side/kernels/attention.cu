@@ -784,8 +784,12 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
             const int last_kb = min(qt * BC + BC - 1, T - 1) / BR;   // the block holding the tile's diagonal
             int* turn = sync + (i64)bh * nqt + qt;
             if (kb > 0) {
+                // a turn that never comes is a bug: stop the kernel (an error the caller sees) after ~a second
                 if (threadIdx.x == 0)
-                    while (ld_acquire(turn) != kb) __nanosleep(32);
+                    for (u32 spins = 0; ld_acquire(turn) != kb; ++spins) {
+                        if (spins == (1u << 25)) __trap();
+                        __nanosleep(32);
+                    }
                 __syncthreads();
             }
 #pragma unroll
