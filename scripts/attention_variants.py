@@ -55,7 +55,7 @@ def build(out: Path) -> None:
         print(f"built {v}")
 
 
-def time_all(d: Path, out: Path, old: str | None) -> None:
+def time_all(d: Path, jsonl: Path, old: str | None) -> None:
     import cupy as cp
     from tr2.cupy_side.gpu import attention as att
     from tr2.cupy_side.gpu.backend import CudaBackend
@@ -122,7 +122,7 @@ def time_all(d: Path, out: Path, old: str | None) -> None:
             rows.append({"model": model, "variant": "before the fold (dQ + dK/dV)", "ms": ms(run_old)})
         for r in rows[-(len(VARIANTS) + 1 + bool(old)):]:
             print(f"{r['model']:12s} {r['variant']:40s} {r['ms'] * 1000:8.1f} us", flush=True)
-    with open(out, "w") as f:
+    with open(jsonl, "w") as f:   # (call 3 of results/h200-perf-20261201b lost this file: `out` was shadowed)
         for r in rows:
             f.write(json.dumps({**r, "time": time.time()}) + "\n")
 
