@@ -106,7 +106,7 @@ def test_bf16_ties_go_to_even():
 
 def test_block_sizes_are_read_from_the_sources():
     assert gpu.kernel_define("embedding.cu", "EMB_CHUNK") == 1024
-    assert 1 <= gpu.kernel_define("embedding.cu", "WTE_RUN") <= 128   # gpu/embedding.py's WTE_THREADS reads them
+    assert 1 <= gpu.kernel_define("embedding.cu", "WTE_SEG") <= 128   # gpu/embedding.py's WTE_THREADS reads them
     with pytest.raises(RuntimeError, match="no '#define NOPE"):
         gpu.kernel_define("embedding.cu", "NOPE")
 

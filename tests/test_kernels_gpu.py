@@ -226,7 +226,7 @@ def test_dropout_forward_backward_bit_identical(shape, p):
 
 @pytest.mark.parametrize("B, T, Tmax, C, V", [(2, 5, 8, 7, 11), (8, 64, 64, 64, 65), (3, 127, 256, 384, 65),
                                               (2, 33, 64, 768, 50304), (3, 700, 1024, 97, 65),
-                                              (4, 1024, 1024, 96, 50304)])
+                                              (4, 1024, 1024, 96, 50304), (3, 333, 333, 130, 11)])
 def test_embedding(B, T, Tmax, C, V):
     be, ref = gpu_backend(), NumpyBackend("float64")
     g = gen(B * T + C)
@@ -244,10 +244,13 @@ def test_embedding(B, T, Tmax, C, V):
     check("embedding backward dwpe", dwpe, rwpe, TOL_F32)
 
 
-@pytest.mark.parametrize("B, T, C, V, tokens", [(8, 256, 384, 65, 3), (4, 1024, 768, 50304, 50304), (1, 5, 9, 11, 1)])
+@pytest.mark.parametrize("B, T, C, V, tokens", [(8, 256, 384, 65, 3), (4, 1024, 768, 50304, 50304), (1, 5, 9, 11, 1),
+                                                (64, 256, 384, 65, 1), (3, 333, 130, 11, 4)])
 def test_embedding_backward_is_bit_reproducible(B, T, C, V, tokens):
     """dwte sums each token's rows in one fixed order (no float atomics): three runs, the same bits.
-    Few distinct tokens make long runs of one token, where an unordered sum would differ most."""
+    Few distinct tokens make long runs of one token, where an unordered sum would differ most; one token on the
+    char model's shape is one run over all 512 segments of embedding_backward_wte, whose last block to finish
+    adds them; 999 rows end in a short segment, and 130 channels in a short slice."""
     be = gpu_backend()
     g = gen(B * T * C + tokens)
     idx = dev(g.integers(0, tokens, size=(B, T)).astype(np.int64))
@@ -260,6 +263,25 @@ def test_embedding_backward_is_bit_reproducible(B, T, C, V, tokens):
     for k, (dwte, dwpe) in enumerate(outs[1:], start=2):
         exact(f"embedding backward dwte, run {k} vs run 1", dwte, outs[0][0])
         exact(f"embedding backward dwpe, run {k} vs run 1", dwpe, outs[0][1])
+
+
+@pytest.mark.parametrize("N, C, kind", [(2048, 384, "one token"), (999, 130, "few tokens"), (2048, 768, "zipf"),
+                                        (1000, 7, "all distinct"), (1024, 384, "on the edges")])
+def test_embedding_backward_wte_adds_in_the_modelled_order(N, C, kind):
+    """dwte bit for bit as test_embedding_wte_cpu.py's NumPy transcription of embedding_backward_wte computes it:
+    the kernel adds what the header says, in that order (float32 adds round alike; no products to contract)."""
+    from test_embedding_wte_cpu import WTE_SEG, tokens, wte_backward
+    from tr2.cupy_side.gpu.embedding import WTE_THREADS
+    be = gpu_backend()
+    g = gen(N * C)
+    idx, V = tokens(kind, N, WTE_SEG, g)
+    N = len(idx)
+    dx, dwte0 = randn(g, 1, N, C), randn(g, V, C)
+    dwte, dwpe = dev(dwte0), dev(np.zeros((N, C), np.float32))
+    be.embedding_backward(dev(dx), dev(idx.astype(np.int64).reshape(1, N)), dwte, dwpe)
+    want = dwte0.copy()
+    wte_backward(dx[0], idx, want, WTE_SEG, WTE_THREADS)
+    exact("embedding backward dwte against the kernel's order in NumPy", dwte, want)
 
 
 # ---------------------------------------------------------------------------------------------- layernorm

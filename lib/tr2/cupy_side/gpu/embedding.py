@@ -22,8 +22,8 @@ def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray") -> "cp.ndar
 
 CHUNK = kernel_define(FILE, "EMB_CHUNK")   # rows per block of the counting sort
 SCAN_THREADS = 1024  # embedding_sort_scan's block (its shared array)
-WTE_RUN = kernel_define(FILE, "WTE_RUN")   # sorted positions a block of embedding_backward_wte looks at
-WTE_THREADS = 128   # at least WTE_RUN: its first threads read the block's sorted positions
+WTE_SEG = kernel_define(FILE, "WTE_SEG")   # sorted positions a block of embedding_backward_wte sums
+WTE_THREADS = 128   # channels a block; at least WTE_SEG: its first threads read the segment's sorted positions
 
 
 def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
@@ -35,7 +35,12 @@ def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe
     V, C = dwte.shape
     N = B * T
     G = (N + CHUNK - 1) // CHUNK
-    counts = ws.get("emb_counts", (G, V), np.int32)
+    S = (N + WTE_SEG - 1) // WTE_SEG          # segments of the sorted rows
+    Y = (C + WTE_THREADS - 1) // WTE_THREADS  # channel slices
+    # the sort's counts[G][V], then embedding_backward_wte's arrivals[S][Y]: both zeroed by the one fill
+    counts = ws.get("emb_counts", (G * V + S * Y,), np.int32)
+    arrived = counts[G * V:]
+    part = ws.get("emb_partials", (S, 2, C), np.float32)   # the pieces of runs crossing a segment's edge
     total = ws.get("emb_total", (V,), np.int32)
     starts = ws.get("emb_starts", (V + 1,), np.int32)
     rows = ws.get("emb_sorted", (N,), np.int32)
@@ -45,6 +50,6 @@ def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe
     launch(FILE, "embedding_sort_scan", 1, SCAN_THREADS, (starts, total, i32(V)))
     launch(FILE, "embedding_sort_base", blocks_for(V), THREADS, (counts, starts, i32(G), i32(V)))
     launch(FILE, "embedding_sort_place", G, CHUNK, (rows, counts, idx, i32(N), i32(V)))
-    launch(FILE, "embedding_backward_wte", ((N + WTE_RUN - 1) // WTE_RUN, (C + WTE_THREADS - 1) // WTE_THREADS),
-           WTE_THREADS, (dwte, dout, rows, starts, idx, i32(N), i32(C)))
+    launch(FILE, "embedding_backward_wte", (S, Y), WTE_THREADS,
+           (dwte, part, arrived, dout, rows, starts, idx, i32(N), i32(C)))
     launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))

@@ -1,8 +1,9 @@
 // embedding.cu: token + position embedding. Forward x[b,t,:] = wte[idx[b,t],:] + wpe[t,:];
 // backward accumulates into dwte and dwpe in place, each in a fixed order, so that two runs give the
 // same bits: dwpe sums over the batch in order; dwte groups the rows by token with a stable counting
-// sort (integer counts, exact in any order) and sums each token's rows in row order. (A first version
-// scattered with float atomics: the H200 showed the cupy side parting from itself by 2% in 200 steps.)
+// sort (integer counts, exact in any order) and sums each token's rows in row order, in segments of the
+// sorted rows whose sums add in segment order (embedding_backward_wte). (A first version scattered with
+// float atomics: the H200 showed the cupy side parting from itself by 2% in 200 steps.)
 #include "common.cuh"
 
 
@@ -94,45 +95,91 @@ extern "C" __global__ void embedding_sort_place(int* __restrict__ sorted, const 
     }
 }
 
-// dwte[v, c] += the sum of dout[row, c] over token v's rows, in sorted (row) order: eight running
-// sums take every eighth row, then add up in one fixed pattern. Grid (ceil(N / WTE_RUN), ceil(C / blockDim.x)):
-// a block looks at WTE_RUN sorted positions and sums each token run that starts among them (to its end,
-// past the block's positions if need be). A grid over the vocabulary instead (one block per token and
-// channel slice) started some 300,000 blocks a step on the GPT-2 shapes, nearly all for absent tokens:
-// 294 us a step on the H200 (gpt2-small bf16, results/h200-attention-20261130/call4-1db8699 profile).
-#define WTE_RUN 32
+// dwte[v, c] += the sum of dout[row, c] over token v's rows. The sorted positions are cut into segments of
+// WTE_SEG; a block takes one segment and a slice of blockDim.x channels (a thread a channel, so each row's loads
+// coalesce) and issues all its segment's loads before its first add: WTE_SEG rows in flight a thread, where a
+// loop along one run waits on each load in turn. Why segments: the char model has 65 tokens, so a token's run is
+// ~250 rows; one block a run start (the previous form) left 65 x 3 blocks each walking a whole run: 302 us a step
+// on the H200 (nanogpt, results/h200-perf-20261201b/call1-7751049), 179 us on gpt2-small. (Before that, a grid
+// over the vocabulary started ~300,000 blocks a step, nearly all for absent tokens: 294 us on gpt2-small.)
+// The summation order depends on the sorted order and the segment edges alone, never on scheduling:
+//  - a run's rows within one segment are added one after another, in sorted (row) order;
+//  - a run inside one segment adds that sum to dwte at once (its only writer);
+//  - a run crossing a segment edge leaves one partial in each of its segments (slot 0: the piece at the
+//    segment's first position; slot 1: a run that starts inside the segment and leaves it), and the last of its
+//    blocks to finish adds its partials in segment order, then that sum to dwte. Which block is last depends on
+//    scheduling (an integer count of arrivals, one per run and channel slice, at the run's last segment); what
+//    it adds, and in which order, does not. The combine rides in this kernel because a second kernel would add
+//    a launch gap to the step's graph (1-3 us) for a few us of work.
+// tests/test_embedding_wte_cpu.py transcribes this kernel to NumPy.
+#define WTE_SEG 32   // one warp: its ballots give the segment's piece ends as bit masks
+static_assert(WTE_SEG == 32, "embedding_backward_wte's first warp describes the segment in 32-bit masks");
 
-extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, const float* __restrict__ dout,
+extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, float* __restrict__ part,
+                                                  int* __restrict__ arrived, const float* __restrict__ dout,
                                                   const int* __restrict__ sorted, const int* __restrict__ starts,
                                                   const i64* __restrict__ idx, int N, int C) {
-    __shared__ int run_token[WTE_RUN];   // the token whose run starts at sorted position k0 + r, else -1
-    const int k0 = blockIdx.x * WTE_RUN;
-    if (threadIdx.x < WTE_RUN) {
-        const int k = k0 + threadIdx.x;
-        int v = -1;
-        if (k < N) {
-            v = (int)idx[sorted[k]];
-            if (starts[v] != k) v = -1;
+    __shared__ int row[WTE_SEG], tok[WTE_SEG];
+    __shared__ unsigned ends[3];  // bit r: a piece ends at position r; it is a whole run; it goes to slot 1
+    __shared__ int cross_tok[2], cross_lo[2], cross_hi[2];  // the runs in slots 0 and 1 (token -1: none)
+    __shared__ int combine[2];                              // whether this block adds up that run's partials
+    const int s = blockIdx.x, k0 = s * WTE_SEG, n = imin(WTE_SEG, N - k0), t = threadIdx.x;
+    if (t < WTE_SEG) {
+        int r = 0, v = 0, lo = 0, hi = 0;
+        if (t < n) {
+            r = sorted[k0 + t];
+            v = (int)idx[r];
+            lo = starts[v], hi = starts[v + 1];
+            if (t == 0) cross_tok[0] = lo < k0 || hi > k0 + n ? v : -1, cross_lo[0] = lo, cross_hi[0] = hi;
+            if (t == n - 1) cross_tok[1] = lo > k0 && hi > k0 + n ? v : -1, cross_lo[1] = lo, cross_hi[1] = hi;
         }
-        run_token[threadIdx.x] = v;
+        const bool end = t < n && (k0 + t + 1 == hi || t == n - 1);
+        const unsigned e = __ballot_sync(~0u, end), w = __ballot_sync(~0u, end && lo >= k0 && hi <= k0 + n),
+                       e1 = __ballot_sync(~0u, end && lo > k0 && hi > k0 + n);
+        if (t == 0) ends[0] = e, ends[1] = w, ends[2] = e1;
+        row[t] = r, tok[t] = v;
     }
     __syncthreads();
-    const int c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int r = 0; r < WTE_RUN; r++) {
-        const int v = run_token[r];
-        if (v < 0) continue;
-        const int lo = k0 + r, hi = starts[v + 1];
-        float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        int k = lo;
-        for (; k + 8 <= hi; k += 8) {
+    const unsigned end = ends[0], whole = ends[1], second = ends[2];
+    const int c = blockIdx.y * blockDim.x + t;
+    const bool on = c < C;
+    float x[WTE_SEG], d[WTE_SEG];
 #pragma unroll
-            for (int u = 0; u < 8; u++) a[u] += dout[(i64)sorted[k + u] * C + c];
+    for (int r = 0; r < WTE_SEG; r++) {
+        x[r] = on && r < n ? dout[(i64)row[r] * C + c] : 0.0f;
+        d[r] = on && (whole >> r & 1) ? dwte[(i64)tok[r] * C + c] : 0.0f;
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < WTE_SEG; r++) {
+        acc += x[r];
+        if (!(end >> r & 1)) continue;
+        if (on) {
+            if (whole >> r & 1) dwte[(i64)tok[r] * C + c] = d[r] + acc;
+            else part[((i64)s * 2 + (second >> r & 1)) * C + c] = acc;
         }
-#pragma unroll
-        for (int u = 0; u < 8; u++)  // the last rows, fewer than eight; fixed indices keep a[] in registers
-            if (k + u < hi) a[u] += dout[(i64)sorted[k + u] * C + c];
-        dwte[(i64)v * C + c] += ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        acc = 0.0f;
+    }
+    if (cross_tok[0] < 0 && cross_tok[1] < 0) return;   // the whole block: shared values
+    __threadfence();   // this block's partials reach the other blocks before its arrival is counted
+    __syncthreads();
+    if (t < 2) {
+        int last = 0;
+        if (cross_tok[t] >= 0) {
+            const int sa = cross_lo[t] / WTE_SEG, sb = (cross_hi[t] - 1) / WTE_SEG;
+            last = atomicAdd(&arrived[sb * gridDim.y + blockIdx.y], 1) == sb - sa;
+            __threadfence();
+        }
+        combine[t] = last;
+    }
+    __syncthreads();
+    for (int p = 0; p < 2; p++) {
+        if (!combine[p] || !on) continue;
+        const int lo = cross_lo[p], sa = lo / WTE_SEG, sb = (cross_hi[p] - 1) / WTE_SEG;
+        float sum = __ldcg(&part[((i64)sa * 2 + (lo > sa * WTE_SEG)) * C + c]);   // L2, not a stale L1 line
+#pragma unroll 4
+        for (int q = sa + 1; q <= sb; q++) sum += __ldcg(&part[(i64)q * 2 * C + c]);
+        dwte[(i64)cross_tok[p] * C + c] += sum;
     }
 }
 

@@ -1,0 +1,122 @@
+"""embedding.cu's embedding_backward_wte, checked without a GPU: its segments, piece ends, partial slots, arrival
+counts and combine transcribed to NumPy (float32 adds in the kernel's order), against ops/embedding.py's reference,
+with the blocks run in shuffled orders: the bits must not depend on which block finishes last. Segments smaller
+than the kernel's put many edges into small inputs. test_kernels_gpu.py holds the kernel to this form bit for bit."""
+import numpy as np
+import pytest
+
+from tr2.cupy_side import gpu
+from tr2.cupy_side.ops import embedding as ref
+
+WTE_SEG = gpu.kernel_define("embedding.cu", "WTE_SEG")
+WTE_THREADS = 128   # gpu/embedding.py's (that module needs CuPy)
+
+
+def counting_sort(idx, V):
+    """What embedding_sort_* leave: the rows stably sorted by token, and each token's first sorted position."""
+    return np.argsort(idx, kind="stable"), np.r_[0, np.cumsum(np.bincount(idx, minlength=V))]
+
+
+def wte_backward(dout, idx, dwte, seg=WTE_SEG, threads=WTE_THREADS, block_order=None):
+    """dwte[V, C] float32 += embedding_backward_wte's sums of dout[N, C] float32, in place. The (segment, channel
+    slice) blocks run whole, one after another, in block_order (default: grid order)."""
+    N, C = dout.shape
+    rows, starts = counting_sort(idx, dwte.shape[0])
+    S, Y = -(-N // seg), -(-C // threads)
+    part = np.full((S, 2, C), np.nan, np.float32)   # a slot read before it is written poisons the result
+    arrived = np.zeros(S * Y, np.int64)
+    for b in range(S * Y) if block_order is None else block_order:
+        s, y = divmod(int(b), Y)
+        k0, cs = s * seg, slice(y * threads, min(C, (y + 1) * threads))
+        n = min(seg, N - k0)
+        tok = idx[rows[k0:k0 + n]]
+        lo, hi = starts[tok], starts[tok + 1]
+        r = np.arange(n)
+        end = (k0 + r + 1 == hi) | (r == n - 1)
+        whole = end & (lo >= k0) & (hi <= k0 + n)
+        second = end & (lo > k0) & (hi > k0 + n)
+        cross = [(tok[0], lo[0], hi[0]) if lo[0] < k0 or hi[0] > k0 + n else None,
+                 (tok[-1], lo[-1], hi[-1]) if lo[-1] > k0 and hi[-1] > k0 + n else None]
+        acc = np.zeros(cs.stop - cs.start, np.float32)
+        for i in range(n):
+            acc = acc + dout[rows[k0 + i], cs]
+            if end[i]:
+                if whole[i]:
+                    dwte[tok[i], cs] += acc
+                else:
+                    part[s, int(second[i]), cs] = acc
+                acc = np.zeros_like(acc)
+        last = []   # both arrivals are counted before either combine
+        for run in cross:
+            if run is not None:
+                sa, sb = run[1] // seg, (run[2] - 1) // seg
+                arrived[sb * Y + y] += 1
+                if arrived[sb * Y + y] == sb - sa + 1:
+                    last.append(run)
+        for v, lo_v, hi_v in last:
+            sa, sb = lo_v // seg, (hi_v - 1) // seg
+            total = part[sa, int(lo_v > sa * seg), cs]
+            for q in range(sa + 1, sb + 1):
+                total = total + part[q, 0, cs]
+            dwte[v, cs] += total
+    return arrived
+
+
+def tokens(kind, N, seg, g):
+    """(idx, V) for the cases named in the test."""
+    if kind == "one token":       # a single run across every segment
+        return np.full(N, 3), 5
+    if kind == "all distinct":    # every row its own token: no run crosses an edge
+        return g.permutation(N), N
+    if kind == "on the edges":    # every run starts and ends on a segment edge
+        counts = seg * g.integers(1, 4, size=max(1, N // (2 * seg)))   # N: about
+        return g.permutation(np.repeat(np.arange(len(counts)), counts)), len(counts)
+    if kind == "zipf":            # a few long runs among many short ones, as with real text
+        return np.minimum(g.zipf(1.3, size=N), 400) - 1, 400
+    return g.integers(0, 7, size=N), 9   # "few tokens": runs of ~N / 7
+
+
+CASES = [  # kind, N, C, seg, threads
+    ("one token", 300, 9, 32, 4), ("one token", 300, 9, 4, 128), ("one token", 1, 3, 32, 128),
+    ("all distinct", 203, 7, 8, 4), ("on the edges", 256, 6, 8, 4), ("on the edges", 256, 130, 32, 128),
+    ("few tokens", 203, 7, 4, 4), ("few tokens", 1000, 130, 32, 128), ("few tokens", 33, 5, 32, 2),
+    ("zipf", 999, 11, 8, 4), ("zipf", 2048, 40, 32, 16),
+]
+
+
+@pytest.mark.parametrize("kind, N, C, seg, threads", CASES)
+def test_wte_model_matches_the_reference_in_any_block_order(kind, N, C, seg, threads):
+    g = np.random.default_rng(N * C + seg)
+    idx, V = tokens(kind, N, seg, g)
+    N = len(idx)
+    dout = g.standard_normal((N, C)).astype(np.float32)
+    dwte0 = g.standard_normal((V, C)).astype(np.float32)
+    want, want_pe = dwte0.astype(np.float64), np.zeros((N, C))
+    ref.backward(dout.astype(np.float64).reshape(1, N, C), idx.reshape(1, N), want, want_pe)
+    blocks = -(-N // seg) * -(-C // threads)
+    outs = []
+    for order in (None, g.permutation(blocks), g.permutation(blocks)[::-1]):
+        got = dwte0.copy()
+        arrived = wte_backward(dout, idx, got, seg, threads, order)
+        outs.append(got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        # each run crossing an edge was counted once in each of its segments, at its last segment
+        _, starts = counting_sort(idx, V)
+        lo, hi = starts[:-1], starts[1:]
+        crossing = (hi > lo) & (lo // seg != (hi - 1) // seg)
+        expect = np.zeros(-(-N // seg), np.int64)
+        expect[(hi[crossing] - 1) // seg] = (hi[crossing] - 1) // seg - lo[crossing] // seg + 1
+        assert (arrived.reshape(-1, -(-C // threads)) == expect[:, None]).all()
+    for got in outs[1:]:
+        assert np.array_equal(got, outs[0])   # the same bits whichever block came last
+
+
+@pytest.mark.parametrize("seg", [2, WTE_SEG])
+def test_wte_model_adds_a_runs_partials_in_segment_order(seg):
+    """One run over three segments whose sums are 1, 2^24 and -2^24 (float32: 1 + 2^24 rounds to 2^24): in segment
+    order the partials give 0, from the last segment back 1; then dwte's own value is added, not the partials."""
+    dout = np.zeros((3 * seg, 1), np.float32)
+    dout[[0, seg, 2 * seg], 0] = 1.0, 2.0 ** 24, -2.0 ** 24
+    dwte = np.full((1, 1), 0.5, np.float32)
+    wte_backward(dout, np.zeros(3 * seg, np.int64), dwte, seg, 1)
+    assert dwte[0, 0] == 0.5
