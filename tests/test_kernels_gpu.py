@@ -336,7 +336,8 @@ def test_matmul(build, N, K, M):
 # T around the blocks' edges: 64 rows a block (float32 builds), 128 (half builds), streamed tiles of 32 and 64
 ATTENTION_SHAPES = [(1, 1, 1, 64), (2, 7, 3, 32), (3, 64, 2, 64), (2, 65, 2, 64), (1, 127, 3, 32), (2, 129, 2, 64),
                     (2, 256, 6, 64), (1, 1000, 2, 64), (1, 1024, 2, 64),
-                    (3, 1024, 12, 64)]   # 36 heads x 8 key blocks: more blocks than the card holds at once
+                    (3, 1024, 12, 64),   # 36 heads x 8 key blocks: more blocks than the card holds at once
+                    (16, 256, 12, 64)]   # the folded backward (half builds) with more blocks than the card holds
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -63,7 +63,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
         [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32") for kernel in ("forward", "backward_dkdv",
                                                                                    "backward_dq")]
         + [f"attn_{kernel}_{build}_hs{hs}" for build in ("bf16", "bf16r", "f16", "f16r")
-           for kernel in ("forward", "backward")]
+           for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
         + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")]),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
@@ -87,7 +87,7 @@ _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bound
 # attention.cu's instantiation macros, and the kernels each declares
 _ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS)\((\w+), [\w, ]*?(\d+)\)', re.M)
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
-                       "ATTN_KERNELS_HALF": ("forward", "backward"), "ATTN_ROW_DOTS": ("row_dots",)}
+                       "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"), "ATTN_ROW_DOTS": ("row_dots",)}
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
 _ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
                             r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)

@@ -1,9 +1,9 @@
 """Wrapper of kernels/attention.cu: causal attention fused on tensor cores, q/k/v read in place.
 
-forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv). backward,
-half builds: the row dot products D = rowsum(dO * out) (which also zero the backward's counters), then one
-kernel for dK, dV and dQ (dQ's key-block parts added in a fixed order through a float32 buffer [B*H, T, hs]);
-float32 builds: dQ (which also writes D), then dK/dV. Each kernel writes its own columns of one dqkv
+forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv). backward
+folded (half builds, T <= 256: `folds`): the row dot products D = rowsum(dO * out) (which also zero the
+backward's counters), then one kernel for dK, dV and dQ (dQ's key-block parts added in a fixed order through a
+float32 buffer [B*H, T, hs]); else dQ (which also writes D), then dK/dV. Each kernel writes its own columns of one dqkv
 [B, T, 3C]. No T x T array exists anywhere.
 
 The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded): under
@@ -113,6 +113,16 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     return out, AttentionSaved(out, lse, kqkv)
 
 
+# The half builds fold dQ into the dK/dV kernel where a head has at most this many key blocks (T <= 256): measured
+# faster there (the char model: 149 against 204 us a layer) and slower at eight (gpt2-small 311 against 216),
+# results/h200-perf-20261201b/call3-f1bcd7d; attention.cu's header says why.
+FOLD_KEY_BLOCKS = 2
+
+
+def folds(ctx, T: int) -> bool:
+    return ctx.half and -(-T // block_rows(ctx)) <= FOLD_KEY_BLOCKS
+
+
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
@@ -121,7 +131,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     dqkv = cp.empty((B, T, 3 * C), dtype=ctx.out_dtype)
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
     tail = (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)   # the scale: attention.cu's Scale
-    if not ctx.half:
+    if not folds(ctx, T):
         _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H))
                 + tail)
         _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail)

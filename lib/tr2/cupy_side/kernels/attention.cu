@@ -21,10 +21,15 @@
 //     order (the folded dQ, below); dK *= scale, dQ *= scale. (Until 2026-12-01 dQ had a kernel of its own
 //     that recomputed S and dPd, seven products where five do; 1.27 ms of gpt2-small bf16's 3.58 ms of attention
 //     a step, results/h200-perf-20261201b/call1-7751049.)
-//   backward, float32 builds: dQ first, one block per (4 * 16 * MT queries, bh), which also writes D: a loop
-//     over the key tiles up to the diagonal, S = q k^T, P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then
-//     dK, dV as above without dQ, the query tiles from the diagonal down. (Their fragments are twice as wide
-//     and the registers hold no more.)
+//     Folded only where a head has at most two key blocks (T <= 256): each query tile's parts then pass
+//     through dq_acc once. On the GPT-2 shapes (eight key blocks) the seven read-add-writes of a tile, each
+//     waiting on its load, made the folded kernel slower than the two it replaces: 311 against 216 us a
+//     layer of gpt2-small, 409 against 277 on gpt2-medium, but 149 against 204 on the char model (the
+//     waits cost 2 us of the 311, the ordered adds 105; results/h200-perf-20261201b/call3-f1bcd7d).
+//   backward unfolded (the float32 builds, and the half builds past two key blocks): dQ first, one block per
+//     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
+//     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
+//     the diagonal down. (The float32 builds' fragments are twice as wide and the registers hold no more.)
 //   Every sum runs in a fixed order: no float atomics, the same bits on every run.
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
@@ -953,9 +958,9 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 // ---- the instantiations ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
-// Every build: attn_forward_<build>_hs<HS>. The float32 builds' backward: attn_backward_dq_ (which writes D),
-// then attn_backward_dkdv_. The half builds': attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters zeroed),
-// then attn_backward_<build>_hs<HS> (dK, dV and dQ).
+// Every build: attn_forward_<build>_hs<HS>; the backward unfolded, attn_backward_dq_ (which writes D), then
+// attn_backward_dkdv_. The half builds also fold it: attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters
+// zeroed), then attn_backward_<build>_hs<HS> (dK, dV and dQ); gpu/attention.py picks the form (FOLD_KEY_BLOCKS).
 #define ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                       \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
@@ -963,25 +968,27 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, out_kind,                                         \
                                         make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }
-#define ATTN_KERNELS_F32(BUILD, SPLIT, HS)                                                                      \
-    ATTN_FORWARD(BUILD, KIND_F32, SPLIT, HS)                                                                   \
+#define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
-        void* dqkv, const float* qkv, const float* dout, const float* lse, const float* Dvec,                  \
+        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
-        attention_backward_dkdv<KIND_F32, SPLIT, HS, false>(                                                   \
-            dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, out_kind,                                      \
-            make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale));                           \
+        attention_backward_dkdv<K, SPLIT, HS, false>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, out_kind, \
+                                                     make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
-        void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec,                        \
+        void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
         const void* out, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset,                    \
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
-        attention_backward_dq<KIND_F32, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind,           \
-                                                   make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind,                  \
+                                            make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
     }
+#define ATTN_KERNELS_F32(BUILD, SPLIT, HS)                                                                      \
+    ATTN_FORWARD(BUILD, KIND_F32, SPLIT, HS)                                                                   \
+    ATTN_UNFOLDED(BUILD, KIND_F32, SPLIT, HS)
 #define ATTN_KERNELS_HALF(BUILD, K, SPLIT, HS)                                                                  \
     ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                          \
+    ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                         \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_##BUILD##_hs##HS(                      \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, float* dq_acc,       \
         int* sync, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,   \
