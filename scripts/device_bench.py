@@ -22,9 +22,12 @@ import time
 from pathlib import Path
 
 from tr2 import clock, data, method_b
+from tr2.configs import compile_caches
 from tr2.models import load_model
 from tr2.results import append_jsonl
 from tr2.trainlog import read_metrics
+
+REPO = Path(__file__).resolve().parents[1]
 
 PY = sys.executable
 TRAIN = [PY, "-u", "-m", "tr2.train"]
@@ -151,7 +154,9 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
             cmd = train_cmd(side, model, dtype, steps, mode=variant if side == "torch" else None, hr=hr,
                             extra=["--log-interval", "10"] + (["--cuda-graph"] if graph else []))
             name = f"{model}-{dtype}-{side}" + ("" if variant == "eager" and side == "cupy" else f"-{variant}")
-            r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", timeout_s=left - 5, window=window)
+            # each configuration its own compile caches (tr2.configs.compile_caches says why)
+            env = {**os.environ, **compile_caches(f"{model}_{dtype}_{side}-{variant}", REPO / ".cache" / "compile")}
+            r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", env=env, timeout_s=left - 5, window=window)
             rec = {"phase": "bench", "round": rnd, "model": model, "dtype": dtype, "side": side,
                    "mode": variant if side == "torch" else None, "cuda_graph": graph,
                    "half_roundings": hr, "steps": steps, "window": list(window),

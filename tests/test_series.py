@@ -440,3 +440,25 @@ def test_resume_refuses_another_card(card, tmp_path):
     other["series"]["rounds"] = 5
     with pytest.raises(Tr2Error, match=r"^results_dir: .* holds another card \(key 'series' differs"):
         series.run(other, d, trainer=fake, progress=False)
+
+
+def test_each_configuration_compiles_into_caches_of_its_own(card, tmp_path, monkeypatch):
+    """Inductor's and Triton's caches: one folder a configuration under the series' cache (a shared one served a
+    bfloat16 run what float16 had compiled, on the H200: configs.compile_caches); a configuration's rounds share."""
+    seen = []
+
+    def clocked(cmd, log, env=None, **kw):
+        seen.append(env)
+        return {"status": "ok", "reason": None, "returncode": 0, "step_ms": 1.0, "own_step_ms": None,
+                "own_vs_clock": None, "peak_bytes": None, "iters": 3, "last_step": 2, "wall_s": 0.1, "tail": ""}
+    monkeypatch.setattr(series, "run_clocked", clocked)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "one-shared-cache"))   # as device_env.sh exports it
+    d = tmp_path / "res"
+    (d / "logs").mkdir(parents=True)
+    configs = [RunConfig("tiny", dtype, "torch", mode="reduce-overhead") for dtype in ("float16", "bfloat16")]
+    for r, c in ((0, configs[0]), (0, configs[1]), (1, configs[1])):
+        series.run_one(r, c, card, d, trainer=lambda config, card: ["true"])
+    dirs = [e["TORCHINDUCTOR_CACHE_DIR"] for e in seen]
+    assert dirs[0] != dirs[1] and dirs[1] == dirs[2]
+    assert all(x.startswith(str(d / "cache")) for x in dirs)
+    assert [e["TRITON_CACHE_DIR"] for e in seen][0] != seen[1]["TRITON_CACHE_DIR"]

@@ -24,7 +24,7 @@ from . import REPO_ROOT, Tr2Error, configs
 from . import explore
 from . import explore_plots as plots
 from .clock import log_text, run_logged
-from .configs import RunConfig
+from .configs import RunConfig, compile_caches
 from .results import read_json, read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
 from .summary import finish, load_dir_card, save_figure, write_csv
@@ -176,7 +176,7 @@ def run_one(c: RunConfig, card: dict, d: Path) -> dict:
            *c.train_args(card["device"], f["steps"]).to_argv()]
     compiled = c.side == "torch" and c.mode != "eager"
     env = {"TORCH_LOGS": TORCH_LOGS} if compiled else None
-    res = run_logged(cmd, log, env=env)
+    res = run_logged(cmd, log, env={**compile_caches(c.slug, d / "cache"), **(env or {})})   # caches: configs.py
     if res["status"] == "ok" and not prof.is_file():
         res.update(status="failed", reason="the profiled run wrote no profile.json")
     rec = {"kind": "profile", **c.as_record(), "label": c.label, **res, "cmd": cmd, "env": env,

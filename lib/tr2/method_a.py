@@ -15,7 +15,7 @@ from . import explore
 from . import explore_plots as plots
 from .cards import method_a_schedule
 from .clock import run_logged
-from .configs import RunConfig
+from .configs import RunConfig, compile_caches
 from .results import read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
 from .summary import all_passed, finish, load_dir_card, save_figure, stats, write_csv
@@ -41,8 +41,12 @@ def plan(card: dict) -> list[dict]:
     return runs
 
 
+def config_of(run: dict) -> RunConfig:
+    return RunConfig(run["model"], run["dtype"], run["side"], mode=run["mode"], half_roundings=run["half_roundings"])
+
+
 def command(run: dict, device: str, metrics_path) -> list[str]:
-    c = RunConfig(run["model"], run["dtype"], run["side"], mode=run["mode"], half_roundings=run["half_roundings"])
+    c = config_of(run)
     return trainer_prefix() + c.train_args(device, run["steps"], seed=run["seed"], eval_interval=run["eval_interval"],
                                            eval_iters=run["eval_iters"], metrics=str(metrics_path)).to_argv()
 
@@ -54,7 +58,7 @@ def run_one(r: dict, card: dict, d: Path) -> dict:
     metrics.parent.mkdir(parents=True, exist_ok=True)
     metrics.unlink(missing_ok=True)  # a killed run's partial metrics: the run starts over
     cmd = command(r, card["device"], metrics)
-    res = run_logged(cmd, log)
+    res = run_logged(cmd, log, env=compile_caches(config_of(r).slug, d / "cache"))   # a configuration's own caches
     ev = read_metrics(metrics)["eval"]
     last = max(ev) if ev else None
     return {**r, **res, "cmd": cmd, "metrics": str(metrics.relative_to(d)), "log": str(log.relative_to(d)),

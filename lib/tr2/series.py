@@ -21,7 +21,7 @@ from . import Tr2Error, configs, explore, retry
 from . import explore_plots as plots
 from .cards import validate_card
 from .clock import run_clocked
-from .configs import RunConfig
+from .configs import RunConfig, compile_caches
 from .results import read_json, read_jsonl, write_json_atomic, write_text_atomic
 from .stage import open_folder, run_plan
 from .summary import finish, load_dir_card, save_figure, stats, write_csv
@@ -95,11 +95,9 @@ def own_check(config: RunConfig, clock: dict) -> Optional[str]:
 def _env(d: Path) -> dict:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    cache = d / "cache"
-    # Inductor's, Triton's and NVRTC's caches stay with the series: the discarded run fills them.
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "inductor"))
-    env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
-    env.setdefault("CUPY_CACHE_DIR", str(cache / "cupy"))
+    # The compile caches stay with the series (the discarded run fills them): CuPy's here, Inductor's and Triton's
+    # a configuration apart (run_one, configs.compile_caches).
+    env.setdefault("CUPY_CACHE_DIR", str(d / "cache" / "cupy"))
     return env
 
 
@@ -130,7 +128,8 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
         sampler = None
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with sampler or contextlib.nullcontext():
-        clock = run_clocked(cmd, log, env=env, timeout_s=s["timeout_s"], window=tuple(s["window"]))
+        clock = run_clocked(cmd, log, env={**(os.environ if env is None else env), **compile_caches(config.slug, d / "cache")},
+                            timeout_s=s["timeout_s"], window=tuple(s["window"]))
     samples = sampler.samples if sampler is not None else []
     if sampler is not None:
         write_text_atomic(d / "logs" / f"{name}.gpu.jsonl", "".join(json.dumps(x) + "\n" for x in samples))
