@@ -41,6 +41,11 @@ def plan(card: dict) -> list[dict]:
     return runs
 
 
+def kind_of(run: dict) -> str:
+    """A run's kind for the plan's estimate: its model, type and side (every seed of a side alike)."""
+    return f"{run['model']}/{run['dtype']}/{run['side']}"
+
+
 def config_of(run: dict) -> RunConfig:
     return RunConfig(run["model"], run["dtype"], run["side"], mode=run["mode"], half_roundings=run["half_roundings"])
 
@@ -69,9 +74,8 @@ def run_one(r: dict, card: dict, d: Path) -> dict:
 def run(card: dict, results_dir=None) -> Path:
     """Train every run of the card that the folder does not hold yet; returns the folder."""
     with open_folder(STAGE, card, results_dir) as folder:
-        side_of = lambda r: f"{r['model']}/{r['dtype']}/{r['side']}"  # noqa: E731 - every seed of a side alike
         run_plan(folder, plan(card), lambda r: run_one(r, card, folder.path), desc="method A",
-                 ends_stage=lambda rec: rec["status"] not in FINISHED, kind=side_of, record_kind=side_of)
+                 ends_stage=lambda rec: rec["status"] not in FINISHED, kind=kind_of, record_kind=kind_of)
     return folder.path
 
 

@@ -112,6 +112,11 @@ def _kind(config_key: str, cold: bool) -> str:
     return f"{config_key} ({'cold compile' if cold else 'caches warm'})"
 
 
+def record_kind(rec: dict) -> str:
+    """The kind of run a record measured (older records, without cold_compile: round 0 compiled cold)."""
+    return _kind(rec["config"], rec.get("cold_compile", rec.get("round") == 0))
+
+
 def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = trainer_command, env=None) -> dict:
     """One run under the clock, with the card sampled; returns its record (not yet appended). `cold_compile`: the
     caches held no finished run of its configuration (round 0's discarded run, or the first after a resume
@@ -166,7 +171,7 @@ def run(card: dict, results_dir, *, trainer: Callable = trainer_command, on_reco
                  desc="series runs", key=lambda p: f"r{p[0]}/{p[1].key}", finished=lambda rec: True,
                  group=lambda p: p[1].key, ends_group=lambda rec: rec["status"] != "ok", on_record=on_record,
                  retry=retry.should_retry, note=retry.note, show=progress, kind=kind,
-                 record_kind=lambda rec: _kind(rec["config"], rec.get("cold_compile", rec.get("round") == 0)))
+                 record_kind=record_kind)
 
 
 # ------------------------------------------------------------------------------------------ summary

@@ -1,0 +1,139 @@
+"""tr2.minutes (issue 11, item 6): the GPU seconds each kind of run costs on the H200, read from committed results
+folders only; the stages' plans fall back on it where no folder of their card measured a kind; the table in docs/
+is what the committed folders give, to the character."""
+import json
+import subprocess
+
+import pytest
+
+from tr2 import REPO_ROOT, RESULTS_DIR, Tr2Error, minutes, runner, series, stage
+from tr2.cards import load_card
+
+
+def _bench(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _rec(side, mode=None, step_ms=5.0, wall_s=4.0, steps=400, status="ok", graph=True, hr=True, dtype="bfloat16"):
+    return {"phase": "bench", "model": "nanogpt", "dtype": dtype, "side": side, "mode": mode, "status": status,
+            "half_roundings": hr and side == "cupy", "cuda_graph": graph and side == "cupy", "steps": steps,
+            "window": [100, steps], "step_ms": step_ms, "wall_s": wall_s, "peak_bytes": 2_000_000_000}
+
+
+@pytest.fixture
+def synthetic(tmp_path, monkeypatch):
+    """A results root holding one bench file: the cupy graph (one run, cold), torch reduce-overhead (a cold run and
+    a warm one), and runs the model must not read (the cupy side without its graph, a timed-out run)."""
+    rel = "h200-x/call1-abc/bench/bench.jsonl"
+    _bench(tmp_path / rel, [
+        _rec("cupy", step_ms=5.0, wall_s=4.0),
+        _rec("torch", "reduce-overhead", step_ms=5.5, wall_s=30.0),
+        _rec("cupy", graph=False, step_ms=7.0, wall_s=9.0),
+        _rec("torch", "eager", status="timeout", wall_s=99.0),
+        _rec("torch", "reduce-overhead", step_ms=5.5, wall_s=22.0),
+    ])
+    monkeypatch.setattr(minutes, "BENCH", {rel: ("cupy", "torch")})
+    monkeypatch.setattr(minutes, "QUICK", {**minutes.QUICK, "series": "no-such-folder"})
+    return minutes.Model(minutes.observations(tmp_path), tmp_path)
+
+
+def test_a_runs_start_is_its_wall_time_less_its_steps(synthetic):
+    c = synthetic.cost("nanogpt", "bfloat16", "cupy-hr")
+    assert (c.basis, c.step_ms, c.cold_s, c.n) == ("measured", 5.0, pytest.approx(2.0), 1)  # 4 s - 400 x 5 ms
+    r = synthetic.cost("nanogpt", "bfloat16", "torch-reduce-overhead")
+    assert (r.cold_s, r.warm_s, r.warm_measured) == (pytest.approx(27.8), pytest.approx(19.8), True)
+    assert r.run_s(400, cold=False) == pytest.approx(22.0)
+    assert synthetic.measured("nanogpt", "bfloat16", "torch-eager") is None  # a timed-out run measures nothing
+    assert [o.cold for o in synthetic.obs] == [True, True, False]              # no graph: not the series' cupy side
+
+
+def test_what_was_never_timed_is_estimated_from_what_was_and_says_so(synthetic):
+    ma = synthetic.cost("nanogpt", "bfloat16", "torch-max-autotune")
+    assert ma.cold_s == pytest.approx(27.8 + minutes.MAX_AUTOTUNE_COMPILE_S) and ma.warm_s == pytest.approx(19.8)
+    assert ma.basis.startswith("estimated: reduce-overhead's step")
+    ng = synthetic.cost("nanogpt", "bfloat16", "nanogpt-reduce-overhead")
+    assert (ng.step_ms, ng.cold_s) == (5.5, pytest.approx(27.8)) and "as our torch loop" in ng.basis
+    with pytest.raises(Tr2Error, match="no committed H200 run of nanogpt/float32/cupy"):
+        synthetic.cost("nanogpt", "float16", "cupy")   # the exact build is estimated from float32's, never timed here
+
+
+def test_a_series_kind_is_its_start_plus_its_steps(synthetic):
+    card = load_card("h200-edition")
+    warm = minutes.kind_run(synthetic, card, "series", "nanogpt/bfloat16/torch-reduce-overhead (caches warm)")
+    cold = minutes.kind_run(synthetic, card, "series", "nanogpt/bfloat16/torch-reduce-overhead (cold compile)")
+    assert (warm.seconds, cold.seconds) == (pytest.approx(19.8 + 2.2), pytest.approx(27.8 + 2.2))
+
+
+def test_the_estimate_is_for_h200_cards_only_and_never_raises(monkeypatch):
+    assert minutes.estimate(load_card("cpu"), "series", "tiny/float32/cupy (cold compile)") is None
+    h200 = load_card("h200-edition")
+    assert minutes.estimate(h200, "series", "nanogpt/bfloat16/cupy-hr (cold compile)") > 0
+    assert minutes.estimate(h200, "series", "tiny/float32/cupy (cold compile)") is None  # never timed on the H200
+    assert minutes.estimate(h200, "no-stage", "x") is None
+
+
+def test_every_source_is_a_committed_file_or_folder():
+    tracked = subprocess.run(["git", "-C", str(RESULTS_DIR), "ls-files", "--", "."], capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("no git here to tell what is committed")
+    files = set(tracked.stdout.splitlines())
+    for src in minutes.SOURCES:
+        assert src in files or any(f.startswith(src + "/") for f in files), src
+
+
+def test_the_committed_table_is_what_the_committed_folders_give():
+    """docs/h200-minutes.csv is written by `python -m tr2.minutes table` from results/ alone: rerunning it on the
+    committed tree gives the same bytes (a new committed folder that changes a number changes the table too)."""
+    assert minutes.csv_text(minutes.table(load_card("h200"))) == (REPO_ROOT / "docs" / "h200-minutes.csv").read_text()
+
+
+def test_the_plan_falls_back_on_the_estimate_where_no_folder_measured_a_kind(tmp_path, capsys, monkeypatch):
+    card = load_card("h200-edition")
+    monkeypatch.setattr(minutes, "estimate", lambda c, st, kind: 12.0 if kind != "x/none" else None)
+    d = tmp_path / "method_b-20261210-100000-h200-edition"
+    d.mkdir()
+    (d / "runs.jsonl").write_text(json.dumps({"key": "m/torch", "status": "ok", "wall_s": 60.0}) + "\n")
+    with stage.open_folder("method_b", card, d) as f:
+        text = stage.plan_text(f, ["m/torch", "m/cupy", "m/cupy", "x/none"], 4, "method B", lambda r: r["key"],
+                               "runs.jsonl")
+    assert "1 x m/torch: 60.0 s each, measured in this folder" in text  # a measurement before any estimate
+    assert "2 x m/cupy: 12.0 s each, estimated by tr2.minutes (not measured on this card)" in text
+    assert "1 x x/none: no estimate" in text
+    assert text.endswith("estimate: 1.4 GPU minutes (84.0 s) for 3 of the 4 runs, from the runs measured in this "
+                         "folder; 2 estimated from the committed H200 runs of other cards (tr2.minutes, "
+                         "docs/h200-minutes.csv); no estimate for the other 1")
+
+
+def test_the_fresh_plan_names_the_kinds_the_stages_name():
+    card = load_card("h200-edition")
+    kinds = minutes.fresh_kinds(card, "series")
+    assert len(kinds) == len(series.plan(card)) == 8 * 4
+    assert sum(k.endswith("(cold compile)") for k in kinds) == 8   # round 0 of each configuration
+    assert minutes.fresh_kinds(card, "method_a")[:2] == ["nanogpt/float32/torch", "nanogpt/float32/cupy"]
+    rec = {"config": "nanogpt/float32/cupy", "round": 2, "cold_compile": False}
+    assert series.record_kind(rec) == "nanogpt/float32/cupy (caches warm)" and series.record_kind(rec) in kinds
+
+
+def test_the_edition_fits_its_sessions_in_commands_under_nine_minutes():
+    card = load_card("h200-edition")
+    cmds = minutes.pieces(card)
+    assert all(c["seconds"] <= minutes.PIECE_S for c in cmds) and cmds[-1]["session"] <= 3
+    for st in minutes.DESC:   # every run in exactly one command, in running order
+        spans = [c["stages"][st] for c in cmds if st in c["stages"]]
+        assert spans[0][0] == 1 and spans[-1][1] == len(minutes.fresh_kinds(card, st))
+        assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:]))
+    assert len([c for c in cmds if "method_b" in c["stages"]]) == 1   # its runs read the start its first run wrote
+    per_session = {}
+    for c in cmds:
+        per_session[c["session"]] = per_session.get(c["session"], 0.0) + c["seconds"]
+    assert max(per_session.values()) <= minutes.SESSION_S
+
+
+def test_runner_plan_prints_and_makes_no_folder(capsys):
+    before = sorted(p.name for p in RESULTS_DIR.iterdir())
+    assert runner.main(["method_b", "--card", "h200-edition", "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("method B: 14 of 14 runs to go\n") and "estimated by tr2.minutes" in out
+    assert sorted(p.name for p in RESULTS_DIR.iterdir()) == before
+    assert runner.main(["method_b", "--plan"]) == 2   # a fresh folder's plan needs its card
