@@ -8,8 +8,6 @@ line, exit 2, nothing written); then the results folder is made (or DIR reused) 
 
 `--resume DIR` continues a stage in the folder it started; the folder's card.yaml is its card, so --card may be
 left out. `python -m tr2.runner latest STAGE --card NAME` prints the newest results folder of that stage and card.
-`--plan` prints the plan the stage would print on a fresh folder of the card (its runs and their estimated minutes,
-tr2.minutes) and runs nothing: no folder is made, and the card need not match this machine.
 """
 from __future__ import annotations
 
@@ -99,19 +97,8 @@ def main(argv=None) -> int:
         p.add_argument("--card", default=None, help="a card file or name, e.g. params/cards/cpu.yaml or cpu "
                        "(with --resume: optional, the folder's card.yaml is the card)")
         p.add_argument("--resume", default=None, metavar="DIR", help="continue the stage in this results folder")
-        p.add_argument("--plan", action="store_true", help="print the stage's plan for a fresh folder of the card (its "
-                       "runs and estimated minutes) and run nothing")
         p.add_argument("--root", default=None, help=argparse.SUPPRESS)
         a = p.parse_args(argv)
-        if a.plan:
-            if a.stage not in STAGES:
-                raise Tr2Error(f"stage: {a.stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
-            if a.card is None or a.resume:
-                raise Tr2Error("--plan: needs --card and no --resume; allowed: a fresh folder's plan (a resumed stage "
-                               "prints its own plan before its first run)")
-            from . import minutes
-            print(minutes.plan_text(load_card(a.card), a.stage))
-            return 0
         card, d, card_file = prepare(a.stage, a.card, a.resume, a.root)
     except Tr2Error as e:
         sys.stderr.write(f"tr2.runner: error: {e}\n")

@@ -157,48 +157,31 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
 
 
-ESTIMATED = "tr2.minutes"  # the last source of a plan's estimate: a model of the committed H200 runs of any card
-
-
 def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind: Callable, runs: str) -> str:
     """The plan as the stage prints it before its first run: each kind of run still to go (`kinds`, in running
     order) with its time, the median wall time of the runs of that kind that finished ok, measured in this folder,
-    else in `reference_folder`'s; a kind measured in neither is, on an H200 card, estimated from the committed runs
-    of other cards (`tr2.minutes.estimate`, said as such), else has no estimate (none is invented); then the total."""
-    from . import minutes
+    else in `reference_folder`'s (a kind measured in neither has no estimate, and none is invented); then the total."""
     here = _times(folder.records(runs), record_kind)
     ref, what = reference_folder(folder)
     there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
     lines = [f"{desc}: {len(kinds)} of {planned} runs to go"]
-    seconds, known, sources, estimated = 0.0, 0, set(), 0
+    seconds, known, sources = 0.0, 0, set()
     for k, n in collections.Counter(kinds).items():
-        found = next(((s, statistics.median(times[k])) for s, times in (("this folder", here), (ref and ref.name, there))
-                      if times.get(k)), None)
-        if found is None and (est := minutes.estimate(folder.card, folder.stage, k)) is not None:
-            found = (ESTIMATED, est)
+        found = next(((s, times[k]) for s, times in (("this folder", here), (ref and ref.name, there)) if times.get(k)), None)
         if found is None:
             lines.append(f"  {n:4d} x {k}: no estimate")
             continue
-        source, each = found
-        seconds, known = seconds + n * each, known + n
-        if source == ESTIMATED:
-            estimated += n
-            lines.append(f"  {n:4d} x {k}: {_duration(each)} each, estimated by tr2.minutes (not measured on this card)")
-        else:
-            sources.add(source)
-            lines.append(f"  {n:4d} x {k}: {_duration(each)} each, measured in {source}")
+        source, each = found[0], statistics.median(found[1])
+        seconds, known, sources = seconds + n * each, known + n, sources | {source}
+        lines.append(f"  {n:4d} x {k}: {_duration(each)} each, measured in {source}")
     if not known:
         lines.append("  estimate: no estimate (no finished run of these kinds in this folder or in another folder of "
                      "its stage and card)" if kinds else "  nothing to run")
     else:
         unit = "GPU minutes" if folder.card["device"] == "cuda" else "minutes of the CPU"
         named = ", ".join(s if s == "this folder" else f"results folder {s} ({what})" for s in sorted(sources))
-        said = [f"from the runs measured in {named}"] if sources else []
-        if estimated:
-            said.append(f"{estimated} estimated from the committed H200 runs of other cards (tr2.minutes, "
-                        "docs/h200-minutes.csv)")
         lines.append(f"  estimate: {seconds / 60:.1f} {unit} ({_duration(seconds)}) for {known} of the "
-                     f"{len(kinds)} runs, {'; '.join(said)}"
+                     f"{len(kinds)} runs, from the runs measured in {named}"
                      + (f"; no estimate for the other {len(kinds) - known}" if known < len(kinds) else ""))
     return "\n".join(lines)
 

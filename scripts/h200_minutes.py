@@ -4,14 +4,15 @@ A run is modelled as start + steps x step time. `start` is a measured run's wall
 step time by the outside clock: imports, data, compilation and everything the first steps take above the steady
 step. It is *cold* for a configuration's first run on a fresh machine (empty caches) and *warm* for a later run
 whose caches its first run filled. Every number is read from a file under results/ that git tracks (`SOURCES`);
-a kind of run never measured is estimated from one that was, and its `basis` says how (`Model.cost`). The stages'
-plans fall back on these estimates where neither their folder nor a committed folder of their card measured a kind
-(`estimate`, tr2.stage.plan_text), and `python -m tr2.minutes` writes the table (docs/h200-minutes.csv) and prints
-every stage's plan for a card without running anything (tr2.runner --plan prints one stage's).
+a kind of run never measured is estimated from one that was, and its `basis` says how (`Model.cost`).
+`python scripts/h200_minutes.py table` writes the table (docs/h200-minutes.csv); `plan` prints every stage's runs
+for a card with these estimates, and the commands that fit a session, without running anything. A planning tool
+(docs/h200-edition.md): the stages print their own plans from measured runs before they start.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import functools
 import io
@@ -22,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from . import REPO_ROOT, RESULTS_DIR, Tr2Error
-from .clock import read_stamped_log
-from .results import read_jsonl, write_text_atomic
-from .trainlog import parse_iter
+from tr2 import REPO_ROOT, RESULTS_DIR, Tr2Error
+from tr2.clock import read_stamped_log
+from tr2.results import read_jsonl, write_text_atomic
+from tr2.trainlog import parse_iter
 
 CSV_PATH = REPO_ROOT / "docs" / "h200-minutes.csv"
 
@@ -223,7 +224,7 @@ class Model:
                         "estimated: the larger of reduce-overhead's step in this type and default's in bfloat16 (default "
                         "launches what reduce-overhead's CUDA graph replays: its bfloat16 step is a floor of host time); "
                         "default's bfloat16 start", tuple(sorted(set(d.sources) | set(r.sources))), r.peak_gb)
-        raise Tr2Error(f"tr2.minutes: no committed H200 run of {model}/{dtype}/{build} to estimate it from")
+        raise Tr2Error(f"h200_minutes: no committed H200 run of {model}/{dtype}/{build} to estimate it from")
 
     # -- what method A, method B, the footprint and the families add
 
@@ -318,7 +319,7 @@ def _log_step_ms(path: Path, after: int = 100) -> float:
     """The median time field of a stamped log's iter lines after step `after`."""
     ts = [p[2] for _t, line in read_stamped_log(path) if (p := parse_iter(line)) and p[0] > after]
     if not ts:
-        raise Tr2Error(f"tr2.minutes: {path} holds no iter line after step {after}")
+        raise Tr2Error(f"h200_minutes: {path} holds no iter line after step {after}")
     return statistics.median(ts)
 
 
@@ -360,7 +361,7 @@ def kind_run(m: Model, card: dict, stage: str, kind: str) -> Run:
             basis += f"; timed over {c.steps_measured} steps, the other {steps - c.steps_measured} extrapolated at its step"
         return Run(c.run_s(steps, cold), c.cold_s if cold else c.warm_s, c.step_ms, steps, basis, c, build, dtype)
     if stage == "method_a":
-        from .cards import method_a_schedule
+        from tr2.cards import method_a_schedule
         model, dtype, side = kind.split("/")
         sch = method_a_schedule(card, model)
         if side == "torch":
@@ -412,7 +413,7 @@ def kind_run(m: Model, card: dict, stage: str, kind: str) -> Run:
         model, dtype, build = kind.split("/")
         c = m.cost(model, dtype, build)
         if stage == "footprint":
-            from .footprint import STEPS
+            from tr2.footprint import STEPS
             return Run(c.run_s(STEPS + 1, True) + m.footprint_extra_s(), c.cold_s, c.step_ms, STEPS + 1,
                        f"{c.basis}; cold start + {STEPS + 1} steps + {m.footprint_extra_s():.1f} s of file "
                        "classification (quick card)", c, build, dtype, (QUICK["footprint"], QUICK_TIMES.rsplit("/", 1)[0]))
@@ -421,23 +422,12 @@ def kind_run(m: Model, card: dict, stage: str, kind: str) -> Run:
         return Run(c.run_s(steps, True) + m.profile_extra_s(side), c.cold_s, c.step_ms, steps,
                    f"{c.basis}; cold start + {steps} steps + {m.profile_extra_s(side):.1f} s of profiler (quick card)",
                    c, build, dtype, (QUICK["families"], QUICK["series"]))
-    raise Tr2Error(f"tr2.minutes: stage {stage!r} is not one of the protocol's")
+    raise Tr2Error(f"h200_minutes: stage {stage!r} is not one of the protocol's")
 
 
 def kind_seconds(m: Model, card: dict, stage: str, kind: str) -> tuple[float, str]:
     r = kind_run(m, card, stage, kind)
     return r.seconds, r.basis
-
-
-def estimate(card: dict, stage: str, kind: str) -> Optional[float]:
-    """The seconds of one run of `kind` estimated from the committed H200 runs, or None (a card for another device,
-    a model or type never measured there, or a folder that cannot be read): tr2.stage.plan_text's last resort."""
-    if card.get("device") != "cuda" or card.get("machine") != "nvidia-h200":
-        return None
-    try:
-        return kind_seconds(load(), card, stage, kind)[0]
-    except Exception:  # noqa: BLE001 - an estimate is a help, never a reason for a stage to stop
-        return None
 
 
 # ------------------------------------------------------------------------------------------------- plans
@@ -448,19 +438,19 @@ DESC = {"series": "series runs", "method_a": "method A", "method_b": "method B",
 
 def fresh_kinds(card: dict, stage: str) -> list[str]:
     """The kinds of run a fresh folder of the stage runs for `card`, in running order, as its plan names them."""
-    from . import configs
+    from tr2 import configs
     if stage == "series":
-        from . import series
+        from tr2 import series
         seen, out = set(), []
         for _r, c in series.plan(card):
             out.append(series._kind(c.key, c.key not in seen))
             seen.add(c.key)
         return out
     if stage == "method_a":
-        from . import method_a
+        from tr2 import method_a
         return [method_a.kind_of(r) for r in method_a.plan(card)]
     if stage == "method_b":
-        from . import method_b
+        from tr2 import method_b
         return [r["key"] for r in method_b.plan(card)]
     if stage in ("footprint", "families"):
         return [c.key for c in configs.configurations(card)]
@@ -476,26 +466,18 @@ def stage_total(card: dict, stage: str, m: Optional[Model] = None) -> dict:
             "overhead_s": m.stage_overhead_s()}
 
 
-def plan_text(card: dict, stage: str) -> str:
-    """The plan the stage would print on a fresh folder of `card` (tr2.stage.plan_text on a folder that is never
-    made: nothing is written)."""
-    from .stage import Folder, plan_text as stage_plan
-    from .results import folder_name
-    phantom = Folder(RESULTS_DIR / folder_name(stage, "00000000-000000", card["card"]), stage, None, card)
+def plan_text(card: dict, stage: str, m: Optional[Model] = None) -> str:
+    """A fresh folder's runs of the stage for `card`, each kind with its estimated seconds and how they were found."""
+    m = m or load()
     kinds = fresh_kinds(card, stage)
-    return stage_plan(phantom, kinds, len(kinds), DESC[stage], record_kind(stage),
-                      "footprint.jsonl" if stage == "footprint" else "runs.jsonl")
-
-
-def record_kind(stage: str):
-    """The stage's reading of a record's kind of run (as its run_plan call names it)."""
-    if stage == "series":
-        from .series import record_kind as series_kind
-        return series_kind
-    if stage == "method_a":
-        from .method_a import kind_of
-        return kind_of
-    return lambda r: r.get("key")
+    lines = [f"{DESC[stage]}: {len(kinds)} runs"]
+    total = 0.0
+    for k, n in collections.Counter(kinds).items():
+        seconds, basis = kind_seconds(m, card, stage, k)
+        total += n * seconds
+        lines.append(f"  {n:4d} x {k}: {seconds:.1f} s each ({basis})")
+    lines.append(f"  estimate: {total / 60:.1f} GPU minutes of runs")
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------- the table
@@ -602,8 +584,8 @@ def pieces_text(card: dict, m: Optional[Model] = None) -> str:
 
 
 def main(argv=None) -> int:
-    from .cards import load_card
-    p = argparse.ArgumentParser(prog="python -m tr2.minutes", description=__doc__.split("\n\n")[0])
+    from tr2.cards import load_card
+    p = argparse.ArgumentParser(prog="python scripts/h200_minutes.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("table", help="write the per-kind table of the full card (docs/h200-minutes.csv)")
     t.add_argument("--card", default="h200")
@@ -631,7 +613,7 @@ def main(argv=None) -> int:
             print(pieces_text(card))
         return 0
     except Tr2Error as e:
-        sys.stderr.write(f"tr2.minutes: error: {e}\n")
+        sys.stderr.write(f"h200_minutes: error: {e}\n")
         return 2
 
 
