@@ -140,7 +140,8 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     sync = ctx.ws.get("att_sync", (B * H * n_tiles + 1,), np.int32)   # a counter a (head, query tile), a ticket
     dq_acc = ctx.ws.get("att_dq_acc", (B * H, T, hs), np.float32)     # dQ's key-block parts, summed in order
     rows = B * T * H
-    launch(FILE, f"attn_row_dots_{build_name(ctx).rstrip('r')}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS),
+    kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
+    launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS),
            ROW_DOTS_THREADS, (D, sync, i32(sync.size), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
     _launch(ctx, "backward", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, dq_acc, sync, i32(T), i32(H)) + tail)
     return dqkv
