@@ -88,7 +88,7 @@ def time_all(d: Path, jsonl: Path, old: str | None) -> None:
         be.attention_backward(dout, qkv, saved, H, p, 1337, 1 << 32)   # the workspace, the committed cubin loaded
         rows.append({"model": model, "variant": "committed (wrapper: row dots + fused)",
                      "ms": ms(lambda: be.attention_backward(dout, qkv, saved, H, p, 1337, 1 << 32))})
-        D, sync, dq_acc = ctx.ws.get("att_D", (B, H, T), np.float32), None, None
+        D = ctx.ws.get("att_D", (B, H, T), np.float32)
         n_tiles = -(-T // att._geometry(ctx)["backward_dkdv"])
         sync = ctx.ws.get("att_sync", (B * H * n_tiles + 1,), np.int32)
         dq_acc = ctx.ws.get("att_dq_acc", (B * H, T, hs), np.float32)
@@ -109,12 +109,8 @@ def time_all(d: Path, jsonl: Path, old: str | None) -> None:
         if old:   # the two kernels before the fold (the commit's cubin): dQ (writes D), then dK/dV
             mod = cp.RawModule(path=old)
             fdq, fkv = mod.get_function(f"attn_backward_dq_bf16r_hs{hs}"), mod.get_function(f"attn_backward_dkdv_bf16r_hs{hs}")
-            for f in (fdq, fkv):
-                f.max_dynamic_shared_size_bytes = 100 * 1024
-            g = att._geometry(ctx)
-            rows_ = att.block_rows(ctx)
-            sm_dq = (2 * rows_ + 2 * 2 * g["backward_dq"]) * 144
-            sm_kv = (2 * rows_ + 2 * 2 * g["backward_dkdv"]) * 144 + 2 * 2 * g["backward_dkdv"] * 4
+            sm_dq, sm_kv = att.shared_bytes(ctx, "backward_dq"), att.shared_bytes(ctx, "backward_dkdv")
+            fdq.max_dynamic_shared_size_bytes, fkv.max_dynamic_shared_size_bytes = sm_dq, sm_kv
 
             def run_old():
                 fdq(grid, (att.THREADS,), (dqkv, qkv, dout, saved.lse, D, saved.out, i32(T), i32(H)) + tail, shared_mem=sm_dq)

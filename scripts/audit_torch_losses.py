@@ -11,6 +11,9 @@ import glob
 import re
 import sys
 
+from tr2.clock import read_stamped_log
+from tr2.trainlog import parse_iter
+
 HEADER = re.compile(r"torch side: model (\S+), .*?dtype (\S+) .*?mode (\S+), tf32")
 TOO_HIGH = {"nanogpt": 2.4, "gpt2-small": 4.2, "gpt2-medium": 4.6}   # the committed runs sit at 2.24-2.26, 4.06-4.09, 4.42-4.48
 
@@ -25,16 +28,15 @@ def main(argv) -> int:
         if not m or m.group(3).rstrip(",") == "eager":
             continue
         model, dtype, mode = m.group(1), m.group(2), m.group(3).rstrip(",")
-        losses = dict((int(a), b) for a, b in re.findall(r"iter (\d+): loss ([0-9.na]+)", text))
-        it0 = re.search(r"iter 0: loss ([0-9.]+), time ([0-9.]+)ms", text)
+        iters = {p[0]: p for _, line in read_stamped_log(path) if (p := parse_iter(line))}   # step -> (step, loss, ms)
         seen += 1
-        l200 = losses.get(200)
-        high = l200 is not None and model in TOO_HIGH and float(l200) > TOO_HIGH[model]
-        fast = it0 is not None and float(it0.group(2)) < 6000 and model in TOO_HIGH
+        it0, l200 = iters.get(0), iters[200][1] if 200 in iters else None
+        high = l200 is not None and model in TOO_HIGH and l200 > TOO_HIGH[model]
+        fast = it0 is not None and it0[2] < 6000 and model in TOO_HIGH
         if high or fast:
             flagged += high
             print(f"{'HIGH LOSS ' if high else 'cache hit '} {path}: {model} {dtype} {mode}, iter 0 loss "
-                  f"{it0.group(1) if it0 else '?'} in {it0.group(2) if it0 else '?'} ms, loss at 200 {l200}")
+                  f"{it0[1] if it0 else '?'} in {it0[2] if it0 else '?'} ms, loss at 200 {l200}")
     print(f"{seen} compiled-mode logs of the torch side read; {flagged} with a loss at step 200 out of line")
     return 0
 

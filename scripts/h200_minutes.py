@@ -25,7 +25,7 @@ from typing import Optional
 
 from tr2 import REPO_ROOT, RESULTS_DIR, Tr2Error
 from tr2.clock import read_stamped_log
-from tr2.results import read_jsonl, write_text_atomic
+from tr2.results import read_jsonl, read_yaml, write_text_atomic
 from tr2.trainlog import parse_iter
 
 CSV_PATH = REPO_ROOT / "docs" / "h200-minutes.csv"
@@ -126,9 +126,7 @@ def observations(root=None) -> list[Obs]:
 
 
 def _card_steps(d: Path) -> int:
-    import yaml
-    p = d / "card.yaml"
-    return int(yaml.safe_load(p.read_text())["series"]["steps"]) if p.is_file() else 0
+    return int(read_yaml(d / "card.yaml").get("series", {}).get("steps", 0))
 
 
 # ---------------------------------------------------------------------------------------------- the cost model
@@ -241,7 +239,7 @@ class Model:
         """One evaluation batch's time over one training step's, from the quick card's method A logs (char model,
         bfloat16, eager): the gap at the evaluation of step 250 less its 9 training steps, over 2 x eval_iters."""
         d = self.root / QUICK["method_a"]
-        card = _yaml(d / "card.yaml")
+        card = read_yaml(d / "card.yaml")
         iters = int(card["method_a"]["eval_iters"])
         ratios = []
         for log in sorted((d / "logs").glob(f"method_a-*_{side}_*.log")):
@@ -298,7 +296,7 @@ class Model:
         fam = {r["side"]: r for r in read_jsonl(self.root / QUICK["families"] / "runs.jsonl") if r.get("status") == "ok"}
         ser = {r["side"]: r for r in read_jsonl(self.root / QUICK["series"] / "runs.jsonl")
                if r.get("status") == "ok" and r.get("round") == 0}
-        steps = int(_yaml(self.root / QUICK["families"] / "card.yaml")["families"]["steps"])
+        steps = int(read_yaml(self.root / QUICK["families"] / "card.yaml")["families"]["steps"])
         s = ser[side]
         start = s["wall_s"] - _card_steps(self.root / QUICK["series"]) * s["step_ms"] / 1000.0
         return max(0.0, fam[side]["wall_s"] - start - steps * s["step_ms"] / 1000.0)
@@ -308,11 +306,6 @@ class Model:
         recs = {r["what"]: r["wall_s"] for r in read_jsonl(self.root / QUICK["method_b"] / "runs.jsonl")
                 if r.get("status") == "ok"}
         return recs[what] / recs["torch"] if what in recs else 1.0
-
-
-def _yaml(p: Path) -> dict:
-    import yaml
-    return yaml.safe_load(p.read_text())
 
 
 def _log_step_ms(path: Path, after: int = 100) -> float:
