@@ -107,7 +107,8 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 //   u = k * 2^-24; kept when u >= p.
 // Why pairs: the three 64-bit multiplies (several instructions each) were a large part of the char model's
 // attention, which draws for every score in the forward and again in the backward (it regenerates the
-// mask). A thread that holds both elements of a pair draws once (rng_bits24_pair); rng_bits24 gives any
+// mask). A kernel that holds both elements of a pair draws once: z = rng_draw(seed, offset + c), then
+// rng_field(z, false) and rng_field(z, true) for elements 2c and 2c + 1 (attention.cu). rng_bits24 gives any
 // single element, so a kernel that handles elements one by one stays correct as it is.
 // The kernels compare the 24-bit integer k with an integer threshold computed on the host
 // (`threshold`, the least k with k * 2^-24 >= p), which is the same test without any float rounding.
@@ -130,26 +131,12 @@ __device__ __forceinline__ u32 rng_bits24(u64 seed, u64 offset, u64 i) {
     return rng_field(rng_draw(seed, offset + (i >> 1)), i & 1);
 }
 
-// Elements i and i + 1 for even i (the caller's promise): one draw for both.
-__device__ __forceinline__ void rng_bits24_pair(u64 seed, u64 offset, u64 i, u32& k0, u32& k1) {
-    const u64 z = rng_draw(seed, offset + (i >> 1));
-    k0 = (u32)(z >> 40);
-    k1 = (u32)(z >> 16) & 0xFFFFFFu;
-}
-
 __device__ __forceinline__ u64 site_offset(u64 offset, const u64* offset_add) {
     return offset_add ? offset + offset_add[0] : offset;
 }
 
 __device__ __forceinline__ bool rng_keep(u64 seed, u64 offset, u64 i, u32 threshold) {
     return rng_bits24(seed, offset, i) >= threshold;
-}
-
-__device__ __forceinline__ void rng_keep_pair(u64 seed, u64 offset, u64 i, u32 threshold, bool& keep0, bool& keep1) {
-    u32 k0, k1;
-    rng_bits24_pair(seed, offset, i, k0, k1);
-    keep0 = k0 >= threshold;
-    keep1 = k1 >= threshold;
 }
 
 // The multi-tensor table of adamw.cu and global_norm.cu (gpu/tensors.py writes it): one row of TENSOR_COLS u64
