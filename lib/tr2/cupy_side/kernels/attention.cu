@@ -461,7 +461,8 @@ struct Dropout {
         return keep;
     }
 
-    // PAIRS: the caller's layout, drawn so when T is even.
+    // PAIRS: the caller's layout, drawn so when T is even. A block inside the triangle draws every pair with no
+    // branch; only edge blocks test their draws (T odd tests them everywhere: no hot shape has T odd).
     template <int PAIRS, int MT, int NT, typename At>
     __device__ __forceinline__ KeepBits<MT, NT> keep_bits(int bh, int T, bool edge, At at) const {
         if (T & 1) return keep_bits_of<EACH, true, MT, NT>(bh, T, at);
