@@ -462,7 +462,7 @@ def test_residual(shape):
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, False), ("bfloat16", False, True),
                                    ("float16", False, True)], ids=["f32", "bf16", "bf16hr", "fp16hr"])
 @pytest.mark.parametrize("N, C, skip", [(1, 33, True), (7, 64, False), (513, 384, True), (257, 1000, True),
-                                        (4099, 768, False)])
+                                        (4099, 768, False), (1000, 1024, True)])   # 384, 768, 1024: rows in registers
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_residual_layernorm(build, N, C, skip, p):
     """s = x + dropout(b), y = LayerNorm(s) in one kernel, and its backward (ds = LayerNorm's dx + dskip, db through
