@@ -4,6 +4,10 @@ backward), each the median of `reps` timed calls after warm-ups, and the per-ste
 
     python3 scripts/attention_bench.py OUT.jsonl [reps]
 
+TR2_ATTN_BENCH_BUILDS narrows the builds (e.g. "bfloat16:hr,float16:hr"; "exact" for the exact build);
+TR2_ATTN_BENCH_NO_DROPOUT=1 adds, for a model that trains with dropout, rows with dropout 0 (both sides), so
+that the generator's share of the time shows.
+
 PyTorch gets q, k, v as [B, H, T, hs] views of one (B, T, 3C) tensor, as nanoGPT hands them over, in the
 build's type (bfloat16 / float16; float32 with TF32 allowed), dropout as the model trains. Ours gets qkv and dO
 as its kernels read them: half-type bits in the half builds (as c_attn and c_proj hand them over under half
@@ -13,7 +17,9 @@ series is the measure.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import statistics
 import sys
 
@@ -42,6 +48,20 @@ def _events_ms(fn, reps: int) -> float:
         b.synchronize()
         times.append(cp.cuda.get_elapsed_time(a, b))
     return statistics.median(times)
+
+
+def _builds() -> list[tuple[str, bool]]:
+    spec = os.environ.get("TR2_ATTN_BENCH_BUILDS", "").strip()
+    if not spec:
+        return BUILDS
+    out = []
+    for item in spec.split(","):
+        dtype, _, rounding = item.strip().partition(":")
+        if (dtype, rounding == "hr") not in BUILDS or rounding not in ("hr", "exact"):
+            raise SystemExit(f"TR2_ATTN_BENCH_BUILDS: {item!r} is not one of "
+                             + ", ".join(f"{d}:{'hr' if h else 'exact'}" for d, h in BUILDS))
+        out.append((dtype, rounding == "hr"))
+    return out
 
 
 def ours(cfg, dtype, hr, reps):
@@ -89,9 +109,15 @@ def main():
     path = sys.argv[1]
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     rows = []
+    no_dropout = os.environ.get("TR2_ATTN_BENCH_NO_DROPOUT") == "1"
+    cfgs = []
     for model in MODELS:
         cfg = load_model(model)
-        for dtype, hr in BUILDS:
+        cfgs.append((model, cfg))
+        if no_dropout and cfg.dropout > 0:
+            cfgs.append((model, dataclasses.replace(cfg, dropout=0.0)))
+    for model, cfg in cfgs:
+        for dtype, hr in _builds():
             of, ob = ours(cfg, dtype, hr, reps)
             tf, tb = theirs(cfg, dtype, reps)
             r = {"model": model, "dtype": dtype, "half_roundings": hr, "B": cfg.batch_size, "T": cfg.block_size,
@@ -103,11 +129,12 @@ def main():
                 f.write(json.dumps(r) + "\n")
             cp.get_default_memory_pool().free_all_blocks()
             torch.cuda.empty_cache()
-    print(f"{'model':12} {'type':9} {'hr':3} {'ours fwd':>9} {'ours bwd':>9} {'torch fwd':>9} {'torch bwd':>9} "
+    print(f"{'model':12} {'p':4} {'type':9} {'hr':3} {'ours fwd':>9} {'ours bwd':>9} {'torch fwd':>9} {'torch bwd':>9} "
           f"{'ours/step':>9} {'torch/step':>10}")
     for r in rows:
         hr = "hr" if r["half_roundings"] else "-"
-        print(f"{r['model']:12} {r['dtype']:9} {hr:3} {r['ours_fwd_ms']:9.3f} {r['ours_bwd_ms']:9.3f} {r['torch_fwd_ms']:9.3f} "
+        print(f"{r['model']:12} {r['dropout']:4.2f} {r['dtype']:9} {hr:3} "
+              f"{r['ours_fwd_ms']:9.3f} {r['ours_bwd_ms']:9.3f} {r['torch_fwd_ms']:9.3f} "
               f"{r['torch_bwd_ms']:9.3f} {r['ours_step_ms']:9.2f} {r['torch_step_ms']:10.2f}")
 
 

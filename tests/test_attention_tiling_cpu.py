@@ -227,3 +227,108 @@ def test_the_compiled_scale_is_the_wrappers(hs):
     found = re.search(rf"struct Scale<{hs}> {{ static constexpr float value = \(float\)([0-9.e+-]+); }}", src)
     assert found, f"attention.cu has no Scale<{hs}>"
     assert np.float32(float(found.group(1))) == np.float32(1.0 / np.sqrt(hs))
+
+
+# ---- dropout's keep bits (attention.cu's Dropout::keep_bits_of), lane by lane ----
+def splitmix(seed, counter):
+    m = (1 << 64) - 1
+    x = (seed + counter * 0x9E3779B97F4A7C15) & m
+    z = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def field(z, odd):
+    return (z >> 16) & 0xFFFFFF if odd else z >> 40
+
+
+def keep_bits_of(draw, edge, at, mt, nt, bh, T, seed, off, thr):
+    """{(lane, m, n, e): kept} for a warp's block: at(lane, m, n, e) gives register (m, n, e)'s (query, key).
+    Transcribed from the kernel: the counters it computes from register (0, 0, 0)'s flat index plus the
+    unrolled loops' offsets, the skipped draws of an edge block (bits left 0), the high and low fields'
+    bits, and for LANE_PAIRS which lane draws which pair and the bits it takes from lane ^ 4."""
+    regs = [(m, n, e) for m in range(mt) for n in range(nt) for e in range(4)]
+    hi, lo, odd_of = {}, {}, {}
+    for lane in range(32):
+        i00, j00 = at(lane, 0, 0, 0)
+        odd = j00 & 1 if draw == "lane_pairs" else 0
+        odd_of[lane] = odd
+        e00 = (bh * T + i00 + odd) * T + j00 - odd
+        for m, n, e in regs[::2]:   # e = 2r: register pairs
+            (i0, j0), (i1, j1) = at(lane, m, n, e), at(lane, m, n, e + 1)
+            if draw == "each":
+                for h, (i, j) in enumerate(((i0, j0), (i1, j1))):
+                    if not edge or j <= i:
+                        x = e00 + (i - i00) * T + (j - j00)
+                        hi[lane, m, n, e + h] = field(splitmix(seed, off + (x >> 1)), x & 1) >= thr
+            elif not edge or j0 - odd <= i0 + odd:
+                z = splitmix(seed, off + (e00 >> 1) + (i0 - i00) * (T >> 1) + (j0 - j00) // 2)
+                hi[lane, m, n, e], lo[lane, m, n, e] = field(z, 0) >= thr, field(z, 1) >= thr
+    keep = {}
+    for lane in range(32):
+        for m, n, e in regs:
+            pair = (lane, m, n, e - e % 2)
+            if draw == "each":
+                keep[lane, m, n, e] = hi.get((lane, m, n, e), False)
+            elif draw == "row_pairs":   # (i, j) the high field, (i, j + 1) the low one
+                keep[lane, m, n, e] = (lo if e % 2 else hi).get(pair, False)
+            elif e % 2 == odd_of[lane]:   # this lane's own draw: high field when odd = 0, else low
+                keep[lane, m, n, e] = (lo if odd_of[lane] else hi).get(pair, False)
+            else:                         # the partner's draw, the field the partner does not keep
+                partner = lane ^ 4
+                keep[lane, m, n, e] = (hi if odd_of[partner] else lo).get((partner,) + pair[1:], False)
+    return keep
+
+
+def dropout_blocks(build, T):
+    """(kernel, draw, edge, at, mt, nt) of every block a warp draws for: the forward, dQ and dK/dV loops
+    above, with attention.cu's register layout (g = lane / 4, t = lane % 4)."""
+    geo = gpu.attention_geometry()[build]
+    mt, rw = geo["mt"], 16 * geo["mt"]
+    br = NWARPS * rw
+    pairs = "each" if T % 2 else "row_pairs"
+    for kernel in ("forward", "backward_dq"):
+        bc = geo[kernel]
+        for qb in range(-(-T // br)):
+            for w in range(NWARPS):
+                r0 = qb * br + w * rw
+                for kb in range(min(qb * br + br - 1, T - 1) // bc + 1):
+                    if kb * bc > r0 + rw - 1:
+                        continue
+                    edge = kb * bc + bc - 1 > r0 or kb * bc + bc > T
+                    yield kernel, pairs, edge, (lambda lane, m, n, e, r0=r0, kb=kb, bc=bc: (
+                        r0 + 16 * m + lane // 4 + 8 * (e >> 1), kb * bc + 8 * n + 2 * (lane % 4) + (e & 1))), mt, bc // 8
+    bc = geo["backward_dkdv"]
+    for kb in range(-(-T // br)):
+        for w in range(NWARPS):
+            k0 = kb * br + w * rw
+            for qt in range((kb * br) // bc, -(-T // bc)):
+                if qt * bc + bc - 1 < k0:
+                    continue
+                edge = qt * bc < k0 + rw - 1 or qt * bc + bc > T
+                yield "backward_dkdv", "each" if T % 2 else "lane_pairs", edge, (lambda lane, m, n, e, k0=k0, qt=qt: (
+                    qt * bc + 8 * n + 2 * (lane % 4) + (e & 1), k0 + 16 * m + lane // 4 + 8 * (e >> 1))), mt, bc // 8
+
+
+@pytest.mark.parametrize("build", ["half", "float32"])
+@pytest.mark.parametrize("T", [1, 2, 7, 64, 65, 130, 256])
+def test_the_kernels_keep_bits_are_the_generators(build, T):
+    """Every element a kernel's softmax keeps (j <= i < T) gets the bit rng.keep_mask gives it, in the forward,
+    dQ and dK/dV (T odd: a draw an element; T even: one draw a pair, across lanes in dK/dV); and each kernel's
+    blocks cover every such element."""
+    from tr2.cupy_side import rng
+    from tr2.cupy_side.gpu import halfbits
+    p, seed, H = 0.3, 1337, 3
+    off, thr = rng.site_offset(11, 7, 1), halfbits.dropout_threshold(p, float32_compare=True)
+    want = rng.keep_mask(seed, off, (1, H, T, T), p)[0]
+    for bh in (0, H - 1):
+        seen = {"forward": set(), "backward_dq": set(), "backward_dkdv": set()}
+        for kernel, draw, edge, at, mt, nt in dropout_blocks(build, T):
+            keep = keep_bits_of(draw, edge, at, mt, nt, bh, T, seed, off, thr)
+            for (lane, m, n, e), kept in keep.items():
+                i, j = at(lane, m, n, e)
+                if j <= i < T:
+                    assert kept == want[bh, i, j], (kernel, draw, edge, lane, m, n, e, i, j)
+                    seen[kernel].add((i, j))
+        for kernel, got in seen.items():
+            assert len(got) == T * (T + 1) // 2, kernel

@@ -65,7 +65,8 @@ def test_generator_constants_match_the_architecture():
     for const in ("0x9E3779B97F4A7C15", "0xBF58476D1CE4E5B9", "0x94D049BB133111EB"):
         assert const in src
     assert re.search(r"x \^ \(x >> 30\)", src) and re.search(r"z \^ \(z >> 27\)", src) and "z >> 31" in src
-    assert "z >> 40" in src
+    # elements 2c and 2c + 1 share counter offset + c: the even one takes bits 40..63, the odd one 16..39
+    assert "offset + (i >> 1)" in src and "z >> 40" in src and "(z >> 16) & 0xFFFFFFu" in src
 
 
 def _ref_bf16(x):

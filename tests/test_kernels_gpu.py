@@ -194,18 +194,18 @@ def test_bf16_cast_of_subnormals():
 
 # ---------------------------------------------------------------------------------------------- dropout
 
-@pytest.mark.parametrize("seed, step, site, n, p", [
-    (1337, 0, 0, 1, 0.1),
-    (1337, 3, 2, 100_003, 0.2),
-    (0, 7, 1, 65_537, 0.5),
-    (2 ** 63 + 12345, 4999, 18, 262_144, 0.1),
-    (42, 1, 3, 33, 0.9),
+@pytest.mark.parametrize("seed, offset, n, p", [   # n odd: the last draw serves one element
+    (1337, rng.site_offset(0, 19, 0), 1, 0.1),
+    (1337, rng.site_offset(3, 19, 2), 100_003, 0.2),
+    (0, rng.site_offset(7, 19, 1), 65_537, 0.5),
+    (2 ** 63 + 12345, rng.site_offset(4999, 19, 18), 262_144, 0.1),
+    (42, rng.site_offset(1, 19, 3), 33, 0.9),
+    (99, 2 ** 40 + 12345, 1001, 0.3),   # a counter that is no multiple of 2^32, and odd
 ])
-def test_dropout_bits_and_masks_are_rngs(seed, step, site, n, p):
+def test_dropout_bits_and_masks_are_rngs(seed, offset, n, p):
     from tr2.cupy_side.gpu import dropout
-    offset = rng.site_offset(step, 19, site)
     want_bits = (rng.uniform(seed, offset, n) * np.float32(2 ** 24)).astype(np.uint32)
-    exact("generator draws (z >> 40)", dropout.bits(n, seed, offset), want_bits, seed=seed, offset=offset)
+    exact("generator draws", dropout.bits(n, seed, offset), want_bits, seed=seed, offset=offset)
     exact("keep mask", dropout.mask(n, p, seed, offset), rng.keep_mask(seed, offset, (n,), p).astype(np.uint8),
           p=p)
 
@@ -380,6 +380,51 @@ def test_attention(build, B, T, H, hs, p):
             exact(f"attention {name} run-to-run {tag}", b, a)
 
 
+@pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
+@pytest.mark.parametrize("T", [63, 64, 130, 257, 258])
+def test_attention_dropout_masks_are_the_generators(build, T):
+    """The keep mask each attention kernel applies, read out exactly and compared with rng.keep_mask (the
+    tolerance of test_attention could miss a few wrong elements). With q = k = 0 every visible probability
+    of row i is 1 / (i + 1): a one-hot v (key w + d in column d) makes out the forward's Pd at keys w..w+63,
+    and a one-hot dO (query w + d in column d) makes dv the dK/dV kernel's Pd at queries w..; with q = 0, a
+    one-hot k and v = dO = e_0 (so dPd = 1 and D_i = out[i, 0]), dq = scale P (keep / (1 - p) - D) at keys
+    w..: dQ's mask (the folded kernel's in the half builds up to T = 256, attn_backward_dq's past it and in the
+    float32 builds). T odd: each element drawn alone; T even: one draw a pair, across lanes in dK/dV."""
+    B, H, hs, p = 2, 2, 64, 0.3
+    C = H * hs
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    be = gpu_backend(*build)
+    i = np.arange(T)
+    visible = i[None, :] <= i[:, None]
+    got = {name: np.zeros((B, H, T, T), dtype=bool) for name in ("forward", "dK/dV", "dQ")}
+
+    def run(qkv, dout):
+        out, saved = be.attention_forward(dev(qkv.reshape(B, T, 3 * C)), H, p, seed, offset)
+        dqkv = be.attention_backward(dev(dout.reshape(B, T, C)), dev(qkv.reshape(B, T, 3 * C)), saved, H, p, seed,
+                                     offset)
+        return be.to_host(out).reshape(B, T, H, hs).astype(np.float64), be.to_host(dqkv).reshape(B, T, 3, H, hs)
+
+    for w in range(0, T, hs):
+        n = min(hs, T - w)
+        onehot = np.zeros((T, hs), np.float32)
+        onehot[w + np.arange(n), np.arange(n)] = 1.0
+        qkv, dout = np.zeros((B, T, 3, H, hs), np.float32), np.zeros((B, T, H, hs), np.float32)
+        qkv[:, :, 2], dout[:] = onehot[None, :, None], onehot[None, :, None]
+        out, dqkv = run(qkv, dout)
+        got["forward"][..., w:w + n] = out.transpose(0, 2, 1, 3)[..., :n] > 0            # [b, h, i, d]: key w + d
+        got["dK/dV"][:, :, w:w + n] = dqkv[:, :, 2].transpose(0, 2, 3, 1)[:, :, :n] > 0   # [b, h, d, j]: query w + d
+        qkv, dout = np.zeros((B, T, 3, H, hs), np.float32), np.zeros((B, T, H, hs), np.float32)
+        qkv[:, :, 1], qkv[:, :, 2, :, 0], dout[..., 0] = onehot[None, :, None], 1.0, 1.0
+        out, dqkv = run(qkv, dout)
+        D = out[..., 0].transpose(0, 2, 1)[..., None]                                       # [b, h, i, 1]
+        dq = dqkv[:, :, 0].transpose(0, 2, 1, 3)[..., :n].astype(np.float64)               # [b, h, i, d]
+        factor = dq / (0.125 / (i + 1.0))[:, None] + D                                      # keep / (1 - p)
+        got["dQ"][..., w:w + n] = factor > 0.5 / (1 - p)
+    want = rng.keep_mask(seed, offset, (B, H, T, T), p) & visible
+    for name, mask in got.items():
+        exact(f"attention dropout mask, {name} [{build} T={T}]", mask & visible, want)
+
+
 def test_attention_refuses_other_head_sizes():
     be = gpu_backend()
     with pytest.raises(ValueError, match="head size 16"):
@@ -417,7 +462,7 @@ def test_residual(shape):
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, False), ("bfloat16", False, True),
                                    ("float16", False, True)], ids=["f32", "bf16", "bf16hr", "fp16hr"])
 @pytest.mark.parametrize("N, C, skip", [(1, 33, True), (7, 64, False), (513, 384, True), (257, 1000, True),
-                                        (4099, 768, False)])
+                                        (4099, 768, False), (1000, 1024, True)])   # 384, 768, 1024: rows in registers
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_residual_layernorm(build, N, C, skip, p):
     """s = x + dropout(b), y = LayerNorm(s) in one kernel, and its backward (ds = LayerNorm's dx + dskip, db through

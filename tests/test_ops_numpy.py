@@ -229,21 +229,24 @@ def test_erf_against_libm():
 # dropout and its generator
 
 def spec_uniform(seed: int, offset: int, i: int) -> float:
-    """architecture.md's generator, transcribed with Python integers."""
+    """architecture.md's generator, transcribed with Python integers: elements 2c and 2c + 1 share the
+    output z of counter offset + c, the even one taking bits 40..63, the odd one bits 16..39."""
     m = (1 << 64) - 1
-    x = (seed + (offset + i) * 0x9E3779B97F4A7C15) & m
+    x = (seed + (offset + i // 2) * 0x9E3779B97F4A7C15) & m
     z = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
     z ^= z >> 31
-    return (z >> 40) * 2.0 ** -24
+    k = (z >> 16) & 0xFFFFFF if i % 2 else z >> 40
+    return k * 2.0 ** -24
 
 
 @pytest.mark.parametrize("seed, offset", [(0, 0), (1337, rng.site_offset(5, 7, 3)), ((1 << 64) - 1, (1 << 64) - 10),
-                                          (2 ** 63 + 12345, rng.site_offset(10 ** 6, 73, 72))])
-def test_rng_matches_the_specification(seed, offset):
-    u = rng.uniform(seed, offset, 64)
-    assert u.dtype == np.float32
-    assert [float(v) for v in u] == [spec_uniform(seed, offset, i) for i in range(64)]
+                                          (2 ** 63 + 12345, rng.site_offset(10 ** 6, 73, 72)), (5, 3)])
+@pytest.mark.parametrize("n", [64, 65, 1])
+def test_rng_matches_the_specification(seed, offset, n):
+    u = rng.uniform(seed, offset, n)
+    assert u.dtype == np.float32 and u.shape == (n,)
+    assert [float(v) for v in u] == [spec_uniform(seed, offset, i) for i in range(n)]
 
 
 def test_rng_site_offsets():
@@ -268,8 +271,12 @@ def test_rng_deterministic_and_keep_rate():
     u = rng.uniform(9, 0, 100_000)
     assert u.min() >= 0 and u.max() < 1 and np.all(u * 2 ** 24 == np.floor(u * 2 ** 24))
     assert abs(u.mean() - 0.5) < 0.005
-    # the first elements of a long draw are the short draw (the counter, not the length, decides)
+    # the two elements of a draw (its high and low bits) each look uniform, and unrelated to each other
+    assert abs(u[0::2].mean() - 0.5) < 0.007 and abs(u[1::2].mean() - 0.5) < 0.007
+    assert abs(np.corrcoef(u[0::2], u[1::2])[0, 1]) < 0.02
+    # the first elements of a long draw are the short draw (the counter, not the length, decides), odd n too
     np.testing.assert_array_equal(rng.uniform(9, 0, 10), u[:10])
+    np.testing.assert_array_equal(rng.uniform(9, 0, 11), u[:11])
 
 
 @pytest.mark.parametrize("p", [0.0, 0.2, 0.5])

@@ -1,16 +1,22 @@
 """Dropout's counter-based generator: the same bits in NumPy and in the CUDA kernels (architecture.md).
 
-Element i of a dropout site draws from nothing but (seed, offset + i): a splitmix64 finalizer applied
-to seed + (offset + i) * golden-ratio constant, all mod 2^64. No state is carried between calls, so the
-backward pass regenerates the forward's mask from (seed, offset), a CUDA thread computes its own
-element independently, and both forms agree bit for bit.
+Element i of a dropout site draws from nothing but (seed, offset + i // 2): a splitmix64 finalizer applied
+to seed + counter * golden-ratio constant, all mod 2^64, whose 64-bit output serves two elements, 24 bits
+each. No state is carried between calls, so the backward pass regenerates the forward's mask from (seed,
+offset), a CUDA thread computes its own elements independently, and both forms agree bit for bit.
 
-    x = seed + (offset + i) * 0x9E3779B97F4A7C15            (mod 2^64)
+    x = seed + (offset + (i >> 1)) * 0x9E3779B97F4A7C15      (mod 2^64)
     z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB
     z ^= z >> 31
-    u = (z >> 40) * 2^-24                                    (24 bits: exact in float32)
+    k = z >> 40 for even i, (z >> 16) & 0xFFFFFF for odd i   (bits 40..63, bits 16..39)
+    u = k * 2^-24                                            (24 bits: exact in float32)
     kept when u >= p (compared in float32), scaled by 1/(1-p)
+
+Why one draw for two elements: the finalizer's three 64-bit multiplies were a large part of the char
+model's attention, which draws for every score in the forward and again in the backward (it regenerates
+the mask); a kernel thread holds pairs of adjacent elements, so one draw a pair halves that work. The two
+fields do not overlap, and 24 bits are all an element's float32 u can hold.
 
 Offsets: each dropout site of each step owns 2^32 counters, offset = (step * n_sites + site) << 32,
 sites numbered in forward order: 0 the embedding, then per layer i: 1+3i the attention weights,
@@ -65,7 +71,7 @@ def _shr(x: np.ndarray, bits: int) -> np.ndarray:
 def uniform(seed: int, offset: int, n: int) -> np.ndarray:
     """float32[n]: the generator's u for elements 0..n-1 of a site (multiples of 2^-24 in [0, 1))."""
     # NumPy's uint64 array arithmetic wraps mod 2^64, which is exactly the arithmetic specified.
-    x = np.arange(n, dtype=np.uint64)
+    x = np.arange((n + 1) // 2, dtype=np.uint64)   # the counters of elements 2c and 2c + 1
     x += np.uint64(offset & _MASK64)
     x *= GOLDEN
     x += np.uint64(seed & _MASK64)
@@ -74,7 +80,13 @@ def uniform(seed: int, offset: int, n: int) -> np.ndarray:
     z ^= _shr(z, 27)
     z *= MIX2
     z ^= _shr(z, 31)
-    return _shr(z, 40).astype(np.float32) * _TWO_POW_M24
+    u = np.empty(2 * z.size, dtype=np.float32)   # 24-bit integers convert to float32 exactly
+    u[0::2] = _shr(z, 40)          # even elements: bits 40..63
+    z //= np.uint64(1 << 16)
+    z &= np.uint64(0xFFFFFF)
+    u[1::2] = z                    # odd elements: bits 16..39
+    u *= _TWO_POW_M24
+    return u[:n]
 
 
 def keep_mask(seed: int, offset: int, shape, p: float) -> np.ndarray:

@@ -53,11 +53,15 @@ OP_METHODS: dict[str, tuple[str, ...]] = {
     "global_norm": ("global_norm",),
 }
 
+# The row sizes whose LayerNorm backward holds a row in registers (layernorm_backward.cuh): the models' widths.
+REGISTER_ROW_SIZES = (384, 768, 1024)
+
 # The kernels each wrapper launches, by file: checked against the sources by the CPU tests.
 FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "embedding.cu": ("embedding_forward", "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan",
                      "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
-    "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final"),
+    "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final",
+                     *(f"layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(
         name for hs in (64, 32) for name in
         [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32") for kernel in ("forward", "backward_dkdv",
@@ -69,7 +73,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
     "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward",
-                              "residual_layernorm_dw_final"),
+                              "residual_layernorm_dw_final", *(f"residual_layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem", "cross_entropy_mean"),
     "adamw.cu": ("adamw_update",),
@@ -88,6 +92,8 @@ _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bound
 _ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS)\((\w+), [\w, ]*?(\d+)\)', re.M)
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"), "ATTN_ROW_DOTS": ("row_dots",)}
+# layernorm.cu's and residual_layernorm.cu's instantiations of the register-row backward, one a row size
+_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_BACKWARD_ROWS\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
 _ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
                             r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)
@@ -128,6 +134,7 @@ def declared_kernels(filename: str) -> list[str]:
     names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
     for macro, build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
+    names += [f"{prefix.lower()}_backward_c{c}" for prefix, c in _LN_ROWS_MACRO.findall(src)]
     return names
 
 

@@ -48,7 +48,7 @@ def mask(n: int, p: float, seed: int, offset: int) -> "cp.ndarray":
 
 
 def bits(n: int, seed: int, offset: int) -> "cp.ndarray":
-    """uint32 [n]: the generator's 24-bit draws (z >> 40)."""
+    """uint32 [n]: the generator's 24-bit integers k of elements 0..n-1 (u = k * 2^-24)."""
     b = cp.empty((n,), dtype=np.uint32)
     launch(FILE, "dropout_bits", blocks_for(n), THREADS, (b, i64(n), u64(seed), u64(offset)))
     return b

@@ -4,10 +4,12 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
+from . import REGISTER_ROW_SIZES
 from .runtime import f32, i32, launch
 
 FILE = "layernorm.cu"
 ROWS_PER_BLOCK = 8          # one warp per row
+register_rows = True        # the models' widths hold a row in registers (REGISTER_ROW_SIZES); off: the general body
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -35,6 +37,8 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
     order; -> dw. Shared by the plain LayerNorm and residual_layernorm."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
     part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
+    if register_rows and C in REGISTER_ROW_SIZES:   # the same formulas with the row held in registers
+        kernel = f"{kernel}_c{C}"
     launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=ROWS_PER_BLOCK * C * 4)
     dw = cp.empty((C,), dtype=np.float32)
     launch(filename, final, ((C + 31) // 32,), (32, 32), (dw, part, i32(grid), i32(C)))

@@ -11,7 +11,8 @@
 //     (BC keys each) up to the diagonal; S = q k^T by mma; causal mask on the tiles that cross the diagonal
 //     or T only; online softmax in float32 (running max m of the raw scores, per-thread partial sums l);
 //     Pd = exp(scale (s - m)) * keep / (1 - p) (dropout drawn here by the counter-based generator, element
-//     (bh*T + i)*T + j of the site, as ops/attention.py indexes it); O += Pd v by mma with O in registers;
+//     (bh*T + i)*T + j of the site, as ops/attention.py indexes it; a tile's keep bits before its products,
+//     one draw for two elements: Draw, below); O += Pd v by mma with O in registers;
 //     at the end out = O / l and lse = scale m + log(l).
 //   backward, half builds: a small kernel first, the row dot products D_i = sum_d dO_id O_id (dO as the
 //     products read it); then one block per (4 * 16 * MT keys, bh), looping over the query tiles (BC queries)
@@ -372,14 +373,101 @@ __device__ __forceinline__ void store_pair(void* base, i64 idx, float a, float b
     else *(u32*)((u16*)base + idx) = pack2<KIND_F16>(a, b);
 }
 
+// ---- dropout on the T x T probabilities ----
+// The generator draws once for elements 2c and 2c + 1 of the flat [B, H, T, T] index (common.cuh), which are
+// (i, j) and (i, j + 1) for even j when T is even. A thread holds its elements in pairs, registers 2r and
+// 2r + 1 of an n8 tile, so it draws once a pair (Draw):
+//   ROW_PAIRS   the pair is (i, j), (i, j + 1), j even: the forward and dQ, whose warp rows are queries;
+//   LANE_PAIRS  the pair is (i, j), (i + 1, j), i even: dK/dV, whose warp rows are keys (the transpose). The
+//               elements (i, j ^ 1), (i + 1, j ^ 1) that share their draws lie in lane ^ 4: of the two lanes,
+//               the one with odd j draws the pair of row i + 1, the other the pair of row i, and each hands
+//               its partner the keep bits of the partner's elements, one shuffle a tile;
+//   EACH        T odd: the flat index of (i, j) has the parity of bh + i + j, so a draw's two elements may lie
+//               in two rows; each element is drawn alone.
+// A tile's draws are made before its products, into one bit a register (KeepBits), while the products'
+// 64 registers of scores are not yet live: drawn next to the softmax they spilled the dK/dV accumulators.
+enum Draw { EACH, ROW_PAIRS, LANE_PAIRS };
+
+// Bit (mt * NT + n) * 4 + e of the words: register (mt, n, e) of a warp's block is kept.
+template <int MT, int NT> struct KeepBits {
+    u32 w[(MT * NT * 4 + 31) / 32];
+    __device__ __forceinline__ bool operator()(int mt, int n, int e) const {
+        const int b = (mt * NT + n) * 4 + e;
+        return (w[b >> 5] >> (b & 31)) & 1u;
+    }
+};
+
 struct Dropout {
     int use;
     u64 seed, off;
     u32 threshold;
     float scale;
-    // keep / (1 - p) for element (row i, column j) of head bh's T x T probabilities
-    __device__ __forceinline__ float factor(int bh, int i, int j, int T) const {
-        return rng_keep(seed, off, ((u64)bh * T + i) * (u64)T + j, threshold) ? scale : 0.0f;
+    __device__ __forceinline__ u64 index(int bh, int i, int j, int T) const { return ((u64)bh * T + i) * (u64)T + j; }
+    __device__ __forceinline__ u32 kept(u32 k) const { return k >= threshold ? 1u : 0u; }
+
+    // The keep bits of a warp's block; at(mt, n, e, i, j) gives register (mt, n, e)'s query i and key j. EDGE
+    // (the block may cross the diagonal): a draw whose elements all lie after their query is skipped (their
+    // bits stay 0: the softmax zeroes them anyway). LANE_PAIRS: every lane of the warp calls it together.
+    template <int DRAW, bool EDGE, int MT, int NT, typename At>
+    __device__ __forceinline__ KeepBits<MT, NT> keep_bits_of(int bh, int T, At at) const {
+        constexpr int WORDS = (MT * NT * 4 + 31) / 32;
+        int i00, j00;   // register (0, 0, 0)'s element
+        at(0, 0, 0, i00, j00);
+        // LANE_PAIRS: for its register pair (i, j), (i + 1, j) a lane draws the pair of row i + odd, keys
+        // j - odd and j - odd + 1, and of its elements keeps the one in that row, register 2r + odd.
+        const int odd = DRAW == LANE_PAIRS ? j00 & 1 : 0;
+        // The draws' flat indices lie at offsets (i - i00) T + (j - j00) from e00, and with pairs (T even, j - j00
+        // even) their counters at half that from c00: the offsets are constants of the unrolled loops, so a draw
+        // costs an add or two there instead of index()'s 64-bit products.
+        const u64 e00 = index(bh, i00 + odd, j00 - odd, T), c00 = off + (e00 >> 1);
+        const int half_T = T >> 1;
+        u32 hi[WORDS], lo[WORDS];   // bit b: the keep bit of the high (low) field of register pair b's draw
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) hi[w] = lo[w] = 0u;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int b = (mt * NT + n) * 4 + 2 * r, w = b >> 5, bit = b & 31;
+                    int i0, j0, i1, j1;
+                    at(mt, n, 2 * r, i0, j0);
+                    at(mt, n, 2 * r + 1, i1, j1);
+                    if constexpr (DRAW == EACH) {
+                        if (!EDGE || j0 <= i0)
+                            hi[w] |= kept(rng_bits24(seed, off, e00 + (u64)(i0 - i00) * T + (j0 - j00))) << bit;
+                        if (!EDGE || j1 <= i1)
+                            hi[w] |= kept(rng_bits24(seed, off, e00 + (u64)(i1 - i00) * T + (j1 - j00))) << (bit + 1);
+                    } else if (!EDGE || j0 - odd <= i0 + odd) {
+                        const u64 z = rng_draw(seed, c00 + (u64)(i0 - i00) * half_T + (j0 - j00) / 2);
+                        hi[w] |= kept(rng_field(z, false)) << bit;
+                        lo[w] |= kept(rng_field(z, true)) << bit;
+                    }
+                }
+        KeepBits<MT, NT> keep;
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) {
+            if constexpr (DRAW == EACH) keep.w[w] = hi[w];
+            else if constexpr (DRAW == ROW_PAIRS) keep.w[w] = hi[w] | lo[w] << 1;   // (i, j) high, (i, j + 1) low
+            else {
+                // this lane's element of its draw is the high field when odd = 0, else the low one; the partner's
+                // element of it, the other field, is the partner's register 2r + odd as well (rows i, i + 1 the
+                // same, its key's parity the other)
+                const u32 mine = (odd ? lo[w] : hi[w]) << odd, theirs = (odd ? hi[w] : lo[w]) << odd;
+                keep.w[w] = mine | __shfl_xor_sync(0xffffffffu, theirs, 4);
+            }
+        }
+        return keep;
+    }
+
+    // PAIRS: the caller's layout, drawn so when T is even. A block inside the triangle draws every pair with no
+    // branch; only edge blocks test their draws (T odd tests them everywhere: no hot shape has T odd).
+    template <int PAIRS, int MT, int NT, typename At>
+    __device__ __forceinline__ KeepBits<MT, NT> keep_bits(int bh, int T, bool edge, At at) const {
+        if (T & 1) return keep_bits_of<EACH, true, MT, NT>(bh, T, at);
+        if (edge) return keep_bits_of<PAIRS, true, MT, NT>(bh, T, at);
+        return keep_bits_of<PAIRS, false, MT, NT>(bh, T, at);
     }
 };
 
@@ -512,16 +600,24 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
         if (kb * BC <= r0 + RW - 1) {   // else the warp's queries all come before the tile's keys
             const E* sK = sKV + 2 * cur * BC * LD;
             const E* sV = sK + BC * LD;
+            auto at = [&](int mt, int n, int e, int& i, int& j) {   // register (mt, n, e): query i, key j
+                i = r0 + 16 * mt + g + 8 * (e >> 1);
+                j = kb * BC + n * 8 + 2 * t + (e & 1);
+            };
+            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;   // a tile across the diagonal or T
+            KeepBits<MT, NT> keep{};
+            if (drop.use) keep = drop.keep_bits<ROW_PAIRS, MT, NT>(bh, T, edge, at);
             float s[MT][NT][4];
             tile_product<K, SPLIT, HS, MT, NT>(s, sQ, warp * RW, sK, lane);   // S = q k^T (raw)
-            if (kb * BC + BC - 1 > r0 || kb * BC + BC > T) {   // a tile across the diagonal or T: mask
+            if (edge) {   // mask
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                     for (int n = 0; n < NT; ++n)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int i = r0 + 16 * mt + g + 8 * (e >> 1), j = kb * BC + n * 8 + 2 * t + (e & 1);
+                            int i, j;
+                            at(mt, n, e, i, j);
                             if (j > i || j >= T) s[mt][n][e] = NEG_INF;
                         }
             }
@@ -561,9 +657,7 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 #pragma unroll
                     for (int n = 0; n < NT; ++n)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            if (s[mt][n][e] != 0.0f)
-                                s[mt][n][e] *= drop.factor(bh, r0 + 16 * mt + g + 8 * (e >> 1), kb * BC + n * 8 + 2 * t + (e & 1), T);
+                        for (int e = 0; e < 4; ++e) s[mt][n][e] *= keep(mt, n, e) ? drop.scale : 0.0f;
             }
             acc_product<K, SPLIT, HS, MT, NT>(o, s, sV, lane);   // O += Pd v
         }
@@ -590,12 +684,13 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 // ---------------------------------------------------------------------------------------------- backward
 // The backward's recomputed probabilities of a warp's block and its score gradient, in place:
 // on entry p = the raw scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
-// p = Pd = P * keep / (1 - p) and ds = dS = P (dPd * keep / (1 - p) - D). coords(mt, n, e, i, j, Lc, Dq)
-// gives element (mt, n, e)'s query i and key j, that query's log-sum-exp as exp_c wants it (Lc = lse * c /
-// scale) and its row dot. `edge`: the block crosses the diagonal or T, and elements outside are zeroed.
+// p = Pd = P * keep / (1 - p) and ds = dS = P (dPd * keep / (1 - p) - D), keep from the block's keep bits.
+// coords(mt, n, e, i, j, Lc, Dq) gives element (mt, n, e)'s query i and key j, that query's log-sum-exp as
+// exp_c wants it (Lc = lse * c / scale) and its row dot. `edge`: the block crosses the diagonal or T, and
+// elements outside are zeroed.
 template <bool EXACT, bool EDGE, bool DROP, int MT, int NT, typename Coords>
-__device__ __forceinline__ void softmax_grad_of(float p[MT][NT][4], float ds[MT][NT][4], int T, int bh, float c,
-                                                const Dropout& drop, Coords coords) {
+__device__ __forceinline__ void softmax_grad_of(float p[MT][NT][4], float ds[MT][NT][4], int T, float c,
+                                                float dscale, const KeepBits<MT, NT>& keep, Coords coords) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -609,7 +704,7 @@ __device__ __forceinline__ void softmax_grad_of(float p[MT][NT][4], float ds[MT]
                 // selected, not multiplied: a masked score may exceed its row's lse and overflow exp
                 const float pv = inside ? exp_c<EXACT>(p[mt][n][e], c, Lc) : 0.0f;
                 float f = inside ? 1.0f : 0.0f;
-                if constexpr (DROP) f = inside ? drop.factor(bh, i, j, T) : 0.0f;
+                if constexpr (DROP) f = inside && keep(mt, n, e) ? dscale : 0.0f;
                 ds[mt][n][e] = pv * (ds[mt][n][e] * f - Dq);
                 p[mt][n][e] = pv * f;
             }
@@ -618,14 +713,15 @@ __device__ __forceinline__ void softmax_grad_of(float p[MT][NT][4], float ds[MT]
 // Which elements need the mask and the dropout draw is known per tile: one of four compiled bodies runs, so
 // a tile inside the triangle without dropout spends an exponential and three float operations an element.
 template <bool EXACT, int MT, int NT, typename Coords>
-__device__ __forceinline__ void softmax_grad(float p[MT][NT][4], float ds[MT][NT][4], bool edge, int T, int bh,
-                                             float c, const Dropout& drop, Coords coords) {
+__device__ __forceinline__ void softmax_grad(float p[MT][NT][4], float ds[MT][NT][4], bool edge, int T, float c,
+                                             const Dropout& drop, const KeepBits<MT, NT>& keep, Coords coords) {
+    const float d = drop.scale;
     if (edge) {
-        if (drop.use) softmax_grad_of<EXACT, true, true, MT, NT>(p, ds, T, bh, c, drop, coords);
-        else softmax_grad_of<EXACT, true, false, MT, NT>(p, ds, T, bh, c, drop, coords);
+        if (drop.use) softmax_grad_of<EXACT, true, true, MT, NT>(p, ds, T, c, d, keep, coords);
+        else softmax_grad_of<EXACT, true, false, MT, NT>(p, ds, T, c, d, keep, coords);
     } else {
-        if (drop.use) softmax_grad_of<EXACT, false, true, MT, NT>(p, ds, T, bh, c, drop, coords);
-        else softmax_grad_of<EXACT, false, false, MT, NT>(p, ds, T, bh, c, drop, coords);
+        if (drop.use) softmax_grad_of<EXACT, false, true, MT, NT>(p, ds, T, c, d, keep, coords);
+        else softmax_grad_of<EXACT, false, false, MT, NT>(p, ds, T, c, d, keep, coords);
     }
 }
 
@@ -733,15 +829,20 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
             const E* sO = sQ + BC * LD;
             const float* sL = sLD + 2 * cur * BC;
             const float* sD = sL + BC;
+            auto at = [&](int mt, int n, int e, int& i, int& j) {   // register (mt, n, e): query i, key j
+                i = qt * BC + n * 8 + 2 * t + (e & 1);
+                j = k0 + 16 * mt + g + 8 * (e >> 1);
+            };
+            const bool edge = qt * BC < k0 + RW - 1 || qt * BC + BC > T;
+            KeepBits<MT, NT> keep{};
+            if (drop.use) keep = drop.keep_bits<LANE_PAIRS, MT, NT>(bh, T, edge, at);
             float p[MT][NT][4], ds[MT][NT][4];
             tile_product<K, SPLIT, HS, MT, NT>(p, sK, warp * RW, sQ, lane);    // S^T = k q^T
             tile_product<K, SPLIT, HS, MT, NT>(ds, sV, warp * RW, sO, lane);   // dPd^T = v dO^T
-            const bool edge = qt * BC < k0 + RW - 1 || qt * BC + BC > T;
-            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, bh, c, drop,
+            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, c, drop, keep,
                                         [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
                 const int il = n * 8 + 2 * t + (e & 1);
-                i = qt * BC + il;
-                j = k0 + 16 * mt + g + 8 * (e >> 1);
                 Lc = sL[il] * lmul;
                 Dq = sD[il];
             });
@@ -931,14 +1032,19 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         if (kb * BC <= r0 + RW - 1) {   // else the warp's queries all come before the tile's keys
             const E* sK = sKV + 2 * cur * BC * LD;
             const E* sV = sK + BC * LD;
+            auto at = [&](int mt, int n, int e, int& i, int& j) {   // register (mt, n, e): query i, key j
+                i = r0 + 16 * mt + g + 8 * (e >> 1);
+                j = kb * BC + n * 8 + 2 * t + (e & 1);
+            };
+            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+            KeepBits<MT, NT> keep{};
+            if (drop.use) keep = drop.keep_bits<ROW_PAIRS, MT, NT>(bh, T, edge, at);
             float p[MT][NT][4], ds[MT][NT][4];
             tile_product<K, SPLIT, HS, MT, NT>(p, sQ, warp * RW, sK, lane);    // S = q k^T
             tile_product<K, SPLIT, HS, MT, NT>(ds, sO, warp * RW, sV, lane);   // dPd = dO v^T
-            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
-            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, bh, c, drop,
+            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, c, drop, keep,
                                         [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
-                i = r0 + 16 * mt + g + 8 * (e >> 1);
-                j = kb * BC + n * 8 + 2 * t + (e & 1);
+                at(mt, n, e, i, j);
                 Lc = L[mt][e >> 1];
                 Dq = Dr[mt][e >> 1];
             });

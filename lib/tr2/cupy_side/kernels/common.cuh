@@ -99,20 +99,40 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
     return warp_max(t);
 }
 
-// The dropout generator of docs/architecture.md, identical to tr2.cupy_side.rng:
-//   x = seed + (offset + i) * 0x9E3779B97F4A7C15 (mod 2^64)
+// The dropout generator of docs/architecture.md, identical to tr2.cupy_side.rng. Elements 2c and 2c + 1 of a
+// site share counter offset + c:
+//   x = seed + (offset + (i >> 1)) * 0x9E3779B97F4A7C15 (mod 2^64)
 //   z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB; z ^= z >> 31
-//   u = (z >> 40) * 2^-24; kept when u >= p.
-// The kernels compare the 24-bit integer k = z >> 40 with an integer threshold computed on the host
+//   k = z >> 40 (bits 40..63) for even i, (z >> 16) & 0xFFFFFF (bits 16..39) for odd i
+//   u = k * 2^-24; kept when u >= p.
+// Why pairs: the three 64-bit multiplies (several instructions each) were a large part of the char model's
+// attention, which draws for every score in the forward and again in the backward (it regenerates the
+// mask). A kernel that holds both elements of a pair draws once: z = rng_draw(seed, offset + c), then
+// rng_field(z, false) and rng_field(z, true) for elements 2c and 2c + 1 (attention.cu). rng_bits24 gives any
+// single element, so a kernel that handles elements one by one stays correct as it is.
+// The kernels compare the 24-bit integer k with an integer threshold computed on the host
 // (`threshold`, the least k with k * 2^-24 >= p), which is the same test without any float rounding.
 // `offset_add` (nullable, device memory) is added to `offset`: a whole-step CUDA graph can advance the
 // step's offsets on the device without re-capturing.
-__device__ __forceinline__ u32 rng_bits24(u64 seed, u64 offset, u64 i) {
-    u64 x = seed + (offset + i) * 0x9E3779B97F4A7C15ull;
+__device__ __forceinline__ u64 rng_draw(u64 seed, u64 counter) {
+    u64 x = seed + counter * 0x9E3779B97F4A7C15ull;
     u64 z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
-    return (u32)(z >> 40);
+    return z;
+}
+
+// Element i's 24 bits of its counter's draw z: the high field for even i, the one below it for odd i.
+__device__ __forceinline__ u32 rng_field(u64 z, bool odd) {
+    return odd ? (u32)(z >> 16) & 0xFFFFFFu : (u32)(z >> 40);
+}
+
+// rng_field(z, i & 1), taken from z's 32-bit halves: with the parity known only at run time this form kept
+// residual_layernorm_backward at its 40 registers (46 with rng_field's 64-bit shifts: fewer warps an SM).
+__device__ __forceinline__ u32 rng_bits24(u64 seed, u64 offset, u64 i) {
+    const u64 z = rng_draw(seed, offset + (i >> 1));
+    const u32 hi = (u32)(z >> 32), lo = (u32)z;
+    return (i & 1) ? (hi << 16 | lo >> 16) & 0xFFFFFFu : hi >> 8;
 }
 
 __device__ __forceinline__ u64 site_offset(u64 offset, const u64* offset_add) {

@@ -42,6 +42,19 @@ extern "C" __global__ void layernorm_backward(float* __restrict__ dx, float* __r
                             nullptr, 0u, 1.0f);
 }
 
+// The same for C = 32 * CPL, each row held in registers (layernorm_backward.cuh): layernorm_backward_c<C>.
+#define LAYERNORM_BACKWARD_ROWS(C_)                                                                              \
+    extern "C" __global__ void layernorm_backward_c##C_(                                                        \
+        float* __restrict__ dx, float* __restrict__ dw_part, const void* __restrict__ dy,                       \
+        const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ mean,                \
+        const float* __restrict__ rstd, int N, int C, int dy_kind) {                                            \
+        layernorm_backward_row_registers<C_ / 32>(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N,       \
+                                                  dy_kind, KIND_F32, 0, 0, 0, nullptr, 0, 1.0f);                \
+    }
+LAYERNORM_BACKWARD_ROWS(384)
+LAYERNORM_BACKWARD_ROWS(768)
+LAYERNORM_BACKWARD_ROWS(1024)
+
 extern "C" __global__ void layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part, int G, int C) {
     layernorm_dw_final_body(dw, part, G, C);
 }

@@ -12,6 +12,16 @@
 #pragma once
 #include "common.cuh"
 
+// The block's dw partial: its rows' dy * shat (dw_rows, [rows][C], after a barrier) added in warp order.
+__device__ __forceinline__ void block_dw_partial(float* __restrict__ dw_part, const float* dw_rows, int C) {
+    const int rows = blockDim.x >> 5;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float t = 0.0f;
+        for (int k = 0; k < rows; k++) t += dw_rows[(i64)k * C + c];
+        dw_part[(i64)blockIdx.x * C + c] = t;
+    }
+}
+
 // One warp per row; blockDim.x = 32 * rows a block. dy in dy_kind (a product's half-type gradient under half
 // roundings). No early return: every warp reaches the block's barrier.
 __device__ __forceinline__ void layernorm_backward_body(float* __restrict__ ds, void* __restrict__ db,
@@ -58,12 +68,7 @@ __device__ __forceinline__ void layernorm_backward_body(float* __restrict__ ds, 
         for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
     }
     __syncthreads();
-    const int rows = blockDim.x >> 5;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float t = 0.0f;
-        for (int k = 0; k < rows; k++) t += dw_rows[(i64)k * C + c];
-        dw_part[(i64)blockIdx.x * C + c] = t;
-    }
+    block_dw_partial(dw_part, dw_rows, C);
 }
 
 // dw[c] = sum over g of part[g, c], g in order: block (32, 32) covers 32 columns; thread (x, y) adds the partials
@@ -83,4 +88,106 @@ __device__ __forceinline__ void layernorm_dw_final_body(float* __restrict__ dw, 
         for (int k = 0; k < 32; k++) u += sums[k][threadIdx.x];
         dw[c] = u;
     }
+}
+
+// ---- the same rows with each row held in registers (C = 32 * CPL, CPL % 4 == 0: the models' 384, 768, 1024) ----
+// Why: the body above reads dy and s twice, once for the row's two means and once for the outputs. At full
+// occupancy its dw rows take ~197 KB of an SM's shared memory (8 rows x C floats a block, 8 blocks), which leaves
+// ~30 KB of L1 for the rows in flight (~295 KB on gpt2-small), so the second pass likely reads L2 again (a
+// hypothesis: docs/perf.md). Here a lane loads its columns once, 4 at a time (16-byte float32, 8-byte half
+// accesses), and keeps them for the second pass. Lane L holds columns 4L + 128k .. 4L + 128k + 3, k < CPL / 4.
+// The same formulas, operation for operation; the row's sums run in the lanes' column order (k, then the 4).
+__device__ __forceinline__ void load4_kind(const void* p, i64 i, int kind, float v[4]) {
+    if (kind == KIND_F32) {
+        const float4 x = *(const float4*)((const float*)p + i);
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else {
+        const uint2 u = *(const uint2*)((const u16*)p + i);
+        const u16 h[4] = {(u16)(u.x & 0xFFFFu), (u16)(u.x >> 16), (u16)(u.y & 0xFFFFu), (u16)(u.y >> 16)};
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = kind == KIND_BF16 ? bf16_bits_to_f32(h[j]) : f16_bits_to_f32(h[j]);
+    }
+}
+
+__device__ __forceinline__ void store4_kind(void* p, i64 i, const float v[4], int kind) {
+    if (kind == KIND_F32) {
+        *(float4*)((float*)p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        u16 h[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) h[j] = kind == KIND_BF16 ? f32_to_bf16_bits(v[j]) : f32_to_f16_bits(v[j]);
+        *(uint2*)((u16*)p + i) = make_uint2((u32)h[0] | ((u32)h[1] << 16), (u32)h[2] | ((u32)h[3] << 16));
+    }
+}
+
+template <int CPL>
+__device__ __forceinline__ void layernorm_backward_row_registers(
+        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
+        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,
+        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int dy_kind, int db_kind, int drop,
+        u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {
+    static_assert(CPL % 4 == 0, "a lane's columns come in groups of four");
+    constexpr int NV = CPL / 4, C = 32 * CPL;
+    extern __shared__ float dw_rows[];   // [rows][C]: warp k's row's dy * shat
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
+    float* dwr = dw_rows + (i64)warp * C;
+    if (row < N) {
+        const i64 r0 = row * C;
+        const float m = mean[row], r = rstd[row];
+        float dyv[NV][4], sv[NV][4];
+#pragma unroll
+        for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
+            const int c = 4 * lane + 128 * k;
+            load4_kind(dy, r0 + c, dy_kind, dyv[k]);
+            load4_kind(s, r0 + c, KIND_F32, sv[k]);
+        }
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const float4 wv = *(const float4*)(w + 4 * lane + 128 * k);
+            const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float g = dyv[k][j] * wk[j];
+                const float sh = (sv[k][j] - m) * r;
+                s1 += g;
+                s2 += g * sh;
+            }
+        }
+        s1 = warp_sum(s1) / (float)C;
+        s2 = warp_sum(s2) / (float)C;
+        const u64 off = drop ? site_offset(offset, offset_add) : 0;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            const int c = 4 * lane + 128 * k;
+            const i64 e = r0 + c;
+            const float4 wv = *(const float4*)(w + c);
+            const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+            float skip[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (dskip != nullptr) load4_kind(dskip, e, KIND_F32, skip);
+            float d[4], dwv[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float g = dyv[k][j] * wk[j];
+                const float sh = (sv[k][j] - m) * r;
+                dwv[j] = __fmul_rn(dyv[k][j], sh);
+                d[j] = __fmul_rn(r, g - s1 - sh * s2);
+                if (dskip != nullptr) d[j] = skip[j] + d[j];
+            }
+            *(float4*)(dwr + c) = make_float4(dwv[0], dwv[1], dwv[2], dwv[3]);
+            store4_kind(ds, e, d, KIND_F32);
+            if (db != nullptr) {
+                float v[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    v[j] = !drop ? d[j] : rng_keep(seed, off, (u64)(e + j), threshold) ? __fmul_rn(d[j], scale) : 0.0f;
+                store4_kind(db, e, v, db_kind);
+            }
+        }
+    } else {
+        for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
+    }
+    __syncthreads();
+    block_dw_partial(dw_part, dw_rows, C);
 }

@@ -71,6 +71,20 @@ extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, v
                             offset, offset_add, threshold, scale);
 }
 
+// The same for C = 32 * CPL, each row held in registers (layernorm_backward.cuh): residual_layernorm_backward_c<C>.
+#define RESIDUAL_LAYERNORM_BACKWARD_ROWS(C_)                                                                     \
+    extern "C" __global__ void residual_layernorm_backward_c##C_(                                               \
+        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
+        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
+        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
+        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {        \
+        layernorm_backward_row_registers<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,      \
+                                                  db_kind, drop, seed, offset, offset_add, threshold, scale);   \
+    }
+RESIDUAL_LAYERNORM_BACKWARD_ROWS(384)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS(768)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS(1024)
+
 extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part,
                                                        int G, int C) {
     layernorm_dw_final_body(dw, part, G, C);
