@@ -2,7 +2,7 @@
 # One GPU call that checks a kernel change and measures it against its baseline and PyTorch, for the device
 # tool's copy of the repo. Carry: .cache/kernels (cubins built ahead, the baseline's among them), data,
 # .cache/nanoGPT (a copy of ../shared/nanoGPT: the tests check for it, scripts/device_env.sh), and
-# .cache/baseline (a copy of the baseline commit's lib/, e.g. `git archive main lib | tar x -C .cache/baseline`).
+# .cache/baseline (a copy of the baseline commit's lib/, e.g. `git archive main lib params | tar x -C .cache/baseline`).
 # Writes under OUT (at most 8 files come back), each part as soon as it is done, so that a call stopped at its
 # limit still returns what ran: machine.txt, check.tgz (gpu_check.sh: kernel and graph tests), attention.tgz
 # (baseline and new), profile.tgz and bench.tgz (scripts/device_bench.py), table.txt; prints the table last.
