@@ -11,18 +11,27 @@ mkdir -p "$OUT"
 source scripts/device_env.sh || exit 1
 export TR2_KERNEL_CACHE="$PWD/.cache/kernels"
 machine_record "$OUT/machine.txt"
-bench() {  # bench NAME LIBDIR
-  PYTHONPATH="$2:/tmp/site" timeout 200 python3 scripts/attention_bench.py "$W/$1.jsonl" 20 >"$W/$1.bench.log" 2>&1
-}
-[ -d .cache/baseline/lib ] && bench baseline "$PWD/.cache/baseline/lib"
-bench committed "$PWD/lib"
+# the variants' lib copies find ../shared (nanoGPT, for the tests' start-up check) beside themselves
+ln -sfn "$(cd ../shared && pwd)" .cache/variants/shared
+LIBS="committed:$PWD/lib"
+[ -d .cache/baseline/lib ] && LIBS="baseline:$PWD/.cache/baseline/lib $LIBS"
 for d in .cache/variants/*/; do
   v=$(basename "$d")
+  [ "$v" = shared ] && continue
+  LIBS="$LIBS $v:$PWD/$d/lib"
   PYTHONPATH="$PWD/$d/lib:/tmp/site" timeout "${TR2_TEST_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider -rfE \
     tests/test_kernels_gpu.py -k attention >"$W/$v.tests.log" 2>&1
-  bench "$v" "$PWD/$d/lib"
+done
+# the benches in rotating rounds (clocks are not locked: one pass each ranks the order as much as the kernels)
+for round in $(seq 1 "${VARIANT_ROUNDS:-2}"); do
+  for spec in $LIBS; do
+    name=${spec%%:*}
+    PYTHONPATH="${spec#*:}:/tmp/site" timeout 200 python3 scripts/attention_bench.py "$W/$name.jsonl" 20 \
+      >"$W/$name.r$round.bench.log" 2>&1
+  done
 done
 (cd "$W" && tar czf "$OUT/variants.tgz" .)
-{ for f in "$W"/*.bench.log; do echo "== $(basename "$f" .bench.log) $(tail -1 "${f%.bench.log}.tests.log" 2>/dev/null)"
-    tail -n +2 "$f" | grep -v "^model" | tail -8; done; } >"$OUT/table.txt"
+{ for spec in $LIBS; do name=${spec%%:*}; echo "== $name $(tail -1 "$W/$name.tests.log" 2>/dev/null)"
+    for f in "$W/$name".r*.bench.log; do echo "-- $(basename "$f" .bench.log)"; grep -E "^(nanogpt|gpt2)" "$f"; done; done
+} >"$OUT/table.txt"
 cat "$OUT/table.txt"
