@@ -558,7 +558,7 @@ __device__ __forceinline__ void tile_product(float s[MT][NT][4], const typename 
 }
 
 // ---------------------------------------------------------------------------------------------- forward
-template <int K, bool SPLIT, int HS>
+template <int K, bool SPLIT, int HS, bool DROP>
 __device__ void attention_forward(void* __restrict__ out, float* __restrict__ lse,
                                   const typename Tile<K>::E* __restrict__ qkv, int T, int H, int out_kind,
                                   Dropout drop) {
@@ -606,7 +606,7 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
             };
             const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;   // a tile across the diagonal or T
             KeepBits<MT, NT> keep{};
-            if (drop.use) keep = drop.keep_bits<ROW_PAIRS, MT, NT>(bh, T, edge, at);
+            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, MT, NT>(bh, T, edge, at);
             float s[MT][NT][4];
             tile_product<K, SPLIT, HS, MT, NT>(s, sQ, warp * RW, sK, lane);   // S = q k^T (raw)
             if (edge) {   // mask
@@ -651,7 +651,7 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
                         s[mt][n][e] = p;
                     }
             }
-            if (drop.use) {   // a loop apart, so that a launch without dropout tests nothing an element
+            if constexpr (DROP) {
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -712,16 +712,14 @@ __device__ __forceinline__ void softmax_grad_of(float p[MT][NT][4], float ds[MT]
 
 // Which elements need the mask and the dropout draw is known per tile: one of four compiled bodies runs, so
 // a tile inside the triangle without dropout spends an exponential and three float operations an element.
-template <bool EXACT, int MT, int NT, typename Coords>
+template <bool EXACT, bool DROP, int MT, int NT, typename Coords>
 __device__ __forceinline__ void softmax_grad(float p[MT][NT][4], float ds[MT][NT][4], bool edge, int T, float c,
                                              const Dropout& drop, const KeepBits<MT, NT>& keep, Coords coords) {
     const float d = drop.scale;
     if (edge) {
-        if (drop.use) softmax_grad_of<EXACT, true, true, MT, NT>(p, ds, T, c, d, keep, coords);
-        else softmax_grad_of<EXACT, true, false, MT, NT>(p, ds, T, c, d, keep, coords);
+        softmax_grad_of<EXACT, true, DROP, MT, NT>(p, ds, T, c, d, keep, coords);
     } else {
-        if (drop.use) softmax_grad_of<EXACT, false, true, MT, NT>(p, ds, T, c, d, keep, coords);
-        else softmax_grad_of<EXACT, false, false, MT, NT>(p, ds, T, c, d, keep, coords);
+        softmax_grad_of<EXACT, false, DROP, MT, NT>(p, ds, T, c, d, keep, coords);
     }
 }
 
@@ -762,7 +760,7 @@ __device__ __forceinline__ void load_a_trans(u32 a[4], const u16* s, int m0, int
 // dK and dV of 4 * 16 * MT keys of one head. Warp rows are keys; the streamed tiles hold BC queries.
 // DQ (the half builds): dQ too, as above; the query tiles run from the last down. Else from the diagonal
 // down, and attention_backward_dq makes dQ.
-template <int K, bool SPLIT, int HS, bool DQ>
+template <int K, bool SPLIT, int HS, bool DQ, bool DROP>
 __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                         const float* __restrict__ Dvec, float* __restrict__ dq_acc,
@@ -835,11 +833,11 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
             };
             const bool edge = qt * BC < k0 + RW - 1 || qt * BC + BC > T;
             KeepBits<MT, NT> keep{};
-            if (drop.use) keep = drop.keep_bits<LANE_PAIRS, MT, NT>(bh, T, edge, at);
+            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, MT, NT>(bh, T, edge, at);
             float p[MT][NT][4], ds[MT][NT][4];
             tile_product<K, SPLIT, HS, MT, NT>(p, sK, warp * RW, sQ, lane);    // S^T = k q^T
             tile_product<K, SPLIT, HS, MT, NT>(ds, sV, warp * RW, sO, lane);   // dPd^T = v dO^T
-            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, c, drop, keep,
+            softmax_grad<EXACT, DROP, MT, NT>(p, ds, edge, T, c, drop, keep,
                                         [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
                 at(mt, n, e, i, j);
                 const int il = n * 8 + 2 * t + (e & 1);
@@ -964,7 +962,7 @@ __device__ void attention_row_dots(float* __restrict__ Dvec, int* __restrict__ s
 
 // dQ of 4 * 16 * MT queries of one head. Warp rows are queries; the streamed tiles hold BC keys.
 // out: the forward's output, in out_kind (as dqkv is written); Dvec: written here, read by dK/dV after.
-template <int K, bool SPLIT, int HS>
+template <int K, bool SPLIT, int HS, bool DROP>
 __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                       const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                       float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
@@ -1038,11 +1036,11 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
             };
             const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
             KeepBits<MT, NT> keep{};
-            if (drop.use) keep = drop.keep_bits<ROW_PAIRS, MT, NT>(bh, T, edge, at);
+            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, MT, NT>(bh, T, edge, at);
             float p[MT][NT][4], ds[MT][NT][4];
             tile_product<K, SPLIT, HS, MT, NT>(p, sQ, warp * RW, sK, lane);    // S = q k^T
             tile_product<K, SPLIT, HS, MT, NT>(ds, sO, warp * RW, sV, lane);   // dPd = dO v^T
-            softmax_grad<EXACT, MT, NT>(p, ds, edge, T, c, drop, keep,
+            softmax_grad<EXACT, DROP, MT, NT>(p, ds, edge, T, c, drop, keep,
                                         [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
                 at(mt, n, e, i, j);
                 Lc = L[mt][e >> 1];
@@ -1064,6 +1062,10 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 // ---- the instantiations ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
+// Each kernel runs one of two compiled bodies, with dropout or without (DROP): the keep bits a tile draws before
+// its products are live across them, and with the choice made per launch instead, the bodies without dropout
+// ran slower on the GPT-2 shapes (p = 0): +70, +39 and +67 us a step of gpt2-small in dK/dV, dQ and the
+// forward (results/h200-perf-20261201c/call6-c32f18f against results/h200-perf-20261201b/call1-7751049).
 // Every build: attn_forward_<build>_hs<HS>; the backward unfolded, attn_backward_dq_ (which writes D), then
 // attn_backward_dkdv_. The half builds also fold it: attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters
 // zeroed), then attn_backward_<build>_hs<HS> (dK, dV and dQ); gpu/attention.py picks the form (FOLD_KEY_BLOCKS).
@@ -1071,23 +1073,30 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
         u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
-        attention_forward<K, SPLIT, HS>(out, lse, qkv, T, H, out_kind,                                         \
-                                        make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
+        else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
     }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
-        attention_backward_dkdv<K, SPLIT, HS, false>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, out_kind, \
-                                                     make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv<K, SPLIT, HS, false, true>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, \
+                                                               out_kind, d);                                   \
+        else                                                                                                   \
+            attention_backward_dkdv<K, SPLIT, HS, false, false>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, \
+                                                                out_kind, d);                                  \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
         const void* out, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset,                    \
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
-        attention_backward_dq<K, SPLIT, HS>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind,                  \
-                                            make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_backward_dq<K, SPLIT, HS, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
+        else attention_backward_dq<K, SPLIT, HS, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
     }
 #define ATTN_KERNELS_F32(BUILD, SPLIT, HS)                                                                      \
     ATTN_FORWARD(BUILD, KIND_F32, SPLIT, HS)                                                                   \
@@ -1099,8 +1108,11 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, float* dq_acc,       \
         int* sync, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,   \
         u32 threshold, float dscale) {                                                                         \
-        attention_backward_dkdv<K, SPLIT, HS, true>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, \
-                                                    make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale)); \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv<K, SPLIT, HS, true, true>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, d); \
+        else                                                                                                   \
+            attention_backward_dkdv<K, SPLIT, HS, true, false>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, d); \
     }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
