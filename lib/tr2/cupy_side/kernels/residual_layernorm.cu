@@ -59,71 +59,52 @@ extern "C" __global__ void residual_layernorm_forward(float* __restrict__ s, voi
 
 // The same for C = 32 * CPL (the models' 384, 768, 1024), each row held in registers: residual_layernorm_forward_c<C>.
 // Why: the body above writes s and reads it back twice (the variance, then y); here a lane loads its columns
-// once, four at a time (16-byte float32, 8-byte half accesses, every load issued before the first use), and
-// writes s and y once. Lane L holds columns 4L + 128k .. 4L + 128k + 3, k < CPL / 4, as layernorm_backward.cuh's
-// register rows. The same formulas operation for operation; the row's sums run in the lanes' column order (k,
-// then the 4) before the warp's sum, so the bits may differ from the body's, not the tolerance. A lane's four
-// elements are two pairs of the generator (4L + 128k is even): two draws where the body makes four.
+// once (every load issued before the first use) and writes s and y once. Bits: lane L holds columns L + 32i,
+// i < CPL, the body's columns in the body's order, and every operation is the body's, so the results are the
+// body's bit for bit (the GPU tests ask the fused kernel for the unfused kernels' bits; a first form with four
+// adjacent columns a lane summed in another order and failed them: call 7 of results/h200-perf-20261201c).
+// The accesses stay coalesced (a warp's load is 32 consecutive elements).
 template <int CPL>
 __device__ __forceinline__ void residual_layernorm_forward_row_registers(
         float* __restrict__ s, void* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
         const float* __restrict__ x, const void* __restrict__ b, const float* __restrict__ w, int N, float eps,
         int b_kind, int y_kind, int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold,
         float scale) {
-    static_assert(CPL % 4 == 0, "a lane's columns come in groups of four");
-    constexpr int NV = CPL / 4, C = 32 * CPL;
+    constexpr int C = 32 * CPL;
     const int lane = threadIdx.x & 31;
     const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
     const i64 r0 = row * C;
-    float v[NV][4];
-    float bv[NV][4];
+    float v[CPL], bv[CPL];
 #pragma unroll
-    for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
-        const i64 e = r0 + 4 * lane + 128 * k;
-        load4_kind(x, e, KIND_F32, v[k]);
-        load4_kind(b, e, b_kind, bv[k]);
+    for (int i = 0; i < CPL; i++) {
+        const i64 e = r0 + lane + 32 * i;
+        v[i] = x[e];
+        bv[i] = load_kind(b, e, b_kind);
     }
     const u64 off = drop ? site_offset(offset, offset_add) : 0;
     float sum = 0.0f;
 #pragma unroll
-    for (int k = 0; k < NV; k++) {
-        const i64 e = r0 + 4 * lane + 128 * k;
-        if (drop) {
-#pragma unroll
-            for (int q = 0; q < 2; q++) {   // elements e + 2q, e + 2q + 1: one draw
-                const u64 z = rng_draw(seed, off + (u64)((e >> 1) + q));
-                bv[k][2 * q] = rng_field(z, false) >= threshold ? __fmul_rn(bv[k][2 * q], scale) : 0.0f;
-                bv[k][2 * q + 1] = rng_field(z, true) >= threshold ? __fmul_rn(bv[k][2 * q + 1], scale) : 0.0f;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            v[k][j] = v[k][j] + bv[k][j];
-            sum += v[k][j];
-        }
-        store4_kind(s, e, v[k], KIND_F32);
+    for (int i = 0; i < CPL; i++) {
+        const i64 e = r0 + lane + 32 * i;
+        if (drop) bv[i] = rng_keep(seed, off, (u64)e, threshold) ? __fmul_rn(bv[i], scale) : 0.0f;
+        v[i] = v[i] + bv[i];
+        s[e] = v[i];
+        sum += v[i];
     }
     const float m = warp_sum(sum) / (float)C;
     float var = 0.0f;
 #pragma unroll
-    for (int k = 0; k < NV; k++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float d = v[k][j] - m;
-            var += d * d;
-        }
+    for (int i = 0; i < CPL; i++) {
+        const float d = v[i] - m;
+        var += d * d;
+    }
     var = warp_sum(var) / (float)C;
     const float r = 1.0f / sqrtf(var + eps);
 #pragma unroll
-    for (int k = 0; k < NV; k++) {
-        const int c = 4 * lane + 128 * k;
-        const float4 wv = *(const float4*)(w + c);
-        const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
-        float out[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) out[j] = ((v[k][j] - m) * r) * wk[j];
-        store4_kind(y, r0 + c, out, y_kind);
+    for (int i = 0; i < CPL; i++) {
+        const int c = lane + 32 * i;
+        store_kind(y, r0 + c, ((v[i] - m) * r) * w[c], y_kind);
     }
     if (lane == 0) {
         mean[row] = m;
