@@ -53,7 +53,7 @@ OP_METHODS: dict[str, tuple[str, ...]] = {
     "global_norm": ("global_norm",),
 }
 
-# The row sizes whose LayerNorm backward holds a row in registers (layernorm_backward.cuh): the models' widths.
+# The row sizes whose LayerNorm backward and residual+LayerNorm forward hold a row in registers: the models' widths.
 REGISTER_ROW_SIZES = (384, 768, 1024)
 
 # The kernels each wrapper launches, by file: checked against the sources by the CPU tests.
@@ -72,8 +72,9 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
-    "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward",
-                              "residual_layernorm_dw_final", *(f"residual_layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
+    "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward", "residual_layernorm_dw_final",
+                              *(f"residual_layernorm_{way}_c{c}" for way in ("forward", "backward")
+                                for c in REGISTER_ROW_SIZES)),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem", "cross_entropy_mean"),
     "adamw.cu": ("adamw_update",),
@@ -93,7 +94,7 @@ _ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS)\(
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"), "ATTN_ROW_DOTS": ("row_dots",)}
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row backward, one a row size
-_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_BACKWARD_ROWS\((\d+)\)', re.M)
+_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
 _ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
                             r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)
@@ -134,7 +135,7 @@ def declared_kernels(filename: str) -> list[str]:
     names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
     for macro, build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
-    names += [f"{prefix.lower()}_backward_c{c}" for prefix, c in _LN_ROWS_MACRO.findall(src)]
+    names += [f"{prefix.lower()}_{way.lower()}_c{c}" for prefix, way, c in _LN_ROWS_MACRO.findall(src)]
     return names
 
 

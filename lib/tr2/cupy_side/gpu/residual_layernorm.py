@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import dropout as _dropout
+from . import REGISTER_ROW_SIZES, dropout as _dropout, layernorm
 from .halfbits import KIND_F32
 from .layernorm import ROWS_PER_BLOCK, rows_backward
 from .runtime import NULL, f32, i32, launch, u32, u64
@@ -29,7 +29,10 @@ def forward(ctx, x: "cp.ndarray", b: "cp.ndarray", w: "cp.ndarray", eps: float, 
     mean = cp.empty((N,), dtype=np.float32)
     rstd = cp.empty((N,), dtype=np.float32)
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    launch(FILE, "residual_layernorm_forward", grid, 32 * ROWS_PER_BLOCK,
+    kernel = "residual_layernorm_forward"
+    if layernorm.register_rows and C in REGISTER_ROW_SIZES:   # the same formulas with the row held in registers
+        kernel = f"{kernel}_c{C}"
+    launch(FILE, kernel, grid, 32 * ROWS_PER_BLOCK,
            (s, y, mean, rstd, x, b, w, i32(N), i32(C), f32(eps), i32(ctx.kind_of(b)), i32(ctx.kind_of(y)))
            + _drop_args(p, seed, offset, offset_add))
     return s, y, mean, rstd
