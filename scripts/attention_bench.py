@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import statistics
 import sys
 
 import numpy as np
@@ -32,22 +31,10 @@ from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
 
+from event_timing import median_ms
+
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 BUILDS = [("bfloat16", True), ("bfloat16", False), ("float16", True), ("float32", False)]   # (dtype, half_roundings)
-
-
-def _events_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    return statistics.median(times)
 
 
 def _builds() -> list[tuple[str, bool]]:
@@ -74,8 +61,8 @@ def ours(cfg, dtype, hr, reps):
         qkv, dout = to_half(qkv, be.ctx.kind), to_half(dout, be.ctx.kind)
     p = cfg.dropout
     out, saved = be.attention_forward(qkv, H, p, 1337, 1 << 32)
-    fwd = _events_ms(lambda: be.attention_forward(qkv, H, p, 1337, 1 << 32), reps)
-    bwd = _events_ms(lambda: be.attention_backward(dout, qkv, saved, H, p, 1337, 1 << 32), reps)
+    fwd = median_ms(lambda: be.attention_forward(qkv, H, p, 1337, 1 << 32), reps)
+    bwd = median_ms(lambda: be.attention_backward(dout, qkv, saved, H, p, 1337, 1 << 32), reps)
     return fwd, bwd
 
 
@@ -96,12 +83,12 @@ def theirs(cfg, dtype, reps):
 
     y = fwd()
     g = torch.randn_like(y)
-    f_ms = _events_ms(lambda: fwd(), reps)
+    f_ms = median_ms(lambda: fwd(), reps)
 
     def fb():
         qkv.grad = None
         fwd().backward(g)
-    fb_ms = _events_ms(fb, reps)
+    fb_ms = median_ms(fb, reps)
     return f_ms, fb_ms - f_ms
 
 

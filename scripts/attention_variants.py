@@ -62,17 +62,10 @@ def time_all(d: Path, jsonl: Path, old: str | None) -> None:
     from tr2.cupy_side.gpu.cast import to_half
     from tr2.cupy_side.gpu.runtime import i32
     from tr2.models import load_model
+    from event_timing import mean_ms
 
-    def ms(fn, reps=20):
-        fn()
-        cp.cuda.runtime.deviceSynchronize()
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        return cp.cuda.get_elapsed_time(a, b) / reps
+    def ms(fn):
+        return mean_ms(fn, 20)
 
     rows = []
     for model in ("gpt2-small", "nanogpt", "gpt2-medium"):

@@ -18,17 +18,8 @@ from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
 
+from event_timing import mean_ms
 
-def ms(fn, reps=50):
-    fn()
-    cp.cuda.runtime.deviceSynchronize()
-    a, b = cp.cuda.Event(), cp.cuda.Event()
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    b.synchronize()
-    return cp.cuda.get_elapsed_time(a, b) / reps
 
 
 def main(argv) -> int:
@@ -46,7 +37,7 @@ def main(argv) -> int:
         rstd = 1.0 / cp.sqrt(s.var(axis=1) + 1e-5)
         for regs in (False, True):
             ln.register_rows = regs
-            t = ms(lambda: be.residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, 1337, 1 << 32))
+            t = mean_ms(lambda: be.residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, 1337, 1 << 32))
             rows.append({"model": model, "N": N, "C": C, "p": p, "register_rows": regs, "ms": t})
             print(f"{model:12s} N={N} C={C} p={p} register_rows={regs!s:5s} {t * 1000:8.1f} us (with dw_final)",
                   flush=True)
