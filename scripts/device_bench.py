@@ -39,6 +39,10 @@ SELECT = {tuple(x.split("/")) for x in os.environ.get("TR2_BENCH_SELECT", "").sp
 # TR2_BENCH_CUPY=eager,graph runs the cupy side without and with --cuda-graph;
 # TR2_BENCH_TORCH_MODES=eager,default,reduce-overhead the torch modes (default: eager alone).
 CUPY_VARIANTS = [v for v in os.environ.get("TR2_BENCH_CUPY", "eager").split(",") if v]
+# TR2_BENCH_CUPY_LIBS=main=.cache/baseline/lib,...: each NAME=LIB adds a cupy variant graph@NAME, the graph run with
+# LIB (another commit's lib/ with params/ beside it) first on PYTHONPATH: a kernel change against its baseline
+# inside the same rotating rounds as PyTorch.
+CUPY_LIBS = dict(x.split("=", 1) for x in os.environ.get("TR2_BENCH_CUPY_LIBS", "").split(",") if x)
 TORCH_MODES = [m for m in os.environ.get("TR2_BENCH_TORCH_MODES", "eager").split(",") if m]
 
 
@@ -132,6 +136,7 @@ def bench_runs(models=None) -> list:
         if (models and model not in models) or (SELECT and (model, dtype) not in SELECT):
             continue
         sides = [("cupy", v) for v in CUPY_VARIANTS]   # the float16 step is captured too (optim.py, since 2026-11-30)
+        sides += [("cupy", f"graph@{name}") for name in CUPY_LIBS]
         runs += [(model, dtype, steps, window, side, variant) for side, variant in sides + [("torch", m) for m in TORCH_MODES]]
     return runs
 
@@ -150,15 +155,18 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
                 table.extend(bench_table(out / "bench.jsonl"))
                 return
             hr = side == "cupy" and dtype != "float32"
-            graph = side == "cupy" and variant == "graph"
+            lib = variant.partition("@")[2] or None
+            graph = side == "cupy" and variant.partition("@")[0] == "graph"
             cmd = train_cmd(side, model, dtype, steps, mode=variant if side == "torch" else None, hr=hr,
                             extra=["--log-interval", "10"] + (["--cuda-graph"] if graph else []))
-            name = f"{model}-{dtype}-{side}" + ("" if variant == "eager" and side == "cupy" else f"-{variant}")
+            name = f"{model}-{dtype}-{side}" + ("" if variant == "eager" and side == "cupy" else f"-{variant.replace('@', '-')}")
             # each configuration its own compile caches (tr2.configs.compile_caches says why)
             env = {**os.environ, **compile_caches(f"{model}_{dtype}_{side}-{variant}", REPO / ".cache" / "compile")}
+            if lib:
+                env["PYTHONPATH"] = str(Path(CUPY_LIBS[lib]).resolve()) + os.pathsep + env.get("PYTHONPATH", "")
             r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", env=env, timeout_s=left - 5, window=window)
             rec = {"phase": "bench", "round": rnd, "model": model, "dtype": dtype, "side": side,
-                   "mode": variant if side == "torch" else None, "cuda_graph": graph,
+                   "mode": variant if side == "torch" else None, "cuda_graph": graph, "lib": lib,
                    "half_roundings": hr, "steps": steps, "window": list(window),
                    **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
                                             "wall_s", "returncode")}}
@@ -177,7 +185,8 @@ def bench_table(path: Path) -> list:
     cupy, torch = {}, {}  # (model, dtype) -> {variant: [records]}
     for r in read_jsonl(path):
         if r["side"] == "cupy":
-            cupy.setdefault((r["model"], r["dtype"]), {}).setdefault("graph" if r.get("cuda_graph") else "eager", []).append(r)
+            v = ("graph" if r.get("cuda_graph") else "eager") + (f"@{r['lib']}" if r.get("lib") else "")
+            cupy.setdefault((r["model"], r["dtype"]), {}).setdefault(v, []).append(r)
         else:
             torch.setdefault((r["model"], r["dtype"]), {}).setdefault(r.get("mode") or "eager", []).append(r)
 
@@ -189,14 +198,14 @@ def bench_table(path: Path) -> list:
         b = [r["peak_bytes"] for r in rs if r.get("peak_bytes")]
         return f"{max(b) / 1e9:.2f}" if b else "-"
 
-    lines = [f"{'model':12} {'type':9} {'cupy':6} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
+    lines = [f"{'model':12} {'type':9} {'cupy':12} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
              f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8}"]
     for (model, dtype), cs in cupy.items():
         for cv, c in cs.items():
             for tm, t in torch.get((model, dtype), {}).items():
                 (cm, cn), (tms, tn) = ms(c), ms(t)
                 ratio = f"{cm / tms:.3f}" if cm and tms else "-"
-                lines.append(f"{model:12} {dtype:9} {cv:6} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
+                lines.append(f"{model:12} {dtype:9} {cv:12} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
                              f"{ratio:>6} {gb(c):>8} {gb(t):>8}")
     return lines
 
