@@ -100,3 +100,14 @@ def test_the_library_finder_takes_the_library_not_its_side_files(tmp_path, monke
     monkeypatch.setenv("TR2_NVRTC", "/opt/mine/libnvrtc.so.12")
     assert gpu.find_nvidia_lib("nvrtc", env="TR2_NVRTC") == "/opt/mine/libnvrtc.so.12"
     assert gpu.find_nvidia_lib("cublas") is None   # libcublasLt is another library
+
+
+def test_attention_is_built_for_sm90a_on_hopper_only():
+    """attention.cu's wgmma kernels need sm_90a: its cubin is built and named so on an sm_90 GPU, and every other
+    file, and every other architecture, keeps the GPU's own."""
+    assert cubins.target("attention.cu", "sm_90") == "sm_90a"
+    assert cubins.key("attention.cu", "sm_90").startswith("attention-sm_90a-")
+    assert cubins.target("attention.cu", "sm_80") == "sm_80"
+    assert cubins.target("gelu.cu", "sm_90") == "sm_90"
+    assert cubins.key("gelu.cu", "sm_90").startswith("gelu-sm_90-")
+

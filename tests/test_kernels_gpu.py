@@ -333,11 +333,27 @@ def test_matmul(build, N, K, M):
 
 # ---------------------------------------------------------------------------------------------- attention
 
-# T around the blocks' edges: 64 rows a block (float32 builds), 128 (half builds), streamed tiles of 32 and 64
+# T around the blocks' edges: 64 rows a block (float32 builds, and the wgmma forward of the half builds under half
+# roundings), 128 (half builds), streamed tiles of 32 and 64
 ATTENTION_SHAPES = [(1, 1, 1, 64), (2, 7, 3, 32), (3, 64, 2, 64), (2, 65, 2, 64), (1, 127, 3, 32), (2, 129, 2, 64),
                     (2, 256, 6, 64), (1, 1000, 2, 64), (1, 1024, 2, 64),
                     (3, 1024, 12, 64),   # 36 heads x 8 key blocks: more blocks than the card holds at once
                     (16, 256, 12, 64)]   # the folded backward (half builds) with more blocks than the card holds
+
+
+def test_attention_forward_runs_on_wgmma_on_hopper():
+    """On an sm_90 GPU attention.cu is built for sm_90a and the half builds under half roundings with head size
+    64 take the wgmma forward (so that test_attention tests it there); elsewhere nothing takes it."""
+    from types import SimpleNamespace
+
+    from tr2.cupy_side.gpu import attention, runtime
+    hopper = runtime.arch() == "sm_90"
+    assert runtime.built_for("attention.cu") == ("sm_90a" if hopper else runtime.arch())
+    ctx = SimpleNamespace(half=True, half_roundings=True)
+    assert attention.uses_wgmma(ctx, 64) == hopper
+    assert not attention.uses_wgmma(ctx, 32)
+    assert not attention.uses_wgmma(SimpleNamespace(half=True, half_roundings=False), 64)
+    assert not attention.uses_wgmma(SimpleNamespace(half=False, half_roundings=False), 64)
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

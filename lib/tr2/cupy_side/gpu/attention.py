@@ -15,12 +15,14 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
+import os
 
 import numpy as np
 import cupy as cp
 
 from . import attention_geometry, dropout as _dropout
 from .cast import to_half
+from . import runtime
 from .runtime import NULL, f32, i32, launch, u32, u64
 
 FILE = "attention.cu"
@@ -101,6 +103,22 @@ def _dropout_args(p, seed, offset, offset_add):
             u32(_dropout.threshold(p) if use else 0), f32(_dropout.scale(p) if use else 1.0))
 
 
+# The forward on warpgroup MMA (attention.cu's attention_forward_wg): the half builds under half roundings, head
+# size 64, where attention.cu was built for sm_90a. Its blocks own WG_ROWS queries; shared memory: q and two
+# buffers of a k and a v tile, 64 x hs halves each, no padding (core matrices).
+WG_ROWS = 64
+WG_SHARED_BYTES = 5 * 64 * 64 * 2
+# The v tile's descriptor strides (LBO, SBO) in bytes for its MN-major (transposed) read: 8-key row groups lie
+# 1024 bytes apart, 8-column chunks 128. TEMPORARY: which of the two offsets PTX's MN-major layout calls which is
+# decided by the first GPU call (scripts/attention_wg_probe.py); TR2_ATTN_WG_V_STRIDES="lbo,sbo" sets it there.
+V_STRIDES = tuple(int(x) for x in os.environ.get("TR2_ATTN_WG_V_STRIDES", "1024,128").split(","))
+
+
+def uses_wgmma(ctx, hs: int) -> bool:
+    return (ctx.half and ctx.half_roundings and hs == 64 and os.environ.get("TR2_ATTN_WG", "1") != "0"
+            and runtime.built_for(FILE) == "sm_90a")
+
+
 def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: int, offset_add=None):
     B, T, C, hs = _shape(qkv, n_head)
     H = n_head
@@ -108,8 +126,12 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     lse = cp.empty((B, H, T), dtype=np.float32)
     kqkv = _half(ctx, qkv)
     # the softmax's scale 1 / sqrt(hs) is attention.cu's Scale<hs>, a compile-time constant
-    _launch(ctx, "forward", hs, T, B * H, (out, lse, kqkv, i32(T), i32(H), i32(ctx.round_kind))
-            + _dropout_args(p, seed, offset, offset_add))
+    args = (out, lse, kqkv, i32(T), i32(H), i32(ctx.round_kind)) + _dropout_args(p, seed, offset, offset_add)
+    if uses_wgmma(ctx, hs):
+        launch(FILE, f"attn_forward_wg_{build_name(ctx)}_hs{hs}", (B * H, -(-T // WG_ROWS)), THREADS,
+               args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=WG_SHARED_BYTES, prefer_shared=True)
+    else:
+        _launch(ctx, "forward", hs, T, B * H, args)
     return out, AttentionSaved(out, lse, kqkv)
 
 

@@ -33,8 +33,20 @@ def cache_dir() -> Path:
     return Path(env) if env else REPO / ".cache" / "kernels"
 
 
+# Files with kernels on Hopper's architecture-specific instructions (wgmma): built for sm_90a where the GPU is an
+# sm_90 (H100, H200). A cubin for sm_90a loads only there; elsewhere the file is built for the GPU's own
+# architecture, and those kernels trap (attention.cu's ATTN_WGMMA) and are never launched (gpu/attention.py).
+ARCH_SPECIFIC = ("attention.cu",)
+
+
+def target(filename: str, arch: str) -> str:
+    """The architecture NVRTC builds filename for on a GPU of architecture arch."""
+    return arch + "a" if filename in ARCH_SPECIFIC and arch == "sm_90" else arch
+
+
 def key(filename: str, arch: str) -> str:
     """The cubin's file name: the kernel file's stem, the architecture and a hash of source and options."""
+    arch = target(filename, arch)
     h = hashlib.sha256()
     h.update(load_source(filename).encode())
     h.update("\0".join(NVRTC_OPTIONS + (arch,)).encode())
@@ -111,9 +123,9 @@ def build(filename: str, arch: str, nvrtc: Nvrtc | None = None) -> Path:
     """Compile one kernel file for arch into the cache (always; the caller decides whether it was needed)."""
     nvrtc = nvrtc or Nvrtc()
     path = path_for(filename, arch)
-    cubin = nvrtc.compile(load_source(filename), filename, arch)
+    cubin = nvrtc.compile(load_source(filename), filename, target(filename, arch))
     _write_atomic(path, cubin)
-    meta = {"source": filename, "options": list(NVRTC_OPTIONS), "arch": arch, "nvrtc": nvrtc.version(),
+    meta = {"source": filename, "options": list(NVRTC_OPTIONS), "arch": target(filename, arch), "nvrtc": nvrtc.version(),
             "nvrtc_path": os.path.basename(nvrtc.path), "bytes": len(cubin)}
     _write_atomic(path.with_suffix(".json"), (json.dumps(meta, indent=1) + "\n").encode())
     return path

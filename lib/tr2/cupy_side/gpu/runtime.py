@@ -13,6 +13,7 @@ from . import COMPILE_OPTIONS, cubins, kernel_files, load_source
 
 _modules: dict[str, "cp.RawModule"] = {}
 _functions: dict[tuple[str, str], object] = {}
+_built_for: dict[str, str] = {}
 
 # Grid-stride kernels use at most this many blocks per launch (a few waves on an H200's 132 SMs).
 MAX_BLOCKS = 132 * 32
@@ -24,6 +25,13 @@ def arch() -> str:
     return "sm_" + cp.cuda.Device().compute_capability
 
 
+def built_for(filename: str) -> str | None:
+    """The architecture filename's loaded module was built for (cubins.target: sm_90a for attention.cu on an
+    H200), or None where CuPy compiled it (no NVRTC found: CuPy's default architecture)."""
+    module(filename)
+    return _built_for.get(filename)
+
+
 def module(filename: str) -> "cp.RawModule":
     """The module of one kernel file, loaded from its cubin (built ahead; compiled and kept when missing).
     Where no NVRTC library can be found to build a missing cubin, CuPy compiles the source itself (its own
@@ -32,6 +40,7 @@ def module(filename: str) -> "cp.RawModule":
     if mod is None:
         try:
             mod = cp.RawModule(path=str(cubins.ensure(filename, arch())))
+            _built_for[filename] = cubins.target(filename, arch())
         except cubins.NvrtcNotFound as e:
             print(f"tr2: {e}; CuPy compiles {filename} instead", file=sys.stderr, flush=True)
             mod = cp.RawModule(code=load_source(filename), options=COMPILE_OPTIONS, backend="nvrtc")

@@ -681,6 +681,237 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
         }
 }
 
+// ---------------------------------------------------------------------------------------------- forward on wgmma
+// The half builds under half roundings, HS = 64, on Hopper (the file is compiled for sm_90a there: gpu/cubins.py):
+// the same algorithm as attention_forward, its products on warpgroup MMA (wgmma.mma_async). A block is one
+// warpgroup (4 warps) owning 64 queries, warp w rows 16w..16w+15; it streams 64-key tiles. S = q k^T takes q
+// from registers (A fragments, loaded once) and k from shared memory; O += Pd v takes Pd from registers (the
+// scores' accumulator layout is the A layout, as in mma.sync) and v from shared memory read transposed. The
+// tensor cores read the tiles themselves (no ldmatrix of B fragments: the mma.sync kernel spent about half of its
+// instructions on them), and the registers hold 64 rows a block instead of 128: more warps an SM hide latency.
+// wgmma reads shared memory in 8 x 16-byte "core matrices": a staged k or v tile keeps each group of 8 rows x 8
+// columns as 128 contiguous bytes (group (r / 8, c / 8) at ((r / 8) * HS / 8 + c / 8) * 128 bytes); for S the
+// tile is B "K-major" (k's columns are the product's k), for Pd v "MN-major" (transposed).
+// Accumulator fragment of m64nNk16, warp w: register 4n + e holds row 16w + g + 8 (e >> 1), column 8n + 2t + (e & 1):
+// mma.sync's C layout for n8 tile n, so the softmax below is the mma.sync kernel's with MT = 1.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_WGMMA 1
+#endif
+
+// A shared-memory matrix descriptor without swizzle: start address, LBO and SBO (bytes, 16-byte units), layout 0.
+__device__ __forceinline__ u64 wg_desc(const void* p, u32 lbo, u32 sbo) {
+    const u64 addr = (u64)(u32)__cvta_generic_to_shared(p);
+    return ((addr & 0x3FFFFu) >> 4) | ((u64)((lbo & 0x3FFFFu) >> 4) << 16) | ((u64)((sbo & 0x3FFFFu) >> 4) << 32);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// cp.async and ordinary stores write shared memory through the generic proxy, wgmma reads it through the async one
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// After wgmma.wait_group: the accumulators are read no earlier than here.
+template <int N> __device__ __forceinline__ void wg_hold(float (&v)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(v[n][e])::"memory");
+}
+
+#define WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WG_D32_ARGS(d)                                                                                         \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),   \
+    "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),   \
+    "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),   \
+    "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),   \
+    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define WG_MMA(TYPE, TRANS)                                                                                    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                 \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " WG_D32                       \
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, " #TRANS ";\n}\n"                                      \
+                 : WG_D32_ARGS(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate))
+
+// d (64 x 64, a warp's 16 rows as 8 n8 tiles) = a (64 x 16, registers) b (16 x 64, shared memory) + (accumulate ? d : 0).
+// TRANS: b is stored MN-major (its rows are the product's k), else K-major.
+template <int K, bool TRANS>
+__device__ __forceinline__ void wg_mma(float (&d)[8][4], const u32 (&a)[4], u64 desc, int accumulate) {
+#ifdef ATTN_WGMMA
+    if constexpr (K == KIND_BF16) {
+        if constexpr (TRANS) WG_MMA("bf16", 1); else WG_MMA("bf16", 0);
+    } else {
+        if constexpr (TRANS) WG_MMA("f16", 1); else WG_MMA("f16", 0);
+    }
+#endif
+}
+
+// d = a b + (accumulate ? d : 0) with a (64 x 16) in shared memory too, both K-major. (q as register fragments,
+// loaded once before the loop, lost its registers to Pd's in ptxas's allocation: every tile after the first read
+// Pd as q. Read from shared memory, q needs no registers at all.)
+#define WG_MMA_SS(TYPE)                                                                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " WG_D32                       \
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                          \
+                 : WG_D32_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <int K>
+__device__ __forceinline__ void wg_mma_ss(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate) {
+#ifdef ATTN_WGMMA
+    if constexpr (K == KIND_BF16) WG_MMA_SS("bf16");
+    else WG_MMA_SS("f16");
+#endif
+}
+
+// ROWS rows x HS columns of a [B, T, stride] half array into the core-matrix layout (above), by cp.async. A warp's
+// instruction copies 8 rows x 4 chunks: 64 contiguous bytes of each row read, and its eight-lane phases write
+// eight different rows of a core matrix (distinct banks). Rows at or past T are zeros.
+template <int HS, int ROWS>
+__device__ __forceinline__ void stage_core(u16* s, const u16* __restrict__ src, int row0, int T, int stride) {
+    constexpr int CH = HS / 8, EACH = ROWS * CH / NTHREADS;
+    static_assert(CH % 4 == 0 && ROWS * CH % NTHREADS == 0, "whole warp instructions of 8 rows x 4 chunks");
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) {
+        const int idx = threadIdx.x + k * NTHREADS, rest = idx >> 5;
+        const int r = (rest / (CH / 4)) * 8 + (idx & 7), c = (rest % (CH / 4)) * 4 + ((idx >> 3) & 3);
+        u16* d = s + ((r >> 3) * CH + c) * 64 + (r & 7) * 8;
+        if (row0 + r < T) cp_async16(d, src + (i64)(row0 + r) * stride + c * 8);
+        else *(uint4*)d = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+// v_lbo, v_sbo: the v tile's descriptor strides (the MN-major layout's two offsets; gpu/attention.py says which).
+template <int K, int HS, bool DROP>
+__device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
+                                     int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int BR = 64, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS;
+    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
+    extern __shared__ __align__(128) unsigned char smem[];
+    u16* sKV = (u16*)smem;          // buffer b: k at sKV + 2b TILE, v at sKV + (2b + 1) TILE (core matrices)
+    u16* sQ = sKV + 4 * TILE;       // core matrices too: the scores' A operand is read from shared memory
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = qb * BR + warp * 16;         // the warp's first query
+    const u16* base = qkv + (i64)b * T * 3 * C;
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;
+    auto stage_kv = [&](int kb, int buf) {
+        stage_core<HS, BC>(sKV + 2 * buf * TILE, base + C + h * HS, kb * BC, T, 3 * C);
+        stage_core<HS, BC>(sKV + (2 * buf + 1) * TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    };
+    stage_core<HS, BR>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    stage_kv(0, 0);
+    cp_async_commit();
+    float o[HS / 8][4];
+    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int kb = 0; kb <= last; ++kb) {
+        const int cur = kb & 1;
+        if (kb < last) {   // the next tile loads while this one computes
+            stage_kv(kb + 1, cur ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const u16* sK = sKV + 2 * cur * TILE;
+        const u16* sV = sK + TILE;
+        auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+            i = r0 + g + 8 * (e >> 1);
+            j = kb * BC + n * 8 + 2 * t + (e & 1);
+        };
+        const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;   // the warp's rows cross the diagonal or T
+        KeepBits<1, NT> keep{};
+        if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
+        float s[NT][4];
+        wg_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: k16 slice = core-matrix columns 2 k16, 2 k16 + 1
+            wg_mma_ss<K>(s, wg_desc(sQ + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
+        wg_commit();
+        wg_wait_all();
+        wg_hold(s);
+        if (edge) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    int i, j;
+                    at(0, n, e, i, j);
+                    if (j > i || j >= T) s[n][e] = NEG_INF;
+                }
+        }
+        float mc[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = NEG_INF;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(mrow[r], mx);
+            mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;   // a row with nothing visible yet
+            const float alpha = exp_c<false>(mrow[r], c, mc[r]);
+            mrow[r] = mnew;
+            lrow[r] *= alpha;
+#pragma unroll
+            for (int n = 0; n < HS / 8; ++n) {
+                o[n][2 * r] *= alpha;
+                o[n][2 * r + 1] *= alpha;
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float p = exp_c<false>(s[n][e], c, mc[e >> 1]);   // 0 where masked
+                lrow[e >> 1] += p;
+                s[n][e] = p;
+            }
+        if constexpr (DROP) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
+        }
+        u32 pf[NT / 2][4];   // Pd as A fragments, rounded to the half type (c_to_a's half case)
+#pragma unroll
+        for (int k16 = 0; k16 < NT / 2; ++k16) {
+            pf[k16][0] = pack2<K>(s[2 * k16][0], s[2 * k16][1]);
+            pf[k16][1] = pack2<K>(s[2 * k16][2], s[2 * k16][3]);
+            pf[k16][2] = pack2<K>(s[2 * k16 + 1][0], s[2 * k16 + 1][1]);
+            pf[k16][3] = pack2<K>(s[2 * k16 + 1][2], s[2 * k16 + 1][3]);
+        }
+        wg_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
+            wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
+        wg_commit();
+        wg_wait_all();
+        wg_hold(o);
+        __syncthreads();   // every warp's reads of this buffer are done before the next iteration refills it
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int i = r0 + g + 8 * r;
+        if (i >= T) continue;
+        const float inv = 1.0f / l;
+        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
+        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------- backward
 // The backward's recomputed probabilities of a warp's block and its score gradient, in place:
 // on entry p = the raw scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
@@ -1077,6 +1308,16 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
         else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
     }
+// The forward on wgmma (half roundings, HS = 64): attn_forward_wg_<bf16r|f16r>_hs64, arguments as attn_forward_ plus
+// the v tile's descriptor strides.
+#define ATTN_FORWARD_WG(BUILD, K, HS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_wg_##BUILD##_hs##HS(                    \
+        void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
+        u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward_wg<K, HS, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);    \
+        else attention_forward_wg<K, HS, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);               \
+    }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -1128,6 +1369,8 @@ ATTN_KERNELS_HALF(f16, KIND_F16, true, 64)
 ATTN_KERNELS_HALF(f16r, KIND_F16, false, 64)
 ATTN_ROW_DOTS(bf16, KIND_BF16, 64)
 ATTN_ROW_DOTS(f16, KIND_F16, 64)
+ATTN_FORWARD_WG(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_WG(f16r, KIND_F16, 64)
 ATTN_KERNELS_F32(f32, true, 32)
 ATTN_KERNELS_F32(tf32, false, 32)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 32)
