@@ -5,8 +5,6 @@ with and without dropout. Prints a line per try and, last, `V_STRIDES=lbo,sbo` o
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import cupy as cp
 
@@ -34,12 +32,11 @@ def main() -> int:
             be = CudaBackend(dtype, False, True)
             ref = NumpyBackend(dtype, False, True)
             for p in (0.0, 0.2):
-                attention.V_STRIDES = order
-                os.environ["TR2_ATTN_WG"] = "1"
+                attention.V_STRIDES, attention.USE_WGMMA = order, True
                 wg, _ = be.attention_forward(cp.asarray(qkv), H, p, seed, offset)
-                os.environ["TR2_ATTN_WG"] = "0"
+                attention.USE_WGMMA = False
                 mma, _ = be.attention_forward(cp.asarray(qkv), H, p, seed, offset)
-                os.environ.pop("TR2_ATTN_WG")
+                attention.USE_WGMMA = True
                 want, _ = ref.attention_forward(qkv, H, p, seed, offset)
                 e_ref, e_mma = rel(be.to_host(wg), want), rel(be.to_host(wg), be.to_host(mma))
                 good = e_ref < TOL and e_mma < TOL

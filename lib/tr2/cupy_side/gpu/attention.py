@@ -15,8 +15,6 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import cupy as cp
 
@@ -104,19 +102,25 @@ def _dropout_args(p, seed, offset, offset_add):
 
 
 # The forward on warpgroup MMA (attention.cu's attention_forward_wg): the half builds under half roundings, head
-# size 64, where attention.cu was built for sm_90a. Its blocks own WG_ROWS queries; shared memory: q and two
+# size 64, where attention.cu was built for sm_90a (USE_WGMMA = False: the mma.sync kernel everywhere, for
+# comparisons). WG_GROUPS warpgroups of 128 threads a block, 64 queries each; shared memory: the block's q and two
 # buffers of a k and a v tile, 64 x hs halves each, no padding (core matrices).
-WG_ROWS = 64
-WG_SHARED_BYTES = 5 * 64 * 64 * 2
+USE_WGMMA = True
+WG_GROUPS = 2
 # The v tile's descriptor strides (LBO, SBO) in bytes for its MN-major (transposed) read: 8-key row groups lie
-# 1024 bytes apart, 8-column chunks 128. TEMPORARY: which of the two offsets PTX's MN-major layout calls which is
-# decided by the first GPU call (scripts/attention_wg_probe.py); TR2_ATTN_WG_V_STRIDES="lbo,sbo" sets it there.
-V_STRIDES = tuple(int(x) for x in os.environ.get("TR2_ATTN_WG_V_STRIDES", "1024,128").split(","))
+# 1024 bytes apart, 8-column chunks 128. The other order gives errors of order 1 (scripts/attention_wg_probe.py,
+# results/h200-perf-20261201d/call2-7e74e5f/probe.log).
+V_STRIDES = (1024, 128)
 
 
 def uses_wgmma(ctx, hs: int) -> bool:
-    return (ctx.half and ctx.half_roundings and hs == 64 and os.environ.get("TR2_ATTN_WG", "1") != "0"
-            and runtime.built_for(FILE) == "sm_90a")
+    return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64 and runtime.built_for(FILE) == "sm_90a")
+
+
+def _launch_wg(T: int, hs: int, BH: int, name: str, args) -> None:
+    rows = 64 * WG_GROUPS
+    launch(FILE, f"attn_forward_wg{WG_GROUPS}_{name}_hs{hs}", (BH, -(-T // rows)), 128 * WG_GROUPS,
+           args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=(rows + 4 * 64) * hs * 2, prefer_shared=True)
 
 
 def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: int, offset_add=None):
@@ -128,8 +132,7 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     # the softmax's scale 1 / sqrt(hs) is attention.cu's Scale<hs>, a compile-time constant
     args = (out, lse, kqkv, i32(T), i32(H), i32(ctx.round_kind)) + _dropout_args(p, seed, offset, offset_add)
     if uses_wgmma(ctx, hs):
-        launch(FILE, f"attn_forward_wg_{build_name(ctx)}_hs{hs}", (B * H, -(-T // WG_ROWS)), THREADS,
-               args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=WG_SHARED_BYTES, prefer_shared=True)
+        _launch_wg(T, hs, B * H, build_name(ctx), args)
     else:
         _launch(ctx, "forward", hs, T, B * H, args)
     return out, AttentionSaved(out, lse, kqkv)

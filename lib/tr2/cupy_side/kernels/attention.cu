@@ -762,13 +762,13 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[8][4], u64 desc_a, u64 desc
 // ROWS rows x HS columns of a [B, T, stride] half array into the core-matrix layout (above), by cp.async. A warp's
 // instruction copies 8 rows x 4 chunks: 64 contiguous bytes of each row read, and its eight-lane phases write
 // eight different rows of a core matrix (distinct banks). Rows at or past T are zeros.
-template <int HS, int ROWS>
+template <int HS, int ROWS, int THREADS>
 __device__ __forceinline__ void stage_core(u16* s, const u16* __restrict__ src, int row0, int T, int stride) {
-    constexpr int CH = HS / 8, EACH = ROWS * CH / NTHREADS;
-    static_assert(CH % 4 == 0 && ROWS * CH % NTHREADS == 0, "whole warp instructions of 8 rows x 4 chunks");
+    constexpr int CH = HS / 8, EACH = ROWS * CH / THREADS;
+    static_assert(CH % 4 == 0 && ROWS * CH % THREADS == 0, "whole warp instructions of 8 rows x 4 chunks");
 #pragma unroll
     for (int k = 0; k < EACH; ++k) {
-        const int idx = threadIdx.x + k * NTHREADS, rest = idx >> 5;
+        const int idx = threadIdx.x + k * THREADS, rest = idx >> 5;
         const int r = (rest / (CH / 4)) * 8 + (idx & 7), c = (rest % (CH / 4)) * 4 + ((idx >> 3) & 3);
         u16* d = s + ((r >> 3) * CH + c) * 64 + (r & 7) * 8;
         if (row0 + r < T) cp_async16(d, src + (i64)(row0 + r) * stride + c * 8);
@@ -776,13 +776,16 @@ __device__ __forceinline__ void stage_core(u16* s, const u16* __restrict__ src, 
     }
 }
 
+// NWG warpgroups a block (64 queries each) share the streamed k and v tiles: with one, a block's 64 queries read
+// every tile they see from L2 (16 KB for 1 MFLOP of products), and on the GPT-2 shapes the forward ran slower than
+// the mma.sync kernel's 128-query blocks (results/h200-perf-20261201d/call2-7e74e5f).
 // v_lbo, v_sbo: the v tile's descriptor strides (the MN-major layout's two offsets; gpu/attention.py says which).
-template <int K, int HS, bool DROP>
+template <int K, int HS, int NWG, bool DROP>
 __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
                                      int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 64, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS;
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS, THREADS = 128 * NWG;
     static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
     extern __shared__ __align__(128) unsigned char smem[];
     u16* sKV = (u16*)smem;          // buffer b: k at sKV + 2b TILE, v at sKV + (2b + 1) TILE (core matrices)
@@ -790,15 +793,18 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int r0 = qb * BR + warp * 16;         // the warp's first query
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = qb * BR + wg * 64;           // the warpgroup's first query
+    const int r0 = q0 + warp * 16;              // the warp's
     const u16* base = qkv + (i64)b * T * 3 * C;
-    const int last = min(qb * BR + BR - 1, T - 1) / BC;
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
+    const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
+    const u16* sQw = sQ + wg * 8 * CH * 64;     // the warpgroup's 64 rows: eight row groups of core matrices
     auto stage_kv = [&](int kb, int buf) {
-        stage_core<HS, BC>(sKV + 2 * buf * TILE, base + C + h * HS, kb * BC, T, 3 * C);
-        stage_core<HS, BC>(sKV + (2 * buf + 1) * TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+        stage_core<HS, BC, THREADS>(sKV + 2 * buf * TILE, base + C + h * HS, kb * BC, T, 3 * C);
+        stage_core<HS, BC, THREADS>(sKV + (2 * buf + 1) * TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
     };
-    stage_core<HS, BR>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    stage_core<HS, BR, THREADS>(sQ, base + h * HS, qb * BR, T, 3 * C);
     stage_kv(0, 0);
     cp_async_commit();
     float o[HS / 8][4];
@@ -817,6 +823,10 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
         }
         fence_proxy_async();
         __syncthreads();
+        if (kb > wg_last) {   // the whole warpgroup's queries come before the tile's keys (uniform in the warpgroup)
+            __syncthreads();
+            continue;
+        }
         const u16* sK = sKV + 2 * cur * TILE;
         const u16* sV = sK + TILE;
         auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
@@ -830,7 +840,7 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
         wg_fence();
 #pragma unroll
         for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: k16 slice = core-matrix columns 2 k16, 2 k16 + 1
-            wg_mma_ss<K>(s, wg_desc(sQ + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
+            wg_mma_ss<K>(s, wg_desc(sQw + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
         wg_commit();
         wg_wait_all();
         wg_hold(s);
@@ -1308,16 +1318,18 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
         else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
     }
-// The forward on wgmma (half roundings, HS = 64): attn_forward_wg_<bf16r|f16r>_hs64, arguments as attn_forward_ plus
-// the v tile's descriptor strides.
-#define ATTN_FORWARD_WG(BUILD, K, HS)                                                                           \
-    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_wg_##BUILD##_hs##HS(                    \
+// The forward on wgmma (half roundings, HS = 64): attn_forward_wg<NWG>_<bf16r|f16r>_hs64 (NWG warpgroups a block),
+// arguments as attn_forward_ plus the v tile's descriptor strides.
+#define ATTN_FORWARD_WG_N(NWG, BUILD, K, HS)                                                                    \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 4 / NWG) attn_forward_wg##NWG##_##BUILD##_hs##HS(   \
         void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
         u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_wg<K, HS, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);    \
-        else attention_forward_wg<K, HS, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);               \
+        if (use_dropout) attention_forward_wg<K, HS, NWG, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
+        else attention_forward_wg<K, HS, NWG, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);          \
     }
+#define ATTN_FORWARD_WG1(BUILD, K, HS) ATTN_FORWARD_WG_N(1, BUILD, K, HS)
+#define ATTN_FORWARD_WG2(BUILD, K, HS) ATTN_FORWARD_WG_N(2, BUILD, K, HS)
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -1369,8 +1381,6 @@ ATTN_KERNELS_HALF(f16, KIND_F16, true, 64)
 ATTN_KERNELS_HALF(f16r, KIND_F16, false, 64)
 ATTN_ROW_DOTS(bf16, KIND_BF16, 64)
 ATTN_ROW_DOTS(f16, KIND_F16, 64)
-ATTN_FORWARD_WG(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_WG(f16r, KIND_F16, 64)
 ATTN_KERNELS_F32(f32, true, 32)
 ATTN_KERNELS_F32(tf32, false, 32)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 32)
@@ -1379,3 +1389,7 @@ ATTN_KERNELS_HALF(f16, KIND_F16, true, 32)
 ATTN_KERNELS_HALF(f16r, KIND_F16, false, 32)
 ATTN_ROW_DOTS(bf16, KIND_BF16, 32)
 ATTN_ROW_DOTS(f16, KIND_F16, 32)
+ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
+ATTN_FORWARD_WG2(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_WG2(f16r, KIND_F16, 64)

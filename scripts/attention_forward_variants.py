@@ -1,0 +1,62 @@
+"""The attention forward's kernels against each other in one process, on each model's shape (bf16 under half
+roundings, dropout as the model trains): the mma.sync kernel, and the wgmma kernel with one and with two
+warpgroups a block. Rounds in rotating order; each figure the mean of `reps` back-to-back calls; the table gives
+each variant's median over the rounds and its ratio to mma.sync. (One CUDA-event median a process, as
+attention_bench.py takes, moved by up to 30% between processes: results/h200-perf-20261201c call 3.)
+
+    python3 scripts/attention_forward_variants.py OUT.jsonl [rounds] [reps]
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import numpy as np
+import cupy as cp
+
+from tr2.cupy_side.gpu import attention
+from tr2.cupy_side.gpu.backend import CudaBackend
+from tr2.cupy_side.gpu.cast import to_half
+from tr2.models import load_model
+
+from event_timing import mean_ms
+
+MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
+VARIANTS = {"mma": (False, 2), "wg1": (True, 1), "wg2": (True, 2)}   # (USE_WGMMA, WG_GROUPS)
+
+
+def main() -> int:
+    path = sys.argv[1]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+    be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
+    names = list(VARIANTS)
+    table = []
+    for model in MODELS:
+        cfg = load_model(model)
+        B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
+        rs = np.random.default_rng(0)
+        qkv = to_half(cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32)), be.ctx.kind)
+        times = {v: [] for v in names}
+        for r in range(rounds):
+            for v in names[r % len(names):] + names[:r % len(names)]:
+                attention.USE_WGMMA, attention.WG_GROUPS = VARIANTS[v]
+                ms = mean_ms(lambda: be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32), reps)
+                times[v].append(ms)
+                with open(path, "a") as f:
+                    f.write(json.dumps({"model": model, "variant": v, "round": r, "fwd_ms": ms, "reps": reps,
+                                        "B": B, "T": T, "H": H, "dropout": cfg.dropout}) + "\n")
+        base = statistics.median(times["mma"])
+        for v in names:
+            m = statistics.median(times[v])
+            table.append(f"{model:12} {v:4} {m:8.4f} ms  x{m / base:5.3f}  per step {m * cfg.n_layer:7.3f} ms  "
+                         f"rounds {' '.join(f'{t:.4f}' for t in times[v])}")
+        cp.get_default_memory_pool().free_all_blocks()
+    attention.USE_WGMMA, attention.WG_GROUPS = True, 2
+    print("\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
