@@ -1,8 +1,10 @@
 """The attention forward's kernels against each other in one process, on each model's shape (bf16 under half
-roundings, dropout as the model trains): the mma.sync kernel, and the wgmma kernel with one and with two
-warpgroups a block. Rounds in rotating order; each figure the mean of `reps` back-to-back calls; the table gives
-each variant's median over the rounds and its ratio to mma.sync. (One CUDA-event median a process, as
-attention_bench.py takes, moved by up to 30% between processes: results/h200-perf-20261201c call 3.)
+roundings, dropout as the model trains): the mma.sync kernel and the wgmma kernel, on every shape whatever
+gpu/attention.py's WG_MAX_T (attention.cu instantiated the wgmma kernel with one and with two warpgroups a block
+until call 3 of results/h200-perf-20261201d, which timed both; now with one). Rounds in rotating order; each
+figure the mean of `reps` back-to-back calls; the table gives each variant's median over the rounds and its ratio
+to mma.sync. (One CUDA-event median a process, as attention_bench.py takes, moved by up to 30% between
+processes: results/h200-perf-20261201c call 3.)
 
     python3 scripts/attention_forward_variants.py OUT.jsonl [rounds] [reps]
 """
@@ -23,7 +25,7 @@ from tr2.models import load_model
 from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-VARIANTS = {"mma": (False, 2), "wg1": (True, 1), "wg2": (True, 2)}   # (USE_WGMMA, WG_GROUPS)
+VARIANTS = {"mma": False, "wg1": True}   # USE_WGMMA
 
 
 def main() -> int:
@@ -41,7 +43,7 @@ def main() -> int:
         times = {v: [] for v in names}
         for r in range(rounds):
             for v in names[r % len(names):] + names[:r % len(names)]:
-                attention.USE_WGMMA, attention.WG_GROUPS = VARIANTS[v]
+                attention.USE_WGMMA, attention.WG_MAX_T = VARIANTS[v], T
                 ms = mean_ms(lambda: be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32), reps)
                 times[v].append(ms)
                 with open(path, "a") as f:
@@ -53,7 +55,7 @@ def main() -> int:
             table.append(f"{model:12} {v:4} {m:8.4f} ms  x{m / base:5.3f}  per step {m * cfg.n_layer:7.3f} ms  "
                          f"rounds {' '.join(f'{t:.4f}' for t in times[v])}")
         cp.get_default_memory_pool().free_all_blocks()
-    attention.USE_WGMMA, attention.WG_GROUPS = True, 2
+    attention.USE_WGMMA, attention.WG_MAX_T = True, 256
     print("\n".join(table))
     return 0
 

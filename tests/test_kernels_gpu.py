@@ -343,17 +343,20 @@ ATTENTION_SHAPES = [(1, 1, 1, 64), (2, 7, 3, 32), (3, 64, 2, 64), (2, 65, 2, 64)
 
 def test_attention_forward_runs_on_wgmma_on_hopper():
     """On an sm_90 GPU attention.cu is built for sm_90a and the half builds under half roundings with head size
-    64 take the wgmma forward (so that test_attention tests it there); elsewhere nothing takes it."""
+    64 and rows of at most 256 take the wgmma forward (so that test_attention tests it there at T <= 256, and the
+    mma.sync forward at T = 1000, 1024); elsewhere nothing takes it."""
     from types import SimpleNamespace
 
     from tr2.cupy_side.gpu import attention, runtime
     hopper = runtime.arch() == "sm_90"
     assert runtime.built_for("attention.cu") == ("sm_90a" if hopper else runtime.arch())
     ctx = SimpleNamespace(half=True, half_roundings=True)
-    assert attention.uses_wgmma(ctx, 64) == hopper
-    assert not attention.uses_wgmma(ctx, 32)
-    assert not attention.uses_wgmma(SimpleNamespace(half=True, half_roundings=False), 64)
-    assert not attention.uses_wgmma(SimpleNamespace(half=False, half_roundings=False), 64)
+    assert attention.uses_wgmma(ctx, 64, 256) == hopper
+    assert attention.uses_wgmma(ctx, 64, 1) == hopper
+    assert not attention.uses_wgmma(ctx, 64, 257)
+    assert not attention.uses_wgmma(ctx, 32, 256)
+    assert not attention.uses_wgmma(SimpleNamespace(half=True, half_roundings=False), 64, 256)
+    assert not attention.uses_wgmma(SimpleNamespace(half=False, half_roundings=False), 64, 256)
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -69,7 +69,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
         + [f"attn_{kernel}_{build}_hs{hs}" for build in ("bf16", "bf16r", "f16", "f16r")
            for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
         + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")])
-        + tuple(f"attn_forward_wg{n}_{build}_hs64" for n in (1, 2) for build in ("bf16r", "f16r")),
+        + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
@@ -91,12 +91,11 @@ COMPILE_OPTIONS = ("--std=c++17",)
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
 # attention.cu's instantiation macros, and the kernels each declares
-_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|ATTN_FORWARD_WG[12])\((\w+), [\w, ]*?(\d+)\)',
+_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|ATTN_FORWARD_WG1)\((\w+), [\w, ]*?(\d+)\)',
                          re.M)
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
-                       "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
-                       "ATTN_FORWARD_WG2": ("forward_wg2",)}
+                       "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",)}
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row backward, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.

@@ -102,19 +102,25 @@ def _dropout_args(p, seed, offset, offset_add):
 
 
 # The forward on warpgroup MMA (attention.cu's attention_forward_wg): the half builds under half roundings, head
-# size 64, where attention.cu was built for sm_90a (USE_WGMMA = False: the mma.sync kernel everywhere, for
-# comparisons). WG_GROUPS warpgroups of 128 threads a block, 64 queries each; shared memory: the block's q and two
-# buffers of a k and a v tile, 64 x hs halves each, no padding (core matrices).
+# size 64, where attention.cu was built for sm_90a, and rows of at most WG_MAX_T (USE_WGMMA = False: the mma.sync
+# kernel everywhere, for comparisons). Measured in one process against the mma.sync forward (results/
+# h200-perf-20261201d/call3-a32e5b6, scripts/attention_forward_variants.py): nanogpt (T = 256) x0.82; gpt2-small
+# and gpt2-medium (T = 1024) x1.48 with one warpgroup a block, x1.12-1.13 with two. On long rows the wgmma kernel
+# waits on each product before the softmax that follows it; the mma.sync kernel keeps more in flight. WG_GROUPS
+# warpgroups of 128 threads a block, 64 queries each (attention.cu instantiates one); shared memory: the block's q
+# and two buffers of a k and a v tile, 64 x hs halves each, no padding (core matrices).
 USE_WGMMA = True
-WG_GROUPS = 2
+WG_GROUPS = 1
+WG_MAX_T = 256
 # The v tile's descriptor strides (LBO, SBO) in bytes for its MN-major (transposed) read: 8-key row groups lie
 # 1024 bytes apart, 8-column chunks 128. The other order gives errors of order 1 (scripts/attention_wg_probe.py,
 # results/h200-perf-20261201d/call2-7e74e5f/probe.log).
 V_STRIDES = (1024, 128)
 
 
-def uses_wgmma(ctx, hs: int) -> bool:
-    return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64 and runtime.built_for(FILE) == "sm_90a")
+def uses_wgmma(ctx, hs: int, T: int) -> bool:
+    return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64 and T <= WG_MAX_T
+            and runtime.built_for(FILE) == "sm_90a")
 
 
 def _launch_wg(T: int, hs: int, BH: int, name: str, args) -> None:
@@ -131,7 +137,7 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     kqkv = _half(ctx, qkv)
     # the softmax's scale 1 / sqrt(hs) is attention.cu's Scale<hs>, a compile-time constant
     args = (out, lse, kqkv, i32(T), i32(H), i32(ctx.round_kind)) + _dropout_args(p, seed, offset, offset_add)
-    if uses_wgmma(ctx, hs):
+    if uses_wgmma(ctx, hs, T):
         _launch_wg(T, hs, B * H, build_name(ctx), args)
     else:
         _launch(ctx, "forward", hs, T, B * H, args)

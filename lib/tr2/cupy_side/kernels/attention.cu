@@ -776,9 +776,10 @@ __device__ __forceinline__ void stage_core(u16* s, const u16* __restrict__ src, 
     }
 }
 
-// NWG warpgroups a block (64 queries each) share the streamed k and v tiles: with one, a block's 64 queries read
-// every tile they see from L2 (16 KB for 1 MFLOP of products), and on the GPT-2 shapes the forward ran slower than
-// the mma.sync kernel's 128-query blocks (results/h200-perf-20261201d/call2-7e74e5f).
+// NWG warpgroups a block (64 queries each) share the streamed k and v tiles. Measured (call 3 of
+// results/h200-perf-20261201d, one process, against the mma.sync forward): nanogpt (T = 256) x0.82 with one, x0.87
+// with two; gpt2-small and gpt2-medium (T = 1024) x1.48 and x1.12-1.13: on long rows each warpgroup waits on every
+// product before the softmax that follows it (no product of the next tile in flight, as FlashAttention-3 keeps).
 // v_lbo, v_sbo: the v tile's descriptor strides (the MN-major layout's two offsets; gpu/attention.py says which).
 template <int K, int HS, int NWG, bool DROP>
 __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
@@ -1328,8 +1329,9 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         if (use_dropout) attention_forward_wg<K, HS, NWG, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
         else attention_forward_wg<K, HS, NWG, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);          \
     }
+// One warpgroup a block: two (ATTN_FORWARD_WG_N(2, ...)) ran slower on every model's shape (call 3 of
+// results/h200-perf-20261201d); gpu/attention.py takes this kernel only for rows of at most 256.
 #define ATTN_FORWARD_WG1(BUILD, K, HS) ATTN_FORWARD_WG_N(1, BUILD, K, HS)
-#define ATTN_FORWARD_WG2(BUILD, K, HS) ATTN_FORWARD_WG_N(2, BUILD, K, HS)
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -1391,5 +1393,3 @@ ATTN_ROW_DOTS(bf16, KIND_BF16, 32)
 ATTN_ROW_DOTS(f16, KIND_F16, 32)
 ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
-ATTN_FORWARD_WG2(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_WG2(f16r, KIND_F16, 64)
