@@ -684,9 +684,9 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 // ---------------------------------------------------------------------------------------------- forward on wgmma
 // The half builds under half roundings, HS = 64, on Hopper (the file is compiled for sm_90a there: gpu/cubins.py):
 // the same algorithm as attention_forward, its products on warpgroup MMA (wgmma.mma_async). A block is one
-// warpgroup (4 warps) owning 64 queries, warp w rows 16w..16w+15; it streams 64-key tiles. S = q k^T takes q
-// from registers (A fragments, loaded once) and k from shared memory; O += Pd v takes Pd from registers (the
-// scores' accumulator layout is the A layout, as in mma.sync) and v from shared memory read transposed. The
+// warpgroup (4 warps) owning 64 queries, warp w rows 16w..16w+15; it streams 64-key tiles. S = q k^T takes both
+// q and k from shared memory; O += Pd v takes Pd from registers (the scores' accumulator layout is the A layout,
+// as in mma.sync) and v from shared memory read transposed. The
 // tensor cores read the tiles themselves (no ldmatrix of B fragments: the mma.sync kernel spent about half of its
 // instructions on them), and the registers hold 64 rows a block instead of 128: more warps an SM hide latency.
 // wgmma reads shared memory in 8 x 16-byte "core matrices": a staged k or v tile keeps each group of 8 rows x 8
