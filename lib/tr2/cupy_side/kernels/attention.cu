@@ -1329,8 +1329,9 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         if (use_dropout) attention_forward_wg<K, HS, NWG, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
         else attention_forward_wg<K, HS, NWG, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);          \
     }
-// One warpgroup a block: two (ATTN_FORWARD_WG_N(2, ...)) ran slower on every model's shape (call 3 of
-// results/h200-perf-20261201d); gpu/attention.py takes this kernel only for rows of at most 256.
+// One warpgroup a block: two (ATTN_FORWARD_WG_N(2, ...)) ran slower on the char model (x0.87 of mma.sync against
+// x0.82), and both slower than mma.sync on the GPT-2 shapes (call 3 of results/h200-perf-20261201d);
+// gpu/attention.py takes this kernel only for rows of at most 256.
 #define ATTN_FORWARD_WG1(BUILD, K, HS) ATTN_FORWARD_WG_N(1, BUILD, K, HS)
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
