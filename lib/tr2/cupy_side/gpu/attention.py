@@ -106,11 +106,9 @@ def _dropout_args(p, seed, offset, offset_add):
 # kernel everywhere, for comparisons). Measured in one process against the mma.sync forward (results/
 # h200-perf-20261201d/call3-a32e5b6, scripts/attention_forward_variants.py): nanogpt (T = 256) x0.82; gpt2-small
 # and gpt2-medium (T = 1024) x1.48 with one warpgroup a block, x1.12-1.13 with two. On long rows the wgmma kernel
-# waits on each product before the softmax that follows it; the mma.sync kernel keeps more in flight. WG_GROUPS
-# warpgroups of 128 threads a block, 64 queries each (attention.cu instantiates one); shared memory: the block's q
-# and two buffers of a k and a v tile, 64 x hs halves each, no padding (core matrices).
+# waits on each product before the softmax that follows it; the mma.sync kernel keeps more in flight. One warpgroup
+# of 128 threads a block, 64 queries; shared memory: the block's q and two buffers of a k and a v tile, 64 x hs halves each, no padding (core matrices).
 USE_WGMMA = True
-WG_GROUPS = 1
 WG_MAX_T = 256
 # The v tile's descriptor strides (LBO, SBO) in bytes for its MN-major (transposed) read: 8-key row groups lie
 # 1024 bytes apart, 8-column chunks 128. The other order gives errors of order 1 (scripts/attention_wg_probe.py,
@@ -124,8 +122,8 @@ def uses_wgmma(ctx, hs: int, T: int) -> bool:
 
 
 def _launch_wg(T: int, hs: int, BH: int, name: str, args) -> None:
-    rows = 64 * WG_GROUPS
-    launch(FILE, f"attn_forward_wg{WG_GROUPS}_{name}_hs{hs}", (BH, -(-T // rows)), 128 * WG_GROUPS,
+    rows = 64   # one warpgroup a block: attention.cu instantiates that form only
+    launch(FILE, f"attn_forward_wg1_{name}_hs{hs}", (BH, -(-T // rows)), 128,
            args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=(rows + 4 * 64) * hs * 2, prefer_shared=True)
 
 
