@@ -107,7 +107,8 @@ def _dropout_args(p, seed, offset, offset_add):
 # h200-perf-20261201d/call3-a32e5b6, scripts/attention_forward_variants.py): nanogpt (T = 256) x0.82; gpt2-small
 # and gpt2-medium (T = 1024) x1.48 with one warpgroup a block, x1.12-1.13 with two. On long rows the wgmma kernel
 # waits on each product before the softmax that follows it; the mma.sync kernel keeps more in flight. One warpgroup
-# of 128 threads a block, 64 queries; shared memory: the block's q and two buffers of a k and a v tile, 64 x hs halves each, no padding (core matrices).
+# of 128 threads a block, 64 queries; shared memory: the block's q and two buffers of a k and a v tile, 64 x hs
+# halves each, no padding (core matrices).
 USE_WGMMA = True
 WG_MAX_T = 256
 # The v tile's descriptor strides (LBO, SBO) in bytes for its MN-major (transposed) read: 8-key row groups lie
