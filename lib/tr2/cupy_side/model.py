@@ -93,6 +93,9 @@ class GPT:
         be, step = self.backend, self.step_counter
         offset = rng.site_offset(0, self.n_sites, site)
         out = Node(be.dropout_forward(x.value, p, self.seed, offset, step))
+        # x (the embedding's output, this site's only input) is read by nothing after this: its memory goes now,
+        # not when backward has run (the embedding's and the dropout's backward need no value)
+        x.value = None
 
         def backward():
             self.tape.accumulate(x, be.dropout_backward(self.tape.take(out), p, self.seed, offset, step))
@@ -153,6 +156,10 @@ class GPT:
         offset = rng.site_offset(0, self.n_sites, site)
         s, y, mean, rstd = be.residual_layernorm_forward(x.value, b.value, w, self.cfg.eps_ln, p, seed, offset, step)
         out_s, out_y = Node(s), Node(y)
+        # b (a c_proj product's output) is read by nothing after this: no backward needs its value (the product's
+        # takes only its gradient, this one's s, mean and rstd), so its memory goes now instead of staying to the
+        # end of backward with the tape's reference: N x C a block twice
+        b.value = None
 
         def backward():
             dskip, out_s.grad = out_s.grad, None
