@@ -11,8 +11,11 @@
 #   PERF_ATTENTION=0 skips the attention bench (a call that leaves attention.cu as it was), PERF_TESTS=0 the GPU
 #   tests (a call that only times a commit tested in an earlier call), PERF_PROFILE_S=0 the profile;
 #   TR2_BENCH_ROUNDS / TR2_BENCH_ROUND0 (scripts/device_bench.py) time each configuration in rotating rounds;
-#   PERF_LN=1 adds scripts/ln_variants.py, PERF_NCU="gpt2-small:bfloat16:1 ..." Nsight Compute on the attention
-#   kernels of each model:type:half_roundings (pipe use, stalls, occupancy); both into extras.tgz
+#   PERF_TESTS=others runs only the model-level GPU tests (sides agree, graph = eager loop: a change outside the
+#   kernels); PERF_LN=1 adds scripts/ln_variants.py, PERF_NCU="gpt2-small:bfloat16:1 ..." Nsight Compute on the
+#   attention kernels of each model:type:half_roundings[:LIB[:N]] (pipe use, stalls, occupancy;
+#   LIB: another lib/ first on PYTHONPATH, N: its attention kernels in a forward and backward, default 3); both
+#   into extras.tgz
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/perf-call-out}}
 W=$(mktemp -d)
@@ -21,20 +24,27 @@ export TR2_KERNEL_CACHE="$PWD/.cache/kernels"
 machine_record "$W/machine.txt"
 mkdir -p "$OUT"; cp "$W/machine.txt" "$OUT/"
 mkdir -p "$W/extras"
-# Pipes of the SM (per cent of peak while active): tensor (mma), XU (MUFU: ex2), FMA, ALU, shared memory.
-NCU_PIPES=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+# Pipes of the SM (per cent of peak while active): tensor (mma), XU (MUFU: ex2), FMA, ALU, shared memory; then
+# the warps stalled on each reason per issued instruction.
+NCU_PIPES=regex:sm__pipe_tensor_op_.*_cycles_active\.avg\.pct_of_peak_sustained_active,\
 sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,\
 sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active,\
-sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
+sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,\
+regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio
 pack() {  # pack NAME FILES...: one tarball under OUT, written at once
   local name=$1; shift
   (cd "$W" && tar czf "$OUT/$name.tgz" --exclude='*.npz' "$@" 2>/dev/null)
 }
-if [ "${PERF_TESTS:-1}" != 0 ]; then
+if [ "${PERF_TESTS:-1}" = others ]; then
+  mkdir -p "$W/check"
+  timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_sides_agree.py \
+    tests/test_graph_gpu.py >"$W/check/pytest_others.log" 2>&1
+  pack check check
+elif [ "${PERF_TESTS:-1}" != 0 ]; then
   TR2_TRAIN_SMOKE=0 bash scripts/gpu_check.sh "$W/check" >"$W/check.log" 2>&1
   pack check check check.log
 fi
-if [ -d .cache/baseline/lib ]; then
+if [ "${PERF_ATTENTION:-1}" != 0 ] && [ -d .cache/baseline/lib ]; then
   PYTHONPATH="$PWD/.cache/baseline/lib:/tmp/site" timeout 300 python3 scripts/attention_bench.py "$W/attention_baseline.jsonl" 20 \
     >"$W/attention_baseline.log" 2>&1
 fi
@@ -46,11 +56,13 @@ if [ "${PERF_LN:-0}" = 1 ]; then
   timeout 120 python3 scripts/ln_variants.py "$W/extras/ln.jsonl" >"$W/extras/ln.log" 2>&1
 fi
 for spec in ${PERF_NCU:-}; do
-  IFS=: read -r model dtype hr <<<"$spec"
-  timeout 150 ncu --clock-control none -k regex:attn_ --launch-skip 3 --launch-count 3 --section SpeedOfLight \
+  IFS=: read -r model dtype hr lib n <<<"$spec"
+  tag=$model-$dtype-$hr${lib:+-$(basename "$(dirname "$lib")")}
+  PYTHONPATH="${lib:+$PWD/$lib:}$PYTHONPATH" timeout 150 ncu --clock-control none -k regex:attn_ \
+    --launch-skip "${n:-3}" --launch-count "${n:-3}" --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section SchedulerStats \
     --section LaunchStats --section InstructionStats --metrics "$NCU_PIPES" \
-    python3 scripts/attention_ncu.py "$model" "$dtype" "$hr" >"$W/extras/ncu-$model-$dtype-$hr.txt" 2>&1
+    python3 scripts/attention_ncu.py "$model" "$dtype" "$hr" >"$W/extras/ncu-$tag.txt" 2>&1
 done
 [ -n "$(ls -A "$W/extras" 2>/dev/null)" ] && pack extras extras
 if [ "${PERF_PROFILE_S:-120}" != 0 ]; then
@@ -67,7 +79,7 @@ pack bench bench bench.log
   echo "== attention (baseline)"; tail -6 "$W/attention_baseline.log" 2>/dev/null
   echo "== attention (new)"; tail -6 "$W/attention_new.log" 2>/dev/null
   [ -f "$W/extras/ln.log" ] && { echo "== ln variants"; tail -8 "$W/extras/ln.log"; }
-  for f in "$W"/extras/ncu-*.txt; do [ -f "$f" ] && { echo "== $(basename "$f")"; grep -E "attn_|Duration|pct_of_peak|Registers Per|Achieved Occupancy|Issued Warp|No Eligible" "$f" | head -60; }; done
+  for f in "$W"/extras/ncu-*.txt; do [ -f "$f" ] && { echo "== $(basename "$f")"; grep -E "attn_|Duration|pct_of_peak|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Stall" "$f" | head -80; }; done
   echo "== bench"; tail -n 60 "$W/bench.log"; } >"$W/table.txt"
 cp "$W/table.txt" "$OUT/table.txt"
 cat "$OUT/table.txt"
