@@ -169,7 +169,7 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
                    "mode": variant if side == "torch" else None, "cuda_graph": graph, "lib": lib,
                    "half_roundings": hr, "steps": steps, "window": list(window),
                    **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
-                                            "wall_s", "returncode")}}
+                                            "reserved_bytes", "wall_s", "returncode")}}
             append_jsonl(out / "bench.jsonl", rec)
             table.append(f"bench r{rnd} {name}: {r.get('status')} clock {r.get('step_ms')} ms own "
                          f"{r.get('own_step_ms')} peak {r.get('peak_bytes')}")
@@ -178,7 +178,7 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
 
 def bench_table(path: Path) -> list:
     """One line per model, type and pair of variants: both sides' median clock times over the rounds run (n: how
-    many), their ratio and peak memory (the largest)."""
+    many), their ratio, and peak memory in use and reserved (the largest of the rounds; GB)."""
     from statistics import median
 
     from tr2.results import read_jsonl
@@ -194,19 +194,19 @@ def bench_table(path: Path) -> list:
         t = [r["step_ms"] for r in rs if r.get("step_ms")]
         return (median(t), len(t)) if t else (None, 0)
 
-    def gb(rs):
-        b = [r["peak_bytes"] for r in rs if r.get("peak_bytes")]
+    def gb(rs, key="peak_bytes"):
+        b = [r[key] for r in rs if r.get(key)]
         return f"{max(b) / 1e9:.2f}" if b else "-"
 
     lines = [f"{'model':12} {'type':9} {'cupy':12} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
-             f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8}"]
+             f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8} {'reserved':>8} {'reserved':>8}"]
     for (model, dtype), cs in cupy.items():
         for cv, c in cs.items():
             for tm, t in torch.get((model, dtype), {}).items():
                 (cm, cn), (tms, tn) = ms(c), ms(t)
                 ratio = f"{cm / tms:.3f}" if cm and tms else "-"
                 lines.append(f"{model:12} {dtype:9} {cv:12} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
-                             f"{ratio:>6} {gb(c):>8} {gb(t):>8}")
+                             f"{ratio:>6} {gb(c):>8} {gb(t):>8} {gb(c, 'reserved_bytes'):>8} {gb(t, 'reserved_bytes'):>8}")
     return lines
 
 

@@ -154,3 +154,15 @@ def test_analyze_weights_the_own_times_by_steps():
     assert a["own_vs_clock"] == pytest.approx(0.0, abs=1e-12)
     assert parse_iter("iter 5: loss 2.1234, time 12.34ms") == (5, 2.1234, 12.34)
     assert parse_iter("step 5: train loss 1.0, val loss 1.0") is None
+
+
+def test_analyze_reads_the_peak_in_use_and_reserved():
+    """Both sides print the device allocator's peak bytes in use and what its pools held (trainlog.peak_line);
+    logs written before the reserved figure existed have the first alone."""
+    from tr2.trainlog import peak_line
+    assert peak_line(5, 7) == "peak memory: 5 bytes, reserved 7 bytes"
+    both = analyze([(0.0, peak_line(1234, 5678))])
+    assert (both["peak_bytes"], both["reserved_bytes"]) == (1234, 5678)
+    old = analyze([(0.0, peak_line(1234))])
+    assert (old["peak_bytes"], old["reserved_bytes"]) == (1234, None)
+    assert analyze([(0.0, "peak memory: 12 bytes, reserved x bytes")])["peak_bytes"] is None

@@ -952,6 +952,23 @@ def test_peak_memory_is_reported():
     be = gpu_backend()
     a = cp.empty((1 << 20,), dtype=np.float32)
     assert be.peak_memory_bytes() >= a.nbytes
+    assert be.reserved_memory_bytes() >= be.peak_memory_bytes()
+
+
+def test_peak_memory_counts_a_graph_pool_at_once_with_the_default_pool():
+    """The CUDA graph's pool (gpu/graph.py) allocates through the backend's pool_allocator: the peak is of the
+    bytes in use in both pools together, and the reserved figure holds both pools' memory."""
+    be = gpu_backend()
+    held = cp.empty((1 << 22,), dtype=np.float32)   # 16 MiB in the default pool, alive throughout
+    pool = cp.cuda.MemoryPool()
+    with cp.cuda.using_allocator(be.pool_allocator(pool)):
+        b = cp.empty((1 << 23,), dtype=np.float32)   # 32 MiB in the other pool
+    both = cp.get_default_memory_pool().used_bytes() + pool.used_bytes()
+    assert pool.used_bytes() >= b.nbytes
+    assert be.peak_memory_bytes() >= both >= held.nbytes + b.nbytes
+    assert be.reserved_memory_bytes() >= cp.get_default_memory_pool().total_bytes() + pool.total_bytes()
+    del b
+    assert be.peak_memory_bytes() >= both   # a peak stays
 
 
 # ---------------------------------------------------------------------------------------------- whole step

@@ -47,7 +47,7 @@ def read_stamped_log(path) -> list[tuple[float, str]]:
 
 
 def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
-    """The clock's numbers from stamped lines: step_ms, own_step_ms, own_vs_clock, peak_bytes, iters.
+    """The clock's numbers from stamped lines: step_ms, own_step_ms, own_vs_clock, peak_bytes, reserved_bytes, iters.
 
     own_step_ms is the mean of the time fields of the iter lines after window[0] up to window[1],
     each weighted by the steps it covers (the plain mean when the lines are evenly spaced, as they are
@@ -56,7 +56,7 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
     a, b = int(window[0]), int(window[1])
     stamps: dict[int, float] = {}
     own: list[tuple[int, float]] = []
-    peak = oom_line = last_step = None
+    peak = reserved = oom_line = last_step = None
     for t, line in lines:
         if (it := parse_iter(line)) is not None:
             step, _loss, ms = it
@@ -66,9 +66,10 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
             last_step = step
         elif m := PEAK_RE.match(line):
             peak = int(m.group(1))
+            reserved = int(m.group(2)) if m.group(2) else None
         elif line.startswith(OOM_LINE) and oom_line is None:
             oom_line = line
-    out = {"step_ms": None, "own_step_ms": None, "own_vs_clock": None, "peak_bytes": peak,
+    out = {"step_ms": None, "own_step_ms": None, "own_vs_clock": None, "peak_bytes": peak, "reserved_bytes": reserved,
            "iters": len(own), "last_step": last_step, "oom_line": oom_line,
            "has_window": a in stamps and b in stamps, "missing": [s for s in (a, b) if s not in stamps]}
     if out["has_window"]:

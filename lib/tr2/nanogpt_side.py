@@ -189,7 +189,10 @@ def _launch(home: Path, args: TrainArgs, cfg: ModelConfig, log: TrainLog, after_
             sys.modules.pop("model", None)
         else:
             sys.modules["model"] = saved[4]
-    log.say(peak_line(torch.cuda.max_memory_allocated() if "cuda" in args.device else 0))
+    if "cuda" in args.device:
+        log.say(peak_line(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
+    else:
+        log.say(peak_line(0))
     return 0
 
 

@@ -147,6 +147,7 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
         **{k: clock[k] for k in ("status", "reason", "returncode", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
                                  "iters", "last_step")},
         "own_compared": config.side == "cupy", "void": void, "valid": r > 0 and clock["status"] == "ok" and void is None,
+        "reserved_bytes": clock.get("reserved_bytes"),   # absent from logs before both sides printed it
         "nvml_peak_bytes": max((x["mem_used_bytes"] for x in samples), default=None),
         "gpu": _gpu_summary(samples), "gpu_sampled": bool(samples), "wall_s": round(clock["wall_s"], 3),
         "log": str(log.relative_to(d)), "cmd": cmd, "started": started,

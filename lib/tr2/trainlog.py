@@ -12,7 +12,9 @@ from .results import read_jsonl
 # footprint's runs parse what these functions print.
 # nanoGPT's own train.py (the nanogpt side) ends its line with ", mfu X%": the same line, read the same way
 ITER_RE = re.compile(r"^iter (\d+): loss (\S+), time ([0-9.eE+\-]+|nan|inf)ms(?:, mfu \S+%)?\s*$")
-PEAK_RE = re.compile(r"^peak memory: (\d+) bytes\s*$")
+# peak memory: the device allocator's largest bytes in use; reserved: the most it held from the driver (both sides
+# print both where they run on a GPU; older logs have the first alone)
+PEAK_RE = re.compile(r"^peak memory: (\d+) bytes(?:, reserved (\d+) bytes)?\s*$")
 
 
 def iter_line(step: int, loss: float, ms_per_step: float) -> str:
@@ -53,8 +55,9 @@ def read_metrics(path) -> dict:
     return {"loss": loss, "eval": ev}
 
 
-def peak_line(peak_bytes: int) -> str:
-    return f"peak memory: {int(peak_bytes)} bytes"
+def peak_line(peak_bytes: int, reserved_bytes: int | None = None) -> str:
+    line = f"peak memory: {int(peak_bytes)} bytes"
+    return line if reserved_bytes is None else f"{line}, reserved {int(reserved_bytes)} bytes"
 
 
 def oom_line(message: str) -> str:

@@ -37,7 +37,8 @@ class NumpyBackend:
         zeros(shape) -> array               float_dtype zeros
         write(dst, host) -> None            host values into an existing array, in place (same dtype and
                                             shape): how per-step inputs reach buffers allocated once
-        peak_memory_bytes() -> int          the device allocator's peak (0 on the CPU)
+        peak_memory_bytes() -> int          the device allocator's peak bytes in use (0 on the CPU)
+        reserved_memory_bytes() -> int      the bytes its pools hold (0 on the CPU)
         product_weights(weights) -> None    the weights (float32 masters, updated only by adamw_update) that
                                             products read: the CUDA backend keeps a half-type copy of each in the
                                             half builds, cast once here and rewritten by adamw_update with the
@@ -121,6 +122,9 @@ class NumpyBackend:
         dst[...] = host
 
     def peak_memory_bytes(self) -> int:
+        return 0
+
+    def reserved_memory_bytes(self) -> int:
         return 0
 
     def product_weights(self, weights) -> None:

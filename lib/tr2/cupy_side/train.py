@@ -120,8 +120,11 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
             if printed or read_every_step:
                 log.loss(it, read(loss), printed)
 
-    # with a graph, its pool (activations and gradients, reserved bytes) adds to the default pool's peak
-    log.say(peak_line(backend.peak_memory_bytes() + (graph.graph_pool_bytes() if graph is not None else 0)))
+    # with a graph, the bytes in use in its pool (the step's activations and gradients) count in both
+    if backend.device == "cuda":
+        log.say(peak_line(backend.peak_memory_bytes(), backend.reserved_memory_bytes()))
+    else:
+        log.say(peak_line(0))
     return 0
 
 
@@ -137,7 +140,7 @@ class _TrainStepGraph:
         self.X = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
         self.Y = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
         self.grad_clip = cfg.grad_clip
-        self.graph = StepGraph(self._body)
+        self.graph = StepGraph(self._body, backend.pool_allocator)
         self.stream = self.graph.stream
         self.done = 0
 
@@ -163,6 +166,3 @@ class _TrainStepGraph:
             loss = self.graph.replay()
         self.done += 1
         return loss
-
-    def graph_pool_bytes(self) -> int:
-        return self.graph.pool_bytes()

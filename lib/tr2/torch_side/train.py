@@ -210,6 +210,8 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog, after_step=None) ->
         if printed or log.every_step:
             log.loss(it, loss.item(), printed)  # .item() waits for the device
 
-    peak = torch.cuda.max_memory_allocated() if device_type == "cuda" else 0
-    log.say(peak_line(peak))
+    if device_type == "cuda":
+        log.say(peak_line(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
+    else:
+        log.say(peak_line(0))
     return 0

@@ -123,8 +123,16 @@ class CudaBackend:
         dst.set(host, stream=cp.cuda.get_current_stream())
 
     def peak_memory_bytes(self) -> int:
-        """Peak bytes in use in CuPy's memory pool since this process installed the tracker."""
+        """Peak bytes in use in CuPy's memory pools (the default one, and the CUDA graph's through
+        `pool_allocator`) since this process installed the tracker."""
         return self._peak.peak_bytes()
+
+    def reserved_memory_bytes(self) -> int:
+        return self._peak.reserved_bytes()
+
+    def pool_allocator(self, pool):
+        """An allocator for another memory pool (the CUDA graph's) that the peak counts."""
+        return self._peak.malloc_for(pool)
 
     def product_weights(self, weights) -> None:
         """Half builds: each weight gets its half copy, cast once now and rewritten by adamw_update from then on

@@ -23,23 +23,26 @@ import cupy as cp
 
 
 class StepGraph:
-    def __init__(self, body):
+    def __init__(self, body, allocator_for=None):
+        """allocator_for(pool) -> malloc: the allocator that draws on the graph's pool (default: the pool's own;
+        the backend's counts its bytes in the peak)."""
         self.body = body
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.pool = cp.cuda.MemoryPool()
+        self.malloc = allocator_for(self.pool) if allocator_for else self.pool.malloc
         self.graph = None
         self.out = None
 
     def warmup(self):
         """The body run eagerly on the graph's stream and pool; returns what it returns."""
-        with self.stream, cp.cuda.using_allocator(self.pool.malloc):
+        with self.stream, cp.cuda.using_allocator(self.malloc):
             return self.body()
 
     def capture(self) -> None:
         """Record the body once (nothing runs); the outputs it returned stay valid across replays."""
         if self.graph is not None:
             raise RuntimeError("capture: this step is captured already")
-        with self.stream, cp.cuda.using_allocator(self.pool.malloc):
+        with self.stream, cp.cuda.using_allocator(self.malloc):
             self.stream.begin_capture()
             try:
                 out = self.body()
@@ -56,6 +59,3 @@ class StepGraph:
         self.graph.launch(self.stream)
         return self.out
 
-    def pool_bytes(self) -> int:
-        """Bytes the graph's pool holds (its activations and gradients), for the peak memory line."""
-        return int(self.pool.total_bytes())

@@ -158,37 +158,47 @@ class Workspace:
 
 
 class PeakTracker:
-    """Peak bytes in use in CuPy's default memory pool (what torch.cuda.max_memory_allocated is on the other
-    side): installs an allocator that reads the pool's in-use bytes after each allocation."""
+    """Peak bytes in use in CuPy's memory pools (what torch.cuda.max_memory_allocated is on the other side): the
+    default pool, through an allocator installed here, and every pool allocated from through `malloc_for` (the CUDA
+    graph's); the peak is of their sum, read after each allocation (a replayed graph allocates nothing: its
+    capture's allocations are its replays'). Reserved: what the pools hold (torch.cuda.max_memory_reserved); CuPy's
+    pools never give memory back unless told, which nothing here does."""
 
     _installed: "PeakTracker | None" = None
 
     def __init__(self):
-        self.pool = cp.get_default_memory_pool()
-        self.peak = self.pool.used_bytes()
+        self.pools = [cp.get_default_memory_pool()]
+        self.peak = self.used_bytes()
 
     @classmethod
     def install(cls) -> "PeakTracker":
         if cls._installed is None:
             tracker = cls()
-            pool = tracker.pool
-
-            def malloc(size):
-                mem = pool.malloc(size)
-                used = pool.used_bytes()
-                if used > tracker.peak:
-                    tracker.peak = used
-                return mem
-
-            cp.cuda.set_allocator(malloc)
+            cp.cuda.set_allocator(tracker.malloc_for(tracker.pools[0]))
             cls._installed = tracker
         return cls._installed
 
+    def malloc_for(self, pool):
+        """An allocator drawing on pool whose bytes in use count toward the peak."""
+        if pool not in self.pools:
+            self.pools.append(pool)
+
+        def malloc(size):
+            mem = pool.malloc(size)
+            used = self.used_bytes()
+            if used > self.peak:
+                self.peak = used
+            return mem
+        return malloc
+
+    def used_bytes(self) -> int:
+        return sum(p.used_bytes() for p in self.pools)
+
     def reset(self) -> None:
-        self.peak = self.pool.used_bytes()
+        self.peak = self.used_bytes()
 
     def peak_bytes(self) -> int:
-        return int(max(self.peak, self.pool.used_bytes()))
+        return int(max(self.peak, self.used_bytes()))
 
     def reserved_bytes(self) -> int:
-        return int(self.pool.total_bytes())
+        return int(sum(p.total_bytes() for p in self.pools))
