@@ -37,9 +37,7 @@ LABEL = ("the profiled run's kernel time per step (CUDA: device time of its kern
          "operators); it explains a step time and never stands in for one")
 
 
-# ----------------------------------------------------------------------------------------------------
-# rules and grouping (pure)
-# ----------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- rules and grouping (pure)
 
 def parse_rules(text: str, source: str = "rules") -> list[tuple[str, "re.Pattern", str]]:
     """[(pattern, compiled, family)] from `<regex> TAB <family>` lines; '#' lines and blank lines skipped."""
@@ -149,9 +147,7 @@ def count_graph_logs(text: str) -> dict:
             "recompiled_functions": dict(functions), "recompile_reasons": reasons}
 
 
-# ----------------------------------------------------------------------------------------------------
-# the stage
-# ----------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------- the stage
 
 configurations = configs.configurations   # every profiled configuration: model x dtype x (torch mode | cupy build)
 
