@@ -358,11 +358,15 @@ def check_machine(card: dict) -> None:
             data_file(name)
     if "nanogpt" in card["torch_loops"]:
         checkout_path(card["nanogpt_path"], key="nanogpt_path")
-    rules = Path(card["families"]["rules"])
-    rules = rules if rules.is_absolute() else REPO_ROOT / rules
-    if not rules.is_file():
+    if not rules_path(card).is_file():
         raise Tr2Error(f"families.rules: {card['families']['rules']!r} does not exist; allowed: a TSV file of "
                        "pattern<TAB>family such as params/families.tsv")
+
+
+def rules_path(card: dict) -> Path:
+    """The card's families.rules file (a relative path is read from the repository's root)."""
+    p = Path(card["families"]["rules"])
+    return p if p.is_absolute() else REPO_ROOT / p
 
 
 def papermill_card_files() -> list[Path]:

@@ -37,12 +37,9 @@ def read_stamped_log(path) -> list[tuple[float, str]]:
     out = []
     for raw in Path(path).read_text(errors="replace").splitlines():
         t, sep, line = raw.partition("\t")
-        if not sep:
-            continue
-        try:
-            out.append((float(t), line))
-        except ValueError:
-            continue
+        if sep:
+            with contextlib.suppress(ValueError):  # no stamp before the tab: not a line the clock wrote
+                out.append((float(t), line))
     return out
 
 

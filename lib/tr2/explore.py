@@ -38,17 +38,13 @@ def index(root=None) -> pd.DataFrame:
 def select(idx: pd.DataFrame, stage=None, card=None, model=None, dtype=None, commit=None) -> pd.DataFrame:
     """The folders of the index that match every filter given: stage and card by name, model and dtype
     when the card lists them, commit by prefix (a short hash matches its full one)."""
+    tests = {"stage": (stage, lambda s: s == stage), "card": (card, lambda c: c == card),  # column: (filter, test)
+             "models": (model, lambda ms: model in ms), "dtypes": (dtype, lambda ts: dtype in ts),
+             "commit": (commit, lambda c: isinstance(c, str) and c.startswith(commit))}
     keep = pd.Series(True, index=idx.index)
-    if stage is not None:
-        keep &= idx["stage"] == stage
-    if card is not None:
-        keep &= idx["card"] == card
-    if model is not None:
-        keep &= idx["models"].map(lambda ms: model in ms)
-    if dtype is not None:
-        keep &= idx["dtypes"].map(lambda ts: dtype in ts)
-    if commit is not None:
-        keep &= idx["commit"].map(lambda c: isinstance(c, str) and c.startswith(commit))
+    for column, (value, test) in tests.items():
+        if value is not None:
+            keep &= idx[column].map(test)
     return idx[keep].reset_index(drop=True)
 
 

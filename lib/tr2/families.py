@@ -23,6 +23,7 @@ from pathlib import Path
 from . import REPO_ROOT, Tr2Error, configs
 from . import explore
 from . import explore_plots as plots
+from .cards import rules_path
 from .clock import log_text, run_logged
 from .configs import RunConfig, compile_caches
 from .results import read_json, read_jsonl
@@ -36,9 +37,7 @@ LABEL = ("the profiled run's kernel time per step (CUDA: device time of its kern
          "operators); it explains a step time and never stands in for one")
 
 
-# ----------------------------------------------------------------------------------------------------
-# rules and grouping (pure)
-# ----------------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------- rules and grouping (pure)
 
 def parse_rules(text: str, source: str = "rules") -> list[tuple[str, "re.Pattern", str]]:
     """[(pattern, compiled, family)] from `<regex> TAB <family>` lines; '#' lines and blank lines skipped."""
@@ -148,9 +147,7 @@ def count_graph_logs(text: str) -> dict:
             "recompiled_functions": dict(functions), "recompile_reasons": reasons}
 
 
-# ----------------------------------------------------------------------------------------------------
-# the stage
-# ----------------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------------- the stage
 
 configurations = configs.configurations   # every profiled configuration: model x dtype x (torch mode | cupy build)
 
@@ -159,11 +156,6 @@ def graph_runs(card: dict) -> list[RunConfig]:
     """The runs whose logs count graph breaks and recompiles: the profiled runs of the compiled modes,
     which run under TORCH_LOGS=graph_breaks,recompiles (one run per mode, model and type; eager compiles nothing)."""
     return [c for c in configurations(card) if c.side == "torch" and c.mode != "eager"]
-
-
-def _rules_path(card: dict) -> Path:
-    p = Path(card["families"]["rules"])
-    return p if p.is_absolute() else REPO_ROOT / p
 
 
 def run_one(c: RunConfig, card: dict, d: Path) -> dict:
@@ -188,7 +180,7 @@ def run_one(c: RunConfig, card: dict, d: Path) -> dict:
 
 
 def run(card: dict, results_dir=None) -> Path:
-    rules_src = _rules_path(card)
+    rules_src = rules_path(card)
     load_rules(rules_src)  # a bad rules file stops before any run
     with open_folder(STAGE, card, results_dir) as folder:
         if not (folder.path / "families.tsv").is_file():
@@ -201,7 +193,7 @@ def run(card: dict, results_dir=None) -> Path:
 def summarize(results_dir) -> dict:
     d = Path(results_dir)
     card = load_dir_card(d)
-    rules_file = d / "families.tsv" if (d / "families.tsv").is_file() else _rules_path(card)
+    rules_file = d / "families.tsv" if (d / "families.tsv").is_file() else rules_path(card)
     rules = load_rules(rules_file)
     runs = finished_keys(d / RUNS)
     last = {r.get("key"): r for r in read_jsonl(d / RUNS)}  # a configuration's last record, finished or not

@@ -1,6 +1,7 @@
 """Results folders and the atomic writes that make every stage resumable and crash-safe."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -182,8 +183,6 @@ def read_jsonl(path) -> list[dict]:
         return []
     out = []
     for line in path.read_text().splitlines():
-        try:
+        with contextlib.suppress(json.JSONDecodeError):  # also a blank line
             out.append(json.loads(line))
-        except json.JSONDecodeError:  # also a blank line
-            pass
     return out

@@ -93,12 +93,10 @@ def own_check(config: RunConfig, clock: dict) -> Optional[str]:
 
 
 def _env(d: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
+    """This process's environment (run_clocked adds PYTHONUNBUFFERED) with CuPy's cache where it names none."""
     # The compile caches stay with the series (the discarded run fills them): CuPy's here, Inductor's and Triton's
     # a configuration apart (run_one, configs.compile_caches).
-    env.setdefault("CUPY_CACHE_DIR", str(d / "cache" / "cupy"))
-    return env
+    return {"CUPY_CACHE_DIR": str(d / "cache" / "cupy"), **os.environ}
 
 
 def _filled(d: Path) -> list:

@@ -149,10 +149,6 @@ def _times(records, kind) -> dict:
     return out
 
 
-def _key(record: dict):
-    return record.get("key")
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
 
@@ -194,7 +190,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
              finished: Callable = lambda r: r.get("status") in FINISHED, retry: Callable = _never,
              note: Optional[Callable] = None, group: Optional[Callable] = None, ends_group: Callable = _never,
              ends_stage: Callable = _never, on_record: Optional[Callable] = None, show: bool = True,
-             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = _key) -> list[dict]:
+             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = lambda r: r.get("key")) -> list[dict]:
     """Run every piece of `plan` the folder does not hold yet; returns the records appended.
 
     run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record of its key

@@ -40,7 +40,8 @@ def finish(d, summary: dict, records, plot=None, **conditions) -> dict:
     """A stage's summary written with its wall time and its conditions (the folder's, tr2.results.conditions,
     then the stage's own): summary.json first, then `plot()`, which draws the stage's figure from it; a plot
     that fails records why and never loses the numbers."""
-    summary.update(wall_s=wall_s(records), conditions={**folder_conditions(d), **conditions})
+    summary.update(wall_s=round(sum(r.get("wall_s") or 0 for r in records), 1),  # the runs' own time, summed
+                   conditions={**folder_conditions(d), **conditions})
     write_json_atomic(Path(d) / "summary.json", summary)
     try:
         if plot is not None:
@@ -54,10 +55,6 @@ def finish(d, summary: dict, records, plot=None, **conditions) -> dict:
 def all_passed(judged: list):
     """A stage's verdict from its parts': None when any part has none (or there is no part), else all passed."""
     return (None if any(p is None for p in judged) else all(judged)) if judged else None
-
-
-def wall_s(records) -> float:
-    return round(sum(r.get("wall_s") or 0 for r in records), 1)
 
 
 def pyplot():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import configs, explore, retry
 from .. import explore_plots as plots
-from ..configs import RunConfig
+from ..configs import RunConfig, compile_caches
 from ..data import data_dirs
 from ..results import read_json, read_jsonl, write_json_atomic
 from ..stage import open_folder, run_plan
@@ -57,8 +57,7 @@ def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) ->
     # cold caches, as in a configuration's first run: whatever compiles at the start, compiles here
     cache = results_dir / "cache" / c.slug
     shutil.rmtree(cache, ignore_errors=True)  # a run killed half-way: its start again is cold too
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), TRITON_CACHE_DIR=str(cache / "triton"),
-               CUPY_CACHE_DIR=str(cache / "cupy"), PYTHONUNBUFFERED="1")
+    env.update(compile_caches(c.slug, results_dir / "cache"), CUPY_CACHE_DIR=str(cache / "cupy"), PYTHONUNBUFFERED="1")
     log = results_dir / "logs" / f"{c.slug}.log"
     trace = trace_run(train_argv(c, device), log, results_dir / "logs" / f"{c.slug}.dump.json", env=env,
                       timeout_s=timeout_s)

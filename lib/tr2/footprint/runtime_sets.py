@@ -162,11 +162,11 @@ def install_set(requirements: list[str]) -> dict:
             "bytes": sum(d["bytes"] for d in dists)}
 
 
-def interpreter_install(python=None) -> dict:
+def interpreter_install() -> dict:
     """The interpreter as a slim Python image keeps it: executable, libpython, standard library
     without tests, caches and site-packages."""
     stdlib = os.path.realpath(sysconfig.get_path("stdlib"))
-    exe = os.path.realpath(python or sys.executable)
+    exe = os.path.realpath(sys.executable)
     files = {exe}
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     ldlib = sysconfig.get_config_var("LDLIBRARY") or ""

@@ -51,17 +51,16 @@ sys.exit(_rc)
 """
 
 
-def trace_run(train_argv: list[str], log_path, dump_path, env=None, timeout_s=None, python=None) -> dict:
+def trace_run(train_argv: list[str], log_path, dump_path, env=None, timeout_s=None) -> dict:
     """Run the trainer under the wrapper; poll the maps of its process tree while it runs.
 
     Returns {status, returncode, wall_s, polls, libraries (main process), libraries_children,
     modules (name -> file), interpreter facts}.
     """
-    python = python or sys.executable
     log_path, dump_path = Path(log_path), Path(dump_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     dump_path.unlink(missing_ok=True)
-    cmd = [python, "-u", "-c", WRAPPER, str(dump_path), *train_argv]
+    cmd = [sys.executable, "-u", "-c", WRAPPER, str(dump_path), *train_argv]
     t0 = time.monotonic()
     status = "ok"
     with open(log_path, "w") as log:
@@ -90,7 +89,7 @@ def trace_run(train_argv: list[str], log_path, dump_path, env=None, timeout_s=No
     return {
         "status": status, "returncode": proc.returncode, "wall_s": round(wall, 3), "polls": poller.polls,
         "libraries": list(main_libs), "libraries_children": [p for p in poller.children if p not in main_libs],
-        "modules": dump.get("modules", {}), "executable": dump.get("executable", python),
+        "modules": dump.get("modules", {}), "executable": dump.get("executable", sys.executable),
         "stdlib": dump.get("stdlib") or sysconfig.get_path("stdlib"),
         "site": dump.get("site") or [sysconfig.get_path("purelib"), sysconfig.get_path("platlib")],
         "python": dump.get("version"),
