@@ -38,9 +38,9 @@ import torch
 
 from . import Tr2Error
 from .models import ModelConfig
-from .torch_side.train import TorchBatches, oom_exit  # nanoGPT's own draw; the out-of-memory exit
+from .torch_side.train import TorchBatches, oom_exit, torch_peak_line  # nanoGPT's own draw; the OOM exit; peak
 from .trainargs import CHECKOUT_FILES, DEFAULT_CHECKOUT, TrainArgs, checkout_path  # noqa: F401 - read from here too
-from .trainlog import TrainLog, peak_line
+from .trainlog import TrainLog
 from .weights import load_weights
 
 def config_argv(args: TrainArgs, cfg: ModelConfig, out_dir: str) -> list[str]:
@@ -189,10 +189,7 @@ def _launch(home: Path, args: TrainArgs, cfg: ModelConfig, log: TrainLog, after_
             sys.modules.pop("model", None)
         else:
             sys.modules["model"] = saved[4]
-    if "cuda" in args.device:
-        log.say(peak_line(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
-    else:
-        log.say(peak_line(0))
+    log.say(torch_peak_line("cuda" in args.device))
     return 0
 
 

@@ -117,6 +117,11 @@ def run(args: TrainArgs, cfg: ModelConfig, after_step=None, log: TrainLog | None
     return oom_exit(lambda: _train(args, cfg, log, after_step), log)
 
 
+def torch_peak_line(cuda: bool) -> str:
+    """The peak memory line of a PyTorch run (ours and nanoGPT's): in use and reserved on the GPU."""
+    return peak_line(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()) if cuda else peak_line(0)
+
+
 def oom_exit(body, log: TrainLog) -> int:
     """body()'s exit code; out of memory becomes its line and exit 3 (both PyTorch sides), the log closed."""
     try:
@@ -210,8 +215,5 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog, after_step=None) ->
         if printed or log.every_step:
             log.loss(it, loss.item(), printed)  # .item() waits for the device
 
-    if device_type == "cuda":
-        log.say(peak_line(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
-    else:
-        log.say(peak_line(0))
+    log.say(torch_peak_line(device_type == "cuda"))
     return 0
