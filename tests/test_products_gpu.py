@@ -11,16 +11,7 @@ import numpy as np
 import pytest
 
 cp = pytest.importorskip("cupy")
-
-
-def _n_devices() -> int:
-    try:
-        return cp.cuda.runtime.getDeviceCount()
-    except Exception:
-        return 0
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_n_devices() < 1, reason="no CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cp.is_available(), reason="no CUDA device")]
 
 from tr2.cupy_side import products  # noqa: E402
 from tr2.cupy_side.gpu import blas, halfbits, lt as ltmod  # noqa: E402
