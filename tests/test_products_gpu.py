@@ -91,7 +91,7 @@ def test_a_timed_record_is_written_read_back_and_used(tmp_path, monkeypatch):
     if cb.lt is None:
         cb.attach_lt()
     choice = products.tune(cb, key, reps=3, rounds=1)
-    assert choice["ms"] == min(t for t in [choice["ms"], choice["heuristic_ms"]] if t is not None)
+    assert 0 <= choice["rank"] < choice["candidates"] and choice["ms"] > 0 and len(choice["algo"]) == 8
     path = products.record_path(products.device_name(), cb.lt.version)
     products.write_record(path, products.device_name(), cb.lt.version, {products.key_text(key): choice})
     record, found_at = products.load_record(cb.lt.version)

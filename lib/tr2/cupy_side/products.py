@@ -148,8 +148,6 @@ def lt_element_bytes(dtype: int) -> int:
 
 def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
     """Time every cuBLASLt candidate of the product key (and cublasGemmEx) on scratch operands; the choice."""
-    import ctypes
-
     import cupy as cp
     from .gpu import blas
     from .gpu.lt import Plan
@@ -205,8 +203,7 @@ def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
     times = [None if math.isinf(t) else t for t in best]
     pick = fastest(times[:-1])
     del bufs
-    return {"algo": [int(x) for x in ctypes.cast(ctypes.byref(found[pick].algo), ctypes.POINTER(ctypes.c_uint64 * 8))
-                     .contents], "workspace": int(found[pick].workspace_size), "ms": times[pick],
+    return {"algo": [int(x) for x in found[pick].algo.data], "workspace": int(found[pick].workspace_size), "ms": times[pick],
             "heuristic_ms": times[0], "gemmex_ms": times[-1], "rank": pick, "candidates": len(found),
             "config": lt.config(found[pick].algo), "heuristic_config": lt.config(found[0].algo)}
 
@@ -250,6 +247,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--models: {args.models!r}; allowed: a comma-separated list of {', '.join(list_models())}")
     from .gpu.blas import get_cublas
     cublas = get_cublas()
+    if cublas.lt is None:
+        raise SystemExit("gpu/blas.py USE_LT is off: products go through cublasGemmEx, no record to build")
     lt, card = cublas.lt, device_name()
     path = record_path(card, lt.version)
     products = read_record(path)

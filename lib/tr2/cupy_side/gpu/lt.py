@@ -98,6 +98,7 @@ class CublasLt:
         self.handle = vp()
         self._check(lib.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
         self.record = record or {}
+        self.record_path = None   # where blas.Cublas.attach_lt read the record from
         self._plans: dict = {}
         self.collect: set | None = None   # products.py: the keys a step's products have, gathered on the way
 
