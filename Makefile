@@ -18,7 +18,7 @@ RUN_STAGE = $(PY) -m tr2.runner $(1) $(if $(RESUME),--resume $(RESUME) $(if $(CA
 TORCH_CPU ?= torch==2.13.0
 CUPY_EXTRA ?= cuda13
 
-.PHONY: help setup kernels test lab all series method-a method-b footprint families report bench clean-smoke
+.PHONY: help setup kernels products test lab all series method-a method-b footprint families report bench clean-smoke
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ $(VENV)/.tr2-setup: pyproject.toml
 
 kernels: setup  ## compile every .cu file to a cubin ahead of the runs (ARCH=sm_90 without a GPU; needs NVRTC)
 	$(PY) -m tr2.cupy_side.gpu.cubins $(if $(ARCH),--arch $(ARCH))
+
+products: setup  ## time cuBLASLt's candidates for every product of the models on this GPU (the record runs read)
+	$(PY) -m tr2.cupy_side.products $(if $(MODELS),--models $(MODELS)) $(if $(BUILDS),--builds $(BUILDS))
 
 test: setup  ## the linter, the tests (CPU; GPU tests skip without a GPU) and the notebooks under nbval
 	$(PY) -m ruff check .

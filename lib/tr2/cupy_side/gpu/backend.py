@@ -87,7 +87,10 @@ class CudaBackend:
         self.ctx.cublas        # the cuBLAS handle and its workspace, before the first step
 
     def __repr__(self):
-        return f"CudaBackend({self.dtype!r}, products {self.prec.name})"
+        lt = self.ctx.cublas.lt   # the run's log says which products record it read (gpu/lt.py)
+        how = (f"cuBLASLt, record {lt.record_path} ({len(lt.record)} products timed)" if lt is not None
+               else "cublasGemmEx")
+        return f"CudaBackend({self.dtype!r}, products {self.prec.name} through {how})"
 
     # ---- utilities ----
     def to_device(self, a, dtype=None) -> "cp.ndarray":

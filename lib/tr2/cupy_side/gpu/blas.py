@@ -11,6 +11,9 @@ Element types (docs/architecture.md):
   outputs float32, or the half type when half_roundings. cuBLAS may reduce in the half type only with
   half_roundings (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION otherwise).
 The helpers take row-major arrays and map them onto cuBLAS's column-major calls.
+
+Products of one matrix (every product of a training step) go through cuBLASLt (gpu/lt.py: the algorithm timed on
+the card, products.py's record) where USE_LT is on; cublasGemmEx where it is off, and for batched products.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 DEFAULT_MATH, DISALLOW_REDUCED_PRECISION_REDUCTION = 0, 16
 GEMM_DEFAULT = -1
 WORKSPACE_BYTES = 32 * 1024 * 1024  # cuBLAS's recommendation for Hopper
+USE_LT = True
 
 DATA_TYPES = {"float32": CUDA_R_32F, "float64": CUDA_R_64F, "float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF}
 
@@ -83,6 +87,7 @@ class Cublas:
                     "cublasSetWorkspace")
         self._stream = None
         self._math = None
+        self.lt = None   # gpu/lt.py's CublasLt, on this handle's workspace (attach_lt)
         ver = ci()
         self._check(lib.cublasGetVersion_v2(handle, ctypes.byref(ver)), "cublasGetVersion")
         self.version = ver.value
@@ -95,6 +100,15 @@ class Cublas:
     def _check(status: int, what: str) -> None:
         if status != 0:
             raise CublasError(f"{what} failed: CUBLAS_STATUS_{_STATUS.get(status, status)}")
+
+    def attach_lt(self) -> None:
+        """Products of one matrix through cuBLASLt from now on, with the card's record of timed algorithms."""
+        if self.lt is None:
+            from .. import products
+            from .lt import CublasLt
+            lt = CublasLt(self)
+            lt.record, lt.record_path = products.load_record(lt.version)
+            self.lt = lt
 
     def set_math(self, half_roundings: bool) -> None:
         mode = DEFAULT_MATH if half_roundings else DEFAULT_MATH | DISALLOW_REDUCED_PRECISION_REDUCTION
@@ -134,6 +148,10 @@ class Cublas:
         pb = B if isinstance(B, int) else B.data.ptr
         pc = C if isinstance(C, int) else C.data.ptr
         a, b = self._scalars(compute, alpha, beta)
+        if self.lt is not None and batch == 1:
+            self.lt.gemm_rm(trans_a, trans_b, M, N, K, pa, a_type, lda, pb, b_type, ldb, pc, c_type, ldc, compute,
+                            a, b, reduced=self._math == DEFAULT_MATH)
+            return
         opa, opb = (OP_T if trans_a else OP_N), (OP_T if trans_b else OP_N)
         vp = ctypes.c_void_p
         if batch == 1:
@@ -162,6 +180,8 @@ def get_cublas() -> Cublas:
     global _instance
     if _instance is None:
         _instance = Cublas()
+        if USE_LT:
+            _instance.attach_lt()
     return _instance
 
 

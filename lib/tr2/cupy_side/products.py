@@ -1,0 +1,273 @@
+"""The products record: for each matrix product of a card's runs, the cuBLASLt algorithm timed fastest on the card.
+
+gpu/lt.py takes a product's algorithm from it; a product it lacks takes cuBLASLt's heuristic choice. One JSON file
+per card and cuBLASLt version under .cache/products (TR2_PRODUCTS_DIR), written atomically, read by every run and
+written by none. Built ahead on the GPU machine (resumable: the record is saved after every product timed):
+
+    python -m tr2.cupy_side.products --models nanogpt,gpt2-small,gpt2-medium --builds bf16r,f16r,tf32,f32
+
+One eager training step of each model in each build gathers the keys of its products (gpu/lt.py product_key);
+each key's candidates (cuBLASLt's list, its own first) are timed on scratch operands of the key's shapes, types and
+alignments, cublasGemmEx beside them for the record, and the fastest kept with its time and configuration.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+KEY_FIELDS = ("ta", "tb", "M", "N", "K", "a_type", "lda", "b_type", "ldb", "c_type", "ldc", "compute", "reduced",
+              "align_a", "align_b", "align_c")
+# build name (as gpu/attention.py's) -> dtype, tf32, half roundings
+BUILDS = {"f32": ("float32", False, False), "tf32": ("float32", True, False), "bf16": ("bfloat16", True, False),
+          "bf16r": ("bfloat16", True, True), "f16": ("float16", True, False), "f16r": ("float16", True, True)}
+
+
+class RecordError(RuntimeError):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------- the record (pure)
+def key_text(key) -> str:
+    if len(key) != len(KEY_FIELDS):
+        raise ValueError(f"a product key has {len(KEY_FIELDS)} fields ({', '.join(KEY_FIELDS)}); got {len(key)}")
+    return " ".join(f"{name}={int(v)}" for name, v in zip(KEY_FIELDS, key))
+
+
+def parse_key(text: str) -> tuple:
+    parts = dict(p.split("=", 1) for p in text.split())
+    if tuple(parts) != KEY_FIELDS:
+        raise ValueError(f"product key {text!r}: expected the fields {' '.join(KEY_FIELDS)} in that order")
+    return tuple(int(parts[name]) for name in KEY_FIELDS)
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+
+
+def record_dir() -> Path:
+    env = os.environ.get("TR2_PRODUCTS_DIR")
+    return Path(env) if env else REPO / ".cache" / "products"
+
+
+def record_path(card: str, version: int) -> Path:
+    return record_dir() / f"{slug(card)}-cublaslt{version}.json"
+
+
+def fastest(times: list) -> int:
+    """Index of the smallest time among those measured (None or NaN: the candidate failed)."""
+    measured = [(t, i) for i, t in enumerate(times) if t is not None and not math.isnan(t)]
+    if not measured:
+        raise RecordError("no candidate of this product ran")
+    return min(measured)[1]
+
+
+def read_record(path: Path) -> dict:
+    """The record's products (key text -> choice); {} where there is no file. A file that is not a record stops
+    the run: it was meant to be read."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        products = data["products"]
+        if not isinstance(products, dict):
+            raise TypeError("'products' is not a mapping")
+        for text, choice in products.items():
+            parse_key(text)
+            if len(choice["algo"]) != 8 or int(choice["workspace"]) < 0:
+                raise ValueError(f"{text}: 'algo' has 8 words and 'workspace' is a byte count")
+    except (ValueError, TypeError, KeyError) as e:
+        raise RecordError(f"products record {path}: not a record ({type(e).__name__}: {e}); delete it or rebuild "
+                          f"it with `python -m tr2.cupy_side.products`") from None
+    return products
+
+
+def write_record(path: Path, card: str, version: int, products: dict) -> None:
+    """The whole record, atomically (a reader sees the old file or the new one, never a part)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"card": card, "cublaslt_version": version, "products": dict(sorted(products.items()))}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(body, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def parse_builds(text: str) -> list[str]:
+    builds = [b for b in text.split(",") if b]
+    bad = [b for b in builds if b not in BUILDS]
+    if bad or not builds:
+        raise SystemExit(f"--builds: {text!r}; allowed: a comma-separated list of {', '.join(BUILDS)}")
+    return builds
+
+
+# ---------------------------------------------------------------------------------------------- on the GPU
+def device_name() -> str:
+    import cupy as cp
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def load_record(version: int) -> tuple[dict, Path]:
+    """This card's record for this cuBLASLt version, and its path."""
+    path = record_path(device_name(), version)
+    return read_record(path), path
+
+
+def _scratch(nbytes: int, align: int, dtype: int, seed: int):
+    """A device buffer of nbytes at an address of alignment class align, holding normal values of the type."""
+    import cupy as cp
+    from .gpu import blas
+    buf = cp.empty(nbytes + 512, dtype=cp.uint8)
+    base = (-buf.data.ptr) % 256
+    off = base + (align if align < 256 else 0)
+    n = nbytes // lt_element_bytes(dtype)
+    x = cp.random.default_rng(seed).standard_normal(n, dtype=cp.float32)
+    if dtype == blas.CUDA_R_16F:
+        data = x.astype(cp.float16).view(cp.uint8)
+    elif dtype == blas.CUDA_R_16BF:
+        data = (x.view(cp.uint32) >> 16).astype(cp.uint16).view(cp.uint8)
+    elif dtype == blas.CUDA_R_64F:
+        data = x.astype(cp.float64).view(cp.uint8)
+    else:
+        data = x.view(cp.uint8)
+    buf[off:off + data.size] = data
+    return buf, buf.data.ptr + off
+
+
+def lt_element_bytes(dtype: int) -> int:
+    from .gpu import lt
+    return lt.ELEMENT_BYTES[dtype]
+
+
+def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
+    """Time every cuBLASLt candidate of the product key (and cublasGemmEx) on scratch operands; the choice."""
+    import cupy as cp
+    from .gpu import blas
+    from .gpu.lt import Plan
+    lt = cublas.lt
+    ta, tb, M, N, K, a_type, lda, b_type, ldb, c_type, ldc, compute, reduced, al_a, al_b, al_c = key
+    rows_a, rows_b = (K if ta else M), (N if tb else K)
+    bufs = [_scratch(rows_a * lda * lt_element_bytes(a_type), al_a, a_type, 1),
+            _scratch(rows_b * ldb * lt_element_bytes(b_type), al_b, b_type, 2),
+            _scratch(M * ldc * lt_element_bytes(c_type), al_c, c_type, 3)]
+    A, B, C = (p for _, p in bufs)
+    alpha, beta = cublas._scalars(compute, 1.0, 0.0)
+    desc, layouts = lt._desc(key), lt._layouts(key)
+    found = lt.candidates(key, desc, layouts)
+    if not found:
+        raise RecordError(f"cuBLASLt lists no algorithm for {key_text(key)}")
+    stream = cp.cuda.get_current_stream()
+    plans = [Plan(desc, layouts, r.algo, int(r.workspace_size), "candidate") for r in found]
+
+    def run_lt(plan):
+        return lambda: lt.matmul(plan, A, B, C, alpha, beta, stream.ptr)
+
+    def run_gemmex():
+        saved, cublas.lt = cublas.lt, None
+        try:
+            cublas.set_math(bool(reduced))
+            cublas.gemm_rm(bool(ta), bool(tb), M, N, K, A, a_type, lda, B, b_type, ldb, C, c_type, ldc, compute)
+            return 0
+        except blas.CublasError:
+            return 1
+        finally:
+            cublas.lt = saved
+
+    def time_one(fn) -> float | None:
+        for _ in range(3):
+            if fn():
+                return None   # this candidate refuses the operands: not a choice
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        for _ in range(reps):
+            fn()
+        end.record(stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / reps
+
+    runs = [run_lt(p) for p in plans] + [run_gemmex]
+    best = [math.inf] * len(runs)
+    for r in range(rounds):   # rotating order, the least of the rounds
+        order = list(range(len(runs)))
+        order = order[r % len(order):] + order[:r % len(order)]
+        for i in order:
+            t = time_one(runs[i])
+            best[i] = min(best[i], t) if t is not None else best[i]
+    times = [None if math.isinf(t) else t for t in best]
+    pick = fastest(times[:-1])
+    del bufs
+    return {"algo": [int(x) for x in found[pick].algo.data], "workspace": int(found[pick].workspace_size), "ms": times[pick],
+            "heuristic_ms": times[0], "gemmex_ms": times[-1], "rank": pick, "candidates": len(found),
+            "config": lt.config(found[pick].algo), "heuristic_config": lt.config(found[0].algo)}
+
+
+def gather_keys(model: str, build: str) -> set:
+    """The product keys of one eager training step (forward and backward) of model in build."""
+    import numpy as np
+    from ..models import load_model
+    from ..weights import init_numpy
+    from .gpu.backend import CudaBackend
+    from .model import GPT
+    dtype, tf32, hr = BUILDS[build]
+    cfg = load_model(model)
+    be = CudaBackend(dtype, tf32, hr)
+    lt = be.ctx.cublas.lt
+    if lt is None:
+        raise RecordError("gpu/blas.py USE_LT is off: products go through cublasGemmEx, no record to build")
+    gpt = GPT(cfg, be, init_numpy(cfg, 1337), seed=1337)
+    rs = np.random.default_rng(0)
+    x = rs.integers(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size))
+    lt.collect = set()
+    try:
+        gpt.forward(be.to_device(x, dtype=np.int64), be.to_device(x, dtype=np.int64), step=0, training=True)
+        gpt.backward()
+        be.synchronize()
+        return set(lt.collect)
+    finally:
+        lt.collect = None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tr2.cupy_side.products", description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="nanogpt,gpt2-small,gpt2-medium")
+    p.add_argument("--builds", default="bf16r,f16r,tf32,f32")
+    p.add_argument("--retime", action="store_true", help="time keys the record already holds again")
+    args = p.parse_args(argv)
+    builds = parse_builds(args.builds)
+    from ..models import list_models
+    models = [m for m in args.models.split(",") if m]
+    if not models or any(m not in list_models() for m in models):
+        raise SystemExit(f"--models: {args.models!r}; allowed: a comma-separated list of {', '.join(list_models())}")
+    from .gpu.blas import get_cublas
+    cublas = get_cublas()
+    if cublas.lt is None:
+        raise SystemExit("gpu/blas.py USE_LT is off: products go through cublasGemmEx, no record to build")
+    lt, card = cublas.lt, device_name()
+    path = record_path(card, lt.version)
+    products = read_record(path)
+    print(f"products record {path} ({len(products)} products); card {card}, cuBLASLt {lt.version}", flush=True)
+    for model in models:
+        for build in builds:
+            keys = sorted(gather_keys(model, build))
+            todo = [k for k in keys if args.retime or key_text(k) not in products]
+            print(f"{model} {build}: {len(keys)} products, {len(todo)} to time", flush=True)
+            for k in todo:
+                choice = tune(cublas, k)
+                products[key_text(k)] = choice
+                write_record(path, card, lt.version, products)
+                gain = choice["heuristic_ms"] / choice["ms"] if choice["heuristic_ms"] else float("nan")
+                print(f"  {key_text(k)}: {choice['candidates']} candidates, heuristic {choice['heuristic_ms']:.4f} ms, "
+                      f"gemmex {choice['gemmex_ms'] or float('nan'):.4f}, chosen #{choice['rank']} "
+                      f"{choice['ms']:.4f} (x{gain:.3f}) {choice['config']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
