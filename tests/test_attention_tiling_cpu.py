@@ -57,6 +57,41 @@ def test_fragment_addresses(k16, r0):
     assert (got == a_fragment(lambda m, k: tile[k16 * 16 + k, m], r0)).all()
 
 
+def stmatrix_x4(smem, address_of_lane, regs):
+    """stmatrix .x4 (PTX ISA): lanes 8q..8q+7 address the rows of matrix q; lane l's register q holds that
+    matrix's row l // 4, columns 2 (l % 4), +1."""
+    for q in range(4):
+        for i in range(8):
+            r, c = address_of_lane(8 * q + i)
+            for lane in range(4 * i, 4 * i + 4):
+                smem[r, c + 2 * (lane % 4):c + 2 * (lane % 4) + 2] = regs[lane][q]
+
+
+@pytest.mark.parametrize("mt_count", [1, 2])
+def test_store_ds_t_writes_each_c_register_to_its_row_and_column(mt_count):
+    """attention.cu's store_ds_t: a warp's C registers of dS^T (register (mt, n, e) of lane l: key
+    16 mt + l // 4 + 8 (e >> 1), query 8 n + 2 (l % 4) + (e & 1)) through stmatrix into the warp's staged rows
+    (LDS = 40 halves), read back 16 bytes a lane (row k * 8 + l // 4, piece l % 4), land where the key's row and the
+    query's column are."""
+    nt, lds = 4, 40
+    rows = 16 * mt_count
+    value = np.arange(rows * 8 * nt).reshape(rows, 8 * nt)   # dS^T[key][query], the block's
+    c = {(ln, mt, n, e): value[16 * mt + ln // 4 + 8 * (e >> 1), 8 * n + 2 * (ln % 4) + (e & 1)]
+         for ln in range(32) for mt in range(mt_count) for n in range(nt) for e in range(4)}
+    smem = np.full((rows, lds), -1)
+    for mt in range(mt_count):
+        for r in range(2):
+            regs = [[(c[ln, mt, n, 2 * r], c[ln, mt, n, 2 * r + 1]) for n in range(nt)] for ln in range(32)]
+            stmatrix_x4(smem, lambda ln: (16 * mt + 8 * r + (ln & 7), (ln >> 3) * 8), regs)
+    out = np.full((rows, 8 * nt), -1)
+    pieces = nt * 8 // 8
+    for k in range(16 * mt_count * pieces // 32):
+        for ln in range(32):
+            row, col = k * (32 // pieces) + ln // pieces, (ln % pieces) * 8
+            out[row, col:col + 8] = smem[row, col:col + 8]
+    assert (out == value).all()
+
+
 # ---- the loops ----
 def dense(q, k, v, do, scale):
     T = q.shape[0]

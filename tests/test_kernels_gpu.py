@@ -447,8 +447,8 @@ def test_attention_dropout_masks_are_the_generators(build, T):
     of row i is 1 / (i + 1): a one-hot v (key w + d in column d) makes out the forward's Pd at keys w..w+63,
     and a one-hot dO (query w + d in column d) makes dv the dK/dV kernel's Pd at queries w..; with q = 0, a
     one-hot k and v = dO = e_0 (so dPd = 1 and D_i = out[i, 0]), dq = scale P (keep / (1 - p) - D) at keys
-    w..: dQ's mask (the folded kernel's in the half builds up to T = 256; past it the dK/dV kernel's through the
-    stored dS under half roundings, attn_backward_dq's in the exact half builds and the float32 builds). T odd:
+    w..: dQ's mask (the dK/dV kernel's through the stored dS under half roundings; the folded kernel's in the
+    exact half builds up to T = 256, attn_backward_dq's past it and in the float32 builds). T odd:
     each element drawn alone; T even: one draw a pair, across lanes in dK/dV."""
     B, H, hs, p = 2, 2, 64, 0.3
     C = H * hs

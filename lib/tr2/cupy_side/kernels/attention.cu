@@ -27,7 +27,7 @@
 //     waiting on its load, made the folded kernel slower than the two it replaces: 311 against 216 us a
 //     layer of gpt2-small, 409 against 277 on gpt2-medium, but 149 against 204 on the char model (the
 //     waits cost 2 us of the 311, the ordered adds 105; results/h200-perf-20261201b/call3-f1bcd7d).
-//   backward with dS stored (the half builds under half roundings past two key blocks): the row dots D, then
+//   backward with dS stored (the half builds under half roundings, every T): the row dots D, then
 //     dK, dV as above without dQ, each warp also writing its dS^T rows, rounded as dK's operand, to a
 //     [BH, T, ~T] half buffer; then dQ = scale dS k, one product, read back from it (attention_backward_dq_ds).
 //   backward unfolded (the float32 builds, and the exact half builds past two key blocks): dQ first, one block per
@@ -1002,6 +1002,43 @@ __device__ __forceinline__ void load_a_trans(u32 a[4], const u16* s, int m0, int
     ldmatrix_x4_trans(a, s + (ks * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + m0 + ((lane >> 3) & 1) * 8);
 }
 
+__device__ __forceinline__ void stmatrix_x4(u16* p, const u32 r[4]) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};"
+                 :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+
+// A warp's dS^T block (16 MT keys x 8 NT queries, C registers) to global memory, rows dst + j ldq for its keys
+// j < rows_left: through the warp's own rows of shared memory (LDS halves a row), written by stmatrix (the C
+// layout is stmatrix's: one instruction stores an m16 tile's half of four n8 tiles) and read back 16 bytes a lane,
+// so each global store writes eight rows of 16 bytes a lane, whole 32-byte sectors. Stored directly from the
+// registers (4 bytes a lane and instruction, half sectors, rows 2 KB apart) they made the dK/dV kernel 37 us
+// slower a layer of gpt2-small (123 -> 160 us, call 3 of results/h200-perf-20261201f).
+template <int K, int MT, int NT, int LDS>
+__device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int rows_left, u16* sw,
+                                           const float ds[MT][NT][4], int lane) {
+    static_assert(NT == 4, "one stmatrix.x4 an m16 tile's half: four n8 tiles");
+    __syncwarp();   // the warp's reads of the last tile's rows are done
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            u32 w[4], lo;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) half_operand<K, false>(ds[mt][n][2 * r], ds[mt][n][2 * r + 1], w[n], lo);
+            // lanes 8i..8i+7 address the rows of matrix i (n8 tile i): keys 16 mt + 8 r + 0..7, queries 8 i..
+            stmatrix_x4(sw + (16 * mt + 8 * r + (lane & 7)) * LDS + (lane >> 3) * 8, w);
+        }
+    __syncwarp();
+    constexpr int PIECES = NT * 8 / 8;   // 16-byte pieces a row
+#pragma unroll
+    for (int k = 0; k < 16 * MT * PIECES / 32; ++k) {
+        const int row = k * (32 / PIECES) + lane / PIECES, c = (lane % PIECES) * 8;
+        const uint4 v = *(const uint4*)(sw + row * LDS + c);
+        if (row < rows_left) *(uint4*)(dst + (i64)row * ldq + c) = v;
+    }
+}
+
 // dK and dV of 4 * 16 * MT keys of one head. Warp rows are keys; the streamed tiles hold BC queries.
 // DQ (the half builds): dQ too, as above; the query tiles run from the last down. Else from the diagonal
 // down, and attention_backward_dq makes dQ.
@@ -1032,7 +1069,7 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
     E* sV = sK + BR * LD;
     E* sQO = sV + BR * LD;                          // buffer b: q at 2b BC rows, dO at (2b + 1) BC rows
     float* sLD = (float*)(sQO + 2 * NBUF * BC * LD);  // buffer b: lse at 2b * BC, D at (2b + 1) * BC
-    u16* sdS = (u16*)(sLD + 2 * NBUF * BC);         // DQ: [BR][LDS], then the remainders (SPLIT)
+    u16* sdS = (u16*)(sLD + 2 * NBUF * BC);         // DQ: [BR][LDS], then the remainders (SPLIT); DS: the same
     const int nqt = (T + BC - 1) / BC;
     int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: launched first
     if constexpr (DQ) {
@@ -1095,22 +1132,8 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
                 Dq = sD[il];
             });
             acc_product<K, SPLIT, HS, MT, NT>(dv, p, sO, lane);    // dV += Pd^T dO
-            if constexpr (DS) {   // rows j of ds_t, columns the tile's queries (zeros past T: edge-masked)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        const int j = k0 + 16 * mt + g + 8 * r;
-                        if (j >= T) continue;
-                        u16* row = ds_t + ((i64)bh * T + j) * ldq + qt * BC + 2 * t;
-#pragma unroll
-                        for (int n = 0; n < NT; ++n) {
-                            u32 hi, lo;
-                            half_operand<K, false>(ds[mt][n][2 * r], ds[mt][n][2 * r + 1], hi, lo);
-                            *(u32*)(row + n * 8) = hi;
-                        }
-                    }
-            }
+            if constexpr (DS) store_ds_t<K, MT, NT, LDS>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                                         sdS + warp * RW * LDS, ds, lane);
             if constexpr (DQ) {   // the warp's dS^T rows for the block's dQ product, rounded as dK's operand
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
