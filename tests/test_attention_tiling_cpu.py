@@ -57,6 +57,41 @@ def test_fragment_addresses(k16, r0):
     assert (got == a_fragment(lambda m, k: tile[k16 * 16 + k, m], r0)).all()
 
 
+def stmatrix_x4(smem, address_of_lane, regs):
+    """stmatrix .x4 (PTX ISA): lanes 8q..8q+7 address the rows of matrix q; lane l's register q holds that
+    matrix's row l // 4, columns 2 (l % 4), +1."""
+    for q in range(4):
+        for i in range(8):
+            r, c = address_of_lane(8 * q + i)
+            for lane in range(4 * i, 4 * i + 4):
+                smem[r, c + 2 * (lane % 4):c + 2 * (lane % 4) + 2] = regs[lane][q]
+
+
+@pytest.mark.parametrize("mt_count", [1, 2])
+def test_store_ds_t_writes_each_c_register_to_its_row_and_column(mt_count):
+    """attention.cu's store_ds_t: a warp's C registers of dS^T (register (mt, n, e) of lane l: key
+    16 mt + l // 4 + 8 (e >> 1), query 8 n + 2 (l % 4) + (e & 1)) through stmatrix into the warp's staged rows
+    (LDS = 40 halves), read back 16 bytes a lane (row k * 8 + l // 4, piece l % 4), land where the key's row and the
+    query's column are."""
+    nt, lds = 4, 40
+    rows = 16 * mt_count
+    value = np.arange(rows * 8 * nt).reshape(rows, 8 * nt)   # dS^T[key][query], the block's
+    c = {(ln, mt, n, e): value[16 * mt + ln // 4 + 8 * (e >> 1), 8 * n + 2 * (ln % 4) + (e & 1)]
+         for ln in range(32) for mt in range(mt_count) for n in range(nt) for e in range(4)}
+    smem = np.full((rows, lds), -1)
+    for mt in range(mt_count):
+        for r in range(2):
+            regs = [[(c[ln, mt, n, 2 * r], c[ln, mt, n, 2 * r + 1]) for n in range(nt)] for ln in range(32)]
+            stmatrix_x4(smem, lambda ln: (16 * mt + 8 * r + (ln & 7), (ln >> 3) * 8), regs)
+    out = np.full((rows, 8 * nt), -1)
+    pieces = nt * 8 // 8
+    for k in range(16 * mt_count * pieces // 32):
+        for ln in range(32):
+            row, col = k * (32 // pieces) + ln // pieces, (ln % pieces) * 8
+            out[row, col:col + 8] = smem[row, col:col + 8]
+    assert (out == value).all()
+
+
 # ---- the loops ----
 def dense(q, k, v, do, scale):
     T = q.shape[0]
@@ -191,6 +226,62 @@ def backward_fused(q, k, v, do, lse, D, scale, mt, bc):
             else:
                 dq_acc[qs] = acc
     return dq, order
+
+
+def backward_ds(q, k, v, do, lse, D, scale, mt, bc, bk):
+    """The half builds' unfolded backward with dS stored: backward_dkdv's loop also writing each warp's dS^T rows
+    of the tiles it computes into ds_t [T, ldq] (NaN where never written, as uninitialized memory may hold), then
+    attention_backward_dq_ds's loop: bk keys of ds_t (zeros past T and ldq) and k at a time, a warp's k16 slices
+    only where they start at or before its last query. A NaN read anywhere reaches dq."""
+    T, hs = q.shape
+    rw, br = 16 * mt, NWARPS * 16 * mt
+    nkb, nqt, c = -(-T // br), -(-T // bc), scale * np.log2(np.e)
+    ldq = nqt * bc
+    K, V, Q, dO = padded(k, nkb * br), padded(v, nkb * br), padded(q, nqt * bc), padded(do, nqt * bc)
+    Lc, Dp = np.append(lse * np.log2(np.e), np.zeros(nqt * bc - T)), np.append(D, np.zeros(nqt * bc - T))
+    ds_t = np.full((T, ldq), np.nan)
+    for kb in range(nkb):
+        for w in range(NWARPS):
+            k0 = kb * br + w * rw
+            keys = np.arange(k0, k0 + rw)
+            for qt in range((kb * br) // bc, nqt):
+                if qt * bc + bc - 1 < k0:
+                    continue
+                qs = np.arange(qt * bc, qt * bc + bc)
+                p = np.exp2(K[keys] @ Q[qs].T * c - Lc[qs][None, :])
+                if qt * bc < k0 + rw - 1 or qt * bc + bc > T:
+                    p[~((keys[:, None] <= qs[None, :]) & (qs[None, :] < T) & (keys[:, None] < T))] = 0.0
+                live = keys < T
+                ds_t[keys[live], qt * bc:qt * bc + bc] = (p * (V[keys] @ dO[qs].T - Dp[qs][None, :]))[live]
+    nqb = -(-T // br)
+    dq = np.full((T, hs), np.nan)
+    for qb in range(nqb):
+        last = min(qb * br + br - 1, T - 1) // bk
+        for w in range(NWARPS):
+            r0 = qb * br + w * rw
+            rows, acc = np.arange(r0, r0 + rw), np.zeros((rw, hs))
+            for kt in range(last + 1):
+                for ks in range(bk // 16):
+                    j0 = kt * bk + ks * 16
+                    if j0 > r0 + rw - 1:
+                        continue
+                    tile = np.zeros((16, rw))   # staged: keys past T and queries past ldq are zeros
+                    nj, ni = max(0, min(16, T - j0)), max(0, min(rw, ldq - r0))
+                    tile[:nj, :ni] = ds_t[j0:j0 + nj, r0:r0 + ni]
+                    acc += tile.T @ padded(k[j0:j0 + nj], 16)
+            keep = rows < T
+            dq[rows[keep]] = acc[keep] * scale
+    return dq
+
+
+@pytest.mark.parametrize("T", [1, 7, 31, 32, 33, 64, 65, 127, 128, 129, 200, 256, 257, 1000, 1024])
+def test_dq_from_the_stored_ds_reads_only_what_dkdv_wrote(T):
+    g = gpu.attention_geometry()["half"]
+    rng = np.random.default_rng(T + 2)
+    q, k, v, do = (rng.standard_normal((T, 16)) for _ in range(4))
+    o, lse, D, dq, dk, dv = dense(q, k, v, do, 0.25)
+    dq2 = backward_ds(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"], gpu.attention_dsq_keys())
+    np.testing.assert_allclose(dq2, dq, rtol=1e-10, atol=1e-12, err_msg=f"dq T={T}")
 
 
 @pytest.mark.parametrize("T", [1, 7, 31, 32, 64, 65, 127, 128, 129, 200, 256, 1000, 1024])

@@ -399,6 +399,46 @@ def test_attention(build, B, T, H, hs, p):
             exact(f"attention {name} run-to-run {tag}", b, a)
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_backward_with_ds_stored(build, B, T, H, hs, p, monkeypatch):
+    """The unfolded backward with dS stored (the dK/dV kernel writes dS^T, dQ is one product over it) at every
+    shape, also those the model folds: dq and dk against the NumPy form; dv the recomputing form's bits (the same
+    kernel computes it, with stores added; dk not: its D comes from the row-dots kernel, summed in another order
+    than the recomputing dQ kernel sums it, and moved a few roundings in call 2 of results/h200-perf-20261201f);
+    three runs the same bits."""
+    from tr2.cupy_side.gpu import attention
+    monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
+    dtype, tf32, hr = build
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    assert attention.stores_ds(be.ctx, T)
+    g = gen(B * T * H + hs + int(p * 10) + 7)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rt = ref.float_dtype
+    _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
+    rdqkv = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    tag = f"[{dtype} hr={hr} B={B} T={T} H={H} hs={hs} p={p} dS stored]"
+    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    runs = [be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)) for _ in range(3)]
+    monkeypatch.setattr(attention, "USE_DS", False)
+    assert not attention.stores_ds(be.ctx, T)
+    recomputed = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+    dqkv = runs[0]
+    if T == 1:   # one key: dq is zero in exact arithmetic (test_attention says why), measured against |dv|
+        noise = float(np.linalg.norm(dqkv[..., :C])) / float(np.linalg.norm(rdqkv[..., 2 * C:]))
+        assert noise <= tol, f"attention dq {tag}: |dq| / |dv| = {noise:.3e} > {tol:.1e}"
+    else:
+        check(f"attention dq {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+        check(f"attention dk {tag}", dqkv[..., C:2 * C], rdqkv[..., C:2 * C], tol)
+    exact(f"attention dv against the recomputing form's {tag}", dqkv[..., 2 * C:], recomputed[..., 2 * C:])
+    for r in runs[1:]:
+        exact(f"attention dqkv run-to-run {tag}", r, dqkv)
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("T", [63, 64, 130, 257, 258])
 def test_attention_dropout_masks_are_the_generators(build, T):
@@ -407,8 +447,9 @@ def test_attention_dropout_masks_are_the_generators(build, T):
     of row i is 1 / (i + 1): a one-hot v (key w + d in column d) makes out the forward's Pd at keys w..w+63,
     and a one-hot dO (query w + d in column d) makes dv the dK/dV kernel's Pd at queries w..; with q = 0, a
     one-hot k and v = dO = e_0 (so dPd = 1 and D_i = out[i, 0]), dq = scale P (keep / (1 - p) - D) at keys
-    w..: dQ's mask (the folded kernel's in the half builds up to T = 256, attn_backward_dq's past it and in the
-    float32 builds). T odd: each element drawn alone; T even: one draw a pair, across lanes in dK/dV."""
+    w..: dQ's mask (the dK/dV kernel's through the stored dS under half roundings; the folded kernel's in the
+    exact half builds up to T = 256, attn_backward_dq's past it and in the float32 builds). T odd:
+    each element drawn alone; T even: one draw a pair, across lanes in dK/dV."""
     B, H, hs, p = 2, 2, 64, 0.3
     C = H * hs
     seed, offset = 1337, rng.site_offset(11, 7, 1)

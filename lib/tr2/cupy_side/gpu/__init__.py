@@ -69,6 +69,8 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
         + [f"attn_{kernel}_{build}_hs{hs}" for build in ("bf16", "bf16r", "f16", "f16r")
            for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
         + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")])
+        + tuple(f"attn_backward_{kernel}_ds_{build}_hs{hs}" for hs in (64, 32) for build in ("bf16r", "f16r")
+                for kernel in ("dkdv", "dq"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
     "gelu.cu": ("gelu_forward", "gelu_backward"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
@@ -91,11 +93,12 @@ COMPILE_OPTIONS = ("--std=c++17",)
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
 # attention.cu's instantiation macros, and the kernels each declares
-_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|ATTN_FORWARD_WG1)\((\w+), [\w, ]*?(\d+)\)',
-                         re.M)
+_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|ATTN_FORWARD_WG1|ATTN_DS)'
+                         r'\((\w+), [\w, ]*?(\d+)\)', re.M)
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
-                       "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",)}
+                       "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
+                       "ATTN_DS": ("backward_dkdv_ds", "backward_dq_ds")}
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row backward, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
@@ -151,6 +154,14 @@ def attention_geometry() -> dict:
     if set(found) != {"half", "float32"}:
         raise RuntimeError(f"attention.cu: Geometry of {sorted(found)} found; both half and float32 expected")
     return found
+
+
+def attention_dsq_keys() -> int:
+    """attention.cu's DSQ_KEYS (read from the source): the keys attn_backward_dq_ds_ stages at a time."""
+    found = re.search(r"^#define DSQ_KEYS (\d+)$", (KERNELS_DIR / "attention.cu").read_text(), re.M)
+    if not found:
+        raise RuntimeError("attention.cu: no #define DSQ_KEYS")
+    return int(found.group(1))
 
 
 def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:

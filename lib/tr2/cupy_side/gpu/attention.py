@@ -1,10 +1,12 @@
 """Wrapper of kernels/attention.cu: causal attention fused on tensor cores, q/k/v read in place.
 
 forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], the kernels' qkv). backward
-folded (half builds, T <= 256: `folds`): the row dot products D = rowsum(dO * out) (which also zero the
-backward's counters), then one kernel for dK, dV and dQ (dQ's key-block parts added in a fixed order through a
-float32 buffer [B*H, T, hs]); else dQ (which also writes D), then dK/dV. Each kernel writes its own columns of one dqkv
-[B, T, 3C]. No T x T array exists anywhere.
+under half roundings (`stores_ds`): D = rowsum(dO * out), then dK/dV, which also writes dS^T to a [B*H, T, ~T]
+half buffer, then dQ as one product over it; else folded (the exact half builds, T <= 256: `folds`): D (which also
+zeroes the backward's counters), then one kernel for dK, dV and dQ (dQ's key-block parts added in a fixed order
+through a float32 buffer [B*H, T, hs]); else dQ (which also writes D), then dK/dV. Each
+kernel writes its own columns of one dqkv [B, T, 3C]. No T x T array of scores or probabilities exists anywhere
+(the dS^T buffer is the one T x T array, and only where it is used).
 
 The half builds' kernels read q, k, v and dO as half-type bits (every product reads them so rounded): under
 half roundings c_attn and c_proj's backward hand them over so; otherwise (float32 products' outputs) qkv is
@@ -18,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import attention_geometry, dropout as _dropout
+from . import attention_dsq_keys, attention_geometry, dropout as _dropout
 from .cast import to_half
 from . import runtime
 from .runtime import NULL, f32, i32, launch, u32, u64
@@ -143,7 +145,8 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     return out, AttentionSaved(out, lse, kqkv)
 
 
-# The half builds fold dQ into the dK/dV kernel where a head has at most this many key blocks (T <= 256): measured
+# The half builds that do not store dS (below: the exact ones) fold dQ into the dK/dV kernel where a head has at
+# most this many key blocks (T <= 256): measured
 # faster there (the char model: 149 against 204 us a layer) and slower at eight (gpt2-small 311 against 216),
 # results/h200-perf-20261201b/call3-f1bcd7d; attention.cu's header says why.
 FOLD_KEY_BLOCKS = 2
@@ -151,6 +154,33 @@ FOLD_KEY_BLOCKS = 2
 
 def folds(ctx, T: int) -> bool:
     return ctx.half and -(-T // block_rows(ctx)) <= FOLD_KEY_BLOCKS
+
+
+# The half builds under half roundings: the dK/dV kernel also writes dS^T, rounded as dK's operand, to a
+# [B*H, T, ldq] half buffer, and dQ is one product over it (attention.cu's attention_backward_dq_ds) instead of a
+# kernel that recomputes S and dPd (three products) or the fold's ordered adds. The buffer is T x T halves a head
+# (gpt2-small bf16: 192 MB; nanogpt 50 MB), taken from the pool for the call and given back: the MLP's activations
+# of the same block, dead by then, leave room for it. USE_DS = False: the fold or the recomputing kernel, for
+# comparisons. Measured per layer alone (call 3 of results/h200-perf-20261201f, stores then direct from registers):
+# nanogpt 170 us recomputing, 145 folded, 135 with dS stored; gpt2-small 232 recomputing, 227 with dS stored.
+USE_DS = True
+DSQ_KEYS = attention_dsq_keys()   # the keys of ds_t and k a block of attn_backward_dq_ds_ stages at a time
+
+
+def stores_ds(ctx, T: int) -> bool:
+    return USE_DS and ctx.half and ctx.half_roundings
+
+
+def ds_shape(ctx, B: int, H: int, T: int) -> tuple:
+    """ds_t's shape: [B*H, T, ldq], ldq the dK/dV kernel's query tiles times their width (its zeros past T)."""
+    bc = _geometry(ctx)["backward_dkdv"]
+    return (B * H, T, -(-T // bc) * bc)
+
+
+def dq_ds_shared_bytes(ctx) -> int:
+    """attn_backward_dq_ds_'s shared memory: two buffers of DSQ_KEYS rows of ds_t (a block's queries + 8 halves)
+    and of k (72 halves)."""
+    return 2 * DSQ_KEYS * (block_rows(ctx) + 8 + 72) * 2
 
 
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
@@ -161,6 +191,20 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     dqkv = cp.empty((B, T, 3 * C), dtype=ctx.out_dtype)
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
     tail = (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)   # the scale: attention.cu's Scale
+    if stores_ds(ctx, T):
+        ds_t = cp.empty(ds_shape(ctx, B, H, T), dtype=np.uint16)
+        ldq, rows, BH = ds_t.shape[2], B * T * H, B * H
+        kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
+        launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
+               (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
+        name, nblocks = build_name(ctx), -(-T // block_rows(ctx))
+        launch(FILE, f"attn_backward_dkdv_ds_{name}_hs{hs}", (BH, nblocks), THREADS,
+               (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail,
+               shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
+        launch(FILE, f"attn_backward_dq_ds_{name}_hs{hs}", (BH, nblocks), THREADS,
+               (dqkv, saved.qkv, ds_t, i32(ldq), i32(T), i32(H), i32(ctx.round_kind)),
+               shared_mem=dq_ds_shared_bytes(ctx))
+        return dqkv
     if not folds(ctx, T):
         _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H))
                 + tail)

@@ -27,7 +27,10 @@
 //     waiting on its load, made the folded kernel slower than the two it replaces: 311 against 216 us a
 //     layer of gpt2-small, 409 against 277 on gpt2-medium, but 149 against 204 on the char model (the
 //     waits cost 2 us of the 311, the ordered adds 105; results/h200-perf-20261201b/call3-f1bcd7d).
-//   backward unfolded (the float32 builds, and the half builds past two key blocks): dQ first, one block per
+//   backward with dS stored (the half builds under half roundings, every T): the row dots D, then
+//     dK, dV as above without dQ, each warp also writing its dS^T rows, rounded as dK's operand, to a
+//     [BH, T, ~T] half buffer; then dQ = scale dS k, one product, read back from it (attention_backward_dq_ds).
+//   backward unfolded (the float32 builds, and the exact half builds past two key blocks): dQ first, one block per
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
 //     the diagonal down. (The float32 builds' fragments are twice as wide and the registers hold no more.)
@@ -999,14 +1002,54 @@ __device__ __forceinline__ void load_a_trans(u32 a[4], const u16* s, int m0, int
     ldmatrix_x4_trans(a, s + (ks * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + m0 + ((lane >> 3) & 1) * 8);
 }
 
+__device__ __forceinline__ void stmatrix_x4(u16* p, const u32 r[4]) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};"
+                 :: "r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+
+// A warp's dS^T block (16 MT keys x 8 NT queries, C registers) to global memory, rows dst + j ldq for its keys
+// j < rows_left: through the warp's own rows of shared memory (LDS halves a row), written by stmatrix (the C
+// layout is stmatrix's: one instruction stores an m16 tile's half of four n8 tiles) and read back 16 bytes a lane,
+// so each global store writes eight rows of 16 bytes a lane, whole 32-byte sectors. Stored directly from the
+// registers (4 bytes a lane and instruction, half sectors, rows 2 KB apart) they made the dK/dV kernel 37 us
+// slower a layer of gpt2-small (123 -> 160 us, call 3 of results/h200-perf-20261201f).
+template <int K, int MT, int NT, int LDS>
+__device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int rows_left, u16* sw,
+                                           const float ds[MT][NT][4], int lane) {
+    static_assert(NT == 4, "one stmatrix.x4 an m16 tile's half: four n8 tiles");
+    __syncwarp();   // the warp's reads of the last tile's rows are done
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            u32 w[4], lo;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) half_operand<K, false>(ds[mt][n][2 * r], ds[mt][n][2 * r + 1], w[n], lo);
+            // lanes 8i..8i+7 address the rows of matrix i (n8 tile i): keys 16 mt + 8 r + 0..7, queries 8 i..
+            stmatrix_x4(sw + (16 * mt + 8 * r + (lane & 7)) * LDS + (lane >> 3) * 8, w);
+        }
+    __syncwarp();
+    constexpr int PIECES = NT * 8 / 8;   // 16-byte pieces a row
+#pragma unroll
+    for (int k = 0; k < 16 * MT * PIECES / 32; ++k) {
+        const int row = k * (32 / PIECES) + lane / PIECES, c = (lane % PIECES) * 8;
+        const uint4 v = *(const uint4*)(sw + row * LDS + c);
+        if (row < rows_left) *(uint4*)(dst + (i64)row * ldq + c) = v;
+    }
+}
+
 // dK and dV of 4 * 16 * MT keys of one head. Warp rows are keys; the streamed tiles hold BC queries.
 // DQ (the half builds): dQ too, as above; the query tiles run from the last down. Else from the diagonal
 // down, and attention_backward_dq makes dQ.
-template <int K, bool SPLIT, int HS, bool DQ, bool DROP>
+// DS (half roundings, unfolded): each warp also writes its dS^T rows of every tile it computes to ds_t (below,
+// attention_backward_dq_ds), rounded as dK's operand.
+template <int K, bool SPLIT, int HS, bool DQ, bool DROP, bool DS = false>
 __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                         const float* __restrict__ Dvec, float* __restrict__ dq_acc,
-                                        int* __restrict__ sync, int T, int H, int out_kind, Dropout drop) {
+                                        int* __restrict__ sync, int T, int H, int out_kind, Dropout drop,
+                                        u16* __restrict__ ds_t = nullptr, int ldq = 0) {
     constexpr float scale = Scale<HS>::value;
     constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DKDV, NT = BC / 8;
     constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
@@ -1017,6 +1060,8 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
     static_assert(!DQ || (K != KIND_F32 && BC % RW == 0 && BR % BC == 0 && BC == 32 && HS % 32 == 0),
                   "the folded dQ: half builds; a warp's keys lie wholly inside or past a tile's queries; "
                   "four warps of 16 queries x HS / 2 columns");
+    static_assert(!DS || (!DQ && K != KIND_F32 && !SPLIT && BC == RW),
+                  "dS stored: the half builds under half roundings, unfolded; a warp's key chunk as wide as a tile");
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int ticket;
     typedef typename Tile<K>::E E;
@@ -1024,7 +1069,7 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
     E* sV = sK + BR * LD;
     E* sQO = sV + BR * LD;                          // buffer b: q at 2b BC rows, dO at (2b + 1) BC rows
     float* sLD = (float*)(sQO + 2 * NBUF * BC * LD);  // buffer b: lse at 2b * BC, D at (2b + 1) * BC
-    u16* sdS = (u16*)(sLD + 2 * NBUF * BC);         // DQ: [BR][LDS], then the remainders (SPLIT)
+    u16* sdS = (u16*)(sLD + 2 * NBUF * BC);         // DQ: [BR][LDS], then the remainders (SPLIT); DS: the same
     const int nqt = (T + BC - 1) / BC;
     int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: launched first
     if constexpr (DQ) {
@@ -1087,6 +1132,8 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
                 Dq = sD[il];
             });
             acc_product<K, SPLIT, HS, MT, NT>(dv, p, sO, lane);    // dV += Pd^T dO
+            if constexpr (DS) store_ds_t<K, MT, NT, LDS>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                                         sdS + warp * RW * LDS, ds, lane);
             if constexpr (DQ) {   // the warp's dS^T rows for the block's dQ product, rounded as dK's operand
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
@@ -1301,6 +1348,85 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         }
 }
 
+// ---- dQ from the stored dS^T (the half builds under half roundings, where the backward is not folded) ----
+// dQ = scale dS k with dS read back from ds_t [BH, T, ldq] (row j = key, column i = query; ldq = the dK/dV
+// kernel's query tiles times their width), which the dK/dV kernel wrote with DS: for every pair of a warp's
+// RW-key chunk and a BC-query tile (RW = BC) whose chunk starts at or before the tile's last query, i.e. where
+// it computed them; the rest of ds_t is never written. Here a warp owns RW queries (one such tile) and takes a
+// k16 slice of keys only if it starts at or before the warp's last query: exactly the chunks written (chunks
+// and tiles both start at multiples of RW). One block per (BR queries, bh), heaviest first; streamed: DSQ_KEYS
+// keys of ds_t (BR + 8 halves a staged row) and of k. Keys run in order and each product sums in the tensor
+// cores' float32: the same bits every run. Where dS would be recomputed instead (attention_backward_dq: S and
+// dPd again, three products where this takes one) the step paid 109 us a layer of gpt2-small bf16 (1310 us a
+// step, results/h200-perf-20261201c/call6-c32f18f).
+#define DSQ_KEYS 64
+template <int K, int HS>
+__device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __restrict__ qkv,
+                                         const u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind) {
+    constexpr float scale = Scale<HS>::value;
+    constexpr int MT = Geometry<K>::MT, RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
+    constexpr int BK = DSQ_KEYS, LDS = BR + 8, PIECES = BR / 8;
+    static_assert(K != KIND_F32 && RW == Geometry<K>::DKDV && BK % 16 == 0, "half builds; warp rows = dK/dV's tiles");
+    extern __shared__ __align__(16) unsigned char smem[];
+    u16* sbuf = (u16*)smem;   // buffer b: dS^T [BK][LDS], then k [BK][LD]
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = qb * BR + warp * RW;   // the warp's first query
+    const int last = min(qb * BR + BR - 1, T - 1) / BK;
+    const u16* kbase = qkv + (i64)b * T * 3 * C + C + h * HS;
+    const u16* dsb = ds_t + (i64)bh * T * ldq;
+    auto st = make_stream<K>([&](int kt, int buf) {
+        u16* s = sbuf + buf * BK * (LDS + LD);
+#pragma unroll
+        for (int e = 0; e < BK * PIECES / NTHREADS; ++e) {   // keys past T and queries past ldq: zeros
+            const int idx = threadIdx.x + e * NTHREADS, r = idx / PIECES, c = (idx % PIECES) * 8;
+            const int j = kt * BK + r, i = qb * BR + c;
+            u16* d = s + r * LDS + c;
+            if (j < T && i < ldq) cp_async16(d, dsb + (i64)j * ldq + i);
+            else *(uint4*)d = make_uint4(0u, 0u, 0u, 0u);
+        }
+        stage<K, false, HS, BK>(s + BK * LDS, kbase, kt * BK, T, 3 * C);
+    }, last);
+    st.start();
+    float dq[MT][HS / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
+    for (int kt = 0; kt <= last; ++kt) {
+        const int cur = st.acquire(kt);
+        const u16* sD = sbuf + cur * BK * (LDS + LD);
+        const u16* sK = sD + BK * LDS;
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            if (kt * BK + ks * 16 <= r0 + RW - 1) {   // else: keys past the warp's queries, never written
+                AFrag<K> fa[MT];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) load_a_trans<LDS>(fa[mt].hi, sD, warp * RW + 16 * mt, ks, lane);
+#pragma unroll
+                for (int np = 0; np < HS / 16; ++np) {
+                    BFrag<K> fb[2];
+                    load_b_cols<K, false>(fb, sK, np * 16, ks, lane);   // B[key][d] = k
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int q = 0; q < 2; ++q) mma_acc<K, false, true>(dq[mt][2 * np + q], fa[mt], fb[q]);
+                }
+            }
+        }
+        st.release();
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = r0 + 16 * mt + g + 8 * r;
+            if (i < T) store_rows<HS>(dqkv, ((i64)b * T + i) * 3 * C + h * HS + 2 * t, dq[mt], r, scale, out_kind);
+        }
+}
+
 // ---- the instantiations ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
@@ -1370,6 +1496,26 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         else                                                                                                   \
             attention_backward_dkdv<K, SPLIT, HS, true, false>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, d); \
     }
+// The half builds under half roundings, unfolded with dS stored: attn_row_dots_ (D), attn_backward_dkdv_ds_
+// (dK, dV and ds_t), attn_backward_dq_ds_ (dQ from ds_t; four blocks an SM: 128 registers, no spill, where
+// ptxas took 160 unbounded). gpu/attention.py picks it (stores_ds).
+#define ATTN_DS(BUILD, K, HS)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_ds_##BUILD##_hs##HS(              \
+        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
+        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
+        u32 threshold, float dscale) {                                                                         \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv<K, false, HS, false, true, true>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, \
+                                                                     T, H, out_kind, d, ds_t, ldq);            \
+        else                                                                                                   \
+            attention_backward_dkdv<K, false, HS, false, false, true>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, \
+                                                                      T, H, out_kind, d, ds_t, ldq);           \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 4) attn_backward_dq_ds_##BUILD##_hs##HS(             \
+        void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
+        attention_backward_dq_ds<K, HS>(dqkv, qkv, ds_t, ldq, T, H, out_kind);                                 \
+    }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
@@ -1392,5 +1538,9 @@ ATTN_KERNELS_HALF(f16, KIND_F16, true, 32)
 ATTN_KERNELS_HALF(f16r, KIND_F16, false, 32)
 ATTN_ROW_DOTS(bf16, KIND_BF16, 32)
 ATTN_ROW_DOTS(f16, KIND_F16, 32)
+ATTN_DS(bf16r, KIND_BF16, 64)
+ATTN_DS(f16r, KIND_F16, 64)
+ATTN_DS(bf16r, KIND_BF16, 32)
+ATTN_DS(f16r, KIND_F16, 32)
 ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)

@@ -1,0 +1,85 @@
+"""The attention backward's forms against each other in one process, on each model's shape (bf16 under half
+roundings, dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV),
+`ds` (the row dots, dK/dV writing dS^T, dQ one product over it) and, where a head has at most two key blocks
+(the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel). First the forms' outputs
+against `recompute` (dk and dv must be its bits under `ds`; dq within the rounding of its half output); then
+rounds in rotating order, each figure the mean of `reps` back-to-back backward calls (whatever launches the form
+makes); the table gives each form's median over the rounds and its ratio to `recompute`.
+
+    python3 scripts/attention_backward_variants.py OUT.jsonl [rounds] [reps]
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import numpy as np
+import cupy as cp
+
+from tr2.cupy_side.gpu import attention
+from tr2.cupy_side.gpu.backend import CudaBackend
+from tr2.cupy_side.gpu.cast import to_half
+from tr2.models import load_model
+
+from event_timing import mean_ms
+
+MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
+FORMS = {"recompute": (0, False), "ds": (0, True), "fold": (2, False)}   # (FOLD_KEY_BLOCKS, USE_DS)
+
+
+def use(form: str) -> None:
+    attention.FOLD_KEY_BLOCKS, attention.USE_DS = FORMS[form]
+
+
+def main() -> int:
+    path = sys.argv[1]
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+    be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
+    table = []
+    for model in MODELS:
+        cfg = load_model(model)
+        B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
+        rs = np.random.default_rng(0)
+        qkv = to_half(cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32)), be.ctx.kind)
+        dout = to_half(cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32)), be.ctx.kind)
+        seed, offset = 1337, 1 << 32
+        use("recompute")
+        _, saved = be.attention_forward(qkv, H, cfg.dropout, seed, offset)
+        names = [f for f in FORMS if f != "fold" or -(-T // attention.block_rows(be.ctx)) <= 2]
+        outs = {}
+        for f in names:
+            use(f)
+            outs[f] = be.to_host(be.attention_backward(dout, qkv, saved, H, cfg.dropout, seed, offset)).astype(np.float64)
+        for f in names:
+            d = np.abs(outs[f] - outs["recompute"])
+            rel = {part: float(d[..., s].max() / max(np.abs(outs["recompute"][..., s]).max(), 1e-30))
+                   for part, s in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C)))}
+            print(f"{model:12} {f:9} against recompute: max rel. difference dq {rel['dq']:.2e} dk {rel['dk']:.2e} "
+                  f"dv {rel['dv']:.2e}", flush=True)
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"model": model, "form": f, "against": "recompute", **rel}) + "\n")
+        times = {f: [] for f in names}
+        for r in range(rounds):
+            for f in names[r % len(names):] + names[:r % len(names)]:
+                use(f)
+                ms = mean_ms(lambda: be.attention_backward(dout, qkv, saved, H, cfg.dropout, seed, offset), reps)
+                times[f].append(ms)
+                with open(path, "a") as fh:
+                    fh.write(json.dumps({"model": model, "form": f, "round": r, "bwd_ms": ms, "reps": reps,
+                                         "B": B, "T": T, "H": H, "dropout": cfg.dropout}) + "\n")
+        base = statistics.median(times["recompute"])
+        for f in names:
+            m = statistics.median(times[f])
+            table.append(f"{model:12} {f:9} {m:8.4f} ms  x{m / base:5.3f}  per step {m * cfg.n_layer:7.3f} ms  "
+                         f"rounds {' '.join(f'{t:.4f}' for t in times[f])}")
+        be.ctx.ws.clear()
+        cp.get_default_memory_pool().free_all_blocks()
+    attention.FOLD_KEY_BLOCKS, attention.USE_DS = 2, True   # gpu/attention.py's own
+    print("\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
