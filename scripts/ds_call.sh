@@ -7,7 +7,7 @@
 #   kernels   scripts/attention_backward_kernels.py: each backward kernel of each form alone
 #   ncu       Nsight Compute on the GELU kernels (scripts/elementwise_ncu.py), nanogpt and gpt2-small
 #   bench     this lib against .cache/baseline's beside torch reduce-overhead, bf16, DS_SELECT (default the
-#             three models), DS_ROUNDS rounds (default 2)
+#             three models), DS_ROUNDS rounds (default 2); DS_LIBS= (empty): this lib alone
 # Carry .cache/kernels.tar.xz (or .cache/kernels), .cache/products (the products record), data, .cache/nanoGPT,
 # .cache/baseline (`git archive main lib params | tar x -C .cache/baseline`).
 #   usage: bash scripts/ds_call.sh [OUT]     DS_CALL_S: seconds the call may take (default 560)
@@ -49,7 +49,7 @@ if [[ $STAGES == *,ncu,* ]] && [ "$(left)" -gt 100 ]; then
 fi
 L=$(left)
 if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 120 ]; then
-  TR2_BENCH_ROUNDS=${DS_ROUNDS:-2} TR2_BENCH_CUPY=graph TR2_BENCH_CUPY_LIBS=main=.cache/baseline/lib \
+  TR2_BENCH_ROUNDS=${DS_ROUNDS:-2} TR2_BENCH_CUPY=graph TR2_BENCH_CUPY_LIBS=${DS_LIBS-main=.cache/baseline/lib} \
     TR2_BENCH_TORCH_MODES=reduce-overhead TR2_BENCH_SELECT=${DS_SELECT:-nanogpt/bfloat16,gpt2-small/bfloat16,gpt2-medium/bfloat16} \
     timeout "$L" python3 scripts/device_bench.py "$W/bench" "bench:$((L - 15))" >"$W/bench.log" 2>&1
   (cd "$W" && tar czf "$OUT/bench.tgz" bench bench.log)
