@@ -12,15 +12,12 @@ import statistics
 import sys
 from collections import defaultdict
 
-import numpy as np
 import cupy as cp
 
 from tr2.cupy_side.gpu import attention
 from tr2.cupy_side.gpu.backend import CudaBackend
-from tr2.cupy_side.gpu.cast import to_half
-from tr2.models import load_model
 
-from attention_backward_variants import FORMS, use
+from attention_backward_variants import OFFSET, SEED, inputs, restore, use
 
 _launch = attention.launch
 _events: list = []
@@ -42,23 +39,17 @@ def main() -> int:
     be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
     table = []
     for model in models:
-        cfg = load_model(model)
-        B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
-        rs = np.random.default_rng(0)
-        qkv = to_half(cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32)), be.ctx.kind)
-        dout = to_half(cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32)), be.ctx.kind)
-        use("recompute")
-        _, saved = be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32)
-        names = [f for f in FORMS if f != "fold" or -(-T // attention.block_rows(be.ctx)) <= 2]
+        cfg, qkv, dout, saved, names = inputs(be, model)
+        B, T, H = cfg.batch_size, cfg.block_size, cfg.n_head
         per = defaultdict(list)   # (form, kernel) -> µs a launch, one figure a round
         for r in range(rounds):
             for f in names[r % len(names):] + names[:r % len(names)]:
                 use(f)
-                be.attention_backward(dout, qkv, saved, H, cfg.dropout, 1337, 1 << 32)   # warm-up, untimed
+                be.attention_backward(dout, qkv, saved, H, cfg.dropout, SEED, OFFSET)   # warm-up, untimed
                 attention.launch = timed_launch
                 _events.clear()
                 for _ in range(reps):
-                    be.attention_backward(dout, qkv, saved, H, cfg.dropout, 1337, 1 << 32)
+                    be.attention_backward(dout, qkv, saved, H, cfg.dropout, SEED, OFFSET)
                 attention.launch = _launch
                 _events[-1][2].synchronize()
                 sums = defaultdict(float)
@@ -79,7 +70,7 @@ def main() -> int:
             table.append(f"{model:12} {f:9} {'(sum)':34} {total:8.1f} us  per step {total * cfg.n_layer / 1000:6.3f} ms")
         be.ctx.ws.clear()
         cp.get_default_memory_pool().free_all_blocks()
-    attention.FOLD_KEY_BLOCKS, attention.USE_DS = 2, True   # gpu/attention.py's own
+    restore()
     print("\n".join(table))
     return 0
 

@@ -26,10 +26,30 @@ from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 FORMS = {"recompute": (0, False), "ds": (0, True), "fold": (2, False)}   # (FOLD_KEY_BLOCKS, USE_DS)
+SEED, OFFSET = 1337, 1 << 32
 
 
 def use(form: str) -> None:
     attention.FOLD_KEY_BLOCKS, attention.USE_DS = FORMS[form]
+
+
+def restore() -> None:
+    """gpu/attention.py's own choice."""
+    attention.FOLD_KEY_BLOCKS, attention.USE_DS = 2, True
+
+
+def inputs(be, model: str):
+    """(cfg, qkv, dout, saved, forms): a model's random half-type q, k, v and dO, the forward's saved values, and the
+    forms that apply (the fold where a head has at most two key blocks)."""
+    cfg = load_model(model)
+    B, T, C = cfg.batch_size, cfg.block_size, cfg.n_embd
+    rs = np.random.default_rng(0)
+    qkv = to_half(cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32)), be.ctx.kind)
+    dout = to_half(cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32)), be.ctx.kind)
+    use("recompute")
+    _, saved = be.attention_forward(qkv, cfg.n_head, cfg.dropout, SEED, OFFSET)
+    forms = [f for f in FORMS if f != "fold" or -(-T // attention.block_rows(be.ctx)) <= 2]
+    return cfg, qkv, dout, saved, forms
 
 
 def main() -> int:
@@ -39,15 +59,9 @@ def main() -> int:
     be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
     table = []
     for model in MODELS:
-        cfg = load_model(model)
+        cfg, qkv, dout, saved, names = inputs(be, model)
         B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
-        rs = np.random.default_rng(0)
-        qkv = to_half(cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32)), be.ctx.kind)
-        dout = to_half(cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32)), be.ctx.kind)
-        seed, offset = 1337, 1 << 32
-        use("recompute")
-        _, saved = be.attention_forward(qkv, H, cfg.dropout, seed, offset)
-        names = [f for f in FORMS if f != "fold" or -(-T // attention.block_rows(be.ctx)) <= 2]
+        seed, offset = SEED, OFFSET
         outs = {}
         for f in names:
             use(f)
@@ -76,7 +90,7 @@ def main() -> int:
                          f"rounds {' '.join(f'{t:.4f}' for t in times[f])}")
         be.ctx.ws.clear()
         cp.get_default_memory_pool().free_all_blocks()
-    attention.FOLD_KEY_BLOCKS, attention.USE_DS = 2, True   # gpu/attention.py's own
+    restore()
     print("\n".join(table))
     return 0
 

@@ -24,6 +24,15 @@ machine_record() {
 cupy.__version__, 'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; } >"$1" 2>&1
 }
 
+# use_carried_caches: the carried cubins (.cache/kernels.tar.xz, unpacked once into .cache/kernels) and products
+# record (.cache/products) as the kernel and products caches of everything run after it.
+use_carried_caches() {
+  if [ -f .cache/kernels.tar.xz ] && [ ! -d .cache/kernels ]; then
+    mkdir -p .cache/kernels && tar xJf .cache/kernels.tar.xz -C .cache/kernels
+  fi
+  export TR2_KERNEL_CACHE="$PWD/.cache/kernels" TR2_PRODUCTS_DIR="$PWD/.cache/products"
+}
+
 if [ ! -d ../shared/nanoGPT ] && [ -d .cache/nanoGPT ]; then
   mkdir -p ../shared && cp -r .cache/nanoGPT ../shared/nanoGPT || echo "no ../shared/nanoGPT: tests and the nanogpt side will stop"
 fi

@@ -17,9 +17,8 @@ STAGES=",${DS_STAGES:-tests,variants,bench},"
 W=$(mktemp -d)
 S=$(date +%s)
 mkdir -p "$OUT"
-if [ -f .cache/kernels.tar.xz ] && [ ! -d .cache/kernels ]; then mkdir -p .cache/kernels && tar xJf .cache/kernels.tar.xz -C .cache/kernels; fi
 source scripts/device_env.sh || exit 1
-export TR2_KERNEL_CACHE="$PWD/.cache/kernels" TR2_PRODUCTS_DIR="$PWD/.cache/products"
+use_carried_caches
 machine_record "$OUT/machine.txt"
 left() { echo $(( ${DS_CALL_S:-560} - ($(date +%s) - S) )); }
 if [[ $STAGES == *,tests,* ]]; then

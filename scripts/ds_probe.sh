@@ -7,9 +7,8 @@ set -u -o pipefail
 OUT=${1:-$PWD/ds-probe-out}
 W=$(mktemp -d)
 mkdir -p "$OUT" "$W/x"
-if [ -f .cache/kernels.tar.xz ] && [ ! -d .cache/kernels ]; then mkdir -p .cache/kernels && tar xJf .cache/kernels.tar.xz -C .cache/kernels; fi
 source scripts/device_env.sh || exit 1
-export TR2_KERNEL_CACHE="$PWD/.cache/kernels" TR2_PRODUCTS_DIR="$PWD/.cache/products"
+use_carried_caches
 machine_record "$OUT/machine.txt"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "ds_stored" >"$W/x/pytest.log" 2>&1
 echo "== tests"; tail -2 "$W/x/pytest.log"

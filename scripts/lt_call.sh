@@ -13,9 +13,8 @@ OUT=${1:-${OUT:-$PWD/lt-call-out}}
 W=$(mktemp -d)
 S=$(date +%s)
 mkdir -p "$OUT"
-if [ -f .cache/kernels.tar.xz ] && [ ! -d .cache/kernels ]; then mkdir -p .cache/kernels && tar xJf .cache/kernels.tar.xz -C .cache/kernels; fi
 source scripts/device_env.sh || exit 1
-export TR2_KERNEL_CACHE="$PWD/.cache/kernels" TR2_PRODUCTS_DIR="$PWD/.cache/products"
+use_carried_caches
 machine_record "$OUT/machine.txt"
 left() { echo $(( ${LT_CALL_S:-560} - ($(date +%s) - S) )); }
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_products_gpu.py tests/test_kernels_gpu.py \

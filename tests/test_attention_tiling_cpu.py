@@ -165,7 +165,8 @@ def backward_dq(q, k, v, do, lse, D, scale, mt, bc):
     return dq
 
 
-def backward_dkdv(q, k, v, do, lse, D, scale, mt, bc):
+def backward_dkdv(q, k, v, do, lse, D, scale, mt, bc, ds_t=None):
+    """ds_t [T, ldq] given: each warp's dS^T rows of the tiles it computes are written there too (DS)."""
     T, hs = q.shape
     rw, br = 16 * mt, NWARPS * 16 * mt
     nkb, nqt, c = -(-T // br), -(-T // bc), scale * np.log2(np.e)
@@ -184,7 +185,10 @@ def backward_dkdv(q, k, v, do, lse, D, scale, mt, bc):
                 if qt * bc < k0 + rw - 1 or qt * bc + bc > T:
                     p[~((keys[:, None] <= qs[None, :]) & (qs[None, :] < T) & (keys[:, None] < T))] = 0.0
                 av += p @ dO[qs]
-                ak += (p * (V[keys] @ dO[qs].T - Dp[qs][None, :])) @ Q[qs]
+                ds = p * (V[keys] @ dO[qs].T - Dp[qs][None, :])
+                ak += ds @ Q[qs]
+                if ds_t is not None:
+                    ds_t[keys[keys < T], qt * bc:qt * bc + bc] = ds[keys < T]
             keep = keys < T
             dk[keys[keep]], dv[keys[keep]] = ak[keep] * scale, av[keep]
     return dk, dv
@@ -229,30 +233,15 @@ def backward_fused(q, k, v, do, lse, D, scale, mt, bc):
 
 
 def backward_ds(q, k, v, do, lse, D, scale, mt, bc, bk):
-    """The half builds' unfolded backward with dS stored: backward_dkdv's loop also writing each warp's dS^T rows
-    of the tiles it computes into ds_t [T, ldq] (NaN where never written, as uninitialized memory may hold), then
+    """The half builds' backward with dS stored: backward_dkdv's loop also writing each warp's dS^T rows of the
+    tiles it computes into ds_t [T, ldq] (NaN where never written, as uninitialized memory may hold), then
     attention_backward_dq_ds's loop: bk keys of ds_t (zeros past T and ldq) and k at a time, a warp's k16 slices
     only where they start at or before its last query. A NaN read anywhere reaches dq."""
     T, hs = q.shape
     rw, br = 16 * mt, NWARPS * 16 * mt
-    nkb, nqt, c = -(-T // br), -(-T // bc), scale * np.log2(np.e)
-    ldq = nqt * bc
-    K, V, Q, dO = padded(k, nkb * br), padded(v, nkb * br), padded(q, nqt * bc), padded(do, nqt * bc)
-    Lc, Dp = np.append(lse * np.log2(np.e), np.zeros(nqt * bc - T)), np.append(D, np.zeros(nqt * bc - T))
+    ldq = -(-T // bc) * bc
     ds_t = np.full((T, ldq), np.nan)
-    for kb in range(nkb):
-        for w in range(NWARPS):
-            k0 = kb * br + w * rw
-            keys = np.arange(k0, k0 + rw)
-            for qt in range((kb * br) // bc, nqt):
-                if qt * bc + bc - 1 < k0:
-                    continue
-                qs = np.arange(qt * bc, qt * bc + bc)
-                p = np.exp2(K[keys] @ Q[qs].T * c - Lc[qs][None, :])
-                if qt * bc < k0 + rw - 1 or qt * bc + bc > T:
-                    p[~((keys[:, None] <= qs[None, :]) & (qs[None, :] < T) & (keys[:, None] < T))] = 0.0
-                live = keys < T
-                ds_t[keys[live], qt * bc:qt * bc + bc] = (p * (V[keys] @ dO[qs].T - Dp[qs][None, :]))[live]
+    backward_dkdv(q, k, v, do, lse, D, scale, mt, bc, ds_t)
     nqb = -(-T // br)
     dq = np.full((T, hs), np.nan)
     for qb in range(nqb):

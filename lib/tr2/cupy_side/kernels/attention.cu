@@ -975,6 +975,21 @@ __device__ __forceinline__ void store_rows(void* dst, i64 at, const float acc[HS
     for (int n = 0; n < HS / 8; ++n) store_pair(dst, at + n * 8, acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul, out_kind);
 }
 
+// dQ of a warp's 16 MT query rows from r0 (C registers, before the scale) into dqkv's q columns of head h.
+template <int HS, int MT>
+__device__ __forceinline__ void store_dq(void* dqkv, const float dq[MT][HS / 8][4], int r0, int b, int h, int T,
+                                         int C, int out_kind, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = r0 + 16 * mt + g + 8 * r;
+            if (i < T) store_rows<HS>(dqkv, ((i64)b * T + i) * 3 * C + h * HS + 2 * t, dq[mt], r, Scale<HS>::value,
+                                      out_kind);
+        }
+}
+
 // ---- dQ folded into the dK/dV kernel (the half builds): fixed-order sums of the key blocks' parts ----
 // A key block's part of a query tile's dQ is dS k over the block's keys. The parts of one tile are added in
 // key-block order, 0 first, through a float32 buffer dq_acc [BH, T, HS]: block 0 writes its part, block kb
@@ -1339,13 +1354,7 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
         }
         kv.release();
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int i = r0 + 16 * mt + g + 8 * r;
-            if (i < T) store_rows<HS>(dqkv, ((i64)b * T + i) * 3 * C + h * HS + 2 * t, dq[mt], r, scale, out_kind);
-        }
+    store_dq<HS, MT>(dqkv, dq, r0, b, h, T, C, out_kind, lane);
 }
 
 // ---- dQ from the stored dS^T (the half builds under half roundings, where the backward is not folded) ----
@@ -1363,7 +1372,6 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 template <int K, int HS>
 __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __restrict__ qkv,
                                          const u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind) {
-    constexpr float scale = Scale<HS>::value;
     constexpr int MT = Geometry<K>::MT, RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
     constexpr int BK = DSQ_KEYS, LDS = BR + 8, PIECES = BR / 8;
     static_assert(K != KIND_F32 && RW == Geometry<K>::DKDV && BK % 16 == 0, "half builds; warp rows = dK/dV's tiles");
@@ -1372,7 +1380,7 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = qb * BR + warp * RW;   // the warp's first query
     const int last = min(qb * BR + BR - 1, T - 1) / BK;
     const u16* kbase = qkv + (i64)b * T * 3 * C + C + h * HS;
@@ -1418,13 +1426,7 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
         }
         st.release();
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int i = r0 + 16 * mt + g + 8 * r;
-            if (i < T) store_rows<HS>(dqkv, ((i64)b * T + i) * 3 * C + h * HS + 2 * t, dq[mt], r, scale, out_kind);
-        }
+    store_dq<HS, MT>(dqkv, dq, r0, b, h, T, C, out_kind, lane);
 }
 
 // ---- the instantiations ----
