@@ -161,8 +161,8 @@ def folds(ctx, T: int) -> bool:
 # kernel that recomputes S and dPd (three products) or the fold's ordered adds. The buffer is T x T halves a head
 # (gpt2-small bf16: 192 MB; nanogpt 50 MB), taken from the pool for the call and given back: the MLP's activations
 # of the same block, dead by then, leave room for it. USE_DS = False: the fold or the recomputing kernel, for
-# comparisons. Measured per layer alone (call 3 of results/h200-perf-20261201f, stores then direct from registers):
-# nanogpt 170 us recomputing, 145 folded, 135 with dS stored; gpt2-small 232 recomputing, 227 with dS stored.
+# comparisons. Measured per layer alone (call 4 of results/h200-perf-20261201f): nanogpt 171 us recomputing, 146
+# folded, 141 with dS stored; gpt2-small 232 recomputing, 212 with dS stored; the step, three models, in perf.md.
 USE_DS = True
 DSQ_KEYS = attention_dsq_keys()   # the keys of ds_t and k a block of attn_backward_dq_ds_ stages at a time
 

@@ -14,14 +14,15 @@
 //     (bh*T + i)*T + j of the site, as ops/attention.py indexes it; a tile's keep bits before its products,
 //     one draw for two elements: Draw, below); O += Pd v by mma with O in registers;
 //     at the end out = O / l and lse = scale m + log(l).
-//   backward, half builds: a small kernel first, the row dot products D_i = sum_d dO_id O_id (dO as the
-//     products read it); then one block per (4 * 16 * MT keys, bh), looping over the query tiles (BC queries)
-//     from the last down to the diagonal: S^T = k q^T, P^T = exp(S^T * scale - lse) (recomputed, never
-//     stored), dPd^T = v dO^T, dS^T = P^T (dPd^T * keep / (1 - p) - D), dV += Pd^T dO, dK += dS^T q, and
-//     the block's part of the tile's dQ, dS k over its keys, added to the other key blocks' parts in a fixed
-//     order (the folded dQ, below); dK *= scale, dQ *= scale. (Until 2026-12-01 dQ had a kernel of its own
-//     that recomputed S and dPd, seven products where five do; 1.27 ms of gpt2-small bf16's 3.58 ms of attention
-//     a step, results/h200-perf-20261201b/call1-7751049.)
+//   backward, exact half builds (under half roundings dS is stored instead, below): a small kernel first, the
+//     row dot products D_i = sum_d dO_id O_id (dO as the products read it); then one block per
+//     (4 * 16 * MT keys, bh), looping over the query tiles (BC queries) from the last down to the diagonal:
+//     S^T = k q^T, P^T = exp(S^T * scale - lse) (recomputed, never stored), dPd^T = v dO^T,
+//     dS^T = P^T (dPd^T * keep / (1 - p) - D), dV += Pd^T dO, dK += dS^T q, and the block's part of the
+//     tile's dQ, dS k over its keys, added to the other key blocks' parts in a fixed order (the folded dQ,
+//     below); dK *= scale, dQ *= scale. (Until 2026-12-01 dQ had a kernel of its own that recomputed S and
+//     dPd, seven products where five do; 1.27 ms of gpt2-small bf16's 3.58 ms of attention a step,
+//     results/h200-perf-20261201b/call1-7751049.)
 //     Folded only where a head has at most two key blocks (T <= 256): each query tile's parts then pass
 //     through dq_acc once. On the GPT-2 shapes (eight key blocks) the seven read-add-writes of a tile, each
 //     waiting on its load, made the folded kernel slower than the two it replaces: 311 against 216 us a
@@ -1028,7 +1029,7 @@ __device__ __forceinline__ void stmatrix_x4(u16* p, const u32 r[4]) {
 // layout is stmatrix's: one instruction stores an m16 tile's half of four n8 tiles) and read back 16 bytes a lane,
 // so each global store writes eight rows of 16 bytes a lane, whole 32-byte sectors. Stored directly from the
 // registers (4 bytes a lane and instruction, half sectors, rows 2 KB apart) they made the dK/dV kernel 37 us
-// slower a layer of gpt2-small (123 -> 160 us, call 3 of results/h200-perf-20261201f).
+// slower a layer of gpt2-small (123 -> 160 us, call 3 of results/h200-perf-20261201f); this way 23 (146, call 4).
 template <int K, int MT, int NT, int LDS>
 __device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int rows_left, u16* sw,
                                            const float ds[MT][NT][4], int lane) {
@@ -1357,7 +1358,7 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
     store_dq<HS, MT>(dqkv, dq, r0, b, h, T, C, out_kind, lane);
 }
 
-// ---- dQ from the stored dS^T (the half builds under half roundings, where the backward is not folded) ----
+// ---- dQ from the stored dS^T (the half builds under half roundings) ----
 // dQ = scale dS k with dS read back from ds_t [BH, T, ldq] (row j = key, column i = query; ldq = the dK/dV
 // kernel's query tiles times their width), which the dK/dV kernel wrote with DS: for every pair of a warp's
 // RW-key chunk and a BC-query tile (RW = BC) whose chunk starts at or before the tile's last query, i.e. where
