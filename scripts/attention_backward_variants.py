@@ -2,7 +2,8 @@
 roundings, dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV),
 `ds` (the row dots, dK/dV writing dS^T, dQ one product over it) and, where a head has at most two key blocks
 (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel). First the forms' outputs
-against `recompute` (dk and dv must be its bits under `ds`; dq within the rounding of its half output); then
+against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half outputs: the row dots
+are summed in another order); then
 rounds in rotating order, each figure the mean of `reps` back-to-back backward calls (whatever launches the form
 makes); the table gives each form's median over the rounds and its ratio to `recompute`.
 
