@@ -403,11 +403,11 @@ def test_attention(build, B, T, H, hs, p):
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_backward_with_ds_stored(build, B, T, H, hs, p, monkeypatch):
-    """The unfolded backward with dS stored (the dK/dV kernel writes dS^T, dQ is one product over it) at every
-    shape, also those the model folds: dq and dk against the NumPy form; dv the recomputing form's bits (the same
-    kernel computes it, with stores added; dk not: its D comes from the row-dots kernel, summed in another order
-    than the recomputing dQ kernel sums it, and moved a few roundings in call 2 of results/h200-perf-20261201f);
-    three runs the same bits."""
+    """The backward with dS stored (the dK/dV kernel writes dS^T, dQ is one product over it) at every shape: dq
+    and dk against the NumPy form; dv the bits of the recomputing form (dS not stored, not folded: the same kernel
+    computes dv, with stores added; dk not: its D comes from the row-dots kernel, summed in another order than the
+    recomputing dQ kernel sums it, and moved a few roundings in call 2 of results/h200-perf-20261201f); three runs
+    the same bits."""
     from tr2.cupy_side.gpu import attention
     monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
     dtype, tf32, hr = build
