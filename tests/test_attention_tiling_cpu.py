@@ -269,7 +269,7 @@ def test_dq_from_the_stored_ds_reads_only_what_dkdv_wrote(T):
     rng = np.random.default_rng(T + 2)
     q, k, v, do = (rng.standard_normal((T, 16)) for _ in range(4))
     o, lse, D, dq, dk, dv = dense(q, k, v, do, 0.25)
-    dq2 = backward_ds(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"], gpu.attention_dsq_keys())
+    dq2 = backward_ds(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"], gpu.kernel_define("attention.cu", "DSQ_KEYS"))
     np.testing.assert_allclose(dq2, dq, rtol=1e-10, atol=1e-12, err_msg=f"dq T={T}")
 
 

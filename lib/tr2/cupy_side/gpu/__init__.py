@@ -156,14 +156,6 @@ def attention_geometry() -> dict:
     return found
 
 
-def attention_dsq_keys() -> int:
-    """attention.cu's DSQ_KEYS (read from the source): the keys attn_backward_dq_ds_ stages at a time."""
-    found = re.search(r"^#define DSQ_KEYS (\d+)$", (KERNELS_DIR / "attention.cu").read_text(), re.M)
-    if not found:
-        raise RuntimeError("attention.cu: no #define DSQ_KEYS")
-    return int(found.group(1))
-
-
 def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
     """Path of NVIDIA's shared library lib<stem>.so (cublas, nvrtc), or None: $env when set and not empty,
     else the one this process already mapped (CuPy's or torch's: then ours is the same library), else

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import attention_dsq_keys, attention_geometry, dropout as _dropout
+from . import attention_geometry, dropout as _dropout, kernel_define
 from .cast import to_half
 from . import runtime
 from .runtime import NULL, f32, i32, launch, u32, u64
@@ -164,7 +164,7 @@ def folds(ctx, T: int) -> bool:
 # comparisons. Measured per layer alone (call 4 of results/h200-perf-20261201f): nanogpt 171 us recomputing, 146
 # folded, 141 with dS stored; gpt2-small 232 recomputing, 212 with dS stored; the step, three models, in perf.md.
 USE_DS = True
-DSQ_KEYS = attention_dsq_keys()   # the keys of ds_t and k a block of attn_backward_dq_ds_ stages at a time
+DSQ_KEYS = kernel_define(FILE, "DSQ_KEYS")   # the keys of ds_t and k a block of attn_backward_dq_ds_ stages at a time
 
 
 def stores_ds(ctx, T: int) -> bool:
