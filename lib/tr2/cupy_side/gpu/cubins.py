@@ -80,22 +80,24 @@ class Nvrtc:
         self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
         return f"{major.value}.{minor.value}"
 
-    def compile(self, source: str, name: str, arch: str) -> bytes:
-        """source -> cubin bytes for arch (e.g. 'sm_90'); raises with NVRTC's log on an error."""
+    def compile(self, source: str, name: str, arch: str, extra: tuple = ()) -> bytes:
+        """source -> cubin bytes for arch (e.g. 'sm_90'); raises with NVRTC's log on an error. extra: options added
+        after the build's own (e.g. -Xptxas -v); the log of the compile is left in self.last_log."""
         lib = self.lib
         prog = ctypes.c_void_p()
         rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None)
         if rc:
             raise RuntimeError(f"nvrtcCreateProgram({name}) failed: {rc}")
         try:
-            opts = [o.encode() for o in NVRTC_OPTIONS + (f"--gpu-architecture={arch}",)]
+            opts = [o.encode() for o in NVRTC_OPTIONS + (f"--gpu-architecture={arch}",) + tuple(extra)]
             rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+            n = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+            log = ctypes.create_string_buffer(n.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            self.last_log = log.value.decode(errors="replace")
             if rc:
-                n = ctypes.c_size_t()
-                lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
-                log = ctypes.create_string_buffer(n.value)
-                lib.nvrtcGetProgramLog(prog, log)
-                raise RuntimeError(f"NVRTC could not compile {name} for {arch}:\n{log.value.decode(errors='replace')}")
+                raise RuntimeError(f"NVRTC could not compile {name} for {arch}:\n{self.last_log}")
             n = ctypes.c_size_t()
             lib.nvrtcGetCUBINSize(prog, ctypes.byref(n))
             buf = ctypes.create_string_buffer(n.value)

@@ -1,0 +1,56 @@
+"""ptxas's resource lines (registers, stack, spills) of one kernel file's functions, compiled here by NVRTC with the
+options cubins.py uses, for the architecture given; optionally with the source's text replaced first (a launch
+bound, a flag), to record what a variant would cost without building it.
+
+    TR2_NVRTC=.../libnvrtc.so.12 PYTHONPATH=lib python3 scripts/ptxas_usage.py attention.cu sm_90a \
+        [--only REGEX] [--keep REGEX] [--kernels DIR] [--replace OLD NEW ...]
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from tr2.cupy_side import gpu
+from tr2.cupy_side.gpu import cubins, load_source
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("file")
+    ap.add_argument("arch")
+    ap.add_argument("--only", default=".", help="print the functions whose names match this regex")
+    ap.add_argument("--replace", nargs=2, action="append", default=[], metavar=("OLD", "NEW"))
+    ap.add_argument("--kernels", default=None, help="read the kernel sources from this folder (another commit's "
+                    "lib/tr2/cupy_side/kernels) instead of this lib's")
+    ap.add_argument("--keep", default=None, help="drop the instantiation lines (an upper-case macro called at the "
+                    "start of a line) that do not match this regex: a quicker compile of the kernels asked for")
+    a = ap.parse_args(argv)
+    if a.kernels:
+        gpu.KERNELS_DIR = Path(a.kernels)
+    src = load_source(a.file)
+    for old, new in a.replace:
+        if old not in src:
+            print(f"--replace: {old!r} not in {a.file}", file=sys.stderr)
+            return 2
+        src = src.replace(old, new)
+    if a.keep:
+        src = "\n".join(line for line in src.splitlines()
+                        if not re.match(r"^[A-Z][A-Z0-9_]*\(.*\)\s*$", line) or re.search(a.keep, line))
+    nvrtc = cubins.Nvrtc()
+    nvrtc.compile(src, a.file, a.arch, ("-Xptxas", "-v"))
+    log = nvrtc.last_log
+    fn = None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            fn = m.group(1)
+        elif fn and re.search(a.only, fn) and ("Used" in line or "spill" in line):
+            what = re.sub(r"ptxas\s+info\s+:\s*", "", line).strip()
+            print(f"{fn:40} {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
