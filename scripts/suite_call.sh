@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for a session's start: the whole GPU test suite on this tree, the products record extended, and the
 # step's timeline. Stages by SUITE_STAGES (default suite,products,timeline), each skipped when the call's time is short.
-#   suite     every gpu-marked test (tests/ -m gpu): kernels against NumPy, graph = eager loop, the sides agree
+#   suite     every gpu-marked test (the four files that hold them; the others need the notebook wheels): kernels against NumPy, graph = eager loop, the sides agree
 #   products  python -m tr2.cupy_side.products for SUITE_PRODUCT_MODELS / SUITE_PRODUCT_BUILDS (the record in
 #             .cache/products grows; it comes back as OUT/record.tgz)
 #   timeline  scripts/timeline_call.sh's traces for SUITE_TIMELINE_MODELS (cupy graph only unless TIMELINE_TORCH=1)
@@ -18,7 +18,7 @@ use_carried_caches
 machine_record "$OUT/machine.txt"
 left() { echo $(( ${SUITE_CALL_S:-560} - ($(date +%s) - S) )); }
 if [[ $STAGES == *,suite,* ]]; then
-  timeout "${SUITE_TEST_S:-300}" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/ >"$W/pytest.log" 2>&1
+  timeout "${SUITE_TEST_S:-300}" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_kernels_gpu.py tests/test_graph_gpu.py tests/test_products_gpu.py tests/test_sides_agree.py >"$W/pytest.log" 2>&1
   echo "== suite (exit $?, $(( $(date +%s) - S )) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20; tail -2 "$W/pytest.log"
 fi
 if [[ $STAGES == *,products,* ]] && [ "$(left)" -gt 150 ]; then
