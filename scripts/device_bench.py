@@ -44,6 +44,19 @@ CUPY_VARIANTS = [v for v in os.environ.get("TR2_BENCH_CUPY", "eager").split(",")
 # inside the same rotating rounds as PyTorch.
 CUPY_LIBS = dict(x.split("=", 1) for x in os.environ.get("TR2_BENCH_CUPY_LIBS", "").split(",") if x)
 TORCH_MODES = [m for m in os.environ.get("TR2_BENCH_TORCH_MODES", "eager").split(",") if m]
+# TR2_BENCH_CUPY_ENV=KEY=VALUE;...: the environment of this tree's own cupy runs (not of the LIB variants, below)
+BENCH_ENV = dict(x.split("=", 1) for x in os.environ.get("TR2_BENCH_CUPY_ENV", "").split(";") if x)
+
+
+def lib_env(lib: Path) -> dict:
+    """A LIB variant's own settings, beside its lib/: a products/ folder there is its products record
+    (TR2_PRODUCTS_DIR), and a file bench.env there holds KEY=VALUE lines for its environment (TR2_SIDE_STREAM=0)."""
+    env = {}
+    if (lib.parent / "products").is_dir():
+        env["TR2_PRODUCTS_DIR"] = str((lib.parent / "products").resolve())
+    if (lib.parent / "bench.env").is_file():
+        env.update(dict(line.split("=", 1) for line in (lib.parent / "bench.env").read_text().split() if "=" in line))
+    return env
 
 
 def train_cmd(side, model, dtype, steps, mode=None, hr=False, extra=()):
@@ -163,7 +176,10 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
             # each configuration its own compile caches (tr2.configs.compile_caches says why)
             env = {**os.environ, **compile_caches(f"{model}_{dtype}_{side}-{variant}", REPO / ".cache" / "compile")}
             if lib:
+                env.update(lib_env(Path(CUPY_LIBS[lib])))
                 env["PYTHONPATH"] = str(Path(CUPY_LIBS[lib]).resolve()) + os.pathsep + env.get("PYTHONPATH", "")
+            elif side == "cupy" and BENCH_ENV:
+                env.update(BENCH_ENV)
             r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", env=env, timeout_s=left - 5, window=window)
             rec = {"phase": "bench", "round": rnd, "model": model, "dtype": dtype, "side": side,
                    "mode": variant if side == "torch" else None, "cuda_graph": graph, "lib": lib,

@@ -35,11 +35,12 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _cuda_ok(), reason="no CUD
 STEPS = 30
 
 
-def _train(tmp_path: Path, name: str, *argv) -> tuple[dict, str]:
+def _train(tmp_path: Path, name: str, *argv, env: dict | None = None) -> tuple[dict, str]:
     metrics = tmp_path / f"{name}.jsonl"
     p = subprocess.run([sys.executable, "-m", "tr2.train", "--side", "cupy", "--device", "cuda", "--steps", str(STEPS),
                         "--dropout", "0.2", "--metrics", str(metrics), *map(str, argv)],
-                       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return read_metrics(metrics)["loss"], p.stdout
 
@@ -75,3 +76,24 @@ def test_graph_replays_train_as_the_eager_loop(tmp_path, model, dtype):
     assert again == eager, f"the eager loop is not bit-reproducible: {noise}"
     assert graph == eager, f"the graph parts from the eager loop: {replay}"
     assert eager[STEPS] < eager[0] - 0.2  # it trained: both curves fall, not two flat ones that agree
+
+
+# gpu/streams.py: the weight gradients' products on a side stream, beside the chain of input gradients, and the
+# step graph's stream at a higher priority. A product's bits must not depend on what runs beside it: the losses
+# of 30 steps with the side stream (eager and graph) equal those with every product on one stream, to the bit.
+@pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("gpt2-small", "bfloat16"), ("nanogpt", "float32")])
+def test_the_side_stream_changes_no_bit(tmp_path, model, dtype):
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
+    one, _ = _train(tmp_path, "one-stream", *common, "--save-init", tmp_path / "init.npz", env={"TR2_SIDE_STREAM": "0"})
+    common += ["--init", tmp_path / "init.npz"]
+    two, _ = _train(tmp_path, "two-streams", *common, env={"TR2_SIDE_STREAM": "1"})
+    two_graph, out = _train(tmp_path, "two-streams-graph", *common, "--cuda-graph", env={"TR2_SIDE_STREAM": "1"})
+    assert "cuda graph:" in out
+    print(f"{model} {dtype}: two streams vs one max rel {_max_rel(one, two)[0]:.2e}, graph {_max_rel(one, two_graph)[0]:.2e}")
+    assert two == one, f"the side stream changed the losses: {_max_rel(one, two)}"
+    assert two_graph == one, f"the side stream's graph parts from the one-stream loop: {_max_rel(one, two_graph)}"
+    assert one[STEPS] < one[0] - 0.2

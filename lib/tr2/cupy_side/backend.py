@@ -130,6 +130,9 @@ class NumpyBackend:
     def product_weights(self, weights) -> None:
         pass
 
+    def backward_done(self) -> None:
+        """Nothing runs beside the backward here (the CUDA backend's weight gradients on a side stream)."""
+
     # ---- operations ----
     def embedding_forward(self, idx, wte, wpe):
         return embedding.forward(idx, wte, wpe)

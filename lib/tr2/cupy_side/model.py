@@ -237,5 +237,6 @@ class GPT:
             raise RuntimeError("backward() needs a forward(..., training=True) before it")
         self.grads = {}
         self.tape.backward(self._loss, self._dloss)
+        self.backend.backward_done()
         self._loss = None
         return {name: self.grads[name] for name in self.params}

@@ -8,7 +8,9 @@ written by none. Built ahead on the GPU machine (resumable: the record is saved 
 
 One eager training step of each model in each build gathers the keys of its products (gpu/lt.py product_key);
 each key's candidates (cuBLASLt's list, its own first) are timed on scratch operands of the key's shapes, types and
-alignments, cublasGemmEx beside them for the record, and the fastest kept with its time and configuration.
+alignments, cublasGemmEx beside them for the record, and the fastest kept with its time and configuration. They are
+timed as replays of a captured graph by default (how the step runs them: a candidate that needs cuBLAS's memset
+before its kernel pays the graph node's gap there), `--timing eager` as eager calls back to back.
 """
 from __future__ import annotations
 
@@ -146,8 +148,11 @@ def lt_element_bytes(dtype: int) -> int:
     return lt.ELEMENT_BYTES[dtype]
 
 
-def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
-    """Time every cuBLASLt candidate of the product key (and cublasGemmEx) on scratch operands; the choice."""
+def tune(cublas, key, reps: int = 20, rounds: int = 2, in_graph: bool = True) -> dict:
+    """Time every cuBLASLt candidate of the product key (and cublasGemmEx) on scratch operands; the choice.
+
+    in_graph: each candidate's reps calls are captured as one CUDA graph and timed as replays (how the step runs
+    them); False times them as eager calls back to back (the records before 2026-12-01's eighth session)."""
     import cupy as cp
     from .gpu import blas
     from .gpu.lt import Plan
@@ -163,7 +168,8 @@ def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
     found = lt.candidates(key, desc, layouts)
     if not found:
         raise RecordError(f"cuBLASLt lists no algorithm for {key_text(key)}")
-    stream = cp.cuda.get_current_stream()
+    # a stream of its own: a graph cannot be captured on the legacy default stream
+    stream = cp.cuda.Stream(non_blocking=True) if in_graph else cp.cuda.get_current_stream()
     plans = [Plan(desc, layouts, r.algo, int(r.workspace_size), "candidate") for r in found]
 
     def run_lt(plan):
@@ -172,6 +178,7 @@ def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
     def run_gemmex():
         saved, cublas.lt = cublas.lt, None
         try:
+            stream.use()
             cublas.set_math(bool(reduced))
             cublas.gemm_rm(bool(ta), bool(tb), M, N, K, A, a_type, lda, B, b_type, ldb, C, c_type, ldc, compute)
             return 0
@@ -179,19 +186,45 @@ def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
             return 1
         finally:
             cublas.lt = saved
+            prior.use()
 
     def time_one(fn) -> float | None:
         for _ in range(3):
             if fn():
                 return None   # this candidate refuses the operands: not a choice
+        stream.synchronize()
+        if in_graph:
+            # the step replays its products from a CUDA graph, where a candidate's memset before its kernel
+            # costs a node's gap (~4 us on the H200) that back-to-back eager calls hide: time it as the step runs it
+            graph = capture(fn)
+            if graph is None:
+                return None
+            graph.launch(stream)
         start, end = cp.cuda.Event(), cp.cuda.Event()
         start.record(stream)
-        for _ in range(reps):
-            fn()
+        if in_graph:
+            graph.launch(stream)
+        else:
+            for _ in range(reps):
+                fn()
         end.record(stream)
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end) / reps
 
+    def capture(fn):
+        """reps calls of fn recorded as one graph on the tuning stream; None where the candidate cannot be captured."""
+        stream.begin_capture()
+        failed = True
+        try:
+            failed = any(fn() for _ in range(reps))
+        finally:
+            try:
+                graph = stream.end_capture()
+            except Exception:   # the capture was invalidated by the candidate: not a choice
+                graph, failed = None, True
+        return None if failed else graph
+
+    prior = cp.cuda.get_current_stream()
     runs = [run_lt(p) for p in plans] + [run_gemmex]
     best = [math.inf] * len(runs)
     for r in range(rounds):   # rotating order, the least of the rounds
@@ -205,7 +238,8 @@ def tune(cublas, key, reps: int = 20, rounds: int = 2) -> dict:
     del bufs
     return {"algo": [int(x) for x in found[pick].algo.data], "workspace": int(found[pick].workspace_size), "ms": times[pick],
             "heuristic_ms": times[0], "gemmex_ms": times[-1], "rank": pick, "candidates": len(found),
-            "config": lt.config(found[pick].algo), "heuristic_config": lt.config(found[0].algo)}
+            "config": lt.config(found[pick].algo), "heuristic_config": lt.config(found[0].algo),
+            "timed": "graph" if in_graph else "eager"}
 
 
 def gather_keys(model: str, build: str) -> set:
@@ -239,6 +273,9 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="nanogpt,gpt2-small,gpt2-medium")
     p.add_argument("--builds", default="bf16r,f16r,tf32,f32")
     p.add_argument("--retime", action="store_true", help="time keys the record already holds again")
+    p.add_argument("--timing", choices=("graph", "eager"), default="graph",
+                   help="candidates timed as replays of a captured graph (how the step runs them; default) or as "
+                        "eager calls back to back (the records before 2026-12-01's eighth session)")
     args = p.parse_args(argv)
     builds = parse_builds(args.builds)
     from ..models import list_models
@@ -259,7 +296,7 @@ def main(argv=None) -> int:
             todo = [k for k in keys if args.retime or key_text(k) not in products]
             print(f"{model} {build}: {len(keys)} products, {len(todo)} to time", flush=True)
             for k in todo:
-                choice = tune(cublas, k)
+                choice = tune(cublas, k, in_graph=args.timing == "graph")
                 products[key_text(k)] = choice
                 write_record(path, card, lt.version, products)
                 gain = choice["heuristic_ms"] / choice["ms"] if choice["heuristic_ms"] else float("nan")

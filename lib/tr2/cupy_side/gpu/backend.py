@@ -26,6 +26,7 @@ from . import gelu as _gelu
 from . import global_norm as _global_norm
 from . import layernorm as _layernorm
 from . import matmul as _matmul
+from . import streams as _streams
 from . import residual as _residual
 from . import residual_layernorm as _residual_layernorm
 from .cast import from_half
@@ -144,7 +145,13 @@ class CudaBackend:
             self.ctx.keep_half_copy(w)
 
     def synchronize(self) -> None:
+        _streams.join()
         cp.cuda.get_current_stream().synchronize()
+
+    def backward_done(self) -> None:
+        """What follows the backward (the gradient norm, AdamW) runs after every weight gradient's product,
+        the ones on the side stream too (gpu/streams.py)."""
+        _streams.join()
 
     # ---- operations ----
     def embedding_forward(self, idx, wte, wpe):

@@ -86,6 +86,7 @@ class Cublas:
         self._check(lib.cublasSetWorkspace_v2(handle, vp(self.workspace.data.ptr), WORKSPACE_BYTES),
                     "cublasSetWorkspace")
         self._stream = None
+        self._stream_workspaces: dict = {}   # stream -> its own workspace (add_stream_workspace); others: workspace
         self._math = None
         self.lt = None   # gpu/lt.py's CublasLt, on this handle's workspace (attach_lt)
         ver = ci()
@@ -122,9 +123,19 @@ class Cublas:
             self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(ptr)), "cublasSetStream")
             # cublasSetStream puts the handle back on cuBLAS's own workspace pool (cuBLAS documentation):
             # ours again, so that no product allocates, inside a captured graph least of all.
-            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace.data.ptr),
+            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace_for(ptr).data.ptr),
                                                        WORKSPACE_BYTES), "cublasSetWorkspace")
             self._stream = ptr
+
+    def add_stream_workspace(self, stream_ptr: int) -> None:
+        """A workspace of its own for products on this stream (gpu/streams.py's side stream), which may run while
+        another stream's product uses the common one: cuBLAS's results are reproducible only where concurrent
+        products do not share a workspace."""
+        if stream_ptr not in self._stream_workspaces:
+            self._stream_workspaces[stream_ptr] = self._cp.empty(WORKSPACE_BYTES, dtype=self._cp.uint8)
+
+    def workspace_for(self, stream_ptr: int):
+        return self._stream_workspaces.get(stream_ptr, self.workspace)
 
     def _scalars(self, compute: int, alpha: float, beta: float):
         if compute == COMPUTE_64F:

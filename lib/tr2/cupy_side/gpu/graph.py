@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import cupy as cp
 
+from . import streams
+
 
 class StepGraph:
     def __init__(self, body, allocator_for=None):
         """allocator_for(pool) -> malloc: the allocator that draws on the graph's pool (default: the pool's own;
         the backend's counts its bytes in the peak)."""
         self.body = body
-        self.stream = cp.cuda.Stream(non_blocking=True)
+        # beside the weight gradients' side stream (gpu/streams.py), the chain of the step goes first for an SM
+        self.stream = streams.high_priority_stream() if streams.PRIORITY else cp.cuda.Stream(non_blocking=True)
         self.pool = cp.cuda.MemoryPool()
         self.malloc = allocator_for(self.pool) if allocator_for else self.pool.malloc
         self.graph = None
