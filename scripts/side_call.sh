@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One GPU call for the side stream (gpu/streams.py) and the graph-timed products record (products.py --timing graph).
+#   records  the carried record (eager-timed) moves to the baseline; this tree's record is rebuilt, timed in graphs,
+#            for SIDE_MODELS in bf16r, and copied to the variants .cache/oneside and .cache/noprio
+#   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the product kernels' tests
+#   bench    graph runs, one round each, bf16: this tree (side stream, priority, graph-timed record) against
+#            .cache/baseline (the previous main with its eager-timed record), .cache/oneside (this lib, one stream,
+#            graph-timed record) and .cache/noprio (side stream at default priority): SIDE_SELECT, SIDE_ROUNDS rounds
+# Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
+#   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
+set -u -o pipefail
+OUT=${1:-${OUT:-$PWD/side-call-out}}
+STAGES=",${SIDE_STAGES:-records,tests,bench},"
+W=$(mktemp -d)
+S=$(date +%s)
+mkdir -p "$OUT"
+source scripts/device_env.sh || exit 1
+use_carried_caches
+machine_record "$OUT/machine.txt"
+left() { echo $(( ${SIDE_CALL_S:-540} - ($(date +%s) - S) )); }
+if [[ $STAGES == *,records,* ]]; then
+  mkdir -p .cache/products-eager && mv .cache/products/*.json .cache/products-eager/ 2>/dev/null
+  timeout 150 python3 -m tr2.cupy_side.products --models "${SIDE_MODELS:-nanogpt,gpt2-small,gpt2-medium}" --builds bf16r \
+    --timing graph >"$W/products.log" 2>&1
+  echo "== records (exit $?, $(( $(date +%s) - S )) s)"; grep -c "chosen" "$W/products.log"
+  for v in oneside noprio; do rm -rf .cache/$v/products; cp -r .cache/products .cache/$v/products; done
+  (cd .cache && tar czf "$OUT/records.tgz" products products-eager)
+fi
+if [[ $STAGES == *,tests,* ]]; then
+  timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1
+  echo "== graph tests (exit $?, $(( $(date +%s) - S )) s)"; grep -E "vs|passed|failed" "$W/pytest_graph.log" | tail -12
+  timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
+    -k "matmul or product or capture or peak or step" >"$W/pytest.log" 2>&1
+  echo "== product tests (exit $?)"; tail -2 "$W/pytest.log"
+fi
+L=$(left)
+if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 90 ]; then
+  TR2_BENCH_ROUNDS=${SIDE_ROUNDS:-1} TR2_BENCH_CUPY=graph \
+    TR2_BENCH_CUPY_LIBS=${SIDE_LIBS-main=.cache/baseline/lib,oneside=.cache/oneside/lib,noprio=.cache/noprio/lib} \
+    TR2_BENCH_TORCH_MODES=${SIDE_TORCH-} TR2_BENCH_SELECT=${SIDE_SELECT:-nanogpt/bfloat16,gpt2-small/bfloat16,gpt2-medium/bfloat16} \
+    timeout "$L" python3 scripts/device_bench.py "$W/bench" "bench:$((L - 15))" >"$W/bench.log" 2>&1
+  echo "== bench"; tail -14 "$W/bench.log"
+fi
+(cd "$W" && tar czf "$OUT/logs.tgz" *.log $( [ -d bench ] && echo bench ))
