@@ -2,10 +2,12 @@
 # One GPU call for the side stream (gpu/streams.py) and the graph-timed products record (products.py --timing graph).
 #   records  the carried record (eager-timed) moves to the baseline; this tree's record is rebuilt, timed in graphs,
 #            for SIDE_MODELS in bf16r, and copied to the variants .cache/oneside and .cache/noprio
-#   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the product kernels' tests
+#   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the kernel tests of SIDE_TESTS (a
+#            pytest -k expression; default the products')
 #   bench    graph runs, one round each, bf16: this tree (side stream, priority, graph-timed record) against
 #            .cache/baseline (the previous main with its eager-timed record), .cache/oneside (this lib, one stream,
-#            graph-timed record) and .cache/noprio (side stream at default priority): SIDE_SELECT, SIDE_ROUNDS rounds
+#            graph-timed record) and .cache/noprio (side stream at default priority): SIDE_SELECT, SIDE_ROUNDS rounds;
+#            SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none)
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
 #   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
 set -u -o pipefail
@@ -30,8 +32,8 @@ if [[ $STAGES == *,tests,* ]]; then
   timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1
   echo "== graph tests (exit $?, $(( $(date +%s) - S )) s)"; grep -E "vs|passed|failed" "$W/pytest_graph.log" | tail -12
   timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
-    -k "matmul or product or capture or peak or step" >"$W/pytest.log" 2>&1
-  echo "== product tests (exit $?)"; tail -2 "$W/pytest.log"
+    -k "${SIDE_TESTS:-matmul or product or capture or peak or step}" >"$W/pytest.log" 2>&1
+  echo "== kernel tests (exit $?, $(( $(date +%s) - S )) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head; tail -2 "$W/pytest.log"
 fi
 L=$(left)
 if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 90 ]; then

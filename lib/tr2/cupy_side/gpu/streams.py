@@ -34,25 +34,20 @@ ENABLED = os.environ.get("TR2_SIDE_STREAM", "1") != "0"
 PRIORITY = ENABLED and os.environ.get("TR2_STREAM_PRIORITY", "1") != "0"
 
 
-def _new_stream(priority: int | None = None) -> "cp.cuda.Stream":
-    if priority is None:
-        return cp.cuda.Stream(non_blocking=True)
-    try:
-        return cp.cuda.Stream(non_blocking=True, priority=priority)
-    except TypeError:   # a CuPy without the argument: the default priority
-        return cp.cuda.Stream(non_blocking=True)
-
-
 def high_priority_stream() -> "cp.cuda.Stream":
-    """A stream whose kernels the block scheduler prefers over default-priority streams' (the step graph's own:
-    the chain of input gradients goes first where both streams have blocks waiting for an SM)."""
-    _least, greatest = cp.cuda.runtime.deviceGetStreamPriorityRange()
-    return _new_stream(greatest)
+    """A non-blocking stream whose kernels the block scheduler prefers over default-priority streams' (the step
+    graph's own: the chain of input gradients goes first where both streams have blocks waiting for an SM). CUDA
+    clamps a priority beyond its range to the range's greatest (numerically least)."""
+    ptr = cp.cuda.runtime.streamCreateWithPriority(NON_BLOCKING, GREATEST)
+    return cp.cuda.ExternalStream(ptr)   # lives as long as the process: one a step graph
+
+
+NON_BLOCKING, GREATEST = 1, -1000   # cudaStreamNonBlocking; below every device's range
 
 
 class SideStream:
     def __init__(self):
-        self.stream = _new_stream()
+        self.stream = cp.cuda.Stream(non_blocking=True)
         from .blas import get_cublas
         get_cublas().add_stream_workspace(self.stream.ptr)
         self._done = None    # the event after the side stream's last product, until joined
