@@ -5,7 +5,8 @@
 #             (graph = eager loop to the bit, gpt2-small bf16 among the models: its backward stores dS)
 #   variants  scripts/attention_backward_variants.py: recompute / ds / fold in one process, outputs then time
 #   kernels   scripts/attention_backward_kernels.py: each backward kernel of each form alone
-#   ncu       Nsight Compute on the GELU kernels (scripts/elementwise_ncu.py), nanogpt and gpt2-small
+#   ncu       Nsight Compute on the GELU kernels (scripts/elementwise_ncu.py), nanogpt and gpt2-small; DS_GELU_FORM
+#             table (default, bf16 by table) or compute (the computing kernels)
 #   bench     this lib against .cache/baseline's beside torch reduce-overhead, bf16, DS_SELECT (default the
 #             three models), DS_ROUNDS rounds (default 2); DS_LIBS= (empty): this lib alone
 # Carry .cache/kernels.tar.xz (or .cache/kernels), .cache/products (the products record), data, .cache/nanoGPT,
@@ -39,9 +40,9 @@ if [[ $STAGES == *,kernels,* ]] && [ "$(left)" -gt 100 ]; then
 fi
 if [[ $STAGES == *,ncu,* ]] && [ "$(left)" -gt 100 ]; then
   for m in nanogpt gpt2-small; do
-    timeout 90 ncu --clock-control none -k regex:gelu_ --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+    timeout 90 ncu --clock-control none -k regex:gelu_ --launch-skip 4 --launch-count 2 --section SpeedOfLight \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
-      --section InstructionStats python3 scripts/elementwise_ncu.py $m >"$W/ncu-gelu-$m.txt" 2>&1
+      --section InstructionStats python3 scripts/elementwise_ncu.py $m ${DS_GELU_FORM:-table} >"$W/ncu-gelu-$m.txt" 2>&1
   done
   (cd "$W" && tar czf "$OUT/ncu.tgz" ncu-gelu-*.txt)
   echo "== ncu gelu"; grep -hE "^  gelu_|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Executed Ipc A" "$W"/ncu-gelu-*.txt

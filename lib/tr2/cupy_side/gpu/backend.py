@@ -85,6 +85,8 @@ class CudaBackend:
         self.ctx = GpuContext(dtype=dtype, tf32=tf32, half_roundings=half_roundings)
         self._peak = PeakTracker.install()
         compile_all()          # every kernel built (or loaded from CuPy's cache) before the first step
+        if dtype == "bfloat16":
+            _gelu.tables()     # GELU's bfloat16 tables filled now, eagerly: never first inside a captured step
         self.ctx.cublas        # the cuBLAS handle and its workspace, before the first step
 
     def __repr__(self):

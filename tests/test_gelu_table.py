@@ -1,0 +1,73 @@
+"""gelu.cu's bfloat16 tables, checked without a GPU: which codes the table kernels look up, that each has a place
+of its own, that gpu/gelu_table.py's NumPy index is the device's expression, and that the tables fit the blocks
+the wrapper launches. (That the looked-up bits are the computing kernels' is tests/test_kernels_gpu.py's, on a GPU.)"""
+import re
+
+import numpy as np
+
+from tr2.cupy_side import gpu
+from tr2.cupy_side.gpu import gelu_table, halfbits
+
+EVERY_CODE = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+
+
+def _source() -> str:
+    return (gpu.KERNELS_DIR / "gelu.cu").read_text()
+
+
+def test_the_tabulated_codes_are_the_finite_magnitudes_from_2_to_the_minus_24_below_16():
+    with np.errstate(invalid="ignore"):   # the NaN codes
+        x = halfbits.bf16_bits_to_f32(EVERY_CODE).astype(np.float64)
+        want = (np.abs(x) >= 2.0 ** -24) & (np.abs(x) < 16.0)
+    assert np.array_equal(gelu_table.tabulated(EVERY_CODE), want)
+    assert int(want.sum()) == gelu_table.SIZE == 7168
+    for special in (0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x337F, 0x4180, 0xC180):   # 0, inf, NaN, tiny, 16
+        assert not gelu_table.tabulated([special])[0], hex(special)
+    for edge in (0x3380, 0xB380, 0x417F, 0xC17F):   # +-2^-24, +-(16 - 2^-4)
+        assert gelu_table.tabulated([edge])[0], hex(edge)
+
+
+def test_each_tabulated_code_has_its_own_place_and_the_places_fill_the_table():
+    index = gelu_table.table_index(EVERY_CODE)
+    places = index[index < gelu_table.SIZE]
+    assert np.array_equal(np.sort(places), np.arange(gelu_table.SIZE))
+
+
+def test_code_to_place_to_code_round_trips():
+    codes = gelu_table.table_codes()
+    assert codes.dtype == np.uint16 and codes.size == gelu_table.SIZE
+    assert np.array_equal(gelu_table.table_index(codes), np.arange(gelu_table.SIZE))
+    tab = EVERY_CODE[gelu_table.tabulated(EVERY_CODE)]
+    assert np.array_equal(codes[gelu_table.table_index(tab)], tab)
+
+
+def test_the_numpy_index_is_the_devices_expression():
+    """gelu_table_index's return expression, read from gelu.cu and evaluated in uint32 over every code (its
+    operators mean the same in Python; only the literals' u suffix goes), equals the transcription."""
+    m = re.search(r"u32 gelu_table_index\(u32 code\) \{\s*return (.*?);\s*\}", _source(), re.S)
+    assert m, "gelu_table_index not found in gelu.cu"
+    expr = re.sub(r"\b(0x[0-9A-Fa-f]+|\d+)u\b", r"\1", m.group(1))
+    names = {"code": EVERY_CODE.astype(np.uint32), "GELU_TABLE_EXP_LOW": np.uint32(gelu_table.EXP_LOW)}
+    with np.errstate(over="ignore"):
+        device = eval(expr, {"__builtins__": {}}, names)   # noqa: S307 - the repository's own source
+    assert np.asarray(device).dtype == np.uint32
+    assert np.array_equal(device, gelu_table.table_index(EVERY_CODE))
+
+
+def test_the_table_constants_agree():
+    assert gelu_table.EXP_LOW == 127 - 24 and gelu_table.EXP_END == 127 + 4   # biased exponents of 2^-24 and 16
+    assert gelu_table.SIZE == (gelu_table.EXP_END - gelu_table.EXP_LOW) << 8
+    assert (gelu_table.SIZE * 2) % 16 == 0   # the blocks copy the tables in 16-byte pieces
+
+
+def test_the_persistent_blocks_fit_an_sm():
+    """GELU_TABLE_BLOCKS_PER_SM blocks of GELU_TABLE_THREADS, each with its float32 table (the larger) and the 1 KB
+    the driver keeps a block, fit an H200 SM (228 KB of shared memory, 2048 threads)."""
+    threads = gpu.kernel_define("gelu.cu", "GELU_TABLE_THREADS")
+    per_sm = gpu.kernel_define("gelu.cu", "GELU_TABLE_BLOCKS_PER_SM")
+    assert per_sm * (gelu_table.SIZE * 4 + 1024) <= 228 * 1024
+    assert per_sm * threads <= 2048 and threads % 32 == 0
+
+
+def test_the_table_kernels_are_registered():
+    assert {"gelu_forward_bf16_table", "gelu_backward_bf16_table"} <= set(gpu.FILE_KERNELS["gelu.cu"])
