@@ -284,6 +284,22 @@ def test_embedding_backward_wte_adds_in_the_modelled_order(N, C, kind):
     exact("embedding backward dwte against the kernel's order in NumPy", dwte, want)
 
 
+@pytest.mark.parametrize("V", [1, 65, 8191, 8192, 8193, 50257, 50304, 100003])
+def test_embedding_sort_scan_is_the_exclusive_prefix_sum(V):
+    """embedding_sort_scan alone: starts[v] = the counts of the tokens before v, starts[V] = their sum, exactly, for
+    vocabularies ending inside one of its rounds (8192 tokens), on a round's last token and one past it (token V
+    alone in a round), with long runs of absent tokens among a few heavy ones (one over 2^16)."""
+    from tr2.cupy_side.gpu import embedding
+    from tr2.cupy_side.gpu.runtime import i32, launch
+    gpu_backend()
+    g = gen(V)
+    total = np.where(g.random(V) < 0.05, g.integers(1, 2000, size=V), 0).astype(np.int32)
+    total[g.integers(0, V)] += 100000
+    starts = cp.empty(V + 1, np.int32)   # poisoned: an element the kernel leaves reads as -1
+    launch(embedding.FILE, "embedding_sort_scan", 1, embedding.SCAN_THREADS, (starts, cp.asarray(total), i32(V)))
+    exact(f"embedding_sort_scan starts V={V}", starts, np.r_[0, np.cumsum(total)].astype(np.int32))
+
+
 # ---------------------------------------------------------------------------------------------- layernorm
 
 @pytest.mark.parametrize("N, C", [(1, 33), (7, 64), (513, 384), (1000, 768), (257, 1000), (4099, 1024), (300, 1600),
