@@ -232,45 +232,84 @@ def backward_fused(q, k, v, do, lse, D, scale, mt, bc):
     return dq, order
 
 
-def backward_ds(q, k, v, do, lse, D, scale, mt, bc, bk):
+def backward_ds(q, k, v, do, lse, D, scale, mt, bc, bk, qb_rows=None, reach=0):
     """The half builds' backward with dS stored: backward_dkdv's loop also writing each warp's dS^T rows of the
     tiles it computes into ds_t [T, ldq] (NaN where never written, as uninitialized memory may hold), then
-    attention_backward_dq_ds's loop: bk keys of ds_t (zeros past T and ldq) and k at a time, a warp's k16 slices
-    only where they start at or before its last query. A NaN read anywhere reaches dq."""
+    attention_backward_dq_ds's loop for blocks of qb_rows queries (default 4 * 16 * mt; half that: two warps a
+    query chunk, each half the columns, and the pieces whose key chunk lies past their query chunk left unstaged,
+    NaN as a stale buffer may hold): bk keys of ds_t (zeros past T and ldq) and k at a time, a warp's k16 slices
+    only where they start at or before its last query (reach: that many slices further, for the test to fail).
+    A NaN read anywhere reaches dq; an element no warp writes stays NaN."""
     T, hs = q.shape
     rw, br = 16 * mt, NWARPS * 16 * mt
+    qbr = qb_rows or br
+    chunks = qbr // rw
+    cols = hs * chunks // NWARPS
     ldq = -(-T // bc) * bc
     ds_t = np.full((T, ldq), np.nan)
     backward_dkdv(q, k, v, do, lse, D, scale, mt, bc, ds_t)
-    nqb = -(-T // br)
+    nqb = -(-T // qbr)
+    nkt = -(-T // bk)
+    held = np.full((nkt * bk, nqb * qbr), np.nan)   # ds_t within the grid's reach (past T or ldq: masked below)
+    held[:T, :ldq] = ds_t
+    K = padded(k, nkt * bk + 16 * reach)
     dq = np.full((T, hs), np.nan)
     for qb in range(nqb):
-        last = min(qb * br + br - 1, T - 1) // bk
+        last = min(qb * qbr + qbr - 1, T - 1) // bk
+        staged = []
+        for kt in range(last + 1):
+            j = kt * bk + np.arange(bk)[:, None]
+            i = qb * qbr + np.arange(qbr)[None, :]
+            inside = (j < T) & (i < ldq)
+            tile = np.where(inside, held[kt * bk:kt * bk + bk, qb * qbr:qb * qbr + qbr], 0.0)
+            if qbr != br:
+                tile[inside & (j // rw > i // rw)] = np.nan
+            staged.append(tile)
         for w in range(NWARPS):
-            r0 = qb * br + w * rw
-            rows, acc = np.arange(r0, r0 + rw), np.zeros((rw, hs))
+            chunk, d0 = w % chunks, w // chunks * cols
+            r0 = qb * qbr + chunk * rw
+            rows, acc = np.arange(r0, r0 + rw), np.zeros((rw, cols))
             for kt in range(last + 1):
                 for ks in range(bk // 16):
                     j0 = kt * bk + ks * 16
-                    if j0 > r0 + rw - 1:
+                    if j0 > r0 + rw - 1 + 16 * reach:
                         continue
-                    tile = np.zeros((16, rw))   # staged: keys past T and queries past ldq are zeros
-                    nj, ni = max(0, min(16, T - j0)), max(0, min(rw, ldq - r0))
-                    tile[:nj, :ni] = ds_t[j0:j0 + nj, r0:r0 + ni]
-                    acc += tile.T @ padded(k[j0:j0 + nj], 16)
+                    tile = staged[kt][ks * 16:ks * 16 + 16, chunk * rw:chunk * rw + rw]
+                    acc += tile.T @ K[j0:j0 + 16, d0:d0 + cols]
             keep = rows < T
-            dq[rows[keep]] = acc[keep] * scale
+            dq[rows[keep], d0:d0 + cols] = acc[keep] * scale
     return dq
 
 
+def dq_ds_blocks():
+    """attention.cu's two dQ-from-dS blocks: 4 * 16 * MT queries (each warp every column) and half that."""
+    br = NWARPS * 16 * gpu.attention_geometry()["half"]["mt"]
+    return [br, br // 2]
+
+
+@pytest.mark.parametrize("queries", dq_ds_blocks())
 @pytest.mark.parametrize("T", [1, 7, 31, 32, 33, 64, 65, 127, 128, 129, 200, 256, 257, 1000, 1024])
-def test_dq_from_the_stored_ds_reads_only_what_dkdv_wrote(T):
+def test_dq_from_the_stored_ds_reads_only_what_dkdv_wrote(T, queries):
     g = gpu.attention_geometry()["half"]
     rng = np.random.default_rng(T + 2)
     q, k, v, do = (rng.standard_normal((T, 16)) for _ in range(4))
     o, lse, D, dq, dk, dv = dense(q, k, v, do, 0.25)
-    dq2 = backward_ds(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"], gpu.kernel_define("attention.cu", "DSQ_KEYS"))
-    np.testing.assert_allclose(dq2, dq, rtol=1e-10, atol=1e-12, err_msg=f"dq T={T}")
+    dq2 = backward_ds(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"],
+                      gpu.kernel_define("attention.cu", "DSQ_KEYS"), queries)
+    np.testing.assert_allclose(dq2, dq, rtol=1e-10, atol=1e-12, err_msg=f"dq T={T} queries={queries}")
+
+
+@pytest.mark.parametrize("queries", dq_ds_blocks())
+def test_dq_from_the_stored_ds_fails_one_slice_further(queries):
+    """The transcription can tell: one k16 slice past a warp's last query reads what dK/dV never wrote (or, at
+    half a block, what was never staged)."""
+    g = gpu.attention_geometry()["half"]
+    rng = np.random.default_rng(202)
+    q, k, v, do = (rng.standard_normal((200, 16)) for _ in range(4))
+    o, lse, D, dq, dk, dv = dense(q, k, v, do, 0.25)
+    dq2 = backward_ds(q, k, v, do, lse, D, 0.25, g["mt"], g["backward_dkdv"],
+                      gpu.kernel_define("attention.cu", "DSQ_KEYS"), queries, reach=1)
+    assert np.isnan(dq2).any()
 
 
 @pytest.mark.parametrize("T", [1, 7, 31, 32, 64, 65, 127, 128, 129, 200, 256, 1000, 1024])

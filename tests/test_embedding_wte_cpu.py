@@ -120,3 +120,41 @@ def test_wte_model_adds_a_runs_partials_in_segment_order(seg):
     dwte = np.full((1, 1), 0.5, np.float32)
     wte_backward(dout, np.zeros(3 * seg, np.int64), dwte, seg, 1)
     assert dwte[0, 0] == 0.5
+
+
+# ---- embedding_sort_scan: rounds of threads x run tokens, each thread's run scanned, then the block's run sums ----
+def sort_scan(total, threads, run):
+    """starts[V + 1] as embedding_sort_scan computes them: a round's tokens first..first + threads run - 1 (zeros
+    past V), thread t's run the tokens first + t run.., the runs' exclusive scan plus the rounds before (carry);
+    rounds up to the one holding token V. Positions no round writes stay -1."""
+    V = len(total)
+    starts = np.full(V + 1, -1, np.int64)
+    carry, first = 0, 0
+    while first <= V:
+        tok = first + np.arange(threads * run)
+        counts = np.where(tok < V, total[np.minimum(tok, V - 1)], 0).reshape(threads, run)
+        within = np.cumsum(counts, axis=1) - counts                       # each run's exclusive scan
+        sums = counts.sum(axis=1)
+        out = (carry + (np.cumsum(sums) - sums))[:, None] + within       # the block's scan of the run sums
+        keep = tok <= V
+        starts[tok[keep]] = out.reshape(-1)[keep]
+        carry += int(sums.sum())
+        first += threads * run
+    return starts
+
+
+SCAN_THREADS = gpu.kernel_define("embedding.cu", "SCAN_THREADS")
+SCAN_RUN = gpu.kernel_define("embedding.cu", "SCAN_RUN")
+
+
+@pytest.mark.parametrize("V", [1, 2, 65, SCAN_THREADS * SCAN_RUN - 1, SCAN_THREADS * SCAN_RUN,
+                               SCAN_THREADS * SCAN_RUN + 1, 50257, 50304])
+@pytest.mark.parametrize("threads, run", [(SCAN_THREADS, SCAN_RUN), (4, 3)])
+def test_the_scans_rounds_give_every_start(V, threads, run):
+    """Every token's start and starts[V] = N, for vocabularies ending inside a round, on its last token and one
+    past it (token V alone in a round of its own), with long runs of absent tokens among a few heavy ones."""
+    g = np.random.default_rng(V + threads)
+    total = np.where(g.random(V) < 0.05, g.integers(1, 2000, size=V), 0)
+    total[g.integers(0, V)] += 100000
+    want = np.r_[0, np.cumsum(total)]
+    np.testing.assert_array_equal(sort_scan(total, threads, run), want)

@@ -284,6 +284,22 @@ def test_embedding_backward_wte_adds_in_the_modelled_order(N, C, kind):
     exact("embedding backward dwte against the kernel's order in NumPy", dwte, want)
 
 
+@pytest.mark.parametrize("V", [1, 65, 8191, 8192, 8193, 50257, 50304, 100003])
+def test_embedding_sort_scan_is_the_exclusive_prefix_sum(V):
+    """embedding_sort_scan alone: starts[v] = the counts of the tokens before v, starts[V] = their sum, exactly, for
+    vocabularies ending inside one of its rounds (8192 tokens), on a round's last token and one past it (token V
+    alone in a round), with long runs of absent tokens among a few heavy ones (one over 2^16)."""
+    from tr2.cupy_side.gpu import embedding
+    from tr2.cupy_side.gpu.runtime import i32, launch
+    gpu_backend()
+    g = gen(V)
+    total = np.where(g.random(V) < 0.05, g.integers(1, 2000, size=V), 0).astype(np.int32)
+    total[g.integers(0, V)] += 100000
+    starts = cp.empty(V + 1, np.int32)   # poisoned: an element the kernel leaves reads as -1
+    launch(embedding.FILE, "embedding_sort_scan", 1, embedding.SCAN_THREADS, (starts, cp.asarray(total), i32(V)))
+    exact(f"embedding_sort_scan starts V={V}", starts, np.r_[0, np.cumsum(total)].astype(np.int32))
+
+
 # ---------------------------------------------------------------------------------------------- layernorm
 
 @pytest.mark.parametrize("N, C", [(1, 33), (7, 64), (513, 384), (1000, 768), (257, 1000), (4099, 1024), (300, 1600),
@@ -437,6 +453,34 @@ def test_attention_backward_with_ds_stored(build, B, T, H, hs, p, monkeypatch):
     exact(f"attention dv against the recomputing form's {tag}", dqkv[..., 2 * C:], recomputed[..., 2 * C:])
     for r in runs[1:]:
         exact(f"attention dqkv run-to-run {tag}", r, dqkv)
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES + [(1, 33, 2, 32), (2, 192, 3, 64), (8, 1024, 12, 64)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dq_from_ds_at_64_queries_a_block_is_128s_bits(build, B, T, H, hs, p, monkeypatch):
+    """dQ from the stored dS at 64 queries a block (attn_backward_dq_ds_q64_) equals the 128-query kernel's bits:
+    every element sums the same k16 slices in the same order; dk and dv are the same kernel's. T = 33 and 192: a
+    head's last 64-query block half empty, and ending on a 128-query block's middle; 8 x 1024 x 12: gpt2-small's
+    layer."""
+    from tr2.cupy_side.gpu import attention
+    monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
+    be = gpu_backend(*build)
+    assert attention.stores_ds(be.ctx, T)
+    g = gen(B * T * H + hs + int(p * 10) + 11)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    got = {}
+    for queries in (128, 64, 64):
+        monkeypatch.setattr(attention, "DQ_DS_QUERIES", queries)
+        got.setdefault(queries, []).append(be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed,
+                                                                            offset)))
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p}]"
+    assert np.isfinite(got[64][0]).all(), f"attention dqkv at 64 queries a block {tag}: an element left unwritten"
+    exact(f"attention dqkv at 64 queries a block against 128 {tag}", got[64][0], got[128][0])
+    exact(f"attention dqkv at 64 queries a block run-to-run {tag}", got[64][1], got[64][0])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

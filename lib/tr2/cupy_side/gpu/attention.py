@@ -165,6 +165,12 @@ def folds(ctx, T: int) -> bool:
 # folded, 141 with dS stored; gpt2-small 232 recomputing, 212 with dS stored; the step, three models, in perf.md.
 USE_DS = True
 DSQ_KEYS = kernel_define(FILE, "DSQ_KEYS")   # the keys of ds_t and k a block of attn_backward_dq_ds_ stages at a time
+# Queries a block of the dQ-from-dS kernel: 128 (attn_backward_dq_ds_) or 64 (attn_backward_dq_ds_q64_: a head's
+# heaviest block half as heavy, twice the blocks, k staged twice as often; attention.cu's comment weighs them).
+# Both give dQ the same bits (each element sums the same slices in the same order). 128 until 64 is measured
+# faster (scripts/attention_backward_variants.py's ds64): the 128-query kernel's L2 was 81% busy (call 3 of
+# results/h200-perf-20261201f), and 64 adds k reads there (gpt2-small: ~47 MB a layer, L2 hits) to fill its tail.
+DQ_DS_QUERIES = 128
 
 
 def stores_ds(ctx, T: int) -> bool:
@@ -177,10 +183,18 @@ def ds_shape(ctx, B: int, H: int, T: int) -> tuple:
     return (B * H, T, -(-T // bc) * bc)
 
 
-def dq_ds_shared_bytes(ctx) -> int:
+def dq_ds_kernel(ctx, hs: int) -> tuple:
+    """(the dQ-from-dS kernel's name, queries a block of it), as DQ_DS_QUERIES picks."""
+    if DQ_DS_QUERIES not in (128, 64):
+        raise ValueError(f"DQ_DS_QUERIES = {DQ_DS_QUERIES}: 128 or 64")
+    form = "q64_" if DQ_DS_QUERIES == 64 else ""
+    return f"attn_backward_dq_ds_{form}{build_name(ctx)}_hs{hs}", DQ_DS_QUERIES
+
+
+def dq_ds_shared_bytes(queries: int) -> int:
     """attn_backward_dq_ds_'s shared memory: two buffers of DSQ_KEYS rows of ds_t (a block's queries + 8 halves)
     and of k (72 halves)."""
-    return 2 * DSQ_KEYS * (block_rows(ctx) + 8 + 72) * 2
+    return 2 * DSQ_KEYS * (queries + 8 + 72) * 2
 
 
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
@@ -201,9 +215,10 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         launch(FILE, f"attn_backward_dkdv_ds_{name}_hs{hs}", (BH, nblocks), THREADS,
                (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail,
                shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
-        launch(FILE, f"attn_backward_dq_ds_{name}_hs{hs}", (BH, nblocks), THREADS,
+        dq_name, queries = dq_ds_kernel(ctx, hs)
+        launch(FILE, dq_name, (BH, -(-T // queries)), THREADS,
                (dqkv, saved.qkv, ds_t, i32(ldq), i32(T), i32(H), i32(ctx.round_kind)),
-               shared_mem=dq_ds_shared_bytes(ctx))
+               shared_mem=dq_ds_shared_bytes(queries))
         return dqkv
     if not folds(ctx, T):
         _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H))

@@ -21,7 +21,7 @@ def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray") -> "cp.ndar
 
 
 CHUNK = kernel_define(FILE, "EMB_CHUNK")   # rows per block of the counting sort
-SCAN_THREADS = 1024  # embedding_sort_scan's block (its shared array)
+SCAN_THREADS = kernel_define(FILE, "SCAN_THREADS")   # embedding_sort_scan's one block
 WTE_SEG = kernel_define(FILE, "WTE_SEG")   # sorted positions a block of embedding_backward_wte sums
 WTE_THREADS = 128   # channels a block; at least WTE_SEG: its first threads read the segment's sorted positions
 

@@ -976,18 +976,19 @@ __device__ __forceinline__ void store_rows(void* dst, i64 at, const float acc[HS
     for (int n = 0; n < HS / 8; ++n) store_pair(dst, at + n * 8, acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul, out_kind);
 }
 
-// dQ of a warp's 16 MT query rows from r0 (C registers, before the scale) into dqkv's q columns of head h.
-template <int HS, int MT>
-__device__ __forceinline__ void store_dq(void* dqkv, const float dq[MT][HS / 8][4], int r0, int b, int h, int T,
-                                         int C, int out_kind, int lane) {
+// dQ of a warp's 16 MT query rows from r0, columns d0.. d0 + COLS - 1 (C registers, before the scale) into dqkv's q
+// columns of head h.
+template <int HS, int MT, int COLS = HS>
+__device__ __forceinline__ void store_dq(void* dqkv, const float dq[MT][COLS / 8][4], int r0, int b, int h, int T,
+                                         int C, int out_kind, int lane, int d0 = 0) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int i = r0 + 16 * mt + g + 8 * r;
-            if (i < T) store_rows<HS>(dqkv, ((i64)b * T + i) * 3 * C + h * HS + 2 * t, dq[mt], r, Scale<HS>::value,
-                                      out_kind);
+            if (i < T) store_rows<COLS>(dqkv, ((i64)b * T + i) * 3 * C + h * HS + d0 + 2 * t, dq[mt], r,
+                                        Scale<HS>::value, out_kind);
         }
 }
 
@@ -1364,26 +1365,38 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 // RW-key chunk and a BC-query tile (RW = BC) whose chunk starts at or before the tile's last query, i.e. where
 // it computed them; the rest of ds_t is never written. Here a warp owns RW queries (one such tile) and takes a
 // k16 slice of keys only if it starts at or before the warp's last query: exactly the chunks written (chunks
-// and tiles both start at multiples of RW). One block per (BR queries, bh), heaviest first; streamed: DSQ_KEYS
-// keys of ds_t (BR + 8 halves a staged row) and of k. Keys run in order and each product sums in the tensor
+// and tiles both start at multiples of RW). One block per (QB queries, bh), heaviest first; streamed: DSQ_KEYS
+// keys of ds_t (QB + 8 halves a staged row) and of k. Keys run in order and each product sums in the tensor
 // cores' float32: the same bits every run. Where dS would be recomputed instead (attention_backward_dq: S and
 // dPd again, three products where this takes one) the step paid 109 us a layer of gpt2-small bf16 (1310 us a
 // step, results/h200-perf-20261201c/call6-c32f18f).
+// QB = BR (128 queries a block): each warp all HS columns of its queries. QB = BR / 2 (64): two warps a query
+// chunk, each HS / 2 columns. The causal rows make a head's last block read T / DSQ_KEYS key tiles and its first
+// one; at 128 queries gpt2-small's 96 heaviest blocks (16 tiles) ran alone at the end of a 1.45-wave grid (Nsight
+// Compute: 86% of the cycles with an SM active, call 3 of results/h200-perf-20261201f); at 64 they are half as
+// heavy, twice as many and fill the tail, while each block stages the same k tiles for half the queries (k's L2
+// reads up from half of dS's bytes to as many) and fewer registers let six blocks share an SM instead of four.
+// Every dQ element sums the same k16 slices in the same order either way, each in one mma chain: the same bits.
+// The 64-query form also leaves unstaged the ds_t pieces whose key chunk lies past their query chunk (never
+// written, never read by a warp): the diagonal tiles' DRAM reads of memory nothing wrote.
 #define DSQ_KEYS 64
-template <int K, int HS>
+template <int K, int HS, int QB>
 __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __restrict__ qkv,
                                          const u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind) {
     constexpr int MT = Geometry<K>::MT, RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
-    constexpr int BK = DSQ_KEYS, LDS = BR + 8, PIECES = BR / 8;
+    constexpr int BK = DSQ_KEYS, LDS = QB + 8, PIECES = QB / 8;
+    constexpr int CHUNKS = QB / RW, COLS = HS * CHUNKS / NWARPS;   // query chunks a block; dQ columns a warp
     static_assert(K != KIND_F32 && RW == Geometry<K>::DKDV && BK % 16 == 0, "half builds; warp rows = dK/dV's tiles");
+    static_assert((QB == BR || QB == BR / 2) && COLS % 16 == 0, "a warp: one query chunk, whole k16 column pairs");
     extern __shared__ __align__(16) unsigned char smem[];
     u16* sbuf = (u16*)smem;   // buffer b: dS^T [BK][LDS], then k [BK][LD]
-    const int nqb = (T + BR - 1) / BR;
+    const int nqb = (T + QB - 1) / QB;
     const int qb = nqb - 1 - (int)blockIdx.y;
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r0 = qb * BR + warp * RW;   // the warp's first query
-    const int last = min(qb * BR + BR - 1, T - 1) / BK;
+    const int chunk = CHUNKS == NWARPS ? warp : warp % CHUNKS, d0 = CHUNKS == NWARPS ? 0 : warp / CHUNKS * COLS;
+    const int r0 = qb * QB + chunk * RW;   // the warp's first query
+    const int last = min(qb * QB + QB - 1, T - 1) / BK;
     const u16* kbase = qkv + (i64)b * T * 3 * C + C + h * HS;
     const u16* dsb = ds_t + (i64)bh * T * ldq;
     auto st = make_stream<K>([&](int kt, int buf) {
@@ -1391,19 +1404,22 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
 #pragma unroll
         for (int e = 0; e < BK * PIECES / NTHREADS; ++e) {   // keys past T and queries past ldq: zeros
             const int idx = threadIdx.x + e * NTHREADS, r = idx / PIECES, c = (idx % PIECES) * 8;
-            const int j = kt * BK + r, i = qb * BR + c;
+            const int j = kt * BK + r, i = qb * QB + c;
             u16* d = s + r * LDS + c;
-            if (j < T && i < ldq) cp_async16(d, dsb + (i64)j * ldq + i);
-            else *(uint4*)d = make_uint4(0u, 0u, 0u, 0u);
+            if (j < T && i < ldq) {
+                if (QB == BR || j / RW <= i / RW) cp_async16(d, dsb + (i64)j * ldq + i);
+            } else {
+                *(uint4*)d = make_uint4(0u, 0u, 0u, 0u);
+            }
         }
         stage<K, false, HS, BK>(s + BK * LDS, kbase, kt * BK, T, 3 * C);
     }, last);
     st.start();
-    float dq[MT][HS / 8][4];
+    float dq[MT][COLS / 8][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int n = 0; n < HS / 8; ++n) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
+        for (int n = 0; n < COLS / 8; ++n) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
     for (int kt = 0; kt <= last; ++kt) {
         const int cur = st.acquire(kt);
         const u16* sD = sbuf + cur * BK * (LDS + LD);
@@ -1413,11 +1429,11 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
             if (kt * BK + ks * 16 <= r0 + RW - 1) {   // else: keys past the warp's queries, never written
                 AFrag<K> fa[MT];
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) load_a_trans<LDS>(fa[mt].hi, sD, warp * RW + 16 * mt, ks, lane);
+                for (int mt = 0; mt < MT; ++mt) load_a_trans<LDS>(fa[mt].hi, sD, chunk * RW + 16 * mt, ks, lane);
 #pragma unroll
-                for (int np = 0; np < HS / 16; ++np) {
+                for (int np = 0; np < COLS / 16; ++np) {
                     BFrag<K> fb[2];
-                    load_b_cols<K, false>(fb, sK, np * 16, ks, lane);   // B[key][d] = k
+                    load_b_cols<K, false>(fb, sK, d0 + np * 16, ks, lane);   // B[key][d] = k
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -1427,7 +1443,7 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
         }
         st.release();
     }
-    store_dq<HS, MT>(dqkv, dq, r0, b, h, T, C, out_kind, lane);
+    store_dq<HS, MT, COLS>(dqkv, dq, r0, b, h, T, C, out_kind, lane, d0);
 }
 
 // ---- the instantiations ----
@@ -1500,8 +1516,9 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
             attention_backward_dkdv<K, SPLIT, HS, true, false>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, d); \
     }
 // The half builds under half roundings, unfolded with dS stored: attn_row_dots_ (D), attn_backward_dkdv_ds_
-// (dK, dV and ds_t), attn_backward_dq_ds_ (dQ from ds_t; four blocks an SM: 128 registers, no spill, where
-// ptxas took 160 unbounded). gpu/attention.py picks it (stores_ds).
+// (dK, dV and ds_t), attn_backward_dq_ds_ (dQ from ds_t, 128 queries a block; four blocks an SM: 128 registers,
+// no spill, where ptxas took 160 unbounded) or attn_backward_dq_ds_q64_ (64 queries a block; six blocks an SM,
+// as many as its 36 KB of shared memory allow: 80 registers, no spill, 92 unbounded). gpu/attention.py picks them (stores_ds, DQ_DS_QUERIES).
 #define ATTN_DS(BUILD, K, HS)                                                                                   \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_ds_##BUILD##_hs##HS(              \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
@@ -1517,7 +1534,11 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 4) attn_backward_dq_ds_##BUILD##_hs##HS(             \
         void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
-        attention_backward_dq_ds<K, HS>(dqkv, qkv, ds_t, ldq, T, H, out_kind);                                 \
+        attention_backward_dq_ds<K, HS, NWARPS * 16 * Geometry<K>::MT>(dqkv, qkv, ds_t, ldq, T, H, out_kind);  \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 6) attn_backward_dq_ds_q64_##BUILD##_hs##HS(         \
+        void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
+        attention_backward_dq_ds<K, HS, NWARPS * 8 * Geometry<K>::MT>(dqkv, qkv, ds_t, ldq, T, H, out_kind);   \
     }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
