@@ -4,10 +4,13 @@
 #            for SIDE_MODELS in bf16r, and copied to the variants .cache/oneside and .cache/noprio
 #   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the kernel tests of SIDE_TESTS (a
 #            pytest -k expression; default the products')
+#   gelu     scripts/gelu_bench.py: bf16 GELU by table against the computing kernels (bits, then time)
 #   bench    graph runs, one round each, bf16: this tree (side stream, priority, graph-timed record) against
 #            .cache/baseline (the previous main with its eager-timed record), .cache/oneside (this lib, one stream,
 #            graph-timed record) and .cache/noprio (side stream at default priority): SIDE_SELECT, SIDE_ROUNDS rounds;
-#            SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none)
+#            SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none); SIDE_AFTER_BENCH_S
+#            seconds kept back for the stage after it
+#   variants scripts/attention_backward_variants.py: the backward's forms (ds against ds64 among them) in one process
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
 #   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
 set -u -o pipefail
@@ -31,11 +34,15 @@ fi
 if [[ $STAGES == *,tests,* ]]; then
   timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1
   echo "== graph tests (exit $?, $(( $(date +%s) - S )) s)"; grep -E "vs|passed|failed" "$W/pytest_graph.log" | tail -12
-  timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
+  timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
     -k "${SIDE_TESTS:-matmul or product or capture or peak or step}" >"$W/pytest.log" 2>&1
   echo "== kernel tests (exit $?, $(( $(date +%s) - S )) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head; tail -2 "$W/pytest.log"
 fi
-L=$(left)
+if [[ $STAGES == *,gelu,* ]] && [ "$(left)" -gt 150 ]; then
+  timeout 60 python3 scripts/gelu_bench.py "$W/gelu_bench.jsonl" 3 20 >"$W/gelu_bench.log" 2>&1
+  echo "== gelu by table (exit $?)"; tail -8 "$W/gelu_bench.log"
+fi
+L=$(( $(left) - ${SIDE_AFTER_BENCH_S:-0} ))
 if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 90 ]; then
   TR2_BENCH_ROUNDS=${SIDE_ROUNDS:-1} TR2_BENCH_CUPY=graph \
     TR2_BENCH_CUPY_LIBS=${SIDE_LIBS-main=.cache/baseline/lib,oneside=.cache/oneside/lib,noprio=.cache/noprio/lib} \
@@ -43,4 +50,8 @@ if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 90 ]; then
     timeout "$L" python3 scripts/device_bench.py "$W/bench" "bench:$((L - 15))" >"$W/bench.log" 2>&1
   echo "== bench"; tail -14 "$W/bench.log"
 fi
-(cd "$W" && tar czf "$OUT/logs.tgz" *.log $( [ -d bench ] && echo bench ))
+if [[ $STAGES == *,variants,* ]] && [ "$(left)" -gt 40 ]; then
+  timeout $(( $(left) - 10 )) python3 scripts/attention_backward_variants.py "$W/bwd.jsonl" 3 10 >"$W/bwd.log" 2>&1
+  echo "== attention backward forms (exit $?)"; tail -12 "$W/bwd.log"
+fi
+(cd "$W" && tar czf "$OUT/logs.tgz" *.log *.jsonl $( [ -d bench ] && echo bench ) 2>/dev/null)
