@@ -29,7 +29,7 @@ class StepGraph:
         """allocator_for(pool) -> malloc: the allocator that draws on the graph's pool (default: the pool's own;
         the backend's counts its bytes in the peak)."""
         self.body = body
-        # beside the weight gradients' side stream (gpu/streams.py), the chain of the step goes first for an SM
+        # beside the weight gradients' side stream (gpu/streams.py, when on), the chain of the step goes first for an SM
         self.stream = streams.high_priority_stream() if streams.PRIORITY else cp.cuda.Stream(non_blocking=True)
         self.pool = cp.cuda.MemoryPool()
         self.malloc = allocator_for(self.pool) if allocator_for else self.pool.malloc

@@ -8,7 +8,8 @@ half_roundings cuBLAS writes the half type (and may reduce in it): y, dx and dW 
 (products read y and dx so; AdamW and the global norm read dW so, widening it exactly as they read it: no cast
 kernel for the 48-96 weight gradients of a GPT-2 step).
 
-The weight gradient's product runs on a second stream beside the chain of input gradients (gpu/streams.py)."""
+With TR2_SIDE_STREAM=1 the weight gradient's product runs on a second stream beside the chain of input gradients
+(gpu/streams.py; off by default)."""
 from __future__ import annotations
 
 import numpy as np
