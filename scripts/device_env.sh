@@ -33,6 +33,18 @@ use_carried_caches() {
   export TR2_KERNEL_CACHE="$PWD/.cache/kernels" TR2_PRODUCTS_DIR="$PWD/.cache/products"
 }
 
+# call_begin OUT LIMIT_S: a device call's start (the call scripts'): OUT made, the carried caches in use, the machine
+# recorded, W a scratch folder; from then on `left` prints the seconds left of LIMIT_S and `elapsed` those spent.
+call_begin() {
+  CALL_LIMIT_S=$2 CALL_START=$(date +%s)
+  W=$(mktemp -d)
+  mkdir -p "$1"
+  use_carried_caches
+  machine_record "$1/machine.txt"
+}
+elapsed() { echo $(( $(date +%s) - CALL_START )); }
+left() { echo $(( CALL_LIMIT_S - $(elapsed) )); }
+
 if [ ! -d ../shared/nanoGPT ] && [ -d .cache/nanoGPT ]; then
   mkdir -p ../shared && cp -r .cache/nanoGPT ../shared/nanoGPT || echo "no ../shared/nanoGPT: tests and the nanogpt side will stop"
 fi

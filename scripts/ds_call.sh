@@ -15,13 +15,8 @@
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/ds-call-out}}
 STAGES=",${DS_STAGES:-tests,variants,bench},"
-W=$(mktemp -d)
-S=$(date +%s)
-mkdir -p "$OUT"
 source scripts/device_env.sh || exit 1
-use_carried_caches
-machine_record "$OUT/machine.txt"
-left() { echo $(( ${DS_CALL_S:-560} - ($(date +%s) - S) )); }
+call_begin "$OUT" "${DS_CALL_S:-560}"
 if [[ $STAGES == *,tests,* ]]; then
   timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "attention" >"$W/pytest.log" 2>&1
   timeout 200 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1

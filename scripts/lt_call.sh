@@ -10,13 +10,8 @@
 #   TF32 for the float32 rows; the record is resumable, a later call adds the rest)
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/lt-call-out}}
-W=$(mktemp -d)
-S=$(date +%s)
-mkdir -p "$OUT"
 source scripts/device_env.sh || exit 1
-use_carried_caches
-machine_record "$OUT/machine.txt"
-left() { echo $(( ${LT_CALL_S:-560} - ($(date +%s) - S) )); }
+call_begin "$OUT" "${LT_CALL_S:-560}"
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_products_gpu.py tests/test_kernels_gpu.py \
   -k "products or matmul or capture or peak" >"$W/pytest.log" 2>&1
 timeout 150 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1

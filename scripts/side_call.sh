@@ -16,27 +16,22 @@
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/side-call-out}}
 STAGES=",${SIDE_STAGES:-records,tests,bench},"
-W=$(mktemp -d)
-S=$(date +%s)
-mkdir -p "$OUT"
 source scripts/device_env.sh || exit 1
-use_carried_caches
-machine_record "$OUT/machine.txt"
-left() { echo $(( ${SIDE_CALL_S:-540} - ($(date +%s) - S) )); }
+call_begin "$OUT" "${SIDE_CALL_S:-540}"
 if [[ $STAGES == *,records,* ]]; then
   mkdir -p .cache/products-eager && mv .cache/products/*.json .cache/products-eager/ 2>/dev/null
   timeout 150 python3 -m tr2.cupy_side.products --models "${SIDE_MODELS:-nanogpt,gpt2-small,gpt2-medium}" --builds bf16r \
     --timing graph >"$W/products.log" 2>&1
-  echo "== records (exit $?, $(( $(date +%s) - S )) s)"; grep -c "chosen" "$W/products.log"
+  echo "== records (exit $?, $(elapsed) s)"; grep -c "chosen" "$W/products.log"
   for v in oneside noprio; do rm -rf .cache/$v/products; cp -r .cache/products .cache/$v/products; done
   (cd .cache && tar czf "$OUT/records.tgz" products products-eager)
 fi
 if [[ $STAGES == *,tests,* ]]; then
   timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1
-  echo "== graph tests (exit $?, $(( $(date +%s) - S )) s)"; grep -E "vs|passed|failed" "$W/pytest_graph.log" | tail -12
+  echo "== graph tests (exit $?, $(elapsed) s)"; grep -E "vs|passed|failed" "$W/pytest_graph.log" | tail -12
   timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
     -k "${SIDE_TESTS:-matmul or product or capture or peak or step}" >"$W/pytest.log" 2>&1
-  echo "== kernel tests (exit $?, $(( $(date +%s) - S )) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head; tail -2 "$W/pytest.log"
+  echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head; tail -2 "$W/pytest.log"
 fi
 if [[ $STAGES == *,gelu,* ]] && [ "$(left)" -gt 150 ]; then
   timeout 60 python3 scripts/gelu_bench.py "$W/gelu_bench.jsonl" 3 20 >"$W/gelu_bench.log" 2>&1
@@ -54,4 +49,5 @@ if [[ $STAGES == *,variants,* ]] && [ "$(left)" -gt 40 ]; then
   timeout $(( $(left) - 10 )) python3 scripts/attention_backward_variants.py "$W/bwd.jsonl" 3 10 >"$W/bwd.log" 2>&1
   echo "== attention backward forms (exit $?)"; tail -12 "$W/bwd.log"
 fi
-(cd "$W" && tar czf "$OUT/logs.tgz" *.log *.jsonl $( [ -d bench ] && echo bench ) 2>/dev/null)
+# what the stages left (a call's exit status is tar's: 0 unless none ran)
+(cd "$W" && tar czf "$OUT/logs.tgz" $(ls -d *.log *.jsonl bench 2>/dev/null))

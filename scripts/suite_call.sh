@@ -10,21 +10,16 @@
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/suite-call-out}}
 STAGES=",${SUITE_STAGES:-suite,products,timeline},"
-W=$(mktemp -d)
-S=$(date +%s)
-mkdir -p "$OUT"
 source scripts/device_env.sh || exit 1
-use_carried_caches
-machine_record "$OUT/machine.txt"
-left() { echo $(( ${SUITE_CALL_S:-560} - ($(date +%s) - S) )); }
+call_begin "$OUT" "${SUITE_CALL_S:-560}"
 if [[ $STAGES == *,suite,* ]]; then
   timeout "${SUITE_TEST_S:-300}" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_kernels_gpu.py tests/test_graph_gpu.py tests/test_products_gpu.py tests/test_sides_agree.py >"$W/pytest.log" 2>&1
-  echo "== suite (exit $?, $(( $(date +%s) - S )) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20; tail -2 "$W/pytest.log"
+  echo "== suite (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20; tail -2 "$W/pytest.log"
 fi
 if [[ $STAGES == *,products,* ]] && [ "$(left)" -gt 150 ]; then
   timeout $(( $(left) - 120 )) python3 -m tr2.cupy_side.products --models "${SUITE_PRODUCT_MODELS:-gpt2-medium}" \
     --builds "${SUITE_PRODUCT_BUILDS:-bf16r}" >"$W/products.log" 2>&1
-  echo "== products (exit $?, $(( $(date +%s) - S )) s)"; tail -4 "$W/products.log" | cut -c1-220
+  echo "== products (exit $?, $(elapsed) s)"; tail -4 "$W/products.log" | cut -c1-220
   (cd .cache && tar czf "$OUT/record.tgz" products)
 fi
 if [[ $STAGES == *,timeline,* ]]; then
