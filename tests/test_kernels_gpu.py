@@ -692,6 +692,21 @@ def test_residual(shape):
           ref.residual_forward(a.astype(np.float64), b.astype(np.float64)), TOL_F32)
 
 
+def _residual_layernorm_inputs(kind, hr, N, C, seed_of_draws):
+    """x, b, dy (on the device; b and dy in the half type under half roundings, the products' outputs they are), their
+    values b and dy as float32 arrays, dskip, w, and the dropout's seed, offset and device-held offset_add."""
+    g = gen(seed_of_draws)
+    x, bf, dyf, dskip = randn(g, N, C, scale=2.0), randn(g, N, C), randn(g, N, C), randn(g, N, C)
+    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
+    if hr:
+        b, dy = cp.asarray(halfbits.to_bits(bf, kind)), cp.asarray(halfbits.to_bits(dyf, kind))
+        bv, dyv = halfbits.from_bits(host(b), kind), halfbits.from_bits(host(dy), kind)
+    else:
+        b, dy, bv, dyv = dev(bf), dev(dyf), bf, dyf
+    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    return x, b, dy, bv, dyv, dskip, w, 1337, rng.site_offset(0, 7, 2), add
+
+
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, False), ("bfloat16", False, True),
                                    ("float16", False, True)], ids=["f32", "bf16", "bf16hr", "fp16hr"])
 @pytest.mark.parametrize("N, C, skip", [(1, 33, True), (7, 64, False), (513, 384, True), (257, 1000, True),
@@ -706,16 +721,8 @@ def test_residual_layernorm(build, N, C, skip, p):
     dtype, tf32, hr = build
     be, ref = gpu_backend(*build), NumpyBackend("float64")
     kind = halfbits.KINDS[dtype]
-    g = gen(N * C + int(p * 10) + kind)
-    x, bf, dyf, dskip = randn(g, N, C, scale=2.0), randn(g, N, C), randn(g, N, C), randn(g, N, C)
-    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
-    if hr:   # the branch's output and the incoming gradient are products' half-type outputs
-        b, dy = cp.asarray(halfbits.to_bits(bf, kind)), cp.asarray(halfbits.to_bits(dyf, kind))
-        bv, dyv = halfbits.from_bits(host(b), kind), halfbits.from_bits(host(dy), kind)
-    else:
-        b, dy, bv, dyv = dev(bf), dev(dyf), bf, dyf
-    seed, offset = 1337, rng.site_offset(0, 7, 2)
-    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C,
+                                                                                N * C + int(p * 10) + kind)
     tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
     runs = []
     for _ in range(3):
@@ -831,16 +838,8 @@ def test_residual_layernorm_backward_dwsum(build, N, C, p, monkeypatch):
     dtype, tf32, hr = build
     be, ref = gpu_backend(*build), NumpyBackend("float64")
     kind = halfbits.KINDS[dtype]
-    g = gen(N * C + int(p * 10) + kind + 7)
-    x, bf, dyf, dskip = randn(g, N, C, scale=2.0), randn(g, N, C), randn(g, N, C), randn(g, N, C)
-    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
-    if hr:
-        b, dy = cp.asarray(halfbits.to_bits(bf, kind)), cp.asarray(halfbits.to_bits(dyf, kind))
-        bv, dyv = halfbits.from_bits(host(b), kind), halfbits.from_bits(host(dy), kind)
-    else:
-        b, dy, bv, dyv = dev(bf), dev(dyf), bf, dyf
-    seed, offset = 1337, rng.site_offset(0, 7, 2)
-    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C,
+                                                                                N * C + int(p * 10) + kind + 7)
     s, _, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
     r64 = [a.astype(np.float64) for a in (x, bv, w, dyv, dskip)]
     off = (offset + rng.site_offset(5, 7, 0)) & 0xFFFFFFFFFFFFFFFF
