@@ -692,6 +692,21 @@ def test_residual(shape):
           ref.residual_forward(a.astype(np.float64), b.astype(np.float64)), TOL_F32)
 
 
+def _residual_layernorm_inputs(kind, hr, N, C, seed_of_draws):
+    """x, b, dy (on the device; b and dy in the half type under half roundings, the products' outputs they are), their
+    values b and dy as float32 arrays, dskip, w, and the dropout's seed, offset and device-held offset_add."""
+    g = gen(seed_of_draws)
+    x, bf, dyf, dskip = randn(g, N, C, scale=2.0), randn(g, N, C), randn(g, N, C), randn(g, N, C)
+    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
+    if hr:
+        b, dy = cp.asarray(halfbits.to_bits(bf, kind)), cp.asarray(halfbits.to_bits(dyf, kind))
+        bv, dyv = halfbits.from_bits(host(b), kind), halfbits.from_bits(host(dy), kind)
+    else:
+        b, dy, bv, dyv = dev(bf), dev(dyf), bf, dyf
+    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    return x, b, dy, bv, dyv, dskip, w, 1337, rng.site_offset(0, 7, 2), add
+
+
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, False), ("bfloat16", False, True),
                                    ("float16", False, True)], ids=["f32", "bf16", "bf16hr", "fp16hr"])
 @pytest.mark.parametrize("N, C, skip", [(1, 33, True), (7, 64, False), (513, 384, True), (257, 1000, True),
@@ -706,16 +721,8 @@ def test_residual_layernorm(build, N, C, skip, p):
     dtype, tf32, hr = build
     be, ref = gpu_backend(*build), NumpyBackend("float64")
     kind = halfbits.KINDS[dtype]
-    g = gen(N * C + int(p * 10) + kind)
-    x, bf, dyf, dskip = randn(g, N, C, scale=2.0), randn(g, N, C), randn(g, N, C), randn(g, N, C)
-    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
-    if hr:   # the branch's output and the incoming gradient are products' half-type outputs
-        b, dy = cp.asarray(halfbits.to_bits(bf, kind)), cp.asarray(halfbits.to_bits(dyf, kind))
-        bv, dyv = halfbits.from_bits(host(b), kind), halfbits.from_bits(host(dy), kind)
-    else:
-        b, dy, bv, dyv = dev(bf), dev(dyf), bf, dyf
-    seed, offset = 1337, rng.site_offset(0, 7, 2)
-    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C,
+                                                                                N * C + int(p * 10) + kind)
     tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
     runs = []
     for _ in range(3):
@@ -759,6 +766,122 @@ def test_residual_layernorm(build, N, C, skip, p):
     for k, r in enumerate(runs[1:], start=2):
         for name, a, b_ in zip(("s", "y", "mean", "rstd", "ds", "db", "dw"), runs[0], r):
             exact(f"residual+layernorm {name}, run {k} vs run 1 {tag}", b_, a)
+
+
+# ------------------------------------------------- LayerNorm backward with dw finished in the kernel (dwsum)
+
+# (N, C): the register-row widths and general ones (1000: 16-byte sums; 33: scalar ones), N no multiple of
+# 8 x LN_DW_GROUP (a short last group: of 1 block at 4099 and 2049 rows, 29 at 1000, 5 at 37) and the models' N
+DWSUM_SHAPES = [(7, 33), (37, 384), (1000, 384), (4099, 768), (2049, 1024), (257, 1000), (1000, 33), (16384, 384),
+                (8192, 768), (8192, 1024)]
+
+
+def _dwsum_buffers(be, N, C):
+    """The workspace's partials and counters the launch of N rows used (the same buffers: get returns them)."""
+    from tr2.cupy_side.gpu import dw_order
+    from tr2.cupy_side.gpu.layernorm import ROWS_PER_BLOCK
+    G = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
+    part = be.ctx.ws.get("ln_dw_part", (G, C), np.float32)
+    counters = be.ctx.ws.zeros("ln_dw_counters", (len(dw_order.groups_of(G)) + 1,), np.int32)
+    return part, counters
+
+
+def _check_dwsum_runs(be, tag, run, N, C, rdw):
+    """run() -> (outputs..., dw) with the switch on: dw against float64, dw's bits = dw_order's sum of the kernel's
+    own partials, the partials and the other outputs = the two-launch path's bits, the counters zero after each of
+    three runs, the three runs' bits the same."""
+    from tr2.cupy_side.gpu import dw_order, layernorm as gpu_layernorm
+    gpu_layernorm.FINAL_IN_KERNEL = False
+    before = [_bits(a) for a in run()]
+    part_before = _bits(_dwsum_buffers(be, N, C)[0])
+    gpu_layernorm.FINAL_IN_KERNEL = True
+    runs = []
+    for k in range(3):
+        out = run()
+        part, counters = _dwsum_buffers(be, N, C)
+        exact(f"dwsum counters back at zero, run {k + 1} {tag}", host(counters), np.zeros(counters.shape, np.int32))
+        runs.append([_bits(a) for a in out])
+        exact(f"dwsum dw = dw_order's sum of the partials, run {k + 1} {tag}", runs[-1][-1],
+              dw_order.dw_in_order(host(part)).view(np.uint32))
+        exact(f"dwsum partials = the two launches' {tag}", _bits(part), part_before)
+    check(f"dwsum dw {tag}", runs[0][-1].view(np.float32), rdw, TOL_F32)
+    for i, (a, b_) in enumerate(zip(runs[0][:-1], before[:-1])):
+        exact(f"dwsum output {i} = the two launches' {tag}", a, b_)
+    for k, r in enumerate(runs[1:], start=2):
+        for i, (a, b_) in enumerate(zip(runs[0], r)):
+            exact(f"dwsum output {i}, run {k} vs run 1 {tag}", b_, a)
+    return runs[0]
+
+
+@pytest.mark.parametrize("N, C", DWSUM_SHAPES)
+def test_layernorm_backward_dwsum(N, C, monkeypatch):
+    from tr2.cupy_side.gpu import layernorm as gpu_layernorm
+    monkeypatch.setattr(gpu_layernorm, "FINAL_IN_KERNEL", False)   # restored after the test, whatever it set
+    be, ref = gpu_backend(), NumpyBackend("float64")
+    g = gen(N * C + 5)
+    x = randn(g, N, C) * np.float32(3.0) + np.float32(0.5)
+    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
+    dy = randn(g, N, C)
+    _, mean, rstd = be.layernorm_forward(dev(x), dev(w), 1e-5)
+    _, rmean, rrstd = ref.layernorm_forward(x.astype(np.float64), w.astype(np.float64), 1e-5)
+    _, rdw = ref.layernorm_backward(dy.astype(np.float64), x.astype(np.float64), w.astype(np.float64), rmean, rrstd)
+    _check_dwsum_runs(be, f"[layernorm N={N} C={C}]", lambda: be.layernorm_backward(dev(dy), dev(x), dev(w), mean,
+                                                                                      rstd), N, C, rdw)
+
+
+@pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True)], ids=["f32", "bf16hr"])
+@pytest.mark.parametrize("N, C", DWSUM_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_residual_layernorm_backward_dwsum(build, N, C, p, monkeypatch):
+    from tr2.cupy_side.gpu import layernorm as gpu_layernorm
+    monkeypatch.setattr(gpu_layernorm, "FINAL_IN_KERNEL", False)
+    dtype, tf32, hr = build
+    be, ref = gpu_backend(*build), NumpyBackend("float64")
+    kind = halfbits.KINDS[dtype]
+    x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C,
+                                                                                N * C + int(p * 10) + kind + 7)
+    s, _, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
+    r64 = [a.astype(np.float64) for a in (x, bv, w, dyv, dskip)]
+    off = (offset + rng.site_offset(5, 7, 0)) & 0xFFFFFFFFFFFFFFFF
+    rs, _, rmean, rrstd = ref.residual_layernorm_forward(r64[0], r64[1], r64[2], 1e-5, p, seed, off)
+    _, _, rdw = ref.residual_layernorm_backward(r64[3], r64[4], rs, r64[2], rmean, rrstd, p, seed, off)
+    _check_dwsum_runs(be, f"[residual+layernorm {dtype} hr={hr} N={N} C={C} p={p}]",
+                      lambda: be.residual_layernorm_backward(dy, dev(dskip), s, dev(w), mean, rstd, p, seed, offset,
+                                                             add), N, C, rdw)
+
+
+@pytest.mark.parametrize("N, C", [(1000, 384), (4099, 768), (257, 1000), (8192, 1024)])
+def test_layernorm_backward_dwsum_replays_in_a_cuda_graph(N, C, monkeypatch):
+    """Captured once (the counters zeroed at the eager warm-up, before the capture), replayed five times: the eager
+    bits each time and the counters at zero, for both backward kernels (dropout on in the fused one)."""
+    from tr2.cupy_side.gpu import layernorm as gpu_layernorm
+    from tr2.cupy_side.gpu.graph import StepGraph
+    monkeypatch.setattr(gpu_layernorm, "FINAL_IN_KERNEL", True)
+    be = gpu_backend()
+    g = gen(N + C + 11)
+    x, dy, dskip = dev(randn(g, N, C, scale=2.0)), dev(randn(g, N, C)), dev(randn(g, N, C))
+    w = dev((1.0 + 0.1 * g.standard_normal(C)).astype(np.float32))
+    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
+    _, mean, rstd = be.layernorm_forward(x, w, 1e-5)
+
+    def body():
+        dx, dw = be.layernorm_backward(dy, x, w, mean, rstd)
+        ds, db, dw2 = be.residual_layernorm_backward(dy, dskip, x, w, mean, rstd, 0.2, 1337, 3, add)
+        return dx, dw, ds, db, dw2
+
+    eager = [_bits(a) for a in body()]
+    cp.cuda.Device().synchronize()   # the graph's stream does not wait for the default stream
+    step = StepGraph(body)
+    step.warmup()
+    step.capture()
+    for replay in range(5):
+        out = step.replay()
+        step.stream.synchronize()
+        counters = _dwsum_buffers(be, N, C)[1]
+        exact(f"dwsum counters at zero after replay {replay} [N={N} C={C}]", host(counters),
+              np.zeros(counters.shape, np.int32))
+        for name, a, want in zip(("dx", "dw", "ds", "db", "dw residual"), out, eager):
+            exact(f"graph-replayed dwsum {name}, replay {replay} [N={N} C={C}]", _bits(a), want)
 
 
 # ---------------------------------------------------------------------------------------------- cross-entropy

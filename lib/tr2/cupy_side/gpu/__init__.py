@@ -60,8 +60,8 @@ REGISTER_ROW_SIZES = (384, 768, 1024)
 FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "embedding.cu": ("embedding_forward", "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan",
                      "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
-    "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final",
-                     *(f"layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
+    "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_backward_dwsum",
+                     *(f"layernorm_backward{dwsum}_c{c}" for dwsum in ("", "_dwsum") for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(
         name for hs in (64, 32) for name in
         [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32") for kernel in ("forward", "backward_dkdv",
@@ -76,7 +76,8 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
     "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward", "residual_layernorm_dw_final",
-                              *(f"residual_layernorm_{way}_c{c}" for way in ("forward", "backward")
+                              "residual_layernorm_backward_dwsum",
+                              *(f"residual_layernorm_{way}_c{c}" for way in ("forward", "backward", "backward_dwsum")
                                 for c in REGISTER_ROW_SIZES)),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem", "cross_entropy_mean"),
@@ -99,8 +100,8 @@ _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backwar
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
                        "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
                        "ATTN_DS": ("backward_dkdv_ds", "backward_dq_ds", "backward_dq_ds_q64")}
-# layernorm.cu's and residual_layernorm.cu's instantiations of the register-row backward, one a row size
-_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS\((\d+)\)', re.M)
+# layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
+_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD|BACKWARD_DWSUM)_ROWS\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
 _ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
                             r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)

@@ -4,12 +4,16 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import REGISTER_ROW_SIZES
+from . import REGISTER_ROW_SIZES, dw_order
 from .runtime import f32, i32, launch
 
 FILE = "layernorm.cu"
 ROWS_PER_BLOCK = 8          # one warp per row
 register_rows = True        # the models' widths hold a row in registers (REGISTER_ROW_SIZES); off: the general body
+# On: the backward's own last blocks finish dw (the *_backward_dwsum kernels, layernorm_backward.cuh's
+# layernorm_dw_finish), one launch instead of two, in another fixed order (other bits, the same every run). Off until
+# the GPU tests have passed on the H200 (tests/test_kernels_gpu.py, "dwsum"): the *_dw_final kernel, as before.
+FINAL_IN_KERNEL = False
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -34,12 +38,31 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray", mean: "cp.
 def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part) -> "cp.ndarray":
     """Launches a backward kernel on layernorm_backward.cuh's body (a warp a row, ROWS_PER_BLOCK rows a block, the
     block's dw partial into `part`, its arguments args_of_part(part)), then `final`, which adds the partials in
-    order; -> dw. Shared by the plain LayerNorm and residual_layernorm."""
+    order; -> dw. Shared by the plain LayerNorm and residual_layernorm. With FINAL_IN_KERNEL, one launch of
+    `kernel`_dwsum, which takes (dw, group sums, counters) after those arguments and sums the partials itself."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
     part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
+    if FINAL_IN_KERNEL:
+        return _rows_backward_dwsum(ctx, filename, kernel, grid, C, args_of_part(part))
     if register_rows and C in REGISTER_ROW_SIZES:   # the same formulas with the row held in registers
         kernel = f"{kernel}_c{C}"
     launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=ROWS_PER_BLOCK * C * 4)
     dw = cp.empty((C,), dtype=np.float32)
     launch(filename, final, ((C + 31) // 32,), (32, 32), (dw, part, i32(grid), i32(C)))
+    return dw
+
+
+def _rows_backward_dwsum(ctx, filename: str, kernel: str, grid: int, C: int, args: tuple) -> "cp.ndarray":
+    """The backward and dw's sum in one launch. The counters live in the workspace, zeroed at their first use (the
+    eager first step, before any capture) and left zero by every launch; one set a grid size, shared by the launches
+    of the step, which run one after another on one stream (as they share ln_dw_part already)."""
+    groups = len(dw_order.groups_of(grid))
+    group_sums = ctx.ws.get("ln_dw_group_sums", (groups, C), np.float32)
+    counters = ctx.ws.zeros("ln_dw_counters", (groups + 1,), np.int32)
+    kernel = f"{kernel}_dwsum"
+    if register_rows and C in REGISTER_ROW_SIZES:   # the same formulas with the row held in registers
+        kernel = f"{kernel}_c{C}"
+    dw = cp.empty((C,), dtype=np.float32)
+    launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args + (dw, group_sums, counters),
+           shared_mem=ROWS_PER_BLOCK * C * 4)
     return dw

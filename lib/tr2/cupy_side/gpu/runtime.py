@@ -150,6 +150,17 @@ class Workspace:
             self._buffers[key] = buf
         return buf
 
+    def zeros(self, name: str, shape, dtype) -> "cp.ndarray":
+        """As get, zeroed when first allocated and never again: for counters their kernels set back to zero
+        themselves (layernorm_backward.cuh's tickets), so the first use, eager before any graph capture, zeroes them."""
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        key = ("zeros:" + name, shape, np.dtype(dtype).str)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = cp.zeros(shape, dtype=dtype)
+            self._buffers[key] = buf
+        return buf
+
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers.values())
 

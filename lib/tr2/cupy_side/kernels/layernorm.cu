@@ -58,3 +58,31 @@ LAYERNORM_BACKWARD_ROWS(1024)
 extern "C" __global__ void layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part, int G, int C) {
     layernorm_dw_final_body(dw, part, G, C);
 }
+
+// layernorm_backward with dw summed by its own last blocks instead of layernorm_dw_final (layernorm_backward.cuh's
+// layernorm_dw_finish): dw [C]; group_sums [ceil(G / LN_DW_GROUP), C] scratch; counters [ceil(G / LN_DW_GROUP) + 1]
+// zero at launch, left zero. A separate entry point: the kernels above keep their machine code.
+extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 8) layernorm_backward_dwsum(
+        float* __restrict__ dx, float* __restrict__ dw_part, const void* __restrict__ dy, const float* __restrict__ x,
+        const float* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
+        int dy_kind, float* __restrict__ dw, float* group_sums, int* counters) {
+    layernorm_backward_body(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N, C, dy_kind, KIND_F32, 0, 0, 0,
+                            nullptr, 0u, 1.0f);
+    layernorm_dw_finish(dw, group_sums, counters, dw_part, C);
+}
+
+// The same with each row held in registers: layernorm_backward_dwsum_c<C>.
+#define LAYERNORM_BACKWARD_DWSUM_ROWS(C_)                                                                        \
+    extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, LN_DW_ROWS_MIN_BLOCKS(C_))                      \
+    layernorm_backward_dwsum_c##C_(                                                                             \
+        float* __restrict__ dx, float* __restrict__ dw_part, const void* __restrict__ dy,                       \
+        const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ mean,                \
+        const float* __restrict__ rstd, int N, int C, int dy_kind, float* __restrict__ dw, float* group_sums,   \
+        int* counters) {                                                                                        \
+        layernorm_backward_row_registers<C_ / 32>(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N,       \
+                                                  dy_kind, KIND_F32, 0, 0, 0, nullptr, 0, 1.0f);                \
+        layernorm_dw_finish(dw, group_sums, counters, dw_part, C_);                                             \
+    }
+LAYERNORM_BACKWARD_DWSUM_ROWS(384)
+LAYERNORM_BACKWARD_DWSUM_ROWS(768)
+LAYERNORM_BACKWARD_DWSUM_ROWS(1024)

@@ -157,3 +157,35 @@ extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, c
                                                        int G, int C) {
     layernorm_dw_final_body(dw, part, G, C);
 }
+
+// residual_layernorm_backward with dw summed by its own last blocks instead of residual_layernorm_dw_final
+// (layernorm_backward.cuh's layernorm_dw_finish): dw [C]; group_sums [ceil(G / LN_DW_GROUP), C] scratch; counters
+// [ceil(G / LN_DW_GROUP) + 1] zero at launch, left zero. A separate entry point: the kernels above keep their
+// machine code.
+extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 6) residual_layernorm_backward_dwsum(
+        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
+        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,
+        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,
+        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale,
+        float* __restrict__ dw, float* group_sums, int* counters) {
+    layernorm_backward_body(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, C, dy_kind, db_kind, drop, seed,
+                            offset, offset_add, threshold, scale);
+    layernorm_dw_finish(dw, group_sums, counters, dw_part, C);
+}
+
+// The same with each row held in registers: residual_layernorm_backward_dwsum_c<C>.
+#define RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(C_)                                                               \
+    extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, LN_DW_ROWS_MIN_BLOCKS(C_))                      \
+    residual_layernorm_backward_dwsum_c##C_(                                                                    \
+        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
+        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
+        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
+        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale,          \
+        float* __restrict__ dw, float* group_sums, int* counters) {                                             \
+        layernorm_backward_row_registers<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,      \
+                                                  db_kind, drop, seed, offset, offset_add, threshold, scale);   \
+        layernorm_dw_finish(dw, group_sums, counters, dw_part, C_);                                             \
+    }
+RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(384)
+RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(768)
+RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(1024)
