@@ -331,7 +331,7 @@ def compile_cubin(path: Path) -> list[str]:
         if m:
             fn = m.group(1)
         elif fn and ("Used" in line or "spill" in line):
-            lines.append(f"{fn:18} " + re.sub(r"ptxas\s+info\s+:\s*", "", line).strip())
+            lines.append(f"{fn:18} " + re.sub(r"^ptxas\s+(info\s+:|\.)\s*", "", line.strip()))
         elif "warning" in line.lower():
             lines.append(line.strip())
     return lines
