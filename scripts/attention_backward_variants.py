@@ -2,7 +2,9 @@
 roundings, dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV),
 `ds` (the row dots, dK/dV writing dS^T, dQ one product over it) and, where a head has at most two key blocks
 (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel), `ds64` (ds with dQ at
-64 queries a block: must give ds's bits). First the forms' outputs
+64 queries a block: must give ds's bits), `ds_l2` (ds with ds_t's stores and loads marked evict-first in L2,
+DS_EVICT_FIRST: must give ds's bits; alone it can show only what the backward's own rereads gain, not the step's
+next kernels). First the forms' outputs
 against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half outputs: the row dots
 are summed in another order); then
 rounds in rotating order, each figure the mean of `reps` back-to-back backward calls (whatever launches the form
@@ -27,19 +29,20 @@ from tr2.models import load_model
 from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-# (FOLD_KEY_BLOCKS, USE_DS, DQ_DS_QUERIES); ds64: dQ from dS at 64 queries a block, dQ's bits those of ds
-FORMS = {"recompute": (0, False, 128), "ds": (0, True, 128), "ds64": (0, True, 64), "fold": (2, False, 128)}
+# (FOLD_KEY_BLOCKS, USE_DS, DQ_DS_QUERIES, DS_EVICT_FIRST); ds64 and ds_l2: ds's bits
+FORMS = {"recompute": (0, False, 128, False), "ds": (0, True, 128, False), "ds64": (0, True, 64, False),
+         "ds_l2": (0, True, 128, True), "fold": (2, False, 128, False)}
 SEED, OFFSET = 1337, 1 << 32
-_OWN = (attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES)
+_OWN = (attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES, attention.DS_EVICT_FIRST)
 
 
 def use(form: str) -> None:
-    attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES = FORMS[form]
+    attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES, attention.DS_EVICT_FIRST = FORMS[form]
 
 
 def restore() -> None:
     """gpu/attention.py's own choice."""
-    attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES = _OWN
+    attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES, attention.DS_EVICT_FIRST = _OWN
 
 
 def inputs(be, model: str):
@@ -70,8 +73,9 @@ def main() -> int:
         for f in names:
             use(f)
             outs[f] = be.to_host(be.attention_backward(dout, qkv, saved, H, cfg.dropout, seed, offset)).astype(np.float64)
-        if not np.array_equal(outs["ds64"], outs["ds"]):
-            print(f"{model:12} ds64 is NOT ds's bits", flush=True)
+        for f in ("ds64", "ds_l2"):
+            if not np.array_equal(outs[f], outs["ds"]):
+                print(f"{model:12} {f} is NOT ds's bits", flush=True)
         for f in names:
             d = np.abs(outs[f] - outs["recompute"])
             rel = {part: float(d[..., s].max() / max(np.abs(outs["recompute"][..., s]).max(), 1e-30))

@@ -483,6 +483,41 @@ def test_attention_dq_from_ds_at_64_queries_a_block_is_128s_bits(build, B, T, H,
     exact(f"attention dqkv at 64 queries a block run-to-run {tag}", got[64][1], got[64][0])
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [(16, 256, 6, 64), (8, 1024, 12, 64), (4, 1024, 16, 64), (2, 257, 3, 64),
+                                         (1, 33, 2, 32)])
+@pytest.mark.parametrize("queries", [128, 64])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_ds_evict_first_is_the_same_bits(build, B, T, H, hs, queries, p, monkeypatch):
+    """The _l2 forms of the dS kernels (DS_EVICT_FIRST: ds_t's stores and loads marked evict-first in L2) give
+    dq, dk and dv the bits of the plain forms: a cache hint changes no arithmetic, and any difference is a kernel
+    reading memory the other form did not. The char model's and GPT-2's layers (16 x 256 x 6 folds unless told
+    not to), T = 257 one query past a tile, hs 32; three runs the same bits."""
+    from tr2.cupy_side.gpu import attention
+    monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
+    monkeypatch.setattr(attention, "DQ_DS_QUERIES", queries)
+    be = gpu_backend(*build)
+    assert attention.stores_ds(be.ctx, T)
+    g = gen(B * T * H + hs + int(p * 10) + 13)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+
+    def backward(evict):
+        monkeypatch.setattr(attention, "DS_EVICT_FIRST", evict)
+        return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+
+    plain = backward(False)
+    runs = [backward(True) for _ in range(3)]
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} queries={queries} p={p}]"
+    assert np.isfinite(plain).all(), f"attention dqkv {tag}: an element left unwritten"
+    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
+        exact(f"attention {part} evict-first against plain {tag}", runs[0][..., cols], plain[..., cols])
+    for r in runs[1:]:
+        exact(f"attention dqkv evict-first run-to-run {tag}", r, runs[0])
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("T", [63, 64, 130, 257, 258])
 def test_attention_dropout_masks_are_the_generators(build, T):

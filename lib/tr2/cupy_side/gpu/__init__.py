@@ -70,7 +70,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
            for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
         + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")])
         + tuple(f"attn_backward_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("bf16r", "f16r")
-                for kernel in ("dkdv_ds", "dq_ds", "dq_ds_q64"))
+                for kernel in ("dkdv_ds", "dq_ds", "dq_ds_q64", "dkdv_ds_l2", "dq_ds_l2", "dq_ds_q64_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
@@ -99,7 +99,8 @@ _ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|AT
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
                        "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
-                       "ATTN_DS": ("backward_dkdv_ds", "backward_dq_ds", "backward_dq_ds_q64")}
+                       "ATTN_DS": ("backward_dkdv_ds", "backward_dq_ds", "backward_dq_ds_q64", "backward_dkdv_ds_l2",
+                                   "backward_dq_ds_l2", "backward_dq_ds_q64_l2")}
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD|BACKWARD_DWSUM)_ROWS\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.

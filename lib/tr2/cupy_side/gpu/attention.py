@@ -171,6 +171,15 @@ DSQ_KEYS = kernel_define(FILE, "DSQ_KEYS")   # the keys of ds_t and k a block of
 # faster (scripts/attention_backward_variants.py's ds64): the 128-query kernel's L2 was 81% busy (call 3 of
 # results/h200-perf-20261201f), and 64 adds k reads there (gpt2-small: ~47 MB a layer, L2 hits) to fill its tail.
 DQ_DS_QUERIES = 128
+# The _l2 forms of the two dS kernels (attn_backward_dkdv_ds_l2_, attn_backward_dq_ds_l2_ / _q64_l2_): ds_t's
+# stores and loads marked evict-first in L2, the same bits. A test of whether ~100 MB of ds_t a layer
+# (gpt2-small, against the 50 MB L2) evicts the tiles the dK/dV kernel rereads and the dqkv the c_attn backward
+# products read next: the dK/dV kernel took 164 us a layer inside the step and 146 alone. Off until measured.
+DS_EVICT_FIRST = False
+
+
+def _ds_form() -> str:
+    return "l2_" if DS_EVICT_FIRST else ""
 
 
 def stores_ds(ctx, T: int) -> bool:
@@ -187,7 +196,7 @@ def dq_ds_kernel(ctx, hs: int) -> tuple:
     """(the dQ-from-dS kernel's name, queries a block of it), as DQ_DS_QUERIES picks."""
     if DQ_DS_QUERIES not in (128, 64):
         raise ValueError(f"DQ_DS_QUERIES = {DQ_DS_QUERIES}: 128 or 64")
-    form = "q64_" if DQ_DS_QUERIES == 64 else ""
+    form = ("q64_" if DQ_DS_QUERIES == 64 else "") + _ds_form()
     return f"attn_backward_dq_ds_{form}{build_name(ctx)}_hs{hs}", DQ_DS_QUERIES
 
 
@@ -212,7 +221,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
                (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
         name, nblocks = build_name(ctx), -(-T // block_rows(ctx))
-        launch(FILE, f"attn_backward_dkdv_ds_{name}_hs{hs}", (BH, nblocks), THREADS,
+        launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, nblocks), THREADS,
                (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail,
                shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
         dq_name, queries = dq_ds_kernel(ctx, hs)

@@ -288,6 +288,24 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
     const u32 d = (u32)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
 }
+// The dS^T traffic of the _l2 kernels (below, store_ds_t and attention_backward_dq_ds with EVICT): an L2 policy
+// that marks the lines it touches first to go. Each dS^T element is written once and read once, ~100 MB a layer
+// of gpt2-small against the 50 MB L2, while the streamed q, dO, k tiles are read by many blocks and dqkv by the
+// products right after. A policy (createpolicy, then .L2::cache_hint) rather than the .cs operator: cp.async,
+// which reads ds_t back, takes no .cs, and one mechanism then covers both sides.
+__device__ __forceinline__ u64 l2_evict_first() {
+    u64 policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ void cp_async16_policy(void* dst, const void* src, u64 policy) {
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "l"(policy));
+}
+__device__ __forceinline__ void st_global16_policy(void* dst, uint4 v, u64 policy) {
+    asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1,%2,%3,%4}, %5;"
+                 ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(policy));
+}
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
     const u32 d = (u32)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
@@ -1031,7 +1049,8 @@ __device__ __forceinline__ void stmatrix_x4(u16* p, const u32 r[4]) {
 // so each global store writes eight rows of 16 bytes a lane, whole 32-byte sectors. Stored directly from the
 // registers (4 bytes a lane and instruction, half sectors, rows 2 KB apart) they made the dK/dV kernel 37 us
 // slower a layer of gpt2-small (123 -> 160 us, call 3 of results/h200-perf-20261201f); this way 23 (146, call 4).
-template <int K, int MT, int NT, int LDS>
+// EVICT: the stores carry the evict-first L2 policy (l2_evict_first); the bits stored are the same.
+template <int K, int MT, int NT, int LDS, bool EVICT = false>
 __device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int rows_left, u16* sw,
                                            const float ds[MT][NT][4], int lane) {
     static_assert(NT == 4, "one stmatrix.x4 an m16 tile's half: four n8 tiles");
@@ -1052,7 +1071,10 @@ __device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int r
     for (int k = 0; k < 16 * MT * PIECES / 32; ++k) {
         const int row = k * (32 / PIECES) + lane / PIECES, c = (lane % PIECES) * 8;
         const uint4 v = *(const uint4*)(sw + row * LDS + c);
-        if (row < rows_left) *(uint4*)(dst + (i64)row * ldq + c) = v;
+        if (row < rows_left) {
+            if constexpr (EVICT) st_global16_policy(dst + (i64)row * ldq + c, v, l2_evict_first());
+            else *(uint4*)(dst + (i64)row * ldq + c) = v;
+        }
     }
 }
 
@@ -1060,8 +1082,8 @@ __device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int r
 // DQ (the half builds): dQ too, as above; the query tiles run from the last down. Else from the diagonal
 // down, and attention_backward_dq makes dQ.
 // DS (half roundings, unfolded): each warp also writes its dS^T rows of every tile it computes to ds_t (below,
-// attention_backward_dq_ds), rounded as dK's operand.
-template <int K, bool SPLIT, int HS, bool DQ, bool DROP, bool DS = false>
+// attention_backward_dq_ds), rounded as dK's operand; EVICT: those stores marked evict-first in L2.
+template <int K, bool SPLIT, int HS, bool DQ, bool DROP, bool DS = false, bool EVICT = false>
 __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                         const float* __restrict__ Dvec, float* __restrict__ dq_acc,
@@ -1149,7 +1171,7 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
                 Dq = sD[il];
             });
             acc_product<K, SPLIT, HS, MT, NT>(dv, p, sO, lane);    // dV += Pd^T dO
-            if constexpr (DS) store_ds_t<K, MT, NT, LDS>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+            if constexpr (DS) store_ds_t<K, MT, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
                                                          sdS + warp * RW * LDS, ds, lane);
             if constexpr (DQ) {   // the warp's dS^T rows for the block's dQ product, rounded as dK's operand
 #pragma unroll
@@ -1379,8 +1401,9 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 // Every dQ element sums the same k16 slices in the same order either way, each in one mma chain: the same bits.
 // The 64-query form also leaves unstaged the ds_t pieces whose key chunk lies past their query chunk (never
 // written, never read by a warp): the diagonal tiles' DRAM reads of memory nothing wrote.
+// EVICT: ds_t read with the evict-first L2 policy (l2_evict_first), k as before: the same bits.
 #define DSQ_KEYS 64
-template <int K, int HS, int QB>
+template <int K, int HS, int QB, bool EVICT = false>
 __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __restrict__ qkv,
                                          const u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind) {
     constexpr int MT = Geometry<K>::MT, RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
@@ -1407,7 +1430,10 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
             const int j = kt * BK + r, i = qb * QB + c;
             u16* d = s + r * LDS + c;
             if (j < T && i < ldq) {
-                if (QB == BR || j / RW <= i / RW) cp_async16(d, dsb + (i64)j * ldq + i);
+                if (QB == BR || j / RW <= i / RW) {
+                    if constexpr (EVICT) cp_async16_policy(d, dsb + (i64)j * ldq + i, l2_evict_first());
+                    else cp_async16(d, dsb + (i64)j * ldq + i);
+                }
             } else {
                 *(uint4*)d = make_uint4(0u, 0u, 0u, 0u);
             }
@@ -1519,27 +1545,32 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
 // (dK, dV and ds_t), attn_backward_dq_ds_ (dQ from ds_t, 128 queries a block; four blocks an SM: 128 registers,
 // no spill, where ptxas took 160 unbounded) or attn_backward_dq_ds_q64_ (64 queries a block; six blocks an SM,
 // as many as its 36 KB of shared memory allow: 80 registers, no spill, 92 unbounded). gpu/attention.py picks them (stores_ds, DQ_DS_QUERIES).
-#define ATTN_DS(BUILD, K, HS)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_ds_##BUILD##_hs##HS(              \
+// Each in two forms (FORM): as named above, and with l2_ after the kernel's name (attn_backward_dkdv_ds_l2_...,
+// attn_backward_dq_ds_l2_..., attn_backward_dq_ds_q64_l2_...), whose ds_t stores and loads are marked evict-first
+// in L2 (EVICT; gpu/attention.py's DS_EVICT_FIRST): a test of whether ds_t pushes out of L2 what the kernels
+// around it read again. The same arithmetic, so the same bits.
+#define ATTN_DS_FORM(FORM, EVICT, BUILD, K, HS)                                                                 \
+    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_ds_##FORM##BUILD##_hs##HS(       \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv<K, false, HS, false, true, true>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, \
-                                                                     T, H, out_kind, d, ds_t, ldq);            \
+            attention_backward_dkdv<K, false, HS, false, true, true, EVICT>(dqkv, qkv, dout, lse, Dvec, nullptr, \
+                                                                            nullptr, T, H, out_kind, d, ds_t, ldq); \
         else                                                                                                   \
-            attention_backward_dkdv<K, false, HS, false, false, true>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, \
-                                                                      T, H, out_kind, d, ds_t, ldq);           \
+            attention_backward_dkdv<K, false, HS, false, false, true, EVICT>(dqkv, qkv, dout, lse, Dvec, nullptr, \
+                                                                             nullptr, T, H, out_kind, d, ds_t, ldq); \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, 4) attn_backward_dq_ds_##BUILD##_hs##HS(             \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 4) attn_backward_dq_ds_##FORM##BUILD##_hs##HS(      \
         void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
-        attention_backward_dq_ds<K, HS, NWARPS * 16 * Geometry<K>::MT>(dqkv, qkv, ds_t, ldq, T, H, out_kind);  \
+        attention_backward_dq_ds<K, HS, NWARPS * 16 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, 6) attn_backward_dq_ds_q64_##BUILD##_hs##HS(         \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 6) attn_backward_dq_ds_q64_##FORM##BUILD##_hs##HS(  \
         void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
-        attention_backward_dq_ds<K, HS, NWARPS * 8 * Geometry<K>::MT>(dqkv, qkv, ds_t, ldq, T, H, out_kind);   \
+        attention_backward_dq_ds<K, HS, NWARPS * 8 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }
+#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(, false, BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
