@@ -484,15 +484,15 @@ def test_attention_dq_from_ds_at_64_queries_a_block_is_128s_bits(build, B, T, H,
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", [(16, 256, 6, 64), (8, 1024, 12, 64), (4, 1024, 16, 64), (2, 257, 3, 64),
+@pytest.mark.parametrize("B, T, H, hs", [(64, 256, 6, 64), (8, 1024, 12, 64), (8, 1024, 16, 64), (2, 257, 3, 64),
                                          (1, 33, 2, 32)])
 @pytest.mark.parametrize("queries", [128, 64])
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_ds_evict_first_is_the_same_bits(build, B, T, H, hs, queries, p, monkeypatch):
     """The _l2 forms of the dS kernels (DS_EVICT_FIRST: ds_t's stores and loads marked evict-first in L2) give
     dq, dk and dv the bits of the plain forms: a cache hint changes no arithmetic, and any difference is a kernel
-    reading memory the other form did not. The char model's and GPT-2's layers (16 x 256 x 6 folds unless told
-    not to), T = 257 one query past a tile, hs 32; three runs the same bits."""
+    reading memory the other form did not. The layers of the char model (which folds unless told not to),
+    gpt2-small and gpt2-medium; T = 257 one query past a tile; hs 32; three runs the same bits."""
     from tr2.cupy_side.gpu import attention
     monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
     monkeypatch.setattr(attention, "DQ_DS_QUERIES", queries)
