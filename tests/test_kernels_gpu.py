@@ -455,6 +455,21 @@ def test_attention_backward_with_ds_stored(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv run-to-run {tag}", r, dqkv)
 
 
+def ds_backward_inputs(build, B, T, H, hs, p, salt, monkeypatch):
+    """(backend, qkv, dout, saved, seed, offset) for the tests that compare forms of the dS-stored backward: the
+    fold switched off so that every shape stores dS, random q, k, v and dO, and the forward's saved values."""
+    from tr2.cupy_side.gpu import attention
+    monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
+    be = gpu_backend(*build)
+    assert attention.stores_ds(be.ctx, T)
+    g = gen(B * T * H + hs + int(p * 10) + salt)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    return be, qkv, dout, saved, seed, offset
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES + [(1, 33, 2, 32), (2, 192, 3, 64), (8, 1024, 12, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.2])
@@ -464,14 +479,7 @@ def test_attention_dq_from_ds_at_64_queries_a_block_is_128s_bits(build, B, T, H,
     head's last 64-query block half empty, and ending on a 128-query block's middle; 8 x 1024 x 12: gpt2-small's
     layer."""
     from tr2.cupy_side.gpu import attention
-    monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
-    be = gpu_backend(*build)
-    assert attention.stores_ds(be.ctx, T)
-    g = gen(B * T * H + hs + int(p * 10) + 11)
-    C = H * hs
-    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 11, monkeypatch)
     got = {}
     for queries in (128, 64, 64):
         monkeypatch.setattr(attention, "DQ_DS_QUERIES", queries)
@@ -494,15 +502,9 @@ def test_attention_ds_evict_first_is_the_same_bits(build, B, T, H, hs, queries, 
     reading memory the other form did not. The layers of the char model (which folds unless told not to),
     gpt2-small and gpt2-medium; T = 257 one query past a tile; hs 32; three runs the same bits."""
     from tr2.cupy_side.gpu import attention
-    monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
     monkeypatch.setattr(attention, "DQ_DS_QUERIES", queries)
-    be = gpu_backend(*build)
-    assert attention.stores_ds(be.ctx, T)
-    g = gen(B * T * H + hs + int(p * 10) + 13)
+    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 13, monkeypatch)
     C = H * hs
-    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
 
     def backward(evict):
         monkeypatch.setattr(attention, "DS_EVICT_FIRST", evict)
