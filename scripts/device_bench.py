@@ -50,7 +50,7 @@ BENCH_ENV = dict(x.split("=", 1) for x in os.environ.get("TR2_BENCH_CUPY_ENV", "
 
 def lib_env(lib: Path) -> dict:
     """A LIB variant's own settings, beside its lib/: a products/ folder there is its products record
-    (TR2_PRODUCTS_DIR), and a file bench.env there holds KEY=VALUE lines for its environment (TR2_SIDE_STREAM=0)."""
+    (TR2_PRODUCTS_DIR), and a file bench.env there holds KEY=VALUE lines for its environment (e.g. TR2_SIDE_STREAM=1)."""
     env = {}
     if (lib.parent / "products").is_dir():
         env["TR2_PRODUCTS_DIR"] = str((lib.parent / "products").resolve())

@@ -5,7 +5,8 @@
 #   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the kernel tests of SIDE_TESTS (a
 #            pytest -k expression; default the products')
 #   gelu     scripts/gelu_bench.py: bf16 GELU by table against the computing kernels (bits, then time)
-#   bench    graph runs, one round each, bf16: this tree (side stream, priority, graph-timed record) against
+#   bench    graph runs, one round each, bf16: this tree (as it runs by default; TR2_BENCH_CUPY_ENV="TR2_SIDE_STREAM=1"
+#            gives its runs the side stream, as calls 3-7 of results/h200-perf-20261201g had it) against
 #            .cache/baseline (the previous main with its eager-timed record), .cache/oneside (this lib, one stream,
 #            graph-timed record) and .cache/noprio (side stream at default priority): SIDE_SELECT, SIDE_ROUNDS rounds;
 #            SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none); SIDE_AFTER_BENCH_S
@@ -23,7 +24,7 @@ if [[ $STAGES == *,records,* ]]; then
   timeout 150 python3 -m tr2.cupy_side.products --models "${SIDE_MODELS:-nanogpt,gpt2-small,gpt2-medium}" --builds bf16r \
     --timing graph >"$W/products.log" 2>&1
   echo "== records (exit $?, $(elapsed) s)"; grep -c "chosen" "$W/products.log"
-  for v in oneside noprio; do rm -rf .cache/$v/products; cp -r .cache/products .cache/$v/products; done
+  for v in oneside noprio; do [ -d .cache/$v ] && rm -rf .cache/$v/products && cp -r .cache/products .cache/$v/products; done
   (cd .cache && tar czf "$OUT/records.tgz" products products-eager)
 fi
 if [[ $STAGES == *,tests,* ]]; then
