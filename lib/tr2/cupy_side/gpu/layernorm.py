@@ -35,6 +35,11 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray", mean: "cp.
     return dx, dw
 
 
+def _rows_kernel(kernel: str, C: int) -> str:
+    """The register-row form of the kernel (the same formulas with the row held in registers) at the models' widths."""
+    return f"{kernel}_c{C}" if register_rows and C in REGISTER_ROW_SIZES else kernel
+
+
 def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part) -> "cp.ndarray":
     """Launches a backward kernel on layernorm_backward.cuh's body (a warp a row, ROWS_PER_BLOCK rows a block, the
     block's dw partial into `part`, its arguments args_of_part(part)), then `final`, which adds the partials in
@@ -44,9 +49,7 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
     part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
     if FINAL_IN_KERNEL:
         return _rows_backward_dwsum(ctx, filename, kernel, grid, C, args_of_part(part))
-    if register_rows and C in REGISTER_ROW_SIZES:   # the same formulas with the row held in registers
-        kernel = f"{kernel}_c{C}"
-    launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=ROWS_PER_BLOCK * C * 4)
+    launch(filename, _rows_kernel(kernel, C), grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=ROWS_PER_BLOCK * C * 4)
     dw = cp.empty((C,), dtype=np.float32)
     launch(filename, final, ((C + 31) // 32,), (32, 32), (dw, part, i32(grid), i32(C)))
     return dw
@@ -59,10 +62,7 @@ def _rows_backward_dwsum(ctx, filename: str, kernel: str, grid: int, C: int, arg
     groups = len(dw_order.groups_of(grid))
     group_sums = ctx.ws.get("ln_dw_group_sums", (groups, C), np.float32)
     counters = ctx.ws.zeros("ln_dw_counters", (groups + 1,), np.int32)
-    kernel = f"{kernel}_dwsum"
-    if register_rows and C in REGISTER_ROW_SIZES:   # the same formulas with the row held in registers
-        kernel = f"{kernel}_c{C}"
     dw = cp.empty((C,), dtype=np.float32)
-    launch(filename, kernel, grid, 32 * ROWS_PER_BLOCK, args + (dw, group_sums, counters),
+    launch(filename, _rows_kernel(f"{kernel}_dwsum", C), grid, 32 * ROWS_PER_BLOCK, args + (dw, group_sums, counters),
            shared_mem=ROWS_PER_BLOCK * C * 4)
     return dw

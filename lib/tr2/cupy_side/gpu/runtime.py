@@ -142,22 +142,19 @@ class Workspace:
         self._buffers: dict[tuple, "cp.ndarray"] = {}
 
     def get(self, name: str, shape, dtype) -> "cp.ndarray":
-        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-        key = (name, shape, np.dtype(dtype).str)
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = cp.empty(shape, dtype=dtype)
-            self._buffers[key] = buf
-        return buf
+        return self._fetch(name, shape, dtype, cp.empty)
 
     def zeros(self, name: str, shape, dtype) -> "cp.ndarray":
         """As get, zeroed when first allocated and never again: for counters their kernels set back to zero
         themselves (layernorm_backward.cuh's tickets), so the first use, eager before any graph capture, zeroes them."""
+        return self._fetch("zeros:" + name, shape, dtype, cp.zeros)
+
+    def _fetch(self, name: str, shape, dtype, allocate) -> "cp.ndarray":
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
-        key = ("zeros:" + name, shape, np.dtype(dtype).str)
+        key = (name, shape, np.dtype(dtype).str)
         buf = self._buffers.get(key)
         if buf is None:
-            buf = cp.zeros(shape, dtype=dtype)
+            buf = allocate(shape, dtype=dtype)
             self._buffers[key] = buf
         return buf
 

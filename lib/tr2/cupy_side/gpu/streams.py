@@ -56,10 +56,6 @@ class SideStream:
         self._done = None    # the event after the side stream's last product, until joined
         self._held: tuple = ()
 
-    @property
-    def in_flight(self) -> bool:
-        return self._done is not None
-
     def run(self, product, *hold) -> None:
         """product() on the side stream after the main stream's work so far; hold: the arrays it reads or writes,
         kept alive until the join."""
