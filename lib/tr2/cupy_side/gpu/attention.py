@@ -17,6 +17,8 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import cupy as cp
 
@@ -170,12 +172,12 @@ DSQ_KEYS = kernel_define(FILE, "DSQ_KEYS")   # the keys of ds_t and k a block of
 # Both give dQ the same bits (each element sums the same slices in the same order). 128 until 64 is measured
 # faster (scripts/attention_backward_variants.py's ds64): the 128-query kernel's L2 was 81% busy (call 3 of
 # results/h200-perf-20261201f), and 64 adds k reads there (gpt2-small: ~47 MB a layer, L2 hits) to fill its tail.
-DQ_DS_QUERIES = 128
+DQ_DS_QUERIES = int(os.environ.get("TR2_ATTN_DQ_DS_QUERIES", "128"))   # the environment's for a bench variant
 # The _l2 forms of the two dS kernels (attn_backward_dkdv_ds_l2_, attn_backward_dq_ds_l2_ / _q64_l2_): ds_t's
 # stores and loads marked evict-first in L2, the same bits. A test of whether ~100 MB of ds_t a layer
 # (gpt2-small, against the 50 MB L2) evicts the tiles the dK/dV kernel rereads and the dqkv the c_attn backward
 # products read next: the dK/dV kernel took 164 us a layer inside the step and 146 alone. Off until measured.
-DS_EVICT_FIRST = False
+DS_EVICT_FIRST = os.environ.get("TR2_ATTN_DS_EVICT_FIRST", "0") == "1"   # the environment's for a bench variant
 
 
 def _ds_form() -> str:
