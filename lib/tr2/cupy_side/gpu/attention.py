@@ -174,10 +174,12 @@ DSQ_KEYS = kernel_define(FILE, "DSQ_KEYS")   # the keys of ds_t and k a block of
 # results/h200-perf-20261201f), and 64 adds k reads there (gpt2-small: ~47 MB a layer, L2 hits) to fill its tail.
 DQ_DS_QUERIES = int(os.environ.get("TR2_ATTN_DQ_DS_QUERIES", "128"))   # the environment's for a bench variant
 # The _l2 forms of the two dS kernels (attn_backward_dkdv_ds_l2_, attn_backward_dq_ds_l2_ / _q64_l2_): ds_t's
-# stores and loads marked evict-first in L2, the same bits. A test of whether ~100 MB of ds_t a layer
-# (gpt2-small, against the 50 MB L2) evicts the tiles the dK/dV kernel rereads and the dqkv the c_attn backward
-# products read next: the dK/dV kernel took 164 us a layer inside the step and 146 alone. Off until measured.
-DS_EVICT_FIRST = os.environ.get("TR2_ATTN_DS_EVICT_FIRST", "0") == "1"   # the environment's for a bench variant
+# stores and loads marked evict-first in L2, the same bits (tests/test_kernels_gpu.py, "evict_first"). ~100 MB of
+# ds_t a layer (gpt2-small, against the 50 MB L2) evicted the tiles the dK/dV kernel rereads and the dqkv the c_attn
+# backward products read next. On since the ninth session: medians of 3 runs against the plain forms, one H200,
+# bf16, graph (results/h200-perf-20261201h, calls 1-2): nanogpt 4.611 -> 4.612 ms a step, gpt2-small 17.252 ->
+# 17.173, gpt2-medium 44.876 -> 44.784. TR2_ATTN_DS_EVICT_FIRST=0 gives the plain forms (a bench variant).
+DS_EVICT_FIRST = os.environ.get("TR2_ATTN_DS_EVICT_FIRST", "1") == "1"
 
 
 def _ds_form() -> str:
