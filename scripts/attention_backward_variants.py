@@ -4,7 +4,8 @@ roundings, dropout as the model trains): `recompute` (attn_backward_dq recompute
 (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel), `ds64` (ds with dQ at
 64 queries a block: must give ds's bits), `ds_l2` (ds with ds_t's stores and loads marked evict-first in L2,
 DS_EVICT_FIRST: must give ds's bits; alone it can show only what the backward's own rereads gain, not the step's
-next kernels). First the forms' outputs
+next kernels), `wg1` and `wg2` (ds_l2 with dK/dV on wgmma, USE_WG_DKDV, one or two warpgroups a block; within a
+rounding of ds_l2: the tensor cores' sums need not round alike). First the forms' outputs
 against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half outputs: the row dots
 are summed in another order); then
 rounds in rotating order, each figure the mean of `reps` back-to-back backward calls (whatever launches the form
@@ -15,6 +16,7 @@ makes); the table gives each form's median over the rounds and its ratio to `rec
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 
@@ -29,20 +31,30 @@ from tr2.models import load_model
 from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-# (FOLD_KEY_BLOCKS, USE_DS, DQ_DS_QUERIES, DS_EVICT_FIRST); ds64 and ds_l2: ds's bits
-FORMS = {"recompute": (0, False, 128, False), "ds": (0, True, 128, False), "ds64": (0, True, 64, False),
-         "ds_l2": (0, True, 128, True), "fold": (2, False, 128, False)}
+# (FOLD_KEY_BLOCKS, USE_DS, DQ_DS_QUERIES, DS_EVICT_FIRST, USE_WG_DKDV, WG_DKDV_WARPGROUPS); ds64 and ds_l2: ds's bits
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS")
+FORMS = {"recompute": (0, False, 128, False, False, 1), "ds": (0, True, 128, False, False, 1),
+         "ds64": (0, True, 64, False, False, 1), "ds_l2": (0, True, 128, True, False, 1),
+         "fold": (2, False, 128, False, False, 1), "wg1": (0, True, 128, True, True, 1),
+         "wg2": (0, True, 128, True, True, 2)}
 SEED, OFFSET = 1337, 1 << 32
-_OWN = (attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES, attention.DS_EVICT_FIRST)
+_OWN = tuple(getattr(attention, name) for name in SETTINGS)
+# TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)
+ONLY = [f for f in os.environ.get("TR2_BWD_FORMS", "").split(",") if f]
+
+
+def _set(values) -> None:
+    for name, value in zip(SETTINGS, values):
+        setattr(attention, name, value)
 
 
 def use(form: str) -> None:
-    attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES, attention.DS_EVICT_FIRST = FORMS[form]
+    _set(FORMS[form])
 
 
 def restore() -> None:
     """gpu/attention.py's own choice."""
-    attention.FOLD_KEY_BLOCKS, attention.USE_DS, attention.DQ_DS_QUERIES, attention.DS_EVICT_FIRST = _OWN
+    _set(_OWN)
 
 
 def inputs(be, model: str):
@@ -55,7 +67,9 @@ def inputs(be, model: str):
     dout = to_half(cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32)), be.ctx.kind)
     use("recompute")
     _, saved = be.attention_forward(qkv, cfg.n_head, cfg.dropout, SEED, OFFSET)
-    forms = [f for f in FORMS if f != "fold" or -(-T // attention.block_rows(be.ctx)) <= 2]
+    forms = [f for f in FORMS if (f != "fold" or -(-T // attention.block_rows(be.ctx)) <= 2)
+             and (not ONLY or f in ONLY or f == "recompute")
+             and (not f.startswith("wg") or attention.runtime.built_for(attention.FILE) == "sm_90a")]
     return cfg, qkv, dout, saved, forms
 
 
@@ -74,7 +88,7 @@ def main() -> int:
             use(f)
             outs[f] = be.to_host(be.attention_backward(dout, qkv, saved, H, cfg.dropout, seed, offset)).astype(np.float64)
         for f in ("ds64", "ds_l2"):
-            if not np.array_equal(outs[f], outs["ds"]):
+            if f in outs and "ds" in outs and not np.array_equal(outs[f], outs["ds"]):
                 print(f"{model:12} {f} is NOT ds's bits", flush=True)
         for f in names:
             d = np.abs(outs[f] - outs["recompute"])

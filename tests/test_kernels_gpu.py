@@ -520,6 +520,54 @@ def test_attention_ds_evict_first_is_the_same_bits(build, B, T, H, hs, queries, 
         exact(f"attention dqkv evict-first run-to-run {tag}", r, runs[0])
 
 
+# hs 64 only (the kernel's): around the 64-key warpgroups and 128-key blocks, a 64-query tile past T, the models'
+WG_DKDV_SHAPES = [s for s in ATTENTION_SHAPES if s[3] == 64] + [(2, 192, 3, 64), (2, 257, 3, 64)]
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("nwg", [1, 2])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
+    """dK/dV with dS stored on wgmma (USE_WG_DKDV, one or two warpgroups a block), then dQ from its ds_t: dq, dk
+    and dv against the NumPy form within the type's tolerance (every allocation poisoned: an element left
+    unwritten fails), three runs the same bits; beside them, recorded, how far each part lies from the mma.sync
+    kernel's (the same formulas and roundings; the tensor cores' sums need not round alike)."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
+    ref, tol = reference_for(*build)
+    rt = ref.float_dtype
+    _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
+    rdqkv = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    C = H * hs
+
+    def backward(wg):
+        monkeypatch.setattr(attention, "USE_WG_DKDV", wg)
+        monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
+        assert attention.uses_wg_dkdv(be.ctx, hs) == wg
+        return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+
+    runs = [backward(True) for _ in range(3)]
+    mma_sync = backward(False)
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} nwg={nwg} p={p}]"
+    dqkv = runs[0]
+    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
+        if T == 1 and part != "dv":   # one key: dq and dk are zero in exact arithmetic (test_attention says why)
+            noise = float(np.linalg.norm(dqkv[..., cols])) / float(np.linalg.norm(rdqkv[..., 2 * C:]))
+            assert noise <= tol, f"attention {part} {tag}: |{part}| / |dv| = {noise:.3e} > {tol:.1e}"
+            continue
+        check(f"attention {part} on wgmma {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
+        a, b = dqkv[..., cols].astype(np.float64), mma_sync[..., cols].astype(np.float64)
+        RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                        "name": f"attention {part} wgmma against mma.sync {tag}",
+                        "rel_diff": float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(b)), 1e-300),
+                        "same_bits": bool(np.array_equal(dqkv[..., cols], mma_sync[..., cols]))})
+    for r in runs[1:]:
+        exact(f"attention dqkv on wgmma run-to-run {tag}", r, dqkv)
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("T", [63, 64, 130, 257, 258])
 def test_attention_dropout_masks_are_the_generators(build, T):

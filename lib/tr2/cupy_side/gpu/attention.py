@@ -182,6 +182,27 @@ DQ_DS_QUERIES = int(os.environ.get("TR2_ATTN_DQ_DS_QUERIES", "128"))   # the env
 DS_EVICT_FIRST = os.environ.get("TR2_ATTN_DS_EVICT_FIRST", "1") == "1"
 
 
+# dK/dV with dS stored on warpgroup MMA (attention.cu's attention_backward_dkdv_wg): the half builds under half
+# roundings, head size 64, where attention.cu was built for sm_90a. WG_DKDV_WARPGROUPS warpgroups a block, 64 keys
+# each, sharing the streamed 64-query tiles; ds_t's rows padded to a multiple of 64 queries. Off until measured
+# (TR2_ATTN_WG_DKDV=1 turns it on for a run, TR2_ATTN_WG_DKDV_NWG=2 takes two warpgroups a block).
+USE_WG_DKDV = os.environ.get("TR2_ATTN_WG_DKDV", "0") == "1"
+WG_DKDV_WARPGROUPS = int(os.environ.get("TR2_ATTN_WG_DKDV_NWG", "1"))
+
+
+def uses_wg_dkdv(ctx, hs: int) -> bool:
+    if WG_DKDV_WARPGROUPS not in (1, 2):
+        raise ValueError(f"TR2_ATTN_WG_DKDV_NWG = {WG_DKDV_WARPGROUPS}: 1 or 2 warpgroups a block")
+    return (USE_WG_DKDV and stores_ds(ctx, 0) and hs == 64 and runtime.built_for(FILE) == "sm_90a")
+
+
+def wg_dkdv_shared_bytes(hs: int) -> int:
+    """attention_backward_dkdv_wg's shared memory: k and v of the block's keys, two buffers of a q and a dO tile
+    (64 x hs halves each) and of their lse and D (64 floats each), and each warp's 16 rows of dS^T (72 halves)."""
+    rows = 64 * WG_DKDV_WARPGROUPS
+    return 2 * rows * hs * 2 + 2 * 2 * 64 * hs * 2 + 2 * 2 * 64 * 4 + 4 * WG_DKDV_WARPGROUPS * 16 * 72 * 2
+
+
 def _ds_form() -> str:
     return "l2_" if DS_EVICT_FIRST else ""
 
@@ -190,7 +211,7 @@ def stores_ds(ctx, T: int) -> bool:
     return USE_DS and ctx.half and ctx.half_roundings
 
 
-def ds_shape(ctx, B: int, H: int, T: int) -> tuple:
+def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
     """ds_t's shape: [B*H, T, ldq], ldq the dK/dV kernel's query tiles times their width (its zeros past T)."""
     bc = _geometry(ctx)["backward_dkdv"]
     return (B * H, T, -(-T // bc) * bc)
@@ -219,15 +240,20 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
     tail = (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)   # the scale: attention.cu's Scale
     if stores_ds(ctx, T):
-        ds_t = cp.empty(ds_shape(ctx, B, H, T), dtype=np.uint16)
+        ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
         ldq, rows, BH = ds_t.shape[2], B * T * H, B * H
         kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
         launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
                (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
-        name, nblocks = build_name(ctx), -(-T // block_rows(ctx))
-        launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, nblocks), THREADS,
-               (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail,
-               shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
+        name, args = build_name(ctx), (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail
+        if uses_wg_dkdv(ctx, hs):
+            nwg = WG_DKDV_WARPGROUPS
+            launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
+                   128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=wg_dkdv_shared_bytes(hs),
+                   prefer_shared=True)
+        else:
+            launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
+                   args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
         dq_name, queries = dq_ds_kernel(ctx, hs)
         launch(FILE, dq_name, (BH, -(-T // queries)), THREADS,
                (dqkv, saved.qkv, ds_t, i32(ldq), i32(T), i32(H), i32(ctx.round_kind)),

@@ -1053,18 +1053,22 @@ __device__ __forceinline__ void stmatrix_x4(u16* p, const u32 r[4]) {
 template <int K, int MT, int NT, int LDS, bool EVICT = false>
 __device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int rows_left, u16* sw,
                                            const float ds[MT][NT][4], int lane) {
-    static_assert(NT == 4, "one stmatrix.x4 an m16 tile's half: four n8 tiles");
+    static_assert(NT % 4 == 0, "one stmatrix.x4 an m16 tile's half of four n8 tiles");
     __syncwarp();   // the warp's reads of the last tile's rows are done
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            u32 w[4], lo;
+        for (int r = 0; r < 2; ++r)
 #pragma unroll
-            for (int n = 0; n < NT; ++n) half_operand<K, false>(ds[mt][n][2 * r], ds[mt][n][2 * r + 1], w[n], lo);
-            // lanes 8i..8i+7 address the rows of matrix i (n8 tile i): keys 16 mt + 8 r + 0..7, queries 8 i..
-            stmatrix_x4(sw + (16 * mt + 8 * r + (lane & 7)) * LDS + (lane >> 3) * 8, w);
-        }
+            for (int q = 0; q < NT / 4; ++q) {
+                u32 w[4], lo;
+#pragma unroll
+                for (int n = 0; n < 4; ++n)
+                    half_operand<K, false>(ds[mt][4 * q + n][2 * r], ds[mt][4 * q + n][2 * r + 1], w[n], lo);
+                // lanes 8i..8i+7 address the rows of matrix i (n8 tile 4 q + i): keys 16 mt + 8 r + 0..7, queries
+                // 32 q + 8 i..
+                stmatrix_x4(sw + (16 * mt + 8 * r + (lane & 7)) * LDS + 32 * q + (lane >> 3) * 8, w);
+            }
     __syncwarp();
     constexpr int PIECES = NT * 8 / 8;   // 16-byte pieces a row
 #pragma unroll
@@ -1472,6 +1476,157 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
     store_dq<HS, MT, COLS>(dqkv, dq, r0, b, h, T, C, out_kind, lane, d0);
 }
 
+// ---------------------------------------------------------------------------------------------- dK/dV on wgmma
+// The dS-storing backward's dK/dV kernel (attention_backward_dkdv with DS) on warpgroup MMA, for the half builds
+// under half roundings, HS = 64, where the file is built for sm_90a. A block is NWG warpgroups, each owning 64 keys
+// (warp w of a warpgroup keys 16w..16w+15); k and v of the block's keys are staged once, and 64-query tiles of q and
+// dO (with their lse and D) stream through two buffers by cp.async, from the tile holding the block's first key to
+// the last. Per tile, each warpgroup:
+//   S^T = k q^T and dPd^T = v dO^T, both operands from shared memory (K-major), in one commit group;
+//   P^T, Pd^T and dS^T in registers (softmax_grad: the accumulators' layout is mma.sync's C layout with MT = 1 and
+//   NT = 8, so the mma.sync kernel's mask, dropout draws (LANE_PAIRS) and softmax gradient apply unchanged);
+//   dS^T to ds_t (store_ds_t: stmatrix through the warp's rows of shared memory, whole sectors);
+//   dV += Pd^T dO and dK += dS^T q: A from registers rounded to the half type (the rounding the mma.sync kernel's
+//   operands take), B = the q or dO tile read MN-major (transposed), with the v tile's strides of the forward.
+// Why: the mma.sync kernel feeds each mma from ldmatrix-loaded fragments (q and dO twice over, once transposed),
+// about half its instructions; wgmma reads its B operands (and S's A) from shared memory itself, and a warpgroup's
+// 64 x 64 products take 4 instructions a k16 slice where mma.sync takes 32. A warpgroup waits on its products
+// before the elementwise work that follows them; the other blocks on the SM keep the tensor cores busy meanwhile.
+// Query tiles are 64 wide, so ds_t's rows are padded to a multiple of 64 (gpu/attention.py's ds_shape), and every
+// (key, query) pair of a tile computed is written (zeros where masked): all that attention_backward_dq_ds reads.
+// Sums: dK and dV add the query tiles' k16 slices in order, in the tensor cores' float32; the same bits every run.
+// t_lbo, t_sbo: the q and dO tiles' descriptor strides for their transposed read (the forward's v_lbo, v_sbo).
+template <int K, int HS, int NWG, bool DROP, bool EVICT>
+__device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* __restrict__ qkv,
+                                           const u16* __restrict__ dout, const float* __restrict__ lse,
+                                           const float* __restrict__ Dvec, u16* __restrict__ ds_t, int ldq, int T,
+                                           int H, int out_kind, Dropout drop, u32 t_lbo, u32 t_sbo) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS, THREADS = 128 * NWG;
+    constexpr int LDS = BC + 8;   // a warp's staged dS^T rows (store_ds_t), padded against bank conflicts
+    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
+    extern __shared__ __align__(128) unsigned char smem[];
+    u16* sK = (u16*)smem;                     // BR keys, core matrices (stage_core)
+    u16* sV = sK + BR * HS;
+    u16* sQO = sV + BR * HS;                  // buffer b: q at 2b TILE, dO at (2b + 1) TILE
+    float* sLD = (float*)(sQO + 4 * TILE);    // buffer b: lse at 2b BC, D at (2b + 1) BC
+    u16* sdS = (u16*)(sLD + 4 * BC);          // warp w: 16 rows of LDS halves
+    const int nqt = (T + BC - 1) / BC;
+    const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: first
+    const int b = bh / H, h = bh % H, C = H * HS;
+    const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int K0 = kb * BR + wg * 64;         // the warpgroup's first key
+    const int k0 = K0 + (warp & 3) * 16;      // the warp's
+    const int first = (kb * BR) / BC;         // the query tile holding the block's first key
+    const int niter = nqt - first;
+    const u16* base = qkv + (i64)b * T * 3 * C;
+    const u16* gbase = dout + (i64)b * T * C;
+    auto stage_qo = [&](int it, int buf) {
+        const int qt = first + it;
+        stage_core<HS, BC, THREADS>(sQO + 2 * buf * TILE, base + h * HS, qt * BC, T, 3 * C);
+        stage_core<HS, BC, THREADS>(sQO + (2 * buf + 1) * TILE, gbase + h * HS, qt * BC, T, C);
+        float* l = sLD + 2 * buf * BC;
+        stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
+        stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
+    };
+    stage_core<HS, BR, THREADS>(sK, base + C + h * HS, kb * BR, T, 3 * C);
+    stage_core<HS, BR, THREADS>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
+    stage_qo(0, 0);
+    cp_async_commit();
+    const u16* sKw = sK + wg * 8 * CH * 64;   // the warpgroup's 64 keys: eight row groups of core matrices
+    const u16* sVw = sV + wg * 8 * CH * 64;
+    float dk[HS / 8][4], dv[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int it = 0; it < niter; ++it) {
+        const int cur = it & 1, qt = first + it;
+        if (it + 1 < niter) {   // the next tile loads while this one computes
+            stage_qo(it + 1, cur ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        if (qt * BC + BC - 1 >= K0) {   // else every query of the tile comes before the warpgroup's keys
+            const u16* sQ = sQO + 2 * cur * TILE;
+            const u16* sO = sQ + TILE;
+            const float* sL = sLD + 2 * cur * BC;
+            const float* sD = sL + BC;
+            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                i = qt * BC + n * 8 + 2 * t + (e & 1);
+                j = k0 + g + 8 * (e >> 1);
+            };
+            const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
+            KeepBits<1, NT> keep{};
+            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
+            float p[1][NT][4], ds[1][NT][4];
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T
+                wg_mma_ss<K>(p[0], wg_desc(sKw + 2 * k16 * 64, 128, CH * 128), wg_desc(sQ + 2 * k16 * 64, 128, CH * 128),
+                             k16 > 0);
+#pragma unroll
+            for (int k16 = 0; k16 < HS / 16; ++k16)   // dPd^T = v dO^T
+                wg_mma_ss<K>(ds[0], wg_desc(sVw + 2 * k16 * 64, 128, CH * 128), wg_desc(sO + 2 * k16 * 64, 128, CH * 128),
+                             k16 > 0);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(p[0]);
+            wg_hold(ds[0]);
+            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep,
+                                             [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
+                const int il = n * 8 + 2 * t + (e & 1);
+                Lc = sL[il] * LOG2E;
+                Dq = sD[il];
+            });
+            store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                             sdS + warp * 16 * LDS, ds, lane);
+            u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16) {
+                pf[k16][0] = pack2<K>(p[0][2 * k16][0], p[0][2 * k16][1]);
+                pf[k16][1] = pack2<K>(p[0][2 * k16][2], p[0][2 * k16][3]);
+                pf[k16][2] = pack2<K>(p[0][2 * k16 + 1][0], p[0][2 * k16 + 1][1]);
+                pf[k16][3] = pack2<K>(p[0][2 * k16 + 1][2], p[0][2 * k16 + 1][3]);
+                df[k16][0] = pack2<K>(ds[0][2 * k16][0], ds[0][2 * k16][1]);
+                df[k16][1] = pack2<K>(ds[0][2 * k16][2], ds[0][2 * k16][3]);
+                df[k16][2] = pack2<K>(ds[0][2 * k16 + 1][0], ds[0][2 * k16 + 1][1]);
+                df[k16][3] = pack2<K>(ds[0][2 * k16 + 1][2], ds[0][2 * k16 + 1][3]);
+            }
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: k16 slice = queries 16 k16.., row groups 2 k16, +1
+                wg_mma<K, true>(dv, pf[k16], wg_desc(sO + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
+                wg_mma<K, true>(dk, df[k16], wg_desc(sQ + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(dv);
+            wg_hold(dk);
+        }
+        __syncthreads();   // every warpgroup's reads of this buffer are done before the next iteration refills it
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int j = k0 + g + 8 * r;
+        if (j >= T) continue;
+        const i64 at = ((i64)b * T + j) * 3 * C + h * HS + 2 * t;
+        store_rows<HS>(dqkv, at + C, dk, r, scale, out_kind);
+        store_rows<HS>(dqkv, at + 2 * C, dv, r, 1.0f, out_kind);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- the instantiations ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
@@ -1571,6 +1726,25 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
         attention_backward_dq_ds<K, HS, NWARPS * 8 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }
 #define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(, false, BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)
+// dK/dV with dS stored on wgmma (attention_backward_dkdv_wg; half roundings, HS = 64, sm_90a):
+// attn_backward_dkdv_ds_wg<NWG>_[l2_]<bf16r|f16r>_hs64, arguments as attn_backward_dkdv_ds_ plus the q and dO
+// tiles' descriptor strides; then attn_backward_dq_ds_ as before, over ds_t's 64-query tiles.
+#define ATTN_DKDV_WG_FORM(NWG, FORM, EVICT, BUILD, K, HS)                                                       \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 2 / NWG) attn_backward_dkdv_ds_wg##NWG##_##FORM##BUILD##_hs##HS( \
+        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
+        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
+        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_wg<K, HS, NWG, true, EVICT>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,   \
+                                                                out_kind, d, t_lbo, t_sbo);                    \
+        else                                                                                                   \
+            attention_backward_dkdv_wg<K, HS, NWG, false, EVICT>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,  \
+                                                                 out_kind, d, t_lbo, t_sbo);                   \
+    }
+#define ATTN_DKDV_WG(BUILD, K, HS)                                                                              \
+    ATTN_DKDV_WG_FORM(1, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(1, l2_, true, BUILD, K, HS)                  \
+    ATTN_DKDV_WG_FORM(2, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(2, l2_, true, BUILD, K, HS)
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
@@ -1599,3 +1773,5 @@ ATTN_DS(bf16r, KIND_BF16, 32)
 ATTN_DS(f16r, KIND_F16, 32)
 ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
+ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
+ATTN_DKDV_WG(f16r, KIND_F16, 64)

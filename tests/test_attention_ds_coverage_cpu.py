@@ -1,0 +1,97 @@
+"""ds_t's contract between the dS-storing dK/dV kernels and attention_backward_dq_ds (attention.cu), checked without
+a GPU: every (key, query) element the dQ kernel reads for a query before T was written by the dK/dV kernel, for the
+mma.sync kernel (32-key warp chunks, 32-query tiles) and the wgmma one (64-key warpgroups, 64-query tiles, one or two
+warpgroups a block), at both dQ block sizes. The loops below transcribe the kernels' index arithmetic (the tile and
+warp conditions, rows past T, columns past ldq); an element read but never written would be uninitialised memory
+in dQ (on the GPU the poisoned tests see it as NaN only where the pool handed over poisoned memory)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+RW = 32          # the mma.sync kernels' warp rows (16 MT, MT = 2) = their dK/dV query tile
+BR_MMA = 128     # the mma.sync dK/dV kernel's keys a block
+BK = 64          # DSQ_KEYS: the dQ kernel's staged keys
+
+
+def ldq_of(T: int, wg: bool) -> int:
+    """gpu/attention.py's ds_shape: the dK/dV kernel's query tiles times their width."""
+    bc = 64 if wg else RW
+    return -(-T // bc) * bc
+
+
+def written_mma_sync(T: int) -> np.ndarray:
+    """attention_backward_dkdv with DS: warp keys k0..k0+31, query tiles of 32 from the block's first, a tile taken
+    where its last query is at or past the warp's first key; rows j < T."""
+    ldq = ldq_of(T, False)
+    w = np.zeros((T, ldq), dtype=bool)
+    nqt = -(-T // RW)
+    for kb in range(-(-T // BR_MMA)):
+        for warp in range(4):
+            k0 = kb * BR_MMA + warp * RW
+            for qt in range(kb * BR_MMA // RW, nqt):
+                if qt * RW + RW - 1 >= k0:
+                    w[k0:min(k0 + RW, T), qt * RW:qt * RW + RW] = True
+    return w
+
+
+def written_wgmma(T: int, nwg: int) -> np.ndarray:
+    """attention_backward_dkdv_wg: warpgroup keys K0..K0+63 (warps of 16), 64-query tiles from the one holding the
+    block's first key, a tile taken where its last query is at or past the warpgroup's first key; rows j < T,
+    every column of the tile (all below ldq, a multiple of 64)."""
+    ldq = ldq_of(T, True)
+    w = np.zeros((T, ldq), dtype=bool)
+    BR = 64 * nwg
+    nqt = -(-T // 64)
+    for kb in range(-(-T // BR)):
+        for wg in range(nwg):
+            K0 = kb * BR + wg * 64
+            for qt in range(kb * BR // 64, nqt):
+                if qt * 64 + 63 >= K0:
+                    assert qt * 64 + 64 <= ldq
+                    w[K0:min(K0 + 64, T), qt * 64:qt * 64 + 64] = True
+    return w
+
+
+def read_dq(T: int, ldq: int, queries: int) -> np.ndarray:
+    """attention_backward_dq_ds: a warp's 32 queries r0.., the key tiles of 64 up to the block's last query, a k16
+    slice taken where it starts at or before the warp's last query; keys past T and queries past ldq are staged as
+    zeros (not read from ds_t); queries at or past T feed only dQ rows that are not stored (not counted)."""
+    r = np.zeros((T, ldq), dtype=bool)
+    chunks = queries // RW
+    for qb in range(-(-T // queries)):
+        last = min(qb * queries + queries - 1, T - 1) // BK
+        for chunk in range(chunks):
+            r0 = qb * queries + chunk * RW
+            for kt in range(last + 1):
+                for ks in range(BK // 16):
+                    j0 = kt * BK + ks * 16
+                    if j0 <= r0 + RW - 1:
+                        r[j0:min(j0 + 16, T), r0:min(r0 + RW, T, ldq)] = True
+    return r
+
+
+TS = [1, 7, 31, 32, 33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257, 300, 1000, 1024]
+
+
+@pytest.mark.parametrize("T", TS)
+@pytest.mark.parametrize("queries", [128, 64])
+def test_mma_sync_dkdv_writes_all_the_dq_kernel_reads(T, queries):
+    missing = read_dq(T, ldq_of(T, False), queries) & ~written_mma_sync(T)
+    assert not missing.any(), f"T={T} queries={queries}: {int(missing.sum())} elements read, never written"
+
+
+@pytest.mark.parametrize("T", TS)
+@pytest.mark.parametrize("queries", [128, 64])
+@pytest.mark.parametrize("nwg", [1, 2])
+def test_wgmma_dkdv_writes_all_the_dq_kernel_reads(T, queries, nwg):
+    missing = read_dq(T, ldq_of(T, True), queries) & ~written_wgmma(T, nwg)
+    assert not missing.any(), f"T={T} queries={queries} nwg={nwg}: {int(missing.sum())} elements read, never written"
+
+
+def test_the_transcription_can_fail():
+    """A dK/dV kernel that skipped its diagonal tiles would leave elements the dQ kernel reads: the check sees it."""
+    T = 256
+    w = written_wgmma(T, 1)
+    w[64:128, 64:128] = False
+    assert (read_dq(T, ldq_of(T, True), 128) & ~w).any()
