@@ -56,7 +56,7 @@ def main() -> int:
             attention.ds_shape = (lambda ctx, B_, H_, T_, hs_: (B_ * H_, T_, -(-T_ // 64) * 64)) if wide else plain_shape
             CAPTURED.clear()
             got = be.to_host(be.attention_backward(cp.asarray(dout), cp.asarray(qkv), saved, H, p, seed, offset))
-            ds = cp.asnumpy(CAPTURED[0])
+            ds = next(cp.asnumpy(a) for a in CAPTURED if a.shape[:2] == (B * H, T) and a.shape[2] != 3 * C)
             forms[name] = (got, ds)
             errs = {part: rel(got[..., s], want[..., s]) for part, s in
                     (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C)))}
@@ -64,10 +64,15 @@ def main() -> int:
             unwritten = int(((ds[0, :, :T] == 0x7FC1) & upper).sum())
             print(f"T={T} {name:9} ldq={ds.shape[2]} dq {errs['dq']:.2e} dk {errs['dk']:.2e} dv {errs['dv']:.2e} "
                   f"ds_t (j <= i) never written: {unwritten}", flush=True)
-        a, b = forms["mma"][1][0, :, :T], forms["wg1"][1][0, :, :T]
+        a, b = forms["mma_wide"][1][0, :, :T], forms["wg1"][1][0, :, :T]
         upper = np.triu(np.ones((T, T), dtype=bool))   # rows j = keys, columns i = queries, j <= i
         diff = np.argwhere((a != b) & upper)
-        print(f"T={T} ds_t wg1 against mma (j <= i): {len(diff)} elements differ; first {diff[:8].tolist()}", flush=True)
+        print(f"T={T} ds_t wg1 against mma_wide (j <= i): {len(diff)} elements differ; first {diff[:8].tolist()}", flush=True)
+        if len(diff):
+            j, i = diff[0]
+            print(f"T={T} ds_t[{j}, {i}-{i + 7}] wg1 {b[j, i:i + 8].tolist()} mma_wide {a[j, i:i + 8].tolist()}")
+            print(f"T={T} rows of ds_t with a difference: {sorted(set(int(r) for r, _ in diff))[:40]}")
+            print(f"T={T} columns with a difference: {sorted(set(int(c) for _, c in diff))[:70]}")
         for part, s in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
             d = np.argwhere(forms["wg1"][0][0][..., s] != forms["mma"][0][0][..., s])
             rows = sorted(set(int(r) for r, _ in d))
