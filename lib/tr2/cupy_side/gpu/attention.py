@@ -183,24 +183,30 @@ DS_EVICT_FIRST = os.environ.get("TR2_ATTN_DS_EVICT_FIRST", "1") == "1"
 
 
 # dK/dV with dS stored on warpgroup MMA (attention.cu's attention_backward_dkdv_wg): the half builds under half
-# roundings, head size 64, where attention.cu was built for sm_90a. WG_DKDV_WARPGROUPS warpgroups a block, 64 keys
-# each, sharing the streamed 64-query tiles; ds_t's rows padded to a multiple of 64 queries. Off until measured
-# (TR2_ATTN_WG_DKDV=1 turns it on for a run, TR2_ATTN_WG_DKDV_NWG=2 takes two warpgroups a block).
-USE_WG_DKDV = os.environ.get("TR2_ATTN_WG_DKDV", "0") == "1"
-WG_DKDV_WARPGROUPS = int(os.environ.get("TR2_ATTN_WG_DKDV_NWG", "1"))
+# roundings, head size 64, where attention.cu was built for sm_90a; ds_t's rows padded to a multiple of 64 queries.
+# The same bits as the mma.sync kernel at every shape tested (tests/test_kernels_gpu.py, "dkdv_on_wgmma"). Measured
+# alone (the backward, call 3 of results/h200-perf-20261201h, against the mma.sync form): nanogpt x0.92 with one
+# warpgroup a block (x1.06 with two), gpt2-small x0.96 with two (x1.01 with one), gpt2-medium x0.97 with two (x1.02
+# with one); hence warpgroups(T): one for rows of at most 256, else two (64 keys each, sharing the query tiles).
+# TR2_ATTN_WG_DKDV=0 gives the mma.sync kernel, TR2_ATTN_WG_DKDV_NWG=1 or 2 fixes the warpgroups (bench variants).
+USE_WG_DKDV = os.environ.get("TR2_ATTN_WG_DKDV", "1") == "1"
+WG_DKDV_WARPGROUPS = int(os.environ.get("TR2_ATTN_WG_DKDV_NWG", "0"))   # 0: warpgroups(T)
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
-    if WG_DKDV_WARPGROUPS not in (1, 2):
-        raise ValueError(f"TR2_ATTN_WG_DKDV_NWG = {WG_DKDV_WARPGROUPS}: 1 or 2 warpgroups a block")
+    if WG_DKDV_WARPGROUPS not in (0, 1, 2):
+        raise ValueError(f"TR2_ATTN_WG_DKDV_NWG = {WG_DKDV_WARPGROUPS}: 1 or 2 warpgroups a block, or 0 (by T)")
     return (USE_WG_DKDV and stores_ds(ctx, 0) and hs == 64 and runtime.built_for(FILE) == "sm_90a")
 
 
-def wg_dkdv_shared_bytes(hs: int) -> int:
+def wg_dkdv_warpgroups(T: int) -> int:
+    return WG_DKDV_WARPGROUPS or (1 if T <= 256 else 2)
+
+
+def wg_dkdv_shared_bytes(hs: int, nwg: int) -> int:
     """attention_backward_dkdv_wg's shared memory: k and v of the block's keys, two buffers of a q and a dO tile
     (64 x hs halves each) and of their lse and D (64 floats each), and each warp's 16 rows of dS^T (72 halves)."""
-    rows = 64 * WG_DKDV_WARPGROUPS
-    return 2 * rows * hs * 2 + 2 * 2 * 64 * hs * 2 + 2 * 2 * 64 * 4 + 4 * WG_DKDV_WARPGROUPS * 16 * 72 * 2
+    return 2 * 64 * nwg * hs * 2 + 2 * 2 * 64 * hs * 2 + 2 * 2 * 64 * 4 + 4 * nwg * 16 * 72 * 2
 
 
 def _ds_form() -> str:
@@ -212,8 +218,9 @@ def stores_ds(ctx, T: int) -> bool:
 
 
 def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
-    """ds_t's shape: [B*H, T, ldq], ldq the dK/dV kernel's query tiles times their width (its zeros past T)."""
-    bc = _geometry(ctx)["backward_dkdv"]
+    """ds_t's shape: [B*H, T, ldq], ldq the dK/dV kernel's query tiles times their width (its zeros past T): 64
+    for the wgmma kernel, whose tiles are stored whole."""
+    bc = 64 if uses_wg_dkdv(ctx, hs) else _geometry(ctx)["backward_dkdv"]
     return (B * H, T, -(-T // bc) * bc)
 
 
@@ -247,9 +254,11 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
         name, args = build_name(ctx), (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail
         if uses_wg_dkdv(ctx, hs):
-            nwg = WG_DKDV_WARPGROUPS
+            if ldq % 64:   # the kernel stores its 64-query tiles whole
+                raise RuntimeError(f"attention: ds_t rows of {ldq} halves for the wgmma dK/dV kernel")
+            nwg = wg_dkdv_warpgroups(T)
             launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
-                   128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=wg_dkdv_shared_bytes(hs),
+                   128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=wg_dkdv_shared_bytes(hs, nwg),
                    prefer_shared=True)
         else:
             launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
