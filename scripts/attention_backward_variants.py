@@ -5,7 +5,8 @@ roundings, dropout as the model trains): `recompute` (attn_backward_dq recompute
 64 queries a block: must give ds's bits), `ds_l2` (ds with ds_t's stores and loads marked evict-first in L2,
 DS_EVICT_FIRST: must give ds's bits; alone it can show only what the backward's own rereads gain, not the step's
 next kernels), `wg1` and `wg2` (ds_l2 with dK/dV on wgmma, USE_WG_DKDV, one or two warpgroups a block; within a
-rounding of ds_l2: the tensor cores' sums need not round alike). First the forms' outputs
+rounding of ds_l2: the tensor cores' sums need not round alike; measured the same bits), `wg1o` and `wg2o` (the
+same with WG_DKDV_OVERLAP: the same bits again). First the forms' outputs
 against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half outputs: the row dots
 are summed in another order); then
 rounds in rotating order, each figure the mean of `reps` back-to-back backward calls (whatever launches the form
@@ -31,12 +32,14 @@ from tr2.models import load_model
 from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-# (FOLD_KEY_BLOCKS, USE_DS, DQ_DS_QUERIES, DS_EVICT_FIRST, USE_WG_DKDV, WG_DKDV_WARPGROUPS); ds64 and ds_l2: ds's bits
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS")
-FORMS = {"recompute": (0, False, 128, False, False, 1), "ds": (0, True, 128, False, False, 1),
-         "ds64": (0, True, 64, False, False, 1), "ds_l2": (0, True, 128, True, False, 1),
-         "fold": (2, False, 128, False, False, 1), "wg1": (0, True, 128, True, True, 1),
-         "wg2": (0, True, 128, True, True, 2)}
+# the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
+            "WG_DKDV_OVERLAP")
+FORMS = {"recompute": (0, False, 128, False, False, 1, False), "ds": (0, True, 128, False, False, 1, False),
+         "ds64": (0, True, 64, False, False, 1, False), "ds_l2": (0, True, 128, True, False, 1, False),
+         "fold": (2, False, 128, False, False, 1, False), "wg1": (0, True, 128, True, True, 1, False),
+         "wg2": (0, True, 128, True, True, 2, False), "wg1o": (0, True, 128, True, True, 1, True),
+         "wg2o": (0, True, 128, True, True, 2, True)}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)

@@ -527,9 +527,11 @@ WG_DKDV_SHAPES = [s for s in ATTENTION_SHAPES if s[3] == 64] + [(2, 192, 3, 64),
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("nwg", [1, 2])
+@pytest.mark.parametrize("overlap", [False, True], ids=["wait", "overlap"])
 @pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
-    """dK/dV with dS stored on wgmma (USE_WG_DKDV, one or two warpgroups a block), then dQ from its ds_t: dq, dk
+def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, overlap, p, monkeypatch):
+    """dK/dV with dS stored on wgmma (USE_WG_DKDV, one or two warpgroups a block, waiting on both products of a
+    tile or overlapping them with its elementwise work: WG_DKDV_OVERLAP), then dQ from its ds_t: dq, dk
     and dv against the NumPy form within the type's tolerance (every allocation poisoned: an element left
     unwritten fails), three runs the same bits; beside them, recorded, how far each part lies from the mma.sync
     kernel's (the same formulas and roundings; the tensor cores' sums need not round alike)."""
@@ -546,12 +548,14 @@ def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
     def backward(wg):
         monkeypatch.setattr(attention, "USE_WG_DKDV", wg)
         monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
+        monkeypatch.setattr(attention, "WG_DKDV_OVERLAP", overlap)
+        monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)   # the OVERLAP form's ds_t traffic
         assert attention.uses_wg_dkdv(be.ctx, hs) == wg
         return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
 
     runs = [backward(True) for _ in range(3)]
     mma_sync = backward(False)
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} nwg={nwg} p={p}]"
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} nwg={nwg} overlap={overlap} p={p}]"
     dqkv = runs[0]
     for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
         if T == 1 and part != "dv":   # one key: dq and dk are zero in exact arithmetic (test_attention says why)

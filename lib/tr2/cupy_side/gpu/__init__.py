@@ -195,6 +195,22 @@ def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
     return ctypes.util.find_library(stem)
 
 
+def kernel_switch(key: str, default: int, allowed: tuple = (0, 1)) -> int:
+    """A kernel choice the environment may set for a run (a bench variant, e.g. TR2_ATTN_WG_DKDV=0): the integer
+    value of os.environ[key], default where unset; a value outside `allowed` stops the run naming the key, the
+    value and what is allowed (a misspelt variant must not run as the default and be timed as something else)."""
+    raw = os.environ.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = None
+    if value not in allowed:
+        raise ValueError(f"{key}={raw!r}: allowed values are {', '.join(map(str, allowed))}")
+    return value
+
+
 def kernel_define(filename: str, name: str) -> int:
     """The integer a kernel file #defines as `name` (a block size its wrapper must launch with): read from the
     source, the one place it is written."""

@@ -17,12 +17,10 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import cupy as cp
 
-from . import attention_geometry, dropout as _dropout, kernel_define
+from . import attention_geometry, dropout as _dropout, kernel_define, kernel_switch
 from .cast import to_half
 from . import runtime
 from .runtime import NULL, f32, i32, launch, u32, u64
@@ -172,14 +170,14 @@ DSQ_KEYS = kernel_define(FILE, "DSQ_KEYS")   # the keys of ds_t and k a block of
 # Both give dQ the same bits (each element sums the same slices in the same order). 128 until 64 is measured
 # faster (scripts/attention_backward_variants.py's ds64): the 128-query kernel's L2 was 81% busy (call 3 of
 # results/h200-perf-20261201f), and 64 adds k reads there (gpt2-small: ~47 MB a layer, L2 hits) to fill its tail.
-DQ_DS_QUERIES = int(os.environ.get("TR2_ATTN_DQ_DS_QUERIES", "128"))   # the environment's for a bench variant
+DQ_DS_QUERIES = kernel_switch("TR2_ATTN_DQ_DS_QUERIES", 128, (128, 64))   # the environment's for a bench variant
 # The _l2 forms of the two dS kernels (attn_backward_dkdv_ds_l2_, attn_backward_dq_ds_l2_ / _q64_l2_): ds_t's
 # stores and loads marked evict-first in L2, the same bits (tests/test_kernels_gpu.py, "evict_first"). ~100 MB of
 # ds_t a layer (gpt2-small, against the 50 MB L2) evicted the tiles the dK/dV kernel rereads and the dqkv the c_attn
 # backward products read next. On since the ninth session: medians of 3 runs against the plain forms, one H200,
 # bf16, graph (results/h200-perf-20261201h, calls 1-2): nanogpt 4.611 -> 4.612 ms a step, gpt2-small 17.252 ->
 # 17.173, gpt2-medium 44.876 -> 44.784. TR2_ATTN_DS_EVICT_FIRST=0 gives the plain forms (a bench variant).
-DS_EVICT_FIRST = os.environ.get("TR2_ATTN_DS_EVICT_FIRST", "1") == "1"
+DS_EVICT_FIRST = bool(kernel_switch("TR2_ATTN_DS_EVICT_FIRST", 1))
 
 
 # dK/dV with dS stored on warpgroup MMA (attention.cu's attention_backward_dkdv_wg): the half builds under half
@@ -189,8 +187,12 @@ DS_EVICT_FIRST = os.environ.get("TR2_ATTN_DS_EVICT_FIRST", "1") == "1"
 # warpgroup a block (x1.06 with two), gpt2-small x0.96 with two (x1.01 with one), gpt2-medium x0.97 with two (x1.02
 # with one); hence warpgroups(T): one for rows of at most 256, else two (64 keys each, sharing the query tiles).
 # TR2_ATTN_WG_DKDV=0 gives the mma.sync kernel, TR2_ATTN_WG_DKDV_NWG=1 or 2 fixes the warpgroups (bench variants).
-USE_WG_DKDV = os.environ.get("TR2_ATTN_WG_DKDV", "1") == "1"
-WG_DKDV_WARPGROUPS = int(os.environ.get("TR2_ATTN_WG_DKDV_NWG", "0"))   # 0: warpgroups(T)
+USE_WG_DKDV = bool(kernel_switch("TR2_ATTN_WG_DKDV", 1))
+WG_DKDV_WARPGROUPS = kernel_switch("TR2_ATTN_WG_DKDV_NWG", 0, (0, 1, 2))   # 0: warpgroups(T)
+# The OVERLAP form (attention.cu: P^T's exponentials while dPd^T's products run, ds_t's stores while dV's and dK's
+# run; the same bits), built with the evict-first ds_t traffic only. Written after the ninth session's device time:
+# NOT run on a GPU, off until tests/test_kernels_gpu.py ("dkdv_on_wgmma") has passed with it and it is measured.
+WG_DKDV_OVERLAP = bool(kernel_switch("TR2_ATTN_WG_DKDV_OVERLAP", 0))
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
@@ -256,8 +258,8 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         if uses_wg_dkdv(ctx, hs):
             if ldq % 64:   # the kernel stores its 64-query tiles whole
                 raise RuntimeError(f"attention: ds_t rows of {ldq} halves for the wgmma dK/dV kernel")
-            nwg = wg_dkdv_warpgroups(T)
-            launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
+            nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP and DS_EVICT_FIRST else ""
+            launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
                    128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=wg_dkdv_shared_bytes(hs, nwg),
                    prefer_shared=True)
         else:

@@ -1,12 +1,10 @@
 """Wrapper of kernels/layernorm.cu (no bias)."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import cupy as cp
 
-from . import REGISTER_ROW_SIZES, dw_order
+from . import REGISTER_ROW_SIZES, dw_order, kernel_switch
 from .runtime import f32, i32, launch
 
 FILE = "layernorm.cu"
@@ -16,7 +14,7 @@ register_rows = True        # the models' widths hold a row in registers (REGIST
 # layernorm_dw_finish), one launch instead of two, in another fixed order (other bits, the same every run). Off until
 # the GPU tests have passed on the H200 (tests/test_kernels_gpu.py, "dwsum"): the *_dw_final kernel, as before.
 # TR2_LN_FINAL_IN_KERNEL=1 in the environment turns it on for a run (a bench variant).
-FINAL_IN_KERNEL = os.environ.get("TR2_LN_FINAL_IN_KERNEL", "0") == "1"
+FINAL_IN_KERNEL = bool(kernel_switch("TR2_LN_FINAL_IN_KERNEL", 0))
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):

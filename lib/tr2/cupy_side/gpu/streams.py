@@ -28,13 +28,13 @@ memory target, so it stays the default.
 """
 from __future__ import annotations
 
-import os
-
 import cupy as cp
 
-ENABLED = os.environ.get("TR2_SIDE_STREAM", "0") == "1"
+from . import kernel_switch
+
+ENABLED = bool(kernel_switch("TR2_SIDE_STREAM", 0))
 # the step graph's stream at the greatest priority where the side stream is on (TR2_STREAM_PRIORITY=0: default)
-PRIORITY = ENABLED and os.environ.get("TR2_STREAM_PRIORITY", "1") != "0"
+PRIORITY = ENABLED and bool(kernel_switch("TR2_STREAM_PRIORITY", 1))
 
 
 def high_priority_stream() -> "cp.cuda.Stream":

@@ -31,6 +31,8 @@
 //   backward with dS stored (the half builds under half roundings, every T): the row dots D, then
 //     dK, dV as above without dQ, each warp also writing its dS^T rows, rounded as dK's operand, to a
 //     [BH, T, ~T] half buffer; then dQ = scale dS k, one product, read back from it (attention_backward_dq_ds).
+//     On Hopper (sm_90a, HS = 64) the dK/dV part runs on wgmma instead (attention_backward_dkdv_wg, below), with
+//     the same bits.
 //   backward unfolded (the float32 builds, and the exact half builds past two key blocks): dQ first, one block per
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
@@ -728,6 +730,8 @@ __device__ __forceinline__ u64 wg_desc(const void* p, u32 lbo, u32 sbo) {
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// At most one commit group of the warpgroup still in flight (the last committed)
+__device__ __forceinline__ void wg_wait_one() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 // cp.async and ordinary stores write shared memory through the generic proxy, wgmma reads it through the async one
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // After wgmma.wait_group: the accumulators are read no earlier than here.
@@ -736,6 +740,14 @@ template <int N> __device__ __forceinline__ void wg_hold(float (&v)[N][4]) {
     for (int n = 0; n < N; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(v[n][e])::"memory");
+}
+// After wgmma.wait_group: A fragments a product read from registers count as used until here, so that nothing
+// computed while the product ran is given their registers.
+template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" ::"r"(a[n][e]) : "memory");
 }
 
 #define WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
@@ -1476,6 +1488,46 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
     store_dq<HS, MT, COLS>(dqkv, dq, r0, b, h, T, C, out_kind, lane, d0);
 }
 
+// softmax_grad_of in two passes, for a kernel whose dPd^T arrives after its scores (attention_backward_dkdv_wg with
+// OVERLAP): probs_of turns the raw scores p into P (0 outside), while dPd^T is still being computed; grads_of then
+// makes dS = P (dPd f - D) and Pd = P f with softmax_grad_of's f. The same operations on the same values: the same
+// bits (f is recomputed from the element's coordinates, not inferred from P = 0, whose dS could differ in sign).
+// fn(mt, n, e, inside, Lc, Dq) for every register (mt, n, e) of a warp's block; inside: the element lies at or
+// below the diagonal and before T (always true without EDGE). softmax_grad_of keeps its own loop: written through
+// this, the measured kernels' machine code changed (48 of 82 kernels; results/cpu-compile-20261201h).
+template <bool EDGE, int MT, int NT, typename Coords, typename Fn>
+__device__ __forceinline__ void each_element(int T, Coords coords, Fn fn) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int i, j;
+                float Lc, Dq;
+                coords(mt, n, e, i, j, Lc, Dq);
+                fn(mt, n, e, !EDGE || (j <= i && i < T && j < T), Lc, Dq);
+            }
+}
+
+template <bool EDGE, int MT, int NT, typename Coords>
+__device__ __forceinline__ void probs_of(float p[MT][NT][4], int T, float c, Coords coords) {
+    each_element<EDGE, MT, NT>(T, coords, [&](int mt, int n, int e, bool inside, float Lc, float) {
+        p[mt][n][e] = inside ? exp_c<false>(p[mt][n][e], c, Lc) : 0.0f;
+    });
+}
+
+template <bool EDGE, bool DROP, int MT, int NT, typename Coords>
+__device__ __forceinline__ void grads_of(float p[MT][NT][4], float ds[MT][NT][4], int T, float dscale,
+                                         const KeepBits<MT, NT>& keep, Coords coords) {
+    each_element<EDGE, MT, NT>(T, coords, [&](int mt, int n, int e, bool inside, float, float Dq) {
+        float f = inside ? 1.0f : 0.0f;
+        if constexpr (DROP) f = inside && keep(mt, n, e) ? dscale : 0.0f;
+        ds[mt][n][e] = p[mt][n][e] * (ds[mt][n][e] * f - Dq);
+        p[mt][n][e] = p[mt][n][e] * f;
+    });
+}
+
 // ---------------------------------------------------------------------------------------------- dK/dV on wgmma
 // The dS-storing backward's dK/dV kernel (attention_backward_dkdv with DS) on warpgroup MMA, for the half builds
 // under half roundings, HS = 64, where the file is built for sm_90a. A block is NWG warpgroups, each owning 64 keys
@@ -1496,7 +1548,11 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
 // (key, query) pair of a tile computed is written (zeros where masked): all that attention_backward_dq_ds reads.
 // Sums: dK and dV add the query tiles' k16 slices in order, in the tensor cores' float32; the same bits every run.
 // t_lbo, t_sbo: the q and dO tiles' descriptor strides for their transposed read (the forward's v_lbo, v_sbo).
-template <int K, int HS, int NWG, bool DROP, bool EVICT>
+// OVERLAP (written after the ninth session's device time, not yet run on a GPU): S^T and dPd^T in two commit
+// groups, P^T's exponentials computed while dPd^T's products run (probs_of, grads_of: the same bits), and dS^T's
+// stores to ds_t made while dV's and dK's products run (the mma.sync kernel paid ~23 us a layer of gpt2-small for
+// those stores, results/h200-perf-20261201f call 4); without it each warpgroup waits on both before either.
+template <int K, int HS, int NWG, bool DROP, bool EVICT, bool OVERLAP = false>
 __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* __restrict__ qkv,
                                            const u16* __restrict__ dout, const float* __restrict__ lse,
                                            const float* __restrict__ Dvec, u16* __restrict__ ds_t, int ldq, int T,
@@ -1565,29 +1621,41 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
             const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
             KeepBits<1, NT> keep{};
             if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
+            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
+                const int il = n * 8 + 2 * t + (e & 1);
+                Lc = sL[il] * LOG2E;
+                Dq = sD[il];
+            };
             float p[1][NT][4], ds[1][NT][4];
             wg_fence();
 #pragma unroll
             for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T
                 wg_mma_ss<K>(p[0], wg_desc(sKw + 2 * k16 * 64, 128, CH * 128), wg_desc(sQ + 2 * k16 * 64, 128, CH * 128),
                              k16 > 0);
+            if constexpr (OVERLAP) wg_commit();
 #pragma unroll
             for (int k16 = 0; k16 < HS / 16; ++k16)   // dPd^T = v dO^T
                 wg_mma_ss<K>(ds[0], wg_desc(sVw + 2 * k16 * 64, 128, CH * 128), wg_desc(sO + 2 * k16 * 64, 128, CH * 128),
                              k16 > 0);
             wg_commit();
-            wg_wait_all();
-            wg_hold(p[0]);
-            wg_hold(ds[0]);
-            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep,
-                                             [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
-                at(mt, n, e, i, j);
-                const int il = n * 8 + 2 * t + (e & 1);
-                Lc = sL[il] * LOG2E;
-                Dq = sD[il];
-            });
-            store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                             sdS + warp * 16 * LDS, ds, lane);
+            if constexpr (OVERLAP) {
+                wg_wait_one();   // S^T is in; dPd^T may still be running
+                wg_hold(p[0]);
+                if (edge) probs_of<true, 1, NT>(p, T, c, coords);
+                else probs_of<false, 1, NT>(p, T, c, coords);
+                wg_wait_all();
+                wg_hold(ds[0]);
+                if (edge) grads_of<true, DROP, 1, NT>(p, ds, T, drop.scale, keep, coords);
+                else grads_of<false, DROP, 1, NT>(p, ds, T, drop.scale, keep, coords);
+            } else {
+                wg_wait_all();
+                wg_hold(p[0]);
+                wg_hold(ds[0]);
+                softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
+                store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                                 sdS + warp * 16 * LDS, ds, lane);
+            }
             u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
 #pragma unroll
             for (int k16 = 0; k16 < NT / 2; ++k16) {
@@ -1608,9 +1676,16 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
             for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
                 wg_mma<K, true>(dk, df[k16], wg_desc(sQ + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
             wg_commit();
+            if constexpr (OVERLAP)   // while dV and dK are computed
+                store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                                 sdS + warp * 16 * LDS, ds, lane);
             wg_wait_all();
             wg_hold(dv);
             wg_hold(dk);
+            if constexpr (OVERLAP) {
+                wg_keep(pf);
+                wg_keep(df);
+            }
         }
         __syncthreads();   // every warpgroup's reads of this buffer are done before the next iteration refills it
     }
@@ -1702,8 +1777,9 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // as many as its 36 KB of shared memory allow: 80 registers, no spill, 92 unbounded). gpu/attention.py picks them (stores_ds, DQ_DS_QUERIES).
 // Each in two forms (FORM): as named above, and with l2_ after the kernel's name (attn_backward_dkdv_ds_l2_...,
 // attn_backward_dq_ds_l2_..., attn_backward_dq_ds_q64_l2_...), whose ds_t stores and loads are marked evict-first
-// in L2 (EVICT; gpu/attention.py's DS_EVICT_FIRST): a test of whether ds_t pushes out of L2 what the kernels
-// around it read again. The same arithmetic, so the same bits.
+// in L2 (EVICT; gpu/attention.py's DS_EVICT_FIRST, on since the ninth session: ds_t pushed out of L2 what the
+// kernels around it read again; -0.08 and -0.09 ms a step of gpt2-small and gpt2-medium). The same arithmetic,
+// so the same bits.
 #define ATTN_DS_FORM(FORM, EVICT, BUILD, K, HS)                                                                 \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_ds_##FORM##BUILD##_hs##HS(       \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
@@ -1729,22 +1805,26 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // dK/dV with dS stored on wgmma (attention_backward_dkdv_wg; half roundings, HS = 64, sm_90a):
 // attn_backward_dkdv_ds_wg<NWG>_[l2_]<bf16r|f16r>_hs64, arguments as attn_backward_dkdv_ds_ plus the q and dO
 // tiles' descriptor strides; then attn_backward_dq_ds_ as before, over ds_t's 64-query tiles.
-#define ATTN_DKDV_WG_FORM(NWG, FORM, EVICT, BUILD, K, HS)                                                       \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, 2 / NWG) attn_backward_dkdv_ds_wg##NWG##_##FORM##BUILD##_hs##HS( \
+#define ATTN_DKDV_WG_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, , false, FORM, EVICT, BUILD, K, HS)
+// OVERLAP: attn_backward_dkdv_ds_wg<NWG>o_... (gpu/attention.py's WG_DKDV_OVERLAP)
+#define ATTN_DKDV_WGO_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, o, true, FORM, EVICT, BUILD, K, HS)
+#define ATTN_DKDV_WG_BODY(NWG, O, OVERLAP, FORM, EVICT, BUILD, K, HS)                                           \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 2 / NWG) attn_backward_dkdv_ds_wg##NWG##O##_##FORM##BUILD##_hs##HS( \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv_wg<K, HS, NWG, true, EVICT>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,   \
-                                                                out_kind, d, t_lbo, t_sbo);                    \
+            attention_backward_dkdv_wg<K, HS, NWG, true, EVICT, OVERLAP>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
+                                                                         T, H, out_kind, d, t_lbo, t_sbo);     \
         else                                                                                                   \
-            attention_backward_dkdv_wg<K, HS, NWG, false, EVICT>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,  \
-                                                                 out_kind, d, t_lbo, t_sbo);                   \
+            attention_backward_dkdv_wg<K, HS, NWG, false, EVICT, OVERLAP>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
+                                                                          T, H, out_kind, d, t_lbo, t_sbo);    \
     }
 #define ATTN_DKDV_WG(BUILD, K, HS)                                                                              \
     ATTN_DKDV_WG_FORM(1, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(1, l2_, true, BUILD, K, HS)                  \
-    ATTN_DKDV_WG_FORM(2, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(2, l2_, true, BUILD, K, HS)
+    ATTN_DKDV_WG_FORM(2, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(2, l2_, true, BUILD, K, HS)                  \
+    ATTN_DKDV_WGO_FORM(1, l2_, true, BUILD, K, HS) ATTN_DKDV_WGO_FORM(2, l2_, true, BUILD, K, HS)
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
