@@ -24,7 +24,9 @@ def test_the_group_and_the_block_are_the_kernels_and_the_wrappers():
     rows = int(re.search(r"^ROWS_PER_BLOCK = (\d+)", src, re.M).group(1))
     assert dw_order.THREADS == 32 * rows   # the launch bound is the wrappers' block
     assert dw_order.GROUP == 32
-    assert re.search(r"^FINAL_IN_KERNEL = False\b", src, re.M), "the switch is off until the GPU tests pass"
+    # off by default: the GPU tests passed, the step was slower (results/h200-perf-20261201h, call 1)
+    assert re.search(r'^FINAL_IN_KERNEL = bool\(kernel_switch\("TR2_LN_FINAL_IN_KERNEL", 0\)\)', src, re.M), \
+        "the switch is off by default"
 
 
 @pytest.mark.parametrize("G", GRIDS)
