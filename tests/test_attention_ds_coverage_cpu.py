@@ -9,15 +9,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-RW = 32          # the mma.sync kernels' warp rows (16 MT, MT = 2) = their dK/dV query tile
+from tr2.cupy_side import gpu
+
+RW = gpu.attention_geometry()["half"]["backward_dkdv"]   # the mma.sync kernels' warp rows (16 MT) = their query tile
 BR_MMA = 128     # the mma.sync dK/dV kernel's keys a block
 BK = 64          # DSQ_KEYS: the dQ kernel's staged keys
 
 
 def ldq_of(T: int, wg: bool) -> int:
-    """gpu/attention.py's ds_shape: the dK/dV kernel's query tiles times their width."""
-    bc = 64 if wg else RW
-    return -(-T // bc) * bc
+    """ds_t's row width as gpu/attention.py's ds_shape takes it (gpu.ds_row_halves, the function itself: a
+    transcription here let a row width the wgmma kernel overran pass on the CPU, call 3 of
+    results/h200-perf-20261201h)."""
+    return gpu.ds_row_halves(T, wg)
 
 
 def written_mma_sync(T: int) -> np.ndarray:

@@ -522,6 +522,9 @@ def test_attention_ds_evict_first_is_the_same_bits(build, B, T, H, hs, queries, 
 
 # hs 64 only (the kernel's): around the 64-key warpgroups and 128-key blocks, a 64-query tile past T, the models'
 WG_DKDV_SHAPES = [s for s in ATTENTION_SHAPES if s[3] == 64] + [(2, 192, 3, 64), (2, 257, 3, 64)]
+# The NumPy backward of each (build, shape, p), shared by the kernel forms that test against it (the inputs are
+# ds_backward_inputs' with one salt, the same for every form).
+_WG_DKDV_REFERENCE: dict = {}
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
@@ -540,9 +543,12 @@ def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, overlap, p, monkeypatc
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
     ref, tol = reference_for(*build)
-    rt = ref.float_dtype
-    _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
-    rdqkv = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    key = (build, B, T, H, hs, p)
+    if key not in _WG_DKDV_REFERENCE:
+        rt = ref.float_dtype
+        _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
+        _WG_DKDV_REFERENCE[key] = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    rdqkv = _WG_DKDV_REFERENCE[key]
     C = H * hs
 
     def backward(wg):

@@ -158,6 +158,17 @@ def attention_geometry() -> dict:
     return found
 
 
+# The wgmma dK/dV kernel (attention_backward_dkdv_wg) stores whole tiles of this many queries.
+WG_DKDV_QUERY_TILE = 64
+
+
+def ds_row_halves(T: int, wgmma: bool) -> int:
+    """The row width (ldq) of the stored dS^T, [B*H, T, ldq] halves: the dK/dV kernel's query tiles times their
+    width, the zeros past T included; the mma.sync kernel's tiles (Geometry's backward_dkdv) or the wgmma one's."""
+    tile = WG_DKDV_QUERY_TILE if wgmma else attention_geometry()["half"]["backward_dkdv"]
+    return -(-T // tile) * tile
+
+
 def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
     """Path of NVIDIA's shared library lib<stem>.so (cublas, nvrtc), or None: $env when set and not empty,
     else the one this process already mapped (CuPy's or torch's: then ours is the same library), else

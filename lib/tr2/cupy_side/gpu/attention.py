@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import attention_geometry, dropout as _dropout, kernel_define, kernel_switch
+from . import WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch
+from . import dropout as _dropout
 from .cast import to_half
 from . import runtime
 from .runtime import NULL, f32, i32, launch, u32, u64
@@ -196,8 +197,6 @@ WG_DKDV_OVERLAP = bool(kernel_switch("TR2_ATTN_WG_DKDV_OVERLAP", 0))
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
-    if WG_DKDV_WARPGROUPS not in (0, 1, 2):
-        raise ValueError(f"TR2_ATTN_WG_DKDV_NWG = {WG_DKDV_WARPGROUPS}: 1 or 2 warpgroups a block, or 0 (by T)")
     return (USE_WG_DKDV and stores_ds(ctx, 0) and hs == 64 and runtime.built_for(FILE) == "sm_90a")
 
 
@@ -220,10 +219,8 @@ def stores_ds(ctx, T: int) -> bool:
 
 
 def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
-    """ds_t's shape: [B*H, T, ldq], ldq the dK/dV kernel's query tiles times their width (its zeros past T): 64
-    for the wgmma kernel, whose tiles are stored whole."""
-    bc = 64 if uses_wg_dkdv(ctx, hs) else _geometry(ctx)["backward_dkdv"]
-    return (B * H, T, -(-T // bc) * bc)
+    """ds_t's shape: [B*H, T, ldq], ldq as gpu.ds_row_halves gives it for the dK/dV kernel that runs."""
+    return (B * H, T, ds_row_halves(T, uses_wg_dkdv(ctx, hs)))
 
 
 def dq_ds_kernel(ctx, hs: int) -> tuple:
@@ -256,9 +253,11 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
         name, args = build_name(ctx), (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail
         if uses_wg_dkdv(ctx, hs):
-            if ldq % 64:   # the kernel stores its 64-query tiles whole
+            if ldq % WG_DKDV_QUERY_TILE:   # the kernel stores its query tiles whole
                 raise RuntimeError(f"attention: ds_t rows of {ldq} halves for the wgmma dK/dV kernel")
-            nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP and DS_EVICT_FIRST else ""
+            if WG_DKDV_OVERLAP and not DS_EVICT_FIRST:   # attention.cu builds the OVERLAP form with it only
+                raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 needs TR2_ATTN_DS_EVICT_FIRST=1")
+            nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ""
             launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
                    128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=wg_dkdv_shared_bytes(hs, nwg),
                    prefer_shared=True)

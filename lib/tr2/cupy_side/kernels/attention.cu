@@ -1628,6 +1628,10 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
                 Dq = sD[il];
             };
             float p[1][NT][4], ds[1][NT][4];
+            auto store_ds = [&] {   // the warp's dS^T rows of the tile to ds_t
+                store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                                 sdS + warp * 16 * LDS, ds, lane);
+            };
             wg_fence();
 #pragma unroll
             for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T
@@ -1653,8 +1657,7 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
                 wg_hold(p[0]);
                 wg_hold(ds[0]);
                 softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
-                store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                                 sdS + warp * 16 * LDS, ds, lane);
+                store_ds();
             }
             u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
 #pragma unroll
@@ -1676,9 +1679,7 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
             for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
                 wg_mma<K, true>(dk, df[k16], wg_desc(sQ + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
             wg_commit();
-            if constexpr (OVERLAP)   // while dV and dK are computed
-                store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                                 sdS + warp * 16 * LDS, ds, lane);
+            if constexpr (OVERLAP) store_ds();   // while dV and dK are computed
             wg_wait_all();
             wg_hold(dv);
             wg_hold(dk);
