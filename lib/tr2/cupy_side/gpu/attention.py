@@ -191,8 +191,9 @@ DS_EVICT_FIRST = bool(kernel_switch("TR2_ATTN_DS_EVICT_FIRST", 1))
 USE_WG_DKDV = bool(kernel_switch("TR2_ATTN_WG_DKDV", 1))
 WG_DKDV_WARPGROUPS = kernel_switch("TR2_ATTN_WG_DKDV_NWG", 0, (0, 1, 2))   # 0: warpgroups(T)
 # The OVERLAP form (attention.cu: P^T's exponentials while dPd^T's products run, ds_t's stores while dV's and dK's
-# run; the same bits), built with the evict-first ds_t traffic only. Written after the ninth session's device time:
-# NOT run on a GPU, off until tests/test_kernels_gpu.py ("dkdv_on_wgmma") has passed with it and it is measured.
+# run; the same bits), built with the evict-first ds_t traffic only. Its tests pass (tests/test_kernels_gpu.py,
+# "dkdv_on_wgmma", 88 cases) but it is slower (call 1 of results/h200-perf-20261202, ms a layer alone against the
+# plain wgmma form: nanogpt 0.1273 / 0.1256, gpt2-small 0.2216 / 0.2030, gpt2-medium 0.2826 / 0.2589): off.
 WG_DKDV_OVERLAP = bool(kernel_switch("TR2_ATTN_WG_DKDV_OVERLAP", 0))
 
 
