@@ -1,7 +1,8 @@
 """The attention forward's kernels against each other in one process, on each model's shape (bf16 under half
-roundings, dropout as the model trains): the mma.sync kernel and the wgmma kernel, on every shape whatever
-gpu/attention.py's WG_MAX_T (attention.cu instantiated the wgmma kernel with one and with two warpgroups a block
-until call 3 of results/h200-perf-20261201d, which timed both; now with one). Rounds in rotating order; each
+roundings, dropout as the model trains): the mma.sync kernel, the wgmma kernel and the pipelined wgmma kernel with
+one and with two warpgroups a block, on every shape whatever gpu/attention.py's WG_MAX_T (attention.cu instantiated
+the wgmma kernel with one and with two warpgroups a block until call 3 of results/h200-perf-20261201d, which timed
+both; now with one). Rounds in rotating order; each
 figure the mean of `reps` back-to-back calls; the table gives each variant's median over the rounds and its ratio
 to mma.sync. (One CUDA-event median a process, as attention_bench.py takes, moved by up to 30% between
 processes: results/h200-perf-20261201c call 3.)
@@ -11,6 +12,7 @@ processes: results/h200-perf-20261201c call 3.)
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 
@@ -25,7 +27,15 @@ from tr2.models import load_model
 from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-VARIANTS = {"mma": False, "wg1": True}   # USE_WGMMA
+# USE_WGMMA, WG_FORWARD_PIPELINED, WG_FORWARD_NWG
+VARIANTS = {"mma": (False, False, 0), "wg1": (True, False, 0), "wgp1": (True, True, 1), "wgp2": (True, True, 2)}
+# TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
+ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]
+
+
+def use(variant: str, T: int) -> None:
+    attention.USE_WGMMA, attention.WG_FORWARD_PIPELINED, attention.WG_FORWARD_NWG = VARIANTS[variant]
+    attention.WG_MAX_T = T
 
 
 def main() -> int:
@@ -33,7 +43,9 @@ def main() -> int:
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
-    names = list(VARIANTS)
+    own = attention.USE_WGMMA, attention.WG_FORWARD_PIPELINED, attention.WG_FORWARD_NWG
+    own_max_t = attention.WG_MAX_T
+    names = ["mma"] + [v for v in VARIANTS if v != "mma" and (not ONLY or v in ONLY)]
     table = []
     for model in MODELS:
         cfg = load_model(model)
@@ -43,7 +55,7 @@ def main() -> int:
         times = {v: [] for v in names}
         for r in range(rounds):
             for v in names[r % len(names):] + names[:r % len(names)]:
-                attention.USE_WGMMA, attention.WG_MAX_T = VARIANTS[v], T
+                use(v, T)
                 ms = mean_ms(lambda: be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32), reps)
                 times[v].append(ms)
                 with open(path, "a") as f:
@@ -55,7 +67,8 @@ def main() -> int:
             table.append(f"{model:12} {v:4} {m:8.4f} ms  x{m / base:5.3f}  per step {m * cfg.n_layer:7.3f} ms  "
                          f"rounds {' '.join(f'{t:.4f}' for t in times[v])}")
         cp.get_default_memory_pool().free_all_blocks()
-    attention.USE_WGMMA, attention.WG_MAX_T = True, 256
+    attention.USE_WGMMA, attention.WG_FORWARD_PIPELINED, attention.WG_FORWARD_NWG = own
+    attention.WG_MAX_T = own_max_t
     print("\n".join(table))
     return 0
 

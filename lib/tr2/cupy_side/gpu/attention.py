@@ -120,15 +120,42 @@ WG_MAX_T = 256
 V_STRIDES = (1024, 128)
 
 
+# The pipelined wgmma forward (attention.cu's attention_forward_wgp): the next tile's scores in flight beside each
+# Pd v product, its softmax while that product runs, a ring of FWD_WGP_STAGES k/v tiles loading ahead; the same
+# arithmetic in the same order as attention_forward_wg, so the same bits (tests/test_kernels_gpu.py,
+# "forward_pipelined"). On, it takes every T (WG_MAX_T no longer applies), one warpgroup a block for rows of at most
+# 256, else two (TR2_ATTN_FWD_WGP_NWG=1 or 2 fixes it). Written in the tenth session after its device time was spent:
+# NOT run on a GPU, off until its test has passed and scripts/attention_forward_variants.py has timed it.
+WG_FORWARD_PIPELINED = bool(kernel_switch("TR2_ATTN_FWD_WGP", 0))
+WG_FORWARD_NWG = kernel_switch("TR2_ATTN_FWD_WGP_NWG", 0, (0, 1, 2))   # 0: wg_forward_warpgroups(T)
+FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")
+
+
 def uses_wgmma(ctx, hs: int, T: int) -> bool:
-    return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64 and T <= WG_MAX_T
+    return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64 and (T <= WG_MAX_T or WG_FORWARD_PIPELINED)
             and runtime.built_for(FILE) == "sm_90a")
 
 
+def wg_forward_warpgroups(T: int) -> int:
+    return WG_FORWARD_NWG or (1 if T <= 256 else 2)
+
+
+def wgp_shared_bytes(hs: int, nwg: int) -> int:
+    """attention_forward_wgp's shared memory: the ring of FWD_WGP_STAGES k and v tiles and the block's q, 64 x hs
+    halves each (64 queries a warpgroup)."""
+    return (2 * FWD_WGP_STAGES + nwg) * 64 * hs * 2
+
+
 def _launch_wg(T: int, hs: int, BH: int, name: str, args) -> None:
-    rows = 64   # one warpgroup a block: attention.cu instantiates that form only
-    launch(FILE, f"attn_forward_wg1_{name}_hs{hs}", (BH, -(-T // rows)), 128,
-           args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=(rows + 4 * 64) * hs * 2, prefer_shared=True)
+    strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
+    if WG_FORWARD_PIPELINED:
+        nwg = wg_forward_warpgroups(T)
+        launch(FILE, f"attn_forward_wgp{nwg}_{name}_hs{hs}", (BH, -(-T // (64 * nwg))), 128 * nwg, args + strides,
+               shared_mem=wgp_shared_bytes(hs, nwg), prefer_shared=True)
+        return
+    rows = 64   # one warpgroup a block: attention.cu instantiates attention_forward_wg in that form only
+    launch(FILE, f"attn_forward_wg1_{name}_hs{hs}", (BH, -(-T // rows)), 128, args + strides,
+           shared_mem=(rows + 4 * 64) * hs * 2, prefer_shared=True)
 
 
 def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: int, offset_add=None):

@@ -14,6 +14,9 @@
 //     (bh*T + i)*T + j of the site, as ops/attention.py indexes it; a tile's keep bits before its products,
 //     one draw for two elements: Draw, below); O += Pd v by mma with O in registers;
 //     at the end out = O / l and lse = scale m + log(l).
+//     On Hopper (sm_90a, HS = 64, half roundings) the products run on wgmma (attention_forward_wg, rows of at most
+//     256), or pipelined: the next tile's S in flight beside this tile's O += Pd v, its softmax while that runs
+//     (attention_forward_wgp, every T, off until measured); both give the same bits.
 //   backward, exact half builds (under half roundings dS is stored instead, below): a small kernel first, the
 //     row dot products D_i = sum_d dO_id O_id (dO as the products read it); then one block per
 //     (4 * 16 * MT keys, bh), looping over the query tiles (BC queries) from the last down to the diagonal:
@@ -957,6 +960,204 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 #endif
 }
 
+// ---- the forward on wgmma, pipelined (FWD_WGP: gpu/attention.py's WG_FORWARD_PIPELINED, off until measured) ----
+// attention_forward_wg waits on each product before the work that follows it: S, then the softmax, then Pd v, then
+// the next tile's loads (measured x1.12-1.13 of the mma.sync kernel at T = 1024 with two warpgroups a block, x1.48
+// with one). Here a warpgroup keeps a product in flight while it computes (FlashAttention-3's "intra-warpgroup
+// overlap"), and the tiles load further ahead:
+//   iteration j: issue S' = q k_{j+1}^T, then O += Pd_j v_j (Pd_j from the registers the last iteration packed);
+//   draw tile j+1's keep bits and wait for S' alone (wgmma.wait_group 1); mask it, take its row maxima, alpha and its
+//   exponentials while Pd_j v_j runs; then wait for that product, O *= alpha and pack Pd_{j+1}.
+//   So O is rescaled after Pd_j v_j is added where attention_forward_wg rescales it before Pd_{j+1} v_{j+1} is
+//   added: the same operations on the same values in the same order, hence the same bits (tests/test_kernels_gpu.py,
+//   "forward_pipelined", compares them); only when they run changed.
+// Loads: a ring of NS (k, v) tile pairs, tile j + NS - 1 staged by cp.async in iteration j into the buffer tile j - 1
+// left (every warp finished with it at the iteration's one __syncthreads); the wait at the top of iteration j is
+// for tile j + 1 only, so each tile has NS - 2 iterations to arrive (attention_forward_wg: one, with two buffers).
+// NS = 4: with NWG = 2 a block holds q (16 KB) and the ring (64 KB), two blocks an SM (launch bounds: 128 registers).
+// Registers live across a wait: O (32 floats a thread), S' (32) and Pd_j's A fragments (16).
+template <int K, int HS, int NWG, int NS, bool DROP>
+__device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
+                                      int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS, THREADS = 128 * NWG;
+    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
+    static_assert(NS >= 3, "tile j + 1 is read while tile j's v is, and another one loads");
+    extern __shared__ __align__(128) unsigned char smem[];
+    u16* sKV = (u16*)smem;          // ring buffer b: k at sKV + 2b TILE, v at sKV + (2b + 1) TILE (core matrices)
+    u16* sQ = sKV + 2 * NS * TILE;  // core matrices; the scores' A operand is read from shared memory
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = qb * BR + wg * 64;           // the warpgroup's first query
+    const int r0 = q0 + warp * 16;              // the warp's
+    const u16* base = qkv + (i64)b * T * 3 * C;
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
+    const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
+    const u16* sQw = sQ + wg * 8 * CH * 64;     // the warpgroup's 64 rows: eight row groups of core matrices
+    auto stage_kv = [&](int kb) {
+        const int buf = kb % NS;
+        stage_core<HS, BC, THREADS>(sKV + 2 * buf * TILE, base + C + h * HS, kb * BC, T, 3 * C);
+        stage_core<HS, BC, THREADS>(sKV + (2 * buf + 1) * TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    };
+    // tiles 0 .. NS - 2 in flight, one commit group each (q with tile 0's)
+    stage_core<HS, BR, THREADS>(sQ, base + h * HS, qb * BR, T, 3 * C);
+#pragma unroll
+    for (int kb = 0; kb < NS - 1; ++kb) {
+        if (kb <= last) stage_kv(kb);
+        cp_async_commit();
+    }
+    float o[HS / 8][4];
+    float s[NT][4];
+    u32 pf[NT / 2][4];   // Pd of the tile whose product with v comes next, as A fragments in the half type
+    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f}, alpha[2];
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    // S = q k_kb^T into s, issued and committed (the caller fences)
+    auto issue_scores = [&](int kb) {
+        const u16* sK = sKV + 2 * (kb % NS) * TILE;
+#pragma unroll
+        for (int k16 = 0; k16 < HS / 16; ++k16)   // k16 slice = core-matrix columns 2 k16, 2 k16 + 1
+            wg_mma_ss<K>(s, wg_desc(sQw + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
+        wg_commit();
+    };
+    // tile kb's scores in s (their product done) -> the mask, the online softmax's new maxima and alpha (lrow
+    // rescaled; O is rescaled by the caller once no product writes it), the exponentials summed into lrow, the
+    // dropout: attention_forward_wg's arithmetic, in its order
+    auto softmax = [&](int kb, const KeepBits<1, NT>& keep) {
+        auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+            i = r0 + g + 8 * (e >> 1);
+            j = kb * BC + n * 8 + 2 * t + (e & 1);
+        };
+        const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+        if (edge) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    int i, j;
+                    at(0, n, e, i, j);
+                    if (j > i || j >= T) s[n][e] = NEG_INF;
+                }
+        }
+        float mc[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = NEG_INF;
+#pragma unroll
+            for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(mrow[r], mx);
+            mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;   // a row with nothing visible yet
+            alpha[r] = exp_c<false>(mrow[r], c, mc[r]);
+            mrow[r] = mnew;
+            lrow[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float p = exp_c<false>(s[n][e], c, mc[e >> 1]);   // 0 where masked
+                lrow[e >> 1] += p;
+                s[n][e] = p;
+            }
+        if constexpr (DROP) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
+        }
+    };
+    auto keep_of = [&](int kb) {
+        KeepBits<1, NT> keep{};
+        if constexpr (DROP) {
+            auto at = [&](int, int n, int e, int& i, int& j) {
+                i = r0 + g + 8 * (e >> 1);
+                j = kb * BC + n * 8 + 2 * t + (e & 1);
+            };
+            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+            keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
+        }
+        return keep;
+    };
+    auto rescale_and_pack = [&]() {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int n = 0; n < HS / 8; ++n) {
+                o[n][2 * r] *= alpha[r];
+                o[n][2 * r + 1] *= alpha[r];
+            }
+#pragma unroll
+        for (int k16 = 0; k16 < NT / 2; ++k16) {   // c_to_a's half case, as attention_forward_wg packs
+            pf[k16][0] = pack2<K>(s[2 * k16][0], s[2 * k16][1]);
+            pf[k16][1] = pack2<K>(s[2 * k16][2], s[2 * k16][3]);
+            pf[k16][2] = pack2<K>(s[2 * k16 + 1][0], s[2 * k16 + 1][1]);
+            pf[k16][3] = pack2<K>(s[2 * k16 + 1][2], s[2 * k16 + 1][3]);
+        }
+    };
+
+    // tile 0: its scores and Pd_0, nothing else in flight
+    cp_async_wait<NS - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    {
+        const KeepBits<1, NT> keep = keep_of(0);
+        wg_fence();
+        issue_scores(0);
+        wg_wait_all();
+        wg_hold(s);
+        softmax(0, keep);
+        rescale_and_pack();
+    }
+    for (int kb = 0; kb <= last; ++kb) {
+        if (kb < last) cp_async_wait<NS - 3>();   // this thread's copies of tile kb + 1 are done
+        fence_proxy_async();
+        __syncthreads();                          // everyone's are, and every warp is done with tile kb - 1's buffer
+        if (kb + NS - 1 <= last) stage_kv(kb + NS - 1);
+        cp_async_commit();                        // a group every iteration (empty at the end): the wait above counts them
+        if (kb > wg_last) continue;               // uniform in the warpgroup; the block's barriers still come
+        const bool next = kb + 1 <= wg_last;
+        const u16* sV = sKV + (2 * (kb % NS) + 1) * TILE;
+        wg_fence();
+        if (next) issue_scores(kb + 1);
+#pragma unroll
+        for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
+            wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
+        wg_commit();
+        if (next) {
+            const KeepBits<1, NT> keep = keep_of(kb + 1);   // the generator's work beside both products
+            wg_wait_one();                                  // S' (the older group) is done, Pd_kb v_kb may run on
+            wg_hold(s);
+            softmax(kb + 1, keep);
+        }
+        wg_wait_all();
+        wg_hold(o);
+        wg_keep(pf);
+        if (next) rescale_and_pack();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int i = r0 + g + 8 * r;
+        if (i >= T) continue;
+        const float inv = 1.0f / l;
+        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
+        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------- backward
 // The backward's recomputed probabilities of a warp's block and its score gradient, in place:
 // on entry p = the raw scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
@@ -1735,6 +1936,24 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // x0.82), and both slower than mma.sync on the GPT-2 shapes (call 3 of results/h200-perf-20261201d);
 // gpu/attention.py takes this kernel only for rows of at most 256.
 #define ATTN_FORWARD_WG1(BUILD, K, HS) ATTN_FORWARD_WG_N(1, BUILD, K, HS)
+// The pipelined forward (attention_forward_wgp; gpu/attention.py's WG_FORWARD_PIPELINED): attn_forward_wgp<NWG>_
+// <bf16r|f16r>_hs64, arguments as attn_forward_wg's; FWD_WGP_STAGES (k, v) tile pairs in its ring. Blocks an SM as
+// many as the shared memory holds (gpu/attention.py's wgp_shared_bytes: 72 KB with one warpgroup, three an SM; 80 KB
+// with two, two an SM), which the launch bounds turn into registers: 168 and 128 a thread. (With one warpgroup
+// bounded to four blocks, as attn_forward_wg1_, ptxas spilled 104 bytes at 128 registers even without dropout.)
+#define FWD_WGP_STAGES 4
+#define ATTN_FORWARD_WGP_N(NWG, BUILD, K, HS)                                                                   \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 3 : 2)                                  \
+        attn_forward_wgp##NWG##_##BUILD##_hs##HS(                                                              \
+        void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
+        u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_forward_wgp<K, HS, NWG, FWD_WGP_STAGES, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
+        else                                                                                                   \
+            attention_forward_wgp<K, HS, NWG, FWD_WGP_STAGES, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
+    }
+#define ATTN_FORWARD_WGP(BUILD, K, HS) ATTN_FORWARD_WGP_N(1, BUILD, K, HS) ATTN_FORWARD_WGP_N(2, BUILD, K, HS)
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -1854,5 +2073,7 @@ ATTN_DS(bf16r, KIND_BF16, 32)
 ATTN_DS(f16r, KIND_F16, 32)
 ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
+ATTN_FORWARD_WGP(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_WGP(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
