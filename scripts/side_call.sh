@@ -12,6 +12,8 @@
 #            SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none); SIDE_AFTER_BENCH_S
 #            seconds kept back for the stage after it
 #   variants scripts/attention_backward_variants.py: the backward's forms (ds against ds64 among them) in one process
+#   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, pipelined wgmma with one and
+#            two warpgroups; TR2_FWD_VARIANTS limits them) in one process, before the bench
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
 #   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
@@ -42,6 +44,10 @@ fi
 if [[ $STAGES == *,probe,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 90 python3 scripts/probes/tma_wgmma_probe.py --out "$W/tma_wgmma_probe.jsonl" >"$W/tma_wgmma_probe.log" 2>&1
   echo "== tma/wgmma probe (exit $?, $(elapsed) s)"; grep -E "PASS|FAIL" "$W/tma_wgmma_probe.log" | tail -12
+fi
+if [[ $STAGES == *,fwd,* ]] && [ "$(left)" -gt 60 ]; then
+  timeout 120 python3 scripts/attention_forward_variants.py "$W/fwd.jsonl" 3 20 >"$W/fwd.log" 2>&1
+  echo "== attention forward kernels (exit $?, $(elapsed) s)"; tail -12 "$W/fwd.log"
 fi
 L=$(( $(left) - ${SIDE_AFTER_BENCH_S:-0} ))
 if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 90 ]; then
