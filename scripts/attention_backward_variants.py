@@ -34,12 +34,14 @@ from event_timing import mean_ms
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
-            "WG_DKDV_OVERLAP")
-FORMS = {"recompute": (0, False, 128, False, False, 1, False), "ds": (0, True, 128, False, False, 1, False),
-         "ds64": (0, True, 64, False, False, 1, False), "ds_l2": (0, True, 128, True, False, 1, False),
-         "fold": (2, False, 128, False, False, 1, False), "wg1": (0, True, 128, True, True, 1, False),
-         "wg2": (0, True, 128, True, True, 2, False), "wg1o": (0, True, 128, True, True, 1, True),
-         "wg2o": (0, True, 128, True, True, 2, True)}
+            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS")
+FORMS = {"recompute": (0, False, 128, False, False, 1, False, False),
+         "ds": (0, True, 128, False, False, 1, False, False), "ds64": (0, True, 64, False, False, 1, False, False),
+         "ds_l2": (0, True, 128, True, False, 1, False, False), "fold": (2, False, 128, False, False, 1, False, False),
+         "wg1": (0, True, 128, True, True, 1, False, False), "wg2": (0, True, 128, True, True, 2, False, False),
+         "wg1o": (0, True, 128, True, True, 1, True, False), "wg2o": (0, True, 128, True, True, 2, True, False),
+         # D computed inside the dK/dV kernel, no row-dots launch (the same bits as wg1 / wg2)
+         "wg1d": (0, True, 128, True, True, 1, False, True), "wg2d": (0, True, 128, True, True, 2, False, True)}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)

@@ -617,6 +617,48 @@ def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, overlap, p, monkeypatc
         exact(f"attention dqkv on wgmma run-to-run {tag}", r, dqkv)
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("nwg", [1, 2])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dkdv_row_dots_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
+    """The wgmma dK/dV kernel that computes the row dots D itself (WG_DKDV_ROW_DOTS, no attn_row_dots launch): dq,
+    dk and dv the bits of the form that reads D from attn_row_dots (row_dots_tile repeats its arithmetic; every
+    allocation poisoned, so a D it failed to compute shows), three runs identical, and within the type's
+    tolerance of the NumPy form."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
+    monkeypatch.setattr(attention, "USE_WG_DKDV", True)
+    monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
+    monkeypatch.setattr(attention, "WG_DKDV_OVERLAP", False)
+    monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)   # the DIN form's ds_t traffic
+    assert attention.uses_wg_dkdv(be.ctx, hs)
+
+    def backward(row_dots):
+        monkeypatch.setattr(attention, "WG_DKDV_ROW_DOTS", row_dots)
+        return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+
+    runs = [backward(True) for _ in range(3)]
+    separate = backward(False)
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} nwg={nwg} p={p}]"
+    exact(f"attention dqkv, D in the dK/dV kernel against attn_row_dots {tag}", runs[0], separate)
+    for r in runs[1:]:
+        exact(f"attention dqkv, D in the dK/dV kernel, run-to-run {tag}", r, runs[0])
+    ref, tol = reference_for(*build)
+    key = (build, B, T, H, hs, p)
+    if key not in _WG_DKDV_REFERENCE:   # the same inputs (salt 17) as test_attention_dkdv_on_wgmma's
+        rt = ref.float_dtype
+        _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
+        _WG_DKDV_REFERENCE[key] = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    C = H * hs
+    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
+        if T > 1 or part == "dv":   # one key: dq and dk are rounding noise (test_attention says why)
+            check(f"attention {part}, D in the dK/dV kernel {tag}", runs[0][..., cols], _WG_DKDV_REFERENCE[key][..., cols],
+                  tol)
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("T", [63, 64, 130, 257, 258])
 def test_attention_dropout_masks_are_the_generators(build, T):

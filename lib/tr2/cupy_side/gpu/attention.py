@@ -222,6 +222,13 @@ WG_DKDV_WARPGROUPS = kernel_switch("TR2_ATTN_WG_DKDV_NWG", 0, (0, 1, 2))   # 0: 
 # "dkdv_on_wgmma", 88 cases) but it is slower (call 1 of results/h200-perf-20261202, ms a layer alone against the
 # plain wgmma form: nanogpt 0.1273 / 0.1256, gpt2-small 0.2216 / 0.2030, gpt2-medium 0.2826 / 0.2589): off.
 WG_DKDV_OVERLAP = bool(kernel_switch("TR2_ATTN_WG_DKDV_OVERLAP", 0))
+# The DIN form (attention.cu's attn_backward_dkdv_ds_wg<NWG>d_l2_): each warpgroup computes its tile's row dots D
+# itself from the staged dO tile and out while S^T's and dPd^T's products run (row_dots_tile: attn_row_dots's
+# arithmetic, so the same bits), and attn_row_dots is not launched (9-10 us a layer of nanogpt and gpt2-small,
+# call 2 of results/h200-perf-20261202). Built with the evict-first ds_t traffic only. Written in the tenth
+# session after its device time was spent: NOT run on a GPU, off until its test ("dkdv_row_dots") has passed and
+# the step is measured with it.
+WG_DKDV_ROW_DOTS = bool(kernel_switch("TR2_ATTN_WG_DKDV_ROW_DOTS", 0))
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
@@ -232,10 +239,12 @@ def wg_dkdv_warpgroups(T: int) -> int:
     return WG_DKDV_WARPGROUPS or (1 if T <= 256 else 2)
 
 
-def wg_dkdv_shared_bytes(hs: int, nwg: int) -> int:
+def wg_dkdv_shared_bytes(hs: int, nwg: int, row_dots: bool = False) -> int:
     """attention_backward_dkdv_wg's shared memory: k and v of the block's keys, two buffers of a q and a dO tile
-    (64 x hs halves each) and of their lse and D (64 floats each), and each warp's 16 rows of dS^T (72 halves)."""
-    return 2 * 64 * nwg * hs * 2 + 2 * 2 * 64 * hs * 2 + 2 * 2 * 64 * 4 + 4 * nwg * 16 * 72 * 2
+    (64 x hs halves each) and of their lse and D (64 floats each), and each warp's 16 rows of dS^T (72 halves);
+    with row_dots (the DIN form) also each warpgroup's D of its tile (64 floats)."""
+    return (2 * 64 * nwg * hs * 2 + 2 * 2 * 64 * hs * 2 + 2 * 2 * 64 * 4 + 4 * nwg * 16 * 72 * 2
+            + (nwg * 64 * 4 if row_dots else 0))
 
 
 def _ds_form() -> str:
@@ -277,18 +286,24 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
         ldq, rows, BH = ds_t.shape[2], B * T * H, B * H
         kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
-        launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
-               (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
+        wg = uses_wg_dkdv(ctx, hs)
+        din = wg and WG_DKDV_ROW_DOTS   # the dK/dV kernel computes D itself
+        if not din:
+            launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
+                   (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
         name, args = build_name(ctx), (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail
-        if uses_wg_dkdv(ctx, hs):
+        if wg:
             if ldq % WG_DKDV_QUERY_TILE:   # the kernel stores its query tiles whole
                 raise RuntimeError(f"attention: ds_t rows of {ldq} halves for the wgmma dK/dV kernel")
-            if WG_DKDV_OVERLAP and not DS_EVICT_FIRST:   # attention.cu builds the OVERLAP form with it only
-                raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 needs TR2_ATTN_DS_EVICT_FIRST=1")
-            nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ""
+            if (WG_DKDV_OVERLAP or din) and not DS_EVICT_FIRST:   # attention.cu builds these forms with it only
+                raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 need "
+                                 "TR2_ATTN_DS_EVICT_FIRST=1")
+            if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
+                raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
+            nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ("d" if din else "")
             launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
-                   128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])), shared_mem=wg_dkdv_shared_bytes(hs, nwg),
-                   prefer_shared=True)
+                   128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])) + ((saved.out,) if din else ()),
+                   shared_mem=wg_dkdv_shared_bytes(hs, nwg, din), prefer_shared=True)
         else:
             launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
                    args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise

@@ -1730,6 +1730,39 @@ __device__ __forceinline__ void grads_of(float p[MT][NT][4], float ds[MT][NT][4]
 }
 
 // ---------------------------------------------------------------------------------------------- dK/dV on wgmma
+// D of one 64-query tile inside the dK/dV kernel (DIN, below), for one warpgroup (tid its thread, 0..127, bar its
+// named barrier): attention_row_dots's arithmetic, so its bits (eight threads a row, eight consecutive elements
+// each, summed in order, then xor-shuffles 4, 2, 1), dO from the tile staged for the products (core matrices), out
+// from global memory (one 16-byte load a thread and row; out_head: the head's first column of batch b's first row,
+// rows C apart). Rows at or past T are left out (their D is never read). bar: 1 or 2 (barrier 0 is __syncthreads').
+template <int K, int HS>
+__device__ __forceinline__ void row_dots_tile(float* sDw, const u16* sO, const u16* __restrict__ out_head, int C,
+                                              int q0, int T, int tid, int bar) {
+    constexpr int CH = HS / 8;
+    static_assert(CH == 8, "eight threads a row, eight elements each, as attention_row_dots at HS = 64");
+#pragma unroll
+    for (int k = 0; k < 64 * CH / 128; ++k) {
+        const int idx = tid + 128 * k, r = idx >> 3, ch = idx & 7, i = q0 + r;
+        float acc = 0.0f;
+        if (i < T) {
+            const uint4 dw = *(const uint4*)(sO + ((r >> 3) * CH + ch) * 64 + (r & 7) * 8);
+            const uint4 ow = *(const uint4*)(out_head + (i64)i * C + ch * 8);
+            const u16* d = (const u16*)&dw;
+            const u16* o = (const u16*)&ow;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += load_from<K>(d[e]) * load_from<K>(o[e]);
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        if (ch == 0) sDw[r] = acc;
+    }
+    // the warpgroup's D is in before its softmax reads it; barrier ids as immediates (a register id makes ptxas
+    // reserve all sixteen)
+    if (bar == 1) asm volatile("bar.sync 1, 128;" ::: "memory");
+    else asm volatile("bar.sync 2, 128;" ::: "memory");
+}
+
 // The dS-storing backward's dK/dV kernel (attention_backward_dkdv with DS) on warpgroup MMA, for the half builds
 // under half roundings, HS = 64, where the file is built for sm_90a. A block is NWG warpgroups, each owning 64 keys
 // (warp w of a warpgroup keys 16w..16w+15); k and v of the block's keys are staged once, and 64-query tiles of q and
@@ -1753,11 +1786,16 @@ __device__ __forceinline__ void grads_of(float p[MT][NT][4], float ds[MT][NT][4]
 // groups, P^T's exponentials computed while dPd^T's products run (probs_of, grads_of: the same bits), and dS^T's
 // stores to ds_t made while dV's and dK's products run (the mma.sync kernel paid ~23 us a layer of gpt2-small for
 // those stores, results/h200-perf-20261201f call 4); without it each warpgroup waits on both before either.
-template <int K, int HS, int NWG, bool DROP, bool EVICT, bool OVERLAP = false>
+// (Measured slower: x1.01-1.09 alone, call 1 of results/h200-perf-20261202; off.)
+// DIN (written after the tenth session's device time, not yet run on a GPU): each warpgroup computes its tile's row
+// dots D itself (row_dots_tile, above) while S^T's and dPd^T's products run, where the other forms read D staged
+// from attn_row_dots' output; that kernel is then not launched. The same bits.
+template <int K, int HS, int NWG, bool DROP, bool EVICT, bool OVERLAP = false, bool DIN = false>
 __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* __restrict__ qkv,
                                            const u16* __restrict__ dout, const float* __restrict__ lse,
                                            const float* __restrict__ Dvec, u16* __restrict__ ds_t, int ldq, int T,
-                                           int H, int out_kind, Dropout drop, u32 t_lbo, u32 t_sbo) {
+                                           int H, int out_kind, Dropout drop, u32 t_lbo, u32 t_sbo,
+                                           const u16* __restrict__ out = nullptr) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
     constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS, THREADS = 128 * NWG;
@@ -1769,6 +1807,7 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
     u16* sQO = sV + BR * HS;                  // buffer b: q at 2b TILE, dO at (2b + 1) TILE
     float* sLD = (float*)(sQO + 4 * TILE);    // buffer b: lse at 2b BC, D at (2b + 1) BC
     u16* sdS = (u16*)(sLD + 4 * BC);          // warp w: 16 rows of LDS halves
+    float* sDin = (float*)(sdS + 4 * NWG * 16 * LDS);   // DIN: warpgroup w's D of the tile at w BC
     const int nqt = (T + BC - 1) / BC;
     const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: first
     const int b = bh / H, h = bh % H, C = H * HS;
@@ -1785,7 +1824,7 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
         stage_core<HS, BC, THREADS>(sQO + (2 * buf + 1) * TILE, gbase + h * HS, qt * BC, T, C);
         float* l = sLD + 2 * buf * BC;
         stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
-        stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
+        if constexpr (!DIN) stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
     };
     stage_core<HS, BR, THREADS>(sK, base + C + h * HS, kb * BR, T, 3 * C);
     stage_core<HS, BR, THREADS>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
@@ -1826,7 +1865,7 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
                 at(mt, n, e, i, j);
                 const int il = n * 8 + 2 * t + (e & 1);
                 Lc = sL[il] * LOG2E;
-                Dq = sD[il];
+                Dq = DIN ? sDin[wg * BC + il] : sD[il];
             };
             float p[1][NT][4], ds[1][NT][4];
             auto store_ds = [&] {   // the warp's dS^T rows of the tile to ds_t
@@ -1844,6 +1883,9 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
                 wg_mma_ss<K>(ds[0], wg_desc(sVw + 2 * k16 * 64, 128, CH * 128), wg_desc(sO + 2 * k16 * 64, 128, CH * 128),
                              k16 > 0);
             wg_commit();
+            if constexpr (DIN)   // the tile's D while both products run (the row-dots kernel's work, not launched)
+                row_dots_tile<K, HS>(sDin + wg * BC, sO, out + (i64)b * T * C + h * HS, C, qt * BC, T,
+                                     threadIdx.x & 127, 1 + wg);
             if constexpr (OVERLAP) {
                 wg_wait_one();   // S^T is in; dPd^T may still be running
                 wg_hold(p[0]);
@@ -2041,10 +2083,27 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
             attention_backward_dkdv_wg<K, HS, NWG, false, EVICT, OVERLAP>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
                                                                           T, H, out_kind, d, t_lbo, t_sbo);    \
     }
+// DIN (gpu/attention.py's WG_DKDV_ROW_DOTS): attn_backward_dkdv_ds_wg<NWG>d_l2_<bf16r|f16r>_hs64, the row dots D
+// computed per tile inside the kernel from dO and out (row_dots_tile: attn_row_dots's bits), no row-dots launch;
+// arguments as the other forms plus out (the forward's output, half bits). Built with the evict-first ds_t only.
+#define ATTN_DKDV_WGD_FORM(NWG, BUILD, K, HS)                                                                   \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 2 / NWG) attn_backward_dkdv_ds_wg##NWG##d_l2_##BUILD##_hs##HS( \
+        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
+        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
+        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo, const u16* out) {                                   \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_wg<K, HS, NWG, true, true, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
+                                                                            T, H, out_kind, d, t_lbo, t_sbo, out); \
+        else                                                                                                   \
+            attention_backward_dkdv_wg<K, HS, NWG, false, true, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
+                                                                             T, H, out_kind, d, t_lbo, t_sbo, out); \
+    }
 #define ATTN_DKDV_WG(BUILD, K, HS)                                                                              \
     ATTN_DKDV_WG_FORM(1, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(1, l2_, true, BUILD, K, HS)                  \
     ATTN_DKDV_WG_FORM(2, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(2, l2_, true, BUILD, K, HS)                  \
-    ATTN_DKDV_WGO_FORM(1, l2_, true, BUILD, K, HS) ATTN_DKDV_WGO_FORM(2, l2_, true, BUILD, K, HS)
+    ATTN_DKDV_WGO_FORM(1, l2_, true, BUILD, K, HS) ATTN_DKDV_WGO_FORM(2, l2_, true, BUILD, K, HS)             \
+    ATTN_DKDV_WGD_FORM(1, BUILD, K, HS) ATTN_DKDV_WGD_FORM(2, BUILD, K, HS)
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
