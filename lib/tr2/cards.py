@@ -391,7 +391,8 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     The parameters cell defines every card key and ends with `_names_before = set(globals())`;
     papermill's injected cell may only rebind those names. A name it added is an error: either it is
     no card key, or it is a card key this notebook does not define. Names starting with '_' (IPython's
-    history) and modules are not parameters.
+    history) and modules are not parameters. With `render_only` set (the runner's --render) the card is not checked
+    against this machine: the notebook then shows a folder whose runs are done and runs nothing.
     """
     files = papermill_card_files()
     if files:
@@ -412,7 +413,8 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     if missing:
         raise Tr2Error(f"{missing[0]}: missing from the notebook's parameters cell; required keys: {', '.join(required)}")
     card = validate_card({k: namespace[k] for k in CARD_KEYS if k in namespace})
-    check_machine(card)
+    if not namespace.get("render_only"):   # rendering a finished folder runs nothing: any machine will do
+        check_machine(card)
     return card
 
 

@@ -38,7 +38,10 @@ def parameters_source() -> str:
     values = {k: card[k] if k in card else OPTIONAL[k] for k in CARD_KEYS if k in card or k in OPTIONAL}
     lines = [HEAD] + [f"{k} = {literal(v)}" for k, v in values.items()]
     # `_names_before` lets tr2.cards.card_from_notebook tell what papermill's injected cell added
-    return "\n".join(lines + ["results_dir = None   # None: a fresh results folder", "_names_before = set(globals())"])
+    return "\n".join(lines + ["results_dir = None   # None: a fresh results folder",
+                              "render_only = False   # True: show a folder whose runs are done, run nothing "
+                              "(python -m tr2.runner STAGE --render DIR)",
+                              "_names_before = set(globals())"])
 
 
 def sync(check: bool = False) -> list[str]:

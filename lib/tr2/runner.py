@@ -8,10 +8,16 @@ line, exit 2, nothing written); then the results folder is made (or DIR reused) 
 
 `--resume DIR` continues a stage in the folder it started; the folder's card.yaml is its card, so --card may be
 left out. `python -m tr2.runner latest STAGE --card NAME` prints the newest results folder of that stage and card.
+
+A stage in two places (the GPU machine has no papermill, and its wheels no longer travel beside the tree):
+`--runs-only` runs the stage's runs and its summary in this process, no notebook (the same checks and folder first);
+`--render DIR` then executes the notebook over that folder on any machine, running nothing (`render_only`: no run,
+no retry, no check of the card against this machine), so the report can stitch it.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -24,27 +30,44 @@ from .stage import hold_card
 from .trainargs import Parser
 
 
-def papermill_command(stage: str, card_path, results_dir) -> list[str]:
+def papermill_command(stage: str, card_path, results_dir, render: bool = False) -> list[str]:
     d = Path(results_dir)
     return [sys.executable, "-m", "papermill", str(REPO_ROOT / "notebooks" / f"{stage}.ipynb"),
             str(d / f"{stage}.ipynb"), "-f", str(card_path), "-p", "results_dir", str(d),
-            "-k", "python3", "--log-output"]
+            *(["-p", "render_only", "True"] if render else []), "-k", "python3", "--log-output"]
 
 
-def _resume_folder(stage: str, resume) -> Path:
-    """The folder --resume names, checked: a results folder this stage started (its name and its card.yaml)."""
+def _resume_folder(stage: str, resume, flag: str = "--resume") -> Path:
+    """The folder --resume (or --render) names, checked: a results folder this stage started (its name and its
+    card.yaml)."""
     d = Path(resume)
     if not d.is_dir():
-        raise Tr2Error(f"--resume: {str(resume)!r} is not a folder; allowed: a results folder the stage started "
+        raise Tr2Error(f"{flag}: {str(resume)!r} is not a folder; allowed: a results folder the stage started "
                        f"(results/{stage}-<stamp>-<card>/)")
     named = parse_folder_name(d.resolve())
     if named is not None and named.stage != stage:
-        raise Tr2Error(f"--resume: {str(resume)!r} is a folder of stage {named.stage}; allowed: a folder of stage {stage}")
+        raise Tr2Error(f"{flag}: {str(resume)!r} is a folder of stage {named.stage}; allowed: a folder of stage {stage}")
     if named is None or not (d / "card.yaml").is_file():
         what = "holds no card.yaml" if named is not None else f"is not named {stage}-<stamp>-<card>"
-        raise Tr2Error(f"--resume: {str(resume)!r} {what}, so no stage started it; allowed: a results folder "
+        raise Tr2Error(f"{flag}: {str(resume)!r} {what}, so no stage started it; allowed: a results folder "
                        f"of stage {stage} (results/{stage}-<stamp>-<card>/)")
     return d.resolve()
+
+
+def prepare_render(stage: str, render) -> tuple[dict, Path, Path]:
+    """--render DIR: the stage and its folder checked, the folder's card.yaml read (and validated); nothing of this
+    machine is checked and nothing is written: (card, folder, the card file papermill reads)."""
+    if stage not in STAGES:
+        raise Tr2Error(f"stage: {stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
+    d = _resume_folder(stage, render, "--render")
+    return load_card(d / "card.yaml"), d, d / "card.yaml"
+
+
+def run_here(stage: str, card: dict, d: Path) -> None:
+    """--runs-only: the stage's runs and its summary in this process, as its notebook's cells call them."""
+    module = importlib.import_module(f"tr2.{stage}")
+    module.run(card, d)
+    module.summarize(d)
 
 
 def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, Path, Path]:
@@ -97,14 +120,31 @@ def main(argv=None) -> int:
         p.add_argument("--card", default=None, help="a card file or name, e.g. params/cards/cpu.yaml or cpu "
                        "(with --resume: optional, the folder's card.yaml is the card)")
         p.add_argument("--resume", default=None, metavar="DIR", help="continue the stage in this results folder")
+        p.add_argument("--runs-only", action="store_true", help="the stage's runs and summary here, without the "
+                       "notebook (executed later by --render DIR, on any machine)")
+        p.add_argument("--render", default=None, metavar="DIR", help="execute the stage's notebook over this "
+                       "folder, running nothing (no GPU needed); with no other option")
         p.add_argument("--root", default=None, help=argparse.SUPPRESS)
         a = p.parse_args(argv)
-        card, d, card_file = prepare(a.stage, a.card, a.resume, a.root)
+        if a.render is not None:
+            given = [f for f, v in (("--card", a.card), ("--resume", a.resume), ("--runs-only", a.runs_only)) if v]
+            if given:
+                raise Tr2Error(f"--render: given with {given[0]}; allowed: --render DIR alone (the folder's "
+                               f"card.yaml is the card)")
+            card, d, card_file = prepare_render(a.stage, a.render)
+        else:
+            card, d, card_file = prepare(a.stage, a.card, a.resume, a.root)
+        if a.runs_only:
+            print(d, flush=True)
+            run_here(a.stage, card, d)
+            print(f"tr2.runner: {a.stage}'s runs are in {d}; show them with: python -m tr2.runner {a.stage} "
+                  f"--render {d}", flush=True)
+            return 0
     except Tr2Error as e:
         sys.stderr.write(f"tr2.runner: error: {e}\n")
         return 2
     print(d, flush=True)
-    cmd = papermill_command(a.stage, Path(card_file).resolve(), d)
+    cmd = papermill_command(a.stage, Path(card_file).resolve(), d, render=a.render is not None)
     rc = subprocess.call(cmd, cwd=REPO_ROOT)
     if rc != 0:
         sys.stderr.write(f"tr2.runner: papermill exited {rc}; the executed notebook is {d / (a.stage + '.ipynb')}; "
