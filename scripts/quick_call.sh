@@ -6,6 +6,9 @@
 # Writes under OUT after each stage: machine.txt, times.txt (stage, exit code, seconds), logs.tgz and
 # results.tgz (the card's results folders without .npz, and the report), so a call stopped at its limit
 # returns every finished stage; a stopped stage resumes with `python3 -m tr2.runner STAGE --resume DIR`.
+# QUICK_RUNS_ONLY=1: each stage's runs and summary only (tr2.runner --runs-only), no notebook and no report, so that no
+# .whl need travel (the tree and the wheels together pass the device tool's 64 MiB); render the folders afterwards on
+# the CPU machine with `python -m tr2.runner STAGE --render DIR`, then `python -m tr2.report --card CARD`.
 #   usage: bash scripts/quick_call.sh OUT [CARD]
 set -u -o pipefail
 OUT=$1
@@ -21,11 +24,12 @@ pack() {
 }
 for stage in series method_a method_b footprint families; do
   t0=$(date +%s)
-  python3 -m tr2.runner "$stage" --card "$CARD" >"$W/logs/$stage.log" 2>&1
+  python3 -m tr2.runner "$stage" --card "$CARD" ${QUICK_RUNS_ONLY:+--runs-only} >"$W/logs/$stage.log" 2>&1
   rc=$?
   echo "$stage rc $rc $(( $(date +%s) - t0 )) s" | tee -a "$OUT/times.txt"
   pack
 done
+[ -n "${QUICK_RUNS_ONLY:-}" ] && { tail -n 3 "$W"/logs/*.log; exit 0; }
 t0=$(date +%s)
 python3 -m tr2.report --card "$CARD" --out "report/TR-2-$CARD.html" >"$W/logs/report.log" 2>&1
 echo "report rc $? $(( $(date +%s) - t0 )) s" | tee -a "$OUT/times.txt"
