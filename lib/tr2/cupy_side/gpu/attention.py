@@ -296,8 +296,8 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
             if ldq % WG_DKDV_QUERY_TILE:   # the kernel stores its query tiles whole
                 raise RuntimeError(f"attention: ds_t rows of {ldq} halves for the wgmma dK/dV kernel")
             if (WG_DKDV_OVERLAP or din) and not DS_EVICT_FIRST:   # attention.cu builds these forms with it only
-                raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 need "
-                                 "TR2_ATTN_DS_EVICT_FIRST=1")
+                key = "TR2_ATTN_WG_DKDV_OVERLAP" if WG_DKDV_OVERLAP else "TR2_ATTN_WG_DKDV_ROW_DOTS"
+                raise ValueError(f"{key}=1 needs TR2_ATTN_DS_EVICT_FIRST=1 (TR2_ATTN_DS_EVICT_FIRST=0 given)")
             if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
                 raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
             nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ("d" if din else "")
