@@ -1,6 +1,6 @@
 """Kernel time a step by family (params/families.tsv), both sides side by side, from tr2.profile_run's profile.json
 files named MODEL-DTYPE-SIDE.json in one folder (scripts/kernel_table_call.sh writes them); attention's kernels
-listed by name. Writes the table as CSV beside them (kernel_table.csv) and prints it.
+listed by name. Writes the table as CSV beside the folder (DIR/../kernel_table.csv) and prints it.
 
     python3 scripts/kernel_table.py DIR
 """

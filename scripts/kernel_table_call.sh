@@ -12,7 +12,7 @@ set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/kernel-table-out}}
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "${KT_CALL_S:-540}"
-mkdir -p "$OUT/profiles"
+mkdir -p "$W/profiles"   # packed into OUT/profiles.tgz at the end: the device tool returns at most 8 files
 for model in ${KT_MODELS:-nanogpt gpt2-small}; do
   for side in cupy torch; do
     slug="$model-bfloat16-$side"
@@ -21,10 +21,12 @@ for model in ${KT_MODELS:-nanogpt gpt2-small}; do
       timeout 200 python3 -m tr2.profile_run --window 100 130 --out "$W/prof/$slug" --model "$model" --dtype bfloat16 \
       --device cuda --steps 130 --seed 1337 --eval-interval 0 --log-interval 10 "${extra[@]}" >"$W/prof-$slug.log" 2>&1
     echo "== profile $slug (exit $?, $(elapsed) s)"
-    cp "$W/prof/$slug/profile.json" "$OUT/profiles/$slug.json" 2>/dev/null
+    cp "$W/prof/$slug/profile.json" "$W/profiles/$slug.json" 2>/dev/null
   done
 done
-python3 scripts/kernel_table.py "$OUT/profiles" | tee "$OUT/kernel_table.txt"
+python3 scripts/kernel_table.py "$W/profiles" | tee "$OUT/kernel_table.txt"
+cp "$W/kernel_table.csv" "$OUT/" 2>/dev/null
+(cd "$W" && tar czf "$OUT/profiles.tgz" profiles)
 L=$(left)
 if [ "$L" -gt 90 ]; then
   TR2_BENCH_ROUNDS=${KT_ROUNDS:-3} TR2_BENCH_CUPY=graph TR2_BENCH_TORCH_MODES=${KT_TORCH:-reduce-overhead} \
