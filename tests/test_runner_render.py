@@ -77,6 +77,15 @@ def test_render_takes_no_other_option(tmp_path, extra, words):
     assert all(w in res.stderr for w in words), res.stderr
 
 
+def test_render_refuses_a_folder_whose_stage_has_not_ended(tmp_path):
+    d = tmp_path / GPU_SERIES.name
+    shutil.copytree(GPU_SERIES, d, ignore=shutil.ignore_patterns("series.ipynb", "summary.json", "cache"))
+    res = _runner("series", "--render", d)
+    assert res.returncode == 2 and res.stdout == ""
+    assert "holds no summary.json" in res.stderr and f"--resume {d} --runs-only" in res.stderr, res.stderr
+    assert not (d / "series.ipynb").exists()
+
+
 @pytest.mark.parametrize("stage, folder, words", [
     ("series", "nothing-here", ["--render:", "is not a folder", "allowed"]),
     ("method_a", str(GPU_SERIES), ["--render:", "is a folder of stage series", "allowed: a folder of stage method_a"]),

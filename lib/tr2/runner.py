@@ -55,11 +55,15 @@ def _resume_folder(stage: str, resume, flag: str = "--resume") -> Path:
 
 
 def prepare_render(stage: str, render) -> tuple[dict, Path, Path]:
-    """--render DIR: the stage and its folder checked, the folder's card.yaml read (and validated); nothing of this
-    machine is checked and nothing is written: (card, folder, the card file papermill reads)."""
+    """--render DIR: the stage and its folder checked (its card.yaml, and its summary.json: the stage ran to its end),
+    the card read (and validated); nothing of this machine is checked and nothing is written: (card, folder, the card
+    file papermill reads)."""
     if stage not in STAGES:
         raise Tr2Error(f"stage: {stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
     d = _resume_folder(stage, render, "--render")
+    if not (d / "summary.json").is_file():   # run() returned and summarize() ran: the stage reached its end
+        raise Tr2Error(f"--render: {str(render)!r} holds no summary.json, so its stage has not run to its end; allowed: "
+                       f"a folder whose runs are done (finish them with --resume {render} --runs-only)")
     return load_card(d / "card.yaml"), d, d / "card.yaml"
 
 
