@@ -566,6 +566,18 @@ WG_DKDV_SHAPES = [s for s in ATTENTION_SHAPES if s[3] == 64] + [(2, 192, 3, 64),
 _WG_DKDV_REFERENCE: dict = {}
 
 
+def wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset):
+    """The NumPy backward of ds_backward_inputs' inputs at salt 17 (computed once a build, shape and p), and the
+    type's tolerance."""
+    ref, tol = reference_for(*build)
+    key = (build, B, T, H, hs, p)
+    if key not in _WG_DKDV_REFERENCE:
+        rt = ref.float_dtype
+        _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
+        _WG_DKDV_REFERENCE[key] = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    return _WG_DKDV_REFERENCE[key], tol
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("nwg", [1, 2])
@@ -581,13 +593,7 @@ def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, overlap, p, monkeypatc
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
-    ref, tol = reference_for(*build)
-    key = (build, B, T, H, hs, p)
-    if key not in _WG_DKDV_REFERENCE:
-        rt = ref.float_dtype
-        _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
-        _WG_DKDV_REFERENCE[key] = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
-    rdqkv = _WG_DKDV_REFERENCE[key]
+    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
     C = H * hs
 
     def backward(wg):
@@ -646,17 +652,11 @@ def test_attention_dkdv_row_dots_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatc
     exact(f"attention dqkv, D in the dK/dV kernel against attn_row_dots {tag}", runs[0], separate)
     for r in runs[1:]:
         exact(f"attention dqkv, D in the dK/dV kernel, run-to-run {tag}", r, runs[0])
-    ref, tol = reference_for(*build)
-    key = (build, B, T, H, hs, p)
-    if key not in _WG_DKDV_REFERENCE:   # the same inputs (salt 17) as test_attention_dkdv_on_wgmma's
-        rt = ref.float_dtype
-        _, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
-        _WG_DKDV_REFERENCE[key] = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
     C = H * hs
     for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
         if T > 1 or part == "dv":   # one key: dq and dk are rounding noise (test_attention says why)
-            check(f"attention {part}, D in the dK/dV kernel {tag}", runs[0][..., cols], _WG_DKDV_REFERENCE[key][..., cols],
-                  tol)
+            check(f"attention {part}, D in the dK/dV kernel {tag}", runs[0][..., cols], rdqkv[..., cols], tol)
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
