@@ -1024,15 +1024,20 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
             wg_mma_ss<K>(s, wg_desc(sQw + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
         wg_commit();
     };
+    // tile kb: register (n, e) holds query i, key j; edge: the warp's rows cross the diagonal or T there
+    auto at_of = [&](int kb) {
+        return [=](int, int n, int e, int& i, int& j) {
+            i = r0 + g + 8 * (e >> 1);
+            j = kb * BC + n * 8 + 2 * t + (e & 1);
+        };
+    };
+    auto edge_of = [&](int kb) { return kb * BC + BC - 1 > r0 || kb * BC + BC > T; };
     // tile kb's scores in s (their product done) -> the mask, the online softmax's new maxima and alpha (lrow
     // rescaled; O is rescaled by the caller once no product writes it), the exponentials summed into lrow, the
     // dropout: attention_forward_wg's arithmetic, in its order
     auto softmax = [&](int kb, const KeepBits<1, NT>& keep) {
-        auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-            i = r0 + g + 8 * (e >> 1);
-            j = kb * BC + n * 8 + 2 * t + (e & 1);
-        };
-        const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+        const auto at = at_of(kb);
+        const bool edge = edge_of(kb);
         if (edge) {
 #pragma unroll
             for (int n = 0; n < NT; ++n)
@@ -1074,14 +1079,7 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
     };
     auto keep_of = [&](int kb) {
         KeepBits<1, NT> keep{};
-        if constexpr (DROP) {
-            auto at = [&](int, int n, int e, int& i, int& j) {
-                i = r0 + g + 8 * (e >> 1);
-                j = kb * BC + n * 8 + 2 * t + (e & 1);
-            };
-            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
-            keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
-        }
+        if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge_of(kb), at_of(kb));
         return keep;
     };
     auto rescale_and_pack = [&]() {
