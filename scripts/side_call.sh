@@ -15,6 +15,9 @@
 #   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, pipelined wgmma with one and
 #            two warpgroups; TR2_FWD_VARIANTS limits them) in one process, before the bench
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
+#   profile  torch.profiler over steps 101-130 of the cupy side (graph, bf16, half roundings) of SIDE_PROFILE (default
+#            nanogpt) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
+#            profile-MODEL.txt (scripts/kernel_list.py), the profile.json beside
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
 #   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
 set -u -o pipefail
@@ -49,6 +52,17 @@ if [[ $STAGES == *,fwd,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 120 python3 scripts/attention_forward_variants.py "$W/fwd.jsonl" 3 20 >"$W/fwd.log" 2>&1
   echo "== attention forward kernels (exit $?, $(elapsed) s)"; tail -12 "$W/fwd.log"
 fi
+if [[ $STAGES == *,profile,* ]]; then
+  for model in ${SIDE_PROFILE:-nanogpt}; do
+    [ "$(left)" -gt 120 ] || break
+    timeout 150 python3 -m tr2.profile_run --window 100 130 --out "$W/prof-$model" --model "$model" --dtype bfloat16 \
+      --device cuda --steps 130 --seed 1337 --eval-interval 0 --log-interval 10 --side cupy --half-roundings \
+      --cuda-graph >"$W/prof-$model.log" 2>&1
+    echo "== profile $model (exit $?, $(elapsed) s)"
+    cp "$W/prof-$model/profile.json" "$W/profile-$model.json" 2>/dev/null
+    python3 scripts/kernel_list.py "$W/profile-$model.json" >"$W/profile-$model.txt" 2>&1 && head -12 "$W/profile-$model.txt"
+  done
+fi
 L=$(( $(left) - ${SIDE_AFTER_BENCH_S:-0} ))
 if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 90 ]; then
   TR2_BENCH_ROUNDS=${SIDE_ROUNDS:-1} TR2_BENCH_CUPY=graph \
@@ -62,4 +76,4 @@ if [[ $STAGES == *,variants,* ]] && [ "$(left)" -gt 40 ]; then
   echo "== attention backward forms (exit $?)"; tail -12 "$W/bwd.log"
 fi
 # what the stages left (a call's exit status is tar's: 0 unless none ran)
-(cd "$W" && tar czf "$OUT/logs.tgz" $(ls -d *.log *.jsonl bench 2>/dev/null))
+(cd "$W" && tar czf "$OUT/logs.tgz" $(ls -d *.log *.jsonl *.txt profile-*.json bench 2>/dev/null))

@@ -17,7 +17,8 @@ from tr2.cupy_side import train as cupy_train
 from tr2.cupy_side.backend import get_backend
 from tr2.cupy_side.model import GPT
 from tr2.cupy_side import rng
-from tr2.cupy_side.optim import AdamW, LossScaler, apply_update, clip_coefficient, optimizer_step
+from tr2.cupy_side.ops import adamw as adamw_ops
+from tr2.cupy_side.optim import AdamW, LossScaler, apply_update, optimizer_step
 from tr2.models import load_model
 from tr2.schedule import get_lr
 from tr2.weights import init_numpy, param_shapes
@@ -72,9 +73,10 @@ def test_model_gradient_matches_finite_differences():
 
 
 def test_values_no_backward_reads_are_released_in_the_forward():
-    """The c_proj products' outputs and the embedding's (before its dropout) are freed once the forward has used
-    them; the inputs backward needs (here: c_attn's and c_fc's outputs) stay. Weak references to every product's
-    output show which arrays a training forward leaves alive; the gradients are unchanged."""
+    """The c_proj products' outputs are freed once the forward has used them; the inputs backward needs (here:
+    c_attn's and c_fc's outputs) stay. Weak references to every product's output show which arrays a training
+    forward leaves alive; the gradients are unchanged. The embedding's output is the stream after its dropout (one
+    operation: no array of the sum before the dropout reaches the model), which ln_1's backward reads."""
     import weakref
     cfg = small_cfg(dropout=0.1)
     w = random_weights(cfg)
@@ -101,12 +103,60 @@ def test_values_no_backward_reads_are_released_in_the_forward():
         alive = [r() is not None for r in outputs]
         # per block: c_attn, attn c_proj, c_fc, mlp c_proj; then lm_head (its logits hold the logits' gradient)
         assert alive == [True, False, True, False] * cfg.n_layer + [True]
-        assert embedded[0]() is None
+        assert len(embedded) == 1 and embedded[0]() is not None
         got = model.backward()
     finally:
         be.matmul_forward, be.embedding_forward = matmul, embedding
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+class _UnfusedEmbedding:
+    """A backend whose embedding runs as the model ran it before the dropout moved inside: the embedding, then
+    dropout_forward; dropout_backward, then the embedding's backward. Records the dropout arguments it gets."""
+
+    def __init__(self, be):
+        self.be, self.calls = be, []
+
+    def __getattr__(self, name):
+        return getattr(self.be, name)
+
+    def embedding_forward(self, idx, wte, wpe, *drop):
+        self.calls.append(("forward", drop))
+        x = self.be.embedding_forward(idx, wte, wpe)
+        return self.be.dropout_forward(x, *drop) if drop else x
+
+    def embedding_backward(self, dx, idx, dwte, dwpe, *drop):
+        self.calls.append(("backward", drop))
+        self.be.embedding_backward(self.be.dropout_backward(dx, *drop) if drop else dx, idx, dwte, dwpe)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_embedding_dropout_is_the_unfused_model(dropout, dtype):
+    """The model's fused embedding dropout gives the loss and gradients of the embedding followed by dropout, to the
+    bit, two steps; it passes the embedding site's offset and the device step counter, and no dropout arguments at
+    p = 0 or in evaluation (the embedding alone, no generator)."""
+    cfg = small_cfg(dropout=dropout)
+    w = random_weights(cfg)
+    X, Y = batch(cfg)
+    fused = GPT(cfg, get_backend("cpu", dtype), w, seed=5)
+    unfused_be = _UnfusedEmbedding(get_backend("cpu", dtype))
+    unfused = GPT(cfg, unfused_be, w, seed=5)
+    for step in (3, 4):
+        losses = [float(m.forward(X, Y, step)) for m in (fused, unfused)]
+        grads = [m.backward() for m in (fused, unfused)]
+        assert losses[0] == losses[1]
+        for k in grads[0]:
+            assert np.array_equal(grads[0][k], grads[1][k]), k
+    want = (dropout, 5, rng.site_offset(0, unfused.n_sites, rng.SITE_EMBEDDING)) if dropout else ()
+    for kind, drop in unfused_be.calls:
+        assert drop[:3] == want, kind
+        assert len(drop) == (4 if dropout else 0) and (not dropout or drop[3] is unfused.step_counter)
+    assert [k for k, _ in unfused_be.calls] == ["forward", "backward"] * 2
+    unfused_be.calls.clear()
+    assert float(fused.forward(X, Y, 3, training=False)) == float(unfused.forward(X, Y, 3, training=False))
+    assert unfused_be.calls == [("forward", ())]
 
 
 def test_dropout_depends_on_step_and_is_off_in_evaluation():
@@ -233,11 +283,32 @@ def test_adamw_with_clipping_matches_torch(dtype, rtol):
     assert opt.steps_taken() == 3
 
 
+def _scalars(gnorm, max_norm, scale=None, t=0.0):
+    """ops/adamw.scalars on a fresh hyper (set_lr's zeros): (grad_scale, skip, t, bias_corr1, bias_corr2)."""
+    h, tt = np.zeros(len(adamw_ops.HYPER), np.float32), np.array(t)
+    adamw_ops.scalars(np, h, tt, None if gnorm is None else np.array(gnorm, np.float32),
+                      None if scale is None else np.array(scale, np.float32), max_norm, 0.9, 0.95)
+    return h[adamw_ops.GRAD_SCALE], h[adamw_ops.SKIP], float(tt), h[adamw_ops.BIAS_CORR1], h[adamw_ops.BIAS_CORR2]
+
+
 def test_clip_coefficient_is_torchs():
-    be = get_backend("cpu", "float32")
-    assert float(clip_coefficient(be, np.float32(3.0), 1.0)) == np.float32(1.0) / (np.float32(3.0) + np.float32(1e-6))
-    assert float(clip_coefficient(be, np.float32(0.5), 1.0)) == 1.0
-    assert float(clip_coefficient(be, np.float32(5.0), 0.0)) == 1.0
+    assert _scalars(3.0, 1.0)[0] == np.float32(1.0) / (np.float32(3.0) + np.float32(1e-6))
+    assert _scalars(0.5, 1.0)[0] == 1.0
+    assert _scalars(5.0, 0.0)[0] == 1.0 and _scalars(None, 0.0)[0] == 1.0
+
+
+def test_step_scalars_unscale_skip_and_count():
+    """With a loss scale: the norm and the coefficient unscaled by 1 / scale, a non-finite norm skips the step and
+    does not count it; without one: skip untouched, every step counts; bias corrections from the count."""
+    inv = np.float32(1.0) / np.float32(2.0 ** 16)
+    gs, skip, t, bc1, bc2 = _scalars(3.0 * 2.0 ** 16, 1.0, scale=2.0 ** 16, t=4.0)
+    assert gs == np.float32(1.0) / (np.float32(3.0) + np.float32(1e-6)) * inv and skip == 0.0 and t == 5.0
+    assert bc1 == np.float32(1.0 - 0.9 ** 5) and bc2 == np.float32(1.0 - 0.95 ** 5)
+    gs, skip, t, bc1, _ = _scalars(np.inf, 1.0, scale=2.0 ** 16, t=4.0)
+    assert skip == 1.0 and t == 4.0 and bc1 == np.float32(1.0 - 0.9 ** 4)
+    assert _scalars(np.nan, 1.0, scale=2.0 ** 16)[1] == 1.0
+    assert _scalars(5.0 * 2.0 ** 16, 0.0, scale=2.0 ** 16)[0] == inv   # no clip: the unscaling alone
+    assert _scalars(np.inf, 1.0)[1:3] == (0.0, 1.0)   # no scaler: no overflow test, the step counts
 
 
 def test_loss_scaler_rule():
@@ -292,7 +363,7 @@ def test_bias_corrections_computed_on_the_device_are_the_hosts():
     opt = AdamW(be, {"w": be.to_device(np.ones((2, 2)))}, (0.9, 0.95), 1e-8, 0.1)
     for t in range(1, 2001):
         opt.set_lr(1e-3)
-        opt.apply({"w": be.to_device(np.full((2, 2), 1e-3))}, 1.0)
+        opt.apply({"w": be.to_device(np.full((2, 2), 1e-3))})
         if t in (1, 2, 3, 10, 777, 2000):
             assert opt.hyper[5] == np.float32(1.0 - 0.9 ** t) and opt.hyper[6] == np.float32(1.0 - 0.95 ** t), t
 

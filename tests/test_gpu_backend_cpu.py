@@ -128,23 +128,29 @@ def test_attention_geometry_is_read_from_the_source(tmp_path, monkeypatch):
 def test_cross_entropy_plan_picks_the_shared_memory_row_from_the_logits_alone():
     """gpu.cross_entropy_plan: half-type rows of whole 16-byte vectors from CE_SMEM_MIN_V to CE_SMEM_MAX_V columns,
     16-byte aligned, take cross_entropy.cu's shared-memory kernels (512 threads, the row's bytes of shared
-    memory, two blocks an H200 SM); everything else keeps the first kernels and their old thread counts."""
+    memory, two blocks an H200 SM); rows of at most CE_WARP_MAX_V columns, of any kind and alignment, the warp row
+    (a warp a row, 8 rows a block); everything else keeps the first kernels."""
     F32, BF16, F16 = halfbits.KIND_F32, halfbits.KIND_BF16, halfbits.KIND_F16
     threads, lo, hi = (gpu.kernel_define("cross_entropy.cu", n) for n in ("CE_SMEM_THREADS", "CE_SMEM_MIN_V", "CE_SMEM_MAX_V"))
     assert (threads, lo, hi) == (512, 4096, 53248)
     for V in (50304, 32768, 8200, lo, hi):
         for kind in (BF16, F16):
             assert gpu.cross_entropy_plan(V, kind, True) == ("_smem", 512, 2 * V), (V, kind)
-    old = {65: 96, 2: 32, 1031: 256, 16384: 256, 16392: 1024, 50257: 1024, 50304: 1024, 65528: 1024}
+    warp_max, warp_rows = (gpu.kernel_define("cross_entropy.cu", n) for n in ("CE_WARP_MAX_V", "CE_WARP_ROWS"))
+    assert (warp_max, warp_rows) == (1024, 8)
+    for V in (1, 2, 24, 65, 72, 1001, 1024):
+        for kind in (F32, BF16, F16):
+            for aligned in (True, False):
+                assert gpu.cross_entropy_plan(V, kind, aligned) == ("_warp", 256, 0), (V, kind, aligned)
+    old = {1025: 256, 1031: 256, 16384: 256, 16392: 1024, 50257: 1024, 50304: 1024, 65528: 1024}
     for V, t in old.items():
         assert gpu.cross_entropy_plan(V, F32, True) == ("", t, 0), V   # float32 rows keep their kernels
-    for V in (50257, 8196, lo - 8, hi + 8, 65528, 1001, 65, 24):   # not whole vectors, or out of range
+    for V in (50257, 8196, lo - 8, hi + 8, 65528, 1025, 1031):   # not whole vectors, or out of range
         for kind in (BF16, F16):
             assert gpu.cross_entropy_plan(V, kind, True)[0] == "", (V, kind)
     for kind in (BF16, F16):   # logits off a 16-byte boundary
         assert gpu.cross_entropy_plan(50304, kind, False) == ("", 1024, 0)
     assert gpu.cross_entropy_plan(50257, BF16, True) == ("", 1024, 0)
-    assert gpu.cross_entropy_plan(65, F16, True) == ("", 96, 0)
     # Two blocks of the widest row fit an H200 SM's 228 KB: its row, the 128 static bytes (block_max and
     # block_sum's 32 floats) and the 1 KB the hardware keeps a block; and one block stays under 227 KB.
     row = gpu.cross_entropy_plan(hi, BF16, True)[2]

@@ -46,3 +46,22 @@ def test_no_finished_profile_says_so(tmp_path, capsys):
     kernel_table.main(str(d))
     assert "no finished profile" in capsys.readouterr().out
     assert not (tmp_path / "kernel_table.csv").exists()
+
+
+_spec_list = importlib.util.spec_from_file_location("kernel_list", Path(__file__).parents[1] / "scripts" / "kernel_list.py")
+kernel_list = importlib.util.module_from_spec(_spec_list)
+_spec_list.loader.exec_module(kernel_list)
+
+
+def test_kernel_list_a_step_longest_first(tmp_path, capsys):
+    """scripts/kernel_list.py: each kernel's time and launches a step (total over the window's steps), longest first,
+    and their sums; an unfinished profile says so and exits 1."""
+    _profile(tmp_path, "p", [("short", 30.0, 10), ("long", 500.0, 20), ("mid", 100.0, 10)])
+    assert kernel_list.main(str(tmp_path / "p.json")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "63.0 us of kernels a step, 4.0 launches" in lines[0]
+    assert [ln.split()[-1] for ln in lines[1:]] == ["long", "mid", "short"]
+    assert lines[1].split()[:3] == ["50.0", "us/step", "2.0"]
+    _profile(tmp_path, "q", [("x", 1.0, 1)], status="oom")
+    assert kernel_list.main(str(tmp_path / "q.json")) == 1
+    assert "no finished profile" in capsys.readouterr().out

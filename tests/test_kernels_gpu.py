@@ -244,6 +244,71 @@ def test_embedding(B, T, Tmax, C, V):
     check("embedding backward dwpe", dwpe, rwpe, TOL_F32)
 
 
+def _misaligned(a: np.ndarray) -> "cp.ndarray":
+    """a on the device as a C-contiguous view one float past a 256-byte aligned allocation: 4-byte aligned only."""
+    buf = cp.empty(a.size + 1, dtype=np.float32)
+    view = buf[1:].reshape(a.shape)
+    view[...] = dev(a)
+    return view
+
+
+# (B, T, Tmax, C, V, misaligned): C % 4 == 0 (the 16-byte forward) and not (the general one); T < Tmax; fewer rows
+# than a forward block's 8 (3 and 10 rows); T * C odd (dwpe element by element) and even (by pairs); the char model's
+# shape; misaligned: wte, wpe, dwpe and dout 4 bytes off alignment, so C % 4 == 0 takes the general forward and an
+# even T * C dwpe's element path
+EMB_DROP_SHAPES = [(2, 5, 8, 7, 11, False), (1, 3, 16, 9, 5, False), (3, 127, 256, 384, 65, False),
+                   (2, 33, 64, 768, 50304, False), (3, 333, 333, 130, 11, False), (64, 256, 256, 384, 65, False),
+                   (4, 1024, 1024, 96, 50304, False), (2, 5, 8, 64, 11, True), (3, 127, 256, 384, 65, True)]
+
+
+@pytest.mark.parametrize("B, T, Tmax, C, V, misaligned", EMB_DROP_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_embedding_dropout_is_the_unfused_kernels(B, T, Tmax, C, V, misaligned, p):
+    """x = dropout(wte[idx] + wpe[t]) in one kernel, and the mask applied where dwte's and dwpe's sums read dout: bit
+    for bit the unfused kernels the model ran before (embedding_forward then dropout_apply; dropout_apply on dout, then
+    embedding_backward_wte and _wpe), the step's part of the counter from device memory (offset_add). p = 0: the
+    kernels without dropout. The forward's output is a fresh allocation each run (poisoned: NaN where not written);
+    three runs give the same bits; the forward equals the float32 NumPy form, the backward the float64 one within
+    TOL_F32."""
+    be, ref = gpu_backend(), NumpyBackend("float32")
+    g = gen(B * T * C + int(p * 10) + misaligned)
+    idx_h = g.integers(0, min(V, 20), size=(B, T)).astype(np.int64)
+    wte_h, wpe_h, dx_h = randn(g, V, C), randn(g, Tmax, C), randn(g, B, T, C)
+    dwte0, dwpe0 = randn(g, V, C), randn(g, Tmax, C)
+    put = _misaligned if misaligned else dev
+    idx, wte, wpe, dx = dev(idx_h), put(wte_h), put(wpe_h), put(dx_h)
+    seed, offset, step = 1337, rng.site_offset(0, 19, rng.SITE_EMBEDDING), rng.site_offset(5, 19, 0)
+    add = dev(np.array([step], dtype=np.uint64))
+    tag = f"[B={B} T={T} Tmax={Tmax} C={C} p={p} misaligned={misaligned}]"
+    # the unfused kernels
+    x0 = host(be.dropout_forward(be.embedding_forward(idx, wte, wpe), p, seed, offset, add))
+    dwte_u, dwpe_u = dev(dwte0), put(dwpe0)
+    be.embedding_backward(be.dropout_backward(dx, p, seed, offset, add), idx, dwte_u, dwpe_u)
+    dwte_u, dwpe_u = host(dwte_u), host(dwpe_u)
+    runs = []
+    for _ in range(3):
+        x = be.embedding_forward(idx, wte, wpe, p, seed, offset, add)
+        assert x.dtype == np.float32 and x.shape == (B, T, C)
+        dwte, dwpe = dev(dwte0), put(dwpe0)
+        be.embedding_backward(dx, idx, dwte, dwpe, p, seed, offset, add)
+        runs.append((host(x), host(dwte), host(dwpe)))
+    x, dwte, dwpe = runs[0]
+    for name, got, want in (("x", x, x0), ("dwte", dwte, dwte_u), ("dwpe", dwpe, dwpe_u)):
+        exact(f"embedding dropout {name} = the unfused kernels' {tag}", got, want)
+    for k, r in enumerate(runs[1:], start=2):
+        for name, a, b in zip(("x", "dwte", "dwpe"), runs[0], r):
+            exact(f"embedding dropout {name}, run {k} vs run 1 {tag}", b, a)
+    off = offset + step
+    exact(f"embedding dropout x = NumPy float32 {tag}", x, ref.embedding_forward(idx_h, wte_h, wpe_h, p, seed, off))
+    if p > 0.0:   # about p of the elements dropped (the mask is there)
+        assert abs(float(np.mean(x == 0.0)) - p) < 0.5 * p + 6 * math.sqrt(p * (1 - p) / x.size)
+    r64 = NumpyBackend("float64")
+    rwte, rwpe = dwte0.astype(np.float64), dwpe0.astype(np.float64)
+    r64.embedding_backward(dx_h.astype(np.float64), idx_h, rwte, rwpe, p, seed, off)
+    check(f"embedding dropout dwte {tag}", dwte, rwte, TOL_F32)
+    check(f"embedding dropout dwpe {tag}", dwpe, rwpe, TOL_F32)
+
+
 @pytest.mark.parametrize("B, T, C, V, tokens", [(8, 256, 384, 65, 3), (4, 1024, 768, 50304, 50304), (1, 5, 9, 11, 1),
                                                 (64, 256, 384, 65, 1), (3, 333, 130, 11, 4)])
 def test_embedding_backward_is_bit_reproducible(B, T, C, V, tokens):
@@ -345,6 +410,68 @@ def test_matmul(build, N, K, M):
         ex = NumpyBackend("float64")
         check(f"matmul y vs float64 [{dtype} hr={hr}]", be.to_host(be.matmul_forward(dev(x), dev(w))),
               ex.matmul_forward(x.astype(np.float64), w.astype(np.float64)), 2e-2)
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
+@pytest.mark.parametrize("N, V", [(513, 65), (64, 1), (37, 8), (100, 1001)])
+def test_classifier_weight_padded_rows(build, N, V):
+    """The tied classifier weight on the GPU (CudaBackend.classifier_weight): V rows at the top of a zero-filled
+    buffer of a multiple of 8 rows, and in the half builds a half copy padded the same way. Forward's logits are the
+    first V columns of an [N, Vp] buffer (its columns past V exact zeros); the loss and dlogits (the warp row) read
+    and write them in place, the columns past V untouched; backward's dx and dW (V rows) equal the NumPy reference
+    within the build's tolerance, through the padded products; the losses equal an unpadded weight's to the bit
+    where the products give the same logits, and three runs give the same bits."""
+    from tr2.cupy_side.gpu.matmul import column_base, padded_rows
+    dtype, tf32, hr = build
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    g = gen(N * 3 + V)
+    C = 384
+    x, w = randn(g, N, C), randn(g, V, C, scale=0.02)
+    targets = g.integers(0, V, size=N).astype(np.int64)
+    targets[: N // 10] = -1
+    Vp = -(-V // 8) * 8
+    wd = be.classifier_weight(w)
+    assert wd.shape == (V, C) and wd.flags.c_contiguous and padded_rows(wd).shape == (Vp, C)
+    exact("classifier weight rows", host(wd), w)
+    exact("classifier weight padding", host(padded_rows(wd))[V:], np.zeros((Vp - V, C), np.float32))
+    be.product_weights([wd])
+    copy = be.ctx.half_copy(wd)
+    if copy is not None:
+        assert padded_rows(copy).shape == (Vp, C)
+        exact("half copy padding", host(padded_rows(copy))[V:], np.zeros((Vp - V, C), np.uint16))
+    rt = ref.float_dtype
+    runs = []
+    for _ in range(3):
+        logits = be.matmul_forward(dev(x), wd)
+        assert logits.shape == (N, V) and (Vp == V or column_base(logits, Vp) is not None)
+        full = host(column_base(logits, Vp)) if Vp != V else None
+        if full is not None:
+            exact("padded logits' extra columns", full[:, V:], np.zeros((N, Vp - V), full.dtype))
+        loss_eval = be.cross_entropy_forward(logits, dev(targets))
+        loss, dlogits = be.cross_entropy_forward_backward(logits, dev(targets), be.to_device(1.0))
+        exact("classifier training loss = evaluation loss", host(loss), host(loss_eval))
+        if full is not None and dlogits is logits:
+            exact("dlogits leave the extra columns", host(column_base(dlogits, Vp))[:, V:], full[:, V:])
+        dx, dw = be.matmul_backward(dlogits, dev(x), wd)
+        assert dw.shape == (V, C) and dw.flags.c_contiguous
+        runs.append([host(loss), be.to_host(dx), be.to_host(dw)])
+    for k, r in enumerate(runs[1:], start=2):
+        for name, a, b in zip(("loss", "dx", "dw"), r, runs[0]):
+            exact(f"classifier {name}, run {k} vs run 1", a, b)
+    rlogits = ref.matmul_forward(x.astype(rt), w.astype(rt))
+    rloss, rdl = ref.cross_entropy_forward_backward(rlogits, targets, rt(1.0))
+    rdx, rdw = ref.matmul_backward(rdl, x.astype(rt), w.astype(rt))
+    tag = f"[{dtype} tf32={tf32} hr={hr} N={N} V={V}]"
+    check(f"classifier loss {tag}", np.float64(runs[0][0]), np.float64(rloss), max(tol, TOL_F32))
+    check(f"classifier dx {tag}", runs[0][1], rdx, tol)
+    check(f"classifier dw {tag}", runs[0][2], rdw, tol)
+    # the same arithmetic on an unpadded weight (to_device): the same loss where the logits agree to the bit
+    plain = be.to_device(w)
+    lp = be.matmul_forward(dev(x), plain)
+    if np.array_equal(be.to_host(lp), be.to_host(be.matmul_forward(dev(x), wd))):
+        exact(f"classifier loss padded = unpadded {tag}", host(be.cross_entropy_forward(lp, dev(targets))),
+              host(be.cross_entropy_forward(be.matmul_forward(dev(x), wd), dev(targets))))
 
 
 # ---------------------------------------------------------------------------------------------- attention
@@ -1186,7 +1313,7 @@ def test_half_type_activations(build):
     ("float16", 9, 50304, 0),
     ("bfloat16", 7, 57344, 1),     # past the shared-memory row: 1024 threads, 7 vectors a thread in registers
     ("float16", 6, 4088, 1),       # just below it: 256 threads, 2 vectors a thread
-    ("bfloat16", 4, 24, 1),        # 3 vectors, most threads idle
+    ("bfloat16", 4, 24, 1),        # at most CE_WARP_MAX_V columns: the warp row since, the same checks
     ("float32", 11, 8192, 2),      # 256 threads, 8 vectors a thread
     ("float32", 3, 32768, 3),      # every row ignored
     ("bfloat16", 5, 65528, 0),     # 8191 vectors: one more than 8 a thread, so the scalar row
@@ -1293,6 +1420,34 @@ SHAPES = [(65, 64), (64,), (4099,), (3, 5000), (7,), (192, 64), (1,)]
 def _hyper(dt, t=3, lr=6e-4, grad_scale=0.37, skip=0.0):
     b1, b2 = 0.9, 0.95
     return np.array([lr, b1, b2, 1e-8, 0.1, 1 - b1 ** t, 1 - b2 ** t, grad_scale, skip], dtype=dt)
+
+
+@pytest.mark.parametrize("scale", [None, 2.0 ** 16, 1024.0])
+@pytest.mark.parametrize("max_norm", [0.0, 1.0, 0.5])
+def test_adamw_scalars_kernel_is_the_cupy_arithmetic(scale, max_norm):
+    """adamw.cu's one-thread adamw_scalars gives the bits of ops/adamw.scalars run as CuPy arithmetic on 0-d arrays
+    (what the step launched before): hyper's nine values and the float64 step count, over norms that clip, do not,
+    overflow (inf, nan) and step counts early, late and after a skip."""
+    from tr2.cupy_side.gpu import adamw as gpu_adamw
+    from tr2.cupy_side.ops import adamw as adamw_ops
+    for t0 in (0.0, 1.0, 9.0, 1999.0, 123456.0):
+        for gnorm in (0.0, 0.3, 1.0, 2.5e3, 7.1e-12, np.inf, np.nan):
+            h0 = _hyper(np.float32, t=3, grad_scale=0.0)
+            got_h, got_t = cp.asarray(h0), cp.asarray(np.float64(t0))
+            ref_h, ref_t = cp.asarray(h0), cp.asarray(np.float64(t0))
+            gn = cp.asarray(np.float32(gnorm * (scale or 1.0)))
+            sc = None if scale is None else cp.asarray(np.float32(scale))
+            gpu_adamw.scalars(got_h, got_t, gn, sc, max_norm, 0.9, 0.95)
+            adamw_ops.scalars(cp, ref_h, ref_t, gn, sc, max_norm, 0.9, 0.95)
+            tag = f"t {t0} norm {gnorm} scale {scale} max_norm {max_norm}"
+            exact(f"adamw_scalars hyper {tag}", host(got_h), host(ref_h))
+            exact(f"adamw_scalars t {tag}", host(got_t), host(ref_t))
+    # no norm at all (no clip, no scaler): grad_scale 1, the step counted
+    h = cp.asarray(_hyper(np.float32, grad_scale=0.0))
+    t = cp.asarray(np.float64(4.0))
+    if scale is None and max_norm == 0.0:
+        gpu_adamw.scalars(h, t, None, None, 0.0, 0.9, 0.95)
+        assert float(host(h)[adamw_ops.GRAD_SCALE]) == 1.0 and float(host(t)) == 5.0
 
 
 def test_adamw_multi_tensor():
@@ -1432,6 +1587,40 @@ def test_global_norm():
 
 # ---------------------------------------------------------------------------------------------- CUDA graphs
 
+def test_tensor_tables_made_in_a_capture_are_filled_after_it_and_replay():
+    """A multi-tensor table first needed inside a capture (the step's gradient buffers come from the graph's pool)
+    is filled once the capture has ended, not copied by the graph at every replay: its rows are on the device
+    before the first replay, nothing waits to be filled, and the replayed norm equals the eager one to the bit,
+    also after the host rows it came from are gone."""
+    from tr2.cupy_side.gpu import tensors
+    from tr2.cupy_side.gpu.graph import StepGraph
+    be = gpu_backend("float32")
+    g = gen(12)
+    grads = [dev(randn(g, *shape)) for shape in ((37, 5), (4099,), (3, 4096), (1,))]
+    cp.cuda.Device().synchronize()
+    fresh = []   # other buffers each call: the capture's table is not the warm-up's
+
+    def body():
+        fresh[:] = [a.copy() for a in grads]
+        return be.global_norm(fresh)
+    step = StepGraph(body)
+    out = step.warmup()
+    step.stream.synchronize()
+    eager = host(out).copy()
+    step.capture()
+    assert tensors._unfilled == []
+    t = tensors.table_for(None, fresh)   # the table the capture made (the cache's, keyed by the addresses)
+    assert t in tensors._captured
+    rows = host(t.table)
+    assert [int(r[1]) for r in rows] == [a.data.ptr for a in fresh]
+    assert [int(r[4]) for r in rows] == [a.size for a in fresh]
+    assert int(host(t.chunk_tensor)[-1]) == len(fresh) - 1
+    for replay in range(3):
+        out = step.replay()
+        step.stream.synchronize()
+        exact(f"graph-replayed global norm, replay {replay}", host(out), eager)
+
+
 def test_products_and_kernels_capture_in_a_cuda_graph():
     """cuBLAS through ctypes and the RawModule kernels record into a stream capture and replay."""
     from tr2.cupy_side.gpu import blas
@@ -1459,6 +1648,32 @@ def test_products_and_kernels_capture_in_a_cuda_graph():
     yr = xr @ wr.T
     check("graph-captured bf16 product", y, yr, 1e-5)
     check("graph-captured gelu", z, NumpyBackend("float64").gelu_forward(host(y).astype(np.float64)), TOL_F32)
+
+
+def test_writes_through_page_locked_buffers_keep_stream_order():
+    """CudaBackend.write (gpu/staging.py) copies through two page-locked buffers a destination, without waiting for
+    the stream: with the device kept busy, so that the host runs ahead, every kernel after a write reads that
+    write's values and no later one's, for writes of the batch's size and of one element."""
+    be = gpu_backend()
+    stream = cp.cuda.Stream(non_blocking=True)
+    n = 64 * 256
+    batch, counter = cp.zeros(n, np.int64), cp.zeros(1, np.uint64)
+    sums, counters = cp.zeros(40, np.int64), cp.zeros(40, np.uint64)
+    busy = cp.ones((2048, 2048), np.float32)
+    with stream:
+        for k in range(40):
+            if k % 8 == 0:
+                for _ in range(20):
+                    busy = (busy @ busy) * np.float32(1.0 / 2048)   # ~ms of device work queued ahead of the writes
+            be.write(batch, np.full(n, k, np.int64))
+            be.write(counter, np.array([1000 + k], np.uint64))
+            sums[k] = batch.sum()
+            counters[k] = counter[0]
+    stream.synchronize()
+    assert host(sums).tolist() == [n * k for k in range(40)]
+    assert host(counters).tolist() == [1000 + k for k in range(40)]
+    with pytest.raises(ValueError, match="dtype and shape"):
+        be.write(batch, np.zeros(n, np.int32))
 
 
 def test_peak_memory_is_reported():

@@ -87,6 +87,36 @@ def test_embedding_backward_accumulates(gen):
     np.testing.assert_allclose(dwpe, fresh_pe + 1)
 
 
+@pytest.mark.parametrize("p", [0.0, 0.3])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_embedding_dropout_is_the_unfused_ops_and_fd(gen, p, dtype):
+    """The embedding with its dropout inside equals the embedding then dropout (forward), and dropout's backward
+    then the embedding's (backward), to the bit; the mask is the [B*T, C] array's (element row * C + c of the
+    site); p = 0 is the plain embedding. Gradients against central differences (the mask: a constant)."""
+    B, T, V, C, Tmax = 3, 5, 7, 6, 8
+    seed, offset = 11, rng.site_offset(3, 7, rng.SITE_EMBEDDING)
+    idx = gen.integers(0, V, (B, T))
+    idx[0, 0] = idx[-1, -1]
+    wte, wpe, G = (gen.standard_normal(s).astype(dtype) for s in ((V, C), (Tmax, C), (B, T, C)))
+    x = embedding.forward(idx, wte, wpe, p, seed, offset)
+    plain = embedding.forward(idx, wte, wpe)
+    assert x.dtype == dtype and np.array_equal(x, dropout.forward(plain, p, seed, offset))
+    keep = rng.keep_mask(seed, offset, (B * T, C), p).reshape(B, T, C)
+    assert np.array_equal(x, np.where(keep, plain * rng.keep_scale(p, dtype), 0))
+    dwte, dwpe = np.ones((V, C), dtype), np.ones((Tmax, C), dtype)
+    embedding.backward(G, idx, dwte, dwpe, p, seed, offset)
+    dwte0, dwpe0 = np.ones((V, C), dtype), np.ones((Tmax, C), dtype)
+    embedding.backward(dropout.backward(G, p, seed, offset), idx, dwte0, dwpe0)
+    assert np.array_equal(dwte, dwte0) and np.array_equal(dwpe, dwpe0)
+    if p == 0.0:
+        assert np.array_equal(x, plain)
+    if dtype is np.float64:
+        def loss():
+            return float(np.sum(embedding.forward(idx, wte, wpe, p, seed, offset) * G))
+        assert_fd(loss, wte, dwte - 1, gen)
+        assert_fd(loss, wpe, dwpe - 1, gen)
+
+
 # ---------------------------------------------------------------------------------------------
 # layernorm
 

@@ -39,6 +39,9 @@ class NumpyBackend:
                                             shape): how per-step inputs reach buffers allocated once
         peak_memory_bytes() -> int          the device allocator's peak bytes in use (0 on the CPU)
         reserved_memory_bytes() -> int      the bytes its pools hold (0 on the CPU)
+        classifier_weight(w) -> array       to_device for the tied wte [V, C]: the CUDA backend puts its rows at
+                                            the top of a zero-filled buffer of a multiple of 8 rows (aligned
+                                            logits rows for the products); NumPy: to_device
         product_weights(weights) -> None    the weights (float32 masters, updated only by adamw_update) that
                                             products read: the CUDA backend keeps a half-type copy of each in the
                                             half builds, cast once here and rewritten by adamw_update with the
@@ -46,8 +49,11 @@ class NumpyBackend:
                                             their operands as they go (the same values), so nothing here
 
     Operations (architecture.md's table; N = B*T rows; "array" = this backend's array type)
-        embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C]) -> x[B,T,C]
-        embedding_backward(dx[B,T,C], idx, dwte, dwpe) -> None          accumulates into dwte, dwpe
+        embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C], p=0.0, seed=0, offset=0, offset_add=None)
+            -> x[B,T,C]                                                 x = dropout(wte[idx] + wpe[:T])
+        embedding_backward(dx[B,T,C], idx, dwte, dwpe, p=0.0, seed=0, offset=0, offset_add=None) -> None
+                                                                        accumulates dropout_backward(dx) into
+                                                                        dwte, dwpe; dx float32 (not half bits)
         layernorm_forward(x[N,C], w[C], eps) -> (y[N,C], mean[N], rstd[N])
         layernorm_backward(dy, x, w, mean, rstd) -> (dx[N,C], dw[C])
         matmul_forward(x[N,K], w[M,K]) -> y[N,M]                        y = x @ w.T
@@ -68,6 +74,9 @@ class NumpyBackend:
                                                                         training: the loss and its gradient times
                                                                         dloss at once; dlogits may be the logits'
                                                                         own buffer, overwritten (the CUDA form)
+        adamw_scalars(hyper, t, gnorm, scale, max_norm, beta1, beta2) -> None
+                                                                        in place: the step's clip coefficient, skip,
+                                                                        count t and bias corrections (ops/adamw.py)
         adamw_update(params, grads, ms, vs, hyper) -> None              in place; see ops/adamw.py
         global_norm(grads) -> 0-d array                                 sqrt of the sum of squares
         gradient_f32(g) -> array                                        a gradient as float32 values: the CUDA
@@ -105,6 +114,9 @@ class NumpyBackend:
     def to_device(self, a, dtype=None) -> np.ndarray:
         return np.array(a, dtype=dtype or self.float_dtype, copy=True)
 
+    def classifier_weight(self, w) -> np.ndarray:
+        return self.to_device(w)
+
     def to_host(self, a) -> np.ndarray:
         return np.asarray(a)
 
@@ -134,11 +146,11 @@ class NumpyBackend:
         """Nothing runs beside the backward here (the CUDA backend's weight gradients on a side stream)."""
 
     # ---- operations ----
-    def embedding_forward(self, idx, wte, wpe):
-        return embedding.forward(idx, wte, wpe)
+    def embedding_forward(self, idx, wte, wpe, p=0.0, seed=0, offset=0, offset_add=None):
+        return embedding.forward(idx, wte, wpe, p, seed, _offset(offset, offset_add))
 
-    def embedding_backward(self, dx, idx, dwte, dwpe):
-        embedding.backward(dx, idx, dwte, dwpe)
+    def embedding_backward(self, dx, idx, dwte, dwpe, p=0.0, seed=0, offset=0, offset_add=None):
+        embedding.backward(dx, idx, dwte, dwpe, p, seed, _offset(offset, offset_add))
 
     def layernorm_forward(self, x, w, eps):
         return layernorm.forward(x, w, eps)
@@ -184,6 +196,9 @@ class NumpyBackend:
 
     def cross_entropy_forward_backward(self, logits, targets, dloss):
         return cross_entropy.forward_backward(logits, targets, dloss)
+
+    def adamw_scalars(self, hyper, t, gnorm, scale, max_norm, beta1, beta2):
+        adamw.scalars(np, hyper, t, gnorm, scale, float(max_norm), float(beta1), float(beta2))
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         adamw.update(params, grads, ms, vs, hyper)

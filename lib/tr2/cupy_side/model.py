@@ -50,7 +50,8 @@ class GPT:
         for name, shape in shapes.items():
             if tuple(weights[name].shape) != shape:
                 raise Tr2Error(f"weights: {name} has shape {tuple(weights[name].shape)}, model {cfg.name} needs {shape}")
-            self.params[name] = backend.to_device(weights[name])
+            # the tied wte as the classifier's product wants it (CudaBackend: rows padded to a multiple of 8)
+            self.params[name] = backend.classifier_weight(weights[name]) if name == WTE else backend.to_device(weights[name])
         # the weights the products read (the Linear layers and the tied lm_head): half copies on the GPU
         backend.product_weights([self.params[n] for n in self.params if n == WTE or n.endswith(PRODUCT_WEIGHTS)])
         self.n_sites = rng.n_sites(cfg.n_layer)
@@ -71,9 +72,17 @@ class GPT:
         else:
             self.grads[name] = grad
 
-    def _embedding(self, idx) -> Node:
-        be, B, T = self.backend, idx.shape[0], idx.shape[1]
-        out = Node(be.embedding_forward(idx, self.params[WTE], self.params[WPE]).reshape(B * T, -1))
+    def _embedding(self, idx, site: int) -> Node:
+        """x = dropout(wte[idx] + wpe[:T]), the dropout (site `site`) inside the embedding's operation: no array of
+        the sum before it is made (the unfused form wrote it and freed it at once), and backward reads the stream's
+        gradient through the mask where it sums it. p = 0: the embedding alone, as without dropout."""
+        be, B, T, p = self.backend, idx.shape[0], idx.shape[1], self._p
+        wte, wpe = self.params[WTE], self.params[WPE]
+        if p == 0.0:
+            drop = ()
+        else:
+            drop = (p, self.seed, rng.site_offset(0, self.n_sites, site), self.step_counter)
+        out = Node(be.embedding_forward(idx, wte, wpe, *drop).reshape(B * T, -1))
 
         def backward():
             dx = self.tape.take(out).reshape(B, T, -1)
@@ -82,23 +91,7 @@ class GPT:
             else:   # the embedding adds into lm_head's dW: a float32 array (the product may hand over half bits)
                 self.grads[WTE] = be.gradient_f32(self.grads[WTE])
             self.grads[WPE] = be.zeros(self.params[WPE].shape)
-            be.embedding_backward(dx, idx, self.grads[WTE], self.grads[WPE])
-        self.tape.push(backward)
-        return out
-
-    def _dropout(self, x: Node, site: int) -> Node:
-        p = self._p
-        if p == 0.0:
-            return x
-        be, step = self.backend, self.step_counter
-        offset = rng.site_offset(0, self.n_sites, site)
-        out = Node(be.dropout_forward(x.value, p, self.seed, offset, step))
-        # x (the embedding's output, this site's only input) is read by nothing after this: its memory goes now,
-        # not when backward has run (the embedding's and the dropout's backward need no value)
-        x.value = None
-
-        def backward():
-            self.tape.accumulate(x, be.dropout_backward(self.tape.take(out), p, self.seed, offset, step))
+            be.embedding_backward(dx, idx, self.grads[WTE], self.grads[WPE], *drop)
         self.tape.push(backward)
         return out
 
@@ -210,8 +203,7 @@ class GPT:
         if self._p > 0.0 and step is not None:
             self.set_step(step)
 
-        x = self._embedding(idx)
-        x = self._dropout(x, rng.SITE_EMBEDDING)
+        x = self._embedding(idx, rng.SITE_EMBEDDING)
         a = self._layernorm(x, "transformer.h.0.ln_1.weight")
         for i in range(cfg.n_layer):
             h = f"transformer.h.{i}."

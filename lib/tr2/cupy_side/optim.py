@@ -23,12 +23,10 @@ import numpy as np
 
 from .ops import adamw as adamw_ops
 
-CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6)
-
 
 class AdamW:
     def __init__(self, backend, params: dict, betas, eps: float, weight_decay: float):
-        """params: name -> backend array, updated in place by step()."""
+        """params: name -> backend array, updated in place by apply()."""
         self.backend = backend
         self.names = list(params)
         self.params = [params[n] for n in self.names]
@@ -47,25 +45,17 @@ class AdamW:
             lr, self.beta1, self.beta2, self.eps, self.weight_decay)
         self.backend.write(self.hyper, host)
 
-    def apply(self, grads: dict, grad_scale=1.0, skip=None) -> None:
-        """The update set_lr prepared, with g = grads * grad_scale (a Python float or a 0-d backend array
-        that stays on the device); skip (a 0-d backend array, 1 or 0): the update is skipped where 1, and
-        does not count. Device work only."""
-        h = self.hyper
-        if skip is not None:
-            self.t += 1.0 - skip.astype(np.float64)
-            h[adamw_ops.SKIP] = skip
-        else:
-            self.t += 1.0
-        h[adamw_ops.BIAS_CORR1] = 1.0 - self.beta1 ** self.t   # float64, stored in hyper's type
-        h[adamw_ops.BIAS_CORR2] = 1.0 - self.beta2 ** self.t
-        h[adamw_ops.GRAD_SCALE] = grad_scale
-        self.backend.adamw_update(self.params, [grads[n] for n in self.names], self.ms, self.vs, h)
+    def apply(self, grads: dict, gnorm=None, max_norm: float = 0.0, scale=None) -> None:
+        """The update set_lr prepared: the step's scalars (ops/adamw.scalars: the clip coefficient from gnorm,
+        the global norm, and max_norm; unscaling by 1 / scale and the skip of an overflowed step where scale, the
+        float16 loss scale, is given; the step count and bias corrections), then AdamW. Device work only: two
+        launches on the GPU (adamw_scalars, adamw_update)."""
+        self.backend.adamw_scalars(self.hyper, self.t, gnorm, scale, max_norm, self.beta1, self.beta2)
+        self.backend.adamw_update(self.params, [grads[n] for n in self.names], self.ms, self.vs, self.hyper)
 
-    def step(self, grads: dict, lr: float, grad_scale=1.0) -> None:
-        """One update with g = grads * grad_scale."""
-        self.set_lr(lr)
-        self.apply(grads, grad_scale)
+    def skipped(self):
+        """1 where the last apply skipped its step (a float16 overflow), else 0: a 0-d backend array (a view)."""
+        return self.hyper[adamw_ops.SKIP]
 
     def steps_taken(self) -> int:
         """torch's state['step'], read from the device (waits for it)."""
@@ -101,15 +91,6 @@ class LossScaler:
         return float(self.backend.to_host(self.scale))
 
 
-def clip_coefficient(backend, norm, max_norm: float):
-    """min(1, max_norm / (norm + 1e-6)) as a device scalar in the norm's type (1 when max_norm is 0)."""
-    xp = backend.xp
-    dt = backend.float_dtype.type
-    if max_norm == 0.0:
-        return xp.full((), dt(1.0), dtype=backend.float_dtype)  # a fill, not a host copy: capturable
-    return xp.minimum(dt(1.0), dt(max_norm) / (norm + dt(CLIP_EPS)))
-
-
 def optimizer_step(backend, optimizer: AdamW, scaler: LossScaler, grads: dict, lr: float,
                    grad_clip: float) -> None:
     """Everything after backward in nanoGPT's loop: unscale, clip, AdamW step, scaler update (grads were
@@ -119,23 +100,13 @@ def optimizer_step(backend, optimizer: AdamW, scaler: LossScaler, grads: dict, l
 
 
 def apply_update(backend, optimizer: AdamW, grads: dict, grad_clip: float, scaler: LossScaler | None = None) -> None:
-    """The device part of a step after backward: with an enabled scaler the gradients' unscaling (1 / scale)
-    and the overflow test (the global norm not finite: it is finite exactly when every gradient is, short of
-    squares overflowing float32, far above any real gradient); the clip coefficient from the global norm;
-    AdamW from the hyper set_lr wrote; the scale's update. No host <-> device traffic and no wait: a
+    """The device part of a step after backward: the global norm, then AdamW.apply (with an enabled scaler the
+    gradients' unscaling (1 / scale) and the overflow test: the global norm not finite, which it is exactly when
+    some gradient is, short of squares overflowing float32, far above any real gradient; the clip coefficient;
+    AdamW from the hyper set_lr wrote), then the scale's update. No host <-> device traffic and no wait: a
     captured CUDA graph can hold it (tr2.cupy_side.gpu.graph)."""
-    xp = backend.xp
-    dt = backend.float_dtype.type
     scaled = scaler is not None and scaler.enabled
-    inv_scale = dt(1.0) / scaler.scale if scaled else dt(1.0)
-    norm = backend.global_norm(list(grads.values())) * inv_scale if (grad_clip != 0.0 or scaled) else None
-    found = (~xp.isfinite(norm)).astype(backend.float_dtype) if scaled else None
-    if grad_clip != 0.0:
-        grad_scale = clip_coefficient(backend, norm, grad_clip) * inv_scale
-    elif scaled:
-        grad_scale = inv_scale
-    else:
-        grad_scale = xp.full((), inv_scale, dtype=backend.float_dtype)
-    optimizer.apply(grads, grad_scale, skip=found)
+    norm = backend.global_norm(list(grads.values())) if (grad_clip != 0.0 or scaled) else None
+    optimizer.apply(grads, norm, grad_clip, scaler.scale if scaled else None)
     if scaled:
-        scaler.update(found)
+        scaler.update(optimizer.skipped())

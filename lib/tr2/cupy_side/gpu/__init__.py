@@ -49,7 +49,7 @@ OP_METHODS: dict[str, tuple[str, ...]] = {
     "residual": ("residual_forward",),
     "residual_layernorm": ("residual_layernorm_forward", "residual_layernorm_backward"),
     "cross_entropy": ("cross_entropy_forward", "cross_entropy_forward_backward"),
-    "adamw": ("adamw_update",),
+    "adamw": ("adamw_scalars", "adamw_update"),
     "global_norm": ("global_norm",),
 }
 
@@ -58,8 +58,10 @@ REGISTER_ROW_SIZES = (384, 768, 1024)
 
 # The kernels each wrapper launches, by file: checked against the sources by the CPU tests.
 FILE_KERNELS: dict[str, tuple[str, ...]] = {
-    "embedding.cu": ("embedding_forward", "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan",
-                     "embedding_sort_base", "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
+    "embedding.cu": ("embedding_forward", "embedding_dropout_forward", "embedding_dropout_forward_v4",
+                     "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan", "embedding_sort_base",
+                     "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wte_dropout",
+                     "embedding_backward_wpe", "embedding_backward_wpe_dropout"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_backward_dwsum",
                      *(f"layernorm_backward{dwsum}_c{c}" for dwsum in ("", "_dwsum") for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(
@@ -80,8 +82,9 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                               *(f"residual_layernorm_{way}_c{c}" for way in ("forward", "backward", "backward_dwsum")
                                 for c in REGISTER_ROW_SIZES)),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
-                         "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem", "cross_entropy_mean"),
-    "adamw.cu": ("adamw_update",),
+                         "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem",
+                         "cross_entropy_forward_warp", "cross_entropy_forward_backward_warp", "cross_entropy_mean"),
+    "adamw.cu": ("adamw_update", "adamw_scalars"),
     "global_norm.cu": ("global_norm_partial", "global_norm_final"),
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "round_f32"),
 }
@@ -242,11 +245,14 @@ def cross_entropy_plan(V: int, kind: int, aligned: bool) -> tuple[str, int, int]
 
     Evaluation and training both ask with the logits alone, so they take the same row and their losses agree bit
     for bit. Half-type rows of whole 16-byte vectors from CE_SMEM_MIN_V to CE_SMEM_MAX_V columns take the
-    shared-memory row ("_smem": the row staged in V * 2 bytes of shared memory, two blocks an SM). The others
-    take the first kernels, which pick the registers or the scalar row themselves: 1024 threads above 16384
-    columns (8 vectors a thread then reach 65536 half or 32768 float32 columns), 256 above 256, else the row
-    rounded up to a warp."""
+    shared-memory row ("_smem": the row staged in V * 2 bytes of shared memory, two blocks an SM). Rows of at most
+    CE_WARP_MAX_V columns take the warp row ("_warp": a warp a row, CE_WARP_ROWS rows a block; the only form that
+    takes rows further apart than V). The others take the first kernels, which pick the registers or the scalar row
+    themselves: 1024 threads above 16384 columns (8 vectors a thread then reach 65536 half or 32768 float32
+    columns), else 256."""
     threads, lo, hi = _cross_entropy_smem_defines()
+    if V <= kernel_define("cross_entropy.cu", "CE_WARP_MAX_V"):
+        return "_warp", 32 * kernel_define("cross_entropy.cu", "CE_WARP_ROWS"), 0
     if kind in (1, 2) and aligned and V % 8 == 0 and lo <= V <= hi:
         return "_smem", threads, 2 * V
-    return "", 1024 if V > 16384 else 256 if V > 256 else max(32, (V + 31) // 32 * 32), 0
+    return "", 1024 if V > 16384 else 256, 0

@@ -1,12 +1,13 @@
 """Wrapper of kernels/adamw.cu: one launch updates every parameter (multi-tensor), scalars from `hyper`, and
 rewrites the half copies the products read (GpuContext.keep_half_copy) from the new masters. Gradients are float32
-or, the products' dW under half roundings, the build's half type (read as written)."""
+or, the products' dW under half roundings, the build's half type (read as written). One launch before it writes the
+step's scalars into `hyper` (ops/adamw.scalars' arithmetic)."""
 from __future__ import annotations
 
 import numpy as np
 import cupy as cp
 
-from .runtime import i32, launch
+from .runtime import NULL, f32, i32, launch
 from .tensors import CHUNK, THREADS, table_for
 
 FILE = "adamw.cu"
@@ -23,3 +24,25 @@ def update(ctx, params, grads, ms, vs, hyper) -> None:
     t = table_for(params, grads, ms, vs, [ctx.half_copy(p) for p in params], ctx.kind)
     launch(FILE, "adamw_update", t.n_blocks, THREADS,
            (t.table, t.chunk_tensor, t.chunk_start, i32(CHUNK), h, i32(ctx.kind)))
+
+
+def _scalar(a, dtype, what: str):
+    if a is None:
+        return None
+    if not (isinstance(a, cp.ndarray) and a.dtype == dtype and a.size == 1):
+        raise TypeError(f"adamw_scalars: {what} must be a one-element {np.dtype(dtype).name} CuPy array or None")
+    return a
+
+
+def scalars(hyper, t, gnorm, scale, max_norm: float, beta1: float, beta2: float) -> None:
+    """In place: hyper's grad_scale, bias corrections (and skip where scale is given), and the step count t; see
+    ops/adamw.scalars. hyper float32 [len(HYPER)], t float64 0-d, gnorm and scale float32 0-d or None (gnorm may be
+    None only where max_norm is 0)."""
+    if not (isinstance(hyper, cp.ndarray) and hyper.dtype == np.float32 and hyper.size == 9 and hyper.flags.c_contiguous):
+        raise TypeError("adamw_scalars: hyper must be a C-contiguous float32 CuPy array of 9 elements")
+    t = _scalar(t, np.float64, "t")
+    gnorm, scale = _scalar(gnorm, np.float32, "gnorm"), _scalar(scale, np.float32, "scale")
+    if t is None or (gnorm is None and (max_norm != 0.0 or scale is not None)):
+        raise ValueError("adamw_scalars: t is required, and gnorm wherever max_norm is not 0 or a scale is given")
+    launch(FILE, "adamw_scalars", 1, 32, (hyper, t, NULL if gnorm is None else gnorm, NULL if scale is None else scale,
+                                          f32(max_norm), np.float64(beta1), np.float64(beta2)))

@@ -124,8 +124,9 @@ V_STRIDES = (1024, 128)
 # Pd v product, its softmax while that product runs, a ring of FWD_WGP_STAGES k/v tiles loading ahead; the same
 # arithmetic in the same order as attention_forward_wg, so the same bits (tests/test_kernels_gpu.py,
 # "forward_pipelined"). On, it takes every T (WG_MAX_T no longer applies), one warpgroup a block for rows of at most
-# 256, else two (TR2_ATTN_FWD_WGP_NWG=1 or 2 fixes it). Written in the tenth session after its device time was spent:
-# NOT run on a GPU, off until its test has passed and scripts/attention_forward_variants.py has timed it.
+# 256, else two (TR2_ATTN_FWD_WGP_NWG=1 or 2 fixes it). Its test passed in call 1 of results/h200-perf-20261202b, and
+# it is slower there (ms a layer alone, bf16): nanogpt wgp1 0.0568 against wg1's 0.0474, gpt2-small wgp2 0.0757 and
+# gpt2-medium 0.0961 against mma.sync's 0.0651 and 0.0816: off.
 WG_FORWARD_PIPELINED = bool(kernel_switch("TR2_ATTN_FWD_WGP", 0))
 WG_FORWARD_NWG = kernel_switch("TR2_ATTN_FWD_WGP_NWG", 0, (0, 1, 2))   # 0: wg_forward_warpgroups(T)
 FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")
@@ -225,9 +226,10 @@ WG_DKDV_OVERLAP = bool(kernel_switch("TR2_ATTN_WG_DKDV_OVERLAP", 0))
 # The DIN form (attention.cu's attn_backward_dkdv_ds_wg<NWG>d_l2_): each warpgroup computes its tile's row dots D
 # itself from the staged dO tile and out while S^T's and dPd^T's products run (row_dots_tile: attn_row_dots's
 # arithmetic, so the same bits), and attn_row_dots is not launched (9-10 us a layer of nanogpt and gpt2-small,
-# call 2 of results/h200-perf-20261202). Built with the evict-first ds_t traffic only. Written in the tenth
-# session after its device time was spent: NOT run on a GPU, off until its test ("dkdv_row_dots") has passed and
-# the step is measured with it.
+# call 2 of results/h200-perf-20261202). Built with the evict-first ds_t traffic only. Its test ("dkdv_row_dots")
+# passed in call 1 of results/h200-perf-20261202b, and it is far slower (each key block recomputes D for every query
+# tile it visits; ms a layer alone: gpt2-small wg2d 0.3276 against wg2's 0.2017, nanogpt wg1d 0.1533 against wg1's
+# 0.1303): off.
 WG_DKDV_ROW_DOTS = bool(kernel_switch("TR2_ATTN_WG_DKDV_ROW_DOTS", 0))
 
 

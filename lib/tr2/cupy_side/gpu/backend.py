@@ -33,6 +33,7 @@ from .cast import from_half
 from .context import GpuContext
 from .halfbits import from_bits
 from .runtime import PeakTracker, compile_all
+from .staging import Staging
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -83,6 +84,7 @@ class CudaBackend:
         self.prec = make_precision(dtype, tf32, half_roundings)
         self.float_dtype = np.dtype(np.float32)
         self.ctx = GpuContext(dtype=dtype, tf32=tf32, half_roundings=half_roundings)
+        self._staging = Staging()
         self._peak = PeakTracker.install()
         compile_all()          # every kernel built (or loaded from CuPy's cache) before the first step
         if dtype == "bfloat16":
@@ -105,6 +107,18 @@ class CudaBackend:
             return from_bits(cp.asnumpy(a), self.ctx.kind)
         return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
 
+    def _rows(self, a) -> "cp.ndarray":
+        """_act, except that the first columns of a C-contiguous buffer (forward's padded logits, gpu/matmul.py, and
+        the dlogits written over them) pass as they are: the classifier's kernels read them in place."""
+        if (isinstance(a, cp.ndarray) and a.ndim == 2 and a.base is not None
+                and _matmul.column_base(a, a.base.shape[-1]) is not None):
+            if a.dtype == np.uint16:
+                self.ctx.kind_of(a)
+            elif a.dtype != np.float32:
+                raise ValueError(f"logits of dtype {a.dtype}: float32 or the build's half bits (uint16)")
+            return a
+        return self._act(a)
+
     def _act(self, a) -> "cp.ndarray":
         """An activation as the kernels take it: float32, or the build's half type as uint16 bits."""
         if isinstance(a, cp.ndarray) and a.dtype == np.uint16:
@@ -125,8 +139,11 @@ class CudaBackend:
         if host.shape != dst.shape or host.dtype != dst.dtype:
             raise ValueError(f"write: {host.dtype}{list(host.shape)} into {dst.dtype}{list(dst.shape)}; "
                              "allowed: the destination's dtype and shape")
-        # on the current stream: after the work queued there (a graph's replay reading dst), before the next
-        dst.set(host, stream=cp.cuda.get_current_stream())
+        if not dst.flags.c_contiguous:
+            raise ValueError("write: the destination must be C-contiguous")
+        # on the current stream: after the work queued there (a graph's replay reading dst), before the next;
+        # through page-locked memory, so that the host does not wait for the stream (gpu/staging.py)
+        self._staging.write(dst, host, cp.cuda.get_current_stream())
 
     def peak_memory_bytes(self) -> int:
         """Peak bytes in use in CuPy's memory pools (the default one, and the CUDA graph's through
@@ -139,6 +156,19 @@ class CudaBackend:
     def pool_allocator(self, pool):
         """An allocator for another memory pool (the CUDA graph's) that the peak counts."""
         return self._peak.malloc_for(pool)
+
+    def classifier_weight(self, w) -> "cp.ndarray":
+        """The tied wte [V, C] on the device as the first V rows of a zero-filled [Vp, C] buffer, Vp the next multiple
+        of 8: the logits' rows then start on 16-byte boundaries (gpu/matmul.py's forward; the char model's V = 65).
+        A C-contiguous float32 view; the embedding, AdamW and the norm see V rows, the products all Vp."""
+        w = np.asarray(w, dtype=self.float_dtype)
+        V = w.shape[0]
+        Vp = -(-V // 8) * 8
+        if Vp == V:
+            return self.to_device(w)
+        buf = cp.zeros((Vp,) + w.shape[1:], dtype=self.float_dtype)
+        buf[:V] = cp.asarray(w)
+        return buf[:V]
 
     def product_weights(self, weights) -> None:
         """Half builds: each weight gets its half copy, cast once now and rewritten by adamw_update from then on
@@ -156,15 +186,17 @@ class CudaBackend:
         _streams.join()
 
     # ---- operations ----
-    def embedding_forward(self, idx, wte, wpe):
-        return _embedding.forward(_i64(idx), _f32(wte), _f32(wpe))
+    def embedding_forward(self, idx, wte, wpe, p=0.0, seed=0, offset=0, offset_add=None):
+        return _embedding.forward(_i64(idx), _f32(wte), _f32(wpe), float(p), int(seed), int(offset),
+                                  _u64(offset_add))
 
-    def embedding_backward(self, dx, idx, dwte, dwpe):
+    def embedding_backward(self, dx, idx, dwte, dwpe, p=0.0, seed=0, offset=0, offset_add=None):
         for a in (dwte, dwpe):
             if not (isinstance(a, cp.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous):
                 raise ValueError("embedding_backward accumulates in place: dwte and dwpe must be C-contiguous "
                                  "float32 CuPy arrays")
-        _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), dwte, dwpe)
+        _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), dwte, dwpe, float(p), int(seed), int(offset),
+                            _u64(offset_add))
 
     def layernorm_forward(self, x, w, eps):
         return _layernorm.forward(self.ctx, _f32(x), _f32(w), eps)
@@ -176,7 +208,7 @@ class CudaBackend:
         return _matmul.forward(self.ctx, self._act(x), _f32(w))
 
     def matmul_backward(self, dy, x, w):
-        return _matmul.backward(self.ctx, self._act(dy), self._act(x), _f32(w))
+        return _matmul.backward(self.ctx, self._rows(dy), self._act(x), _f32(w))
 
     def attention_forward(self, qkv, n_head, p, seed, offset, offset_add=None):
         return _attention.forward(self.ctx, self._act(qkv), int(n_head), float(p), int(seed), int(offset),
@@ -218,10 +250,13 @@ class CudaBackend:
                                             _u64(offset_add))
 
     def cross_entropy_forward(self, logits, targets):
-        return _ce.forward(self.ctx, self._act(logits), _i64(targets))
+        return _ce.forward(self.ctx, self._rows(logits), _i64(targets))
 
     def cross_entropy_forward_backward(self, logits, targets, dloss):
-        return _ce.forward_backward(self.ctx, self._act(logits), _i64(targets), dloss)
+        return _ce.forward_backward(self.ctx, self._rows(logits), _i64(targets), dloss)
+
+    def adamw_scalars(self, hyper, t, gnorm, scale, max_norm, beta1, beta2):
+        _adamw.scalars(hyper, t, gnorm, scale, float(max_norm), float(beta1), float(beta2))
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         _adamw.update(self.ctx, list(params), [self._act(g) for g in grads], list(ms), list(vs), hyper)

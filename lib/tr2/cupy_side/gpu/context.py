@@ -76,9 +76,13 @@ class GpuContext:
         if not (isinstance(w, cp.ndarray) and w.dtype == np.float32 and w.flags.c_contiguous):
             raise ValueError("a half copy is kept of a C-contiguous float32 CuPy array (the master the optimizer updates)")
         from .cast import to_half
+        from .matmul import padded_rows
         key = id(w)
+        # a weight with zero rows below it (CudaBackend.classifier_weight) gets a copy with zero rows below it too
+        rows = padded_rows(w).shape[0]
+        copy = cp.empty(w.shape, dtype=np.uint16) if rows == w.shape[0] else cp.zeros((rows,) + w.shape[1:], np.uint16)[:w.shape[0]]
         self._copies[key] = (weakref.ref(w, lambda _ref, key=key: self._copies.pop(key, None)),
-                             to_half(w, self.kind, out=cp.empty(w.shape, dtype=np.uint16)))
+                             to_half(w, self.kind, out=copy))
 
     def half_copy(self, w) -> "cp.ndarray | None":
         """w's half copy (keep_half_copy), or None where it has none."""

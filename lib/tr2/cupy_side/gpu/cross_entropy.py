@@ -18,6 +18,19 @@ def _plan(ctx, logits: "cp.ndarray") -> tuple[str, int, int]:
     return cross_entropy_plan(logits.shape[1], ctx.kind_of(logits), logits.data.ptr % 16 == 0)
 
 
+def _rows(logits: "cp.ndarray", suffix: str) -> tuple["cp.ndarray", int]:
+    """(logits, ld): the elements between rows. Rows further apart than V (the first columns of a padded product's
+    output, gpu/matmul.py) are read in place by the warp row; any other form is made C-contiguous."""
+    if logits.ndim != 2:
+        raise ValueError(f"logits: 2-D [N, V] expected, got shape {logits.shape}")
+    item = logits.itemsize
+    if suffix == "_warp" and logits.strides[1] == item and logits.strides[0] % item == 0 \
+            and logits.strides[0] >= logits.shape[1] * item:
+        return logits, logits.strides[0] // item
+    logits = logits if logits.flags.c_contiguous else cp.ascontiguousarray(logits)
+    return logits, logits.shape[1]
+
+
 def _count(ctx, targets: "cp.ndarray") -> "cp.ndarray":
     """The counted rows (target not -1), a float32 [1] device array (the workspace's: read in this call only)."""
     count = ctx.ws.get("ce_count", (1,), np.float32)
@@ -37,8 +50,13 @@ def forward(ctx, logits: "cp.ndarray", targets: "cp.ndarray") -> "cp.ndarray":
     count = _count(ctx, targets)
     losses = ctx.ws.get("ce_losses", (N,), np.float32)
     suffix, threads, shared = _plan(ctx, logits)
-    launch(FILE, "cross_entropy_forward" + suffix, N, threads, (losses, logits, targets, i32(V), i32(ctx.kind_of(logits))),
-           shared_mem=shared, prefer_shared=shared > 0)
+    logits, ld = _rows(logits, suffix)
+    if suffix == "_warp":
+        launch(FILE, "cross_entropy_forward_warp", (N + threads // 32 - 1) // (threads // 32), threads,
+               (losses, logits, targets, i32(N), i32(V), i32(ld), i32(ctx.kind_of(logits))))
+    else:
+        launch(FILE, "cross_entropy_forward" + suffix, N, threads,
+               (losses, logits, targets, i32(V), i32(ctx.kind_of(logits))), shared_mem=shared, prefer_shared=shared > 0)
     return _mean(ctx, losses, count)
 
 
@@ -55,11 +73,19 @@ def forward_backward(ctx, logits: "cp.ndarray", targets: "cp.ndarray", dloss):
         d = ctx.ws.get("ce_dloss", (1,), np.float32)
         d.fill(np.float32(dloss))
     lk = ctx.kind_of(logits)
+    suffix, threads, shared = _plan(ctx, logits)
+    logits, ld = _rows(logits, suffix)
+    # over the logits (rows ld apart) where the kinds match; else a fresh C-contiguous array, rows V apart
     dlogits = logits if lk == ctx.act_kind else cp.empty((N, V), dtype=ctx.store_dtype)
+    ldd = ld if dlogits is logits else V
     count = _count(ctx, targets)
     losses = ctx.ws.get("ce_losses", (N,), np.float32)
-    suffix, threads, shared = _plan(ctx, logits)
-    launch(FILE, "cross_entropy_forward_backward" + suffix, N, threads,
-           (losses, dlogits, logits, targets, d, count, i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
-           shared_mem=shared, prefer_shared=shared > 0)
+    if suffix == "_warp":
+        launch(FILE, "cross_entropy_forward_backward_warp", (N + threads // 32 - 1) // (threads // 32), threads,
+               (losses, dlogits, logits, targets, d, count, i32(N), i32(V), i32(ld), i32(ldd), i32(lk),
+                i32(ctx.kind_of(dlogits))))
+    else:
+        launch(FILE, "cross_entropy_forward_backward" + suffix, N, threads,
+               (losses, dlogits, logits, targets, d, count, i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
+               shared_mem=shared, prefer_shared=shared > 0)
     return _mean(ctx, losses, count), dlogits

@@ -4,19 +4,39 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import kernel_define
-from .runtime import THREADS, blocks_for, i32, launch
+from . import dropout as _dropout, kernel_define
+from .runtime import NULL, THREADS, blocks_for, f32, i32, launch, u32, u64
 
 FILE = "embedding.cu"
+ROWS = kernel_define(FILE, "EMB_ROWS")   # rows a block of the forward with dropout: a warp each
 
 
-def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray") -> "cp.ndarray":
+def _drop_args(p: float, seed: int, offset: int, offset_add) -> tuple:
+    """dropout.cu's constants, so the masks and the scaling are dropout_apply's."""
+    return (u64(seed), u64(offset), NULL if offset_add is None else offset_add, u32(_dropout.threshold(p)),
+            f32(_dropout.scale(p)))
+
+
+def _aligned(n: int, *arrays) -> bool:
+    return all(a.data.ptr % n == 0 for a in arrays)
+
+
+def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray", p: float = 0.0, seed: int = 0, offset: int = 0,
+            offset_add=None) -> "cp.ndarray":
+    """x = dropout(wte[idx] + wpe[:T]) [B, T, C] float32; p = 0: no dropout (embedding_forward, no generator)."""
     B, T = idx.shape
     C = wte.shape[1]
     if T > wpe.shape[0]:
         raise ValueError(f"sequence length {T} exceeds the position table's {wpe.shape[0]}")
     out = cp.empty((B, T, C), dtype=np.float32)
-    launch(FILE, "embedding_forward", blocks_for(B * T * C), THREADS, (out, idx, wte, wpe, i32(B * T), i32(T), i32(C)))
+    if p == 0.0:
+        launch(FILE, "embedding_forward", blocks_for(B * T * C), THREADS,
+               (out, idx, wte, wpe, i32(B * T), i32(T), i32(C)))
+        return out
+    N = B * T
+    kernel = "embedding_dropout_forward_v4" if C % 4 == 0 and _aligned(16, out, wte, wpe) else "embedding_dropout_forward"
+    launch(FILE, kernel, (N + ROWS - 1) // ROWS, 32 * ROWS,
+           (out, idx, wte, wpe, i32(N), i32(T), i32(C)) + _drop_args(p, seed, offset, offset_add))
     return out
 
 
@@ -26,8 +46,10 @@ WTE_SEG = kernel_define(FILE, "WTE_SEG")   # sorted positions a block of embeddi
 WTE_THREADS = 128   # channels a block; at least WTE_SEG: its first threads read the segment's sorted positions
 
 
-def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
-    """Accumulates into dwte and dwpe in place, in a fixed order (the same bits on every run).
+def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray", p: float = 0.0,
+             seed: int = 0, offset: int = 0, offset_add=None) -> None:
+    """Accumulates into dwte and dwpe in place, in a fixed order (the same bits on every run). p > 0: dout is the
+    gradient of forward's dropped output, read through the same mask (the bits of dropout's backward first).
 
     ws: the workspace (runtime.Workspace) holding the sort's integer buffers, allocated once per shape.
     """
@@ -50,6 +72,13 @@ def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe
     launch(FILE, "embedding_sort_scan", 1, SCAN_THREADS, (starts, total, i32(V)))
     launch(FILE, "embedding_sort_base", blocks_for(V), THREADS, (counts, starts, i32(G), i32(V)))
     launch(FILE, "embedding_sort_place", G, CHUNK, (rows, counts, idx, i32(N), i32(V)))
-    launch(FILE, "embedding_backward_wte", (S, Y), WTE_THREADS,
-           (dwte, part, arrived, dout, rows, starts, idx, i32(N), i32(C)))
-    launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))
+    wte_args = (dwte, part, arrived, dout, rows, starts, idx, i32(N), i32(C))
+    if p == 0.0:
+        launch(FILE, "embedding_backward_wte", (S, Y), WTE_THREADS, wte_args)
+        launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))
+        return
+    drop = _drop_args(p, seed, offset, offset_add)
+    launch(FILE, "embedding_backward_wte_dropout", (S, Y), WTE_THREADS, wte_args + drop)
+    pairs = T * C % 2 == 0 and _aligned(8, dout, dwpe)   # a thread an (even, odd) pair of elements: one draw
+    launch(FILE, "embedding_backward_wpe_dropout", blocks_for(T * C // 2 if pairs else T * C), THREADS,
+           (dwpe, dout, i32(B), i32(T), i32(C), i32(pairs)) + drop)

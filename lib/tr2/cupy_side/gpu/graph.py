@@ -9,7 +9,7 @@ bindings refuse capture).
 Memory: the step allocates from a pool of its own, as PyTorch's graphs do. `warmup()` runs the body
 eagerly in that pool (a real training step: kernels compiled, cuBLAS's choices made, the pool grown);
 `capture()` records it once. The multi-tensor tables (tensors.py) of the capture's gradient buffers
-are copied from page-locked memory, a copy the graph holds and repeats (tensors.py keeps them).
+are filled once the capture has ended (tensors.fill_captured), not copied by the graph at every replay.
 After capture nothing else allocates from that pool, so the addresses baked into the graph stay the
 graph's. (A first version counted on the pool serving the capture the warm-up's addresses again; on
 the H200 it did not, and the capture stopped with an error rather than record a stale table.)
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import cupy as cp
 
-from . import streams
+from . import streams, tensors
 
 
 class StepGraph:
@@ -51,8 +51,10 @@ class StepGraph:
                 out = self.body()
             except BaseException:
                 self.stream.end_capture()  # leave the stream out of capture mode; the graph is dropped
+                tensors.drop_unfilled()
                 raise
             self.graph = self.stream.end_capture()
+        tensors.fill_captured()
         self.out = out
 
     def replay(self):

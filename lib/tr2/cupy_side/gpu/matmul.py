@@ -54,21 +54,55 @@ def _weight(ctx, w: "cp.ndarray") -> "cp.ndarray":
     return copy if copy is not None else product_input(ctx, w, "mm_w")
 
 
+def padded_rows(w: "cp.ndarray") -> "cp.ndarray":
+    """w with the zero rows below it where w is the top rows of a larger C-contiguous buffer of its width (the
+    char model's classifier weight, CudaBackend.classifier_weight, and its half copy), else w itself."""
+    b = w.base
+    if (b is not None and b.ndim == 2 and w.ndim == 2 and b.flags.c_contiguous and w.flags.c_contiguous
+            and b.data.ptr == w.data.ptr and b.dtype == w.dtype and b.shape[1] == w.shape[1] and b.shape[0] > w.shape[0]):
+        return b
+    return w
+
+
+def column_base(y: "cp.ndarray", width: int) -> "cp.ndarray | None":
+    """The C-contiguous [N, width] buffer whose first columns the view y [N, M] is (the padded logits forward
+    hands on, and the dlogits written over them), or None where y is no such view."""
+    b = y.base
+    if (b is not None and b.ndim == 2 and b.flags.c_contiguous and b.shape == (y.shape[0], width)
+            and b.data.ptr == y.data.ptr and b.dtype == y.dtype and y.strides == b.strides):
+        return b
+    return None
+
+
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray") -> "cp.ndarray":
+    """y = x w^T. Where w has zero rows below it (padded_rows: M to Mp, a multiple of 8), the product runs over all
+    Mp rows into an [N, Mp] buffer and y is its first M columns, a view with rows Mp apart. Why: with M = 65 (the
+    char model's vocabulary) the rows of y start on 2-byte boundaries and cuBLAS takes its align1 kernels for the
+    classifier's three products (cutlass_75 ..._align1: 69.8 us a step of nanogpt bf16, call 2 of
+    results/h200-perf-20261202); padded, every row is 16-byte aligned. The extra columns hold x 0 = 0."""
     N, K = x.shape
     M = w.shape[0]
     xa = product_input(ctx, x, "mm_x")
-    wa = _weight(ctx, w)
-    y = cp.empty((N, M), dtype=ctx.out_dtype)
-    return _mm(ctx, False, True, N, M, K, xa, K, wa, K, y, M, out_name="mm_y")
+    wa = padded_rows(_weight(ctx, w))
+    Mp = wa.shape[0]
+    y = cp.empty((N, Mp), dtype=ctx.out_dtype)
+    _mm(ctx, False, True, N, Mp, K, xa, K, wa, K, y, Mp, out_name="mm_y")
+    return y if Mp == M else y[:, :M]
 
 
 def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray"):
+    """(dx, dW). dy may be forward's padded view (or a gradient written over it): then both products run over the
+    Mp padded rows (the padding's columns of dy are x 0 = 0, its rows of w zero: they add exact zeros) and dW is the
+    first M rows of an [Mp, K] buffer; a C-contiguous dy takes the M rows as they are."""
     N, K = x.shape
     M = w.shape[0]
+    wa = _weight(ctx, w)
+    wp = padded_rows(wa)
+    dyp = column_base(dy, wp.shape[0]) if wp is not wa else None
+    if dyp is not None:
+        wa, dy, M = wp, dyp, wp.shape[0]
     dya = product_input(ctx, dy, "mm_dy")
     xa = product_input(ctx, x, "mm_x")
-    wa = _weight(ctx, w)
     dx = cp.empty((N, K), dtype=ctx.out_dtype)
     dw = cp.empty((M, K), dtype=ctx.out_dtype)
 
@@ -82,4 +116,4 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray"):
     else:
         weight_gradient()
     _mm(ctx, False, False, N, K, M, dya, M, wa, K, dx, K, out_name="mm_dx")   # dx = dy W
-    return dx, dw
+    return dx, (dw if dyp is None else dw[:w.shape[0]])

@@ -9,14 +9,16 @@ kept: the step replays the same table, as a CUDA graph would.
 
 Outside a capture the host rows go to the device by CuPy's plain copy, which has taken them from host
 memory before it returns, so a table dropped from the cache leaves no copy reading freed memory.
-Inside a CUDA graph capture (gpu/graph.py), where CuPy refuses host copies, they go from page-locked
-memory by the runtime's asynchronous copy, which the graph records and repeats at every replay; such
-tables are kept for the life of the process (`_captured`), their page-locked sources with them."""
+Inside a CUDA graph capture (gpu/graph.py), where CuPy refuses host copies, the table's device arrays are
+allocated and the copy is deferred: `fill_captured()`, called once the capture has ended, copies the rows in,
+and every replay reads them there. Such tables are kept for the life of the process (`_captured`).
+Why deferred: a copy issued inside the capture becomes a graph node that repeats rows which never change at
+every replay, 6 copies a step (2.7 us each on nanogpt, 4.8 us on gpt2-small, each with its node's gap: call 2 of
+results/h200-perf-20261202)."""
 from __future__ import annotations
 
 import numpy as np
 import cupy as cp
-import cupyx
 
 from .halfbits import KIND_BF16, KIND_F16, KIND_F32
 
@@ -26,27 +28,39 @@ COLS = 8              # common.cuh's TENSOR_COLS
 
 
 class TensorTable:
-    def __init__(self, table, chunk_tensor, chunk_start, n_blocks, sources=()):
+    def __init__(self, table, chunk_tensor, chunk_start, n_blocks):
         self.table, self.chunk_tensor, self.chunk_start, self.n_blocks = table, chunk_tensor, chunk_start, n_blocks
-        self.sources = sources  # the page-locked host arrays a captured copy reads at every replay
 
 
 def _to_device(host: np.ndarray):
-    """(device copy, its page-locked source or None)."""
+    """(device array, True where its rows wait for fill_captured: inside a capture)."""
     if not cp.cuda.get_current_stream().is_capturing():
-        return cp.asarray(host), None
-    pinned = cupyx.empty_pinned(host.shape, dtype=host.dtype)
-    pinned[...] = host
+        return cp.asarray(host), False
     dev = cp.empty(host.shape, dtype=host.dtype)
-    # The runtime's call, not ndarray.set: CuPy refuses every host-to-device copy while a stream captures,
-    # though CUDA captures one from page-locked memory.
-    cp.cuda.runtime.memcpyAsync(dev.data.ptr, pinned.ctypes.data, host.nbytes, cp.cuda.runtime.memcpyHostToDevice,
-                                cp.cuda.get_current_stream().ptr)
-    return dev, pinned
+    _unfilled.append((dev, host.copy()))
+    return dev, True
 
 
 _cache: dict[tuple, TensorTable] = {}
 _captured: list[TensorTable] = []  # tables a captured graph reads: never freed
+_unfilled: list[tuple] = []        # (device array, host rows) of tables made inside the capture under way
+
+
+def fill_captured() -> int:
+    """Copy the rows of the tables made inside the capture that has just ended into their device arrays (outside
+    any capture; before the first replay). Returns how many arrays it filled."""
+    if cp.cuda.get_current_stream().is_capturing():
+        raise RuntimeError("fill_captured: the capture has not ended")
+    n = len(_unfilled)
+    for dev, host in _unfilled:
+        dev.set(host)
+    _unfilled.clear()
+    return n
+
+
+def drop_unfilled() -> None:
+    """A capture that failed: its tables are never read, their rows are not needed."""
+    _unfilled.clear()
 
 
 def _ptr(a) -> int:
@@ -82,11 +96,11 @@ def table_for(params, grads, ms=None, vs=None, halves=None, half_kind: int = KIN
             for s in range(0, r[4], CHUNK):
                 chunk_tensor.append(i)
                 chunk_start.append(s)
-        (table, a), (ct, b), (cs, c) = (_to_device(np.array(rows, dtype=np.uint64).reshape(-1, COLS)),
-                                        _to_device(np.array(chunk_tensor, dtype=np.int32)),
-                                        _to_device(np.array(chunk_start, dtype=np.int64)))
-        t = TensorTable(table, ct, cs, len(chunk_tensor), (a, b, c))
-        if a is not None:
+        (table, captured), (ct, _), (cs, _) = (_to_device(np.array(rows, dtype=np.uint64).reshape(-1, COLS)),
+                                               _to_device(np.array(chunk_tensor, dtype=np.int32)),
+                                               _to_device(np.array(chunk_start, dtype=np.int64)))
+        t = TensorTable(table, ct, cs, len(chunk_tensor))
+        if captured:
             _captured.append(t)
         if len(_cache) > 64:
             _cache.clear()

@@ -123,3 +123,30 @@ extern "C" __global__ void adamw_update(const u64* __restrict__ table, const int
     else
         adamw_elements<KIND_F32>(p, (const float*)row[1], m, v, half, start, end, st, half_kind);
 }
+
+// The step's scalars before adamw_update (ops/adamw.py's scalars, operation for operation), in one thread:
+//   inv = 1 / *scale (scale nullable: no loss scaling, inv = 1), norm = *gnorm * inv (gnorm nullable where
+//   max_norm is 0 and there is no scale), skip = !isfinite(norm) (loss scaling only; else hyper's skip stays),
+//   grad_scale = min(1, max_norm / (norm + 1e-6)) * inv (1 * inv where max_norm is 0), NaN passing through the
+//   min as NumPy's minimum passes it; t += 1 - skip (float64); bias_corr_k = 1 - beta_k^t (float64, rounded once).
+// Why: these were CuPy arithmetic on 0-d arrays, 13 launches a step (power, subtract, add, divide, minimum,
+// multiply, copies: ~17 us of kernels and a graph gap each on the H200, call 2 of results/h200-perf-20261202).
+extern "C" __global__ void adamw_scalars(float* __restrict__ hyper, double* __restrict__ t,
+                                         const float* __restrict__ gnorm, const float* __restrict__ scale,
+                                         float max_norm, double beta1, double beta2) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const bool scaled = scale != nullptr;
+    const float inv = scaled ? __fdiv_rn(1.0f, *scale) : 1.0f;
+    const float norm = gnorm != nullptr ? __fmul_rn(*gnorm, inv) : 0.0f;
+    if (scaled) hyper[8] = isfinite(norm) ? 0.0f : 1.0f;   // skip
+    float clip = 1.0f;
+    if (max_norm != 0.0f) {
+        const float q = __fdiv_rn(max_norm, __fadd_rn(norm, 1e-6f));
+        clip = 1.0f < q ? 1.0f : q;   // q NaN: q
+    }
+    hyper[7] = __fmul_rn(clip, inv);   // grad_scale
+    const double step = __dadd_rn(*t, scaled ? __dsub_rn(1.0, (double)hyper[8]) : 1.0);
+    *t = step;
+    hyper[5] = __double2float_rn(__dsub_rn(1.0, pow(beta1, step)));   // bias_corr1
+    hyper[6] = __double2float_rn(__dsub_rn(1.0, pow(beta2, step)));   // bias_corr2
+}

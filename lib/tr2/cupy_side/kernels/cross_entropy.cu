@@ -348,6 +348,60 @@ __device__ __forceinline__ void ce_dispatch_smem(float* losses, void* dlogits, c
         ce_row_smem<KIND_F16, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind, red);
 }
 
+// ---- the warp row: rows of at most CE_WARP_MAX_V columns (the char model's 65), a warp a row ----
+// The row arithmetic of ce_row, with the warp's butterfly as the whole merge: lane L folds the elements L, L + 32,
+// ... in order (four loads in flight), then the 32 pairs merge in a fixed butterfly. Rows lie ld elements apart
+// (ld >= V; ldd those of dlogits): the logits of a product whose weight is padded to a multiple of 8 rows
+// (gpu/matmul.py's forward) are the first V columns of an [N, ld] buffer, read and written in place; the columns
+// past V are not touched.
+// Why: ce_row gave each row of 65 columns a block of 96 threads, 16384 blocks for 2 MB read and 2 MB written: 44.3 us
+// a step of nanogpt bf16 (call 2 of results/h200-perf-20261202), the time going to block launches and the block's
+// two barriers, not to memory.
+#define CE_WARP_MAX_V 1024
+#define CE_WARP_ROWS 8
+
+template <bool GRAD>
+__device__ __forceinline__ void ce_row_warp(float* __restrict__ losses, void* dlogits, const void* logits,
+                                            const i64* __restrict__ targets, const float* __restrict__ dloss,
+                                            const float* __restrict__ count, int N, int V, int ld, int ldd,
+                                            int logit_kind, int dlogit_kind) {
+    const int lane = threadIdx.x & 31;
+    const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= N) return;   // the whole warp: one row a warp
+    const i64 r0 = row * ld, d0 = row * ldd;
+    const i64 t = targets[row];
+    if (t < 0) {
+        if (lane == 0) losses[row] = 0.0f;
+        if (GRAD)
+            for (int j = lane; j < V; j += 32) store_kind(dlogits, d0 + j, 0.0f, dlogit_kind);
+        return;
+    }
+    // read before the butterfly (every lane's shuffles wait for lane 0), so before any lane overwrites the row
+    const float xt = (lane == 0) ? load_kind(logits, r0 + t, logit_kind) : 0.0f;
+    float m = NEG_INF, s = 0.0f;
+    for (int j0 = lane; j0 < V; j0 += 4 * 32) {
+        float x[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int j = j0 + 32 * k;
+            x[k] = (j < V) ? load_kind(logits, r0 + j, logit_kind) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (j0 + 32 * k < V) ce_online_add(m, s, x[k]);
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        ce_online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    const float lse = logf(s) + m;
+    if (lane == 0) losses[row] = lse - xt;
+    if (!GRAD) return;
+    const float g = dloss[0] / fmaxf(count[0], 1.0f);
+    for (int j = lane; j < V; j += 32) {
+        const float p = expf(load_kind(logits, r0 + j, logit_kind) - lse);
+        store_kind(dlogits, d0 + j, (p - (j == t ? 1.0f : 0.0f)) * g, dlogit_kind);
+    }
+}
+
 // count[0] = rows whose target is not -1; one block, fixed order (an exact integer in float32 up to 2^24 rows).
 extern "C" __global__ void cross_entropy_count(float* __restrict__ count, const i64* __restrict__ targets, int N) {
     __shared__ float shared[32];
@@ -387,6 +441,22 @@ cross_entropy_forward_backward_smem(float* __restrict__ losses, void* dlogits, c
                                     const i64* __restrict__ targets, const float* __restrict__ dloss,
                                     const float* __restrict__ count, int V, int logit_kind, int dlogit_kind) {
     ce_dispatch_smem<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
+}
+
+// The same two on the warp row: CE_WARP_ROWS rows a block of 32 * CE_WARP_ROWS threads, grid ceil(N / CE_WARP_ROWS);
+// the logits' rows ld elements apart, dlogits' ldd.
+extern "C" __global__ void __launch_bounds__(32 * CE_WARP_ROWS)
+cross_entropy_forward_warp(float* __restrict__ losses, const void* __restrict__ logits, const i64* __restrict__ targets,
+                           int N, int V, int ld, int logit_kind) {
+    ce_row_warp<false>(losses, nullptr, logits, targets, nullptr, nullptr, N, V, ld, V, logit_kind, KIND_F32);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * CE_WARP_ROWS)
+cross_entropy_forward_backward_warp(float* __restrict__ losses, void* dlogits, const void* logits,
+                                    const i64* __restrict__ targets, const float* __restrict__ dloss,
+                                    const float* __restrict__ count, int N, int V, int ld, int ldd, int logit_kind,
+                                    int dlogit_kind) {
+    ce_row_warp<true>(losses, dlogits, logits, targets, dloss, count, N, V, ld, ldd, logit_kind, dlogit_kind);
 }
 
 // loss[0] = sum(losses) / count[0]; one block, fixed order.
