@@ -54,6 +54,10 @@ def fill_captured() -> int:
     n = len(_unfilled)
     for dev, host in _unfilled:
         dev.set(host)
+    # ndarray.set may return before its copy has run (ordered on the legacy stream, which the graph's non-blocking
+    # stream does not wait for: the first replay read zero tables, an illegal address, in call 2 of
+    # results/h200-perf-20261202b); the rows are on the device before anything replays
+    cp.cuda.Device().synchronize()
     _unfilled.clear()
     return n
 
