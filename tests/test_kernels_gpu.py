@@ -1610,8 +1610,9 @@ def test_tensor_tables_made_in_a_capture_are_filled_after_it_and_replay():
     step.capture()
     # replayed at once, before any host read could wait for a copy still on its way (the first form's race)
     outs = []
-    for replay in range(3):
-        outs.append(step.replay().copy())
+    with step.stream:   # each copy after its replay, in the graph's stream
+        for replay in range(3):
+            outs.append(step.replay().copy())
     step.stream.synchronize()
     for replay, out in enumerate(outs):
         exact(f"graph-replayed global norm, replay {replay}", host(out), eager)
