@@ -1589,9 +1589,9 @@ def test_global_norm():
 
 def test_tensor_tables_made_in_a_capture_are_filled_after_it_and_replay():
     """A multi-tensor table first needed inside a capture (the step's gradient buffers come from the graph's pool)
-    is filled once the capture has ended, not copied by the graph at every replay: its rows are on the device
-    before the first replay, nothing waits to be filled, and the replayed norm equals the eager one to the bit,
-    also after the host rows it came from are gone."""
+    lives in an array set aside at the warm-up and is filled once the capture has ended, not copied by the graph at
+    every replay (no page-locked source): the replayed norm equals the eager one to the bit, with memory the step
+    writes and frees before the table is made, and the rows are the capture's buffers."""
     from tr2.cupy_side.gpu import tensors
     from tr2.cupy_side.gpu.graph import StepGraph
     be = gpu_backend("float32")
@@ -1602,6 +1602,10 @@ def test_tensor_tables_made_in_a_capture_are_filled_after_it_and_replay():
 
     def body():
         fresh[:] = [a.copy() for a in grads]
+        # memory the step writes and frees before the table is made: a table allocated inside the capture could be
+        # handed it, and every replay would overwrite the rows filled once (the first form's failure)
+        scratch = cp.full(1 << 16, 0x0707070707070707, dtype=np.uint64)
+        del scratch
         return be.global_norm(fresh)
     step = StepGraph(body)
     out = step.warmup()
@@ -1618,7 +1622,7 @@ def test_tensor_tables_made_in_a_capture_are_filled_after_it_and_replay():
         exact(f"graph-replayed global norm, replay {replay}", host(out), eager)
     assert tensors._unfilled == []
     t = tensors.table_for(None, fresh)   # the table the capture made (the cache's, keyed by the addresses)
-    assert t in tensors._captured
+    assert t in tensors._captured and t.sources == ()
     rows = host(t.table)
     assert [int(r[1]) for r in rows] == [a.data.ptr for a in fresh]
     assert [int(r[4]) for r in rows] == [a.size for a in fresh]

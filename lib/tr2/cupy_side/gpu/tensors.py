@@ -9,16 +9,22 @@ kept: the step replays the same table, as a CUDA graph would.
 
 Outside a capture the host rows go to the device by CuPy's plain copy, which has taken them from host
 memory before it returns, so a table dropped from the cache leaves no copy reading freed memory.
-Inside a CUDA graph capture (gpu/graph.py), where CuPy refuses host copies, the table's device arrays are
-allocated and the copy is deferred: `fill_captured()`, called once the capture has ended, copies the rows in,
-and every replay reads them there. Such tables are kept for the life of the process (`_captured`).
-Why deferred: a copy issued inside the capture becomes a graph node that repeats rows which never change at
-every replay, 6 copies a step (2.7 us each on nanogpt, 4.8 us on gpt2-small, each with its node's gap: call 2 of
-results/h200-perf-20261202)."""
+Inside a CUDA graph capture (gpu/graph.py), where CuPy refuses host copies, a table takes device arrays set
+aside outside any capture (`_spares`: every table made outside a capture sets aside one more of its shapes, as the
+step's eager warm-up does before the capture) and its copy is deferred: `fill_captured()`, called once the
+capture has ended, copies the rows in, and every replay reads them there. Why set aside: an array allocated inside
+the capture may be memory the captured step freed earlier and its replay still writes (an activation's), which
+would overwrite a table filled once (every graph run of call 2 and 3 of results/h200-perf-20261202b stopped on an
+illegal address). Where no spare of a shape is left, the rows go from page-locked memory by a copy the graph
+records and repeats at every replay, as all tables did before. Tables a capture made are kept for the life of the
+process (`_captured`), with their page-locked sources.
+Why deferred: a copy recorded in the graph repeats rows which never change at every replay, 6 copies a step (2.7
+us each on nanogpt, 4.8 us on gpt2-small, each with its node's gap: call 2 of results/h200-perf-20261202)."""
 from __future__ import annotations
 
 import numpy as np
 import cupy as cp
+import cupyx
 
 from .halfbits import KIND_BF16, KIND_F16, KIND_F32
 
@@ -28,22 +34,38 @@ COLS = 8              # common.cuh's TENSOR_COLS
 
 
 class TensorTable:
-    def __init__(self, table, chunk_tensor, chunk_start, n_blocks):
+    def __init__(self, table, chunk_tensor, chunk_start, n_blocks, sources=()):
         self.table, self.chunk_tensor, self.chunk_start, self.n_blocks = table, chunk_tensor, chunk_start, n_blocks
+        self.sources = sources  # page-locked host arrays a recorded copy reads at every replay (no spare was left)
 
 
 def _to_device(host: np.ndarray):
-    """(device array, True where its rows wait for fill_captured: inside a capture)."""
+    """(device array, made inside a capture, its page-locked source or None)."""
+    key = (host.shape, host.dtype.str)
     if not cp.cuda.get_current_stream().is_capturing():
-        return cp.asarray(host), False
+        spares = _spares.setdefault(key, [])
+        if len(spares) < 2:
+            spares.append(cp.empty(host.shape, dtype=host.dtype))
+        return cp.asarray(host), False, None
+    spares = _spares.get(key)
+    if spares:
+        dev = spares.pop()
+        _unfilled.append((dev, host.copy()))
+        return dev, True, None
+    pinned = cupyx.empty_pinned(host.shape, dtype=host.dtype)
+    pinned[...] = host
     dev = cp.empty(host.shape, dtype=host.dtype)
-    _unfilled.append((dev, host.copy()))
-    return dev, True
+    # The runtime's call, not ndarray.set: CuPy refuses every host-to-device copy while a stream captures,
+    # though CUDA captures one from page-locked memory.
+    cp.cuda.runtime.memcpyAsync(dev.data.ptr, pinned.ctypes.data, host.nbytes, cp.cuda.runtime.memcpyHostToDevice,
+                                cp.cuda.get_current_stream().ptr)
+    return dev, True, pinned
 
 
 _cache: dict[tuple, TensorTable] = {}
 _captured: list[TensorTable] = []  # tables a captured graph reads: never freed
 _unfilled: list[tuple] = []        # (device array, host rows) of tables made inside the capture under way
+_spares: dict[tuple, list] = {}    # (shape, dtype) -> device arrays allocated outside any capture, for its tables
 
 
 def fill_captured() -> int:
@@ -100,10 +122,10 @@ def table_for(params, grads, ms=None, vs=None, halves=None, half_kind: int = KIN
             for s in range(0, r[4], CHUNK):
                 chunk_tensor.append(i)
                 chunk_start.append(s)
-        (table, captured), (ct, _), (cs, _) = (_to_device(np.array(rows, dtype=np.uint64).reshape(-1, COLS)),
-                                               _to_device(np.array(chunk_tensor, dtype=np.int32)),
-                                               _to_device(np.array(chunk_start, dtype=np.int64)))
-        t = TensorTable(table, ct, cs, len(chunk_tensor))
+        (table, captured, a), (ct, _, b), (cs, _, c) = (_to_device(np.array(rows, dtype=np.uint64).reshape(-1, COLS)),
+                                                        _to_device(np.array(chunk_tensor, dtype=np.int32)),
+                                                        _to_device(np.array(chunk_start, dtype=np.int64)))
+        t = TensorTable(table, ct, cs, len(chunk_tensor), tuple(x for x in (a, b, c) if x is not None))
         if captured:
             _captured.append(t)
         if len(_cache) > 64:
