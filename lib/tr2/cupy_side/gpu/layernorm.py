@@ -15,6 +15,10 @@ register_rows = True        # the models' widths hold a row in registers (REGIST
 # the GPU tests have passed on the H200 (tests/test_kernels_gpu.py, "dwsum"): the *_dw_final kernel, as before.
 # TR2_LN_FINAL_IN_KERNEL=1 in the environment turns it on for a run (a bench variant).
 FINAL_IN_KERNEL = bool(kernel_switch("TR2_LN_FINAL_IN_KERNEL", 0))
+# On: residual_layernorm's register-row backward loads dskip's row with dy's and s's, before the row's means
+# (residual_layernorm_backward_c<C>_pf; the same bits). Written in the eleventh session after its device time was
+# spent: NOT run on a GPU, off until the bit tests ("residual_layernorm") have passed with it and the step is timed.
+PREFETCH_SKIP = bool(kernel_switch("TR2_LN_BWD_PREFETCH", 0))
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -37,8 +41,12 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray", mean: "cp.
 
 
 def _rows_kernel(kernel: str, C: int) -> str:
-    """The register-row form of the kernel (the same formulas with the row held in registers) at the models' widths."""
-    return f"{kernel}_c{C}" if register_rows and C in REGISTER_ROW_SIZES else kernel
+    """The register-row form of the kernel (the same formulas with the row held in registers) at the models' widths;
+    with PREFETCH_SKIP, residual_layernorm's that loads dskip early."""
+    if not (register_rows and C in REGISTER_ROW_SIZES):
+        return kernel
+    pf = "_pf" if PREFETCH_SKIP and kernel == "residual_layernorm_backward" else ""
+    return f"{kernel}_c{C}{pf}"
 
 
 def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part) -> "cp.ndarray":

@@ -121,7 +121,13 @@ __device__ __forceinline__ void store4_kind(void* p, i64 i, const float v[4], in
     }
 }
 
-template <int CPL>
+// PREFETCH_SKIP: dskip's row is loaded with dy's and s's, before the row's two means, instead of a float4 at a time in
+// the second pass after them. Why (a hypothesis, to be measured): the second pass's dskip loads are a second
+// memory round trip a row, after the shuffles, with at most 8-16 warps an SM (56-127 registers) to hide it;
+// residual_layernorm_backward_c384 moves ~100 MB in 30.1 us (3.3 TB/s) where the forward moves 75 MB at up to
+// 3.9 TB/s (call 4 of results/h200-perf-20261202b, call 2 of results/h200-perf-20261202). The same arithmetic on
+// the same values: the same bits.
+template <int CPL, bool PREFETCH_SKIP = false>
 __device__ __forceinline__ void layernorm_backward_row_registers(
         float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,
@@ -136,12 +142,13 @@ __device__ __forceinline__ void layernorm_backward_row_registers(
     if (row < N) {
         const i64 r0 = row * C;
         const float m = mean[row], r = rstd[row];
-        float dyv[NV][4], sv[NV][4];
+        float dyv[NV][4], sv[NV][4], skv[PREFETCH_SKIP ? NV : 1][4];
 #pragma unroll
         for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
             const int c = 4 * lane + 128 * k;
             load4_kind(dy, r0 + c, dy_kind, dyv[k]);
             load4_kind(s, r0 + c, KIND_F32, sv[k]);
+            if (PREFETCH_SKIP && dskip != nullptr) load4_kind(dskip, r0 + c, KIND_F32, skv[PREFETCH_SKIP ? k : 0]);
         }
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
@@ -166,7 +173,12 @@ __device__ __forceinline__ void layernorm_backward_row_registers(
             const float4 wv = *(const float4*)(w + c);
             const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
             float skip[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (dskip != nullptr) load4_kind(dskip, e, KIND_F32, skip);
+            if (PREFETCH_SKIP && dskip != nullptr) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) skip[j] = skv[PREFETCH_SKIP ? k : 0][j];
+            } else if (dskip != nullptr) {
+                load4_kind(dskip, e, KIND_F32, skip);
+            }
             float d[4], dwv[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {

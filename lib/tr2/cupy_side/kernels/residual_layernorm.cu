@@ -153,6 +153,25 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS(384)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(768)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(1024)
 
+// The same with dskip's row loaded beside dy's and s's (layernorm_backward.cuh's PREFETCH_SKIP; the same bits):
+// residual_layernorm_backward_c<C>_pf, taken under TR2_LN_BWD_PREFETCH=1 (gpu/layernorm.py). Bounded to the blocks
+// an SM the kernels above reach at 768 and 1024 columns (two of 256 threads; unbounded, the held row took 134 and
+// 168 registers, one block an SM), three at 384 (80 registers).
+#define LN_PF_MIN_BLOCKS(C) ((C) == 384 ? 3 : 2)
+#define RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(C_)                                                                  \
+    extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, LN_PF_MIN_BLOCKS(C_))                           \
+    residual_layernorm_backward_c##C_##_pf(                                                                     \
+        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
+        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
+        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
+        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {        \
+        layernorm_backward_row_registers<C_ / 32, true>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,\
+                                                        db_kind, drop, seed, offset, offset_add, threshold, scale);\
+    }
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(384)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(768)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(1024)
+
 extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part,
                                                        int G, int C) {
     layernorm_dw_final_body(dw, part, G, C);
