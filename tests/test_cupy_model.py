@@ -112,8 +112,10 @@ def test_values_no_backward_reads_are_released_in_the_forward():
 
 
 class _UnfusedEmbedding:
-    """A backend whose embedding runs as the model ran it before the dropout moved inside: the embedding, then
-    dropout_forward; dropout_backward, then the embedding's backward. Records the dropout arguments it gets."""
+    """A backend that runs the model's first block as it ran before the embedding's dropout moved inside the
+    embedding's kernel and ln_1's backward became a residual add's: the embedding, then dropout_forward; then
+    LayerNorm's backward (layernorm_backward), the tape's add of the first residual add's gradient
+    (residual_forward), dropout_backward, and the embedding's backward of that. Records what it gets."""
 
     def __init__(self, be):
         self.be, self.calls = be, []
@@ -130,13 +132,23 @@ class _UnfusedEmbedding:
         self.calls.append(("backward", drop))
         self.be.embedding_backward(self.be.dropout_backward(dx, *drop) if drop else dx, idx, dwte, dwpe)
 
+    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None,
+                                    branch_float32=False):
+        if not branch_float32:   # a block's residual add: as it is
+            return self.be.residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add)
+        self.calls.append(("first layernorm", (p, seed, offset, offset_add)))
+        dx, dw = self.be.layernorm_backward(dy, s, w, mean, rstd)
+        total = self.be.residual_forward(dskip, dx)   # the tape's add: the gradient it held, then ln_1's
+        return total, self.be.dropout_backward(total, p, seed, offset, offset_add), dw
+
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_embedding_dropout_is_the_unfused_model(dropout, dtype):
-    """The model's fused embedding dropout gives the loss and gradients of the embedding followed by dropout, to the
-    bit, two steps; it passes the embedding site's offset and the device step counter, and no dropout arguments at
-    p = 0 or in evaluation (the embedding alone, no generator)."""
+def test_embedding_dropout_and_first_layernorm_are_the_unfused_model(dropout, dtype):
+    """The model's first block (the embedding's dropout inside its kernel; ln_1's backward as a residual add's, with
+    the stream's other gradient as dskip and the mask applied there, in float32) gives the loss and gradients of the
+    unfused operations, to the bit, two steps; it passes the embedding site's offset and the device step counter,
+    no dropout arguments to the embedding at p = 0, in evaluation or in backward (the mask is applied before it)."""
     cfg = small_cfg(dropout=dropout)
     w = random_weights(cfg)
     X, Y = batch(cfg)
@@ -149,11 +161,17 @@ def test_embedding_dropout_is_the_unfused_model(dropout, dtype):
         assert losses[0] == losses[1]
         for k in grads[0]:
             assert np.array_equal(grads[0][k], grads[1][k]), k
-    want = (dropout, 5, rng.site_offset(0, unfused.n_sites, rng.SITE_EMBEDDING)) if dropout else ()
-    for kind, drop in unfused_be.calls:
-        assert drop[:3] == want, kind
-        assert len(drop) == (4 if dropout else 0) and (not dropout or drop[3] is unfused.step_counter)
-    assert [k for k, _ in unfused_be.calls] == ["forward", "backward"] * 2
+    offset = rng.site_offset(0, unfused.n_sites, rng.SITE_EMBEDDING)
+    want = (dropout, 5, offset) if dropout else ()
+    assert [k for k, _ in unfused_be.calls] == ["forward", "first layernorm", "backward"] * 2
+    for kind, args in unfused_be.calls:
+        if kind == "forward":
+            assert args[:3] == want and len(args) == (4 if dropout else 0)
+            assert not dropout or args[3] is unfused.step_counter
+        elif kind == "first layernorm":
+            assert args[:3] == (dropout, 5, offset) and args[3] is unfused.step_counter
+        else:
+            assert args == ()
     unfused_be.calls.clear()
     assert float(fused.forward(X, Y, 3, training=False)) == float(unfused.forward(X, Y, 3, training=False))
     assert unfused_be.calls == [("forward", ())]

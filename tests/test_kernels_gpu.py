@@ -1066,6 +1066,13 @@ def test_residual_layernorm(build, N, C, skip, p):
     for name, got, want in (("s", s, host(s0)), ("y", y, be.to_host(y0)), ("mean", mean, host(mean0)),
                             ("rstd", rstd, host(rstd0)), ("ds", ds, host(ds0)), ("db", db, db0), ("dw", dw, host(dw0))):
         exact(f"residual+layernorm {name} = the unfused kernels' {tag}", got, want)
+    # db in float32 (model.py's first LayerNorm: the embedding's gradient): the unfused dropout's output itself
+    _, db32, dw32 = be.residual_layernorm_backward(dy, dev(dskip) if skip else None, dev(host(s)), dev(w), dev(mean),
+                                                   dev(rstd), p, seed, offset, add, branch_float32=True)
+    assert db32.dtype == np.float32
+    exact(f"residual+layernorm float32 db = the unfused kernels' {tag}", host(db32),
+          host(be.dropout_backward(ds0, p, seed, offset, add)))
+    exact(f"residual+layernorm dw beside a float32 db {tag}", host(dw32), dw)
     for k, r in enumerate(runs[1:], start=2):
         for name, a, b_ in zip(("s", "y", "mean", "rstd", "ds", "db", "dw"), runs[0], r):
             exact(f"residual+layernorm {name}, run {k} vs run 1 {tag}", b_, a)

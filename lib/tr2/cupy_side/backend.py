@@ -67,8 +67,11 @@ class NumpyBackend:
         residual_forward(a, b) -> a + b                                 a fresh array (the tape's add of gradients)
         residual_layernorm_forward(x[N,C], b[N,C], w[C], eps, p, seed, offset, offset_add=None)
             -> (s[N,C], y[N,C], mean[N], rstd[N])                       s = x + dropout(b), y = layernorm(s)
-        residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None)
-            -> (ds, db, dw)                                             dskip: s's other gradient, or None
+        residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None,
+                                    branch_float32=False)
+            -> (ds, db, dw)                                             dskip: s's other gradient, or None;
+                                                                        db in float32 where branch_float32 (the
+                                                                        embedding's gradient: no product reads it)
         cross_entropy_forward(logits[N,V], targets[N]) -> loss 0-d           evaluation: no gradient
         cross_entropy_forward_backward(logits, targets, dloss 0-d) -> (loss 0-d, dlogits[N,V])
                                                                         training: the loss and its gradient times
@@ -188,7 +191,9 @@ class NumpyBackend:
     def residual_layernorm_forward(self, x, b, w, eps, p, seed, offset, offset_add=None):
         return residual_layernorm.forward(x, b, w, eps, p, seed, _offset(offset, offset_add))
 
-    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None):
+    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None,
+                                    branch_float32=False):
+        # branch_float32: the CUDA form's db type; NumPy's db is of float_dtype in every build
         return residual_layernorm.backward(dy, dskip, s, w, mean, rstd, p, seed, _offset(offset, offset_add))
 
     def cross_entropy_forward(self, logits, targets):

@@ -8,8 +8,8 @@
     loss = cross_entropy(logits, targets)
 
 Each residual add runs with the residual dropout before it and the LayerNorm after it as one operation
-(residual_layernorm: ln_2 after the attention's add, the next block's ln_1 or ln_f after the MLP's), so only the
-first block's ln_1 is a LayerNorm of its own.
+(residual_layernorm: ln_2 after the attention's add, the next block's ln_1 or ln_f after the MLP's); the first
+block's ln_1 runs with the embedding (its dropout inside the embedding's kernel), its backward as a residual add's.
 
 The weights are the dict of tr2.weights (nanoGPT's state_dict names). The activations between
 operations are 2-D [B*T, C] except where an operation wants [B, T, ...]; the reshapes are views.
@@ -72,40 +72,36 @@ class GPT:
         else:
             self.grads[name] = grad
 
-    def _embedding(self, idx, site: int) -> Node:
-        """x = dropout(wte[idx] + wpe[:T]), the dropout (site `site`) inside the embedding's operation: no array of
-        the sum before it is made (the unfused form wrote it and freed it at once), and backward reads the stream's
-        gradient through the mask where it sums it. p = 0: the embedding alone, as without dropout."""
+    def _embedding_layernorm(self, idx, name: str, site: int) -> tuple[Node, Node]:
+        """(x, y): x = dropout(wte[idx] + wpe[:T]), the residual stream, the dropout (site `site`) inside the
+        embedding's kernel (no array of the sum before it is made), and y = LayerNorm(x) with weight `name`, the
+        first block's ln_1. Backward as a residual add's: x's gradient from the first residual add arrives as dskip,
+        and residual_layernorm's backward writes LayerNorm's dx + dskip through the dropout's mask (db, float32),
+        which the embedding's backward sums. Why: before, the tape added the two gradients (a kernel reading two
+        streams and writing a third) and the embedding's backward drew the mask inside its ordered sums (30.0 +
+        13.7 us a step of nanogpt against 16.8 + 5.3 without, call 4 of results/h200-perf-20261202b). The same
+        operations in the same order: the same numbers."""
         be, B, T, p = self.backend, idx.shape[0], idx.shape[1], self._p
-        wte, wpe = self.params[WTE], self.params[WPE]
-        if p == 0.0:
-            drop = ()
-        else:
-            drop = (p, self.seed, rng.site_offset(0, self.n_sites, site), self.step_counter)
-        out = Node(be.embedding_forward(idx, wte, wpe, *drop).reshape(B * T, -1))
+        wte, wpe, w = self.params[WTE], self.params[WPE], self.params[name]
+        offset = rng.site_offset(0, self.n_sites, site)
+        drop = () if p == 0.0 else (p, self.seed, offset, self.step_counter)
+        x = Node(be.embedding_forward(idx, wte, wpe, *drop).reshape(B * T, -1))
+        y, mean, rstd = be.layernorm_forward(x.value, w, self.cfg.eps_ln)
+        out = Node(y)
 
         def backward():
-            dx = self.tape.take(out).reshape(B, T, -1)
+            dskip, x.grad = x.grad, None   # from the first residual add (always: it reads x)
+            _, demb, dw = be.residual_layernorm_backward(self.tape.take(out), dskip, x.value, w, mean, rstd, p,
+                                                         self.seed, offset, self.step_counter, branch_float32=True)
+            self._add_grad(name, dw)
             if WTE not in self.grads:  # only when lm_head's backward did not run first (it always does)
                 self.grads[WTE] = be.zeros(self.params[WTE].shape)
             else:   # the embedding adds into lm_head's dW: a float32 array (the product may hand over half bits)
                 self.grads[WTE] = be.gradient_f32(self.grads[WTE])
             self.grads[WPE] = be.zeros(self.params[WPE].shape)
-            be.embedding_backward(dx, idx, self.grads[WTE], self.grads[WPE], *drop)
+            be.embedding_backward(demb.reshape(B, T, -1), idx, self.grads[WTE], self.grads[WPE])
         self.tape.push(backward)
-        return out
-
-    def _layernorm(self, x: Node, name: str) -> Node:
-        be, w = self.backend, self.params[name]
-        y, mean, rstd = be.layernorm_forward(x.value, w, self.cfg.eps_ln)
-        out = Node(y)
-
-        def backward():
-            dx, dw = be.layernorm_backward(self.tape.take(out), x.value, w, mean, rstd)
-            self._add_grad(name, dw)
-            self.tape.accumulate(x, dx)
-        self.tape.push(backward)
-        return out
+        return x, out
 
     def _linear(self, x: Node, name: str) -> Node:
         be, w = self.backend, self.params[name]
@@ -203,8 +199,7 @@ class GPT:
         if self._p > 0.0 and step is not None:
             self.set_step(step)
 
-        x = self._embedding(idx, rng.SITE_EMBEDDING)
-        a = self._layernorm(x, "transformer.h.0.ln_1.weight")
+        x, a = self._embedding_layernorm(idx, "transformer.h.0.ln_1.weight", rng.SITE_EMBEDDING)
         for i in range(cfg.n_layer):
             h = f"transformer.h.{i}."
             a = self._linear(a, h + "attn.c_attn.weight")

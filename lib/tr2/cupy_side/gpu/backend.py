@@ -244,10 +244,11 @@ class CudaBackend:
         return _residual_layernorm.forward(self.ctx, _f32(x), self._act(b), _f32(w), float(eps), float(p), int(seed),
                                            int(offset), _u64(offset_add))
 
-    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None):
+    def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None,
+                                    branch_float32=False):
         return _residual_layernorm.backward(self.ctx, self._act(dy), None if dskip is None else _f32(dskip), _f32(s),
                                             _f32(w), _f32(mean), _f32(rstd), float(p), int(seed), int(offset),
-                                            _u64(offset_add))
+                                            _u64(offset_add), branch_float32=bool(branch_float32))
 
     def cross_entropy_forward(self, logits, targets):
         return _ce.forward(self.ctx, self._rows(logits), _i64(targets))

@@ -39,12 +39,14 @@ def forward(ctx, x: "cp.ndarray", b: "cp.ndarray", w: "cp.ndarray", eps: float, 
 
 
 def backward(ctx, dy: "cp.ndarray", dskip, s: "cp.ndarray", w: "cp.ndarray", mean: "cp.ndarray", rstd: "cp.ndarray",
-             p: float, seed: int, offset: int, offset_add=None):
-    """-> (ds float32, db, dw). db feeds the branch's product only: the half type in the half builds; in float32
-    builds without dropout it is ds itself (nothing written)."""
+             p: float, seed: int, offset: int, offset_add=None, branch_float32: bool = False):
+    """-> (ds float32, db, dw). db feeds the branch's product: the half type in the half builds, float32 where
+    branch_float32 (the embedding's gradient, model.py's first LayerNorm); where it would equal ds (float32 without
+    dropout) it is ds itself (nothing written)."""
     N, C = s.shape
     ds = cp.empty((N, C), dtype=np.float32)
-    db = None if (ctx.act_kind == KIND_F32 and p == 0.0) else cp.empty((N, C), dtype=ctx.store_dtype)
+    db_dtype = np.float32 if branch_float32 else ctx.store_dtype
+    db = None if (np.dtype(db_dtype) == np.float32 and p == 0.0) else cp.empty((N, C), dtype=db_dtype)
     dw = rows_backward(ctx, FILE, "residual_layernorm_backward", "residual_layernorm_dw_final", N, C,
                        lambda part: (ds, NULL if db is None else db, part, dy, NULL if dskip is None else dskip, s, w,
                                      mean, rstd, i32(N), i32(C), i32(ctx.kind_of(dy)),
