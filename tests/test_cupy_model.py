@@ -128,9 +128,9 @@ class _UnfusedEmbedding:
         x = self.be.embedding_forward(idx, wte, wpe)
         return self.be.dropout_forward(x, *drop) if drop else x
 
-    def embedding_backward(self, dx, idx, dwte, dwpe, *drop):
-        self.calls.append(("backward", drop))
-        self.be.embedding_backward(self.be.dropout_backward(dx, *drop) if drop else dx, idx, dwte, dwpe)
+    def embedding_backward(self, dx, idx, dwte, dwpe):
+        self.calls.append(("backward", ()))
+        self.be.embedding_backward(dx, idx, dwte, dwpe)
 
     def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None,
                                     branch_float32=False):

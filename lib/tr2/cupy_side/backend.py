@@ -51,9 +51,9 @@ class NumpyBackend:
     Operations (architecture.md's table; N = B*T rows; "array" = this backend's array type)
         embedding_forward(idx[B,T], wte[V,C], wpe[Tmax,C], p=0.0, seed=0, offset=0, offset_add=None)
             -> x[B,T,C]                                                 x = dropout(wte[idx] + wpe[:T])
-        embedding_backward(dx[B,T,C], idx, dwte, dwpe, p=0.0, seed=0, offset=0, offset_add=None) -> None
-                                                                        accumulates dropout_backward(dx) into
-                                                                        dwte, dwpe; dx float32 (not half bits)
+        embedding_backward(dx[B,T,C], idx, dwte, dwpe) -> None          accumulates dx (the sum's gradient, already
+                                                                        through the dropout's mask) into dwte, dwpe;
+                                                                        dx float32 (not half bits)
         layernorm_forward(x[N,C], w[C], eps) -> (y[N,C], mean[N], rstd[N])
         layernorm_backward(dy, x, w, mean, rstd) -> (dx[N,C], dw[C])
         matmul_forward(x[N,K], w[M,K]) -> y[N,M]                        y = x @ w.T
@@ -152,8 +152,8 @@ class NumpyBackend:
     def embedding_forward(self, idx, wte, wpe, p=0.0, seed=0, offset=0, offset_add=None):
         return embedding.forward(idx, wte, wpe, p, seed, _offset(offset, offset_add))
 
-    def embedding_backward(self, dx, idx, dwte, dwpe, p=0.0, seed=0, offset=0, offset_add=None):
-        embedding.backward(dx, idx, dwte, dwpe, p, seed, _offset(offset, offset_add))
+    def embedding_backward(self, dx, idx, dwte, dwpe):
+        embedding.backward(dx, idx, dwte, dwpe)
 
     def layernorm_forward(self, x, w, eps):
         return layernorm.forward(x, w, eps)

@@ -60,8 +60,7 @@ REGISTER_ROW_SIZES = (384, 768, 1024)
 FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "embedding.cu": ("embedding_forward", "embedding_dropout_forward", "embedding_dropout_forward_v4",
                      "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan", "embedding_sort_base",
-                     "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wte_dropout",
-                     "embedding_backward_wpe", "embedding_backward_wpe_dropout"),
+                     "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_backward_dwsum",
                      *(f"layernorm_backward{dwsum}_c{c}" for dwsum in ("", "_dwsum") for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(

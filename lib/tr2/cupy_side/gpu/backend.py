@@ -190,13 +190,12 @@ class CudaBackend:
         return _embedding.forward(_i64(idx), _f32(wte), _f32(wpe), float(p), int(seed), int(offset),
                                   _u64(offset_add))
 
-    def embedding_backward(self, dx, idx, dwte, dwpe, p=0.0, seed=0, offset=0, offset_add=None):
+    def embedding_backward(self, dx, idx, dwte, dwpe):
         for a in (dwte, dwpe):
             if not (isinstance(a, cp.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous):
                 raise ValueError("embedding_backward accumulates in place: dwte and dwpe must be C-contiguous "
                                  "float32 CuPy arrays")
-        _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), dwte, dwpe, float(p), int(seed), int(offset),
-                            _u64(offset_add))
+        _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), dwte, dwpe)
 
     def layernorm_forward(self, x, w, eps):
         return _layernorm.forward(self.ctx, _f32(x), _f32(w), eps)

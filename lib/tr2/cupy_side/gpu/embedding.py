@@ -46,10 +46,9 @@ WTE_SEG = kernel_define(FILE, "WTE_SEG")   # sorted positions a block of embeddi
 WTE_THREADS = 128   # channels a block; at least WTE_SEG: its first threads read the segment's sorted positions
 
 
-def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray", p: float = 0.0,
-             seed: int = 0, offset: int = 0, offset_add=None) -> None:
-    """Accumulates into dwte and dwpe in place, in a fixed order (the same bits on every run). p > 0: dout is the
-    gradient of forward's dropped output, read through the same mask (the bits of dropout's backward first).
+def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
+    """Accumulates into dwte and dwpe in place, in a fixed order (the same bits on every run). dout is the gradient
+    of the embedding's sum: with dropout, already through its mask (model.py's first LayerNorm applies it).
 
     ws: the workspace (runtime.Workspace) holding the sort's integer buffers, allocated once per shape.
     """
@@ -72,13 +71,6 @@ def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe
     launch(FILE, "embedding_sort_scan", 1, SCAN_THREADS, (starts, total, i32(V)))
     launch(FILE, "embedding_sort_base", blocks_for(V), THREADS, (counts, starts, i32(G), i32(V)))
     launch(FILE, "embedding_sort_place", G, CHUNK, (rows, counts, idx, i32(N), i32(V)))
-    wte_args = (dwte, part, arrived, dout, rows, starts, idx, i32(N), i32(C))
-    if p == 0.0:
-        launch(FILE, "embedding_backward_wte", (S, Y), WTE_THREADS, wte_args)
-        launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))
-        return
-    drop = _drop_args(p, seed, offset, offset_add)
-    launch(FILE, "embedding_backward_wte_dropout", (S, Y), WTE_THREADS, wte_args + drop)
-    pairs = T * C % 2 == 0 and _aligned(8, dout, dwpe)   # a thread an (even, odd) pair of elements: one draw
-    launch(FILE, "embedding_backward_wpe_dropout", blocks_for(T * C // 2 if pairs else T * C), THREADS,
-           (dwpe, dout, i32(B), i32(T), i32(C), i32(pairs)) + drop)
+    launch(FILE, "embedding_backward_wte", (S, Y), WTE_THREADS,
+           (dwte, part, arrived, dout, rows, starts, idx, i32(N), i32(C)))
+    launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))

@@ -4,15 +4,13 @@
 // sort (integer counts, exact in any order) and sums each token's rows in row order, in segments of the
 // sorted rows whose sums add in segment order (embedding_backward_wte). (A first version scattered with
 // float atomics: the H200 showed the cupy side parting from itself by 2% in 200 steps.)
-// With the embedding dropout (p > 0, the char model) the _dropout kernels take its place: forward
-// x = dropout(wte[idx] + wpe[t]), backward the same mask on each dout element where dwte's and dwpe's sums read
-// it. Why: dropout_apply wrote the stream and read it back in the forward, and wrote dout's masked copy for the
-// two sums to read in the backward (20 us each on the char model), and embedding_forward spent 28 us on a 64-bit
-// division and remainder per element. The bits are those of embedding_forward then dropout_apply, and of
-// dropout_apply on dout then the sums: the generator's element of x[row, c] is row * C + c of the site
-// (dropout.cu's index of the [B*T, C] array), a kept value is (wte + wpe) * scale, or dout * scale as __fmul_rn
-// (it was rounded to float32 in memory: no multiply-add may contract it into the sums), a dropped one 0.
-// p = 0 keeps the kernels without dropout: the generator never runs.
+// With the embedding dropout (p > 0, the char model) the forward is embedding_dropout_forward(_v4):
+// x = dropout(wte[idx] + wpe[t]) in one pass. Why: embedding_forward then dropout_apply wrote the stream and read it
+// back (20 us on the char model), and embedding_forward spent 28 us on a 64-bit division and remainder per element.
+// The bits are those of embedding_forward then dropout_apply: the generator's element of x[row, c] is row * C + c of
+// the site (dropout.cu's index of the [B*T, C] array), a kept value (wte + wpe) * scale, a dropped one 0. The
+// backward reads a gradient already through the mask (model.py: the first LayerNorm's backward applies it).
+// p = 0 keeps embedding_forward: the generator never runs.
 #include "common.cuh"
 
 
@@ -216,13 +214,10 @@ extern "C" __global__ void embedding_sort_place(int* __restrict__ sorted, const 
 #define WTE_SEG 32   // one warp: its ballots give the segment's piece ends as bit masks
 static_assert(WTE_SEG == 32, "embedding_backward_wte's first warp describes the segment in 32-bit masks");
 
-// DROP: dout through the embedding dropout's mask (off: the site's offset, offset_add added).
-template <bool DROP>
-__device__ __forceinline__ void wte_backward(float* __restrict__ dwte, float* __restrict__ part,
-                                             int* __restrict__ arrived, const float* __restrict__ dout,
-                                             const int* __restrict__ sorted, const int* __restrict__ starts,
-                                             const i64* __restrict__ idx, int N, int C, u64 seed, u64 off,
-                                             u32 threshold, float scale) {
+extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, float* __restrict__ part,
+                                                  int* __restrict__ arrived, const float* __restrict__ dout,
+                                                  const int* __restrict__ sorted, const int* __restrict__ starts,
+                                                  const i64* __restrict__ idx, int N, int C) {
     __shared__ int row[WTE_SEG], tok[WTE_SEG];
     __shared__ unsigned ends[3];  // bit r: a piece ends at position r; it is a whole run; it goes to slot 1
     __shared__ int cross_tok[2], cross_lo[2], cross_hi[2];  // the runs in slots 0 and 1 (token -1: none)
@@ -252,13 +247,6 @@ __device__ __forceinline__ void wte_backward(float* __restrict__ dwte, float* __
     for (int r = 0; r < WTE_SEG; r++) {
         x[r] = on && r < n ? dout[(i64)row[r] * C + c] : 0.0f;
         d[r] = on && (whole >> r & 1) ? dwte[(i64)tok[r] * C + c] : 0.0f;
-    }
-    if constexpr (DROP) {   // the draws while the loads are in flight; a bit a row, not 32 more live values
-        u32 keep = 0;
-#pragma unroll
-        for (int r = 0; r < WTE_SEG; r++) keep |= (u32)rng_keep(seed, off, (u64)((i64)row[r] * C + c), threshold) << r;
-#pragma unroll
-        for (int r = 0; r < WTE_SEG; r++) x[r] = keep >> r & 1 ? __fmul_rn(x[r], scale) : 0.0f;
     }
     float acc = 0.0f;
 #pragma unroll
@@ -294,24 +282,6 @@ __device__ __forceinline__ void wte_backward(float* __restrict__ dwte, float* __
     }
 }
 
-extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, float* __restrict__ part,
-                                                  int* __restrict__ arrived, const float* __restrict__ dout,
-                                                  const int* __restrict__ sorted, const int* __restrict__ starts,
-                                                  const i64* __restrict__ idx, int N, int C) {
-    wte_backward<false>(dwte, part, arrived, dout, sorted, starts, idx, N, C, 0, 0, 0, 0.0f);
-}
-
-extern "C" __global__ void embedding_backward_wte_dropout(float* __restrict__ dwte, float* __restrict__ part,
-                                                          int* __restrict__ arrived, const float* __restrict__ dout,
-                                                          const int* __restrict__ sorted,
-                                                          const int* __restrict__ starts, const i64* __restrict__ idx,
-                                                          int N, int C, u64 seed, u64 offset,
-                                                          const u64* __restrict__ offset_add, u32 threshold,
-                                                          float scale) {
-    wte_backward<true>(dwte, part, arrived, dout, sorted, starts, idx, N, C, seed, site_offset(offset, offset_add),
-                       threshold, scale);
-}
-
 // dwpe[t, c] += sum_b dout[b, t, c]
 extern "C" __global__ void embedding_backward_wpe(float* __restrict__ dwpe, const float* __restrict__ dout,
                                                   int B, int T, int C) {
@@ -320,41 +290,5 @@ extern "C" __global__ void embedding_backward_wpe(float* __restrict__ dwpe, cons
         float s = 0.0f;
         for (int b = 0; b < B; b++) s += dout[(i64)b * T * C + e];
         dwpe[e] += s;
-    }
-}
-
-// The same through the mask. pairs (the wrapper's test: T * C even, dout and dwpe 8-byte aligned; the models'): every
-// dout[b, t, c] of an even t * C + c is an even element of the site, so a thread takes it and its pair partner, the
-// next float: one draw and 8-byte accesses for two elements.
-extern "C" __global__ void embedding_backward_wpe_dropout(float* __restrict__ dwpe, const float* __restrict__ dout,
-                                                          int B, int T, int C, int pairs, u64 seed, u64 offset,
-                                                          const u64* __restrict__ offset_add, u32 threshold,
-                                                          float scale) {
-    const u64 off = site_offset(offset, offset_add);
-    const i64 n = (i64)T * C;
-    if (pairs) {
-        const i64 h = n / 2;
-        GRID_STRIDE(j, h) {
-            float2 s = make_float2(0.0f, 0.0f);
-            for (int b = 0; b < B; b++) {
-                const i64 k = (i64)b * h + j;   // the pair's counter in the site, its elements 2k and 2k + 1
-                const float2 v = ((const float2*)dout)[k];
-                const u64 z = rng_draw(seed, off + (u64)k);
-                s.x += rng_field(z, false) >= threshold ? __fmul_rn(v.x, scale) : 0.0f;
-                s.y += rng_field(z, true) >= threshold ? __fmul_rn(v.y, scale) : 0.0f;
-            }
-            float2 w = ((float2*)dwpe)[j];
-            w.x += s.x, w.y += s.y;
-            ((float2*)dwpe)[j] = w;
-        }
-    } else {
-        GRID_STRIDE(e, n) {
-            float s = 0.0f;
-            for (int b = 0; b < B; b++) {
-                const i64 i = (i64)b * n + e;
-                s += rng_keep(seed, off, (u64)i, threshold) ? __fmul_rn(dout[i], scale) : 0.0f;
-            }
-            dwpe[e] += s;
-        }
     }
 }
