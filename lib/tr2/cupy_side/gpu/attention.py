@@ -231,6 +231,13 @@ WG_DKDV_OVERLAP = bool(kernel_switch("TR2_ATTN_WG_DKDV_OVERLAP", 0))
 # tile it visits; ms a layer alone: gpt2-small wg2d 0.3276 against wg2's 0.2017, nanogpt wg1d 0.1533 against wg1's
 # 0.1303): off.
 WG_DKDV_ROW_DOTS = bool(kernel_switch("TR2_ATTN_WG_DKDV_ROW_DOTS", 0))
+# The ping-pong form (attention.cu's attn_backward_dkdv_ds_wg2p_l2_, two warpgroups a block): each warpgroup issues
+# a tile's dV and dK with the next tile's S^T and dPd^T in one group and runs its softmax gradient while the other's
+# group runs, the two taking turns to issue; three q/dO buffers, no block-wide barrier a tile. The same arithmetic,
+# so the same bits (tests/test_kernels_gpu.py, "dkdv_pingpong"). Where two warpgroups run (rows over 256, or
+# TR2_ATTN_WG_DKDV_NWG=2). Written in the eleventh session after its device time was spent: NOT run on a GPU, off
+# until its test has passed and scripts/attention_backward_variants.py ("wg2p") has timed it.
+WG_DKDV_PINGPONG = bool(kernel_switch("TR2_ATTN_WG_DKDV_PINGPONG", 0))
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
@@ -241,11 +248,11 @@ def wg_dkdv_warpgroups(T: int) -> int:
     return WG_DKDV_WARPGROUPS or (1 if T <= 256 else 2)
 
 
-def wg_dkdv_shared_bytes(hs: int, nwg: int, row_dots: bool = False) -> int:
-    """attention_backward_dkdv_wg's shared memory: k and v of the block's keys, two buffers of a q and a dO tile
-    (64 x hs halves each) and of their lse and D (64 floats each), and each warp's 16 rows of dS^T (72 halves);
-    with row_dots (the DIN form) also each warpgroup's D of its tile (64 floats)."""
-    return (2 * 64 * nwg * hs * 2 + 2 * 2 * 64 * hs * 2 + 2 * 2 * 64 * 4 + 4 * nwg * 16 * 72 * 2
+def wg_dkdv_shared_bytes(hs: int, nwg: int, row_dots: bool = False, buffers: int = 2) -> int:
+    """attention_backward_dkdv_wg's shared memory: k and v of the block's keys, `buffers` buffers (two; the
+    ping-pong form three) of a q and a dO tile (64 x hs halves each) and of their lse and D (64 floats each), and
+    each warp's 16 rows of dS^T (72 halves); with row_dots (the DIN form) also each warpgroup's D of its tile."""
+    return (2 * 64 * nwg * hs * 2 + buffers * 2 * 64 * hs * 2 + buffers * 2 * 64 * 4 + 4 * nwg * 16 * 72 * 2
             + (nwg * 64 * 4 if row_dots else 0))
 
 
@@ -303,9 +310,14 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
             if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
                 raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
             nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ("d" if din else "")
+            pp = WG_DKDV_PINGPONG and nwg == 2
+            if pp and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it alone, evict-first
+                raise ValueError("TR2_ATTN_WG_DKDV_PINGPONG=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
+                                 "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
+            o = "p" if pp else o
             launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
                    128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])) + ((saved.out,) if din else ()),
-                   shared_mem=wg_dkdv_shared_bytes(hs, nwg, din), prefer_shared=True)
+                   shared_mem=wg_dkdv_shared_bytes(hs, nwg, din, 3 if pp else 2), prefer_shared=True)
         else:
             launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
                    args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise

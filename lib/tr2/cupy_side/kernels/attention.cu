@@ -1944,6 +1944,229 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 #endif
 }
 
+// ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG, off until measured) ----
+// attention_backward_dkdv_wg with NWG = 2 synchronizes its block at every query tile (__syncthreads around the
+// shared q/dO buffer), so both warpgroups issue their products at once, wait at once, and run their softmax
+// gradients at once, while the tensor cores idle: at about 2.9 us a 64 x 64 tile pair on gpt2-small (153 us a layer,
+// call 2 of results/h200-perf-20261202, ~19% of the tensor cores' bf16 rate), against cuDNN's whole backward in 126
+// (FlashAttention-3's ping-pong schedule for the same reason). Here:
+//   - each warpgroup issues the next tile's S^T and dPd^T in the same commit group as this tile's dV and dK
+//     (B(it) + A(it + 1)), so one wait a tile, and its softmax gradient runs while the other warpgroup's group runs;
+//   - the two warpgroups take turns issuing (named barriers PP_SCHED0/1, FlashAttention-3's scheduler barriers),
+//     so their groups queue on the tensor cores one after the other, not side by side;
+//   - three q/dO buffers instead of two, so no block-wide barrier a tile: warpgroup 0 stages tile it + 2 once
+//     warpgroup 1 has finished tile it - 1 (PP_EMPTY), and tells it when a tile is in (PP_FULL0..2); warpgroup 1
+//     waits on that before it issues the tile's products.
+// The arithmetic per tile is attention_backward_dkdv_wg's (the same products on the same operands in the same order,
+// the same softmax_grad, store_ds_t and rounding), so the same bits (tests/test_kernels_gpu.py, "dkdv_pingpong").
+// Named barriers: ids as immediates (a register id makes ptxas reserve all sixteen); 0 is __syncthreads'.
+#define PP_SCHED0 1
+#define PP_SCHED1 2
+#define PP_FULL0 3
+#define PP_EMPTY 6
+#define PP_WG0 7
+template <int ID, int N> __device__ __forceinline__ void bar_sync_n() { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
+template <int ID, int N> __device__ __forceinline__ void bar_arrive_n() { asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
+__device__ __forceinline__ void pp_full_arrive(int b) {
+    if (b == 0) bar_arrive_n<PP_FULL0, 256>();
+    else if (b == 1) bar_arrive_n<PP_FULL0 + 1, 256>();
+    else bar_arrive_n<PP_FULL0 + 2, 256>();
+}
+__device__ __forceinline__ void pp_full_sync(int b) {
+    if (b == 0) bar_sync_n<PP_FULL0, 256>();
+    else if (b == 1) bar_sync_n<PP_FULL0 + 1, 256>();
+    else bar_sync_n<PP_FULL0 + 2, 256>();
+}
+// The warpgroup's turn to issue, then the other's.
+__device__ __forceinline__ void pp_turn_begin(int wg) {
+    if (wg == 0) bar_sync_n<PP_SCHED0, 256>();
+    else bar_sync_n<PP_SCHED1, 256>();
+}
+__device__ __forceinline__ void pp_turn_end(int wg) {
+    if (wg == 0) bar_arrive_n<PP_SCHED1, 256>();
+    else bar_arrive_n<PP_SCHED0, 256>();
+}
+
+template <int K, int HS, bool DROP, bool EVICT>
+__device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16* __restrict__ qkv,
+                                              const u16* __restrict__ dout, const float* __restrict__ lse,
+                                              const float* __restrict__ Dvec, u16* __restrict__ ds_t, int ldq, int T,
+                                              int H, int out_kind, Dropout drop, u32 t_lbo, u32 t_sbo) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int NWG = 2, NB = 3, BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS;
+    constexpr int LDS = BC + 8;
+    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
+    extern __shared__ __align__(128) unsigned char smem[];
+    u16* sK = (u16*)smem;
+    u16* sV = sK + BR * HS;
+    u16* sQO = sV + BR * HS;                  // buffer b: q at 2b TILE, dO at (2b + 1) TILE
+    float* sLD = (float*)(sQO + 2 * NB * TILE);   // buffer b: lse at 2b BC, D at (2b + 1) BC
+    u16* sdS = (u16*)(sLD + 2 * NB * BC);     // warp w: 16 rows of LDS halves
+    const int nqt = (T + BC - 1) / BC;
+    const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;
+    const int b = bh / H, h = bh % H, C = H * HS;
+    const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int K0 = kb * BR + wg * 64;
+    const int k0 = K0 + (warp & 3) * 16;
+    const int first = (kb * BR) / BC;
+    const int niter = nqt - first;
+    const u16* base = qkv + (i64)b * T * 3 * C;
+    const u16* gbase = dout + (i64)b * T * C;
+    // block: the whole block stages (the prologue), else warpgroup 0 alone
+    auto stage_qo = [&](bool block, int it, int buf) {
+        const int qt = first + it;
+        if (block) {
+            stage_core<HS, BC, 256>(sQO + 2 * buf * TILE, base + h * HS, qt * BC, T, 3 * C);
+            stage_core<HS, BC, 256>(sQO + (2 * buf + 1) * TILE, gbase + h * HS, qt * BC, T, C);
+        } else {
+            stage_core<HS, BC, 128>(sQO + 2 * buf * TILE, base + h * HS, qt * BC, T, 3 * C);
+            stage_core<HS, BC, 128>(sQO + (2 * buf + 1) * TILE, gbase + h * HS, qt * BC, T, C);
+        }
+        float* l = sLD + 2 * buf * BC;
+        stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
+        stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
+    };
+    stage_core<HS, BR, 256>(sK, base + C + h * HS, kb * BR, T, 3 * C);
+    stage_core<HS, BR, 256>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
+    stage_qo(true, 0, 0);
+    if (niter > 1) stage_qo(true, 1, 1);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    const u16* sKw = sK + wg * 8 * CH * 64;
+    const u16* sVw = sV + wg * 8 * CH * 64;
+    float dk[HS / 8][4], dv[HS / 8][4], p[1][NT][4], ds[1][NT][4];
+    u32 pf[NT / 2][4], df[NT / 2][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+#pragma unroll
+    for (int k16 = 0; k16 < NT / 2; ++k16)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pf[k16][e] = df[k16][e] = 0u;
+    auto active = [&](int it) { return (first + it) * BC + BC - 1 >= K0; };   // else its queries precede our keys
+    auto at_of = [&](int qt) {
+        return [=](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+            i = qt * BC + n * 8 + 2 * t + (e & 1);
+            j = k0 + g + 8 * (e >> 1);
+        };
+    };
+    auto edge_of = [&](int qt) { return qt * BC < k0 + 15 || qt * BC + BC > T; };
+    KeepBits<1, NT> keep{};
+    auto draw_keep = [&](int it) {   // the tile's keep bits, drawn before its products are issued (outside the turn)
+        if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge_of(first + it), at_of(first + it));
+    };
+    auto issue_scores = [&](int it) {   // A(it): S^T = k q^T, dPd^T = v dO^T
+        const int buf = it % NB;
+        const u16* sQ = sQO + 2 * buf * TILE;
+        const u16* sO = sQ + TILE;
+#pragma unroll
+        for (int k16 = 0; k16 < HS / 16; ++k16)
+            wg_mma_ss<K>(p[0], wg_desc(sKw + 2 * k16 * 64, 128, CH * 128), wg_desc(sQ + 2 * k16 * 64, 128, CH * 128),
+                         k16 > 0);
+#pragma unroll
+        for (int k16 = 0; k16 < HS / 16; ++k16)
+            wg_mma_ss<K>(ds[0], wg_desc(sVw + 2 * k16 * 64, 128, CH * 128), wg_desc(sO + 2 * k16 * 64, 128, CH * 128),
+                         k16 > 0);
+    };
+    if (wg == 1) bar_arrive_n<PP_SCHED0, 256>();   // warpgroup 0 issues first
+    if (active(0)) draw_keep(0);
+    pp_turn_begin(wg);
+    if (active(0)) {
+        wg_fence();
+        issue_scores(0);
+    }
+    wg_commit();
+    pp_turn_end(wg);
+    for (int it = 0; it < niter; ++it) {
+        const int qt = first + it, cur = it % NB;
+        wg_wait_all();   // A(it) and B(it - 1)
+        wg_hold(p[0]);
+        wg_hold(ds[0]);
+        wg_hold(dv);
+        wg_hold(dk);
+        wg_keep(pf);
+        wg_keep(df);
+        if (wg == 0) {   // the producer: tile it + 2 into the buffer tile it - 1 used, once both are done with it
+            if (it >= 1) bar_sync_n<PP_EMPTY, 256>();
+            if (it + 2 < niter) {
+                stage_qo(false, it + 2, (it + 2) % NB);
+                cp_async_commit();
+            }
+            if (it + 1 < niter && it + 1 >= 2) {   // tiles 0 and 1 came in with the prologue
+                if (it + 2 < niter) cp_async_wait<1>();
+                else cp_async_wait<0>();
+                fence_proxy_async();
+                bar_sync_n<PP_WG0, 128>();
+                pp_full_arrive((it + 1) % NB);
+            }
+        } else if (it >= 1) {
+            bar_arrive_n<PP_EMPTY, 256>();
+        }
+        if (active(it)) {   // P^T, Pd^T, dS^T of tile it (softmax_grad), dS^T to ds_t, both as A fragments
+            const float* sL = sLD + 2 * cur * BC;
+            const float* sD = sL + BC;
+            const auto at = at_of(qt);
+            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
+                const int il = n * 8 + 2 * t + (e & 1);
+                Lc = sL[il] * LOG2E;
+                Dq = sD[il];
+            };
+            softmax_grad<false, DROP, 1, NT>(p, ds, edge_of(qt), T, c, drop, keep, coords);
+            store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                             sdS + warp * 16 * LDS, ds, lane);
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16) {
+                pf[k16][0] = pack2<K>(p[0][2 * k16][0], p[0][2 * k16][1]);
+                pf[k16][1] = pack2<K>(p[0][2 * k16][2], p[0][2 * k16][3]);
+                pf[k16][2] = pack2<K>(p[0][2 * k16 + 1][0], p[0][2 * k16 + 1][1]);
+                pf[k16][3] = pack2<K>(p[0][2 * k16 + 1][2], p[0][2 * k16 + 1][3]);
+                df[k16][0] = pack2<K>(ds[0][2 * k16][0], ds[0][2 * k16][1]);
+                df[k16][1] = pack2<K>(ds[0][2 * k16][2], ds[0][2 * k16][3]);
+                df[k16][2] = pack2<K>(ds[0][2 * k16 + 1][0], ds[0][2 * k16 + 1][1]);
+                df[k16][3] = pack2<K>(ds[0][2 * k16 + 1][2], ds[0][2 * k16 + 1][3]);
+            }
+        }
+        if (it + 1 < niter && active(it + 1)) draw_keep(it + 1);   // softmax_grad has read tile it's bits
+        if (wg == 1 && it + 1 < niter && it + 1 >= 2) pp_full_sync((it + 1) % NB);   // tile it + 1 is in
+        pp_turn_begin(wg);
+        wg_fence();
+        if (active(it)) {   // B(it): dV += Pd^T dO, dK += dS^T q
+            const u16* sQ = sQO + 2 * cur * TILE;
+            const u16* sO = sQ + TILE;
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)
+                wg_mma<K, true>(dv, pf[k16], wg_desc(sO + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)
+                wg_mma<K, true>(dk, df[k16], wg_desc(sQ + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
+        }
+        if (it + 1 < niter && active(it + 1)) issue_scores(it + 1);
+        wg_commit();
+        pp_turn_end(wg);
+    }
+    wg_wait_all();
+    wg_hold(dv);
+    wg_hold(dk);
+    wg_keep(pf);
+    wg_keep(df);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int j = k0 + g + 8 * r;
+        if (j >= T) continue;
+        const i64 at = ((i64)b * T + j) * 3 * C + h * HS + 2 * t;
+        store_rows<HS>(dqkv, at + C, dk, r, scale, out_kind);
+        store_rows<HS>(dqkv, at + 2 * C, dv, r, 1.0f, out_kind);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- the instantiations ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
@@ -2097,11 +2320,26 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
             attention_backward_dkdv_wg<K, HS, NWG, false, true, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
                                                                              T, H, out_kind, d, t_lbo, t_sbo, out); \
     }
+// PINGPONG (gpu/attention.py's WG_DKDV_PINGPONG): attn_backward_dkdv_ds_wg2p_l2_<bf16r|f16r>_hs64, two warpgroups
+// in ping-pong, arguments as the plain form's. Built with the evict-first ds_t only.
+#define ATTN_DKDV_WGP_FORM(BUILD, K, HS)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, 1) attn_backward_dkdv_ds_wg2p_l2_##BUILD##_hs##HS(       \
+        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
+        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
+        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_wg_pp<K, HS, true, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,       \
+                                                             out_kind, d, t_lbo, t_sbo);                       \
+        else                                                                                                   \
+            attention_backward_dkdv_wg_pp<K, HS, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,      \
+                                                              out_kind, d, t_lbo, t_sbo);                      \
+    }
 #define ATTN_DKDV_WG(BUILD, K, HS)                                                                              \
     ATTN_DKDV_WG_FORM(1, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(1, l2_, true, BUILD, K, HS)                  \
     ATTN_DKDV_WG_FORM(2, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(2, l2_, true, BUILD, K, HS)                  \
     ATTN_DKDV_WGO_FORM(1, l2_, true, BUILD, K, HS) ATTN_DKDV_WGO_FORM(2, l2_, true, BUILD, K, HS)             \
-    ATTN_DKDV_WGD_FORM(1, BUILD, K, HS) ATTN_DKDV_WGD_FORM(2, BUILD, K, HS)
+    ATTN_DKDV_WGD_FORM(1, BUILD, K, HS) ATTN_DKDV_WGD_FORM(2, BUILD, K, HS) ATTN_DKDV_WGP_FORM(BUILD, K, HS)
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
