@@ -1096,6 +1096,27 @@ def test_residual_layernorm(build, N, C, skip, p):
             exact(f"residual+layernorm {name}, run {k} vs run 1 {tag}", b_, a)
 
 
+@pytest.mark.parametrize("file, kernel", [("residual_layernorm.cu", "residual_layernorm_dw_final"),
+                                          ("layernorm.cu", "layernorm_dw_final")])
+@pytest.mark.parametrize("G, C", [(1, 33), (7, 384), (64, 768), (1000, 1024), (2048, 384), (1025, 65)])
+def test_layernorm_dw_final_adds_in_its_order(file, kernel, G, C):
+    """dw[c] = the sum of part[g, c] as layernorm_backward.cuh's layernorm_dw_final_body orders it (thread row y adds
+    g = y, y + 32, ... in order from 0, then the 32 sums in order), to the bit, whatever the loop's unrolling; the
+    partials made of numbers whose float32 sums round differently in another order."""
+    from tr2.cupy_side.gpu.runtime import i32, launch
+    g = gen(G * 7 + C)
+    part = (randn(g, G, C) * np.exp(g.uniform(-8, 8, size=(G, C)))).astype(np.float32)
+    dw = cp.full((C,), np.nan, dtype=np.float32)
+    launch(file, kernel, ((C + 31) // 32,), (32, 32), (dw, dev(part), i32(G), i32(C)))
+    rows = [np.zeros(C, np.float32) for _ in range(32)]
+    for k in range(G):
+        rows[k % 32] = (rows[k % 32] + part[k]).astype(np.float32)
+    want = np.zeros(C, np.float32)
+    for y in range(32):
+        want = (want + rows[y]).astype(np.float32)
+    exact(f"{kernel} in its order [G={G} C={C}]", host(dw), want)
+
+
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True), ("float16", False, True)],
                          ids=["f32", "bf16hr", "fp16hr"])
 @pytest.mark.parametrize("N, C", [(513, 384), (4099, 768), (1000, 1024), (16384, 384)])

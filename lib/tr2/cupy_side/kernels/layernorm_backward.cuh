@@ -75,12 +75,17 @@ __device__ __forceinline__ void layernorm_backward_body(float* __restrict__ ds, 
 // dw[c] = sum over g of part[g, c], g in order: block (32, 32) covers 32 columns; thread (x, y) adds the partials
 // y, y + 32, ... of its column in order, then thread (x, 0) adds the 32 sums in order. G is one partial a block
 // of the backward (N / 8: 1024 for gpt2-small's 8192 rows), too many for one thread a column.
+// The loop unrolled by 16: sixteen loads in flight before their adds, which keep their order (the same sum, the
+// same bits). Why: NVRTC unrolled it by 4 on its own, so C / 32 blocks (12 on the char model) waited on L2 about
+// G / 128 times in a row (16 on the char model): residual_layernorm_dw_final took 7.5 us a launch there for 3 MB
+// (90 us a step of nanogpt, 120 of gpt2-small, call 4 of results/h200-perf-20261202b), a latency, not a bandwidth.
 __device__ __forceinline__ void layernorm_dw_final_body(float* __restrict__ dw, const float* __restrict__ part,
                                                         int G, int C) {
     __shared__ float sums[32][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     float t = 0.0f;
     if (c < C)
+#pragma unroll 16
         for (int g = threadIdx.y; g < G; g += 32) t += part[(i64)g * C + c];
     sums[threadIdx.y][threadIdx.x] = t;
     __syncthreads();
