@@ -76,9 +76,9 @@ def fill_captured() -> int:
     n = len(_unfilled)
     for dev, host in _unfilled:
         dev.set(host)
-    # ndarray.set may return before its copy has run (ordered on the legacy stream, which the graph's non-blocking
-    # stream does not wait for: the first replay read zero tables, an illegal address, in call 2 of
-    # results/h200-perf-20261202b); the rows are on the device before anything replays
+    # the rows on the device before anything replays: a copy still ordered on another stream than the graph's (the
+    # graph's is non-blocking) must not be left to race the first replay (a safeguard: the illegal address of calls
+    # 2 and 3 of results/h200-perf-20261202b came from the memory the tables were given, above)
     cp.cuda.Device().synchronize()
     _unfilled.clear()
     return n
