@@ -1,6 +1,7 @@
 """The attention forward's kernels against each other in one process, on each model's shape (bf16 under half
-roundings, dropout as the model trains): the mma.sync kernel, the wgmma kernel and the pipelined wgmma kernel with
-one and with two warpgroups a block, on every shape whatever gpu/attention.py's WG_MAX_T (attention.cu instantiated
+roundings, dropout as the model trains): the mma.sync kernel, the wgmma kernel, the pipelined wgmma kernel with
+one and with two warpgroups a block, and two warpgroups in ping-pong (wgpp2), on every shape whatever
+gpu/attention.py's WG_MAX_T (attention.cu instantiated
 the wgmma kernel with one and with two warpgroups a block until call 3 of results/h200-perf-20261201d, which timed
 both; now with one). Rounds in rotating order; each
 figure the mean of `reps` back-to-back calls; the table gives each variant's median over the rounds and its ratio
@@ -27,14 +28,18 @@ from tr2.models import load_model
 from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-# USE_WGMMA, WG_FORWARD_PIPELINED, WG_FORWARD_NWG
-VARIANTS = {"mma": (False, False, 0), "wg1": (True, False, 0), "wgp1": (True, True, 1), "wgp2": (True, True, 2)}
+# USE_WGMMA, WG_FORWARD_PIPELINED, WG_FORWARD_NWG, WG_FORWARD_PINGPONG
+SETTINGS = ("USE_WGMMA", "WG_FORWARD_PIPELINED", "WG_FORWARD_NWG", "WG_FORWARD_PINGPONG")
+VARIANTS = {"mma": (False, False, 0, False), "wg1": (True, False, 0, False), "wgp1": (True, True, 1, False),
+            "wgp2": (True, True, 2, False),
+            "wgpp2": (True, False, 2, True)}   # two warpgroups in ping-pong (attention_forward_wg_pp)
 # TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
 ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]
 
 
 def use(variant: str, T: int) -> None:
-    attention.USE_WGMMA, attention.WG_FORWARD_PIPELINED, attention.WG_FORWARD_NWG = VARIANTS[variant]
+    for name, value in zip(SETTINGS, VARIANTS[variant]):
+        setattr(attention, name, value)
     attention.WG_MAX_T = T
 
 
@@ -43,7 +48,7 @@ def main() -> int:
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
-    own = attention.USE_WGMMA, attention.WG_FORWARD_PIPELINED, attention.WG_FORWARD_NWG
+    own = tuple(getattr(attention, name) for name in SETTINGS)
     own_max_t = attention.WG_MAX_T
     names = ["mma"] + [v for v in VARIANTS if v != "mma" and (not ONLY or v in ONLY)]
     table = []
@@ -64,10 +69,11 @@ def main() -> int:
         base = statistics.median(times["mma"])
         for v in names:
             m = statistics.median(times[v])
-            table.append(f"{model:12} {v:4} {m:8.4f} ms  x{m / base:5.3f}  per step {m * cfg.n_layer:7.3f} ms  "
+            table.append(f"{model:12} {v:5} {m:8.4f} ms  x{m / base:5.3f}  per step {m * cfg.n_layer:7.3f} ms  "
                          f"rounds {' '.join(f'{t:.4f}' for t in times[v])}")
         cp.get_default_memory_pool().free_all_blocks()
-    attention.USE_WGMMA, attention.WG_FORWARD_PIPELINED, attention.WG_FORWARD_NWG = own
+    for name, value in zip(SETTINGS, own):
+        setattr(attention, name, value)
     attention.WG_MAX_T = own_max_t
     print("\n".join(table))
     return 0

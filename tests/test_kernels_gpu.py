@@ -524,6 +524,45 @@ def test_attention_forward_pipelined_on_wgmma(build, B, T, H, hs, nwg, p, monkey
     exact(f"attention lse pipelined against wg {tag}", runs[0][1], unpipelined[1])
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_forward_pingpong_on_wgmma(build, B, T, H, hs, p, monkeypatch):
+    """The wgmma forward's two warpgroups in ping-pong (WG_FORWARD_PINGPONG: turns to issue, three k/v buffers, named
+    barriers instead of the block's): out and lse the bits of attention_forward_wg (here at every T), three runs the
+    same bits, and within the type's tolerance of the NumPy form (every allocation poisoned)."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    g = gen(B * T * H + 5 + int(p * 10))
+    C = H * hs
+    qkv = randn(g, B, T, 3 * C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
+    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)   # the plain wgmma forward at every T, for its bits
+    monkeypatch.setattr(attention, "WG_FORWARD_PIPELINED", False)
+
+    def forward(pingpong):
+        monkeypatch.setattr(attention, "WG_FORWARD_PINGPONG", pingpong)
+        monkeypatch.setattr(attention, "WG_FORWARD_NWG", 2 if pingpong else 0)
+        assert attention.uses_wgmma(be.ctx, hs, T)
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        return be.to_host(out), host(saved.lse)
+
+    runs = [forward(True) for _ in range(3)]
+    plain = forward(False)
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p}]"
+    check(f"attention out in ping-pong {tag}", runs[0][0], rout, tol)
+    check(f"attention lse in ping-pong {tag}", runs[0][1], rsaved[1], tol)
+    for r in runs[1:]:
+        exact(f"attention out in ping-pong run-to-run {tag}", r[0], runs[0][0])
+        exact(f"attention lse in ping-pong run-to-run {tag}", r[1], runs[0][1])
+    exact(f"attention out in ping-pong against wg {tag}", runs[0][0], plain[0])
+    exact(f"attention lse in ping-pong against wg {tag}", runs[0][1], plain[1])
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])

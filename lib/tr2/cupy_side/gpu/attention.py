@@ -130,11 +130,17 @@ V_STRIDES = (1024, 128)
 WG_FORWARD_PIPELINED = bool(kernel_switch("TR2_ATTN_FWD_WGP", 0))
 WG_FORWARD_NWG = kernel_switch("TR2_ATTN_FWD_WGP_NWG", 0, (0, 1, 2))   # 0: wg_forward_warpgroups(T)
 FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")
+# The forward's two warpgroups in ping-pong (attention.cu's attention_forward_wg_pp, attn_forward_wgpp2_): turns to
+# issue, a tile's Pd v with the next tile's scores in one group, three k/v buffers, no block barrier a tile; the
+# same bits as attention_forward_wg (tests/test_kernels_gpu.py, "forward_pingpong"). On, rows over 256 take it (those
+# of at most 256 keep attn_forward_wg1_). Written in the eleventh session after its device time was spent: NOT run
+# on a GPU, off until its test has passed and scripts/attention_forward_variants.py ("wgpp2") has timed it.
+WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 
 
 def uses_wgmma(ctx, hs: int, T: int) -> bool:
-    return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64 and (T <= WG_MAX_T or WG_FORWARD_PIPELINED)
-            and runtime.built_for(FILE) == "sm_90a")
+    return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64
+            and (T <= WG_MAX_T or WG_FORWARD_PIPELINED or WG_FORWARD_PINGPONG) and runtime.built_for(FILE) == "sm_90a")
 
 
 def wg_forward_warpgroups(T: int) -> int:
@@ -147,8 +153,20 @@ def wgp_shared_bytes(hs: int, nwg: int) -> int:
     return (2 * FWD_WGP_STAGES + nwg) * 64 * hs * 2
 
 
+def wgpp_shared_bytes(hs: int) -> int:
+    """attention_forward_wg_pp's shared memory: three k and v tile pairs and the block's q of two warpgroups, 64 x hs
+    halves each."""
+    return (2 * 3 + 2) * 64 * hs * 2
+
+
 def _launch_wg(T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
+    if WG_FORWARD_PIPELINED and WG_FORWARD_PINGPONG:
+        raise ValueError("TR2_ATTN_FWD_WGP=1 and TR2_ATTN_FWD_PINGPONG=1 together: allowed is one")
+    if WG_FORWARD_PINGPONG and wg_forward_warpgroups(T) == 2:
+        launch(FILE, f"attn_forward_wgpp2_{name}_hs{hs}", (BH, -(-T // 128)), 256, args + strides,
+               shared_mem=wgpp_shared_bytes(hs), prefer_shared=True)
+        return
     if WG_FORWARD_PIPELINED:
         nwg = wg_forward_warpgroups(T)
         launch(FILE, f"attn_forward_wgp{nwg}_{name}_hs{hs}", (BH, -(-T // (64 * nwg))), 128 * nwg, args + strides,

@@ -960,6 +960,37 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 #endif
 }
 
+// ---- named barriers of the ping-pong forms (PINGPONG below; FWD_PP): ids as immediates (a register id makes ptxas
+// reserve all sixteen); 0 is __syncthreads'. PP_FULL0 + b: buffer b holds its tile (the forward's ring has four)
+#define PP_SCHED0 1
+#define PP_SCHED1 2
+#define PP_FULL0 3
+#define PP_EMPTY 7
+#define PP_WG0 8
+template <int ID, int N> __device__ __forceinline__ void bar_sync_n() { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
+template <int ID, int N> __device__ __forceinline__ void bar_arrive_n() { asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
+__device__ __forceinline__ void pp_full_arrive(int b) {
+    if (b == 0) bar_arrive_n<PP_FULL0, 256>();
+    else if (b == 1) bar_arrive_n<PP_FULL0 + 1, 256>();
+    else if (b == 2) bar_arrive_n<PP_FULL0 + 2, 256>();
+    else bar_arrive_n<PP_FULL0 + 3, 256>();
+}
+__device__ __forceinline__ void pp_full_sync(int b) {
+    if (b == 0) bar_sync_n<PP_FULL0, 256>();
+    else if (b == 1) bar_sync_n<PP_FULL0 + 1, 256>();
+    else if (b == 2) bar_sync_n<PP_FULL0 + 2, 256>();
+    else bar_sync_n<PP_FULL0 + 3, 256>();
+}
+// The warpgroup's turn to issue, then the other's.
+__device__ __forceinline__ void pp_turn_begin(int wg) {
+    if (wg == 0) bar_sync_n<PP_SCHED0, 256>();
+    else bar_sync_n<PP_SCHED1, 256>();
+}
+__device__ __forceinline__ void pp_turn_end(int wg) {
+    if (wg == 0) bar_arrive_n<PP_SCHED1, 256>();
+    else bar_arrive_n<PP_SCHED0, 256>();
+}
+
 // ---- the forward on wgmma, pipelined (FWD_WGP: gpu/attention.py's WG_FORWARD_PIPELINED, off until measured) ----
 // attention_forward_wg waits on each product before the work that follows it: S, then the softmax, then Pd v, then
 // the next tile's loads (measured x1.12-1.13 of the mma.sync kernel at T = 1024 with two warpgroups a block, x1.48
@@ -1138,6 +1169,196 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
         wg_keep(pf);
         if (next) rescale_and_pack();
     }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int i = r0 + g + 8 * r;
+        if (i >= T) continue;
+        const float inv = 1.0f / l;
+        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
+        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
+// ---- the forward on wgmma, two warpgroups in ping-pong (FWD_PP: gpu/attention.py's WG_FORWARD_PINGPONG, off until
+// measured) ----
+// attention_forward_wg with two warpgroups keeps them in step with a block barrier a key tile, so they run their
+// softmax at once while the tensor cores idle; the pipelined form (attention_forward_wgp) overlapped each warpgroup's
+// softmax with its own Pd v product instead and was slower still (call 1 of results/h200-perf-20261202b). Here, as in
+// attention_backward_dkdv_wg_pp: a warpgroup issues tile kb's O += Pd v with tile kb + 1's S = q k^T in one commit
+// group, the two warpgroups take turns issuing, and three k/v buffers with producer/consumer barriers (warpgroup 0
+// stages) replace the block barrier, so one warpgroup's softmax runs while the other's group is on the tensor cores.
+// The arithmetic of each tile is attention_forward_wg's in its order (the mask, the row maxima, alpha, lrow and O
+// rescaled, the exponentials, the dropout, Pd rounded to the half type, then O += Pd v): the same bits
+// (tests/test_kernels_gpu.py, "forward_pingpong").
+template <int K, int HS, bool DROP>
+__device__ void attention_forward_wg_pp(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
+                                        int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int NWG = 2, NB = 3, BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS;
+    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
+    extern __shared__ __align__(128) unsigned char smem[];
+    u16* sKV = (u16*)smem;          // buffer b: k at sKV + 2b TILE, v at sKV + (2b + 1) TILE (core matrices)
+    u16* sQ = sKV + 2 * NB * TILE;  // core matrices; the scores' A operand is read from shared memory
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = qb * BR + wg * 64;           // the warpgroup's first query
+    const int r0 = q0 + warp * 16;              // the warp's
+    const u16* base = qkv + (i64)b * T * 3 * C;
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
+    const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
+    const u16* sQw = sQ + wg * 8 * CH * 64;
+    auto stage_kv = [&](bool block, int kb) {   // block: the whole block stages (the prologue), else warpgroup 0
+        u16* k = sKV + 2 * (kb % NB) * TILE;
+        if (block) {
+            stage_core<HS, BC, 256>(k, base + C + h * HS, kb * BC, T, 3 * C);
+            stage_core<HS, BC, 256>(k + TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+        } else {
+            stage_core<HS, BC, 128>(k, base + C + h * HS, kb * BC, T, 3 * C);
+            stage_core<HS, BC, 128>(k + TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+        }
+    };
+    stage_core<HS, BR, 256>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    stage_kv(true, 0);
+    if (last >= 1) stage_kv(true, 1);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    float o[HS / 8][4], s[NT][4];
+    u32 pf[NT / 2][4];
+    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+#pragma unroll
+    for (int k16 = 0; k16 < NT / 2; ++k16) pf[k16][0] = pf[k16][1] = pf[k16][2] = pf[k16][3] = 0u;
+    auto active = [&](int kb) { return kb <= wg_last; };
+    auto at_of = [&](int kb) {
+        return [=](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+            i = r0 + g + 8 * (e >> 1);
+            j = kb * BC + n * 8 + 2 * t + (e & 1);
+        };
+    };
+    auto edge_of = [&](int kb) { return kb * BC + BC - 1 > r0 || kb * BC + BC > T; };
+    KeepBits<1, NT> keep{};
+    auto draw_keep = [&](int kb) {
+        if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge_of(kb), at_of(kb));
+    };
+    auto issue_scores = [&](int kb) {   // S = q k^T: k16 slice = core-matrix columns 2 k16, 2 k16 + 1
+        const u16* sK = sKV + 2 * (kb % NB) * TILE;
+#pragma unroll
+        for (int k16 = 0; k16 < HS / 16; ++k16)
+            wg_mma_ss<K>(s, wg_desc(sQw + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
+    };
+    if (wg == 1) bar_arrive_n<PP_SCHED0, 256>();   // warpgroup 0 issues first
+    draw_keep(0);
+    pp_turn_begin(wg);
+    wg_fence();
+    issue_scores(0);   // every warpgroup has tile 0 (its first query sees key 0)
+    wg_commit();
+    pp_turn_end(wg);
+    for (int kb = 0; kb <= last; ++kb) {
+        wg_wait_all();   // S(kb) and Pd(kb - 1) v(kb - 1)
+        wg_hold(s);
+        wg_hold(o);
+        wg_keep(pf);
+        if (wg == 1 && kb >= 1) bar_arrive_n<PP_EMPTY, 256>();   // done with tile kb - 1
+        if (active(kb)) {   // attention_forward_wg's softmax of tile kb, O rescaled, Pd packed
+            if (edge_of(kb)) {
+                const auto at = at_of(kb);
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int i, j;
+                        at(0, n, e, i, j);
+                        if (j > i || j >= T) s[n][e] = NEG_INF;
+                    }
+            }
+            float mc[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float mx = NEG_INF;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(mrow[r], mx);
+                mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;   // a row with nothing visible yet
+                const float alpha = exp_c<false>(mrow[r], c, mc[r]);
+                mrow[r] = mnew;
+                lrow[r] *= alpha;
+#pragma unroll
+                for (int n = 0; n < HS / 8; ++n) {
+                    o[n][2 * r] *= alpha;
+                    o[n][2 * r + 1] *= alpha;
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float p = exp_c<false>(s[n][e], c, mc[e >> 1]);   // 0 where masked
+                    lrow[e >> 1] += p;
+                    s[n][e] = p;
+                }
+            if constexpr (DROP) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
+            }
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16) {   // Pd as A fragments, rounded to the half type
+                pf[k16][0] = pack2<K>(s[2 * k16][0], s[2 * k16][1]);
+                pf[k16][1] = pack2<K>(s[2 * k16][2], s[2 * k16][3]);
+                pf[k16][2] = pack2<K>(s[2 * k16 + 1][0], s[2 * k16 + 1][1]);
+                pf[k16][3] = pack2<K>(s[2 * k16 + 1][2], s[2 * k16 + 1][3]);
+            }
+        }
+        if (kb + 1 <= last && active(kb + 1)) draw_keep(kb + 1);
+        // the producer's work after the softmax (attention_backward_dkdv_wg_pp says why)
+        if (wg == 0) {   // tile kb + 2 into the buffer tile kb - 1 used, once both are done with it
+            if (kb >= 1) bar_sync_n<PP_EMPTY, 256>();
+            if (kb + 2 <= last) {
+                stage_kv(false, kb + 2);
+                cp_async_commit();
+            }
+            if (kb + 1 <= last && kb + 1 >= 2) {   // tiles 0 and 1 came in with the prologue
+                if (kb + 2 <= last) cp_async_wait<1>();
+                else cp_async_wait<0>();
+                fence_proxy_async();
+                bar_sync_n<PP_WG0, 128>();
+                pp_full_arrive((kb + 1) % NB);
+            }
+        } else if (kb + 1 <= last && kb + 1 >= 2) {
+            pp_full_sync((kb + 1) % NB);   // tile kb + 1 is in
+        }
+        pp_turn_begin(wg);
+        wg_fence();
+        if (active(kb)) {   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
+            const u16* sV = sKV + (2 * (kb % NB) + 1) * TILE;
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)
+                wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
+        }
+        if (kb + 1 <= last && active(kb + 1)) issue_scores(kb + 1);
+        wg_commit();
+        pp_turn_end(wg);
+    }
+    wg_wait_all();
+    wg_hold(o);
+    wg_keep(pf);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float l = lrow[r];
@@ -1959,34 +2180,7 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 //     waits on that before it issues the tile's products.
 // The arithmetic per tile is attention_backward_dkdv_wg's (the same products on the same operands in the same order,
 // the same softmax_grad, store_ds_t and rounding), so the same bits (tests/test_kernels_gpu.py, "dkdv_pingpong").
-// Named barriers: ids as immediates (a register id makes ptxas reserve all sixteen); 0 is __syncthreads'.
-#define PP_SCHED0 1
-#define PP_SCHED1 2
-#define PP_FULL0 3
-#define PP_EMPTY 6
-#define PP_WG0 7
-template <int ID, int N> __device__ __forceinline__ void bar_sync_n() { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
-template <int ID, int N> __device__ __forceinline__ void bar_arrive_n() { asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
-__device__ __forceinline__ void pp_full_arrive(int b) {
-    if (b == 0) bar_arrive_n<PP_FULL0, 256>();
-    else if (b == 1) bar_arrive_n<PP_FULL0 + 1, 256>();
-    else bar_arrive_n<PP_FULL0 + 2, 256>();
-}
-__device__ __forceinline__ void pp_full_sync(int b) {
-    if (b == 0) bar_sync_n<PP_FULL0, 256>();
-    else if (b == 1) bar_sync_n<PP_FULL0 + 1, 256>();
-    else bar_sync_n<PP_FULL0 + 2, 256>();
-}
-// The warpgroup's turn to issue, then the other's.
-__device__ __forceinline__ void pp_turn_begin(int wg) {
-    if (wg == 0) bar_sync_n<PP_SCHED0, 256>();
-    else bar_sync_n<PP_SCHED1, 256>();
-}
-__device__ __forceinline__ void pp_turn_end(int wg) {
-    if (wg == 0) bar_arrive_n<PP_SCHED1, 256>();
-    else bar_arrive_n<PP_SCHED0, 256>();
-}
-
+// Named barriers: above the forward's ping-pong form.
 template <int K, int HS, bool DROP, bool EVICT>
 __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16* __restrict__ qkv,
                                               const u16* __restrict__ dout, const float* __restrict__ lse,
@@ -2090,22 +2284,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         wg_hold(dk);
         wg_keep(pf);
         wg_keep(df);
-        if (wg == 0) {   // the producer: tile it + 2 into the buffer tile it - 1 used, once both are done with it
-            if (it >= 1) bar_sync_n<PP_EMPTY, 256>();
-            if (it + 2 < niter) {
-                stage_qo(false, it + 2, (it + 2) % NB);
-                cp_async_commit();
-            }
-            if (it + 1 < niter && it + 1 >= 2) {   // tiles 0 and 1 came in with the prologue
-                if (it + 2 < niter) cp_async_wait<1>();
-                else cp_async_wait<0>();
-                fence_proxy_async();
-                bar_sync_n<PP_WG0, 128>();
-                pp_full_arrive((it + 1) % NB);
-            }
-        } else if (it >= 1) {
-            bar_arrive_n<PP_EMPTY, 256>();
-        }
+        if (wg == 1 && it >= 1) bar_arrive_n<PP_EMPTY, 256>();   // done with tile it - 1 (B(it - 1) is in)
         if (active(it)) {   // P^T, Pd^T, dS^T of tile it (softmax_grad), dS^T to ds_t, both as A fragments
             const float* sL = sLD + 2 * cur * BC;
             const float* sD = sL + BC;
@@ -2132,7 +2311,25 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             }
         }
         if (it + 1 < niter && active(it + 1)) draw_keep(it + 1);   // softmax_grad has read tile it's bits
-        if (wg == 1 && it + 1 < niter && it + 1 >= 2) pp_full_sync((it + 1) % NB);   // tile it + 1 is in
+        // The producer's work after its softmax, not before: waiting there for warpgroup 1 to finish tile it - 1
+        // would hold warpgroup 0's softmax until warpgroup 1's group is done, and the two would run their softmax
+        // at once again. Here the wait ends when that group does, when the tensor cores could take the next anyway.
+        if (wg == 0) {   // tile it + 2 into the buffer tile it - 1 used, once both are done with it
+            if (it >= 1) bar_sync_n<PP_EMPTY, 256>();
+            if (it + 2 < niter) {
+                stage_qo(false, it + 2, (it + 2) % NB);
+                cp_async_commit();
+            }
+            if (it + 1 < niter && it + 1 >= 2) {   // tiles 0 and 1 came in with the prologue
+                if (it + 2 < niter) cp_async_wait<1>();
+                else cp_async_wait<0>();
+                fence_proxy_async();
+                bar_sync_n<PP_WG0, 128>();
+                pp_full_arrive((it + 1) % NB);
+            }
+        } else if (it + 1 < niter && it + 1 >= 2) {
+            pp_full_sync((it + 1) % NB);   // tile it + 1 is in
+        }
         pp_turn_begin(wg);
         wg_fence();
         if (active(it)) {   // B(it): dV += Pd^T dO, dK += dS^T q
@@ -2217,6 +2414,18 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             attention_forward_wgp<K, HS, NWG, FWD_WGP_STAGES, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
     }
 #define ATTN_FORWARD_WGP(BUILD, K, HS) ATTN_FORWARD_WGP_N(1, BUILD, K, HS) ATTN_FORWARD_WGP_N(2, BUILD, K, HS)
+// The forward's two warpgroups in ping-pong (attention_forward_wg_pp; gpu/attention.py's WG_FORWARD_PINGPONG):
+// attn_forward_wgpp2_<bf16r|f16r>_hs64, arguments as attn_forward_wg's; three k/v buffers and the block's q (64 KB of
+// shared memory). Bounded to two blocks an SM (128 registers: ptxas spills 4 bytes without dropout, the GPT-2
+// shapes', 60 with it); unbounded it took 186 registers and one block an SM.
+#define ATTN_FORWARD_WGPP(BUILD, K, HS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256, 2) attn_forward_wgpp2_##BUILD##_hs##HS(                  \
+        void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
+        u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward_wg_pp<K, HS, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);  \
+        else attention_forward_wg_pp<K, HS, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);            \
+    }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -2370,5 +2579,7 @@ ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
 ATTN_FORWARD_WGP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WGP(f16r, KIND_F16, 64)
+ATTN_FORWARD_WGPP(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_WGPP(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
