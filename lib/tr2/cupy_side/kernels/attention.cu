@@ -1197,7 +1197,9 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
 // stages) replace the block barrier, so one warpgroup's softmax runs while the other's group is on the tensor cores.
 // The arithmetic of each tile is attention_forward_wg's in its order (the mask, the row maxima, alpha, lrow and O
 // rescaled, the exponentials, the dropout, Pd rounded to the half type, then O += Pd v): the same bits
-// (tests/test_kernels_gpu.py, "forward_pingpong").
+// (tests/test_kernels_gpu.py, "forward_pingpong"). Its lines repeat attention_forward_wg's rather than share a
+// function with it: sharing one with attention_forward_wgp changed attention_forward_wg's machine code in the tenth
+// session, and that kernel is the one the char model runs.
 template <int K, int HS, bool DROP>
 __device__ void attention_forward_wg_pp(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
                                         int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
