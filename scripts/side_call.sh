@@ -3,7 +3,8 @@
 #   records  the carried record (eager-timed) moves to the baseline; this tree's record is rebuilt, timed in graphs,
 #            for SIDE_MODELS in bf16r, and copied to the variants .cache/oneside and .cache/noprio
 #   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the kernel tests of SIDE_TESTS (a
-#            pytest -k expression; default the products')
+#            pytest -k expression; default the products'), then those of SIDE_TESTS_LATE apart, under
+#            SIDE_TESTS_LATE_S seconds (default 150): a kernel that hangs stops only them
 #   gelu     scripts/gelu_bench.py: bf16 GELU by table against the computing kernels (bits, then time)
 #   bench    graph runs, one round each, bf16: this tree (as it runs by default; TR2_BENCH_CUPY_ENV="TR2_SIDE_STREAM=1"
 #            gives its runs the side stream, as calls 3-7 of results/h200-perf-20261201g had it) against
@@ -39,6 +40,12 @@ if [[ $STAGES == *,tests,* ]]; then
   timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
     -k "${SIDE_TESTS:-matmul or product or capture or peak or step}" >"$W/pytest.log" 2>&1
   echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head; tail -2 "$W/pytest.log"
+  if [ -n "${SIDE_TESTS_LATE:-}" ]; then   # tests that may hang (a new kernel's barriers): apart, under their own limit
+    timeout "${SIDE_TESTS_LATE_S:-150}" python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py \
+      -k "$SIDE_TESTS_LATE" >"$W/pytest_late.log" 2>&1
+    echo "== late kernel tests (exit $?, $(elapsed) s; 124: the limit stopped them)"
+    grep -E "^(FAILED|ERROR)" "$W/pytest_late.log" | head; tail -2 "$W/pytest_late.log"
+  fi
 fi
 if [[ $STAGES == *,gelu,* ]] && [ "$(left)" -gt 150 ]; then
   timeout 60 python3 scripts/gelu_bench.py "$W/gelu_bench.jsonl" 3 20 >"$W/gelu_bench.log" 2>&1
