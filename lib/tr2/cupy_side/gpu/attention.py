@@ -24,7 +24,7 @@ from . import WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_defi
 from . import dropout as _dropout
 from .cast import to_half
 from . import runtime
-from .runtime import NULL, f32, i32, launch, u32, u64
+from .runtime import NULL, i32, launch, u32
 
 FILE = "attention.cu"
 HEAD_SIZES = (32, 64)
@@ -98,10 +98,7 @@ def _shape(qkv, n_head: int):
     return B, T, C, hs
 
 
-def _dropout_args(p, seed, offset, offset_add):
-    use = 1 if p > 0.0 else 0
-    return (i32(use), u64(seed), u64(offset), NULL if offset_add is None else offset_add,
-            u32(_dropout.threshold(p) if use else 0), f32(_dropout.scale(p) if use else 1.0))
+_dropout_args = _dropout.kernel_args
 
 
 # The forward on warpgroup MMA (attention.cu's attention_forward_wg): the half builds under half roundings, head

@@ -24,6 +24,15 @@ def scale(p: float) -> np.float32:
     return np.float32(1.0 / (1.0 - p))
 
 
+def kernel_args(p: float, seed: int, offset: int, offset_add) -> tuple:
+    """The dropout arguments the fused kernels take (attention.cu, residual_layernorm.cu, embedding.cu), in their
+    order: (use, seed, offset, offset_add or NULL, threshold, scale); p = 0: use 0, threshold 0, scale 1, so the
+    generator is never run."""
+    use = 1 if p > 0.0 else 0
+    return (i32(use), u64(seed), u64(offset), NULL if offset_add is None else offset_add,
+            u32(threshold(p) if use else 0), f32(scale(p) if use else 1.0))
+
+
 def forward(x: "cp.ndarray", p: float, seed: int, offset: int, offset_add=None, x_kind: int = 0) -> "cp.ndarray":
     """y = x * keep / (1 - p), float32; x float32 or half bits (x_kind)."""
     if p == 0.0:

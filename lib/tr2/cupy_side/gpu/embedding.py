@@ -5,16 +5,10 @@ import numpy as np
 import cupy as cp
 
 from . import dropout as _dropout, kernel_define
-from .runtime import NULL, THREADS, blocks_for, f32, i32, launch, u32, u64
+from .runtime import THREADS, blocks_for, i32, launch
 
 FILE = "embedding.cu"
 ROWS = kernel_define(FILE, "EMB_ROWS")   # rows a block of the forward with dropout: a warp each
-
-
-def _drop_args(p: float, seed: int, offset: int, offset_add) -> tuple:
-    """dropout.cu's constants, so the masks and the scaling are dropout_apply's."""
-    return (u64(seed), u64(offset), NULL if offset_add is None else offset_add, u32(_dropout.threshold(p)),
-            f32(_dropout.scale(p)))
 
 
 def _aligned(n: int, *arrays) -> bool:
@@ -36,7 +30,7 @@ def forward(idx: "cp.ndarray", wte: "cp.ndarray", wpe: "cp.ndarray", p: float = 
     N = B * T
     kernel = "embedding_dropout_forward_v4" if C % 4 == 0 and _aligned(16, out, wte, wpe) else "embedding_dropout_forward"
     launch(FILE, kernel, (N + ROWS - 1) // ROWS, 32 * ROWS,
-           (out, idx, wte, wpe, i32(N), i32(T), i32(C)) + _drop_args(p, seed, offset, offset_add))
+           (out, idx, wte, wpe, i32(N), i32(T), i32(C)) + _dropout.kernel_args(p, seed, offset, offset_add)[1:])   # p > 0 here
     return out
 
 

@@ -9,15 +9,9 @@ import cupy as cp
 from . import REGISTER_ROW_SIZES, dropout as _dropout, layernorm
 from .halfbits import KIND_F32
 from .layernorm import ROWS_PER_BLOCK, rows_backward
-from .runtime import NULL, f32, i32, launch, u32, u64
+from .runtime import NULL, f32, i32, launch
 
 FILE = "residual_layernorm.cu"
-
-
-def _drop_args(p: float, seed: int, offset: int, offset_add) -> tuple:
-    """(drop, seed, offset, offset_add, threshold, scale): dropout.cu's constants, so the masks are its masks."""
-    return (i32(1 if p > 0.0 else 0), u64(seed), u64(offset), NULL if offset_add is None else offset_add,
-            u32(_dropout.threshold(p)), f32(_dropout.scale(p)))
 
 
 def forward(ctx, x: "cp.ndarray", b: "cp.ndarray", w: "cp.ndarray", eps: float, p: float, seed: int, offset: int,
@@ -34,7 +28,7 @@ def forward(ctx, x: "cp.ndarray", b: "cp.ndarray", w: "cp.ndarray", eps: float, 
         kernel = f"{kernel}_c{C}"
     launch(FILE, kernel, grid, 32 * ROWS_PER_BLOCK,
            (s, y, mean, rstd, x, b, w, i32(N), i32(C), f32(eps), i32(ctx.kind_of(b)), i32(ctx.kind_of(y)))
-           + _drop_args(p, seed, offset, offset_add))
+           + _dropout.kernel_args(p, seed, offset, offset_add))
     return s, y, mean, rstd
 
 
@@ -51,5 +45,5 @@ def backward(ctx, dy: "cp.ndarray", dskip, s: "cp.ndarray", w: "cp.ndarray", mea
                        lambda part: (ds, NULL if db is None else db, part, dy, NULL if dskip is None else dskip, s, w,
                                      mean, rstd, i32(N), i32(C), i32(ctx.kind_of(dy)),
                                      i32(KIND_F32 if db is None else ctx.kind_of(db)))
-                       + _drop_args(p, seed, offset, offset_add))
+                       + _dropout.kernel_args(p, seed, offset, offset_add))
     return ds, (ds if db is None else db), dw
