@@ -772,40 +772,47 @@ def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, overlap, p, monkeypatc
         exact(f"attention dqkv on wgmma run-to-run {tag}", r, dqkv)
 
 
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
-@pytest.mark.parametrize("nwg", [1, 2])
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_dkdv_row_dots_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
-    """The wgmma dK/dV kernel that computes the row dots D itself (WG_DKDV_ROW_DOTS, no attn_row_dots launch): dq,
-    dk and dv the bits of the form that reads D from attn_row_dots (row_dots_tile repeats its arithmetic; every
-    allocation poisoned, so a D it failed to compute shows), three runs identical, and within the type's
-    tolerance of the NumPy form."""
+def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch: str, what: str) -> None:
+    """The wgmma dK/dV kernel with attention.<switch> on gives the bits of the same kernel with it off: dq, dk and dv
+    (every allocation poisoned), three runs identical, and within the type's tolerance of the NumPy form. nwg
+    warpgroups a block; the other forms' switches off, ds_t's traffic evict-first (the forms are built so)."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
     monkeypatch.setattr(attention, "USE_WG_DKDV", True)
     monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
-    monkeypatch.setattr(attention, "WG_DKDV_OVERLAP", False)
-    monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)   # the DIN form's ds_t traffic
+    for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG"):
+        monkeypatch.setattr(attention, other, False)
+    monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)
     assert attention.uses_wg_dkdv(be.ctx, hs)
 
-    def backward(row_dots):
-        monkeypatch.setattr(attention, "WG_DKDV_ROW_DOTS", row_dots)
+    def backward(on):
+        monkeypatch.setattr(attention, switch, on)
         return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
 
     runs = [backward(True) for _ in range(3)]
-    separate = backward(False)
+    without = backward(False)
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} nwg={nwg} p={p}]"
-    exact(f"attention dqkv, D in the dK/dV kernel against attn_row_dots {tag}", runs[0], separate)
+    exact(f"attention dqkv, {what}, against the kernel without it {tag}", runs[0], without)
     for r in runs[1:]:
-        exact(f"attention dqkv, D in the dK/dV kernel, run-to-run {tag}", r, runs[0])
+        exact(f"attention dqkv, {what}, run-to-run {tag}", r, runs[0])
     rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
     C = H * hs
     for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
         if T > 1 or part == "dv":   # one key: dq and dk are rounding noise (test_attention says why)
-            check(f"attention {part}, D in the dK/dV kernel {tag}", runs[0][..., cols], rdqkv[..., cols], tol)
+            check(f"attention {part}, {what} {tag}", runs[0][..., cols], rdqkv[..., cols], tol)
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("nwg", [1, 2])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dkdv_row_dots_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
+    """The wgmma dK/dV kernel that computes the row dots D itself (WG_DKDV_ROW_DOTS, no attn_row_dots launch): the
+    bits of the form that reads D from attn_row_dots (row_dots_tile repeats its arithmetic; every allocation
+    poisoned, so a D it failed to compute shows)."""
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, "WG_DKDV_ROW_DOTS", "D in the dK/dV kernel")
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
@@ -813,34 +820,8 @@ def test_attention_dkdv_row_dots_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatc
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dkdv_pingpong_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     """The wgmma dK/dV kernel's two warpgroups in ping-pong (WG_DKDV_PINGPONG: turns to issue, three q/dO buffers,
-    named barriers instead of the block's): dq, dk and dv the bits of the two-warpgroup form it reschedules (every
-    allocation poisoned), three runs identical, and within the type's tolerance of the NumPy form."""
-    from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
-    monkeypatch.setattr(attention, "USE_WG_DKDV", True)
-    monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", 2)
-    monkeypatch.setattr(attention, "WG_DKDV_OVERLAP", False)
-    monkeypatch.setattr(attention, "WG_DKDV_ROW_DOTS", False)
-    monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)   # the ping-pong form's ds_t traffic
-    assert attention.uses_wg_dkdv(be.ctx, hs)
-
-    def backward(pingpong):
-        monkeypatch.setattr(attention, "WG_DKDV_PINGPONG", pingpong)
-        return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
-
-    runs = [backward(True) for _ in range(3)]
-    plain = backward(False)
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p}]"
-    exact(f"attention dqkv, dK/dV in ping-pong against the two-warpgroup form {tag}", runs[0], plain)
-    for r in runs[1:]:
-        exact(f"attention dqkv, dK/dV in ping-pong, run-to-run {tag}", r, runs[0])
-    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-    C = H * hs
-    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
-        if T > 1 or part == "dv":   # one key: dq and dk are rounding noise (test_attention says why)
-            check(f"attention {part}, dK/dV in ping-pong {tag}", runs[0][..., cols], rdqkv[..., cols], tol)
+    named barriers instead of the block's): the bits of the two-warpgroup form it reschedules."""
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "WG_DKDV_PINGPONG", "dK/dV in ping-pong")
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
