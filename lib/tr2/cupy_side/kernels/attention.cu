@@ -753,6 +753,19 @@ template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" ::"r"(a[n][e]) : "memory");
 }
 
+// Accumulators (the m64 C layout: register n holds columns 8n.., e its four elements) as wgmma A fragments in the
+// half type K, k16 slice by slice (c_to_a's half case): how every wgmma kernel hands P, Pd or dS to its next product.
+template <int K, int NT>
+__device__ __forceinline__ void pack_a(u32 (&a)[NT / 2][4], const float (&v)[NT][4]) {
+#pragma unroll
+    for (int k16 = 0; k16 < NT / 2; ++k16) {
+        a[k16][0] = pack2<K>(v[2 * k16][0], v[2 * k16][1]);
+        a[k16][1] = pack2<K>(v[2 * k16][2], v[2 * k16][3]);
+        a[k16][2] = pack2<K>(v[2 * k16 + 1][0], v[2 * k16 + 1][1]);
+        a[k16][3] = pack2<K>(v[2 * k16 + 1][2], v[2 * k16 + 1][3]);
+    }
+}
+
 #define WG_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
                "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define WG_D32_ARGS(d)                                                                                         \
@@ -926,13 +939,7 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
                 for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
         }
         u32 pf[NT / 2][4];   // Pd as A fragments, rounded to the half type (c_to_a's half case)
-#pragma unroll
-        for (int k16 = 0; k16 < NT / 2; ++k16) {
-            pf[k16][0] = pack2<K>(s[2 * k16][0], s[2 * k16][1]);
-            pf[k16][1] = pack2<K>(s[2 * k16][2], s[2 * k16][3]);
-            pf[k16][2] = pack2<K>(s[2 * k16 + 1][0], s[2 * k16 + 1][1]);
-            pf[k16][3] = pack2<K>(s[2 * k16 + 1][2], s[2 * k16 + 1][3]);
-        }
+        pack_a<K, NT>(pf, s);
         wg_fence();
 #pragma unroll
         for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
@@ -1121,13 +1128,7 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
                 o[n][2 * r] *= alpha[r];
                 o[n][2 * r + 1] *= alpha[r];
             }
-#pragma unroll
-        for (int k16 = 0; k16 < NT / 2; ++k16) {   // c_to_a's half case, as attention_forward_wg packs
-            pf[k16][0] = pack2<K>(s[2 * k16][0], s[2 * k16][1]);
-            pf[k16][1] = pack2<K>(s[2 * k16][2], s[2 * k16][3]);
-            pf[k16][2] = pack2<K>(s[2 * k16 + 1][0], s[2 * k16 + 1][1]);
-            pf[k16][3] = pack2<K>(s[2 * k16 + 1][2], s[2 * k16 + 1][3]);
-        }
+        pack_a<K, NT>(pf, s);   // as attention_forward_wg packs
     };
 
     // tile 0: its scores and Pd_0, nothing else in flight
@@ -1320,13 +1321,7 @@ __device__ void attention_forward_wg_pp(void* __restrict__ out, float* __restric
 #pragma unroll
                     for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
             }
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16) {   // Pd as A fragments, rounded to the half type
-                pf[k16][0] = pack2<K>(s[2 * k16][0], s[2 * k16][1]);
-                pf[k16][1] = pack2<K>(s[2 * k16][2], s[2 * k16][3]);
-                pf[k16][2] = pack2<K>(s[2 * k16 + 1][0], s[2 * k16 + 1][1]);
-                pf[k16][3] = pack2<K>(s[2 * k16 + 1][2], s[2 * k16 + 1][3]);
-            }
+            pack_a<K, NT>(pf, s);   // Pd as A fragments, rounded to the half type
         }
         if (kb + 1 <= last && active(kb + 1)) draw_keep(kb + 1);
         // the producer's work after the softmax (attention_backward_dkdv_wg_pp says why)
@@ -2124,17 +2119,8 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
                 store_ds();
             }
             u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16) {
-                pf[k16][0] = pack2<K>(p[0][2 * k16][0], p[0][2 * k16][1]);
-                pf[k16][1] = pack2<K>(p[0][2 * k16][2], p[0][2 * k16][3]);
-                pf[k16][2] = pack2<K>(p[0][2 * k16 + 1][0], p[0][2 * k16 + 1][1]);
-                pf[k16][3] = pack2<K>(p[0][2 * k16 + 1][2], p[0][2 * k16 + 1][3]);
-                df[k16][0] = pack2<K>(ds[0][2 * k16][0], ds[0][2 * k16][1]);
-                df[k16][1] = pack2<K>(ds[0][2 * k16][2], ds[0][2 * k16][3]);
-                df[k16][2] = pack2<K>(ds[0][2 * k16 + 1][0], ds[0][2 * k16 + 1][1]);
-                df[k16][3] = pack2<K>(ds[0][2 * k16 + 1][2], ds[0][2 * k16 + 1][3]);
-            }
+            pack_a<K, NT>(pf, p[0]);
+            pack_a<K, NT>(df, ds[0]);
             wg_fence();
 #pragma unroll
             for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: k16 slice = queries 16 k16.., row groups 2 k16, +1
@@ -2300,17 +2286,8 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             softmax_grad<false, DROP, 1, NT>(p, ds, edge_of(qt), T, c, drop, keep, coords);
             store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
                                              sdS + warp * 16 * LDS, ds, lane);
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16) {
-                pf[k16][0] = pack2<K>(p[0][2 * k16][0], p[0][2 * k16][1]);
-                pf[k16][1] = pack2<K>(p[0][2 * k16][2], p[0][2 * k16][3]);
-                pf[k16][2] = pack2<K>(p[0][2 * k16 + 1][0], p[0][2 * k16 + 1][1]);
-                pf[k16][3] = pack2<K>(p[0][2 * k16 + 1][2], p[0][2 * k16 + 1][3]);
-                df[k16][0] = pack2<K>(ds[0][2 * k16][0], ds[0][2 * k16][1]);
-                df[k16][1] = pack2<K>(ds[0][2 * k16][2], ds[0][2 * k16][3]);
-                df[k16][2] = pack2<K>(ds[0][2 * k16 + 1][0], ds[0][2 * k16 + 1][1]);
-                df[k16][3] = pack2<K>(ds[0][2 * k16 + 1][2], ds[0][2 * k16 + 1][3]);
-            }
+            pack_a<K, NT>(pf, p[0]);
+            pack_a<K, NT>(df, ds[0]);
         }
         if (it + 1 < niter && active(it + 1)) draw_keep(it + 1);   // softmax_grad has read tile it's bits
         // The producer's work after its softmax, not before: waiting there for warpgroup 1 to finish tile it - 1
