@@ -15,6 +15,11 @@
 #   variants scripts/attention_backward_variants.py: the backward's forms (ds against ds64 among them) in one process
 #   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, pipelined wgmma with one and
 #            two warpgroups; TR2_FWD_VARIANTS limits them) in one process, before the bench
+#   ncu      Nsight Compute on the attention kernels of one forward and backward (scripts/attention_ncu.py, the
+#            second pass: forward, row dots, dK/dV, dQ) for each MODEL:DTYPE:HR[:VARIANT] of SIDE_NCU (default
+#            gpt2-small:bfloat16:1 gpt2-small:bfloat16:1:pp); VARIANT names .cache/variants/VARIANT, whose bench.env
+#            sets the run's environment (its lib is not used: the kernels are this tree's). Speed of light, pipes,
+#            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
 #   profile  torch.profiler over steps 101-130 of the cupy side (graph, bf16, half roundings) of SIDE_PROFILE (default
 #            nanogpt) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
@@ -62,6 +67,26 @@ fi
 if [[ $STAGES == *,probe,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 90 python3 scripts/probes/tma_wgmma_probe.py --out "$W/tma_wgmma_probe.jsonl" >"$W/tma_wgmma_probe.log" 2>&1
   echo "== tma/wgmma probe (exit $?, $(elapsed) s)"; grep -E "PASS|FAIL" "$W/tma_wgmma_probe.log" | tail -12
+fi
+if [[ $STAGES == *,ncu,* ]]; then
+  pipes="regex:sm__pipe_tensor_op_.*_cycles_active\.avg\.pct_of_peak_sustained_active,sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active"
+  pipes+=",l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
+  pipes+=",l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
+  pipes+=",smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+  for spec in ${SIDE_NCU:-gpt2-small:bfloat16:1 gpt2-small:bfloat16:1:pp}; do
+    [ "$(left)" -gt 90 ] || break
+    IFS=: read -r model dtype hr variant <<<"$spec"
+    tag=$model-$dtype-$hr${variant:+-$variant}
+    envs=()
+    [ -n "$variant" ] && read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
+    env "${envs[@]}" timeout $(( $(left) - 60 < 150 ? $(left) - 60 : 150 )) ncu --clock-control none -k regex:attn_ \
+      --launch-skip 4 --launch-count 4 --section SpeedOfLight --section WarpStateStats --section Occupancy \
+      --section LaunchStats --section SchedulerStats --metrics "$pipes" \
+      python3 scripts/attention_ncu.py "$model" "$dtype" "$hr" >"$W/ncu-$tag.txt" 2>&1
+    echo "== ncu $tag (exit $?, $(elapsed) s; ${envs[*]:-default forms})"
+    grep -E "^  attn_|Duration|tensor_op_gmma|tensor_op_hmma.*pct|bank_conflicts|No Eligible|Registers Per|Achieved Occ" \
+      "$W/ncu-$tag.txt" | head -60
+  done
 fi
 if [[ $STAGES == *,fwd,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 120 python3 scripts/attention_forward_variants.py "$W/fwd.jsonl" 3 20 >"$W/fwd.log" 2>&1

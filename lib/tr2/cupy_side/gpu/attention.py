@@ -130,8 +130,8 @@ FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")
 # The forward's two warpgroups in ping-pong (attention.cu's attention_forward_wg_pp, attn_forward_wgpp2_): turns to
 # issue, a tile's Pd v with the next tile's scores in one group, three k/v buffers, no block barrier a tile; the
 # same bits as attention_forward_wg (tests/test_kernels_gpu.py, "forward_pingpong"). On, rows over 256 take it (those
-# of at most 256 keep attn_forward_wg1_). Written in the eleventh session after its device time was spent: NOT run
-# on a GPU, off until its test has passed and scripts/attention_forward_variants.py ("wgpp2") has timed it.
+# of at most 256 keep attn_forward_wg1_). Its test passed in call 1 of results/h200-perf-20261202c, and it is slower
+# there (ms a layer alone, bf16): gpt2-small 0.0805 and gpt2-medium 0.1021 against mma.sync's 0.0656 and 0.0832: off.
 WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 
 
@@ -250,8 +250,9 @@ WG_DKDV_ROW_DOTS = bool(kernel_switch("TR2_ATTN_WG_DKDV_ROW_DOTS", 0))
 # a tile's dV and dK with the next tile's S^T and dPd^T in one group and runs its softmax gradient while the other's
 # group runs, the two taking turns to issue; three q/dO buffers, no block-wide barrier a tile. The same arithmetic,
 # so the same bits (tests/test_kernels_gpu.py, "dkdv_pingpong"). Where two warpgroups run (rows over 256, or
-# TR2_ATTN_WG_DKDV_NWG=2). Written in the eleventh session after its device time was spent: NOT run on a GPU, off
-# until its test has passed and scripts/attention_backward_variants.py ("wg2p") has timed it.
+# TR2_ATTN_WG_DKDV_NWG=2). Its test passed in call 1 of results/h200-perf-20261202c, and it is slower there (the whole
+# backward, ms a layer alone, bf16): gpt2-small wg2p 0.2533 and gpt2-medium 0.3253 against wg2's 0.2084 and 0.2657:
+# off.
 WG_DKDV_PINGPONG = bool(kernel_switch("TR2_ATTN_WG_DKDV_PINGPONG", 0))
 
 

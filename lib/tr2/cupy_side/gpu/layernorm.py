@@ -16,8 +16,9 @@ register_rows = True        # the models' widths hold a row in registers (REGIST
 # TR2_LN_FINAL_IN_KERNEL=1 in the environment turns it on for a run (a bench variant).
 FINAL_IN_KERNEL = bool(kernel_switch("TR2_LN_FINAL_IN_KERNEL", 0))
 # On: residual_layernorm's register-row backward loads dskip's row with dy's and s's, before the row's means
-# (residual_layernorm_backward_c<C>_pf; the same bits). Written in the eleventh session after its device time was
-# spent: NOT run on a GPU, off until the bit tests ("residual_layernorm") have passed with it and the step is timed.
+# (residual_layernorm_backward_c<C>_pf; the same bits). Its bit tests passed in call 1 of results/h200-perf-20261202c,
+# and the step did not gain in call 2 (ms, one round, off / on: nanogpt 4.28 / 4.33, gpt2-small 16.55 / 16.52,
+# gpt2-medium 43.12 / 43.27): off.
 PREFETCH_SKIP = bool(kernel_switch("TR2_LN_BWD_PREFETCH", 0))
 
 
