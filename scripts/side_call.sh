@@ -3,7 +3,8 @@
 #   records  the carried record (eager-timed) moves to the baseline; this tree's record is rebuilt, timed in graphs,
 #            for SIDE_MODELS in bf16r, and copied to the variants .cache/oneside and .cache/noprio
 #   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the kernel tests of SIDE_TESTS (a
-#            pytest -k expression; default the products'), then those of SIDE_TESTS_LATE apart, under
+#            pytest -k expression; default the products'; SIDE_GRAPH_TESTS_S and SIDE_TESTS_S their limits, default
+#            300 and 240 s), then those of SIDE_TESTS_LATE apart, under
 #            SIDE_TESTS_LATE_S seconds (default 150): a kernel that hangs stops only them
 #   gelu     scripts/gelu_bench.py: bf16 GELU by table against the computing kernels (bits, then time)
 #   bench    graph runs, one round each, bf16: this tree (as it runs by default; TR2_BENCH_CUPY_ENV="TR2_SIDE_STREAM=1"
@@ -21,8 +22,8 @@
 #            sets the run's environment (its lib is not used: the kernels are this tree's). Speed of light, pipes,
 #            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
-#   profile  torch.profiler over steps 101-130 of the cupy side (graph, bf16, half roundings) of SIDE_PROFILE (default
-#            nanogpt) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
+#   profile  torch.profiler over steps 101-130 of the cupy side (graph, half roundings) of SIDE_PROFILE (MODEL or
+#            MODEL:DTYPE, default nanogpt in bfloat16) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
 #            profile-MODEL.txt (scripts/kernel_list.py), the profile.json beside
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
 #   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
@@ -40,9 +41,9 @@ if [[ $STAGES == *,records,* ]]; then
   (cd .cache && tar czf "$OUT/records.tgz" products products-eager)
 fi
 if [[ $STAGES == *,tests,* ]]; then
-  timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1
+  timeout "${SIDE_GRAPH_TESTS_S:-300}" python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1
   echo "== graph tests (exit $?, $(elapsed) s)"; grep -E "vs|passed|failed" "$W/pytest_graph.log" | tail -12
-  timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
+  timeout "${SIDE_TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
     -k "${SIDE_TESTS:-matmul or product or capture or peak or step}" >"$W/pytest.log" 2>&1
   echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head; tail -2 "$W/pytest.log"
   if [ -n "${SIDE_TESTS_LATE:-}" ]; then   # tests that may hang (a new kernel's barriers): apart, under their own limit
@@ -93,14 +94,17 @@ if [[ $STAGES == *,fwd,* ]] && [ "$(left)" -gt 60 ]; then
   echo "== attention forward kernels (exit $?, $(elapsed) s)"; tail -12 "$W/fwd.log"
 fi
 if [[ $STAGES == *,profile,* ]]; then
-  for model in ${SIDE_PROFILE:-nanogpt}; do
+  for spec in ${SIDE_PROFILE:-nanogpt}; do   # MODEL or MODEL:DTYPE (default bfloat16)
     [ "$(left)" -gt 120 ] || break
-    timeout 150 python3 -m tr2.profile_run --window 100 130 --out "$W/prof-$model" --model "$model" --dtype bfloat16 \
+    IFS=: read -r model dtype <<<"$spec"
+    dtype=${dtype:-bfloat16}
+    name=$model$([ "$dtype" = bfloat16 ] || echo "-$dtype")
+    timeout 150 python3 -m tr2.profile_run --window 100 130 --out "$W/prof-$name" --model "$model" --dtype "$dtype" \
       --device cuda --steps 130 --seed 1337 --eval-interval 0 --log-interval 10 --side cupy --half-roundings \
-      --cuda-graph >"$W/prof-$model.log" 2>&1
-    echo "== profile $model (exit $?, $(elapsed) s)"
-    cp "$W/prof-$model/profile.json" "$W/profile-$model.json" 2>/dev/null
-    python3 scripts/kernel_list.py "$W/profile-$model.json" >"$W/profile-$model.txt" 2>&1 && head -12 "$W/profile-$model.txt"
+      --cuda-graph >"$W/prof-$name.log" 2>&1
+    echo "== profile $name (exit $?, $(elapsed) s)"
+    cp "$W/prof-$name/profile.json" "$W/profile-$name.json" 2>/dev/null
+    python3 scripts/kernel_list.py "$W/profile-$name.json" >"$W/profile-$name.txt" 2>&1 && head -12 "$W/profile-$name.txt"
   done
 fi
 L=$(( $(left) - ${SIDE_AFTER_BENCH_S:-0} ))

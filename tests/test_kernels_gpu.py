@@ -895,11 +895,15 @@ def test_gelu_refuses_an_array_off_16_bytes():
         be.gelu_forward(x)
 
 
-# bfloat16 GELU by table (gelu.cu's *_bf16_table kernels) against the computing kernels, bit for bit.
-# Specials: zeros, infs, NaNs (one with a payload), denormals, 2^-24 and 16 (the table's ends) with their
-# neighbours, and 1.
+# bfloat16 and float16 GELU by table (gelu.cu's *_bf16_table and *_f16_table kernels) against the computing kernels,
+# bit for bit. Specials: zeros, infs, NaNs (one with a payload), denormals, the tables' ends (bf16 2^-24 and 16, f16
+# 2^-8 and 8) with their neighbours, and 1.
 BF16_SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8001, 0x3380, 0x337F, 0x4180,
                           0x417F, 0xC180, 0xC17F, 0x3F80], dtype=np.uint16)
+F16_SPECIALS = np.array([0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE01, 0x0001, 0x8001, 0x1C00, 0x1BFF, 0x4800,
+                         0x47FF, 0xC800, 0xC7FF, 0x3C00], dtype=np.uint16)
+BF16, F16 = halfbits.KIND_BF16, halfbits.KIND_F16
+GELU_TABLE_KINDS = {BF16: ("bfloat16", BF16_SPECIALS), F16: ("float16", F16_SPECIALS)}
 
 
 def _bits(a) -> np.ndarray:
@@ -908,74 +912,89 @@ def _bits(a) -> np.ndarray:
     return h.view(np.uint32) if h.dtype == np.float32 else h
 
 
-def _every_bf16_code() -> np.ndarray:
-    """All 65536 codes, then seven more, so that the kernels' tails (n % 8 one a thread) see specials too."""
-    return np.concatenate([np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), BF16_SPECIALS[:7]])
+def _every_code(kind: int) -> np.ndarray:
+    """All 65536 codes, then seven more specials of the half kind, so that the kernels' tails (n % 8 one a thread)
+    see specials too."""
+    return np.concatenate([np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), GELU_TABLE_KINDS[kind][1][:7]])
 
 
 def _in_kind(values: np.ndarray, kind: int) -> "cp.ndarray":
     return dev(values.astype(np.float32) if kind == halfbits.KIND_F32 else halfbits.to_bits(values, kind))
 
 
-def _gelu_launch(by_table: bool, x, dy=None, dy_kind=halfbits.KIND_BF16, dx_kind=halfbits.KIND_BF16):
-    """The forward (dy None) or the backward of bf16 x, by table or by the computing kernel, into a fresh
-    (poisoned) array."""
+def _gelu_launch(kind: int, by_table: bool, x, dy=None, dy_kind=None, dx_kind=None):
+    """The forward (dy None) or the backward of x of half kind `kind`, by table or by the computing kernel, into a
+    fresh (poisoned) array; dy and dx of kind `kind` where their kinds are not given."""
     from tr2.cupy_side.gpu import gelu
-    bf16 = halfbits.KIND_BF16
+    dy_kind = kind if dy_kind is None else dy_kind
+    dx_kind = kind if dx_kind is None else dx_kind
     if dy is None:
         y = cp.empty(x.shape, dtype=np.uint16)
-        gelu.launch_forward(y, x, bf16, bf16, by_table=by_table)
+        gelu.launch_forward(y, x, kind, kind, by_table=by_table)
         return y
     dx = cp.empty(x.shape, dtype=np.float32 if dx_kind == halfbits.KIND_F32 else np.uint16)
-    gelu.launch_backward(dx, dy, x, dy_kind, bf16, dx_kind, by_table=by_table)
+    gelu.launch_backward(dx, dy, x, dy_kind, kind, dx_kind, by_table=by_table)
     return dx
 
 
-def test_gelu_table_forward_is_the_computing_kernel_on_every_bf16_code():
-    gpu_backend("bfloat16")   # builds the tables, eagerly
-    x = dev(_every_bf16_code())
-    exact("gelu forward, table = computing, every bf16 code", _bits(_gelu_launch(True, x)),
-          _bits(_gelu_launch(False, x)))
+@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+def test_gelu_table_forward_is_the_computing_kernel_on_every_code(kind):
+    name = GELU_TABLE_KINDS[kind][0]
+    gpu_backend(name)   # builds the tables, eagerly
+    x = dev(_every_code(kind))
+    exact(f"gelu forward, table = computing, every {name} code", _bits(_gelu_launch(kind, True, x)),
+          _bits(_gelu_launch(kind, False, x)))
 
 
-@pytest.mark.parametrize("dx_kind", [halfbits.KIND_BF16, halfbits.KIND_F32], ids=["dx_bf16", "dx_f32"])
-@pytest.mark.parametrize("dy_kind", [halfbits.KIND_BF16, halfbits.KIND_F32], ids=["dy_bf16", "dy_f32"])
-def test_gelu_table_backward_is_the_computing_kernel_on_every_bf16_code(dy_kind, dx_kind):
-    gpu_backend("bfloat16")
-    codes = _every_bf16_code()
+@pytest.mark.parametrize("dx_f32", [False, True], ids=["dx_half", "dx_f32"])
+@pytest.mark.parametrize("dy_f32", [False, True], ids=["dy_half", "dy_f32"])
+@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+def test_gelu_table_backward_is_the_computing_kernel_on_every_code(kind, dy_f32, dx_f32):
+    """dy and dx in x's half kind or float32 (the kinds a half build hands the backward)."""
+    name = GELU_TABLE_KINDS[kind][0]
+    gpu_backend(name)
+    dy_kind = halfbits.KIND_F32 if dy_f32 else kind
+    dx_kind = halfbits.KIND_F32 if dx_f32 else kind
+    codes = _every_code(kind)
     x = dev(codes)
     g = gen(2024)
     n = codes.size
     dys = {"1": np.ones(n, np.float32), "-1": -np.ones(n, np.float32), "0.3": np.full(n, 0.3, np.float32),
            "-7.5e-6": np.full(n, -7.5e-6, np.float32), "3e4": np.full(n, 3e4, np.float32),
-           "every bf16 value": halfbits.bf16_bits_to_f32(g.permutation(codes)),   # inf and NaN among them
+           f"every {name} value": halfbits.from_bits(g.permutation(codes), kind),   # inf and NaN among them
            "spread": (g.standard_normal(n) * np.exp2(g.integers(-30, 30, n))).astype(np.float32)}
-    for name, values in dys.items():
+    for what, values in dys.items():
         dy = _in_kind(values, dy_kind)
-        exact(f"gelu backward, table = computing, every bf16 code, dy {name} [dy kind {dy_kind}, dx kind {dx_kind}]",
-              _bits(_gelu_launch(True, x, dy, dy_kind, dx_kind)), _bits(_gelu_launch(False, x, dy, dy_kind, dx_kind)))
+        exact(f"gelu backward, table = computing, every {name} code, dy {what} [dy kind {dy_kind}, dx kind {dx_kind}]",
+              _bits(_gelu_launch(kind, True, x, dy, dy_kind, dx_kind)),
+              _bits(_gelu_launch(kind, False, x, dy, dy_kind, dx_kind)))
 
 
 @pytest.mark.parametrize("shape", [(1,), (7, 33), (5, 1539), (3, 100_003), (4096, 3072)])
-def test_gelu_table_on_activations_is_the_computing_kernel_three_times(shape):
-    """Through the backend (bfloat16 with half roundings: x, dy and the outputs bf16), with specials sprinkled over
-    random activations so that groups of eight take the computing path at random places, the tail among them."""
-    be = gpu_backend("bfloat16", False, True)
+@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, shape):
+    """Through the backend (the half build with half roundings: x, dy and the outputs in the half type), with specials
+    sprinkled over random activations so that groups of eight take the computing path at random places, the tail
+    among them."""
+    name, specials = GELU_TABLE_KINDS[kind]
+    be = gpu_backend(name, False, True)
     g = gen(int(np.prod(shape)) + 3)
-    x = halfbits.to_bits(randn(g, *shape, scale=3.0), halfbits.KIND_BF16)
+    x = halfbits.to_bits(randn(g, *shape, scale=3.0), kind)
     flat = x.reshape(-1)
     at = g.choice(flat.size, size=1 + flat.size // 1000, replace=False)
-    flat[at] = g.choice(BF16_SPECIALS, size=at.size)
-    flat[-1] = g.choice(BF16_SPECIALS)
-    xd, dyd = dev(x), _in_kind(randn(g, *shape), halfbits.KIND_BF16)
-    want_y, want_dx = _bits(_gelu_launch(False, xd)), _bits(_gelu_launch(False, xd, dyd))
+    flat[at] = g.choice(specials, size=at.size)
+    flat[-1] = g.choice(specials)
+    xd, dyd = dev(x), _in_kind(randn(g, *shape), kind)
+    want_y, want_dx = _bits(_gelu_launch(kind, False, xd)), _bits(_gelu_launch(kind, False, xd, dyd))
     for run in range(3):
-        exact(f"gelu forward by table, run {run} = computing {shape}", _bits(be.gelu_forward(xd)), want_y)
-        exact(f"gelu backward by table, run {run} = computing {shape}", _bits(be.gelu_backward(dyd, xd)), want_dx)
+        exact(f"{name} gelu forward by table, run {run} = computing {shape}", _bits(be.gelu_forward(xd)), want_y)
+        exact(f"{name} gelu backward by table, run {run} = computing {shape}", _bits(be.gelu_backward(dyd, xd)),
+              want_dx)
 
 
-def test_gelu_takes_the_table_for_bf16_only(monkeypatch):
-    """Which kernels each build's activations take: float16 and float32 stay on the computing kernels."""
+def test_gelu_takes_the_table_for_the_half_types(monkeypatch):
+    """Which kernels each build's activations take: bfloat16 and float16 their tables, float32 the computing
+    kernels."""
     from tr2.cupy_side.gpu import gelu
     backends = {dtype: gpu_backend(dtype) for dtype in ("bfloat16", "float16", "float32")}   # tables built before
     launched = []
@@ -985,10 +1004,24 @@ def test_gelu_takes_the_table_for_bf16_only(monkeypatch):
     for dtype, be in backends.items():
         x = dev(ones) if dtype == "float32" else dev(halfbits.to_bits(ones, halfbits.KINDS[dtype]))
         be.gelu_backward(be.gelu_forward(x), x)
-    assert launched == ["gelu_forward_bf16_table", "gelu_backward_bf16_table"] + ["gelu_forward", "gelu_backward"] * 2
+    assert launched == ["gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_table",
+                        "gelu_backward_f16_table", "gelu_forward", "gelu_backward"]
 
 
-def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch):
+def test_gelu_by_table_refuses_float32():
+    from tr2.cupy_side.gpu import gelu
+    f32 = halfbits.KIND_F32
+    x, y = cp.zeros(8, np.float32), cp.empty(8, np.float32)
+    with pytest.raises(ValueError, match="gelu_forward by table: .*bfloat16 or float16"):
+        gelu.launch_forward(y, x, f32, f32, by_table=True)
+    with pytest.raises(ValueError, match="gelu_forward by table"):   # a half x into a float32 y has no table either
+        gelu.launch_forward(y, cp.zeros(8, np.uint16), F16, f32, by_table=True)
+    with pytest.raises(ValueError, match="gelu_backward by table: .*bfloat16 or float16"):
+        gelu.launch_backward(y, x, x, f32, f32, f32, by_table=True)
+
+
+@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch, kind):
     """A first use inside a capture would record the build into the graph and leave the tables empty until a
     replay: refused (CudaBackend builds them at its construction, so a step never meets this)."""
     from tr2.cupy_side.gpu import gelu
@@ -998,20 +1031,21 @@ def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch):
     with stream:
         stream.begin_capture()
         try:
-            with pytest.raises(RuntimeError, match="capture"):
-                gelu.tables()
+            with pytest.raises(RuntimeError, match=f"{GELU_TABLE_KINDS[kind][0]} tables .* capture"):
+                gelu.tables(kind)
             gelu.launch_forward(y, x, halfbits.KIND_F32, halfbits.KIND_F32)   # the graph is not left empty
         finally:
             stream.end_capture()
     assert gelu._tables == {}
 
 
-def test_gelu_table_kernels_replay_in_a_cuda_graph():
+@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+def test_gelu_table_kernels_replay_in_a_cuda_graph(kind):
     from tr2.cupy_side.gpu.graph import StepGraph
-    be = gpu_backend("bfloat16", False, True)
+    be = gpu_backend(GELU_TABLE_KINDS[kind][0], False, True)
     g = gen(31)
-    x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), halfbits.KIND_BF16))
-    dy = dev(halfbits.to_bits(randn(g, 333, 1536), halfbits.KIND_BF16))
+    x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), kind))
+    dy = dev(halfbits.to_bits(randn(g, 333, 1536), kind))
     eager_y, eager_dx = _bits(be.gelu_forward(x)), _bits(be.gelu_backward(dy, x))
     cp.cuda.Device().synchronize()   # the graph's stream does not wait for the default stream
     step = StepGraph(lambda: (be.gelu_forward(x), be.gelu_backward(dy, x)))

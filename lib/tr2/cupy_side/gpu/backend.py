@@ -87,8 +87,8 @@ class CudaBackend:
         self._staging = Staging()
         self._peak = PeakTracker.install()
         compile_all()          # every kernel built (or loaded from CuPy's cache) before the first step
-        if dtype == "bfloat16":
-            _gelu.tables()     # GELU's bfloat16 tables filled now, eagerly: never first inside a captured step
+        if self.ctx.half:
+            _gelu.tables(self.ctx.kind)   # GELU's half tables filled now, eagerly: never first inside a captured step
         self.ctx.cublas        # the cuBLAS handle and its workspace, before the first step
 
     def __repr__(self):

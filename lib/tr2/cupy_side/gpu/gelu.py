@@ -1,28 +1,51 @@
 """Wrapper of kernels/gelu.cu (exact erf GELU).
 
-bfloat16 inputs go through the table kernels (gelu.cu's header says why they pay and why their bits are the
-computing kernels'); float16 and float32 through the computing kernels, which also fill the tables.
+bfloat16 and float16 inputs go through the table kernels (gelu.cu's header says why they pay and why their bits
+are the computing kernels'); float32 through the computing kernels, which also fill the tables.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 import cupy as cp
 
 from . import gelu_table, kernel_define
-from .halfbits import KIND_BF16, KIND_F32
+from .halfbits import KIND_BF16, KIND_F16, KIND_F32
 from .runtime import THREADS, blocks_for, i32, i64, launch
 
 FILE = "gelu.cu"
 TABLE_THREADS = kernel_define(FILE, "GELU_TABLE_THREADS")
 TABLE_BLOCKS_PER_SM = kernel_define(FILE, "GELU_TABLE_BLOCKS_PER_SM")
+F16_TABLE_BLOCKS_PER_SM_FORWARD = kernel_define(FILE, "GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD")
+F16_TABLE_BLOCKS_PER_SM_BACKWARD = kernel_define(FILE, "GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD")
 
-# False: bfloat16 takes the computing kernels too (the reference the table kernels are tested against).
+# False: the half types take the computing kernels too (the reference the table kernels are tested against).
 USE_TABLE = True
 
-# device id -> (forward table: uint16 bf16 bits, backward table: float32 t), built once by `tables`
-_tables: dict[int, tuple["cp.ndarray", "cp.ndarray"]] = {}
+
+@dataclass(frozen=True)
+class TableKernels:
+    """One half type's table kernels and their launch: blocks an SM of the persistent grids; dynamic: the tables
+    sit in dynamic shared memory, sized by the launch (float16's backward table exceeds the 48 KB a block may
+    declare statically), with the largest carveout asked for so that the blocks an SM fit together."""
+    forward: str
+    backward: str
+    forward_blocks_per_sm: int
+    backward_blocks_per_sm: int
+    dynamic: bool
+
+
+TABLE_KERNELS = {
+    KIND_BF16: TableKernels("gelu_forward_bf16_table", "gelu_backward_bf16_table", TABLE_BLOCKS_PER_SM,
+                            TABLE_BLOCKS_PER_SM, False),
+    KIND_F16: TableKernels("gelu_forward_f16_table", "gelu_backward_f16_table", F16_TABLE_BLOCKS_PER_SM_FORWARD,
+                           F16_TABLE_BLOCKS_PER_SM_BACKWARD, True),
+}
+
+# (device id, kind) -> (forward table: uint16 half bits, backward table: float32 t), built once by `tables`
+_tables: dict[tuple[int, int], tuple["cp.ndarray", "cp.ndarray"]] = {}
 
 
 def _empty(ctx, shape):
@@ -47,61 +70,84 @@ def _sm_count(device: int) -> int:
     return int(cp.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
-def _table_blocks(n: int) -> int:
+def _table_blocks(n: int, blocks_per_sm: int) -> int:
     """A persistent grid: each block copies its table into shared memory once, so no more blocks than stay
-    resident together (GELU_TABLE_BLOCKS_PER_SM an SM; fewer where n is small)."""
-    resident = _sm_count(cp.cuda.Device().id) * TABLE_BLOCKS_PER_SM
+    resident together (blocks_per_sm an SM; fewer where n is small)."""
+    resident = _sm_count(cp.cuda.Device().id) * blocks_per_sm
     return blocks_for(max(n // 8, n % 8), TABLE_THREADS, resident)
 
 
-def tables() -> tuple["cp.ndarray", "cp.ndarray"]:
-    """This device's tables, filled at the first call by the computing kernels themselves: gelu_forward on the
-    tabulated codes, and gelu_backward on them with dy = 1 (1 * t is t exactly) into float32. The first call must
-    run eagerly (it copies the codes from the host): CudaBackend makes it in bfloat16 builds, before any step."""
-    device = cp.cuda.Device().id
-    built = _tables.get(device)
+def _table_launch(name: str, n: int, blocks_per_sm: int, table: "cp.ndarray", dynamic: bool, args) -> None:
+    shared = table.nbytes if dynamic else 0
+    launch(FILE, name, _table_blocks(n, blocks_per_sm), TABLE_THREADS, args, shared_mem=shared, prefer_shared=dynamic)
+
+
+def _kind_name(kind: int) -> str:
+    return {KIND_F32: "float32", KIND_BF16: "bfloat16", KIND_F16: "float16"}.get(kind, f"kind {kind}")
+
+
+def tables(kind: int = KIND_BF16) -> tuple["cp.ndarray", "cp.ndarray"]:
+    """This device's tables of half kind `kind`, filled at the first call by the computing kernels themselves:
+    gelu_forward on the tabulated codes, and gelu_backward on them with dy = 1 (1 * t is t exactly) into float32.
+    The first call must run eagerly (it copies the codes from the host): CudaBackend makes it in the half builds,
+    before any step."""
+    spec = gelu_table.spec(kind)
+    key = (cp.cuda.Device().id, kind)
+    built = _tables.get(key)
     if built is not None:
         return built
     if cp.cuda.get_current_stream().is_capturing():
-        raise RuntimeError("gelu: the bfloat16 tables are built at the first use, which must run eagerly, "
+        raise RuntimeError(f"gelu: the {spec.name} tables are built at the first use, which must run eagerly, "
                            "not inside a CUDA graph capture (run the step once first: gpu/graph.py's warmup)")
-    n = gelu_table.SIZE
-    codes = cp.asarray(gelu_table.table_codes())
+    n = spec.size
+    codes = cp.asarray(gelu_table.table_codes(kind))
     ones = cp.asarray(np.ones(n, dtype=np.float32))
     forward_table = cp.empty(n, dtype=np.uint16)
     backward_table = cp.empty(n, dtype=np.float32)
-    launch(FILE, "gelu_forward", _blocks(n), THREADS, (forward_table, codes, i64(n), i32(KIND_BF16), i32(KIND_BF16)))
+    launch(FILE, "gelu_forward", _blocks(n), THREADS, (forward_table, codes, i64(n), i32(kind), i32(kind)))
     launch(FILE, "gelu_backward", _blocks(n), THREADS,
-           (backward_table, ones, codes, i64(n), i32(KIND_F32), i32(KIND_BF16), i32(KIND_F32)))
-    _tables[device] = built = (forward_table, backward_table)
+           (backward_table, ones, codes, i64(n), i32(KIND_F32), i32(kind), i32(KIND_F32)))
+    _tables[key] = built = (forward_table, backward_table)
     return built
 
 
+def _allowed() -> str:
+    return " or ".join(_kind_name(k) for k in TABLE_KERNELS)
+
+
 def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, by_table: bool | None = None) -> None:
-    """y = gelu(x); by_table None: the table kernel wherever it applies (x and y bfloat16, USE_TABLE)."""
+    """y = gelu(x); by_table None: the table kernel wherever it applies (x and y of one half type with tables,
+    USE_TABLE)."""
     n = x.size
-    applies = x_kind == KIND_BF16 and y_kind == KIND_BF16
+    applies = x_kind == y_kind and x_kind in TABLE_KERNELS
     if by_table is None:
         by_table = USE_TABLE and applies
     elif by_table and not applies:
-        raise ValueError("gelu_forward_bf16_table: x and y must both be bfloat16")
+        raise ValueError(f"gelu_forward by table: x and y must be of one type with tables ({_allowed()}), not "
+                         f"{_kind_name(x_kind)} and {_kind_name(y_kind)}")
     if by_table:
-        launch(FILE, "gelu_forward_bf16_table", _table_blocks(n), TABLE_THREADS, (y, x, tables()[0], i64(n)))
+        k = TABLE_KERNELS[x_kind]
+        table = tables(x_kind)[0]
+        _table_launch(k.forward, n, k.forward_blocks_per_sm, table, k.dynamic, (y, x, table, i64(n)))
     else:
         launch(FILE, "gelu_forward", _blocks(n), THREADS, (y, x, i64(n), i32(x_kind), i32(y_kind)))
 
 
 def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind: int, x_kind: int, dx_kind: int,
                     by_table: bool | None = None) -> None:
-    """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x bfloat16, USE_TABLE)."""
+    """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x of a half type with tables,
+    USE_TABLE)."""
     n = x.size
+    applies = x_kind in TABLE_KERNELS
     if by_table is None:
-        by_table = USE_TABLE and x_kind == KIND_BF16
-    elif by_table and x_kind != KIND_BF16:
-        raise ValueError("gelu_backward_bf16_table: x must be bfloat16")
+        by_table = USE_TABLE and applies
+    elif by_table and not applies:
+        raise ValueError(f"gelu_backward by table: x must be {_allowed()}, not {_kind_name(x_kind)}")
     if by_table:
-        launch(FILE, "gelu_backward_bf16_table", _table_blocks(n), TABLE_THREADS,
-               (dx, dy, x, tables()[1], i64(n), i32(dy_kind), i32(dx_kind)))
+        k = TABLE_KERNELS[x_kind]
+        table = tables(x_kind)[1]
+        _table_launch(k.backward, n, k.backward_blocks_per_sm, table, k.dynamic,
+                      (dx, dy, x, table, i64(n), i32(dy_kind), i32(dx_kind)))
     else:
         launch(FILE, "gelu_backward", _blocks(n), THREADS,
                (dx, dy, x, i64(n), i32(dy_kind), i32(x_kind), i32(dx_kind)))

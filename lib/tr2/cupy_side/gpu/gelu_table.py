@@ -1,34 +1,75 @@
-"""Which bfloat16 codes gelu.cu's table kernels look up, and where: a NumPy transcription of gelu_table_index
-(kernels/gelu.cu), with the constants read from the source. Pure NumPy, no GPU: gpu/gelu.py uploads
-`table_codes()` to have the computing kernels fill the tables, and the CPU tests check the mapping.
+"""Which half codes gelu.cu's table kernels look up, and where: a NumPy transcription of gelu_table_index (bfloat16)
+and gelu_f16_table_index (float16) of kernels/gelu.cu, with the constants read from the source. Pure NumPy, no GPU:
+gpu/gelu.py uploads `table_codes(kind)` to have the computing kernels fill the tables, and the CPU tests check the
+mapping.
 
-A code's place is the code rotated left by one bit, (exponent << 8) | (mantissa << 1) | sign, less
-EXP_LOW << 8, in unsigned 32-bit arithmetic: codes below 2^-24 wrap past the table's end, so one compare
-(index < SIZE) tells a tabulated code, 2^-24 <= |x| < 16.
+A code's place is the code rotated left by one bit, (exponent << (m + 1)) | (mantissa << 1) | sign for a type of m
+mantissa bits, less the lowest tabulated exponent shifted alike, in unsigned 32-bit arithmetic: codes below the
+range wrap past the table's end, so one compare (index < size) tells a tabulated code: 2^-24 <= |x| < 16 in
+bfloat16, 2^-8 <= |x| < 8 in float16.
+
+The functions take the half kind (halfbits.KIND_BF16 or KIND_F16), bfloat16 where it is not given; EXP_LOW, EXP_END
+and SIZE are bfloat16's.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import kernel_define
+from .halfbits import KIND_BF16, KIND_F16
 
 FILE = "gelu.cu"
-EXP_LOW = kernel_define(FILE, "GELU_TABLE_EXP_LOW")   # biased exponent of 2^-24, the least tabulated magnitude
-EXP_END = kernel_define(FILE, "GELU_TABLE_EXP_END")   # biased exponent of 16, the first one left to the computing path
-SIZE = kernel_define(FILE, "GELU_TABLE_SIZE")
 
 
-def table_index(codes) -> np.ndarray:
-    """gelu_table_index of each bf16 code (uint16), as the device's uint32: SIZE or more where not tabulated."""
+@dataclass(frozen=True)
+class Spec:
+    """One half type's tables: biased exponents exp_low..exp_end-1 of both signs, size codes."""
+    name: str
+    exp_low: int
+    exp_end: int
+    size: int
+    mantissa_bits: int
+
+
+SPECS = {
+    KIND_BF16: Spec("bfloat16", kernel_define(FILE, "GELU_TABLE_EXP_LOW"), kernel_define(FILE, "GELU_TABLE_EXP_END"),
+                    kernel_define(FILE, "GELU_TABLE_SIZE"), 7),
+    KIND_F16: Spec("float16", kernel_define(FILE, "GELU_F16_TABLE_EXP_LOW"),
+                   kernel_define(FILE, "GELU_F16_TABLE_EXP_END"), kernel_define(FILE, "GELU_F16_TABLE_SIZE"), 10),
+}
+
+EXP_LOW = SPECS[KIND_BF16].exp_low   # biased exponent of 2^-24, the least tabulated bf16 magnitude
+EXP_END = SPECS[KIND_BF16].exp_end   # biased exponent of 16, the first one left to the computing path
+SIZE = SPECS[KIND_BF16].size
+
+
+def spec(kind: int) -> Spec:
+    try:
+        return SPECS[kind]
+    except KeyError:
+        raise ValueError(f"gelu tables: kind {kind}; tables exist for bfloat16 ({KIND_BF16}) and float16 "
+                         f"({KIND_F16})") from None
+
+
+def _offset(s: Spec) -> np.uint32:
+    return np.uint32(s.exp_low << (s.mantissa_bits + 1))
+
+
+def table_index(codes, kind: int = KIND_BF16) -> np.ndarray:
+    """The device's index of each code (uint16) of that kind, as its uint32: the size or more where not tabulated."""
+    s = spec(kind)
     c = np.asarray(codes, dtype=np.uint16).astype(np.uint32)
-    return (((c & 0x7FFF) << 1) | (c >> 15)) - np.uint32(EXP_LOW << 8)
+    return (((c & 0x7FFF) << 1) | (c >> 15)) - _offset(s)
 
 
-def tabulated(codes) -> np.ndarray:
-    return table_index(codes) < SIZE
+def tabulated(codes, kind: int = KIND_BF16) -> np.ndarray:
+    return table_index(codes, kind) < spec(kind).size
 
 
-def table_codes() -> np.ndarray:
-    """The bf16 code at each place of the tables (uint16, SIZE of them): the inverse of table_index."""
-    place = np.arange(SIZE, dtype=np.uint32) + np.uint32(EXP_LOW << 8)
+def table_codes(kind: int = KIND_BF16) -> np.ndarray:
+    """The code at each place of that kind's tables (uint16, its size of them): the inverse of table_index."""
+    s = spec(kind)
+    place = np.arange(s.size, dtype=np.uint32) + _offset(s)
     return ((place >> 1) | ((place & 1) << 15)).astype(np.uint16)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import cupy as cp
 
-from . import streams, tensors
+from . import runtime, streams, tensors
 
 
 class StepGraph:
@@ -48,7 +48,8 @@ class StepGraph:
         with self.stream, cp.cuda.using_allocator(self.malloc):
             self.stream.begin_capture()
             try:
-                out = self.body()
+                with runtime.capturing():
+                    out = self.body()
             except BaseException:
                 self.stream.end_capture()  # leave the stream out of capture mode; the graph is dropped
                 tensors.drop_unfilled()

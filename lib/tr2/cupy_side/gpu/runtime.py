@@ -4,12 +4,13 @@ Every launch goes to CuPy's current stream. Nothing here synchronizes with the h
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import numpy as np
 import cupy as cp
 
-from . import COMPILE_OPTIONS, cubins, kernel_files, load_source
+from . import COMPILE_OPTIONS, cubins, kernel_files, kernel_switch, load_source, pdl
 
 _modules: dict[str, "cp.RawModule"] = {}
 _functions: dict[tuple[str, str], object] = {}
@@ -94,6 +95,26 @@ def _set_shared_attributes(filename: str, name: str, shared_mem: int, prefer_sha
     _shared_attrs[key] = (limit, preferred)
 
 
+# On: the launches a graph capture records go through gpu/pdl.py (programmatic dependent launch: a kernel's blocks
+# are scheduled while the kernel before it finishes, and wait for it in grid_dependency_entry). Eager launches stay
+# CuPy's either way (its launch costs the host less, and the eager loop has no gaps worth closing). Written in the
+# twelfth session after its device time was spent: NOT run on a GPU, off until the graph tests have passed with it
+# and the step is timed (a bench variant with TR2_PDL=1).
+PDL = bool(kernel_switch("TR2_PDL", 0))
+_capturing = False
+
+
+@contextlib.contextmanager
+def capturing():
+    """Around a graph capture's body (gpu/graph.py): where PDL is on, the launches inside are programmatic."""
+    global _capturing
+    before, _capturing = _capturing, True
+    try:
+        yield
+    finally:
+        _capturing = before
+
+
 def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, prefer_shared: bool = False) -> None:
     """One launch on CuPy's current stream; shared_mem bytes of dynamic shared memory a block (above 48 KB the
     kernel is opted in here), prefer_shared: the largest shared-memory carveout for this kernel."""
@@ -101,7 +122,11 @@ def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, pre
     block = block if isinstance(block, tuple) else (int(block),)
     if shared_mem > SHARED_WITHOUT_OPT_IN or prefer_shared:
         _set_shared_attributes(filename, name, shared_mem, prefer_shared)
-    function(filename, name)(grid, block, args, shared_mem=shared_mem)
+    f = function(filename, name)
+    if PDL and _capturing:
+        pdl.launch(f.ptr, grid, block, args, shared_mem, cp.cuda.get_current_stream().ptr, name)
+    else:
+        f(grid, block, args, shared_mem=shared_mem)
 
 
 def blocks_for(n: int, threads: int = THREADS, cap: int = MAX_BLOCKS) -> int:

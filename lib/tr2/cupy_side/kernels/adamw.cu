@@ -102,6 +102,7 @@ __device__ __forceinline__ void adamw_elements(float* __restrict__ p, const type
 extern "C" __global__ void adamw_update(const u64* __restrict__ table, const int* __restrict__ chunk_tensor,
                                         const i64* __restrict__ chunk_start, int chunk,
                                         const float* __restrict__ hyper, int half_kind) {
+    grid_dependency_entry();
     if (hyper[8] != 0.0f) return;
     const int t = chunk_tensor[blockIdx.x];
     const u64* row = table + TENSOR_COLS * (i64)t;
@@ -134,6 +135,7 @@ extern "C" __global__ void adamw_update(const u64* __restrict__ table, const int
 extern "C" __global__ void adamw_scalars(float* __restrict__ hyper, double* __restrict__ t,
                                          const float* __restrict__ gnorm, const float* __restrict__ scale,
                                          float max_norm, double beta1, double beta2) {
+    grid_dependency_entry();
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const bool scaled = scale != nullptr;
     const float inv = scaled ? __fdiv_rn(1.0f, *scale) : 1.0f;

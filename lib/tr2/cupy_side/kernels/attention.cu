@@ -1188,8 +1188,8 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
 #endif
 }
 
-// ---- the forward on wgmma, two warpgroups in ping-pong (FWD_PP: gpu/attention.py's WG_FORWARD_PINGPONG, off until
-// measured) ----
+// ---- the forward on wgmma, two warpgroups in ping-pong (FWD_PP: gpu/attention.py's WG_FORWARD_PINGPONG; measured
+// slower than mma.sync, x1.23 a layer alone on the GPT-2 shapes, call 1 of results/h200-perf-20261202c: off) ----
 // attention_forward_wg with two warpgroups keeps them in step with a block barrier a key tile, so they run their
 // softmax at once while the tensor cores idle; the pipelined form (attention_forward_wgp) overlapped each warpgroup's
 // softmax with its own Pd v product instead and was slower still (call 1 of results/h200-perf-20261202b). Here, as in
@@ -1998,14 +1998,15 @@ __device__ __forceinline__ void row_dots_tile(float* sDw, const u16* sO, const u
 // (key, query) pair of a tile computed is written (zeros where masked): all that attention_backward_dq_ds reads.
 // Sums: dK and dV add the query tiles' k16 slices in order, in the tensor cores' float32; the same bits every run.
 // t_lbo, t_sbo: the q and dO tiles' descriptor strides for their transposed read (the forward's v_lbo, v_sbo).
-// OVERLAP (written after the ninth session's device time, not yet run on a GPU): S^T and dPd^T in two commit
+// OVERLAP (written after the ninth session's device time): S^T and dPd^T in two commit
 // groups, P^T's exponentials computed while dPd^T's products run (probs_of, grads_of: the same bits), and dS^T's
 // stores to ds_t made while dV's and dK's products run (the mma.sync kernel paid ~23 us a layer of gpt2-small for
 // those stores, results/h200-perf-20261201f call 4); without it each warpgroup waits on both before either.
 // (Measured slower: x1.01-1.09 alone, call 1 of results/h200-perf-20261202; off.)
-// DIN (written after the tenth session's device time, not yet run on a GPU): each warpgroup computes its tile's row
-// dots D itself (row_dots_tile, above) while S^T's and dPd^T's products run, where the other forms read D staged
-// from attn_row_dots' output; that kernel is then not launched. The same bits.
+// DIN (written after the tenth session's device time): each warpgroup computes its tile's row dots D itself
+// (row_dots_tile, above) while S^T's and dPd^T's products run, where the other forms read D staged from
+// attn_row_dots' output; that kernel is then not launched. The same bits. (Measured slower: x1.18-1.73 alone, call 1
+// of results/h200-perf-20261202b, each key block recomputing D for every query tile it visits; off.)
 template <int K, int HS, int NWG, bool DROP, bool EVICT, bool OVERLAP = false, bool DIN = false>
 __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* __restrict__ qkv,
                                            const u16* __restrict__ dout, const float* __restrict__ lse,
@@ -2153,7 +2154,8 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 #endif
 }
 
-// ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG, off until measured) ----
+// ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG; measured slower
+// than the plain two-warpgroup form, the backward x1.22 a layer alone, call 1 of results/h200-perf-20261202c: off) ----
 // attention_backward_dkdv_wg with NWG = 2 synchronizes its block at every query tile (__syncthreads around the
 // shared q/dO buffer), so both warpgroups issue their products at once, wait at once, and run their softmax
 // gradients at once, while the tensor cores idle: at about 2.9 us a 64 x 64 tile pair on gpt2-small (153 us a layer,
@@ -2357,6 +2359,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
         u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
         else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
@@ -2367,6 +2370,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     extern "C" __global__ void __launch_bounds__(128 * NWG, 4 / NWG) attn_forward_wg##NWG##_##BUILD##_hs##HS(   \
         void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
         u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout) attention_forward_wg<K, HS, NWG, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
         else attention_forward_wg<K, HS, NWG, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);          \
@@ -2386,6 +2390,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         attn_forward_wgp##NWG##_##BUILD##_hs##HS(                                                              \
         void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
         u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_forward_wgp<K, HS, NWG, FWD_WGP_STAGES, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
@@ -2401,6 +2406,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     extern "C" __global__ void __launch_bounds__(256, 2) attn_forward_wgpp2_##BUILD##_hs##HS(                  \
         void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
         u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout) attention_forward_wg_pp<K, HS, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);  \
         else attention_forward_wg_pp<K, HS, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);            \
@@ -2410,6 +2416,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_backward_dkdv<K, SPLIT, HS, false, true>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, \
@@ -2422,6 +2429,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
         const void* out, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset,                    \
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout) attention_backward_dq<K, SPLIT, HS, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
         else attention_backward_dq<K, SPLIT, HS, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
@@ -2436,6 +2444,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, float* dq_acc,       \
         int* sync, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,   \
         u32 threshold, float dscale) {                                                                         \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_backward_dkdv<K, SPLIT, HS, true, true>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, d); \
@@ -2456,6 +2465,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_backward_dkdv<K, false, HS, false, true, true, EVICT>(dqkv, qkv, dout, lse, Dvec, nullptr, \
@@ -2466,10 +2476,12 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 4) attn_backward_dq_ds_##FORM##BUILD##_hs##HS(      \
         void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
+        grid_dependency_entry();                                                                               \
         attention_backward_dq_ds<K, HS, NWARPS * 16 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 6) attn_backward_dq_ds_q64_##FORM##BUILD##_hs##HS(  \
         void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
+        grid_dependency_entry();                                                                               \
         attention_backward_dq_ds<K, HS, NWARPS * 8 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }
 #define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(, false, BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)
@@ -2484,6 +2496,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_backward_dkdv_wg<K, HS, NWG, true, EVICT, OVERLAP>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
@@ -2500,6 +2513,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale, u32 t_lbo, u32 t_sbo, const u16* out) {                                   \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_backward_dkdv_wg<K, HS, NWG, true, true, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
@@ -2515,6 +2529,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
+        grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_backward_dkdv_wg_pp<K, HS, true, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,       \
@@ -2531,6 +2546,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
+        grid_dependency_entry();                                                                                     \
         attention_row_dots<K, HS>(Dvec, sync, n_sync, dout, out, rows, T, H, out_kind);                        \
     }
 

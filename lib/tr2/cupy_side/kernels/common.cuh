@@ -13,6 +13,17 @@ typedef long long i64;
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// Every kernel's first statement (programmatic dependent launch: gpu/pdl.py). Its blocks wait until the kernel before
+// it in the stream has finished and its writes are visible, then let the kernel after it be scheduled, whose blocks
+// wait here in turn: nothing is read or written before its inputs are complete. A kernel launched the plain way has
+// nothing to wait for (the stream already ordered it), and then both instructions do nothing.
+__device__ __forceinline__ void grid_dependency_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 #define KIND_F32 0
 #define KIND_BF16 1
 #define KIND_F16 2

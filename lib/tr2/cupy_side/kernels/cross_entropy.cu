@@ -404,6 +404,7 @@ __device__ __forceinline__ void ce_row_warp(float* __restrict__ losses, void* dl
 
 // count[0] = rows whose target is not -1; one block, fixed order (an exact integer in float32 up to 2^24 rows).
 extern "C" __global__ void cross_entropy_count(float* __restrict__ count, const i64* __restrict__ targets, int N) {
+    grid_dependency_entry();
     __shared__ float shared[32];
     float c = 0.0f;
     for (int n = threadIdx.x; n < N; n += blockDim.x) c += (targets[n] < 0) ? 0.0f : 1.0f;
@@ -415,6 +416,7 @@ extern "C" __global__ void cross_entropy_count(float* __restrict__ count, const 
 // output, half roundings).
 extern "C" __global__ void __launch_bounds__(1024) cross_entropy_forward(float* __restrict__ losses, const void* __restrict__ logits,
                                                  const i64* __restrict__ targets, int V, int logit_kind) {
+    grid_dependency_entry();
     ce_dispatch<false>(losses, nullptr, logits, targets, nullptr, nullptr, V, logit_kind, KIND_F32);
 }
 
@@ -425,6 +427,7 @@ extern "C" __global__ void __launch_bounds__(1024) cross_entropy_forward_backwar
                                                           const float* __restrict__ dloss,
                                                           const float* __restrict__ count, int V, int logit_kind,
                                                           int dlogit_kind) {
+    grid_dependency_entry();
     ce_dispatch<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
 }
 
@@ -433,6 +436,7 @@ extern "C" __global__ void __launch_bounds__(1024) cross_entropy_forward_backwar
 extern "C" __global__ void __launch_bounds__(CE_SMEM_THREADS, 2)
 cross_entropy_forward_smem(float* __restrict__ losses, const void* __restrict__ logits,
                            const i64* __restrict__ targets, int V, int logit_kind) {
+    grid_dependency_entry();
     ce_dispatch_smem<false>(losses, nullptr, logits, targets, nullptr, nullptr, V, logit_kind, KIND_F32);
 }
 
@@ -440,6 +444,7 @@ extern "C" __global__ void __launch_bounds__(CE_SMEM_THREADS, 2)
 cross_entropy_forward_backward_smem(float* __restrict__ losses, void* dlogits, const void* logits,
                                     const i64* __restrict__ targets, const float* __restrict__ dloss,
                                     const float* __restrict__ count, int V, int logit_kind, int dlogit_kind) {
+    grid_dependency_entry();
     ce_dispatch_smem<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
 }
 
@@ -448,6 +453,7 @@ cross_entropy_forward_backward_smem(float* __restrict__ losses, void* dlogits, c
 extern "C" __global__ void __launch_bounds__(32 * CE_WARP_ROWS)
 cross_entropy_forward_warp(float* __restrict__ losses, const void* __restrict__ logits, const i64* __restrict__ targets,
                            int N, int V, int ld, int logit_kind) {
+    grid_dependency_entry();
     ce_row_warp<false>(losses, nullptr, logits, targets, nullptr, nullptr, N, V, ld, V, logit_kind, KIND_F32);
 }
 
@@ -456,12 +462,14 @@ cross_entropy_forward_backward_warp(float* __restrict__ losses, void* dlogits, c
                                     const i64* __restrict__ targets, const float* __restrict__ dloss,
                                     const float* __restrict__ count, int N, int V, int ld, int ldd, int logit_kind,
                                     int dlogit_kind) {
+    grid_dependency_entry();
     ce_row_warp<true>(losses, dlogits, logits, targets, dloss, count, N, V, ld, ldd, logit_kind, dlogit_kind);
 }
 
 // loss[0] = sum(losses) / count[0]; one block, fixed order.
 extern "C" __global__ void cross_entropy_mean(float* __restrict__ loss, const float* __restrict__ losses,
                                               const float* __restrict__ count, int N) {
+    grid_dependency_entry();
     __shared__ float shared[32];
     float s = 0.0f;
     for (int n = threadIdx.x; n < N; n += blockDim.x) s += losses[n];

@@ -17,6 +17,7 @@
 extern "C" __global__ void embedding_forward(float* __restrict__ out, const i64* __restrict__ idx,
                                              const float* __restrict__ wte, const float* __restrict__ wpe,
                                              int BT, int T, int C) {
+    grid_dependency_entry();
     const i64 n = (i64)BT * C;
     GRID_STRIDE(e, n) {
         const i64 row = e / C;
@@ -34,6 +35,7 @@ extern "C" __global__ void __launch_bounds__(32 * EMB_ROWS) embedding_dropout_fo
         float* __restrict__ out, const i64* __restrict__ idx, const float* __restrict__ wte,
         const float* __restrict__ wpe, int N, int T, int C, u64 seed, u64 offset, const u64* __restrict__ offset_add,
         u32 threshold, float scale) {
+    grid_dependency_entry();
     const int row = blockIdx.x * EMB_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const u64 off = site_offset(offset, offset_add);
@@ -51,6 +53,7 @@ extern "C" __global__ void __launch_bounds__(32 * EMB_ROWS) embedding_dropout_fo
         float* __restrict__ out, const i64* __restrict__ idx, const float* __restrict__ wte,
         const float* __restrict__ wpe, int N, int T, int C, u64 seed, u64 offset, const u64* __restrict__ offset_add,
         u32 threshold, float scale) {
+    grid_dependency_entry();
     const int row = blockIdx.x * EMB_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const u64 first = site_offset(offset, offset_add) + (u64)((i64)row * C >> 1);
@@ -77,6 +80,7 @@ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
 // counts[g][v] = rows of chunk g with token v (counts zeroed by the caller)
 extern "C" __global__ void embedding_sort_count(int* __restrict__ counts, const i64* __restrict__ idx, int N, int V) {
+    grid_dependency_entry();
     const int g = blockIdx.x;
     const int end = imin(N, (g + 1) * EMB_CHUNK);
     for (int r = g * EMB_CHUNK + threadIdx.x; r < end; r += blockDim.x)
@@ -85,6 +89,7 @@ extern "C" __global__ void embedding_sort_count(int* __restrict__ counts, const 
 
 // total[v] = sum over the chunks of counts[g][v]
 extern "C" __global__ void embedding_sort_total(int* __restrict__ total, const int* __restrict__ counts, int G, int V) {
+    grid_dependency_entry();
     GRID_STRIDE(v, V) {
         int s = 0;
         for (int g = 0; g < G; g++) s += counts[(i64)g * V + v];
@@ -109,6 +114,7 @@ __device__ __forceinline__ int scan_slot(int p) { return p + p / 32; }
 
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS) embedding_sort_scan(int* __restrict__ starts,
                                                                                 const int* __restrict__ total, int V) {
+    grid_dependency_entry();
     __shared__ int round_counts[SCAN_ROUND + SCAN_ROUND / 32];
     __shared__ int warp_sums[SCAN_THREADS / 32];
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -167,6 +173,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) embedding_sort_scan(i
 
 // counts[g][v] becomes the first sorted position of chunk g's rows of token v
 extern "C" __global__ void embedding_sort_base(int* __restrict__ counts, const int* __restrict__ starts, int G, int V) {
+    grid_dependency_entry();
     GRID_STRIDE(v, V) {
         int run = starts[v];
         for (int g = 0; g < G; g++) {
@@ -181,6 +188,7 @@ extern "C" __global__ void embedding_sort_base(int* __restrict__ counts, const i
 // sorted[base[g][v] + rank] = row, rank = the chunk's earlier rows with the same token: stable
 extern "C" __global__ void embedding_sort_place(int* __restrict__ sorted, const int* __restrict__ base,
                                                 const i64* __restrict__ idx, int N, int V) {
+    grid_dependency_entry();
     __shared__ int tok[EMB_CHUNK];
     const int g = blockIdx.x, r0 = g * EMB_CHUNK;
     const int n = imin(EMB_CHUNK, N - r0);
@@ -218,6 +226,7 @@ extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, floa
                                                   int* __restrict__ arrived, const float* __restrict__ dout,
                                                   const int* __restrict__ sorted, const int* __restrict__ starts,
                                                   const i64* __restrict__ idx, int N, int C) {
+    grid_dependency_entry();
     __shared__ int row[WTE_SEG], tok[WTE_SEG];
     __shared__ unsigned ends[3];  // bit r: a piece ends at position r; it is a whole run; it goes to slot 1
     __shared__ int cross_tok[2], cross_lo[2], cross_hi[2];  // the runs in slots 0 and 1 (token -1: none)
@@ -285,6 +294,7 @@ extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, floa
 // dwpe[t, c] += sum_b dout[b, t, c]
 extern "C" __global__ void embedding_backward_wpe(float* __restrict__ dwpe, const float* __restrict__ dout,
                                                   int B, int T, int C) {
+    grid_dependency_entry();
     const i64 n = (i64)T * C;
     GRID_STRIDE(e, n) {
         float s = 0.0f;

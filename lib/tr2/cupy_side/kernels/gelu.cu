@@ -5,32 +5,45 @@
 // of the memory's speed on the H200 (gelu_backward 107 us a layer of gpt2-small bf16, call 4's profile).
 // The arithmetic per element is unchanged. The last n % 8 elements go one a thread.
 //
-// bfloat16 by table (gelu_forward_bf16_table, gelu_backward_bf16_table). The computing kernels are bound by
-// issuing the exact erf (Nsight Compute, gpt2-small's c_fc: forward 33.7 us at 34 instructions an element, SM
-// 77%, DRAM 50%; backward 53.0 us at 49, SM 71%, DRAM 54%), not by memory. A bfloat16 input has 65536 codes, and
-// what the computing kernels make of one depends on the code alone: the forward's bf16 output, and the
-// backward's t = cdf + x pdf, which gelu_grad multiplies by dy (dx = dy * t, one rounded multiply). So a table
-// per code, looked up in shared memory, gives their bits at a few integer instructions an element, and the
-// kernels run at the memory's speed instead.
-//   Which codes: 2^-24 <= |x| < 16, biased exponents GELU_TABLE_EXP_LOW..GELU_TABLE_EXP_END-1, both signs:
+// By table: bfloat16 (gelu_forward_bf16_table, gelu_backward_bf16_table) and float16 (gelu_forward_f16_table,
+// gelu_backward_f16_table). The computing kernels are bound by issuing the exact erf (Nsight Compute, gpt2-small's
+// c_fc in bf16: forward 33.7 us at 34 instructions an element, SM 77%, DRAM 50%; backward 53.0 us at 49, SM 71%,
+// DRAM 54%), not by memory. A half input has 65536 codes, and what the computing kernels make of one depends on the
+// code alone: the forward's half output, and the backward's t = cdf + x pdf, which gelu_grad multiplies by dy
+// (dx = dy * t, one rounded multiply). So a table per code, looked up in shared memory, gives their bits at a few
+// integer instructions an element, and the kernels run at the memory's speed instead.
+//   Which bf16 codes: 2^-24 <= |x| < 16, biased exponents GELU_TABLE_EXP_LOW..GELU_TABLE_EXP_END-1, both signs:
 // 7168 codes, a u16 table of 14 KB (forward) and a float32 table of 28 KB (backward), small enough for three
 // blocks an SM. Every other code (zero, tiny and large magnitudes, inf, NaN: rare among activations) takes the
 // computing path, gelu() / gelu_grad() inline: a group of eight with any such code is computed whole (its
 // tabulated codes too, to the same bits).
-//   The index (gelu_table_index): the code rotated left by one bit, (exponent << 8) | (mantissa << 1) | sign,
-// less GELU_TABLE_EXP_LOW << 8. Unsigned, so a code below the range wraps past its end: one compare with
-// GELU_TABLE_SIZE tests both ends.
-//   The tables are the computing kernels' own outputs (gpu/gelu.py builds them once a device, eagerly, before
-// any capture): gelu_forward on the 7168 codes gives the forward table, gelu_backward with dy = 1 in float32
-// (1 * t is t) and a float32 dx gives t. Nothing is computed on the host, so the table carries those kernels'
-// bits, and dy * t here is the multiply gelu_grad does.
-//   Launch shape: each block copies its table into shared memory once, so the grid is persistent
-// (GELU_TABLE_BLOCKS_PER_SM blocks an SM over a grid-stride loop): 396 blocks on an H200 copy 11 MB of tables
-// from L2 where the 4224-block grid of the computing kernels would copy 118 MB, as much as the 150 MB a backward
-// of gpt2-small moves.
-//   Where it applies: bf16 activations, i.e. the bfloat16 build with half roundings (without them the products
-// hand GELU float32). float16 and float32 keep the computing kernels, unchanged (their machine code is the same
-// bytes as before the table kernels were added), which stay the reference the table kernels are tested against.
+//   Which f16 codes: 2^-8 <= |x| < 8, biased exponents GELU_F16_TABLE_EXP_LOW..GELU_F16_TABLE_EXP_END-1, both
+// signs: 22528 codes, 44 KB (forward) and 88 KB (backward). An f16 exponent holds 1024 mantissas, eight times
+// bf16's 128, so the range is narrower: every finite f16 code would take 248 KB of float32, more than a block may
+// have, and each exponent costs 4 KB + 8 KB. Activations at or above 8 in magnitude are rare, and so are those
+// below 2^-8 (about 0.3% of a unit normal's values: one group of eight in forty); a group with one takes the
+// computing path, as above, and so do zero, subnormals, inf and NaN.
+//   The index (gelu_table_index, gelu_f16_table_index): the code rotated left by one bit, (exponent << 8 or 11) |
+// (mantissa << 1) | sign, less the lowest tabulated exponent shifted alike. Unsigned, so a code below the range
+// wraps past its end: one compare with the table's size tests both ends.
+//   The tables are the computing kernels' own outputs (gpu/gelu.py builds them once a device and type, eagerly,
+// before any capture): gelu_forward on the tabulated codes gives the forward table, gelu_backward with dy = 1 in
+// float32 (1 * t is t) and a float32 dx gives t. Nothing is computed on the host, so the table carries those
+// kernels' bits, and dy * t here is the multiply gelu_grad does.
+//   Launch shape: each block copies its table into shared memory once, so the grid is persistent (a fixed number
+// of blocks an SM over a grid-stride loop): 396 bf16 blocks on an H200 copy 11 MB of tables from L2 where the
+// 4224-block grid of the computing kernels would copy 118 MB, as much as the 150 MB a backward of gpt2-small moves.
+// The bf16 tables sit in static shared memory, GELU_TABLE_BLOCKS_PER_SM (3) blocks an SM. The f16 backward table
+// exceeds the 48 KB a block may declare statically, so it takes dynamic shared memory sized by the launch, and the
+// forward's (44 KB, which would just fit) the same, so that both f16 kernels launch one way (gpu/gelu.py;
+// runtime.launch opts in above 48 KB and asks for the largest carveout, or the driver may leave room for fewer
+// blocks). With the 1 KB the driver keeps a block, of an H200 SM's 228 KB: GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD
+// (4) forward blocks take 180 KB, and with 512 threads each hold the SM's 2048 threads (at 32 registers, which
+// ptxas meets without spilling); GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD (2) backward blocks take 178 KB. Either
+// f16 grid copies 24 MB of tables a launch.
+//   Where it applies: half activations, i.e. the half builds with half roundings (without them the products hand
+// GELU float32). float32 keeps the computing kernels, whose arithmetic is what it was before the table kernels
+// were added; they stay the reference the table kernels are tested against.
 #include "common.cuh"
 
 #define GELU_INV_SQRT2 0.70710678118654752440f
@@ -89,6 +102,7 @@ __device__ __forceinline__ i64 tail_index(i64 n) {
 // x and y in the kinds x_kind, y_kind (common.cuh's load_kind / store_kind).
 extern "C" __global__ void gelu_forward(void* __restrict__ y, const void* __restrict__ x, i64 n, int x_kind,
                                         int y_kind) {
+    grid_dependency_entry();
     GRID_STRIDE(g, n / 8) {
         float v[8];
         load8(v, x, 8 * g, x_kind);
@@ -102,6 +116,7 @@ extern "C" __global__ void gelu_forward(void* __restrict__ y, const void* __rest
 
 extern "C" __global__ void gelu_backward(void* __restrict__ dx, const void* __restrict__ dy,
                                          const void* __restrict__ x, i64 n, int dy_kind, int x_kind, int dx_kind) {
+    grid_dependency_entry();
     GRID_STRIDE(g, n / 8) {
         float v[8], d[8];
         load8(v, x, 8 * g, x_kind);
@@ -114,7 +129,7 @@ extern "C" __global__ void gelu_backward(void* __restrict__ dx, const void* __re
     if (t >= 0) store_kind(dx, t, gelu_grad(load_kind(dy, t, dy_kind), load_kind(x, t, x_kind)), dx_kind);
 }
 
-// ---------------------------------------------------------------------------------------------- bfloat16 by table
+// ---------------------------------------------------------------------------------------------- by table
 
 #define GELU_TABLE_EXP_LOW 103
 #define GELU_TABLE_EXP_END 131
@@ -123,50 +138,74 @@ extern "C" __global__ void gelu_backward(void* __restrict__ dx, const void* __re
 #define GELU_TABLE_BLOCKS_PER_SM 3
 static_assert(GELU_TABLE_SIZE == (GELU_TABLE_EXP_END - GELU_TABLE_EXP_LOW) << 8, "two signs x 128 mantissas an exponent");
 
+#define GELU_F16_TABLE_EXP_LOW 7
+#define GELU_F16_TABLE_EXP_END 18
+#define GELU_F16_TABLE_SIZE 22528
+#define GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD 4
+#define GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD 2
+static_assert(GELU_F16_TABLE_SIZE == (GELU_F16_TABLE_EXP_END - GELU_F16_TABLE_EXP_LOW) << 11,
+              "two signs x 1024 mantissas an exponent");
+
 // A bf16 code's place in the tables, or GELU_TABLE_SIZE or more where it is not tabulated (see the header).
 __device__ __forceinline__ u32 gelu_table_index(u32 code) {
     return (((code & 0x7FFFu) << 1) | (code >> 15)) - (GELU_TABLE_EXP_LOW << 8);
 }
 
-// The places of the eight bf16 codes of u (element 2k in the low half of its k-th word); true where all are
+// An f16 code's place in the tables, or GELU_F16_TABLE_SIZE or more where it is not tabulated.
+__device__ __forceinline__ u32 gelu_f16_table_index(u32 code) {
+    return (((code & 0x7FFFu) << 1) | (code >> 15)) - (GELU_F16_TABLE_EXP_LOW << 11);
+}
+
+// The tables of half kind K (KIND_BF16 or KIND_F16): entries, and a code's place.
+template <int K> struct GeluTable {
+    static constexpr u32 SIZE = K == KIND_BF16 ? GELU_TABLE_SIZE : GELU_F16_TABLE_SIZE;
+    static __device__ __forceinline__ u32 index(u32 code) {
+        return K == KIND_BF16 ? gelu_table_index(code) : gelu_f16_table_index(code);
+    }
+};
+
+// The places of the eight codes of kind K in u (element 2k in the low half of its k-th word); true where all are
 // tabulated.
-__device__ __forceinline__ bool gelu_table_indices(u32 index[8], const uint4 u) {
+template <int K> __device__ __forceinline__ bool gelu_table_indices(u32 index[8], const uint4 u) {
     const u32 w[4] = {u.x, u.y, u.z, u.w};
     bool tabulated = true;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        index[2 * k] = gelu_table_index(w[k] & 0xFFFFu);
-        index[2 * k + 1] = gelu_table_index(w[k] >> 16);
-        tabulated &= index[2 * k] < GELU_TABLE_SIZE && index[2 * k + 1] < GELU_TABLE_SIZE;
+        index[2 * k] = GeluTable<K>::index(w[k] & 0xFFFFu);
+        index[2 * k + 1] = GeluTable<K>::index(w[k] >> 16);
+        tabulated &= index[2 * k] < GeluTable<K>::SIZE && index[2 * k + 1] < GeluTable<K>::SIZE;
     }
     return tabulated;
 }
 
-__device__ __forceinline__ void bf16x8_to_f32(float v[8], const uint4 u) {
+template <int K> __device__ __forceinline__ void half8_to_f32(float v[8], const uint4 u) {
     const u32 w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        v[2 * k] = bf16_bits_to_f32((u16)(w[k] & 0xFFFFu));
-        v[2 * k + 1] = bf16_bits_to_f32((u16)(w[k] >> 16));
+        v[2 * k] = load_from<K>((u16)(w[k] & 0xFFFFu));
+        v[2 * k + 1] = load_from<K>((u16)(w[k] >> 16));
     }
 }
 
-// The block's copy of a table (GELU_TABLE_SIZE entries of T) in shared memory, read in 16-byte pieces.
-template <typename T> __device__ __forceinline__ void gelu_table_to_shared(T* shared, const T* __restrict__ table) {
-    for (int i = threadIdx.x; i < GELU_TABLE_SIZE * (int)sizeof(T) / 16; i += blockDim.x)
+// The block's copy of a table of kind K (GeluTable<K>::SIZE entries of T) in shared memory, read in 16-byte
+// pieces.
+template <int K, typename T>
+__device__ __forceinline__ void gelu_table_to_shared(T* shared, const T* __restrict__ table) {
+    for (int i = threadIdx.x; i < (int)GeluTable<K>::SIZE * (int)sizeof(T) / 16; i += blockDim.x)
         ((uint4*)shared)[i] = ((const uint4*)table)[i];
     __syncthreads();
 }
 
-// y = gelu(x), both bf16; table: the gelu_forward bits of the tabulated codes.
-extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_TABLE_BLOCKS_PER_SM)
-gelu_forward_bf16_table(u16* __restrict__ y, const u16* __restrict__ x, const u16* __restrict__ table, i64 n) {
-    __shared__ __align__(16) u16 shared_table[GELU_TABLE_SIZE];
-    gelu_table_to_shared(shared_table, table);
+// The table kernels' bodies, x and y of half kind K; shared_table: the block's room for the table.
+
+template <int K>
+__device__ __forceinline__ void gelu_forward_by_table(u16* __restrict__ y, const u16* __restrict__ x,
+                                                      const u16* __restrict__ table, u16* shared_table, i64 n) {
+    gelu_table_to_shared<K>(shared_table, table);
     GRID_STRIDE(g, n / 8) {
         const uint4 u = ((const uint4*)x)[g];
         u32 index[8];
-        if (gelu_table_indices(index, u)) {
+        if (gelu_table_indices<K>(index, u)) {
             u32 w[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k)
@@ -174,35 +213,34 @@ gelu_forward_bf16_table(u16* __restrict__ y, const u16* __restrict__ x, const u1
             ((uint4*)y)[g] = make_uint4(w[0], w[1], w[2], w[3]);
         } else {
             float v[8];
-            bf16x8_to_f32(v, u);
+            half8_to_f32<K>(v, u);
 #pragma unroll
             for (int k = 0; k < 8; ++k) v[k] = gelu(v[k]);
-            store8(y, 8 * g, v, KIND_BF16);
+            store8(y, 8 * g, v, K);
         }
     }
     const i64 t = tail_index(n);
     if (t >= 0) {
-        const u32 index = gelu_table_index(x[t]);
-        y[t] = index < GELU_TABLE_SIZE ? shared_table[index] : f32_to_bf16_bits(gelu(bf16_bits_to_f32(x[t])));
+        const u32 index = GeluTable<K>::index(x[t]);
+        y[t] = index < GeluTable<K>::SIZE ? shared_table[index] : store_as<K>(gelu(load_from<K>(x[t])));
     }
 }
 
-// dx = dy * t(x), x bf16, dy and dx in the kinds dy_kind, dx_kind; table: t of the tabulated codes.
-extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_TABLE_BLOCKS_PER_SM)
-gelu_backward_bf16_table(void* __restrict__ dx, const void* __restrict__ dy, const u16* __restrict__ x,
-                         const float* __restrict__ table, i64 n, int dy_kind, int dx_kind) {
-    __shared__ __align__(16) float shared_table[GELU_TABLE_SIZE];
-    gelu_table_to_shared(shared_table, table);
+template <int K>
+__device__ __forceinline__ void gelu_backward_by_table(void* __restrict__ dx, const void* __restrict__ dy,
+                                                       const u16* __restrict__ x, const float* __restrict__ table,
+                                                       float* shared_table, i64 n, int dy_kind, int dx_kind) {
+    gelu_table_to_shared<K>(shared_table, table);
     GRID_STRIDE(g, n / 8) {
         const uint4 u = ((const uint4*)x)[g];
         float d[8], v[8];
         load8(d, dy, 8 * g, dy_kind);
         u32 index[8];
-        if (gelu_table_indices(index, u)) {
+        if (gelu_table_indices<K>(index, u)) {
 #pragma unroll
             for (int k = 0; k < 8; ++k) v[k] = d[k] * shared_table[index[k]];
         } else {
-            bf16x8_to_f32(v, u);
+            half8_to_f32<K>(v, u);
 #pragma unroll
             for (int k = 0; k < 8; ++k) v[k] = gelu_grad(d[k], v[k]);
         }
@@ -211,8 +249,44 @@ gelu_backward_bf16_table(void* __restrict__ dx, const void* __restrict__ dy, con
     const i64 t = tail_index(n);
     if (t >= 0) {
         const float d = load_kind(dy, t, dy_kind);
-        const u32 index = gelu_table_index(x[t]);
-        store_kind(dx, t, index < GELU_TABLE_SIZE ? d * shared_table[index] : gelu_grad(d, bf16_bits_to_f32(x[t])),
-                   dx_kind);
+        const u32 index = GeluTable<K>::index(x[t]);
+        store_kind(dx, t,
+                   index < GeluTable<K>::SIZE ? d * shared_table[index] : gelu_grad(d, load_from<K>(x[t])), dx_kind);
     }
+}
+
+// y = gelu(x), both bf16; table: the gelu_forward bits of the tabulated codes.
+extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_TABLE_BLOCKS_PER_SM)
+gelu_forward_bf16_table(u16* __restrict__ y, const u16* __restrict__ x, const u16* __restrict__ table, i64 n) {
+    grid_dependency_entry();
+    __shared__ __align__(16) u16 shared_table[GELU_TABLE_SIZE];
+    gelu_forward_by_table<KIND_BF16>(y, x, table, shared_table, n);
+}
+
+// dx = dy * t(x), x bf16, dy and dx in the kinds dy_kind, dx_kind; table: t of the tabulated codes.
+extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_TABLE_BLOCKS_PER_SM)
+gelu_backward_bf16_table(void* __restrict__ dx, const void* __restrict__ dy, const u16* __restrict__ x,
+                         const float* __restrict__ table, i64 n, int dy_kind, int dx_kind) {
+    grid_dependency_entry();
+    __shared__ __align__(16) float shared_table[GELU_TABLE_SIZE];
+    gelu_backward_by_table<KIND_BF16>(dx, dy, x, table, shared_table, n, dy_kind, dx_kind);
+}
+
+// The f16 tables' room, sized by the launch (GELU_F16_TABLE_SIZE entries of the table's type; gpu/gelu.py): the
+// backward's exceeds the 48 KB of static shared memory a block may declare.
+extern __shared__ uint4 gelu_dynamic_shared[];
+
+// y = gelu(x), both f16; table: the gelu_forward bits of the tabulated codes.
+extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD)
+gelu_forward_f16_table(u16* __restrict__ y, const u16* __restrict__ x, const u16* __restrict__ table, i64 n) {
+    grid_dependency_entry();
+    gelu_forward_by_table<KIND_F16>(y, x, table, (u16*)gelu_dynamic_shared, n);
+}
+
+// dx = dy * t(x), x f16, dy and dx in the kinds dy_kind, dx_kind; table: t of the tabulated codes.
+extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD)
+gelu_backward_f16_table(void* __restrict__ dx, const void* __restrict__ dy, const u16* __restrict__ x,
+                        const float* __restrict__ table, i64 n, int dy_kind, int dx_kind) {
+    grid_dependency_entry();
+    gelu_backward_by_table<KIND_F16>(dx, dy, x, table, (float*)gelu_dynamic_shared, n, dy_kind, dx_kind);
 }

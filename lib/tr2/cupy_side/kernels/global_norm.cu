@@ -19,6 +19,7 @@ __device__ __forceinline__ float sum_squares(const typename Elem<K>::T* __restri
 extern "C" __global__ void global_norm_partial(float* __restrict__ partial, const u64* __restrict__ table,
                                                const int* __restrict__ chunk_tensor,
                                                const i64* __restrict__ chunk_start, int chunk) {
+    grid_dependency_entry();
     __shared__ float shared[32];
     const int t = chunk_tensor[blockIdx.x];
     const u64* row = table + TENSOR_COLS * (i64)t;
@@ -36,6 +37,7 @@ extern "C" __global__ void global_norm_partial(float* __restrict__ partial, cons
 
 // out[0] = sqrt(sum_b partial[b]); one block (blockDim.x a multiple of 32).
 extern "C" __global__ void global_norm_final(float* __restrict__ out, const float* __restrict__ partial, int nb) {
+    grid_dependency_entry();
     __shared__ double shared[32];
     double s = 0.0;
     for (int b = threadIdx.x; b < nb; b += blockDim.x) s += (double)partial[b];

@@ -11,6 +11,7 @@
 extern "C" __global__ void layernorm_forward(void* __restrict__ y, float* __restrict__ mean,
                                              float* __restrict__ rstd, const float* __restrict__ x,
                                              const float* __restrict__ w, int N, int C, float eps, int y_kind) {
+    grid_dependency_entry();
     const int lane = threadIdx.x & 31;
     const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -38,6 +39,7 @@ extern "C" __global__ void layernorm_backward(float* __restrict__ dx, float* __r
                                               const void* __restrict__ dy, const float* __restrict__ x,
                                               const float* __restrict__ w, const float* __restrict__ mean,
                                               const float* __restrict__ rstd, int N, int C, int dy_kind) {
+    grid_dependency_entry();
     layernorm_backward_body(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N, C, dy_kind, KIND_F32, 0, 0, 0,
                             nullptr, 0u, 1.0f);
 }
@@ -48,6 +50,7 @@ extern "C" __global__ void layernorm_backward(float* __restrict__ dx, float* __r
         float* __restrict__ dx, float* __restrict__ dw_part, const void* __restrict__ dy,                       \
         const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ mean,                \
         const float* __restrict__ rstd, int N, int C, int dy_kind) {                                            \
+        grid_dependency_entry();                                                                                \
         layernorm_backward_row_registers<C_ / 32>(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N,       \
                                                   dy_kind, KIND_F32, 0, 0, 0, nullptr, 0, 1.0f);                \
     }
@@ -56,6 +59,7 @@ LAYERNORM_BACKWARD_ROWS(768)
 LAYERNORM_BACKWARD_ROWS(1024)
 
 extern "C" __global__ void layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part, int G, int C) {
+    grid_dependency_entry();
     layernorm_dw_final_body(dw, part, G, C);
 }
 
@@ -66,6 +70,7 @@ extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 8) layernorm_backwar
         float* __restrict__ dx, float* __restrict__ dw_part, const void* __restrict__ dy, const float* __restrict__ x,
         const float* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
         int dy_kind, float* __restrict__ dw, float* group_sums, int* counters) {
+    grid_dependency_entry();
     layernorm_backward_body(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N, C, dy_kind, KIND_F32, 0, 0, 0,
                             nullptr, 0u, 1.0f);
     layernorm_dw_finish(dw, group_sums, counters, dw_part, C);
@@ -79,6 +84,7 @@ extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 8) layernorm_backwar
         const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ mean,                \
         const float* __restrict__ rstd, int N, int C, int dy_kind, float* __restrict__ dw, float* group_sums,   \
         int* counters) {                                                                                        \
+        grid_dependency_entry();                                                                                \
         layernorm_backward_row_registers<C_ / 32>(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N,       \
                                                   dy_kind, KIND_F32, 0, 0, 0, nullptr, 0, 1.0f);                \
         layernorm_dw_finish(dw, group_sums, counters, dw_part, C_);                                             \

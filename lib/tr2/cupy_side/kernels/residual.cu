@@ -6,5 +6,6 @@
 // b in b_kind: a branch's output may arrive in the half type (a product's output under half roundings).
 extern "C" __global__ void residual_forward(float* __restrict__ out, const float* __restrict__ a,
                                             const void* __restrict__ b, i64 n, int b_kind) {
+    grid_dependency_entry();
     GRID_STRIDE(i, n) out[i] = a[i] + load_kind(b, i, b_kind);
 }

@@ -27,6 +27,7 @@ extern "C" __global__ void residual_layernorm_forward(float* __restrict__ s, voi
                                                       const float* __restrict__ w, int N, int C, float eps,
                                                       int b_kind, int y_kind, int drop, u64 seed, u64 offset,
                                                       const u64* __restrict__ offset_add, u32 threshold, float scale) {
+    grid_dependency_entry();
     const int lane = threadIdx.x & 31;
     const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -118,6 +119,7 @@ __device__ __forceinline__ void residual_layernorm_forward_row_registers(
         const float* __restrict__ x, const void* __restrict__ b, const float* __restrict__ w, int N, int C,      \
         float eps, int b_kind, int y_kind, int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add,   \
         u32 threshold, float scale) {                                                                          \
+        grid_dependency_entry();                                                                               \
         residual_layernorm_forward_row_registers<C_ / 32>(s, y, mean, rstd, x, b, w, N, eps, b_kind, y_kind,     \
                                                           drop, seed, offset, offset_add, threshold, scale);    \
     }
@@ -135,6 +137,7 @@ extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, v
                                                        int db_kind, int drop, u64 seed, u64 offset,
                                                        const u64* __restrict__ offset_add, u32 threshold,
                                                        float scale) {
+    grid_dependency_entry();
     layernorm_backward_body(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, C, dy_kind, db_kind, drop, seed,
                             offset, offset_add, threshold, scale);
 }
@@ -146,6 +149,7 @@ extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, v
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
         int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {        \
+        grid_dependency_entry();                                                                                 \
         layernorm_backward_row_registers<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,      \
                                                   db_kind, drop, seed, offset, offset_add, threshold, scale);   \
     }
@@ -165,6 +169,7 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS(1024)
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
         int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {        \
+        grid_dependency_entry();                                                                                 \
         layernorm_backward_row_registers<C_ / 32, true>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,\
                                                         db_kind, drop, seed, offset, offset_add, threshold, scale);\
     }
@@ -174,6 +179,7 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(1024)
 
 extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part,
                                                        int G, int C) {
+    grid_dependency_entry();
     layernorm_dw_final_body(dw, part, G, C);
 }
 
@@ -187,6 +193,7 @@ extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 6) residual_layernor
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,
         int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale,
         float* __restrict__ dw, float* group_sums, int* counters) {
+    grid_dependency_entry();
     layernorm_backward_body(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, C, dy_kind, db_kind, drop, seed,
                             offset, offset_add, threshold, scale);
     layernorm_dw_finish(dw, group_sums, counters, dw_part, C);
@@ -201,6 +208,7 @@ extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 6) residual_layernor
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
         int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale,          \
         float* __restrict__ dw, float* group_sums, int* counters) {                                             \
+        grid_dependency_entry();                                                                                \
         layernorm_backward_row_registers<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,      \
                                                   db_kind, drop, seed, offset, offset_add, threshold, scale);   \
         layernorm_dw_finish(dw, group_sums, counters, dw_part, C_);                                             \
