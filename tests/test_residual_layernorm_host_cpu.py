@@ -116,7 +116,8 @@ def harness(tmp_path_factory):
     common = (gpu.KERNELS_DIR / "common.cuh").read_text()
     source = (gpu.KERNELS_DIR / "residual_layernorm.cu").read_text()
     (d / "rlnf.inc").write_text(
-        cut(common, "__device__ __forceinline__ float warp_sum", "__device__ __forceinline__ float warp_max")
+        cut(common, "// Every kernel's first statement", "#define KIND_F32")   # empty off the device
+        + cut(common, "__device__ __forceinline__ float warp_sum", "__device__ __forceinline__ float warp_max")
         + cut(common, "__device__ __forceinline__ u64 rng_draw", "// The multi-tensor table")
         + common[common.index("__device__ __forceinline__ float load_kind"):]
         + cut(source, 'extern "C" __global__ void residual_layernorm_forward(', "#define RESIDUAL_LAYERNORM_FORWARD_ROWS"))
