@@ -972,10 +972,12 @@ def test_gelu_table_backward_is_the_computing_kernel_on_every_code(kind, dy_f32,
 
 @pytest.mark.parametrize("shape", [(1,), (7, 33), (5, 1539), (3, 100_003), (4096, 3072)])
 @pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
-def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, shape):
+def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, shape, monkeypatch):
     """Through the backend (the half build with half roundings: x, dy and the outputs in the half type), with specials
     sprinkled over random activations so that groups of eight take the computing path at random places, the tail
-    among them."""
+    among them. float16's tables switched on (gelu.F16_TABLE, off by default until this has passed on the GPU)."""
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_TABLE", True)
     name, specials = GELU_TABLE_KINDS[kind]
     be = gpu_backend(name, False, True)
     g = gen(int(np.prod(shape)) + 3)
@@ -992,11 +994,15 @@ def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, sha
               want_dx)
 
 
-def test_gelu_takes_the_table_for_the_half_types(monkeypatch):
-    """Which kernels each build's activations take: bfloat16 and float16 their tables, float32 the computing
-    kernels."""
+@pytest.mark.parametrize("f16_table", [True, False], ids=["f16_table_on", "f16_table_off"])
+def test_gelu_takes_the_table_for_the_half_types(monkeypatch, f16_table):
+    """Which kernels each build's activations take: bfloat16 its tables, float16 its tables where gelu.F16_TABLE is
+    on (else the computing kernels), float32 the computing kernels."""
     from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_TABLE", f16_table)
     backends = {dtype: gpu_backend(dtype) for dtype in ("bfloat16", "float16", "float32")}   # tables built before
+    if f16_table:
+        gelu.tables(halfbits.KIND_F16)   # here, not counted below (a backend made with it off did not build them)
     launched = []
     real = gelu.launch
     monkeypatch.setattr(gelu, "launch", lambda file, name, *a, **k: (launched.append(name), real(file, name, *a, **k)))
@@ -1004,8 +1010,8 @@ def test_gelu_takes_the_table_for_the_half_types(monkeypatch):
     for dtype, be in backends.items():
         x = dev(ones) if dtype == "float32" else dev(halfbits.to_bits(ones, halfbits.KINDS[dtype]))
         be.gelu_backward(be.gelu_forward(x), x)
-    assert launched == ["gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_table",
-                        "gelu_backward_f16_table", "gelu_forward", "gelu_backward"]
+    f16 = ["gelu_forward_f16_table", "gelu_backward_f16_table"] if f16_table else ["gelu_forward", "gelu_backward"]
+    assert launched == ["gelu_forward_bf16_table", "gelu_backward_bf16_table"] + f16 + ["gelu_forward", "gelu_backward"]
 
 
 def test_gelu_by_table_refuses_float32():
@@ -1040,8 +1046,10 @@ def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch, kind):
 
 
 @pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
-def test_gelu_table_kernels_replay_in_a_cuda_graph(kind):
+def test_gelu_table_kernels_replay_in_a_cuda_graph(kind, monkeypatch):
+    from tr2.cupy_side.gpu import gelu
     from tr2.cupy_side.gpu.graph import StepGraph
+    monkeypatch.setattr(gelu, "F16_TABLE", True)
     be = gpu_backend(GELU_TABLE_KINDS[kind][0], False, True)
     g = gen(31)
     x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), kind))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import cupy as cp
 
-from . import gelu_table, kernel_define
+from . import gelu_table, kernel_define, kernel_switch
 from .halfbits import KIND_BF16, KIND_F16, KIND_F32
 from .runtime import THREADS, blocks_for, i32, i64, launch
 
@@ -23,6 +23,10 @@ F16_TABLE_BLOCKS_PER_SM_BACKWARD = kernel_define(FILE, "GELU_F16_TABLE_BLOCKS_PE
 
 # False: the half types take the computing kernels too (the reference the table kernels are tested against).
 USE_TABLE = True
+# float16 by table: written in the twelfth session after its device time was spent, NOT run on a GPU; off until its
+# GPU tests (tests/test_kernels_gpu.py, "gelu") have passed on the H200 and the f16 step is timed with it
+# (TR2_GELU_F16_TABLE=1 turns it on for a run: a bench variant). bfloat16's tables are on by USE_TABLE alone.
+F16_TABLE = bool(kernel_switch("TR2_GELU_F16_TABLE", 0))
 
 
 @dataclass(frozen=True)
@@ -111,17 +115,23 @@ def tables(kind: int = KIND_BF16) -> tuple["cp.ndarray", "cp.ndarray"]:
     return built
 
 
+def by_table_by_default(kind: int) -> bool:
+    """Whether activations of this kind take the table kernels when the caller does not say (USE_TABLE, and
+    F16_TABLE for float16)."""
+    return USE_TABLE and kind in TABLE_KERNELS and (kind != KIND_F16 or F16_TABLE)
+
+
 def _allowed() -> str:
     return " or ".join(_kind_name(k) for k in TABLE_KERNELS)
 
 
 def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, by_table: bool | None = None) -> None:
     """y = gelu(x); by_table None: the table kernel wherever it applies (x and y of one half type with tables,
-    USE_TABLE)."""
+    by_table_by_default)."""
     n = x.size
     applies = x_kind == y_kind and x_kind in TABLE_KERNELS
     if by_table is None:
-        by_table = USE_TABLE and applies
+        by_table = applies and by_table_by_default(x_kind)
     elif by_table and not applies:
         raise ValueError(f"gelu_forward by table: x and y must be of one type with tables ({_allowed()}), not "
                          f"{_kind_name(x_kind)} and {_kind_name(y_kind)}")
@@ -136,11 +146,11 @@ def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, b
 def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind: int, x_kind: int, dx_kind: int,
                     by_table: bool | None = None) -> None:
     """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x of a half type with tables,
-    USE_TABLE)."""
+    by_table_by_default)."""
     n = x.size
     applies = x_kind in TABLE_KERNELS
     if by_table is None:
-        by_table = USE_TABLE and applies
+        by_table = applies and by_table_by_default(x_kind)
     elif by_table and not applies:
         raise ValueError(f"gelu_backward by table: x must be {_allowed()}, not {_kind_name(x_kind)}")
     if by_table:
