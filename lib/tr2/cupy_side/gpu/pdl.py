@@ -9,7 +9,8 @@ results/h200-perf-20261202). With the attribute a kernel may be scheduled as soo
 it has passed its griddepcontrol.launch_dependents; its blocks then wait at griddepcontrol.wait until that kernel has
 finished and its writes are visible (common.cuh's grid_dependency_entry, every kernel's first statement). So the
 launch and the block scheduling overlap the previous kernel's last wave, and no kernel reads or writes early: the
-same arithmetic on the same inputs, the same bits.
+same arithmetic on the same inputs, the same bits. Only a launch that follows kernel nodes in the capture is made
+programmatic (`follows_kernels`); after a copy or a memset it goes the plain way.
 
 Pure ctypes and NumPy (no CuPy import): the structures and the argument packing are checked on the CPU
 (tests/test_pdl.py); the launches on the GPU (tests/test_graph_gpu.py with TR2_PDL=1: the graph equals the eager loop
@@ -75,22 +76,60 @@ def argument_bytes(args) -> list[np.ndarray]:
     return held
 
 
-_launch_kernel_ex = None
-_error_name = None
+# cuda.h: CUgraphNodeType's kernel node
+CU_GRAPH_NODE_TYPE_KERNEL = 0
+
+_cuda = None
 
 
 def _driver():
-    global _launch_kernel_ex, _error_name
-    if _launch_kernel_ex is None:
+    """libcuda's four entry points used here, typed once."""
+    global _cuda
+    if _cuda is None:
         cuda = ctypes.CDLL("libcuda.so.1")
-        f = cuda.cuLaunchKernelEx
-        f.restype = ctypes.c_int
-        f.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-        name = cuda.cuGetErrorName
-        name.restype = ctypes.c_int
-        name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        _launch_kernel_ex, _error_name = f, name
-    return _launch_kernel_ex
+        cuda.cuLaunchKernelEx.restype = ctypes.c_int
+        cuda.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p,
+                                          ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        cuda.cuGetErrorName.restype = ctypes.c_int
+        cuda.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        # the CUDA 11.3 form of the query (stream, status, id, graph, dependencies, their count): kept by the driver
+        # under this name whatever toolkit the process was built with
+        cuda.cuStreamGetCaptureInfo_v2.restype = ctypes.c_int
+        cuda.cuStreamGetCaptureInfo_v2.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_ulonglong),
+            ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.POINTER(ctypes.c_void_p)),
+            ctypes.POINTER(ctypes.c_size_t)]
+        cuda.cuGraphNodeGetType.restype = ctypes.c_int
+        cuda.cuGraphNodeGetType.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        _cuda = cuda
+    return _cuda
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        text = ctypes.c_char_p()
+        _driver().cuGetErrorName(rc, ctypes.byref(text))
+        raise PdlError(f"{what}: {(text.value or b'?').decode()} ({rc})")
+
+
+def follows_kernels(stream_ptr: int) -> bool:
+    """Whether the next launch into the capturing stream would follow kernel nodes only (and at least one). A
+    programmatic edge is a kernel-to-kernel edge; after a copy, a memset or nothing, runtime.launch launches the plain
+    way rather than find out at capture whether the driver accepts it."""
+    cuda = _driver()
+    status, capture_id, graph = ctypes.c_int(), ctypes.c_ulonglong(), ctypes.c_void_p()
+    deps, count = ctypes.POINTER(ctypes.c_void_p)(), ctypes.c_size_t()
+    _check(cuda.cuStreamGetCaptureInfo_v2(ctypes.c_void_p(stream_ptr or None), ctypes.byref(status),
+                                          ctypes.byref(capture_id), ctypes.byref(graph), ctypes.byref(deps),
+                                          ctypes.byref(count)), "cuStreamGetCaptureInfo")
+    if count.value == 0:
+        return False
+    kind = ctypes.c_int()
+    for i in range(count.value):
+        _check(cuda.cuGraphNodeGetType(ctypes.c_void_p(deps[i]), ctypes.byref(kind)), "cuGraphNodeGetType")
+        if kind.value != CU_GRAPH_NODE_TYPE_KERNEL:
+            return False
+    return True
 
 
 def launch(function_ptr: int, grid, block, args, shared_mem: int, stream_ptr: int, name: str = "") -> None:
@@ -100,9 +139,5 @@ def launch(function_ptr: int, grid, block, args, shared_mem: int, stream_ptr: in
                           ctypes.pointer(attr), 1)
     held = argument_bytes(args)
     params = (ctypes.c_void_p * max(1, len(held)))(*[h.ctypes.data for h in held])
-    rc = _driver()(ctypes.byref(config), ctypes.c_void_p(function_ptr), params, None)
-    if rc != 0:
-        text = ctypes.c_char_p()
-        _error_name(rc, ctypes.byref(text))
-        raise PdlError(f"cuLaunchKernelEx of {name or hex(function_ptr)} (programmatic): "
-                       f"{(text.value or b'?').decode()} ({rc})")
+    _check(_driver().cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(function_ptr), params, None),
+           f"cuLaunchKernelEx of {name or hex(function_ptr)} (programmatic)")

@@ -124,9 +124,11 @@ def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, pre
         _set_shared_attributes(filename, name, shared_mem, prefer_shared)
     f = function(filename, name)
     if PDL and _capturing:
-        pdl.launch(f.ptr, grid, block, args, shared_mem, cp.cuda.get_current_stream().ptr, name)
-    else:
-        f(grid, block, args, shared_mem=shared_mem)
+        stream = cp.cuda.get_current_stream().ptr
+        if pdl.follows_kernels(stream):
+            pdl.launch(f.ptr, grid, block, args, shared_mem, stream, name)
+            return
+    f(grid, block, args, shared_mem=shared_mem)
 
 
 def blocks_for(n: int, threads: int = THREADS, cap: int = MAX_BLOCKS) -> int:
