@@ -1589,6 +1589,31 @@ def test_adamw_scalars_kernel_is_the_cupy_arithmetic(scale, max_norm):
         assert float(host(h)[adamw_ops.GRAD_SCALE]) == 1.0 and float(host(t)) == 5.0
 
 
+def test_loss_scale_update_kernel_is_the_cupy_arithmetic():
+    """adamw.cu's one-thread loss_scale_update gives the bits of ops/loss_scale.update run as CuPy arithmetic on 0-d
+    arrays (what the float16 step launched before): clean and overflowed steps, growth at the interval, a NaN verdict,
+    a scale that overflows to inf and one that shrinks below the normals; the verdict read through a view of hyper's
+    skip, as the step passes it."""
+    from tr2.cupy_side.gpu import adamw as gpu_adamw
+    from tr2.cupy_side.ops import loss_scale
+    verdicts = [0, 0, 1, 0, 0, 0, np.nan, 0, 0, 0, 0, 1, 1, 0, 0, 0]
+    for interval in (3, 2000):
+        for scale0, good0 in ((2.0 ** 16, 0.0), (1.0, 1999.0), (2.0 ** -126, 2.0), (3.0e38, 2.0)):
+            got = [cp.asarray(np.float32(scale0)), cp.asarray(np.float32(good0))]
+            ref = [cp.asarray(np.float32(scale0)), cp.asarray(np.float32(good0))]
+            hyper = cp.zeros(9, dtype=np.float32)
+            for k, verdict in enumerate(verdicts):
+                hyper[8] = verdict
+                found = hyper[8]
+                gpu_adamw.loss_scale_update(got[0], got[1], found, 2.0, 0.5, interval)
+                loss_scale.update(cp, ref[0], ref[1], found, 2.0, 0.5, interval)
+                tag = f"interval {interval} start {scale0} / {good0}, step {k} verdict {verdict}"
+                exact(f"loss scale, {tag}", host(got[0]), host(ref[0]))
+                exact(f"good steps, {tag}", host(got[1]), host(ref[1]))
+    with pytest.raises(TypeError, match="found_inf must be a one-element float32 CuPy array"):
+        gpu_adamw.loss_scale_update(got[0], got[1], cp.zeros((), np.float64), 2.0, 0.5, 3)
+
+
 def test_adamw_multi_tensor():
     be, ref = gpu_backend(), NumpyBackend("float64")
     g = gen(7)

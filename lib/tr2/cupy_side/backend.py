@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, matmul, norm,
+from .ops import (adamw, attention, cross_entropy, dropout, embedding, gelu, layernorm, loss_scale, matmul, norm,
                   residual, residual_layernorm)
 from .ops.precision import DTYPES, make_precision
 
@@ -81,6 +81,8 @@ class NumpyBackend:
                                                                         in place: the step's clip coefficient, skip,
                                                                         count t and bias corrections (ops/adamw.py)
         adamw_update(params, grads, ms, vs, hyper) -> None              in place; see ops/adamw.py
+        loss_scale_update(scale, good_steps, found_inf, growth_factor,  in place: the float16 loss scale after a
+                          backoff_factor, growth_interval) -> None      step (ops/loss_scale.py)
         global_norm(grads) -> 0-d array                                 sqrt of the sum of squares
         gradient_f32(g) -> array                                        a gradient as float32 values: the CUDA
                                                                         form hands a product's dW over in the
@@ -207,6 +209,9 @@ class NumpyBackend:
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         adamw.update(params, grads, ms, vs, hyper)
+
+    def loss_scale_update(self, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval):
+        loss_scale.update(np, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval)
 
     def global_norm(self, grads):
         return norm.global_norm(grads)

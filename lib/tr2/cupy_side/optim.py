@@ -78,13 +78,8 @@ class LossScaler:
         found_inf: a 0-d backend array (1 where the step overflowed), or a bool."""
         if not self.enabled:
             return
-        xp = self.backend.xp
-        found = xp.asarray(found_inf, dtype=self.scale.dtype) != 0
-        good = xp.where(found, 0.0, self.good_steps + 1.0)
-        grow = good == self.growth_interval
-        self.scale[...] = xp.where(found, self.scale * self.backoff_factor,
-                                   xp.where(grow, self.scale * self.growth_factor, self.scale))
-        self.good_steps[...] = xp.where(grow, 0.0, good)
+        self.backend.loss_scale_update(self.scale, self.good_steps, found_inf, self.growth_factor,
+                                       self.backoff_factor, self.growth_interval)   # ops/loss_scale.update
 
     def value(self) -> float:
         """The scale, read from the device (waits for it)."""

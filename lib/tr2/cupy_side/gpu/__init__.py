@@ -86,7 +86,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem",
                          "cross_entropy_forward_warp", "cross_entropy_forward_backward_warp", "cross_entropy_mean"),
-    "adamw.cu": ("adamw_update", "adamw_scalars"),
+    "adamw.cu": ("adamw_update", "adamw_scalars", "loss_scale_update"),
     "global_norm.cu": ("global_norm_partial", "global_norm_final"),
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "round_f32"),
 }

@@ -1,7 +1,8 @@
 """Wrapper of kernels/adamw.cu: one launch updates every parameter (multi-tensor), scalars from `hyper`, and
 rewrites the half copies the products read (GpuContext.keep_half_copy) from the new masters. Gradients are float32
 or, the products' dW under half roundings, the build's half type (read as written). One launch before it writes the
-step's scalars into `hyper` (ops/adamw.scalars' arithmetic)."""
+step's scalars into `hyper` (ops/adamw.scalars' arithmetic); one after it, in float16 builds, the loss scale's
+update (ops/loss_scale.update)."""
 from __future__ import annotations
 
 import numpy as np
@@ -46,3 +47,16 @@ def scalars(hyper, t, gnorm, scale, max_norm: float, beta1: float, beta2: float)
         raise ValueError("adamw_scalars: t is required, and gnorm wherever max_norm is not 0 or a scale is given")
     launch(FILE, "adamw_scalars", 1, 32, (hyper, t, NULL if gnorm is None else gnorm, NULL if scale is None else scale,
                                           f32(max_norm), np.float64(beta1), np.float64(beta2)))
+
+
+def loss_scale_update(scale, good_steps, found_inf, growth_factor: float, backoff_factor: float,
+                      growth_interval: int) -> None:
+    """In place: the float16 loss scale and its run of good steps after a step (ops/loss_scale.update), one launch.
+    scale, good_steps, found_inf: one-element float32 CuPy arrays (found_inf: AdamW.skipped(), hyper's skip)."""
+    for what, a in (("scale", scale), ("good_steps", good_steps), ("found_inf", found_inf)):
+        if not (isinstance(a, cp.ndarray) and a.dtype == np.float32 and a.size == 1):
+            raise TypeError(f"loss_scale_update: {what} must be a one-element float32 CuPy array")
+    if float(np.float32(growth_interval)) != growth_interval:
+        raise ValueError(f"loss_scale_update: growth_interval {growth_interval} is not exact in float32")
+    launch(FILE, "loss_scale_update", 1, 32,
+           (scale, good_steps, found_inf, f32(growth_factor), f32(backoff_factor), f32(growth_interval)))

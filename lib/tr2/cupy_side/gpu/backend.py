@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
+from ..ops import loss_scale
 from ..ops.precision import make_precision
 from . import adamw as _adamw
 from . import attention as _attention
@@ -260,6 +261,12 @@ class CudaBackend:
 
     def adamw_update(self, params, grads, ms, vs, hyper):
         _adamw.update(self.ctx, list(params), [self._act(g) for g in grads], list(ms), list(vs), hyper)
+
+    def loss_scale_update(self, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval):
+        if isinstance(found_inf, cp.ndarray):   # the step's own verdict on the device: one launch
+            _adamw.loss_scale_update(scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval)
+        else:                                   # a host bool (tests): the same arithmetic in CuPy
+            loss_scale.update(cp, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval)
 
     def global_norm(self, grads):
         return _global_norm.global_norm(self.ctx, [self._act(g) for g in grads])

@@ -152,3 +152,20 @@ extern "C" __global__ void adamw_scalars(float* __restrict__ hyper, double* __re
     hyper[5] = __double2float_rn(__dsub_rn(1.0, pow(beta1, step)));   // bias_corr1
     hyper[6] = __double2float_rn(__dsub_rn(1.0, pow(beta2, step)));   // bias_corr2
 }
+
+// The float16 loss scale's update after a step (ops/loss_scale.update, operation for operation), in one thread:
+//   found = *found_inf != 0; good = found ? 0 : *good_steps + 1; grow = good == interval;
+//   *scale = found ? *scale * backoff : (grow ? *scale * growth : *scale); *good_steps = grow ? 0 : good.
+// Why: as CuPy arithmetic on 0-d arrays it was about ten launches a float16 step, each a graph node and its gap.
+extern "C" __global__ void loss_scale_update(float* __restrict__ scale, float* __restrict__ good_steps,
+                                             const float* __restrict__ found_inf, float growth, float backoff,
+                                             float interval) {
+    grid_dependency_entry();
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const bool found = *found_inf != 0.0f;   // NaN counts as found, as NumPy's != 0 has it
+    const float good = found ? 0.0f : __fadd_rn(*good_steps, 1.0f);
+    const bool grow = good == interval;
+    const float s = *scale;
+    *scale = found ? __fmul_rn(s, backoff) : (grow ? __fmul_rn(s, growth) : s);
+    *good_steps = grow ? 0.0f : good;
+}
