@@ -13,6 +13,7 @@ would look like (the eager loop with other masks), so that the check is seen to 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,7 +116,11 @@ def test_programmatic_launches_change_no_bit(tmp_path, model, dtype, side_stream
     eager, _ = _train(tmp_path, "eager", *common, "--save-init", tmp_path / "init.npz", env={**env, "TR2_PDL": "0"})
     common += ["--init", tmp_path / "init.npz"]
     graph, out = _train(tmp_path, "graph-pdl", *common, "--cuda-graph", env={**env, "TR2_PDL": "1"})
-    assert "cuda graph:" in out
+    m = re.search(r"cuda graph: (\d+) launches of our kernels captured, (\d+) of them programmatic", out)
+    assert m, out[-2000:]
+    kernels, programmatic = int(m.group(1)), int(m.group(2))
+    print(f"{model} {dtype} side stream {side_stream}: {programmatic} of {kernels} captured launches programmatic")
+    assert programmatic > kernels // 2   # the test tests the programmatic launches, not plain ones
     print(f"{model} {dtype} side stream {side_stream}: programmatic graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}")
     assert graph == eager, f"the programmatic graph parts from the eager loop: {_max_rel(eager, graph)}"
     assert eager[STEPS] < eager[0] - 0.2

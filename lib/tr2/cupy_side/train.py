@@ -120,6 +120,9 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
             if printed or read_every_step:
                 log.loss(it, read(loss), printed)
 
+    if graph is not None and graph.graph.graph is not None:
+        c = graph.graph.captured
+        log.say(f"cuda graph: {c['kernels']} launches of our kernels captured, {c['programmatic']} of them programmatic")
     # with a graph, the bytes in use in its pool (the step's activations and gradients) count in both
     if backend.device == "cuda":
         log.say(peak_line(backend.peak_memory_bytes(), backend.reserved_memory_bytes()))

@@ -55,6 +55,7 @@ class StepGraph:
                 tensors.drop_unfilled()
                 raise
             self.graph = self.stream.end_capture()
+        self.captured = dict(runtime.captured)   # our launches in it, and the programmatic ones (runtime.PDL)
         tensors.fill_captured()
         self.out = out
 

@@ -96,12 +96,15 @@ def _set_shared_attributes(filename: str, name: str, shared_mem: int, prefer_sha
 
 
 # On: the launches a graph capture records go through gpu/pdl.py (programmatic dependent launch: a kernel's blocks
-# are scheduled while the kernel before it finishes, and wait for it in grid_dependency_entry). Eager launches stay
-# CuPy's either way (its launch costs the host less, and the eager loop has no gaps worth closing). Written in the
-# twelfth session after its device time was spent: NOT run on a GPU, off until the graph tests have passed with it
-# and the step is timed (a bench variant with TR2_PDL=1).
+# are scheduled while the kernel before it finishes, and wait for it in grid_dependency_entry), where the launch
+# follows kernel nodes only (pdl.follows_kernels). Eager launches stay CuPy's either way: its launch costs the host
+# less, and the graph is the build timed against PyTorch. Written in the twelfth session after its device time was
+# spent: NOT run on a GPU, off until the graph tests have passed with it and the step is timed (a bench variant with
+# TR2_PDL=1).
 PDL = bool(kernel_switch("TR2_PDL", 0))
 _capturing = False
+# our kernel launches the last capture recorded, and how many of them programmatic (the log says both)
+captured = {"kernels": 0, "programmatic": 0}
 
 
 @contextlib.contextmanager
@@ -109,6 +112,7 @@ def capturing():
     """Around a graph capture's body (gpu/graph.py): where PDL is on, the launches inside are programmatic."""
     global _capturing
     before, _capturing = _capturing, True
+    captured.update(kernels=0, programmatic=0)
     try:
         yield
     finally:
@@ -123,11 +127,14 @@ def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, pre
     if shared_mem > SHARED_WITHOUT_OPT_IN or prefer_shared:
         _set_shared_attributes(filename, name, shared_mem, prefer_shared)
     f = function(filename, name)
-    if PDL and _capturing:
-        stream = cp.cuda.get_current_stream().ptr
-        if pdl.follows_kernels(stream):
-            pdl.launch(f.ptr, grid, block, args, shared_mem, stream, name)
-            return
+    if _capturing:
+        captured["kernels"] += 1
+        if PDL:
+            stream = cp.cuda.get_current_stream().ptr
+            if pdl.follows_kernels(stream):
+                pdl.launch(f.ptr, grid, block, args, shared_mem, stream, name)
+                captured["programmatic"] += 1
+                return
     f(grid, block, args, shared_mem=shared_mem)
 
 
