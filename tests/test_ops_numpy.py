@@ -577,7 +577,7 @@ TABLE = ["embedding_forward", "embedding_backward", "layernorm_forward", "layern
          "matmul_backward", "attention_forward", "attention_backward", "gelu_forward", "gelu_backward",
          "dropout_forward", "dropout_backward", "residual_forward", "residual_layernorm_forward",
          "residual_layernorm_backward", "cross_entropy_forward",
-         "cross_entropy_forward_backward", "adamw_update", "global_norm"]
+         "cross_entropy_forward_backward", "adamw_update", "loss_scale_update", "global_norm"]
 
 
 def test_backend_has_the_table():
