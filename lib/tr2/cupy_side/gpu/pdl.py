@@ -4,7 +4,7 @@ TR2_PDL=1).
 
 Why: in the captured step each kernel's blocks are scheduled only once the kernel before it has finished and
 drained. Call 2 of results/h200-perf-20261202c: the char model's step is 4.28 ms for 4120 us of kernels in 215
-launches (~0.75 us between kernels); gpt2-small's was 16.55 ms for 15992 us in 385 launches (~1.45 us; call 2 of
+launches (~0.75 us between kernels); gpt2-small's was 16.84 ms for 15992 us in 385 launches (~2.2 us; call 2 of
 results/h200-perf-20261202). With the attribute a kernel may be scheduled as soon as every block of the kernel before
 it has passed its griddepcontrol.launch_dependents; its blocks then wait at griddepcontrol.wait until that kernel has
 finished and its writes are visible (common.cuh's grid_dependency_entry, every kernel's first statement). So the
