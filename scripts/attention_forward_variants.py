@@ -1,6 +1,7 @@
 """The attention forward's kernels against each other in one process, on each model's shape (bf16 under half
 roundings, dropout as the model trains): the mma.sync kernel, the wgmma kernel, the pipelined wgmma kernel with
-one and with two warpgroups a block, and two warpgroups in ping-pong (wgpp2), on every shape whatever
+one and with two warpgroups a block, two warpgroups in ping-pong (wgpp2) and the TMA producer's form (tma), on every
+shape whatever
 gpu/attention.py's WG_MAX_T (attention.cu instantiated
 the wgmma kernel with one and with two warpgroups a block until call 3 of results/h200-perf-20261201d, which timed
 both; now with one). Rounds in rotating order; each
@@ -28,11 +29,12 @@ from tr2.models import load_model
 from event_timing import mean_ms
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-# USE_WGMMA, WG_FORWARD_PIPELINED, WG_FORWARD_NWG, WG_FORWARD_PINGPONG
-SETTINGS = ("USE_WGMMA", "WG_FORWARD_PIPELINED", "WG_FORWARD_NWG", "WG_FORWARD_PINGPONG")
-VARIANTS = {"mma": (False, False, 0, False), "wg1": (True, False, 0, False), "wgp1": (True, True, 1, False),
-            "wgp2": (True, True, 2, False),
-            "wgpp2": (True, False, 2, True)}   # two warpgroups in ping-pong (attention_forward_wg_pp)
+# USE_WGMMA, WG_FORWARD_PIPELINED, WG_FORWARD_NWG, WG_FORWARD_PINGPONG, WG_FORWARD_TMA
+SETTINGS = ("USE_WGMMA", "WG_FORWARD_PIPELINED", "WG_FORWARD_NWG", "WG_FORWARD_PINGPONG", "WG_FORWARD_TMA")
+VARIANTS = {"mma": (False, False, 0, False, False), "wg1": (True, False, 0, False, False),
+            "wgp1": (True, True, 1, False, False), "wgp2": (True, True, 2, False, False),
+            "wgpp2": (True, False, 2, True, False),   # two warpgroups in ping-pong (attention_forward_wg_pp)
+            "tma": (True, False, 0, False, True)}     # a TMA producer and two consumers (attention_forward_tma)
 # TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
 ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]
 

@@ -15,7 +15,8 @@
 #            seconds kept back for the stage after it
 #   variants scripts/attention_backward_variants.py: the backward's forms (ds against ds64 among them) in one process
 #   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, pipelined wgmma with one and
-#            two warpgroups; TR2_FWD_VARIANTS limits them) in one process, before the bench
+#            two warpgroups, ping-pong, the TMA producer's; TR2_FWD_VARIANTS limits them) in one process, before the
+#            bench; where the late tests failed, the ping-pong and TMA forms are left out
 #   ncu      Nsight Compute on the attention kernels of one forward and backward (scripts/attention_ncu.py, the
 #            second pass: forward, row dots, dK/dV, dQ) for each MODEL:DTYPE:HR[:VARIANT] of SIDE_NCU (default
 #            gpt2-small:bfloat16:1 gpt2-small:bfloat16:1:pp); VARIANT names .cache/variants/VARIANT, whose bench.env
@@ -52,12 +53,12 @@ if [[ $STAGES == *,tests,* ]]; then
     late=$?
     echo "== late kernel tests (exit $late, $(elapsed) s; 124: the limit stopped them)"
     grep -E "^(FAILED|ERROR)" "$W/pytest_late.log" | head; tail -2 "$W/pytest_late.log"
-    if [ "$late" -ne 0 ]; then   # the ping-pong forms did not pass: not timed below
+    if [ "$late" -ne 0 ]; then   # the ping-pong or TMA forms did not pass: not timed below
       # (an empty list would mean every form: the reference alone instead)
-      fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vx wgpp2 | paste -sd, -)
+      fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vxE 'wgpp2|tma' | paste -sd, -)
       bwd=$(echo "${TR2_BWD_FORMS:-}" | tr ',' '\n' | grep -vx wg2p | paste -sd, -)
       export TR2_FWD_VARIANTS=${fwd:-mma} TR2_BWD_FORMS=${bwd:-recompute}
-      echo "   so not timed: wgpp2, wg2p (forward variants now '$TR2_FWD_VARIANTS', backward forms '$TR2_BWD_FORMS')"
+      echo "   so not timed: wgpp2, tma, wg2p (forward variants now '$TR2_FWD_VARIANTS', backward forms '$TR2_BWD_FORMS')"
     fi
   fi
 fi

@@ -563,6 +563,46 @@ def test_attention_forward_pingpong_on_wgmma(build, B, T, H, hs, p, monkeypatch)
     exact(f"attention lse in ping-pong against wg {tag}", runs[0][1], plain[1])
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_forward_tma(build, B, T, H, hs, p, monkeypatch):
+    """The forward with a TMA producer (WG_FORWARD_TMA: q, k and v boxes by the copy engine into 128-byte-swizzled
+    shared memory, two consumer warpgroups on mbarriers): out and lse the bits of attention_forward_wg (here at every
+    T, rows past T read from the next sequence and masked), three runs the same bits, and within the type's tolerance
+    of the NumPy form (every allocation poisoned)."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    g = gen(B * T * H + 9 + int(p * 10))
+    C = H * hs
+    qkv = randn(g, B, T, 3 * C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
+    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)   # the plain wgmma forward at every T, for its bits
+    monkeypatch.setattr(attention, "WG_FORWARD_PIPELINED", False)
+    monkeypatch.setattr(attention, "WG_FORWARD_PINGPONG", False)
+
+    def forward(tma):
+        monkeypatch.setattr(attention, "WG_FORWARD_TMA", tma)
+        assert attention.uses_wgmma(be.ctx, hs, T)
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        return be.to_host(out), host(saved.lse)
+
+    runs = [forward(True) for _ in range(3)]
+    plain = forward(False)
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p}]"
+    check(f"attention out by TMA {tag}", runs[0][0], rout, tol)
+    check(f"attention lse by TMA {tag}", runs[0][1], rsaved[1], tol)
+    for r in runs[1:]:
+        exact(f"attention out by TMA run-to-run {tag}", r[0], runs[0][0])
+        exact(f"attention lse by TMA run-to-run {tag}", r[1], runs[0][1])
+    exact(f"attention out by TMA against wg {tag}", runs[0][0], plain[0])
+    exact(f"attention lse by TMA against wg {tag}", runs[0][1], plain[1])
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])

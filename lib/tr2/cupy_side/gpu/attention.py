@@ -22,6 +22,7 @@ import cupy as cp
 
 from . import WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch
 from . import dropout as _dropout
+from . import tma as _tma
 from .cast import to_half
 from . import runtime
 from .runtime import NULL, i32, launch, u32
@@ -133,11 +134,20 @@ FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")
 # of at most 256 keep attn_forward_wg1_). Its test passed in call 1 of results/h200-perf-20261202c, and it is slower
 # there (ms a layer alone, bf16): gpt2-small 0.0805 and gpt2-medium 0.1021 against mma.sync's 0.0656 and 0.0832: off.
 WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
+# The forward with a TMA producer (attention.cu's attention_forward_tma, attn_forward_tma_): one thread of a third
+# warpgroup hands the q, k and v boxes to the copy engine in 128-byte-swizzled shared memory (gpu/tma.py's tensor map
+# of qkv), the two consumer warpgroups wait on mbarriers instead of staging (FlashAttention-3's form, the ninth
+# session's probe: 417 TFLOP/s for the products alone); attention_forward_wg's arithmetic, so the same bits
+# (tests/test_kernels_gpu.py, "forward_tma"). On, every T takes it. Written in the twelfth session after its device
+# time was spent: NOT run on a GPU, off until its test has passed and attention_forward_variants.py ("tma") timed it.
+WG_FORWARD_TMA = bool(kernel_switch("TR2_ATTN_FWD_TMA", 0))
+FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 
 
 def uses_wgmma(ctx, hs: int, T: int) -> bool:
     return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64
-            and (T <= WG_MAX_T or WG_FORWARD_PIPELINED or WG_FORWARD_PINGPONG) and runtime.built_for(FILE) == "sm_90a")
+            and (T <= WG_MAX_T or WG_FORWARD_PIPELINED or WG_FORWARD_PINGPONG or WG_FORWARD_TMA)
+            and runtime.built_for(FILE) == "sm_90a")
 
 
 def wg_forward_warpgroups(T: int) -> int:
@@ -156,10 +166,23 @@ def wgpp_shared_bytes(hs: int) -> int:
     return (2 * 3 + 2) * 64 * hs * 2
 
 
-def _launch_wg(T: int, hs: int, BH: int, name: str, args) -> None:
+def tma_shared_bytes(hs: int) -> int:
+    """attention_forward_tma's dynamic shared memory: the two consumers' q boxes and FWD_TMA_STAGES k and v pairs,
+    64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period)."""
+    return (2 + 2 * FWD_TMA_STAGES) * 64 * hs * 2 + 1024
+
+
+def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
-    if WG_FORWARD_PIPELINED and WG_FORWARD_PINGPONG:
-        raise ValueError("TR2_ATTN_FWD_WGP=1 and TR2_ATTN_FWD_PINGPONG=1 together: allowed is one")
+    if sum((WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, WG_FORWARD_TMA)) > 1:
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1: allowed is one at most")
+    if WG_FORWARD_TMA:
+        qkv = args[2]
+        rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
+        tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
+        launch(FILE, f"attn_forward_tma_{name}_hs{hs}", (BH, -(-T // 128)), 384, args[:2] + (tmap,) + args[3:],
+               shared_mem=tma_shared_bytes(hs), prefer_shared=True)
+        return
     if WG_FORWARD_PINGPONG and wg_forward_warpgroups(T) == 2:
         launch(FILE, f"attn_forward_wgpp2_{name}_hs{hs}", (BH, -(-T // 128)), 256, args + strides,
                shared_mem=wgpp_shared_bytes(hs), prefer_shared=True)
@@ -183,7 +206,7 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     # the softmax's scale 1 / sqrt(hs) is attention.cu's Scale<hs>, a compile-time constant
     args = (out, lse, kqkv, i32(T), i32(H), i32(ctx.round_kind)) + _dropout_args(p, seed, offset, offset_add)
     if uses_wgmma(ctx, hs, T):
-        _launch_wg(T, hs, B * H, build_name(ctx), args)
+        _launch_wg(ctx, T, hs, B * H, build_name(ctx), args)
     else:
         _launch(ctx, "forward", hs, T, B * H, args)
     return out, AttentionSaved(out, lse, kqkv)

@@ -967,6 +967,222 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 #endif
 }
 
+// ---- the forward with a TMA producer (FWD_TMA: gpu/attention.py's WG_FORWARD_TMA; written in the twelfth session
+// after its device time was spent, NOT run on a GPU: off) ----
+// Why: every wgmma form above stages its tiles by cp.async from the warpgroups that also run the products and the
+// softmax, into the unswizzled core-matrix layout; the sixth session's profile found the wgmma forward losing on the
+// MIO queue, and each schedule since that kept this staging lost to its predecessor (docs/perf.md, twelfth
+// session). The ninth session's probe (scripts/probes/tma_wgmma_probe.cu) ran the forward's two products alone at
+// 417 TFLOP/s with FlashAttention-3's staging: one producer thread handing whole 64 x 64 boxes to the copy engine
+// (TMA) in 128-byte-swizzled shared memory, mbarriers between it and the consumer warpgroups, no block barrier.
+// Here: 384 threads and 128 queries of one head a block. Warpgroup 0 is the producer (its thread 0 issues every
+// copy: q once, then k and v of each key tile into a ring of FWD_TMA_STAGES stages); warpgroups 1 and 2 compute 64
+// queries each with attention_forward_wg's per-tile arithmetic in its order (the masks, the online softmax, the
+// dropout's draws, Pd rounded to the half type), so the same bits; only where the operands lie in shared memory
+// differs (the swizzled boxes, read through 128B descriptors). A consumer whose queries end before a tile's keys
+// still waits for the tile and releases it, so that both count every phase of the ring's barriers.
+// The boxes come from a tensor map over qkv as a (B*T, 3C) matrix (gpu/attention.py encodes it at each launch):
+// box rows past T belong to the next sequence (or, past B*T, read as zeros); the masks give them probability 0,
+// as the other forms' zero rows.
+#define FWD_TMA_STAGES 3
+
+// The driver's CUtensorMap: opaque, 128 bytes, 64-byte aligned.
+struct alignas(64) TensorMap {
+    u64 w[16];
+};
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// The copy engine must see the initialized barriers before the first copy completes on them.
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+// One box at (column c0, row c1) of the map into shared memory, its bytes counted on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* tmap, u64* bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(smem_u32(dst)), "l"((u64)tmap), "r"(c0), "r"(c1), "r"(smem_u32(bar)) : "memory");
+}
+// A shared-memory matrix descriptor with the 128-byte swizzle (layout type 1 in bits 62-63). Every box starts on a
+// 1024-byte boundary and the k16 steps (+32 bytes K-major, +2048 bytes MN-major) leave address bits 7-9 alone, so
+// the base offset stays 0.
+__device__ __forceinline__ u64 wg_desc_sw128(u32 saddr, u32 lbo, u32 sbo) {
+    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((u64)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+// K-major boxes (q, k: the product's k along the 128-byte rows): the leading offset is unused inside a swizzled row
+// (16 by convention), 1024 bytes between 8-row groups. MN-major (v for Pd v): the probe's offsets (ninth session).
+#define TMA_K_LBO 16
+#define TMA_K_SBO 1024
+#define TMA_V_LBO 8192
+#define TMA_V_SBO 1024
+
+template <int K, int HS, bool DROP>
+__device__ void attention_forward_tma(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap, int T,
+                                      int H, int out_kind, Dropout drop) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2, S = FWD_TMA_STAGES;
+    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * S + 1];
+    u64* full = bars;            // full[s]: the producer's arrival and the stage's 2 BOX bytes
+    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
+    u64* q_full = bars + 2 * S;
+    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
+    unsigned char* sQ = base;                  // consumer c's 64 queries at sQ + c BOX
+    unsigned char* sKV = base + 2 * BOX;       // stage s: k at sKV + 2 s BOX, v at + BOX
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
+    const int wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8);
+        }
+        mbar_init(q_full, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {   // the producer
+        if (threadIdx.x != 0) return;
+        const int row0 = b * T;
+        mbar_expect_tx(q_full, 2 * BOX);
+        tma_load_2d(sQ, tmap, q_full, h * HS, row0 + qb * BR);
+        tma_load_2d(sQ + BOX, tmap, q_full, h * HS, row0 + qb * BR + 64);
+        for (int kb = 0; kb <= last; ++kb) {
+            const int s = kb % S;
+            if (kb >= S) mbar_wait(&empty[s], ((kb / S) - 1) & 1);
+            unsigned char* sK = sKV + 2 * s * BOX;
+            mbar_expect_tx(&full[s], 2 * BOX);
+            tma_load_2d(sK, tmap, &full[s], C + h * HS, row0 + kb * BC);
+            tma_load_2d(sK + BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC);
+        }
+        return;
+    }
+    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
+    const int r0 = q0 + warp * 16;              // the warp's
+    const int wg_last = min(q0 + 63, T - 1) / BC;   // the warpgroup's last tile (q0 < T: see the guard below)
+    const u32 aq = smem_u32(sQ + cw * BOX);
+    float o[HS / 8][4];
+    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    mbar_wait(q_full, 0);
+    for (int kb = 0; kb <= last; ++kb) {
+        const int s = kb % S;
+        mbar_wait(&full[s], (kb / S) & 1);
+        if (q0 < T && kb <= wg_last) {
+            const u32 ak = smem_u32(sKV + 2 * s * BOX), av = ak + BOX;
+            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                i = r0 + g + 8 * (e >> 1);
+                j = kb * BC + n * 8 + 2 * t + (e & 1);
+            };
+            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+            KeepBits<1, NT> keep{};
+            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
+            float sc[NT][4];
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows
+                wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                             wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(sc);
+            if (edge) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int i, j;
+                        at(0, n, e, i, j);
+                        if (j > i || j >= T) sc[n][e] = NEG_INF;
+                    }
+            }
+            float mc[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float mx = NEG_INF;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(mrow[r], mx);
+                mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
+                const float alpha = exp_c<false>(mrow[r], c, mc[r]);
+                mrow[r] = mnew;
+                lrow[r] *= alpha;
+#pragma unroll
+                for (int n = 0; n < HS / 8; ++n) {
+                    o[n][2 * r] *= alpha;
+                    o[n][2 * r + 1] *= alpha;
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float p = exp_c<false>(sc[n][e], c, mc[e >> 1]);
+                    lrow[e >> 1] += p;
+                    sc[n][e] = p;
+                }
+            if constexpr (DROP) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
+            }
+            u32 pf[NT / 2][4];
+            pack_a<K, NT>(pf, sc);
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
+                wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(o);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+    }
+    if (q0 >= T) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int i = r0 + g + 8 * r;
+        if (i >= T) continue;
+        const float inv = 1.0f / l;
+        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
+        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- named barriers of the ping-pong forms (PINGPONG below; FWD_PP): ids as immediates (a register id makes ptxas
 // reserve all sixteen); 0 is __syncthreads'. PP_FULL0 + b: buffer b holds its tile (the forward's ring has four)
 #define PP_SCHED0 1
@@ -2411,6 +2627,19 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         if (use_dropout) attention_forward_wg_pp<K, HS, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);  \
         else attention_forward_wg_pp<K, HS, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);            \
     }
+// The forward with a TMA producer (attention_forward_tma; gpu/attention.py's WG_FORWARD_TMA):
+// attn_forward_tma_<bf16r|f16r>_hs64, 384 threads and 128 queries a block, arguments as attn_forward_wg's with the
+// qkv tensor map (gpu/tma.py) in qkv's place and no v strides; 2 + 2 FWD_TMA_STAGES boxes of shared memory and 1 KB
+// to align them.
+#define ATTN_FORWARD_TMA(BUILD, K, HS)                                                                          \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tma_##BUILD##_hs##HS(                    \
+        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward_tma<K, HS, true>(out, lse, &tm, T, H, out_kind, d);                 \
+        else attention_forward_tma<K, HS, false>(out, lse, &tm, T, H, out_kind, d);                            \
+    }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -2576,5 +2805,7 @@ ATTN_FORWARD_WGP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WGP(f16r, KIND_F16, 64)
 ATTN_FORWARD_WGPP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WGPP(f16r, KIND_F16, 64)
+ATTN_FORWARD_TMA(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_TMA(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
