@@ -485,43 +485,54 @@ def test_attention_forward_runs_on_wgmma_on_hopper():
     assert not attention.uses_wgmma(SimpleNamespace(half=False, half_roundings=False), 64, 256)
 
 
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
-@pytest.mark.parametrize("nwg", [1, 2])
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_forward_pipelined_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
-    """The pipelined wgmma forward (WG_FORWARD_PIPELINED, one or two warpgroups a block): out and lse within the
-    type's tolerance of the NumPy form (every allocation poisoned), three runs the same bits, and the bits of the
-    wgmma forward it pipelines (attention_forward_wg, here at every T: the same operations in the same order)."""
+def wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch, form: dict, plain: dict, seed_add: int,
+                                   what: str) -> None:
+    """A wgmma forward form (the attention.<name> settings of `form`) gives the bits of attention_forward_wg (those of
+    `plain`), here at every T: out and lse within the type's tolerance of the NumPy form (every allocation poisoned),
+    three runs the same bits, then the plain form's bits. seed_add keeps each test's own inputs."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be = gpu_backend(*build)
     ref, tol = reference_for(*build)
-    g = gen(B * T * H + nwg + int(p * 10))
+    g = gen(B * T * H + seed_add + int(p * 10))
     C = H * hs
     qkv = randn(g, B, T, 3 * C)
     seed, offset = 1337, rng.site_offset(11, 7, 1)
     rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
-    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)   # the unpipelined wgmma forward at every T, for its bits
+    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)   # the plain wgmma forward at every T, for its bits
+    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG", "WG_FORWARD_TMA"):
+        monkeypatch.setattr(attention, name, False)
 
-    def forward(pipelined):
-        monkeypatch.setattr(attention, "WG_FORWARD_PIPELINED", pipelined)
-        monkeypatch.setattr(attention, "WG_FORWARD_NWG", nwg)
+    def forward(settings):
+        for name, value in settings.items():
+            monkeypatch.setattr(attention, name, value)
         assert attention.uses_wgmma(be.ctx, hs, T)
         out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
         return be.to_host(out), host(saved.lse)
 
-    runs = [forward(True) for _ in range(3)]
-    unpipelined = forward(False)
-    tag = f"[{build[0]} B={B} T={T} H={H} nwg={nwg} p={p}]"
-    check(f"attention out pipelined {tag}", runs[0][0], rout, tol)
-    check(f"attention lse pipelined {tag}", runs[0][1], rsaved[1], tol)
+    runs = [forward(form) for _ in range(3)]
+    wg = forward(plain)
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p} {form}]"
+    check(f"attention out {what} {tag}", runs[0][0], rout, tol)
+    check(f"attention lse {what} {tag}", runs[0][1], rsaved[1], tol)
     for r in runs[1:]:
-        exact(f"attention out pipelined run-to-run {tag}", r[0], runs[0][0])
-        exact(f"attention lse pipelined run-to-run {tag}", r[1], runs[0][1])
-    exact(f"attention out pipelined against wg {tag}", runs[0][0], unpipelined[0])
-    exact(f"attention lse pipelined against wg {tag}", runs[0][1], unpipelined[1])
+        exact(f"attention out {what} run-to-run {tag}", r[0], runs[0][0])
+        exact(f"attention lse {what} run-to-run {tag}", r[1], runs[0][1])
+    exact(f"attention out {what} against wg {tag}", runs[0][0], wg[0])
+    exact(f"attention lse {what} against wg {tag}", runs[0][1], wg[1])
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
+@pytest.mark.parametrize("nwg", [1, 2])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_forward_pipelined_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
+    """The pipelined wgmma forward (WG_FORWARD_PIPELINED, one or two warpgroups a block) against the wgmma forward it
+    pipelines (attention_forward_wg: the same operations in the same order)."""
+    wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch,
+                                   {"WG_FORWARD_PIPELINED": True, "WG_FORWARD_NWG": nwg},
+                                   {"WG_FORWARD_PIPELINED": False, "WG_FORWARD_NWG": nwg}, nwg, "pipelined")
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
@@ -529,38 +540,10 @@ def test_attention_forward_pipelined_on_wgmma(build, B, T, H, hs, nwg, p, monkey
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_forward_pingpong_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     """The wgmma forward's two warpgroups in ping-pong (WG_FORWARD_PINGPONG: turns to issue, three k/v buffers, named
-    barriers instead of the block's): out and lse the bits of attention_forward_wg (here at every T), three runs the
-    same bits, and within the type's tolerance of the NumPy form (every allocation poisoned)."""
-    from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    be = gpu_backend(*build)
-    ref, tol = reference_for(*build)
-    g = gen(B * T * H + 5 + int(p * 10))
-    C = H * hs
-    qkv = randn(g, B, T, 3 * C)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
-    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)   # the plain wgmma forward at every T, for its bits
-    monkeypatch.setattr(attention, "WG_FORWARD_PIPELINED", False)
-
-    def forward(pingpong):
-        monkeypatch.setattr(attention, "WG_FORWARD_PINGPONG", pingpong)
-        monkeypatch.setattr(attention, "WG_FORWARD_NWG", 2 if pingpong else 0)
-        assert attention.uses_wgmma(be.ctx, hs, T)
-        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
-        return be.to_host(out), host(saved.lse)
-
-    runs = [forward(True) for _ in range(3)]
-    plain = forward(False)
-    tag = f"[{build[0]} B={B} T={T} H={H} p={p}]"
-    check(f"attention out in ping-pong {tag}", runs[0][0], rout, tol)
-    check(f"attention lse in ping-pong {tag}", runs[0][1], rsaved[1], tol)
-    for r in runs[1:]:
-        exact(f"attention out in ping-pong run-to-run {tag}", r[0], runs[0][0])
-        exact(f"attention lse in ping-pong run-to-run {tag}", r[1], runs[0][1])
-    exact(f"attention out in ping-pong against wg {tag}", runs[0][0], plain[0])
-    exact(f"attention lse in ping-pong against wg {tag}", runs[0][1], plain[1])
+    barriers instead of the block's) against attention_forward_wg."""
+    wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch,
+                                   {"WG_FORWARD_PINGPONG": True, "WG_FORWARD_NWG": 2},
+                                   {"WG_FORWARD_PINGPONG": False, "WG_FORWARD_NWG": 0}, 5, "in ping-pong")
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
@@ -568,39 +551,10 @@ def test_attention_forward_pingpong_on_wgmma(build, B, T, H, hs, p, monkeypatch)
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_forward_tma(build, B, T, H, hs, p, monkeypatch):
     """The forward with a TMA producer (WG_FORWARD_TMA: q, k and v boxes by the copy engine into 128-byte-swizzled
-    shared memory, two consumer warpgroups on mbarriers): out and lse the bits of attention_forward_wg (here at every
-    T, rows past T read from the next sequence and masked), three runs the same bits, and within the type's tolerance
-    of the NumPy form (every allocation poisoned)."""
-    from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    be = gpu_backend(*build)
-    ref, tol = reference_for(*build)
-    g = gen(B * T * H + 9 + int(p * 10))
-    C = H * hs
-    qkv = randn(g, B, T, 3 * C)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
-    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)   # the plain wgmma forward at every T, for its bits
-    monkeypatch.setattr(attention, "WG_FORWARD_PIPELINED", False)
-    monkeypatch.setattr(attention, "WG_FORWARD_PINGPONG", False)
-
-    def forward(tma):
-        monkeypatch.setattr(attention, "WG_FORWARD_TMA", tma)
-        assert attention.uses_wgmma(be.ctx, hs, T)
-        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
-        return be.to_host(out), host(saved.lse)
-
-    runs = [forward(True) for _ in range(3)]
-    plain = forward(False)
-    tag = f"[{build[0]} B={B} T={T} H={H} p={p}]"
-    check(f"attention out by TMA {tag}", runs[0][0], rout, tol)
-    check(f"attention lse by TMA {tag}", runs[0][1], rsaved[1], tol)
-    for r in runs[1:]:
-        exact(f"attention out by TMA run-to-run {tag}", r[0], runs[0][0])
-        exact(f"attention lse by TMA run-to-run {tag}", r[1], runs[0][1])
-    exact(f"attention out by TMA against wg {tag}", runs[0][0], plain[0])
-    exact(f"attention lse by TMA against wg {tag}", runs[0][1], plain[1])
+    shared memory, two consumer warpgroups on mbarriers) against attention_forward_wg (rows past T read from the next
+    sequence and masked)."""
+    wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch, {"WG_FORWARD_TMA": True},
+                                   {"WG_FORWARD_TMA": False}, 9, "by TMA")
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -18,7 +18,7 @@ def test_tensor_map_args_of_qkv():
                                                      (10, 192, 4, "at most 128 bytes")])
 def test_tensor_map_args_refuse(rows, cols, elem, match):
     with pytest.raises(ValueError, match=match):
-        tma.tensor_map_args(rows, cols, elem)
+        tma.tensor_map_args(rows, cols, elem_bytes=elem)
 
 
 def test_the_data_types_are_cuda_h_values():

@@ -25,6 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+# The tensor map's arguments and its encoding are gpu/tma.py's, which the model's TMA forward uses (written from this
+# probe's first form of them); tensor_map_args stays importable from here for tests/test_tma_probe_cpu.py.
+from tr2.cupy_side.gpu.tma import encode as tma_encode, tensor_map_args  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
 CU_FILE = HERE / "tma_wgmma_probe.cu"
 ARCH = "sm_90a"
@@ -72,25 +76,6 @@ def wgmma_desc(addr: int, lbo: int, sbo: int, swizzle: str = "128B", base_offset
     return word
 
 
-# cuTensorMapEncodeTiled's enums (cuda.h, CUDA 12.0 on)
-CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9          # CUtensorMapDataType: 2-byte bfloat16 elements
-CU_TENSOR_MAP_INTERLEAVE_NONE = 0             # CUtensorMapInterleave: plain row-major boxes
-CU_TENSOR_MAP_SWIZZLE_128B = 3                # CUtensorMapSwizzle: 0 none, 1 32B, 2 64B, 3 128B
-CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2        # CUtensorMapL2promotion: 0 none, 1 64B, 2 128B, 3 256B
-CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0         # CUtensorMapFloatOOBfill: out-of-bounds elements read as zeros
-
-
-def tensor_map_args(rows: int, cols: int, box_rows: int = TILE, box_cols: int = TILE, elem_bytes: int = 2):
-    """(globalDim, globalStrides, boxDim, elementStrides) of a row-major (rows, cols) matrix for a 2-D tiled map:
-    dimensions innermost first, the one stride (of the rows) in bytes, a multiple of 16 as the driver requires."""
-    stride = cols * elem_bytes
-    if stride % 16:
-        raise ValueError(f"row stride {stride} bytes is not a multiple of 16")
-    if box_cols * elem_bytes > 128:
-        raise ValueError("a 128B-swizzled box row is at most 128 bytes")
-    return (cols, rows), (stride,), (box_cols, box_rows), (1, 1)
-
-
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max() / max(np.abs(want).max(), 1e-30))
 
@@ -109,12 +94,6 @@ class Probe:
         import cupy as cp
         self.cp, self.out = cp, out
         self.mod = cp.RawModule(path=cubin)
-        self.libcuda = ctypes.CDLL("libcuda.so.1")
-        enc = self.libcuda.cuTensorMapEncodeTiled
-        enc.restype = ctypes.c_int
-        enc.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
-                        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
-                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
 
     def record(self, name: str, ok: bool, **numbers) -> bool:
         print(f"{'PASS' if ok else 'FAIL'} {name}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()), flush=True)
@@ -129,17 +108,7 @@ class Probe:
 
     def encode(self, dev, rows: int, cols: int) -> bytes:
         """A 128B-swizzled map of 64 x 64 boxes over the device bf16 matrix `dev`, as its 128 bytes."""
-        gdim, gstride, box, estride = tensor_map_args(rows, cols)
-        buf = (ctypes.c_uint64 * 24)()   # room to place the 128 bytes on a 64-byte boundary
-        at = (ctypes.addressof(buf) + 63) & ~63
-        rc = self.libcuda.cuTensorMapEncodeTiled(
-            ctypes.c_void_p(at), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ctypes.c_void_p(dev.data.ptr),
-            (ctypes.c_uint64 * 2)(*gdim), (ctypes.c_uint64 * 1)(*gstride), (ctypes.c_uint32 * 2)(*box),
-            (ctypes.c_uint32 * 2)(*estride), CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-        if rc:
-            raise RuntimeError(f"cuTensorMapEncodeTiled returned CUresult {rc}")
-        return ctypes.string_at(at, 128)
+        return tma_encode(dev, rows, cols, "bfloat16").tobytes()
 
     # The ways of handing 128 bytes to a `const __grid_constant__ TensorMap` parameter through CuPy's launcher.
     # CuPy passes a numpy array of size one by its data pointer (CNumpyArray), a numpy scalar by a copy of its

@@ -27,11 +27,12 @@ def update(ctx, params, grads, ms, vs, hyper) -> None:
            (t.table, t.chunk_tensor, t.chunk_start, i32(CHUNK), h, i32(ctx.kind)))
 
 
-def _scalar(a, dtype, what: str):
-    if a is None:
+def _scalar(a, dtype, what: str, kernel: str = "adamw_scalars", optional: bool = True):
+    if a is None and optional:
         return None
     if not (isinstance(a, cp.ndarray) and a.dtype == dtype and a.size == 1):
-        raise TypeError(f"adamw_scalars: {what} must be a one-element {np.dtype(dtype).name} CuPy array or None")
+        raise TypeError(f"{kernel}: {what} must be a one-element {np.dtype(dtype).name} CuPy array"
+                        + (" or None" if optional else ""))
     return a
 
 
@@ -54,8 +55,7 @@ def loss_scale_update(scale, good_steps, found_inf, growth_factor: float, backof
     """In place: the float16 loss scale and its run of good steps after a step (ops/loss_scale.update), one launch.
     scale, good_steps, found_inf: one-element float32 CuPy arrays (found_inf: AdamW.skipped(), hyper's skip)."""
     for what, a in (("scale", scale), ("good_steps", good_steps), ("found_inf", found_inf)):
-        if not (isinstance(a, cp.ndarray) and a.dtype == np.float32 and a.size == 1):
-            raise TypeError(f"loss_scale_update: {what} must be a one-element float32 CuPy array")
+        _scalar(a, np.float32, what, "loss_scale_update", optional=False)
     if float(np.float32(growth_interval)) != growth_interval:
         raise ValueError(f"loss_scale_update: growth_interval {growth_interval} is not exact in float32")
     launch(FILE, "loss_scale_update", 1, 32,

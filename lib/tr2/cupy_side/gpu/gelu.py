@@ -12,7 +12,7 @@ import numpy as np
 import cupy as cp
 
 from . import gelu_table, kernel_define, kernel_switch
-from .halfbits import KIND_BF16, KIND_F16, KIND_F32
+from .halfbits import KIND_BF16, KIND_F16, KIND_F32, KINDS
 from .runtime import THREADS, blocks_for, i32, i64, launch
 
 FILE = "gelu.cu"
@@ -87,7 +87,7 @@ def _table_launch(name: str, n: int, blocks_per_sm: int, table: "cp.ndarray", dy
 
 
 def _kind_name(kind: int) -> str:
-    return {KIND_F32: "float32", KIND_BF16: "bfloat16", KIND_F16: "float16"}.get(kind, f"kind {kind}")
+    return next((name for name, k in KINDS.items() if k == kind), f"kind {kind}")
 
 
 def tables(kind: int = KIND_BF16) -> tuple["cp.ndarray", "cp.ndarray"]:

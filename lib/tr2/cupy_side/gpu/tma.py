@@ -30,17 +30,20 @@ class TmaError(RuntimeError):
     pass
 
 
-def tensor_map_args(rows: int, cols: int, elem_bytes: int = 2) -> tuple:
+def tensor_map_args(rows: int, cols: int, box_rows: int = BOX, box_cols: int = BOX, elem_bytes: int = 2) -> tuple:
     """(globalDim, globalStrides, boxDim, elementStrides) of a row-major (rows, cols) matrix for a 2-D tiled map of
-    BOX x BOX boxes: dimensions innermost first, the one stride (of the rows) in bytes."""
-    if rows < 1 or cols < BOX:
-        raise ValueError(f"tensor map of a ({rows}, {cols}) matrix: at least 1 row and {BOX} columns")
+    box_rows x box_cols boxes: dimensions innermost first, the one stride (of the rows) in bytes, a multiple of 16 as
+    the driver requires."""
+    if rows < 1:
+        raise ValueError(f"tensor map of a ({rows}, {cols}) matrix: at least 1 row")
     stride = cols * elem_bytes
     if stride % 16:
         raise ValueError(f"tensor map: a row of {cols} x {elem_bytes} bytes is not a multiple of 16 bytes")
-    if BOX * elem_bytes > 128:
+    if box_cols * elem_bytes > 128:
         raise ValueError("tensor map: a 128B-swizzled box row is at most 128 bytes")
-    return (cols, rows), (stride,), (BOX, BOX), (1, 1)
+    if cols < box_cols:
+        raise ValueError(f"tensor map of a ({rows}, {cols}) matrix: at least {box_cols} columns, a box's")
+    return (cols, rows), (stride,), (box_cols, box_rows), (1, 1)
 
 
 _encode = None

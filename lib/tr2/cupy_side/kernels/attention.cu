@@ -979,7 +979,9 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 // copy: q once, then k and v of each key tile into a ring of FWD_TMA_STAGES stages); warpgroups 1 and 2 compute 64
 // queries each with attention_forward_wg's per-tile arithmetic in its order (the masks, the online softmax, the
 // dropout's draws, Pd rounded to the half type), so the same bits; only where the operands lie in shared memory
-// differs (the swizzled boxes, read through 128B descriptors). A consumer whose queries end before a tile's keys
+// differs (the swizzled boxes, read through 128B descriptors). Those lines repeat attention_forward_wg's, as
+// attention_forward_wg_pp's do, for the reason given there: a function shared with it changed the machine code of
+// the kernel the char model runs. A consumer whose queries end before a tile's keys
 // still waits for the tile and releases it, so that both count every phase of the ring's barriers.
 // The boxes come from a tensor map over qkv as a (B*T, 3C) matrix (gpu/attention.py encodes it at each launch):
 // box rows past T belong to the next sequence (or, past B*T, read as zeros); the masks give them probability 0,
