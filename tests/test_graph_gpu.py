@@ -124,3 +124,22 @@ def test_programmatic_launches_change_no_bit(tmp_path, model, dtype, side_stream
     print(f"{model} {dtype} side stream {side_stream}: programmatic graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}")
     assert graph == eager, f"the programmatic graph parts from the eager loop: {_max_rel(eager, graph)}"
     assert eager[STEPS] < eager[0] - 0.2
+
+
+# gpu/adamw.py's LOSS_SCALE_KERNEL: the float16 loss scale's update as one kernel. The char model's first float16
+# steps overflow at 2^16 and are skipped, so the scale halves there: a wrong update would change a later loss.
+def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    cfg = load_model("nanogpt")
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", "nanogpt", "--dtype", "float16", "--batches", order, "--half-roundings"]
+    cupy_update, _ = _train(tmp_path, "cupy-update", *common, "--save-init", tmp_path / "init.npz",
+                            env={"TR2_LOSS_SCALE_KERNEL": "0"})
+    common += ["--init", tmp_path / "init.npz"]
+    kernel, _ = _train(tmp_path, "kernel", *common, env={"TR2_LOSS_SCALE_KERNEL": "1"})
+    kernel_graph, out = _train(tmp_path, "kernel-graph", *common, "--cuda-graph", env={"TR2_LOSS_SCALE_KERNEL": "1"})
+    assert "cuda graph:" in out
+    assert kernel == cupy_update, f"the kernel's update changed the losses: {_max_rel(cupy_update, kernel)}"
+    assert kernel_graph == cupy_update, f"the kernel's update in the graph: {_max_rel(cupy_update, kernel_graph)}"
+    assert cupy_update[STEPS] < cupy_update[0] - 0.2

@@ -8,10 +8,15 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
+from . import kernel_switch
 from .runtime import NULL, f32, i32, launch
 from .tensors import CHUNK, THREADS, table_for
 
 FILE = "adamw.cu"
+# The float16 loss scale's update as one kernel (loss_scale_update) rather than CuPy's ten launches on 0-d arrays.
+# Written in the twelfth session after its device time was spent: NOT run on a GPU, off until its test
+# (tests/test_kernels_gpu.py, "loss_scale") and the float16 graph test have passed with it (TR2_LOSS_SCALE_KERNEL=1).
+LOSS_SCALE_KERNEL = bool(kernel_switch("TR2_LOSS_SCALE_KERNEL", 0))
 
 
 def update(ctx, params, grads, ms, vs, hyper) -> None:

@@ -263,9 +263,9 @@ class CudaBackend:
         _adamw.update(self.ctx, list(params), [self._act(g) for g in grads], list(ms), list(vs), hyper)
 
     def loss_scale_update(self, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval):
-        if isinstance(found_inf, cp.ndarray):   # the step's own verdict on the device: one launch
+        if _adamw.LOSS_SCALE_KERNEL and isinstance(found_inf, cp.ndarray):   # the step's verdict: one launch
             _adamw.loss_scale_update(scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval)
-        else:                                   # a host bool (tests): the same arithmetic in CuPy
+        else:   # the same arithmetic as CuPy's launches on 0-d arrays (ops/loss_scale.update)
             loss_scale.update(cp, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval)
 
     def global_norm(self, grads):
