@@ -2,7 +2,7 @@
 # One GPU call for the side stream (gpu/streams.py) and the graph-timed products record (products.py --timing graph).
 #   records  the carried record (eager-timed) moves to the baseline; this tree's record is rebuilt, timed in graphs,
 #            for SIDE_MODELS in bf16r, and copied to the variants .cache/oneside and .cache/noprio
-#   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit) and the kernel tests of SIDE_TESTS (a
+#   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit; SIDE_GRAPH_TESTS a -k expression) and the kernel tests of SIDE_TESTS (a
 #            pytest -k expression; default the products'; SIDE_GRAPH_TESTS_S and SIDE_TESTS_S their limits, default
 #            300 and 240 s), then those of SIDE_TESTS_LATE apart, under
 #            SIDE_TESTS_LATE_S seconds (default 150): a kernel that hangs stops only them
@@ -24,7 +24,7 @@
 #            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
 #   profile  torch.profiler over steps 101-130 of the cupy side (graph, half roundings) of SIDE_PROFILE (MODEL or
-#            MODEL:DTYPE, default nanogpt in bfloat16) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
+#            MODEL:DTYPE, default nanogpt in bfloat16, or MODEL:DTYPE:VARIANT with that variant's bench.env) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
 #            profile-MODEL.txt (scripts/kernel_list.py), the profile.json beside
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
 #   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
@@ -42,7 +42,8 @@ if [[ $STAGES == *,records,* ]]; then
   (cd .cache && tar czf "$OUT/records.tgz" products products-eager)
 fi
 if [[ $STAGES == *,tests,* ]]; then
-  timeout "${SIDE_GRAPH_TESTS_S:-300}" python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py >"$W/pytest_graph.log" 2>&1
+  timeout "${SIDE_GRAPH_TESTS_S:-300}" python3 -m pytest -q -s -p no:cacheprovider -rfE -m gpu tests/test_graph_gpu.py \
+    -k "${SIDE_GRAPH_TESTS:-not nothing}" >"$W/pytest_graph.log" 2>&1
   echo "== graph tests (exit $?, $(elapsed) s)"; grep -E "vs|passed|failed" "$W/pytest_graph.log" | tail -12
   timeout "${SIDE_TESTS_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py tests/test_products_gpu.py \
     -k "${SIDE_TESTS:-matmul or product or capture or peak or step}" >"$W/pytest.log" 2>&1
@@ -95,12 +96,14 @@ if [[ $STAGES == *,fwd,* ]] && [ "$(left)" -gt 60 ]; then
   echo "== attention forward kernels (exit $?, $(elapsed) s)"; tail -12 "$W/fwd.log"
 fi
 if [[ $STAGES == *,profile,* ]]; then
-  for spec in ${SIDE_PROFILE:-nanogpt}; do   # MODEL or MODEL:DTYPE (default bfloat16)
+  for spec in ${SIDE_PROFILE:-nanogpt}; do   # MODEL, MODEL:DTYPE (default bfloat16) or MODEL:DTYPE:VARIANT
     [ "$(left)" -gt 120 ] || break
-    IFS=: read -r model dtype <<<"$spec"
+    IFS=: read -r model dtype variant <<<"$spec"
     dtype=${dtype:-bfloat16}
-    name=$model$([ "$dtype" = bfloat16 ] || echo "-$dtype")
-    timeout 150 python3 -m tr2.profile_run --window 100 130 --out "$W/prof-$name" --model "$model" --dtype "$dtype" \
+    name=$model$([ "$dtype" = bfloat16 ] || echo "-$dtype")${variant:+-$variant}
+    envs=()   # a variant's bench.env sets the run's environment (the kernels stay this tree's)
+    [ -n "$variant" ] && read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
+    env "${envs[@]}" timeout 150 python3 -m tr2.profile_run --window 100 130 --out "$W/prof-$name" --model "$model" --dtype "$dtype" \
       --device cuda --steps 130 --seed 1337 --eval-interval 0 --log-interval 10 --side cupy --half-roundings \
       --cuda-graph >"$W/prof-$name.log" 2>&1
     echo "== profile $name (exit $?, $(elapsed) s)"

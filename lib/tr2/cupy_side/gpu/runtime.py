@@ -132,7 +132,8 @@ def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, pre
         if PDL:
             stream = cp.cuda.get_current_stream().ptr
             if pdl.follows_kernels(stream):
-                pdl.launch(f.ptr, grid, block, args, shared_mem, stream, name)
+                # a RawModule's function is a RawKernel; its .kernel is the CUfunction CuPy launches
+                pdl.launch(f.kernel.ptr, grid, block, args, shared_mem, stream, name)
                 captured["programmatic"] += 1
                 return
     f(grid, block, args, shared_mem=shared_mem)
