@@ -76,6 +76,9 @@ if [[ $STAGES == *,ncu,* ]]; then
   pipes+=",l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
   pipes+=",l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
   pipes+=",smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+  # why a warp could not issue: cycles a stall reason holds a warp, per issued instruction (the thirteenth session's
+  # call collected none, and could say only that most cycles had no eligible warp)
+  pipes+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
   for spec in ${SIDE_NCU:-gpt2-small:bfloat16:1 gpt2-small:bfloat16:1:pp}; do
     [ "$(left)" -gt 90 ] || break
     IFS=: read -r model dtype hr variant <<<"$spec"
@@ -89,6 +92,9 @@ if [[ $STAGES == *,ncu,* ]]; then
     echo "== ncu $tag (exit $?, $(elapsed) s; ${envs[*]:-default forms})"
     grep -E "^  attn_|Duration|tensor_op_gmma|tensor_op_hmma.*pct|bank_conflicts|No Eligible|Registers Per|Achieved Occ" \
       "$W/ncu-$tag.txt" | head -60
+    # the three largest stall reasons of each kernel
+    awk '/^  attn_/{k=$1} /issue_stalled_.*per_issue_active/{sub(/smsp__average_warps_issue_stalled_/,"",$1);
+      sub(/_per_issue_active.ratio/,"",$1); gsub(/,/,"",$NF); print k, $1, $NF}' "$W/ncu-$tag.txt" | sort -k1,1 -k3,3gr | awk 'c[$1]++<3' 
   done
 fi
 if [[ $STAGES == *,fwd,* ]] && [ "$(left)" -gt 60 ]; then

@@ -98,9 +98,11 @@ def _set_shared_attributes(filename: str, name: str, shared_mem: int, prefer_sha
 # On: the launches a graph capture records go through gpu/pdl.py (programmatic dependent launch: a kernel's blocks
 # are scheduled while the kernel before it finishes, and wait for it in grid_dependency_entry), where the launch
 # follows kernel nodes only (pdl.follows_kernels). Eager launches stay CuPy's either way: its launch costs the host
-# less, and the graph is the build timed against PyTorch. Written in the twelfth session after its device time was
-# spent: NOT run on a GPU, off until the graph tests have passed with it and the step is timed (a bench variant with
-# TR2_PDL=1).
+# less, and the graph is the build timed against PyTorch. Its graph tests pass on the H200 (the same bits; 89 of
+# nanogpt's 91 captured launches programmatic), but it stays off: the step gained 0.02-0.03 ms on nanogpt (bf16 and
+# f16), nothing on gpt2-small and gpt2-medium bf16, and lost 1.5-1.75 ms on gpt2-medium float32 in both of two runs
+# (calls 3-6 of results/h200-perf-20261202d). A guess, not measured: every kernel releases its dependents at entry,
+# so their blocks sit resident, waiting, beside the kernel before them, and take its SM resources.
 PDL = bool(kernel_switch("TR2_PDL", 0))
 _capturing = False
 # our kernel launches the last capture recorded, and how many of them programmatic (the log says both)
