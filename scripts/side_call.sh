@@ -20,7 +20,8 @@
 #   ncu      Nsight Compute on the attention kernels of one forward and backward (scripts/attention_ncu.py, the
 #            second pass: forward, row dots, dK/dV, dQ) for each MODEL:DTYPE:HR[:VARIANT] of SIDE_NCU (default
 #            gpt2-small:bfloat16:1 gpt2-small:bfloat16:1:pp); VARIANT names .cache/variants/VARIANT, whose bench.env
-#            sets the run's environment (its lib is not used: the kernels are this tree's). Speed of light, pipes,
+#            sets the run's environment (its lib is not used: the kernels are this tree's); VARIANT cudnn profiles
+#            PyTorch's cuDNN attention at the shape instead (scripts/sdpa_ncu.py). Speed of light, pipes,
 #            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
 #   profile  torch.profiler over steps 101-130 of the cupy side (graph, half roundings) of SIDE_PROFILE (MODEL or
@@ -83,17 +84,21 @@ if [[ $STAGES == *,ncu,* ]]; then
     [ "$(left)" -gt 90 ] || break
     IFS=: read -r model dtype hr variant <<<"$spec"
     tag=$model-$dtype-$hr${variant:+-$variant}
-    envs=()
-    [ -n "$variant" ] && read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
-    env "${envs[@]}" timeout $(( $(left) - 60 < 150 ? $(left) - 60 : 150 )) ncu --clock-control none -k regex:attn_ \
+    envs=() script=scripts/attention_ncu.py kernels=regex:attn_
+    if [ "$variant" = cudnn ]; then   # PyTorch's cuDNN attention at the same shape (scripts/sdpa_ncu.py)
+      script=scripts/sdpa_ncu.py kernels="regex:sdpa|flash|dot_do_o|convert_dq" hr=
+    elif [ -n "$variant" ]; then
+      read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
+    fi
+    env "${envs[@]}" timeout $(( $(left) - 60 < 150 ? $(left) - 60 : 150 )) ncu --clock-control none -k "$kernels" \
       --launch-skip 4 --launch-count 4 --section SpeedOfLight --section WarpStateStats --section Occupancy \
       --section LaunchStats --section SchedulerStats --metrics "$pipes" \
-      python3 scripts/attention_ncu.py "$model" "$dtype" "$hr" >"$W/ncu-$tag.txt" 2>&1
+      python3 $script "$model" "$dtype" $hr >"$W/ncu-$tag.txt" 2>&1
     echo "== ncu $tag (exit $?, $(elapsed) s; ${envs[*]:-default forms})"
-    grep -E "^  attn_|Duration|tensor_op_gmma|tensor_op_hmma.*pct|bank_conflicts|No Eligible|Registers Per|Achieved Occ" \
+    grep -E "^  (attn_|cudnn|void cudnn)|Duration|tensor_op_gmma|tensor_op_hmma.*pct|bank_conflicts|No Eligible|Registers Per|Achieved Occ" \
       "$W/ncu-$tag.txt" | head -60
     # the three largest stall reasons of each kernel
-    awk '/^  attn_/{k=$1} /issue_stalled_.*per_issue_active/{sub(/smsp__average_warps_issue_stalled_/,"",$1);
+    awk '/^  (attn_|cudnn|void cudnn)/{k=$1=="void"?$2:$1} /issue_stalled_.*per_issue_active/{sub(/smsp__average_warps_issue_stalled_/,"",$1);
       sub(/_per_issue_active.ratio/,"",$1); gsub(/,/,"",$NF); print k, $1, $NF}' "$W/ncu-$tag.txt" | sort -k1,1 -k3,3gr | awk 'c[$1]++<3' 
   done
 fi

@@ -143,3 +143,42 @@ def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
     assert kernel == cupy_update, f"the kernel's update changed the losses: {_max_rel(cupy_update, kernel)}"
     assert kernel_graph == cupy_update, f"the kernel's update in the graph: {_max_rel(cupy_update, kernel_graph)}"
     assert cupy_update[STEPS] < cupy_update[0] - 0.2
+
+
+# gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt
+# product gets the workspace size its plan names either way, so the losses must be the full workspace's to the bit
+# (eager, and graph: the workspace is sized in the warm-up, never inside the capture), and the peak in use falls by
+# what the workspace no longer holds. float32 (TF32) is the build whose peak was above PyTorch's.
+def test_the_workspace_by_plan_changes_no_bit(tmp_path):
+    from tr2.cupy_side.gpu.blas import WORKSPACE_BYTES
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    cfg = load_model("nanogpt")
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", "nanogpt", "--dtype", "float32", "--batches", order]
+    full, full_out = _train(tmp_path, "full", *common, "--save-init", tmp_path / "init.npz",
+                            env={"TR2_CUBLAS_WORKSPACE_BY_PLAN": "0"})
+    common += ["--init", tmp_path / "init.npz"]
+    by_plan, by_plan_out = _train(tmp_path, "by-plan", *common, env={"TR2_CUBLAS_WORKSPACE_BY_PLAN": "1"})
+    graph, graph_out = _train(tmp_path, "by-plan-graph", *common, "--cuda-graph",
+                              env={"TR2_CUBLAS_WORKSPACE_BY_PLAN": "1"})
+
+    def workspace(out):
+        m = re.search(r"cuBLAS workspace: (\d+) bytes, the largest a cuBLASLt plan of this run needs (\d+)", out)
+        assert m, out[-2000:]
+        return int(m.group(1)), int(m.group(2))
+
+    def peak(out):
+        return int(re.search(r"peak memory: (\d+) bytes", out).group(1))
+
+    (ws_full, _), (ws, largest), (ws_graph, largest_graph) = map(workspace, (full_out, by_plan_out, graph_out))
+    print(f"nanogpt float32: workspace {ws_full} -> {ws} bytes (largest plan {largest}; graph {ws_graph}); "
+          f"peak {peak(full_out)} -> {peak(by_plan_out)} eager, graph {peak(graph_out)}")
+    assert ws_full == WORKSPACE_BYTES and ws == largest and ws_graph == largest_graph == largest
+    assert ws < WORKSPACE_BYTES   # else this test tests nothing: the char model's products need less
+    assert by_plan == full, f"the workspace by plan changed the losses: {_max_rel(full, by_plan)}"
+    assert graph == full, f"the workspace by plan in the graph: {_max_rel(full, graph)}"
+    # the allocations are the same but the workspace's; CuPy rounds each to 512 bytes, and growing the workspace
+    # frees the smaller one first, so the peak falls by at least what the workspace shrank, less a rounding
+    assert peak(by_plan_out) <= peak(full_out) - (WORKSPACE_BYTES - ws) + 512
+    assert full[STEPS] < full[0] - 0.2

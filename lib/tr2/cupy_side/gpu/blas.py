@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 
-from . import find_nvidia_lib
+from . import find_nvidia_lib, kernel_switch
 
 # cublasOperation_t
 OP_N, OP_T = 0, 1
@@ -30,7 +30,15 @@ COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 # cublasMath_t
 DEFAULT_MATH, DISALLOW_REDUCED_PRECISION_REDUCTION = 0, 16
 GEMM_DEFAULT = -1
-WORKSPACE_BYTES = 32 * 1024 * 1024  # cuBLAS's recommendation for Hopper
+# cuBLAS's recommendation for Hopper: what cublasGemmEx is given, and the most a cuBLASLt candidate may ask for. The
+# workspace itself is only as large as the products run so far have needed (Cublas.workspace_for): a cuBLASLt plan's
+# own size, WORKSPACE_BYTES for cublasGemmEx (whose choice depends on the size it is given).
+WORKSPACE_BYTES = 32 * 1024 * 1024
+# 1: the workspace only as large as the run's products need; 0: WORKSPACE_BYTES from the first product on, as before.
+# The same algorithms with the same workspace sizes either way, so the same bits (tests/test_graph_gpu.py,
+# "workspace"). Written in the thirteenth session after its device time was spent: NOT run on a GPU, off until that
+# test has passed (TR2_CUBLAS_WORKSPACE_BY_PLAN=1 turns it on for a run).
+WORKSPACE_BY_PLAN = bool(kernel_switch("TR2_CUBLAS_WORKSPACE_BY_PLAN", 0))
 USE_LT = True
 
 DATA_TYPES = {"float32": CUDA_R_32F, "float64": CUDA_R_64F, "float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF}
@@ -82,11 +90,11 @@ class Cublas:
         handle = vp()
         self._check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
         self.handle = handle
-        self.workspace = cp.empty(WORKSPACE_BYTES, dtype=cp.uint8)
-        self._check(lib.cublasSetWorkspace_v2(handle, vp(self.workspace.data.ptr), WORKSPACE_BYTES),
-                    "cublasSetWorkspace")
+        # None: the workspace every stream shares; a stream's own (add_stream_workspace) under its pointer. Each
+        # grows on demand and never shrinks; allocated at the first product that needs it.
+        self._workspaces: dict = {None: cp.empty(0, dtype=cp.uint8)}
+        self._bound_workspace = None   # (pointer, bytes) cublasSetWorkspace was last given, for cublasGemmEx
         self._stream = None
-        self._stream_workspaces: dict = {}   # stream -> its own workspace (add_stream_workspace); others: workspace
         self._math = None
         self.lt = None   # gpu/lt.py's CublasLt, on this handle's workspace (attach_lt)
         ver = ci()
@@ -121,21 +129,49 @@ class Cublas:
         ptr = self._cp.cuda.get_current_stream().ptr
         if ptr != self._stream:
             self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(ptr)), "cublasSetStream")
-            # cublasSetStream puts the handle back on cuBLAS's own workspace pool (cuBLAS documentation):
-            # ours again, so that no product allocates, inside a captured graph least of all.
-            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace_for(ptr).data.ptr),
-                                                       WORKSPACE_BYTES), "cublasSetWorkspace")
+            # cublasSetStream puts the handle back on cuBLAS's own workspace pool (cuBLAS documentation): ours is
+            # bound again before the next cublasGemmEx (_bind_workspace), so that no product allocates, inside a
+            # captured graph least of all.
+            self._bound_workspace = None
             self._stream = ptr
+
+    def _bind_workspace(self) -> None:
+        """cublasGemmEx's workspace: the current stream's, at WORKSPACE_BYTES, bound to the handle."""
+        ws = self.workspace_for(self._stream, WORKSPACE_BYTES)
+        bound = (ws.data.ptr, WORKSPACE_BYTES)
+        if bound != self._bound_workspace:
+            self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(bound[0]), bound[1]),
+                        "cublasSetWorkspace")
+            self._bound_workspace = bound
 
     def add_stream_workspace(self, stream_ptr: int) -> None:
         """A workspace of its own for products on this stream (gpu/streams.py's side stream), which may run while
         another stream's product uses the common one: cuBLAS's results are reproducible only where concurrent
         products do not share a workspace."""
-        if stream_ptr not in self._stream_workspaces:
-            self._stream_workspaces[stream_ptr] = self._cp.empty(WORKSPACE_BYTES, dtype=self._cp.uint8)
+        if stream_ptr not in self._workspaces:
+            self._workspaces[stream_ptr] = self._cp.empty(0, dtype=self._cp.uint8)
 
-    def workspace_for(self, stream_ptr: int):
-        return self._stream_workspaces.get(stream_ptr, self.workspace)
+    def workspace_for(self, stream_ptr: int | None, need: int = 0):
+        """The workspace of products on stream_ptr, at least `need` bytes. A larger need replaces it (the old one
+        goes back to CuPy's pool, in stream order) with one from the default pool, counted in the peak: the graph's
+        warm-up allocates from the graph's pool, and a workspace outlives the step. Never inside a capture: the
+        captured products would keep the address of the one freed."""
+        key = stream_ptr if stream_ptr in self._workspaces else None
+        ws = self._workspaces[key]
+        if not WORKSPACE_BY_PLAN:
+            need = max(need, WORKSPACE_BYTES)
+        if need > ws.size:
+            from . import runtime
+            if runtime.is_capturing():
+                raise RuntimeError(f"cuBLAS workspace: a product inside a capture needs {need} bytes, more than the "
+                                   f"{ws.size} its warm-up allocated (a product the eager step did not run)")
+            self._workspaces[key] = self._cp.empty(0, dtype=self._cp.uint8)   # the old one freed first: never both
+            self._workspaces[key] = ws = runtime.default_pool_array(need)
+        return ws
+
+    def workspace_bytes(self) -> dict:
+        """Each workspace's size now: {None: the shared one's, stream pointer: a stream's own}."""
+        return {k: int(v.size) for k, v in self._workspaces.items()}
 
     def _scalars(self, compute: int, alpha: float, beta: float):
         if compute == COMPUTE_64F:
@@ -165,6 +201,7 @@ class Cublas:
             return
         opa, opb = (OP_T if trans_a else OP_N), (OP_T if trans_b else OP_N)
         vp = ctypes.c_void_p
+        self._bind_workspace()
         if batch == 1:
             st = self.lib.cublasGemmEx(self.handle, opb, opa, N, M, K, ctypes.byref(a),
                                        vp(pb), b_type, ldb, vp(pa), a_type, lda, ctypes.byref(b),

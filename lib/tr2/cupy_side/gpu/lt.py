@@ -193,7 +193,7 @@ class CublasLt:
         """One product with the plan's algorithm on stream; returns cuBLAS's status."""
         vp = ctypes.c_void_p
         lb, la, lc = plan.layouts
-        ws = self.cublas.workspace_for(stream).data.ptr
+        ws = self.cublas.workspace_for(stream, plan.workspace).data.ptr
         return self.lib.cublasLtMatmul(self.handle, plan.desc, ctypes.byref(alpha), vp(B), lb, vp(A), la,
                                        ctypes.byref(beta), vp(C), lc, vp(C), lc, ctypes.byref(plan.algo), vp(ws),
                                        plan.workspace, vp(stream))

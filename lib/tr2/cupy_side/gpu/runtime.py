@@ -121,6 +121,11 @@ def capturing():
         _capturing = before
 
 
+def is_capturing() -> bool:
+    """Inside a graph capture's body (capturing())."""
+    return _capturing
+
+
 def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, prefer_shared: bool = False) -> None:
     """One launch on CuPy's current stream; shared_mem bytes of dynamic shared memory a block (above 48 KB the
     kernel is opted in here), prefer_shared: the largest shared-memory carveout for this kernel."""
@@ -200,6 +205,15 @@ class Workspace:
 
     def clear(self) -> None:
         self._buffers.clear()
+
+
+def default_pool_array(nbytes: int) -> "cp.ndarray":
+    """nbytes of uint8 from CuPy's default pool whatever allocator is in use (the graph's warm-up draws on the
+    graph's pool), through the peak tracker's allocator where one is installed, so that the peak counts it."""
+    pool = cp.get_default_memory_pool()
+    tracker = PeakTracker._installed
+    mem = (tracker.malloc_for(pool) if tracker is not None else pool.malloc)(int(nbytes))
+    return cp.ndarray((int(nbytes),), dtype=cp.uint8, memptr=mem)
 
 
 class PeakTracker:
