@@ -162,7 +162,8 @@ class Cublas:
             need = max(need, WORKSPACE_BYTES)
         if need > ws.size:
             from . import runtime
-            if runtime.is_capturing():
+            probe = getattr(self._cp.cuda.runtime, "streamIsCapturing", None)   # any capture: products.py's too
+            if runtime.is_capturing() or (probe is not None and probe(stream_ptr or 0) != 0):
                 raise RuntimeError(f"cuBLAS workspace: a product inside a capture needs {need} bytes, more than the "
                                    f"{ws.size} its warm-up allocated (a product the eager step did not run)")
             self._workspaces[key] = self._cp.empty(0, dtype=self._cp.uint8)   # the old one freed first: never both
