@@ -124,7 +124,10 @@ V_STRIDES = (1024, 128)
 # "forward_pipelined"). On, it takes every T (WG_MAX_T no longer applies), one warpgroup a block for rows of at most
 # 256, else two (TR2_ATTN_FWD_WGP_NWG=1 or 2 fixes it). Its test passed in call 1 of results/h200-perf-20261202b, and
 # it is slower there (ms a layer alone, bf16): nanogpt wgp1 0.0568 against wg1's 0.0474, gpt2-small wgp2 0.0757 and
-# gpt2-medium 0.0961 against mma.sync's 0.0651 and 0.0816: off.
+# gpt2-medium 0.0961 against mma.sync's 0.0651 and 0.0816: off. Found in the thirteenth session: ptxas had built that
+# form with every wgmma serialized (C7520: the next tile's scores issued under a run-time condition), so the overlap
+# it was written for never ran; its tile is now two constant-condition copies, built unserialized
+# (tests/test_wgmma_serialization.py), NOT yet run on a GPU.
 WG_FORWARD_PIPELINED = bool(kernel_switch("TR2_ATTN_FWD_WGP", 0))
 WG_FORWARD_NWG = kernel_switch("TR2_ATTN_FWD_WGP_NWG", 0, (0, 1, 2))   # 0: wg_forward_warpgroups(T)
 FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")

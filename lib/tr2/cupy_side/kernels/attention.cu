@@ -1232,6 +1232,10 @@ __device__ __forceinline__ void pp_turn_end(int wg) {
 // for tile j + 1 only, so each tile has NS - 2 iterations to arrive (attention_forward_wg: one, with two buffers).
 // NS = 4: with NWG = 2 a block holds q (16 KB) and the ring (64 KB), two blocks an SM (launch bounds: 128 registers).
 // Registers live across a wait: O (32 floats a thread), S' (32) and Pd_j's A fragments (16).
+// Its first form issued S' under `if (next)` in one loop body, and ptxas serialized every wgmma of the kernel for it
+// (C7520, "compiler-inserted WG.AR in divergent path"): the overlap above never ran in the eleventh session's
+// measurements. The tile's work is now a lambda called with a constant `next` from two places (tile, below), so
+// each inlined copy issues its products unconditionally; tests/test_wgmma_serialization.py holds ptxas to it.
 template <int K, int HS, int NWG, int NS, bool DROP>
 __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
                                       int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
@@ -1349,6 +1353,27 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
         pack_a<K, NT>(pf, s);   // as attention_forward_wg packs
     };
 
+    // tile kb's O += Pd v, with tile kb + 1's scores and softmax beside it where NEXT
+    auto tile = [&](int kb, const bool NEXT) {
+        const u16* sV = sKV + (2 * (kb % NS) + 1) * TILE;
+        wg_fence();
+        if (NEXT) issue_scores(kb + 1);
+#pragma unroll
+        for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
+            wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
+        wg_commit();
+        if (NEXT) {
+            const KeepBits<1, NT> keep = keep_of(kb + 1);   // the generator's work beside both products
+            wg_wait_one();                                  // S' (the older group) is done, Pd_kb v_kb may run on
+            wg_hold(s);
+            softmax(kb + 1, keep);
+        }
+        wg_wait_all();
+        wg_hold(o);
+        wg_keep(pf);
+        if (NEXT) rescale_and_pack();
+    };
+
     // tile 0: its scores and Pd_0, nothing else in flight
     cp_async_wait<NS - 2>();
     fence_proxy_async();
@@ -1369,24 +1394,11 @@ __device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict_
         if (kb + NS - 1 <= last) stage_kv(kb + NS - 1);
         cp_async_commit();                        // a group every iteration (empty at the end): the wait above counts them
         if (kb > wg_last) continue;               // uniform in the warpgroup; the block's barriers still come
-        const bool next = kb + 1 <= wg_last;
-        const u16* sV = sKV + (2 * (kb % NS) + 1) * TILE;
-        wg_fence();
-        if (next) issue_scores(kb + 1);
-#pragma unroll
-        for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
-            wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
-        wg_commit();
-        if (next) {
-            const KeepBits<1, NT> keep = keep_of(kb + 1);   // the generator's work beside both products
-            wg_wait_one();                                  // S' (the older group) is done, Pd_kb v_kb may run on
-            wg_hold(s);
-            softmax(kb + 1, keep);
-        }
-        wg_wait_all();
-        wg_hold(o);
-        wg_keep(pf);
-        if (next) rescale_and_pack();
+        // Two copies of the tile's work, with and without the next tile's scores: ptxas serializes every wgmma of a
+        // kernel where one is issued under a condition and its accumulators are read after the branches join
+        // (C7520, "compiler-inserted WG.AR in divergent path"); here each copy issues, waits and reads in one path.
+        if (kb < wg_last) tile(kb, true);
+        else tile(kb, false);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
