@@ -136,6 +136,9 @@ FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")
 # same bits as attention_forward_wg (tests/test_kernels_gpu.py, "forward_pingpong"). On, rows over 256 take it (those
 # of at most 256 keep attn_forward_wg1_). Its test passed in call 1 of results/h200-perf-20261202c, and it is slower
 # there (ms a layer alone, bf16): gpt2-small 0.0805 and gpt2-medium 0.1021 against mma.sync's 0.0656 and 0.0832: off.
+# As the pipelined forward's, that build had every wgmma serialized by ptxas (C7520); rewritten in the thirteenth
+# session (constant-condition copies, each turn's products waited for at its end, one block an SM: 220 registers, no
+# spill), built unserialized (tests/test_wgmma_serialization.py), NOT yet run on a GPU.
 WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # The forward with a TMA producer (attention.cu's attention_forward_tma, attn_forward_tma_): one thread of a third
 # warpgroup hands the q, k and v boxes to the copy engine in 128-byte-swizzled shared memory (gpu/tma.py's tensor map
@@ -279,7 +282,9 @@ WG_DKDV_ROW_DOTS = bool(kernel_switch("TR2_ATTN_WG_DKDV_ROW_DOTS", 0))
 # so the same bits (tests/test_kernels_gpu.py, "dkdv_pingpong"). Where two warpgroups run (rows over 256, or
 # TR2_ATTN_WG_DKDV_NWG=2). Its test passed in call 1 of results/h200-perf-20261202c, and it is slower there (the whole
 # backward, ms a layer alone, bf16): gpt2-small wg2p 0.2533 and gpt2-medium 0.3253 against wg2's 0.2084 and 0.2657:
-# off.
+# off. That build had every wgmma serialized by ptxas (C7520); rewritten in the thirteenth session (constant-condition
+# copies, each turn's products waited for at its end, the first tile's S^T and dPd^T issued even where no query of it
+# sees the block's keys), built unserialized with no spill (tests/test_wgmma_serialization.py), NOT yet run on a GPU.
 WG_DKDV_PINGPONG = bool(kernel_switch("TR2_ATTN_WG_DKDV_PINGPONG", 0))
 
 

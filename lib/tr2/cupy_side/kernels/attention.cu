@@ -1500,13 +1500,15 @@ __device__ void attention_forward_wg_pp(void* __restrict__ out, float* __restric
     issue_scores(0);   // every warpgroup has tile 0 (its first query sees key 0)
     wg_commit();
     pp_turn_end(wg);
-    for (int kb = 0; kb <= last; ++kb) {
-        wg_wait_all();   // S(kb) and Pd(kb - 1) v(kb - 1)
-        wg_hold(s);
-        wg_hold(o);
-        wg_keep(pf);
+    // One key tile: pv = active(kb) (its softmax and O += Pd v), next = active(kb + 1) (tile kb + 1's keep bits and
+    // scores), constants in each of the three calls below, so that every inlined copy issues its products
+    // unconditionally and waits for them before the copies join. The first form issued them under run-time
+    // conditions and waited at the next iteration's top, and ptxas serialized every wgmma of the kernel for it
+    // (C7520; tests/test_wgmma_serialization.py). The wait moved from the next top to the end of the turn: nothing
+    // ran between the two, so the other warpgroup's softmax still overlaps these products.
+    auto iteration = [&](int kb, const bool pv, const bool next) {
         if (wg == 1 && kb >= 1) bar_arrive_n<PP_EMPTY, 256>();   // done with tile kb - 1
-        if (active(kb)) {   // attention_forward_wg's softmax of tile kb, O rescaled, Pd packed
+        if (pv) {   // attention_forward_wg's softmax of tile kb, O rescaled, Pd packed
             if (edge_of(kb)) {
                 const auto at = at_of(kb);
 #pragma unroll
@@ -1553,7 +1555,7 @@ __device__ void attention_forward_wg_pp(void* __restrict__ out, float* __restric
             }
             pack_a<K, NT>(pf, s);   // Pd as A fragments, rounded to the half type
         }
-        if (kb + 1 <= last && active(kb + 1)) draw_keep(kb + 1);
+        if (next) draw_keep(kb + 1);
         // the producer's work after the softmax (attention_backward_dkdv_wg_pp says why)
         if (wg == 0) {   // tile kb + 2 into the buffer tile kb - 1 used, once both are done with it
             if (kb >= 1) bar_sync_n<PP_EMPTY, 256>();
@@ -1573,15 +1575,26 @@ __device__ void attention_forward_wg_pp(void* __restrict__ out, float* __restric
         }
         pp_turn_begin(wg);
         wg_fence();
-        if (active(kb)) {   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
+        if (pv) {   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
             const u16* sV = sKV + (2 * (kb % NB) + 1) * TILE;
 #pragma unroll
             for (int k16 = 0; k16 < NT / 2; ++k16)
                 wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
         }
-        if (kb + 1 <= last && active(kb + 1)) issue_scores(kb + 1);
+        if (next) issue_scores(kb + 1);
         wg_commit();
         pp_turn_end(wg);
+        wg_wait_all();   // S(kb + 1) and Pd(kb) v(kb): waited for here, not at the next tile's top
+        wg_hold(s);
+        wg_hold(o);
+        wg_keep(pf);
+    };
+    wg_wait_all();   // S(0)
+    wg_hold(s);
+    for (int kb = 0; kb <= last; ++kb) {   // active(kb) is kb <= wg_last, and wg_last <= last
+        if (kb < wg_last) iteration(kb, true, true);
+        else if (kb == wg_last) iteration(kb, true, false);
+        else iteration(kb, false, false);
     }
     wg_wait_all();
     wg_hold(o);
@@ -2489,23 +2502,23 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     if (wg == 1) bar_arrive_n<PP_SCHED0, 256>();   // warpgroup 0 issues first
     if (active(0)) draw_keep(0);
     pp_turn_begin(wg);
-    if (active(0)) {
-        wg_fence();
-        issue_scores(0);
-    }
-    wg_commit();
+    wg_fence();
+    issue_scores(0);   // A(0) even where tile 0 is inactive (then nothing reads it): issued under a condition and
+    wg_commit();       // waited for after the branches join, it serialized every wgmma of the kernel (C7520)
     pp_turn_end(wg);
-    for (int it = 0; it < niter; ++it) {
+    wg_wait_all();
+    wg_hold(p[0]);
+    wg_hold(ds[0]);
+    // One query tile: act = active(it) (its softmax gradient and B(it)), next = active(it + 1) (tile it + 1's keep
+    // bits and A(it + 1)), constants in each of the four calls below, so that every inlined copy issues its products
+    // unconditionally and waits for them before the copies join. The first form issued them under run-time
+    // conditions and waited at the next iteration's top, and ptxas serialized every wgmma of the kernel for it
+    // (C7520; tests/test_wgmma_serialization.py). The wait moved from the next top to the end of the turn: nothing
+    // ran between the two, so the other warpgroup's softmax gradient still overlaps these products.
+    auto iteration = [&](int it, const bool act, const bool next) {
         const int qt = first + it, cur = it % NB;
-        wg_wait_all();   // A(it) and B(it - 1)
-        wg_hold(p[0]);
-        wg_hold(ds[0]);
-        wg_hold(dv);
-        wg_hold(dk);
-        wg_keep(pf);
-        wg_keep(df);
         if (wg == 1 && it >= 1) bar_arrive_n<PP_EMPTY, 256>();   // done with tile it - 1 (B(it - 1) is in)
-        if (active(it)) {   // P^T, Pd^T, dS^T of tile it (softmax_grad), dS^T to ds_t, both as A fragments
+        if (act) {   // P^T, Pd^T, dS^T of tile it (softmax_grad), dS^T to ds_t, both as A fragments
             const float* sL = sLD + 2 * cur * BC;
             const float* sD = sL + BC;
             const auto at = at_of(qt);
@@ -2521,7 +2534,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             pack_a<K, NT>(pf, p[0]);
             pack_a<K, NT>(df, ds[0]);
         }
-        if (it + 1 < niter && active(it + 1)) draw_keep(it + 1);   // softmax_grad has read tile it's bits
+        if (next) draw_keep(it + 1);   // softmax_grad has read tile it's bits
         // The producer's work after its softmax, not before: waiting there for warpgroup 1 to finish tile it - 1
         // would hold warpgroup 0's softmax until warpgroup 1's group is done, and the two would run their softmax
         // at once again. Here the wait ends when that group does, when the tensor cores could take the next anyway.
@@ -2543,7 +2556,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         }
         pp_turn_begin(wg);
         wg_fence();
-        if (active(it)) {   // B(it): dV += Pd^T dO, dK += dS^T q
+        if (act) {   // B(it): dV += Pd^T dO, dK += dS^T q
             const u16* sQ = sQO + 2 * cur * TILE;
             const u16* sO = sQ + TILE;
 #pragma unroll
@@ -2553,9 +2566,23 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             for (int k16 = 0; k16 < NT / 2; ++k16)
                 wg_mma<K, true>(dk, df[k16], wg_desc(sQ + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
         }
-        if (it + 1 < niter && active(it + 1)) issue_scores(it + 1);
+        if (next) issue_scores(it + 1);
         wg_commit();
         pp_turn_end(wg);
+        wg_wait_all();   // A(it + 1) and B(it): waited here, at the end of the turn, not at the next tile's top
+        wg_hold(p[0]);
+        wg_hold(ds[0]);
+        wg_hold(dv);
+        wg_hold(dk);
+        wg_keep(pf);
+        wg_keep(df);
+    };
+    for (int it = 0; it < niter; ++it) {
+        const bool act = active(it), next = it + 1 < niter && active(it + 1);
+        if (act && next) iteration(it, true, true);
+        else if (act) iteration(it, true, false);
+        else if (next) iteration(it, false, true);
+        else iteration(it, false, false);
     }
     wg_wait_all();
     wg_hold(dv);
@@ -2630,10 +2657,11 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 #define ATTN_FORWARD_WGP(BUILD, K, HS) ATTN_FORWARD_WGP_N(1, BUILD, K, HS) ATTN_FORWARD_WGP_N(2, BUILD, K, HS)
 // The forward's two warpgroups in ping-pong (attention_forward_wg_pp; gpu/attention.py's WG_FORWARD_PINGPONG):
 // attn_forward_wgpp2_<bf16r|f16r>_hs64, arguments as attn_forward_wg's; three k/v buffers and the block's q (64 KB of
-// shared memory). Bounded to two blocks an SM (128 registers: ptxas spills 4 bytes without dropout, the GPT-2
-// shapes', 60 with it); unbounded it took 186 registers and one block an SM.
+// shared memory). One block an SM (FlashAttention-3's: two consumer warpgroups ping-ponging on an SM), 220
+// registers, no spill. The first form was bounded to two blocks (128 registers, 60 bytes spilled with dropout); with
+// its tile in constant-condition copies (no wgmma serialization) two blocks would spill 404 bytes.
 #define ATTN_FORWARD_WGPP(BUILD, K, HS)                                                                         \
-    extern "C" __global__ void __launch_bounds__(256, 2) attn_forward_wgpp2_##BUILD##_hs##HS(                  \
+    extern "C" __global__ void __launch_bounds__(256, 1) attn_forward_wgpp2_##BUILD##_hs##HS(                  \
         void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
         u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
         grid_dependency_entry();                                                                               \
