@@ -34,7 +34,8 @@ SETTINGS = ("USE_WGMMA", "WG_FORWARD_PIPELINED", "WG_FORWARD_NWG", "WG_FORWARD_P
 VARIANTS = {"mma": (False, False, 0, False, False), "wg1": (True, False, 0, False, False),
             "wgp1": (True, True, 1, False, False), "wgp2": (True, True, 2, False, False),
             "wgpp2": (True, False, 2, True, False),   # two warpgroups in ping-pong (attention_forward_wg_pp)
-            "tma": (True, False, 0, False, True)}     # a TMA producer and two consumers (attention_forward_tma)
+            "tma": (True, False, 0, False, 1),        # a TMA producer and two consumers (attention_forward_tma)
+            "tmap": (True, False, 0, False, 2)}       # the same, each consumer with attention_forward_wgp's overlap
 # TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
 ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]
 

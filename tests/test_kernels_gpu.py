@@ -553,8 +553,18 @@ def test_attention_forward_tma(build, B, T, H, hs, p, monkeypatch):
     """The forward with a TMA producer (WG_FORWARD_TMA: q, k and v boxes by the copy engine into 128-byte-swizzled
     shared memory, two consumer warpgroups on mbarriers) against attention_forward_wg (rows past T read from the next
     sequence and masked)."""
-    wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch, {"WG_FORWARD_TMA": True},
-                                   {"WG_FORWARD_TMA": False}, 9, "by TMA")
+    wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch, {"WG_FORWARD_TMA": 1},
+                                   {"WG_FORWARD_TMA": 0}, 9, "by TMA")
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_forward_tma_pipelined(build, B, T, H, hs, p, monkeypatch):
+    """The TMA forward with attention_forward_wgp's overlap in each consumer (WG_FORWARD_TMA = 2: tile kb + 1's
+    scores in flight beside tile kb's Pd v) against attention_forward_wg."""
+    wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch, {"WG_FORWARD_TMA": 2},
+                                   {"WG_FORWARD_TMA": 0}, 10, "by TMA, pipelined")
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -18,7 +18,7 @@ from tr2.cupy_side.gpu import cubins, load_source
 # and rewrote them; a form added here would need its reason.)
 KNOWN: dict = {}
 # the instantiation lines of every wgmma form (attention.cu's last lines)
-WGMMA_FORMS = r"^ATTN_(FORWARD_WG1|FORWARD_WGP|FORWARD_WGPP|FORWARD_TMA|DKDV_WG)\("
+WGMMA_FORMS = r"^ATTN_(FORWARD_WG1|FORWARD_WGP|FORWARD_WGPP|FORWARD_TMA|FORWARD_TMAP|DKDV_WG)\("
 
 
 def _nvrtc():
@@ -56,7 +56,8 @@ def test_no_wgmma_kernel_is_serialized_but_the_known():
     assert {"attn_forward_wgp1_bf16r_hs64", "attn_forward_wg1_bf16r_hs64",
             "attn_backward_dkdv_ds_wg2_l2_bf16r_hs64"} <= built   # the test compiled what it names
     assert set(KNOWN) <= built
-    assert {"attn_forward_wgpp2_bf16r_hs64", "attn_backward_dkdv_ds_wg2p_l2_bf16r_hs64"} <= built
+    assert {"attn_forward_wgpp2_bf16r_hs64", "attn_backward_dkdv_ds_wg2p_l2_bf16r_hs64",
+            "attn_forward_tmap_bf16r_hs64"} <= built
     found = serialized(nvrtc.last_log)
     assert found - set(KNOWN) == set(), f"wgmma serialized by ptxas in {sorted(found - set(KNOWN))}"
     print(f"{len(built)} wgmma kernels built; serialized: {sorted(found) or 'none'}")

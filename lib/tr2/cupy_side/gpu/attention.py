@@ -147,7 +147,10 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # (tests/test_kernels_gpu.py, "forward_tma"). On, every T takes it. Its 36 tests pass on the H200 (no hang, the wg
 # forward's bits), and it is off: ms a layer alone, bf16, against mma.sync's: nanogpt 0.0943 against 0.0650,
 # gpt2-small 0.0980 against 0.0658, gpt2-medium 0.0824 against 0.0829 (call 2 of results/h200-perf-20261202d).
-WG_FORWARD_TMA = bool(kernel_switch("TR2_ATTN_FWD_TMA", 0))
+# 2: the same with attention_forward_wgp's overlap in each consumer warpgroup (attn_forward_tmap_: tile kb + 1's
+# scores in flight beside tile kb's Pd v, its softmax while that runs; the same bits, "forward_tma_pipelined"), 164
+# registers, no spill, no wgmma serialized. Written in the thirteenth session after its device time: NOT run on a GPU.
+WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2))
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 
 
@@ -181,13 +184,14 @@ def tma_shared_bytes(hs: int) -> int:
 
 def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
-    if sum((WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, WG_FORWARD_TMA)) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1: allowed is one at most")
+    if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, WG_FORWARD_TMA))) > 1:
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 or 2: allowed is one at most")
     if WG_FORWARD_TMA:
         qkv = args[2]
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
-        launch(FILE, f"attn_forward_tma_{name}_hs{hs}", (BH, -(-T // 128)), 384, args[:2] + (tmap,) + args[3:],
+        form = "tmap" if WG_FORWARD_TMA == 2 else "tma"
+        launch(FILE, f"attn_forward_{form}_{name}_hs{hs}", (BH, -(-T // 128)), 384, args[:2] + (tmap,) + args[3:],
                shared_mem=tma_shared_bytes(hs), prefer_shared=True)
         return
     if WG_FORWARD_PINGPONG and wg_forward_warpgroups(T) == 2:

@@ -1034,7 +1034,7 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 saddr, u32 lbo, u32 sbo) {
 #define TMA_V_LBO 8192
 #define TMA_V_SBO 1024
 
-template <int K, int HS, bool DROP>
+template <int K, int HS, bool DROP, bool PIPE = false>
 __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap, int T,
                                       int H, int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
@@ -1089,28 +1089,42 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
 #pragma unroll
     for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     mbar_wait(q_full, 0);
-    for (int kb = 0; kb <= last; ++kb) {
-        const int s = kb % S;
-        mbar_wait(&full[s], (kb / S) & 1);
-        if (q0 < T && kb <= wg_last) {
-            const u32 ak = smem_u32(sKV + 2 * s * BOX), av = ak + BOX;
-            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+    if constexpr (PIPE) {
+        // The consumers with attention_forward_wgp's overlap (FWD_TMA = 2): tile kb + 1's S = q k^T in flight beside
+        // tile kb's O += Pd v, its softmax while that product runs; attention_forward_wgp's arithmetic in its order,
+        // so the same bits. A tile's stage is released once its O += Pd v is done; tile kb + 1's is awaited before
+        // its scores are issued. As in attention_forward_wgp, the tile's work is a lambda called with a constant
+        // `next` (a wgmma issued under a run-time condition and read after the branches join serializes every
+        // wgmma of the kernel: C7520, tests/test_wgmma_serialization.py). Written in the thirteenth session after
+        // its device time was spent: NOT run on a GPU.
+        float sc[NT][4];
+        u32 pf[NT / 2][4];
+        float alpha[2];
+        auto at_of = [&](int kb) {
+            return [=](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
                 i = r0 + g + 8 * (e >> 1);
                 j = kb * BC + n * 8 + 2 * t + (e & 1);
             };
-            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+        };
+        auto edge_of = [&](int kb) { return kb * BC + BC - 1 > r0 || kb * BC + BC > T; };
+        auto keep_of = [&](int kb) {
             KeepBits<1, NT> keep{};
-            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
-            float sc[NT][4];
-            wg_fence();
+            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge_of(kb), at_of(kb));
+            return keep;
+        };
+        auto issue_scores = [&](int kb) {   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows; committed
+            const u32 ak = smem_u32(sKV + 2 * (kb % S) * BOX);
 #pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows
+            for (int k16 = 0; k16 < HS / 16; ++k16)
                 wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
                              wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
             wg_commit();
-            wg_wait_all();
-            wg_hold(sc);
-            if (edge) {
+        };
+        // tile kb's scores in sc (their product done) -> the mask, the new maxima and alpha (lrow rescaled; O by
+        // the caller once no product writes it), the exponentials summed into lrow, the dropout
+        auto softmax = [&](int kb, const KeepBits<1, NT>& keep) {
+            const auto at = at_of(kb);
+            if (edge_of(kb)) {
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -1130,14 +1144,9 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float mnew = fmaxf(mrow[r], mx);
                 mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
-                const float alpha = exp_c<false>(mrow[r], c, mc[r]);
+                alpha[r] = exp_c<false>(mrow[r], c, mc[r]);
                 mrow[r] = mnew;
-                lrow[r] *= alpha;
-#pragma unroll
-                for (int n = 0; n < HS / 8; ++n) {
-                    o[n][2 * r] *= alpha;
-                    o[n][2 * r + 1] *= alpha;
-                }
+                lrow[r] *= alpha[r];
             }
 #pragma unroll
             for (int n = 0; n < NT; ++n)
@@ -1153,18 +1162,139 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
 #pragma unroll
                     for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
             }
-            u32 pf[NT / 2][4];
+        };
+        auto rescale_and_pack = [&]() {
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+                for (int n = 0; n < HS / 8; ++n) {
+                    o[n][2 * r] *= alpha[r];
+                    o[n][2 * r + 1] *= alpha[r];
+                }
             pack_a<K, NT>(pf, sc);
+        };
+        auto release = [&](int kb) {   // this warp is done with the stage of tile kb
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[kb % S]);
+        };
+        auto tile = [&](int kb, const bool next) {   // O += Pd_kb v_kb, with tile kb + 1's scores and softmax
+            const u32 av = smem_u32(sKV + 2 * (kb % S) * BOX) + BOX;
+            if (next) mbar_wait(&full[(kb + 1) % S], ((kb + 1) / S) & 1);
             wg_fence();
+            if (next) issue_scores(kb + 1);
 #pragma unroll
             for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
                 wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
             wg_commit();
+            if (next) {
+                const KeepBits<1, NT> keep = keep_of(kb + 1);
+                wg_wait_one();   // S (the older group) is done; Pd_kb v_kb may run on
+                wg_hold(sc);
+                softmax(kb + 1, keep);
+            }
             wg_wait_all();
             wg_hold(o);
+            wg_keep(pf);
+            release(kb);
+            if (next) rescale_and_pack();
+        };
+        if (q0 < T) {   // tile 0: its scores and Pd_0, nothing else in flight
+            mbar_wait(&full[0], 0);
+            const KeepBits<1, NT> keep = keep_of(0);
+            wg_fence();
+            issue_scores(0);
+            wg_wait_all();
+            wg_hold(sc);
+            softmax(0, keep);
+            rescale_and_pack();
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+        for (int kb = 0; kb <= last; ++kb) {
+            if (q0 < T && kb <= wg_last) {
+                if (kb < wg_last) tile(kb, true);
+                else tile(kb, false);
+            } else {   // a tile this warpgroup does not compute: awaited, so that no release runs a ring ahead
+                mbar_wait(&full[kb % S], (kb / S) & 1);
+                release(kb);
+            }
+        }
+    } else {
+        for (int kb = 0; kb <= last; ++kb) {
+            const int s = kb % S;
+            mbar_wait(&full[s], (kb / S) & 1);
+            if (q0 < T && kb <= wg_last) {
+                const u32 ak = smem_u32(sKV + 2 * s * BOX), av = ak + BOX;
+                auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                    i = r0 + g + 8 * (e >> 1);
+                    j = kb * BC + n * 8 + 2 * t + (e & 1);
+                };
+                const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+                KeepBits<1, NT> keep{};
+                if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
+                float sc[NT][4];
+                wg_fence();
+    #pragma unroll
+                for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows
+                    wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                                 wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+                wg_commit();
+                wg_wait_all();
+                wg_hold(sc);
+                if (edge) {
+    #pragma unroll
+                    for (int n = 0; n < NT; ++n)
+    #pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            int i, j;
+                            at(0, n, e, i, j);
+                            if (j > i || j >= T) sc[n][e] = NEG_INF;
+                        }
+                }
+                float mc[2];
+    #pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float mx = NEG_INF;
+    #pragma unroll
+                    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float mnew = fmaxf(mrow[r], mx);
+                    mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
+                    const float alpha = exp_c<false>(mrow[r], c, mc[r]);
+                    mrow[r] = mnew;
+                    lrow[r] *= alpha;
+    #pragma unroll
+                    for (int n = 0; n < HS / 8; ++n) {
+                        o[n][2 * r] *= alpha;
+                        o[n][2 * r + 1] *= alpha;
+                    }
+                }
+    #pragma unroll
+                for (int n = 0; n < NT; ++n)
+    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float p = exp_c<false>(sc[n][e], c, mc[e >> 1]);
+                        lrow[e >> 1] += p;
+                        sc[n][e] = p;
+                    }
+                if constexpr (DROP) {
+    #pragma unroll
+                    for (int n = 0; n < NT; ++n)
+    #pragma unroll
+                        for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
+                }
+                u32 pf[NT / 2][4];
+                pack_a<K, NT>(pf, sc);
+                wg_fence();
+    #pragma unroll
+                for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
+                    wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+                wg_commit();
+                wg_wait_all();
+                wg_hold(o);
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+        }
     }
     if (q0 >= T) return;
 #pragma unroll
@@ -2682,6 +2812,17 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         if (use_dropout) attention_forward_tma<K, HS, true>(out, lse, &tm, T, H, out_kind, d);                 \
         else attention_forward_tma<K, HS, false>(out, lse, &tm, T, H, out_kind, d);                            \
     }
+// FWD_TMA = 2 (gpu/attention.py): the same with attention_forward_wgp's overlap in each consumer warpgroup,
+// attn_forward_tmap_<bf16r|f16r>_hs64.
+#define ATTN_FORWARD_TMAP(BUILD, K, HS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmap_##BUILD##_hs##HS(                   \
+        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward_tma<K, HS, true, true>(out, lse, &tm, T, H, out_kind, d);           \
+        else attention_forward_tma<K, HS, false, true>(out, lse, &tm, T, H, out_kind, d);                      \
+    }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -2849,5 +2990,7 @@ ATTN_FORWARD_WGPP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WGPP(f16r, KIND_F16, 64)
 ATTN_FORWARD_TMA(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_TMA(f16r, KIND_F16, 64)
+ATTN_FORWARD_TMAP(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_TMAP(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
