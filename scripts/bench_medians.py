@@ -7,11 +7,12 @@ Reads each call's bench.jsonl (scripts/device_bench.py's records; a folder's cal
 "call" in its first path part). A failed run counts as a run with no time: it is listed, not in the median.
 """
 import collections
-import json
 import re
 import statistics
 import sys
 from pathlib import Path
+
+from tr2.results import read_jsonl
 
 
 def configuration(r: dict) -> str:
@@ -24,8 +25,7 @@ def collect(folder: Path) -> dict:
     runs = collections.defaultdict(list)
     for f in sorted(folder.glob("**/bench.jsonl")):
         call = re.sub(r"\D", "", f.relative_to(folder).parts[0].split("-")[0]) or "?"
-        for line in f.read_text().splitlines():
-            r = json.loads(line)
+        for r in read_jsonl(f):   # a torn last line (a call stopped mid-write) is left out
             ms = r.get("step_ms") if r.get("status") == "ok" else None
             runs[(r["model"], r["dtype"], configuration(r))].append((call, ms, r.get("peak_bytes")))
     return runs

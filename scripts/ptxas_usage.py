@@ -1,6 +1,7 @@
 """ptxas's resource lines (registers, stack, spills) of one kernel file's functions, compiled here by NVRTC with the
-options cubins.py uses, for the architecture given; optionally with the source's text replaced first (a launch
-bound, a flag), to record what a variant would cost without building it.
+options cubins.py uses, for the architecture given, and a line for each kernel whose wgmma ptxas serialized;
+optionally with the source's text replaced first (a launch bound, a flag), to record what a variant would cost
+without building it. Exit 3 where no NVRTC is found.
 
     TR2_NVRTC=.../libnvrtc.so.12 PYTHONPATH=lib python3 scripts/ptxas_usage.py attention.cu sm_90a \
         [--only REGEX] [--keep REGEX] [--kernels DIR] [--replace OLD NEW ...]
@@ -38,7 +39,11 @@ def main(argv=None) -> int:
     if a.keep:
         src = "\n".join(line for line in src.splitlines()
                         if not re.match(r"^[A-Z][A-Z0-9_]*\(.*\)\s*$", line) or re.search(a.keep, line))
-    nvrtc = cubins.Nvrtc()
+    try:
+        nvrtc = cubins.Nvrtc()
+    except cubins.NvrtcNotFound as e:
+        print(e)
+        return 3
     nvrtc.compile(src, a.file, a.arch, ("-Xptxas", "-v"))
     log = nvrtc.last_log
     fn = None
@@ -49,7 +54,18 @@ def main(argv=None) -> int:
         elif fn and re.search(a.only, fn) and ("Used" in line or "spill" in line):
             what = re.sub(r"ptxas\s+info\s+:\s*", "", line).strip()
             print(f"{fn:40} {what}")
+    # ptxas names the kernels whose warpgroup MMAs it serialized (each product then waits for the one before it)
+    # before their resource lines, in lines of their own
+    for fn in sorted(set(serialized(log))):
+        if re.search(a.only, fn):
+            print(f"{fn:40} wgmma serialized (C7515/C7520)")
     return 0
+
+
+def serialized(log: str) -> list:
+    """The functions ptxas's log says it serialized the wgmma of (C7515, C7520), in the log's order."""
+    return re.findall(r"\((?:C7515|C7520)\) Potential Performance Loss: wgmma\.mma_async instructions are "
+                      r"serialized .*? in (?:the )?function '(\w+)'", log)
 
 
 if __name__ == "__main__":

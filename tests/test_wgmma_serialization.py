@@ -8,11 +8,17 @@ TR2_NVRTC).
 """
 from __future__ import annotations
 
-import re
+import importlib.util
 import subprocess
 import sys
 
 import pytest
+
+from tr2 import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("ptxas_usage", REPO_ROOT / "scripts" / "ptxas_usage.py")
+ptxas_usage = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ptxas_usage)
 
 # Serialized and known: none. (The thirteenth session found the pipelined forward and both ping-pong forms so built,
 # and rewrote them; a form added here would need its reason.)
@@ -21,31 +27,16 @@ KNOWN: dict = {}
 WGMMA_FORMS = r"^ATTN_(FORWARD_WG1|FORWARD_WGP|FORWARD_WGPP|FORWARD_TMA|FORWARD_TMAP|DKDV_WG)\("
 
 
-def _build_log(pattern: str) -> str:
-    """ptxas's log of attention.cu's kernels whose instantiation lines match pattern, built for sm_90a in a process
-    of its own (NVRTC loaded here would stay in this process, where tests/test_cubins.py asks for none); the test is
-    skipped where no NVRTC is found."""
-    code = (
-        "import re, sys\n"
-        "from tr2.cupy_side.gpu import cubins, load_source\n"
-        "try:\n    nvrtc = cubins.Nvrtc()\n"
-        "except cubins.NvrtcNotFound as e:\n    print(e); sys.exit(3)\n"
-        "src = load_source('attention.cu')\n"
-        "keep = [l for l in src.splitlines() if not re.match(r'^[A-Z][A-Z0-9_]*\\(.*\\)\\s*$', l)"
-        " or re.match(sys.argv[1], l)]\n"
-        "nvrtc.compile('\\n'.join(keep), 'attention.cu', 'sm_90a', ('-Xptxas', '-v'))\n"
-        "print(nvrtc.last_log)\n")
-    p = subprocess.run([sys.executable, "-c", code, pattern], capture_output=True, text=True, timeout=900)
+def _ptxas_usage(keep: str) -> list:
+    """scripts/ptxas_usage.py's lines for attention.cu's kernels whose instantiation lines match keep, built for
+    sm_90a in a process of its own (NVRTC loaded here would stay in this process, where tests/test_cubins.py asks for
+    none); the test is skipped where no NVRTC is found (exit 3)."""
+    p = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "ptxas_usage.py"), "attention.cu", "sm_90a",
+                        "--keep", keep], capture_output=True, text=True, timeout=900)
     if p.returncode == 3:
         pytest.skip(p.stdout.strip())
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    return p.stdout
-
-
-def serialized(log: str) -> set:
-    """The functions ptxas's log says it serialized the wgmma of (C7515, C7520)."""
-    return set(re.findall(r"\((?:C7515|C7520)\) Potential Performance Loss: wgmma\.mma_async instructions are "
-                          r"serialized .*? in (?:the )?function '(\w+)'", log))
+    return p.stdout.splitlines()
 
 
 def test_the_log_reader():
@@ -57,17 +48,17 @@ def test_the_log_reader():
            "non wgmma instructions defining accumulator registers of a wgmma between start and end of the pipeline "
            "stage in the function 'c'\n"
            "ptxas info    : Used 128 registers, used 1 barriers")
-    assert serialized(log) == {"b", "c"}
+    assert set(ptxas_usage.serialized(log)) == {"b", "c"}
 
 
 def test_no_wgmma_kernel_is_serialized_but_the_known():
-    log = _build_log(WGMMA_FORMS)
-    built = set(re.findall(r"Compiling entry function '(\w+)'", log))
+    lines = _ptxas_usage(WGMMA_FORMS)
+    built = {line.split()[0] for line in lines if "registers" in line}
     assert {"attn_forward_wgp1_bf16r_hs64", "attn_forward_wg1_bf16r_hs64",
             "attn_backward_dkdv_ds_wg2_l2_bf16r_hs64"} <= built   # the test compiled what it names
-    assert set(KNOWN) <= built
     assert {"attn_forward_wgpp2_bf16r_hs64", "attn_backward_dkdv_ds_wg2p_l2_bf16r_hs64",
             "attn_forward_tmap_bf16r_hs64"} <= built
-    found = serialized(log)
+    assert set(KNOWN) <= built
+    found = {line.split()[0] for line in lines if line.endswith("wgmma serialized (C7515/C7520)")}
     assert found - set(KNOWN) == set(), f"wgmma serialized by ptxas in {sorted(found - set(KNOWN))}"
     print(f"{len(built)} wgmma kernels built; serialized: {sorted(found) or 'none'}")

@@ -155,14 +155,7 @@ class CudaBackend:
         return self._peak.reserved_bytes()
 
     def workspace_line(self) -> str:
-        """The train log's account of the cuBLAS workspace: its size, and the largest a product of the run asked
-        for (blas.Cublas.workspace_for sizes it so; cublasGemmEx asks for blas.WORKSPACE_BYTES)."""
-        cublas = self.ctx.cublas
-        sizes = cublas.workspace_bytes()
-        plans = cublas.lt._plans.values() if cublas.lt is not None else ()
-        largest = max((p.workspace for p in plans), default=0)
-        return (f"cuBLAS workspace: {sizes[None]} bytes, the largest a cuBLASLt plan of this run needs {largest}"
-                + "".join(f"; a side stream's {n}" for k, n in sizes.items() if k is not None))
+        return self.ctx.cublas.workspace_line()
 
     def pool_allocator(self, pool):
         """An allocator for another memory pool (the CUDA graph's) that the peak counts."""

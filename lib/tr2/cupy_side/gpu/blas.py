@@ -90,9 +90,9 @@ class Cublas:
         handle = vp()
         self._check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
         self.handle = handle
-        # None: the workspace every stream shares; a stream's own (add_stream_workspace) under its pointer. Each
-        # grows on demand and never shrinks; allocated at the first product that needs it.
-        self._workspaces: dict = {None: cp.empty(0, dtype=cp.uint8)}
+        # None: the workspace every stream shares; a stream's own (add_stream_workspace) under its pointer. By plan,
+        # each grows on demand and never shrinks; else WORKSPACE_BYTES from the start, as before the switch.
+        self._workspaces: dict = {None: self._first_workspace()}
         self._bound_workspace = None   # (pointer, bytes) cublasSetWorkspace was last given, for cublasGemmEx
         self._stream = None
         self._math = None
@@ -149,7 +149,10 @@ class Cublas:
         another stream's product uses the common one: cuBLAS's results are reproducible only where concurrent
         products do not share a workspace."""
         if stream_ptr not in self._workspaces:
-            self._workspaces[stream_ptr] = self._cp.empty(0, dtype=self._cp.uint8)
+            self._workspaces[stream_ptr] = self._first_workspace()
+
+    def _first_workspace(self):
+        return self._cp.empty(0 if WORKSPACE_BY_PLAN else WORKSPACE_BYTES, dtype=self._cp.uint8)
 
     def workspace_for(self, stream_ptr: int | None, need: int = 0):
         """The workspace of products on stream_ptr, at least `need` bytes. A larger need replaces it (the old one
@@ -158,8 +161,6 @@ class Cublas:
         captured products would keep the address of the one freed."""
         key = stream_ptr if stream_ptr in self._workspaces else None
         ws = self._workspaces[key]
-        if not WORKSPACE_BY_PLAN:
-            need = max(need, WORKSPACE_BYTES)
         if need > ws.size:
             from . import runtime
             probe = getattr(self._cp.cuda.runtime, "streamIsCapturing", None)   # any capture: products.py's too
@@ -170,9 +171,13 @@ class Cublas:
             self._workspaces[key] = ws = runtime.default_pool_array(need)
         return ws
 
-    def workspace_bytes(self) -> dict:
-        """Each workspace's size now: {None: the shared one's, stream pointer: a stream's own}."""
-        return {k: int(v.size) for k, v in self._workspaces.items()}
+    def workspace_line(self) -> str:
+        """The train log's account of the workspaces: the shared one's size (and each side stream's), and the largest
+        a cuBLASLt plan of the run names (cublasGemmEx asks for WORKSPACE_BYTES)."""
+        largest = max((p.workspace for p in self.lt._plans.values()), default=0) if self.lt is not None else 0
+        sizes = {k: int(v.size) for k, v in self._workspaces.items()}
+        return (f"cuBLAS workspace: {sizes.pop(None)} bytes, the largest a cuBLASLt plan of this run needs {largest}"
+                + "".join(f"; a side stream's {n}" for n in sizes.values()))
 
     def _scalars(self, compute: int, alpha: float, beta: float):
         if compute == COMPUTE_64F:

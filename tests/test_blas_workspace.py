@@ -1,0 +1,84 @@
+"""gpu/blas.py's cuBLAS workspaces (the rule of Cublas.workspace_for, the CPU counterpart of tests/test_graph_gpu.py's
+"workspace" test): by plan, a workspace grows to the largest need asked of it, never shrinks, each stream with its
+own keeps to itself, and nothing grows inside a capture; off, every workspace is WORKSPACE_BYTES from its creation.
+No GPU: CuPy and the allocator are replaced by recorders; the Cublas object is made without its cuBLAS handle."""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from tr2.cupy_side import gpu
+from tr2.cupy_side.gpu import blas
+
+
+class FakeArray:
+    def __init__(self, n):
+        self.size = n
+        self.data = types.SimpleNamespace(ptr=0 if n == 0 else 0x1000 + n)
+
+
+@pytest.fixture
+def cublas(monkeypatch):
+    allocated, state = [], {"capturing": False}
+    fake_runtime = types.SimpleNamespace(is_capturing=lambda: state["capturing"],
+                                         default_pool_array=lambda n: allocated.append(n) or FakeArray(n))
+    monkeypatch.setattr(gpu, "runtime", fake_runtime, raising=False)
+    monkeypatch.setitem(sys.modules, "tr2.cupy_side.gpu.runtime", fake_runtime)
+
+    def make(by_plan: bool):
+        monkeypatch.setattr(blas, "WORKSPACE_BY_PLAN", by_plan)
+        c = object.__new__(blas.Cublas)
+        c._cp = types.SimpleNamespace(empty=lambda n, dtype=None: FakeArray(n), uint8="uint8",
+                                      cuda=types.SimpleNamespace(runtime=types.SimpleNamespace()))
+        c._workspaces = {None: c._first_workspace()}
+        c.lt = None
+        return c
+    return make, allocated, state
+
+
+def test_by_plan_grows_to_the_largest_need_and_never_shrinks(cublas):
+    make, allocated, _ = cublas
+    c = make(True)
+    assert c.workspace_for(7).size == 0                  # nothing asked yet: nothing allocated
+    assert c.workspace_for(7, 4096).size == 4096
+    assert c.workspace_for(7, 1024).size == 4096         # a smaller need keeps it
+    assert c.workspace_for(None, 16 << 20).size == 16 << 20
+    assert allocated == [4096, 16 << 20]
+    c.add_stream_workspace(9)                            # a side stream's own, apart from the shared one
+    assert c.workspace_for(9, 512).size == 512
+    assert c.workspace_for(7).size == 16 << 20
+
+
+def test_by_plan_never_grows_inside_a_capture(cublas):
+    make, allocated, state = cublas
+    c = make(True)
+    c.workspace_for(None, 4096)
+    state["capturing"] = True
+    assert c.workspace_for(None, 4096).size == 4096      # what the warm-up allocated serves the capture
+    with pytest.raises(RuntimeError, match="inside a capture needs 8192 bytes"):
+        c.workspace_for(None, 8192)
+    assert allocated == [4096]
+
+
+def test_off_every_workspace_is_the_full_size_from_its_creation(cublas):
+    make, allocated, _ = cublas
+    c = make(False)
+    assert c.workspace_for(None, 1024).size == blas.WORKSPACE_BYTES
+    c.add_stream_workspace(9)
+    assert c.workspace_for(9).size == blas.WORKSPACE_BYTES
+    assert allocated == []                               # made with the handle, never grown
+
+
+def test_the_log_line(cublas):
+    make, _, _ = cublas
+    c = make(True)
+    c.lt = types.SimpleNamespace(_plans={1: types.SimpleNamespace(workspace=300), 2: types.SimpleNamespace(workspace=700)})
+    c.workspace_for(None, 700)
+    assert c.workspace_line() == "cuBLAS workspace: 700 bytes, the largest a cuBLASLt plan of this run needs 700"
+    c.add_stream_workspace(9)
+    c.workspace_for(9, 300)
+    assert c.workspace_line().endswith("needs 700; a side stream's 300")
+    c.lt = None
+    assert "needs 0" in c.workspace_line()
