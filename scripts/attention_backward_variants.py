@@ -34,18 +34,20 @@ from event_timing import mean_ms
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
-            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG")
-FORMS = {"recompute": (0, False, 128, False, False, 1, False, False, False),
-         "ds": (0, True, 128, False, False, 1, False, False, False),
-         "ds64": (0, True, 64, False, False, 1, False, False, False),
-         "ds_l2": (0, True, 128, True, False, 1, False, False, False),
-         "fold": (2, False, 128, False, False, 1, False, False, False),
-         "wg1": (0, True, 128, True, True, 1, False, False, False), "wg2": (0, True, 128, True, True, 2, False, False, False),
-         "wg1o": (0, True, 128, True, True, 1, True, False, False), "wg2o": (0, True, 128, True, True, 2, True, False, False),
+            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS")
+FORMS = {"recompute": (0, False, 128, False, False, 1, False, False, False, 2),
+         "ds": (0, True, 128, False, False, 1, False, False, False, 2),
+         "ds64": (0, True, 64, False, False, 1, False, False, False, 2),
+         "ds_l2": (0, True, 128, True, False, 1, False, False, False, 2),
+         "fold": (2, False, 128, False, False, 1, False, False, False, 2),
+         "wg1": (0, True, 128, True, True, 1, False, False, False, 2), "wg2": (0, True, 128, True, True, 2, False, False, False, 2),
+         "wg1o": (0, True, 128, True, True, 1, True, False, False, 2), "wg2o": (0, True, 128, True, True, 2, True, False, False, 2),
          # D computed inside the dK/dV kernel, no row-dots launch (the same bits as wg1 / wg2)
-         "wg1d": (0, True, 128, True, True, 1, False, True, False), "wg2d": (0, True, 128, True, True, 2, False, True, False),
+         "wg1d": (0, True, 128, True, True, 1, False, True, False, 2), "wg2d": (0, True, 128, True, True, 2, False, True, False, 2),
          # two warpgroups in ping-pong (the same bits as wg2)
-         "wg2p": (0, True, 128, True, True, 2, False, False, True)}
+         "wg2p": (0, True, 128, True, True, 2, False, False, True, 2),
+         # one warpgroup compiled for three blocks an SM (the same bits as wg1)
+         "wg1t": (0, True, 128, True, True, 1, False, False, False, 3)}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)

@@ -776,7 +776,8 @@ def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, overlap, p, monkeypatc
         exact(f"attention dqkv on wgmma run-to-run {tag}", r, dqkv)
 
 
-def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch: str, what: str) -> None:
+def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch: str, what: str,
+                                on=True, off=False) -> None:
     """The wgmma dK/dV kernel with attention.<switch> on gives the bits of the same kernel with it off: dq, dk and dv
     (every allocation poisoned), three runs identical, and within the type's tolerance of the NumPy form. nwg
     warpgroups a block; the other forms' switches off, ds_t's traffic evict-first (the forms are built so)."""
@@ -788,15 +789,16 @@ def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch:
     monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
     for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG"):
         monkeypatch.setattr(attention, other, False)
+    monkeypatch.setattr(attention, "WG_DKDV_BLOCKS", 2)
     monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)
     assert attention.uses_wg_dkdv(be.ctx, hs)
 
-    def backward(on):
-        monkeypatch.setattr(attention, switch, on)
+    def backward(value):
+        monkeypatch.setattr(attention, switch, value)
         return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
 
-    runs = [backward(True) for _ in range(3)]
-    without = backward(False)
+    runs = [backward(on) for _ in range(3)]
+    without = backward(off)
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} nwg={nwg} p={p}]"
     exact(f"attention dqkv, {what}, against the kernel without it {tag}", runs[0], without)
     for r in runs[1:]:
@@ -826,6 +828,48 @@ def test_attention_dkdv_pingpong_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     """The wgmma dK/dV kernel's two warpgroups in ping-pong (WG_DKDV_PINGPONG: turns to issue, three q/dO buffers,
     named barriers instead of the block's): the bits of the two-warpgroup form it reschedules."""
     wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "WG_DKDV_PINGPONG", "dK/dV in ping-pong")
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dkdv_three_blocks_on_wgmma(build, B, T, H, hs, p, monkeypatch):
+    """The one-warpgroup wgmma dK/dV kernel compiled for three blocks an SM (WG_DKDV_BLOCKS = 3, 168 registers with
+    spills): the bits of the two-block build of the same source."""
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 1, p, monkeypatch, "WG_DKDV_BLOCKS", "three blocks an SM", 3, 2)
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_forward_three_blocks(build, B, T, H, hs, p, monkeypatch):
+    """The mma.sync forward compiled for three blocks an SM (FWD_BLOCKS = 3, attn_forward3_, 168 registers with
+    spills) against the NumPy form within the type's tolerance, three runs the same bits, and the bits of the
+    two-block build (attn_forward_) of the same source."""
+    from tr2.cupy_side.gpu import attention
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    g = gen(B * T * H + 21 + int(p * 10))
+    qkv = randn(g, B, T, 3 * H * hs)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
+    monkeypatch.setattr(attention, "USE_WGMMA", False)   # the mma.sync kernel at every T
+
+    def forward(blocks):
+        monkeypatch.setattr(attention, "FWD_BLOCKS", blocks)
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        return be.to_host(out), host(saved.lse)
+
+    runs = [forward(3) for _ in range(3)]
+    two = forward(2)
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p}]"
+    check(f"attention out, three blocks an SM {tag}", runs[0][0], rout, tol)
+    check(f"attention lse, three blocks an SM {tag}", runs[0][1], rsaved[1], tol)
+    for r in runs[1:]:
+        exact(f"attention out, three blocks an SM, run-to-run {tag}", r[0], runs[0][0])
+        exact(f"attention lse, three blocks an SM, run-to-run {tag}", r[1], runs[0][1])
+    exact(f"attention out, three blocks against two {tag}", runs[0][0], two[0])
+    exact(f"attention lse, three blocks against two {tag}", runs[0][1], two[1])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -74,11 +74,13 @@ def shared_bytes(ctx, kernel: str) -> int:
     return (own * rows + nbuf * 2 * streamed) * _ROW_BYTES[ctx.half] + extra
 
 
-def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
-    name = f"attn_{kernel}_{build_name(ctx)}_hs{hs}"
+def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args, form: str = "") -> None:
+    """attn_<kernel><form>_<build>_hs<hs>; form "3": the kernel compiled for three blocks an SM (FWD_BLOCKS)."""
+    name = f"attn_{kernel}{form}_{build_name(ctx)}_hs{hs}"
     nbytes = shared_bytes(ctx, kernel)
     rows = block_rows(ctx)
-    launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes)   # attention.cu: Grid
+    launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes,   # attention.cu: Grid
+           prefer_shared=bool(form))
 
 
 def _half(ctx, a, out=None):
@@ -154,6 +156,12 @@ WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2))
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 
 
+# Blocks an SM the mma.sync forward is compiled for, under half roundings at head size 64: 2 (attn_forward_, 255
+# registers) or 3 (attn_forward3_: 168 registers, some spilled; the same PTX, so the same bits). Written in the
+# fourteenth session after Nsight Compute's stall reasons (latency-bound at 8 warps an SM).
+FWD_BLOCKS = kernel_switch("TR2_ATTN_FWD_BLOCKS", 2, (2, 3))
+
+
 def uses_wgmma(ctx, hs: int, T: int) -> bool:
     return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64
             and (T <= WG_MAX_T or WG_FORWARD_PIPELINED or WG_FORWARD_PINGPONG or WG_FORWARD_TMA)
@@ -219,7 +227,8 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     if uses_wgmma(ctx, hs, T):
         _launch_wg(ctx, T, hs, B * H, build_name(ctx), args)
     else:
-        _launch(ctx, "forward", hs, T, B * H, args)
+        three = FWD_BLOCKS == 3 and ctx.half and ctx.half_roundings and hs == 64   # attention.cu builds those only
+        _launch(ctx, "forward", hs, T, B * H, args, "3" if three else "")
     return out, AttentionSaved(out, lse, kqkv)
 
 
@@ -290,6 +299,10 @@ WG_DKDV_ROW_DOTS = bool(kernel_switch("TR2_ATTN_WG_DKDV_ROW_DOTS", 0))
 # copies, each turn's products waited for at its end, the first tile's S^T and dPd^T issued even where no query of it
 # sees the block's keys), built unserialized with no spill (tests/test_wgmma_serialization.py), NOT yet run on a GPU.
 WG_DKDV_PINGPONG = bool(kernel_switch("TR2_ATTN_WG_DKDV_PINGPONG", 0))
+# Blocks an SM the one-warpgroup form is compiled for: 2 (attn_backward_dkdv_ds_wg1_l2_, 255 registers) or 3
+# (attn_backward_dkdv_ds_wg1t_l2_: 168 registers, some spilled; the same PTX, so the same bits). Where one
+# warpgroup runs (rows of at most 256, or TR2_ATTN_WG_DKDV_NWG=1), evict-first ds_t, neither OVERLAP nor DIN.
+WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
@@ -366,7 +379,11 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
             if pp and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it alone, evict-first
                 raise ValueError("TR2_ATTN_WG_DKDV_PINGPONG=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
                                  "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
-            o = "p" if pp else o
+            three = WG_DKDV_BLOCKS == 3 and nwg == 1
+            if three and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it plain, evict-first
+                raise ValueError("TR2_ATTN_WG_DKDV_BLOCKS=3 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
+                                 "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
+            o = "p" if pp else ("t" if three else o)
             launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
                    128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])) + ((saved.out,) if din else ()),
                    shared_mem=wg_dkdv_shared_bytes(hs, nwg, din, 3 if pp else 2), prefer_shared=True)

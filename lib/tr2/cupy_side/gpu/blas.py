@@ -36,9 +36,11 @@ GEMM_DEFAULT = -1
 WORKSPACE_BYTES = 32 * 1024 * 1024
 # 1: the workspace only as large as the run's products need; 0: WORKSPACE_BYTES from the first product on, as before.
 # The same algorithms with the same workspace sizes either way, so the same bits (tests/test_graph_gpu.py,
-# "workspace"). Written in the thirteenth session after its device time was spent: NOT run on a GPU, off until that
-# test has passed (TR2_CUBLAS_WORKSPACE_BY_PLAN=1 turns it on for a run).
-WORKSPACE_BY_PLAN = bool(kernel_switch("TR2_CUBLAS_WORKSPACE_BY_PLAN", 0))
+# "workspace": passed in call 1 of results/h200-perf-20261202e, nanogpt float32's workspace 33554432 -> 16515735
+# bytes). On since then: the step's peak in that call's bench, nanogpt float32 2.830 -> 2.813 GB (PyTorch
+# reduce-overhead 2.809), bfloat16 1.692 -> 1.671 GB, the step time unchanged (9.21 / 9.20 and 4.40 / 4.41 ms, one
+# round). TR2_CUBLAS_WORKSPACE_BY_PLAN=0 gives the old way.
+WORKSPACE_BY_PLAN = bool(kernel_switch("TR2_CUBLAS_WORKSPACE_BY_PLAN", 1))
 USE_LT = True
 
 DATA_TYPES = {"float32": CUDA_R_32F, "float64": CUDA_R_64F, "float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF}

@@ -2751,6 +2751,20 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
         else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
     }
+// THREE (gpu/attention.py's FWD_BLOCKS = 3; half roundings, HS = 64): attn_forward3_<bf16r|f16r>_hs64, attn_forward_
+// under a launch bound of three blocks an SM instead of the two its 255 registers allow. Why: Nsight Compute (call 1
+// of results/h200-perf-20261202e, gpt2-small bf16) finds it latency-bound at 8 warps an SM, 61% of cycles with no
+// eligible warp, stalled mostly on fixed-latency dependencies ("wait"); its ~55 KB of shared memory allows three.
+// ptxas then has 168 registers a thread and spills some (scripts/ptxas_usage.py). The same PTX: the same bits.
+#define ATTN_FORWARD3(BUILD, K, SPLIT, HS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 3) attn_forward3_##BUILD##_hs##HS(                  \
+        void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
+        u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
+        else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
+    }
 // The forward on wgmma (half roundings, HS = 64): attn_forward_wg<NWG>_<bf16r|f16r>_hs64 (NWG warpgroups a block),
 // arguments as attn_forward_ plus the v tile's descriptor strides.
 #define ATTN_FORWARD_WG_N(NWG, BUILD, K, HS)                                                                    \
@@ -2934,6 +2948,25 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             attention_backward_dkdv_wg<K, HS, NWG, false, true, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
                                                                              T, H, out_kind, d, t_lbo, t_sbo, out); \
     }
+// THREE (gpu/attention.py's WG_DKDV_BLOCKS = 3): attn_backward_dkdv_ds_wg1t_l2_<bf16r|f16r>_hs64, the one-warpgroup
+// form under a launch bound of three blocks an SM instead of two. Why: Nsight Compute (call 1 of
+// results/h200-perf-20261202e) finds the two-block form latency-bound, 2 warpgroups an SM, 67% of cycles with no
+// eligible warp, the tensor pipe 11% active (nanogpt); its shared memory (~58 KB a block) allows three. ptxas then
+// has 168 registers a thread and spills some (scripts/ptxas_usage.py). The PTX is the plain form's: the same bits.
+#define ATTN_DKDV_WG1T_FORM(BUILD, K, HS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(128, 3) attn_backward_dkdv_ds_wg1t_l2_##BUILD##_hs##HS(       \
+        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
+        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
+        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_wg<K, HS, 1, true, true, false>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T,  \
+                                                                    H, out_kind, d, t_lbo, t_sbo);             \
+        else                                                                                                   \
+            attention_backward_dkdv_wg<K, HS, 1, false, true, false>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, \
+                                                                     H, out_kind, d, t_lbo, t_sbo);            \
+    }
 // PINGPONG (gpu/attention.py's WG_DKDV_PINGPONG): attn_backward_dkdv_ds_wg2p_l2_<bf16r|f16r>_hs64, two warpgroups
 // in ping-pong, arguments as the plain form's. Built with the evict-first ds_t only.
 #define ATTN_DKDV_WGP_FORM(BUILD, K, HS)                                                                        \
@@ -2954,7 +2987,8 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     ATTN_DKDV_WG_FORM(1, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(1, l2_, true, BUILD, K, HS)                  \
     ATTN_DKDV_WG_FORM(2, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(2, l2_, true, BUILD, K, HS)                  \
     ATTN_DKDV_WGO_FORM(1, l2_, true, BUILD, K, HS) ATTN_DKDV_WGO_FORM(2, l2_, true, BUILD, K, HS)             \
-    ATTN_DKDV_WGD_FORM(1, BUILD, K, HS) ATTN_DKDV_WGD_FORM(2, BUILD, K, HS) ATTN_DKDV_WGP_FORM(BUILD, K, HS)
+    ATTN_DKDV_WGD_FORM(1, BUILD, K, HS) ATTN_DKDV_WGD_FORM(2, BUILD, K, HS) ATTN_DKDV_WGP_FORM(BUILD, K, HS)   \
+    ATTN_DKDV_WG1T_FORM(BUILD, K, HS)
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
@@ -2994,3 +3028,5 @@ ATTN_FORWARD_TMAP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_TMAP(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
+ATTN_FORWARD3(bf16r, KIND_BF16, false, 64)
+ATTN_FORWARD3(f16r, KIND_F16, false, 64)
