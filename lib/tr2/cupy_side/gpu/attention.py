@@ -157,8 +157,10 @@ FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 
 
 # Blocks an SM the mma.sync forward is compiled for, under half roundings at head size 64: 2 (attn_forward_, 255
-# registers) or 3 (attn_forward3_: 168 registers, some spilled; the same PTX, so the same bits). Written in the
-# fourteenth session after Nsight Compute's stall reasons (latency-bound at 8 warps an SM).
+# registers) or 3 (attn_forward3_: 168 registers, spilling inside its loop; the same PTX, so the same bits: tests
+# "forward_three_blocks" passed). Written in the fourteenth session after Nsight Compute's stall reasons
+# (latency-bound at 8 warps an SM); measured slower (ms a layer alone, bf16, call 2 of results/h200-perf-20261202e):
+# gpt2-small 0.0835 and gpt2-medium 0.1115 against 0.0657 and 0.0830: off.
 FWD_BLOCKS = kernel_switch("TR2_ATTN_FWD_BLOCKS", 2, (2, 3))
 
 
@@ -300,8 +302,10 @@ WG_DKDV_ROW_DOTS = bool(kernel_switch("TR2_ATTN_WG_DKDV_ROW_DOTS", 0))
 # sees the block's keys), built unserialized with no spill (tests/test_wgmma_serialization.py), NOT yet run on a GPU.
 WG_DKDV_PINGPONG = bool(kernel_switch("TR2_ATTN_WG_DKDV_PINGPONG", 0))
 # Blocks an SM the one-warpgroup form is compiled for: 2 (attn_backward_dkdv_ds_wg1_l2_, 255 registers) or 3
-# (attn_backward_dkdv_ds_wg1t_l2_: 168 registers, some spilled; the same PTX, so the same bits). Where one
-# warpgroup runs (rows of at most 256, or TR2_ATTN_WG_DKDV_NWG=1), evict-first ds_t, neither OVERLAP nor DIN.
+# (attn_backward_dkdv_ds_wg1t_l2_: 168 registers, spilling inside its loop; the same PTX, so the same bits: tests
+# "dkdv_three_blocks" passed). Where one warpgroup runs (rows of at most 256, or TR2_ATTN_WG_DKDV_NWG=1), evict-first
+# ds_t, neither OVERLAP nor DIN. Measured (the whole backward alone, bf16, call 2 of results/h200-perf-20261202e):
+# nanogpt 0.1338 against 0.1326 ms a layer; with one warpgroup on gpt2-small 0.2578 against wg2's 0.2070: off.
 WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
 
 

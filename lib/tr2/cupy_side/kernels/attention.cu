@@ -2756,6 +2756,8 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // of results/h200-perf-20261202e, gpt2-small bf16) finds it latency-bound at 8 warps an SM, 61% of cycles with no
 // eligible warp, stalled mostly on fixed-latency dependencies ("wait"); its ~55 KB of shared memory allows three.
 // ptxas then has 168 registers a thread and spills some (scripts/ptxas_usage.py). The same PTX: the same bits.
+// Measured slower (x1.27 / x1.34 of attn_forward_ on gpt2-small / gpt2-medium, call 2 of
+// results/h200-perf-20261202e): off.
 #define ATTN_FORWARD3(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 3) attn_forward3_##BUILD##_hs##HS(                  \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
@@ -2953,6 +2955,8 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // results/h200-perf-20261202e) finds the two-block form latency-bound, 2 warpgroups an SM, 67% of cycles with no
 // eligible warp, the tensor pipe 11% active (nanogpt); its shared memory (~58 KB a block) allows three. ptxas then
 // has 168 registers a thread and spills some (scripts/ptxas_usage.py). The PTX is the plain form's: the same bits.
+// Measured no faster (nanogpt x1.01 of the two-block build, the GPT-2 shapes x1.25 of wg2; call 2 of
+// results/h200-perf-20261202e): the spills sit in the loop; off.
 #define ATTN_DKDV_WG1T_FORM(BUILD, K, HS)                                                                       \
     extern "C" __global__ void __launch_bounds__(128, 3) attn_backward_dkdv_ds_wg1t_l2_##BUILD##_hs##HS(       \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
