@@ -34,10 +34,23 @@ CSV_PATH = REPO_ROOT / "docs" / "h200-minutes.csv"
 
 # The bench files (scripts/device_bench.py: one fresh process a run under the outside clock; the char model over
 # steps 0-400, the GPT-2 shapes over 0-200): path under results/ -> the sides whose runs are taken. The cupy side
-# only where it ran the current kernels (831b1d3; 71acdcc changed only scripts), PyTorch's from every call but one.
+# only from the current program (0ad6d96, 5e4274b and 010d120 of the thirteenth and fourteenth sessions, 2026-12-02,
+# results/h200-perf-20261202d and -20261202e: the same default kernels; what changed since then does not change a
+# step's time), PyTorch's from every call but one. A record that names a variant library ("lib": pdl, ls, wsp,
+# both3, b3w1) is left out: the program the edition runs is the plain one. Each call its own fresh machine but for
+# `WARM_MACHINE`'s.
 BENCH = {
-    "h200-perf-20261201b/call4-831b1d3/bench/bench.jsonl": ("cupy", "torch"),       # bf16
-    "h200-perf-20261201b/call5-71acdcc/bench/bench.jsonl": ("cupy", "torch"),       # f32 (TF32), f16
+    "h200-perf-20261202d/call4-0ad6d96/nanogpt/bench/bench.jsonl": ("cupy", "torch"),   # bf16, f16; two rounds
+    "h200-perf-20261202d/call4-0ad6d96/gpt2/bench/bench.jsonl": ("cupy", "torch"),      # gpt2-small f16, f32
+    "h200-perf-20261202d/call5-0ad6d96/bench/bench.jsonl": ("cupy", "torch"),           # gpt2-medium f32, f16
+    "h200-perf-20261202d/call6-0ad6d96/bench/bench.jsonl": ("cupy", "torch"),           # gpt2-medium f32, bf16 (cupy)
+    "h200-perf-20261202d/call7-0ad6d96/bench/bench.jsonl": ("cupy", "torch"),           # gpt2-small f16, f32 again
+    "h200-perf-20261202d/call8-0ad6d96/bench/bench.jsonl": ("cupy", "torch"),           # gpt2-medium f16 again
+    "h200-perf-20261202e/call1-5e4274b/bench/bench.jsonl": ("cupy", "torch"),           # nanogpt f32, bf16
+    "h200-perf-20261202e/call2-010d120/bench/bench.jsonl": ("cupy", "torch"),           # nanogpt, gpt2-small bf16
+    "h200-perf-20261202e/call3-010d120/bench/bench.jsonl": ("cupy", "torch"),           # nanogpt bf16, f16; 3 rounds
+    "h200-perf-20261201b/call4-831b1d3/bench/bench.jsonl": ("torch",),              # cupy: 831b1d3, slower than now
+    "h200-perf-20261201b/call5-71acdcc/bench/bench.jsonl": ("torch",),              # cupy: 831b1d3's kernels too
     "h200-perf-20261201b/call2-a18aeab/bench/bench.jsonl": ("torch",),              # cupy: the dQ fold, since narrowed
     "h200-perf-20261201/call9-ff4bcff/bench/bench.jsonl": ("torch",),               # three rounds: rounds 1-2 warm
     "h200-perf-20261201/call10-ff4bcff-torch-default/default/bench.jsonl": ("torch",),  # default mode
@@ -55,7 +68,24 @@ BENCH = {
     "h200-attention-20261130/call5-69a6c83/call5/bench.jsonl": ("torch",),
 }
 # Left out: h200-perf-20261201b/call6-71acdcc (its torch runs are void: a shared Inductor cache served them float16's
-# graphs; its machine was warm from call 5), the h200-graph calls 2-4 (failed captures, mixed records).
+# graphs; its machine was warm from call 5), the h200-graph calls 2-4 (failed captures, mixed records), and of the
+# thirteenth session call 2 (460f49b, before PDL's fix; the launch entry's base build beside it) and call 3 (cupy
+# alone, after a profile of the char model on its machine).
+
+# Calls that ran on the machine an earlier call left (the same GPU in their machine.txt; its Inductor cache under
+# /tmp kept, as the torch runs' starts show: gpt2-small f32 37.4 s in call 4 against 26.8 s in call 7): path -> the
+# earlier call's. A configuration that an earlier call on the machine ran starts warm there; one it did not, cold
+# (as call 10 of h200-perf-20261201 on call 9's machine, whose caches held other modes). Listed in BENCH in
+# running order. Thirteenth session: calls 4-8 on GPU-2185eaba (call 5's gpt2-medium cold, call 6's float32 warm and
+# bfloat16 cold, calls 7-8 warm); fourteenth: call 3 on call 2's GPU-a46bf242 (nanogpt bf16 warm, f16 cold).
+WARM_MACHINE = {
+    "h200-perf-20261202d/call4-0ad6d96/gpt2/bench/bench.jsonl": "h200-perf-20261202d/call4-0ad6d96/nanogpt/bench/bench.jsonl",
+    "h200-perf-20261202d/call5-0ad6d96/bench/bench.jsonl": "h200-perf-20261202d/call4-0ad6d96/gpt2/bench/bench.jsonl",
+    "h200-perf-20261202d/call6-0ad6d96/bench/bench.jsonl": "h200-perf-20261202d/call5-0ad6d96/bench/bench.jsonl",
+    "h200-perf-20261202d/call7-0ad6d96/bench/bench.jsonl": "h200-perf-20261202d/call6-0ad6d96/bench/bench.jsonl",
+    "h200-perf-20261202d/call8-0ad6d96/bench/bench.jsonl": "h200-perf-20261202d/call7-0ad6d96/bench/bench.jsonl",
+    "h200-perf-20261202e/call3-010d120/bench/bench.jsonl": "h200-perf-20261202e/call2-010d120/bench/bench.jsonl",
+}
 
 # The quick card's folders (every stage on the char model, bfloat16, eager; results/h200-quick-20261201) and the
 # method B folder that ran gpt2-medium (plain float32, no TF32) beside a char-model stage on the same card.
@@ -64,6 +94,10 @@ QUICK = {"series": "series-20261201-032228-h200-quick", "method_a": "method_a-20
          "families": "families-20261201-032713-h200-quick"}
 QUICK_TIMES = "h200-quick-20261201/call2-b27b8a2/times.txt"   # each stage's seconds, runner start to end
 METHOD_B_MEDIUM = "method_b-20261129-100402-h200-methodb-gpt2-medium"
+# Method B run whole by its own stage (plain float32, no TF32, 200 steps: init, torch in default mode, cupy and the
+# three floors, one fresh machine, GPU-fb5c5236; the fourteenth session, results/h200-perf-20261202e/README.md):
+# model -> folder. Its runs' own starts and step times stand for the model's method B runs (`Model.method_b_measured`).
+METHOD_B_RUNS = {"gpt2-small": "method_b-20261202-154615-h200-methodb-gpt2-small"}
 # The cupy side with and without its whole-step graph on one machine (float32): method A runs it without the graph.
 CUPY_EAGER = "h200-attention-20261130/call5-69a6c83/call5/bench.jsonl"
 
@@ -71,7 +105,7 @@ CUPY_EAGER = "h200-attention-20261130/call5-69a6c83/call5/bench.jsonl"
 # max-autotune compiled the char model for 320 s before its first step; no log of it is committed.
 MAX_AUTOTUNE_COMPILE_S = 320.0
 
-SOURCES = (*BENCH, *QUICK.values(), QUICK_TIMES, METHOD_B_MEDIUM, CUPY_EAGER)
+SOURCES = (*BENCH, *QUICK.values(), QUICK_TIMES, METHOD_B_MEDIUM, *METHOD_B_RUNS.values(), CUPY_EAGER)
 
 
 @dataclass
@@ -101,21 +135,25 @@ def _ok(r: dict) -> bool:
 
 
 def observations(root=None) -> list[Obs]:
-    """Every run the sources measured: the bench files' and the quick series'. A configuration's first run in a
-    file is cold (each call had a fresh machine; call 10 ran on call 9's, whose caches held other modes), its later
-    runs warm (call 9's rounds 1-2 shared round 0's caches)."""
+    """Every run the sources measured: the bench files' and the quick series'. A configuration's first run on a
+    machine is cold (each call had a fresh machine but `WARM_MACHINE`'s; call 10 ran on call 9's, whose caches held
+    other modes), its later runs warm (call 9's rounds 1-2 shared round 0's caches). A variant library's run (a
+    truthy "lib") is not the program's and is left out."""
     root = Path(root) if root else RESULTS_DIR
     out = []
+    seen_on = {}    # bench file -> the configurations its machine had run by its end
     for rel, sides in BENCH.items():
-        seen = set()
+        seen = set(seen_on.get(WARM_MACHINE.get(rel), ()))
         for r in read_jsonl(root / rel):
-            if r.get("side") not in sides or not _ok(r) or (r["side"] == "cupy" and not r.get("cuda_graph")):
+            if (r.get("side") not in sides or not _ok(r) or r.get("lib")
+                    or (r["side"] == "cupy" and not r.get("cuda_graph"))):
                 continue
             b = _build(r["side"], r.get("mode"), r.get("half_roundings"))
             k = (r["model"], r["dtype"], b)
             out.append(Obs(r["model"], r["dtype"], b, int(r["steps"]), r["step_ms"], r["wall_s"], k not in seen,
                            rel.split("/")[0] + "/" + rel.split("/")[1], r.get("peak_bytes")))
             seen.add(k)
+        seen_on[rel] = seen
     d = root / QUICK["series"]
     steps = _card_steps(d)
     for r in read_jsonl(d / "runs.jsonl"):
@@ -202,7 +240,7 @@ class Model:
         m = self.measured(model, dtype, build)
         if m is not None:
             return m
-        if build == "cupy" and dtype != "float32":   # the build without the half roundings: never timed on 831b1d3
+        if build == "cupy" and dtype != "float32":   # the build without the half roundings: not timed on 0ad6d96-010d120
             f = self.cost(model, "float32", "cupy")
             return Cost(model, dtype, build, f.step_ms, f.cold_s, f.warm_s,
                         "estimated: the float32 cupy build's time (the exact half build was not timed on the current "
@@ -254,17 +292,42 @@ class Model:
         return statistics.median(ratios)
 
     def method_b_step_ms(self, model: str, side: str) -> float:
-        """A step in plain float32 without TF32 (method B): from the logs of the quick card's method B (char model)
-        and of the gpt2-medium stage (which shared the card with a char-model stage: an upper bound); gpt2-small
-        scaled from gpt2-medium by their float32 (TF32) step times on the same side."""
+        """A step in plain float32 without TF32 (method B): from the logs of the quick card's method B (char model),
+        of `METHOD_B_RUNS`' stages (gpt2-small) and of the gpt2-medium stage (which shared the card with a char-model
+        stage: an upper bound); a model with none of these scaled from gpt2-medium by their float32 (TF32) step
+        times on the same side."""
         side = "torch" if side in ("torch", "nanogpt") or side.startswith("floor") else side
         if model == "nanogpt":
             return _log_step_ms(self.root / QUICK["method_b"] / "logs" / f"method_b-nanogpt-{side}.log")
+        if model in METHOD_B_RUNS:
+            return _log_step_ms(self.root / METHOD_B_RUNS[model] / "logs" / f"method_b-{model}-{side}.log")
         med = _log_step_ms(self.root / METHOD_B_MEDIUM / "logs" / f"method_b-gpt2-medium-{side}.log")
         if model == "gpt2-medium":
             return med
         build = "cupy" if side == "cupy" else "torch-reduce-overhead"
         return med * self.cost(model, "float32", build).step_ms / self.cost("gpt2-medium", "float32", build).step_ms
+
+    def method_b_measured(self, card: dict, model: str, what: str) -> Optional[tuple]:
+        """The run `what` of the model's method B as `METHOD_B_RUNS`' folder measured it: (start_s, step_ms, steps),
+        the start its wall time less its steps at the median step of its own log after step 100 (init: no steps).
+        None where the folder holds no such run, or ran PyTorch in another mode than the card's (its torch run and
+        floors)."""
+        folder = METHOD_B_RUNS.get(model)
+        if folder is None:
+            return None
+        d = self.root / folder
+        fc = read_yaml(d / "card.yaml")
+        if what not in ("init", "cupy") and fc["method_a"]["torch_mode"] != card["method_a"]["torch_mode"]:
+            return None
+        rec = next((r for r in read_jsonl(d / "runs.jsonl") if r.get("what") == what and r.get("status") == "ok"
+                    and isinstance(r.get("wall_s"), (int, float)) and r.get("log")), None)
+        if rec is None:
+            return None
+        if what == "init":
+            return rec["wall_s"], 0.0, 0
+        steps = int(fc["method_b"]["steps"]) + 1
+        step = _log_step_ms(d / rec["log"])
+        return rec["wall_s"] - steps * step / 1000.0, step, steps
 
     def quick_overheads(self) -> dict:
         """Each quick stage's seconds (runner start to end) less its runs' wall times: the notebook, the summary
@@ -381,6 +444,22 @@ def kind_run(m: Model, card: dict, stage: str, kind: str) -> Run:
         if what == "order":
             return Run(0.1, 0.1, 0.0, 0, "written on the CPU (0.07 s in the quick card's method B)", None, "", "float32",
                        (QUICK["method_b"],))
+        steps = card["method_b"]["steps"] + 1
+        meas = m.method_b_measured(card, model, "torch" if what == "nanogpt" else what)
+        if meas is not None:   # measured whole by a method B stage (nanoGPT's loop: its torch run x the quick ratio)
+            start, step, _n = meas
+            folder = METHOD_B_RUNS[model]
+            ratio = m.method_b_ratio(what) if what == "nanogpt" else 1.0
+            if what == "init":
+                return Run(start, start, 0.0, 0, f"measured: the init run's wall time in {folder}", None,
+                           "torch-eager", "float32", (folder,))
+            build = "cupy" if what == "cupy" else f"{'nanogpt' if what == 'nanogpt' else 'torch'}-{mode}"
+            return Run((start + steps * step / 1000.0) * ratio, start, step, steps,
+                       ("estimated: the torch run " if ratio != 1.0 else f"measured: the {what} run ")
+                       + f"in {folder}: its start (wall time less its steps at its log's median step) + {steps} steps "
+                       "at that step" + (f", x {ratio:.2f} (nanoGPT's loop's wall time over the torch run's, quick "
+                                         "card)" if ratio != 1.0 else ""),
+                       None, build, "float32", (folder,) + ((QUICK["method_b"],) if ratio != 1.0 else ()))
         if what == "init":
             c = m.cost(model, "float32", "torch-eager")
             return Run(c.cold_s, c.cold_s, 0.0, 0, f"{c.basis}: torch eager float32's cold start", c, "torch-eager",
@@ -389,7 +468,6 @@ def kind_run(m: Model, card: dict, stage: str, kind: str) -> Run:
             ("nanogpt", mode) if what == "nanogpt" else
             ("torch", what[len("also-torch-"):] if what.startswith("also-torch-") else mode))
         c = m.cost(model, "float32", "cupy" if side == "cupy" else f"{side}-{run_mode}")
-        steps = card["method_b"]["steps"] + 1
         step = m.method_b_step_ms(model, side)
         # the floors follow the torch run in its mode and type, in the Inductor cache the stage's runs share
         warm = what.startswith("floor-")
@@ -397,11 +475,13 @@ def kind_run(m: Model, card: dict, stage: str, kind: str) -> Run:
         start = c.warm_s if warm else c.cold_s
         how = {"nanogpt": "measured in the quick card's method B",
                "gpt2-medium": "measured in the gpt2-medium method B stage, which shared the card with another stage",
-               "gpt2-small": "gpt2-medium's x gpt2-small/gpt2-medium in float32 (TF32) on the same side"}.get(model, "")
+               **{k: f"measured in {v}" for k, v in METHOD_B_RUNS.items()}}.get(
+            model, "gpt2-medium's x this model's over gpt2-medium's in float32 (TF32) on the same side")
         return Run((start + steps * step / 1000.0) * ratio, start, step, steps,
                    f"estimated: {c.build}'s {'warm' if warm else 'cold'} start + {steps} steps at method B's float32 "
                    f"step (no TF32; {how})" + (f", x {ratio:.2f} (its wall time over the torch run's, quick card)"
-                                       if ratio != 1.0 else ""), c, c.build, "float32", (QUICK["method_b"], METHOD_B_MEDIUM))
+                                       if ratio != 1.0 else ""), c, c.build, "float32",
+                   (QUICK["method_b"], METHOD_B_RUNS.get(model, METHOD_B_MEDIUM)))
     if stage in ("footprint", "families"):
         model, dtype, build = kind.split("/")
         c = m.cost(model, dtype, build)

@@ -54,6 +54,24 @@ def test_a_runs_start_is_its_wall_time_less_its_steps(synthetic):
     assert [o.cold for o in synthetic.obs] == [True, True, False]              # no graph: not the series' cupy side
 
 
+def test_a_variant_library_is_left_out_and_a_machine_left_warm_starts_warm(tmp_path, monkeypatch):
+    """A run with a variant library ("lib") is not the program's; a call on the machine an earlier call left
+    (WARM_MACHINE) starts warm in the configurations that call ran, cold in the others."""
+    first, second = "h200-x/call1-abc/bench/bench.jsonl", "h200-x/call2-abc/bench/bench.jsonl"
+    _bench(tmp_path / first, [_rec("cupy", step_ms=5.0, wall_s=4.0) | {"lib": "pdl"},
+                              _rec("torch", "reduce-overhead", step_ms=5.5, wall_s=30.0)])
+    _bench(tmp_path / second, [_rec("torch", "reduce-overhead", step_ms=5.5, wall_s=22.0),
+                               _rec("torch", "reduce-overhead", dtype="float16", step_ms=6.0, wall_s=31.0),
+                               _rec("cupy", step_ms=4.0, wall_s=3.0) | {"lib": None}])
+    monkeypatch.setattr(minutes, "BENCH", {first: ("cupy", "torch"), second: ("cupy", "torch")})
+    monkeypatch.setattr(minutes, "WARM_MACHINE", {second: first})
+    monkeypatch.setattr(minutes, "QUICK", {**minutes.QUICK, "series": "no-such-folder"})
+    obs = minutes.observations(tmp_path)
+    assert [(o.dtype, o.build, o.cold, o.step_ms) for o in obs] == [
+        ("bfloat16", "torch-reduce-overhead", True, 5.5), ("bfloat16", "torch-reduce-overhead", False, 5.5),
+        ("float16", "torch-reduce-overhead", True, 6.0), ("bfloat16", "cupy-hr", True, 4.0)]
+
+
 def test_what_was_never_timed_is_estimated_from_what_was_and_says_so(synthetic):
     ma = synthetic.cost("nanogpt", "bfloat16", "torch-max-autotune")
     assert ma.cold_s == pytest.approx(27.8 + minutes.MAX_AUTOTUNE_COMPILE_S) and ma.warm_s == pytest.approx(19.8)
