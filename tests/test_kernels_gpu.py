@@ -512,15 +512,20 @@ def wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch, form: dic
         return be.to_host(out), host(saved.lse)
 
     runs = [forward(form) for _ in range(3)]
-    wg = forward(plain)
-    tag = f"[{build[0]} B={B} T={T} H={H} p={p} {form}]"
+    forward_is_the_bits_of(runs, forward(plain), rout, rsaved[1], tol, what, "wg",
+                           f"[{build[0]} B={B} T={T} H={H} p={p} {form}]")
+
+
+def forward_is_the_bits_of(runs, plain, rout, rlse, tol, what: str, plain_name: str, tag: str) -> None:
+    """Three runs' (out, lse) of a forward form: the first within tol of the NumPy form's, all three the same bits,
+    and the bits of the plain form's (out, lse)."""
     check(f"attention out {what} {tag}", runs[0][0], rout, tol)
-    check(f"attention lse {what} {tag}", runs[0][1], rsaved[1], tol)
+    check(f"attention lse {what} {tag}", runs[0][1], rlse, tol)
     for r in runs[1:]:
         exact(f"attention out {what} run-to-run {tag}", r[0], runs[0][0])
         exact(f"attention lse {what} run-to-run {tag}", r[1], runs[0][1])
-    exact(f"attention out {what} against wg {tag}", runs[0][0], wg[0])
-    exact(f"attention lse {what} against wg {tag}", runs[0][1], wg[1])
+    exact(f"attention out {what} against {plain_name} {tag}", runs[0][0], plain[0])
+    exact(f"attention lse {what} against {plain_name} {tag}", runs[0][1], plain[1])
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
@@ -861,15 +866,8 @@ def test_attention_forward_three_blocks(build, B, T, H, hs, p, monkeypatch):
         return be.to_host(out), host(saved.lse)
 
     runs = [forward(3) for _ in range(3)]
-    two = forward(2)
-    tag = f"[{build[0]} B={B} T={T} H={H} p={p}]"
-    check(f"attention out, three blocks an SM {tag}", runs[0][0], rout, tol)
-    check(f"attention lse, three blocks an SM {tag}", runs[0][1], rsaved[1], tol)
-    for r in runs[1:]:
-        exact(f"attention out, three blocks an SM, run-to-run {tag}", r[0], runs[0][0])
-        exact(f"attention lse, three blocks an SM, run-to-run {tag}", r[1], runs[0][1])
-    exact(f"attention out, three blocks against two {tag}", runs[0][0], two[0])
-    exact(f"attention lse, three blocks against two {tag}", runs[0][1], two[1])
+    forward_is_the_bits_of(runs, forward(2), rout, rsaved[1], tol, "at three blocks an SM", "two",
+                           f"[{build[0]} B={B} T={T} H={H} p={p}]")
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -2742,15 +2742,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // Every build: attn_forward_<build>_hs<HS>; the backward unfolded, attn_backward_dq_ (which writes D), then
 // attn_backward_dkdv_. The half builds also fold it: attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters
 // zeroed), then attn_backward_<build>_hs<HS> (dK, dV and dQ); gpu/attention.py picks the form (FOLD_KEY_BLOCKS).
-#define ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
-        void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
-        u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
-        else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
-    }
+#define ATTN_FORWARD(BUILD, K, SPLIT, HS) ATTN_FORWARD_BODY(, (NTHREADS), BUILD, K, SPLIT, HS)
 // THREE (gpu/attention.py's FWD_BLOCKS = 3; half roundings, HS = 64): attn_forward3_<bf16r|f16r>_hs64, attn_forward_
 // under a launch bound of three blocks an SM instead of the two its 255 registers allow. Why: Nsight Compute (call 1
 // of results/h200-perf-20261202e, gpt2-small bf16) finds it latency-bound at 8 warps an SM, 61% of cycles with no
@@ -2758,8 +2750,9 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // ptxas then has 168 registers a thread and spills some (scripts/ptxas_usage.py). The same PTX: the same bits.
 // Measured slower (x1.27 / x1.34 of attn_forward_ on gpt2-small / gpt2-medium, call 2 of
 // results/h200-perf-20261202e): off.
-#define ATTN_FORWARD3(BUILD, K, SPLIT, HS)                                                                      \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, 3) attn_forward3_##BUILD##_hs##HS(                  \
+#define ATTN_FORWARD3(BUILD, K, SPLIT, HS) ATTN_FORWARD_BODY(3, (NTHREADS, 3), BUILD, K, SPLIT, HS)
+#define ATTN_FORWARD_BODY(SUFFIX, BOUNDS, BUILD, K, SPLIT, HS)                                                  \
+    extern "C" __global__ void __launch_bounds__ BOUNDS attn_forward##SUFFIX##_##BUILD##_hs##HS(                 \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
         u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
         grid_dependency_entry();                                                                               \
@@ -2916,11 +2909,11 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // dK/dV with dS stored on wgmma (attention_backward_dkdv_wg; half roundings, HS = 64, sm_90a):
 // attn_backward_dkdv_ds_wg<NWG>_[l2_]<bf16r|f16r>_hs64, arguments as attn_backward_dkdv_ds_ plus the q and dO
 // tiles' descriptor strides; then attn_backward_dq_ds_ as before, over ds_t's 64-query tiles.
-#define ATTN_DKDV_WG_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, , false, FORM, EVICT, BUILD, K, HS)
+#define ATTN_DKDV_WG_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, , false, FORM, EVICT, 2 / NWG, BUILD, K, HS)
 // OVERLAP: attn_backward_dkdv_ds_wg<NWG>o_... (gpu/attention.py's WG_DKDV_OVERLAP)
-#define ATTN_DKDV_WGO_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, o, true, FORM, EVICT, BUILD, K, HS)
-#define ATTN_DKDV_WG_BODY(NWG, O, OVERLAP, FORM, EVICT, BUILD, K, HS)                                           \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, 2 / NWG) attn_backward_dkdv_ds_wg##NWG##O##_##FORM##BUILD##_hs##HS( \
+#define ATTN_DKDV_WGO_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, o, true, FORM, EVICT, 2 / NWG, BUILD, K, HS)
+#define ATTN_DKDV_WG_BODY(NWG, O, OVERLAP, FORM, EVICT, MINB, BUILD, K, HS)                                     \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, MINB) attn_backward_dkdv_ds_wg##NWG##O##_##FORM##BUILD##_hs##HS( \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
@@ -2957,20 +2950,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // has 168 registers a thread and spills some (scripts/ptxas_usage.py). The PTX is the plain form's: the same bits.
 // Measured no faster (nanogpt x1.01 of the two-block build, the GPT-2 shapes x1.25 of wg2; call 2 of
 // results/h200-perf-20261202e): the spills sit in the loop; off.
-#define ATTN_DKDV_WG1T_FORM(BUILD, K, HS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(128, 3) attn_backward_dkdv_ds_wg1t_l2_##BUILD##_hs##HS(       \
-        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
-        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
-        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_wg<K, HS, 1, true, true, false>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T,  \
-                                                                    H, out_kind, d, t_lbo, t_sbo);             \
-        else                                                                                                   \
-            attention_backward_dkdv_wg<K, HS, 1, false, true, false>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, \
-                                                                     H, out_kind, d, t_lbo, t_sbo);            \
-    }
+#define ATTN_DKDV_WG1T_FORM(BUILD, K, HS) ATTN_DKDV_WG_BODY(1, t, false, l2_, true, 3, BUILD, K, HS)
 // PINGPONG (gpu/attention.py's WG_DKDV_PINGPONG): attn_backward_dkdv_ds_wg2p_l2_<bf16r|f16r>_hs64, two warpgroups
 // in ping-pong, arguments as the plain form's. Built with the evict-first ds_t only.
 #define ATTN_DKDV_WGP_FORM(BUILD, K, HS)                                                                        \
