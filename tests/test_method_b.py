@@ -1,4 +1,5 @@
 """Method B: the 1e-5 / 1% rules, protocol rule 52's window, the ulp move, and the floor's copy of the torch loop."""
+import json
 import math
 import subprocess
 import sys
@@ -297,3 +298,71 @@ def test_stage_with_nanogpt_and_the_floor_window_on_the_cpu(tmp_path, one_torch_
     assert m["verdict"]["passed"] is True and m["verdict"]["window_rule"]["W"] == 5
     assert m["verdict"]["reason"].startswith("W = 5 of 5; floors (max to W, first step over 0.5%): rerun 0 (never), ")
     assert "; step 0: max " in m["verdict"]["reason"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# resuming in another call: the device call's results come back without their .npz (the shared start)
+
+
+def _drop_last_record(d):
+    lines = (d / "runs.jsonl").read_text().splitlines()
+    (d / "runs.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    return json.loads(lines[-1])
+
+
+@pytest.mark.slow
+def test_a_resumed_stage_rebuilds_a_missing_start_and_checks_it_against_its_digest(tmp_path, one_torch_thread):
+    from tr2 import Tr2Error
+    from tr2.trainlog import read_metrics
+    card = _stage_card(floors=["none"])
+    d = tmp_path / "res"
+    method_b.run(card, d)
+    p = method_b._paths(d, "tiny")
+    first = {r["key"]: r for r in map(json.loads, (d / "runs.jsonl").read_text().splitlines())}
+    assert first["tiny/init"]["init_sha256"] == method_b.weights_digest(p["init"])
+    assert first["tiny/order"]["order_sha256"] == method_b.file_digest(p["order"])
+    before = read_metrics(p["floor-none"])["loss"]
+
+    # as a later call sees it: the last piece not run yet, neither the start nor the order there
+    assert _drop_last_record(d)["key"] == "tiny/floor-none"
+    p["init"].unlink()
+    p["order"].unlink()
+    method_b.run(card, d)
+    again = json.loads((d / "runs.jsonl").read_text().splitlines()[-1])
+    assert again["key"] == "tiny/floor-none" and again["status"] == "ok" and again["rebuilt"] == ["init", "order"]
+    assert read_metrics(p["floor-none"])["loss"] == before
+    assert method_b.weights_digest(p["init"]) == first["tiny/init"]["init_sha256"]
+
+    # a rebuilt start that differs from the recorded one is refused, and the piece fails with why
+    _drop_last_record(d)
+    p["init"].unlink()
+    lines = (d / "runs.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    for r in recs:
+        if r["key"] == "tiny/init":
+            r["init_sha256"] = "0" * 64
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with pytest.raises(Tr2Error, match="tiny/floor-none failed"):
+        method_b.run(card, d)
+    failed = json.loads((d / "runs.jsonl").read_text().splitlines()[-1])
+    assert failed["status"] == "failed" and "is not the recorded 0000000000000000" in failed["reason"]
+    assert not p["init"].exists()
+
+    # a folder from before the digests: nothing to check a rebuilt start against, so it is not rebuilt
+    for r in recs:
+        r.pop("init_sha256", None)
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with pytest.raises(Tr2Error):
+        method_b.run(card, d)
+    failed = json.loads((d / "runs.jsonl").read_text().splitlines()[-1])
+    assert "holds no init_sha256" in failed["reason"] and not p["init"].exists()
+
+
+def test_weights_digest_reads_the_arrays_not_the_zip(tmp_path):
+    a = {"b": np.arange(6, dtype=np.float32).reshape(2, 3), "a": np.ones(4, np.float32)}
+    np.savez(tmp_path / "one.npz", **a)
+    np.savez_compressed(tmp_path / "two.npz", **dict(reversed(list(a.items()))))
+    assert method_b.weights_digest(tmp_path / "one.npz") == method_b.weights_digest(tmp_path / "two.npz")
+    a["a"][2] = np.nextafter(np.float32(1), np.float32(2))
+    np.savez(tmp_path / "three.npz", **a)
+    assert method_b.weights_digest(tmp_path / "three.npz") != method_b.weights_digest(tmp_path / "one.npz")

@@ -5,14 +5,19 @@ batch order (seed `method_b.seed`), then from them, with dropout 0 and float32 w
 torch side in `method_a.torch_mode` (the checks' mode), the cupy side, nanoGPT's own train.py where `torch_loops`
 lists it (two PyTorch loops: a floor), the floor runs of `method_b.floors` (tr2.floor, `PERTURBATION`) and the runs
 of `method_b.also` (`ALSO`), each read against its own side's run. `verdict` (rules 51-52) and `floor_window` (J = W,
-issue 11) are pure functions. Resumable (tr2.stage); a shared start out of memory ends its model.
+issue 11) are pure functions. Resumable (tr2.stage), also in another call that lacks the start's file (a device call's
+results come back without their .npz): the start is rebuilt and checked against the digest its first build recorded.
+A shared start out of memory ends its model.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from .cards import ALSO_NAMES, FLOOR_NAMES
 from . import explore
@@ -181,23 +186,84 @@ def run_one(r: dict, card: dict, d: Path) -> dict:
     p = _paths(d, model)
     p["base"].mkdir(parents=True, exist_ok=True)
     if what == "order":
-        cfg = load_model(model)
         t0 = time.monotonic()
-        write_batch_order(p["order"], cfg.dataset, cfg.block_size, cfg.batch_size, card["method_b"]["steps"],
-                          card["method_b"]["seed"])
+        _write_order(card, model, p)
         res = {"status": "ok", "returncode": 0, "wall_s": round(time.monotonic() - t0, 3), "log": None,
-               "reason": None, "cmd": None}
+               "reason": None, "cmd": None, "order_sha256": file_digest(p["order"])}
+    elif what != "init" and (why := _restore_start(card, model, p, d)):
+        res = {"status": "failed", "returncode": None, "wall_s": None, "reason": why, "cmd": None, "log": None}
     else:
+        rebuilt = sorted(w for w in ("init", "order") if p.pop(f"{w}_rebuilt", False))
         p[what].unlink(missing_ok=True)  # a killed run's partial file: the piece starts over
         cmd = command(card, r, p)
         log = d / "logs" / f"{STAGE}-{model}-{what}.log"
         res = {**run_logged(cmd, log), "cmd": cmd, "log": str(log.relative_to(d))}
-        if what == "init" and res["status"] == "ok" and not p["init"].is_file():
-            res.update(status="failed", reason="the torch side wrote no --save-init file")
+        if rebuilt:
+            res["rebuilt"] = rebuilt
+        if what == "init" and res["status"] == "ok":
+            if p["init"].is_file():
+                res["init_sha256"] = weights_digest(p["init"])
+            else:
+                res.update(status="failed", reason="the torch side wrote no --save-init file")
     rec = {**r, **res, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if what not in ("init", "order"):
         rec["metrics"] = str(p[what].relative_to(d))
     return rec
+
+
+def weights_digest(path) -> str:
+    """sha256 over an .npz's arrays, names sorted (each name, dtype, shape, then its bytes): what makes two files the
+    same start, whatever their zip headers."""
+    h = hashlib.sha256()
+    with np.load(path) as f:
+        for name in sorted(f.files):
+            a = np.ascontiguousarray(f[name])
+            h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def file_digest(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_order(card: dict, model: str, p: dict) -> None:
+    cfg = load_model(model)
+    write_batch_order(p["order"], cfg.dataset, cfg.block_size, cfg.batch_size, card["method_b"]["steps"],
+                      card["method_b"]["seed"])
+
+
+def _restore_start(card: dict, model: str, p: dict, d: Path):
+    """Where a resumed stage lacks the shared start (init.npz) or the batch order (order.npy), build them again and
+    check each against the digest its first build recorded; None when both hold (p then says which were rebuilt),
+    else why not: the piece fails with that reason and the stage stops."""
+    runs = finished_keys(d / RUNS)
+    for what, digest, key in (("init", weights_digest, "init_sha256"), ("order", file_digest, "order_sha256")):
+        if p[what].is_file():
+            continue
+        want = (runs.get(f"{model}/{what}") or {}).get(key)
+        if not want:
+            return (f"{p[what].name} is missing, and the {what} record holds no {key} to check a rebuilt one against "
+                    "(a folder from before the digests): run the stage afresh")
+        if what == "order":
+            _write_order(card, model, p)
+        else:
+            log = d / "logs" / f"{STAGE}-{model}-init-rebuilt.log"
+            res = run_logged(command(card, {"model": model, "what": "init"}, p), log)
+            if res["status"] != "ok" or not p["init"].is_file():
+                return (f"init.npz is missing, and building it again failed ({res['reason'] or res['status']}; "
+                        f"see logs/{log.name})")
+        got = digest(p[what])
+        if got != want:
+            p[what].unlink()
+            return (f"{p[what].name} built again, but its sha256 {got[:16]} is not the recorded {want[:16]}: "
+                    "not the one the earlier pieces ran from")
+        p[f"{what}_rebuilt"] = True
+    return None
 
 
 def run(card: dict, results_dir=None) -> Path:
