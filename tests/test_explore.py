@@ -181,3 +181,17 @@ def test_the_notebooks_and_the_report_read_results_through_explore():
         assert not [r for r in readers if r in code], nb.name
     verdicts = (REPO_ROOT / "lib" / "tr2" / "report" / "verdicts.py").read_text()
     assert "explore." in verdicts and not [r for r in readers if r in verdicts]
+
+
+def test_run_time_sums_every_record_and_counts_the_calls(tmp_path):
+    d = tmp_path / "method_b-20261202-120000-test"
+    d.mkdir()
+    recs = [{"key": "a", "status": "ok", "wall_s": 60.0}, {"key": "b", "status": "failed", "wall_s": 30.5},
+            {"key": "b", "status": "ok", "wall_s": 29.5, "retried": True}, {"key": "order", "status": "ok", "wall_s": None}]
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "sessions.jsonl").write_text('{"stage": "method_b"}\n{"stage": "method_b"}\n')
+    assert ex.run_time(d) == {"records": 4, "seconds": 120.0, "minutes": 2.0, "calls": 2}
+    f = tmp_path / "footprint-20261202-120000-test"
+    f.mkdir()
+    (f / "footprint.jsonl").write_text(json.dumps({"key": "x", "wall_s": 6.0}) + "\n")
+    assert ex.run_time(f) == {"records": 1, "seconds": 6.0, "minutes": 0.1, "calls": None}  # no sessions.jsonl

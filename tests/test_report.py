@@ -257,7 +257,10 @@ def test_cpu_front_page_holds_what_a_reader_needs(tmp_path):
     assert folder_path(str(REPO_ROOT / data["folders"][0]["path"])) == folder_path(data["folders"][0]["path"])
     assert stored_path(REPO_ROOT / data["folders"][0]["path"]) == data["folders"][0]["path"]
     commits = soup.find(id="commits-table")
-    assert len(commits.find_all("tr")) == len(data["folders"]) + 1
+    assert len(commits.find_all("tr")) == len(data["folders"]) + 2  # the header, a row a folder, the total
+    minutes = [float(tr.find_all("td")[-1].get_text()) for tr in commits.find_all("tr")[1:]]
+    assert minutes[-1] == data["minutes_of_runs"] > 0
+    assert abs(sum(minutes[:-1]) - minutes[-1]) <= 0.05 * len(minutes)  # each shown to 0.1
     assert ("different commits" in soup.find(id="commits-note").get_text()) == data["commits_differ"]
     row = soup.find(id="glance-table").find("tbody").find("tr")
     assert row.find("td", class_="params")["data-value"] == str(data["rows"][0]["params"])

@@ -120,6 +120,18 @@ def records(where, stage, model=None, dtype=None) -> pd.DataFrame:
     return _gather(where, stage, read, model, dtype)
 
 
+def run_time(path, stage=None) -> dict:
+    """What a folder's runs held the machine for: every record of its runs file (a failed run and a retried one
+    included, as each held the machine), their wall seconds and minutes, and the calls (the lines of
+    sessions.jsonl: one each time the stage started or resumed; None in folders from before it). Imports,
+    compile caches and the stage's own notebook are outside the runs' wall times."""
+    p = Path(path)
+    recs = [r for r in read_jsonl(p / RUNS_FILES.get(stage or stage_of(p), "runs.jsonl")) if isinstance(r, dict)]
+    seconds = sum(float(r["wall_s"]) for r in recs if isinstance(r.get("wall_s"), (int, float)))
+    return {"records": len(recs), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 1),
+            "calls": len(read_jsonl(p / "sessions.jsonl")) if (p / "sessions.jsonl").is_file() else None}
+
+
 SERIES_RUN_COLUMNS = ["round", "warm", "config", "model", "dtype", "side", "build", "mode", "half_roundings",
                       "cuda_graph", "status", "valid", "void", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
                       "nvml_peak_bytes", "gpu", "wall_s", "started", "reason", "log"]

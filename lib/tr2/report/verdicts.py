@@ -52,7 +52,7 @@ def folder_info(d, html_dir) -> dict:
     c = {k: v for k, v in row.items() if k not in ("folder", "stage", "stamp", "finished", "path")}
     c.update({k: own[k] for k in ("first_run", "last_run", "rounds", "steps", "window") if own.get(k) is not None})
     return {"stage": row["stage"], "name": row["folder"], "path": stored_path(d), "link": link(d, html_dir),
-            "notebook": is_finished(d), "conditions": c}
+            "notebook": is_finished(d), "conditions": c, "time": explore.run_time(d, row["stage"])}
 
 
 def _range_of(r, times=None, tokens_per_step=None):
@@ -176,6 +176,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
     cpu = "cpu" in devices or (not devices and read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device") == "cpu")
     return {
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
+        "minutes_of_runs": round(sum(i["time"]["seconds"] for i in infos) / 60, 1),
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir),
         "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
