@@ -268,3 +268,18 @@ def test_no_estimate_where_nothing_was_measured(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "1 x x: no estimate" in out and "estimate: no estimate (no finished run of these kinds" in out
     assert "minutes" not in out
+
+
+def test_a_new_h200_cards_first_plan_is_modelled_from_the_committed_runs(tmp_path):
+    """Nothing measured for the card yet: the stage's minutes come from scripts/h200_minutes.py, said as modelled."""
+    from tr2.cards import load_card
+    c = load_card("h200-edition")
+    d = tmp_path / "series-20261201-100000-h200-edition"
+    d.mkdir()
+    f = stage.Folder(d, "series", None, c)
+    text = stage.plan_text(f, ["nanogpt/float32/cupy"], 32, "series runs", lambda r: r["key"], "runs.jsonl")
+    assert "estimate: no estimate (no finished run" in text
+    line = text.splitlines()[-1]
+    assert line.startswith("  modelled instead: ") and " GPU minutes for all 32 runs of this stage " in line
+    assert float(line.split()[2]) > 0 and "python scripts/h200_minutes.py plan --card h200-edition" in line
+    assert stage.model_estimate(stage.Folder(d, "series", None, card())) is None  # off the H200: nothing modelled

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from . import Tr2Error
+from . import REPO_ROOT, Tr2Error
 from .cards import check_held_card, dump_card
 from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
 from .results import append_jsonl, new_results_dir, read_jsonl, results_folders, write_json_atomic, write_text_atomic
@@ -173,6 +174,8 @@ def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind:
     if not known:
         lines.append("  estimate: no estimate (no finished run of these kinds in this folder or in another folder of "
                      "its stage and card)" if kinds else "  nothing to run")
+        if kinds and (modelled := model_estimate(folder)):
+            lines.append(modelled)
     else:
         unit = "GPU minutes" if folder.card["device"] == "cuda" else "minutes of the CPU"
         named = ", ".join(s if s == "this folder" else f"results folder {s} ({what})" for s in sorted(sources))
@@ -180,6 +183,32 @@ def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind:
                      f"{len(kinds)} runs, from the runs measured in {named}"
                      + (f"; no estimate for the other {len(kinds) - known}" if known < len(kinds) else ""))
     return "\n".join(lines)
+
+
+def model_estimate(folder: Folder) -> Optional[str]:
+    """For a card on the H200 whose runs no folder has measured yet: the stage's GPU minutes on a fresh folder of
+    the card by scripts/h200_minutes.py, the committed model of the H200 runs of other cards (a line saying why not
+    where it gives none; None off the H200 or where the script is not there)."""
+    script = REPO_ROOT / "scripts" / "h200_minutes.py"
+    if folder.card.get("machine") != "nvidia-h200" or not script.is_file():
+        return None
+    try:
+        minutes = sys.modules.get("tr2_h200_minutes")
+        if minutes is None:
+            spec = importlib.util.spec_from_file_location("tr2_h200_minutes", script)
+            minutes = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = minutes   # its dataclasses look their module up there
+            try:
+                spec.loader.exec_module(minutes)
+            except BaseException:
+                del sys.modules[spec.name]
+                raise
+        total = minutes.stage_total(folder.card, folder.stage)
+    except Exception as e:  # noqa: BLE001 - an estimate never stops a stage
+        return f"  scripts/h200_minutes.py gave no estimate either ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+    return (f"  modelled instead: {total['seconds'] / 60:.1f} GPU minutes for all {total['runs']} runs of this stage "
+            f"on a fresh folder of card {folder.card['card']}, by scripts/h200_minutes.py from the committed H200 runs "
+            f"of other cards (`python scripts/h200_minutes.py plan --card {folder.card['card']}` gives each run's basis)")
 
 
 def _never(_record) -> bool:
