@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call of a card run in pieces (the H200 edition: docs/h200-edition.md), on the GPU machine: each
+# STAGE=TARGET runs `python3 -m tr2.runner STAGE --runs-only`, on a fresh folder where TARGET is a card's name and
+# resuming it where TARGET is a results folder, one after another, all under one `timeout LIMIT_S`. Then the card's
+# results folders (CARD, from the first target or the folders' names) go back in OUT/results.tgz without their .npz
+# and caches, so a stage the timeout stopped still comes back, with machine.txt, each stage's log and times.txt
+# (stage, exit code, seconds; 124: stopped by the timeout). Notebooks are rendered afterwards on the CPU machine
+# (`python -m tr2.runner STAGE --render DIR`).
+#   usage: TR2_GIT_COMMIT=<the commit's 40-hex hash> bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET ...
+#   e.g.   bash scripts/edition_call.sh $OUT 560 method_a=results/method_a-20261202-170258-h200-edition
+set -u -o pipefail
+OUT=$1 LIMIT_S=$2
+shift 2
+[ $# -gt 0 ] || { echo "edition_call.sh: no STAGE=TARGET given" >&2; exit 2; }
+source scripts/device_env.sh || exit 1
+call_begin "$OUT" "$LIMIT_S"
+cards=()
+for spec in "$@"; do
+  stage=${spec%%=*} target=${spec#*=}
+  case $stage in series|method_a|method_b|footprint|families) ;; *) echo "edition_call.sh: stage '$stage' in '$spec' is not allowed; allowed: series | method_a | method_b | footprint | families" >&2; exit 2;; esac
+  if [ -d "$target" ]; then
+    cards+=("${target##*-[0-9][0-9][0-9][0-9][0-9][0-9]-}")   # results/STAGE-YYYYMMDD-HHMMSS-CARD
+  else
+    cards+=("$target")
+  fi
+done
+for spec in "$@"; do
+  stage=${spec%%=*} target=${spec#*=}
+  left_s=$(left)
+  [ "$left_s" -gt 20 ] || { echo "$stage skipped 0 s (no time left)" | tee -a "$OUT/times.txt"; continue; }
+  t0=$(date +%s)
+  if [ -d "$target" ]; then what=(--resume "$target"); else what=(--card "$target"); fi
+  timeout "$left_s" python3 -m tr2.runner "$stage" "${what[@]}" --runs-only >"$OUT/$stage.log" 2>&1
+  echo "$stage rc $? $(( $(date +%s) - t0 )) s" | tee -a "$OUT/times.txt"
+done
+folders=()
+for c in $(printf '%s\n' "${cards[@]}" | sort -u); do folders+=($(ls -d results/*-[0-9]*-[0-9]*-"$c" 2>/dev/null)); done
+tar czf "$OUT/results.tgz" --exclude='*.npz' --exclude='*/cache' "${folders[@]}"
+for spec in "$@"; do tail -c 600 "$OUT/${spec%%=*}.log" 2>/dev/null; echo; done
+cat "$OUT/times.txt"
