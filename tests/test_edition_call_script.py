@@ -1,0 +1,47 @@
+"""scripts/edition_call.sh, the device call of a card run in pieces, run here on the smoke card: a stage on a fresh
+folder, the card's folders back in results.tgz without their .npz, and a bad stage name refused in one line."""
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tr2 import REPO_ROOT, RESULTS_DIR
+
+SCRIPT = REPO_ROOT / "scripts" / "edition_call.sh"
+
+
+def _call(out, *specs, limit="300"):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # python3: ours
+    return subprocess.run(["bash", str(SCRIPT), str(out), limit, *specs], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_bad_stage_is_refused_before_anything_runs(tmp_path):
+    p = _call(tmp_path / "out", "sries=smoke")
+    assert p.returncode == 2
+    assert "stage 'sries' in 'sries=smoke' is not allowed; allowed: series | method_a | method_b" in p.stderr
+
+
+@pytest.mark.slow
+def test_a_stage_on_a_fresh_folder_comes_back_packed(tmp_path):
+    before = set(RESULTS_DIR.glob("method_b-*-smoke"))
+    out = tmp_path / "out"
+    try:
+        p = _call(out, "method_b=smoke")
+        made = set(RESULTS_DIR.glob("method_b-*-smoke")) - before
+        assert p.returncode == 0, p.stderr
+        assert len(made) == 1
+        (folder,) = made
+        assert (out / "times.txt").read_text().startswith("method_b rc 0 ")
+        assert (out / "machine.txt").is_file() and (out / "method_b.log").is_file()
+        assert list(folder.glob("runs/tiny/init.npz"))  # written here, and left out of what goes back
+        with tarfile.open(out / "results.tgz") as t:
+            names = t.getnames()
+        assert f"results/{folder.name}/runs.jsonl" in names and f"results/{folder.name}/summary.json" in names
+        assert not [n for n in names if n.endswith(".npz")]
+    finally:
+        for d in set(RESULTS_DIR.glob("method_b-*-smoke")) - before:
+            subprocess.run(["rm", "-rf", str(d)], check=False)
