@@ -9,23 +9,26 @@
 #   usage: TR2_GIT_COMMIT=<the commit's 40-hex hash> bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET ...
 #   e.g.   bash scripts/edition_call.sh $OUT 560 method_a=results/method_a-20261202-170258-h200-edition
 set -u -o pipefail
+usage="usage: bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET [STAGE=TARGET ...]"
+[ $# -ge 3 ] || { echo "edition_call.sh: $# arguments given; $usage" >&2; exit 2; }
 OUT=$1 LIMIT_S=$2
 shift 2
-[ $# -gt 0 ] || { echo "edition_call.sh: no STAGE=TARGET given" >&2; exit 2; }
-source scripts/device_env.sh || exit 1
-call_begin "$OUT" "$LIMIT_S"
+[[ $LIMIT_S =~ ^[0-9]+$ ]] && [ "$LIMIT_S" -ge 30 ] || { echo "edition_call.sh: LIMIT_S '$LIMIT_S' is not allowed; allowed: whole seconds, 30 or more" >&2; exit 2; }
 cards=()
 for spec in "$@"; do
-  stage=${spec%%=*} target=${spec#*=}
+  stage=${spec%%=*} target=${spec#*=} target=${target%/}
   case $stage in series|method_a|method_b|footprint|families) ;; *) echo "edition_call.sh: stage '$stage' in '$spec' is not allowed; allowed: series | method_a | method_b | footprint | families" >&2; exit 2;; esac
+  [ -n "$target" ] && [ "$target" != "$spec" ] || { echo "edition_call.sh: '$spec' names no TARGET; allowed: STAGE=CARD (a fresh folder) or STAGE=results/FOLDER (resumed)" >&2; exit 2; }
   if [ -d "$target" ]; then
     cards+=("${target##*-[0-9][0-9][0-9][0-9][0-9][0-9]-}")   # results/STAGE-YYYYMMDD-HHMMSS-CARD
   else
     cards+=("$target")
   fi
 done
+source scripts/device_env.sh || exit 1
+call_begin "$OUT" "$LIMIT_S"
 for spec in "$@"; do
-  stage=${spec%%=*} target=${spec#*=}
+  stage=${spec%%=*} target=${spec#*=} target=${target%/}
   left_s=$(left)
   [ "$left_s" -gt 20 ] || { echo "$stage skipped 0 s (no time left)" | tee -a "$OUT/times.txt"; continue; }
   t0=$(date +%s)

@@ -19,10 +19,22 @@ def _call(out, *specs, limit="300"):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_a_bad_stage_is_refused_before_anything_runs(tmp_path):
-    p = _call(tmp_path / "out", "sries=smoke")
-    assert p.returncode == 2
-    assert "stage 'sries' in 'sries=smoke' is not allowed; allowed: series | method_a | method_b" in p.stderr
+@pytest.mark.parametrize("args,says", [
+    (("sries=smoke",), "stage 'sries' in 'sries=smoke' is not allowed; allowed: series | method_a | method_b"),
+    (("series",), "'series' names no TARGET; allowed: STAGE=CARD (a fresh folder) or STAGE=results/FOLDER"),
+    (("series=",), "'series=' names no TARGET"),
+    (("--limit", "10m", "series=smoke"), "LIMIT_S '10m' is not allowed; allowed: whole seconds, 30 or more"),
+    ((), "1 arguments given; usage: bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, says):
+    if args[:1] == ("--limit",):
+        p = _call(tmp_path / "out", *args[2:], limit=args[1])
+    elif not args:
+        p = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], capture_output=True, text=True)
+    else:
+        p = _call(tmp_path / "out", *args)
+    assert p.returncode == 2 and says in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()   # nothing written
 
 
 @pytest.mark.slow
