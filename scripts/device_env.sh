@@ -9,7 +9,7 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$PWD/lib:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-export TR2_DATA="$PWD/data"
+if [ -d "$PWD/data" ]; then export TR2_DATA="$PWD/data"; fi   # the carried data; else where tr2.data always looks
 export TR2_PYTHON=python3
 # Inductor's and Triton's caches stay with the checkout, so a later stage in the same call reuses them.
 export TORCHINDUCTOR_CACHE_DIR="$PWD/.cache/inductor" TRITON_CACHE_DIR="$PWD/.cache/triton"

@@ -4,7 +4,8 @@
 # resuming it where TARGET is a results folder, one after another, all under one `timeout LIMIT_S`. Then the card's
 # results folders (CARD, from the first target or the folders' names) go back in OUT/results.tgz without their .npz
 # and caches, so a stage the timeout stopped still comes back, with machine.txt, each stage's log and times.txt
-# (stage, exit code, seconds; 124: stopped by the timeout). Notebooks are rendered afterwards on the CPU machine
+# (stage, exit code, seconds; 124: stopped by the timeout); the script exits with the first stage's code that is not
+# 0 (after packing), else 0. Notebooks are rendered afterwards on the CPU machine
 # (`python -m tr2.runner STAGE --render DIR`).
 #   usage: TR2_GIT_COMMIT=<the commit's 40-hex hash> bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET ...
 #   e.g.   bash scripts/edition_call.sh $OUT 560 method_a=results/method_a-20261202-170258-h200-edition
@@ -30,14 +31,21 @@ call_begin "$OUT" "$LIMIT_S"
 for spec in "$@"; do
   stage=${spec%%=*} target=${spec#*=} target=${target%/}
   left_s=$(left)
-  [ "$left_s" -gt 20 ] || { echo "$stage skipped 0 s (no time left)" | tee -a "$OUT/times.txt"; continue; }
+  if [ "$left_s" -le 20 ]; then
+    echo "$stage skipped 0 s (no time left)" | tee -a "$OUT/times.txt"
+    first_rc=${first_rc:-124}
+    continue
+  fi
   t0=$(date +%s)
   if [ -d "$target" ]; then what=(--resume "$target"); else what=(--card "$target"); fi
   timeout "$left_s" python3 -m tr2.runner "$stage" "${what[@]}" --runs-only >"$OUT/$stage.log" 2>&1
-  echo "$stage rc $? $(( $(date +%s) - t0 )) s" | tee -a "$OUT/times.txt"
+  rc=$?
+  [ "$rc" -eq 0 ] || [ "${first_rc:-0}" -ne 0 ] || first_rc=$rc
+  echo "$stage rc $rc $(( $(date +%s) - t0 )) s" | tee -a "$OUT/times.txt"
 done
 folders=()
 for c in $(printf '%s\n' "${cards[@]}" | sort -u); do folders+=($(ls -d results/*-[0-9]*-[0-9]*-"$c" 2>/dev/null)); done
 tar czf "$OUT/results.tgz" --exclude='*.npz' --exclude='*/cache' "${folders[@]}"
 for spec in "$@"; do tail -c 600 "$OUT/${spec%%=*}.log" 2>/dev/null; echo; done
 cat "$OUT/times.txt"
+exit "${first_rc:-0}"   # the first stage's exit code that was not 0 (124: stopped by the timeout), else 0

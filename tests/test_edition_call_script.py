@@ -44,7 +44,7 @@ def test_a_stage_on_a_fresh_folder_comes_back_packed(tmp_path):
     try:
         p = _call(out, "method_b=smoke")
         made = set(RESULTS_DIR.glob("method_b-*-smoke")) - before
-        assert p.returncode == 0, p.stderr
+        assert p.returncode == 0, p.stdout + p.stderr + "".join(f.read_text() for f in out.glob("*.log"))
         assert len(made) == 1
         (folder,) = made
         assert (out / "times.txt").read_text().startswith("method_b rc 0 ")
