@@ -11,7 +11,7 @@
 #   e.g.   bash scripts/edition_call.sh $OUT 560 method_a=results/method_a-20261202-170258-h200-edition
 set -u -o pipefail
 usage="usage: bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET [STAGE=TARGET ...]"
-[ $# -ge 3 ] || { echo "edition_call.sh: $# arguments given; $usage" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "edition_call.sh: OUT, LIMIT_S and at least one STAGE=TARGET needed, $# argument(s) given; $usage" >&2; exit 2; }
 OUT=$1 LIMIT_S=$2
 shift 2
 [[ $LIMIT_S =~ ^[0-9]+$ ]] && [ "$LIMIT_S" -ge 30 ] || { echo "edition_call.sh: LIMIT_S '$LIMIT_S' is not allowed; allowed: whole seconds, 30 or more" >&2; exit 2; }

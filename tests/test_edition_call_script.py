@@ -24,7 +24,7 @@ def _call(out, *specs, limit="300"):
     (("series",), "'series' names no TARGET; allowed: STAGE=CARD (a fresh folder) or STAGE=results/FOLDER"),
     (("series=",), "'series=' names no TARGET"),
     (("--limit", "10m", "series=smoke"), "LIMIT_S '10m' is not allowed; allowed: whole seconds, 30 or more"),
-    ((), "1 arguments given; usage: bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET"),
+    ((), "at least one STAGE=TARGET needed, 1 argument(s) given; usage: bash scripts/edition_call.sh OUT LIMIT_S"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, says):
     if args[:1] == ("--limit",):
