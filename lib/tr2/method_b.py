@@ -224,11 +224,7 @@ def weights_digest(path) -> str:
 
 
 def file_digest(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()   # the batch order: a few hundred offsets
 
 
 def _write_order(card: dict, model: str, p: dict) -> None:
@@ -241,10 +237,11 @@ def _restore_start(card: dict, model: str, p: dict, d: Path):
     """Where a resumed stage lacks the shared start (init.npz) or the batch order (order.npy), build them again and
     check each against the digest its first build recorded; None when both hold (p then says which were rebuilt),
     else why not: the piece fails with that reason and the stage stops."""
-    runs = finished_keys(d / RUNS)
+    runs = None   # runs.jsonl is read only where a file is missing, not before every piece
     for what, digest, key in (("init", weights_digest, "init_sha256"), ("order", file_digest, "order_sha256")):
         if p[what].is_file():
             continue
+        runs = finished_keys(d / RUNS) if runs is None else runs
         want = (runs.get(f"{model}/{what}") or {}).get(key)
         if not want:
             return (f"{p[what].name} is missing, and the {what} record holds no {key} to check a rebuilt one against "
