@@ -13,7 +13,7 @@ STAGES=",${SUITE_STAGES:-suite,products,timeline},"
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "${SUITE_CALL_S:-560}"
 if [[ $STAGES == *,suite,* ]]; then
-  timeout "${SUITE_TEST_S:-300}" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_kernels_gpu.py tests/test_graph_gpu.py tests/test_products_gpu.py tests/test_sides_agree.py >"$W/pytest.log" 2>&1
+  timeout "${SUITE_TEST_S:-480}" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_kernels_gpu.py tests/test_graph_gpu.py tests/test_products_gpu.py tests/test_sides_agree.py >"$W/pytest.log" 2>&1
   echo "== suite (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$W/pytest.log" | head -20; tail -2 "$W/pytest.log"
 fi
 if [[ $STAGES == *,products,* ]] && [ "$(left)" -gt 150 ]; then
