@@ -358,3 +358,16 @@ def test_an_edition_claimed_for_another_card_or_device_is_no_edition(tmp_path):
     data, page = _edition_page(tmp_path, cpu)
     assert data["edition"] is None and data["preview"] is None and data["cpu_demonstration"]
     assert "A CPU demonstration" in page and "published edition" not in page and "A preview" not in page
+
+
+def test_a_check_without_a_finished_folder_says_so(tmp_path):
+    """A speed whose check has no finished folder (the stage not run, or its runs not all in: an edition mid-way)
+    stays withheld, and the reason says which check and why, not that it failed."""
+    card = dict(CARD, card="gpu", machine="nvidia-h200", device="cuda")
+    make_results(tmp_path / "results", card=card)
+    series = [d for d in rp.choose_dirs("gpu", root=tmp_path / "results") if d.name.startswith("series")]
+    data = rp.build_table("gpu", series, tmp_path)
+    assert data["rows"] and all(r["verdict"] is None for r in data["rows"])
+    for r in data["rows"]:
+        assert "method A has no finished folder for this card (not run, or its runs not all in)" in r["withheld"]
+        assert "method B has no finished folder for this card" in r["withheld"] and "failed" not in r["withheld"]

@@ -225,3 +225,66 @@ def test_method_b_trainers_agree(tmp_path, device):
     assert d[0] < STEP0_TOL, (t[0], c[0], d[0])
     assert d.max() < STEPS_TOL, (int(d.argmax()), d.max())
     assert t[METHOD_B_STEPS] < t[0] - 0.5  # it trained: a falling curve, not two flat ones that agree
+
+
+# ---- (d) dropout on: the cupy side's masks handed to the torch side ----------------------------------------
+
+def test_dropout_sites_and_masks_are_nanogpts_places():
+    """Method B runs with dropout 0, so it cannot see where each side drops. Here the torch side (nanoGPT's model)
+    gets the cupy side's own masks: nn.Dropout and scaled_dot_product_attention replaced, for this test, by
+    multiplication with rng.keep_mask(seed, site_offset(step, n_sites, site)) / (1 - p), sites in nanoGPT's call
+    order (the embedding's dropout, then per layer the attention weights, the attention's residual, the MLP's).
+    The loss and every gradient then agree as closely as with dropout 0 (float64), so the cupy side drops at
+    nanoGPT's places, with nanoGPT's scale, each site its own mask; any site placed, scaled or numbered
+    differently, or a mask shared between two sites, moves the loss by far more than 1e-10."""
+    import math
+    import torch.nn.functional as F
+    from tr2.cupy_side import rng
+
+    p, seed, step = 0.2, 1337, 7
+    cfg = load_model(MODEL, dropout=p)
+    w = start_weights(cfg)
+    x, y = fixed_batch(cfg)
+    n_sites = rng.n_sites(cfg.n_layer)
+    calls = []
+
+    def factor(site, shape):
+        keep = rng.keep_mask(seed, rng.site_offset(step, n_sites, site), tuple(shape), p)
+        return torch.from_numpy(keep.astype(np.float64) / (1.0 - p))
+
+    def dropout(module, inp):
+        calls.append("dropout")
+        return inp * factor(len(calls) - 1, inp.shape) if module.training else inp
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kw):
+        assert is_causal and attn_mask is None and dropout_p == p
+        calls.append("attention")
+        site = len(calls) - 1
+        T = q.shape[-2]
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return (F.softmax(s, dim=-1) * factor(site, s.shape)) @ v
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(torch.nn.Dropout, "forward", lambda self, inp: dropout(self, inp))
+    mp.setattr(F, "scaled_dot_product_attention", sdpa)
+    try:
+        t_loss, t_grads = torch_loss_and_grads(cfg, w, x, y, torch.float64)
+    finally:
+        mp.undo()
+    # each call takes the next site number; the cupy side numbers them the same way (rng.site_*)
+    want = ["dropout"] + ["attention", "dropout", "dropout"] * cfg.n_layer
+    assert calls == want and rng.site_attention(1) == want.index("attention", 2) and len(want) == n_sites
+
+    be = cupy_backend.get_backend("cpu", "float64", tf32=False, half_roundings=False)
+    model = cupy_model.GPT(cfg, be, w, seed=seed)
+    c_loss = float(to_numpy(model.forward(be.xp.asarray(x), be.xp.asarray(y), step=step, training=True)))
+    c_grads = {k: to_numpy(v) for k, v in model.backward().items()}
+    d_loss = abs(c_loss - t_loss) / abs(t_loss)
+    worst = {k: rel(c_grads[k], t_grads[k]) for k in t_grads}
+    assert d_loss < 1e-10 and max(worst.values()) < 1e-10, (d_loss, max(worst, key=worst.get), max(worst.values()))
+
+    # the check sees a wrong mask: the same torch run with another step's masks moves the loss far past 1e-10
+    no_drop = cupy_model.GPT(cfg, be, w, seed=seed)
+    other = float(to_numpy(no_drop.forward(be.xp.asarray(x), be.xp.asarray(y), step=step + 1, training=True)))
+    assert abs(other - t_loss) / abs(t_loss) > 1e-6

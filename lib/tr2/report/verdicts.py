@@ -80,7 +80,7 @@ def _model_facts(name):
 
 def _check_of(v, link_, what):
     if v is None:
-        return {"passed": None, "reason": f"{what} has not run for this card", "link": None}
+        return {"passed": None, "reason": f"{what} has no finished folder for this card (not run, or its runs not all in)", "link": None}
     return {"passed": v.get("passed"), "reason": v.get("reason"), "link": link_}
 
 
