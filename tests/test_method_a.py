@@ -196,3 +196,37 @@ def test_oom_is_recorded_and_the_stage_goes_on(tmp_path, monkeypatch):
     assert len(recs) == 4 and {r["status"] for r in recs} == {"oom"}
     s = method_a.summarize(d)
     assert s["configs"][0]["verdict"]["passed"] is None and "out of memory" in s["configs"][0]["verdict"]["reason"]
+
+
+def test_chance_of_failing_is_the_rules_false_failure_rate():
+    """The rule's failure rate for two families of one distribution, against a plain loop over fresh draws (another
+    generator, statistics.median, max - min): within five standard errors of the loop's 20,000 draws."""
+    import random
+    import statistics
+    r = random.Random(7)
+    for n_a, n_b in ((3, 3), (5, 5), (3, 5)):
+        fails = 0
+        for _ in range(20_000):
+            a = [r.gauss(0, 1) for _ in range(n_a)]
+            b = [r.gauss(0, 1) for _ in range(n_b)]
+            fails += abs(statistics.median(a) - statistics.median(b)) > max(max(a) - min(a), max(b) - min(b))
+        loop = fails / 20_000
+        c = method_a.chance_of_failing(n_a, n_b, steps=17)
+        assert abs(c["one_step"] - loop) < 5 * (loop * (1 - loop) / 20_000) ** 0.5 + 1e-4, (n_a, n_b, c, loop)
+        assert c["any_step_bound"] == pytest.approx(1 - (1 - c["one_step"]) ** 17)
+    three, five = method_a.chance_of_failing(3, 3, 1)["one_step"], method_a.chance_of_failing(5, 5, 1)["one_step"]
+    assert 0.04 < three < 0.08 and five < 0.01   # more seeds, wider ranges: fewer failures by chance
+    assert method_a.chance_of_failing(1, 1, 1)["one_step"] == 1.0   # no range: any difference fails
+
+
+def test_a_failed_verdict_states_the_rules_chance_and_a_passed_one_does_not():
+    torch_ = fam([(100, 2.0), (200, 2.0)], [(100, 2.1), (200, 2.1)], [(100, 2.2), (200, 2.2)])
+    far = fam([(100, 3.0), (200, 2.1)], [(100, 3.1), (200, 2.1)], [(100, 3.2), (200, 2.1)])
+    v = method_a.verdict(torch_, far, judge_from=100)
+    assert v["passed"] is False and v["reason"].startswith("failed at step(s) 100 (")
+    q = v["chance_of_failing"]
+    assert q["steps"] == 2 and f"{100 * q['one_step']:.1f}% of the time" in v["reason"] and "any of these 2" in v["reason"]
+    ok = method_a.verdict(torch_, torch_, judge_from=100)
+    assert ok["passed"] is True and "%" not in ok["reason"] and ok["chance_of_failing"]["steps"] == 2
+    one = method_a.verdict(fam([(100, 2.0)]), fam([(100, 2.0)]), judge_from=100)
+    assert one["passed"] is None and one["chance_of_failing"] is None
