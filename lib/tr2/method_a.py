@@ -127,8 +127,8 @@ def verdict(torch_curves: dict, cupy_curves: dict, judge_from: int) -> dict:
                   if passed else f"failed at step(s) {', '.join(map(str, bad))}")
     chance = chance_of_failing(n_t, n_c, len(rows)) if n_t >= 2 and n_c >= 2 and rows else None
     if passed is False:
-        # a failure is read beside the rule's own false-failure rate for these seeds (2026-12-02: three seeds a side
-        # fail one evaluation of two identical families 6.2% of the time)
+        # a failure is read beside the rule's own false-failure rate for these seeds, which few seeds make large
+        # (scripts/method_a_null_rate.py prints it for three and five)
         reason += (f" (two families of one distribution, {n_t} and {n_c} seeds, fail one evaluation by this rule "
                    f"{100 * chance['one_step']:.1f}% of the time, and any of these {len(rows)} up to "
                    f"{100 * chance['any_step_bound']:.0f}% were they independent)")
