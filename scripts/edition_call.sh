@@ -4,8 +4,9 @@
 # resuming it where TARGET is a results folder, one after another, all under one `timeout LIMIT_S`. Then the card's
 # results folders (CARD, from the first target or the folders' names) go back in OUT/results.tgz without their .npz
 # and caches, so a stage the timeout stopped still comes back, with machine.txt, each stage's log and times.txt
-# (stage, exit code, seconds; 124: stopped by the timeout); the script exits with the first stage's code that is not
-# 0 (after packing), else 0. Notebooks are rendered afterwards on the CPU machine
+# (stage, exit code, seconds; 124: stopped by the timeout; 75: stopped before a run the limit would cut); the
+# script exits with the first stage's code that is not 0 (after packing), else 0. Notebooks are rendered afterwards
+# on the CPU machine
 # (`python -m tr2.runner STAGE --render DIR`).
 #   usage: TR2_GIT_COMMIT=<the commit's 40-hex hash> bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET ...
 #   e.g.   bash scripts/edition_call.sh $OUT 560 method_a=results/method_a-20261202-170258-h200-edition
@@ -28,6 +29,9 @@ for spec in "$@"; do
 done
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "$LIMIT_S"
+# a stage starts no run that its measured runs say would end past the call's limit (10 s kept for packing): it
+# stops with exit code 75 instead, and the next call resumes it (lib/tr2/stage.py, run_plan)
+export TR2_DEADLINE=$(( CALL_START + LIMIT_S - 10 ))
 for spec in "$@"; do
   stage=${spec%%=*} target=${spec#*=} target=${target%/}
   left_s=$(left)
@@ -48,4 +52,4 @@ for c in $(printf '%s\n' "${cards[@]}" | sort -u); do folders+=($(ls -d results/
 tar czf "$OUT/results.tgz" --exclude='*.npz' --exclude='*/cache' "${folders[@]}"
 for spec in "$@"; do tail -c 600 "$OUT/${spec%%=*}.log" 2>/dev/null; echo; done
 cat "$OUT/times.txt"
-exit "${first_rc:-0}"   # the first stage's exit code that was not 0 (124: stopped by the timeout), else 0
+exit "${first_rc:-0}"   # the first stage's exit code that was not 0 (124: the timeout; 75: the deadline), else 0

@@ -283,3 +283,53 @@ def test_a_new_h200_cards_first_plan_is_modelled_from_the_committed_runs(tmp_pat
     assert line.startswith("  modelled instead: ") and " GPU minutes for all 32 runs of this stage " in line
     assert float(line.split()[2]) > 0 and "python scripts/h200_minutes.py plan --card h200-edition" in line
     assert stage.model_estimate(stage.Folder(d, "series", None, card())) is None  # off the H200: nothing modelled
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a device call's limit: TR2_DEADLINE stops a stage before a run its measured runs say would be cut
+
+
+def test_a_stage_starts_no_run_the_deadline_would_cut(tmp_path, monkeypatch):
+    c = card()
+    plan = [{"key": "c/0", "m": "c"}, {"key": "a/1", "m": "a"}, {"key": "a/2", "m": "a"}]
+    d = tmp_path / "method_a-20261201-100000-test"
+    d.mkdir()
+    _records(d, {"a/0": 60.0})
+    ran = []
+
+    def run_one(p):
+        ran.append(p["key"])
+        return {"status": "ok", "wall_s": 1.0}
+    kw = dict(desc="method A", show=False, kind=lambda p: p["m"], record_kind=lambda r: r["key"][0])
+    # 50 s left: a's runs take 60 s, so a/1 does not start; c was never measured, so it runs (no estimate)
+    monkeypatch.setenv("TR2_DEADLINE", str(time.time() + 50))
+    with stage.open_folder("method_a", c, d) as f:
+        with pytest.raises(stage.DeadlineReached, match=r"^method A: stopped before a/1: its runs take 60\.0 s and "
+                                                        r"TR2_DEADLINE leaves (49|50) s; 1 run\(s\) done in this call"):
+            stage.run_plan(f, plan, run_one, **kw)
+    assert ran == ["c/0"] and [r["key"] for r in read_jsonl(d / "runs.jsonl")] == ["a/0", "c/0"]
+    # 100 s left: 60 s x 1.2 fits, so the rest runs (each run here takes no time)
+    monkeypatch.setenv("TR2_DEADLINE", str(time.time() + 100))
+    with stage.open_folder("method_a", c, d) as f:
+        stage.run_plan(f, plan, run_one, **kw)
+    assert ran == ["c/0", "a/1", "a/2"]
+
+
+def test_a_bad_deadline_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TR2_DEADLINE", "soon")
+    with pytest.raises(Tr2Error, match=r"^TR2_DEADLINE: 'soon' is not allowed; allowed: a Unix time in seconds"):
+        stage.deadline()
+    monkeypatch.setenv("TR2_DEADLINE", " ")
+    assert stage.deadline() is None
+
+
+def test_the_runner_exits_75_at_the_deadline(tmp_path, monkeypatch, capsys):
+    from tr2 import runner
+
+    def stopped(*a):
+        raise stage.DeadlineReached("method A: stopped before a/1: ...")
+    monkeypatch.setattr(runner, "prepare", lambda *a: (card(), tmp_path, tmp_path / "card.yaml"))
+    monkeypatch.setattr(runner, "run_here", stopped)
+    assert runner.main(["method_a", "--card", "smoke", "--runs-only"]) == runner.DEADLINE_EXIT == 75
+    err = capsys.readouterr().err
+    assert err == "tr2.runner: method A: stopped before a/1: ...\n"   # no "error:": the call's time is up

@@ -26,8 +26,11 @@ from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 from .cards import card_path as card_path_of
 from .cards import card_name, check_held_card, check_machine, load_card
 from .results import STAGES, latest, new_results_dir, parse_folder_name
-from .stage import hold_card
+from .stage import DeadlineReached, hold_card
 from .trainargs import Parser
+
+# the exit code of a stage stopped by TR2_DEADLINE before a run (sysexits' EX_TEMPFAIL: try again later)
+DEADLINE_EXIT = 75
 
 
 def papermill_command(stage: str, card_path, results_dir, render: bool = False) -> list[str]:
@@ -144,6 +147,9 @@ def main(argv=None) -> int:
             print(f"tr2.runner: {a.stage}'s runs are in {d}; show them with: python -m tr2.runner {a.stage} "
                   f"--render {d}", flush=True)
             return 0
+    except DeadlineReached as e:   # not an error: the call's time is up before the next run
+        sys.stderr.write(f"tr2.runner: {e}\n")
+        return DEADLINE_EXIT
     except Tr2Error as e:
         sys.stderr.write(f"tr2.runner: error: {e}\n")
         return 2

@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -150,6 +151,36 @@ def _times(records, kind) -> dict:
     return out
 
 
+DEADLINE_ENV = "TR2_DEADLINE"
+# a run starts only if its estimate times this fits before the deadline: a kind's runs spread by about a tenth
+# (method A's gpt2-small float32 torch runs: 135-161 s, results/method_a-20261202-170258-h200-edition)
+DEADLINE_FACTOR = 1.2
+
+
+class DeadlineReached(Tr2Error):
+    """A stage stopped before a run that its estimate says would end past TR2_DEADLINE; the folder resumes it."""
+
+
+def deadline() -> Optional[float]:
+    """TR2_DEADLINE: the Unix time (s) by which a stage's runs must end (a device call's limit), or None."""
+    v = os.environ.get(DEADLINE_ENV, "").strip()
+    if not v:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise Tr2Error(f"{DEADLINE_ENV}: {v!r} is not allowed; allowed: a Unix time in seconds (e.g. "
+                       "$(( $(date +%s) + 540 ))), or unset") from None
+
+
+def run_estimates(folder: Folder, record_kind: Callable, runs: str) -> dict:
+    """kind -> the median wall time (s) of its finished runs in this folder, else in reference_folder's."""
+    ref, _ = reference_folder(folder)
+    there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
+    here = _times(folder.records(runs), record_kind)
+    return {k: statistics.median(v) for k, v in {**there, **here}.items()}
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
 
@@ -229,7 +260,9 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     the stage with one line, after it is appended (rerun to retry it). `on_record(record)` is called after each
     append (tests kill the stage there). Before the first piece the plan is printed with its estimate: kind(piece),
     called once per piece to run in running order (default: its key), and record_kind(record) name the kind of run
-    whose measured times estimate it.
+    whose measured times estimate it. Where TR2_DEADLINE is set, a piece whose estimate (times DEADLINE_FACTOR) would
+    end past it is not started: the stage stops with DeadlineReached, and the next call resumes it. A piece of a kind
+    never measured has no estimate and runs (a device call's timeout still stops it).
     """
     plan = list(plan)
     held = folder.records(runs)
@@ -240,6 +273,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     skipped = {key(p) for p in plan if skip(p)}
     kinds = [(kind or key)(p) for p in plan if key(p) not in skipped]
     print(plan_text(folder, kinds, len(plan), desc, record_kind, runs), flush=True)
+    end = deadline()
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
     try:
@@ -248,6 +282,13 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
                 if key(piece) not in skipped:
                     bar.update(1)  # its group ended during this session
                 continue
+            if end is not None:
+                each = run_estimates(folder, record_kind, runs).get((kind or key)(piece))
+                left = end - time.time()
+                if each is not None and DEADLINE_FACTOR * each > left:
+                    raise DeadlineReached(f"{desc}: stopped before {key(piece)}: its runs take {_duration(each)} "
+                                          f"and {DEADLINE_ENV} leaves {max(left, 0):.0f} s; {len(out)} run(s) done "
+                                          f"in this call; the folder resumes with the rest")
             bar.set_postfix_str(key(piece), refresh=False)
             rec = {**run_one(piece), "key": key(piece)}
             if note is not None and key(piece) in reopened:
