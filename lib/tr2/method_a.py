@@ -7,6 +7,7 @@ failure other than out of memory is recorded and ends the stage (rule 8.4), and 
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from pathlib import Path
@@ -81,15 +82,21 @@ def run(card: dict, results_dir=None) -> Path:
     return folder.path
 
 
+@functools.lru_cache(maxsize=None)
+def _one_step_failure_rate(n_a: int, n_b: int, draws: int) -> float:
+    gen = np.random.default_rng(0)
+    a, b = gen.standard_normal((draws, n_a)), gen.standard_normal((draws, n_b))
+    fails = np.abs(np.median(a, axis=1) - np.median(b, axis=1)) > np.maximum(np.ptp(a, axis=1), np.ptp(b, axis=1))
+    return float(fails.mean())
+
+
 def chance_of_failing(n_a: int, n_b: int, steps: int, draws: int = 400_000) -> dict:
     """How often the rule fails two families drawn from one distribution (each seed's loss an independent normal
     draw): `one_step`, at one evaluation, |median_a - median_b| > max(range_a, range_b) with n_a and n_b seeds; and
     `any_step_bound`, at any of `steps` evaluations were they independent. Real evaluations of one run are
-    correlated, so the chance over a run lies between the two. A fixed generator: the same numbers every time."""
-    gen = np.random.default_rng(0)
-    a, b = gen.standard_normal((draws, n_a)), gen.standard_normal((draws, n_b))
-    fails = np.abs(np.median(a, axis=1) - np.median(b, axis=1)) > np.maximum(np.ptp(a, axis=1), np.ptp(b, axis=1))
-    q = float(fails.mean())
+    correlated, so the chance over a run lies between the two. A fixed generator: the same numbers every time, so
+    each (n_a, n_b) is drawn once per process (every configuration's verdict asks)."""
+    q = _one_step_failure_rate(n_a, n_b, draws)
     return {"one_step": q, "steps": steps, "any_step_bound": 1.0 - (1.0 - q) ** steps}
 
 

@@ -173,14 +173,6 @@ def deadline() -> Optional[float]:
                        "$(( $(date +%s) + 540 ))), or unset") from None
 
 
-def run_estimates(folder: Folder, record_kind: Callable, runs: str) -> dict:
-    """kind -> the median wall time (s) of its finished runs in this folder, else in reference_folder's."""
-    ref, _ = reference_folder(folder)
-    there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
-    here = _times(folder.records(runs), record_kind)
-    return {k: statistics.median(v) for k, v in {**there, **here}.items()}
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 90 else (f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
 
@@ -274,6 +266,9 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     kinds = [(kind or key)(p) for p in plan if key(p) not in skipped]
     print(plan_text(folder, kinds, len(plan), desc, record_kind, runs), flush=True)
     end = deadline()
+    if end is not None:   # the reference folder's times, read once: the stage does not change them
+        ref, _ = reference_folder(folder)
+        there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
     try:
@@ -283,7 +278,9 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
                     bar.update(1)  # its group ended during this session
                 continue
             if end is not None:
-                each = run_estimates(folder, record_kind, runs).get((kind or key)(piece))
+                # this folder's runs (held at the start and appended since) first, as plan_text's estimates
+                times = {**there, **_times(held + out, record_kind)}.get((kind or key)(piece))
+                each = statistics.median(times) if times else None
                 left = end - time.time()
                 if each is not None and DEADLINE_FACTOR * each > left:
                     raise DeadlineReached(f"{desc}: stopped before {key(piece)}: its runs take {_duration(each)} "
