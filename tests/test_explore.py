@@ -125,6 +125,7 @@ def _series_folder(root, name, commit, runs, medians):
     (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     (d / "series.csv").write_text("config,model,dtype,median_ms\n"
                                   + "".join(f"{c},tiny,float32,{m}\n" for c, m in medians.items()))
+    (d / "summary.json").write_text("{}")   # the stage's last file: the folder is finished
     return d
 
 
@@ -163,6 +164,15 @@ def test_compare_two_commits_of_a_series(tmp_path):
     assert list(ex.select(idx, commit="bb")["folder"]) == [b.name]
     with pytest.raises(ValueError, match="not results folders of one stage"):
         ex.compare(a, CPU["method_b"])
+    # a newer folder whose stage has not finished (no summary, no table) is not paired, and comparing it says why
+    c = tmp_path / "series-20261203-000000-mine"
+    (c / "logs").mkdir(parents=True)
+    (c / "card.yaml").write_text((a / "card.yaml").read_text())
+    (c / "machine.json").write_text(json.dumps({"commit": "ccc", "gpus": []}))
+    (c / "runs.jsonl").write_text("")
+    assert ex.pair(ex.index(tmp_path)) == (a, b)
+    with pytest.raises(ValueError, match=r"^compare: 'series-20261203-000000-mine' holds no series table yet"):
+        ex.compare(b, c)
 
 
 def test_pair_needs_two_folders_for_the_same_models():
@@ -195,3 +205,20 @@ def test_run_time_sums_every_record_and_counts_the_calls(tmp_path):
     f.mkdir()
     (f / "footprint.jsonl").write_text(json.dumps({"key": "x", "wall_s": 6.0}) + "\n")
     assert ex.run_time(f) == {"records": 1, "seconds": 6.0, "minutes": 0.1, "calls": None}  # no sessions.jsonl
+
+
+def test_runs_that_shared_the_machine_count_once(tmp_path):
+    """Method A's parallel runs: the union of their intervals, not the sum of their wall times; a run alone (no
+    interval) still adds its wall time."""
+    recs = [{"key": "a", "wall_s": 10.0, "started_unix": 100.0, "ended_unix": 110.0},
+            {"key": "b", "wall_s": 8.0, "started_unix": 104.0, "ended_unix": 112.0},   # overlaps a: +2
+            {"key": "c", "wall_s": 3.0, "started_unix": 105.0, "ended_unix": 108.0},   # inside a: +0
+            {"key": "d", "wall_s": 1.0, "started_unix": 120.0, "ended_unix": 121.0},   # after a gap: +1
+            {"key": "e", "wall_s": 5.0}]                                               # one at a time: +5
+    assert ex.held_seconds(recs) == pytest.approx(10 + 2 + 0 + 1 + 5)
+    assert ex.held_seconds(recs[:1] + [{"key": "x", "wall_s": None}, {"key": "y", "started_unix": True,
+                                                                        "ended_unix": 3, "wall_s": 2.0}]) == 12.0
+    d = tmp_path / "method_a-20261203-120000-test"
+    d.mkdir()
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert ex.run_time(d) == {"records": 5, "seconds": 18.0, "minutes": 0.3, "calls": None}

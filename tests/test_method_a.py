@@ -85,6 +85,7 @@ FAKE = textwrap.dedent('''
     with open(os.environ["FAKE_CALLS"], "a") as f:
         f.write(f"{a.side}/{a.seed}\\n")
     hang = os.environ.get("FAKE_HANG") == f"{a.side}/{a.seed}"
+    time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
     with open(a.metrics, "a") as m:
         for step in range(0, a.steps + 1, a.eval_interval):
             val = 3.0 - 0.01 * step + 0.001 * (a.seed - 1) + (0.0005 if a.side == "cupy" else 0.0)
@@ -99,13 +100,13 @@ FAKE = textwrap.dedent('''
 ''')
 
 
-def _card(seeds):
+def _card(seeds, parallel=None):
     return validate_card({
         "card": "test", "machine": "cpu", "device": "cpu", "models": ["tiny"], "dtypes": ["float32"],
         "torch_modes": ["eager"], "half_roundings": [False],
         "series": {"rounds": 1, "steps": 40, "window": [10, 40], "timeout_s": 60, "sample_interval_s": 1.0},
         "method_a": {"seeds": seeds, "steps": 40, "eval_interval": 20, "eval_iters": 2, "judge_from": 20,
-                     "torch_mode": "eager"},
+                     "torch_mode": "eager", **({} if parallel is None else {"parallel": parallel})},
         "method_b": {"steps": 5, "judge_steps": {}, "seed": 1337},
         "families": {"steps": 4, "window": [2, 4], "rules": "params/families.tsv"},
     })
@@ -230,3 +231,34 @@ def test_a_failed_verdict_states_the_rules_chance_and_a_passed_one_does_not():
     assert ok["passed"] is True and "%" not in ok["reason"] and ok["chance_of_failing"]["steps"] == 2
     one = method_a.verdict(fam([(100, 2.0)]), fam([(100, 2.0)]), judge_from=100)
     assert one["passed"] is None and one["chance_of_failing"] is None
+
+
+def test_runs_sharing_the_machine_give_the_verdict_of_runs_one_at_a_time(tmp_path, monkeypatch):
+    """method_a.parallel 3: the six runs overlap in time, every record says so, the summary equals the one of a folder
+    run one at a time (the runs' losses do not depend on what ran beside them), and the notebook's note says that
+    nothing was timed."""
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE)
+    monkeypatch.setenv("TR2_TRAINER", f"{sys.executable} {fake}")
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.txt"))
+    monkeypatch.setenv("FAKE_SLEEP", "1.0")
+    shared = method_a.run(_card([1, 2, 3], parallel=3), tmp_path / "shared")
+    recs = read_jsonl(shared / "runs.jsonl")
+    assert len(recs) == 6 and all(r["status"] == "ok" and r["parallel"] == 3 for r in recs)
+    spans = sorted((r["started_unix"], r["ended_unix"]) for r in recs)
+    assert sum(b > spans[0][0] for a, b in spans if a < spans[0][1]) >= 2   # the first run had company
+    monkeypatch.setenv("FAKE_SLEEP", "0")
+    alone = method_a.run(_card([1, 2, 3]), tmp_path / "alone")
+    assert all("parallel" not in r for r in read_jsonl(alone / "runs.jsonl"))
+    a, b = method_a.summarize(shared), method_a.summarize(alone)
+    assert a["configs"] == b["configs"] and a["passed"] is True
+    assert "times nothing" in method_a.sharing_note(_card([1], parallel=3))
+    assert "one at a time" in method_a.sharing_note(_card([1]))
+
+
+def test_parallel_is_a_card_key_with_bounds():
+    assert _card([1])["method_a"]["parallel"] == 1   # left out: one run at a time, as every card before it
+    assert _card([1], parallel=4)["method_a"]["parallel"] == 4
+    for bad in (0, 17, 2.0, True, "2"):
+        with pytest.raises(Exception, match=r"^method_a\.parallel: .* is not allowed; allowed: an integer from 1 to 16$"):
+            _card([1], parallel=bad)

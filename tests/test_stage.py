@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -333,3 +334,82 @@ def test_the_runner_exits_75_at_the_deadline(tmp_path, monkeypatch, capsys):
     assert runner.main(["method_a", "--card", "smoke", "--runs-only"]) == runner.DEADLINE_EXIT == 75
     err = capsys.readouterr().err
     assert err == "tr2.runner: method A: stopped before a/1: ...\n"   # no "error:": the call's time is up
+
+
+# ---------------------------------------------------------------------------------------------------------
+# issue 11, item 4: method A's runs may share the card (run_plan's parallel)
+
+
+def _sleepy(seconds, fail=(), log=None, wall_s=None):
+    """A run_one that takes `seconds` (recording wall_s, default those), notes how many pieces were in flight when
+    it started, and fails `fail`."""
+    lock, state = threading.Lock(), {"now": 0, "most": 0}
+
+    def run_one(p):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(seconds)
+        with lock:
+            state["now"] -= 1
+            if log is not None:
+                log.append(p["key"])
+        return {"status": "failed" if p["key"] in fail else "ok", "wall_s": seconds if wall_s is None else wall_s}
+    return run_one, state
+
+
+def test_parallel_pieces_run_at_once_and_each_record_is_appended(tmp_path):
+    plan = [{"key": f"k/{i}"} for i in range(5)]
+    run_one, state = _sleepy(0.3)
+    with stage.open_folder("method_a", card(), tmp_path / "res") as f:
+        t0 = time.monotonic()
+        out = stage.run_plan(f, plan, run_one, desc="test", show=False, parallel=2)
+        took = time.monotonic() - t0
+    recs = read_jsonl(tmp_path / "res" / "runs.jsonl")
+    assert state["most"] == 2 and sorted(r["key"] for r in recs) == [p["key"] for p in plan] and len(out) == 5
+    assert took < 5 * 0.3 * 0.85   # three waves of 0.3 s, not five runs one after another
+    assert all(r["parallel"] == 2 and r["ended_unix"] - r["started_unix"] >= 0.29 for r in recs)
+    with stage.open_folder("method_a", card(), tmp_path / "res") as f:   # a rerun finds nothing to do
+        assert stage.run_plan(f, plan, run_one, desc="test", show=False, parallel=2) == []
+
+
+def test_a_parallel_stop_waits_for_the_pieces_in_flight(tmp_path):
+    """A failure ends the stage; the piece beside it still ends and is recorded, and nothing new starts."""
+    plan = [{"key": f"k/{i}"} for i in range(6)]
+    ended = []
+    run_one, _ = _sleepy(0.2, fail={"k/0"}, log=ended)
+    with stage.open_folder("method_a", card(), tmp_path / "res") as f:
+        with pytest.raises(Tr2Error, match=r"^test: k/0 failed"):
+            stage.run_plan(f, plan, run_one, desc="test", show=False, parallel=2,
+                           ends_stage=lambda r: r["status"] == "failed")
+    recs = read_jsonl(tmp_path / "res" / "runs.jsonl")
+    assert sorted(r["key"] for r in recs) == ["k/0", "k/1"] and sorted(ended) == ["k/0", "k/1"]
+    # the rerun retries the failure and runs the rest
+    run_one, _ = _sleepy(0.01)
+    with stage.open_folder("method_a", card(), tmp_path / "res") as f:
+        out = stage.run_plan(f, plan, run_one, desc="test", show=False, parallel=3)
+    assert sorted(r["key"] for r in out) == ["k/0", "k/2", "k/3", "k/4", "k/5"]
+
+
+def test_the_deadline_stops_parallel_starts_and_keeps_the_runs_in_flight(tmp_path, monkeypatch):
+    d = tmp_path / "method_a-20261203-100000-test"
+    d.mkdir()
+    _records(d, {"a/0": 1.0})
+    plan = [{"key": f"a/{i}"} for i in range(1, 5)]
+    run_one, _ = _sleepy(0.5, wall_s=1.0)   # every run is measured at 1.0 s, so 1.2 s are needed to start one
+    monkeypatch.setenv("TR2_DEADLINE", str(time.time() + 1.5))   # the first two start at once; 0.5 s later 1.0 s left
+    with stage.open_folder("method_a", card(), d) as f:
+        with pytest.raises(stage.DeadlineReached, match=r"^test: stopped before a/3: its runs take [0-9.]+ s and "
+                                                        r"TR2_DEADLINE leaves [01] s; 2 run\(s\) done in this call"):
+            stage.run_plan(f, plan, run_one, desc="test", show=False, parallel=2, record_kind=lambda r: "a",
+                           kind=lambda p: "a")
+    assert sorted(r["key"] for r in read_jsonl(d / "runs.jsonl")) == ["a/0", "a/1", "a/2"]
+
+
+def test_parallel_must_be_a_whole_number_and_takes_no_groups(tmp_path):
+    with stage.open_folder("method_a", card(), tmp_path / "res") as f:
+        for bad in (0, 1.5, True, "2"):
+            with pytest.raises(Tr2Error, match=r"^run_plan: parallel .* is not allowed; allowed: an integer >= 1$"):
+                stage.run_plan(f, [], lambda p: {}, desc="test", show=False, parallel=bad)
+        with pytest.raises(Tr2Error, match=r"^run_plan: parallel > 1 with groups is not allowed"):
+            stage.run_plan(f, [], lambda p: {}, desc="test", show=False, parallel=2, group=lambda p: p["g"])

@@ -33,6 +33,7 @@ BOUNDS = {
     "series.sample_interval_s": (0.05, 60), "method_a.steps": (1, 100_000), "method_a.eval_interval": (1, 100_000),
     "method_a.eval_iters": (1, 10_000), "method_a.judge_from": (0, 100_000), "method_b.steps": (1, 100_000),
     "method_b.seed": (0, SEED_MAX), "method_a.seeds": (0, SEED_MAX), "families.steps": (1, 100_000),
+    "method_a.parallel": (1, 16),
 }
 
 # The card whose runs are the published edition, by device (protocol rule 9). Any other card is preparation,
@@ -68,6 +69,7 @@ SCHEMA = {
         "eval_iters": "int_or_null",
         "judge_from": "int",
         "torch_mode": "mode",
+        "parallel": "int",   # runs sharing the machine at once (a correctness check, not a timing; tr2.method_a)
     },
     "method_b": {
         "steps": "int",
@@ -94,7 +96,9 @@ ALSO_NAMES = ("cupy-again", "torch-default", "torch-reduce-overhead", "torch-max
 # loop alone; nanoGPT's checkout beside the repository, read only where torch_loops lists nanogpt).
 # method_b.window: judge_steps (the fixed windows, protocol rule 52) for cards written before issue 11's rule.
 # edition: null, a card of its own (the published one, a preview, the CPU's), as every card before the key was.
+# method_a.parallel: 1, one run at a time, as every method A before the key ran.
 OPTIONAL = {"edition": None, "method_b.floors": list(FLOOR_NAMES), "method_b.also": [], "method_b.window": "judge_steps",
+            "method_a.parallel": 1,
             "cuda_graph": False,
             "torch_loops": ["torch"], "nanogpt_path": "../shared/nanoGPT"}
 CHOICES = {"device": CARD_DEVICES, "mode": MODES, "dtype": DTYPES, "loop": TORCH_LOOPS, "window_rule": WINDOW_RULES,

@@ -10,6 +10,7 @@ so that folders can be set side by side. A folder that lacks a table (a stage st
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import pandas as pd
 
@@ -120,14 +121,34 @@ def records(where, stage, model=None, dtype=None) -> pd.DataFrame:
     return _gather(where, stage, read, model, dtype)
 
 
+def _span(r: dict) -> Optional[tuple]:
+    a, b = r.get("started_unix"), r.get("ended_unix")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+        return float(a), float(b)
+    return None
+
+
+def held_seconds(recs: list) -> float:
+    """Seconds the runs held the machine: the union of the intervals [started_unix, ended_unix] of the records that
+    ran beside others (run_plan's parallel), plus the wall seconds of every other record (one after another)."""
+    alone = sum(float(r["wall_s"]) for r in recs if _span(r) is None and isinstance(r.get("wall_s"), (int, float)))
+    union, reach = 0.0, None
+    for a, b in sorted(s for s in map(_span, recs) if s is not None):
+        start = a if reach is None else max(a, reach)
+        union += max(b - start, 0.0)
+        reach = b if reach is None else max(reach, b)
+    return alone + union
+
+
 def run_time(path, stage=None) -> dict:
     """What a folder's runs held the machine for: every record of its runs file (a failed run and a retried one
     included, as each held the machine), their wall seconds and minutes, and the calls (the lines of
     sessions.jsonl: one each time the stage started or resumed; None in folders from before it). Imports,
-    compile caches and the stage's own notebook are outside the runs' wall times."""
+    compile caches and the stage's own notebook are outside the runs' wall times. Runs that shared the machine
+    (method A's `parallel`) count once: see held_seconds."""
     p = Path(path)
     recs = [r for r in read_jsonl(p / RUNS_FILES.get(stage or stage_of(p), "runs.jsonl")) if isinstance(r, dict)]
-    seconds = sum(float(r["wall_s"]) for r in recs if isinstance(r.get("wall_s"), (int, float)))
+    seconds = held_seconds(recs)
     return {"records": len(recs), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 1),
             "calls": len(read_jsonl(p / "sessions.jsonl")) if (p / "sessions.jsonl").is_file() else None}
 
@@ -353,7 +374,11 @@ def compare(a, b) -> pd.DataFrame:
     if sa is None or sa != sb:
         raise ValueError(f"compare: {Path(a).name!r} and {Path(b).name!r} are not results folders of one stage")
     table, keys, value = _COMPARED[sa]
-    ta, tb = (table(p)[keys + [value]] for p in (a, b))
+    ta, tb = (table(p) for p in (a, b))
+    for p, t in ((a, ta), (b, tb)):
+        if t.empty:
+            raise ValueError(f"compare: {Path(p).name!r} holds no {sa} table yet (its stage has not finished)")
+    ta, tb = ta[keys + [value]], tb[keys + [value]]
     out = ta.merge(tb, on=keys, how="outer", suffixes=("_a", "_b")).rename(
         columns={f"{value}_a": "a", f"{value}_b": "b"})
     out["b_over_a"] = out["b"] / out["a"]
@@ -363,10 +388,10 @@ def compare(a, b) -> pd.DataFrame:
 
 
 def pair(idx: pd.DataFrame, stages=STAGES):
-    """Two folders worth comparing: the newest two of the first stage (in `stages`' order) that has two
-    for the same models, oldest first, as paths; None when no stage has."""
+    """Two folders worth comparing: the newest two finished folders (summary written) of the first stage (in
+    `stages`' order) that has two for the same models, oldest first, as paths; None when no stage has."""
     for st in stages:
-        rows = idx[idx["stage"] == st]
+        rows = idx[(idx["stage"] == st) & idx["finished"].astype(bool)]
         if len(rows) < 2:
             continue
         same = rows[rows["models"] == rows["models"].iloc[-1]]

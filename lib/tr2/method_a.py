@@ -4,6 +4,8 @@ Per model and element type, each side trains the schedule (`method_a_schedule`) 
 `eval_interval` steps (the trainer's `--metrics` file): the torch side in `method_a.torch_mode`, the cupy side in the
 half types with the half roundings (the build the verdict compares, rule 22). A run killed half-way starts over; a
 failure other than out of memory is recorded and ends the stage (rule 8.4), and a rerun tries it again.
+With `method_a.parallel` > 1 that many runs share the machine at once (issue 11 allows it: a correctness check, not
+a timing); each run's result does not depend on it, only its wall time, which then is no step time.
 """
 from __future__ import annotations
 
@@ -78,8 +80,20 @@ def run(card: dict, results_dir=None) -> Path:
     """Train every run of the card that the folder does not hold yet; returns the folder."""
     with open_folder(STAGE, card, results_dir) as folder:
         run_plan(folder, plan(card), lambda r: run_one(r, card, folder.path), desc="method A",
-                 ends_stage=lambda rec: rec["status"] not in FINISHED, kind=kind_of, record_kind=kind_of)
+                 ends_stage=lambda rec: rec["status"] not in FINISHED, kind=kind_of, record_kind=kind_of,
+                 parallel=card["method_a"]["parallel"])
     return folder.path
+
+
+def sharing_note(card: dict) -> str:
+    """What the runs' wall times mean under the card's method_a.parallel (the notebook says it beside the runs)."""
+    n = card["method_a"]["parallel"]
+    if n == 1:
+        return "The runs ran one at a time (`method_a.parallel` 1): each wall time below is that run's alone."
+    return (f"Up to {n} runs shared the machine at once (`method_a.parallel` {n}), as issue 11 allows for a "
+            "correctness check: **this stage times nothing**. A run's losses do not depend on what ran beside it; its "
+            "wall time does, so the wall times below are no step times, and the stage's GPU minutes count the time "
+            "the machine was held once (`tr2.explore.held_seconds`).")
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,6 +5,7 @@ kill loses at most the piece in flight, and a rerun on the same folder repeats o
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import fcntl
 import importlib.util
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from . import REPO_ROOT, Tr2Error
-from .cards import check_held_card, dump_card
+from .cards import _is_int, check_held_card, dump_card
 from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
 from .results import append_jsonl, new_results_dir, read_jsonl, results_folders, write_json_atomic, write_text_atomic
 from . import sysinfo
@@ -242,7 +243,8 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
              finished: Callable = lambda r: r.get("status") in FINISHED, retry: Callable = _never,
              note: Optional[Callable] = None, group: Optional[Callable] = None, ends_group: Callable = _never,
              ends_stage: Callable = _never, on_record: Optional[Callable] = None, show: bool = True,
-             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = lambda r: r.get("key")) -> list[dict]:
+             runs: str = RUNS, kind: Optional[Callable] = None, record_kind: Callable = lambda r: r.get("key"),
+             parallel: int = 1) -> list[dict]:
     """Run every piece of `plan` the folder does not hold yet; returns the records appended.
 
     run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record of its key
@@ -255,7 +257,17 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     whose measured times estimate it. Where TR2_DEADLINE is set, a piece whose estimate (times DEADLINE_FACTOR) would
     end past it is not started: the stage stops with DeadlineReached, and the next call resumes it. A piece of a kind
     never measured has no estimate and runs (a device call's timeout still stops it).
+
+    With `parallel` > 1, up to that many pieces run at once (threads, each waiting on its own process), started in
+    plan order; each record is appended as its piece ends (so in the order they end) and carries `parallel`,
+    `started_unix` and `ended_unix`, from which explore.run_time counts the machine's time once. A stop (ends_stage,
+    the deadline) starts nothing more, waits for the pieces in flight and appends their records, then raises. Groups
+    decide by records already in, so they run one piece at a time only.
     """
+    if not _is_int(parallel) or parallel < 1:
+        raise Tr2Error(f"run_plan: parallel {parallel!r} is not allowed; allowed: an integer >= 1")
+    if parallel > 1 and group is not None:
+        raise Tr2Error("run_plan: parallel > 1 with groups is not allowed; allowed: parallel 1 where pieces have groups")
     plan = list(plan)
     held = folder.records(runs)
     done = {r.get("key") for r in held if finished(r) and not retry(r)}
@@ -271,38 +283,88 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
         there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
+
+    def too_late(piece) -> Optional[Callable]:
+        """None where the piece may start; else what to raise (a function of the runs done by then)."""
+        if end is None:
+            return None
+        # this folder's runs (held at the start and appended since) first, as plan_text's estimates
+        times = {**there, **_times(held + out, record_kind)}.get((kind or key)(piece))
+        each = statistics.median(times) if times else None
+        left = end - time.time()
+        if each is None or DEADLINE_FACTOR * each <= left:
+            return None
+        return lambda: DeadlineReached(f"{desc}: stopped before {key(piece)}: its runs take {_duration(each)} and "
+                                       f"{DEADLINE_ENV} leaves {max(left, 0):.0f} s; {len(out)} run(s) done in this "
+                                       "call; the folder resumes with the rest")
+
+    def record(piece, rec) -> Optional[Tr2Error]:
+        """Append a finished piece's record; returns the error that ends the stage, if it does."""
+        rec = {**rec, "key": key(piece)}
+        if note is not None and key(piece) in reopened:
+            rec["retried"] = note(reopened[key(piece)])
+        if group is not None:
+            rec["group"] = group(piece)
+        folder.append(rec, runs)
+        out.append(rec)
+        bar.update(1)
+        if on_record is not None:
+            on_record(rec)
+        if group is not None and ends_group(rec):
+            ended.add(rec["group"])
+        if ends_stage(rec):
+            return Tr2Error(f"{desc}: {key(piece)} {rec.get('status')} ({rec.get('reason')}); log "
+                            f"{rec.get('log')}. A failure other than out of memory ends the stage "
+                            "(docs/protocol.md, rule 8.4); run the stage again on the folder to retry it")
+        return None
+
     try:
-        for piece in plan:
-            if skip(piece):
-                if key(piece) not in skipped:
-                    bar.update(1)  # its group ended during this session
-                continue
-            if end is not None:
-                # this folder's runs (held at the start and appended since) first, as plan_text's estimates
-                times = {**there, **_times(held + out, record_kind)}.get((kind or key)(piece))
-                each = statistics.median(times) if times else None
-                left = end - time.time()
-                if each is not None and DEADLINE_FACTOR * each > left:
-                    raise DeadlineReached(f"{desc}: stopped before {key(piece)}: its runs take {_duration(each)} "
-                                          f"and {DEADLINE_ENV} leaves {max(left, 0):.0f} s; {len(out)} run(s) done "
-                                          f"in this call; the folder resumes with the rest")
-            bar.set_postfix_str(key(piece), refresh=False)
-            rec = {**run_one(piece), "key": key(piece)}
-            if note is not None and key(piece) in reopened:
-                rec["retried"] = note(reopened[key(piece)])
-            if group is not None:
-                rec["group"] = group(piece)
-            folder.append(rec, runs)
-            out.append(rec)
-            bar.update(1)
-            if on_record is not None:
-                on_record(rec)
-            if group is not None and ends_group(rec):
-                ended.add(rec["group"])
-            if ends_stage(rec):
-                raise Tr2Error(f"{desc}: {key(piece)} {rec.get('status')} ({rec.get('reason')}); log "
-                               f"{rec.get('log')}. A failure other than out of memory ends the stage "
-                               "(docs/protocol.md, rule 8.4); run the stage again on the folder to retry it")
+        if parallel == 1:
+            for piece in plan:
+                if skip(piece):
+                    if key(piece) not in skipped:
+                        bar.update(1)  # its group ended during this session
+                    continue
+                stop = too_late(piece)
+                if stop is not None:
+                    raise stop()
+                bar.set_postfix_str(key(piece), refresh=False)
+                err = record(piece, run_one(piece))
+                if err is not None:
+                    raise err
+        else:
+            _run_parallel([p for p in plan if not skip(p)], run_one, parallel, too_late, record, bar, key)
     finally:
         bar.close()
     return out
+
+
+def _run_parallel(todo: list, run_one: Callable, parallel: int, too_late: Callable, record: Callable, bar,
+                  key: Callable) -> None:
+    """run_plan's pieces, up to `parallel` at once; a stop waits for the pieces in flight before it is raised."""
+    def timed(piece):
+        t0 = time.time()
+        rec = run_one(piece)
+        return {**rec, "parallel": parallel, "started_unix": round(t0, 3), "ended_unix": round(time.time(), 3)}
+
+    stop = None   # what ends the stage once the pieces in flight are in: a callable giving the exception
+    with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+        flight, queue = {}, collections.deque(todo)
+        while flight or (queue and stop is None):
+            while queue and stop is None and len(flight) < parallel:
+                late = too_late(queue[0])
+                if late is not None:
+                    stop = late
+                    break
+                piece = queue.popleft()
+                bar.set_postfix_str(key(piece), refresh=False)
+                flight[pool.submit(timed, piece)] = piece
+            if not flight:
+                break
+            ended, _ = concurrent.futures.wait(flight, return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in sorted(ended, key=lambda f: todo.index(flight[f])):   # ties in plan order
+                err = record(flight.pop(fut), fut.result())
+                if err is not None and stop is None:
+                    stop = lambda err=err: err   # noqa: E731
+    if stop is not None:
+        raise stop()
