@@ -2,6 +2,7 @@
 import json
 import sys
 
+import pandas as pd
 import pytest
 
 import tr2.footprint as fp
@@ -138,6 +139,18 @@ def test_real_footprint_of_a_cpu_run(tmp_path):
     b = rec["bytes"]
     assert b["interpreter"] > 0 and b["python_packages"] > 100_000_000 and b["nvidia_driver"] == 0
     assert rec["total_bytes"] == sum(b.values())
+    # the file list, compressed as written (it is a GPU run's largest raw output), and its sizes add up
+    files = pd.read_csv(tmp_path / rec["files_csv"])
+    assert rec["files_csv"].endswith(".csv.gz") and set(files["category"]) <= set(b)
+    assert files.groupby("category")["bytes"].sum().to_dict() == {k: v for k, v in b.items() if v}
     dists = {d["distribution"] for d in rec["distributions"]}
     assert {"torch", "numpy", "tr2"} <= dists
     assert rec["polls"] >= 1
+
+
+def test_a_gz_path_is_written_compressed_and_the_same_text_gives_the_same_bytes(tmp_path):
+    import gzip
+    from tr2.results import write_text_atomic
+    a, b = write_text_atomic(tmp_path / "a.csv.gz", "x,y\n1,2\n"), write_text_atomic(tmp_path / "b.csv.gz", "x,y\n1,2\n")
+    assert gzip.decompress(a.read_bytes()) == b"x,y\n1,2\n" and a.read_bytes() == b.read_bytes()
+    assert write_text_atomic(tmp_path / "c.csv", "x\n").read_bytes() == b"x\n"   # any other path: plain text

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -139,11 +140,16 @@ def read_yaml(path) -> dict:
 
 
 def write_text_atomic(path, text: str) -> Path:
+    """The text written whole or not at all; a path ending in .gz is gzip-compressed (no time stamp inside, so
+    the same text gives the same bytes): pandas and zcat read it as it is."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
+    data = text.encode()
+    if path.suffix == ".gz":
+        data = gzip.compress(data, mtime=0)
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -62,7 +62,8 @@ def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) ->
     trace = trace_run(train_argv(c, device), log, results_dir / "logs" / f"{c.slug}.dump.json", env=env,
                       timeout_s=timeout_s)
     cls = classify_run(trace)
-    write_csv(results_dir / "files" / f"{c.slug}.csv",
+    # every file with its size: the largest raw output of a GPU run (about 2 MB a run), so compressed
+    write_csv(results_dir / "files" / f"{c.slug}.csv.gz",
               sorted(cls["rows"], key=lambda r: (r["category"], r["owner"], r["path"])), ["path", "category", "owner", "bytes"])
     mapped_main = set(trace["libraries"])
     all_libs = trace["libraries"] + trace["libraries_children"]   # a child's: only what the main process did not map
@@ -77,7 +78,7 @@ def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) ->
         "modules": len(trace["modules"]),
         "bytes": cls["bytes"], "total_bytes": sum(cls["bytes"].values()),
         "image_bytes": sum(cls["bytes"][c2] for c2 in IMAGE_CATEGORIES),
-        "distributions": cls["distributions"], "files_csv": f"files/{c.slug}.csv",
+        "distributions": cls["distributions"], "files_csv": f"files/{c.slug}.csv.gz",
         "log": f"logs/{c.slug}.log", "python": trace["python"],
     }
 
