@@ -29,8 +29,9 @@ for spec in "$@"; do
 done
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "$LIMIT_S"
-# a stage starts no run that its measured runs say would end past the call's limit (10 s kept for packing): it
-# stops with exit code 75 instead, and the next call resumes it (lib/tr2/stage.py, run_plan)
+# a stage starts no run that its measured runs (else, in a fresh folder, scripts/h200_minutes.py's model) say would end
+# past the call's limit (10 s kept for packing): it stops with exit code 75 instead, and the next call resumes it
+# (lib/tr2/stage.py, run_plan)
 export TR2_DEADLINE=$(( CALL_START + LIMIT_S - 10 ))
 for spec in "$@"; do
   stage=${spec%%=*} target=${spec#*=} target=${target%/}

@@ -316,6 +316,52 @@ def test_a_stage_starts_no_run_the_deadline_would_cut(tmp_path, monkeypatch):
     assert ran == ["c/0", "a/1", "a/2"]
 
 
+def test_a_fresh_h200_folder_stops_before_a_run_the_model_says_would_be_cut(tmp_path, monkeypatch):
+    """No run measured yet (a fresh folder, no other folder of its card): on an H200 card the deadline judges by
+    scripts/h200_minutes.py's model of a run alone, times `parallel` (found 2026-12-03: a fresh folder's first
+    piece ran into the call's timeout twice and lost the runs in flight)."""
+    c = card()
+    c["machine"] = "nvidia-h200"
+    d = tmp_path / "method_a-20261203-100000-test"
+    d.mkdir()
+    plan = [{"key": "c/0", "m": "c"}, {"key": "a/1", "m": "a"}]
+    monkeypatch.setattr(stage, "modelled_seconds", lambda folder: {"a": 80.0}.get)   # c: the model knows none
+    ran = []
+
+    def run_one(p):
+        ran.append(p["key"])
+        return {"status": "ok", "wall_s": 1.0}
+    kw = dict(desc="method A", show=False, kind=lambda p: p["m"], record_kind=lambda r: r["key"][0])
+    monkeypatch.setenv("TR2_DEADLINE", str(time.time() + 90))   # 80 s x 1.2 does not fit
+    f = stage.Folder(d, "method_a", None, c)
+    with pytest.raises(stage.DeadlineReached, match=r"^method A: stopped before a/1: its runs are modelled at "
+                                                    r"80\.0 s by scripts/h200_minutes\.py and TR2_DEADLINE leaves "
+                                                    r"(89|90) s; 1 run\(s\) done in this call"):
+        stage.run_plan(f, plan, run_one, **kw)
+    assert ran == ["c/0"]
+    # sharing the card: four runs at once are modelled at four times a run alone
+    monkeypatch.setenv("TR2_DEADLINE", str(time.time() + 300))
+    with pytest.raises(stage.DeadlineReached, match=r"^method A: stopped before a/1: its runs are modelled at "
+                                                    r"5\.3 min by scripts/h200_minutes\.py \(4 x 80\.0 s alone, 4 "
+                                                    r"runs sharing the card\)"):
+        stage.run_plan(f, plan, run_one, parallel=4, **kw)
+    # a measured run of the kind wins over the model: 1.0 s measured, so a/1 runs
+    stage.run_plan(f, [{"key": "a/0", "m": "a"}], run_one, **{**kw, "kind": lambda p: "x"})   # a/0: 1.0 s, ok
+    stage.run_plan(f, plan, run_one, **kw)
+    assert ran == ["c/0", "a/0", "a/1"]
+
+
+def test_the_model_gives_a_runs_seconds_on_the_h200_only(tmp_path):
+    from tr2.cards import load_card
+    c = load_card("h200-methoda-parallel-4")
+    d = tmp_path / "method_a-20261203-100000-h200-methoda-parallel-4"
+    d.mkdir()
+    seconds = stage.modelled_seconds(stage.Folder(d, "method_a", None, c))
+    assert seconds("gpt2-small/float32/torch") > seconds("gpt2-small/float32/cupy") > 30   # minutes of runs, not 0
+    assert seconds("no-such-model/float32/torch") is None
+    assert stage.modelled_seconds(stage.Folder(d, "method_a", None, card())) is None   # off the H200: no model
+
+
 def test_a_bad_deadline_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("TR2_DEADLINE", "soon")
     with pytest.raises(Tr2Error, match=r"^TR2_DEADLINE: 'soon' is not allowed; allowed: a Unix time in seconds"):

@@ -209,25 +209,51 @@ def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind:
     return "\n".join(lines)
 
 
+MINUTES_SCRIPT = REPO_ROOT / "scripts" / "h200_minutes.py"
+
+
+def _minutes_module():
+    """scripts/h200_minutes.py as a module (loaded once a process)."""
+    minutes = sys.modules.get("tr2_h200_minutes")
+    if minutes is None:
+        spec = importlib.util.spec_from_file_location("tr2_h200_minutes", MINUTES_SCRIPT)
+        minutes = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = minutes   # its dataclasses look their module up there
+        try:
+            spec.loader.exec_module(minutes)
+        except BaseException:
+            del sys.modules[spec.name]
+            raise
+    return minutes
+
+
+def modelled_seconds(folder: Folder) -> Optional[Callable]:
+    """For a card on the H200: kind -> the seconds scripts/h200_minutes.py models for one run of that kind alone
+    (None where it models none); None off the H200, or where the script is not there or gives no model."""
+    if folder.card.get("machine") != "nvidia-h200" or not MINUTES_SCRIPT.is_file():
+        return None
+    try:
+        minutes = _minutes_module()
+        m = minutes.load()
+    except Exception:  # noqa: BLE001 - an estimate never stops a stage
+        return None
+
+    def seconds(kind) -> Optional[float]:
+        try:
+            return float(minutes.kind_seconds(m, folder.card, folder.stage, kind)[0])
+        except Exception:  # noqa: BLE001 - a kind the model does not know has no estimate
+            return None
+    return seconds
+
+
 def model_estimate(folder: Folder) -> Optional[str]:
     """For a card on the H200 whose runs no folder has measured yet: the stage's GPU minutes on a fresh folder of
     the card by scripts/h200_minutes.py, the committed model of the H200 runs of other cards (a line saying why not
     where it gives none; None off the H200 or where the script is not there)."""
-    script = REPO_ROOT / "scripts" / "h200_minutes.py"
-    if folder.card.get("machine") != "nvidia-h200" or not script.is_file():
+    if folder.card.get("machine") != "nvidia-h200" or not MINUTES_SCRIPT.is_file():
         return None
     try:
-        minutes = sys.modules.get("tr2_h200_minutes")
-        if minutes is None:
-            spec = importlib.util.spec_from_file_location("tr2_h200_minutes", script)
-            minutes = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = minutes   # its dataclasses look their module up there
-            try:
-                spec.loader.exec_module(minutes)
-            except BaseException:
-                del sys.modules[spec.name]
-                raise
-        total = minutes.stage_total(folder.card, folder.stage)
+        total = _minutes_module().stage_total(folder.card, folder.stage)
     except Exception as e:  # noqa: BLE001 - an estimate never stops a stage
         return f"  scripts/h200_minutes.py gave no estimate either ({type(e).__name__}: {' '.join(str(e).split())[:200]})"
     return (f"  modelled instead: {total['seconds'] / 60:.1f} GPU minutes for all {total['runs']} runs of this stage "
@@ -256,7 +282,9 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     called once per piece to run in running order (default: its key), and record_kind(record) name the kind of run
     whose measured times estimate it. Where TR2_DEADLINE is set, a piece whose estimate (times DEADLINE_FACTOR) would
     end past it is not started: the stage stops with DeadlineReached, and the next call resumes it. A piece of a kind
-    never measured has no estimate and runs (a device call's timeout still stops it).
+    never measured is estimated, on an H200 card, by scripts/h200_minutes.py's model of a run alone (times `parallel`);
+    elsewhere, or where the model knows no such run, it has no estimate and runs (a device call's timeout still
+    stops it).
 
     With `parallel` > 1, up to that many pieces run at once (threads, each waiting on its own process), started in
     plan order; each record is appended as its piece ends (so in the order they end) and carries `parallel`,
@@ -281,6 +309,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     if end is not None:   # the reference folder's times, read once: the stage does not change them
         ref, _ = reference_folder(folder)
         there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
+        modelled = modelled_seconds(folder)
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
 
@@ -288,13 +317,21 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
         """None where the piece may start; else what to raise (a function of the runs done by then)."""
         if end is None:
             return None
-        # this folder's runs (held at the start and appended since) first, as plan_text's estimates
-        times = {**there, **_times(held + out, record_kind)}.get((kind or key)(piece))
+        # this folder's runs (held at the start and appended since) first, as plan_text's estimates; a kind measured
+        # in neither, modelled (H200 cards): the runs' times alone, times `parallel`, since runs sharing the card
+        # gained no throughput where it was measured (docs/h200-edition.md, "Not in the plan")
+        k = (kind or key)(piece)
+        times = {**there, **_times(held + out, record_kind)}.get(k)
         each = statistics.median(times) if times else None
+        said = f"take {_duration(each)}" if each is not None else ""
+        if each is None and modelled is not None and (alone := modelled(k)) is not None:
+            each = alone * parallel
+            said = (f"are modelled at {_duration(each)} by scripts/h200_minutes.py"
+                    + (f" ({parallel} x {_duration(alone)} alone, {parallel} runs sharing the card)" if parallel > 1 else ""))
         left = end - time.time()
         if each is None or DEADLINE_FACTOR * each <= left:
             return None
-        return lambda: DeadlineReached(f"{desc}: stopped before {key(piece)}: its runs take {_duration(each)} and "
+        return lambda: DeadlineReached(f"{desc}: stopped before {key(piece)}: its runs {said} and "
                                        f"{DEADLINE_ENV} leaves {max(left, 0):.0f} s; {len(out)} run(s) done in this "
                                        "call; the folder resumes with the rest")
 
