@@ -371,3 +371,56 @@ def test_a_check_without_a_finished_folder_says_so(tmp_path):
     for r in data["rows"]:
         assert "method A has no finished folder for this card (not run, or its runs not all in)" in r["withheld"]
         assert "method B has no finished folder for this card" in r["withheld"] and "failed" not in r["withheld"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --beside: checks of other cards shown beside the card's own (a replication, a model the card leaves out)
+
+def _beside_folders(root):
+    other = dict(CARD, card="replication")
+    a = _folder(root, "method_a", {"configs": [
+        {"model": "tiny", "dtype": "bfloat16", "seeds": [1, 2, 3, 4, 5], "steps": 40,
+         "verdict": {"passed": True, "reason": "within ranges everywhere"}}]}, stamp="20261130-100000", card=other)
+    b = _folder(root, "method_b", {"models": [
+        {"model": "medium", "verdict": {"passed": True, "reason": "W = 88 of 200, set by every"},
+         "judge_last_step": 88, "steps": 200}]}, stamp="20261130-110000", card=dict(CARD, card="medium-b"))
+    return a, b
+
+
+def test_checks_beside_the_card_are_shown_and_change_no_verdict(tmp_path):
+    root = tmp_path / "results"
+    make_results(root)
+    a, b = _beside_folders(root)
+    out = tmp_path / "report" / "TR-2.html"
+    plain = rp.build_table("demo", rp.choose_dirs("demo", root=root), out.parent)
+    html_path, json_path = rp.build_report("demo", root=root, out=out, beside=[a, b])
+    data = json.loads(Path(json_path).read_text())
+    assert [r["verdict"] for r in data["rows"]] == [r["verdict"] for r in plain["rows"]]   # tiny bf16 stays withheld
+    assert [(f["stage"], f["card"], [(c["what"], c["passed"]) for c in f["checks"]]) for f in data["beside"]] == [
+        ("method_a", "replication", [("tiny bfloat16", True)]), ("method_b", "medium-b", [("medium", True)])]
+    assert data["beside"][0]["checks"][0]["reason"] == "5 seed(s) a side, 40 steps: within ranges everywhere"
+    rows = _soup(html_path).select("#beside-table tbody tr")
+    assert [r["data-folder"] for r in rows] == [a.name, b.name]
+    assert [r.select_one(".verdict").text for r in rows] == ["passed", "passed"]
+    assert rows[1].select_one("a")["href"] == f"../results/{b.name}/"
+    assert rp.front_page_html(plain).count("beside-table") == 0   # none given: no section
+    assert data["commands"]["report"].endswith(f" --beside results/{a.name} results/{b.name}")
+
+
+@pytest.mark.parametrize("what, message", [
+    ("nope", r"is not a folder; allowed: finished results folders of method_a or method_b"),
+    ("series", r"is a series's folder; allowed: results folders of method_a or method_b \(the correctness checks\)"),
+    ("unfinished", r"holds no summary\.json, so its stage has not run to its end; allowed: finished folders"),
+    ("own", r"is of card 'demo' itself; allowed: folders of other cards"),
+])
+def test_a_bad_beside_folder_is_one_line_exit_2(tmp_path, capsys, what, message):
+    root = tmp_path / "results"
+    make_results(root)
+    a, _ = _beside_folders(root)
+    if what == "unfinished":
+        (a / "summary.json").unlink()
+    d = {"nope": tmp_path / "nope", "series": rp.choose_dirs("demo", root=root)[0], "unfinished": a,
+         "own": [p for p in rp.choose_dirs("demo", root=root) if p.name.startswith("method_a")][0]}[what]
+    assert rp.main(["--card", "demo", "--root", str(root), "--out", str(tmp_path / "r.html"), "--beside", str(d)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.match(r"^tr2\.report: error: --beside: '.*' " + message, err[0]), err

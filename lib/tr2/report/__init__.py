@@ -1,4 +1,4 @@
-"""TR-2, stitched: `python -m tr2.report --card NAME [--dirs DIR ...] [--out report/TR-2.html]`.
+"""TR-2, stitched: `python -m tr2.report --card NAME [--dirs DIR ...] [--out report/TR-2.html] [--beside DIR ...]`.
 
 Three parts: `verdicts` chooses the results folders (default: the newest finished folder of each stage for
 the card) and computes the verdict table from their files (pure; written beside the HTML as
@@ -34,10 +34,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="the HTML file (default report/TR-2.html); the verdict "
                    "table's data goes beside it as TR-2-<card>.json")
     p.add_argument("--root", default=None, help="where the results folders are (default results/)")
+    p.add_argument("--beside", nargs="+", default=None, metavar="DIR",
+                   help="finished method_a or method_b folders of other cards (a replication, a model the card leaves "
+                        "out), shown beside the card's checks; they change none of its verdicts")
     a = p.parse_args(argv)
     try:
         card = card_name(a.card)
-        html_path, json_path = build_report(card, a.dirs, a.out, a.root)
+        html_path, json_path = build_report(card, a.dirs, a.out, a.root, a.beside)
         if not a.dirs:
             for d in unstitched(card, a.root):
                 sys.stderr.write(f"tr2.report: note: {d.name} holds summary.json but no executed notebook, so it is "

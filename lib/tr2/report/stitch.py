@@ -185,11 +185,12 @@ def page_title(card: str, data: dict) -> str:
     return f"TR-2 ({card})"
 
 
-def build_report(card: str, dirs=None, out=None, root=None) -> tuple[Path, Path]:
-    """Write the HTML and the verdict table's JSON; returns their paths."""
+def build_report(card: str, dirs=None, out=None, root=None, beside=None) -> tuple[Path, Path]:
+    """Write the HTML and the verdict table's JSON; returns their paths. beside: folders of other cards' checks
+    shown beside the card's own (verdicts.beside_checks)."""
     out = Path(out or DEFAULT_OUT).resolve()
     chosen = choose_dirs(card, dirs, root)
-    data = build_table(card, chosen, out.parent)
+    data = build_table(card, chosen, out.parent, beside)
     stage_nbs = [(info, nbformat.read(str(p), as_version=4)) for info, d in zip(data["folders"], chosen)
                  if (p := Path(d) / f"{info['stage']}.ipynb").is_file()]
     nb = merge(front_page_html(data), stage_nbs, out.parent)

@@ -84,10 +84,12 @@ def _check_of(v, link_, what):
     return {"passed": v.get("passed"), "reason": v.get("reason"), "link": link_}
 
 
-def build_table(card_name: str, dirs, html_dir) -> dict:
+def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
     """The front page's data: every model and element type of the series with its verdict, gated by the
-    correctness checks; the checks; the footprint; every folder's conditions."""
+    correctness checks; the checks; the footprint; every folder's conditions; the checks of other cards shown
+    beside (`beside`: their folders; beside_checks)."""
     dirs = [Path(d) for d in dirs]
+    beside_rows = beside_checks(beside, card_name, html_dir)
     infos = [folder_info(d, html_dir) for d in dirs]
     by_stage: dict[str, list] = {}
     for d, info in zip(dirs, infos):
@@ -178,7 +180,7 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
         "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
         "minutes_of_runs": round(sum(i["time"]["seconds"] for i in infos) / 60, 1),
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
-        "commands": commands(card_name, infos, html_dir),
+        "commands": commands(card_name, infos, html_dir, beside_rows),
         "card": card_name, "cards_in_folders": sorted(cards), "devices": sorted(devices),
         "cpu_demonstration": cpu,
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -186,8 +188,63 @@ def build_table(card_name: str, dirs, html_dir) -> dict:
         "measured_from": dates[0] if dates else None, "measured_to": dates[-1] if dates else None,
         "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
         "stages_missing": [s for s in STAGES if s not in by_stage],
-        "preview": preview, "edition": edition,
+        "preview": preview, "edition": edition, "beside": beside_rows,
     }
+
+
+# the stages whose folders of other cards a report may show beside its own (--beside): the correctness checks
+BESIDE_STAGES = ("method_a", "method_b")
+
+
+def _whole(x):
+    """A count from a DataFrame record (numpy integers, floats, NaN for a missing value) as an int, or None."""
+    try:
+        return int(x) if x is not None and float(x) == float(x) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _truth(x):
+    """A verdict's passed from a DataFrame record as True, False or None (NaN and None: no verdict)."""
+    return None if x is None or (isinstance(x, float) and x != x) else bool(x)
+
+
+def beside_checks(dirs, card_name: str, html_dir) -> list[dict]:
+    """Correctness checks that ran on other cards (a replication, a model the card leaves out), shown beside the
+    report's own and changing none of its verdicts: per folder its stage, card, commit, date, GPU and link, and each
+    verdict it gives (method A per model and type, method B per model, in the stage's own words)."""
+    out = []
+    for d in dirs or ():
+        p = Path(d).resolve()
+        if not p.is_dir():
+            raise Tr2Error(f"--beside: {str(d)!r} is not a folder; allowed: finished results folders of "
+                           f"{' or '.join(BESIDE_STAGES)}")
+        stage = stage_of(p)
+        if stage not in BESIDE_STAGES:
+            raise Tr2Error(f"--beside: {str(d)!r} is {'a ' + stage if stage else 'no stage'}'s folder; allowed: "
+                           f"results folders of {' or '.join(BESIDE_STAGES)} (the correctness checks)")
+        if not (p / "summary.json").is_file():
+            raise Tr2Error(f"--beside: {str(d)!r} holds no summary.json, so its stage has not run to its end; allowed: "
+                           "finished folders")
+        info = folder_info(p, html_dir)
+        c = info["conditions"]
+        if c.get("card") == card_name:
+            raise Tr2Error(f"--beside: {str(d)!r} is of card {card_name!r} itself; allowed: folders of other cards "
+                           "(the card's own folders are the report's)")
+        checks = []
+        if stage == "method_a":
+            for v in explore.verdicts_a(p).to_dict("records"):
+                seeds, steps = _whole(v.get("seeds")), _whole(v.get("steps"))
+                how = (f"{seeds} seed(s) a side" if seeds else "") + (f", {steps} steps" if seeds and steps else "")
+                checks.append({"what": f"{v['model']} {v['dtype']}", "passed": _truth(v.get("passed")),
+                               "reason": f"{how}: {v.get('reason')}" if how else v.get("reason")})
+        else:
+            for v in explore.verdicts_b(p).to_dict("records"):
+                checks.append({"what": v["model"], "passed": _truth(v.get("passed")), "reason": v.get("reason")})
+        out.append({"stage": stage, "name": info["name"], "link": info["link"], "card": c.get("card"),
+                    "commit": c.get("commit"), "date": c.get("date"), "gpu": c.get("gpu") or c.get("device"),
+                    "checks": checks})
+    return out
 
 
 _STAGE_KEYS = ("series", "method_a", "method_b", "families")
@@ -257,8 +314,9 @@ def _machine(info, series_dir) -> dict:
                            "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}}
 
 
-def commands(card_name, infos, html_dir) -> dict:
-    """The command that reproduces each table: each stage on its card at its commit, and this report."""
+def commands(card_name, infos, html_dir, beside=()) -> dict:
+    """The command that reproduces each table: each stage on its card at its commit, and this report (with the
+    folders shown beside it: beside_checks' records)."""
     out = {}
     for i in infos:
         c = i["conditions"]
@@ -268,6 +326,8 @@ def commands(card_name, infos, html_dir) -> dict:
                           f"CARD={card}")
     rels = " ".join(f"results/{i['name']}" for i in infos)
     out["report"] = f"python -m tr2.report --card {card_name}" + (f" --dirs {rels}" if rels else "")
+    if beside:
+        out["report"] += " --beside " + " ".join(f"results/{f['name']}" for f in beside)
     return out
 
 
