@@ -1,7 +1,8 @@
 """The attention forward's kernels against each other in one process, on each model's shape (bf16 under half
 roundings, dropout as the model trains): the mma.sync kernel, the wgmma kernel, the pipelined wgmma kernel with
-one and with two warpgroups a block, two warpgroups in ping-pong (wgpp2), the TMA producer's form (tma) and the
-mma.sync kernel compiled for three blocks an SM (mma3), on every
+one and with two warpgroups a block, two warpgroups in ping-pong (wgpp2), the TMA producer's forms (tma; tmap, its
+consumers pipelined; tmaw, 128-key tiles and setmaxnreg; tmawp, those pipelined) and the mma.sync kernel compiled
+for three blocks an SM (mma3), on every
 shape whatever
 gpu/attention.py's WG_MAX_T (attention.cu instantiated
 the wgmma kernel with one and with two warpgroups a block until call 3 of results/h200-perf-20261201d, which timed
@@ -37,6 +38,8 @@ VARIANTS = {"mma": (False, False, 0, False, False, 2), "wg1": (True, False, 0, F
             "wgpp2": (True, False, 2, True, False, 2),   # two warpgroups in ping-pong (attention_forward_wg_pp)
             "tma": (True, False, 0, False, 1, 2),        # a TMA producer and two consumers (attention_forward_tma)
             "tmap": (True, False, 0, False, 2, 2),       # the same, each consumer with attention_forward_wgp's overlap
+            "tmaw": (True, False, 0, False, 3, 2),       # 128-key tiles and setmaxnreg (attention_forward_tma_wide)
+            "tmawp": (True, False, 0, False, 4, 2),      # the same, each consumer pipelined
             "mma3": (False, False, 0, False, False, 3)}  # mma.sync compiled for three blocks an SM (attn_forward3_)
 # TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
 ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]

@@ -572,6 +572,45 @@ def test_attention_forward_tma_pipelined(build, B, T, H, hs, p, monkeypatch):
                                    {"WG_FORWARD_TMA": 0}, 10, "by TMA, pipelined")
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+@pytest.mark.parametrize("form", [3, 4], ids=["tmaw", "tmawp"])
+def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
+    """The TMA forward with 128-key tiles and setmaxnreg (WG_FORWARD_TMA = 3; 4 with each consumer pipelined): not the
+    64-key forms' bits (its maxima run over 128 keys at a time), so out and lse against the NumPy form within the
+    type's tolerance, every allocation poisoned, three runs the same bits; and form 4 gives form 3's bits."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    g = gen(B * T * H + 11 + int(p * 10))
+    qkv = randn(g, B, T, 3 * H * hs)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
+    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)
+    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG"):
+        monkeypatch.setattr(attention, name, False)
+    assert attention.uses_wgmma(be.ctx, hs, T)
+
+    def forward(f):
+        monkeypatch.setattr(attention, "WG_FORWARD_TMA", f)
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        return be.to_host(out), host(saved.lse)
+    runs = [forward(form) for _ in range(3)]
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p} {attention.TMA_FORMS[form]}]"
+    check(f"attention out by TMA, 128-key tiles {tag}", runs[0][0], rout, tol)
+    check(f"attention lse by TMA, 128-key tiles {tag}", runs[0][1], rsaved[1], tol)
+    for r in runs[1:]:
+        exact(f"attention out by TMA, 128-key tiles, run-to-run {tag}", r[0], runs[0][0])
+        exact(f"attention lse by TMA, 128-key tiles, run-to-run {tag}", r[1], runs[0][1])
+    if form == 4:
+        plain = forward(3)
+        exact(f"attention out by TMA, 128-key tiles, pipelined against not {tag}", runs[0][0], plain[0])
+        exact(f"attention lse by TMA, 128-key tiles, pipelined against not {tag}", runs[0][1], plain[1])
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])

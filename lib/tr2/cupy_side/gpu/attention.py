@@ -152,8 +152,16 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # 2: the same with attention_forward_wgp's overlap in each consumer warpgroup (attn_forward_tmap_: tile kb + 1's
 # scores in flight beside tile kb's Pd v, its softmax while that runs; the same bits, "forward_tma_pipelined"), 164
 # registers, no spill, no wgmma serialized. Written in the thirteenth session after its device time: NOT run on a GPU.
-WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2))
+# 3: 128-key tiles and setmaxnreg (attention.cu's attention_forward_tma_wide, attn_forward_tmaw_): the producer
+# warpgroup down to 40 registers, the consumers up to 232; S by m64n128k16, each stage two k and two v boxes. Not the
+# other forms' bits (maxima over 128 keys at a time): within the type's tolerance of the NumPy form, three runs the
+# same bits ("forward_tma_wide"). Written in the eighteenth session after its device time: NOT run on a GPU.
+# 4: the same with attention_forward_tma's PIPE schedule in each consumer (attn_forward_tmawp_: tile kb + 1's scores
+# in flight beside tile kb's Pd v; form 3's bits, "forward_tma_wide").
+WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4))
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
+FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
+TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp"}
 
 
 # Blocks an SM the mma.sync forward is compiled for, under half roundings at head size 64: 2 (attn_forward_, 255
@@ -186,23 +194,25 @@ def wgpp_shared_bytes(hs: int) -> int:
     return (2 * 3 + 2) * 64 * hs * 2
 
 
-def tma_shared_bytes(hs: int) -> int:
+def tma_shared_bytes(hs: int, form: int = 1) -> int:
     """attention_forward_tma's dynamic shared memory: the two consumers' q boxes and FWD_TMA_STAGES k and v pairs,
-    64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period)."""
-    return (2 + 2 * FWD_TMA_STAGES) * 64 * hs * 2 + 1024
+    64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period); forms 3 and 4
+    (attention_forward_tma_wide): FWD_TMAW_STAGES stages of two k and two v boxes."""
+    stages = 4 * FWD_TMAW_STAGES if form in (3, 4) else 2 * FWD_TMA_STAGES
+    return (2 + stages) * 64 * hs * 2 + 1024
 
 
 def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
     if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, WG_FORWARD_TMA))) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 or 2: allowed is one at most")
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 4: allowed is one at "
+                         "most")
     if WG_FORWARD_TMA:
         qkv = args[2]
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
-        form = "tmap" if WG_FORWARD_TMA == 2 else "tma"
-        launch(FILE, f"attn_forward_{form}_{name}_hs{hs}", (BH, -(-T // 128)), 384, args[:2] + (tmap,) + args[3:],
-               shared_mem=tma_shared_bytes(hs), prefer_shared=True)
+        launch(FILE, f"attn_forward_{TMA_FORMS[WG_FORWARD_TMA]}_{name}_hs{hs}", (BH, -(-T // 128)), 384,
+               args[:2] + (tmap,) + args[3:], shared_mem=tma_shared_bytes(hs, WG_FORWARD_TMA), prefer_shared=True)
         return
     if WG_FORWARD_PINGPONG and wg_forward_warpgroups(T) == 2:
         launch(FILE, f"attn_forward_wgpp2_{name}_hs{hs}", (BH, -(-T // 128)), 256, args + strides,
