@@ -572,6 +572,18 @@ def test_attention_forward_tma_pipelined(build, B, T, H, hs, p, monkeypatch):
                                    {"WG_FORWARD_TMA": 0}, 10, "by TMA, pipelined")
 
 
+def forward_case(build, B, T, H, hs, p, seed_add: int):
+    """A forward test's inputs and expectations: (backend, tolerance, qkv, seed, offset, the NumPy form's out and
+    lse); seed_add keeps each test's own inputs."""
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build)
+    g = gen(B * T * H + seed_add + int(p * 10))
+    qkv = randn(g, B, T, 3 * H * hs)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
+    return be, tol, qkv, seed, offset, rout, rsaved[1]
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
 @pytest.mark.parametrize("p", [0.0, 0.2])
@@ -583,12 +595,7 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    be = gpu_backend(*build)
-    ref, tol = reference_for(*build)
-    g = gen(B * T * H + 11 + int(p * 10))
-    qkv = randn(g, B, T, 3 * H * hs)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
+    be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 11)
     monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)
     for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG"):
         monkeypatch.setattr(attention, name, False)
@@ -601,7 +608,7 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
     runs = [forward(form) for _ in range(3)]
     tag = f"[{build[0]} B={B} T={T} H={H} p={p} {attention.TMA_FORMS[form]}]"
     check(f"attention out by TMA, 128-key tiles {tag}", runs[0][0], rout, tol)
-    check(f"attention lse by TMA, 128-key tiles {tag}", runs[0][1], rsaved[1], tol)
+    check(f"attention lse by TMA, 128-key tiles {tag}", runs[0][1], rlse, tol)
     for r in runs[1:]:
         exact(f"attention out by TMA, 128-key tiles, run-to-run {tag}", r[0], runs[0][0])
         exact(f"attention lse by TMA, 128-key tiles, run-to-run {tag}", r[1], runs[0][1])
@@ -891,12 +898,7 @@ def test_attention_forward_three_blocks(build, B, T, H, hs, p, monkeypatch):
     spills) against the NumPy form within the type's tolerance, three runs the same bits, and the bits of the
     two-block build (attn_forward_) of the same source."""
     from tr2.cupy_side.gpu import attention
-    be = gpu_backend(*build)
-    ref, tol = reference_for(*build)
-    g = gen(B * T * H + 21 + int(p * 10))
-    qkv = randn(g, B, T, 3 * H * hs)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
+    be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 21)
     monkeypatch.setattr(attention, "USE_WGMMA", False)   # the mma.sync kernel at every T
 
     def forward(blocks):
@@ -905,7 +907,7 @@ def test_attention_forward_three_blocks(build, B, T, H, hs, p, monkeypatch):
         return be.to_host(out), host(saved.lse)
 
     runs = [forward(3) for _ in range(3)]
-    forward_is_the_bits_of(runs, forward(2), rout, rsaved[1], tol, "at three blocks an SM", "two",
+    forward_is_the_bits_of(runs, forward(2), rout, rlse, tol, "at three blocks an SM", "two",
                            f"[{build[0]} B={B} T={T} H={H} p={p}]")
 
 
