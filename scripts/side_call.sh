@@ -57,7 +57,7 @@ if [[ $STAGES == *,tests,* ]]; then
     grep -E "^(FAILED|ERROR)" "$W/pytest_late.log" | head; tail -2 "$W/pytest_late.log"
     if [ "$late" -ne 0 ]; then   # the ping-pong or TMA forms did not pass: not timed below
       # (an empty list would mean every form: the reference alone instead)
-      fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vxE 'wgpp2|tma|tmap' | paste -sd, -)
+      fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vxE 'wgpp2|tma|tmap|tmaw|tmawp' | paste -sd, -)
       bwd=$(echo "${TR2_BWD_FORMS:-}" | tr ',' '\n' | grep -vx wg2p | paste -sd, -)
       export TR2_FWD_VARIANTS=${fwd:-mma} TR2_BWD_FORMS=${bwd:-recompute}
       echo "   so not timed: wgpp2, tma, tmap, wg2p (forward variants now '$TR2_FWD_VARIANTS', backward forms '$TR2_BWD_FORMS')"
