@@ -288,6 +288,19 @@ def test_a_card_without_finished_folders_one_line_exit_2(tmp_path, capsys):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_an_unknown_card_names_the_cards_that_have_run(tmp_path, capsys):
+    """A misspelt card: the error says there is no such card file and lists the cards a report can be made of."""
+    root = tmp_path / "results"
+    make_results(root)
+    assert rp.main(["--card", "dmeo", "--root", str(root), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"tr2.report: error: --card: 'dmeo' has no finished results folder of any stage under {root} and no "
+                   "card file params/cards/dmeo.yaml; allowed: a card whose stages have run (demo)"]
+    # a card file of the checkout that has not run yet: told how to run it
+    assert rp.main(["--card", "smoke", "--root", str(root), "--out", str(tmp_path / "r.html")]) == 2
+    assert capsys.readouterr().err.strip().endswith("(demo), or run this one first (make all CARD=smoke)")
+
+
 def test_a_gpu_card_other_than_the_published_one_is_a_preview(tmp_path):
     """Protocol rule 9: the front page of a reduced GPU card (h200-quick) says what it changes from h200.yaml."""
     for name, is_preview in (("gpu", True), ("h200", False)):

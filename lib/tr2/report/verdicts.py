@@ -12,7 +12,8 @@ from .. import PARAMS_DIR, Tr2Error
 from ..cards import PUBLISHED, validate_card
 from ..models import count_params, load_model
 from .. import explore
-from ..results import STAGES, is_finished, latest, read_yaml, results_folders, stage_of, stored_path
+from ..results import (STAGES, folder_cards, is_finished, latest, read_yaml, results_folders, stage_of,
+                       stored_path)
 from ..sysinfo import git_commit
 
 
@@ -32,8 +33,13 @@ def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
         return sorted(out, key=lambda p: (STAGES.index(stage_of(p)), p.name))
     found = [p.resolve() for p in (latest(st, card_name, root, finished=True) for st in STAGES) if p is not None]
     if not found:
+        have = sorted({c for p in results_folders(root) if is_finished(p) for c in folder_cards(p)})
+        known = (PARAMS_DIR / "cards" / f"{card_name}.yaml").is_file()
         raise Tr2Error(f"--card: {card_name!r} has no finished results folder of any stage under "
-                       f"{root or 'results/'}; allowed: a card whose stages have run (make all CARD={card_name})")
+                       f"{root or 'results/'}" + ("" if known else f" and no card file params/cards/{card_name}.yaml")
+                       + "; allowed: a card whose stages have run"
+                       + (f" ({', '.join(have)})" if have else " (none has run here yet)")
+                       + (f", or run this one first (make all CARD={card_name})" if known else ""))
     return found
 
 
