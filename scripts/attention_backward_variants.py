@@ -7,7 +7,8 @@ DS_EVICT_FIRST: must give ds's bits; alone it can show only what the backward's 
 next kernels), `wg1` and `wg2` (ds_l2 with dK/dV on wgmma, USE_WG_DKDV, one or two warpgroups a block; within a
 rounding of ds_l2: the tensor cores' sums need not round alike; measured the same bits), `wg1o` and `wg2o` (the
 same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOTS) and `wg2p`
-(WG_DKDV_PINGPONG). First the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within
+(WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2). First the forms' outputs against `recompute` (dv
+must be its bits under `ds`; dq and dk within
 a rounding of their half outputs: the row dots are summed in another order); then rounds in rotating order, each
 figure the mean of `reps` back-to-back backward calls (whatever launches the form makes); the table gives each
 form's median over the rounds and its ratio to `recompute`.
@@ -34,20 +35,25 @@ from event_timing import mean_ms
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
-            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS")
-FORMS = {"recompute": (0, False, 128, False, False, 1, False, False, False, 2),
-         "ds": (0, True, 128, False, False, 1, False, False, False, 2),
-         "ds64": (0, True, 64, False, False, 1, False, False, False, 2),
-         "ds_l2": (0, True, 128, True, False, 1, False, False, False, 2),
-         "fold": (2, False, 128, False, False, 1, False, False, False, 2),
-         "wg1": (0, True, 128, True, True, 1, False, False, False, 2), "wg2": (0, True, 128, True, True, 2, False, False, False, 2),
-         "wg1o": (0, True, 128, True, True, 1, True, False, False, 2), "wg2o": (0, True, 128, True, True, 2, True, False, False, 2),
+            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA")
+FORMS = {"recompute": (0, False, 128, False, False, 1, False, False, False, 2, False),
+         "ds": (0, True, 128, False, False, 1, False, False, False, 2, False),
+         "ds64": (0, True, 64, False, False, 1, False, False, False, 2, False),
+         "ds_l2": (0, True, 128, True, False, 1, False, False, False, 2, False),
+         "fold": (2, False, 128, False, False, 1, False, False, False, 2, False),
+         "wg1": (0, True, 128, True, True, 1, False, False, False, 2, False),
+         "wg2": (0, True, 128, True, True, 2, False, False, False, 2, False),
+         "wg1o": (0, True, 128, True, True, 1, True, False, False, 2, False),
+         "wg2o": (0, True, 128, True, True, 2, True, False, False, 2, False),
          # D computed inside the dK/dV kernel, no row-dots launch (the same bits as wg1 / wg2)
-         "wg1d": (0, True, 128, True, True, 1, False, True, False, 2), "wg2d": (0, True, 128, True, True, 2, False, True, False, 2),
+         "wg1d": (0, True, 128, True, True, 1, False, True, False, 2, False),
+         "wg2d": (0, True, 128, True, True, 2, False, True, False, 2, False),
          # two warpgroups in ping-pong (the same bits as wg2)
-         "wg2p": (0, True, 128, True, True, 2, False, False, True, 2),
+         "wg2p": (0, True, 128, True, True, 2, False, False, True, 2, False),
          # one warpgroup compiled for three blocks an SM (the same bits as wg1)
-         "wg1t": (0, True, 128, True, True, 1, False, False, False, 3)}
+         "wg1t": (0, True, 128, True, True, 1, False, False, False, 3, False),
+         # dK/dV on a TMA producer with setmaxnreg, 128 keys a block (the same bits as wg2)
+         "tma": (0, True, 128, True, True, 2, False, False, False, 2, True)}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)

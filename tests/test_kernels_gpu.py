@@ -838,7 +838,7 @@ def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch:
     be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
     monkeypatch.setattr(attention, "USE_WG_DKDV", True)
     monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
-    for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG"):
+    for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_TMA"):
         monkeypatch.setattr(attention, other, False)
     monkeypatch.setattr(attention, "WG_DKDV_BLOCKS", 2)
     monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)
@@ -879,6 +879,16 @@ def test_attention_dkdv_pingpong_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     """The wgmma dK/dV kernel's two warpgroups in ping-pong (WG_DKDV_PINGPONG: turns to issue, three q/dO buffers,
     named barriers instead of the block's): the bits of the two-warpgroup form it reschedules."""
     wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "WG_DKDV_PINGPONG", "dK/dV in ping-pong")
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dkdv_tma_on_wgmma(build, B, T, H, hs, p, monkeypatch):
+    """The dK/dV kernel on a TMA producer with register reallocation (WG_DKDV_TMA: q and dO boxes by the copy engine
+    into 128B-swizzled shared memory, two consumer warpgroups on mbarriers, box rows past T from the next sequence and
+    masked): the bits of the two-warpgroup form whose arithmetic it repeats, dS^T (so dQ) included."""
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "WG_DKDV_TMA", "dK/dV by TMA")
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])

@@ -317,6 +317,22 @@ WG_DKDV_PINGPONG = bool(kernel_switch("TR2_ATTN_WG_DKDV_PINGPONG", 0))
 # ds_t, neither OVERLAP nor DIN. Measured (the whole backward alone, bf16, call 2 of results/h200-perf-20261202e):
 # nanogpt 0.1338 against 0.1326 ms a layer; with one warpgroup on gpt2-small 0.2578 against wg2's 0.2070: off.
 WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
+# The TMA form (attention.cu's attention_backward_dkdv_tma, attn_backward_dkdv_ds_tma_l2_): a producer warpgroup hands
+# the q and dO tiles to the copy engine (tensor maps of qkv and dO) and gives its registers to two consumer
+# warpgroups of 64 keys each (setmaxnreg 24 / 240), which run apart on mbarriers instead of meeting at a block barrier
+# every tile; the two-warpgroup form's arithmetic, so its bits ("dkdv_tma"). On, every T takes it (128 keys a block),
+# with evict-first dS^T stores and none of the forms above. Written in the eighteenth session after its device time:
+# NOT run on a GPU.
+WG_DKDV_TMA = bool(kernel_switch("TR2_ATTN_WG_DKDV_TMA", 0))
+DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
+
+
+def dkdv_tma_shared_bytes(hs: int) -> int:
+    """attention_backward_dkdv_tma's dynamic shared memory: k and v of the block's 128 keys (four 64 x hs boxes),
+    DKDV_TMA_STAGES stages of a q and a dO box and their lse and D rows (64 floats each), each consumer warp's 16 rows
+    of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's period)."""
+    box = 64 * hs * 2
+    return 4 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
@@ -362,6 +378,25 @@ def dq_ds_shared_bytes(queries: int) -> int:
     return 2 * DSQ_KEYS * (queries + 8 + 72) * 2
 
 
+
+def _launch_dkdv_wg(ctx, hs: int, T: int, BH: int, name: str, args: tuple, din: bool, saved) -> None:
+    """attention_backward_dkdv_wg in the form the switches above pick (warpgroups, overlap, row dots, ping-pong,
+    three blocks an SM)."""
+    nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ("d" if din else "")
+    pp = WG_DKDV_PINGPONG and nwg == 2
+    if pp and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it alone, evict-first
+        raise ValueError("TR2_ATTN_WG_DKDV_PINGPONG=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
+                         "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
+    three = WG_DKDV_BLOCKS == 3 and nwg == 1
+    if three and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it plain, evict-first
+        raise ValueError("TR2_ATTN_WG_DKDV_BLOCKS=3 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
+                         "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
+    o = "p" if pp else ("t" if three else o)
+    launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
+           128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])) + ((saved.out,) if din else ()),
+           shared_mem=wg_dkdv_shared_bytes(hs, nwg, din, 3 if pp else 2), prefer_shared=True)
+
+
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
@@ -388,19 +423,17 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                 raise ValueError(f"{key}=1 needs TR2_ATTN_DS_EVICT_FIRST=1 (TR2_ATTN_DS_EVICT_FIRST=0 given)")
             if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
                 raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
-            nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ("d" if din else "")
-            pp = WG_DKDV_PINGPONG and nwg == 2
-            if pp and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it alone, evict-first
-                raise ValueError("TR2_ATTN_WG_DKDV_PINGPONG=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
-                                 "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
-            three = WG_DKDV_BLOCKS == 3 and nwg == 1
-            if three and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it plain, evict-first
-                raise ValueError("TR2_ATTN_WG_DKDV_BLOCKS=3 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
-                                 "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
-            o = "p" if pp else ("t" if three else o)
-            launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
-                   128 * nwg, args + (u32(V_STRIDES[0]), u32(V_STRIDES[1])) + ((saved.out,) if din else ()),
-                   shared_mem=wg_dkdv_shared_bytes(hs, nwg, din, 3 if pp else 2), prefer_shared=True)
+            if WG_DKDV_TMA:
+                if WG_DKDV_OVERLAP or din or WG_DKDV_PINGPONG or WG_DKDV_BLOCKS == 3 or not DS_EVICT_FIRST:
+                    raise ValueError("TR2_ATTN_WG_DKDV_TMA=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and none of "
+                                     "TR2_ATTN_WG_DKDV_OVERLAP=1, TR2_ATTN_WG_DKDV_ROW_DOTS=1, "
+                                     "TR2_ATTN_WG_DKDV_PINGPONG=1, TR2_ATTN_WG_DKDV_BLOCKS=3")
+                tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
+                tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
+                launch(FILE, f"attn_backward_dkdv_ds_tma_l2_{name}_hs{hs}", (BH, -(-T // 128)), 384,
+                       (dqkv, tq, tdo) + args[3:], shared_mem=dkdv_tma_shared_bytes(hs), prefer_shared=True)
+            else:
+                _launch_dkdv_wg(ctx, hs, T, BH, name, args, din, saved)
         else:
             launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
                    args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise

@@ -2852,6 +2852,176 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 #endif
 }
 
+// ---- dK/dV with dS stored, on a TMA producer with register reallocation (gpu/attention.py's WG_DKDV_TMA; written
+// in the eighteenth session after its device time was spent, NOT run on a GPU: off) ----
+// Why: attention_backward_dkdv_wg with two warpgroups (gpt2-small bf16: 150.9 us a layer against the 124.5 of cuDNN's
+// whole backward kernel, dQ included; results/families-20261203-011243-h200-edition) stages each q and dO tile by
+// cp.async from its own warpgroups and holds its block at a barrier around every tile (Nsight Compute: barrier the
+// largest stall, 1.10 cycles an issued instruction; 8 warps an SM at 252 registers, the tensor pipe 21% busy: call 1
+// of results/h200-perf-20261202e), so both warpgroups issue, wait and run their softmax gradients in step while the
+// tensor cores idle. FlashAttention-3's backward hands the tiles to the copy engine from a producer warpgroup and
+// lets the consumers run apart. Here: 384 threads and 128 keys of one head a block. Warpgroup 0 produces: its thread 0
+// issues the copies (k and v of the block's keys once, as two 64-row boxes each; then each 64-query tile's q and dO
+// boxes into a ring of DKDV_TMA_STAGES stages) and its warp 1 copies the tile's lse and D rows (zeros past T) into the
+// stage, each arriving on the stage's barrier; setmaxnreg gives its registers to the consumers (24 kept, 240
+// theirs, FlashAttention-3's split: 128 x 24 + 256 x 240 = 64,512 of 65,536). ptxas (NVRTC 12.9) then builds the
+// consumers in 240 registers with 8 bytes spilled (232: 32 bytes; none: 136; at 256 threads a block, 232 registers
+// and no spill). Warpgroups 1 and 2 own 64 keys each and compute
+// attention_backward_dkdv_wg's tile (NWG = 2, EVICT) operation for operation on the same operands: S^T = k q^T and
+// dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient, dS^T stored to ds_t,
+// dV += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so the same bits (the GPU
+// test "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries awaits and releases it
+// unread, so that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past
+// the last): the mask gives them probability 0, as the other forms' zero rows.
+#define DKDV_TMA_STAGES 2
+
+template <int K, int HS, bool DROP>
+__device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
+                                            const float* __restrict__ lse, const float* __restrict__ Dvec,
+                                            u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind,
+                                            Dropout drop) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2, S = DKDV_TMA_STAGES;
+    constexpr int LDS = BC + 8;   // a warp's staged dS^T rows (store_ds_t), padded against bank conflicts
+    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * S + 1];
+    u64* full = bars;            // full[s]: the copies' arrival with their 2 BOX bytes, and the lse/D rows' arrival
+    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
+    u64* kv_full = bars + 2 * S;
+    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
+    unsigned char* sK = base;                       // consumer c's 64 keys at sK + c BOX
+    unsigned char* sV = base + 2 * BOX;
+    unsigned char* sQO = base + 4 * BOX;            // stage s: q at sQO + 2 s BOX, dO at + BOX
+    float* sLD = (float*)(sQO + 2 * S * BOX);       // stage s: lse at 2 s BC, D at (2 s + 1) BC
+    u16* sdS = (u16*)(sLD + 2 * S * BC);            // consumer warp w: 16 rows of LDS halves
+    const int nqt = (T + BC - 1) / BC;
+    const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: first
+    const int b = bh / H, h = bh % H, C = H * HS;
+    const int first = (kb * BR) / BC;               // the query tile holding the block's first key
+    const int niter = nqt - first;
+    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&full[s], 2);
+            mbar_init(&empty[s], 8);
+        }
+        mbar_init(kv_full, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {   // the producer: its registers go to the consumers
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        const int row0 = b * T;
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(kv_full, 4 * BOX);
+            tma_load_2d(sK, tq, kv_full, C + h * HS, row0 + kb * BR);
+            tma_load_2d(sK + BOX, tq, kv_full, C + h * HS, row0 + kb * BR + 64);
+            tma_load_2d(sV, tq, kv_full, 2 * C + h * HS, row0 + kb * BR);
+            tma_load_2d(sV + BOX, tq, kv_full, 2 * C + h * HS, row0 + kb * BR + 64);
+            for (int it = 0; it < niter; ++it) {
+                const int s = it % S, qt = first + it;
+                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                mbar_expect_tx(&full[s], 2 * BOX);
+                tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
+                tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
+            }
+        } else if ((threadIdx.x >> 5) == 1) {   // the tiles' lse and D rows, as stage_row stages them
+            for (int it = 0; it < niter; ++it) {
+                const int s = it % S, qt = first + it;
+                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                float* l = sLD + 2 * s * BC;
+                for (int k = lane; k < BC; k += 32) {
+                    const int i = qt * BC + k;
+                    l[k] = i < T ? lse[(i64)bh * T + i] : 0.0f;
+                    l[BC + k] = i < T ? Dvec[(i64)bh * T + i] : 0.0f;
+                }
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&full[s]);   // release: the warp's stores before it
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, cwarp = (threadIdx.x >> 5) - 4, g = lane >> 2, t = lane & 3;
+    const int K0 = kb * BR + cw * 64;         // the warpgroup's first key
+    const int k0 = K0 + warp * 16;            // the warp's
+    const u32 ak = smem_u32(sK + cw * BOX), av = smem_u32(sV + cw * BOX);
+    float dk[HS / 8][4], dv[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+    mbar_wait(kv_full, 0);
+    for (int it = 0; it < niter; ++it) {
+        const int s = it % S, qt = first + it;
+        mbar_wait(&full[s], (it / S) & 1);
+        if (qt * BC + BC - 1 >= K0) {   // else every query of the tile comes before the warpgroup's keys
+            const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
+            const float* sL = sLD + 2 * s * BC;
+            const float* sD = sL + BC;
+            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                i = qt * BC + n * 8 + 2 * t + (e & 1);
+                j = k0 + g + 8 * (e >> 1);
+            };
+            const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
+            KeepBits<1, NT> keep{};
+            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
+            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
+                const int il = n * 8 + 2 * t + (e & 1);
+                Lc = sL[il] * LOG2E;
+                Dq = sD[il];
+            };
+            float p[1][NT][4], ds[1][NT][4];
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T: a k16 slice is 32 bytes along the swizzled rows
+                wg_mma_ss<K>(p[0], wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                             wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+#pragma unroll
+            for (int k16 = 0; k16 < HS / 16; ++k16)   // dPd^T = v dO^T
+                wg_mma_ss<K>(ds[0], wg_desc_sw128(av + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                             wg_desc_sw128(ao + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(p[0]);
+            wg_hold(ds[0]);
+            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
+            u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
+            pack_a<K, NT>(pf, p[0]);   // first: P^T's registers are free while dS^T is stored (ptxas: fewer spills)
+            store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                            sdS + cwarp * 16 * LDS, ds, lane);
+            pack_a<K, NT>(df, ds[0]);
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: 16 queries a slice, 2048 bytes of the dO box
+                wg_mma<K, true>(dv, pf[k16], wg_desc_sw128(ao + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
+                wg_mma<K, true>(dk, df[k16], wg_desc_sw128(aq + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(dv);
+            wg_hold(dk);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int j = k0 + g + 8 * r;
+        if (j >= T) continue;
+        const i64 at = ((i64)b * T + j) * 3 * C + h * HS + 2 * t;
+        store_rows<HS>(dqkv, at + C, dk, r, scale, out_kind);
+        store_rows<HS>(dqkv, at + 2 * C, dv, r, 1.0f, out_kind);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG; measured slower
 // than the plain two-warpgroup form, the backward x1.22 a layer alone, call 1 of results/h200-perf-20261202c: off) ----
 // attention_backward_dkdv_wg with NWG = 2 synchronizes its block at every query tile (__syncthreads around the
@@ -3319,6 +3489,21 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     ATTN_DKDV_WGO_FORM(1, l2_, true, BUILD, K, HS) ATTN_DKDV_WGO_FORM(2, l2_, true, BUILD, K, HS)             \
     ATTN_DKDV_WGD_FORM(1, BUILD, K, HS) ATTN_DKDV_WGD_FORM(2, BUILD, K, HS) ATTN_DKDV_WGP_FORM(BUILD, K, HS)   \
     ATTN_DKDV_WG1T_FORM(BUILD, K, HS)
+// attention_backward_dkdv_tma (gpu/attention.py's WG_DKDV_TMA): attn_backward_dkdv_ds_tma_l2_<bf16r|f16r>_hs64,
+// 384 threads and 128 keys a block, arguments as the wg forms' with the tensor maps of qkv and dO (gpu/tma.py) in
+// their places and no strides.
+#define ATTN_DKDV_TMA(BUILD, K, HS)                                                                             \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tma_l2_##BUILD##_hs##HS(        \
+        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
+        const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
+        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {                            \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_tma<K, HS, true>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, out_kind, d); \
+        else                                                                                                   \
+            attention_backward_dkdv_tma<K, HS, false>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, out_kind, d); \
+    }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
@@ -3362,5 +3547,7 @@ ATTN_FORWARD_TMAWP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_TMAWP(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA(f16r, KIND_F16, 64)
 ATTN_FORWARD3(bf16r, KIND_BF16, false, 64)
 ATTN_FORWARD3(f16r, KIND_F16, false, 64)
