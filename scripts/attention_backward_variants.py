@@ -36,24 +36,29 @@ MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
             "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA")
-FORMS = {"recompute": (0, False, 128, False, False, 1, False, False, False, 2, False),
-         "ds": (0, True, 128, False, False, 1, False, False, False, 2, False),
-         "ds64": (0, True, 64, False, False, 1, False, False, False, 2, False),
-         "ds_l2": (0, True, 128, True, False, 1, False, False, False, 2, False),
-         "fold": (2, False, 128, False, False, 1, False, False, False, 2, False),
-         "wg1": (0, True, 128, True, True, 1, False, False, False, 2, False),
-         "wg2": (0, True, 128, True, True, 2, False, False, False, 2, False),
-         "wg1o": (0, True, 128, True, True, 1, True, False, False, 2, False),
-         "wg2o": (0, True, 128, True, True, 2, True, False, False, 2, False),
+_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, DQ_DS_QUERIES=128, DS_EVICT_FIRST=True, USE_WG_DKDV=True,
+             WG_DKDV_WARPGROUPS=1, WG_DKDV_OVERLAP=False, WG_DKDV_ROW_DOTS=False, WG_DKDV_PINGPONG=False,
+             WG_DKDV_BLOCKS=2, WG_DKDV_TMA=False)
+
+
+def _form(**changes) -> tuple:
+    """SETTINGS' values of a form: wg1's (ds_l2 with dK/dV on one wgmma warpgroup) with `changes`."""
+    return tuple({**_BASE, **changes}[name] for name in SETTINGS)
+
+
+_MMA_SYNC = dict(USE_WG_DKDV=False, DS_EVICT_FIRST=False)
+FORMS = {"recompute": _form(**_MMA_SYNC, USE_DS=False), "ds": _form(**_MMA_SYNC), "ds64": _form(**_MMA_SYNC, DQ_DS_QUERIES=64),
+         "ds_l2": _form(USE_WG_DKDV=False), "fold": _form(**_MMA_SYNC, USE_DS=False, FOLD_KEY_BLOCKS=2),
+         "wg1": _form(), "wg2": _form(WG_DKDV_WARPGROUPS=2),
+         "wg1o": _form(WG_DKDV_OVERLAP=True), "wg2o": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_OVERLAP=True),
          # D computed inside the dK/dV kernel, no row-dots launch (the same bits as wg1 / wg2)
-         "wg1d": (0, True, 128, True, True, 1, False, True, False, 2, False),
-         "wg2d": (0, True, 128, True, True, 2, False, True, False, 2, False),
+         "wg1d": _form(WG_DKDV_ROW_DOTS=True), "wg2d": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_ROW_DOTS=True),
          # two warpgroups in ping-pong (the same bits as wg2)
-         "wg2p": (0, True, 128, True, True, 2, False, False, True, 2, False),
+         "wg2p": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_PINGPONG=True),
          # one warpgroup compiled for three blocks an SM (the same bits as wg1)
-         "wg1t": (0, True, 128, True, True, 1, False, False, False, 3, False),
+         "wg1t": _form(WG_DKDV_BLOCKS=3),
          # dK/dV on a TMA producer with setmaxnreg, 128 keys a block (the same bits as wg2)
-         "tma": (0, True, 128, True, True, 2, False, False, False, 2, True)}
+         "tma": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True)}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)
