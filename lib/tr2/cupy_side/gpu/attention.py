@@ -378,7 +378,6 @@ def dq_ds_shared_bytes(queries: int) -> int:
     return 2 * DSQ_KEYS * (queries + 8 + 72) * 2
 
 
-
 def _launch_dkdv_wg(ctx, hs: int, T: int, BH: int, name: str, args: tuple, din: bool, saved) -> None:
     """attention_backward_dkdv_wg in the form the switches above pick (warpgroups, overlap, row dots, ping-pong,
     three blocks an SM)."""
