@@ -7,9 +7,9 @@ DS_EVICT_FIRST: must give ds's bits; alone it can show only what the backward's 
 next kernels), `wg1` and `wg2` (ds_l2 with dK/dV on wgmma, USE_WG_DKDV, one or two warpgroups a block; within a
 rounding of ds_l2: the tensor cores' sums need not round alike; measured the same bits), `wg1o` and `wg2o` (the
 same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOTS) and `wg2p`
-(WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2). First the forms' outputs against `recompute` (dv
-must be its bits under `ds`; dq and dk within
-a rounding of their half outputs: the row dots are summed in another order); then rounds in rotating order, each
+(WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA). First
+the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half
+outputs: the row dots are summed in another order); then rounds in rotating order, each
 figure the mean of `reps` back-to-back backward calls (whatever launches the form makes); the table gives each
 form's median over the rounds and its ratio to `recompute`.
 
@@ -35,10 +35,10 @@ from event_timing import mean_ms
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
-            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA")
+            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA", "DQ_TMA")
 _BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, DQ_DS_QUERIES=128, DS_EVICT_FIRST=True, USE_WG_DKDV=True,
              WG_DKDV_WARPGROUPS=1, WG_DKDV_OVERLAP=False, WG_DKDV_ROW_DOTS=False, WG_DKDV_PINGPONG=False,
-             WG_DKDV_BLOCKS=2, WG_DKDV_TMA=False)
+             WG_DKDV_BLOCKS=2, WG_DKDV_TMA=False, DQ_TMA=False)
 
 
 def _form(**changes) -> tuple:
@@ -58,7 +58,10 @@ FORMS = {"recompute": _form(**_MMA_SYNC, USE_DS=False), "ds": _form(**_MMA_SYNC)
          # one warpgroup compiled for three blocks an SM (the same bits as wg1)
          "wg1t": _form(WG_DKDV_BLOCKS=3),
          # dK/dV on a TMA producer with setmaxnreg, 128 keys a block (the same bits as wg2)
-         "tma": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True)}
+         "tma": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True),
+         # dQ on a TMA producer and wgmma after wg1, wg2 or tma (dk, dv their bits)
+         "wg1q": _form(DQ_TMA=True), "wg2q": _form(WG_DKDV_WARPGROUPS=2, DQ_TMA=True),
+         "tmaq": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DQ_TMA=True)}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)

@@ -827,21 +827,29 @@ def test_attention_dkdv_on_wgmma(build, B, T, H, hs, nwg, overlap, p, monkeypatc
         exact(f"attention dqkv on wgmma run-to-run {tag}", r, dqkv)
 
 
-def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch: str, what: str,
-                                on=True, off=False) -> None:
-    """The wgmma dK/dV kernel with attention.<switch> on gives the bits of the same kernel with it off: dq, dk and dv
-    (every allocation poisoned), three runs identical, and within the type's tolerance of the NumPy form. nwg
-    warpgroups a block; the other forms' switches off, ds_t's traffic evict-first (the forms are built so)."""
+def wg_dkdv_inputs(build, B, T, H, hs, nwg, p, monkeypatch):
+    """The wgmma dK/dV tests' inputs (ds_backward_inputs, salt 17) with the plain nwg-warpgroup form selected: the
+    other forms' switches off, ds_t's traffic evict-first (the forms are built so), dQ by the mma.sync kernel.
+    Returns (the attention module, backend, qkv, dout, saved, seed, offset); skips off sm_90a."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
     monkeypatch.setattr(attention, "USE_WG_DKDV", True)
     monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
-    for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_TMA"):
+    for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_TMA", "DQ_TMA"):
         monkeypatch.setattr(attention, other, False)
     monkeypatch.setattr(attention, "WG_DKDV_BLOCKS", 2)
     monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)
+    return attention, be, qkv, dout, saved, seed, offset
+
+
+def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch: str, what: str,
+                                on=True, off=False) -> None:
+    """The wgmma dK/dV kernel with attention.<switch> on gives the bits of the same kernel with it off: dq, dk and dv
+    (every allocation poisoned), three runs identical, and within the type's tolerance of the NumPy form. nwg
+    warpgroups a block; the other forms' switches off, ds_t's traffic evict-first (the forms are built so)."""
+    attention, be, qkv, dout, saved, seed, offset = wg_dkdv_inputs(build, B, T, H, hs, nwg, p, monkeypatch)
     assert attention.uses_wg_dkdv(be.ctx, hs)
 
     def backward(value):
@@ -889,6 +897,38 @@ def test_attention_dkdv_tma_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     into 128B-swizzled shared memory, two consumer warpgroups on mbarriers, box rows past T from the next sequence and
     masked): the bits of the two-warpgroup form whose arithmetic it repeats, dS^T (so dQ) included."""
     wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "WG_DKDV_TMA", "dK/dV by TMA")
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("nwg", [1, 2])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dq_tma_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
+    """dQ from ds_t on a TMA producer and wgmma (DQ_TMA) after the wgmma dK/dV kernel (nwg warpgroups): dq within the
+    type's tolerance of the NumPy form (every allocation poisoned, so a ds_t row it read unwritten, or a query it left
+    out, fails), dk and dv the bits of the run without it (their kernels unchanged), three runs the same bits; beside
+    them, recorded, whether dq has the mma.sync dQ kernel's bits."""
+    attention, be, qkv, dout, saved, seed, offset = wg_dkdv_inputs(build, B, T, H, hs, nwg, p, monkeypatch)
+
+    def backward(on):
+        monkeypatch.setattr(attention, "DQ_TMA", on)
+        return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+
+    runs = [backward(True) for _ in range(3)]
+    without = backward(False)
+    C = H * hs
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} nwg={nwg} p={p}]"
+    exact(f"attention dk, dv with dQ by TMA, against without {tag}", runs[0][..., C:], without[..., C:])
+    for r in runs[1:]:
+        exact(f"attention dqkv with dQ by TMA, run-to-run {tag}", r, runs[0])
+    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
+    if T > 1:   # one key: dq is rounding noise (test_attention says why)
+        check(f"attention dq by TMA {tag}", runs[0][..., :C], rdqkv[..., :C], tol)
+    a, b = runs[0][..., :C].astype(np.float64), without[..., :C].astype(np.float64)
+    RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                    "name": f"attention dq by TMA against the mma.sync dQ {tag}",
+                    "rel_diff": float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(b)), 1e-300),
+                    "same_bits": bool(np.array_equal(runs[0][..., :C], without[..., :C]))})
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])

@@ -47,3 +47,13 @@ def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
     assert 'TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp"}' in wrapper
     assert "stages = 4 * FWD_TMAW_STAGES if form in (3, 4) else 2 * FWD_TMA_STAGES" in wrapper
     assert (2 + 4 * stages) * box + 1024 <= 227 * 1024
+
+
+def test_tensor_map_args_of_a_stack_of_matrices():
+    # gpt2-small's ds_t, [B*H, T, ldq] halves, read a plane at a time: rows past T are zeros, not the next head's
+    assert tma.tensor_map_args_3d(96, 1024, 1024) == ((1024, 1024, 96), (2048, 2048 * 1024), (64, 64, 1), (1, 1, 1))
+    assert tma.tensor_map_args_3d(2, 7, 64) == ((64, 7, 2), (128, 128 * 7), (64, 64, 1), (1, 1, 1))
+    with pytest.raises(ValueError, match="at least 1 plane"):
+        tma.tensor_map_args_3d(0, 7, 64)
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        tma.tensor_map_args_3d(2, 7, 100)

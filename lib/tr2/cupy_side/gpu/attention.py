@@ -364,6 +364,22 @@ def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
     return (B * H, T, ds_row_halves(T, uses_wg_dkdv(ctx, hs)))
 
 
+# dQ from the stored dS^T on a TMA producer and wgmma (attention.cu's attention_backward_dq_tma,
+# attn_backward_dq_ds_tma_): the copy engine streams dS^T (a three-dimensional map of ds_t, key rows past T as zeros)
+# and k, two consumer warpgroups of 64 queries make dQ on wgmma with both operands transposed from shared memory. After
+# the wgmma dK/dV kernels only (their 64 x 64 tiles are written whole). Fixed order; the mma.sync dQ's bits only if the
+# tensor cores round both alike ("dq_tma" records it). Written in the eighteenth session after its device time: NOT
+# run on a GPU.
+DQ_TMA = bool(kernel_switch("TR2_ATTN_DQ_TMA", 0))
+DQ_TMA_STAGES = kernel_define(FILE, "DQ_TMA_STAGES")
+
+
+def dq_tma_shared_bytes(hs: int) -> int:
+    """attention_backward_dq_tma's dynamic shared memory: DQ_TMA_STAGES stages of a k box and two dS^T boxes (64 x hs
+    halves each) and 1 KB to put them on a 1024-byte boundary."""
+    return DQ_TMA_STAGES * 3 * 64 * hs * 2 + 1024
+
+
 def dq_ds_kernel(ctx, hs: int) -> tuple:
     """(the dQ-from-dS kernel's name, queries a block of it), as DQ_DS_QUERIES picks."""
     if DQ_DS_QUERIES not in (128, 64):
@@ -436,6 +452,16 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         else:
             launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
                    args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
+        if DQ_TMA:
+            if not wg:
+                raise ValueError("TR2_ATTN_DQ_TMA=1 reads ds_t as the wgmma dK/dV kernels write it; allowed with "
+                                 "them only (head size 64, half roundings, a Hopper GPU, TR2_ATTN_WG_DKDV=1)")
+            tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=BH)
+            tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
+            launch(FILE, f"attn_backward_dq_ds_tma_{name}_hs{hs}", (BH, -(-T // 128)), 384,
+                   (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind)), shared_mem=dq_tma_shared_bytes(hs),
+                   prefer_shared=True)
+            return dqkv
         dq_name, queries = dq_ds_kernel(ctx, hs)
         launch(FILE, dq_name, (BH, -(-T // queries)), THREADS,
                (dqkv, saved.qkv, ds_t, i32(ldq), i32(T), i32(H), i32(ctx.round_kind)),

@@ -46,6 +46,16 @@ def tensor_map_args(rows: int, cols: int, box_rows: int = BOX, box_cols: int = B
     return (cols, rows), (stride,), (box_cols, box_rows), (1, 1)
 
 
+def tensor_map_args_3d(planes: int, rows: int, cols: int, elem_bytes: int = 2) -> tuple:
+    """The same for a row-major (planes, rows, cols) array read as 64 x 64 boxes of one plane (box dims innermost
+    first: BOX columns, BOX rows, 1 plane): rows past a plane's end read as zeros, not as the next plane's first rows
+    (attention.cu's dQ by TMA reads dS^T so: [B*H, T, ldq])."""
+    if planes < 1:
+        raise ValueError(f"tensor map of a ({planes}, {rows}, {cols}) array: at least 1 plane")
+    (c, r), (stride,), (bc, br), _ = tensor_map_args(rows, cols, elem_bytes=elem_bytes)
+    return (c, r, planes), (stride, stride * rows), (bc, br, 1), (1, 1, 1)
+
+
 _encode = None
 
 
@@ -61,22 +71,24 @@ def _driver():
     return _encode
 
 
-def encode(matrix, rows: int, cols: int, dtype: str) -> np.void:
+def encode(matrix, rows: int, cols: int, dtype: str, planes: int = 0) -> np.void:
     """The map of the device half matrix `matrix` (rows x cols, row-major, uint16 bits of `dtype`) as the 128-byte
-    kernel argument."""
+    kernel argument; with `planes`, of a (planes, rows, cols) array read a plane at a time (tensor_map_args_3d)."""
     if dtype not in DATA_TYPE:
         raise ValueError(f"tensor map of {dtype!r}: allowed are {', '.join(DATA_TYPE)}")
-    if matrix.size != rows * cols or matrix.itemsize != 2 or not matrix.flags.c_contiguous:
-        raise ValueError(f"tensor map: a contiguous ({rows}, {cols}) matrix of 2-byte elements, not {matrix.shape} "
+    shape = (planes, rows, cols) if planes else (rows, cols)
+    if matrix.size != int(np.prod(shape)) or matrix.itemsize != 2 or not matrix.flags.c_contiguous:
+        raise ValueError(f"tensor map: a contiguous {shape} array of 2-byte elements, not {matrix.shape} "
                          f"of {matrix.dtype}")
     if matrix.data.ptr % 16:
         raise ValueError("tensor map: the matrix must start on a 16-byte boundary")
-    gdim, gstride, box, estride = tensor_map_args(rows, cols)
+    gdim, gstride, box, estride = tensor_map_args_3d(planes, rows, cols) if planes else tensor_map_args(rows, cols)
+    n = len(gdim)
     buf = (ctypes.c_uint64 * 24)()   # room to place the 128 bytes on a 64-byte boundary
     at = (ctypes.addressof(buf) + 63) & ~63
-    rc = _driver()(ctypes.c_void_p(at), DATA_TYPE[dtype], 2, ctypes.c_void_p(matrix.data.ptr),
-                   (ctypes.c_uint64 * 2)(*gdim), (ctypes.c_uint64 * 1)(*gstride), (ctypes.c_uint32 * 2)(*box),
-                   (ctypes.c_uint32 * 2)(*estride), INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_128B, OOB_FILL_ZEROS)
+    rc = _driver()(ctypes.c_void_p(at), DATA_TYPE[dtype], n, ctypes.c_void_p(matrix.data.ptr),
+                   (ctypes.c_uint64 * n)(*gdim), (ctypes.c_uint64 * (n - 1))(*gstride), (ctypes.c_uint32 * n)(*box),
+                   (ctypes.c_uint32 * n)(*estride), INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_128B, OOB_FILL_ZEROS)
     if rc:
-        raise TmaError(f"cuTensorMapEncodeTiled of a ({rows}, {cols}) {dtype} matrix: CUresult {rc}")
+        raise TmaError(f"cuTensorMapEncodeTiled of a {shape} {dtype} array: CUresult {rc}")
     return np.frombuffer(ctypes.string_at(at, 128), dtype=np.dtype((np.void, 128)))[0]

@@ -3022,6 +3022,113 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
 #endif
 }
 
+// ---- dQ from the stored dS^T on a TMA producer and wgmma (gpu/attention.py's DQ_TMA; written in the eighteenth
+// session after its device time was spent, NOT run on a GPU: off) ----
+// Why: attention_backward_dq_ds moves about 100 MB of dS^T a layer of gpt2-small bf16 into registers by cp.async and
+// ldmatrix from the warps that also run its mma.sync products, 47.6 us a layer (Nsight Compute: DRAM 57% busy, memory
+// 77%; call 1 of results/h200-perf-20261202e), where reading those bytes alone takes about 29 us at 3.9 TB/s. Here the
+// copy engine streams them: a producer thread hands each 64-key step's k box and the two consumers' dS^T boxes to it
+// (a ring of DQ_TMA_STAGES stages, 96 KB in flight a block), and two consumer warpgroups of 64 queries each make
+// dQ = scale dS k on wgmma, both operands from shared memory read MN-major (dS^T's rows are keys, k's rows are keys:
+// wgmma's transposed A and B, m64n64k16), the keys' k16 slices in order. dS^T comes through a three-dimensional map of
+// ds_t ([B*H, T, ldq]) so that key rows past T read as zeros (ds_t's rows there were never written); k's box rows past
+// T hold the next sequence's keys, finite, times those zeros. Only ds_t pieces the wgmma dK/dV kernels write are read:
+// a consumer takes key steps up to the one holding its last query, and those kernels write every (key, query) pair of
+// each 64 x 64 tile they compute (zeros where masked); the box a step loads for a consumer that does not take it is
+// never read. Bits: a fixed order, so three runs alike; against attention_backward_dq_ds's mma.sync sums the tensor
+// cores' rounding may differ (the GPU test "dq_tma" records whether it does, and holds dQ to the NumPy form).
+#define DQ_TMA_STAGES 4
+
+// One box at (c0, c1, c2) of a three-dimensional map into shared memory, its bytes counted on bar.
+__device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* tmap, u64* bar, int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+        ::"r"(smem_u32(dst)), "l"((u64)tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar)) : "memory");
+}
+
+// d = a b + (accumulate ? d : 0), a (64 x 16) and b (16 x 64) in shared memory, both MN-major (transposed).
+#define WG_MMA_SS_TT(TYPE)                                                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " WG_D32                       \
+                 ", %32, %33, p, 1, 1, 1, 1;\n}\n"                                                          \
+                 : WG_D32_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <int K>
+__device__ __forceinline__ void wg_mma_ss_tt(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate) {
+#ifdef ATTN_WGMMA
+    if constexpr (K == KIND_BF16) WG_MMA_SS_TT("bf16");
+    else WG_MMA_SS_TT("f16");
+#endif
+}
+
+template <int K, int HS>
+__device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorMap* tds, const TensorMap* tq, int T,
+                                          int H, int out_kind) {
+#ifdef ATTN_WGMMA
+    constexpr int BR = 128, BK = 64, BOX = 64 * HS * 2, S = DQ_TMA_STAGES;
+    static_assert(HS == 64, "one 128-byte row a key: the 128B swizzle's row");
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * S];
+    u64* full = bars;            // full[s]: the stage's 3 BOX bytes
+    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
+    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
+    // stage s at base + 3 s BOX: k's 64 keys, then consumer 0's and consumer 1's dS^T (64 keys x 64 queries each)
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int last = min(qb * BR + BR - 1, T - 1) / BK;   // the block's last key step
+    const int wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {   // the producer
+        if (threadIdx.x != 0) return;
+        for (int kt = 0; kt <= last; ++kt) {
+            const int s = kt % S;
+            if (kt >= S) mbar_wait(&empty[s], ((kt / S) - 1) & 1);
+            unsigned char* st = base + 3 * s * BOX;
+            mbar_expect_tx(&full[s], 3 * BOX);
+            tma_load_2d(st, tq, &full[s], C + h * HS, b * T + kt * BK);
+            tma_load_3d(st + BOX, tds, &full[s], qb * BR, kt * BK, bh);
+            tma_load_3d(st + 2 * BOX, tds, &full[s], qb * BR + 64, kt * BK, bh);
+        }
+        return;
+    }
+    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
+    const int wg_last = min(q0 + 63, T - 1) / BK;   // its last key step (q0 < T: see the guard below)
+    float dq[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int kt = 0; kt <= last; ++kt) {
+        const int s = kt % S;
+        mbar_wait(&full[s], (kt / S) & 1);
+        if (q0 < T && kt <= wg_last) {
+            const u32 ak = smem_u32(base + 3 * s * BOX), ad = ak + (1 + cw) * BOX;
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < BK / 16; ++k16)   // dQ += dS k: 16 keys a slice, 2048 bytes of each box
+                wg_mma_ss_tt<K>(dq, wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
+                                wg_desc_sw128(ak + 2048 * k16, TMA_V_LBO, TMA_V_SBO), kt > 0 || k16 > 0);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(dq);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+    }
+    if (q0 >= T) return;
+    const float (*acc)[HS / 8][4] = reinterpret_cast<const float (*)[HS / 8][4]>(&dq);
+    store_dq<HS, 1>(dqkv, acc, q0 + warp * 16, b, h, T, C, out_kind, lane);
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG; measured slower
 // than the plain two-warpgroup form, the backward x1.22 a layer alone, call 1 of results/h200-perf-20261202c: off) ----
 // attention_backward_dkdv_wg with NWG = 2 synchronizes its block at every query tile (__syncthreads around the
@@ -3504,6 +3611,15 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         else                                                                                                   \
             attention_backward_dkdv_tma<K, HS, false>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, out_kind, d); \
     }
+// attention_backward_dq_tma (gpu/attention.py's DQ_TMA): attn_backward_dq_ds_tma_<bf16r|f16r>_hs64, 384 threads and
+// 128 queries a block; the tensor maps of ds_t ([B*H, T, ldq]) and qkv.
+#define ATTN_DQ_TMA(BUILD, K, HS)                                                                               \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tma_##BUILD##_hs##HS(             \
+        void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
+        int out_kind) {                                                                                        \
+        grid_dependency_entry();                                                                               \
+        attention_backward_dq_tma<K, HS>(dqkv, &tds, &tq, T, H, out_kind);                                     \
+    }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
@@ -3549,5 +3665,7 @@ ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA(f16r, KIND_F16, 64)
+ATTN_DQ_TMA(bf16r, KIND_BF16, 64)
+ATTN_DQ_TMA(f16r, KIND_F16, 64)
 ATTN_FORWARD3(bf16r, KIND_BF16, false, 64)
 ATTN_FORWARD3(f16r, KIND_F16, false, 64)
