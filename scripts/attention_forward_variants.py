@@ -38,7 +38,7 @@ VARIANTS = {"mma": (False, False, 0, False, False, 2), "wg1": (True, False, 0, F
             "wgpp2": (True, False, 2, True, False, 2),   # two warpgroups in ping-pong (attention_forward_wg_pp)
             "tma": (True, False, 0, False, 1, 2),        # a TMA producer and two consumers (attention_forward_tma)
             "tmap": (True, False, 0, False, 2, 2),       # the same, each consumer with attention_forward_wgp's overlap
-            "tmaw": (True, False, 0, False, 3, 2),       # 128-key tiles and setmaxnreg (attention_forward_tma_wide)
+            "tmaw": (True, False, 0, False, 3, 2),       # 128-key tiles and setmaxnreg (attention_forward_tma, WIDE)
             "tmawp": (True, False, 0, False, 4, 2),      # the same, each consumer pipelined
             "mma3": (False, False, 0, False, False, 3)}  # mma.sync compiled for three blocks an SM (attn_forward3_)
 # TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)

@@ -33,13 +33,14 @@ def test_the_kernel_and_the_map_agree_on_the_box():
 
 
 def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
-    """attention_forward_tma_wide (WG_FORWARD_TMA = 3 and 4): 128-key tiles as two 64-row boxes side by side, so that one
+    """attention_forward_tma with WIDE (WG_FORWARD_TMA = 3 and 4): 128-key tiles as two 64-row boxes side by side, so that one
     128B-swizzled descriptor (8-row groups 1024 bytes apart) spans them: the second box starts 8 groups on. Its
     stages (gpu/attention.py's tma_shared_bytes, which needs CuPy to import: its formula here) fit a block's shared
     memory on the H200 (227 KB)."""
     from tr2.cupy_side import gpu
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
-    assert "constexpr int BR = 128, BC = 128, NT = BC / 8, BOX = 64 * HS * 2, S = FWD_TMAW_STAGES" in src
+    assert "constexpr int BR = 128, BC = WIDE ? 128 : 64, NT = BC / 8, BOX = 64 * HS * 2;" in src
+    assert "constexpr int S = WIDE ? FWD_TMAW_STAGES : FWD_TMA_STAGES, KB = BC / 64;" in src
     box = tma.BOX * 64 * 2
     assert box == (64 // 8) * 1024   # the next box's first row is the 128-key tile's row 64
     stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")

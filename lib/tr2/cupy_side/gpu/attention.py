@@ -152,7 +152,7 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # 2: the same with attention_forward_wgp's overlap in each consumer warpgroup (attn_forward_tmap_: tile kb + 1's
 # scores in flight beside tile kb's Pd v, its softmax while that runs; the same bits, "forward_tma_pipelined"), 164
 # registers, no spill, no wgmma serialized. Written in the thirteenth session after its device time: NOT run on a GPU.
-# 3: 128-key tiles and setmaxnreg (attention.cu's attention_forward_tma_wide, attn_forward_tmaw_): the producer
+# 3: 128-key tiles and setmaxnreg (attention.cu's attention_forward_tma with WIDE, attn_forward_tmaw_): the producer
 # warpgroup down to 40 registers, the consumers up to 232; S by m64n128k16, each stage two k and two v boxes. Not the
 # other forms' bits (maxima over 128 keys at a time): within the type's tolerance of the NumPy form, three runs the
 # same bits ("forward_tma_wide"). Written in the eighteenth session after its device time: NOT run on a GPU.
@@ -197,7 +197,7 @@ def wgpp_shared_bytes(hs: int) -> int:
 def tma_shared_bytes(hs: int, form: int = 1) -> int:
     """attention_forward_tma's dynamic shared memory: the two consumers' q boxes and FWD_TMA_STAGES k and v pairs,
     64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period); forms 3 and 4
-    (attention_forward_tma_wide): FWD_TMAW_STAGES stages of two k and two v boxes."""
+    (attention_forward_tma with WIDE): FWD_TMAW_STAGES stages of two k and two v boxes."""
     stages = 4 * FWD_TMAW_STAGES if form in (3, 4) else 2 * FWD_TMA_STAGES
     return (2 + stages) * 64 * hs * 2 + 1024
 

@@ -1034,21 +1034,66 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 saddr, u32 lbo, u32 sbo) {
 #define TMA_V_LBO 8192
 #define TMA_V_SBO 1024
 
-template <int K, int HS, bool DROP, bool PIPE = false>
+// ---- the forward with a TMA producer, 128-key tiles and register reallocation (FWD_TMA = 3: gpu/attention.py's
+// WG_FORWARD_TMA; written in the eighteenth session after its device time was spent, NOT run on a GPU: off) ----
+// Why: the TMA form above takes x0.96-1.0 of the mma.sync forward on the GPT-2 shapes while cuDNN's forward takes
+// x0.65 (48.7 against 74.5 us a layer of gpt2-small bf16, results/families-20261203-011243-h200-edition). Its
+// consumers take 64-key tiles: per tile they pay the row maxima's shuffles, the rescale of O, an mbarrier round and
+// two commit-wait rounds for 64 keys, and its S products are m64n64k16. FlashAttention-3's forward for head size 64
+// streams 128-key tiles, whose scores and Pd take a consumer thread 48 registers more (122 registers in the TMA form,
+// 164 pipelined, against the 168 a thread of 384 may have), and gives the producer warpgroup's registers to the
+// consumers (setmaxnreg: the ninth session's probe, 417 against 367 TFLOP/s for the products alone,
+// scripts/probes/tma_wgmma_probe.cu).
+// Here: attention_forward_tma itself with WIDE (producer warpgroup 0, consumers 1 and 2 with 64 queries each, 128
+// queries a block, the longest rows first; the 64-key forms' machine code unchanged, compared byte for byte by
+// scripts/cubin_text_compare.py) with 128-key tiles, each two 64-key boxes of k and two of v side by side in a stage
+// (so one 128B-swizzled descriptor spans the 128 keys: 16 groups of 8 rows at 1024 bytes), S = q k^T by m64n128k16,
+// O += Pd v over 8 k16 slices, and setmaxnreg: the producer down to 40 registers, the consumers up to 232.
+// Bits: not the other forms'. The online softmax's maxima are taken over 128 keys at a time, so the running maximum,
+// the rescale factors and the exponentials' roundings differ from a 64-key form's; out and lse stand within the
+// type's tolerance of the NumPy form (tests/test_kernels_gpu.py, "forward_tma_wide"), and three runs give the same
+// bits (every sum in a fixed order). Where it is used, the backward reads its lse and out as it reads any form's.
+#define FWD_TMAW_STAGES 2
+
+// d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
+#define WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+               "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+               "%59, %60, %61, %62, %63}"
+#define WG_D64_ROW(d, n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define WG_D64_ARGS(d)                                                                                         \
+    WG_D64_ROW(d, 0), WG_D64_ROW(d, 1), WG_D64_ROW(d, 2), WG_D64_ROW(d, 3), WG_D64_ROW(d, 4), WG_D64_ROW(d, 5), \
+    WG_D64_ROW(d, 6), WG_D64_ROW(d, 7), WG_D64_ROW(d, 8), WG_D64_ROW(d, 9), WG_D64_ROW(d, 10),                 \
+    WG_D64_ROW(d, 11), WG_D64_ROW(d, 12), WG_D64_ROW(d, 13), WG_D64_ROW(d, 14), WG_D64_ROW(d, 15)
+#define WG_MMA_SS128(TYPE)                                                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " WG_D64                      \
+                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                          \
+                 : WG_D64_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+template <int K>
+__device__ __forceinline__ void wg_mma_ss(float (&d)[16][4], u64 desc_a, u64 desc_b, int accumulate) {
+#ifdef ATTN_WGMMA
+    if constexpr (K == KIND_BF16) WG_MMA_SS128("bf16");
+    else WG_MMA_SS128("f16");
+#endif
+}
+
+template <int K, int HS, bool DROP, bool PIPE = false, bool WIDE = false>
 __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap, int T,
                                       int H, int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2, S = FWD_TMA_STAGES;
+    constexpr int BR = 128, BC = WIDE ? 128 : 64, NT = BC / 8, BOX = 64 * HS * 2;
+    constexpr int S = WIDE ? FWD_TMAW_STAGES : FWD_TMA_STAGES, KB = BC / 64;   // KB: boxes of k (of v) a stage
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * S + 1];
-    u64* full = bars;            // full[s]: the producer's arrival and the stage's 2 BOX bytes
+    u64* full = bars;            // full[s]: the producer's arrival and the stage's 2 KB BOX bytes
     u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
     u64* q_full = bars + 2 * S;
     unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
     unsigned char* sQ = base;                  // consumer c's 64 queries at sQ + c BOX
-    unsigned char* sKV = base + 2 * BOX;       // stage s: k at sKV + 2 s BOX, v at + BOX
+    unsigned char* sKV = base + 2 * BOX;       // stage s: k at sKV + 2 KB s BOX, v at + KB BOX
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
@@ -1064,6 +1109,7 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
     }
     __syncthreads();
     if (wg == 0) {   // the producer
+        if constexpr (WIDE) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x != 0) return;
         const int row0 = b * T;
         mbar_expect_tx(q_full, 2 * BOX);
@@ -1072,13 +1118,21 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
         for (int kb = 0; kb <= last; ++kb) {
             const int s = kb % S;
             if (kb >= S) mbar_wait(&empty[s], ((kb / S) - 1) & 1);
-            unsigned char* sK = sKV + 2 * s * BOX;
-            mbar_expect_tx(&full[s], 2 * BOX);
-            tma_load_2d(sK, tmap, &full[s], C + h * HS, row0 + kb * BC);
-            tma_load_2d(sK + BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC);
+            unsigned char* sK = sKV + 2 * KB * s * BOX;
+            mbar_expect_tx(&full[s], 2 * KB * BOX);
+            if constexpr (WIDE) {   // a 128-key tile: two boxes side by side, one descriptor spans them
+                tma_load_2d(sK, tmap, &full[s], C + h * HS, row0 + kb * BC);
+                tma_load_2d(sK + BOX, tmap, &full[s], C + h * HS, row0 + kb * BC + 64);
+                tma_load_2d(sK + 2 * BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC);
+                tma_load_2d(sK + 3 * BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC + 64);
+            } else {
+                tma_load_2d(sK, tmap, &full[s], C + h * HS, row0 + kb * BC);
+                tma_load_2d(sK + BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC);
+            }
         }
         return;
     }
+    if constexpr (WIDE) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
     const int r0 = q0 + warp * 16;              // the warp's
@@ -1113,7 +1167,7 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
             return keep;
         };
         auto issue_scores = [&](int kb) {   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows; committed
-            const u32 ak = smem_u32(sKV + 2 * (kb % S) * BOX);
+            const u32 ak = smem_u32(sKV + 2 * KB * (kb % S) * BOX);
 #pragma unroll
             for (int k16 = 0; k16 < HS / 16; ++k16)
                 wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
@@ -1178,7 +1232,7 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
             if (lane == 0) mbar_arrive(&empty[kb % S]);
         };
         auto tile = [&](int kb, const bool next) {   // O += Pd_kb v_kb, with tile kb + 1's scores and softmax
-            const u32 av = smem_u32(sKV + 2 * (kb % S) * BOX) + BOX;
+            const u32 av = smem_u32(sKV + 2 * KB * (kb % S) * BOX) + KB * BOX;
             if (next) mbar_wait(&full[(kb + 1) % S], ((kb + 1) / S) & 1);
             wg_fence();
             if (next) issue_scores(kb + 1);
@@ -1222,7 +1276,7 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
             const int s = kb % S;
             mbar_wait(&full[s], (kb / S) & 1);
             if (q0 < T && kb <= wg_last) {
-                const u32 ak = smem_u32(sKV + 2 * s * BOX), av = ak + BOX;
+                const u32 ak = smem_u32(sKV + 2 * KB * s * BOX), av = ak + KB * BOX;
                 auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
                     i = r0 + g + 8 * (e >> 1);
                     j = kb * BC + n * 8 + 2 * t + (e & 1);
@@ -1287,331 +1341,6 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
                 wg_fence();
     #pragma unroll
                 for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
-                    wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-                wg_commit();
-                wg_wait_all();
-                wg_hold(o);
-            }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
-        }
-    }
-    if (q0 >= T) return;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int i = r0 + g + 8 * r;
-        if (i >= T) continue;
-        const float inv = 1.0f / l;
-        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
-        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
-    }
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
-// ---- the forward with a TMA producer, 128-key tiles and register reallocation (FWD_TMA = 3: gpu/attention.py's
-// WG_FORWARD_TMA; written in the eighteenth session after its device time was spent, NOT run on a GPU: off) ----
-// Why: the TMA form above takes x0.96-1.0 of the mma.sync forward on the GPT-2 shapes while cuDNN's forward takes
-// x0.65 (48.7 against 74.5 us a layer of gpt2-small bf16, results/families-20261203-011243-h200-edition). Its 384
-// threads share the register file evenly (164 registers each, the producer's 128 threads idle on theirs), which
-// holds a consumer to 64-key tiles: per tile it pays the row maxima's shuffles, the rescale of O, an mbarrier round
-// and two commit-wait rounds for 64 keys, and its S products are m64n64k16. FlashAttention-3's forward for head size
-// 64 gives the producer warpgroup 24-40 registers and the consumers 232-240 (setmaxnreg: the ninth session's probe,
-// 417 against 367 TFLOP/s for the products alone, scripts/probes/tma_wgmma_probe.cu) and streams 128-key tiles.
-// Here: attention_forward_tma's block (producer warpgroup 0, consumers 1 and 2 with 64 queries each, 128 queries a
-// block, the longest rows first) with 128-key tiles, each two 64-key boxes of k and two of v side by side in a stage
-// (so one 128B-swizzled descriptor spans the 128 keys: 16 groups of 8 rows at 1024 bytes), S = q k^T by m64n128k16,
-// O += Pd v over 8 k16 slices, and setmaxnreg: the producer down to 40 registers, the consumers up to 232.
-// Bits: not the other forms'. The online softmax's maxima are taken over 128 keys at a time, so the running maximum,
-// the rescale factors and the exponentials' roundings differ from a 64-key form's; out and lse stand within the
-// type's tolerance of the NumPy form (tests/test_kernels_gpu.py, "forward_tma_wide"), and three runs give the same
-// bits (every sum in a fixed order). Where it is used, the backward reads its lse and out as it reads any form's.
-#define FWD_TMAW_STAGES 2
-
-// d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
-#define WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-               "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
-               "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
-               "%59, %60, %61, %62, %63}"
-#define WG_D64_ROW(d, n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
-#define WG_D64_ARGS(d)                                                                                         \
-    WG_D64_ROW(d, 0), WG_D64_ROW(d, 1), WG_D64_ROW(d, 2), WG_D64_ROW(d, 3), WG_D64_ROW(d, 4), WG_D64_ROW(d, 5), \
-    WG_D64_ROW(d, 6), WG_D64_ROW(d, 7), WG_D64_ROW(d, 8), WG_D64_ROW(d, 9), WG_D64_ROW(d, 10),                 \
-    WG_D64_ROW(d, 11), WG_D64_ROW(d, 12), WG_D64_ROW(d, 13), WG_D64_ROW(d, 14), WG_D64_ROW(d, 15)
-#define WG_MMA_SS128(TYPE)                                                                                     \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " WG_D64                      \
-                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                          \
-                 : WG_D64_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-template <int K>
-__device__ __forceinline__ void wg_mma_ss128(float (&d)[16][4], u64 desc_a, u64 desc_b, int accumulate) {
-#ifdef ATTN_WGMMA
-    if constexpr (K == KIND_BF16) WG_MMA_SS128("bf16");
-    else WG_MMA_SS128("f16");
-#endif
-}
-
-template <int K, int HS, bool DROP, bool PIPE = false>
-__device__ void attention_forward_tma_wide(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap,
-                                           int T, int H, int out_kind, Dropout drop) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 128, BC = 128, NT = BC / 8, BOX = 64 * HS * 2, S = FWD_TMAW_STAGES;
-    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) u64 bars[2 * S + 1];
-    u64* full = bars;            // full[s]: the producer's arrival and the stage's 4 BOX bytes
-    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
-    u64* q_full = bars + 2 * S;
-    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
-    unsigned char* sQ = base;                  // consumer c's 64 queries at sQ + c BOX
-    unsigned char* sKV = base + 2 * BOX;       // stage s: k's 128 keys at sKV + 4 s BOX, v's at + 2 BOX
-    const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
-    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
-    const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8);
-        }
-        mbar_init(q_full, 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-    if (wg == 0) {   // the producer: its registers go to the consumers
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (threadIdx.x != 0) return;
-        const int row0 = b * T;
-        mbar_expect_tx(q_full, 2 * BOX);
-        tma_load_2d(sQ, tmap, q_full, h * HS, row0 + qb * BR);
-        tma_load_2d(sQ + BOX, tmap, q_full, h * HS, row0 + qb * BR + 64);
-        for (int kb = 0; kb <= last; ++kb) {
-            const int s = kb % S;
-            if (kb >= S) mbar_wait(&empty[s], ((kb / S) - 1) & 1);
-            unsigned char* sK = sKV + 4 * s * BOX;
-            mbar_expect_tx(&full[s], 4 * BOX);
-            tma_load_2d(sK, tmap, &full[s], C + h * HS, row0 + kb * BC);
-            tma_load_2d(sK + BOX, tmap, &full[s], C + h * HS, row0 + kb * BC + 64);
-            tma_load_2d(sK + 2 * BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC);
-            tma_load_2d(sK + 3 * BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC + 64);
-        }
-        return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
-    const int r0 = q0 + warp * 16;              // the warp's
-    const int wg_last = min(q0 + 63, T - 1) / BC;   // the warpgroup's last tile (q0 < T: see the guard below)
-    const u32 aq = smem_u32(sQ + cw * BOX);
-    float o[HS / 8][4];
-    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    mbar_wait(q_full, 0);
-    if constexpr (PIPE) {
-        // FWD_TMA = 4: attention_forward_tma's PIPE schedule on these 128-key tiles (FlashAttention-3's overlap within
-        // a warpgroup): tile kb + 1's S = q k^T in flight beside tile kb's O += Pd v, its softmax while that product
-        // runs; the arithmetic of the branch below in its order, so its bits. A tile's work is a lambda called with a
-        // constant `next` (a wgmma issued under a run-time condition and read after the branches join serializes
-        // every wgmma of the kernel: C7520, tests/test_wgmma_serialization.py).
-        float sc[NT][4];
-        u32 pf[NT / 2][4];
-        float alpha[2];
-        auto at_of = [&](int kb) {
-            return [=](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-                i = r0 + g + 8 * (e >> 1);
-                j = kb * BC + n * 8 + 2 * t + (e & 1);
-            };
-        };
-        auto edge_of = [&](int kb) { return kb * BC + BC - 1 > r0 || kb * BC + BC > T; };
-        auto keep_of = [&](int kb) {
-            KeepBits<1, NT> keep{};
-            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge_of(kb), at_of(kb));
-            return keep;
-        };
-        auto issue_scores = [&](int kb) {   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows; committed
-            const u32 ak = smem_u32(sKV + 4 * (kb % S) * BOX);
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)
-                wg_mma_ss128<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                                wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-            wg_commit();
-        };
-        // tile kb's scores in sc (their product done) -> the mask, the new maxima and alpha (lrow rescaled; O by
-        // the caller once no product writes it), the exponentials summed into lrow, the dropout
-        auto softmax = [&](int kb, const KeepBits<1, NT>& keep) {
-            const auto at = at_of(kb);
-            if (edge_of(kb)) {
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        int i, j;
-                        at(0, n, e, i, j);
-                        if (j > i || j >= T) sc[n][e] = NEG_INF;
-                    }
-            }
-            float mc[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float mx = NEG_INF;
-#pragma unroll
-                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mnew = fmaxf(mrow[r], mx);
-                mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
-                alpha[r] = exp_c<false>(mrow[r], c, mc[r]);
-                mrow[r] = mnew;
-                lrow[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float p = exp_c<false>(sc[n][e], c, mc[e >> 1]);
-                    lrow[e >> 1] += p;
-                    sc[n][e] = p;
-                }
-            if constexpr (DROP) {
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
-            }
-        };
-        auto rescale_and_pack = [&]() {
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-                for (int n = 0; n < HS / 8; ++n) {
-                    o[n][2 * r] *= alpha[r];
-                    o[n][2 * r + 1] *= alpha[r];
-                }
-            pack_a<K, NT>(pf, sc);
-        };
-        auto release = [&](int kb) {   // this warp is done with the stage of tile kb
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[kb % S]);
-        };
-        auto tile = [&](int kb, const bool next) {   // O += Pd_kb v_kb, with tile kb + 1's scores and softmax
-            const u32 av = smem_u32(sKV + 4 * (kb % S) * BOX) + 2 * BOX;
-            if (next) mbar_wait(&full[(kb + 1) % S], ((kb + 1) / S) & 1);
-            wg_fence();
-            if (next) issue_scores(kb + 1);
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: 16 keys a slice, 2048 bytes; the two v boxes adjoin
-                wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-            wg_commit();
-            if (next) {
-                const KeepBits<1, NT> keep = keep_of(kb + 1);
-                wg_wait_one();   // S (the older group) is done; Pd_kb v_kb may run on
-                wg_hold(sc);
-                softmax(kb + 1, keep);
-            }
-            wg_wait_all();
-            wg_hold(o);
-            wg_keep(pf);
-            release(kb);
-            if (next) rescale_and_pack();
-        };
-        if (q0 < T) {   // tile 0: its scores and Pd_0, nothing else in flight
-            mbar_wait(&full[0], 0);
-            const KeepBits<1, NT> keep = keep_of(0);
-            wg_fence();
-            issue_scores(0);
-            wg_wait_all();
-            wg_hold(sc);
-            softmax(0, keep);
-            rescale_and_pack();
-        }
-        for (int kb = 0; kb <= last; ++kb) {
-            if (q0 < T && kb <= wg_last) {
-                if (kb < wg_last) tile(kb, true);
-                else tile(kb, false);
-            } else {   // a tile this warpgroup does not compute: awaited, so that no release runs a ring ahead
-                mbar_wait(&full[kb % S], (kb / S) & 1);
-                release(kb);
-            }
-        }
-    } else {
-        for (int kb = 0; kb <= last; ++kb) {
-            const int s = kb % S;
-            mbar_wait(&full[s], (kb / S) & 1);
-            if (q0 < T && kb <= wg_last) {
-                const u32 ak = smem_u32(sKV + 4 * s * BOX), av = ak + 2 * BOX;
-                auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-                    i = r0 + g + 8 * (e >> 1);
-                    j = kb * BC + n * 8 + 2 * t + (e & 1);
-                };
-                const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
-                KeepBits<1, NT> keep{};
-                if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
-                float sc[NT][4];
-                wg_fence();
-#pragma unroll
-                for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows
-                    wg_mma_ss128<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                                    wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-                wg_commit();
-                wg_wait_all();
-                wg_hold(sc);
-                if (edge) {
-#pragma unroll
-                    for (int n = 0; n < NT; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            int i, j;
-                            at(0, n, e, i, j);
-                            if (j > i || j >= T) sc[n][e] = NEG_INF;
-                        }
-                }
-                float mc[2];
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    float mx = NEG_INF;
-#pragma unroll
-                    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float mnew = fmaxf(mrow[r], mx);
-                    mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
-                    const float alpha = exp_c<false>(mrow[r], c, mc[r]);
-                    mrow[r] = mnew;
-                    lrow[r] *= alpha;
-#pragma unroll
-                    for (int n = 0; n < HS / 8; ++n) {
-                        o[n][2 * r] *= alpha;
-                        o[n][2 * r + 1] *= alpha;
-                    }
-                }
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float p = exp_c<false>(sc[n][e], c, mc[e >> 1]);
-                        lrow[e >> 1] += p;
-                        sc[n][e] = p;
-                    }
-                if constexpr (DROP) {
-#pragma unroll
-                    for (int n = 0; n < NT; ++n)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
-                }
-                u32 pf[NT / 2][4];
-                pack_a<K, NT>(pf, sc);
-                wg_fence();
-#pragma unroll
-                for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: 16 keys a slice, 2048 bytes; the two v boxes adjoin
                     wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
                 wg_commit();
                 wg_wait_all();
@@ -2873,6 +2602,10 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // test "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries awaits and releases it
 // unread, so that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past
 // the last): the mask gives them probability 0, as the other forms' zero rows.
+// The tile's lines repeat attention_backward_dkdv_wg's rather than share a function with it: that kernel is every
+// model's dK/dV now, and a function shared with a measured kernel has changed its machine code before (see
+// attention_forward_tma's note); should this form win, the two can be merged and the measured kernels' machine code
+// compared byte for byte (scripts/cubin_text_compare.py), as attention_forward_tma's WIDE was.
 #define DKDV_TMA_STAGES 2
 
 template <int K, int HS, bool DROP>
@@ -3434,7 +3167,7 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         if (use_dropout) attention_forward_tma<K, HS, true, true>(out, lse, &tm, T, H, out_kind, d);           \
         else attention_forward_tma<K, HS, false, true>(out, lse, &tm, T, H, out_kind, d);                      \
     }
-// FWD_TMA = 3 (gpu/attention.py): 128-key tiles and setmaxnreg (attention_forward_tma_wide),
+// FWD_TMA = 3 (gpu/attention.py): 128-key tiles and setmaxnreg (attention_forward_tma with WIDE),
 // attn_forward_tmaw_<bf16r|f16r>_hs64; 2 + 4 FWD_TMAW_STAGES boxes of shared memory and 1 KB to align them.
 #define ATTN_FORWARD_TMAW(BUILD, K, HS)                                                                         \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmaw_##BUILD##_hs##HS(                   \
@@ -3442,8 +3175,8 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma_wide<K, HS, true>(out, lse, &tm, T, H, out_kind, d);            \
-        else attention_forward_tma_wide<K, HS, false>(out, lse, &tm, T, H, out_kind, d);                       \
+        if (use_dropout) attention_forward_tma<K, HS, true, false, true>(out, lse, &tm, T, H, out_kind, d);            \
+        else attention_forward_tma<K, HS, false, false, true>(out, lse, &tm, T, H, out_kind, d);                       \
     }
 // FWD_TMA = 4: the same with attention_forward_tma's PIPE schedule in each consumer, attn_forward_tmawp_<...>_hs64.
 #define ATTN_FORWARD_TMAWP(BUILD, K, HS)                                                                        \
@@ -3452,8 +3185,8 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma_wide<K, HS, true, true>(out, lse, &tm, T, H, out_kind, d);      \
-        else attention_forward_tma_wide<K, HS, false, true>(out, lse, &tm, T, H, out_kind, d);                 \
+        if (use_dropout) attention_forward_tma<K, HS, true, true, true>(out, lse, &tm, T, H, out_kind, d);      \
+        else attention_forward_tma<K, HS, false, true, true>(out, lse, &tm, T, H, out_kind, d);                 \
     }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
