@@ -2596,10 +2596,10 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // theirs, FlashAttention-3's split: 128 x 24 + 256 x 240 = 64,512 of 65,536). ptxas (NVRTC 12.9) then builds the
 // consumers in 240 registers with 8 bytes spilled (232: 32 bytes; none: 88; at 256 threads a block, 246 registers
 // and no spill: results/cpu-checks-20261203b/ptxas-new-attention-kernels.txt). Warpgroups 1 and 2 own 64 keys each
-// and compute attention_backward_dkdv_wg's tile (NWG = 2, EVICT) operation for operation on the same operands: S^T = k q^T and
-// dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient, dS^T stored to ds_t,
-// dV += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so the same bits (the GPU
-// test "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries awaits and releases it
+// and compute attention_backward_dkdv_wg's tile (NWG = 2, EVICT) operation for operation on the same operands:
+// S^T = k q^T and dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient,
+// dS^T stored to ds_t, dV += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so
+// the same bits (the GPU test "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries awaits and releases it
 // unread, so that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past
 // the last): the mask gives them probability 0, as the other forms' zero rows.
 // The tile's lines repeat attention_backward_dkdv_wg's rather than share a function with it: that kernel is every
