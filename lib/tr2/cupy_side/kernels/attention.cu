@@ -2599,8 +2599,8 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // and compute attention_backward_dkdv_wg's tile (NWG = 2, EVICT) operation for operation on the same operands:
 // S^T = k q^T and dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient,
 // dS^T stored to ds_t, dV += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so
-// the same bits (the GPU test "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries awaits and releases it
-// unread, so that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past
+// the same bits (the GPU test "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries
+// awaits and releases it unread, so that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past
 // the last): the mask gives them probability 0, as the other forms' zero rows.
 // The tile's lines repeat attention_backward_dkdv_wg's rather than share a function with it: that kernel is every
 // model's dK/dV now, and a function shared with a measured kernel has changed its machine code before (see
