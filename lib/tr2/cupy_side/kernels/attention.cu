@@ -2586,22 +2586,22 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // Why: attention_backward_dkdv_wg with two warpgroups (gpt2-small bf16: 150.9 us a layer against the 124.5 of cuDNN's
 // whole backward kernel, dQ included; results/families-20261203-011243-h200-edition) stages each q and dO tile by
 // cp.async from its own warpgroups and holds its block at a barrier around every tile (Nsight Compute: barrier the
-// largest stall, 1.10 cycles an issued instruction; 8 warps an SM at 252 registers, the tensor pipe 21% busy: call 1
-// of results/h200-perf-20261202e), so both warpgroups issue, wait and run their softmax gradients in step while the
-// tensor cores idle. FlashAttention-3's backward hands the tiles to the copy engine from a producer warpgroup and
-// lets the consumers run apart. Here: 384 threads and 128 keys of one head a block. Warpgroup 0 produces: its thread 0
-// issues the copies (k and v of the block's keys once, as two 64-row boxes each; then each 64-query tile's q and dO
-// boxes into a ring of DKDV_TMA_STAGES stages) and its warp 1 copies the tile's lse and D rows (zeros past T) into the
-// stage, each arriving on the stage's barrier; setmaxnreg gives its registers to the consumers (24 kept, 240
-// theirs, FlashAttention-3's split: 128 x 24 + 256 x 240 = 64,512 of 65,536). ptxas (NVRTC 12.9) then builds the
-// consumers in 240 registers with 8 bytes spilled (232: 32 bytes; none: 88; at 256 threads a block, 246 registers
-// and no spill: results/cpu-checks-20261203b/ptxas-new-attention-kernels.txt). Warpgroups 1 and 2 own 64 keys each
-// and compute attention_backward_dkdv_wg's tile (NWG = 2, EVICT) operation for operation on the same operands:
-// S^T = k q^T and dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient,
-// dS^T stored to ds_t, dV += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so
-// the same bits (the GPU test "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries
-// awaits and releases it unread, so that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past
-// the last): the mask gives them probability 0, as the other forms' zero rows.
+// largest stall, 1.10 cycles an issued instruction; 8 warps an SM at 252 registers, the tensor pipe 21% busy: call 1 of
+// results/h200-perf-20261202e), so both warpgroups issue, wait and run their softmax gradients in step while the tensor
+// cores idle. FlashAttention-3's backward hands the tiles to the copy engine from a producer warpgroup and lets the
+// consumers run apart. Here: 384 threads and 128 keys of one head a block. Warpgroup 0 produces: its thread 0 issues
+// the copies (k and v of the block's keys once, as two 64-row boxes each; then each 64-query tile's q and dO boxes into
+// a ring of DKDV_TMA_STAGES stages) and its warp 1 copies the tile's lse and D rows (zeros past T) into the stage, each
+// arriving on the stage's barrier; setmaxnreg gives its registers to the consumers (24 kept, 240 theirs,
+// FlashAttention-3's split: 128 x 24 + 256 x 240 = 64,512 of 65,536). ptxas (NVRTC 12.9) then builds the consumers in
+// 240 registers with 8 bytes spilled (232: 32 bytes; none: 88; at 256 threads a block, 246 registers and no spill:
+// results/cpu-checks-20261203b/ptxas-new-attention-kernels.txt). Warpgroups 1 and 2 own 64 keys each and compute
+// attention_backward_dkdv_wg's tile (NWG = 2, EVICT) operation for operation on the same operands: S^T = k q^T and
+// dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient, dS^T stored to ds_t,
+// dV += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so the same bits (the GPU test
+// "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries awaits and releases it unread, so
+// that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past the last):
+// the mask gives them probability 0, as the other forms' zero rows.
 // The tile's lines repeat attention_backward_dkdv_wg's rather than share a function with it: that kernel is every
 // model's dK/dV now, and a function shared with a measured kernel has changed its machine code before (see
 // attention_forward_tma's note); should this form win, the two can be merged and the measured kernels' machine code
