@@ -2834,9 +2834,9 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
     const int wg_last = min(q0 + 63, T - 1) / BK;   // its last key step (q0 < T: see the guard below)
-    float dq[8][4];
+    float dq[1][HS / 8][4];   // store_dq's layout: one m16 tile a warp
 #pragma unroll
-    for (int n = 0; n < 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int n = 0; n < HS / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
     for (int kt = 0; kt <= last; ++kt) {
         const int s = kt % S;
         mbar_wait(&full[s], (kt / S) & 1);
@@ -2845,18 +2845,17 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             wg_fence();
 #pragma unroll
             for (int k16 = 0; k16 < BK / 16; ++k16)   // dQ += dS k: 16 keys a slice, 2048 bytes of each box
-                wg_mma_ss_tt<K>(dq, wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
+                wg_mma_ss_tt<K>(dq[0], wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
                                 wg_desc_sw128(ak + 2048 * k16, TMA_V_LBO, TMA_V_SBO), kt > 0 || k16 > 0);
             wg_commit();
             wg_wait_all();
-            wg_hold(dq);
+            wg_hold(dq[0]);
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
     }
     if (q0 >= T) return;
-    const float (*acc)[HS / 8][4] = reinterpret_cast<const float (*)[HS / 8][4]>(&dq);
-    store_dq<HS, 1>(dqkv, acc, q0 + warp * 16, b, h, T, C, out_kind, lane);
+    store_dq<HS, 1>(dqkv, dq, q0 + warp * 16, b, h, T, C, out_kind, lane);
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
