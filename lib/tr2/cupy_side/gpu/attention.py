@@ -321,9 +321,12 @@ WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
 # the q and dO tiles to the copy engine (tensor maps of qkv and dO) and gives its registers to two consumer
 # warpgroups of 64 keys each (setmaxnreg 24 / 240), which run apart on mbarriers instead of meeting at a block barrier
 # every tile; the two-warpgroup form's arithmetic, so its bits ("dkdv_tma"). On, every T takes it (128 keys a block),
-# with evict-first dS^T stores and none of the forms above. Written in the eighteenth session after its device time:
-# NOT run on a GPU.
-WG_DKDV_TMA = bool(kernel_switch("TR2_ATTN_WG_DKDV_TMA", 0))
+# with evict-first dS^T stores and none of the forms above. Its tests ("dkdv_tma", 44 cases) passed in call 1 of
+# results/h200-perf-20261203e; measured there (the whole backward alone, bf16, ms a layer): gpt2-small 0.1735 against
+# wg2's 0.2048, gpt2-medium 0.2312 against 0.2655, but nanogpt (T = 256) 0.1824 against wg1's 0.1279. Hence the
+# default 2: where two warpgroups would run (rows over 256) and no other form is asked for; 1 takes it at every T
+# (the other forms' switches then stop the run), 0 never.
+WG_DKDV_TMA = kernel_switch("TR2_ATTN_WG_DKDV_TMA", 2, (0, 1, 2))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 
 
@@ -333,6 +336,15 @@ def dkdv_tma_shared_bytes(hs: int) -> int:
     of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's period)."""
     box = 64 * hs * 2
     return 4 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
+
+
+def dkdv_tma_runs(T: int, din: bool) -> bool:
+    """Whether the wgmma dK/dV kernel runs on the TMA producer (WG_DKDV_TMA's 0, 1 and 2 above); din: the DIN form
+    is asked for."""
+    if WG_DKDV_TMA == 2:
+        return (wg_dkdv_warpgroups(T) == 2 and DS_EVICT_FIRST
+                and not (WG_DKDV_OVERLAP or din or WG_DKDV_PINGPONG))
+    return bool(WG_DKDV_TMA)
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
@@ -438,8 +450,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                 raise ValueError(f"{key}=1 needs TR2_ATTN_DS_EVICT_FIRST=1 (TR2_ATTN_DS_EVICT_FIRST=0 given)")
             if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
                 raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
-            if WG_DKDV_TMA:
-                if WG_DKDV_OVERLAP or din or WG_DKDV_PINGPONG or WG_DKDV_BLOCKS == 3 or not DS_EVICT_FIRST:
+            if dkdv_tma_runs(T, din):
+                if (WG_DKDV_OVERLAP or din or WG_DKDV_PINGPONG or not DS_EVICT_FIRST
+                        or (WG_DKDV_BLOCKS == 3 and WG_DKDV_TMA == 1)):
                     raise ValueError("TR2_ATTN_WG_DKDV_TMA=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and none of "
                                      "TR2_ATTN_WG_DKDV_OVERLAP=1, TR2_ATTN_WG_DKDV_ROW_DOTS=1, "
                                      "TR2_ATTN_WG_DKDV_PINGPONG=1, TR2_ATTN_WG_DKDV_BLOCKS=3")
