@@ -10,7 +10,9 @@ same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOT
 (WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA). First
 the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half
 outputs: the row dots are summed in another order); then rounds in rotating order, each
-figure the mean of `reps` back-to-back backward calls (whatever launches the form makes); the table gives each
+figure one backward call's share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph
+and replayed (TR2_VARIANT_TIMING=graph, the default: the host's work a call not counted, as in the training
+step's graph) or issued back to back (TR2_VARIANT_TIMING=eager); the table gives each
 form's median over the rounds and its ratio to `recompute`.
 
     python3 scripts/attention_backward_variants.py OUT.jsonl [rounds] [reps]
@@ -30,7 +32,12 @@ from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
 
-from event_timing import mean_ms
+from event_timing import timer
+
+# why graph by default: the TMA forms encode tensor maps on the host every call, and timed back to back the host
+# fell behind the GPU (call 4 of results/h200-perf-20261203e: tmaw 61.5 us under Nsight Compute, 76 us so)
+TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
+TIME = timer(TIMING)
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
@@ -127,10 +134,10 @@ def main() -> int:
         for r in range(rounds):
             for f in names[r % len(names):] + names[:r % len(names)]:
                 use(f)
-                ms = mean_ms(lambda: be.attention_backward(dout, qkv, saved, H, cfg.dropout, seed, offset), reps)
+                ms = TIME(lambda: be.attention_backward(dout, qkv, saved, H, cfg.dropout, seed, offset), reps)
                 times[f].append(ms)
                 with open(path, "a") as fh:
-                    fh.write(json.dumps({"model": model, "form": f, "round": r, "bwd_ms": ms, "reps": reps,
+                    fh.write(json.dumps({"model": model, "form": f, "round": r, "bwd_ms": ms, "reps": reps, "timing": TIMING,
                                          "B": B, "T": T, "H": H, "dropout": cfg.dropout}) + "\n")
         base = statistics.median(times["recompute"])
         for f in names:

@@ -7,7 +7,10 @@ shape whatever
 gpu/attention.py's WG_MAX_T (attention.cu instantiated
 the wgmma kernel with one and with two warpgroups a block until call 3 of results/h200-perf-20261201d, which timed
 both; now with one). Rounds in rotating order; each
-figure the mean of `reps` back-to-back calls; the table gives each variant's median over the rounds and its ratio
+figure one call's share of `reps` calls, recorded as one CUDA graph and replayed (TR2_VARIANT_TIMING=graph, the
+default: the host's work a call not counted, as in the training step's graph) or issued back to back
+(TR2_VARIANT_TIMING=eager: the host's work counts where it falls behind); the table gives each variant's median
+over the rounds and its ratio
 to mma.sync. (One CUDA-event median a process, as attention_bench.py takes, moved by up to 30% between
 processes: results/h200-perf-20261201c call 3.)
 
@@ -28,7 +31,12 @@ from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
 
-from event_timing import mean_ms
+from event_timing import timer
+
+# why graph by default: the TMA forms encode tensor maps on the host every call, and timed back to back the host
+# fell behind the GPU (call 4 of results/h200-perf-20261203e: tmaw 61.5 us under Nsight Compute, 76 us so)
+TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
+TIME = timer(TIMING)
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 SETTINGS = ("USE_WGMMA", "WG_FORWARD_PIPELINED", "WG_FORWARD_NWG", "WG_FORWARD_PINGPONG", "WG_FORWARD_TMA",
@@ -69,10 +77,11 @@ def main() -> int:
         for r in range(rounds):
             for v in names[r % len(names):] + names[:r % len(names)]:
                 use(v, T)
-                ms = mean_ms(lambda: be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32), reps)
+                ms = TIME(lambda: be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32), reps)
                 times[v].append(ms)
                 with open(path, "a") as f:
                     f.write(json.dumps({"model": model, "variant": v, "round": r, "fwd_ms": ms, "reps": reps,
+                                        "timing": TIMING,
                                         "B": B, "T": T, "H": H, "dropout": cfg.dropout}) + "\n")
         base = statistics.median(times["mma"])
         for v in names:

@@ -32,3 +32,37 @@ def median_ms(fn, reps: int, warmup: int = 3) -> float:
         b.synchronize()
         times.append(cp.cuda.get_elapsed_time(a, b))
     return statistics.median(times)
+
+
+def graph_ms(fn, reps: int) -> float:
+    """ms a call with the host out of the way: `reps` calls recorded as one CUDA graph (gpu/graph.py's StepGraph: a
+    stream and memory pool of its own, the same calls run eagerly first), replayed once untimed, then once between
+    two events. The training step runs as such a graph. mean_ms charges a form for its host work a call (tensor maps
+    encoded, extra launches) wherever the host falls behind the GPU; here only the GPU's time counts."""
+    from tr2.cupy_side.gpu.graph import StepGraph
+
+    def body():
+        for _ in range(reps):
+            fn()
+
+    g = StepGraph(body)
+    g.warmup()
+    g.capture()
+    g.replay()
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    a.record(g.stream)
+    g.replay()
+    b.record(g.stream)
+    b.synchronize()
+    ms = cp.cuda.get_elapsed_time(a, b) / reps
+    g.graph = None
+    g.pool.free_all_blocks()
+    return ms
+
+
+def timer(name: str):
+    """TR2_VARIANT_TIMING's timer for the variant scripts: graph (default, graph_ms) or eager (mean_ms); a value
+    outside them stops the script naming it."""
+    if name not in ("graph", "eager"):
+        raise SystemExit(f"TR2_VARIANT_TIMING={name!r}: allowed values are graph, eager")
+    return graph_ms if name == "graph" else mean_ms
