@@ -145,27 +145,28 @@ def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
     assert cupy_update[STEPS] < cupy_update[0] - 0.2
 
 
-# gpu/attention.py's WG_DKDV_TMA: the TMA dK/dV kernel is on by default where rows pass 256 (gpt2-small's 1024) and
-# repeats the two-warpgroup kernel's arithmetic, so a whole run with it (eager and graph) must have the losses of the
-# run without it to the bit; float16 beside bfloat16 for its device-side skips.
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, dtype):
+# gpu/attention.py's WG_DKDV_TMA: the TMA dK/dV kernel is on by default and repeats the wgmma kernels' arithmetic, so
+# a whole run with it (eager and graph) must have the losses of the run without it to the bit: gpt2-small (rows of
+# 1024, eight key blocks a head) in bfloat16 and float16 (its device-side skips), the char model (rows of 256, where
+# the one-warpgroup kernel ran before) in bfloat16.
+@pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("gpt2-small", "float16"),
+                                          ("nanogpt", "bfloat16")])
+def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
     from tr2.models import load_model
     if runtime.built_for(attention.FILE) != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model("gpt2-small")
-    assert cfg.block_size > 256   # where the default takes the TMA kernel
+    cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", "gpt2-small", "--dtype", dtype, "--batches", order, "--half-roundings"]
-    without, _ = _train(tmp_path, "wg2", *common, "--save-init", tmp_path / "init.npz",
+    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
+    without, _ = _train(tmp_path, "wg", *common, "--save-init", tmp_path / "init.npz",
                         env={"TR2_ATTN_WG_DKDV_TMA": "0"})
     common += ["--init", tmp_path / "init.npz"]
     tma, _ = _train(tmp_path, "tma", *common, env={"TR2_ATTN_WG_DKDV_TMA": "2"})
     tma_graph, out = _train(tmp_path, "tma-graph", *common, "--cuda-graph", env={"TR2_ATTN_WG_DKDV_TMA": "2"})
     assert "cuda graph:" in out
-    print(f"gpt2-small {dtype}: TMA dK/dV vs wg2 max rel {_max_rel(without, tma)[0]:.2e}, "
+    print(f"{model} {dtype}: TMA dK/dV vs wgmma max rel {_max_rel(without, tma)[0]:.2e}, "
           f"graph {_max_rel(without, tma_graph)[0]:.2e}")
     assert tma == without, f"the TMA dK/dV kernel changed the losses: {_max_rel(without, tma)}"
     assert tma_graph == without, f"the TMA dK/dV kernel in the graph: {_max_rel(without, tma_graph)}"

@@ -322,10 +322,12 @@ WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
 # warpgroups of 64 keys each (setmaxnreg 24 / 240), which run apart on mbarriers instead of meeting at a block barrier
 # every tile; the two-warpgroup form's arithmetic, so its bits ("dkdv_tma"). On, every T takes it (128 keys a block),
 # with evict-first dS^T stores and none of the forms above. Its tests ("dkdv_tma", 44 cases) passed in call 1 of
-# results/h200-perf-20261203e; measured there (the whole backward alone, bf16, ms a layer): gpt2-small 0.1735 against
-# wg2's 0.2048, gpt2-medium 0.2312 against 0.2655, but nanogpt (T = 256) 0.1824 against wg1's 0.1279. Hence the
-# default 2: where two warpgroups would run (rows over 256) and no other form is asked for; 1 takes it at every T
-# (the other forms' switches then stop the run), 0 never.
+# results/h200-perf-20261203e. The whole backward alone (bf16, ms a layer, each form's calls in a CUDA graph, call 5
+# there): nanogpt 0.1067 against wg1's 0.1151, gpt2-small 0.1572 against wg2's 0.1954, gpt2-medium 0.2067 against
+# 0.2521. (Timed back to back without a graph, call 1, nanogpt read 0.1824 against 0.1279: the host, encoding two
+# tensor maps a call, fell behind the GPU.) The default 2 takes it wherever the wgmma dK/dV runs and no other form is
+# asked for (TR2_ATTN_WG_DKDV_NWG, _OVERLAP, _ROW_DOTS, _PINGPONG, _BLOCKS=3, TR2_ATTN_DS_EVICT_FIRST=0); 1 takes it
+# always (those switches then stop the run), 0 never.
 WG_DKDV_TMA = kernel_switch("TR2_ATTN_WG_DKDV_TMA", 2, (0, 1, 2))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 
@@ -342,7 +344,7 @@ def dkdv_tma_runs(T: int, din: bool) -> bool:
     """Whether the wgmma dK/dV kernel runs on the TMA producer (WG_DKDV_TMA's 0, 1 and 2 above); din: the DIN form
     is asked for."""
     if WG_DKDV_TMA == 2:
-        return (wg_dkdv_warpgroups(T) == 2 and DS_EVICT_FIRST
+        return (WG_DKDV_WARPGROUPS == 0 and DS_EVICT_FIRST and WG_DKDV_BLOCKS == 2
                 and not (WG_DKDV_OVERLAP or din or WG_DKDV_PINGPONG))
     return bool(WG_DKDV_TMA)
 
