@@ -57,6 +57,7 @@ def use(variant: str, T: int) -> None:
     for name, value in zip(SETTINGS, VARIANTS[variant]):
         setattr(attention, name, value)
     attention.WG_MAX_T = T
+    attention.FWD_TMA_LONG = 0   # each form as named, whatever the rows (WG_MAX_T = T makes none "long" either)
 
 
 def main() -> int:

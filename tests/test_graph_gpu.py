@@ -173,6 +173,56 @@ def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
     assert without[STEPS] < without[0] - 0.2
 
 
+# gpu/attention.py's DQ_TMA: dQ from ds_t on a TMA producer and wgmma. Its kernel tests found the mma.sync dQ's bits
+# in all 88 cases (call 7 of results/h200-perf-20261203e), so a whole run with it must have the losses of the run
+# without it to the bit, eager and in the graph (its two tensor maps baked into the captured launch).
+@pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("nanogpt", "float16")])
+def test_the_tma_dq_kernel_changes_no_bit(tmp_path, model, dtype):
+    from tr2.cupy_side.gpu import attention, runtime
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    if runtime.built_for(attention.FILE) != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
+    without, _ = _train(tmp_path, "mma-dq", *common, "--save-init", tmp_path / "init.npz",
+                        env={"TR2_ATTN_DQ_TMA": "0"})
+    common += ["--init", tmp_path / "init.npz"]
+    tma, _ = _train(tmp_path, "tma-dq", *common, env={"TR2_ATTN_DQ_TMA": "1"})
+    tma_graph, out = _train(tmp_path, "tma-dq-graph", *common, "--cuda-graph", env={"TR2_ATTN_DQ_TMA": "1"})
+    assert "cuda graph:" in out
+    print(f"{model} {dtype}: TMA dQ vs mma.sync dQ max rel {_max_rel(without, tma)[0]:.2e}, "
+          f"graph {_max_rel(without, tma_graph)[0]:.2e}")
+    assert tma == without, f"the TMA dQ kernel changed the losses: {_max_rel(without, tma)}"
+    assert tma_graph == without, f"the TMA dQ kernel in the graph: {_max_rel(without, tma_graph)}"
+    assert without[STEPS] < without[0] - 0.2
+
+
+# gpu/attention.py's WG_FORWARD_TMA 3 and 4: the TMA forward with 128-key tiles, which has bits of its own (its online
+# softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the bit (one tensor map of qkv
+# baked into each captured launch), and the run must train.
+@pytest.mark.parametrize("form", ["3", "4"])
+def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
+    from tr2.cupy_side.gpu import attention, runtime
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    if runtime.built_for(attention.FILE) != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    cfg = load_model("gpt2-small")
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", "gpt2-small", "--dtype", "bfloat16", "--batches", order, "--half-roundings"]
+    mma, _ = _train(tmp_path, "mma", *common, "--save-init", tmp_path / "init.npz", env={"TR2_ATTN_FWD_TMA": "0"})
+    common += ["--init", tmp_path / "init.npz"]
+    eager, _ = _train(tmp_path, "tmaw", *common, env={"TR2_ATTN_FWD_TMA": form})
+    graph, out = _train(tmp_path, "tmaw-graph", *common, "--cuda-graph", env={"TR2_ATTN_FWD_TMA": form})
+    assert "cuda graph:" in out
+    print(f"gpt2-small bfloat16, TMA forward {form}: graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}; "
+          f"against the mma.sync forward's run {_max_rel(mma, eager)[0]:.2e} (step {_max_rel(mma, eager)[1]})")
+    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
+    assert eager[STEPS] < eager[0] - 0.2
+
+
 # gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt
 # product gets the workspace size its plan names either way, so the losses must be the full workspace's to the bit
 # (eager, and graph: the workspace is sized in the warm-up, never inside the capture), and the peak in use falls by

@@ -501,7 +501,7 @@ def wg_forward_form_is_the_bits_of(build, B, T, H, hs, p, monkeypatch, form: dic
     seed, offset = 1337, rng.site_offset(11, 7, 1)
     rout, rsaved = ref.attention_forward(qkv.astype(ref.float_dtype), H, p, seed, offset)
     monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)   # the plain wgmma forward at every T, for its bits
-    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG", "WG_FORWARD_TMA"):
+    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG", "WG_FORWARD_TMA", "FWD_TMA_LONG"):
         monkeypatch.setattr(attention, name, False)
 
     def forward(settings):

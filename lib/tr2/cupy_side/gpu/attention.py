@@ -159,6 +159,11 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # 4: the same with attention_forward_tma's PIPE schedule in each consumer (attn_forward_tmawp_: tile kb + 1's scores
 # in flight beside tile kb's Pd v; form 3's bits, "forward_tma_wide").
 WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4))
+# The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
+# one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
+# tmaw 0.0562 and 0.0731 against mma.sync's 0.0617 and 0.0783 on gpt2-small and gpt2-medium. Off until its graph
+# test (tests/test_graph_gpu.py, "wide_tma_forward") has run.
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 0, (0, 1, 2, 3, 4))
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
 TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp"}
@@ -172,9 +177,15 @@ TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp"}
 FWD_BLOCKS = kernel_switch("TR2_ATTN_FWD_BLOCKS", 2, (2, 3))
 
 
+def forward_tma_form(T: int) -> int:
+    """The TMA forward's form that rows of T take (TMA_FORMS' keys), 0 for none: WG_FORWARD_TMA, else FWD_TMA_LONG
+    for rows over WG_MAX_T."""
+    return WG_FORWARD_TMA or (FWD_TMA_LONG if T > WG_MAX_T else 0)
+
+
 def uses_wgmma(ctx, hs: int, T: int) -> bool:
     return (USE_WGMMA and ctx.half and ctx.half_roundings and hs == 64
-            and (T <= WG_MAX_T or WG_FORWARD_PIPELINED or WG_FORWARD_PINGPONG or WG_FORWARD_TMA)
+            and (T <= WG_MAX_T or WG_FORWARD_PIPELINED or WG_FORWARD_PINGPONG or forward_tma_form(T))
             and runtime.built_for(FILE) == "sm_90a")
 
 
@@ -204,15 +215,16 @@ def tma_shared_bytes(hs: int, form: int = 1) -> int:
 
 def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
-    if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, WG_FORWARD_TMA))) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 4: allowed is one at "
-                         "most")
-    if WG_FORWARD_TMA:
+    form = forward_tma_form(T)
+    if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, form))) > 1:
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 4 (or "
+                         "TR2_ATTN_FWD_TMA_LONG on rows over 256): allowed is one at most")
+    if form:
         qkv = args[2]
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
-        launch(FILE, f"attn_forward_{TMA_FORMS[WG_FORWARD_TMA]}_{name}_hs{hs}", (BH, -(-T // 128)), 384,
-               args[:2] + (tmap,) + args[3:], shared_mem=tma_shared_bytes(hs, WG_FORWARD_TMA), prefer_shared=True)
+        launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", (BH, -(-T // 128)), 384,
+               args[:2] + (tmap,) + args[3:], shared_mem=tma_shared_bytes(hs, form), prefer_shared=True)
         return
     if WG_FORWARD_PINGPONG and wg_forward_warpgroups(T) == 2:
         launch(FILE, f"attn_forward_wgpp2_{name}_hs{hs}", (BH, -(-T // 128)), 256, args + strides,
@@ -384,7 +396,11 @@ def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
 # the wgmma dK/dV kernels only (their 64 x 64 tiles are written whole). Fixed order; the mma.sync dQ's bits only if the
 # tensor cores round both alike ("dq_tma" records it). Written in the eighteenth session after its device time: NOT
 # run on a GPU.
-DQ_TMA = bool(kernel_switch("TR2_ATTN_DQ_TMA", 0))
+# Its kernel tests (88 cases) passed in call 7 of results/h200-perf-20261203e, every case with the mma.sync dQ's bits.
+# Alone in CUDA graphs after the TMA dK/dV (the whole backward, ms a layer, bf16, call 6 there): nanogpt 0.1074 against
+# 0.1067, gpt2-small 0.1522 against 0.1572, gpt2-medium 0.2028 against 0.2067. 1: at every T; 2: rows over WG_MAX_T
+# (the GPT-2 shapes); 0: never. Off until its graph test (tests/test_graph_gpu.py, "tma_dq") has run.
+DQ_TMA = kernel_switch("TR2_ATTN_DQ_TMA", 0, (0, 1, 2))
 DQ_TMA_STAGES = kernel_define(FILE, "DQ_TMA_STAGES")
 
 
@@ -467,9 +483,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         else:
             launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
                    args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
-        if DQ_TMA:
+        if DQ_TMA == 1 or (DQ_TMA == 2 and T > WG_MAX_T):
             if not wg:
-                raise ValueError("TR2_ATTN_DQ_TMA=1 reads ds_t as the wgmma dK/dV kernels write it; allowed with "
+                raise ValueError("TR2_ATTN_DQ_TMA=1 or 2 reads ds_t as the wgmma dK/dV kernels write it; allowed with "
                                  "them only (head size 64, half roundings, a Hopper GPU, TR2_ATTN_WG_DKDV=1)")
             tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=BH)
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)

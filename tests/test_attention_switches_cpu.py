@@ -1,0 +1,71 @@
+"""gpu/attention.py's choice of kernel form, checked without a GPU: which dK/dV kernel and which forward a row length
+takes under the switches (the rules are pure functions of the module's settings). The module imports CuPy at the top
+but touches it only when it launches, so it is imported here over a stand-in module, and every module that import
+brought in is dropped again afterwards."""
+import sys
+import types
+
+import pytest
+
+
+@pytest.fixture
+def attention(monkeypatch):
+    before = set(sys.modules)
+    if "cupy" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    from tr2.cupy_side.gpu import attention as module
+    yield module
+    for name in set(sys.modules) - before:
+        if name != "cupy":
+            del sys.modules[name]
+
+
+def test_the_tma_dkdv_kernel_is_the_default_at_every_row_length(attention):
+    assert attention.WG_DKDV_TMA == 2
+    for T in (1, 64, 256, 257, 1024):
+        assert attention.dkdv_tma_runs(T, din=False), T
+
+
+@pytest.mark.parametrize("setting, value", [("WG_DKDV_WARPGROUPS", 1), ("WG_DKDV_WARPGROUPS", 2),
+                                            ("WG_DKDV_OVERLAP", True), ("WG_DKDV_PINGPONG", True),
+                                            ("WG_DKDV_BLOCKS", 3), ("DS_EVICT_FIRST", False)])
+def test_another_dkdv_form_asked_for_wins_over_the_default(attention, monkeypatch, setting, value):
+    monkeypatch.setattr(attention, setting, value)
+    assert not attention.dkdv_tma_runs(1024, din=False)
+    monkeypatch.setattr(attention, "WG_DKDV_TMA", 1)   # asked for explicitly: taken (backward() then names the clash)
+    assert attention.dkdv_tma_runs(1024, din=False)
+
+
+def test_the_dkdv_switch_off_and_the_din_form(attention, monkeypatch):
+    assert not attention.dkdv_tma_runs(1024, din=True)
+    monkeypatch.setattr(attention, "WG_DKDV_TMA", 0)
+    assert not attention.dkdv_tma_runs(1024, din=False)
+
+
+def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
+    assert attention.forward_tma_form(1024) == 0   # off by default
+    monkeypatch.setattr(attention, "FWD_TMA_LONG", 3)
+    assert attention.forward_tma_form(attention.WG_MAX_T) == 0
+    assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 3
+    monkeypatch.setattr(attention, "WG_FORWARD_TMA", 1)   # every row length: it wins
+    assert attention.forward_tma_form(64) == 1
+    assert attention.forward_tma_form(1024) == 1
+
+
+@pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_WG_DKDV_TMA", "3", "0, 1, 2"),
+                                               ("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "5", "0, 1, 2, 3, 4")])
+def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, key, raw, allowed):
+    """A misspelt bench variant must not run as the default and be timed as something else."""
+    monkeypatch.setenv(key, raw)
+    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)   # imported afresh, restored after
+    before = set(sys.modules)
+    if "cupy" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    try:
+        with pytest.raises(ValueError, match=rf"^{key}='{raw}': allowed values are {allowed}$"):
+            import tr2.cupy_side.gpu.attention  # noqa: F401
+    finally:
+        for name in set(sys.modules) - before:
+            if name != "cupy":
+                del sys.modules[name]
