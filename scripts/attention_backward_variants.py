@@ -7,7 +7,8 @@ DS_EVICT_FIRST: must give ds's bits; alone it can show only what the backward's 
 next kernels), `wg1` and `wg2` (ds_l2 with dK/dV on wgmma, USE_WG_DKDV, one or two warpgroups a block; within a
 rounding of ds_l2: the tensor cores' sums need not round alike; measured the same bits), `wg1o` and `wg2o` (the
 same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOTS) and `wg2p`
-(WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA). First
+(WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA), `tma3`,
+`tmad`, `tmad3` (DKDV_TMA_FORM: tma's bits). First
 the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half
 outputs: the row dots are summed in another order); then rounds in rotating order, each
 figure one backward call's share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph
@@ -42,10 +43,11 @@ TIME = timer(TIMING)
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
-            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA", "DQ_TMA")
+            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA", "DQ_TMA",
+            "DKDV_TMA_FORM")
 _BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, DQ_DS_QUERIES=128, DS_EVICT_FIRST=True, USE_WG_DKDV=True,
              WG_DKDV_WARPGROUPS=1, WG_DKDV_OVERLAP=False, WG_DKDV_ROW_DOTS=False, WG_DKDV_PINGPONG=False,
-             WG_DKDV_BLOCKS=2, WG_DKDV_TMA=False, DQ_TMA=False)
+             WG_DKDV_BLOCKS=2, WG_DKDV_TMA=False, DQ_TMA=False, DKDV_TMA_FORM=0)
 
 
 def _form(**changes) -> tuple:
@@ -68,7 +70,14 @@ FORMS = {"recompute": _form(**_MMA_SYNC, USE_DS=False), "ds": _form(**_MMA_SYNC)
          "tma": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True),
          # dQ on a TMA producer and wgmma after wg1, wg2 or tma (dk, dv their bits)
          "wg1q": _form(DQ_TMA=True), "wg2q": _form(WG_DKDV_WARPGROUPS=2, DQ_TMA=True),
-         "tmaq": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DQ_TMA=True)}
+         "tmaq": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DQ_TMA=True),
+         # the TMA dK/dV's forms: three stages, the deferred wait, both (tma's bits)
+         "tma3": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=1),
+         "tmad": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=2),
+         "tmad3": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=3)}
+# forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
+SAME_BITS = {"ds64": "ds", "ds_l2": "ds", "wg2": "wg1", "tma": "wg2", "tma3": "tma", "tmad": "tma", "tmad3": "tma",
+             "wg1q": "wg1", "wg2q": "wg2", "tmaq": "tma"}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)
@@ -119,9 +128,10 @@ def main() -> int:
         for f in names:
             use(f)
             outs[f] = be.to_host(be.attention_backward(dout, qkv, saved, H, cfg.dropout, seed, offset)).astype(np.float64)
-        for f in ("ds64", "ds_l2"):
-            if f in outs and "ds" in outs and not np.array_equal(outs[f], outs["ds"]):
-                print(f"{model:12} {f} is NOT ds's bits", flush=True)
+        for f, ref in SAME_BITS.items():
+            if f in outs and ref in outs:
+                same = np.array_equal(outs[f], outs[ref])
+                print(f"{model:12} {f} {'has' if same else 'is NOT'} {ref}'s bits", flush=True)
         for f in names:
             d = np.abs(outs[f] - outs["recompute"])
             rel = {part: float(d[..., s].max() / max(np.abs(outs["recompute"][..., s]).max(), 1e-30))

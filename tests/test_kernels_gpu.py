@@ -837,7 +837,7 @@ def wg_dkdv_inputs(build, B, T, H, hs, nwg, p, monkeypatch):
     be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
     monkeypatch.setattr(attention, "USE_WG_DKDV", True)
     monkeypatch.setattr(attention, "WG_DKDV_WARPGROUPS", nwg)
-    for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_TMA", "DQ_TMA"):
+    for other in ("WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_TMA", "DQ_TMA", "DKDV_TMA_FORM"):
         monkeypatch.setattr(attention, other, False)
     monkeypatch.setattr(attention, "WG_DKDV_BLOCKS", 2)
     monkeypatch.setattr(attention, "DS_EVICT_FIRST", True)
@@ -845,11 +845,14 @@ def wg_dkdv_inputs(build, B, T, H, hs, nwg, p, monkeypatch):
 
 
 def wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, nwg, p, monkeypatch, switch: str, what: str,
-                                on=True, off=False) -> None:
+                                on=True, off=False, also: dict | None = None) -> None:
     """The wgmma dK/dV kernel with attention.<switch> on gives the bits of the same kernel with it off: dq, dk and dv
     (every allocation poisoned), three runs identical, and within the type's tolerance of the NumPy form. nwg
-    warpgroups a block; the other forms' switches off, ds_t's traffic evict-first (the forms are built so)."""
+    warpgroups a block; the other forms' switches off, ds_t's traffic evict-first (the forms are built so), then
+    the settings in `also` for both runs."""
     attention, be, qkv, dout, saved, seed, offset = wg_dkdv_inputs(build, B, T, H, hs, nwg, p, monkeypatch)
+    for name, value in (also or {}).items():
+        monkeypatch.setattr(attention, name, value)
     assert attention.uses_wg_dkdv(be.ctx, hs)
 
     def backward(value):
@@ -897,6 +900,19 @@ def test_attention_dkdv_tma_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     into 128B-swizzled shared memory, two consumer warpgroups on mbarriers, box rows past T from the next sequence and
     masked): the bits of the two-warpgroup form whose arithmetic it repeats, dS^T (so dQ) included."""
     wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "WG_DKDV_TMA", "dK/dV by TMA")
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+@pytest.mark.parametrize("form", [1, 2, 3], ids=["tma3", "tmad", "tmad3"])
+def test_attention_dkdv_tma_forms(build, B, T, H, hs, p, form, monkeypatch):
+    """The TMA dK/dV kernel's other forms (DKDV_TMA_FORM: a third stage in the ring; each tile's dV and dK products
+    issued with the next tile's S^T and dPd^T, one wait for both; the two together): the plain TMA form's bits, dS^T
+    (so dQ) included, three runs identical. A stage released too early, or a product read before its wait, changes
+    them or the run-to-run bits."""
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "DKDV_TMA_FORM", "TMA dK/dV form", on=form,
+                                off=0, also={"WG_DKDV_TMA": 1})
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])

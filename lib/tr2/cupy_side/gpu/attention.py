@@ -342,14 +342,22 @@ WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
 # always (those switches then stop the run), 0 never.
 WG_DKDV_TMA = kernel_switch("TR2_ATTN_WG_DKDV_TMA", 2, (0, 1, 2))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
+# The TMA dK/dV kernel's form (attention.cu, before attention_backward_dkdv_tma; written in the nineteenth session
+# after its device time: NOT run on a GPU): 0 the plain one (attn_backward_dkdv_ds_tma_l2_), 1 three stages (tma3),
+# 2 each tile's dV and dK products issued with the next tile's S^T and dPd^T and waited for once (tmad), 3 both
+# (tmad3). The same operations in the same order: the plain form's bits (tests/test_kernels_gpu.py, "dkdv_tma_forms").
+# ptxas (NVRTC 12.9): 168 registers each; spills 8 / 16 / 72 / 68 bytes (the deferred forms hold the next tile's
+# scores beside the A fragments and dK/dV; about 20 local loads a tile, against 3).
+DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 0, (0, 1, 2, 3))
+DKDV_TMA_FORMS = {0: ("tma", DKDV_TMA_STAGES), 1: ("tma3", 3), 2: ("tmad", DKDV_TMA_STAGES), 3: ("tmad3", 3)}
 
 
-def dkdv_tma_shared_bytes(hs: int) -> int:
+def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
     """attention_backward_dkdv_tma's dynamic shared memory: k and v of the block's 128 keys (four 64 x hs boxes),
-    DKDV_TMA_STAGES stages of a q and a dO box and their lse and D rows (64 floats each), each consumer warp's 16 rows
-    of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's period)."""
+    `stages` stages of a q and a dO box and their lse and D rows (64 floats each), each consumer warp's 16 rows of
+    dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's period)."""
     box = 64 * hs * 2
-    return 4 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
+    return 4 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
 def dkdv_tma_runs(T: int, din: bool) -> bool:
@@ -476,8 +484,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                                      "TR2_ATTN_WG_DKDV_PINGPONG=1, TR2_ATTN_WG_DKDV_BLOCKS=3")
                 tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
                 tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
-                launch(FILE, f"attn_backward_dkdv_ds_tma_l2_{name}_hs{hs}", (BH, -(-T // 128)), 384,
-                       (dqkv, tq, tdo) + args[3:], shared_mem=dkdv_tma_shared_bytes(hs), prefer_shared=True)
+                form, stages = DKDV_TMA_FORMS[DKDV_TMA_FORM]
+                launch(FILE, f"attn_backward_dkdv_ds_{form}_l2_{name}_hs{hs}", (BH, -(-T // 128)), 384,
+                       (dqkv, tq, tdo) + args[3:], shared_mem=dkdv_tma_shared_bytes(hs, stages), prefer_shared=True)
             else:
                 _launch_dkdv_wg(ctx, hs, T, BH, name, args, din, saved)
         else:

@@ -2606,16 +2606,24 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // model's dK/dV now, and a function shared with a measured kernel has changed its machine code before (see
 // attention_forward_tma's note); should this form win, the two can be merged and the measured kernels' machine code
 // compared byte for byte (scripts/cubin_text_compare.py), as attention_forward_tma's WIDE was.
+// Two more forms (gpu/attention.py's DKDV_TMA_FORM; written in the nineteenth session after its device time: NOT run
+// on a GPU): S = 3 stages in the ring (one block an SM is set by the registers; shared memory allows a third stage),
+// and DEFER: a tile's dV and dK products and the next tile's S^T and dPd^T are issued back to back and waited for
+// once, so that the tensor cores run the two groups without the wait and the stage's handover between them (the
+// plain form waits after each). As attention_forward_tma's PIPE form, the tile's work is a lambda called with a
+// constant `next`, and nothing stays in flight past a tile (a product issued under a run-time condition, or read
+// after a join, serializes every wgmma of the kernel: C7515/C7520, tests/test_wgmma_serialization.py). Neither
+// changes an operation or its order: the plain form's bits ("dkdv_tma_forms").
 #define DKDV_TMA_STAGES 2
 
-template <int K, int HS, bool DROP>
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, bool DEFER = false>
 __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                             const float* __restrict__ lse, const float* __restrict__ Dvec,
                                             u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind,
                                             Dropout drop) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2, S = DKDV_TMA_STAGES;
+    constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
     constexpr int LDS = BC + 8;   // a warp's staged dS^T rows (store_ds_t), padded against bank conflicts
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
     extern __shared__ __align__(128) unsigned char smem[];
@@ -2687,6 +2695,87 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
     mbar_wait(kv_full, 0);
+    if constexpr (DEFER) {
+        // Tile `first` holds the block's first 64 keys, so only consumer 1 can skip a tile, and only that one: it
+        // awaits and releases it unread, so that both consumers count every phase of the ring.
+        const int start = first * BC + BC - 1 >= K0 ? 0 : 1;
+        if (start == 1) {
+            mbar_wait(&full[0], 0);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[0]);
+        }
+        float p[1][NT][4], ds[1][NT][4];
+        u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
+        auto issue_scores = [&](int it) {   // tile it's S^T = k q^T and dPd^T = v dO^T, committed
+            const u32 aq = smem_u32(sQO + 2 * (it % S) * BOX), ao = aq + BOX;
+#pragma unroll
+            for (int k16 = 0; k16 < HS / 16; ++k16)
+                wg_mma_ss<K>(p[0], wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                             wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+#pragma unroll
+            for (int k16 = 0; k16 < HS / 16; ++k16)
+                wg_mma_ss<K>(ds[0], wg_desc_sw128(av + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                             wg_desc_sw128(ao + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+            wg_commit();
+        };
+        // Tile it's softmax gradient (its S^T and dPd^T done), dS^T stored, then its dV and dK products with tile
+        // it + 1's S^T and dPd^T behind them (`next`), one wait for all, the stage released.
+        auto turn = [&](int it, const bool next) {
+            const int s = it % S, qt = first + it;
+            const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
+            const float* sL = sLD + 2 * s * BC;
+            const float* sD = sL + BC;
+            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                i = qt * BC + n * 8 + 2 * t + (e & 1);
+                j = k0 + g + 8 * (e >> 1);
+            };
+            const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
+            KeepBits<1, NT> keep{};
+            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
+            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
+                const int il = n * 8 + 2 * t + (e & 1);
+                Lc = sL[il] * LOG2E;
+                Dq = sD[il];
+            };
+            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
+            pack_a<K, NT>(pf, p[0]);
+            store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                            sdS + cwarp * 16 * LDS, ds, lane);
+            pack_a<K, NT>(df, ds[0]);
+            if (next) mbar_wait(&full[(it + 1) % S], ((it + 1) / S) & 1);
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: 16 queries a slice, 2048 bytes of the dO box
+                wg_mma<K, true>(dv, pf[k16], wg_desc_sw128(ao + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+#pragma unroll
+            for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
+                wg_mma<K, true>(dk, df[k16], wg_desc_sw128(aq + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+            wg_commit();
+            if (next) issue_scores(it + 1);
+            wg_wait_all();
+            wg_hold(dv);
+            wg_hold(dk);
+            wg_keep(pf);
+            wg_keep(df);
+            if (next) {
+                wg_hold(p[0]);
+                wg_hold(ds[0]);
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with tile it's stage
+        };
+        if (start < niter) {
+            mbar_wait(&full[start % S], (start / S) & 1);
+            wg_fence();
+            issue_scores(start);
+            wg_wait_all();
+            wg_hold(p[0]);
+            wg_hold(ds[0]);
+            for (int it = start; it < niter - 1; ++it) turn(it, true);
+            turn(niter - 1, false);
+        }
+    } else {
     for (int it = 0; it < niter; ++it) {
         const int s = it % S, qt = first + it;
         mbar_wait(&full[s], (it / S) & 1);
@@ -2741,6 +2830,7 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+    }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -3331,18 +3421,25 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // attention_backward_dkdv_tma (gpu/attention.py's WG_DKDV_TMA): attn_backward_dkdv_ds_tma_l2_<bf16r|f16r>_hs64,
 // 384 threads and 128 keys a block, arguments as the wg forms' with the tensor maps of qkv and dO (gpu/tma.py) in
 // their places and no strides.
-#define ATTN_DKDV_TMA(BUILD, K, HS)                                                                             \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tma_l2_##BUILD##_hs##HS(        \
+#define ATTN_DKDV_TMA_FORM(FORM, S, DEFER, BUILD, K, HS)                                                        \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_##FORM##_l2_##BUILD##_hs##HS(   \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
         u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {                            \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma<K, HS, true>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, out_kind, d); \
+            attention_backward_dkdv_tma<K, HS, true, S, DEFER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,     \
+                                                               out_kind, d);                                   \
         else                                                                                                   \
-            attention_backward_dkdv_tma<K, HS, false>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, out_kind, d); \
+            attention_backward_dkdv_tma<K, HS, false, S, DEFER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,    \
+                                                                out_kind, d);                                  \
     }
+// attn_backward_dkdv_ds_<tma|tma3|tmad|tmad3>_l2_: the plain form, three stages, the deferred wait, both.
+#define ATTN_DKDV_TMA(BUILD, K, HS)                                                                             \
+    ATTN_DKDV_TMA_FORM(tma, DKDV_TMA_STAGES, false, BUILD, K, HS)                                                \
+    ATTN_DKDV_TMA_FORM(tma3, 3, false, BUILD, K, HS) ATTN_DKDV_TMA_FORM(tmad, DKDV_TMA_STAGES, true, BUILD, K, HS) \
+    ATTN_DKDV_TMA_FORM(tmad3, 3, true, BUILD, K, HS)
 // attention_backward_dq_tma (gpu/attention.py's DQ_TMA): attn_backward_dq_ds_tma_<bf16r|f16r>_hs64, 384 threads and
 // 128 queries a block; the tensor maps of ds_t ([B*H, T, ldq]) and qkv.
 #define ATTN_DQ_TMA(BUILD, K, HS)                                                                               \
