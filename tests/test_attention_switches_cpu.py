@@ -69,3 +69,27 @@ def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, key, raw, al
         for name in set(sys.modules) - before:
             if name != "cupy":
                 del sys.modules[name]
+
+
+def test_every_tma_dkdv_form_fits_one_block_an_sm(attention):
+    """The forms' dynamic shared memory (the H200 gives a block at most 227 KB) and their kernel names."""
+    for name, stages in attention.DKDV_TMA_FORMS.values():
+        assert attention.dkdv_tma_shared_bytes(64, stages) <= 227 * 1024, name
+    assert [n for n, _ in attention.DKDV_TMA_FORMS.values()] == ["tma", "tma3", "tmad", "tmad3", "tmar"]
+    assert attention.dkdv_tma_shared_bytes(64) == 86016   # two stages: k, v, 2 x (q, dO, lse, D), dS^T rows, 1 KB
+
+
+def test_row_dots_box_reads_the_128b_swizzle():
+    """row_dots_box (attention.cu) finds row r's 16-byte chunk ch of a dO box at r * 128 + ((ch ^ (r & 7)) << 4): the
+    copy engine's 128-byte swizzle, which XORs byte-offset bits 4-6 with bits 7-9 (CU_TENSOR_MAP_SWIZZLE_128B; the
+    same layout the wgmma descriptors of these kernels read). Checked for every row and chunk of a 64 x 64 half box."""
+    from tr2.cupy_side import gpu
+    src = (gpu.KERNELS_DIR / "attention.cu").read_text()
+    assert "box + r * 128 + ((ch ^ (r & 7)) << 4)" in src
+
+    def swizzle_128b(offset: int) -> int:
+        return offset ^ (((offset >> 7) & 7) << 4)
+
+    for r in range(64):
+        for ch in range(8):
+            assert r * 128 + ((ch ^ (r & 7)) << 4) == swizzle_128b(r * 128 + ch * 16)

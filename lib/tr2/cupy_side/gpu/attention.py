@@ -345,11 +345,13 @@ DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 # The TMA dK/dV kernel's form (attention.cu, before attention_backward_dkdv_tma; written in the nineteenth session
 # after its device time: NOT run on a GPU): 0 the plain one (attn_backward_dkdv_ds_tma_l2_), 1 three stages (tma3),
 # 2 each tile's dV and dK products issued with the next tile's S^T and dPd^T and waited for once (tmad), 3 both
-# (tmad3). The same operations in the same order: the plain form's bits (tests/test_kernels_gpu.py, "dkdv_tma_forms").
-# ptxas (NVRTC 12.9): 168 registers each; spills 8 / 16 / 72 / 68 bytes (the deferred forms hold the next tile's
-# scores beside the A fragments and dK/dV; about 20 local loads a tile, against 3).
-DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 0, (0, 1, 2, 3))
-DKDV_TMA_FORMS = {0: ("tma", DKDV_TMA_STAGES), 1: ("tma3", 3), 2: ("tmad", DKDV_TMA_STAGES), 3: ("tmad3", 3)}
+# (tmad3), 4 the row dots D made by the producer warpgroup's idle warps from the dO boxes, attn_row_dots not launched
+# (tmar). The same operations in the same order: the plain form's bits (tests/test_kernels_gpu.py,
+# "dkdv_tma_forms"). ptxas (NVRTC 12.9): 168 registers each; spills 8 / 16 / 72 / 68 / 56 bytes (the deferred forms
+# hold the next tile's scores beside the A fragments and dK/dV: about 20 local loads a tile, against 3).
+DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 0, (0, 1, 2, 3, 4))
+DKDV_TMA_FORMS = {0: ("tma", DKDV_TMA_STAGES), 1: ("tma3", 3), 2: ("tmad", DKDV_TMA_STAGES), 3: ("tmad3", 3),
+                  4: ("tmar", DKDV_TMA_STAGES)}
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -464,7 +466,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
         wg = uses_wg_dkdv(ctx, hs)
         din = wg and WG_DKDV_ROW_DOTS   # the dK/dV kernel computes D itself
-        if not din:
+        tma_dkdv = wg and dkdv_tma_runs(T, din)
+        pd = tma_dkdv and DKDV_TMA_FORM == 4   # the TMA kernel's producer warps compute D
+        if not (din or pd):
             launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
                    (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
         name, args = build_name(ctx), (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail
@@ -476,7 +480,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                 raise ValueError(f"{key}=1 needs TR2_ATTN_DS_EVICT_FIRST=1 (TR2_ATTN_DS_EVICT_FIRST=0 given)")
             if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
                 raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
-            if dkdv_tma_runs(T, din):
+            if tma_dkdv:
                 if (WG_DKDV_OVERLAP or din or WG_DKDV_PINGPONG or not DS_EVICT_FIRST
                         or (WG_DKDV_BLOCKS == 3 and WG_DKDV_TMA == 1)):
                     raise ValueError("TR2_ATTN_WG_DKDV_TMA=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and none of "
@@ -486,7 +490,8 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                 tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
                 form, stages = DKDV_TMA_FORMS[DKDV_TMA_FORM]
                 launch(FILE, f"attn_backward_dkdv_ds_{form}_l2_{name}_hs{hs}", (BH, -(-T // 128)), 384,
-                       (dqkv, tq, tdo) + args[3:], shared_mem=dkdv_tma_shared_bytes(hs, stages), prefer_shared=True)
+                       (dqkv, tq, tdo) + args[3:] + ((saved.out,) if pd else ()),
+                       shared_mem=dkdv_tma_shared_bytes(hs, stages), prefer_shared=True)
             else:
                 _launch_dkdv_wg(ctx, hs, T, BH, name, args, din, saved)
         else:

@@ -2606,6 +2606,34 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // model's dK/dV now, and a function shared with a measured kernel has changed its machine code before (see
 // attention_forward_tma's note); should this form win, the two can be merged and the measured kernels' machine code
 // compared byte for byte (scripts/cubin_text_compare.py), as attention_forward_tma's WIDE was.
+// D of one 64-query tile from the dO box the copy engine wrote (128B swizzle: row r's 16-byte chunk ch at chunk
+// ch ^ (r & 7) of its 128-byte row) and out from global memory, by 64 threads (tid 0..63) in eight passes of eight
+// rows: attention_row_dots's arithmetic (eight threads a row, eight consecutive elements each, summed in order, then
+// xor-shuffles 4, 2, 1), so its bits, as row_dots_tile's. Rows at or past T get 0, as the staged copy of Dvec does.
+template <int K, int HS>
+__device__ __forceinline__ void row_dots_box(float* sD, const unsigned char* box, const u16* __restrict__ out_head,
+                                             int C, int q0, int T, int tid) {
+    constexpr int CH = HS / 8;
+    static_assert(CH == 8, "eight threads a row, eight elements each, as attention_row_dots at HS = 64");
+#pragma unroll 1
+    for (int k = 0; k < 64 * CH / 64; ++k) {
+        const int idx = tid + 64 * k, r = idx >> 3, ch = idx & 7, i = q0 + r;
+        float acc = 0.0f;
+        if (i < T) {
+            const uint4 dw = *(const uint4*)(box + r * 128 + ((ch ^ (r & 7)) << 4));
+            const uint4 ow = *(const uint4*)(out_head + (i64)i * C + ch * 8);
+            const u16* d = (const u16*)&dw;
+            const u16* o = (const u16*)&ow;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += load_from<K>(d[e]) * load_from<K>(o[e]);
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        if (ch == 0) sD[r] = acc;
+    }
+}
+
 // Two more forms (gpu/attention.py's DKDV_TMA_FORM; written in the nineteenth session after its device time: NOT run
 // on a GPU): S = 3 stages in the ring (one block an SM is set by the registers; shared memory allows a third stage),
 // and DEFER: a tile's dV and dK products and the next tile's S^T and dPd^T are issued back to back and waited for
@@ -2614,23 +2642,30 @@ __device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* _
 // constant `next`, and nothing stays in flight past a tile (a product issued under a run-time condition, or read
 // after a join, serializes every wgmma of the kernel: C7515/C7520, tests/test_wgmma_serialization.py). Neither
 // changes an operation or its order: the plain form's bits ("dkdv_tma_forms").
+// PD (the form tmar): the row dots D made by the producer warpgroup's two idle warps from each stage's dO box and out
+// (row_dots_box), so that attn_row_dots is not launched (10.5 us a layer of gpt2-small bf16 and a graph node). The dO
+// box then lands on a barrier of its own (qo_full), which those warps await before they write the stage's D and
+// arrive on full; the consumers await both. Each key block recomputes D for the tiles it visits (4.5 times
+// attn_row_dots's reads on gpt2-small, from L2), on warps that otherwise wait. The DIN form did the same on the
+// consumers and lost (see attention_backward_dkdv_wg); here the consumers' work is unchanged. The same bits.
 #define DKDV_TMA_STAGES 2
 
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, bool DEFER = false>
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, bool DEFER = false, bool PD = false>
 __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                             const float* __restrict__ lse, const float* __restrict__ Dvec,
                                             u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind,
-                                            Dropout drop) {
+                                            Dropout drop, const u16* __restrict__ out = nullptr) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
     constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
     constexpr int LDS = BC + 8;   // a warp's staged dS^T rows (store_ds_t), padded against bank conflicts
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
     extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) u64 bars[2 * S + 1];
+    __shared__ __align__(8) u64 bars[(PD ? 3 : 2) * S + 1];
     u64* full = bars;            // full[s]: the copies' arrival with their 2 BOX bytes, and the lse/D rows' arrival
     u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
     u64* kv_full = bars + 2 * S;
+    u64* qo_full = bars + 2 * S + 1;   // PD: qo_full[s], the dO box's arrival (full[s] then counts the q box's)
     unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
     unsigned char* sK = base;                       // consumer c's 64 keys at sK + c BOX
     unsigned char* sV = base + 2 * BOX;
@@ -2645,8 +2680,9 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
     const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 2);
+            mbar_init(&full[s], PD ? 3 : 2);   // PD: the q box's arrival, the lse rows', the D rows'
             mbar_init(&empty[s], 8);
+            if constexpr (PD) mbar_init(&qo_full[s], 1);
         }
         mbar_init(kv_full, 1);
         mbar_init_fence();
@@ -2664,11 +2700,29 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
             for (int it = 0; it < niter; ++it) {
                 const int s = it % S, qt = first + it;
                 if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                mbar_expect_tx(&full[s], 2 * BOX);
-                tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
-                tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
+                if constexpr (PD) {
+                    mbar_expect_tx(&full[s], BOX);
+                    tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
+                    mbar_expect_tx(&qo_full[s], BOX);
+                    tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &qo_full[s], h * HS, row0 + qt * BC);
+                } else {
+                    mbar_expect_tx(&full[s], 2 * BOX);
+                    tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
+                    tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
+                }
             }
-        } else if ((threadIdx.x >> 5) == 1) {   // the tiles' lse and D rows, as stage_row stages them
+        } else if (PD && (threadIdx.x >> 6) == 1) {   // warps 2 and 3: the tiles' D rows from the dO boxes
+            const int tid = threadIdx.x - 64;
+            const u16* out_head = out + (i64)b * T * C + h * HS;
+            for (int it = 0; it < niter; ++it) {
+                const int s = it % S, qt = first + it;
+                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                mbar_wait(&qo_full[s], (it / S) & 1);
+                row_dots_box<K, HS>(sLD + (2 * s + 1) * BC, sQO + (2 * s + 1) * BOX, out_head, C, qt * BC, T, tid);
+                asm volatile("bar.sync 1, 64;" ::: "memory");   // both warps' rows in before the one arrival
+                if (tid == 0) mbar_arrive(&full[s]);
+            }
+        } else if ((threadIdx.x >> 5) == 1) {   // the tiles' lse and D rows, as stage_row stages them (PD: lse only)
             for (int it = 0; it < niter; ++it) {
                 const int s = it % S, qt = first + it;
                 if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
@@ -2676,7 +2730,7 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
                 for (int k = lane; k < BC; k += 32) {
                     const int i = qt * BC + k;
                     l[k] = i < T ? lse[(i64)bh * T + i] : 0.0f;
-                    l[BC + k] = i < T ? Dvec[(i64)bh * T + i] : 0.0f;
+                    if constexpr (!PD) l[BC + k] = i < T ? Dvec[(i64)bh * T + i] : 0.0f;
                 }
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&full[s]);   // release: the warp's stores before it
@@ -2699,6 +2753,7 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
         // Tile `first` holds the block's first 64 keys, so only consumer 1 can skip a tile, and only that one: it
         // awaits and releases it unread, so that both consumers count every phase of the ring.
         const int start = first * BC + BC - 1 >= K0 ? 0 : 1;
+        static_assert(!(DEFER && PD), "the deferred form reads D as the plain one: not built with PD");
         if (start == 1) {
             mbar_wait(&full[0], 0);
             __syncwarp();
@@ -2779,6 +2834,7 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
     for (int it = 0; it < niter; ++it) {
         const int s = it % S, qt = first + it;
         mbar_wait(&full[s], (it / S) & 1);
+        if constexpr (PD) mbar_wait(&qo_full[s], (it / S) & 1);   // the dO box's bytes, seen by this thread too
         if (qt * BC + BC - 1 >= K0) {   // else every query of the tile comes before the warpgroup's keys
             const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
             const float* sL = sLD + 2 * s * BC;
@@ -3435,11 +3491,29 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             attention_backward_dkdv_tma<K, HS, false, S, DEFER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,    \
                                                                 out_kind, d);                                  \
     }
-// attn_backward_dkdv_ds_<tma|tma3|tmad|tmad3>_l2_: the plain form, three stages, the deferred wait, both.
+// attn_backward_dkdv_ds_tmar_l2_: D by the producer's warps (PD), the forward's output `out` (half) the last argument.
+#define ATTN_DKDV_TMAR_FORM(BUILD, K, HS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tmar_l2_##BUILD##_hs##HS(       \
+        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
+        const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
+        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, const u16* out) {            \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_tma<K, HS, true, DKDV_TMA_STAGES, false, true>(dqkv, &tq, &tdo, lse, Dvec, \
+                                                                                 ds_t, ldq, T, H, out_kind, d, \
+                                                                                 out);                         \
+        else                                                                                                   \
+            attention_backward_dkdv_tma<K, HS, false, DKDV_TMA_STAGES, false, true>(dqkv, &tq, &tdo, lse,      \
+                                                                                  Dvec, ds_t, ldq, T, H,      \
+                                                                                  out_kind, d, out);           \
+    }
+// attn_backward_dkdv_ds_<tma|tma3|tmad|tmad3|tmar>_l2_: the plain form, three stages, the deferred wait, both, D by
+// the producer.
 #define ATTN_DKDV_TMA(BUILD, K, HS)                                                                             \
     ATTN_DKDV_TMA_FORM(tma, DKDV_TMA_STAGES, false, BUILD, K, HS)                                                \
     ATTN_DKDV_TMA_FORM(tma3, 3, false, BUILD, K, HS) ATTN_DKDV_TMA_FORM(tmad, DKDV_TMA_STAGES, true, BUILD, K, HS) \
-    ATTN_DKDV_TMA_FORM(tmad3, 3, true, BUILD, K, HS)
+    ATTN_DKDV_TMA_FORM(tmad3, 3, true, BUILD, K, HS) ATTN_DKDV_TMAR_FORM(BUILD, K, HS)
 // attention_backward_dq_tma (gpu/attention.py's DQ_TMA): attn_backward_dq_ds_tma_<bf16r|f16r>_hs64, 384 threads and
 // 128 queries a block; the tensor maps of ds_t ([B*H, T, ldq]) and qkv.
 #define ATTN_DQ_TMA(BUILD, K, HS)                                                                               \
