@@ -1,22 +1,28 @@
 """bf16 GELU by table against the computing kernels on the models' c_fc shapes (bf16 under half roundings): the bits
-compared first (they must be equal), then the median µs a launch of each kernel, the forms alternating over rounds
-in one process.
+compared first (they must be equal), then the µs a launch of each kernel (`reps` launches recorded as one CUDA graph
+and replayed, TR2_VARIANT_TIMING=graph, the default, as the step runs them; or eager: the median of `reps` launches
+each between its own two events, as before), the forms alternating over rounds in one process.
 
     PYTHONPATH=lib python3 scripts/gelu_bench.py [OUT.jsonl] [rounds] [reps] [models]
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
 import cupy as cp
 
-from event_timing import median_ms
+from event_timing import graph_ms, median_ms, timer
 from tr2.cupy_side.gpu import gelu
 from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
+
+TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
+timer(TIMING)   # stops the script on a value other than graph or eager
+TIME = graph_ms if TIMING == "graph" else median_ms   # eager: the median of single launches, as before
 
 
 def main(argv) -> int:
@@ -41,10 +47,10 @@ def main(argv) -> int:
         for r in range(rounds):
             for form in (("table", "compute") if r % 2 == 0 else ("compute", "table")):
                 gelu.USE_TABLE = form == "table"
-                times[form, "forward"].append(1e3 * median_ms(lambda: be.gelu_forward(x), reps))
-                times[form, "backward"].append(1e3 * median_ms(lambda: be.gelu_backward(dy, x), reps))
+                times[form, "forward"].append(1e3 * TIME(lambda: be.gelu_forward(x), reps))
+                times[form, "backward"].append(1e3 * TIME(lambda: be.gelu_backward(dy, x), reps))
         gelu.USE_TABLE = True
-        row = {"model": model, "shape": list(shape), "bits_equal": bool(same),
+        row = {"model": model, "shape": list(shape), "bits_equal": bool(same), "timing": TIMING,
                **{f"{way}_{form}_us": float(np.median(t)) for (form, way), t in times.items()}}
         rows.append(row)
         print(f"{model:12s} {shape[0]} x {shape[1]} bits equal {same}: forward {row['forward_compute_us']:.1f} -> "

@@ -1,5 +1,6 @@
 """The residual+LayerNorm backward with each row held in registers against the general body, timed on the GPU at
-the models' shapes (bf16 with half roundings, as the training step runs it; CUDA events over 50 launches).
+the models' shapes (bf16 with half roundings, as the training step runs it): 50 launches recorded as one CUDA graph
+and replayed (TR2_VARIANT_TIMING=graph, the default, as the step runs them) or issued back to back (eager).
 
     python scripts/ln_variants.py OUT.jsonl
 
@@ -8,6 +9,7 @@ A dev tool for docs/perf.md (branch lnreg's first measurement); it decides nothi
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -18,9 +20,10 @@ from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
 
-from event_timing import mean_ms
+from event_timing import timer
 
-
+TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
+TIME = timer(TIMING)
 
 def main(argv) -> int:
     rows = []
@@ -37,8 +40,8 @@ def main(argv) -> int:
         rstd = 1.0 / cp.sqrt(s.var(axis=1) + 1e-5)
         for regs in (False, True):
             ln.register_rows = regs
-            t = mean_ms(lambda: be.residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, 1337, 1 << 32))
-            rows.append({"model": model, "N": N, "C": C, "p": p, "register_rows": regs, "ms": t})
+            t = TIME(lambda: be.residual_layernorm_backward(dy, dskip, s, w, mean, rstd, p, 1337, 1 << 32), 50)
+            rows.append({"model": model, "N": N, "C": C, "p": p, "register_rows": regs, "ms": t, "timing": TIMING})
             print(f"{model:12s} N={N} C={C} p={p} register_rows={regs!s:5s} {t * 1000:8.1f} us (with dw_final)",
                   flush=True)
     with open(argv[0], "w") as f:
