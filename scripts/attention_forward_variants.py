@@ -48,6 +48,7 @@ VARIANTS = {"mma": (False, False, 0, False, False, 2), "wg1": (True, False, 0, F
             "tmap": (True, False, 0, False, 2, 2),       # the same, each consumer with attention_forward_wgp's overlap
             "tmaw": (True, False, 0, False, 3, 2),       # 128-key tiles and setmaxnreg (attention_forward_tma, WIDE)
             "tmawp": (True, False, 0, False, 4, 2),      # the same, each consumer pipelined
+            "tmaw3": (True, False, 0, False, 5, 2),      # tmaw with three stages in the ring
             "mma3": (False, False, 0, False, False, 3)}  # mma.sync compiled for three blocks an SM (attn_forward3_)
 # TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
 ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]

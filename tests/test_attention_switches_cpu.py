@@ -54,7 +54,7 @@ def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkey
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_WG_DKDV_TMA", "3", "0, 1, 2"),
                                                ("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "5", "0, 1, 2, 3, 4")])
+                                               ("TR2_ATTN_FWD_TMA_LONG", "6", "0, 1, 2, 3, 4, 5")])
 def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, key, raw, allowed):
     """A misspelt bench variant must not run as the default and be timed as something else."""
     monkeypatch.setenv(key, raw)
@@ -93,3 +93,10 @@ def test_row_dots_box_reads_the_128b_swizzle():
     for r in range(64):
         for ch in range(8):
             assert r * 128 + ((ch ^ (r & 7)) << 4) == swizzle_128b(r * 128 + ch * 16)
+
+
+def test_every_tma_forward_form_fits_one_block_an_sm(attention):
+    for form, name in attention.TMA_FORMS.items():
+        assert attention.tma_shared_bytes(64, form) <= 227 * 1024, name
+    assert attention.tma_shared_bytes(64, 5) == (2 + 4 * 3) * 64 * 64 * 2 + 1024   # tmaw3: three stages of 128 keys
+    assert attention.tma_shared_bytes(64, 3) == (2 + 4 * attention.FWD_TMAW_STAGES) * 64 * 64 * 2 + 1024

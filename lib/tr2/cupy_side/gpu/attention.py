@@ -158,15 +158,17 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # same bits ("forward_tma_wide"). Written in the eighteenth session after its device time: NOT run on a GPU.
 # 4: the same with attention_forward_tma's PIPE schedule in each consumer (attn_forward_tmawp_: tile kb + 1's scores
 # in flight beside tile kb's Pd v; form 3's bits, "forward_tma_wide").
-WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4))
+# 5: form 3 with three stages of k and v in the ring (attn_forward_tmaw3_; form 3's bits, "forward_tma_wide").
+# Written in the nineteenth session after its device time: NOT run on a GPU.
+WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5))
 # The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
 # one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
 # tmaw 0.0562 and 0.0731 against mma.sync's 0.0617 and 0.0783 on gpt2-small and gpt2-medium. Off until its graph
 # test (tests/test_graph_gpu.py, "wide_tma_forward") has run.
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 0, (0, 1, 2, 3, 4))
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 0, (0, 1, 2, 3, 4, 5))
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
-TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp"}
+TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3"}
 
 
 # Blocks an SM the mma.sync forward is compiled for, under half roundings at head size 64: 2 (attn_forward_, 255
@@ -208,8 +210,8 @@ def wgpp_shared_bytes(hs: int) -> int:
 def tma_shared_bytes(hs: int, form: int = 1) -> int:
     """attention_forward_tma's dynamic shared memory: the two consumers' q boxes and FWD_TMA_STAGES k and v pairs,
     64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period); forms 3 and 4
-    (attention_forward_tma with WIDE): FWD_TMAW_STAGES stages of two k and two v boxes."""
-    stages = 4 * FWD_TMAW_STAGES if form in (3, 4) else 2 * FWD_TMA_STAGES
+    (attention_forward_tma with WIDE): FWD_TMAW_STAGES stages of two k and two v boxes; form 5: three such stages."""
+    stages = 4 * FWD_TMAW_STAGES if form in (3, 4) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
     return (2 + stages) * 64 * hs * 2 + 1024
 
 
@@ -217,7 +219,7 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
     form = forward_tma_form(T)
     if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, form))) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 4 (or "
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 5 (or "
                          "TR2_ATTN_FWD_TMA_LONG on rows over 256): allowed is one at most")
     if form:
         qkv = args[2]

@@ -1053,6 +1053,11 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 saddr, u32 lbo, u32 sbo) {
 // the rescale factors and the exponentials' roundings differ from a 64-key form's; out and lse stand within the
 // type's tolerance of the NumPy form (tests/test_kernels_gpu.py, "forward_tma_wide"), and three runs give the same
 // bits (every sum in a fixed order). Where it is used, the backward reads its lse and out as it reads any form's.
+// The form tmaw3 (FWD_TMA = 5; written in the nineteenth session after its device time: NOT run on a GPU) has three
+// stages in the ring instead of two (115 KB of shared memory a block; one block an SM either way, by the registers):
+// Nsight Compute had the two-stage form's consumers stalled on the long scoreboard 1.45 cycles an issued instruction
+// against cuDNN's 0.61 (call 4 of results/h200-perf-20261203e), which a deeper ring shortens if they are the waits
+// for the next tile. The same operations: form 3's bits.
 #define FWD_TMAW_STAGES 2
 
 // d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
@@ -1078,13 +1083,13 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[16][4], u64 desc_a, u64 des
 #endif
 }
 
-template <int K, int HS, bool DROP, bool PIPE = false, bool WIDE = false>
+template <int K, int HS, bool DROP, bool PIPE = false, bool WIDE = false, int WS = FWD_TMAW_STAGES>
 __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap, int T,
                                       int H, int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
     constexpr int BR = 128, BC = WIDE ? 128 : 64, NT = BC / 8, BOX = 64 * HS * 2;
-    constexpr int S = WIDE ? FWD_TMAW_STAGES : FWD_TMA_STAGES, KB = BC / 64;   // KB: boxes of k (of v) a stage
+    constexpr int S = WIDE ? WS : FWD_TMA_STAGES, KB = BC / 64;   // KB: boxes of k (of v) a stage
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * S + 1];
@@ -3323,6 +3328,16 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         if (use_dropout) attention_forward_tma<K, HS, true, false, true>(out, lse, &tm, T, H, out_kind, d);            \
         else attention_forward_tma<K, HS, false, false, true>(out, lse, &tm, T, H, out_kind, d);                       \
     }
+// FWD_TMA = 5: form 3 with three stages, attn_forward_tmaw3_<bf16r|f16r>_hs64.
+#define ATTN_FORWARD_TMAW3(BUILD, K, HS)                                                                        \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmaw3_##BUILD##_hs##HS(                  \
+        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward_tma<K, HS, true, false, true, 3>(out, lse, &tm, T, H, out_kind, d);  \
+        else attention_forward_tma<K, HS, false, false, true, 3>(out, lse, &tm, T, H, out_kind, d);             \
+    }
 // FWD_TMA = 4: the same with attention_forward_tma's PIPE schedule in each consumer, attn_forward_tmawp_<...>_hs64.
 #define ATTN_FORWARD_TMAWP(BUILD, K, HS)                                                                        \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmawp_##BUILD##_hs##HS(                  \
@@ -3564,6 +3579,8 @@ ATTN_FORWARD_TMAW(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_TMAW(f16r, KIND_F16, 64)
 ATTN_FORWARD_TMAWP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_TMAWP(f16r, KIND_F16, 64)
+ATTN_FORWARD_TMAW3(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_TMAW3(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
