@@ -336,7 +336,7 @@ WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
 # warpgroups of 64 keys each (setmaxnreg 24 / 240), which run apart on mbarriers instead of meeting at a block barrier
 # every tile; the two-warpgroup form's arithmetic, so its bits ("dkdv_tma"). On, every T takes it (128 keys a block),
 # with evict-first dS^T stores and none of the forms above. Its tests ("dkdv_tma", 44 cases) passed in call 1 of
-# results/h200-perf-20261203e. The whole backward alone (bf16, ms a layer, each form's calls in a CUDA graph, call 5
+# results/h200-perf-20261203e. The whole backward alone (bf16, ms a layer, each form's calls in a CUDA graph, call 6
 # there): nanogpt 0.1067 against wg1's 0.1151, gpt2-small 0.1572 against wg2's 0.1954, gpt2-medium 0.2067 against
 # 0.2521. (Timed back to back without a graph, call 1, nanogpt read 0.1824 against 0.1279: the host, encoding two
 # tensor maps a call, fell behind the GPU.) The default 2 takes it wherever the wgmma dK/dV runs and no other form is
