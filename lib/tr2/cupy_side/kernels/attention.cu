@@ -2378,6 +2378,26 @@ __device__ __forceinline__ void grads_of(float p[MT][NT][4], float ds[MT][NT][4]
 }
 
 // ---------------------------------------------------------------------------------------------- dK/dV on wgmma
+// One row's D as attention_row_dots sums it, from eight lanes in a row of the warp: each lane's eight consecutive
+// elements of dO (16 bytes at d) and out (at o) multiplied and added in order (0 where !in), then xor-shuffles 4, 2, 1.
+// Every lane returns its row's D. row_dots_tile and row_dots_box differ only in where dO's chunk lies.
+template <int K>
+__device__ __forceinline__ float row_dot_chunk(bool in, const u16* d_chunk, const u16* __restrict__ o_chunk) {
+    float acc = 0.0f;
+    if (in) {
+        const uint4 dw = *(const uint4*)d_chunk;
+        const uint4 ow = *(const uint4*)o_chunk;
+        const u16* d = (const u16*)&dw;
+        const u16* o = (const u16*)&ow;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc += load_from<K>(d[e]) * load_from<K>(o[e]);
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    return acc;
+}
+
 // D of one 64-query tile inside the dK/dV kernel (DIN, below), for one warpgroup (tid its thread, 0..127, bar its
 // named barrier): attention_row_dots's arithmetic, so its bits (eight threads a row, eight consecutive elements
 // each, summed in order, then xor-shuffles 4, 2, 1), dO from the tile staged for the products (core matrices), out
@@ -2391,18 +2411,8 @@ __device__ __forceinline__ void row_dots_tile(float* sDw, const u16* sO, const u
 #pragma unroll
     for (int k = 0; k < 64 * CH / 128; ++k) {
         const int idx = tid + 128 * k, r = idx >> 3, ch = idx & 7, i = q0 + r;
-        float acc = 0.0f;
-        if (i < T) {
-            const uint4 dw = *(const uint4*)(sO + ((r >> 3) * CH + ch) * 64 + (r & 7) * 8);
-            const uint4 ow = *(const uint4*)(out_head + (i64)i * C + ch * 8);
-            const u16* d = (const u16*)&dw;
-            const u16* o = (const u16*)&ow;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc += load_from<K>(d[e]) * load_from<K>(o[e]);
-        }
-        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        const float acc = row_dot_chunk<K>(i < T, sO + ((r >> 3) * CH + ch) * 64 + (r & 7) * 8,
+                                           out_head + (i64)i * C + ch * 8);
         if (ch == 0) sDw[r] = acc;
     }
     // the warpgroup's D is in before its softmax reads it; barrier ids as immediates (a register id makes ptxas
@@ -2623,18 +2633,8 @@ __device__ __forceinline__ void row_dots_box(float* sD, const unsigned char* box
 #pragma unroll 1
     for (int k = 0; k < 64 * CH / 64; ++k) {
         const int idx = tid + 64 * k, r = idx >> 3, ch = idx & 7, i = q0 + r;
-        float acc = 0.0f;
-        if (i < T) {
-            const uint4 dw = *(const uint4*)(box + r * 128 + ((ch ^ (r & 7)) << 4));
-            const uint4 ow = *(const uint4*)(out_head + (i64)i * C + ch * 8);
-            const u16* d = (const u16*)&dw;
-            const u16* o = (const u16*)&ow;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc += load_from<K>(d[e]) * load_from<K>(o[e]);
-        }
-        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        const float acc = row_dot_chunk<K>(i < T, (const u16*)(box + r * 128 + ((ch ^ (r & 7)) << 4)),
+                                           out_head + (i64)i * C + ch * 8);
         if (ch == 0) sD[r] = acc;
     }
 }
@@ -2646,7 +2646,10 @@ __device__ __forceinline__ void row_dots_box(float* sD, const unsigned char* box
 // plain form waits after each). As attention_forward_tma's PIPE form, the tile's work is a lambda called with a
 // constant `next`, and nothing stays in flight past a tile (a product issued under a run-time condition, or read
 // after a join, serializes every wgmma of the kernel: C7515/C7520, tests/test_wgmma_serialization.py). Neither
-// changes an operation or its order: the plain form's bits ("dkdv_tma_forms").
+// changes an operation or its order: the plain form's bits ("dkdv_tma_forms"). DEFER's tile repeats the plain loop's
+// lines: with the tile's parts as lambdas shared by both, the plain kernel (the default, tested and timed on the
+// H200) changed its machine code (scripts/cubin_text_compare.py, nineteenth session); should DEFER win, the plain
+// loop can take its lambdas and be measured again.
 // PD (the form tmar): the row dots D made by the producer warpgroup's two idle warps from each stage's dO box and out
 // (row_dots_box), so that attn_row_dots is not launched (10.5 us a layer of gpt2-small bf16 and a graph node). The dO
 // box then lands on a barrier of its own (qo_full), which those warps await before they write the stage's D and
