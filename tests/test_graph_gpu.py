@@ -145,6 +145,30 @@ def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
     assert cupy_update[STEPS] < cupy_update[0] - 0.2
 
 
+def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str, on: str, what: str) -> None:
+    """A whole run (half roundings) with the environment's `key` = on, eager and as a graph, from the start and batch
+    order of a run with it = off: both must have that run's losses to the bit, and the run must train. Skipped off
+    sm_90a, where the wgmma kernels these switches choose between do not run."""
+    from tr2.cupy_side.gpu import attention, runtime
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    if runtime.built_for(attention.FILE) != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
+    without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={key: off})
+    common += ["--init", tmp_path / "init.npz"]
+    with_it, _ = _train(tmp_path, "on", *common, env={key: on})
+    graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={key: on})
+    assert "cuda graph:" in out
+    print(f"{model} {dtype}: {what} ({key}={on} against {off}) max rel {_max_rel(without, with_it)[0]:.2e}, "
+          f"graph {_max_rel(without, graph)[0]:.2e}")
+    assert with_it == without, f"the {what} changed the losses: {_max_rel(without, with_it)}"
+    assert graph == without, f"the {what} in the graph: {_max_rel(without, graph)}"
+    assert without[STEPS] < without[0] - 0.2
+
+
 # gpu/attention.py's WG_DKDV_TMA: the TMA dK/dV kernel is on by default and repeats the wgmma kernels' arithmetic, so
 # a whole run with it (eager and graph) must have the losses of the run without it to the bit: gpt2-small (rows of
 # 1024, eight key blocks a head) in bfloat16 and float16 (its device-side skips), the char model (rows of 256, where
@@ -152,25 +176,7 @@ def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
 @pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("gpt2-small", "float16"),
                                           ("nanogpt", "bfloat16")])
 def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
-    from tr2.cupy_side.gpu import attention, runtime
-    from tr2.data import write_batch_order
-    from tr2.models import load_model
-    if runtime.built_for(attention.FILE) != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model(model)
-    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
-    without, _ = _train(tmp_path, "wg", *common, "--save-init", tmp_path / "init.npz",
-                        env={"TR2_ATTN_WG_DKDV_TMA": "0"})
-    common += ["--init", tmp_path / "init.npz"]
-    tma, _ = _train(tmp_path, "tma", *common, env={"TR2_ATTN_WG_DKDV_TMA": "2"})
-    tma_graph, out = _train(tmp_path, "tma-graph", *common, "--cuda-graph", env={"TR2_ATTN_WG_DKDV_TMA": "2"})
-    assert "cuda graph:" in out
-    print(f"{model} {dtype}: TMA dK/dV vs wgmma max rel {_max_rel(without, tma)[0]:.2e}, "
-          f"graph {_max_rel(without, tma_graph)[0]:.2e}")
-    assert tma == without, f"the TMA dK/dV kernel changed the losses: {_max_rel(without, tma)}"
-    assert tma_graph == without, f"the TMA dK/dV kernel in the graph: {_max_rel(without, tma_graph)}"
-    assert without[STEPS] < without[0] - 0.2
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_WG_DKDV_TMA", "0", "2", "TMA dK/dV kernel")
 
 
 # gpu/attention.py's DQ_TMA: dQ from ds_t on a TMA producer and wgmma. Its kernel tests found the mma.sync dQ's bits
@@ -178,25 +184,7 @@ def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
 # without it to the bit, eager and in the graph (its two tensor maps baked into the captured launch).
 @pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("nanogpt", "float16")])
 def test_the_tma_dq_kernel_changes_no_bit(tmp_path, model, dtype):
-    from tr2.cupy_side.gpu import attention, runtime
-    from tr2.data import write_batch_order
-    from tr2.models import load_model
-    if runtime.built_for(attention.FILE) != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model(model)
-    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
-    without, _ = _train(tmp_path, "mma-dq", *common, "--save-init", tmp_path / "init.npz",
-                        env={"TR2_ATTN_DQ_TMA": "0"})
-    common += ["--init", tmp_path / "init.npz"]
-    tma, _ = _train(tmp_path, "tma-dq", *common, env={"TR2_ATTN_DQ_TMA": "1"})
-    tma_graph, out = _train(tmp_path, "tma-dq-graph", *common, "--cuda-graph", env={"TR2_ATTN_DQ_TMA": "1"})
-    assert "cuda graph:" in out
-    print(f"{model} {dtype}: TMA dQ vs mma.sync dQ max rel {_max_rel(without, tma)[0]:.2e}, "
-          f"graph {_max_rel(without, tma_graph)[0]:.2e}")
-    assert tma == without, f"the TMA dQ kernel changed the losses: {_max_rel(without, tma)}"
-    assert tma_graph == without, f"the TMA dQ kernel in the graph: {_max_rel(without, tma_graph)}"
-    assert without[STEPS] < without[0] - 0.2
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_TMA", "0", "1", "TMA dQ kernel")
 
 
 # gpu/attention.py's WG_FORWARD_TMA 3 and 4: the TMA forward with 128-key tiles, which has bits of its own (its online
