@@ -43,13 +43,38 @@ def test_the_dkdv_switch_off_and_the_din_form(attention, monkeypatch):
 
 
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
-    assert attention.forward_tma_form(1024) == 0   # off by default
+    assert attention.FWD_TMA_LONG == 3 and not attention.FWD_TMA_LONG_ASKED   # on by default (twentieth session)
+    assert attention.forward_tma_form(attention.WG_MAX_T) == 0
+    assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 3
+    monkeypatch.setattr(attention, "FWD_TMA_LONG", 0)
+    assert attention.forward_tma_form(1024) == 0
     monkeypatch.setattr(attention, "FWD_TMA_LONG", 3)
     assert attention.forward_tma_form(attention.WG_MAX_T) == 0
     assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 3
     monkeypatch.setattr(attention, "WG_FORWARD_TMA", 1)   # every row length: it wins
     assert attention.forward_tma_form(64) == 1
     assert attention.forward_tma_form(1024) == 1
+
+
+@pytest.mark.parametrize("setting", ["WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG"])
+def test_another_forward_form_asked_for_wins_over_the_long_rows_default(attention, monkeypatch, setting):
+    monkeypatch.setattr(attention, setting, True)
+    assert attention.forward_tma_form(1024) == 0
+    monkeypatch.setattr(attention, "FWD_TMA_LONG_ASKED", True)   # asked for explicitly: taken (_launch_wg names the clash)
+    assert attention.forward_tma_form(1024) == 3
+
+
+def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernels_by_default(attention, monkeypatch):
+    assert attention.DQ_TMA == 2
+    assert not attention.dq_tma_runs(attention.WG_MAX_T, wg=True)
+    assert attention.dq_tma_runs(attention.WG_MAX_T + 1, wg=True)
+    assert not attention.dq_tma_runs(1024, wg=False)   # float32, no half roundings: the mma.sync dQ, no error
+    monkeypatch.setattr(attention, "DQ_TMA", 1)
+    assert attention.dq_tma_runs(64, wg=True)
+    with pytest.raises(ValueError, match="^TR2_ATTN_DQ_TMA=1 reads ds_t as the wgmma dK/dV kernels write it"):
+        attention.dq_tma_runs(64, wg=False)
+    monkeypatch.setattr(attention, "DQ_TMA", 0)
+    assert not attention.dq_tma_runs(1024, wg=True)
 
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_WG_DKDV_TMA", "3", "0, 1, 2"),

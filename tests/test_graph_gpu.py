@@ -200,7 +200,8 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     cfg = load_model("gpt2-small")
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
     common = ["--model", "gpt2-small", "--dtype", "bfloat16", "--batches", order, "--half-roundings"]
-    mma, _ = _train(tmp_path, "mma", *common, "--save-init", tmp_path / "init.npz", env={"TR2_ATTN_FWD_TMA": "0"})
+    mma, _ = _train(tmp_path, "mma", *common, "--save-init", tmp_path / "init.npz",
+                    env={"TR2_ATTN_FWD_TMA": "0", "TR2_ATTN_FWD_TMA_LONG": "0"})   # the mma.sync forward
     common += ["--init", tmp_path / "init.npz"]
     eager, _ = _train(tmp_path, "tmaw", *common, env={"TR2_ATTN_FWD_TMA": form})
     graph, out = _train(tmp_path, "tmaw-graph", *common, "--cuda-graph", env={"TR2_ATTN_FWD_TMA": form})

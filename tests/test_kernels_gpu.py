@@ -469,8 +469,9 @@ ATTENTION_SHAPES = [(1, 1, 1, 64), (2, 7, 3, 32), (3, 64, 2, 64), (2, 65, 2, 64)
 
 def test_attention_forward_runs_on_wgmma_on_hopper():
     """On an sm_90 GPU attention.cu is built for sm_90a and the half builds under half roundings with head size
-    64 and rows of at most 256 take the wgmma forward (so that test_attention tests it there at T <= 256, and the
-    mma.sync forward at T = 1000, 1024); elsewhere nothing takes it."""
+    64 take the wgmma forward: rows of at most 256 the one-warpgroup kernel, longer rows the TMA forward with 128-key
+    tiles (FWD_TMA_LONG, on by default), so that test_attention tests both there (T = 1000, 1024 the TMA forward and,
+    after the wgmma dK/dV kernels, the TMA dQ); elsewhere nothing takes it."""
     from types import SimpleNamespace
 
     from tr2.cupy_side.gpu import attention, runtime
@@ -479,8 +480,10 @@ def test_attention_forward_runs_on_wgmma_on_hopper():
     ctx = SimpleNamespace(half=True, half_roundings=True)
     assert attention.uses_wgmma(ctx, 64, 256) == hopper
     assert attention.uses_wgmma(ctx, 64, 1) == hopper
-    assert not attention.uses_wgmma(ctx, 64, 257)
+    assert attention.FWD_TMA_LONG == 3 and attention.forward_tma_form(257) == 3
+    assert attention.uses_wgmma(ctx, 64, 257) == hopper
     assert not attention.uses_wgmma(ctx, 32, 256)
+    assert not attention.uses_wgmma(ctx, 32, 1024)
     assert not attention.uses_wgmma(SimpleNamespace(half=True, half_roundings=False), 64, 256)
     assert not attention.uses_wgmma(SimpleNamespace(half=False, half_roundings=False), 64, 256)
 

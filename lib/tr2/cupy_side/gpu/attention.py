@@ -17,6 +17,8 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import cupy as cp
 
@@ -163,9 +165,14 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5))
 # The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
 # one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
-# tmaw 0.0562 and 0.0731 against mma.sync's 0.0617 and 0.0783 on gpt2-small and gpt2-medium. Off until its graph
-# test (tests/test_graph_gpu.py, "wide_tma_forward") has run.
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 0, (0, 1, 2, 3, 4, 5))
+# tmaw 0.0562 and 0.0731 against mma.sync's 0.0617 and 0.0783 on gpt2-small and gpt2-medium. Its graph test
+# (tests/test_graph_gpu.py, "wide_tma_forward": graph = eager to the bit, forms 3 and 4) and the 36 kernel cases of
+# form 5 passed in call 1 of results/h200-perf-20261203f; with the TMA dQ (DQ_TMA 2) the step went 16.46 -> 16.23 ms
+# (gpt2-small bf16) and 42.82 -> 42.39 (gpt2-medium) in call 2 there, beside PyTorch's reduce-overhead. On (3) by
+# default since the twentieth session; a form of the forward asked for otherwise (TR2_ATTN_FWD_WGP=1,
+# TR2_ATTN_FWD_PINGPONG=1) wins over the default, over this switch set explicitly it is a clash (_launch_wg).
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 3, (0, 1, 2, 3, 4, 5))
+FWD_TMA_LONG_ASKED = os.environ.get("TR2_ATTN_FWD_TMA_LONG", "").strip() != ""
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
 TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3"}
@@ -181,8 +188,12 @@ FWD_BLOCKS = kernel_switch("TR2_ATTN_FWD_BLOCKS", 2, (2, 3))
 
 def forward_tma_form(T: int) -> int:
     """The TMA forward's form that rows of T take (TMA_FORMS' keys), 0 for none: WG_FORWARD_TMA, else FWD_TMA_LONG
-    for rows over WG_MAX_T."""
-    return WG_FORWARD_TMA or (FWD_TMA_LONG if T > WG_MAX_T else 0)
+    for rows over WG_MAX_T (by default only where no other forward form is asked for)."""
+    if WG_FORWARD_TMA or T <= WG_MAX_T:
+        return WG_FORWARD_TMA
+    if not FWD_TMA_LONG_ASKED and (WG_FORWARD_PIPELINED or WG_FORWARD_PINGPONG):
+        return 0
+    return FWD_TMA_LONG
 
 
 def uses_wgmma(ctx, hs: int, T: int) -> bool:
@@ -410,10 +421,22 @@ def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
 # run on a GPU.
 # Its kernel tests (88 cases) passed in call 7 of results/h200-perf-20261203e, every case with the mma.sync dQ's bits.
 # Alone in CUDA graphs after the TMA dK/dV (the whole backward, ms a layer, bf16, call 6 there): nanogpt 0.1074 against
-# 0.1067, gpt2-small 0.1522 against 0.1572, gpt2-medium 0.2028 against 0.2067. 1: at every T; 2: rows over WG_MAX_T
-# (the GPT-2 shapes); 0: never. Off until its graph test (tests/test_graph_gpu.py, "tma_dq") has run.
-DQ_TMA = kernel_switch("TR2_ATTN_DQ_TMA", 0, (0, 1, 2))
+# 0.1067, gpt2-small 0.1522 against 0.1572, gpt2-medium 0.2028 against 0.2067. 1: at every T (the wgmma dK/dV kernels
+# must run); 2: rows over WG_MAX_T (the GPT-2 shapes) wherever the wgmma dK/dV kernels run; 0: never. Its graph test
+# (tests/test_graph_gpu.py, "tma_dq": whole runs with TR2_ATTN_DQ_TMA=1 against 0, gpt2-small bf16 and nanogpt f16,
+# the same bits eager and graph) passed in call 1 of results/h200-perf-20261203f; on (2) by default since the
+# twentieth session (the step: FWD_TMA_LONG above).
+DQ_TMA = kernel_switch("TR2_ATTN_DQ_TMA", 2, (0, 1, 2))
 DQ_TMA_STAGES = kernel_define(FILE, "DQ_TMA_STAGES")
+
+
+def dq_tma_runs(T: int, wg: bool) -> bool:
+    """Whether dQ runs on the TMA producer for rows of T (DQ_TMA's 0, 1 and 2 above); wg: the wgmma dK/dV kernels
+    run (the TMA dQ reads ds_t as they write it)."""
+    if DQ_TMA == 1 and not wg:
+        raise ValueError("TR2_ATTN_DQ_TMA=1 reads ds_t as the wgmma dK/dV kernels write it; allowed with them only "
+                         "(head size 64, half roundings, a Hopper GPU, TR2_ATTN_WG_DKDV=1)")
+    return DQ_TMA == 1 or (DQ_TMA == 2 and T > WG_MAX_T and wg)
 
 
 def dq_tma_shared_bytes(hs: int) -> int:
@@ -499,10 +522,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         else:
             launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
                    args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
-        if DQ_TMA == 1 or (DQ_TMA == 2 and T > WG_MAX_T):
-            if not wg:
-                raise ValueError("TR2_ATTN_DQ_TMA=1 or 2 reads ds_t as the wgmma dK/dV kernels write it; allowed with "
-                                 "them only (head size 64, half roundings, a Hopper GPU, TR2_ATTN_WG_DKDV=1)")
+        if dq_tma_runs(T, wg):
             tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=BH)
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
             launch(FILE, f"attn_backward_dq_ds_tma_{name}_hs{hs}", (BH, -(-T // 128)), 384,
