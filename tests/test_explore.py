@@ -200,11 +200,14 @@ def test_run_time_sums_every_record_and_counts_the_calls(tmp_path):
             {"key": "b", "status": "ok", "wall_s": 29.5, "retried": True}, {"key": "order", "status": "ok", "wall_s": None}]
     (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "sessions.jsonl").write_text('{"stage": "method_b"}\n{"stage": "method_b"}\n')
-    assert ex.run_time(d) == {"records": 4, "seconds": 120.0, "minutes": 2.0, "calls": 2}
+    assert ex.run_time(d) == {"records": 4, "retired": 0, "seconds": 120.0, "minutes": 2.0, "calls": 2}
+    (d / "retired.jsonl").write_text(json.dumps({"key": "c", "status": "ok", "wall_s": 30.0, "retired_reason": "x"}) + "\n")
+    # a retired run held the machine too: its time counts, beside the runs file's records
+    assert ex.run_time(d) == {"records": 4, "retired": 1, "seconds": 150.0, "minutes": 2.5, "calls": 2}
     f = tmp_path / "footprint-20261202-120000-test"
     f.mkdir()
     (f / "footprint.jsonl").write_text(json.dumps({"key": "x", "wall_s": 6.0}) + "\n")
-    assert ex.run_time(f) == {"records": 1, "seconds": 6.0, "minutes": 0.1, "calls": None}  # no sessions.jsonl
+    assert ex.run_time(f) == {"records": 1, "retired": 0, "seconds": 6.0, "minutes": 0.1, "calls": None}  # no sessions.jsonl
 
 
 def test_runs_that_shared_the_machine_count_once(tmp_path):
@@ -221,4 +224,4 @@ def test_runs_that_shared_the_machine_count_once(tmp_path):
     d = tmp_path / "method_a-20261203-120000-test"
     d.mkdir()
     (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    assert ex.run_time(d) == {"records": 5, "seconds": 18.0, "minutes": 0.3, "calls": None}
+    assert ex.run_time(d) == {"records": 5, "retired": 0, "seconds": 18.0, "minutes": 0.3, "calls": None}

@@ -14,11 +14,11 @@ from typing import Optional
 
 import pandas as pd
 
-from .results import STAGES, conditions, parse_folder_name, read_json, read_jsonl, results_folders, stage_of
+from .results import (RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, results_folders, runs_file,
+                      stage_of)
 from .retry import drop_retried
 
 FOLDER_COLUMNS = ["folder", "card", "commit"]  # in front of every table's rows
-RUNS_FILES = {"footprint": "footprint.jsonl"}  # each stage's records; the others: runs.jsonl
 
 
 def folder_row(path, stage=None) -> dict:
@@ -111,12 +111,16 @@ def _summary_rows(rows_of):
 
 def records(where, stage, model=None, dtype=None) -> pd.DataFrame:
     """Every record of each folder's runs file, as the stage appended it; a failure retried on resume is
-    replaced by its rerun's record (tr2.retry), a torn last line (a kill mid-append) is left out."""
+    replaced by its rerun's record (tr2.retry), a torn last line (a kill mid-append) is left out. A record's own
+    commit is its `run_commit` (the folder's first session's for a record from before records carried one); the
+    `commit` in front stays the folder's, as in every table."""
     # the series' records before tr2.stage carried no key: a run is its round and configuration
     key = (lambda r: (r.get("round"), r.get("config"))) if stage == "series" else (lambda r: r.get("key"))
 
     def read(path):
-        recs = drop_retried(read_jsonl(path / RUNS_FILES.get(stage, "runs.jsonl")), key)
+        recs = drop_retried(read_jsonl(path / runs_file(stage)), key)
+        first = first_commit(path) if recs else None
+        recs = [{**{k: v for k, v in r.items() if k != "commit"}, "run_commit": r.get("commit") or first} for r in recs]
         return pd.DataFrame(recs) if recs else None
     return _gather(where, stage, read, model, dtype)
 
@@ -140,22 +144,68 @@ def held_seconds(recs: list) -> float:
     return alone + union
 
 
+def _run_records(p: Path, stage=None) -> list:
+    return [r for r in read_jsonl(p / runs_file(stage or stage_of(p))) if isinstance(r, dict)]
+
+
+def _retired_records(p: Path) -> list:
+    return [r for r in read_jsonl(p / RETIRED) if isinstance(r, dict)]
+
+
 def run_time(path, stage=None) -> dict:
     """What a folder's runs held the machine for: every record of its runs file (a failed run and a retried one
-    included, as each held the machine), their wall seconds and minutes, and the calls (the lines of
-    sessions.jsonl: one each time the stage started or resumed; None in folders from before it). Imports,
-    compile caches and the stage's own notebook are outside the runs' wall times. Runs that shared the machine
-    (method A's `parallel`) count once: see held_seconds."""
+    included, as each held the machine) and of its retired.jsonl (tr2.retire: they held it too), their wall seconds
+    and minutes, the retired records among them, and the calls (the lines of sessions.jsonl: one each time the stage
+    started or resumed; None in folders from before it). Imports, compile caches and the stage's own notebook are
+    outside the runs' wall times. Runs that shared the machine (method A's `parallel`) count once: see held_seconds."""
     p = Path(path)
-    recs = [r for r in read_jsonl(p / RUNS_FILES.get(stage or stage_of(p), "runs.jsonl")) if isinstance(r, dict)]
-    seconds = held_seconds(recs)
-    return {"records": len(recs), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 1),
+    recs, retired = _run_records(p, stage), _retired_records(p)
+    seconds = held_seconds(recs + retired)
+    return {"records": len(recs), "retired": len(retired), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 1),
             "calls": len(read_jsonl(p / "sessions.jsonl")) if (p / "sessions.jsonl").is_file() else None}
+
+
+def first_commit(path) -> Optional[str]:
+    """The commit of a folder's first session (sessions.jsonl), else of its machine.json: the commit of its records
+    from before each record carried its own."""
+    sessions = read_jsonl(Path(path) / "sessions.jsonl")
+    return (sessions[0].get("commit") if sessions else None) or conditions(path).get("commit")
+
+
+def commit_runs(path, stage=None) -> list[dict]:
+    """Every commit a folder names, in the order it first appears (its sessions, then its records): per commit the
+    records of its runs file made there (`runs`), those of them retired since (`retired`), and its sessions
+    (`calls`). A record without a commit (made before records carried one) counts at first_commit."""
+    p = Path(path)
+    first = first_commit(p)
+    rows: dict = {}
+
+    def row(commit):
+        return rows.setdefault(commit, {"commit": commit, "runs": 0, "retired": 0, "calls": 0})
+    for s in read_jsonl(p / "sessions.jsonl"):
+        row(s.get("commit"))["calls"] += 1
+    for name, recs in (("runs", _run_records(p, stage)), ("retired", _retired_records(p))):
+        for r in recs:
+            row(r.get("commit") or first)[name] += 1
+    return list(rows.values())
+
+
+def retired_runs(path) -> list[dict]:
+    """A folder's retired records grouped by why, when and at which commit they were retired: reason, retired_at,
+    by_commit, runs (records), run_keys."""
+    groups: dict = {}
+    for r in _retired_records(Path(path)):
+        g = groups.setdefault((r.get("retired_reason"), r.get("retired_at"), r.get("retired_by_commit")),
+                              {"reason": r.get("retired_reason"), "retired_at": r.get("retired_at"),
+                               "by_commit": r.get("retired_by_commit"), "runs": 0, "run_keys": []})
+        g["runs"] += 1
+        g["run_keys"] += [r.get("key")] if r.get("key") not in g["run_keys"] else []
+    return list(groups.values())
 
 
 SERIES_RUN_COLUMNS = ["round", "warm", "config", "model", "dtype", "side", "build", "mode", "half_roundings",
                       "cuda_graph", "status", "valid", "void", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
-                      "nvml_peak_bytes", "gpu", "wall_s", "started", "reason", "log"]
+                      "nvml_peak_bytes", "gpu", "wall_s", "started", "reason", "log", "run_commit"]
 
 
 def runs(where, model=None, dtype=None) -> pd.DataFrame:

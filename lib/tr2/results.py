@@ -16,6 +16,13 @@ from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")  # a card's name (tr2.cards), the tail of its results folders' names
 STAGES = ("series", "method_a", "method_b", "footprint", "families")  # the protocol's stages, in `make all`'s order
+RUNS_FILES = {"footprint": "footprint.jsonl"}  # each stage's records; the others: runs.jsonl
+RETIRED = "retired.jsonl"  # records taken out of a runs file by tr2.retire, with when, why and at which commit
+
+
+def runs_file(stage: str) -> str:
+    """The name of the file a stage appends its run records to."""
+    return RUNS_FILES.get(stage, "runs.jsonl")
 
 # A results folder's name: <stage>-<YYYYmmdd-HHMMSS>-<card>, with -<n> after it for a second folder of the same
 # stage, card and second. folder_name makes it and parse_folder_name reads it back: every listing of results
@@ -164,12 +171,17 @@ def write_yaml_atomic(path, obj) -> Path:
     return write_text_atomic(path, yaml.safe_dump(obj, sort_keys=False))
 
 
+def jsonl_line(record: dict) -> str:
+    """A record as a runs file holds it: one line, keys sorted."""
+    return json.dumps(record, sort_keys=True, default=str) + "\n"
+
+
 def append_jsonl(path, record: dict) -> None:
     """One record per line, flushed and synced: a kill loses at most the line being written. A torn last line (a
     kill mid-append) is cut first: appended after it, the new record would merge into an unreadable line and be lost."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    line = jsonl_line(record).encode()
     with open(path, "a+b") as f:  # a+: created when missing; writes land at the end
         end = f.seek(0, os.SEEK_END)
         if end:

@@ -13,6 +13,10 @@ A stage in two places (the GPU machine has no papermill, and its wheels no longe
 `--runs-only` runs the stage's runs and its summary in this process, no notebook (the same checks and folder first);
 `--render DIR` then executes the notebook over that folder on any machine, running nothing (`render_only`: no run,
 no retry, no check of the card against this machine), so the report can stitch it.
+
+`--retire DIR --runs PATTERN [PATTERN ...] --reason TEXT` takes the runs whose keys match out of the folder, deleting
+nothing (tr2.retire: records to retired.jsonl, their files and the stage's summary and notebook to retired/); then
+`--resume DIR` runs exactly them again, at this commit, and summarizes the whole folder anew.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from . import REPO_ROOT, RESULTS_DIR, Tr2Error
 from .cards import card_path as card_path_of
 from .cards import card_name, check_held_card, check_machine, load_card
 from .results import STAGES, latest, new_results_dir, parse_folder_name
+from .retire import retire
 from .stage import DeadlineReached, hold_card
 from .trainargs import Parser
 
@@ -75,6 +80,25 @@ def run_here(stage: str, card: dict, d: Path) -> None:
     module = importlib.import_module(f"tr2.{stage}")
     module.run(card, d)
     module.summarize(d)
+
+
+def retire_here(stage: str, a) -> None:
+    """--retire DIR --runs PATTERN... --reason TEXT: the folder checked as --resume checks it, then tr2.retire."""
+    if stage not in STAGES:
+        raise Tr2Error(f"stage: {stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
+    given = [f for f, v in (("--card", a.card), ("--resume", a.resume), ("--runs-only", a.runs_only),
+                            ("--render", a.render)) if v]
+    if given:
+        raise Tr2Error(f"--retire: given with {given[0]}; allowed: --retire DIR --runs PATTERN [PATTERN ...] "
+                       "--reason TEXT alone (then --resume DIR runs the retired runs again)")
+    if not a.runs:
+        raise Tr2Error("--runs: missing; allowed: one or more fnmatch patterns of run keys after --retire DIR "
+                       "(e.g. --runs 'gpt2-small/bfloat16/cupy/*')")
+    d = _resume_folder(stage, a.retire, "--retire")
+    done = retire(stage, d, a.runs, a.reason)
+    print(f"tr2.runner: retired {done['records']} record(s) of {len(done['keys'])} run(s) from {d} "
+          f"({', '.join(done['keys'])}); {len(done['moves'])} file(s) moved under retired/, {done['kept']} record(s) "
+          f"kept; run them again with: python -m tr2.runner {stage} --resume {d}", flush=True)
 
 
 def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, Path, Path]:
@@ -131,8 +155,20 @@ def main(argv=None) -> int:
                        "notebook (executed later by --render DIR, on any machine)")
         p.add_argument("--render", default=None, metavar="DIR", help="execute the stage's notebook over this "
                        "folder, running nothing (no GPU needed); with no other option")
+        p.add_argument("--retire", default=None, metavar="DIR", help="take the runs --runs names out of this "
+                       "results folder into its retired.jsonl and retired/ (nothing is deleted); --resume DIR then "
+                       "runs them again")
+        p.add_argument("--runs", nargs="+", default=None, metavar="PATTERN", help="with --retire: fnmatch patterns "
+                       "of run keys, e.g. 'gpt2-small/bfloat16/cupy/*'")
+        p.add_argument("--reason", default=None, help="with --retire: why the runs are retired (kept in each record)")
         p.add_argument("--root", default=None, help=argparse.SUPPRESS)
         a = p.parse_args(argv)
+        if a.retire is not None:
+            retire_here(a.stage, a)
+            return 0
+        for flag, value in (("--runs", a.runs), ("--reason", a.reason)):
+            if value is not None:
+                raise Tr2Error(f"{flag}: given without --retire; allowed only with --retire DIR")
         if a.render is not None:
             given = [f for f, v in (("--card", a.card), ("--resume", a.resume), ("--runs-only", a.runs_only)) if v]
             if given:

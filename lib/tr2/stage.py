@@ -34,8 +34,10 @@ def finished_keys(runs_path) -> dict:
 class Folder:
     """A stage's results folder, held (locked) until closed, with the card it holds."""
 
-    def __init__(self, path: Path, stage: str, lock, card: dict):
-        self.path, self.stage, self._lock, self.card = path, stage, lock, card
+    def __init__(self, path: Path, stage: str, lock, card: dict, commit: Optional[str] = None):
+        # commit: what this process records for its session (sessions.jsonl); each record it appends carries it,
+        # so that runs of one folder made at different commits (a resume after tr2.retire) can be told apart
+        self.path, self.stage, self._lock, self.card, self.commit = path, stage, lock, card, commit
 
     def records(self, name: str = RUNS) -> list[dict]:
         return read_jsonl(self.path / name)
@@ -100,7 +102,7 @@ def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
     except BaseException:
         lock.close()
         raise
-    return Folder(d, stage, lock, card)
+    return Folder(d, stage, lock, card, info.get("commit"))
 
 
 def progress(total: int, desc: str, initial: int = 0, enabled: bool = True):
@@ -273,9 +275,10 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
              parallel: int = 1) -> list[dict]:
     """Run every piece of `plan` the folder does not hold yet; returns the records appended.
 
-    run_one(piece) -> record (a dict; the skeleton adds the piece's key). A piece is done when a record of its key
-    satisfies `finished` and not `retry` (the hook for failures whose cause is gone: tr2.retry.should_retry); a piece
-    run again so gets `retried`: note(the record it replaces), when `note` is given. With `group(piece)`, a record
+    run_one(piece) -> record (a dict; the skeleton adds the piece's key and this session's commit). A piece is done
+    when a record of its key satisfies `finished` and not `retry` (the hook for failures whose cause is gone:
+    tr2.retry.should_retry); a piece run again so gets `retried`: note(the record it replaces), when `note` is given.
+    A piece whose record tr2.retire moved out of the runs file is not done: it runs again. With `group(piece)`, a record
     satisfying `ends_group` skips the later pieces of its group (no record). A record satisfying `ends_stage` stops
     the stage with one line, after it is appended (rerun to retry it). `on_record(record)` is called after each
     append (tests kill the stage there). Before the first piece the plan is printed with its estimate: kind(piece),
@@ -337,7 +340,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
 
     def record(piece, rec) -> Optional[Tr2Error]:
         """Append a finished piece's record; returns the error that ends the stage, if it does."""
-        rec = {**rec, "key": key(piece)}
+        rec = {**rec, "key": key(piece), "commit": folder.commit}
         if note is not None and key(piece) in reopened:
             rec["retried"] = note(reopened[key(piece)])
         if group is not None:

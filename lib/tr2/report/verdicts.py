@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import datetime
 import os
+import shlex
 import statistics
 from pathlib import Path
 
@@ -58,7 +59,14 @@ def folder_info(d, html_dir) -> dict:
     c = {k: v for k, v in row.items() if k not in ("folder", "stage", "stamp", "finished", "path")}
     c.update({k: own[k] for k in ("first_run", "last_run", "rounds", "steps", "window") if own.get(k) is not None})
     return {"stage": row["stage"], "name": row["folder"], "path": stored_path(d), "link": link(d, html_dir),
-            "notebook": is_finished(d), "conditions": c, "time": explore.run_time(d, row["stage"])}
+            "notebook": is_finished(d), "conditions": c, "time": explore.run_time(d, row["stage"]),
+            "commits": explore.commit_runs(d, row["stage"]), "retired": explore.retired_runs(d)}
+
+
+def run_commits(info: dict) -> set:
+    """The commits a folder's runs ran at (kept or retired since); its machine.json's where it holds no run."""
+    ran = {c["commit"] for c in info["commits"] if c["runs"] or c["retired"]}
+    return ran or {info["conditions"].get("commit")}
 
 
 def _range_of(r, times=None, tokens_per_step=None):
@@ -183,7 +191,8 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
     preview, edition = rule9_banners(card_name, dirs, devices)
     cpu = "cpu" in devices or (not devices and read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml").get("device") == "cpu")
     return {
-        "commits": commits, "commits_differ": len({c for c in commits.values()}) > 1,
+        # a folder whose runs span commits (a resume after tr2.retire) differs as two stages at two commits do
+        "commits": commits, "commits_differ": len(set(commits.values()).union(*map(run_commits, infos))) > 1,
         "minutes_of_runs": round(sum(i["time"]["seconds"] for i in infos) / 60, 1),
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir, beside_rows),
@@ -320,6 +329,16 @@ def _machine(info, series_dir) -> dict:
                            "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}}
 
 
+def reruns(info: dict) -> list[str]:
+    """For each time runs were retired from the folder (tr2.retire): the retirement and the resume that ran them
+    again, at the commit that retired them, so that the folder's command reproduces its runs at both commits."""
+    d, stage = f"results/{info['name']}", info["stage"]
+    return [(f"git checkout {(r['by_commit'] or '')[:12]} && " if r["by_commit"] else "")
+            + f"python -m tr2.runner {stage} --retire {d} --runs {' '.join(map(shlex.quote, r['run_keys']))} "
+            f"--reason {shlex.quote(r['reason'] or '')} && python -m tr2.runner {stage} --resume {d}"
+            for r in info.get("retired") or ()]
+
+
 def commands(card_name, infos, html_dir, beside=()) -> dict:
     """The command that reproduces each table: each stage on its card at its commit, and this report (with the
     folders shown beside it: beside_checks' records)."""
@@ -329,7 +348,7 @@ def commands(card_name, infos, html_dir, beside=()) -> dict:
         commit = (c.get("commit") or "")[:12]
         card = c.get("card") or card_name
         out[i["name"]] = ((f"git checkout {commit} && " if commit else "") + f"make {i['stage'].replace('_', '-')} "
-                          f"CARD={card}")
+                          f"CARD={card}" + "".join(f" && {rerun}" for rerun in reruns(i)))
     rels = " ".join(f"results/{i['name']}" for i in infos)
     out["report"] = f"python -m tr2.report --card {card_name}" + (f" --dirs {rels}" if rels else "")
     if beside:

@@ -1,0 +1,135 @@
+"""Retiring runs: `python -m tr2.runner STAGE --retire DIR --runs PATTERN [PATTERN ...] --reason TEXT`.
+
+A program change that alters the bits of a few configurations only (docs/h200-edition.md, "Reusing method A runs
+across commits") makes those runs describe an older program, while the folder's other runs still stand. Retiring
+takes the former out of the stage's runs file, so that `--resume DIR` runs exactly them again at the new commit, and
+deletes nothing:
+
+- every record of the runs file whose `key` matches a pattern (fnmatch) is appended to DIR/retired.jsonl with
+  `retired_at` (UTC), `retired_reason`, `retired_by_commit` and `retired_files` (each field naming a file -> where
+  that file lies now);
+- the files those records name (metrics, log, any field whose value is a file inside DIR that no kept record names)
+  move to DIR/retired/<the same path>; a path already taken there (the same run retired before) gets -2, -3, ...
+  before its suffix;
+- the marks of a finished stage (summary.json, the executed notebook) move to retired/ likewise, so that
+  results.is_finished, and with it the report's choice of folders, no longer takes the folder until the resume
+  writes them again (its summary then covers the kept runs and the new ones). The stage's other tables
+  (method_a.csv, ...) stay until that summary rewrites them.
+
+Every check is made before anything moves (one line, exit 2, nothing changed). The runs file is replaced last and
+atomically, under the folder's lock (no stage may run in it meanwhile).
+"""
+from __future__ import annotations
+
+import datetime
+import fnmatch
+from pathlib import Path
+
+from . import Tr2Error
+from .results import RETIRED, append_jsonl, jsonl_line, read_jsonl, runs_file, write_text_atomic
+from .stage import _lock
+from .sysinfo import git_commit
+
+RETIRED_DIR = "retired"
+# the folder's own files: a record may name one (never, so far), but it is no run's to take away
+OWN_FILES = ("card.yaml", "machine.json", "sessions.jsonl", "summary.json", RETIRED, ".lock")
+
+
+def finish_marks(stage: str) -> tuple:
+    """The files whose presence says the stage ran to its end (results.is_finished)."""
+    return ("summary.json", f"{stage}.ipynb")
+
+
+def select(records: list, patterns: list, runs_name: str) -> list:
+    """The records whose key matches a pattern; one line naming the pattern where one matches nothing."""
+    keys = [r.get("key") for r in records if isinstance(r.get("key"), str)]
+    for pat in patterns:
+        if not fnmatch.filter(keys, pat):
+            shown = ", ".join(sorted(set(keys))[:4]) or "none: the file holds no keyed record"
+            raise Tr2Error(f"--runs: {pat!r} matches no record of {runs_name}; allowed: fnmatch patterns of its "
+                           f"records' keys (e.g. {shown})")
+    return [r for r in records if isinstance(r.get("key"), str) and any(fnmatch.fnmatch(r["key"], p) for p in patterns)]
+
+
+def named_files(record: dict, d: Path, runs_name: str) -> dict:
+    """field -> path (relative to d) of every file inside d that the record names by a top-level string field."""
+    own = set(OWN_FILES) | {runs_name}
+    out = {}
+    for field, value in record.items():
+        if not isinstance(value, str) or not value or Path(value).is_absolute() or ".." in Path(value).parts:
+            continue
+        if value not in own and not value.startswith(RETIRED_DIR + "/") and (d / value).is_file():
+            out[field] = value
+    return out
+
+
+def free_name(d: Path, rel: str, taken: set) -> str:
+    """retired/<rel>, or with -2, -3, ... before its suffix where that is there already (or planned this time)."""
+    base = Path(RETIRED_DIR) / rel
+    cand, n = base, 1
+    while (d / cand).exists() or str(cand) in taken:
+        n += 1
+        cand = base.with_name(f"{base.stem}-{n}{base.suffix}")
+    taken.add(str(cand))
+    return str(cand)
+
+
+def plan_moves(d: Path, retired: list, kept: list, runs_name: str, marks: tuple) -> tuple[list, dict]:
+    """(every move as (from, to) relative to d, and per retired record field -> its new path). A file a kept record
+    also names stays: it is not the retired run's alone."""
+    shared = {v for r in kept for v in named_files(r, d, runs_name).values()}
+    taken, moved, moves, per_record = set(), {}, [], []
+    for r in retired:
+        files = {}
+        for field, rel in named_files(r, d, runs_name).items():
+            if rel in shared:
+                continue
+            if rel not in moved:
+                moved[rel] = free_name(d, rel, taken)
+                moves.append((rel, moved[rel]))
+            files[field] = moved[rel]
+        per_record.append(files)
+    moves += [(m, free_name(d, m, taken)) for m in marks if (d / m).is_file()]
+    return moves, per_record
+
+
+def check_reason(reason) -> str:
+    """The reason on one line; every retired record keeps it, so none may be left out or blank."""
+    text = " ".join(str(reason or "").split())
+    if not text:
+        said = "missing" if reason is None else f"{reason!r} is empty"
+        raise Tr2Error(f"--reason: {said}; allowed: a sentence saying why these runs are retired (what changed in "
+                       "the program)")
+    return text
+
+
+def retire(stage: str, d, patterns: list, reason: str) -> dict:
+    """Retire the runs of `stage`'s folder d (already checked to be one: tr2.runner) whose keys match `patterns`;
+    returns what was done: keys, records, moves."""
+    d = Path(d)
+    reason = check_reason(reason)
+    runs_name = runs_file(stage)
+    if not (d / runs_name).is_file():
+        raise Tr2Error(f"--retire: {str(d)!r} holds no {runs_name}, so it has no run to retire; allowed: a results "
+                       f"folder of stage {stage} whose runs have started")
+    select(read_jsonl(d / runs_name), patterns, runs_name)   # a refusal before the lock: not even .lock changes
+    lock = _lock(d, f"{stage} --retire")
+    try:
+        records = read_jsonl(d / runs_name)   # again, now that no stage can append meanwhile
+        retired = select(records, patterns, runs_name)
+        ids = {id(r) for r in retired}
+        kept = [r for r in records if id(r) not in ids]
+        moves, per_record = plan_moves(d, retired, kept, runs_name, finish_marks(stage))
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        commit = git_commit().get("commit")
+        for src, dst in moves:
+            (d / dst).parent.mkdir(parents=True, exist_ok=True)
+            (d / src).rename(d / dst)
+        for r, files in zip(retired, per_record):
+            append_jsonl(d / RETIRED, {**r, "retired_at": stamp, "retired_reason": reason, "retired_by_commit": commit,
+                                       "retired_files": files})
+        write_text_atomic(d / runs_name, "".join(map(jsonl_line, kept)))
+    finally:
+        lock.close()
+    return {"keys": sorted({r["key"] for r in retired}), "records": len(retired), "kept": len(kept), "moves": moves,
+            "retired_at": stamp, "commit": commit}

@@ -1,0 +1,175 @@
+"""Retiring runs (tr2.retire, `python -m tr2.runner STAGE --retire DIR --runs PATTERN... --reason TEXT`): the records
+and their files move, nothing is deleted, the folder is no longer finished, `--resume DIR` runs exactly the retired
+runs again at the new commit, the summary covers the whole set, and the report's commits table shows both commits."""
+import hashlib
+import json
+import sys
+
+import pytest
+
+from tr2 import explore, method_a, runner, stage
+from tr2.results import is_finished, read_jsonl
+from test_method_a import FAKE, _card
+
+A, B = "a" * 40, "b" * 40
+CUPY = "tiny/float32/cupy/*"
+
+
+def snapshot(d) -> dict:
+    """Every file under d (the lock's too) with its bytes' digest: 'nothing changed' made checkable."""
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def fake_trainer(tmp_path, monkeypatch):
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE)
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("TR2_TRAINER", f"{sys.executable} {fake}")
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+    return calls
+
+
+@pytest.fixture
+def finished(tmp_path, monkeypatch, fake_trainer):
+    """A finished method A folder of three seeds a side, run at commit A (its executed notebook stood in for)."""
+    monkeypatch.setenv("TR2_GIT_COMMIT", A)
+    d = tmp_path / "results" / "method_a-20261203-120000-test"
+    method_a.run(_card([1, 2, 3]), d)
+    method_a.summarize(d)
+    (d / "method_a.ipynb").write_text("{}")
+    assert is_finished(d)
+    monkeypatch.setenv("TR2_GIT_COMMIT", B)   # what follows happens at a later commit
+    fake_trainer.write_text("")
+    return d
+
+
+def retire(d, *patterns, reason="the cupy side's kernel changed its bits", stage_name="method_a"):
+    return runner.main([stage_name, "--retire", str(d), "--runs", *patterns, "--reason", reason])
+
+
+def test_every_record_carries_the_commit_of_its_session(finished):
+    recs = read_jsonl(finished / "runs.jsonl")
+    assert len(recs) == 6 and {r["commit"] for r in recs} == {A}
+    assert [s["commit"] for s in read_jsonl(finished / "sessions.jsonl")] == [A]
+
+
+def test_retire_moves_records_and_files_and_unfinishes_the_folder(finished, capsys):
+    before = {r["key"]: r for r in read_jsonl(finished / "runs.jsonl")}
+    metrics = {k: (finished / r["metrics"]).read_bytes() for k, r in before.items()}
+    assert retire(finished, CUPY) == 0
+    assert "retired 3 record(s) of 3 run(s)" in capsys.readouterr().out
+    kept = read_jsonl(finished / "runs.jsonl")
+    assert [r["key"] for r in kept] == [f"tiny/float32/torch/{s}" for s in (1, 2, 3)]
+    gone = read_jsonl(finished / "retired.jsonl")
+    assert [r["key"] for r in gone] == [f"tiny/float32/cupy/{s}" for s in (1, 2, 3)]
+    for r in gone:
+        assert r["retired_reason"] == "the cupy side's kernel changed its bits" and r["retired_by_commit"] == B
+        assert r["retired_at"].endswith("+00:00") and r["commit"] == A
+        assert r["retired_files"] == {"metrics": "retired/" + r["metrics"], "log": "retired/" + r["log"]}
+        assert not (finished / r["metrics"]).exists() and not (finished / r["log"]).exists()
+        assert (finished / r["retired_files"]["metrics"]).read_bytes() == metrics[r["key"]]   # moved, not rewritten
+        assert {k: v for k, v in r.items() if not k.startswith("retired_")} == before[r["key"]]
+    # the marks of a finished stage moved too: the report's choice of folders passes it over until the resume
+    assert not is_finished(finished)
+    assert (finished / "retired" / "summary.json").is_file() and (finished / "retired" / "method_a.ipynb").is_file()
+    assert not list(finished.glob(".*.tmp*"))   # the runs file was replaced whole
+
+
+def test_resume_runs_exactly_the_retired_runs_and_summarizes_them_all(finished, fake_trainer):
+    assert retire(finished, CUPY) == 0
+    method_a.run(_card([1, 2, 3]), finished)
+    assert fake_trainer.read_text().split() == ["cupy/1", "cupy/2", "cupy/3"]
+    recs = read_jsonl(finished / "runs.jsonl")
+    assert {r["key"]: r["commit"] for r in recs} == {**{f"tiny/float32/torch/{s}": A for s in (1, 2, 3)},
+                                                      **{f"tiny/float32/cupy/{s}": B for s in (1, 2, 3)}}
+    s = method_a.summarize(finished)
+    assert s["runs"] == {"finished": 6, "planned": 6, "records": 6} and s["configs"][0]["verdict"]["passed"] is True
+    assert explore.commit_runs(finished) == [{"commit": A, "runs": 3, "retired": 3, "calls": 1},
+                                             {"commit": B, "runs": 3, "retired": 0, "calls": 1}]
+    method_a.run(_card([1, 2, 3]), finished)   # nothing left to run
+    assert fake_trainer.read_text().split() == ["cupy/1", "cupy/2", "cupy/3"]
+
+
+def test_a_run_retired_twice_keeps_both_files(finished):
+    assert retire(finished, "tiny/float32/cupy/1") == 0
+    first = (finished / "retired" / "runs" / "tiny_float32_cupy_1.metrics.jsonl").read_bytes()
+    method_a.run(_card([1, 2, 3]), finished)
+    assert retire(finished, "tiny/float32/cupy/1", reason="again") == 0
+    assert (finished / "retired" / "runs" / "tiny_float32_cupy_1.metrics.jsonl").read_bytes() == first
+    again = read_jsonl(finished / "retired.jsonl")[-1]
+    assert again["retired_files"]["metrics"] == "retired/runs/tiny_float32_cupy_1.metrics-2.jsonl"
+    assert again["retired_files"]["log"] == "retired/logs/method_a-tiny_float32_cupy_1-2.log"
+    assert (finished / again["retired_files"]["metrics"]).is_file() and again["commit"] == B
+
+
+def test_a_record_without_a_commit_counts_at_the_first_session(finished):
+    recs = read_jsonl(finished / "runs.jsonl")
+    (finished / "runs.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "commit"}) + "\n"
+                                                 for r in recs))
+    assert explore.commit_runs(finished) == [{"commit": A, "runs": 6, "retired": 0, "calls": 1}]
+    assert set(explore.records(finished, "method_a")["run_commit"]) == {A}
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--runs", CUPY, "tiny/float32/cupy/9", "--reason", "x"], "--runs: 'tiny/float32/cupy/9' matches no record"),
+    (["--runs", CUPY, "--reason", "  "], "--reason: '  ' is empty"),
+    (["--runs", CUPY], "--reason: missing"),
+    ([], "--runs: missing"),
+    (["--runs", CUPY, "--reason", "x", "--resume", "{d}"], "--retire: given with --resume"),
+])
+def test_bad_retirements_are_refused_in_one_line_changing_nothing(finished, capsys, args, said):
+    before = snapshot(finished)
+    argv = ["method_a", "--retire", str(finished), *[a.format(d=finished) for a in args]]
+    assert runner.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err
+    assert snapshot(finished) == before
+
+
+def test_a_folder_of_another_stage_or_none_is_refused(finished, tmp_path, capsys):
+    before = snapshot(finished)
+    assert retire(finished, CUPY, stage_name="method_b") == 2
+    assert "is a folder of stage method_a" in capsys.readouterr().err
+    other = tmp_path / "not-a-results-folder"
+    other.mkdir()
+    assert retire(other, CUPY) == 2
+    assert "--retire" in capsys.readouterr().err
+    assert runner.main(["method_a", "--runs", CUPY]) == 2
+    assert "--runs: given without --retire" in capsys.readouterr().err
+    assert snapshot(finished) == before
+
+
+def test_a_folder_a_stage_holds_is_refused(finished, capsys):
+    held = stage._lock(finished, "method_a")
+    before = snapshot(finished)
+    try:
+        assert retire(finished, CUPY) == 2
+    finally:
+        held.close()
+    assert "is being worked on by stage method_a" in capsys.readouterr().err
+    assert snapshot(finished) == before
+
+
+def test_the_front_page_shows_a_folder_whose_runs_span_commits(finished, tmp_path):
+    from tr2.report.front import front_page_html
+    from tr2.report.verdicts import build_table
+    bs4 = pytest.importorskip("bs4")
+    one = build_table("test", [finished], tmp_path)
+    assert one["commits_differ"] is False
+    assert retire(finished, CUPY) == 0
+    method_a.run(_card([1, 2, 3]), finished)
+    method_a.summarize(finished)
+    data = build_table("test", [finished], tmp_path)
+    assert data["commits_differ"] is True   # one folder, one stage, two commits
+    soup = bs4.BeautifulSoup(front_page_html(data), "html.parser")
+    assert "different commits" in soup.find(id="commits-note").get_text()
+    row = soup.find(id="commits-table").find("tr", attrs={"data-folder": finished.name})
+    shown = {s["data-commit"]: (s["data-runs"], s["data-retired"]) for s in row.find_all("span", class_="commit")}
+    assert shown == {A: ("3", "3"), B: ("3", "0")}
+    retired = row.find("td", class_="retired")
+    assert retired["data-value"] == "3" and "the cupy side's kernel changed its bits" in retired.get_text()
+    assert "tiny/float32/cupy/1" in retired.get_text() and B[:12] in retired.get_text()
+    # the folder's reproduce command runs it at its first commit, then retires and resumes as was done
+    assert f"--retire results/{finished.name} --runs tiny/float32/cupy/1 tiny/float32/cupy/2" in data["commands"][finished.name]
+    assert data["commands"][finished.name].endswith(f"python -m tr2.runner method_a --resume results/{finished.name}")
