@@ -4,9 +4,10 @@
 
 For each record of FOLDER's runs file whose key matches a pattern (fnmatch), finished ok, holding the trainer's
 command (`cmd`, `python -m tr2.train ... --metrics PATH`: method A's runs): that command again with this interpreter
-in place of the recorded one, `--steps N`, and its metrics file and log in a scratch folder beside OUT
-(<OUT without .jsonl>.runs/); then every line of the recorded metrics file whose step is <= N against the new file's
-line at the same place, as text. One JSON line a run is appended to OUT as it ends: key, steps_compared (the distinct
+in place of the recorded one, `--steps N`, and its metrics file and log in a scratch folder (--scratch DIR, by
+default beside OUT: <OUT without .jsonl>.runs/; on the device keep it out of $OUT, which returns 8 files at most and
+lost a call's results to it once: results/h200-edition-20261203e/README.md); then every line of the recorded metrics
+file whose step is <= N against the new file's line at the same place, as text. One JSON line a run is appended to OUT as it ends: key, steps_compared (the distinct
 steps), through_step, lines_compared, identical, first_difference ({step, recorded, new}: the two lines, new null
 where the new file ended early) or null, commit (this checkout's, as a stage records it), recorded_commit (the
 record's, else its folder's first session's), status, returncode, log.
@@ -135,6 +136,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", nargs="+", required=True, metavar="PATTERN", help="fnmatch patterns of run keys")
     p.add_argument("--steps", type=int, required=True, help="compare steps 0..N (the run stops after step N)")
     p.add_argument("--out", required=True, help="the JSON lines file to append one line a run to")
+    p.add_argument("--scratch", help="where the reruns' metrics files and logs go (default: beside OUT, "
+                   "<OUT without .jsonl>.runs/); on the device keep it out of $OUT, whose files come back 8 at most")
     a = p.parse_args(argv)
     try:
         folder = Path(a.folder).resolve()
@@ -148,7 +151,7 @@ def main(argv=None) -> int:
         sys.stderr.write(f"identity_check: error: {e}\n")
         return 2
     out = Path(a.out)
-    scratch = out.with_name(out.name[:-len(".jsonl")] + ".runs")
+    scratch = Path(a.scratch) if a.scratch else out.with_name(out.name[:-len(".jsonl")] + ".runs")
     scratch.mkdir(parents=True, exist_ok=True)
     commit = git_commit().get("commit")
     all_same = True

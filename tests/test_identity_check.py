@@ -105,3 +105,12 @@ def test_bad_input_is_one_line(folder, tmp_path, capsys, runs, steps, said):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0], err
     assert not out.exists()
+
+
+def test_the_scratch_folder_can_lie_outside_the_output_folder(folder, tmp_path):
+    """On the device $OUT returns 8 files at most: the reruns' files must be able to go elsewhere."""
+    out, scratch = tmp_path / "out" / "identity.jsonl", tmp_path / "scratch"
+    assert identity_check.main([str(folder), "--runs", "tiny/float32/cupy/*", "--steps", str(SHORT), "--out", str(out),
+                                "--scratch", str(scratch)]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["identity.jsonl"]
+    assert (scratch / "tiny_float32_cupy_1337.metrics.jsonl").is_file()
