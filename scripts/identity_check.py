@@ -7,10 +7,10 @@ command (`cmd`, `python -m tr2.train ... --metrics PATH`: method A's runs): that
 in place of the recorded one, `--steps N`, and its metrics file and log in a scratch folder (--scratch DIR, by
 default beside OUT: <OUT without .jsonl>.runs/; on the device keep it out of $OUT, which returns 8 files at most and
 lost a call's results to it once: results/h200-edition-20261203e/README.md); then every line of the recorded metrics
-file whose step is <= N against the new file's line at the same place, as text. One JSON line a run is appended to OUT as it ends: key, steps_compared (the distinct
-steps), through_step, lines_compared, identical, first_difference ({step, recorded, new}: the two lines, new null
-where the new file ended early) or null, commit (this checkout's, as a stage records it), recorded_commit (the
-record's, else its folder's first session's), status, returncode, log.
+file whose step is <= N against the new file's line at the same place, as text. One JSON line a run is appended to
+OUT as it ends: key, steps_compared (the distinct steps), through_step, lines_compared, identical, first_difference
+({step, recorded, new}: the two lines, new null where the new file ended early) or null, commit (this checkout's, as
+a stage records it), recorded_commit (the record's, else its folder's first session's), status, returncode, log.
 
 Why `--steps N` stops a run without changing it: the learning rate is the model's schedule (tr2.schedule.get_lr with
 the model's warmup_iters and lr_decay_iters), never a function of --steps; evaluations fall where step %
