@@ -142,7 +142,8 @@ FWD_WGP_STAGES = kernel_define(FILE, "FWD_WGP_STAGES")
 # there (ms a layer alone, bf16): gpt2-small 0.0805 and gpt2-medium 0.1021 against mma.sync's 0.0656 and 0.0832: off.
 # As the pipelined forward's, that build had every wgmma serialized by ptxas (C7520); rewritten in the thirteenth
 # session (constant-condition copies, each turn's products waited for at its end, one block an SM: 220 registers, no
-# spill), built unserialized (tests/test_wgmma_serialization.py), NOT yet run on a GPU.
+# spill), built unserialized (tests/test_wgmma_serialization.py). Since timed alone in CUDA graphs (call 1 of
+# results/h200-perf-20261203f): x1.32 / x1.68 / x1.71 of mma.sync (nanogpt / gpt2-small / gpt2-medium, bf16): off.
 WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # The forward with a TMA producer (attention.cu's attention_forward_tma, attn_forward_tma_): one thread of a third
 # warpgroup hands the q, k and v boxes to the copy engine in 128-byte-swizzled shared memory (gpu/tma.py's tensor map
@@ -153,15 +154,18 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # gpt2-small 0.0980 against 0.0658, gpt2-medium 0.0824 against 0.0829 (call 2 of results/h200-perf-20261202d).
 # 2: the same with attention_forward_wgp's overlap in each consumer warpgroup (attn_forward_tmap_: tile kb + 1's
 # scores in flight beside tile kb's Pd v, its softmax while that runs; the same bits, "forward_tma_pipelined"), 164
-# registers, no spill, no wgmma serialized. Written in the thirteenth session after its device time: NOT run on a GPU.
+# registers, no spill, no wgmma serialized. Written in the thirteenth session after its device time; since timed
+# alone in CUDA graphs (call 1 of results/h200-perf-20261203f): x0.93 / x1.00 / x1.02 of mma.sync: off.
 # 3: 128-key tiles and setmaxnreg (attention.cu's attention_forward_tma with WIDE, attn_forward_tmaw_): the producer
 # warpgroup down to 40 registers, the consumers up to 232; S by m64n128k16, each stage two k and two v boxes. Not the
 # other forms' bits (maxima over 128 keys at a time): within the type's tolerance of the NumPy form, three runs the
-# same bits ("forward_tma_wide"). Written in the eighteenth session after its device time: NOT run on a GPU.
+# same bits ("forward_tma_wide"). Written in the eighteenth session; its tests passed in call 1 of
+# results/h200-perf-20261203e, and FWD_TMA_LONG below gives it the rows over 256 by default.
 # 4: the same with attention_forward_tma's PIPE schedule in each consumer (attn_forward_tmawp_: tile kb + 1's scores
 # in flight beside tile kb's Pd v; form 3's bits, "forward_tma_wide").
 # 5: form 3 with three stages of k and v in the ring (attn_forward_tmaw3_; form 3's bits, "forward_tma_wide").
-# Written in the nineteenth session after its device time: NOT run on a GPU.
+# Written in the nineteenth session after its device time; its 36 cases passed in call 1 of
+# results/h200-perf-20261203f, alone in graphs x1.025 / x1.017 of form 3 on gpt2-small / gpt2-medium: not used.
 WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5))
 # The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
 # one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
@@ -356,12 +360,17 @@ WG_DKDV_BLOCKS = kernel_switch("TR2_ATTN_WG_DKDV_BLOCKS", 2, (2, 3))
 WG_DKDV_TMA = kernel_switch("TR2_ATTN_WG_DKDV_TMA", 2, (0, 1, 2))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 # The TMA dK/dV kernel's form (attention.cu, before attention_backward_dkdv_tma; written in the nineteenth session
-# after its device time: NOT run on a GPU): 0 the plain one (attn_backward_dkdv_ds_tma_l2_), 1 three stages (tma3),
+# after its device time, run in the twentieth: below): 0 the plain one (attn_backward_dkdv_ds_tma_l2_), 1 three stages (tma3),
 # 2 each tile's dV and dK products issued with the next tile's S^T and dPd^T and waited for once (tmad), 3 both
 # (tmad3), 4 the row dots D made by the producer warpgroup's idle warps from the dO boxes, attn_row_dots not launched
 # (tmar). The same operations in the same order: the plain form's bits (tests/test_kernels_gpu.py,
 # "dkdv_tma_forms"). ptxas (NVRTC 12.9): 168 registers each; spills 8 / 16 / 72 / 68 / 56 bytes (the deferred forms
 # hold the next tile's scores beside the A fragments and dK/dV: about 20 local loads a tile, against 3).
+# Run in the twentieth session (call 1 of results/h200-perf-20261203f): 176 cases passed, each form the plain one's
+# bits; the whole backward alone in graphs (ms a layer, bf16, nanogpt / gpt2-small / gpt2-medium) tma 0.1062 / 0.1579 /
+# 0.2063, tma3 0.1065 / 0.1535 / 0.1992, tmad 0.1198 / 0.1911 / 0.2505, tmad3 0.1164 / 0.1741 / 0.2243, tmar 0.1752 /
+# 0.3746 / 0.5213. In the step (call 2) tma3 moved nothing past the rounds' spread (gpt2-small 16.26 against 16.23
+# ms): all stay off, 0 the default.
 DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 0, (0, 1, 2, 3, 4))
 DKDV_TMA_FORMS = {0: ("tma", DKDV_TMA_STAGES), 1: ("tma3", 3), 2: ("tmad", DKDV_TMA_STAGES), 3: ("tmad3", 3),
                   4: ("tmar", DKDV_TMA_STAGES)}
