@@ -15,6 +15,10 @@ to mma.sync. (One CUDA-event median a process, as attention_bench.py takes, move
 processes: results/h200-perf-20261201c call 3.)
 
     python3 scripts/attention_forward_variants.py OUT.jsonl [rounds] [reps]
+
+TR2_VARIANT_RING=N cycles each form's calls through N qkv buffers, so that with N x the qkv's bytes past the L2
+(N = 4 on the GPT-2 shapes) every call reads its inputs from memory, as in the step, where the same tmaw forward
+took 66.8 us a layer of gpt2-small against 56.0 alone (docs/perf.md, "Twentieth session").
 """
 from __future__ import annotations
 
@@ -31,12 +35,14 @@ from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
 
-from event_timing import timer
+from event_timing import cycling, ring_count, timer
 
 # why graph by default: the TMA forms encode tensor maps on the host every call, and timed back to back the host
 # fell behind the GPU (call 4 of results/h200-perf-20261203e: tmaw 61.5 us under Nsight Compute, 76 us so)
 TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
 TIME = timer(TIMING)
+# TR2_VARIANT_RING=N: each form's calls cycle through N qkv buffers of the shape (default 1, the same qkv every call)
+RING = ring_count(os.environ.get("TR2_VARIANT_RING"))
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 SETTINGS = ("USE_WGMMA", "WG_FORWARD_PIPELINED", "WG_FORWARD_NWG", "WG_FORWARD_PINGPONG", "WG_FORWARD_TMA",
@@ -74,16 +80,17 @@ def main() -> int:
         cfg = load_model(model)
         B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
         rs = np.random.default_rng(0)
-        qkv = to_half(cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32)), be.ctx.kind)
+        qkvs = [to_half(cp.asarray(rs.standard_normal((B, T, 3 * C), dtype=np.float32)), be.ctx.kind)
+                for _ in range(RING)]
         times = {v: [] for v in names}
         for r in range(rounds):
             for v in names[r % len(names):] + names[:r % len(names)]:
                 use(v, T)
-                ms = TIME(lambda: be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32), reps)
+                ms = TIME(cycling(lambda qkv: be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32), qkvs), reps)
                 times[v].append(ms)
                 with open(path, "a") as f:
                     f.write(json.dumps({"model": model, "variant": v, "round": r, "fwd_ms": ms, "reps": reps,
-                                        "timing": TIMING,
+                                        "timing": TIMING, "ring": RING,
                                         "B": B, "T": T, "H": H, "dropout": cfg.dropout}) + "\n")
         base = statistics.median(times["mma"])
         for v in names:

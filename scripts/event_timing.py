@@ -60,6 +60,34 @@ def graph_ms(fn, reps: int) -> float:
     return ms
 
 
+def ring_count(raw: str, key: str = "TR2_VARIANT_RING") -> int:
+    """How many input buffers a variant script cycles through (the environment's `key`): 1 where unset, a value
+    below 1 or not an integer stops the script naming it. One buffer replays the same inputs, which then sit in the
+    L2 (60 MB on the H200, a GPT-2 layer's qkv 38-50 MB); a ring larger than the L2 makes every call read its inputs
+    from memory, as the training step's reads mostly do."""
+    if raw is None or raw.strip() == "":
+        return 1
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise SystemExit(f"{key}={raw!r}: allowed values are whole numbers from 1 (1: the same inputs every call)")
+    return n
+
+
+def cycling(call, buffers):
+    """A call of no arguments that hands `call` the next of `buffers` each time, in order, round the ring: so that a
+    CUDA graph recorded over `reps` calls reads them in turn."""
+    state = {"i": 0}
+
+    def next_call():
+        buf = buffers[state["i"] % len(buffers)]
+        state["i"] += 1
+        return call(buf)
+    return next_call
+
+
 def timer(name: str):
     """TR2_VARIANT_TIMING's timer for the variant scripts: graph (default, graph_ms) or eager (mean_ms); a value
     outside them stops the script naming it."""

@@ -37,3 +37,21 @@ def test_the_variant_scripts_take_the_timer_from_the_environment():
         src = (SCRIPT.parent / name).read_text()
         assert 'TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")' in src, name
         assert "mean_ms(" not in src.split("TIMING =", 1)[1], name   # every timing goes through the choice
+
+
+def test_the_ring_hands_out_the_buffers_in_turn(event_timing):
+    seen = []
+    call = event_timing.cycling(lambda b: seen.append(b) or b, ["a", "b", "c"])
+    assert [call() for _ in range(7)] == ["a", "b", "c", "a", "b", "c", "a"]
+    assert seen == ["a", "b", "c", "a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("raw, n", [(None, 1), ("", 1), (" 4 ", 4), ("1", 1)])
+def test_the_ring_count_from_the_environment(event_timing, raw, n):
+    assert event_timing.ring_count(raw) == n
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "four", "2.5"])
+def test_a_bad_ring_count_stops_the_script_naming_it(event_timing, raw):
+    with pytest.raises(SystemExit, match=rf"^TR2_VARIANT_RING={raw!r}: allowed values are whole numbers from 1"):
+        event_timing.ring_count(raw)
