@@ -48,3 +48,20 @@ left() { echo $(( CALL_LIMIT_S - $(elapsed) )); }
 if [ ! -d ../shared/nanoGPT ] && [ -d .cache/nanoGPT ]; then
   mkdir -p ../shared && cp -r .cache/nanoGPT ../shared/nanoGPT || echo "no ../shared/nanoGPT: tests and the nanogpt side will stop"
 fi
+
+# out_fold OUT: the device tool returns at most 8 files from $OUT, none deeper than OUT/a/b/file. Where more lie there
+# (an ad-hoc command's scratch runs, several stages' logs), everything but OUT/machine.txt goes into OUT/rest.tgz, so
+# nothing is left behind on a machine that is released minutes later (results/h200-edition-20261203e lost a call's
+# method A runs to that limit). End a command that writes under $OUT with it.
+out_fold() {
+  local out=$1 n deep tmp
+  n=$(find "$out" -type f | wc -l)
+  deep=$(find "$out" -mindepth 4 -type f -print -quit)   # OUT/a/b/file is depth 3 and comes back
+  if [ "$n" -le 8 ] && [ -z "$deep" ]; then return 0; fi
+  tmp=$(mktemp -d)
+  tar czf "$tmp/rest.tgz" -C "$out" --exclude=./machine.txt . || return 1
+  find "$out" -mindepth 1 ! -path "$out/machine.txt" -delete
+  mv "$tmp/rest.tgz" "$out/rest.tgz"
+  rmdir "$tmp"
+  echo "out_fold: $n files under $out, folded into rest.tgz (machine.txt beside it)"
+}

@@ -53,4 +53,5 @@ for c in $(printf '%s\n' "${cards[@]}" | sort -u); do folders+=($(ls -d results/
 tar czf "$OUT/results.tgz" --exclude='*.npz' --exclude='*/cache' "${folders[@]}"
 for spec in "$@"; do tail -c 600 "$OUT/${spec%%=*}.log" 2>/dev/null; echo; done
 cat "$OUT/times.txt"
+out_fold "$OUT"   # more than 8 files (many stages' logs) would not all come back
 exit "${first_rc:-0}"   # the first stage's exit code that was not 0 (124: the timeout; 75: the deadline), else 0
