@@ -211,13 +211,19 @@ def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
     return ctypes.util.find_library(stem)
 
 
+def switch_given(key: str) -> bool:
+    """Whether the environment sets the kernel switch `key` (a blank value counts as unset, as kernel_switch reads
+    it): where a default yields to another form asked for, a value given explicitly does not."""
+    return (os.environ.get(key) or "").strip() != ""
+
+
 def kernel_switch(key: str, default: int, allowed: tuple = (0, 1)) -> int:
     """A kernel choice the environment may set for a run (a bench variant, e.g. TR2_ATTN_WG_DKDV=0): the integer
     value of os.environ[key], default where unset; a value outside `allowed` stops the run naming the key, the
     value and what is allowed (a misspelt variant must not run as the default and be timed as something else)."""
-    raw = os.environ.get(key)
-    if raw is None or raw.strip() == "":
+    if not switch_given(key):
         return default
+    raw = os.environ[key]
     try:
         value = int(raw.strip())
     except ValueError:

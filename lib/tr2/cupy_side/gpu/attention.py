@@ -17,12 +17,10 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import cupy as cp
 
-from . import WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch
+from . import WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch, switch_given
 from . import dropout as _dropout
 from . import tma as _tma
 from .cast import to_half
@@ -176,7 +174,7 @@ WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5))
 # default since the twentieth session; a form of the forward asked for otherwise (TR2_ATTN_FWD_WGP=1,
 # TR2_ATTN_FWD_PINGPONG=1) wins over the default, over this switch set explicitly it is a clash (_launch_wg).
 FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 3, (0, 1, 2, 3, 4, 5))
-FWD_TMA_LONG_ASKED = os.environ.get("TR2_ATTN_FWD_TMA_LONG", "").strip() != ""
+FWD_TMA_LONG_ASKED = switch_given("TR2_ATTN_FWD_TMA_LONG")
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
 TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3"}
