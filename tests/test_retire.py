@@ -173,3 +173,20 @@ def test_the_front_page_shows_a_folder_whose_runs_span_commits(finished, tmp_pat
     # the folder's reproduce command runs it at its first commit, then retires and resumes as was done
     assert f"--retire results/{finished.name} --runs tiny/float32/cupy/1 tiny/float32/cupy/2" in data["commands"][finished.name]
     assert data["commands"][finished.name].endswith(f"python -m tr2.runner method_a --resume results/{finished.name}")
+
+
+def test_the_reproduce_command_resumes_at_the_commit_the_new_runs_carry(finished, tmp_path, monkeypatch):
+    """Retired at B, run again at a later commit C (the H200 edition: retired at 82bbfca, resumed at 062562a): the
+    command checks out C before --resume, where the retirement's commit alone would claim B made the new runs."""
+    from tr2.report.verdicts import build_table
+    C = "c" * 40
+    assert retire(finished, CUPY) == 0
+    monkeypatch.setenv("TR2_GIT_COMMIT", C)
+    method_a.run(_card([1, 2, 3]), finished)
+    method_a.summarize(finished)
+    (got,) = explore.retired_runs(finished)
+    assert got["by_commit"] == B and got["rerun_commits"] == [C]
+    command = build_table("test", [finished], tmp_path)["commands"][finished.name]
+    retirement, resume = command.split(" --reason ")
+    assert f"git checkout {B[:12]} && python -m tr2.runner method_a --retire" in retirement
+    assert resume.endswith(f"&& git checkout {C[:12]} && python -m tr2.runner method_a --resume results/{finished.name}")

@@ -192,14 +192,20 @@ def commit_runs(path, stage=None) -> list[dict]:
 
 def retired_runs(path) -> list[dict]:
     """A folder's retired records grouped by why, when and at which commit they were retired: reason, retired_at,
-    by_commit, runs (records), run_keys."""
+    by_commit, runs (records), run_keys, and rerun_commits: the commits of the runs file's records of those keys
+    (the resume that ran them again, which need not be the retirement's commit), in order of first appearance."""
+    p = Path(path)
+    first = first_commit(p)
+    now = _run_records(p)
     groups: dict = {}
-    for r in _retired_records(Path(path)):
+    for r in _retired_records(p):
         g = groups.setdefault((r.get("retired_reason"), r.get("retired_at"), r.get("retired_by_commit")),
                               {"reason": r.get("retired_reason"), "retired_at": r.get("retired_at"),
                                "by_commit": r.get("retired_by_commit"), "runs": 0, "run_keys": []})
         g["runs"] += 1
         g["run_keys"] += [r.get("key")] if r.get("key") not in g["run_keys"] else []
+    for g in groups.values():
+        g["rerun_commits"] = list(dict.fromkeys(r.get("commit") or first for r in now if r.get("key") in g["run_keys"]))
     return list(groups.values())
 
 

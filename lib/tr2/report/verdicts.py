@@ -330,13 +330,20 @@ def _machine(info, series_dir) -> dict:
 
 
 def reruns(info: dict) -> list[str]:
-    """For each time runs were retired from the folder (tr2.retire): the retirement and the resume that ran them
-    again, at the commit that retired them, so that the folder's command reproduces its runs at both commits."""
+    """For each time runs were retired from the folder (tr2.retire): the retirement at the commit that retired them,
+    then the resume that ran them again at the commit their new records carry (where one commit made them all and
+    it is not the retirement's), so that the folder's command reproduces its runs at every commit."""
     d, stage = f"results/{info['name']}", info["stage"]
-    return [(f"git checkout {(r['by_commit'] or '')[:12]} && " if r["by_commit"] else "")
-            + f"python -m tr2.runner {stage} --retire {d} --runs {' '.join(map(shlex.quote, r['run_keys']))} "
-            f"--reason {shlex.quote(r['reason'] or '')} && python -m tr2.runner {stage} --resume {d}"
-            for r in info.get("retired") or ()]
+    out = []
+    for r in info.get("retired") or ():
+        again = r.get("rerun_commits") or []
+        resume_at = again[0] if len(again) == 1 and again[0] and again[0] != r["by_commit"] else None
+        out.append((f"git checkout {(r['by_commit'] or '')[:12]} && " if r["by_commit"] else "")
+                   + f"python -m tr2.runner {stage} --retire {d} --runs {' '.join(map(shlex.quote, r['run_keys']))} "
+                   f"--reason {shlex.quote(r['reason'] or '')} && "
+                   + (f"git checkout {resume_at[:12]} && " if resume_at else "")
+                   + f"python -m tr2.runner {stage} --resume {d}")
+    return out
 
 
 def commands(card_name, infos, html_dir, beside=()) -> dict:
