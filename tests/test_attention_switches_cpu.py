@@ -79,7 +79,7 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernels_by_default(at
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_WG_DKDV_TMA", "3", "0, 1, 2"),
                                                ("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "6", "0, 1, 2, 3, 4, 5")])
+                                               ("TR2_ATTN_FWD_TMA_LONG", "7", "0, 1, 2, 3, 4, 5, 6")])
 def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, key, raw, allowed):
     """A misspelt bench variant must not run as the default and be timed as something else."""
     monkeypatch.setenv(key, raw)

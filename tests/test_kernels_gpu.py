@@ -590,12 +590,13 @@ def forward_case(build, B, T, H, hs, p, seed_add: int):
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
 @pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("form", [3, 4, 5], ids=["tmaw", "tmawp", "tmaw3"])
+@pytest.mark.parametrize("form", [3, 4, 5, 6], ids=["tmaw", "tmawp", "tmaw3", "tmawpp"])
 def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
     """The TMA forward with 128-key tiles and setmaxnreg (WG_FORWARD_TMA = 3; 4 with each consumer pipelined; 5 with
-    three stages): not the 64-key forms' bits (its maxima run over 128 keys at a time), so out and lse against the
-    NumPy form within the type's tolerance, every allocation poisoned, three runs the same bits; and forms 4 and 5
-    give form 3's bits."""
+    three stages; 6, form 4 in ping-pong): not the 64-key forms' bits (its maxima run over 128 keys at a time), so out
+    and lse against the NumPy form within the type's tolerance, every allocation poisoned, three runs the same bits;
+    and forms 4, 5 and 6 give form 3's bits (form 6 on rows where its consumers take turns, T = 65 and 1000 among
+    them, and where they cannot, T = 7)."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
@@ -616,7 +617,7 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
     for r in runs[1:]:
         exact(f"attention out by TMA, 128-key tiles, run-to-run {tag}", r[0], runs[0][0])
         exact(f"attention lse by TMA, 128-key tiles, run-to-run {tag}", r[1], runs[0][1])
-    if form in (4, 5):
+    if form in (4, 5, 6):
         plain = forward(3)
         exact(f"attention out by TMA, 128-key tiles, against form 3 {tag}", runs[0][0], plain[0])
         exact(f"attention lse by TMA, 128-key tiles, against form 3 {tag}", runs[0][1], plain[1])

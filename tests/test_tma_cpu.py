@@ -33,7 +33,7 @@ def test_the_kernel_and_the_map_agree_on_the_box():
 
 
 def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
-    """attention_forward_tma with WIDE (WG_FORWARD_TMA = 3, 4 and 5): 128-key tiles as two 64-row boxes side by side, so
+    """attention_forward_tma with WIDE (WG_FORWARD_TMA = 3 to 6): 128-key tiles as two 64-row boxes side by side, so
     that one 128B-swizzled descriptor (8-row groups 1024 bytes apart) spans them: the second box starts 8 groups on.
     Its stages (WS: FWD_TMAW_STAGES, three for form 5; gpu/attention.py's tma_shared_bytes, which needs CuPy to
     import: its formula here, and tests/test_attention_switches_cpu.py calls it) fit a block's shared memory on the
@@ -42,14 +42,14 @@ def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
     assert "constexpr int BR = 128, BC = WIDE ? 128 : 64, NT = BC / 8, BOX = 64 * HS * 2;" in src
     assert "constexpr int S = WIDE ? WS : FWD_TMA_STAGES, KB = BC / 64;" in src
-    assert "bool WIDE = false, int WS = FWD_TMAW_STAGES>" in src
+    assert "bool WIDE = false, int WS = FWD_TMAW_STAGES, bool PP = false>" in src
     box = tma.BOX * 64 * 2
     assert box == (64 // 8) * 1024   # the next box's first row is the 128-key tile's row 64
     stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "attention.py").read_text()
-    assert 'TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3"}' in wrapper
-    assert "stages = 4 * FWD_TMAW_STAGES if form in (3, 4) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)" in wrapper
-    assert "attention_forward_tma<K, HS, false, false, true, 3>" in src   # tmaw3's three stages
+    assert 'TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp"}' in wrapper
+    assert "stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)" in wrapper
+    assert "ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)" in src   # tmaw3's three stages
     for s in (stages, 3):
         assert (2 + 4 * s) * box + 1024 <= 227 * 1024
 

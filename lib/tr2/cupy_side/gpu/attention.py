@@ -164,7 +164,10 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # 5: form 3 with three stages of k and v in the ring (attn_forward_tmaw3_; form 3's bits, "forward_tma_wide").
 # Written in the nineteenth session after its device time; its 36 cases passed in call 1 of
 # results/h200-perf-20261203f, alone in graphs x1.025 / x1.017 of form 3 on gpt2-small / gpt2-medium: not used.
-WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5))
+# 6: form 4 with its two consumers in ping-pong (attn_forward_tmawpp_: they take turns issuing their products, so
+# that one's softmax runs under the other's; form 4's bits, hence form 3's, "forward_tma_wide"). Written in the
+# twenty-first session after its device time: NOT run on a GPU (docs/perf.md, "Twenty-first session").
+WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6))
 # The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
 # one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
 # tmaw 0.0562 and 0.0731 against mma.sync's 0.0617 and 0.0783 on gpt2-small and gpt2-medium. Its graph test
@@ -173,11 +176,11 @@ WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5))
 # (gpt2-small bf16) and 42.82 -> 42.39 (gpt2-medium) in call 2 there, beside PyTorch's reduce-overhead. On (3) by
 # default since the twentieth session; a form of the forward asked for otherwise (TR2_ATTN_FWD_WGP=1,
 # TR2_ATTN_FWD_PINGPONG=1) wins over the default, over this switch set explicitly it is a clash (_launch_wg).
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 3, (0, 1, 2, 3, 4, 5))
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 3, (0, 1, 2, 3, 4, 5, 6))
 FWD_TMA_LONG_ASKED = switch_given("TR2_ATTN_FWD_TMA_LONG")
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
-TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3"}
+TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp"}
 
 
 # Blocks an SM the mma.sync forward is compiled for, under half roundings at head size 64: 2 (attn_forward_, 255
@@ -223,8 +226,9 @@ def wgpp_shared_bytes(hs: int) -> int:
 def tma_shared_bytes(hs: int, form: int = 1) -> int:
     """attention_forward_tma's dynamic shared memory: the two consumers' q boxes and FWD_TMA_STAGES k and v pairs,
     64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period); forms 3 and 4
-    (attention_forward_tma with WIDE): FWD_TMAW_STAGES stages of two k and two v boxes; form 5: three such stages."""
-    stages = 4 * FWD_TMAW_STAGES if form in (3, 4) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
+    (attention_forward_tma with WIDE) and 6: FWD_TMAW_STAGES stages of two k and two v boxes; form 5: three such
+    stages."""
+    stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
     return (2 + stages) * 64 * hs * 2 + 1024
 
 
@@ -232,7 +236,7 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
     form = forward_tma_form(T)
     if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, form))) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 5 (or "
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 6 (or "
                          "TR2_ATTN_FWD_TMA_LONG on rows over 256): allowed is one at most")
     if form:
         qkv = args[2]

@@ -1034,6 +1034,38 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 saddr, u32 lbo, u32 sbo) {
 #define TMA_V_LBO 8192
 #define TMA_V_SBO 1024
 
+// ---- named barriers of the ping-pong forms (FWD_PP: attention_forward_wg_pp; the TMA forward's PP): ids as
+// immediates (a register id makes ptxas reserve all sixteen); 0 is __syncthreads'. PP_FULL0 + b: buffer b holds its
+// tile (the forward's ring has four)
+#define PP_SCHED0 1
+#define PP_SCHED1 2
+#define PP_FULL0 3
+#define PP_EMPTY 7
+#define PP_WG0 8
+template <int ID, int N> __device__ __forceinline__ void bar_sync_n() { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
+template <int ID, int N> __device__ __forceinline__ void bar_arrive_n() { asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
+__device__ __forceinline__ void pp_full_arrive(int b) {
+    if (b == 0) bar_arrive_n<PP_FULL0, 256>();
+    else if (b == 1) bar_arrive_n<PP_FULL0 + 1, 256>();
+    else if (b == 2) bar_arrive_n<PP_FULL0 + 2, 256>();
+    else bar_arrive_n<PP_FULL0 + 3, 256>();
+}
+__device__ __forceinline__ void pp_full_sync(int b) {
+    if (b == 0) bar_sync_n<PP_FULL0, 256>();
+    else if (b == 1) bar_sync_n<PP_FULL0 + 1, 256>();
+    else if (b == 2) bar_sync_n<PP_FULL0 + 2, 256>();
+    else bar_sync_n<PP_FULL0 + 3, 256>();
+}
+// The warpgroup's turn to issue, then the other's.
+__device__ __forceinline__ void pp_turn_begin(int wg) {
+    if (wg == 0) bar_sync_n<PP_SCHED0, 256>();
+    else bar_sync_n<PP_SCHED1, 256>();
+}
+__device__ __forceinline__ void pp_turn_end(int wg) {
+    if (wg == 0) bar_arrive_n<PP_SCHED1, 256>();
+    else bar_arrive_n<PP_SCHED0, 256>();
+}
+
 // ---- the forward with a TMA producer, 128-key tiles and register reallocation (FWD_TMA = 3: gpu/attention.py's
 // WG_FORWARD_TMA; written in the eighteenth session after its device time was spent, NOT run on a GPU: off) ----
 // Why: the TMA form above takes x0.96-1.0 of the mma.sync forward on the GPT-2 shapes while cuDNN's forward takes
@@ -1083,7 +1115,7 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[16][4], u64 desc_a, u64 des
 #endif
 }
 
-template <int K, int HS, bool DROP, bool PIPE = false, bool WIDE = false, int WS = FWD_TMAW_STAGES>
+template <int K, int HS, bool DROP, bool PIPE = false, bool WIDE = false, int WS = FWD_TMAW_STAGES, bool PP = false>
 __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap, int T,
                                       int H, int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
@@ -1149,6 +1181,14 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
     for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     mbar_wait(q_full, 0);
     if constexpr (PIPE) {
+        // PP (form 6, tmawpp): the two consumers take turns issuing their products (pp_turn_begin / pp_turn_end,
+        // named barriers 1 and 2), FlashAttention-3's ping-pong, so that one consumer's softmax runs while the
+        // other's products are on the tensor cores. Both take the same turns: one for tile 0 and one a tile up to
+        // wg_last, the block's last tile for both (128 queries, 128-key tiles), unless consumer 1 has no rows (q0 >=
+        // T in the last block of a T that is not a multiple of 128: then neither takes turns). A turn is handed over
+        // only after the other's hand-over, so no barrier holds two arrivals of one consumer. Only when each product
+        // runs changes: form 4's bits.
+        const bool pp = PP && qb * BR + 64 < T;
         // The consumers with attention_forward_wgp's overlap (FWD_TMA = 2): tile kb + 1's S = q k^T in flight beside
         // tile kb's O += Pd v, its softmax while that product runs; attention_forward_wgp's arithmetic in its order,
         // so the same bits. A tile's stage is released once its O += Pd v is done; tile kb + 1's is awaited before
@@ -1239,12 +1279,14 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
         auto tile = [&](int kb, const bool next) {   // O += Pd_kb v_kb, with tile kb + 1's scores and softmax
             const u32 av = smem_u32(sKV + 2 * KB * (kb % S) * BOX) + KB * BOX;
             if (next) mbar_wait(&full[(kb + 1) % S], ((kb + 1) / S) & 1);
+            if (pp) pp_turn_begin(cw);
             wg_fence();
             if (next) issue_scores(kb + 1);
 #pragma unroll
             for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
                 wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
             wg_commit();
+            if (pp) pp_turn_end(cw);
             if (next) {
                 const KeepBits<1, NT> keep = keep_of(kb + 1);
                 wg_wait_one();   // S (the older group) is done; Pd_kb v_kb may run on
@@ -1257,11 +1299,14 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
             release(kb);
             if (next) rescale_and_pack();
         };
+        if (pp && cw == 1) bar_arrive_n<PP_SCHED0, 256>();   // consumer 0 issues first
         if (q0 < T) {   // tile 0: its scores and Pd_0, nothing else in flight
             mbar_wait(&full[0], 0);
             const KeepBits<1, NT> keep = keep_of(0);
+            if (pp) pp_turn_begin(cw);
             wg_fence();
             issue_scores(0);
+            if (pp) pp_turn_end(cw);
             wg_wait_all();
             wg_hold(sc);
             softmax(0, keep);
@@ -1276,6 +1321,7 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
                 release(kb);
             }
         }
+        if (pp && cw == 0) pp_turn_begin(0);   // consumer 1's last hand-over: every arrival met by a sync
     } else {
         for (int kb = 0; kb <= last; ++kb) {
             const int s = kb % S;
@@ -1372,37 +1418,6 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
-}
-
-// ---- named barriers of the ping-pong forms (PINGPONG below; FWD_PP): ids as immediates (a register id makes ptxas
-// reserve all sixteen); 0 is __syncthreads'. PP_FULL0 + b: buffer b holds its tile (the forward's ring has four)
-#define PP_SCHED0 1
-#define PP_SCHED1 2
-#define PP_FULL0 3
-#define PP_EMPTY 7
-#define PP_WG0 8
-template <int ID, int N> __device__ __forceinline__ void bar_sync_n() { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
-template <int ID, int N> __device__ __forceinline__ void bar_arrive_n() { asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
-__device__ __forceinline__ void pp_full_arrive(int b) {
-    if (b == 0) bar_arrive_n<PP_FULL0, 256>();
-    else if (b == 1) bar_arrive_n<PP_FULL0 + 1, 256>();
-    else if (b == 2) bar_arrive_n<PP_FULL0 + 2, 256>();
-    else bar_arrive_n<PP_FULL0 + 3, 256>();
-}
-__device__ __forceinline__ void pp_full_sync(int b) {
-    if (b == 0) bar_sync_n<PP_FULL0, 256>();
-    else if (b == 1) bar_sync_n<PP_FULL0 + 1, 256>();
-    else if (b == 2) bar_sync_n<PP_FULL0 + 2, 256>();
-    else bar_sync_n<PP_FULL0 + 3, 256>();
-}
-// The warpgroup's turn to issue, then the other's.
-__device__ __forceinline__ void pp_turn_begin(int wg) {
-    if (wg == 0) bar_sync_n<PP_SCHED0, 256>();
-    else bar_sync_n<PP_SCHED1, 256>();
-}
-__device__ __forceinline__ void pp_turn_end(int wg) {
-    if (wg == 0) bar_arrive_n<PP_SCHED1, 256>();
-    else bar_arrive_n<PP_SCHED0, 256>();
 }
 
 // ---- the forward on wgmma, pipelined (FWD_WGP: gpu/attention.py's WG_FORWARD_PIPELINED, off until measured) ----
@@ -3296,60 +3311,26 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         if (use_dropout) attention_forward_wg_pp<K, HS, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);  \
         else attention_forward_wg_pp<K, HS, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);            \
     }
-// The forward with a TMA producer (attention_forward_tma; gpu/attention.py's WG_FORWARD_TMA):
-// attn_forward_tma_<bf16r|f16r>_hs64, 384 threads and 128 queries a block, arguments as attn_forward_wg's with the
-// qkv tensor map (gpu/tma.py) in qkv's place and no v strides; 2 + 2 FWD_TMA_STAGES boxes of shared memory and 1 KB
-// to align them.
-#define ATTN_FORWARD_TMA(BUILD, K, HS)                                                                          \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tma_##BUILD##_hs##HS(                    \
+// The forward with a TMA producer (attention_forward_tma; gpu/attention.py's WG_FORWARD_TMA and TMA_FORMS), 384
+// threads and 128 queries a block, arguments as attn_forward_wg's with the qkv tensor map (gpu/tma.py) in qkv's place
+// and no v strides: attn_forward_<NAME>_<bf16r|f16r>_hs64, NAME by FWD_TMA (the forms' lines at the end of the file):
+//   1 tma     64-key tiles; 2 + 2 FWD_TMA_STAGES boxes of shared memory and 1 KB to align them
+//   2 tmap    the same with attention_forward_wgp's overlap in each consumer warpgroup (PIPE)
+//   3 tmaw    128-key tiles and setmaxnreg (WIDE); 2 + 4 WS boxes and 1 KB (WS: FWD_TMAW_STAGES)
+//   4 tmawp   form 3 with the PIPE schedule in each consumer
+//   5 tmaw3   form 3 with three stages (WS 3)
+//   6 tmawpp  form 4 with the consumers in ping-pong (PP)
+// Template arguments a form leaves at their defaults are written out; the same instantiation, the same machine
+// code (scripts/cubin_text_compare.py, results/cpu-checks-20261203g).
+#define ATTN_FORWARD_TMA_FORM(NAME, BUILD, K, HS, PIPE, WIDE, WS, PP)                                          \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
         void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma<K, HS, true>(out, lse, &tm, T, H, out_kind, d);                 \
-        else attention_forward_tma<K, HS, false>(out, lse, &tm, T, H, out_kind, d);                            \
-    }
-// FWD_TMA = 2 (gpu/attention.py): the same with attention_forward_wgp's overlap in each consumer warpgroup,
-// attn_forward_tmap_<bf16r|f16r>_hs64.
-#define ATTN_FORWARD_TMAP(BUILD, K, HS)                                                                         \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmap_##BUILD##_hs##HS(                   \
-        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma<K, HS, true, true>(out, lse, &tm, T, H, out_kind, d);           \
-        else attention_forward_tma<K, HS, false, true>(out, lse, &tm, T, H, out_kind, d);                      \
-    }
-// FWD_TMA = 3 (gpu/attention.py): 128-key tiles and setmaxnreg (attention_forward_tma with WIDE),
-// attn_forward_tmaw_<bf16r|f16r>_hs64; 2 + 4 FWD_TMAW_STAGES boxes of shared memory and 1 KB to align them.
-#define ATTN_FORWARD_TMAW(BUILD, K, HS)                                                                         \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmaw_##BUILD##_hs##HS(                   \
-        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma<K, HS, true, false, true>(out, lse, &tm, T, H, out_kind, d);            \
-        else attention_forward_tma<K, HS, false, false, true>(out, lse, &tm, T, H, out_kind, d);                       \
-    }
-// FWD_TMA = 5: form 3 with three stages, attn_forward_tmaw3_<bf16r|f16r>_hs64.
-#define ATTN_FORWARD_TMAW3(BUILD, K, HS)                                                                        \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmaw3_##BUILD##_hs##HS(                  \
-        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma<K, HS, true, false, true, 3>(out, lse, &tm, T, H, out_kind, d);  \
-        else attention_forward_tma<K, HS, false, false, true, 3>(out, lse, &tm, T, H, out_kind, d);             \
-    }
-// FWD_TMA = 4: the same with attention_forward_tma's PIPE schedule in each consumer, attn_forward_tmawp_<...>_hs64.
-#define ATTN_FORWARD_TMAWP(BUILD, K, HS)                                                                        \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmawp_##BUILD##_hs##HS(                  \
-        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma<K, HS, true, true, true>(out, lse, &tm, T, H, out_kind, d);      \
-        else attention_forward_tma<K, HS, false, true, true>(out, lse, &tm, T, H, out_kind, d);                 \
+        if (use_dropout) attention_forward_tma<K, HS, true, PIPE, WIDE, WS, PP>(out, lse, &tm, T, H, out_kind, \
+                                                                        d);                                    \
+        else attention_forward_tma<K, HS, false, PIPE, WIDE, WS, PP>(out, lse, &tm, T, H, out_kind, d);        \
     }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
@@ -3574,16 +3555,18 @@ ATTN_FORWARD_WGP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WGP(f16r, KIND_F16, 64)
 ATTN_FORWARD_WGPP(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WGPP(f16r, KIND_F16, 64)
-ATTN_FORWARD_TMA(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_TMA(f16r, KIND_F16, 64)
-ATTN_FORWARD_TMAP(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_TMAP(f16r, KIND_F16, 64)
-ATTN_FORWARD_TMAW(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_TMAW(f16r, KIND_F16, 64)
-ATTN_FORWARD_TMAWP(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_TMAWP(f16r, KIND_F16, 64)
-ATTN_FORWARD_TMAW3(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_TMAW3(f16r, KIND_F16, 64)
+ATTN_FORWARD_TMA_FORM(tma, bf16r, KIND_BF16, 64, false, false, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tma, f16r, KIND_F16, 64, false, false, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tmap, bf16r, KIND_BF16, 64, true, false, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tmap, f16r, KIND_F16, 64, true, false, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tmaw, bf16r, KIND_BF16, 64, false, true, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tmaw, f16r, KIND_F16, 64, false, true, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tmawp, bf16r, KIND_BF16, 64, true, true, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tmawp, f16r, KIND_F16, 64, true, true, FWD_TMAW_STAGES, false)
+ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)
+ATTN_FORWARD_TMA_FORM(tmaw3, f16r, KIND_F16, 64, false, true, 3, false)
+ATTN_FORWARD_TMA_FORM(tmawpp, bf16r, KIND_BF16, 64, true, true, FWD_TMAW_STAGES, true)
+ATTN_FORWARD_TMA_FORM(tmawpp, f16r, KIND_F16, 64, true, true, FWD_TMAW_STAGES, true)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
