@@ -44,7 +44,8 @@ def read_stamped_log(path) -> list[tuple[float, str]]:
 
 
 def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
-    """The clock's numbers from stamped lines: step_ms, own_step_ms, own_vs_clock, peak_bytes, reserved_bytes, iters.
+    """The clock's numbers from stamped lines: step_ms, own_step_ms, own_vs_clock, peak_bytes, reserved_bytes, iters,
+    and window_t, the stamps of the window's two iter lines (None without them).
 
     own_step_ms is the mean of the time fields of the iter lines after window[0] up to window[1],
     each weighted by the steps it covers (the plain mean when the lines are evenly spaced, as they are
@@ -68,8 +69,10 @@ def analyze(lines: list[tuple[float, str]], window=(100, 400)) -> dict:
             oom_line = line
     out = {"step_ms": None, "own_step_ms": None, "own_vs_clock": None, "peak_bytes": peak, "reserved_bytes": reserved,
            "iters": len(own), "last_step": last_step, "oom_line": oom_line,
-           "has_window": a in stamps and b in stamps, "missing": [s for s in (a, b) if s not in stamps]}
+           "has_window": a in stamps and b in stamps, "missing": [s for s in (a, b) if s not in stamps],
+           "window_t": None}
     if out["has_window"]:
+        out["window_t"] = [stamps[a], stamps[b]]   # the reader's monotonic seconds: a sampler's in this process too
         out["step_ms"] = (stamps[b] - stamps[a]) * 1000.0 / (b - a)
         prev, total, covered = a, 0.0, 0
         for step, ms in sorted(own):

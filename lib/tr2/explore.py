@@ -14,8 +14,8 @@ from typing import Optional
 
 import pandas as pd
 
-from .results import (RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, results_folders, runs_file,
-                      stage_of)
+from .results import (RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, read_yaml, results_folders,
+                      runs_file, stage_of)
 from .retry import drop_retried
 
 FOLDER_COLUMNS = ["folder", "card", "commit"]  # in front of every table's rows
@@ -226,6 +226,49 @@ def step_times(where, model=None, dtype=None) -> pd.DataFrame:
     if r.empty:
         return r
     return r[(r["round"] > 0) & (r["valid"] == True)].reset_index(drop=True)  # noqa: E712 - None is not valid
+
+
+def run_window_gpu(folder, rec: dict) -> Optional[dict]:
+    """One series run's `gpu_window` (tr2.series.window_gpu: the card's samples while its step time was measured):
+    its record's, else read again from its stamped log and its samples file (logs/<run>.gpu.jsonl), for runs recorded
+    before records carried it. None without a window or without samples."""
+    if "gpu_window" in rec:
+        return rec["gpu_window"]
+    from .clock import analyze, read_stamped_log
+    from .series import window_gpu   # here: tr2.series (the stage) need not load for a folder's tables
+    log = Path(folder) / str(rec.get("log") or "")
+    samples_file = log.with_name(log.name[:-len(".log")] + ".gpu.jsonl") if log.name.endswith(".log") else None
+    if samples_file is None or not log.is_file() or not samples_file.is_file():
+        return None
+    window = (read_yaml(Path(folder) / "card.yaml").get("series") or {}).get("window") or (100, 400)
+    window_t = analyze(read_stamped_log(log), tuple(window))["window_t"]
+    return window_gpu([x for x in read_jsonl(samples_file) if isinstance(x, dict)], window_t)
+
+
+def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
+    """Per configuration of each series: the card's SM clock and power while its timed runs were measured (the
+    medians of each run's in-window samples: median over the runs, their range, and the samples in all), the
+    conditions under which each side's step time was taken."""
+    def read(path):
+        rows = []
+        for rec in drop_retried(read_jsonl(path / runs_file("series")), lambda r: (r.get("round"), r.get("config"))):
+            if not (isinstance(rec, dict) and (rec.get("round") or 0) > 0 and rec.get("valid") is True):
+                continue
+            g = run_window_gpu(path, rec) or {}
+            sm, pw = (g.get(k) or {} for k in ("sm_mhz", "power_w"))
+            if sm.get("median") is None:
+                continue
+            rows.append({k: rec.get(k) for k in ("config", "model", "dtype", "side", "build", "mode")}
+                        | {"samples": g.get("samples", 0), "sm_mhz": sm["median"], "power_w": pw.get("median")})
+        if not rows:
+            return None
+        df = pd.DataFrame(rows)
+        keys = ["config", "model", "dtype", "side", "build", "mode"]
+        out = df.groupby(keys, dropna=False, sort=False).agg(
+            runs=("sm_mhz", "size"), samples=("samples", "sum"), sm_mhz=("sm_mhz", "median"),
+            sm_mhz_min=("sm_mhz", "min"), sm_mhz_max=("sm_mhz", "max"), power_w=("power_w", "median"))
+        return out.reset_index()
+    return _gather(where, "series", read, model, dtype)
 
 
 series_table = _csv_table("series", "series.csv",

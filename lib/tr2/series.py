@@ -68,6 +68,17 @@ def _gpu_summary(samples: list[dict]) -> Optional[dict]:
             "mem_used_bytes_max": max(s.get("mem_used_bytes", 0) for s in samples)}
 
 
+def window_gpu(samples: list[dict], window_t) -> Optional[dict]:
+    """The card's samples taken inside the timed window (window_t: the clock's stamps of its two iter lines, on the
+    samples' clock), summarized as a run's `gpu`; None without a window or without a sample in it. A run's `gpu` mixes
+    in its start, compiles and evaluation-free tail; this is what the card did while the step time was measured (on
+    the H200 the GPT-2 steps draw the card's 700 W cap and its clock falls with what each side draws)."""
+    if not window_t:
+        return None
+    a, b = window_t
+    return _gpu_summary([s for s in samples if isinstance(s.get("t"), (int, float)) and a <= s["t"] <= b])
+
+
 def _wait_for_idle_card(probe, timeout_s: float = IDLE_WAIT_S) -> None:
     t_end = time.monotonic() + timeout_s
     while True:
@@ -147,7 +158,8 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
         "own_compared": config.side == "cupy", "void": void, "valid": r > 0 and clock["status"] == "ok" and void is None,
         "reserved_bytes": clock.get("reserved_bytes"),   # absent from logs before both sides printed it
         "nvml_peak_bytes": max((x["mem_used_bytes"] for x in samples), default=None),
-        "gpu": _gpu_summary(samples), "gpu_sampled": bool(samples), "wall_s": round(clock["wall_s"], 3),
+        "gpu": _gpu_summary(samples), "gpu_window": window_gpu(samples, clock.get("window_t")),
+        "gpu_sampled": bool(samples), "wall_s": round(clock["wall_s"], 3),
         "log": str(log.relative_to(d)), "cmd": cmd, "started": started,
         "tail": clock["tail"] if clock["status"] != "ok" or void else None,
     }

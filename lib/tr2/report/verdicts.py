@@ -8,6 +8,7 @@ import os
 import shlex
 import statistics
 from pathlib import Path
+from typing import Optional
 
 from .. import PARAMS_DIR, Tr2Error
 from ..cards import PUBLISHED, validate_card
@@ -326,7 +327,30 @@ def _machine(info, series_dir) -> dict:
         vals = [g[k]["median"] for g in gpu if isinstance(g.get(k), dict) and g[k].get("median") is not None]
         med[k] = statistics.median(vals) if vals else None
     return out | {"load": {"loadavg": info["conditions"].get("loadavg"),
-                           "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med}}
+                           "gpu_samples": sum(g.get("samples", 0) for g in gpu), **med},
+                  "timed": _timed_clocks(series_dir)}
+
+
+def _timed_clocks(series_dir) -> Optional[dict]:
+    """Per configuration of the series: the card's SM clock and power while its timed runs were measured
+    (explore.timed_clocks), in the card's order of models and types, cupy before PyTorch, with the window and the
+    sampling interval; None where nothing was sampled."""
+    t = explore.timed_clocks(series_dir)
+    if t.empty:
+        return None
+    card = read_yaml(Path(series_dir) / "card.yaml")
+    order = {k: {v: i for i, v in enumerate(card.get(k) or [])} for k in ("models", "dtypes")}
+    rows = []
+    for _, r in t.iterrows():
+        rows.append({"model": r["model"], "dtype": r["dtype"], "side": r["side"], "build": r["build"],
+                     "mode": None if r["mode"] != r["mode"] else r["mode"], "runs": int(r["runs"]),
+                     "samples": int(r["samples"]), "sm_mhz": float(r["sm_mhz"]), "sm_mhz_min": float(r["sm_mhz_min"]),
+                     "sm_mhz_max": float(r["sm_mhz_max"]),
+                     "power_w": None if r["power_w"] != r["power_w"] else round(float(r["power_w"]), 1)})
+    rows.sort(key=lambda x: (order["models"].get(x["model"], len(order["models"])), x["model"],
+                             order["dtypes"].get(x["dtype"], len(order["dtypes"])), x["dtype"], x["side"] != "cupy"))
+    s = card.get("series") or {}
+    return {"rows": rows, "window": s.get("window"), "interval_s": s.get("sample_interval_s")}
 
 
 def reruns(info: dict) -> list[str]:

@@ -1,0 +1,102 @@
+"""The card's clock and power while each side's step time was measured: the series' samples inside a timed run's
+window (tr2.series.window_gpu), each record's `gpu_window`, read again from the logs for records made before it
+(tr2.explore.timed_clocks), and the report's table of them (the H200 edition's GPT-2 steps draw the card's 700 W
+limit, and the cupy side ran at a lower clock than PyTorch's: results/h200-perf-20261203g)."""
+import json
+
+import pytest
+import yaml
+
+from tr2 import explore
+from tr2.clock import analyze
+from tr2.series import window_gpu
+
+WINDOW = [10, 40]
+
+
+def _sample(t, mhz, watts):
+    return {"t": t, "sm_mhz": mhz, "mem_mhz": 3201, "temp_c": 40, "power_w": watts, "mem_used_bytes": 1 << 30,
+            "util_pct": 99}
+
+
+def test_the_window_stamps_come_from_the_iter_lines_of_its_ends():
+    lines = [(5.0, "iter 0: loss 4.0, time 10.00ms"), (6.0, "iter 10: loss 3.0, time 10.00ms"),
+             (6.3, "iter 40: loss 2.0, time 10.00ms")]
+    assert analyze(lines, (10, 40))["window_t"] == [6.0, 6.3]
+    assert analyze(lines, (10, 50))["window_t"] is None   # no iter line for step 50
+
+
+def test_only_the_samples_inside_the_window_count():
+    samples = [_sample(1.0, 1980, 120.0), _sample(2.0, 1620, 690.0), _sample(3.0, 1605, 695.0),
+               _sample(4.0, 1980, 130.0)]
+    got = window_gpu(samples, [1.5, 3.0])
+    assert got["samples"] == 2 and got["sm_mhz"]["median"] == pytest.approx(1612.5)
+    assert got["power_w"]["max"] == pytest.approx(695.0)
+    assert window_gpu(samples, None) is None and window_gpu(samples, [10.0, 11.0]) is None
+    assert window_gpu([{"sm_mhz": 1}], [0.0, 5.0]) is None   # a sample without its time is not placed in the window
+
+
+def _series(root, with_record_window: bool, d=None):
+    """A series folder (d: one that exists, else a new one) of two timed runs (cupy, torch) and a discarded one, with
+    their logs and samples as the stage writes them."""
+    if d is None:
+        d = root / "series-20261203-120000-demo"
+        (d / "logs").mkdir(parents=True)
+        (d / "card.yaml").write_text(yaml.safe_dump({"card": "demo", "device": "cuda", "models": ["tiny"],
+                                                     "dtypes": ["bfloat16"], "series": {"window": WINDOW,
+                                                                                        "sample_interval_s": 1.0}}))
+    recs = []
+    for r, side, mhz in ((0, "cupy", 1980), (1, "cupy", 1620), (1, "torch", 1800)):
+        name = f"r{r}-tiny_bfloat16_{side}"
+        t0 = 100.0 * (len(recs) + 1)
+        (d / "logs" / f"{name}.log").write_text(
+            f"{t0:.6f}\titer 0: loss 4.0, time 10.00ms\n{t0 + 1:.6f}\titer 10: loss 3.0, time 10.00ms\n"
+            f"{t0 + 4:.6f}\titer 40: loss 2.0, time 10.00ms\n")
+        samples = [_sample(t0 + 0.5, 1980, 120.0)] + [_sample(t0 + 1.5 + i, mhz, 690.0 + i) for i in range(3)]
+        (d / "logs" / f"{name}.gpu.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+        rec = {"round": r, "config": f"tiny/bfloat16/{side}", "model": "tiny", "dtype": "bfloat16", "side": side,
+               "build": "cupy-hr" if side == "cupy" else "torch-reduce-overhead",
+               "mode": None if side == "cupy" else "reduce-overhead", "status": "ok", "valid": r > 0,
+               "step_ms": 100.0, "log": f"logs/{name}.log"}
+        if with_record_window:
+            rec["gpu_window"] = window_gpu(samples, [t0 + 1, t0 + 4])
+        recs.append(rec)
+    (d / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    return d
+
+
+@pytest.mark.parametrize("with_record_window", [True, False], ids=["recorded", "read-from-logs"])
+def test_timed_clocks_per_configuration(tmp_path, with_record_window):
+    d = _series(tmp_path, with_record_window)
+    t = explore.timed_clocks(d).set_index("side")
+    assert sorted(t.index) == ["cupy", "torch"]   # round 0 (discarded) left out
+    assert t.loc["cupy", "sm_mhz"] == 1620 and t.loc["torch", "sm_mhz"] == 1800
+    assert t.loc["cupy", "samples"] == 3 and t.loc["cupy", "runs"] == 1   # the sample before iter 10 is outside
+    assert t.loc["cupy", "power_w"] == pytest.approx(691.0)
+
+
+def test_the_front_page_shows_the_clocks_of_the_timed_windows(tmp_path):
+    bs4 = pytest.importorskip("bs4")
+    import tr2.report as rp
+    from test_report import CARD, make_results
+    card = dict(CARD, card="gpu", machine="nvidia-h200", device="cuda",
+                series={"rounds": 1, "window": WINDOW, "sample_interval_s": 1.0})
+    make_results(tmp_path / "results", card=card)
+    dirs = rp.choose_dirs("gpu", root=tmp_path / "results")
+    _series(tmp_path, False, d=next(d for d in dirs if d.name.startswith("series-")))
+    data = rp.build_table("gpu", dirs, tmp_path)
+    assert [r["side"] for r in data["machine"]["timed"]["rows"]] == ["cupy", "torch"]
+    table = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(id="timed-clocks")
+    sm = {tr["data-side"]: tr.find("td", class_="sm")["data-value"] for tr in table.find_all("tr", attrs={"data-side": True})}
+    assert sm == {"cupy": "1620.0", "torch": "1800.0"}
+    assert "between the iter lines of steps 10 and 40" in table.find_previous("p").get_text()
+
+
+def test_no_table_without_samples(tmp_path):
+    """The CPU card samples nothing: no table, and the machine section says no GPU samples as before."""
+    from tr2.report.verdicts import _timed_clocks
+    d = tmp_path / "series-20261203-120000-cpu"
+    d.mkdir()
+    (d / "runs.jsonl").write_text(json.dumps({"round": 1, "config": "tiny/float32/cupy", "valid": True,
+                                              "gpu": None, "gpu_window": None}) + "\n")
+    assert _timed_clocks(d) is None
