@@ -25,6 +25,8 @@ from tr2 import clock, data, method_b
 from tr2.configs import compile_caches
 from tr2.models import load_model
 from tr2.results import append_jsonl
+from tr2.series import window_gpu
+from tr2.sysinfo import GpuSampler
 from tr2.trainlog import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +48,9 @@ CUPY_LIBS = dict(x.split("=", 1) for x in os.environ.get("TR2_BENCH_CUPY_LIBS", 
 TORCH_MODES = [m for m in os.environ.get("TR2_BENCH_TORCH_MODES", "eager").split(",") if m]
 # TR2_BENCH_CUPY_ENV=KEY=VALUE;...: the environment of this tree's own cupy runs (not of the LIB variants, below)
 BENCH_ENV = dict(x.split("=", 1) for x in os.environ.get("TR2_BENCH_CUPY_ENV", "").split(";") if x)
+# TR2_BENCH_SAMPLE_S: the interval of the card's samples (NVML) during each bench run, default 0.1 s: a GPT-2 window of
+# 100 steps lasts 1.6 s, where the series' 1 s would place one or two samples in it
+SAMPLE_S = float(os.environ.get("TR2_BENCH_SAMPLE_S", "0.1"))
 
 
 def lib_env(lib: Path) -> dict:
@@ -180,12 +185,16 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
                 env["PYTHONPATH"] = str(Path(CUPY_LIBS[lib]).resolve()) + os.pathsep + env.get("PYTHONPATH", "")
             elif side == "cupy" and BENCH_ENV:
                 env.update(BENCH_ENV)
-            r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", env=env, timeout_s=left - 5, window=window)
+            # the card sampled every SAMPLE_S while the run trains: its clock inside the timed window (on the H200 the
+            # GPT-2 steps draw the 700 W limit and each side's clock falls with what it draws: docs/perf.md)
+            with GpuSampler(interval=SAMPLE_S) as sampler:
+                r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", env=env, timeout_s=left - 5, window=window)
             rec = {"phase": "bench", "round": rnd, "model": model, "dtype": dtype, "side": side,
                    "mode": variant if side == "torch" else None, "cuda_graph": graph, "lib": lib,
                    "half_roundings": hr, "steps": steps, "window": list(window),
                    **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
-                                            "reserved_bytes", "wall_s", "returncode")}}
+                                            "reserved_bytes", "wall_s", "returncode")},
+                   "gpu_window": window_gpu(sampler.samples, r.get("window_t"))}
             append_jsonl(out / "bench.jsonl", rec)
             table.append(f"bench r{rnd} {name}: {r.get('status')} clock {r.get('step_ms')} ms own "
                          f"{r.get('own_step_ms')} peak {r.get('peak_bytes')}")
@@ -194,7 +203,8 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
 
 def bench_table(path: Path) -> list:
     """One line per model, type and pair of variants: both sides' median clock times over the rounds run (n: how
-    many), their ratio, and peak memory in use and reserved (the largest of the rounds; GB)."""
+    many), their ratio, peak memory in use and reserved (the largest of the rounds; GB), and the card's SM clock
+    inside the timed windows (the median over the rounds of each run's in-window median; '-' where not sampled)."""
     from statistics import median
 
     from tr2.results import read_jsonl
@@ -214,15 +224,21 @@ def bench_table(path: Path) -> list:
         b = [r[key] for r in rs if r.get(key)]
         return f"{max(b) / 1e9:.2f}" if b else "-"
 
+    def mhz(rs):
+        m = [((r.get("gpu_window") or {}).get("sm_mhz") or {}).get("median") for r in rs]
+        m = [x for x in m if x is not None]
+        return f"{median(m):.0f}" if m else "-"
+
     lines = [f"{'model':12} {'type':9} {'cupy':12} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
-             f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8} {'reserved':>8} {'reserved':>8}"]
+             f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8} {'reserved':>8} {'reserved':>8} {'cupy MHz':>8} {'torch MHz':>9}"]
     for (model, dtype), cs in cupy.items():
         for cv, c in cs.items():
             for tm, t in torch.get((model, dtype), {}).items():
                 (cm, cn), (tms, tn) = ms(c), ms(t)
                 ratio = f"{cm / tms:.3f}" if cm and tms else "-"
                 lines.append(f"{model:12} {dtype:9} {cv:12} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
-                             f"{ratio:>6} {gb(c):>8} {gb(t):>8} {gb(c, 'reserved_bytes'):>8} {gb(t, 'reserved_bytes'):>8}")
+                             f"{ratio:>6} {gb(c):>8} {gb(t):>8} {gb(c, 'reserved_bytes'):>8} {gb(t, 'reserved_bytes'):>8} "
+                             f"{mhz(c):>8} {mhz(t):>9}")
     return lines
 
 

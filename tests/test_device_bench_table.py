@@ -1,0 +1,42 @@
+"""scripts/device_bench.py's table: both sides' step times over the rounds and, since the twenty-first session, the
+card's SM clock inside each run's timed window (the GPT-2 steps draw the H200's 700 W limit, and each side's clock
+falls with what it draws: docs/perf.md, "Both sides at the power limit")."""
+import importlib.util
+import json
+
+from tr2 import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("device_bench", REPO_ROOT / "scripts" / "device_bench.py")
+device_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(device_bench)
+
+
+def _rec(side, step_ms, mhz, rnd, **kw):
+    return {"phase": "bench", "round": rnd, "model": "gpt2-small", "dtype": "bfloat16", "side": side,
+            "mode": None if side == "cupy" else "reduce-overhead", "cuda_graph": side == "cupy", "lib": None,
+            "status": "ok", "step_ms": step_ms, "peak_bytes": 5_440_000_000,
+            "gpu_window": None if mhz is None else {"samples": 16, "sm_mhz": {"median": mhz}}, **kw}
+
+
+def test_the_table_gives_each_sides_clock_inside_its_windows(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    recs = [_rec("cupy", 16.1, 1620, 0), _rec("torch", 19.0, 1790, 0), _rec("cupy", 16.2, 1640, 1),
+            _rec("torch", 18.9, 1800, 1)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    header, row = device_bench.bench_table(path)
+    assert header.split()[-4:] == ["cupy", "MHz", "torch", "MHz"]
+    cells = row.split()
+    assert cells[:4] == ["gpt2-small", "bfloat16", "graph", "reduce-overhead"]
+    assert cells[-2:] == ["1630", "1795"]   # the medians over the rounds
+    assert cells[8] == f"{16.15 / 18.95:.3f}"
+
+
+def test_a_run_without_samples_shows_a_dash(tmp_path):
+    """The CPU machine (no NVML) and records from before the samples: '-' in the clock columns, the rest as before."""
+    path = tmp_path / "bench.jsonl"
+    old = _rec("cupy", 16.1, None, 0)
+    del old["gpu_window"]
+    path.write_text(json.dumps(old) + "\n" + json.dumps(_rec("torch", 19.0, None, 0)) + "\n")
+    _, row = device_bench.bench_table(path)
+    assert row.split()[-2:] == ["-", "-"] and row.split()[4] == "16.10"
+    assert device_bench.window_gpu([], [0.0, 1.0]) is None
