@@ -320,7 +320,7 @@ def _machine(info, series_dir) -> dict:
     keys = ("host", "platform", "cpu_model", "cpu_cores", "memory_bytes", "gpu", "gpu_memory_mib", "driver")
     out = {k: info["conditions"].get(k) for k in keys}
     if series_dir is None:
-        return out | {"load": None}
+        return out | {"load": None, "timed": None}
     gpu = [g for g in explore.runs(series_dir).get("gpu", []) if isinstance(g, dict)]
     med = {}
     for k in ("sm_mhz", "temp_c", "power_w"):
