@@ -71,8 +71,8 @@ def _gpu_summary(samples: list[dict]) -> Optional[dict]:
 def window_gpu(samples: list[dict], window_t) -> Optional[dict]:
     """The card's samples taken inside the timed window (window_t: the clock's stamps of its two iter lines, on the
     samples' clock), summarized as a run's `gpu`; None without a window or without a sample in it. A run's `gpu` mixes
-    in its start, compiles and evaluation-free tail; this is what the card did while the step time was measured (on
-    the H200 the GPT-2 steps draw the card's 700 W cap and its clock falls with what each side draws)."""
+    in its start, its compiles and the steps outside the window; this is what the card did while the step time was
+    measured (on the H200 the GPT-2 steps draw the card's 700 W cap and its clock falls with what each side draws)."""
     if not window_t:
         return None
     a, b = window_t
