@@ -24,7 +24,6 @@ Exit 0 when every run is identical, 1 when one is not (or did not run to its end
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import sys
 from pathlib import Path
@@ -36,6 +35,7 @@ from tr2.configs import compile_caches  # noqa: E402
 from tr2.explore import first_commit  # noqa: E402
 from tr2.results import append_jsonl, runs_file, stage_of  # noqa: E402
 from tr2.results import read_jsonl  # noqa: E402
+from tr2.retire import select as select_keys  # noqa: E402
 from tr2.sysinfo import git_commit  # noqa: E402
 
 TRAINER = ("-m", "tr2.train")
@@ -66,13 +66,8 @@ def select(folder: Path, patterns: list) -> list:
     if not (folder / name).is_file():
         raise Tr2Error(f"FOLDER: {str(folder)!r} holds no {name}; allowed: a stage's results folder with runs "
                        "(e.g. results/method_a-20261202-170258-h200-edition)")
-    records = read_jsonl(folder / name)
-    keys = sorted({r["key"] for r in records if usable(r)})
-    for pat in patterns:
-        if not fnmatch.filter(keys, pat):
-            raise Tr2Error(f"--runs: {pat!r} matches no finished trainer run of {folder.name}/{name}; allowed: "
-                           f"fnmatch patterns of its keys (e.g. {', '.join(keys[:3]) or 'none: it holds no such run'})")
-    return [r for r in records if usable(r) and any(fnmatch.fnmatch(r["key"], p) for p in patterns)]
+    return select_keys([r for r in read_jsonl(folder / name) if usable(r)], patterns, f"{folder.name}/{name}",
+                       "finished trainer run")
 
 
 def check_steps(steps: int, records: list) -> None:

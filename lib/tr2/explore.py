@@ -109,16 +109,20 @@ def _summary_rows(rows_of):
     return lambda path: pd.DataFrame(rows_of(s)) if (s := summary(path)) else None
 
 
-def records(where, stage, model=None, dtype=None) -> pd.DataFrame:
-    """Every record of each folder's runs file, as the stage appended it; a failure retried on resume is
-    replaced by its rerun's record (tr2.retry), a torn last line (a kill mid-append) is left out. A record's own
-    commit is its `run_commit` (the folder's first session's for a record from before records carried one); the
-    `commit` in front stays the folder's, as in every table."""
+def kept_records(path, stage) -> list:
+    """A folder's runs file as the tables read it: a failure retried on resume replaced by its rerun's record
+    (tr2.retry), a torn last line (a kill mid-append) left out."""
     # the series' records before tr2.stage carried no key: a run is its round and configuration
     key = (lambda r: (r.get("round"), r.get("config"))) if stage == "series" else (lambda r: r.get("key"))
+    return drop_retried(read_jsonl(Path(path) / runs_file(stage)), key)
 
+
+def records(where, stage, model=None, dtype=None) -> pd.DataFrame:
+    """Every record of each folder's runs file, as the stage appended it (kept_records). A record's own commit is
+    its `run_commit` (the folder's first session's for a record from before records carried one); the `commit` in
+    front stays the folder's, as in every table."""
     def read(path):
-        recs = drop_retried(read_jsonl(path / runs_file(stage)), key)
+        recs = kept_records(path, stage)
         first = first_commit(path) if recs else None
         recs = [{**{k: v for k, v in r.items() if k != "commit"}, "run_commit": r.get("commit") or first} for r in recs]
         return pd.DataFrame(recs) if recs else None
@@ -228,10 +232,10 @@ def step_times(where, model=None, dtype=None) -> pd.DataFrame:
     return r[(r["round"] > 0) & (r["valid"] == True)].reset_index(drop=True)  # noqa: E712 - None is not valid
 
 
-def run_window_gpu(folder, rec: dict) -> Optional[dict]:
+def run_window_gpu(folder, rec: dict, window=None) -> Optional[dict]:
     """One series run's `gpu_window` (tr2.series.window_gpu: the card's samples while its step time was measured):
     its record's, else read again from its stamped log and its samples file (logs/<run>.gpu.jsonl), for runs recorded
-    before records carried it. None without a window or without samples."""
+    before records carried it, over `window` (default: the folder's card's). None without a window or samples."""
     if "gpu_window" in rec:
         return rec["gpu_window"]
     from .clock import analyze, read_stamped_log
@@ -240,9 +244,14 @@ def run_window_gpu(folder, rec: dict) -> Optional[dict]:
     samples_file = log.with_name(log.name[:-len(".log")] + ".gpu.jsonl") if log.name.endswith(".log") else None
     if samples_file is None or not log.is_file() or not samples_file.is_file():
         return None
-    window = (read_yaml(Path(folder) / "card.yaml").get("series") or {}).get("window") or (100, 400)
-    window_t = analyze(read_stamped_log(log), tuple(window))["window_t"]
+    window = window or series_window(folder)
+    window_t = analyze(read_stamped_log(log), window)["window_t"]
     return window_gpu([x for x in read_jsonl(samples_file) if isinstance(x, dict)], window_t)
+
+
+def series_window(folder) -> tuple:
+    """The steps a series folder's clock timed (its card's series.window)."""
+    return tuple((read_yaml(Path(folder) / "card.yaml").get("series") or {}).get("window") or (100, 400))
 
 
 def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
@@ -250,11 +259,11 @@ def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
     medians of each run's in-window samples: median over the runs, their range, and the samples in all), the
     conditions under which each side's step time was taken."""
     def read(path):
-        rows = []
-        for rec in drop_retried(read_jsonl(path / runs_file("series")), lambda r: (r.get("round"), r.get("config"))):
+        rows, window = [], series_window(path)
+        for rec in kept_records(path, "series"):
             if not (isinstance(rec, dict) and (rec.get("round") or 0) > 0 and rec.get("valid") is True):
                 continue
-            g = run_window_gpu(path, rec) or {}
+            g = run_window_gpu(path, rec, window) or {}
             sm, pw = (g.get(k) or {} for k in ("sm_mhz", "power_w"))
             if sm.get("median") is None:
                 continue

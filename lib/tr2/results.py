@@ -73,9 +73,14 @@ def results_folders(root=None, stage=None, card=None) -> list[Path]:
     return [p for *_, p in sorted(found)]
 
 
+def finish_marks(stage: str) -> tuple:
+    """The files whose presence says the stage ran to its end in a folder: its summary and its executed notebook."""
+    return ("summary.json", f"{stage}.ipynb")
+
+
 def is_finished(path) -> bool:
-    """A stage ran to its end in the folder: its summary and its executed notebook are there."""
-    return (Path(path) / "summary.json").is_file() and (Path(path) / f"{stage_of(path)}.ipynb").is_file()
+    """A stage ran to its end in the folder (finish_marks)."""
+    return all((Path(path) / m).is_file() for m in finish_marks(stage_of(path)))
 
 
 def latest(stage: str, card_name: str, root=None, finished: bool = False) -> Optional[Path]:

@@ -26,7 +26,7 @@ import fnmatch
 from pathlib import Path
 
 from . import Tr2Error
-from .results import RETIRED, append_jsonl, jsonl_line, read_jsonl, runs_file, write_text_atomic
+from .results import RETIRED, append_jsonl, finish_marks, jsonl_line, read_jsonl, runs_file, write_text_atomic
 from .stage import _lock
 from .sysinfo import git_commit
 
@@ -35,19 +35,15 @@ RETIRED_DIR = "retired"
 OWN_FILES = ("card.yaml", "machine.json", "sessions.jsonl", "summary.json", RETIRED, ".lock")
 
 
-def finish_marks(stage: str) -> tuple:
-    """The files whose presence says the stage ran to its end (results.is_finished)."""
-    return ("summary.json", f"{stage}.ipynb")
-
-
-def select(records: list, patterns: list, runs_name: str) -> list:
-    """The records whose key matches a pattern; one line naming the pattern where one matches nothing."""
+def select(records: list, patterns: list, runs_name: str, what: str = "record") -> list:
+    """The records whose key matches a pattern; one line naming the pattern where one matches nothing (`what`: the
+    records offered, as the line calls them)."""
     keys = [r.get("key") for r in records if isinstance(r.get("key"), str)]
     for pat in patterns:
         if not fnmatch.filter(keys, pat):
-            shown = ", ".join(sorted(set(keys))[:4]) or "none: the file holds no keyed record"
-            raise Tr2Error(f"--runs: {pat!r} matches no record of {runs_name}; allowed: fnmatch patterns of its "
-                           f"records' keys (e.g. {shown})")
+            shown = ", ".join(sorted(set(keys))[:4]) or f"none: it holds no such {what}"
+            raise Tr2Error(f"--runs: {pat!r} matches no {what} of {runs_name}; allowed: fnmatch patterns of its "
+                           f"keys (e.g. {shown})")
     return [r for r in records if isinstance(r.get("key"), str) and any(fnmatch.fnmatch(r["key"], p) for p in patterns)]
 
 
