@@ -23,6 +23,8 @@
 #            sets the run's environment (its lib is not used: the kernels are this tree's); VARIANT cudnn profiles
 #            PyTorch's cuDNN attention at the shape instead (scripts/sdpa_ncu.py). Speed of light, pipes,
 #            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
+#   epilogue scripts/probes/gelu_epilogue_probe.py: cuBLASLt's GELU_AUX / DGELU products against product + our GELU
+#            kernels on the MLP shapes (what a GELU in the products' epilogues could save)
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
 #   profile  torch.profiler over steps 101-130 of the cupy side (graph, half roundings) of SIDE_PROFILE (MODEL or
 #            MODEL:DTYPE, default nanogpt in bfloat16, or MODEL:DTYPE:VARIANT with that variant's bench.env) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
@@ -78,6 +80,11 @@ fi
 if [[ $STAGES == *,gelu,* ]] && [ "$(left)" -gt 150 ]; then
   timeout 60 python3 scripts/gelu_bench.py "$W/gelu_bench.jsonl" 3 20 >"$W/gelu_bench.log" 2>&1
   echo "== gelu by table (exit $?)"; tail -8 "$W/gelu_bench.log"
+fi
+if [[ $STAGES == *,epilogue,* ]] && [ "$(left)" -gt 90 ]; then
+  PYTHONPATH=lib:scripts timeout 120 python3 scripts/probes/gelu_epilogue_probe.py "$W/gelu_epi.jsonl" 3 20 \
+    >"$W/gelu_epi.log" 2>&1
+  echo "== gelu epilogue probe (exit $?, $(elapsed) s)"; tail -10 "$W/gelu_epi.log"
 fi
 if [[ $STAGES == *,probe,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 90 python3 scripts/probes/tma_wgmma_probe.py --out "$W/tma_wgmma_probe.jsonl" >"$W/tma_wgmma_probe.log" 2>&1
