@@ -134,7 +134,8 @@ def probe(model: str, rounds: int, reps: int) -> list[dict]:
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
             times[n].append(mean_ms(forms[n], reps))
-    assert bool(cp.isfinite(be.to_host(out)).all()), "a non-finite output: the probe's products are not trustworthy"
+    # bf16 bits: an exponent of all ones is an infinity or a NaN
+    assert bool(((out & 0x7F80) != 0x7F80).all()), "a non-finite output: the probe's products are not trustworthy"
     med = {n: statistics.median(t) for n, t in times.items()}
     recs = []
     for n in names:
