@@ -25,6 +25,8 @@
 #            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
 #   epilogue scripts/probes/gelu_epilogue_probe.py: cuBLASLt's GELU_AUX / DGELU products against product + our GELU
 #            kernels on the MLP shapes (what a GELU in the products' epilogues could save)
+#   gproduct scripts/probes/gelu_product_probe.py: our TMA + wgmma product with the exact GELU (and its derivative) in
+#            the epilogue, checked, then timed against cuBLAS's product + our GELU kernels (SIDE_GPRODUCT_MODELS)
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
 #   profile  torch.profiler over steps 101-130 of the cupy side (graph, half roundings) of SIDE_PROFILE (MODEL or
 #            MODEL:DTYPE, default nanogpt in bfloat16, or MODEL:DTYPE:VARIANT with that variant's bench.env) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
@@ -85,6 +87,11 @@ if [[ $STAGES == *,epilogue,* ]] && [ "$(left)" -gt 90 ]; then
   PYTHONPATH=lib:scripts timeout 120 python3 scripts/probes/gelu_epilogue_probe.py "$W/gelu_epi.jsonl" 3 20 \
     >"$W/gelu_epi.log" 2>&1
   echo "== gelu epilogue probe (exit $?, $(elapsed) s)"; tail -10 "$W/gelu_epi.log"
+fi
+if [[ $STAGES == *,gproduct,* ]] && [ "$(left)" -gt 60 ]; then
+  PYTHONPATH=lib:scripts timeout $(( $(left) - 30 < 240 ? $(left) - 30 : 240 )) python3 scripts/probes/gelu_product_probe.py \
+    "$W/gelu_product.jsonl" 3 20 ${SIDE_GPRODUCT_MODELS:-} >"$W/gelu_product.log" 2>&1
+  echo "== gelu product probe (exit $?, $(elapsed) s)"; grep -vE "^\s*$" "$W/gelu_product.log" | tail -24
 fi
 if [[ $STAGES == *,probe,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 90 python3 scripts/probes/tma_wgmma_probe.py --out "$W/tma_wgmma_probe.jsonl" >"$W/tma_wgmma_probe.log" 2>&1

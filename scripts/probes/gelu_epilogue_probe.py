@@ -70,7 +70,9 @@ def fastest_plan(lt, key, epilogue: int, aux_ptr: int, aux_ld: int, call) -> tup
     return best[0], best[1], len(found)
 
 
-def probe(model: str, rounds: int, reps: int) -> list[dict]:
+def cublas_forms(model: str) -> tuple[dict, dict, dict]:
+    """The MLP tensors of one layer of `model` (bf16 bits), and the timed forms on them: cuBLASLt's fastest plain
+    and epilogue products, our GELU kernels. Also gelu_product_probe.py's, which adds its own products to them."""
     cfg = load_model(model)
     rows, C = cfg.batch_size * cfg.block_size, cfg.n_embd
     be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
@@ -129,19 +131,33 @@ def probe(model: str, rounds: int, reps: int) -> list[dict]:
         forms["fwd GELU_AUX product"] = lambda: run(f_aux, x.data.ptr, w_fc.data.ptr, out.data.ptr)
     if b_dgelu is not None:
         forms["bwd DGELU product"] = lambda: run(b_dgelu, dy.data.ptr, w_proj.data.ptr, out.data.ptr)
+    tensors = {"x": x, "w_fc": w_fc, "dy": dy, "w_proj": w_proj, "h": h, "out": out}
+    meta = {"cfg": cfg, "rows": rows, "C": C, "be": be,
+            "candidates": {"fwd product": nf, "fwd GELU_AUX product": nfa, "bwd product": nb, "bwd DGELU product": nbd}}
+    return forms, tensors, meta
+
+
+def timed(forms: dict, rounds: int, reps: int) -> tuple[dict, dict]:
+    """Every form `rounds` times in rotating order, `reps` calls each: (medians, the rounds' values) by name."""
     names = list(forms)
     times = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
             times[n].append(mean_ms(forms[n], reps))
+    return {n: statistics.median(t) for n, t in times.items()}, times
+
+
+def probe(model: str, rounds: int, reps: int) -> list[dict]:
+    forms, tensors, meta = cublas_forms(model)
+    cfg, rows, C, out = meta["cfg"], meta["rows"], meta["C"], tensors["out"]
+    names = list(forms)
+    med, times = timed(forms, rounds, reps)
     # bf16 bits: an exponent of all ones is an infinity or a NaN
     assert bool(((out & 0x7F80) != 0x7F80).all()), "a non-finite output: the probe's products are not trustworthy"
-    med = {n: statistics.median(t) for n, t in times.items()}
     recs = []
     for n in names:
         recs.append({"model": model, "rows": rows, "C": C, "form": n, "ms": med[n], "rounds": times[n],
-                     "candidates": {"fwd product": nf, "fwd GELU_AUX product": nfa, "bwd product": nb,
-                                    "bwd DGELU product": nbd}.get(n)})
+                     "candidates": meta["candidates"].get(n)})
     nan = float("nan")
     sep_f, fused_f = med["fwd product"] + med["fwd gelu kernel"], med.get("fwd GELU_AUX product", nan)
     sep_b, fused_b = med["bwd product"] + med["bwd gelu kernel"], med.get("bwd DGELU product", nan)

@@ -1,0 +1,224 @@
+// gelu_product_probe.cu: a bf16 product of our own on Hopper's tensor cores (TMA loads, wgmma), with nanoGPT's exact
+// GELU in its epilogue, timed against cuBLAS's product plus our GELU kernels (gelu_product_probe.py). A probe, not a
+// kernel of the program: it asks whether a product we write can reach cuBLAS's speed on the MLP's shapes, so that
+// the exact (erf) GELU and its derivative could ride in the products' epilogues, which cuBLASLt offers only in the
+// tanh form (docs/perf.md, "Twenty-second session").
+//
+// gelu_product_probe.py compiles this file appended to gelu.cu's source (common.cuh, gelu(), gelu_grad(), the bf16
+// tables' index), so the epilogue's GELU is the program's, bit for bit: by the table the GELU kernels build (gpu/
+// gelu.py's tables(), looked up in shared memory), and by gelu() / gelu_grad() for a code outside it.
+//
+//   C (M x N) = A (M x K) B^T, A row-major [M, K]; B row-major [N, K] (B_MN false: the c_fc product, x w_fc^T) or
+//   [K, N] (B_MN true: the input gradient of c_proj, dy w_proj). bf16 in, float32 accumulation.
+//   EPI: GP_PLAIN writes bf16(C) (what cuBLAS's product writes); GP_GELU writes aux = bf16(C) (the pre-activation
+//   the backward needs) and out = gelu(aux) rounded to bf16, the bits of gelu_forward_bf16_table on aux;
+//   GP_DGELU reads aux (the pre-activation) and writes out = bf16(bf16(C) t(aux)), the bits of
+//   gelu_backward_bf16_table on the product's bf16 output.
+//
+// Tiles: 128 x 256 a block, k in steps of 64. Warpgroup 0 is the producer (one thread issues the copies: A as two
+// 64 x 64 boxes, B as four, 48 KB a stage, four stages in a ring guarded by full/empty mbarriers); warpgroups 1 and
+// 2 each take 64 rows of the tile by m64n256k16 (128 float accumulators a thread; setmaxnreg gives the consumers 232
+// registers and the producer 40, the ninth session's probe). Why 128 x 256: a k step moves 48 KB for 2 M
+// multiply-adds, 24 bytes a thousand, where 128 x 128 moves 32 KB for 1 M (32 a thousand) and would ask the L2 for
+// more than it gives an SM at the tensor cores' rate. Persistent: one block an SM walks the tiles (N fastest, so
+// the blocks at work at once share rows of A), and the producer runs ahead into the next tile while the consumers
+// write this one's epilogue. M must be a multiple of 128, N of 256, K of 64 (the MLP's shapes are).
+// Not tuned: no clusters or multicast, the epilogue stores straight from the accumulators (4-byte stores), and it
+// does not overlap the tensor cores' work (both consumers finish a tile together).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "gelu_product_probe.cu needs the sm_90a target (wgmma, setmaxnreg)"
+#endif
+
+#define GP_PLAIN 0
+#define GP_GELU 1
+#define GP_DGELU 2
+
+constexpr int GP_BM = 128, GP_BN = 256, GP_BK = 64, GP_STAGES = 4;
+constexpr unsigned GP_BOX = 64 * 64 * 2;             // one 64 x 64 bf16 box, 128 bytes a row
+constexpr unsigned GP_STAGE = (GP_BM / 64 + GP_BN / 64) * GP_BOX;
+
+// The driver's CUtensorMap: opaque, 128 bytes, 64-byte aligned.
+struct alignas(64) GpMap {
+    u64 w[16];
+};
+
+__device__ __forceinline__ u32 gp_saddr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void gp_bar_init(u64* bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gp_saddr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void gp_expect(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gp_saddr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gp_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gp_saddr(bar)) : "memory");
+}
+__device__ __forceinline__ void gp_wait(u64* bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(gp_saddr(bar)), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void gp_load(void* dst, const GpMap* map, u64* bar, int col, int row) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(gp_saddr(dst)), "l"((u64)map), "r"(col), "r"(row), "r"(gp_saddr(bar)) : "memory");
+}
+// 128B-swizzled operand descriptor (layout type 1); every box starts on a 1024-byte boundary.
+__device__ __forceinline__ u64 gp_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((u64)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+#define GP_D128 "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127" \
+    "}"
+#define GP_R4(d, n) "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])
+#define GP_D128_ARGS(d)                                                                                           \
+    GP_R4(d, 0), GP_R4(d, 1), GP_R4(d, 2), GP_R4(d, 3), GP_R4(d, 4), GP_R4(d, 5), GP_R4(d, 6), GP_R4(d, 7),       \
+    GP_R4(d, 8), GP_R4(d, 9), GP_R4(d, 10), GP_R4(d, 11), GP_R4(d, 12), GP_R4(d, 13), GP_R4(d, 14),               \
+    GP_R4(d, 15), GP_R4(d, 16), GP_R4(d, 17), GP_R4(d, 18), GP_R4(d, 19), GP_R4(d, 20), GP_R4(d, 21),             \
+    GP_R4(d, 22), GP_R4(d, 23), GP_R4(d, 24), GP_R4(d, 25), GP_R4(d, 26), GP_R4(d, 27), GP_R4(d, 28),             \
+    GP_R4(d, 29), GP_R4(d, 30), GP_R4(d, 31)
+#define GP_MMA(TRANS_B)                                                                                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                    \
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " GP_D128                                 \
+                 ", %128, %129, p, 1, 1, 0, " #TRANS_B ";\n}\n"                                                  \
+                 : GP_D128_ARGS(d) : "l"(da), "l"(db), "r"(accumulate))
+
+// d (64 x 256: warp w's rows 16w.., register 4n + e at row g + 8 (e >> 1), column 8n + 2t + (e & 1)) = a b (+ d)
+template <bool B_MN>
+__device__ __forceinline__ void gp_mma(float (&d)[32][4], u64 da, u64 db, int accumulate) {
+    if constexpr (B_MN) GP_MMA(1);
+    else GP_MMA(0);
+}
+
+// The epilogue's GELU of one bf16 code: the table's entry, or gelu() where the table has none (gelu.cu's rule).
+__device__ __forceinline__ u32 gp_gelu(u32 code, const u16* table) {
+    const u32 i = gelu_table_index(code);
+    return i < GELU_TABLE_SIZE ? (u32)table[i] : (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)code)));
+}
+// dx = dy t(x) rounded once, t by the table or gelu_grad() (gelu_backward_bf16_table's rule)
+__device__ __forceinline__ u32 gp_dgelu(u32 dy, u32 x, const float* table) {
+    const u32 i = gelu_table_index(x);
+    const float dyf = bf16_bits_to_f32((u16)dy);
+    return i < GELU_TABLE_SIZE ? (u32)f32_to_bf16_bits(dyf * table[i])
+                               : (u32)f32_to_bf16_bits(gelu_grad(dyf, bf16_bits_to_f32((u16)x)));
+}
+
+template <int EPI>
+__device__ __forceinline__ void gp_store(u16* __restrict__ out, u16* __restrict__ aux, const void* table, i64 at,
+                                         float v0, float v1) {
+    const u32 c = pack2<KIND_BF16>(v0, v1);
+    if constexpr (EPI == GP_PLAIN) {
+        *(u32*)(out + at) = c;
+    } else if constexpr (EPI == GP_GELU) {
+        const u16* t = (const u16*)table;
+        *(u32*)(aux + at) = c;
+        *(u32*)(out + at) = gp_gelu(c & 0xFFFFu, t) | (gp_gelu(c >> 16, t) << 16);
+    } else {
+        const float* t = (const float*)table;
+        const u32 x = *(const u32*)(aux + at);
+        *(u32*)(out + at) = gp_dgelu(c & 0xFFFFu, x & 0xFFFFu, t) | (gp_dgelu(c >> 16, x >> 16, t) << 16);
+    }
+}
+
+template <int EPI>
+__host__ __device__ constexpr unsigned gp_table_bytes() {
+    return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
+}
+
+template <int EPI, bool B_MN>
+__device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __restrict__ out, u16* __restrict__ aux,
+                             const void* __restrict__ table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {
+    extern __shared__ unsigned char gp_smem[];
+    __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
+    constexpr unsigned TABLE = gp_table_bytes<EPI>();
+    unsigned char* stages = gp_smem + ((TABLE + 1023u) & ~1023u);
+    stages += ((gp_saddr(stages) + 1023u) & ~1023u) - gp_saddr(stages);   // the swizzle's 1024-byte alignment
+    const int tid = threadIdx.x, wg = tid >> 7;
+    if (tid == 0) {
+        for (int s = 0; s < GP_STAGES; ++s) {
+            gp_bar_init(&full[s], 1);
+            gp_bar_init(&empty[s], 8);   // the consumers' eight warps
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    for (int i = tid; i < (int)TABLE / 16; i += blockDim.x) ((uint4*)gp_smem)[i] = ((const uint4*)table)[i];
+    __syncthreads();
+    const int tiles_n = N / GP_BN, tiles = (M / GP_BM) * tiles_n, nk = K / GP_BK;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid != 0) return;
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int m0 = (tile / tiles_n) * GP_BM, n0 = (tile % tiles_n) * GP_BN;
+            for (int kb = 0; kb < nk; ++kb, ++it) {
+                const int s = it % GP_STAGES;
+                if (it >= GP_STAGES) gp_wait(&empty[s], ((it / GP_STAGES) + 1) & 1);
+                unsigned char* sa = stages + s * GP_STAGE;
+                unsigned char* sb = sa + (GP_BM / 64) * GP_BOX;
+                gp_expect(&full[s], GP_STAGE);
+                for (int i = 0; i < GP_BM / 64; ++i) gp_load(sa + i * GP_BOX, map_a, &full[s], kb * GP_BK, m0 + 64 * i);
+                for (int i = 0; i < GP_BN / 64; ++i) {
+                    if constexpr (B_MN) gp_load(sb + i * GP_BOX, map_b, &full[s], n0 + 64 * i, kb * GP_BK);
+                    else gp_load(sb + i * GP_BOX, map_b, &full[s], kb * GP_BK, n0 + 64 * i);
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+        float d[32][4];
+        int it = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int m0 = (tile / tiles_n) * GP_BM, n0 = (tile % tiles_n) * GP_BN;
+            for (int kb = 0; kb < nk; ++kb, ++it) {
+                const int s = it % GP_STAGES;
+                gp_wait(&full[s], (it / GP_STAGES) & 1);
+                const u32 sa = gp_saddr(stages + s * GP_STAGE + c * GP_BOX);
+                const u32 sb = gp_saddr(stages + s * GP_STAGE + (GP_BM / 64) * GP_BOX);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int j = 0; j < GP_BK / 16; ++j) {
+                    // K-major: a k16 step is 32 bytes along the swizzled row; MN-major B: 16 rows of 128 bytes
+                    const u64 da = gp_desc(sa + 32 * j, 16, 1024);
+                    const u64 db = B_MN ? gp_desc(sb + 2048 * j, b_lbo, b_sbo) : gp_desc(sb + 32 * j, 16, 1024);
+                    gp_mma<B_MN>(d, da, db, kb > 0 || j > 0);
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                // the previous stage's products are done once at most this one is in flight: hand it back
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                if (kb > 0 && lane == 0) gp_arrive(&empty[(it - 1) % GP_STAGES]);
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            if (lane == 0) gp_arrive(&empty[(it - 1) % GP_STAGES]);
+            const i64 row = m0 + 64 * c + 16 * warp + g;
+#pragma unroll
+            for (int n = 0; n < 32; ++n) {
+                const i64 at = row * N + n0 + 8 * n + 2 * t;
+                gp_store<EPI>(out, aux, gp_smem, at, d[n][0], d[n][1]);
+                gp_store<EPI>(out, aux, gp_smem, at + 8 * (i64)N, d[n][2], d[n][3]);
+            }
+        }
+    }
+}
+
+#define GELU_PRODUCT(NAME, EPI, B_MN)                                                                             \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
+        NAME(const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux,        \
+             const void* table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {                                      \
+        gelu_product<EPI, B_MN>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);                          \
+    }
+GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false)
+GELU_PRODUCT(gp_gelu_tn, GP_GELU, false)
+GELU_PRODUCT(gp_plain_nn, GP_PLAIN, true)
+GELU_PRODUCT(gp_dgelu_nn, GP_DGELU, true)
+

@@ -1,0 +1,190 @@
+"""Can a product of our own carry nanoGPT's exact GELU in its epilogue and beat cuBLAS's product plus our GELU kernel?
+(gelu_product_probe.cu says what the kernels do and why; docs/perf.md, "Twenty-second session", the prediction.)
+
+Per model, on one layer's MLP shapes (bf16, the half build's tensors; gelu_epilogue_probe.cublas_forms builds them
+and cuBLASLt's fastest plans):
+  checks   our plain products against float32 references (within one bf16 rounding, elementwise); our GELU
+           product's aux equal to our plain product's output to the bit and its out to gelu_forward_bf16_table's
+           on that aux; our DGELU product's out equal to gelu_backward_bf16_table's on our plain product's output.
+           The MN-major B descriptor's offsets are tried in two orders (the TMA probe's way); the first that passes
+           is used. A form whose check fails is not timed.
+  timing   every form in rotating rounds (event_timing.mean_ms): cuBLAS's product, our GELU kernels, cuBLASLt's
+           GELU_AUX / DGELU (tanh form: their cost only), our plain and GELU products.
+
+    PYTHONPATH=lib:scripts python3 scripts/probes/gelu_product_probe.py OUT.jsonl [rounds] [reps] [models]
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CU_FILE = HERE / "gelu_product_probe.cu"
+TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GELU_TABLE_SIZE, u16 / float32
+RING_BYTES = 4 * 6 * 8192    # GP_STAGES x (2 + 4 boxes of 8 KB)
+BM, BN, BK = 128, 256, 64
+MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
+
+
+def shared_bytes(epilogue: str) -> int:
+    """Dynamic shared memory of a launch: the table at a 1 KB boundary, the ring, 1 KB for the base's alignment."""
+    return (TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + RING_BYTES + 1024
+
+
+def shape_ok(M: int, N: int, K: int) -> bool:
+    return M % BM == 0 and N % BN == 0 and K % BK == 0
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def rounding_violations(ours_bits: np.ndarray, ref: np.ndarray) -> tuple[int, float]:
+    """(elements off by more than one bf16 rounding plus float32 summation noise, the largest error in units of the
+    reference's bf16 ulp). A correct bf16 product of float32 accumulation is within half an ulp of the exact value
+    plus the summation's order; a wrong tile, a lost k step or a misread operand is off by far more."""
+    ours = bf16_to_f32(ours_bits).astype(np.float64)
+    ref = ref.astype(np.float64)
+    ulp = np.ldexp(1.0, np.frexp(np.abs(ref))[1] - 8)   # bf16: 8 significant bits
+    floor = 1e-6 * float(np.abs(ref).max())
+    err = np.abs(ours - ref)
+    within = err <= ulp + floor   # False for a NaN: an element the kernel never wrote keeps the NaN poison
+    ratio = err / np.maximum(ulp, floor)
+    return int((~within).sum()), float(np.nanmax(ratio)) if np.isfinite(ratio).any() else float("inf")
+
+
+def compile_module(cubin_path: Path):
+    import cupy as cp
+    from tr2.cupy_side.gpu import cubins, load_source
+    nvrtc = cubins.Nvrtc()
+    src = load_source("gelu.cu") + "\n" + CU_FILE.read_text()
+    cubin_path.write_bytes(nvrtc.compile(src, CU_FILE.name, "sm_90a", ("-Xptxas", "-v")))
+    usage = [line.strip() for line in nvrtc.last_log.splitlines() if "gp_" in line or "Used" in line or "spill" in line]
+    return cp.RawModule(path=str(cubin_path)), usage
+
+
+def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
+    import cupy as cp
+
+    import gelu_epilogue_probe as gep
+    from tr2.cupy_side.gpu import gelu as gelu_kernels, tma
+    from tr2.cupy_side.gpu.halfbits import KIND_BF16
+
+    forms, t, meta = gep.cublas_forms(model)
+    rows, C = meta["rows"], meta["C"]
+    M, N, K = rows, 4 * C, C
+    if not shape_ok(M, N, K):
+        raise ValueError(f"{model}: ({M}, {N}, {K}) is not a multiple of the tile ({BM}, {BN}, {BK})")
+    tab_fwd, tab_bwd = gelu_kernels.tables(KIND_BF16)
+    maps = {"x": tma.encode(t["x"], rows, C, "bfloat16"), "w_fc": tma.encode(t["w_fc"], N, C, "bfloat16"),
+            "dy": tma.encode(t["dy"], rows, C, "bfloat16"), "w_proj": tma.encode(t["w_proj"], C, N, "bfloat16")}
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    grid = (min((M // BM) * (N // BN), sms),)
+    null = np.uint64(0)
+    recs, checks = [], {}
+
+    def kernel(name, epilogue):
+        k = mod.get_function(name)
+        k.max_dynamic_shared_size_bytes = shared_bytes(epilogue)
+        return k
+
+    kerns = {"plain_tn": kernel("gp_plain_tn", "plain"), "gelu_tn": kernel("gp_gelu_tn", "gelu"),
+             "plain_nn": kernel("gp_plain_nn", "plain"), "dgelu_nn": kernel("gp_dgelu_nn", "dgelu")}
+
+    def launch(name, epilogue, a, b, out, aux, table, lbo=0, sbo=0):
+        kerns[name](grid, (384,), (maps[a], maps[b], out, aux, table, np.int32(M), np.int32(N), np.int32(K),
+                                   np.uint32(lbo), np.uint32(sbo)), shared_mem=shared_bytes(epilogue))
+
+    x32 = bf16_to_f32(cp.asnumpy(t["x"])).astype(np.float32)
+    wfc32 = bf16_to_f32(cp.asnumpy(t["w_fc"])).astype(np.float32)
+    dy32 = bf16_to_f32(cp.asnumpy(t["dy"])).astype(np.float32)
+    wproj32 = bf16_to_f32(cp.asnumpy(t["w_proj"])).astype(np.float32)
+    ref_f = cp.asnumpy(cp.asarray(x32) @ cp.asarray(wfc32).T)
+    ref_b = cp.asnumpy(cp.asarray(dy32) @ cp.asarray(wproj32))
+
+    o1, o2, aux = (cp.full((M, N), 0xFFFF, dtype=cp.uint16) for _ in range(3))   # poisoned: NaN codes
+    launch("plain_tn", "plain", "x", "w_fc", o1, null, null)
+    cp.cuda.runtime.deviceSynchronize()
+    bad, worst = rounding_violations(cp.asnumpy(o1), ref_f)
+    same_as_cublas = float((o1 == t["h"]).mean())
+    checks["fwd plain"] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst,
+                           "bits_equal_to_cublas": same_as_cublas}
+    launch("gelu_tn", "gelu", "x", "w_fc", o2, aux, tab_fwd)
+    want = cp.full_like(o2, 0xFFFF)
+    gelu_kernels.launch_forward(want, aux, KIND_BF16, KIND_BF16, by_table=True)
+    checks["fwd gelu"] = {"passed": bool((aux == o1).all()) and bool((o2 == want).all()),
+                          "aux_equal": bool((aux == o1).all()), "out_equal": bool((o2 == want).all())}
+    lbo, sbo = MN_OFFSETS_TRIED[0]
+    for lbo, sbo in MN_OFFSETS_TRIED:
+        o1.fill(0xFFFF)
+        launch("plain_nn", "plain", "dy", "w_proj", o1, null, null, lbo, sbo)
+        cp.cuda.runtime.deviceSynchronize()
+        bad, worst = rounding_violations(cp.asnumpy(o1), ref_b)
+        checks["bwd plain"] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst, "lbo": lbo, "sbo": sbo}
+        if bad == 0:
+            break
+    o2.fill(0xFFFF)
+    launch("dgelu_nn", "dgelu", "dy", "w_proj", o2, t["h"], tab_bwd, lbo, sbo)
+    want.fill(0xFFFF)
+    gelu_kernels.launch_backward(want, o1, t["h"], KIND_BF16, KIND_BF16, KIND_BF16, by_table=True)
+    checks["bwd dgelu"] = {"passed": checks["bwd plain"]["passed"] and bool((o2 == want).all()),
+                           "out_equal": bool((o2 == want).all())}
+    for name, c in checks.items():
+        print(f"{model:12} check {name:10} {'PASS' if c['passed'] else 'FAIL'} {json.dumps(c)}", flush=True)
+        recs.append({"model": model, "check": name, **c})
+
+    ours = {"fwd ours plain": ("fwd plain", lambda: launch("plain_tn", "plain", "x", "w_fc", o1, null, null)),
+            "fwd ours GELU": ("fwd gelu", lambda: launch("gelu_tn", "gelu", "x", "w_fc", o2, aux, tab_fwd)),
+            "bwd ours plain": ("bwd plain",
+                               lambda: launch("plain_nn", "plain", "dy", "w_proj", o1, null, null, lbo, sbo)),
+            "bwd ours DGELU": ("bwd dgelu",
+                               lambda: launch("dgelu_nn", "dgelu", "dy", "w_proj", o2, t["h"], tab_bwd, lbo, sbo))}
+    for name, (check, fn) in ours.items():
+        if checks[check]["passed"]:
+            forms[name] = fn
+    med, times = gep.timed(forms, rounds, reps)
+    for n in forms:
+        flops = 0 if "kernel" in n else 2 * M * N * K
+        recs.append({"model": model, "M": M, "N": N, "K": K, "form": n, "ms": med[n], "rounds": times[n],
+                     "tflops": flops / med[n] / 1e9 if flops else None})
+    nan = float("nan")
+    sep_f = med["fwd product"] + med["fwd gelu kernel"]
+    sep_b = med["bwd product"] + med["bwd gelu kernel"]
+    print(f"{model:12} ({M}, {N}, {K})  forward: cuBLAS {med['fwd product']:.4f} + gelu {med['fwd gelu kernel']:.4f} "
+          f"= {sep_f:.4f} ms | ours plain {med.get('fwd ours plain', nan):.4f}, ours GELU "
+          f"{med.get('fwd ours GELU', nan):.4f} ({med.get('fwd ours GELU', nan) - sep_f:+.4f}) | GELU_AUX "
+          f"{med.get('fwd GELU_AUX product', nan):.4f}", flush=True)
+    print(f"{'':12} {'':18} backward: cuBLAS {med['bwd product']:.4f} + gelu' {med['bwd gelu kernel']:.4f} = "
+          f"{sep_b:.4f} ms | ours plain {med.get('bwd ours plain', nan):.4f}, ours DGELU "
+          f"{med.get('bwd ours DGELU', nan):.4f} ({med.get('bwd ours DGELU', nan) - sep_b:+.4f}) | DGELU "
+          f"{med.get('bwd DGELU product', nan):.4f}; a step x {meta['cfg'].n_layer} layers: "
+          f"{(med.get('fwd ours GELU', nan) - sep_f + med.get('bwd ours DGELU', nan) - sep_b) * meta['cfg'].n_layer:+.3f}"
+          " ms", flush=True)
+    return recs
+
+
+def main() -> int:
+    path = Path(sys.argv[1])
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+    models = sys.argv[4].split(",") if len(sys.argv) > 4 else ["nanogpt", "gpt2-small", "gpt2-medium"]
+    mod, usage = compile_module(path.with_suffix(".cubin"))
+    print("\n".join(usage), flush=True)
+    with open(path, "w") as f:
+        for model in models:
+            try:
+                recs = probe(model, mod, rounds, reps)
+            except Exception as e:   # one model's failure (a fault poisons the context: the rest then fail too)
+                print(f"{model}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                recs = [{"model": model, "error": f"{type(e).__name__}: {str(e)[:300]}"}]
+            for rec in recs:
+                f.write(json.dumps(rec) + "\n")
+            f.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

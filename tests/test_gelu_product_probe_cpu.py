@@ -1,0 +1,49 @@
+"""The GELU product probe's pure parts (scripts/probes/gelu_product_probe.py): its rounding check, which decides
+whether our product is timed at all, and the shared memory its launches ask for."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "probes"))
+import gelu_product_probe as gpp  # noqa: E402
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """Round to nearest even, as the kernel's cvt.rn.bf16 does (finite inputs)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_a_correct_rounding_passes_and_a_wrong_product_fails():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal((96, 40)).astype(np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    bad, worst = gpp.rounding_violations(to_bf16_bits(ref.astype(np.float32)), ref)
+    assert bad == 0 and worst <= 0.5 + 1e-3
+    # one lost k step (a column of a times a row of b missing) is far more than a rounding
+    lost = ref - np.outer(a[:, 5], b[5, :])
+    bad, worst = gpp.rounding_violations(to_bf16_bits(lost.astype(np.float32)), ref)
+    assert bad > 0 and worst > 2
+
+
+def test_an_element_never_written_fails():
+    ref = np.ones((4, 4))
+    bits = to_bf16_bits(ref.astype(np.float32))
+    bits[2, 3] = 0xFFFF   # the probe's NaN poison
+    bad, _ = gpp.rounding_violations(bits, ref)
+    assert bad == 1
+
+
+@pytest.mark.parametrize("epilogue", ["plain", "gelu", "dgelu"])
+def test_shared_memory_fits_a_hopper_block(epilogue):
+    # 227 KB is the most a block may ask for on sm_90, less the 64 bytes of static barriers
+    assert gpp.shared_bytes(epilogue) + 64 <= 227 * 1024
+    assert gpp.shared_bytes(epilogue) >= gpp.RING_BYTES + gpp.TABLE_BYTES[epilogue]
+
+
+def test_the_mlp_shapes_fit_the_tile():
+    for rows, C in ((16384, 384), (8192, 768), (8192, 1024)):
+        assert gpp.shape_ok(rows, 4 * C, C)
+    assert not gpp.shape_ok(8192, 4 * 100, 100)
