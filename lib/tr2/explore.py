@@ -14,7 +14,7 @@ from typing import Optional
 
 import pandas as pd
 
-from .results import (RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, read_yaml, results_folders,
+from .results import (EXTENDED, RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, read_yaml, results_folders,
                       runs_file, stage_of)
 from .retry import drop_retried
 
@@ -211,6 +211,19 @@ def retired_runs(path) -> list[dict]:
     for g in groups.values():
         g["rerun_commits"] = list(dict.fromkeys(r.get("commit") or first for r in now if r.get("key") in g["run_keys"]))
     return list(groups.values())
+
+
+def extensions(path) -> list[dict]:
+    """A folder's card extensions (tr2.extend: its extended.jsonl), oldest first, each with run_commits: the commits
+    of the runs file's records of the runs it added (the resume that ran them), in order of first appearance."""
+    p = Path(path)
+    first = first_commit(p)
+    now = _run_records(p)
+    out = []
+    for r in read_jsonl(p / EXTENDED):
+        keys = set(r.get("runs") or ())
+        out.append({**r, "run_commits": list(dict.fromkeys(x.get("commit") or first for x in now if x.get("key") in keys))})
+    return out
 
 
 SERIES_RUN_COLUMNS = ["round", "warm", "config", "model", "dtype", "side", "build", "mode", "half_roundings",

@@ -21,7 +21,7 @@ from . import explore_plots as plots
 from .cards import method_a_schedule
 from .clock import run_logged
 from .configs import RunConfig, compile_caches
-from .results import read_jsonl
+from .results import EXTENDED, read_jsonl
 from .stage import FINISHED, RUNS, finished_keys, open_folder, run_plan
 from .summary import all_passed, finish, load_dir_card, save_figure, stats, write_csv
 from .trainargs import trainer_prefix
@@ -44,6 +44,32 @@ def plan(card: dict) -> list[dict]:
                                  "seed": seed, "mode": card["method_a"]["torch_mode"] if side == "torch" else None,
                                  "half_roundings": side == "cupy" and dtype != "float32", **sch})
     return runs
+
+
+def remaining(card: dict, results_dir) -> list[dict]:
+    """The runs of the card's plan that the folder does not hold finished: what `run` (run_plan, by the same
+    finished_keys) trains next, in its order; after tr2.extend, exactly the added seeds' runs."""
+    held = finished_keys(Path(results_dir) / RUNS)
+    return [r for r in plan(card) if r["key"] not in held]
+
+
+def extensions(results_dir) -> list[dict]:
+    """The seeds added to the folder's card after its runs (tr2.extend's records), oldest first."""
+    keep = ("card_key", "before", "added", "after", "runs", "extended_at", "extended_reason", "extended_by_commit",
+            "extended_files")
+    return [{k: r.get(k) for k in keep} for r in read_jsonl(Path(results_dir) / EXTENDED)]
+
+
+def extension_notes(results_dir) -> list[str]:
+    """One Markdown paragraph per extension of the folder's card, for the notebook beside the card it shows."""
+    out = []
+    for x in extensions(results_dir):
+        files = ", ".join(f"`{k}` in `{v}`" for k, v in (x["extended_files"] or {}).items())
+        out.append(f"**The card was extended after its runs** ({x['extended_at']}, at commit "
+                   f"`{(x['extended_by_commit'] or 'unknown')[:12]}`, `python -m tr2.runner method_a --extend`): "
+                   f"`{x['card_key']}` {x['before']} became {x['after']}, {len(x['runs'] or ())} runs added. Why: "
+                   f"{x['extended_reason']} As it was before: {files or 'not kept'}.")
+    return out
 
 
 def kind_of(run: dict) -> str:
@@ -209,6 +235,7 @@ def summarize(results_dir) -> dict:
         "passed": all_passed(judged),
         "configs": configs,
         "runs": {"finished": len(runs), "planned": len(plan(card)), "records": len(allruns)},
+        "extended": extensions(d),   # seeds added to the card after its first summary (tr2.extend), on record
     }
     return finish(d, summary, runs.values(), lambda: save_figure(
         plots.bands(explore.bands_a(explore.curves_a(d)), card["method_a"]["judge_from"]), d / "method_a.png",

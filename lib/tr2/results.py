@@ -18,6 +18,7 @@ NAME = re.compile(r"^[A-Za-z0-9._-]+$")  # a card's name (tr2.cards), the tail o
 STAGES = ("series", "method_a", "method_b", "footprint", "families")  # the protocol's stages, in `make all`'s order
 RUNS_FILES = {"footprint": "footprint.jsonl"}  # each stage's records; the others: runs.jsonl
 RETIRED = "retired.jsonl"  # records taken out of a runs file by tr2.retire, with when, why and at which commit
+EXTENDED = "extended.jsonl"  # seeds added to a finished folder's card by tr2.extend, with when, why and at which commit
 
 
 def runs_file(stage: str) -> str:

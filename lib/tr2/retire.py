@@ -26,13 +26,13 @@ import fnmatch
 from pathlib import Path
 
 from . import Tr2Error
-from .results import RETIRED, append_jsonl, finish_marks, jsonl_line, read_jsonl, runs_file, write_text_atomic
+from .results import EXTENDED, RETIRED, append_jsonl, finish_marks, jsonl_line, read_jsonl, runs_file, write_text_atomic
 from .stage import _lock
 from .sysinfo import git_commit
 
 RETIRED_DIR = "retired"
 # the folder's own files: a record may name one (never, so far), but it is no run's to take away
-OWN_FILES = ("card.yaml", "machine.json", "sessions.jsonl", "summary.json", RETIRED, ".lock")
+OWN_FILES = ("card.yaml", "machine.json", "sessions.jsonl", "summary.json", RETIRED, EXTENDED, ".lock")
 
 
 def select(records: list, patterns: list, runs_name: str, what: str = "record") -> list:
@@ -89,13 +89,13 @@ def plan_moves(d: Path, retired: list, kept: list, runs_name: str, marks: tuple)
     return moves, per_record
 
 
-def check_reason(reason) -> str:
-    """The reason on one line; every retired record keeps it, so none may be left out or blank."""
+def check_reason(reason, why: str = "why these runs are retired (what changed in the program)") -> str:
+    """The reason on one line; every retired record (or extension: tr2.extend) keeps it, so none may be left out or
+    blank."""
     text = " ".join(str(reason or "").split())
     if not text:
         said = "missing" if reason is None else f"{reason!r} is empty"
-        raise Tr2Error(f"--reason: {said}; allowed: a sentence saying why these runs are retired (what changed in "
-                       "the program)")
+        raise Tr2Error(f"--reason: {said}; allowed: a sentence saying {why}")
     return text
 
 

@@ -17,6 +17,10 @@ no retry, no check of the card against this machine), so the report can stitch i
 `--retire DIR --runs PATTERN [PATTERN ...] --reason TEXT` takes the runs whose keys match out of the folder, deleting
 nothing (tr2.retire: records to retired.jsonl, their files and the stage's summary and notebook to retired/); then
 `--resume DIR` runs exactly them again, at this commit, and summarizes the whole folder anew.
+
+`method_a --extend DIR --seeds SEED [SEED ...] --reason TEXT` adds seeds to a finished method A folder's card
+(tr2.extend: the card before, and the stage's summary and notebook, to retired/; the record to extended.jsonl); then
+`--resume DIR` runs exactly the new seeds' runs and summarizes every seed.
 """
 from __future__ import annotations
 
@@ -101,6 +105,27 @@ def retire_here(stage: str, a) -> None:
           f"kept; run them again with: python -m tr2.runner {stage} --resume {d}", flush=True)
 
 
+def extend_here(stage: str, a) -> None:
+    """--extend DIR --seeds SEED... --reason TEXT: the stage and the folder checked as --resume checks them, then
+    tr2.extend."""
+    # here, not at the top: tr2.extend plans with tr2.method_a, whose pandas the runner's other paths need not load
+    from .extend import check_stage, extend
+    if stage not in STAGES:
+        raise Tr2Error(f"stage: {stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
+    check_stage(stage)
+    given = [f for f, v in (("--card", a.card), ("--resume", a.resume), ("--runs-only", a.runs_only),
+                            ("--render", a.render), ("--retire", a.retire), ("--runs", a.runs)) if v]
+    if given:
+        raise Tr2Error(f"--extend: given with {given[0]}; allowed: --extend DIR --seeds SEED [SEED ...] --reason TEXT "
+                       "alone (then --resume DIR runs the new seeds' runs)")
+    d = _resume_folder(stage, a.extend, "--extend")
+    done = extend(stage, d, a.seeds, a.reason)
+    print(f"tr2.runner: {done['card_key']} of {d} extended from {done['before']} to {done['after']}; the card before "
+          f"and the stage's summary and notebook kept under retired/ ({', '.join(done['extended_files'].values())}); "
+          f"the resume runs {len(done['runs'])} run(s) ({', '.join(done['runs'])}): python -m tr2.runner {stage} "
+          f"--resume {d}", flush=True)
+
+
 def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, Path, Path]:
     """Every check before the first run (the stage, the card, this machine and its data, the folder to resume),
     then the folder made or reused; (card, folder, the card file papermill reads)."""
@@ -160,15 +185,27 @@ def main(argv=None) -> int:
                        "runs them again")
         p.add_argument("--runs", nargs="+", default=None, metavar="PATTERN", help="with --retire: fnmatch patterns "
                        "of run keys, e.g. 'gpt2-small/bfloat16/cupy/*'")
-        p.add_argument("--reason", default=None, help="with --retire: why the runs are retired (kept in each record)")
+        p.add_argument("--extend", default=None, metavar="DIR", help="method_a only: add the seeds --seeds names "
+                       "to this finished folder's card (the card before kept under retired/, the record in "
+                       "extended.jsonl); --resume DIR then runs their runs")
+        p.add_argument("--seeds", nargs="+", default=None, metavar="SEED", help="with --extend: the seeds to add, "
+                       "in order, none of the card's")
+        p.add_argument("--reason", default=None, help="with --retire: why the runs are retired; with --extend: why "
+                       "seeds are added (kept in each record)")
         p.add_argument("--root", default=None, help=argparse.SUPPRESS)
         a = p.parse_args(argv)
+        if a.extend is not None:
+            extend_here(a.stage, a)
+            return 0
+        if a.seeds is not None:
+            raise Tr2Error("--seeds: given without --extend; allowed only with --extend DIR")
         if a.retire is not None:
             retire_here(a.stage, a)
             return 0
         for flag, value in (("--runs", a.runs), ("--reason", a.reason)):
             if value is not None:
-                raise Tr2Error(f"{flag}: given without --retire; allowed only with --retire DIR")
+                raise Tr2Error(f"{flag}: given without --retire; allowed only with --retire DIR"
+                               + (" or --extend DIR" if flag == "--reason" else ""))
         if a.render is not None:
             given = [f for f, v in (("--card", a.card), ("--resume", a.resume), ("--runs-only", a.runs_only)) if v]
             if given:

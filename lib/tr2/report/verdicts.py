@@ -61,7 +61,8 @@ def folder_info(d, html_dir) -> dict:
     c.update({k: own[k] for k in ("first_run", "last_run", "rounds", "steps", "window") if own.get(k) is not None})
     return {"stage": row["stage"], "name": row["folder"], "path": stored_path(d), "link": link(d, html_dir),
             "notebook": is_finished(d), "conditions": c, "time": explore.run_time(d, row["stage"]),
-            "commits": explore.commit_runs(d, row["stage"]), "retired": explore.retired_runs(d)}
+            "commits": explore.commit_runs(d, row["stage"]), "retired": explore.retired_runs(d),
+            "extended": explore.extensions(d)}
 
 
 def run_commits(info: dict) -> set:
@@ -353,21 +354,26 @@ def _timed_clocks(series_dir) -> Optional[dict]:
     return {"rows": rows, "window": s.get("window"), "interval_s": s.get("sample_interval_s")}
 
 
+def _replay(stage: str, d: str, by_commit, change: str, again: list) -> str:
+    """A change made to a folder (a retirement, an extension) at the commit that made it, then the resume that ran
+    its runs at the commit their records carry (where one commit made them all and it is not the change's)."""
+    resume_at = again[0] if len(again) == 1 and again[0] and again[0] != by_commit else None
+    return ((f"git checkout {by_commit[:12]} && " if by_commit else "") + f"python -m tr2.runner {stage} {change} && "
+            + (f"git checkout {resume_at[:12]} && " if resume_at else "") + f"python -m tr2.runner {stage} --resume {d}")
+
+
 def reruns(info: dict) -> list[str]:
-    """For each time runs were retired from the folder (tr2.retire): the retirement at the commit that retired them,
-    then the resume that ran them again at the commit their new records carry (where one commit made them all and
-    it is not the retirement's), so that the folder's command reproduces its runs at every commit."""
+    """Each change made to the folder after its stage first ran, in the order made, so that the folder's command
+    reproduces its runs at every commit: each time runs were retired (tr2.retire) and each time seeds were added to its
+    card (tr2.extend), with the resume that ran their runs."""
     d, stage = f"results/{info['name']}", info["stage"]
-    out = []
-    for r in info.get("retired") or ():
-        again = r.get("rerun_commits") or []
-        resume_at = again[0] if len(again) == 1 and again[0] and again[0] != r["by_commit"] else None
-        out.append((f"git checkout {(r['by_commit'] or '')[:12]} && " if r["by_commit"] else "")
-                   + f"python -m tr2.runner {stage} --retire {d} --runs {' '.join(map(shlex.quote, r['run_keys']))} "
-                   f"--reason {shlex.quote(r['reason'] or '')} && "
-                   + (f"git checkout {resume_at[:12]} && " if resume_at else "")
-                   + f"python -m tr2.runner {stage} --resume {d}")
-    return out
+    made = [(r.get("retired_at") or "", _replay(stage, d, r["by_commit"], f"--retire {d} --runs "
+             f"{' '.join(map(shlex.quote, r['run_keys']))} --reason {shlex.quote(r['reason'] or '')}",
+             r.get("rerun_commits") or [])) for r in info.get("retired") or ()]
+    made += [(x.get("extended_at") or "", _replay(stage, d, x.get("extended_by_commit"), f"--extend {d} --seeds "
+              f"{' '.join(map(str, x.get('added') or ()))} --reason {shlex.quote(x.get('extended_reason') or '')}",
+              x.get("run_commits") or [])) for x in info.get("extended") or ()]
+    return [cmd for _, cmd in sorted(made, key=lambda m: m[0])]
 
 
 def commands(card_name, infos, html_dir, beside=()) -> dict:
