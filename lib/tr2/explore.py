@@ -220,7 +220,7 @@ def extensions(path) -> list[dict]:
     first = first_commit(p)
     now = _run_records(p)
     out = []
-    for r in read_jsonl(p / EXTENDED):
+    for r in (r for r in read_jsonl(p / EXTENDED) if isinstance(r, dict)):
         keys = set(r.get("runs") or ())
         out.append({**r, "run_commits": list(dict.fromkeys(x.get("commit") or first for x in now if x.get("key") in keys))})
     return out

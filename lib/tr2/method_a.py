@@ -68,7 +68,7 @@ def extension_notes(results_dir) -> list[str]:
         out.append(f"**The card was extended after its runs** ({x['extended_at']}, at commit "
                    f"`{(x['extended_by_commit'] or 'unknown')[:12]}`, `python -m tr2.runner method_a --extend`): "
                    f"`{x['card_key']}` {x['before']} became {x['after']}, {len(x['runs'] or ())} runs added. Why: "
-                   f"{x['extended_reason']} As it was before: {files or 'not kept'}.")
+                   f"{x['extended_reason'].rstrip('.')}. As it was before: {files or 'not kept'}.")
     return out
 
 
