@@ -63,6 +63,30 @@ __device__ __forceinline__ void gp_load(void* dst, const GpMap* map, u64* bar, i
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         ::"r"(gp_saddr(dst)), "l"((u64)map), "r"(col), "r"(row), "r"(gp_saddr(bar)) : "memory");
 }
+// CL = 2: the two blocks of a cluster take two M tiles of one N tile and each loads half of B for both (TMA
+// multicast), so that a block asks the L2 for 32 KB a stage instead of 48.
+__device__ __forceinline__ void gp_load_multicast(void* dst, const GpMap* map, u64* bar, int col, int row, u16 mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;"
+        ::"r"(gp_saddr(dst)), "l"((u64)map), "r"(col), "r"(row), "r"(gp_saddr(bar)), "h"(mask) : "memory");
+}
+// the same barrier in the cluster's other block (rank peer), arrived on with release at cluster scope
+__device__ __forceinline__ void gp_arrive_peer(u64* bar, u32 peer) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(gp_saddr(bar)), "r"(peer));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+__device__ __forceinline__ void gp_wait_cluster(u64* bar, u32 parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(gp_saddr(bar)), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void gp_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // 128B-swizzled operand descriptor (layout type 1); every box starts on a 1024-byte boundary.
 __device__ __forceinline__ u64 gp_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)((lbo & 0x3FFFFu) >> 4) << 16) |
@@ -134,7 +158,7 @@ __host__ __device__ constexpr unsigned gp_table_bytes() {
     return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
 }
 
-template <int EPI, bool B_MN>
+template <int EPI, bool B_MN, int CL>
 __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __restrict__ out, u16* __restrict__ aux,
                              const void* __restrict__ table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {
     extern __shared__ unsigned char gp_smem[];
@@ -143,43 +167,65 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
     unsigned char* stages = gp_smem + ((TABLE + 1023u) & ~1023u);
     stages += ((gp_saddr(stages) + 1023u) & ~1023u) - gp_saddr(stages);   // the swizzle's 1024-byte alignment
     const int tid = threadIdx.x, wg = tid >> 7;
+    u32 rank = 0, cluster = blockIdx.x, clusters = gridDim.x;
+    if constexpr (CL == 2) {
+        asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+        asm("mov.u32 %0, %%clusterid.x;" : "=r"(cluster));
+        asm("mov.u32 %0, %%nclusterid.x;" : "=r"(clusters));
+    }
     if (tid == 0) {
         for (int s = 0; s < GP_STAGES; ++s) {
             gp_bar_init(&full[s], 1);
-            gp_bar_init(&empty[s], 8);   // the consumers' eight warps
+            gp_bar_init(&empty[s], 8 * CL);   // the consumers' eight warps, of each block that reads the stage's B
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     for (int i = tid; i < (int)TABLE / 16; i += blockDim.x) ((uint4*)gp_smem)[i] = ((const uint4*)table)[i];
     __syncthreads();
-    const int tiles_n = N / GP_BN, tiles = (M / GP_BM) * tiles_n, nk = K / GP_BK;
+    if constexpr (CL == 2) gp_cluster_sync();   // the peer's barriers exist before anything multicasts to them
+    // a unit: CL M tiles (one a block of the cluster) of one N tile, N fastest
+    const int tiles_n = N / GP_BN, units = (M / GP_BM / CL) * tiles_n, nk = K / GP_BK;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (tid != 0) return;
-        int it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int m0 = (tile / tiles_n) * GP_BM, n0 = (tile % tiles_n) * GP_BN;
-            for (int kb = 0; kb < nk; ++kb, ++it) {
-                const int s = it % GP_STAGES;
-                if (it >= GP_STAGES) gp_wait(&empty[s], ((it / GP_STAGES) + 1) & 1);
-                unsigned char* sa = stages + s * GP_STAGE;
-                unsigned char* sb = sa + (GP_BM / 64) * GP_BOX;
-                gp_expect(&full[s], GP_STAGE);
-                for (int i = 0; i < GP_BM / 64; ++i) gp_load(sa + i * GP_BOX, map_a, &full[s], kb * GP_BK, m0 + 64 * i);
-                for (int i = 0; i < GP_BN / 64; ++i) {
-                    if constexpr (B_MN) gp_load(sb + i * GP_BOX, map_b, &full[s], n0 + 64 * i, kb * GP_BK);
-                    else gp_load(sb + i * GP_BOX, map_b, &full[s], kb * GP_BK, n0 + 64 * i);
+        if (tid == 0) {
+            int it = 0;
+            for (int u = cluster; u < units; u += clusters) {
+                const int m0 = ((u / tiles_n) * CL + rank) * GP_BM, n0 = (u % tiles_n) * GP_BN;
+                for (int kb = 0; kb < nk; ++kb, ++it) {
+                    const int s = it % GP_STAGES;
+                    if (it >= GP_STAGES) {
+                        if constexpr (CL == 2) gp_wait_cluster(&empty[s], ((it / GP_STAGES) + 1) & 1);
+                        else gp_wait(&empty[s], ((it / GP_STAGES) + 1) & 1);
+                    }
+                    unsigned char* sa = stages + s * GP_STAGE;
+                    unsigned char* sb = sa + (GP_BM / 64) * GP_BOX;
+                    gp_expect(&full[s], GP_STAGE);   // with CL = 2, half of B comes from the peer's copies
+                    for (int i = 0; i < GP_BM / 64; ++i)
+                        gp_load(sa + i * GP_BOX, map_a, &full[s], kb * GP_BK, m0 + 64 * i);
+                    for (int i = 0; i < GP_BN / 64; ++i) {
+                        const int col = B_MN ? n0 + 64 * i : kb * GP_BK, row = B_MN ? kb * GP_BK : n0 + 64 * i;
+                        if constexpr (CL == 1) gp_load(sb + i * GP_BOX, map_b, &full[s], col, row);
+                        else if (i / (GP_BN / 64 / CL) == (int)rank)
+                            gp_load_multicast(sb + i * GP_BOX, map_b, &full[s], col, row, (u16)((1u << CL) - 1));
+                    }
                 }
             }
         }
+        __syncwarp();
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
         float d[32][4];
         int it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int m0 = (tile / tiles_n) * GP_BM, n0 = (tile % tiles_n) * GP_BN;
+        auto release = [&](int s) {
+            if (lane == 0) {
+                gp_arrive(&empty[s]);
+                if constexpr (CL == 2) gp_arrive_peer(&empty[s], rank ^ 1u);
+            }
+        };
+        for (int u = cluster; u < units; u += clusters) {
+            const int m0 = ((u / tiles_n) * CL + rank) * GP_BM, n0 = (u % tiles_n) * GP_BN;
             for (int kb = 0; kb < nk; ++kb, ++it) {
                 const int s = it % GP_STAGES;
                 gp_wait(&full[s], (it / GP_STAGES) & 1);
@@ -196,10 +242,10 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 // the previous stage's products are done once at most this one is in flight: hand it back
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                if (kb > 0 && lane == 0) gp_arrive(&empty[(it - 1) % GP_STAGES]);
+                if (kb > 0) release((it - 1) % GP_STAGES);
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-            if (lane == 0) gp_arrive(&empty[(it - 1) % GP_STAGES]);
+            release((it - 1) % GP_STAGES);
             const i64 row = m0 + 64 * c + 16 * warp + g;
 #pragma unroll
             for (int n = 0; n < 32; ++n) {
@@ -209,16 +255,22 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
             }
         }
     }
+    // no block leaves while its peer may still copy into it or arrive on its barriers
+    if constexpr (CL == 2) gp_cluster_sync();
 }
 
 #define GELU_PRODUCT(NAME, EPI, B_MN)                                                                             \
     extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
         NAME(const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux,        \
              const void* table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {                                      \
-        gelu_product<EPI, B_MN>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);                          \
+        gelu_product<EPI, B_MN, 1>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);                       \
+    }                                                                                                             \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)                                \
+        NAME##_c2(const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux,   \
+                  const void* table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {                                 \
+        gelu_product<EPI, B_MN, 2>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);                       \
     }
 GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false)
 GELU_PRODUCT(gp_gelu_tn, GP_GELU, false)
 GELU_PRODUCT(gp_plain_nn, GP_PLAIN, true)
 GELU_PRODUCT(gp_dgelu_nn, GP_DGELU, true)
-

@@ -56,6 +56,24 @@ def rounding_violations(ours_bits: np.ndarray, ref: np.ndarray) -> tuple[int, fl
     return int((~within).sum()), float(np.nanmax(ratio)) if np.isfinite(ratio).any() else float("inf")
 
 
+def max_active_clusters(function, shared: int, cluster: int, fallback: int) -> int:
+    """How many clusters of `cluster` blocks of this kernel (compiled with __cluster_dims__) the GPU holds at once
+    (cuOccupancyMaxActiveClusters): a persistent grid larger than that would run its last clusters in a second wave.
+    The fallback where the driver does not answer."""
+    import ctypes
+
+    class LaunchConfig(ctypes.Structure):   # CUlaunchConfig (cuda.h, CUDA 12)
+        _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                    ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                    ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                    ("numAttrs", ctypes.c_uint)]
+    cfg = LaunchConfig(cluster * 64, 1, 1, 384, 1, 1, shared, None, None, 0)
+    n = ctypes.c_int(0)
+    rc = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(function.ptr),
+                                                                   ctypes.byref(cfg))
+    return n.value if rc == 0 and n.value > 0 else fallback
+
+
 def compile_module(cubin_path: Path):
     import cupy as cp
     from tr2.cupy_side.gpu import cubins, load_source
@@ -82,21 +100,23 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     maps = {"x": tma.encode(t["x"], rows, C, "bfloat16"), "w_fc": tma.encode(t["w_fc"], N, C, "bfloat16"),
             "dy": tma.encode(t["dy"], rows, C, "bfloat16"), "w_proj": tma.encode(t["w_proj"], C, N, "bfloat16")}
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    grid = (min((M // BM) * (N // BN), sms),)
+    tiles = (M // BM) * (N // BN)
     null = np.uint64(0)
     recs, checks = [], {}
-
-    def kernel(name, epilogue):
-        k = mod.get_function(name)
-        k.max_dynamic_shared_size_bytes = shared_bytes(epilogue)
-        return k
-
-    kerns = {"plain_tn": kernel("gp_plain_tn", "plain"), "gelu_tn": kernel("gp_gelu_tn", "gelu"),
-             "plain_nn": kernel("gp_plain_nn", "plain"), "dgelu_nn": kernel("gp_dgelu_nn", "dgelu")}
+    kerns, grids = {}, {}
+    # plain_tn ... one block a tile pair of the cluster forms (_c2: two blocks share B by multicast)
+    for name, epilogue in (("plain_tn", "plain"), ("gelu_tn", "gelu"), ("plain_nn", "plain"), ("dgelu_nn", "dgelu")):
+        for suffix, cluster in (("", 1), ("_c2", 2)):
+            k = mod.get_function("gp_" + name + suffix)
+            k.max_dynamic_shared_size_bytes = shared_bytes(epilogue)
+            kerns[name + suffix] = k
+            fit = max_active_clusters(k, shared_bytes(epilogue), cluster, sms // cluster) if cluster > 1 else sms
+            grids[name + suffix] = (cluster * min(fit, tiles // cluster),)
+    print(f"{model:12} grids: " + ", ".join(f"{k} {g[0]}" for k, g in grids.items()), flush=True)
 
     def launch(name, epilogue, a, b, out, aux, table, lbo=0, sbo=0):
-        kerns[name](grid, (384,), (maps[a], maps[b], out, aux, table, np.int32(M), np.int32(N), np.int32(K),
-                                   np.uint32(lbo), np.uint32(sbo)), shared_mem=shared_bytes(epilogue))
+        kerns[name](grids[name], (384,), (maps[a], maps[b], out, aux, table, np.int32(M), np.int32(N), np.int32(K),
+                                          np.uint32(lbo), np.uint32(sbo)), shared_mem=shared_bytes(epilogue))
 
     x32 = bf16_to_f32(cp.asnumpy(t["x"])).astype(np.float32)
     wfc32 = bf16_to_f32(cp.asnumpy(t["w_fc"])).astype(np.float32)
@@ -106,45 +126,57 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     ref_b = cp.asnumpy(cp.asarray(dy32) @ cp.asarray(wproj32))
 
     o1, o2, aux = (cp.full((M, N), 0xFFFF, dtype=cp.uint16) for _ in range(3))   # poisoned: NaN codes
-    launch("plain_tn", "plain", "x", "w_fc", o1, null, null)
-    cp.cuda.runtime.deviceSynchronize()
-    bad, worst = rounding_violations(cp.asnumpy(o1), ref_f)
-    same_as_cublas = float((o1 == t["h"]).mean())
-    checks["fwd plain"] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst,
-                           "bits_equal_to_cublas": same_as_cublas}
-    launch("gelu_tn", "gelu", "x", "w_fc", o2, aux, tab_fwd)
     want = cp.full_like(o2, 0xFFFF)
-    gelu_kernels.launch_forward(want, aux, KIND_BF16, KIND_BF16, by_table=True)
-    checks["fwd gelu"] = {"passed": bool((aux == o1).all()) and bool((o2 == want).all()),
-                          "aux_equal": bool((aux == o1).all()), "out_equal": bool((o2 == want).all())}
     lbo, sbo = MN_OFFSETS_TRIED[0]
-    for lbo, sbo in MN_OFFSETS_TRIED:
+    for sfx in ("", "_c2"):   # each form checked on its own outputs, the poison refreshed before every launch
         o1.fill(0xFFFF)
-        launch("plain_nn", "plain", "dy", "w_proj", o1, null, null, lbo, sbo)
+        launch("plain_tn" + sfx, "plain", "x", "w_fc", o1, null, null)
         cp.cuda.runtime.deviceSynchronize()
-        bad, worst = rounding_violations(cp.asnumpy(o1), ref_b)
-        checks["bwd plain"] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst, "lbo": lbo, "sbo": sbo}
-        if bad == 0:
-            break
-    o2.fill(0xFFFF)
-    launch("dgelu_nn", "dgelu", "dy", "w_proj", o2, t["h"], tab_bwd, lbo, sbo)
-    want.fill(0xFFFF)
-    gelu_kernels.launch_backward(want, o1, t["h"], KIND_BF16, KIND_BF16, KIND_BF16, by_table=True)
-    checks["bwd dgelu"] = {"passed": checks["bwd plain"]["passed"] and bool((o2 == want).all()),
-                           "out_equal": bool((o2 == want).all())}
-    for name, c in checks.items():
-        print(f"{model:12} check {name:10} {'PASS' if c['passed'] else 'FAIL'} {json.dumps(c)}", flush=True)
-        recs.append({"model": model, "check": name, **c})
+        bad, worst = rounding_violations(cp.asnumpy(o1), ref_f)
+        checks["fwd plain" + sfx] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst,
+                                     "bits_equal_to_cublas": float((o1 == t["h"]).mean())}
+        o2.fill(0xFFFF)
+        aux.fill(0xFFFF)
+        launch("gelu_tn" + sfx, "gelu", "x", "w_fc", o2, aux, tab_fwd)
+        want.fill(0xFFFF)
+        gelu_kernels.launch_forward(want, aux, KIND_BF16, KIND_BF16, by_table=True)
+        aux_equal, out_equal = bool((aux == o1).all()), bool((o2 == want).all())
+        checks["fwd gelu" + sfx] = {"passed": aux_equal and out_equal, "aux_equal": aux_equal, "out_equal": out_equal}
+        tried = MN_OFFSETS_TRIED if sfx == "" else ((lbo, sbo),)
+        for lbo, sbo in tried:
+            o1.fill(0xFFFF)
+            launch("plain_nn" + sfx, "plain", "dy", "w_proj", o1, null, null, lbo, sbo)
+            cp.cuda.runtime.deviceSynchronize()
+            bad, worst = rounding_violations(cp.asnumpy(o1), ref_b)
+            checks["bwd plain" + sfx] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst, "lbo": lbo,
+                                         "sbo": sbo}
+            if bad == 0:
+                break
+        o2.fill(0xFFFF)
+        launch("dgelu_nn" + sfx, "dgelu", "dy", "w_proj", o2, t["h"], tab_bwd, lbo, sbo)
+        want.fill(0xFFFF)
+        gelu_kernels.launch_backward(want, o1, t["h"], KIND_BF16, KIND_BF16, KIND_BF16, by_table=True)
+        out_equal = bool((o2 == want).all())
+        checks["bwd dgelu" + sfx] = {"passed": checks["bwd plain" + sfx]["passed"] and out_equal,
+                                     "out_equal": out_equal}
+        for name in ("fwd plain", "fwd gelu", "bwd plain", "bwd dgelu"):   # printed now: a hang after keeps them
+            c = checks[name + sfx]
+            print(f"{model:12} check {name + sfx:13} {'PASS' if c['passed'] else 'FAIL'} {json.dumps(c)}", flush=True)
+            recs.append({"model": model, "check": name + sfx, **c})
 
-    ours = {"fwd ours plain": ("fwd plain", lambda: launch("plain_tn", "plain", "x", "w_fc", o1, null, null)),
-            "fwd ours GELU": ("fwd gelu", lambda: launch("gelu_tn", "gelu", "x", "w_fc", o2, aux, tab_fwd)),
-            "bwd ours plain": ("bwd plain",
-                               lambda: launch("plain_nn", "plain", "dy", "w_proj", o1, null, null, lbo, sbo)),
-            "bwd ours DGELU": ("bwd dgelu",
-                               lambda: launch("dgelu_nn", "dgelu", "dy", "w_proj", o2, t["h"], tab_bwd, lbo, sbo))}
-    for name, (check, fn) in ours.items():
-        if checks[check]["passed"]:
-            forms[name] = fn
+    for sfx in ("", "_c2"):
+        # sfx bound now: a lambda reads its loop variable when called, after the loop
+        ours = {"fwd ours plain": ("fwd plain", lambda x=sfx: launch("plain_tn" + x, "plain", "x", "w_fc", o1, null,
+                                                                     null)),
+                "fwd ours GELU": ("fwd gelu", lambda x=sfx: launch("gelu_tn" + x, "gelu", "x", "w_fc", o2, aux,
+                                                                   tab_fwd)),
+                "bwd ours plain": ("bwd plain", lambda x=sfx: launch("plain_nn" + x, "plain", "dy", "w_proj", o1, null,
+                                                                     null, lbo, sbo)),
+                "bwd ours DGELU": ("bwd dgelu", lambda x=sfx: launch("dgelu_nn" + x, "dgelu", "dy", "w_proj", o2,
+                                                                     t["h"], tab_bwd, lbo, sbo))}
+        for name, (check, fn) in ours.items():
+            if checks[check + sfx]["passed"]:
+                forms[name + sfx] = fn
     med, times = gep.timed(forms, rounds, reps)
     for n in forms:
         flops = 0 if "kernel" in n else 2 * M * N * K
@@ -153,16 +185,17 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     nan = float("nan")
     sep_f = med["fwd product"] + med["fwd gelu kernel"]
     sep_b = med["bwd product"] + med["bwd gelu kernel"]
-    print(f"{model:12} ({M}, {N}, {K})  forward: cuBLAS {med['fwd product']:.4f} + gelu {med['fwd gelu kernel']:.4f} "
-          f"= {sep_f:.4f} ms | ours plain {med.get('fwd ours plain', nan):.4f}, ours GELU "
-          f"{med.get('fwd ours GELU', nan):.4f} ({med.get('fwd ours GELU', nan) - sep_f:+.4f}) | GELU_AUX "
-          f"{med.get('fwd GELU_AUX product', nan):.4f}", flush=True)
-    print(f"{'':12} {'':18} backward: cuBLAS {med['bwd product']:.4f} + gelu' {med['bwd gelu kernel']:.4f} = "
-          f"{sep_b:.4f} ms | ours plain {med.get('bwd ours plain', nan):.4f}, ours DGELU "
-          f"{med.get('bwd ours DGELU', nan):.4f} ({med.get('bwd ours DGELU', nan) - sep_b:+.4f}) | DGELU "
-          f"{med.get('bwd DGELU product', nan):.4f}; a step x {meta['cfg'].n_layer} layers: "
-          f"{(med.get('fwd ours GELU', nan) - sep_f + med.get('bwd ours DGELU', nan) - sep_b) * meta['cfg'].n_layer:+.3f}"
-          " ms", flush=True)
+    print(f"{model:12} ({M}, {N}, {K}) ms a layer; forward: cuBLAS {med['fwd product']:.4f} + gelu "
+          f"{med['fwd gelu kernel']:.4f} = {sep_f:.4f}, GELU_AUX {med.get('fwd GELU_AUX product', nan):.4f}; backward: "
+          f"cuBLAS {med['bwd product']:.4f} + gelu' {med['bwd gelu kernel']:.4f} = {sep_b:.4f}, DGELU "
+          f"{med.get('bwd DGELU product', nan):.4f}", flush=True)
+    for sfx in ("", "_c2"):
+        fp, fg = med.get("fwd ours plain" + sfx, nan), med.get("fwd ours GELU" + sfx, nan)
+        bp, bg = med.get("bwd ours plain" + sfx, nan), med.get("bwd ours DGELU" + sfx, nan)
+        print(f"{'':12} ours{sfx or '   ':3}  forward plain {fp:.4f} (x{fp / med['fwd product']:.3f} of cuBLAS), GELU "
+              f"{fg:.4f} ({fg - sep_f:+.4f}); backward plain {bp:.4f} (x{bp / med['bwd product']:.3f}), DGELU {bg:.4f} "
+              f"({bg - sep_b:+.4f}); a step x {meta['cfg'].n_layer} layers: "
+              f"{(fg - sep_f + bg - sep_b) * meta['cfg'].n_layer:+.3f} ms", flush=True)
     return recs
 
 
