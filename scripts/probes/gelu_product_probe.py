@@ -69,7 +69,7 @@ def max_active_clusters(function, shared: int, cluster: int, fallback: int) -> i
                     ("numAttrs", ctypes.c_uint)]
     cfg = LaunchConfig(cluster * 64, 1, 1, 384, 1, 1, shared, None, None, 0)
     n = ctypes.c_int(0)
-    rc = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(function.ptr),
+    rc = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(function.kernel.ptr),
                                                                    ctypes.byref(cfg))
     return n.value if rc == 0 and n.value > 0 else fallback
 
