@@ -1,5 +1,6 @@
 """The GELU product probe's pure parts (scripts/probes/gelu_product_probe.py): its rounding check, which decides
 whether our product is timed at all, and the shared memory its launches ask for."""
+import re
 import sys
 from pathlib import Path
 
@@ -36,11 +37,19 @@ def test_an_element_never_written_fails():
     assert bad == 1
 
 
-@pytest.mark.parametrize("epilogue", ["plain", "gelu", "dgelu"])
-def test_shared_memory_fits_a_hopper_block(epilogue):
-    # 227 KB is the most a block may ask for on sm_90, less the 64 bytes of static barriers
-    assert gpp.shared_bytes(epilogue) + 64 <= 227 * 1024
-    assert gpp.shared_bytes(epilogue) >= gpp.RING_BYTES + gpp.TABLE_BYTES[epilogue]
+@pytest.mark.parametrize("name", sorted(gpp.KERNELS))
+def test_shared_memory_fits_a_hopper_block(name):
+    epilogue, _, _, stages, staged = gpp.KERNELS[name]
+    need = gpp.shared_bytes(epilogue, stages, staged)
+    # 227 KB is the most a block may ask for on sm_90, with the 64 bytes of static barriers
+    assert need + 64 <= 227 * 1024
+    assert need >= stages * gpp.STAGE_BYTES + gpp.TABLE_BYTES[epilogue] + (gpp.STAGING_BYTES if staged else 0) + 1023
+
+
+def test_every_kernel_of_the_cu_is_listed():
+    text = gpp.CU_FILE.read_text()
+    declared = set(re.findall(r"^GELU_PRODUCT(?:_C2)?\((\w+),", text, re.M))
+    assert declared == set(gpp.KERNELS)
 
 
 def test_the_mlp_shapes_fit_the_tile():

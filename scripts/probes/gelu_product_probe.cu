@@ -33,7 +33,7 @@
 #define GP_GELU 1
 #define GP_DGELU 2
 
-constexpr int GP_BM = 128, GP_BN = 256, GP_BK = 64, GP_STAGES = 4;
+constexpr int GP_BM = 128, GP_BN = 256, GP_BK = 64;
 constexpr unsigned GP_BOX = 64 * 64 * 2;             // one 64 x 64 bf16 box, 128 bytes a row
 constexpr unsigned GP_STAGE = (GP_BM / 64 + GP_BN / 64) * GP_BOX;
 
@@ -153,12 +153,96 @@ __device__ __forceinline__ void gp_store(u16* __restrict__ out, u16* __restrict_
     }
 }
 
+// ---- the staged epilogue (STAGED): a consumer warpgroup writes its 64 x 256 outputs a half (128 columns) at a
+// time into shared memory from the accumulator fragments, then copies the half out in 16-byte pieces, two rows of 256
+// bytes a warp instruction. The direct form's 4-byte stores from the fragments touch eight rows an instruction
+// (eight L1 wavefronts each); on the first run (results/h200-perf-20261203h, call 4) a tile took ~7.6 us beyond its
+// products whatever its k (the products themselves ran at ~95% of the tensor cores' rate), most of it that.
+constexpr int GP_PITCH = 128 * 2 + 16;              // bytes a staged row; the 16 turn the fragment writes' banks
+constexpr unsigned GP_STAGING = 64 * GP_PITCH;      // a consumer warpgroup's half tile
+
+__device__ __forceinline__ void gp_wg_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
+
+// the warpgroup's 64 rows x 128 columns between its staging and out (rows row0.., columns col0..), 16 bytes a
+// thread and step, a row's 256 bytes by 16 threads
+template <bool TO_GLOBAL>
+__device__ __forceinline__ void gp_copy_half(unsigned char* stg, u16* __restrict__ g, i64 row0, int col0, int N,
+                                             int i) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const int q = i + 128 * k, r = q >> 4, ch = q & 15;
+        uint4* sp = (uint4*)(stg + r * GP_PITCH + ch * 16);
+        uint4* gp = (uint4*)(g + (row0 + r) * N + col0 + ch * 8);
+        if constexpr (TO_GLOBAL) *gp = *sp;
+        else *sp = *gp;
+    }
+}
+
+// One pass over the half's fragments: for each pair of columns, the product's bf16 pair c and, in DGELU, the staged
+// pre-activation pair x; writes what the pass stores. PASS 0 writes c (PLAIN's out, GELU's aux), PASS 1 gelu(c),
+// PASS 2 dgelu(c, x). Four n8 tiles at a time: their lookups first, then their stores, so that the loads are not
+// held behind stores the compiler cannot prove apart.
+template <int PASS, int H>
+__device__ __forceinline__ void gp_fragment_pass(const float (&d)[32][4], unsigned char* stg, const void* table,
+                                                 int warp, int g, int t) {
+#pragma unroll
+    for (int n4 = 0; n4 < 16; n4 += 4) {
+        u32 v[4][2];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int n = 16 * H + n4 + j;
+                const u32 c = pack2<KIND_BF16>(d[n][2 * e], d[n][2 * e + 1]);
+                if constexpr (PASS == 0) {
+                    v[j][e] = c;
+                } else if constexpr (PASS == 1) {
+                    const u16* tb = (const u16*)table;
+                    v[j][e] = gp_gelu(c & 0xFFFFu, tb) | (gp_gelu(c >> 16, tb) << 16);
+                } else {
+                    const float* tb = (const float*)table;
+                    const int r = 16 * warp + g + 8 * e;
+                    const u32 x = *(const u32*)(stg + r * GP_PITCH + (8 * (n4 + j) + 2 * t) * 2);
+                    v[j][e] = gp_dgelu(c & 0xFFFFu, x & 0xFFFFu, tb) | (gp_dgelu(c >> 16, x >> 16, tb) << 16);
+                }
+            }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int r = 16 * warp + g + 8 * e;
+                *(u32*)(stg + r * GP_PITCH + (8 * (n4 + j) + 2 * t) * 2) = v[j][e];
+            }
+    }
+}
+
+template <int EPI, int H>
+__device__ __forceinline__ void gp_epilogue_half(const float (&d)[32][4], unsigned char* stg, u16* __restrict__ out,
+                                                 u16* __restrict__ aux, const void* table, i64 row0, int n0, int N,
+                                                 int c, int warp, int g, int t) {
+    const int i = threadIdx.x & 127, col0 = n0 + 128 * H;
+    if constexpr (EPI == GP_DGELU) {
+        gp_copy_half<false>(stg, aux, row0, col0, N, i);
+        gp_wg_sync(c);
+    }
+    gp_fragment_pass<EPI == GP_PLAIN ? 0 : EPI == GP_GELU ? 0 : 2, H>(d, stg, table, warp, g, t);
+    gp_wg_sync(c);
+    gp_copy_half<true>(stg, EPI == GP_GELU ? aux : out, row0, col0, N, i);
+    gp_wg_sync(c);
+    if constexpr (EPI == GP_GELU) {
+        gp_fragment_pass<1, H>(d, stg, table, warp, g, t);
+        gp_wg_sync(c);
+        gp_copy_half<true>(stg, out, row0, col0, N, i);
+        gp_wg_sync(c);
+    }
+}
+
 template <int EPI>
 __host__ __device__ constexpr unsigned gp_table_bytes() {
     return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
 }
 
-template <int EPI, bool B_MN, int CL>
+template <int EPI, bool B_MN, int CL, int GP_STAGES, bool STAGED>
 __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __restrict__ out, u16* __restrict__ aux,
                              const void* __restrict__ table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {
     extern __shared__ unsigned char gp_smem[];
@@ -166,6 +250,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
     unsigned char* stages = gp_smem + ((TABLE + 1023u) & ~1023u);
     stages += ((gp_saddr(stages) + 1023u) & ~1023u) - gp_saddr(stages);   // the swizzle's 1024-byte alignment
+    unsigned char* staging = stages + GP_STAGES * GP_STAGE;                // STAGED: GP_STAGING a consumer warpgroup
     const int tid = threadIdx.x, wg = tid >> 7;
     u32 rank = 0, cluster = blockIdx.x, clusters = gridDim.x;
     if constexpr (CL == 2) {
@@ -246,12 +331,18 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             release((it - 1) % GP_STAGES);
-            const i64 row = m0 + 64 * c + 16 * warp + g;
+            if constexpr (STAGED) {
+                unsigned char* stg = staging + c * GP_STAGING;
+                gp_epilogue_half<EPI, 0>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
+                gp_epilogue_half<EPI, 1>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
+            } else {
+                const i64 row = m0 + 64 * c + 16 * warp + g;
 #pragma unroll
-            for (int n = 0; n < 32; ++n) {
-                const i64 at = row * N + n0 + 8 * n + 2 * t;
-                gp_store<EPI>(out, aux, gp_smem, at, d[n][0], d[n][1]);
-                gp_store<EPI>(out, aux, gp_smem, at + 8 * (i64)N, d[n][2], d[n][3]);
+                for (int n = 0; n < 32; ++n) {
+                    const i64 at = row * N + n0 + 8 * n + 2 * t;
+                    gp_store<EPI>(out, aux, gp_smem, at, d[n][0], d[n][1]);
+                    gp_store<EPI>(out, aux, gp_smem, at + 8 * (i64)N, d[n][2], d[n][3]);
+                }
             }
         }
     }
@@ -259,18 +350,25 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
     if constexpr (CL == 2) gp_cluster_sync();
 }
 
-#define GELU_PRODUCT(NAME, EPI, B_MN)                                                                             \
-    extern "C" __global__ void __launch_bounds__(384, 1)                                                          \
-        NAME(const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux,        \
-             const void* table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {                                      \
-        gelu_product<EPI, B_MN, 1>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);                       \
-    }                                                                                                             \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)                                \
-        NAME##_c2(const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux,   \
-                  const void* table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {                                 \
-        gelu_product<EPI, B_MN, 2>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);                       \
+#define GELU_PRODUCT_ARGS                                                                                         \
+    (const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux, const void* table, \
+     int M, int N, int K, u32 b_lbo, u32 b_sbo)
+#define GELU_PRODUCT(NAME, EPI, B_MN, STAGES, STAGED)                                                             \
+    extern "C" __global__ void __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {                                 \
+        gelu_product<EPI, B_MN, 1, STAGES, STAGED>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);       \
     }
-GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false)
-GELU_PRODUCT(gp_gelu_tn, GP_GELU, false)
-GELU_PRODUCT(gp_plain_nn, GP_PLAIN, true)
-GELU_PRODUCT(gp_dgelu_nn, GP_DGELU, true)
+#define GELU_PRODUCT_C2(NAME, EPI, B_MN, STAGES, STAGED)                                                          \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {       \
+        gelu_product<EPI, B_MN, 2, STAGES, STAGED>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);       \
+    }
+// the first run's forms: 4 stages, the epilogue stored straight from the fragments (one block, and clusters of two)
+GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false, 4, false)
+GELU_PRODUCT_C2(gp_plain_tn_c2, GP_PLAIN, false, 4, false)
+// the direct epilogue with the staged forms' three stages: what the fourth stage is worth
+GELU_PRODUCT(gp_plain_tn_d3, GP_PLAIN, false, 3, false)
+// staged epilogues: three stages (the staging and the tables need the fourth's room)
+GELU_PRODUCT(gp_plain_tn_s, GP_PLAIN, false, 3, true)
+GELU_PRODUCT(gp_gelu_tn_s, GP_GELU, false, 3, true)
+GELU_PRODUCT(gp_plain_nn_s, GP_PLAIN, true, 3, true)
+GELU_PRODUCT(gp_dgelu_nn_s, GP_DGELU, true, 3, true)
+GELU_PRODUCT_C2(gp_plain_tn_c2s, GP_PLAIN, false, 3, true)

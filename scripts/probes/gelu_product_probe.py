@@ -24,14 +24,24 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 CU_FILE = HERE / "gelu_product_probe.cu"
 TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GELU_TABLE_SIZE, u16 / float32
-RING_BYTES = 4 * 6 * 8192    # GP_STAGES x (2 + 4 boxes of 8 KB)
+STAGE_BYTES = 6 * 8192       # a ring stage: 2 + 4 boxes of 8 KB
+STAGING_BYTES = 2 * 64 * (128 * 2 + 16)   # the staged epilogue: a half tile a consumer warpgroup, padded rows
 BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
+# the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, staged epilogue)
+KERNELS = {
+    "gp_plain_tn": ("plain", False, 1, 4, False), "gp_plain_tn_c2": ("plain", False, 2, 4, False),
+    "gp_plain_tn_d3": ("plain", False, 1, 3, False), "gp_plain_tn_s": ("plain", False, 1, 3, True),
+    "gp_gelu_tn_s": ("gelu", False, 1, 3, True), "gp_plain_nn_s": ("plain", True, 1, 3, True),
+    "gp_dgelu_nn_s": ("dgelu", True, 1, 3, True), "gp_plain_tn_c2s": ("plain", False, 2, 3, True),
+}
 
 
-def shared_bytes(epilogue: str) -> int:
-    """Dynamic shared memory of a launch: the table at a 1 KB boundary, the ring, 1 KB for the base's alignment."""
-    return (TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + RING_BYTES + 1024
+def shared_bytes(epilogue: str, stages: int = 4, staged: bool = False) -> int:
+    """Dynamic shared memory of a launch: the table at a 1 KB boundary, the ring, the staging of a staged epilogue,
+    1 KB for the base's alignment."""
+    return ((TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + stages * STAGE_BYTES + (STAGING_BYTES if staged else 0)
+            + 1024)
 
 
 def shape_ok(M: int, N: int, K: int) -> bool:
@@ -104,19 +114,20 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     null = np.uint64(0)
     recs, checks = [], {}
     kerns, grids = {}, {}
-    # plain_tn ... one block a tile pair of the cluster forms (_c2: two blocks share B by multicast)
-    for name, epilogue in (("plain_tn", "plain"), ("gelu_tn", "gelu"), ("plain_nn", "plain"), ("dgelu_nn", "dgelu")):
-        for suffix, cluster in (("", 1), ("_c2", 2)):
-            k = mod.get_function("gp_" + name + suffix)
-            k.max_dynamic_shared_size_bytes = shared_bytes(epilogue)
-            kerns[name + suffix] = k
-            fit = max_active_clusters(k, shared_bytes(epilogue), cluster, sms // cluster) if cluster > 1 else sms
-            grids[name + suffix] = (cluster * min(fit, tiles // cluster),)
+    for name, (epilogue, _, cluster, stages, staged) in KERNELS.items():
+        k = mod.get_function(name)
+        k.max_dynamic_shared_size_bytes = shared_bytes(epilogue, stages, staged)
+        kerns[name] = k
+        fit = (max_active_clusters(k, shared_bytes(epilogue, stages, staged), cluster, sms // cluster)
+               if cluster > 1 else sms)
+        grids[name] = (cluster * min(fit, tiles // cluster),)
     print(f"{model:12} grids: " + ", ".join(f"{k} {g[0]}" for k, g in grids.items()), flush=True)
 
-    def launch(name, epilogue, a, b, out, aux, table, lbo=0, sbo=0):
+    def launch(name, a, b, out, aux, table, lbo=0, sbo=0):
+        epilogue, _, _, stages, staged = KERNELS[name]
         kerns[name](grids[name], (384,), (maps[a], maps[b], out, aux, table, np.int32(M), np.int32(N), np.int32(K),
-                                          np.uint32(lbo), np.uint32(sbo)), shared_mem=shared_bytes(epilogue))
+                                          np.uint32(lbo), np.uint32(sbo)),
+                    shared_mem=shared_bytes(epilogue, stages, staged))
 
     x32 = bf16_to_f32(cp.asnumpy(t["x"])).astype(np.float32)
     wfc32 = bf16_to_f32(cp.asnumpy(t["w_fc"])).astype(np.float32)
@@ -127,56 +138,52 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
 
     o1, o2, aux = (cp.full((M, N), 0xFFFF, dtype=cp.uint16) for _ in range(3))   # poisoned: NaN codes
     want = cp.full_like(o2, 0xFFFF)
+    # the reference bits of our products: the first form's (every form's products add in the same order)
+    plain_tn, plain_nn = cp.full_like(o1, 0xFFFF), cp.full_like(o1, 0xFFFF)
     lbo, sbo = MN_OFFSETS_TRIED[0]
-    for sfx in ("", "_c2"):   # each form checked on its own outputs, the poison refreshed before every launch
-        o1.fill(0xFFFF)
-        launch("plain_tn" + sfx, "plain", "x", "w_fc", o1, null, null)
+    calls = {}
+    for name, (epilogue, mn, _, _, _) in KERNELS.items():   # each on fresh poison, checked before it is timed
+        for buf in (o1, o2, aux, want):
+            buf.fill(0xFFFF)
+        if epilogue == "plain" and not mn:
+            launch(name, "x", "w_fc", o1, null, null)
+            bad, worst = rounding_violations(cp.asnumpy(o1), ref_f)
+            if plain_tn[0, 0] == 0xFFFF and bad == 0:
+                plain_tn[...] = o1
+            c = {"passed": bad == 0 and bool((o1 == plain_tn).all()), "violations": bad, "worst_ulps": worst,
+                 "bits_equal_to_cublas": float((o1 == t["h"]).mean()), "bits_equal_to_first": bool((o1 == plain_tn).all())}
+            calls[name] = lambda n=name: launch(n, "x", "w_fc", o1, null, null)
+        elif epilogue == "gelu":
+            launch(name, "x", "w_fc", o2, aux, tab_fwd)
+            gelu_kernels.launch_forward(want, aux, KIND_BF16, KIND_BF16, by_table=True)
+            aux_equal, out_equal = bool((aux == plain_tn).all()), bool((o2 == want).all())
+            c = {"passed": aux_equal and out_equal, "aux_equal": aux_equal, "out_equal": out_equal}
+            calls[name] = lambda n=name: launch(n, "x", "w_fc", o2, aux, tab_fwd)
+        elif epilogue == "plain":
+            for lbo, sbo in (MN_OFFSETS_TRIED if plain_nn[0, 0] == 0xFFFF else ((lbo, sbo),)):
+                o1.fill(0xFFFF)
+                launch(name, "dy", "w_proj", o1, null, null, lbo, sbo)
+                bad, worst = rounding_violations(cp.asnumpy(o1), ref_b)
+                if bad == 0:
+                    break
+            if plain_nn[0, 0] == 0xFFFF and bad == 0:
+                plain_nn[...] = o1
+            c = {"passed": bad == 0 and bool((o1 == plain_nn).all()), "violations": bad, "worst_ulps": worst,
+                 "lbo": lbo, "sbo": sbo}
+            calls[name] = lambda n=name, lb=lbo, sb=sbo: launch(n, "dy", "w_proj", o1, null, null, lb, sb)
+        else:
+            launch(name, "dy", "w_proj", o2, t["h"], tab_bwd, lbo, sbo)
+            gelu_kernels.launch_backward(want, plain_nn, t["h"], KIND_BF16, KIND_BF16, KIND_BF16, by_table=True)
+            out_equal = bool((o2 == want).all()) and bool(plain_nn[0, 0] != 0xFFFF)
+            c = {"passed": out_equal, "out_equal": out_equal}
+            calls[name] = lambda n=name, lb=lbo, sb=sbo: launch(n, "dy", "w_proj", o2, t["h"], tab_bwd, lb, sb)
         cp.cuda.runtime.deviceSynchronize()
-        bad, worst = rounding_violations(cp.asnumpy(o1), ref_f)
-        checks["fwd plain" + sfx] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst,
-                                     "bits_equal_to_cublas": float((o1 == t["h"]).mean())}
-        o2.fill(0xFFFF)
-        aux.fill(0xFFFF)
-        launch("gelu_tn" + sfx, "gelu", "x", "w_fc", o2, aux, tab_fwd)
-        want.fill(0xFFFF)
-        gelu_kernels.launch_forward(want, aux, KIND_BF16, KIND_BF16, by_table=True)
-        aux_equal, out_equal = bool((aux == o1).all()), bool((o2 == want).all())
-        checks["fwd gelu" + sfx] = {"passed": aux_equal and out_equal, "aux_equal": aux_equal, "out_equal": out_equal}
-        tried = MN_OFFSETS_TRIED if sfx == "" else ((lbo, sbo),)
-        for lbo, sbo in tried:
-            o1.fill(0xFFFF)
-            launch("plain_nn" + sfx, "plain", "dy", "w_proj", o1, null, null, lbo, sbo)
-            cp.cuda.runtime.deviceSynchronize()
-            bad, worst = rounding_violations(cp.asnumpy(o1), ref_b)
-            checks["bwd plain" + sfx] = {"passed": bad == 0, "violations": bad, "worst_ulps": worst, "lbo": lbo,
-                                         "sbo": sbo}
-            if bad == 0:
-                break
-        o2.fill(0xFFFF)
-        launch("dgelu_nn" + sfx, "dgelu", "dy", "w_proj", o2, t["h"], tab_bwd, lbo, sbo)
-        want.fill(0xFFFF)
-        gelu_kernels.launch_backward(want, o1, t["h"], KIND_BF16, KIND_BF16, KIND_BF16, by_table=True)
-        out_equal = bool((o2 == want).all())
-        checks["bwd dgelu" + sfx] = {"passed": checks["bwd plain" + sfx]["passed"] and out_equal,
-                                     "out_equal": out_equal}
-        for name in ("fwd plain", "fwd gelu", "bwd plain", "bwd dgelu"):   # printed now: a hang after keeps them
-            c = checks[name + sfx]
-            print(f"{model:12} check {name + sfx:13} {'PASS' if c['passed'] else 'FAIL'} {json.dumps(c)}", flush=True)
-            recs.append({"model": model, "check": name + sfx, **c})
-
-    for sfx in ("", "_c2"):
-        # sfx bound now: a lambda reads its loop variable when called, after the loop
-        ours = {"fwd ours plain": ("fwd plain", lambda x=sfx: launch("plain_tn" + x, "plain", "x", "w_fc", o1, null,
-                                                                     null)),
-                "fwd ours GELU": ("fwd gelu", lambda x=sfx: launch("gelu_tn" + x, "gelu", "x", "w_fc", o2, aux,
-                                                                   tab_fwd)),
-                "bwd ours plain": ("bwd plain", lambda x=sfx: launch("plain_nn" + x, "plain", "dy", "w_proj", o1, null,
-                                                                     null, lbo, sbo)),
-                "bwd ours DGELU": ("bwd dgelu", lambda x=sfx: launch("dgelu_nn" + x, "dgelu", "dy", "w_proj", o2,
-                                                                     t["h"], tab_bwd, lbo, sbo))}
-        for name, (check, fn) in ours.items():
-            if checks[check + sfx]["passed"]:
-                forms[name + sfx] = fn
+        checks[name] = c   # printed now: a hang in a later form keeps it
+        print(f"{model:12} check {name:16} {'PASS' if c['passed'] else 'FAIL'} {json.dumps(c)}", flush=True)
+        recs.append({"model": model, "check": name, **c})
+    for name, fn in calls.items():
+        if checks[name]["passed"]:
+            forms[name] = fn
     med, times = gep.timed(forms, rounds, reps)
     for n in forms:
         flops = 0 if "kernel" in n else 2 * M * N * K
@@ -189,13 +196,14 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
           f"{med['fwd gelu kernel']:.4f} = {sep_f:.4f}, GELU_AUX {med.get('fwd GELU_AUX product', nan):.4f}; backward: "
           f"cuBLAS {med['bwd product']:.4f} + gelu' {med['bwd gelu kernel']:.4f} = {sep_b:.4f}, DGELU "
           f"{med.get('bwd DGELU product', nan):.4f}", flush=True)
-    for sfx in ("", "_c2"):
-        fp, fg = med.get("fwd ours plain" + sfx, nan), med.get("fwd ours GELU" + sfx, nan)
-        bp, bg = med.get("bwd ours plain" + sfx, nan), med.get("bwd ours DGELU" + sfx, nan)
-        print(f"{'':12} ours{sfx or '   ':3}  forward plain {fp:.4f} (x{fp / med['fwd product']:.3f} of cuBLAS), GELU "
-              f"{fg:.4f} ({fg - sep_f:+.4f}); backward plain {bp:.4f} (x{bp / med['bwd product']:.3f}), DGELU {bg:.4f} "
-              f"({bg - sep_b:+.4f}); a step x {meta['cfg'].n_layer} layers: "
-              f"{(fg - sep_f + bg - sep_b) * meta['cfg'].n_layer:+.3f} ms", flush=True)
+    for name, (epilogue, mn, _, _, _) in KERNELS.items():
+        ms = med.get(name, nan)
+        against = (sep_b if mn else sep_f) if epilogue != "plain" else med["bwd product" if mn else "fwd product"]
+        what = "product + our GELU kernel" if epilogue != "plain" else "cuBLAS's product"
+        print(f"{'':12} {name:16} {ms:.4f} ms, x{ms / against:.3f} of {what} ({ms - against:+.4f})", flush=True)
+    fg, bg = med.get("gp_gelu_tn_s", nan), med.get("gp_dgelu_nn_s", nan)
+    print(f"{'':12} the staged GELU products against product + kernel, a step x {meta['cfg'].n_layer} layers: "
+          f"{(fg - sep_f + bg - sep_b) * meta['cfg'].n_layer:+.3f} ms", flush=True)
     return recs
 
 
