@@ -182,30 +182,83 @@ __device__ __forceinline__ void gp_copy_half(unsigned char* stg, u16* __restrict
 // pre-activation pair x; writes what the pass stores. PASS 0 writes c (PLAIN's out, GELU's aux), PASS 1 gelu(c),
 // PASS 2 dgelu(c, x). Four n8 tiles at a time: their lookups first, then their stores, so that the loads are not
 // held behind stores the compiler cannot prove apart.
+// Table reads by shared-space address, without volatile or a memory clobber: the table does not change after the
+// kernel's start, so the compiler may schedule them freely (through a generic pointer they wait behind stores).
+__device__ __forceinline__ u32 gp_lds_u16(u32 addr) {
+    unsigned short v;
+    asm("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(addr));
+    return v;
+}
+__device__ __forceinline__ float gp_lds_f32(u32 addr) {
+    float v;
+    asm("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+    return v;
+}
+
+// One pass over the half's fragments: for each pair of columns, the product's bf16 pair c and, in DGELU, the staged
+// pre-activation pair x; writes what the pass stores. PASS 0 writes c (PLAIN's out, GELU's aux), PASS 1 gelu(c),
+// PASS 2 dgelu(c, x). Four n8 tiles at a time: their table reads first, then their stores. A group with a code
+// outside the table (rare: zero, tiny or large magnitudes) is computed whole by gelu() / gelu_grad(), the table's
+// own values (gelu.cu), in a branch of its own: written as a select, every element paid for erff.
 template <int PASS, int H>
 __device__ __forceinline__ void gp_fragment_pass(const float (&d)[32][4], unsigned char* stg, const void* table,
                                                  int warp, int g, int t) {
+    const u32 tab = gp_saddr(table);
 #pragma unroll
     for (int n4 = 0; n4 < 16; n4 += 4) {
-        u32 v[4][2];
+        u32 v[4][2], x[4][2], idx[4][2][2];
+        bool tabulated = true;
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int n = 16 * H + n4 + j;
-                const u32 c = pack2<KIND_BF16>(d[n][2 * e], d[n][2 * e + 1]);
-                if constexpr (PASS == 0) {
-                    v[j][e] = c;
-                } else if constexpr (PASS == 1) {
-                    const u16* tb = (const u16*)table;
-                    v[j][e] = gp_gelu(c & 0xFFFFu, tb) | (gp_gelu(c >> 16, tb) << 16);
-                } else {
-                    const float* tb = (const float*)table;
+                v[j][e] = pack2<KIND_BF16>(d[n][2 * e], d[n][2 * e + 1]);
+                if constexpr (PASS == 2) {
                     const int r = 16 * warp + g + 8 * e;
-                    const u32 x = *(const u32*)(stg + r * GP_PITCH + (8 * (n4 + j) + 2 * t) * 2);
-                    v[j][e] = gp_dgelu(c & 0xFFFFu, x & 0xFFFFu, tb) | (gp_dgelu(c >> 16, x >> 16, tb) << 16);
+                    x[j][e] = *(const u32*)(stg + r * GP_PITCH + (8 * (n4 + j) + 2 * t) * 2);
+                }
+                if constexpr (PASS != 0) {
+                    const u32 code = PASS == 1 ? v[j][e] : x[j][e];
+                    idx[j][e][0] = gelu_table_index(code & 0xFFFFu);
+                    idx[j][e][1] = gelu_table_index(code >> 16);
+                    tabulated &= idx[j][e][0] < GELU_TABLE_SIZE && idx[j][e][1] < GELU_TABLE_SIZE;
                 }
             }
+        if constexpr (PASS == 1) {
+            if (tabulated) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        v[j][e] = gp_lds_u16(tab + 2 * idx[j][e][0]) | (gp_lds_u16(tab + 2 * idx[j][e][1]) << 16);
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        v[j][e] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] & 0xFFFFu)))) |
+                                  ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] >> 16)))) << 16);
+            }
+        } else if constexpr (PASS == 2) {
+            if (tabulated) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float t0 = gp_lds_f32(tab + 4 * idx[j][e][0]), t1 = gp_lds_f32(tab + 4 * idx[j][e][1]);
+                        v[j][e] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(v[j][e] & 0xFFFFu)) * t0,
+                                                   bf16_bits_to_f32((u16)(v[j][e] >> 16)) * t1);
+                    }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        v[j][e] = gp_dgelu(v[j][e] & 0xFFFFu, x[j][e] & 0xFFFFu, (const float*)table) |
+                                  (gp_dgelu(v[j][e] >> 16, x[j][e] >> 16, (const float*)table) << 16);
+            }
+        }
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
