@@ -164,24 +164,35 @@ constexpr unsigned GP_STAGING = 64 * GP_PITCH;      // a consumer warpgroup's ha
 __device__ __forceinline__ void gp_wg_sync(int c) { asm volatile("bar.sync %0, 128;" ::"r"(1 + c) : "memory"); }
 
 // the warpgroup's 64 rows x 128 columns between its staging and out (rows row0.., columns col0..), 16 bytes a
-// thread and step, a row's 256 bytes by 16 threads
+// thread and step, a row's 256 bytes by 16 threads. Shared and global spaces named in the instructions (through
+// generic pointers the first staged form's loads counted as long-scoreboard waits: call 8's Nsight Compute).
 template <bool TO_GLOBAL>
 __device__ __forceinline__ void gp_copy_half(unsigned char* stg, u16* __restrict__ g, i64 row0, int col0, int N,
                                              int i) {
+    const u32 base = gp_saddr(stg);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
         const int q = i + 128 * k, r = q >> 4, ch = q & 15;
-        uint4* sp = (uint4*)(stg + r * GP_PITCH + ch * 16);
-        uint4* gp = (uint4*)(g + (row0 + r) * N + col0 + ch * 8);
-        if constexpr (TO_GLOBAL) *gp = *sp;
-        else *sp = *gp;
+        const u32 sp = base + r * GP_PITCH + ch * 16;
+        const u64 gp = (u64)(g + (row0 + r) * N + col0 + ch * 8);
+        u32 w0, w1, w2, w3;
+        if constexpr (TO_GLOBAL) {
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
+                         : "r"(sp) : "memory");
+            asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(gp), "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+                         : "memory");
+        } else {
+            asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
+                         : "l"(gp) : "memory");
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(sp), "r"(w0), "r"(w1), "r"(w2), "r"(w3)
+                         : "memory");
+        }
     }
 }
+__device__ __forceinline__ u32 gp_sts_addr(unsigned char* stg, int r, int col) {
+    return gp_saddr(stg) + r * GP_PITCH + col * 2;
+}
 
-// One pass over the half's fragments: for each pair of columns, the product's bf16 pair c and, in DGELU, the staged
-// pre-activation pair x; writes what the pass stores. PASS 0 writes c (PLAIN's out, GELU's aux), PASS 1 gelu(c),
-// PASS 2 dgelu(c, x). Four n8 tiles at a time: their lookups first, then their stores, so that the loads are not
-// held behind stores the compiler cannot prove apart.
 // Table reads by shared-space address, without volatile or a memory clobber: the table does not change after the
 // kernel's start, so the compiler may schedule them freely (through a generic pointer they wait behind stores).
 __device__ __forceinline__ u32 gp_lds_u16(u32 addr) {
@@ -214,10 +225,9 @@ __device__ __forceinline__ void gp_fragment_pass(const float (&d)[32][4], unsign
             for (int e = 0; e < 2; ++e) {
                 const int n = 16 * H + n4 + j;
                 v[j][e] = pack2<KIND_BF16>(d[n][2 * e], d[n][2 * e + 1]);
-                if constexpr (PASS == 2) {
-                    const int r = 16 * warp + g + 8 * e;
-                    x[j][e] = *(const u32*)(stg + r * GP_PITCH + (8 * (n4 + j) + 2 * t) * 2);
-                }
+                if constexpr (PASS == 2)
+                    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(x[j][e])
+                                 : "r"(gp_sts_addr(stg, 16 * warp + g + 8 * e, 8 * (n4 + j) + 2 * t)) : "memory");
                 if constexpr (PASS != 0) {
                     const u32 code = PASS == 1 ? v[j][e] : x[j][e];
                     idx[j][e][0] = gelu_table_index(code & 0xFFFFu);
@@ -262,10 +272,9 @@ __device__ __forceinline__ void gp_fragment_pass(const float (&d)[32][4], unsign
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int r = 16 * warp + g + 8 * e;
-                *(u32*)(stg + r * GP_PITCH + (8 * (n4 + j) + 2 * t) * 2) = v[j][e];
-            }
+            for (int e = 0; e < 2; ++e)
+                asm volatile("st.shared.u32 [%0], %1;"
+                             ::"r"(gp_sts_addr(stg, 16 * warp + g + 8 * e, 8 * (n4 + j) + 2 * t)), "r"(v[j][e]) : "memory");
     }
 }
 
