@@ -153,7 +153,7 @@ __device__ __forceinline__ void gp_store(u16* __restrict__ out, u16* __restrict_
     }
 }
 
-// ---- the staged epilogue (STAGED): a consumer warpgroup writes its 64 x 256 outputs a half (128 columns) at a
+// ---- the staged epilogue (EP 1): a consumer warpgroup writes its 64 x 256 outputs a half (128 columns) at a
 // time into shared memory from the accumulator fragments, then copies the half out in 16-byte pieces, two rows of 256
 // bytes a warp instruction. The direct form's 4-byte stores from the fragments touch eight rows an instruction
 // (eight L1 wavefronts each); on the first run (results/h200-perf-20261203h, call 4) a tile took ~7.6 us beyond its
@@ -299,12 +299,116 @@ __device__ __forceinline__ void gp_epilogue_half(const float (&d)[32][4], unsign
     }
 }
 
+// ---- the overlapped epilogue (EP 2): the consumers leave a tile's bf16 results in a full-tile staging buffer and go
+// on to the next tile's products at once; warps 1-3 of the producer's warpgroup (idle while warp 0's one thread
+// issues the copies) write the tile out, with GELU or GELU' on the way, while the tensor cores work. Two mbarriers
+// hand the buffer over: staged (the consumers' eight warps) and freed (the three epilogue warps). The tensor cores
+// then wait only for the fragments' shared-memory writes, not for the global stores (call 8: the pipe was active
+// 76% of the plain staged form's time, 49% with GELU). Needs no setmaxnreg: every warp keeps the 168 registers a
+// thread of 384 gets, which is what ptxas allots the consumers anyway (a launch bound caps it: 512 threads failed
+// to compile the m64n256 products at 128).
+constexpr int GP_FPITCH = 256 * 2 + 16;             // bytes a staged row of the full tile (the 16 turn the banks)
+
+__device__ __forceinline__ void gp_lds_v4(u32 (&w)[4], u32 addr) {
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void gp_stg_v4(u16* p, const u32 (&w)[4]) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"((u64)p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+}
+__device__ __forceinline__ void gp_ldg_v4(u32 (&w)[4], const u16* p) {
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "l"((u64)p) : "memory");
+}
+
+// Eight codes (a 16-byte chunk): gelu by the table when all eight are in it, else computed (the table's own rule)
+__device__ __forceinline__ void gp_gelu8(u32 (&o)[4], const u32 (&w)[4], u32 tab) {
+    u32 idx[8];
+    bool tabulated = true;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        idx[2 * k] = gelu_table_index(w[k] & 0xFFFFu);
+        idx[2 * k + 1] = gelu_table_index(w[k] >> 16);
+        tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
+    }
+    if (tabulated) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o[k] = gp_lds_u16(tab + 2 * idx[2 * k]) | (gp_lds_u16(tab + 2 * idx[2 * k + 1]) << 16);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            o[k] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(w[k] & 0xFFFFu)))) |
+                   ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(w[k] >> 16)))) << 16);
+    }
+}
+// dx = dy t(x) for eight pairs (dy the product's codes, x the pre-activation's), gelu_backward_bf16_table's rule
+__device__ __forceinline__ void gp_dgelu8(u32 (&o)[4], const u32 (&dy)[4], const u32 (&x)[4], u32 tab,
+                                          const float* table) {
+    u32 idx[8];
+    bool tabulated = true;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        idx[2 * k] = gelu_table_index(x[k] & 0xFFFFu);
+        idx[2 * k + 1] = gelu_table_index(x[k] >> 16);
+        tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
+    }
+    if (tabulated) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            o[k] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(dy[k] & 0xFFFFu)) * gp_lds_f32(tab + 4 * idx[2 * k]),
+                                    bf16_bits_to_f32((u16)(dy[k] >> 16)) * gp_lds_f32(tab + 4 * idx[2 * k + 1]));
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            o[k] = gp_dgelu(dy[k] & 0xFFFFu, x[k] & 0xFFFFu, table) | (gp_dgelu(dy[k] >> 16, x[k] >> 16, table) << 16);
+    }
+}
+
+// Warps 1-3 of warpgroup 0 (e = 0..95): the staged tile (128 rows x 256 columns at m0, n0) to global memory, four
+// 16-byte chunks a thread at a time (their loads first: DGELU's reads of the pre-activation go to global memory).
+template <int EPI>
+__device__ __forceinline__ void gp_write_tile(u32 stg, u16* __restrict__ out, u16* __restrict__ aux,
+                                              const void* table, int m0, int n0, int N, int e) {
+    const u32 tab = gp_saddr(table);
+    constexpr int CHUNKS = GP_BM * GP_BN / 8;   // 16 bytes each, 32 a row
+    for (int q0 = e; q0 < CHUNKS; q0 += 4 * 96) {
+        u32 w[4][4], x[4][4];
+        u16* at[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int q = q0 + 96 * j, r = q >> 5, ch = q & 31;
+            at[j] = out + (i64)(m0 + r) * N + n0 + ch * 8;
+            if (q < CHUNKS) {
+                gp_lds_v4(w[j], stg + r * GP_FPITCH + ch * 16);
+                if constexpr (EPI == GP_DGELU) gp_ldg_v4(x[j], aux + (at[j] - out));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (q0 + 96 * j >= CHUNKS) break;
+            if constexpr (EPI == GP_PLAIN) {
+                gp_stg_v4(at[j], w[j]);
+            } else if constexpr (EPI == GP_GELU) {
+                u32 o[4];
+                gp_gelu8(o, w[j], tab);
+                gp_stg_v4(aux + (at[j] - out), w[j]);
+                gp_stg_v4(at[j], o);
+            } else {
+                u32 o[4];
+                gp_dgelu8(o, w[j], x[j], tab, (const float*)table);
+                gp_stg_v4(at[j], o);
+            }
+        }
+    }
+}
+
 template <int EPI>
 __host__ __device__ constexpr unsigned gp_table_bytes() {
     return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
 }
 
-template <int EPI, bool B_MN, int CL, int GP_STAGES, bool STAGED>
+template <int EPI, bool B_MN, int CL, int GP_STAGES, int EP>
 __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __restrict__ out, u16* __restrict__ aux,
                              const void* __restrict__ table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {
     extern __shared__ unsigned char gp_smem[];
@@ -312,7 +416,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
     unsigned char* stages = gp_smem + ((TABLE + 1023u) & ~1023u);
     stages += ((gp_saddr(stages) + 1023u) & ~1023u) - gp_saddr(stages);   // the swizzle's 1024-byte alignment
-    unsigned char* staging = stages + GP_STAGES * GP_STAGE;                // STAGED: GP_STAGING a consumer warpgroup
+    unsigned char* staging = stages + GP_STAGES * GP_STAGE;   // EP 1: GP_STAGING a consumer warpgroup; EP 2: GP_BM rows of GP_FPITCH
+    __shared__ alignas(8) u64 staged_bar, freed_bar;          // EP 2's hand-over of the staging buffer
     const int tid = threadIdx.x, wg = tid >> 7;
     u32 rank = 0, cluster = blockIdx.x, clusters = gridDim.x;
     if constexpr (CL == 2) {
@@ -325,6 +430,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
             gp_bar_init(&full[s], 1);
             gp_bar_init(&empty[s], 8 * CL);   // the consumers' eight warps, of each block that reads the stage's B
         }
+        gp_bar_init(&staged_bar, 8);
+        gp_bar_init(&freed_bar, 3);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
@@ -334,7 +441,17 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
     // a unit: CL M tiles (one a block of the cluster) of one N tile, N fastest
     const int tiles_n = N / GP_BN, units = (M / GP_BM / CL) * tiles_n, nk = K / GP_BK;
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if constexpr (EP != 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (EP == 2 && tid >= 32) {   // the epilogue warps
+            int ti = 0;
+            for (int u = cluster; u < units; u += clusters, ++ti) {
+                const int m0 = ((u / tiles_n) * CL + rank) * GP_BM, n0 = (u % tiles_n) * GP_BN;
+                gp_wait(&staged_bar, ti & 1);
+                gp_write_tile<EPI>(gp_saddr(staging), out, aux, gp_smem, m0, n0, N, tid - 32);
+                __syncwarp();
+                if ((tid & 31) == 0) gp_arrive(&freed_bar);
+            }
+        }
         if (tid == 0) {
             int it = 0;
             for (int u = cluster; u < units; u += clusters) {
@@ -361,10 +478,10 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
         }
         __syncwarp();
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        if constexpr (EP != 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
         float d[32][4];
-        int it = 0;
+        int it = 0, ti = 0;
         auto release = [&](int s) {
             if (lane == 0) {
                 gp_arrive(&empty[s]);
@@ -393,7 +510,20 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             release((it - 1) % GP_STAGES);
-            if constexpr (STAGED) {
+            if constexpr (EP == 2) {
+                if (ti > 0) gp_wait(&freed_bar, (ti - 1) & 1);   // the previous tile is out of the buffer
+                const u32 stg = gp_saddr(staging);
+#pragma unroll
+                for (int n = 0; n < 32; ++n)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        asm volatile("st.shared.u32 [%0], %1;"
+                                     ::"r"(stg + (64 * c + 16 * warp + g + 8 * e) * GP_FPITCH + (8 * n + 2 * t) * 2),
+                                     "r"(pack2<KIND_BF16>(d[n][2 * e], d[n][2 * e + 1])) : "memory");
+                __syncwarp();
+                if (lane == 0) gp_arrive(&staged_bar);
+                ++ti;
+            } else if constexpr (EP == 1) {
                 unsigned char* stg = staging + c * GP_STAGING;
                 gp_epilogue_half<EPI, 0>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
                 gp_epilogue_half<EPI, 1>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
@@ -415,22 +545,27 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
 #define GELU_PRODUCT_ARGS                                                                                         \
     (const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux, const void* table, \
      int M, int N, int K, u32 b_lbo, u32 b_sbo)
-#define GELU_PRODUCT(NAME, EPI, B_MN, STAGES, STAGED)                                                             \
+#define GELU_PRODUCT(NAME, EPI, B_MN, STAGES, EP)                                                                 \
     extern "C" __global__ void __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {                                 \
-        gelu_product<EPI, B_MN, 1, STAGES, STAGED>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);       \
+        gelu_product<EPI, B_MN, 1, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);           \
     }
-#define GELU_PRODUCT_C2(NAME, EPI, B_MN, STAGES, STAGED)                                                          \
+#define GELU_PRODUCT_C2(NAME, EPI, B_MN, STAGES, EP)                                                              \
     extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {       \
-        gelu_product<EPI, B_MN, 2, STAGES, STAGED>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);       \
+        gelu_product<EPI, B_MN, 2, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);           \
     }
 // the first run's forms: 4 stages, the epilogue stored straight from the fragments (one block, and clusters of two)
-GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false, 4, false)
-GELU_PRODUCT_C2(gp_plain_tn_c2, GP_PLAIN, false, 4, false)
+GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false, 4, 0)
+GELU_PRODUCT_C2(gp_plain_tn_c2, GP_PLAIN, false, 4, 0)
 // the direct epilogue with the staged forms' three stages: what the fourth stage is worth
-GELU_PRODUCT(gp_plain_tn_d3, GP_PLAIN, false, 3, false)
+GELU_PRODUCT(gp_plain_tn_d3, GP_PLAIN, false, 3, 0)
 // staged epilogues: three stages (the staging and the tables need the fourth's room)
-GELU_PRODUCT(gp_plain_tn_s, GP_PLAIN, false, 3, true)
-GELU_PRODUCT(gp_gelu_tn_s, GP_GELU, false, 3, true)
-GELU_PRODUCT(gp_plain_nn_s, GP_PLAIN, true, 3, true)
-GELU_PRODUCT(gp_dgelu_nn_s, GP_DGELU, true, 3, true)
-GELU_PRODUCT_C2(gp_plain_tn_c2s, GP_PLAIN, false, 3, true)
+GELU_PRODUCT(gp_plain_tn_s, GP_PLAIN, false, 3, 1)
+GELU_PRODUCT(gp_gelu_tn_s, GP_GELU, false, 3, 1)
+GELU_PRODUCT(gp_plain_nn_s, GP_PLAIN, true, 3, 1)
+GELU_PRODUCT(gp_dgelu_nn_s, GP_DGELU, true, 3, 1)
+GELU_PRODUCT_C2(gp_plain_tn_c2s, GP_PLAIN, false, 3, 1)
+// overlapped epilogues (EP 2): three stages beside the full-tile buffer; DGELU's float32 table leaves room for two
+GELU_PRODUCT(gp_plain_tn_o, GP_PLAIN, false, 3, 2)
+GELU_PRODUCT(gp_gelu_tn_o, GP_GELU, false, 3, 2)
+GELU_PRODUCT(gp_plain_nn_o, GP_PLAIN, true, 3, 2)
+GELU_PRODUCT(gp_dgelu_nn_o, GP_DGELU, true, 2, 2)

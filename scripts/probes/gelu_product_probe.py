@@ -25,23 +25,26 @@ HERE = Path(__file__).resolve().parent
 CU_FILE = HERE / "gelu_product_probe.cu"
 TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GELU_TABLE_SIZE, u16 / float32
 STAGE_BYTES = 6 * 8192       # a ring stage: 2 + 4 boxes of 8 KB
-STAGING_BYTES = 2 * 64 * (128 * 2 + 16)   # the staged epilogue: a half tile a consumer warpgroup, padded rows
+# the staging of an epilogue form: none (0, direct), a half tile a consumer warpgroup (1), the full tile (2); padded rows
+STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16)}
 BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
-# the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, staged epilogue)
+# the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
+# consumers, 2 overlapped: written out by the producer warpgroup's idle warps)
 KERNELS = {
-    "gp_plain_tn": ("plain", False, 1, 4, False), "gp_plain_tn_c2": ("plain", False, 2, 4, False),
-    "gp_plain_tn_d3": ("plain", False, 1, 3, False), "gp_plain_tn_s": ("plain", False, 1, 3, True),
-    "gp_gelu_tn_s": ("gelu", False, 1, 3, True), "gp_plain_nn_s": ("plain", True, 1, 3, True),
-    "gp_dgelu_nn_s": ("dgelu", True, 1, 3, True), "gp_plain_tn_c2s": ("plain", False, 2, 3, True),
+    "gp_plain_tn": ("plain", False, 1, 4, 0), "gp_plain_tn_c2": ("plain", False, 2, 4, 0),
+    "gp_plain_tn_d3": ("plain", False, 1, 3, 0), "gp_plain_tn_s": ("plain", False, 1, 3, 1),
+    "gp_gelu_tn_s": ("gelu", False, 1, 3, 1), "gp_plain_nn_s": ("plain", True, 1, 3, 1),
+    "gp_dgelu_nn_s": ("dgelu", True, 1, 3, 1), "gp_plain_tn_c2s": ("plain", False, 2, 3, 1),
+    "gp_plain_tn_o": ("plain", False, 1, 3, 2), "gp_gelu_tn_o": ("gelu", False, 1, 3, 2),
+    "gp_plain_nn_o": ("plain", True, 1, 3, 2), "gp_dgelu_nn_o": ("dgelu", True, 1, 2, 2),
 }
 
 
-def shared_bytes(epilogue: str, stages: int = 4, staged: bool = False) -> int:
-    """Dynamic shared memory of a launch: the table at a 1 KB boundary, the ring, the staging of a staged epilogue,
-    1 KB for the base's alignment."""
-    return ((TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + stages * STAGE_BYTES + (STAGING_BYTES if staged else 0)
-            + 1024)
+def shared_bytes(epilogue: str, stages: int = 4, form: int = 0) -> int:
+    """Dynamic shared memory of a launch: the table at a 1 KB boundary, the ring, the epilogue form's staging, 1 KB
+    for the base's alignment."""
+    return (TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + stages * STAGE_BYTES + STAGING_BYTES[form] + 1024
 
 
 def shape_ok(M: int, N: int, K: int) -> bool:
@@ -114,20 +117,20 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     null = np.uint64(0)
     recs, checks = [], {}
     kerns, grids = {}, {}
-    for name, (epilogue, _, cluster, stages, staged) in KERNELS.items():
+    for name, (epilogue, _, cluster, stages, form) in KERNELS.items():
         k = mod.get_function(name)
-        k.max_dynamic_shared_size_bytes = shared_bytes(epilogue, stages, staged)
+        k.max_dynamic_shared_size_bytes = shared_bytes(epilogue, stages, form)
         kerns[name] = k
-        fit = (max_active_clusters(k, shared_bytes(epilogue, stages, staged), cluster, sms // cluster)
+        fit = (max_active_clusters(k, shared_bytes(epilogue, stages, form), cluster, sms // cluster)
                if cluster > 1 else sms)
         grids[name] = (cluster * min(fit, tiles // cluster),)
     print(f"{model:12} grids: " + ", ".join(f"{k} {g[0]}" for k, g in grids.items()), flush=True)
 
     def launch(name, a, b, out, aux, table, lbo=0, sbo=0):
-        epilogue, _, _, stages, staged = KERNELS[name]
+        epilogue, _, _, stages, form = KERNELS[name]
         kerns[name](grids[name], (384,), (maps[a], maps[b], out, aux, table, np.int32(M), np.int32(N), np.int32(K),
                                           np.uint32(lbo), np.uint32(sbo)),
-                    shared_mem=shared_bytes(epilogue, stages, staged))
+                    shared_mem=shared_bytes(epilogue, stages, form))
 
     x32 = bf16_to_f32(cp.asnumpy(t["x"])).astype(np.float32)
     wfc32 = bf16_to_f32(cp.asnumpy(t["w_fc"])).astype(np.float32)
@@ -201,9 +204,10 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         against = (sep_b if mn else sep_f) if epilogue != "plain" else med["bwd product" if mn else "fwd product"]
         what = "product + our GELU kernel" if epilogue != "plain" else "cuBLAS's product"
         print(f"{'':12} {name:16} {ms:.4f} ms, x{ms / against:.3f} of {what} ({ms - against:+.4f})", flush=True)
-    fg, bg = med.get("gp_gelu_tn_s", nan), med.get("gp_dgelu_nn_s", nan)
-    print(f"{'':12} the staged GELU products against product + kernel, a step x {meta['cfg'].n_layer} layers: "
-          f"{(fg - sep_f + bg - sep_b) * meta['cfg'].n_layer:+.3f} ms", flush=True)
+    for form in ("s", "o"):
+        fg, bg = med.get(f"gp_gelu_tn_{form}", nan), med.get(f"gp_dgelu_nn_{form}", nan)
+        print(f"{'':12} the GELU products _{form} against product + kernel, a step x {meta['cfg'].n_layer} layers: "
+              f"{(fg - sep_f + bg - sep_b) * meta['cfg'].n_layer:+.3f} ms", flush=True)
     return recs
 
 
