@@ -16,15 +16,19 @@
 //   gelu_backward_bf16_table on the product's bf16 output.
 //
 // Tiles: 128 x 256 a block, k in steps of 64. Warpgroup 0 is the producer (one thread issues the copies: A as two
-// 64 x 64 boxes, B as four, 48 KB a stage, four stages in a ring guarded by full/empty mbarriers); warpgroups 1 and
-// 2 each take 64 rows of the tile by m64n256k16 (128 float accumulators a thread; setmaxnreg gives the consumers 232
-// registers and the producer 40, the ninth session's probe). Why 128 x 256: a k step moves 48 KB for 2 M
-// multiply-adds, 24 bytes a thousand, where 128 x 128 moves 32 KB for 1 M (32 a thousand) and would ask the L2 for
-// more than it gives an SM at the tensor cores' rate. Persistent: one block an SM walks the tiles (N fastest, so
-// the blocks at work at once share rows of A), and the producer runs ahead into the next tile while the consumers
-// write this one's epilogue. M must be a multiple of 128, N of 256, K of 64 (the MLP's shapes are).
-// Not tuned: no clusters or multicast, the epilogue stores straight from the accumulators (4-byte stores), and it
-// does not overlap the tensor cores' work (both consumers finish a tile together).
+// 64 x 64 boxes, B as four, 48 KB a stage, a ring of STAGES guarded by full/empty mbarriers); warpgroups 1 and 2 each
+// take 64 rows of the tile by m64n256k16 (128 float accumulators a thread; ptxas allots 162-168 registers, the
+// launch bound's 168: the setmaxnreg of the first forms does not raise that). Why 128 x 256: a k step moves 48 KB for
+// 2 M multiply-adds, where 128 x 128 moves 32 KB for 1 M (that the L2 would limit the smaller tile is my reading,
+// not measured; halving B's L2 reads by clusters of two did not help either form). Persistent: one block an SM walks
+// the tiles (N fastest, so the blocks at work at once share rows of A), and the producer runs ahead into the next
+// tile. M must be a multiple of 128, N of 256, K of 64 (the MLP's shapes are).
+// Epilogue forms (EP), each measured (results/h200-perf-20261203h, docs/perf.md "Twenty-second session"):
+//   0 direct: 4-byte stores from the fragments (eight rows an instruction: x1.4-2.0 of cuBLAS's product);
+//   1 staged: each consumer warpgroup stages half its tile at a time in padded shared memory and copies it out in
+//     16-byte pieces (x1.08-1.20; the GELU forms x0.95-0.98 of cuBLAS + our GELU kernel);
+//   2 overlapped: the consumers stage the whole tile and go on to the next one; warps 1-3 of warpgroup 0 write it
+//     out while the tensor cores work.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "gelu_product_probe.cu needs the sm_90a target (wgmma, setmaxnreg)"
 #endif
