@@ -14,8 +14,8 @@ from typing import Optional
 
 import pandas as pd
 
-from .results import (EXTENDED, RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, read_yaml, results_folders,
-                      runs_file, stage_of)
+from .results import (EXTENDED, RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, read_yaml,
+                      results_folders, runs_file, stage_of)
 from .retry import drop_retried
 
 FOLDER_COLUMNS = ["folder", "card", "commit"]  # in front of every table's rows
