@@ -27,6 +27,8 @@
 #            kernels on the MLP shapes (what a GELU in the products' epilogues could save)
 #   gproduct scripts/probes/gelu_product_probe.py: our TMA + wgmma product with the exact GELU (and its derivative) in
 #            the epilogue, checked, then timed against cuBLAS's product + our GELU kernels (SIDE_GPRODUCT_MODELS)
+#   gpncu    the same probe under Nsight Compute: one launch each of SIDE_GPNCU_FORMS (default cuBLAS's forward product
+#            and our plain forms) on SIDE_GPNCU_MODEL (gpt2-small): L2 and DRAM bytes and throughput, tensor pipe, stalls
 #   probe    scripts/probes/tma_wgmma_probe.py: TMA and swizzled wgmma through NVRTC and CuPy, PASS/FAIL lines
 #   profile  torch.profiler over steps 101-130 of the cupy side (graph, half roundings) of SIDE_PROFILE (MODEL or
 #            MODEL:DTYPE, default nanogpt in bfloat16, or MODEL:DTYPE:VARIANT with that variant's bench.env) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
@@ -92,6 +94,21 @@ if [[ $STAGES == *,gproduct,* ]] && [ "$(left)" -gt 60 ]; then
   PYTHONPATH=lib:scripts timeout $(( $(left) - 30 < 240 ? $(left) - 30 : 240 )) python3 scripts/probes/gelu_product_probe.py \
     "$W/gelu_product.jsonl" 3 20 ${SIDE_GPRODUCT_MODELS:-} >"$W/gelu_product.log" 2>&1
   echo "== gelu product probe (exit $?, $(elapsed) s)"; grep -vE "^\s*$" "$W/gelu_product.log" | tail -24
+fi
+if [[ $STAGES == *,gpncu,* ]] && [ "$(left)" -gt 60 ]; then
+  # Nsight Compute on one launch of each named form of the GELU product probe (cuBLAS's product is "fwd product"),
+  # on one model: where the L2, the DRAM and the tensor pipe stand for ours against cuBLAS's kernel
+  gpm="regex:sm__pipe_tensor_op_.*_cycles_active\.avg\.pct_of_peak_sustained_active,gpu__time_duration.sum"
+  gpm+=",lts__t_bytes.sum,dram__bytes.sum,sm__cycles_active.avg,smsp__inst_executed.sum"
+  gpm+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
+  GP_PROFILE=${SIDE_GPNCU_FORMS:-fwd product,gp_plain_tn_s,gp_plain_tn_o,gp_plain_tn_x4,gp_plain_tn_c2x,gp_plain_tn_bx4} \
+    PYTHONPATH=lib:scripts timeout $(( $(left) - 30 < 240 ? $(left) - 30 : 240 )) ncu --clock-control none \
+    --profile-from-start off -k "regex:nvjet|gp_" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section LaunchStats --metrics "$gpm" python3 scripts/probes/gelu_product_probe.py "$W/gp_ncu.jsonl" 1 1 \
+    ${SIDE_GPNCU_MODEL:-gpt2-small} >"$W/ncu-gproduct.txt" 2>&1
+  echo "== gelu product under Nsight Compute (exit $?, $(elapsed) s)"
+  grep -E "^  [a-z_0-9]+ \(|Duration|L2 Cache Throughput|DRAM Throughput|Memory Throughput|lts__t_bytes.sum|dram__bytes.sum|hmma_cycles_active.avg.pct|L2 Hit Rate |Cluster Size" \
+    "$W/ncu-gproduct.txt" | head -80
 fi
 if [[ $STAGES == *,probe,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 90 python3 scripts/probes/tma_wgmma_probe.py --out "$W/tma_wgmma_probe.jsonl" >"$W/tma_wgmma_probe.log" 2>&1

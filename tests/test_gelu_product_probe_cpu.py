@@ -48,8 +48,21 @@ def test_shared_memory_fits_a_hopper_block(name):
 
 def test_every_kernel_of_the_cu_is_listed():
     text = gpp.CU_FILE.read_text()
-    declared = set(re.findall(r"^GELU_PRODUCT(?:_C2)?\((\w+),", text, re.M))
+    declared = set(re.findall(r"^GELU_PRODUCT(?:_C2|_BB)?\((\w+),", text, re.M))
     assert declared == set(gpp.KERNELS)
+    big = set(re.findall(r"^GELU_PRODUCT_BB\((\w+),", text, re.M))
+    assert big == gpp.BIG_BOXES and all(not gpp.KERNELS[n][1] and gpp.KERNELS[n][2] == 1 for n in big)
+
+
+def test_a_big_box_stage_is_the_six_boxes_stage():
+    # one 128-row box of A and one 256-row box of B fill a stage exactly as two and four 64-row boxes do
+    assert 128 * 64 * 2 + 256 * 64 * 2 == gpp.STAGE_BYTES and gpp.BM == 128 and gpp.BN == 256
+
+
+def test_the_products_alone_fit_shared_memory_with_four_stages():
+    for name, (epilogue, _, _, stages, form) in gpp.KERNELS.items():
+        assert gpp.shared_bytes(epilogue, stages, form) <= 227 * 1024, name
+    assert gpp.shared_bytes("plain", 4, 3) == 4 * gpp.STAGE_BYTES + 1024
 
 
 def test_the_mlp_shapes_fit_the_tile():

@@ -21,6 +21,25 @@ def test_tensor_map_args_refuse(rows, cols, elem, match):
         tma.tensor_map_args(rows, cols, elem_bytes=elem)
 
 
+def test_tensor_map_args_with_taller_boxes():
+    # the GELU product probe's big boxes: A's 128 rows and B's 256 rows of 64 columns in one copy each
+    assert tma.tensor_map_args(8192, 768, box_rows=128) == ((768, 8192), (1536,), (64, 128), (1, 1))
+    assert tma.tensor_map_args(3072, 768, box_rows=256) == ((768, 3072), (1536,), (64, 256), (1, 1))
+
+
+@pytest.mark.parametrize("box_rows", [0, 257, -64])
+def test_tensor_map_args_refuse_box_rows_past_the_drivers_bound(box_rows):
+    with pytest.raises(ValueError, match=f"box_rows {box_rows}; allowed are 1 to 256"):
+        tma.tensor_map_args(8192, 768, box_rows=box_rows)
+
+
+def test_encode_refuses_tall_boxes_on_a_plane_map_before_the_driver():
+    class Matrix:   # what encode reads of a device array before it calls the driver
+        size, itemsize, flags = 4 * 64 * 64, 2, type("F", (), {"c_contiguous": True})()
+    with pytest.raises(ValueError, match="box_rows 128; a plane map's boxes are 64 rows"):
+        tma.encode(Matrix(), 64, 64, "bfloat16", planes=4, box_rows=128)
+
+
 def test_the_data_types_are_cuda_h_values():
     assert tma.DATA_TYPE == {"bfloat16": 9, "float16": 6} and tma.SWIZZLE_128B == 3 and tma.OOB_FILL_ZEROS == 0
 

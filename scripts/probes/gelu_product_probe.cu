@@ -29,6 +29,11 @@
 //     16-byte pieces (x1.08-1.20; the GELU forms x0.95-0.98 of cuBLAS + our GELU kernel);
 //   2 overlapped: the consumers stage the whole tile and go on to the next one; warps 1-3 of warpgroup 0 write it
 //     out while the tensor cores work.
+//   3 none (timing only): the products and nothing after them, unless `store` (then the direct stores of form 0, which
+//     the check reads): what the ring and the products alone take, the bound of every epilogue form.
+// BB (big boxes): a stage's A as one 128-row box and B as one 256-row box (two copies a stage instead of six; the
+//   shared layout is the same: a box of R rows of 128 bytes is R / 64 boxes of 64 rows one after another). K-major B
+//   only.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "gelu_product_probe.cu needs the sm_90a target (wgmma, setmaxnreg)"
 #endif
@@ -412,9 +417,10 @@ __host__ __device__ constexpr unsigned gp_table_bytes() {
     return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
 }
 
-template <int EPI, bool B_MN, int CL, int GP_STAGES, int EP>
+template <int EPI, bool B_MN, int CL, int GP_STAGES, int EP, bool BB = false>
 __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __restrict__ out, u16* __restrict__ aux,
-                             const void* __restrict__ table, int M, int N, int K, u32 b_lbo, u32 b_sbo) {
+                             const void* __restrict__ table, int M, int N, int K, u32 b_lbo, u32 b_sbo, int store) {
+    static_assert(!BB || (!B_MN && CL == 1), "big boxes: K-major B, one block");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
@@ -469,13 +475,18 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
                     unsigned char* sa = stages + s * GP_STAGE;
                     unsigned char* sb = sa + (GP_BM / 64) * GP_BOX;
                     gp_expect(&full[s], GP_STAGE);   // with CL = 2, half of B comes from the peer's copies
-                    for (int i = 0; i < GP_BM / 64; ++i)
-                        gp_load(sa + i * GP_BOX, map_a, &full[s], kb * GP_BK, m0 + 64 * i);
-                    for (int i = 0; i < GP_BN / 64; ++i) {
-                        const int col = B_MN ? n0 + 64 * i : kb * GP_BK, row = B_MN ? kb * GP_BK : n0 + 64 * i;
-                        if constexpr (CL == 1) gp_load(sb + i * GP_BOX, map_b, &full[s], col, row);
-                        else if (i / (GP_BN / 64 / CL) == (int)rank)
-                            gp_load_multicast(sb + i * GP_BOX, map_b, &full[s], col, row, (u16)((1u << CL) - 1));
+                    if constexpr (BB) {
+                        gp_load(sa, map_a, &full[s], kb * GP_BK, m0);
+                        gp_load(sb, map_b, &full[s], kb * GP_BK, n0);
+                    } else {
+                        for (int i = 0; i < GP_BM / 64; ++i)
+                            gp_load(sa + i * GP_BOX, map_a, &full[s], kb * GP_BK, m0 + 64 * i);
+                        for (int i = 0; i < GP_BN / 64; ++i) {
+                            const int col = B_MN ? n0 + 64 * i : kb * GP_BK, row = B_MN ? kb * GP_BK : n0 + 64 * i;
+                            if constexpr (CL == 1) gp_load(sb + i * GP_BOX, map_b, &full[s], col, row);
+                            else if (i / (GP_BN / 64 / CL) == (int)rank)
+                                gp_load_multicast(sb + i * GP_BOX, map_b, &full[s], col, row, (u16)((1u << CL) - 1));
+                        }
                     }
                 }
             }
@@ -531,7 +542,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
                 unsigned char* stg = staging + c * GP_STAGING;
                 gp_epilogue_half<EPI, 0>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
                 gp_epilogue_half<EPI, 1>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
-            } else {
+            } else if (EP == 0 || store) {
                 const i64 row = m0 + 64 * c + 16 * warp + g;
 #pragma unroll
                 for (int n = 0; n < 32; ++n) {
@@ -548,14 +559,19 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
 
 #define GELU_PRODUCT_ARGS                                                                                         \
     (const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux, const void* table, \
-     int M, int N, int K, u32 b_lbo, u32 b_sbo)
+     int M, int N, int K, u32 b_lbo, u32 b_sbo, int store)
 #define GELU_PRODUCT(NAME, EPI, B_MN, STAGES, EP)                                                                 \
     extern "C" __global__ void __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {                                 \
-        gelu_product<EPI, B_MN, 1, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);           \
+        gelu_product<EPI, B_MN, 1, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo, store);    \
+    }
+#define GELU_PRODUCT_BB(NAME, EPI, STAGES, EP)                                                                    \
+    extern "C" __global__ void __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {                                 \
+        gelu_product<EPI, false, 1, STAGES, EP, true>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo,     \
+                                                      store);                                                     \
     }
 #define GELU_PRODUCT_C2(NAME, EPI, B_MN, STAGES, EP)                                                              \
     extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {       \
-        gelu_product<EPI, B_MN, 2, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo);           \
+        gelu_product<EPI, B_MN, 2, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo, store);    \
     }
 // the first run's forms: 4 stages, the epilogue stored straight from the fragments (one block, and clusters of two)
 GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false, 4, 0)
@@ -573,3 +589,11 @@ GELU_PRODUCT(gp_plain_tn_o, GP_PLAIN, false, 3, 2)
 GELU_PRODUCT(gp_gelu_tn_o, GP_GELU, false, 3, 2)
 GELU_PRODUCT(gp_plain_nn_o, GP_PLAIN, true, 3, 2)
 GELU_PRODUCT(gp_dgelu_nn_o, GP_DGELU, true, 2, 2)
+// the products alone (EP 3, timing only; `store` writes form 0's output for the check): three and four stages, clusters
+// of two, big boxes; and the overlapped epilogue with big boxes
+GELU_PRODUCT(gp_plain_tn_x, GP_PLAIN, false, 3, 3)
+GELU_PRODUCT(gp_plain_tn_x4, GP_PLAIN, false, 4, 3)
+GELU_PRODUCT_C2(gp_plain_tn_c2x, GP_PLAIN, false, 4, 3)
+GELU_PRODUCT_BB(gp_plain_tn_bx4, GP_PLAIN, 4, 3)
+GELU_PRODUCT_BB(gp_plain_tn_bo, GP_PLAIN, 3, 2)
+GELU_PRODUCT_BB(gp_gelu_tn_bo, GP_GELU, 3, 2)

@@ -16,6 +16,7 @@ and cuBLASLt's fastest plans):
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -26,11 +27,16 @@ CU_FILE = HERE / "gelu_product_probe.cu"
 TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GELU_TABLE_SIZE, u16 / float32
 STAGE_BYTES = 6 * 8192       # a ring stage: 2 + 4 boxes of 8 KB
 # the staging of an epilogue form: none (0, direct), a half tile a consumer warpgroup (1), the full tile (2); padded rows
-STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16)}
+STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16), 3: 0}
 BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
+# GP_PROFILE=form,form,...: run each named form once inside cudaProfilerStart/Stop after the checks, and time nothing
+# (side_call.sh's gpncu stage runs the probe so under Nsight Compute, "fwd product" being cuBLAS's)
+PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
-# consumers, 2 overlapped: written out by the producer warpgroup's idle warps)
+# consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
+# with form 0's stores; then big boxes: A and B a box each a stage, where BIG_BOXES names them)
+BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo"}
 KERNELS = {
     "gp_plain_tn": ("plain", False, 1, 4, 0), "gp_plain_tn_c2": ("plain", False, 2, 4, 0),
     "gp_plain_tn_d3": ("plain", False, 1, 3, 0), "gp_plain_tn_s": ("plain", False, 1, 3, 1),
@@ -38,6 +44,9 @@ KERNELS = {
     "gp_dgelu_nn_s": ("dgelu", True, 1, 3, 1), "gp_plain_tn_c2s": ("plain", False, 2, 3, 1),
     "gp_plain_tn_o": ("plain", False, 1, 3, 2), "gp_gelu_tn_o": ("gelu", False, 1, 3, 2),
     "gp_plain_nn_o": ("plain", True, 1, 3, 2), "gp_dgelu_nn_o": ("dgelu", True, 1, 2, 2),
+    "gp_plain_tn_x": ("plain", False, 1, 3, 3), "gp_plain_tn_x4": ("plain", False, 1, 4, 3),
+    "gp_plain_tn_c2x": ("plain", False, 2, 4, 3), "gp_plain_tn_bx4": ("plain", False, 1, 4, 3),
+    "gp_plain_tn_bo": ("plain", False, 1, 3, 2), "gp_gelu_tn_bo": ("gelu", False, 1, 3, 2),
 }
 
 
@@ -111,7 +120,9 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         raise ValueError(f"{model}: ({M}, {N}, {K}) is not a multiple of the tile ({BM}, {BN}, {BK})")
     tab_fwd, tab_bwd = gelu_kernels.tables(KIND_BF16)
     maps = {"x": tma.encode(t["x"], rows, C, "bfloat16"), "w_fc": tma.encode(t["w_fc"], N, C, "bfloat16"),
-            "dy": tma.encode(t["dy"], rows, C, "bfloat16"), "w_proj": tma.encode(t["w_proj"], C, N, "bfloat16")}
+            "dy": tma.encode(t["dy"], rows, C, "bfloat16"), "w_proj": tma.encode(t["w_proj"], C, N, "bfloat16"),
+            "x big": tma.encode(t["x"], rows, C, "bfloat16", box_rows=BM),
+            "w_fc big": tma.encode(t["w_fc"], N, C, "bfloat16", box_rows=BN)}
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     tiles = (M // BM) * (N // BN)
     null = np.uint64(0)
@@ -126,10 +137,12 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         grids[name] = (cluster * min(fit, tiles // cluster),)
     print(f"{model:12} grids: " + ", ".join(f"{k} {g[0]}" for k, g in grids.items()), flush=True)
 
-    def launch(name, a, b, out, aux, table, lbo=0, sbo=0):
+    def launch(name, a, b, out, aux, table, lbo=0, sbo=0, store=1):
         epilogue, _, _, stages, form = KERNELS[name]
+        if name in BIG_BOXES:
+            a, b = a + " big", b + " big"
         kerns[name](grids[name], (384,), (maps[a], maps[b], out, aux, table, np.int32(M), np.int32(N), np.int32(K),
-                                          np.uint32(lbo), np.uint32(sbo)),
+                                          np.uint32(lbo), np.uint32(sbo), np.int32(store)),
                     shared_mem=shared_bytes(epilogue, stages, form))
 
     x32 = bf16_to_f32(cp.asnumpy(t["x"])).astype(np.float32)
@@ -155,7 +168,8 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
                 plain_tn[...] = o1
             c = {"passed": bad == 0 and bool((o1 == plain_tn).all()), "violations": bad, "worst_ulps": worst,
                  "bits_equal_to_cublas": float((o1 == t["h"]).mean()), "bits_equal_to_first": bool((o1 == plain_tn).all())}
-            calls[name] = lambda n=name: launch(n, "x", "w_fc", o1, null, null)
+            # form 3 is timed without its stores: what its products cost alone (checked above with them)
+            calls[name] = lambda n=name, st=int(KERNELS[name][4] != 3): launch(n, "x", "w_fc", o1, null, null, store=st)
         elif epilogue == "gelu":
             launch(name, "x", "w_fc", o2, aux, tab_fwd)
             gelu_kernels.launch_forward(want, aux, KIND_BF16, KIND_BF16, by_table=True)
@@ -187,6 +201,19 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     for name, fn in calls.items():
         if checks[name]["passed"]:
             forms[name] = fn
+    if PROFILE:   # under Nsight Compute (--profile-from-start off): one launch of each named form, nothing timed
+        for name in PROFILE:
+            if name not in forms:
+                print(f"{model:12} profile: no form {name!r} (not checked, or failed); have {', '.join(forms)}")
+                continue
+            forms[name]()   # once outside the profiled range: first-launch costs stay out
+            cp.cuda.runtime.deviceSynchronize()
+            cp.cuda.profiler.start()
+            forms[name]()
+            cp.cuda.runtime.deviceSynchronize()
+            cp.cuda.profiler.stop()
+            print(f"{model:12} profiled {name}", flush=True)
+        return recs
     med, times = gep.timed(forms, rounds, reps)
     for n in forms:
         flops = 0 if "kernel" in n else 2 * M * N * K

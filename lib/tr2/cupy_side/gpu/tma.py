@@ -16,6 +16,7 @@ import ctypes
 import numpy as np
 
 BOX = 64   # rows and columns of a box: one head's 64 halves a row, 128 bytes, the 128B swizzle's row
+BOX_ROWS_MAX = 256   # cuTensorMapEncodeTiled: every box dimension at most 256 elements
 
 # cuda.h (CUDA 12.0 on): CUtensorMapDataType, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
 # CUtensorMapFloatOOBfill
@@ -41,6 +42,8 @@ def tensor_map_args(rows: int, cols: int, box_rows: int = BOX, box_cols: int = B
         raise ValueError(f"tensor map: a row of {cols} x {elem_bytes} bytes is not a multiple of 16 bytes")
     if box_cols * elem_bytes > 128:
         raise ValueError("tensor map: a 128B-swizzled box row is at most 128 bytes")
+    if not 1 <= box_rows <= BOX_ROWS_MAX:
+        raise ValueError(f"tensor map: box_rows {box_rows}; allowed are 1 to {BOX_ROWS_MAX} (the driver's bound)")
     if cols < box_cols:
         raise ValueError(f"tensor map of a ({rows}, {cols}) matrix: at least {box_cols} columns, a box's")
     return (cols, rows), (stride,), (box_cols, box_rows), (1, 1)
@@ -71,18 +74,22 @@ def _driver():
     return _encode
 
 
-def encode(matrix, rows: int, cols: int, dtype: str, planes: int = 0) -> np.void:
+def encode(matrix, rows: int, cols: int, dtype: str, planes: int = 0, box_rows: int = BOX) -> np.void:
     """The map of the device half matrix `matrix` (rows x cols, row-major, uint16 bits of `dtype`) as the 128-byte
-    kernel argument; with `planes`, of a (planes, rows, cols) array read a plane at a time (tensor_map_args_3d)."""
+    kernel argument; with `planes`, of a (planes, rows, cols) array read a plane at a time (tensor_map_args_3d);
+    `box_rows` rows a box (2-D maps only: in shared memory a box of R rows is R / 64 boxes of 64 one after another)."""
     if dtype not in DATA_TYPE:
         raise ValueError(f"tensor map of {dtype!r}: allowed are {', '.join(DATA_TYPE)}")
+    if planes and box_rows != BOX:
+        raise ValueError(f"tensor map of {planes} planes: box_rows {box_rows}; a plane map's boxes are {BOX} rows")
     shape = (planes, rows, cols) if planes else (rows, cols)
     if matrix.size != int(np.prod(shape)) or matrix.itemsize != 2 or not matrix.flags.c_contiguous:
         raise ValueError(f"tensor map: a contiguous {shape} array of 2-byte elements, not {matrix.shape} "
                          f"of {matrix.dtype}")
     if matrix.data.ptr % 16:
         raise ValueError("tensor map: the matrix must start on a 16-byte boundary")
-    gdim, gstride, box, estride = tensor_map_args_3d(planes, rows, cols) if planes else tensor_map_args(rows, cols)
+    gdim, gstride, box, estride = (tensor_map_args_3d(planes, rows, cols) if planes
+                                   else tensor_map_args(rows, cols, box_rows=box_rows))
     n = len(gdim)
     buf = (ctypes.c_uint64 * 24)()   # room to place the 128 bytes on a 64-byte boundary
     at = (ctypes.addressof(buf) + 63) & ~63
