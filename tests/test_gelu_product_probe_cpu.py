@@ -43,7 +43,24 @@ def test_shared_memory_fits_a_hopper_block(name):
     need = gpp.shared_bytes(epilogue, stages, form)
     # 227 KB is the most a block may ask for on sm_90, with the 80 bytes of static barriers (ptxas: "80 bytes smem")
     assert need + 80 <= 227 * 1024
-    assert need >= stages * gpp.STAGE_BYTES + gpp.TABLE_BYTES[epilogue] + gpp.STAGING_BYTES[form] + 1023
+    assert need >= stages * gpp.STAGE_BYTES + gpp.TABLE_BYTES[epilogue] + gpp.staging_bytes(epilogue, form) + 1023
+
+
+def test_the_quarter_box_swizzle_is_a_permutation_and_conflict_free_from_the_fragments():
+    # every 4-byte pair of the 64 x 64 box has its own place, and a warp's 32 stores of one fragment register pair
+    # (lane = 4 g + t: row g (+ 8 e, + 16 warp), columns 8 j + 2 t) fall on 32 different banks
+    places = {gpp.swizzled_byte(r, c) for r in range(64) for c in range(0, 64, 2)}
+    assert places == set(range(0, 64 * 128, 4))
+    for warp in range(4):
+        for e in range(2):
+            for j in range(8):
+                banks = {gpp.swizzled_byte(16 * warp + g + 8 * e, 8 * j + 2 * t) // 4 % 32 for g in range(8)
+                         for t in range(4)}
+                assert len(banks) == 32
+
+
+def test_form_4_staging_is_two_boxes_a_warpgroup_four_with_gelu():
+    assert gpp.staging_bytes("plain", 4) == 2 * 2 * 8192 and gpp.staging_bytes("gelu", 4) == 2 * 4 * 8192
 
 
 def test_every_kernel_of_the_cu_is_listed():

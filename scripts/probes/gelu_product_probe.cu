@@ -31,6 +31,12 @@
 //     out while the tensor cores work.
 //   3 none (timing only): the products and nothing after them, unless `store` (then the direct stores of form 0, which
 //     the check reads): what the ring and the products alone take, the bound of every epilogue form.
+//   4 by the copy engine: each consumer warpgroup stages a quarter of its 64 x 256 results at a time (64 x 64, one
+//     8 KB box, 128B-swizzled as TMA expects, conflict-free from the fragments) and one of its threads hands the box
+//     to a TMA store; two boxes a warpgroup (GELU: two more for gelu(aux)) alternate, so a quarter waits only for the
+//     copy engine to have read the box before last. No thread writes global memory: call 1 of results/h200-perf-
+//     20261203i had the products alone (form 3) at x0.90 of cuBLAS's time where every form with an epilogue was
+//     x1.10, so the epilogue is the whole gap.
 // BB (big boxes): a stage's A as one 128-row box and B as one 256-row box (two copies a stage instead of six; the
 //   shared layout is the same: a box of R rows of 128 bytes is R / 64 boxes of 64 rows one after another). K-major B
 //   only.
@@ -412,15 +418,86 @@ __device__ __forceinline__ void gp_write_tile(u32 stg, u16* __restrict__ out, u1
     }
 }
 
+// ---- form 4: TMA stores from swizzled staging boxes ----
+constexpr unsigned GP_QBOX = 64 * 64 * 2;   // a quarter of a consumer warpgroup's results: 64 rows x 64 columns
+__device__ __forceinline__ void gp_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void gp_tma_store(const GpMap* map, u32 src, int col, int row) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                 ::"l"((u64)map), "r"(col), "r"(row), "r"(src) : "memory");
+}
+__device__ __forceinline__ void gp_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// at most N of this thread's committed store groups still reading shared memory
+template <int N>
+__device__ __forceinline__ void gp_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void gp_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// The byte of (row r, column col) of a 64 x 64 bf16 box in the 128B swizzle: the 16-byte chunk col / 8 of row r sits at
+// chunk (col / 8) ^ (r % 8). From the fragments (r % 8 = g, col = 8 j + 2 t) a warp's 32 stores hit 32 banks.
+__device__ __forceinline__ u32 gp_swz(u32 box, int r, int col) {
+    return box + r * 128 + ((((col >> 3) ^ r) & 7) << 4) + (col & 7) * 2;
+}
+
+// Quarter q (columns 64 q ..) of the warpgroup's accumulators into box h (the bf16 product) and, for GELU, box y
+// (gelu of it: by the table when all 32 of the thread's codes are in it, else computed, gelu.cu's rule).
+template <int EPI>
+__device__ __forceinline__ void gp_stage_quarter(const float (&d)[32][4], int q, u32 h, u32 y, u32 tab, int warp, int g,
+                                                 int t) {
+    u32 v[8][2];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) v[j][e] = pack2<KIND_BF16>(d[8 * q + j][2 * e], d[8 * q + j][2 * e + 1]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+            asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(h, 16 * warp + g + 8 * e, 8 * j + 2 * t)), "r"(v[j][e])
+                         : "memory");
+    if constexpr (EPI == GP_GELU) {
+        u32 idx[8][2][2];
+        bool tabulated = true;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                idx[j][e][0] = gelu_table_index(v[j][e] & 0xFFFFu);
+                idx[j][e][1] = gelu_table_index(v[j][e] >> 16);
+                tabulated &= idx[j][e][0] < GELU_TABLE_SIZE && idx[j][e][1] < GELU_TABLE_SIZE;
+            }
+        if (tabulated) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    v[j][e] = gp_lds_u16(tab + 2 * idx[j][e][0]) | (gp_lds_u16(tab + 2 * idx[j][e][1]) << 16);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    v[j][e] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] & 0xFFFFu)))) |
+                              ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] >> 16)))) << 16);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(y, 16 * warp + g + 8 * e, 8 * j + 2 * t)),
+                             "r"(v[j][e]) : "memory");
+    }
+}
+
 template <int EPI>
 __host__ __device__ constexpr unsigned gp_table_bytes() {
     return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
 }
 
 template <int EPI, bool B_MN, int CL, int GP_STAGES, int EP, bool BB = false>
-__device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __restrict__ out, u16* __restrict__ aux,
-                             const void* __restrict__ table, int M, int N, int K, u32 b_lbo, u32 b_sbo, int store) {
+__device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap* map_out, const GpMap* map_aux,
+                             u16* __restrict__ out, u16* __restrict__ aux, const void* __restrict__ table, int M, int N,
+                             int K, u32 b_lbo, u32 b_sbo, int store) {
     static_assert(!BB || (!B_MN && CL == 1), "big boxes: K-major B, one block");
+    static_assert(EP != 4 || (CL == 1 && EPI != GP_DGELU), "form 4: one block; plain and GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
@@ -496,7 +573,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
         if constexpr (EP != 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
         float d[32][4];
-        int it = 0, ti = 0;
+        int it = 0, ti = 0, qq = 0;   // qq: form 4's quarters staged so far by this warpgroup
         auto release = [&](int s) {
             if (lane == 0) {
                 gp_arrive(&empty[s]);
@@ -538,6 +615,26 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
                 __syncwarp();
                 if (lane == 0) gp_arrive(&staged_bar);
                 ++ti;
+            } else if constexpr (EP == 4) {
+                constexpr int BOXES = EPI == GP_GELU ? 4 : 2;   // [2][product, gelu]
+                const u32 mine = gp_saddr(staging) + c * BOXES * GP_QBOX, tab = gp_saddr(gp_smem);
+                const bool lead = (tid & 127) == 0;
+#pragma unroll
+                for (int q = 0; q < 4; ++q, ++qq) {
+                    const u32 h = mine + (qq & 1) * (BOXES / 2) * GP_QBOX, y = h + GP_QBOX;
+                    if (qq >= 2) {   // the copy engine has read this pair of boxes (two quarters ago) before it changes
+                        if (lead) gp_bulk_wait_read<1>();
+                        gp_wg_sync(c);
+                    }
+                    gp_stage_quarter<EPI>(d, q, h, y, tab, warp, g, t);
+                    gp_fence_async_smem();
+                    gp_wg_sync(c);
+                    if (lead) {
+                        gp_tma_store(EPI == GP_GELU ? map_aux : map_out, h, n0 + 64 * q, m0 + 64 * c);
+                        if constexpr (EPI == GP_GELU) gp_tma_store(map_out, y, n0 + 64 * q, m0 + 64 * c);
+                        gp_bulk_commit();
+                    }
+                }
             } else if constexpr (EP == 1) {
                 unsigned char* stg = staging + c * GP_STAGING;
                 gp_epilogue_half<EPI, 0>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
@@ -553,25 +650,31 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, u16* __rest
             }
         }
     }
+    // form 4: the staging stays in use until the copy engine's last stores are done
+    if constexpr (EP == 4)
+        if (wg > 0 && (tid & 127) == 0) gp_bulk_wait_all();
     // no block leaves while its peer may still copy into it or arrive on its barriers
     if constexpr (CL == 2) gp_cluster_sync();
 }
 
 #define GELU_PRODUCT_ARGS                                                                                         \
-    (const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, u16* out, u16* aux, const void* table, \
-     int M, int N, int K, u32 b_lbo, u32 b_sbo, int store)
+    (const __grid_constant__ GpMap map_a, const __grid_constant__ GpMap map_b, const __grid_constant__ GpMap map_out,  \
+     const __grid_constant__ GpMap map_aux, u16* out, u16* aux, const void* table, int M, int N, int K, u32 b_lbo,    \
+     u32 b_sbo, int store)
+#define GELU_PRODUCT_CALL(EPI, B_MN, CL, STAGES, EP, BB)                                                          \
+    gelu_product<EPI, B_MN, CL, STAGES, EP, BB>(&map_a, &map_b, &map_out, &map_aux, out, aux, table, M, N, K,     \
+                                                b_lbo, b_sbo, store)
 #define GELU_PRODUCT(NAME, EPI, B_MN, STAGES, EP)                                                                 \
     extern "C" __global__ void __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {                                 \
-        gelu_product<EPI, B_MN, 1, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo, store);    \
+        GELU_PRODUCT_CALL(EPI, B_MN, 1, STAGES, EP, false);                                                       \
     }
 #define GELU_PRODUCT_BB(NAME, EPI, STAGES, EP)                                                                    \
     extern "C" __global__ void __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {                                 \
-        gelu_product<EPI, false, 1, STAGES, EP, true>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo,     \
-                                                      store);                                                     \
+        GELU_PRODUCT_CALL(EPI, false, 1, STAGES, EP, true);                                                       \
     }
 #define GELU_PRODUCT_C2(NAME, EPI, B_MN, STAGES, EP)                                                              \
     extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) NAME GELU_PRODUCT_ARGS {       \
-        gelu_product<EPI, B_MN, 2, STAGES, EP>(&map_a, &map_b, out, aux, table, M, N, K, b_lbo, b_sbo, store);    \
+        GELU_PRODUCT_CALL(EPI, B_MN, 2, STAGES, EP, false);                                                       \
     }
 // the first run's forms: 4 stages, the epilogue stored straight from the fragments (one block, and clusters of two)
 GELU_PRODUCT(gp_plain_tn, GP_PLAIN, false, 4, 0)
@@ -597,3 +700,9 @@ GELU_PRODUCT_C2(gp_plain_tn_c2x, GP_PLAIN, false, 4, 3)
 GELU_PRODUCT_BB(gp_plain_tn_bx4, GP_PLAIN, 4, 3)
 GELU_PRODUCT_BB(gp_plain_tn_bo, GP_PLAIN, 3, 2)
 GELU_PRODUCT_BB(gp_gelu_tn_bo, GP_GELU, 3, 2)
+// form 4, the TMA-store epilogue: four stages plain (two 8 KB boxes a warpgroup), three with GELU (four boxes and the table)
+GELU_PRODUCT(gp_plain_tn_t, GP_PLAIN, false, 4, 4)
+GELU_PRODUCT(gp_plain_nn_t, GP_PLAIN, true, 4, 4)
+GELU_PRODUCT(gp_gelu_tn_t, GP_GELU, false, 3, 4)
+GELU_PRODUCT_BB(gp_plain_tn_bt, GP_PLAIN, 4, 4)
+GELU_PRODUCT_BB(gp_gelu_tn_bt, GP_GELU, 3, 4)

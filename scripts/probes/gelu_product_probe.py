@@ -28,6 +28,7 @@ TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GE
 STAGE_BYTES = 6 * 8192       # a ring stage: 2 + 4 boxes of 8 KB
 # the staging of an epilogue form: none (0, direct), a half tile a consumer warpgroup (1), the full tile (2); padded rows
 STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16), 3: 0}
+QBOX = 64 * 64 * 2           # form 4: a staged quarter box; two a consumer warpgroup, four with GELU (its gelu too)
 BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
 # GP_PROFILE=form,form,...: run each named form once inside cudaProfilerStart/Stop after the checks, and time nothing
@@ -35,8 +36,9 @@ MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B
 PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
-# with form 0's stores; then big boxes: A and B a box each a stage, where BIG_BOXES names them)
-BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo"}
+# with form 0's stores, 4 TMA stores from swizzled quarter boxes; then big boxes: A and B a box each a stage, where
+# BIG_BOXES names them)
+BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
     "gp_plain_tn": ("plain", False, 1, 4, 0), "gp_plain_tn_c2": ("plain", False, 2, 4, 0),
     "gp_plain_tn_d3": ("plain", False, 1, 3, 0), "gp_plain_tn_s": ("plain", False, 1, 3, 1),
@@ -47,13 +49,26 @@ KERNELS = {
     "gp_plain_tn_x": ("plain", False, 1, 3, 3), "gp_plain_tn_x4": ("plain", False, 1, 4, 3),
     "gp_plain_tn_c2x": ("plain", False, 2, 4, 3), "gp_plain_tn_bx4": ("plain", False, 1, 4, 3),
     "gp_plain_tn_bo": ("plain", False, 1, 3, 2), "gp_gelu_tn_bo": ("gelu", False, 1, 3, 2),
+    "gp_plain_tn_t": ("plain", False, 1, 4, 4), "gp_plain_nn_t": ("plain", True, 1, 4, 4),
+    "gp_gelu_tn_t": ("gelu", False, 1, 3, 4), "gp_plain_tn_bt": ("plain", False, 1, 4, 4),
+    "gp_gelu_tn_bt": ("gelu", False, 1, 3, 4),
 }
+
+
+def staging_bytes(epilogue: str, form: int) -> int:
+    """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
+    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form == 4 else STAGING_BYTES[form]
 
 
 def shared_bytes(epilogue: str, stages: int = 4, form: int = 0) -> int:
     """Dynamic shared memory of a launch: the table at a 1 KB boundary, the ring, the epilogue form's staging, 1 KB
     for the base's alignment."""
-    return (TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + stages * STAGE_BYTES + STAGING_BYTES[form] + 1024
+    return (TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + stages * STAGE_BYTES + staging_bytes(epilogue, form) + 1024
+
+
+def swizzled_byte(r: int, col: int) -> int:
+    """gp_swz of the .cu: the byte of (row r, column col) in a 64 x 64 bf16 box under TMA's 128B swizzle."""
+    return r * 128 + ((((col >> 3) ^ r) & 7) << 4) + (col & 7) * 2
 
 
 def shape_ok(M: int, N: int, K: int) -> bool:
@@ -141,8 +156,11 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         epilogue, _, _, stages, form = KERNELS[name]
         if name in BIG_BOXES:
             a, b = a + " big", b + " big"
-        kerns[name](grids[name], (384,), (maps[a], maps[b], out, aux, table, np.int32(M), np.int32(N), np.int32(K),
-                                          np.uint32(lbo), np.uint32(sbo), np.int32(store)),
+        # form 4 stores through maps of the output buffers (made once below); the other forms ignore these two
+        map_out = out_maps.get(int(out.data.ptr), maps[a]) if form == 4 else maps[a]
+        map_aux = out_maps.get(int(aux.data.ptr), maps[a]) if form == 4 and aux is not null else maps[a]
+        kerns[name](grids[name], (384,), (maps[a], maps[b], map_out, map_aux, out, aux, table, np.int32(M),
+                                          np.int32(N), np.int32(K), np.uint32(lbo), np.uint32(sbo), np.int32(store)),
                     shared_mem=shared_bytes(epilogue, stages, form))
 
     x32 = bf16_to_f32(cp.asnumpy(t["x"])).astype(np.float32)
@@ -153,6 +171,7 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     ref_b = cp.asnumpy(cp.asarray(dy32) @ cp.asarray(wproj32))
 
     o1, o2, aux = (cp.full((M, N), 0xFFFF, dtype=cp.uint16) for _ in range(3))   # poisoned: NaN codes
+    out_maps = {int(b.data.ptr): tma.encode(b, M, N, "bfloat16") for b in (o1, o2, aux)}
     want = cp.full_like(o2, 0xFFFF)
     # the reference bits of our products: the first form's (every form's products add in the same order)
     plain_tn, plain_nn = cp.full_like(o1, 0xFFFF), cp.full_like(o1, 0xFFFF)
