@@ -37,6 +37,10 @@
 //     copy engine to have read the box before last. No thread writes global memory: call 1 of results/h200-perf-
 //     20261203i had the products alone (form 3) at x0.90 of cuBLAS's time where every form with an epilogue was
 //     x1.10, so the epilogue is the whole gap.
+//   5 form 4 with the two consumer warpgroups' epilogues taken in turns (named barriers 3 and 4): the second waits for
+//     the first's epilogue of a tile before its own, the first for the second's of the tile before, so that one
+//     warpgroup's products keep the tensor cores busy while the other stages and stores (the ring lets the leader run
+//     up to its stages ahead); form 4 had the tensor pipe idle while both warpgroups staged (call 2).
 // BB (big boxes): a stage's A as one 128-row box and B as one 256-row box (two copies a stage instead of six; the
 //   shared layout is the same: a box of R rows of 128 bytes is R / 64 boxes of 64 rows one after another). K-major B
 //   only.
@@ -430,6 +434,9 @@ __device__ __forceinline__ void gp_bulk_commit() { asm volatile("cp.async.bulk.c
 template <int N>
 __device__ __forceinline__ void gp_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void gp_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// form 5's turns: barrier ID of the two consumer warpgroups (256 threads), one side arrives, the other waits
+__device__ __forceinline__ void gp_named_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void gp_named_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 
 // The byte of (row r, column col) of a 64 x 64 bf16 box in the 128B swizzle: the 16-byte chunk col / 8 of row r sits at
 // chunk (col / 8) ^ (r % 8). From the fragments (r % 8 = g, col = 8 j + 2 t) a warp's 32 stores hit 32 banks.
@@ -497,7 +504,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                              u16* __restrict__ out, u16* __restrict__ aux, const void* __restrict__ table, int M, int N,
                              int K, u32 b_lbo, u32 b_sbo, int store) {
     static_assert(!BB || (!B_MN && CL == 1), "big boxes: K-major B, one block");
-    static_assert(EP != 4 || (CL == 1 && EPI != GP_DGELU), "form 4: one block; plain and GELU");
+    static_assert((EP != 4 && EP != 5) || (CL == 1 && EPI != GP_DGELU), "forms 4 and 5: one block; plain and GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
@@ -615,7 +622,12 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 __syncwarp();
                 if (lane == 0) gp_arrive(&staged_bar);
                 ++ti;
-            } else if constexpr (EP == 4) {
+            } else if constexpr (EP == 4 || EP == 5) {
+                const bool more = u + clusters < units;   // another tile follows for this block
+                if constexpr (EP == 5) {
+                    if (c == 1) gp_named_sync(3);             // after warpgroup 0's epilogue of this tile
+                    else if (ti > 0) gp_named_sync(4);        // after warpgroup 1's epilogue of the tile before
+                }
                 constexpr int BOXES = EPI == GP_GELU ? 4 : 2;   // [2][product, gelu]
                 const u32 mine = gp_saddr(staging) + c * BOXES * GP_QBOX, tab = gp_saddr(gp_smem);
                 const bool lead = (tid & 127) == 0;
@@ -635,6 +647,11 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                         gp_bulk_commit();
                     }
                 }
+                if constexpr (EP == 5) {
+                    if (c == 0) gp_named_arrive(3);
+                    else if (more) gp_named_arrive(4);   // no arrival the other warpgroup would not wait for
+                }
+                ++ti;
             } else if constexpr (EP == 1) {
                 unsigned char* stg = staging + c * GP_STAGING;
                 gp_epilogue_half<EPI, 0>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
@@ -651,7 +668,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
         }
     }
     // form 4: the staging stays in use until the copy engine's last stores are done
-    if constexpr (EP == 4)
+    if constexpr (EP == 4 || EP == 5)
         if (wg > 0 && (tid & 127) == 0) gp_bulk_wait_all();
     // no block leaves while its peer may still copy into it or arrive on its barriers
     if constexpr (CL == 2) gp_cluster_sync();
@@ -706,3 +723,7 @@ GELU_PRODUCT(gp_plain_nn_t, GP_PLAIN, true, 4, 4)
 GELU_PRODUCT(gp_gelu_tn_t, GP_GELU, false, 3, 4)
 GELU_PRODUCT_BB(gp_plain_tn_bt, GP_PLAIN, 4, 4)
 GELU_PRODUCT_BB(gp_gelu_tn_bt, GP_GELU, 3, 4)
+// form 5: form 4 with the consumer warpgroups' epilogues in turns
+GELU_PRODUCT(gp_plain_tn_tp, GP_PLAIN, false, 4, 5)
+GELU_PRODUCT(gp_plain_nn_tp, GP_PLAIN, true, 4, 5)
+GELU_PRODUCT(gp_gelu_tn_tp, GP_GELU, false, 3, 5)

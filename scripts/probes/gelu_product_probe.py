@@ -36,7 +36,8 @@ MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B
 PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
-# with form 0's stores, 4 TMA stores from swizzled quarter boxes; then big boxes: A and B a box each a stage, where
+# with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
+# epilogues in turns; then big boxes: A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -52,12 +53,14 @@ KERNELS = {
     "gp_plain_tn_t": ("plain", False, 1, 4, 4), "gp_plain_nn_t": ("plain", True, 1, 4, 4),
     "gp_gelu_tn_t": ("gelu", False, 1, 3, 4), "gp_plain_tn_bt": ("plain", False, 1, 4, 4),
     "gp_gelu_tn_bt": ("gelu", False, 1, 3, 4),
+    "gp_plain_tn_tp": ("plain", False, 1, 4, 5), "gp_plain_nn_tp": ("plain", True, 1, 4, 5),
+    "gp_gelu_tn_tp": ("gelu", False, 1, 3, 5),
 }
 
 
 def staging_bytes(epilogue: str, form: int) -> int:
     """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
-    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form == 4 else STAGING_BYTES[form]
+    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5) else STAGING_BYTES[form]
 
 
 def shared_bytes(epilogue: str, stages: int = 4, form: int = 0) -> int:
@@ -157,8 +160,8 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         if name in BIG_BOXES:
             a, b = a + " big", b + " big"
         # form 4 stores through maps of the output buffers (made once below); the other forms ignore these two
-        map_out = out_maps.get(int(out.data.ptr), maps[a]) if form == 4 else maps[a]
-        map_aux = out_maps.get(int(aux.data.ptr), maps[a]) if form == 4 and aux is not null else maps[a]
+        map_out = out_maps.get(int(out.data.ptr), maps[a]) if form in (4, 5) else maps[a]
+        map_aux = out_maps.get(int(aux.data.ptr), maps[a]) if form in (4, 5) and aux is not null else maps[a]
         kerns[name](grids[name], (384,), (maps[a], maps[b], map_out, map_aux, out, aux, table, np.int32(M),
                                           np.int32(N), np.int32(K), np.uint32(lbo), np.uint32(sbo), np.int32(store)),
                     shared_mem=shared_bytes(epilogue, stages, form))
