@@ -59,6 +59,23 @@ def test_the_quarter_box_swizzle_is_a_permutation_and_conflict_free_from_the_fra
                 assert len(banks) == 32
 
 
+def test_stmatrix_rows_are_the_fragments_rows_and_conflict_free():
+    # instruction j's matrix (lane // 8) row (lane % 8) is the 16 bytes of warp rows 16 w + 8 (mi % 2) + row, columns
+    # 8 (j + mi // 2) ..: the same places the 4-byte stores of the fragments go; each matrix's 8 rows on 8 chunk slots
+    for warp in range(4):
+        seen = set()
+        for j in (0, 2, 4, 6):
+            for mi in range(4):
+                rows = [gpp.stmatrix_row_byte(warp, 8 * mi + r, j) for r in range(8)]
+                assert len({b // 16 % 8 for b in rows}) == 8   # 8 rows x 16 bytes over all 32 banks
+                for r, b in enumerate(rows):
+                    row, col = 16 * warp + 8 * (mi % 2) + r, 8 * (j + mi // 2)
+                    assert b == gpp.swizzled_byte(row, col)
+                    assert {gpp.swizzled_byte(row, col + 2 * tt) for tt in range(4)} == {b, b + 4, b + 8, b + 12}
+                    seen.add(b)
+        assert len(seen) == 16 * 8   # the warp's 16 rows x 8 chunks of the box, each once
+
+
 def test_form_4_staging_is_two_boxes_a_warpgroup_four_with_gelu():
     assert gpp.staging_bytes("plain", 4) == 2 * 2 * 8192 and gpp.staging_bytes("gelu", 4) == 2 * 4 * 8192
 

@@ -41,6 +41,12 @@
 //     the first's epilogue of a tile before its own, the first for the second's of the tile before, so that one
 //     warpgroup's products keep the tensor cores busy while the other stages and stores (the ring lets the leader run
 //     up to its stages ahead); form 4 had the tensor pipe idle while both warpgroups staged (call 2).
+//   6 the whole tile staged at once: four boxes a consumer warpgroup (three ring stages for the room), one fence, one
+//     barrier and four TMA stores a tile; the boxes are reused a tile later, when the copy engine has long read them.
+//     `store` 0 leaves the stores out (timing only: what the staging alone costs).
+//   7 form 6 with the fragments staged by stmatrix (four 8 x 8 matrices an instruction: 16 a thread a tile instead of
+//     64 4-byte stores).
+//   8 form 4 with stmatrix.
 // BB (big boxes): a stage's A as one 128-row box and B as one 256-row box (two copies a stage instead of six; the
 //   shared layout is the same: a box of R rows of 128 bytes is R / 64 boxes of 64 rows one after another). K-major B
 //   only.
@@ -446,20 +452,37 @@ __device__ __forceinline__ u32 gp_swz(u32 box, int r, int col) {
 
 // Quarter q (columns 64 q ..) of the warpgroup's accumulators into box h (the bf16 product) and, for GELU, box y
 // (gelu of it: by the table when all 32 of the thread's codes are in it, else computed, gelu.cu's rule).
-template <int EPI>
+// A box's 16 n8 x 16-row fragment pairs of a warp by stmatrix: v[j][e] is row g + 8 e, columns 8 j + 2 t, 2 t + 1
+// of the warp's 16 rows; matrices (j, rows 0-7), (j, rows 8-15), (j + 1, rows 0-7), (j + 1, rows 8-15) an instruction,
+// lane l giving row l % 8 of matrix l / 8. A matrix row is one 16-byte chunk: eight rows, eight swizzled chunks, 32
+// banks.
+__device__ __forceinline__ void gp_stmatrix_box(const u32 (&v)[8][2], u32 box, int warp, int lane) {
+    const int mi = lane >> 3, r = 16 * warp + (lane & 7) + 8 * (mi & 1);
+#pragma unroll
+    for (int j = 0; j < 8; j += 2)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                     ::"r"(gp_swz(box, r, 8 * (j + (mi >> 1)))), "r"(v[j][0]), "r"(v[j][1]), "r"(v[j + 1][0]),
+                     "r"(v[j + 1][1]) : "memory");
+}
+
+template <int EPI, bool STM = false>
 __device__ __forceinline__ void gp_stage_quarter(const float (&d)[32][4], int q, u32 h, u32 y, u32 tab, int warp, int g,
-                                                 int t) {
+                                                 int t, int lane = 0) {
     u32 v[8][2];
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) v[j][e] = pack2<KIND_BF16>(d[8 * q + j][2 * e], d[8 * q + j][2 * e + 1]);
+    if constexpr (STM) {
+        gp_stmatrix_box(v, h, warp, lane);
+    } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-            asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(h, 16 * warp + g + 8 * e, 8 * j + 2 * t)), "r"(v[j][e])
-                         : "memory");
+            for (int e = 0; e < 2; ++e)
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(h, 16 * warp + g + 8 * e, 8 * j + 2 * t)),
+                             "r"(v[j][e]) : "memory");
+    }
     if constexpr (EPI == GP_GELU) {
         u32 idx[8][2][2];
         bool tabulated = true;
@@ -485,12 +508,16 @@ __device__ __forceinline__ void gp_stage_quarter(const float (&d)[32][4], int q,
                     v[j][e] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] & 0xFFFFu)))) |
                               ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] >> 16)))) << 16);
         }
+        if constexpr (STM) {
+            gp_stmatrix_box(v, y, warp, lane);
+        } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
-                asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(y, 16 * warp + g + 8 * e, 8 * j + 2 * t)),
-                             "r"(v[j][e]) : "memory");
+                for (int e = 0; e < 2; ++e)
+                    asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(y, 16 * warp + g + 8 * e, 8 * j + 2 * t)),
+                                 "r"(v[j][e]) : "memory");
+        }
     }
 }
 
@@ -504,7 +531,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                              u16* __restrict__ out, u16* __restrict__ aux, const void* __restrict__ table, int M, int N,
                              int K, u32 b_lbo, u32 b_sbo, int store) {
     static_assert(!BB || (!B_MN && CL == 1), "big boxes: K-major B, one block");
-    static_assert((EP != 4 && EP != 5) || (CL == 1 && EPI != GP_DGELU), "forms 4 and 5: one block; plain and GELU");
+    static_assert(EP < 4 || (CL == 1 && EPI != GP_DGELU), "forms 4-8: one block; plain and GELU");
+    static_assert((EP != 6 && EP != 7) || EPI == GP_PLAIN, "forms 6 and 7: plain");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
@@ -622,7 +650,25 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 __syncwarp();
                 if (lane == 0) gp_arrive(&staged_bar);
                 ++ti;
-            } else if constexpr (EP == 4 || EP == 5) {
+            } else if constexpr (EP == 6 || EP == 7) {
+                const u32 mine = gp_saddr(staging) + c * 4 * GP_QBOX;
+                const bool lead = (tid & 127) == 0;
+                if (ti > 0) {   // the copy engine has read the boxes of the tile before (issued a tile ago)
+                    if (lead) gp_bulk_wait_read<0>();
+                    gp_wg_sync(c);
+                }
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    gp_stage_quarter<EPI, EP == 7>(d, q, mine + q * GP_QBOX, 0, 0, warp, g, t, lane);
+                gp_fence_async_smem();
+                gp_wg_sync(c);
+                if (lead && store) {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) gp_tma_store(map_out, mine + q * GP_QBOX, n0 + 64 * q, m0 + 64 * c);
+                    gp_bulk_commit();
+                }
+                ++ti;
+            } else if constexpr (EP == 4 || EP == 5 || EP == 8) {
                 const bool more = u + clusters < units;   // another tile follows for this block
                 if constexpr (EP == 5) {
                     if (c == 1) gp_named_sync(3);             // after warpgroup 0's epilogue of this tile
@@ -638,7 +684,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                         if (lead) gp_bulk_wait_read<1>();
                         gp_wg_sync(c);
                     }
-                    gp_stage_quarter<EPI>(d, q, h, y, tab, warp, g, t);
+                    gp_stage_quarter<EPI, EP == 8>(d, q, h, y, tab, warp, g, t, lane);
                     gp_fence_async_smem();
                     gp_wg_sync(c);
                     if (lead) {
@@ -668,7 +714,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
         }
     }
     // form 4: the staging stays in use until the copy engine's last stores are done
-    if constexpr (EP == 4 || EP == 5)
+    if constexpr (EP >= 4)
         if (wg > 0 && (tid & 127) == 0) gp_bulk_wait_all();
     // no block leaves while its peer may still copy into it or arrive on its barriers
     if constexpr (CL == 2) gp_cluster_sync();
@@ -727,3 +773,9 @@ GELU_PRODUCT_BB(gp_gelu_tn_bt, GP_GELU, 3, 4)
 GELU_PRODUCT(gp_plain_tn_tp, GP_PLAIN, false, 4, 5)
 GELU_PRODUCT(gp_plain_nn_tp, GP_PLAIN, true, 4, 5)
 GELU_PRODUCT(gp_gelu_tn_tp, GP_GELU, false, 3, 5)
+// forms 6 and 7: the whole tile staged (st.shared, stmatrix), three stages beside its 64 KB; form 8: form 4 by stmatrix
+GELU_PRODUCT(gp_plain_tn_w, GP_PLAIN, false, 3, 6)
+GELU_PRODUCT(gp_plain_tn_wm, GP_PLAIN, false, 3, 7)
+GELU_PRODUCT(gp_plain_nn_wm, GP_PLAIN, true, 3, 7)
+GELU_PRODUCT(gp_plain_tn_tm, GP_PLAIN, false, 4, 8)
+GELU_PRODUCT(gp_gelu_tn_tm, GP_GELU, false, 3, 8)

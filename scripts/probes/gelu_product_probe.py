@@ -37,7 +37,8 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
 # with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
-# epilogues in turns; then big boxes: A and B a box each a stage, where
+# epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix; then
+# big boxes: A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -55,18 +56,33 @@ KERNELS = {
     "gp_gelu_tn_bt": ("gelu", False, 1, 3, 4),
     "gp_plain_tn_tp": ("plain", False, 1, 4, 5), "gp_plain_nn_tp": ("plain", True, 1, 4, 5),
     "gp_gelu_tn_tp": ("gelu", False, 1, 3, 5),
+    "gp_plain_tn_w": ("plain", False, 1, 3, 6), "gp_plain_tn_wm": ("plain", False, 1, 3, 7),
+    "gp_plain_nn_wm": ("plain", True, 1, 3, 7), "gp_plain_tn_tm": ("plain", False, 1, 4, 8),
+    "gp_gelu_tn_tm": ("gelu", False, 1, 3, 8),
 }
+# forms timed a second time with `store` 0 (their TMA stores left out: what their staging alone costs; not checked
+# that way, since nothing is written)
+WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm")
 
 
 def staging_bytes(epilogue: str, form: int) -> int:
     """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
-    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5) else STAGING_BYTES[form]
+    if form in (6, 7):   # the whole tile: four boxes a consumer warpgroup
+        return 2 * 4 * QBOX
+    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5, 8) else STAGING_BYTES[form]
 
 
 def shared_bytes(epilogue: str, stages: int = 4, form: int = 0) -> int:
     """Dynamic shared memory of a launch: the table at a 1 KB boundary, the ring, the epilogue form's staging, 1 KB
     for the base's alignment."""
     return (TABLE_BYTES[epilogue] + 1023) // 1024 * 1024 + stages * STAGE_BYTES + staging_bytes(epilogue, form) + 1024
+
+
+def stmatrix_row_byte(warp: int, lane: int, j: int) -> int:
+    """gp_stmatrix_box of the .cu: the swizzled byte where lane `lane` of `warp` points stmatrix's instruction j (0, 2,
+    4, 6): row lane % 8 of matrix lane / 8, matrices (j, rows 0-7), (j, 8-15), (j + 1, 0-7), (j + 1, 8-15)."""
+    mi = lane >> 3
+    return swizzled_byte(16 * warp + (lane & 7) + 8 * (mi & 1), 8 * (j + (mi >> 1)))
 
 
 def swizzled_byte(r: int, col: int) -> int:
@@ -160,8 +176,8 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         if name in BIG_BOXES:
             a, b = a + " big", b + " big"
         # form 4 stores through maps of the output buffers (made once below); the other forms ignore these two
-        map_out = out_maps.get(int(out.data.ptr), maps[a]) if form in (4, 5) else maps[a]
-        map_aux = out_maps.get(int(aux.data.ptr), maps[a]) if form in (4, 5) and aux is not null else maps[a]
+        map_out = out_maps.get(int(out.data.ptr), maps[a]) if form >= 4 else maps[a]
+        map_aux = out_maps.get(int(aux.data.ptr), maps[a]) if form >= 4 and aux is not null else maps[a]
         kerns[name](grids[name], (384,), (maps[a], maps[b], map_out, map_aux, out, aux, table, np.int32(M),
                                           np.int32(N), np.int32(K), np.uint32(lbo), np.uint32(sbo), np.int32(store)),
                     shared_mem=shared_bytes(epilogue, stages, form))
@@ -223,6 +239,9 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     for name, fn in calls.items():
         if checks[name]["passed"]:
             forms[name] = fn
+    for name in WITHOUT_STORES:
+        if checks.get(name, {}).get("passed"):
+            forms[name + " w/o stores"] = lambda n=name: launch(n, "x", "w_fc", o1, null, null, store=0)
     if PROFILE:   # under Nsight Compute (--profile-from-start off): one launch of each named form, nothing timed
         for name in PROFILE:
             if name not in forms:
@@ -253,6 +272,10 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         against = (sep_b if mn else sep_f) if epilogue != "plain" else med["bwd product" if mn else "fwd product"]
         what = "product + our GELU kernel" if epilogue != "plain" else "cuBLAS's product"
         print(f"{'':12} {name:16} {ms:.4f} ms, x{ms / against:.3f} of {what} ({ms - against:+.4f})", flush=True)
+    for name in WITHOUT_STORES:
+        ms = med.get(name + " w/o stores", nan)
+        print(f"{'':12} {name + ' w/o stores':16} {ms:.4f} ms, x{ms / med['fwd product']:.3f} of cuBLAS's product "
+              f"(timing only: nothing written)", flush=True)
     for form in ("s", "o"):
         fg, bg = med.get(f"gp_gelu_tn_{form}", nan), med.get(f"gp_dgelu_nn_{form}", nan)
         print(f"{'':12} the GELU products _{form} against product + kernel, a step x {meta['cfg'].n_layer} layers: "
