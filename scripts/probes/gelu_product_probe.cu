@@ -47,6 +47,11 @@
 //   7 form 6 with the fragments staged by stmatrix (four 8 x 8 matrices an instruction: 16 a thread a tile instead of
 //     64 4-byte stores).
 //   8 form 4 with stmatrix.
+//   9 deferred (plain): at a tile's end the consumers pack their accumulators into bf16 pairs (64 registers) and go
+//     straight on to the next tile's products; quarter q of the packed tile is staged and handed to a TMA store after
+//     k step q of the next tile is issued, under its products. Four boxes a warpgroup (one a quarter), three stages.
+//     Forms 4-8 stopped the tensor cores for the whole staging (call 4: staging without stores cost ~1 µs a tile).
+//  10 deferred GELU: the same with gelu of each quarter, a quarter every second k step; two pairs of boxes alternate.
 // BB (big boxes): a stage's A as one 128-row box and B as one 256-row box (two copies a stage instead of six; the
 //   shared layout is the same: a box of R rows of 128 bytes is R / 64 boxes of 64 rows one after another). K-major B
 //   only.
@@ -521,6 +526,82 @@ __device__ __forceinline__ void gp_stage_quarter(const float (&d)[32][4], int q,
     }
 }
 
+// Forms 9 and 10: quarter Q of the packed tile pk (pk[n][e]: row g + 8 e, columns 8 n + 2 t, 2 t + 1) staged by
+// stmatrix into box h (and, GELU, its gelu into box y: computed into pk in place, eight codes at a time, once the
+// quarter's own codes are staged, so that no copy of the quarter stays live beside pk and the next tile's
+// accumulators), fenced for the copy engine; the warpgroup's lead thread then stores it. WAIT_READ: how many of the
+// lead's store groups may still be reading shared memory when these boxes are written again.
+template <int Q>
+__device__ __forceinline__ void gp_stmatrix_quarter(const u32 (&pk)[32][2], u32 box, int warp, int lane) {
+    const int mi = lane >> 3, r = 16 * warp + (lane & 7) + 8 * (mi & 1);
+#pragma unroll
+    for (int j = 0; j < 8; j += 2)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                     ::"r"(gp_swz(box, r, 8 * (j + (mi >> 1)))), "r"(pk[8 * Q + j][0]), "r"(pk[8 * Q + j][1]),
+                     "r"(pk[8 * Q + j + 1][0]), "r"(pk[8 * Q + j + 1][1]) : "memory");
+}
+
+template <int EPI, int Q, int WAIT_READ>
+__device__ __forceinline__ void gp_deferred_quarter(u32 (&pk)[32][2], u32 h, u32 y, u32 tab, const GpMap* map_out,
+                                                    const GpMap* map_aux, int m0, int n0, int c, int warp, int lane,
+                                                    bool lead) {
+    if (lead) gp_bulk_wait_read<WAIT_READ>();
+    gp_wg_sync(c);
+    gp_stmatrix_quarter<Q>(pk, h, warp, lane);
+    if constexpr (EPI == GP_GELU) {
+#pragma unroll
+        for (int j = 8 * Q; j < 8 * Q + 8; j += 2) {
+            u32 idx[2][2][2];
+            bool tabulated = true;
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    idx[a][e][0] = gelu_table_index(pk[j + a][e] & 0xFFFFu);
+                    idx[a][e][1] = gelu_table_index(pk[j + a][e] >> 16);
+                    tabulated &= idx[a][e][0] < GELU_TABLE_SIZE && idx[a][e][1] < GELU_TABLE_SIZE;
+                }
+            if (tabulated) {
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        pk[j + a][e] = gp_lds_u16(tab + 2 * idx[a][e][0]) | (gp_lds_u16(tab + 2 * idx[a][e][1]) << 16);
+            } else {
+#pragma unroll
+                for (int a = 0; a < 2; ++a)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        pk[j + a][e] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(pk[j + a][e] & 0xFFFFu)))) |
+                                       ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(pk[j + a][e] >> 16)))) << 16);
+            }
+        }
+        gp_stmatrix_quarter<Q>(pk, y, warp, lane);
+    }
+    gp_fence_async_smem();
+    gp_wg_sync(c);
+    if (lead) {
+        gp_tma_store(EPI == GP_GELU ? map_aux : map_out, h, n0 + 64 * Q, m0 + 64 * c);
+        if constexpr (EPI == GP_GELU) gp_tma_store(map_out, y, n0 + 64 * Q, m0 + 64 * c);
+        gp_bulk_commit();
+    }
+}
+
+// Quarter q (run time) of the pending tile: the boxes of form 9 (one a quarter) or form 10 (pairs alternating).
+template <int EPI>
+__device__ __forceinline__ void gp_deferred_stage(int q, u32 (&pk)[32][2], u32 mine, u32 tab, const GpMap* map_out,
+                                                  const GpMap* map_aux, int m0, int n0, int c, int warp, int lane,
+                                                  bool lead) {
+    constexpr int W = EPI == GP_GELU ? 1 : 3;
+    const u32 h = EPI == GP_GELU ? mine + (q & 1) * 2 * GP_QBOX : mine + q * GP_QBOX, y = h + GP_QBOX;
+    switch (q) {
+    case 0: gp_deferred_quarter<EPI, 0, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    case 1: gp_deferred_quarter<EPI, 1, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    case 2: gp_deferred_quarter<EPI, 2, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    default: gp_deferred_quarter<EPI, 3, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    }
+}
+
 template <int EPI>
 __host__ __device__ constexpr unsigned gp_table_bytes() {
     return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
@@ -532,7 +613,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                              int K, u32 b_lbo, u32 b_sbo, int store) {
     static_assert(!BB || (!B_MN && CL == 1), "big boxes: K-major B, one block");
     static_assert(EP < 4 || (CL == 1 && EPI != GP_DGELU), "forms 4-8: one block; plain and GELU");
-    static_assert((EP != 6 && EP != 7) || EPI == GP_PLAIN, "forms 6 and 7: plain");
+    static_assert((EP != 6 && EP != 7 && EP != 9) || EPI == GP_PLAIN, "forms 6, 7 and 9: plain");
+    static_assert(EP != 10 || EPI == GP_GELU, "form 10: GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
@@ -609,6 +691,13 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
         const int c = wg - 1, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
         float d[32][4];
         int it = 0, ti = 0, qq = 0;   // qq: form 4's quarters staged so far by this warpgroup
+        // forms 9 and 10: the tile before, packed, and how many of its quarters are staged (4: none pending)
+        constexpr bool DEFERRED = EP == 9 || EP == 10;
+        constexpr int SPREAD = EP == 10 ? 2 : 1;   // a quarter every SPREAD k steps
+        u32 pk[DEFERRED ? 32 : 1][2];
+        int pm0 = 0, pn0 = 0, staged = 4;
+        const u32 mine = gp_saddr(staging) + c * 4 * GP_QBOX, tab = gp_saddr(gp_smem);
+        const bool lead = (tid & 127) == 0;
         auto release = [&](int s) {
             if (lane == 0) {
                 gp_arrive(&empty[s]);
@@ -634,10 +723,24 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 // the previous stage's products are done once at most this one is in flight: hand it back
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
                 if (kb > 0) release((it - 1) % GP_STAGES);
+                if constexpr (DEFERRED) {   // under this k step's products: a quarter of the tile before
+                    if (staged < 4 && kb == SPREAD * staged) {
+                        gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+                        ++staged;
+                    }
+                }
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             release((it - 1) % GP_STAGES);
-            if constexpr (EP == 2) {
+            if constexpr (DEFERRED) {
+                for (; staged < 4; ++staged)   // a short K left quarters of the tile before: now, before pk changes
+                    gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+#pragma unroll
+                for (int n = 0; n < 32; ++n)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) pk[n][e] = pack2<KIND_BF16>(d[n][2 * e], d[n][2 * e + 1]);
+                pm0 = m0, pn0 = n0, staged = 0;
+            } else if constexpr (EP == 2) {
                 if (ti > 0) gp_wait(&freed_bar, (ti - 1) & 1);   // the previous tile is out of the buffer
                 const u32 stg = gp_saddr(staging);
 #pragma unroll
@@ -712,6 +815,9 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 }
             }
         }
+        if constexpr (DEFERRED)   // the last tile's quarters
+            for (; staged < 4; ++staged)
+                gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
     }
     // form 4: the staging stays in use until the copy engine's last stores are done
     if constexpr (EP >= 4)
@@ -779,3 +885,7 @@ GELU_PRODUCT(gp_plain_tn_wm, GP_PLAIN, false, 3, 7)
 GELU_PRODUCT(gp_plain_nn_wm, GP_PLAIN, true, 3, 7)
 GELU_PRODUCT(gp_plain_tn_tm, GP_PLAIN, false, 4, 8)
 GELU_PRODUCT(gp_gelu_tn_tm, GP_GELU, false, 3, 8)
+// forms 9 and 10: the epilogue deferred under the next tile's products
+GELU_PRODUCT(gp_plain_tn_dp, GP_PLAIN, false, 3, 9)
+GELU_PRODUCT(gp_plain_nn_dp, GP_PLAIN, true, 3, 9)
+GELU_PRODUCT(gp_gelu_tn_dp, GP_GELU, false, 3, 10)

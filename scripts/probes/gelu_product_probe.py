@@ -38,7 +38,7 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
 # with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
 # epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix; then
-# big boxes: A and B a box each a stage, where
+# big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU: A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -59,6 +59,8 @@ KERNELS = {
     "gp_plain_tn_w": ("plain", False, 1, 3, 6), "gp_plain_tn_wm": ("plain", False, 1, 3, 7),
     "gp_plain_nn_wm": ("plain", True, 1, 3, 7), "gp_plain_tn_tm": ("plain", False, 1, 4, 8),
     "gp_gelu_tn_tm": ("gelu", False, 1, 3, 8),
+    "gp_plain_tn_dp": ("plain", False, 1, 3, 9), "gp_plain_nn_dp": ("plain", True, 1, 3, 9),
+    "gp_gelu_tn_dp": ("gelu", False, 1, 3, 10),
 }
 # forms timed a second time with `store` 0 (their TMA stores left out: what their staging alone costs; not checked
 # that way, since nothing is written)
@@ -67,7 +69,7 @@ WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm")
 
 def staging_bytes(epilogue: str, form: int) -> int:
     """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
-    if form in (6, 7):   # the whole tile: four boxes a consumer warpgroup
+    if form in (6, 7, 9, 10):   # four boxes a consumer warpgroup (10: two pairs)
         return 2 * 4 * QBOX
     return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5, 8) else STAGING_BYTES[form]
 
