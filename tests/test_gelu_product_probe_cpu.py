@@ -41,8 +41,8 @@ def test_an_element_never_written_fails():
 def test_shared_memory_fits_a_hopper_block(name):
     epilogue, _, _, stages, form = gpp.KERNELS[name]
     need = gpp.shared_bytes(epilogue, stages, form)
-    # 227 KB is the most a block may ask for on sm_90, with the 80 bytes of static barriers (ptxas: "80 bytes smem")
-    assert need + 80 <= 227 * 1024
+    # 227 KB is the most a block may ask for on sm_90, with the static barriers (ptxas: at most "112 bytes smem")
+    assert need + 112 <= 227 * 1024
     assert need >= stages * gpp.STAGE_BYTES + gpp.TABLE_BYTES[epilogue] + gpp.staging_bytes(epilogue, form) + 1023
 
 

@@ -52,6 +52,10 @@
 //     k step q of the next tile is issued, under its products. Four boxes a warpgroup (one a quarter), three stages.
 //     Forms 4-8 stopped the tensor cores for the whole staging (call 4: staging without stores cost ~1 µs a tile).
 //  10 deferred GELU: the same with gelu of each quarter, a quarter every second k step; two pairs of boxes alternate.
+//  11 deferred DGELU (MN-major B): quarter q of the tile before reads its pre-activation quarter from a box the copy
+//     engine loaded (quarters 0 and 1 while the tile's last k steps run, 2 and 3 once the box before them is stored),
+//     computes dx = bf16(c) t(x) into the packed registers, stages it over the pre-activation and stores it; two boxes
+//     a warpgroup alternate; a quarter every second k step.
 // BB (big boxes): a stage's A as one 128-row box and B as one 256-row box (two copies a stage instead of six; the
 //   shared layout is the same: a box of R rows of 128 bytes is R / 64 boxes of 64 rows one after another). K-major B
 //   only.
@@ -587,6 +591,66 @@ __device__ __forceinline__ void gp_deferred_quarter(u32 (&pk)[32][2], u32 h, u32
     }
 }
 
+// Form 11: quarter Q of the packed product pk, its pre-activation in box b (loaded by the copy engine: wait on hb),
+// dx = bf16(bf16(c) t(x)) into pk (gelu_backward_bf16_table's rule: the float32 table, else gelu_grad), then staged
+// over the pre-activation and stored.
+template <int Q>
+__device__ __forceinline__ void gp_dgelu_quarter(u32 (&pk)[32][2], u32 b, u64* hb, u32 parity, u32 tab,
+                                                 const float* table, const GpMap* map_out, int m0, int n0, int c,
+                                                 int warp, int lane, int g, int t, bool lead) {
+    gp_wait(hb, parity);
+#pragma unroll
+    for (int j = 8 * Q; j < 8 * Q + 8; j += 2) {
+        u32 x[2][2], idx[2][2][2];
+        bool tabulated = true;
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(x[a][e])
+                             : "r"(gp_swz(b, 16 * warp + g + 8 * e, 8 * (j + a - 8 * Q) + 2 * t)) : "memory");
+                idx[a][e][0] = gelu_table_index(x[a][e] & 0xFFFFu);
+                idx[a][e][1] = gelu_table_index(x[a][e] >> 16);
+                tabulated &= idx[a][e][0] < GELU_TABLE_SIZE && idx[a][e][1] < GELU_TABLE_SIZE;
+            }
+        if (tabulated) {
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    pk[j + a][e] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(pk[j + a][e] & 0xFFFFu)) *
+                                                        gp_lds_f32(tab + 4 * idx[a][e][0]),
+                                                    bf16_bits_to_f32((u16)(pk[j + a][e] >> 16)) *
+                                                        gp_lds_f32(tab + 4 * idx[a][e][1]));
+        } else {
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    pk[j + a][e] = gp_dgelu(pk[j + a][e] & 0xFFFFu, x[a][e] & 0xFFFFu, table) |
+                                   (gp_dgelu(pk[j + a][e] >> 16, x[a][e] >> 16, table) << 16);
+        }
+    }
+    gp_wg_sync(c);   // every thread has read its pre-activation before the box is written
+    gp_stmatrix_quarter<Q>(pk, b, warp, lane);
+    gp_fence_async_smem();
+    gp_wg_sync(c);
+    if (lead) {
+        gp_tma_store(map_out, b, n0 + 64 * Q, m0 + 64 * c);
+        gp_bulk_commit();
+    }
+}
+
+// Form 11's loads of pre-activation quarter q of the tile at (m0, n0) into box b (the lead thread, once the box's last
+// store has read it).
+__device__ __forceinline__ void gp_load_quarter(const GpMap* map_aux, u32 b, u64* hb, int q, int m0, int n0, int c) {
+    gp_bulk_wait_read<0>();
+    gp_expect(hb, GP_QBOX);
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(b), "l"((u64)map_aux), "r"(n0 + 64 * q), "r"(m0 + 64 * c), "r"(gp_saddr(hb)) : "memory");
+}
+
 // Quarter q (run time) of the pending tile: the boxes of form 9 (one a quarter) or form 10 (pairs alternating).
 template <int EPI>
 __device__ __forceinline__ void gp_deferred_stage(int q, u32 (&pk)[32][2], u32 mine, u32 tab, const GpMap* map_out,
@@ -612,9 +676,11 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                              u16* __restrict__ out, u16* __restrict__ aux, const void* __restrict__ table, int M, int N,
                              int K, u32 b_lbo, u32 b_sbo, int store) {
     static_assert(!BB || (!B_MN && CL == 1), "big boxes: K-major B, one block");
-    static_assert(EP < 4 || (CL == 1 && EPI != GP_DGELU), "forms 4-8: one block; plain and GELU");
+    static_assert(EP < 4 || CL == 1, "forms 4-11: one block");
     static_assert((EP != 6 && EP != 7 && EP != 9) || EPI == GP_PLAIN, "forms 6, 7 and 9: plain");
     static_assert(EP != 10 || EPI == GP_GELU, "form 10: GELU");
+    static_assert(EP != 11 || (EPI == GP_DGELU && CL == 1), "form 11: DGELU, one block");
+    static_assert(EP < 4 || EP == 11 || EPI != GP_DGELU, "forms 4-10: plain and GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
@@ -622,6 +688,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
     stages += ((gp_saddr(stages) + 1023u) & ~1023u) - gp_saddr(stages);   // the swizzle's 1024-byte alignment
     unsigned char* staging = stages + GP_STAGES * GP_STAGE;   // EP 1: GP_STAGING a consumer warpgroup; EP 2: GP_BM rows of GP_FPITCH
     __shared__ alignas(8) u64 staged_bar, freed_bar;          // EP 2's hand-over of the staging buffer
+    __shared__ alignas(8) u64 hbar[2][2];                      // EP 11: a consumer warpgroup's two boxes' loads
     const int tid = threadIdx.x, wg = tid >> 7;
     u32 rank = 0, cluster = blockIdx.x, clusters = gridDim.x;
     if constexpr (CL == 2) {
@@ -635,6 +702,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
             gp_bar_init(&empty[s], 8 * CL);   // the consumers' eight warps, of each block that reads the stage's B
         }
         gp_bar_init(&staged_bar, 8);
+        for (int i = 0; i < 4; ++i) gp_bar_init(&hbar[i / 2][i % 2], 1);
         gp_bar_init(&freed_bar, 3);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -692,12 +760,40 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
         float d[32][4];
         int it = 0, ti = 0, qq = 0;   // qq: form 4's quarters staged so far by this warpgroup
         // forms 9 and 10: the tile before, packed, and how many of its quarters are staged (4: none pending)
-        constexpr bool DEFERRED = EP == 9 || EP == 10;
-        constexpr int SPREAD = EP == 10 ? 2 : 1;   // a quarter every SPREAD k steps
-        u32 pk[DEFERRED ? 32 : 1][2];
+        constexpr bool DEFERRED = EP == 9 || EP == 10 || EP == 11;
+        constexpr int SPREAD = EP >= 10 ? 2 : 1;   // a quarter every SPREAD k steps
+        u32 pk[32][2];   // unused (and so not allocated) outside forms 9-11
         int pm0 = 0, pn0 = 0, staged = 4;
         const u32 mine = gp_saddr(staging) + c * 4 * GP_QBOX, tab = gp_saddr(gp_smem);
         const bool lead = (tid & 127) == 0;
+        // form 11: the boxes' loads made (and so waits owed: parity = uses & 1), whether this tile's quarters 0 and 1
+        // are loading; the loads of quarters 2 and 3 of the pending tile are made when quarter 0 / 1 is stored
+        u32 uses[2] = {0, 0};
+        bool loaded01 = false;
+        auto box11 = [&](int q) { return gp_saddr(staging) + (c * 2 + (q & 1)) * GP_QBOX; };
+        auto stage11 = [&](int q) {
+            const int b = q & 1;
+            if (lead && q >= 1 && q + 1 < 4)   // quarter q + 1 into the box quarter q - 1 was stored from
+                gp_load_quarter(map_aux, box11(q + 1), &hbar[c][(q + 1) & 1], q + 1, pm0, pn0, c);
+            const u32 par = uses[b]++ & 1;
+            switch (q) {
+            case 0: gp_dgelu_quarter<0>(pk, box11(0), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
+                                        c, warp, lane, g, t, lead); break;
+            case 1: gp_dgelu_quarter<1>(pk, box11(1), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
+                                        c, warp, lane, g, t, lead); break;
+            case 2: gp_dgelu_quarter<2>(pk, box11(2), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
+                                        c, warp, lane, g, t, lead); break;
+            default: gp_dgelu_quarter<3>(pk, box11(3), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0,
+                                         pn0, c, warp, lane, g, t, lead); break;
+            }
+        };
+        auto load01 = [&](int m0_, int n0_) {   // this tile's quarters 0 and 1, once the tile before is all stored
+            if (lead) {
+                gp_load_quarter(map_aux, box11(0), &hbar[c][0], 0, m0_, n0_, c);
+                gp_load_quarter(map_aux, box11(1), &hbar[c][1], 1, m0_, n0_, c);
+            }
+            loaded01 = true;
+        };
         auto release = [&](int s) {
             if (lane == 0) {
                 gp_arrive(&empty[s]);
@@ -725,16 +821,25 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 if (kb > 0) release((it - 1) % GP_STAGES);
                 if constexpr (DEFERRED) {   // under this k step's products: a quarter of the tile before
                     if (staged < 4 && kb == SPREAD * staged) {
-                        gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+                        if constexpr (EP == 11) stage11(staged);
+                        else gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane,
+                                                    lead);
                         ++staged;
                     }
+                    if constexpr (EP == 11)
+                        if (staged == 4 && !loaded01 && kb + 4 >= nk) load01(m0, n0);
                 }
             }
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             release((it - 1) % GP_STAGES);
             if constexpr (DEFERRED) {
-                for (; staged < 4; ++staged)   // a short K left quarters of the tile before: now, before pk changes
-                    gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+                for (; staged < 4; ++staged) {   // a short K left quarters of the tile before: now, before pk changes
+                    if constexpr (EP == 11) stage11(staged);
+                    else gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+                }
+                if constexpr (EP == 11)
+                    if (!loaded01) load01(m0, n0);
+                loaded01 = false;
 #pragma unroll
                 for (int n = 0; n < 32; ++n)
 #pragma unroll
@@ -816,8 +921,10 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
             }
         }
         if constexpr (DEFERRED)   // the last tile's quarters
-            for (; staged < 4; ++staged)
-                gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+            for (; staged < 4; ++staged) {
+                if constexpr (EP == 11) stage11(staged);
+                else gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+            }
     }
     // form 4: the staging stays in use until the copy engine's last stores are done
     if constexpr (EP >= 4)
@@ -889,3 +996,4 @@ GELU_PRODUCT(gp_gelu_tn_tm, GP_GELU, false, 3, 8)
 GELU_PRODUCT(gp_plain_tn_dp, GP_PLAIN, false, 3, 9)
 GELU_PRODUCT(gp_plain_nn_dp, GP_PLAIN, true, 3, 9)
 GELU_PRODUCT(gp_gelu_tn_dp, GP_GELU, false, 3, 10)
+GELU_PRODUCT(gp_dgelu_nn_dp, GP_DGELU, true, 3, 11)

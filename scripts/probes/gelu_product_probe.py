@@ -38,7 +38,7 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
 # with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
 # epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix; then
-# big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU: A and B a box each a stage, where
+# big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU: A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -60,7 +60,7 @@ KERNELS = {
     "gp_plain_nn_wm": ("plain", True, 1, 3, 7), "gp_plain_tn_tm": ("plain", False, 1, 4, 8),
     "gp_gelu_tn_tm": ("gelu", False, 1, 3, 8),
     "gp_plain_tn_dp": ("plain", False, 1, 3, 9), "gp_plain_nn_dp": ("plain", True, 1, 3, 9),
-    "gp_gelu_tn_dp": ("gelu", False, 1, 3, 10),
+    "gp_gelu_tn_dp": ("gelu", False, 1, 3, 10), "gp_dgelu_nn_dp": ("dgelu", True, 1, 3, 11),
 }
 # forms timed a second time with `store` 0 (their TMA stores left out: what their staging alone costs; not checked
 # that way, since nothing is written)
@@ -71,6 +71,8 @@ def staging_bytes(epilogue: str, form: int) -> int:
     """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
     if form in (6, 7, 9, 10):   # four boxes a consumer warpgroup (10: two pairs)
         return 2 * 4 * QBOX
+    if form == 11:   # two boxes a consumer warpgroup, alternating
+        return 2 * 2 * QBOX
     return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5, 8) else STAGING_BYTES[form]
 
 
@@ -192,7 +194,8 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     ref_b = cp.asnumpy(cp.asarray(dy32) @ cp.asarray(wproj32))
 
     o1, o2, aux = (cp.full((M, N), 0xFFFF, dtype=cp.uint16) for _ in range(3))   # poisoned: NaN codes
-    out_maps = {int(b.data.ptr): tma.encode(b, M, N, "bfloat16") for b in (o1, o2, aux)}
+    # the output buffers' maps (forms 4-11 store through them) and the pre-activation's (form 11 loads it)
+    out_maps = {int(b.data.ptr): tma.encode(b, M, N, "bfloat16") for b in (o1, o2, aux, t["h"])}
     want = cp.full_like(o2, 0xFFFF)
     # the reference bits of our products: the first form's (every form's products add in the same order)
     plain_tn, plain_nn = cp.full_like(o1, 0xFFFF), cp.full_like(o1, 0xFFFF)
