@@ -103,3 +103,11 @@ def test_the_mlp_shapes_fit_the_tile():
     for rows, C in ((16384, 384), (8192, 768), (8192, 1024)):
         assert gpp.shape_ok(rows, 4 * C, C)
     assert not gpp.shape_ok(8192, 4 * 100, 100)
+
+
+def test_selected_keeps_the_order_and_refuses_unknown_names():
+    assert list(gpp.selected(gpp.KERNELS)) == list(gpp.KERNELS)
+    assert list(gpp.selected(gpp.KERNELS, "gp_dgelu_nn_dp,gp_plain_nn_s")) == ["gp_plain_nn_s", "gp_dgelu_nn_dp"]
+    assert "gp_dgelu_nn_dp" not in gpp.selected(gpp.KERNELS, skip="gp_dgelu_nn_dp")
+    with pytest.raises(ValueError, match="no kernel gp_nothing; allowed are gp_plain_tn, "):
+        gpp.selected(gpp.KERNELS, "gp_nothing")

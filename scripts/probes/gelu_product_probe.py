@@ -62,6 +62,19 @@ KERNELS = {
     "gp_plain_tn_dp": ("plain", False, 1, 3, 9), "gp_plain_nn_dp": ("plain", True, 1, 3, 9),
     "gp_gelu_tn_dp": ("gelu", False, 1, 3, 10), "gp_dgelu_nn_dp": ("dgelu", True, 1, 3, 11),
 }
+
+
+def selected(kernels: dict, only: str = "", skip: str = "") -> dict:
+    """The kernels a run checks and times: those named in `only` (comma-separated; empty: all) less those in `skip`,
+    in the table's order (GP_KERNELS and GP_SKIP in the environment: a form that may hang runs in a process apart,
+    so that it cannot take the others' timings with it)."""
+    names = [n for n in only.split(",") if n]
+    unknown = [n for n in names + [n for n in skip.split(",") if n] if n not in kernels]
+    if unknown:
+        raise ValueError(f"GP_KERNELS / GP_SKIP: no kernel {', '.join(unknown)}; allowed are {', '.join(kernels)}")
+    return {k: v for k, v in kernels.items() if (not names or k in names) and k not in skip.split(",")}
+
+
 # forms timed a second time with `store` 0 (their TMA stores left out: what their staging alone costs; not checked
 # that way, since nothing is written)
 WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm")
@@ -166,7 +179,8 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     null = np.uint64(0)
     recs, checks = [], {}
     kerns, grids = {}, {}
-    for name, (epilogue, _, cluster, stages, form) in KERNELS.items():
+    kernels = selected(KERNELS, os.environ.get("GP_KERNELS", ""), os.environ.get("GP_SKIP", ""))
+    for name, (epilogue, _, cluster, stages, form) in kernels.items():
         k = mod.get_function(name)
         k.max_dynamic_shared_size_bytes = shared_bytes(epilogue, stages, form)
         kerns[name] = k
@@ -201,7 +215,7 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
     plain_tn, plain_nn = cp.full_like(o1, 0xFFFF), cp.full_like(o1, 0xFFFF)
     lbo, sbo = MN_OFFSETS_TRIED[0]
     calls = {}
-    for name, (epilogue, mn, _, _, _) in KERNELS.items():   # each on fresh poison, checked before it is timed
+    for name, (epilogue, mn, _, _, _) in kernels.items():   # each on fresh poison, checked before it is timed
         for buf in (o1, o2, aux, want):
             buf.fill(0xFFFF)
         if epilogue == "plain" and not mn:
@@ -272,7 +286,7 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
           f"{med['fwd gelu kernel']:.4f} = {sep_f:.4f}, GELU_AUX {med.get('fwd GELU_AUX product', nan):.4f}; backward: "
           f"cuBLAS {med['bwd product']:.4f} + gelu' {med['bwd gelu kernel']:.4f} = {sep_b:.4f}, DGELU "
           f"{med.get('bwd DGELU product', nan):.4f}", flush=True)
-    for name, (epilogue, mn, _, _, _) in KERNELS.items():
+    for name, (epilogue, mn, _, _, _) in kernels.items():
         ms = med.get(name, nan)
         against = (sep_b if mn else sep_f) if epilogue != "plain" else med["bwd product" if mn else "fwd product"]
         what = "product + our GELU kernel" if epilogue != "plain" else "cuBLAS's product"
