@@ -52,6 +52,8 @@
 //     k step q of the next tile is issued, under its products. Four boxes a warpgroup (one a quarter), three stages.
 //     Forms 4-8 stopped the tensor cores for the whole staging (call 4: staging without stores cost ~1 µs a tile).
 //  10 deferred GELU: the same with gelu of each quarter, a quarter every second k step; two pairs of boxes alternate.
+//  12 deferred, stored straight from the packed registers (no shared memory); form 9 with `store` 0 leaves its TMA
+//     stores out (timing only).
 //  11 deferred DGELU (MN-major B): quarter q of the tile before reads its pre-activation quarter from a box the copy
 //     engine loaded (quarters 0 and 1 while the tile's last k steps run, 2 and 3 once the box before them is stored),
 //     computes dx = bf16(c) t(x) into the packed registers, stages it over the pre-activation and stores it; two boxes
@@ -666,6 +668,30 @@ __device__ __forceinline__ void gp_deferred_stage(int q, u32 (&pk)[32][2], u32 m
     }
 }
 
+// Form 12: quarter Q of the packed tile stored straight from the registers, 4 bytes a thread and row (no shared
+// memory at all: calls 1-5 had every form that stages through shared memory x1.05-1.12 of cuBLAS where the products
+// alone were x0.90, and the mainloop's own shared-memory traffic near the port's rate: a test of that reading).
+template <int Q>
+__device__ __forceinline__ void gp_direct_quarter(const u32 (&pk)[32][2], u16* __restrict__ out, int m0, int n0, int N,
+                                                  int c, int warp, int g, int t) {
+    const i64 row = m0 + 64 * c + 16 * warp + g;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+            asm volatile("st.global.u32 [%0], %1;" ::"l"((u64)(out + (row + 8 * e) * N + n0 + 64 * Q + 8 * j + 2 * t)),
+                         "r"(pk[8 * Q + j][e]) : "memory");
+}
+__device__ __forceinline__ void gp_direct_stage(int q, const u32 (&pk)[32][2], u16* __restrict__ out, int m0, int n0,
+                                                int N, int c, int warp, int g, int t) {
+    switch (q) {
+    case 0: gp_direct_quarter<0>(pk, out, m0, n0, N, c, warp, g, t); break;
+    case 1: gp_direct_quarter<1>(pk, out, m0, n0, N, c, warp, g, t); break;
+    case 2: gp_direct_quarter<2>(pk, out, m0, n0, N, c, warp, g, t); break;
+    default: gp_direct_quarter<3>(pk, out, m0, n0, N, c, warp, g, t); break;
+    }
+}
+
 template <int EPI>
 __host__ __device__ constexpr unsigned gp_table_bytes() {
     return EPI == GP_GELU ? GELU_TABLE_SIZE * 2 : EPI == GP_DGELU ? GELU_TABLE_SIZE * 4 : 0;
@@ -680,6 +706,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
     static_assert((EP != 6 && EP != 7 && EP != 9) || EPI == GP_PLAIN, "forms 6, 7 and 9: plain");
     static_assert(EP != 10 || EPI == GP_GELU, "form 10: GELU");
     static_assert(EP != 11 || (EPI == GP_DGELU && CL == 1), "form 11: DGELU, one block");
+    static_assert(EP != 12 || EPI == GP_PLAIN, "form 12: plain");
     static_assert(EP < 4 || EP == 11 || EPI != GP_DGELU, "forms 4-10: plain and GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
@@ -760,7 +787,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
         float d[32][4];
         int it = 0, ti = 0, qq = 0;   // qq: form 4's quarters staged so far by this warpgroup
         // forms 9 and 10: the tile before, packed, and how many of its quarters are staged (4: none pending)
-        constexpr bool DEFERRED = EP == 9 || EP == 10 || EP == 11;
+        constexpr bool DEFERRED = EP == 9 || EP == 10 || EP == 11 || EP == 12;
         constexpr int SPREAD = EP >= 10 ? 2 : 1;   // a quarter every SPREAD k steps
         u32 pk[32][2];   // unused (and so not allocated) outside forms 9-11
         int pm0 = 0, pn0 = 0, staged = 4;
@@ -786,6 +813,11 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
             default: gp_dgelu_quarter<3>(pk, box11(3), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0,
                                          pn0, c, warp, lane, g, t, lead); break;
             }
+        };
+        auto stage_pending = [&](int q) {   // quarter q of the tile before, by the form's way
+            if constexpr (EP == 11) stage11(q);
+            else if constexpr (EP == 12) gp_direct_stage(q, pk, out, pm0, pn0, N, c, warp, g, t);
+            else gp_deferred_stage<EPI>(q, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead && store);
         };
         auto load01 = [&](int m0_, int n0_) {   // this tile's quarters 0 and 1, once the tile before is all stored
             if (lead) {
@@ -821,9 +853,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 if (kb > 0) release((it - 1) % GP_STAGES);
                 if constexpr (DEFERRED) {   // under this k step's products: a quarter of the tile before
                     if (staged < 4 && kb == SPREAD * staged) {
-                        if constexpr (EP == 11) stage11(staged);
-                        else gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane,
-                                                    lead);
+                        stage_pending(staged);
                         ++staged;
                     }
                     if constexpr (EP == 11)
@@ -834,8 +864,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
             release((it - 1) % GP_STAGES);
             if constexpr (DEFERRED) {
                 for (; staged < 4; ++staged) {   // a short K left quarters of the tile before: now, before pk changes
-                    if constexpr (EP == 11) stage11(staged);
-                    else gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+                    stage_pending(staged);
                 }
                 if constexpr (EP == 11)
                     if (!loaded01) load01(m0, n0);
@@ -922,8 +951,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
         }
         if constexpr (DEFERRED)   // the last tile's quarters
             for (; staged < 4; ++staged) {
-                if constexpr (EP == 11) stage11(staged);
-                else gp_deferred_stage<EPI>(staged, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead);
+                stage_pending(staged);
             }
     }
     // form 4: the staging stays in use until the copy engine's last stores are done
@@ -997,3 +1025,6 @@ GELU_PRODUCT(gp_plain_tn_dp, GP_PLAIN, false, 3, 9)
 GELU_PRODUCT(gp_plain_nn_dp, GP_PLAIN, true, 3, 9)
 GELU_PRODUCT(gp_gelu_tn_dp, GP_GELU, false, 3, 10)
 GELU_PRODUCT(gp_dgelu_nn_dp, GP_DGELU, true, 3, 11)
+// form 12: deferred, stored from the registers
+GELU_PRODUCT(gp_plain_tn_dd, GP_PLAIN, false, 4, 12)
+GELU_PRODUCT(gp_plain_nn_dd, GP_PLAIN, true, 4, 12)

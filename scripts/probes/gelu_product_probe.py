@@ -27,7 +27,7 @@ CU_FILE = HERE / "gelu_product_probe.cu"
 TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GELU_TABLE_SIZE, u16 / float32
 STAGE_BYTES = 6 * 8192       # a ring stage: 2 + 4 boxes of 8 KB
 # the staging of an epilogue form: none (0, direct), a half tile a consumer warpgroup (1), the full tile (2); padded rows
-STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16), 3: 0}
+STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16), 3: 0, 12: 0}
 QBOX = 64 * 64 * 2           # form 4: a staged quarter box; two a consumer warpgroup, four with GELU (its gelu too)
 BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
@@ -38,7 +38,8 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
 # with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
 # epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix; then
-# big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU: A and B a box each a stage, where
+# big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU, 12 deferred and
+# stored straight from the registers: A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -61,6 +62,7 @@ KERNELS = {
     "gp_gelu_tn_tm": ("gelu", False, 1, 3, 8),
     "gp_plain_tn_dp": ("plain", False, 1, 3, 9), "gp_plain_nn_dp": ("plain", True, 1, 3, 9),
     "gp_gelu_tn_dp": ("gelu", False, 1, 3, 10), "gp_dgelu_nn_dp": ("dgelu", True, 1, 3, 11),
+    "gp_plain_tn_dd": ("plain", False, 1, 4, 12), "gp_plain_nn_dd": ("plain", True, 1, 4, 12),
 }
 
 
@@ -77,7 +79,7 @@ def selected(kernels: dict, only: str = "", skip: str = "") -> dict:
 
 # forms timed a second time with `store` 0 (their TMA stores left out: what their staging alone costs; not checked
 # that way, since nothing is written)
-WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm")
+WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm", "gp_plain_tn_dp")
 
 
 def staging_bytes(epilogue: str, form: int) -> int:
