@@ -54,6 +54,8 @@
 //  10 deferred GELU: the same with gelu of each quarter, a quarter every second k step; two pairs of boxes alternate.
 //  12 deferred, stored straight from the packed registers (no shared memory); form 9 with `store` 0 leaves its TMA
 //     stores out (timing only).
+//  13, 14 forms 10 and 11 with gelu and gelu_grad computed for every code, no table (the table's lookups are shared-
+//     memory reads: a test of the shared-memory reading; the same bits, the tables being those functions' values).
 //  11 deferred DGELU (MN-major B): quarter q of the tile before reads its pre-activation quarter from a box the copy
 //     engine loaded (quarters 0 and 1 while the tile's last k steps run, 2 and 3 once the box before them is stored),
 //     computes dx = bf16(c) t(x) into the packed registers, stages it over the pre-activation and stores it; two boxes
@@ -547,7 +549,7 @@ __device__ __forceinline__ void gp_stmatrix_quarter(const u32 (&pk)[32][2], u32 
                      "r"(pk[8 * Q + j + 1][0]), "r"(pk[8 * Q + j + 1][1]) : "memory");
 }
 
-template <int EPI, int Q, int WAIT_READ>
+template <int EPI, int Q, int WAIT_READ, bool COMPUTE = false>
 __device__ __forceinline__ void gp_deferred_quarter(u32 (&pk)[32][2], u32 h, u32 y, u32 tab, const GpMap* map_out,
                                                     const GpMap* map_aux, int m0, int n0, int c, int warp, int lane,
                                                     bool lead) {
@@ -567,7 +569,7 @@ __device__ __forceinline__ void gp_deferred_quarter(u32 (&pk)[32][2], u32 h, u32
                     idx[a][e][1] = gelu_table_index(pk[j + a][e] >> 16);
                     tabulated &= idx[a][e][0] < GELU_TABLE_SIZE && idx[a][e][1] < GELU_TABLE_SIZE;
                 }
-            if (tabulated) {
+            if (!COMPUTE && tabulated) {
 #pragma unroll
                 for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -596,7 +598,7 @@ __device__ __forceinline__ void gp_deferred_quarter(u32 (&pk)[32][2], u32 h, u32
 // Form 11: quarter Q of the packed product pk, its pre-activation in box b (loaded by the copy engine: wait on hb),
 // dx = bf16(bf16(c) t(x)) into pk (gelu_backward_bf16_table's rule: the float32 table, else gelu_grad), then staged
 // over the pre-activation and stored.
-template <int Q>
+template <int Q, bool COMPUTE = false>
 __device__ __forceinline__ void gp_dgelu_quarter(u32 (&pk)[32][2], u32 b, u64* hb, u32 parity, u32 tab,
                                                  const float* table, const GpMap* map_out, int m0, int n0, int c,
                                                  int warp, int lane, int g, int t, bool lead) {
@@ -615,7 +617,7 @@ __device__ __forceinline__ void gp_dgelu_quarter(u32 (&pk)[32][2], u32 b, u64* h
                 idx[a][e][1] = gelu_table_index(x[a][e] >> 16);
                 tabulated &= idx[a][e][0] < GELU_TABLE_SIZE && idx[a][e][1] < GELU_TABLE_SIZE;
             }
-        if (tabulated) {
+        if (!COMPUTE && tabulated) {
 #pragma unroll
             for (int a = 0; a < 2; ++a)
 #pragma unroll
@@ -654,17 +656,17 @@ __device__ __forceinline__ void gp_load_quarter(const GpMap* map_aux, u32 b, u64
 }
 
 // Quarter q (run time) of the pending tile: the boxes of form 9 (one a quarter) or form 10 (pairs alternating).
-template <int EPI>
+template <int EPI, bool COMPUTE = false>
 __device__ __forceinline__ void gp_deferred_stage(int q, u32 (&pk)[32][2], u32 mine, u32 tab, const GpMap* map_out,
                                                   const GpMap* map_aux, int m0, int n0, int c, int warp, int lane,
                                                   bool lead) {
     constexpr int W = EPI == GP_GELU ? 1 : 3;
     const u32 h = EPI == GP_GELU ? mine + (q & 1) * 2 * GP_QBOX : mine + q * GP_QBOX, y = h + GP_QBOX;
     switch (q) {
-    case 0: gp_deferred_quarter<EPI, 0, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
-    case 1: gp_deferred_quarter<EPI, 1, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
-    case 2: gp_deferred_quarter<EPI, 2, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
-    default: gp_deferred_quarter<EPI, 3, W>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    case 0: gp_deferred_quarter<EPI, 0, W, COMPUTE>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    case 1: gp_deferred_quarter<EPI, 1, W, COMPUTE>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    case 2: gp_deferred_quarter<EPI, 2, W, COMPUTE>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
+    default: gp_deferred_quarter<EPI, 3, W, COMPUTE>(pk, h, y, tab, map_out, map_aux, m0, n0, c, warp, lane, lead); break;
     }
 }
 
@@ -707,7 +709,9 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
     static_assert(EP != 10 || EPI == GP_GELU, "form 10: GELU");
     static_assert(EP != 11 || (EPI == GP_DGELU && CL == 1), "form 11: DGELU, one block");
     static_assert(EP != 12 || EPI == GP_PLAIN, "form 12: plain");
-    static_assert(EP < 4 || EP == 11 || EPI != GP_DGELU, "forms 4-10: plain and GELU");
+    static_assert(EP != 13 || EPI == GP_GELU, "form 13: GELU");
+    static_assert(EP != 14 || EPI == GP_DGELU, "form 14: DGELU");
+    static_assert(EP < 4 || EP == 11 || EP == 14 || EPI != GP_DGELU, "forms 4-13: plain and GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
     constexpr unsigned TABLE = gp_table_bytes<EPI>();
@@ -787,8 +791,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
         float d[32][4];
         int it = 0, ti = 0, qq = 0;   // qq: form 4's quarters staged so far by this warpgroup
         // forms 9 and 10: the tile before, packed, and how many of its quarters are staged (4: none pending)
-        constexpr bool DEFERRED = EP == 9 || EP == 10 || EP == 11 || EP == 12;
-        constexpr int SPREAD = EP >= 10 ? 2 : 1;   // a quarter every SPREAD k steps
+        constexpr bool DEFERRED = EP >= 9 && EP <= 14;
+        constexpr int SPREAD = EP == 9 ? 1 : 2;   // a quarter every SPREAD k steps (form 12 too, as call 6 ran it)
         u32 pk[32][2];   // unused (and so not allocated) outside forms 9-11
         int pm0 = 0, pn0 = 0, staged = 4;
         const u32 mine = gp_saddr(staging) + c * 4 * GP_QBOX, tab = gp_saddr(gp_smem);
@@ -804,20 +808,21 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 gp_load_quarter(map_aux, box11(q + 1), &hbar[c][(q + 1) & 1], q + 1, pm0, pn0, c);
             const u32 par = uses[b]++ & 1;
             switch (q) {
-            case 0: gp_dgelu_quarter<0>(pk, box11(0), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
+            case 0: gp_dgelu_quarter<0, EP == 14>(pk, box11(0), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
                                         c, warp, lane, g, t, lead); break;
-            case 1: gp_dgelu_quarter<1>(pk, box11(1), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
+            case 1: gp_dgelu_quarter<1, EP == 14>(pk, box11(1), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
                                         c, warp, lane, g, t, lead); break;
-            case 2: gp_dgelu_quarter<2>(pk, box11(2), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
+            case 2: gp_dgelu_quarter<2, EP == 14>(pk, box11(2), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0, pn0,
                                         c, warp, lane, g, t, lead); break;
-            default: gp_dgelu_quarter<3>(pk, box11(3), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0,
+            default: gp_dgelu_quarter<3, EP == 14>(pk, box11(3), &hbar[c][b], par, tab, (const float*)gp_smem, map_out, pm0,
                                          pn0, c, warp, lane, g, t, lead); break;
             }
         };
         auto stage_pending = [&](int q) {   // quarter q of the tile before, by the form's way
-            if constexpr (EP == 11) stage11(q);
+            if constexpr (EP == 11 || EP == 14) stage11(q);
             else if constexpr (EP == 12) gp_direct_stage(q, pk, out, pm0, pn0, N, c, warp, g, t);
-            else gp_deferred_stage<EPI>(q, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane, lead && store);
+            else gp_deferred_stage<EPI, EP == 13>(q, pk, mine, tab, map_out, map_aux, pm0, pn0, c, warp, lane,
+                                                  lead && store);
         };
         auto load01 = [&](int m0_, int n0_) {   // this tile's quarters 0 and 1, once the tile before is all stored
             if (lead) {
@@ -856,7 +861,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                         stage_pending(staged);
                         ++staged;
                     }
-                    if constexpr (EP == 11)
+                    if constexpr (EP == 11 || EP == 14)
                         if (staged == 4 && !loaded01 && kb + 4 >= nk) load01(m0, n0);
                 }
             }
@@ -866,7 +871,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 for (; staged < 4; ++staged) {   // a short K left quarters of the tile before: now, before pk changes
                     stage_pending(staged);
                 }
-                if constexpr (EP == 11)
+                if constexpr (EP == 11 || EP == 14)
                     if (!loaded01) load01(m0, n0);
                 loaded01 = false;
 #pragma unroll
@@ -1028,3 +1033,6 @@ GELU_PRODUCT(gp_dgelu_nn_dp, GP_DGELU, true, 3, 11)
 // form 12: deferred, stored from the registers
 GELU_PRODUCT(gp_plain_tn_dd, GP_PLAIN, false, 4, 12)
 GELU_PRODUCT(gp_plain_nn_dd, GP_PLAIN, true, 4, 12)
+// forms 13 and 14: forms 10 and 11 computing every code's gelu and gelu_grad, no table lookups
+GELU_PRODUCT(gp_gelu_tn_dc, GP_GELU, false, 3, 13)
+GELU_PRODUCT(gp_dgelu_nn_dc, GP_DGELU, true, 3, 14)

@@ -39,7 +39,8 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
 # epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix; then
 # big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU, 12 deferred and
-# stored straight from the registers: A and B a box each a stage, where
+# stored straight from the registers, 13 and 14 forms 10 and 11 computing gelu / gelu_grad for every code (no
+# table): A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -63,6 +64,7 @@ KERNELS = {
     "gp_plain_tn_dp": ("plain", False, 1, 3, 9), "gp_plain_nn_dp": ("plain", True, 1, 3, 9),
     "gp_gelu_tn_dp": ("gelu", False, 1, 3, 10), "gp_dgelu_nn_dp": ("dgelu", True, 1, 3, 11),
     "gp_plain_tn_dd": ("plain", False, 1, 4, 12), "gp_plain_nn_dd": ("plain", True, 1, 4, 12),
+    "gp_gelu_tn_dc": ("gelu", False, 1, 3, 13), "gp_dgelu_nn_dc": ("dgelu", True, 1, 3, 14),
 }
 
 
@@ -84,9 +86,9 @@ WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm", "gp_plain_tn_dp")
 
 def staging_bytes(epilogue: str, form: int) -> int:
     """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
-    if form in (6, 7, 9, 10):   # four boxes a consumer warpgroup (10: two pairs)
+    if form in (6, 7, 9, 10, 13):   # four boxes a consumer warpgroup (10: two pairs)
         return 2 * 4 * QBOX
-    if form == 11:   # two boxes a consumer warpgroup, alternating
+    if form in (11, 14):   # two boxes a consumer warpgroup, alternating
         return 2 * 2 * QBOX
     return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5, 8) else STAGING_BYTES[form]
 
