@@ -28,6 +28,8 @@ TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GE
 STAGE_BYTES = 6 * 8192       # a ring stage: 2 + 4 boxes of 8 KB
 # the staging of an epilogue form: none (0, direct), a half tile a consumer warpgroup (1), the full tile (2); padded rows
 STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16), 3: 0, 12: 0}
+for _diag in (15, 16, 17):   # the diagnostics' writer warps read the overlapped form's buffer
+    STAGING_BYTES[_diag] = STAGING_BYTES[2]
 QBOX = 64 * 64 * 2           # form 4: a staged quarter box; two a consumer warpgroup, four with GELU (its gelu too)
 BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
@@ -40,7 +42,8 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix; then
 # big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU, 12 deferred and
 # stored straight from the registers, 13 and 14 forms 10 and 11 computing gelu / gelu_grad for every code (no
-# table): A and B a box each a stage, where
+# table), 15-17 diagnostics: the products alone beside writer warps reading shared memory, writing global memory,
+# or both (timed without stores, checked with form 0's): A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -65,6 +68,8 @@ KERNELS = {
     "gp_gelu_tn_dp": ("gelu", False, 1, 3, 10), "gp_dgelu_nn_dp": ("dgelu", True, 1, 3, 11),
     "gp_plain_tn_dd": ("plain", False, 1, 4, 12), "gp_plain_nn_dd": ("plain", True, 1, 4, 12),
     "gp_gelu_tn_dc": ("gelu", False, 1, 3, 13), "gp_dgelu_nn_dc": ("dgelu", True, 1, 3, 14),
+    "gp_plain_tn_xr": ("plain", False, 1, 3, 15), "gp_plain_tn_xw": ("plain", False, 1, 3, 16),
+    "gp_plain_tn_xrw": ("plain", False, 1, 3, 17),
 }
 
 
@@ -229,8 +234,10 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
                 plain_tn[...] = o1
             c = {"passed": bad == 0 and bool((o1 == plain_tn).all()), "violations": bad, "worst_ulps": worst,
                  "bits_equal_to_cublas": float((o1 == t["h"]).mean()), "bits_equal_to_first": bool((o1 == plain_tn).all())}
-            # form 3 is timed without its stores: what its products cost alone (checked above with them)
-            calls[name] = lambda n=name, st=int(KERNELS[name][4] != 3): launch(n, "x", "w_fc", o1, null, null, store=st)
+            # forms 3 and 15-17 are timed without their stores (checked above with them): the products alone, and
+            # beside the diagnostics' writer work
+            st = int(KERNELS[name][4] not in (3, 15, 16, 17))
+            calls[name] = lambda n=name, st=st: launch(n, "x", "w_fc", o1, null, null, store=st)
         elif epilogue == "gelu":
             launch(name, "x", "w_fc", o2, aux, tab_fwd)
             gelu_kernels.launch_forward(want, aux, KIND_BF16, KIND_BF16, by_table=True)
