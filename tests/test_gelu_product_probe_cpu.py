@@ -111,3 +111,27 @@ def test_selected_keeps_the_order_and_refuses_unknown_names():
     assert "gp_dgelu_nn_dp" not in gpp.selected(gpp.KERNELS, skip="gp_dgelu_nn_dp")
     with pytest.raises(ValueError, match="no kernel gp_nothing; allowed are gp_plain_tn, "):
         gpp.selected(gpp.KERNELS, "gp_nothing")
+
+
+def _summary():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gelu_product_summary", gpp.HERE / "gelu_product_summary.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_summary_compares_each_form_with_what_it_replaces_in_its_own_call():
+    s = _summary()
+    assert s.reference("gp_plain_tn_t") == ("fwd product",) and s.reference("gp_plain_nn_dp") == ("bwd product",)
+    assert s.reference("gp_gelu_tn_dp") == ("fwd product", "fwd gelu kernel")
+    assert s.reference("gp_dgelu_nn_dp") == ("bwd product", "bwd gelu kernel")
+    assert s.reference("gp_plain_tn_dp w/o stores") == ("fwd product",) and s.reference("fwd product") is None
+    recs = [{"model": "m", "check": "gp_plain_tn_t", "passed": True},
+            {"model": "m", "form": "fwd product", "ms": 0.05}, {"model": "m", "form": "fwd gelu kernel", "ms": 0.03},
+            {"model": "m", "form": "gp_plain_tn_t", "ms": 0.055}, {"model": "m", "form": "gp_gelu_tn_t", "ms": 0.072},
+            {"model": "m", "form": "gp_dgelu_nn_dp", "ms": 0.09}]   # no bwd rows in this call: left out
+    rows = {r["form"]: r for r in s.ratios(recs, "call9")}
+    assert set(rows) == {"gp_plain_tn_t", "gp_gelu_tn_t"}
+    assert rows["gp_plain_tn_t"]["ratio"] == pytest.approx(1.1) and rows["gp_gelu_tn_t"]["ratio"] == pytest.approx(0.9)
+    assert rows["gp_gelu_tn_t"]["against"] == "fwd product + fwd gelu kernel" and rows["gp_gelu_tn_t"]["call"] == "call9"
