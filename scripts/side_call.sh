@@ -100,6 +100,7 @@ if [[ $STAGES == *,gpncu,* ]] && [ "$(left)" -gt 60 ]; then
   # on one model: where the L2, the DRAM and the tensor pipe stand for ours against cuBLAS's kernel
   gpm="regex:sm__pipe_tensor_op_.*_cycles_active\.avg\.pct_of_peak_sustained_active,gpu__time_duration.sum"
   gpm+=",lts__t_bytes.sum,dram__bytes.sum,sm__cycles_active.avg,smsp__inst_executed.sum"
+  gpm+=",dram__bytes_read.sum,dram__bytes_write.sum"   # whether the output pushes the operands out of the L2
   # the threads' own shared-memory traffic (stores of the staging, loads of the tables and the diagnostics), by names
   # the ncu stage above already uses (an unknown name fails the whole run); the copy engine's and wgmma's shared-memory
   # traffic is not in these
@@ -112,7 +113,7 @@ if [[ $STAGES == *,gpncu,* ]] && [ "$(left)" -gt 60 ]; then
     --section LaunchStats --metrics "$gpm" python3 scripts/probes/gelu_product_probe.py "$W/gp_ncu.jsonl" 1 1 \
     ${SIDE_GPNCU_MODEL:-gpt2-small} >"$W/ncu-gproduct.txt" 2>&1
   echo "== gelu product under Nsight Compute (exit $?, $(elapsed) s)"
-  grep -E "^  [a-z_0-9]+ \(|Duration|L2 Cache Throughput|DRAM Throughput|Memory Throughput|lts__t_bytes.sum|dram__bytes.sum|hmma_cycles_active.avg.pct|L2 Hit Rate |Cluster Size|mem_shared_op_..\.sum|Elapsed Cycles" \
+  grep -E "^  [a-z_0-9]+ \(|Duration|L2 Cache Throughput|DRAM Throughput|Memory Throughput|lts__t_bytes.sum|dram__bytes.*sum|hmma_cycles_active.avg.pct|L2 Hit Rate |Cluster Size|mem_shared_op_..\.sum|Elapsed Cycles" \
     "$W/ncu-gproduct.txt" | head -80
 fi
 if [[ $STAGES == *,probe,* ]] && [ "$(left)" -gt 60 ]; then

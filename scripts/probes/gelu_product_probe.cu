@@ -61,6 +61,9 @@
 //     shared memory (15), write 64 KB of zeros to the tile's place in global memory, 16 bytes a thread, whole rows
 //     (16), or both (17, the overlapped form's writer work without the consumers' staging). Which of these the
 //     products feel says where the output's cost lies (calls 1-6: 10-17% over the products alone in every form).
+//  18 form 4 with its TMA stores marked evict-first in the L2, 19 form 4 with B's loads marked evict-last: if the
+//     50 MB of output streaming through the L2 push the operands out (B, 4.7 MB on gpt2-small, is read by every wave
+//     of tiles), the products' loads wait on DRAM; calls 1-6 could not tell (ncu's DRAM bytes mix reads and writes).
 //  11 deferred DGELU (MN-major B): quarter q of the tile before reads its pre-activation quarter from a box the copy
 //     engine loaded (quarters 0 and 1 while the tile's last k steps run, 2 and 3 once the box before them is stored),
 //     computes dx = bf16(c) t(x) into the packed registers, stages it over the pre-activation and stores it; two boxes
@@ -449,6 +452,30 @@ __device__ __forceinline__ void gp_write_tile(u32 stg, u16* __restrict__ out, u1
 // ---- form 4: TMA stores from swizzled staging boxes ----
 constexpr unsigned GP_QBOX = 64 * 64 * 2;   // a quarter of a consumer warpgroup's results: 64 rows x 64 columns
 __device__ __forceinline__ void gp_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Forms 18 and 19's L2 policies (an L2 access policy for the whole access: fraction 1.0)
+__device__ __forceinline__ u64 gp_policy_evict_first() {
+    u64 p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ u64 gp_policy_evict_last() {
+    u64 p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+// a TMA store whose lines the L2 evicts first (form 18): the output, read by nobody in this kernel, should not push
+// the operands out of the L2
+__device__ __forceinline__ void gp_tma_store_ef(const GpMap* map, u32 src, int col, int row, u64 policy) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2}], [%3], %4;"
+                 ::"l"((u64)map), "r"(col), "r"(row), "r"(src), "l"(policy) : "memory");
+}
+// a TMA load of B whose lines the L2 keeps last (form 19): B is read by every wave of tiles
+__device__ __forceinline__ void gp_load_el(void* dst, const GpMap* map, u64* bar, int col, int row, u64 policy) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+        " [%0], [%1, {%2, %3}], [%4], %5;"
+        ::"r"(gp_saddr(dst)), "l"((u64)map), "r"(col), "r"(row), "r"(gp_saddr(bar)), "l"(policy) : "memory");
+}
 __device__ __forceinline__ void gp_tma_store(const GpMap* map, u32 src, int col, int row) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                  ::"l"((u64)map), "r"(col), "r"(row), "r"(src) : "memory");
@@ -737,7 +764,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
     static_assert(EP != 12 || EPI == GP_PLAIN, "form 12: plain");
     static_assert(EP != 13 || EPI == GP_GELU, "form 13: GELU");
     static_assert(EP != 14 || EPI == GP_DGELU, "form 14: DGELU");
-    static_assert(EP < 15 || (EPI == GP_PLAIN && CL == 1), "forms 15-17: plain, one block");
+    static_assert(EP < 15 || EP > 17 || (EPI == GP_PLAIN && CL == 1), "forms 15-17: plain, one block");
+    static_assert(EP < 18 || (CL == 1 && EPI != GP_DGELU), "forms 18 and 19: one block, plain or GELU");
     static_assert(EP < 4 || EP == 11 || EP == 14 || EPI != GP_DGELU, "forms 4-13: plain and GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
@@ -786,6 +814,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
             if (sink == 0x9E3779B9u && M < 0) out[0] = 0;   // keeps the diagnostic loads (never true: M > 0)
         }
         if (tid == 0) {
+            const u64 b_policy = EP == 19 ? gp_policy_evict_last() : 0;
+            (void)b_policy;
             int it = 0;
             for (int u = cluster; u < units; u += clusters) {
                 const int m0 = ((u / tiles_n) * CL + rank) * GP_BM, n0 = (u % tiles_n) * GP_BN;
@@ -806,7 +836,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                             gp_load(sa + i * GP_BOX, map_a, &full[s], kb * GP_BK, m0 + 64 * i);
                         for (int i = 0; i < GP_BN / 64; ++i) {
                             const int col = B_MN ? n0 + 64 * i : kb * GP_BK, row = B_MN ? kb * GP_BK : n0 + 64 * i;
-                            if constexpr (CL == 1) gp_load(sb + i * GP_BOX, map_b, &full[s], col, row);
+                            if constexpr (EP == 19) gp_load_el(sb + i * GP_BOX, map_b, &full[s], col, row, b_policy);
+                            else if constexpr (CL == 1) gp_load(sb + i * GP_BOX, map_b, &full[s], col, row);
                             else if (i / (GP_BN / 64 / CL) == (int)rank)
                                 gp_load_multicast(sb + i * GP_BOX, map_b, &full[s], col, row, (u16)((1u << CL) - 1));
                         }
@@ -954,7 +985,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                     gp_bulk_commit();
                 }
                 ++ti;
-            } else if constexpr (EP == 4 || EP == 5 || EP == 8) {
+            } else if constexpr (EP == 4 || EP == 5 || EP == 8 || EP == 18 || EP == 19) {
                 const bool more = u + clusters < units;   // another tile follows for this block
                 if constexpr (EP == 5) {
                     if (c == 1) gp_named_sync(3);             // after warpgroup 0's epilogue of this tile
@@ -974,8 +1005,14 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                     gp_fence_async_smem();
                     gp_wg_sync(c);
                     if (lead) {
-                        gp_tma_store(EPI == GP_GELU ? map_aux : map_out, h, n0 + 64 * q, m0 + 64 * c);
-                        if constexpr (EPI == GP_GELU) gp_tma_store(map_out, y, n0 + 64 * q, m0 + 64 * c);
+                        if constexpr (EP == 18) {
+                            const u64 ef = gp_policy_evict_first();
+                            gp_tma_store_ef(EPI == GP_GELU ? map_aux : map_out, h, n0 + 64 * q, m0 + 64 * c, ef);
+                            if constexpr (EPI == GP_GELU) gp_tma_store_ef(map_out, y, n0 + 64 * q, m0 + 64 * c, ef);
+                        } else {
+                            gp_tma_store(EPI == GP_GELU ? map_aux : map_out, h, n0 + 64 * q, m0 + 64 * c);
+                            if constexpr (EPI == GP_GELU) gp_tma_store(map_out, y, n0 + 64 * q, m0 + 64 * c);
+                        }
                         gp_bulk_commit();
                     }
                 }
@@ -1084,3 +1121,7 @@ GELU_PRODUCT(gp_dgelu_nn_dc, GP_DGELU, true, 3, 14)
 GELU_PRODUCT(gp_plain_tn_xr, GP_PLAIN, false, 3, 15)
 GELU_PRODUCT(gp_plain_tn_xw, GP_PLAIN, false, 3, 16)
 GELU_PRODUCT(gp_plain_tn_xrw, GP_PLAIN, false, 3, 17)
+// forms 18 and 19: form 4 with the stores evict-first, with B's loads evict-last
+GELU_PRODUCT(gp_plain_tn_te, GP_PLAIN, false, 4, 18)
+GELU_PRODUCT(gp_gelu_tn_te, GP_GELU, false, 3, 18)
+GELU_PRODUCT(gp_plain_tn_tl, GP_PLAIN, false, 4, 19)

@@ -43,7 +43,8 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU, 12 deferred and
 # stored straight from the registers, 13 and 14 forms 10 and 11 computing gelu / gelu_grad for every code (no
 # table), 15-17 diagnostics: the products alone beside writer warps reading shared memory, writing global memory,
-# or both (timed without stores, checked with form 0's): A and B a box each a stage, where
+# or both (timed without stores, checked with form 0's), 18 form 4 with evict-first stores, 19 with B's loads
+# evict-last: A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -70,6 +71,8 @@ KERNELS = {
     "gp_gelu_tn_dc": ("gelu", False, 1, 3, 13), "gp_dgelu_nn_dc": ("dgelu", True, 1, 3, 14),
     "gp_plain_tn_xr": ("plain", False, 1, 3, 15), "gp_plain_tn_xw": ("plain", False, 1, 3, 16),
     "gp_plain_tn_xrw": ("plain", False, 1, 3, 17),
+    "gp_plain_tn_te": ("plain", False, 1, 4, 18), "gp_gelu_tn_te": ("gelu", False, 1, 3, 18),
+    "gp_plain_tn_tl": ("plain", False, 1, 4, 19),
 }
 
 
@@ -95,7 +98,7 @@ def staging_bytes(epilogue: str, form: int) -> int:
         return 2 * 4 * QBOX
     if form in (11, 14):   # two boxes a consumer warpgroup, alternating
         return 2 * 2 * QBOX
-    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5, 8) else STAGING_BYTES[form]
+    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5, 8, 18, 19) else STAGING_BYTES[form]
 
 
 def shared_bytes(epilogue: str, stages: int = 4, form: int = 0) -> int:
