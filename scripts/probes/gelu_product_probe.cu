@@ -252,6 +252,55 @@ __device__ __forceinline__ float gp_lds_f32(u32 addr) {
     return v;
 }
 
+// gelu of the 2N bf16 codes in the words w[0..N) (two a word) into o[0..N) (o may be w): by the table when all 2N
+// are in it, else computed (gelu.cu's rule; the table holds gelu's own values, so either way the same bits); COMPUTE:
+// computed always. Every epilogue form's GELU runs this; indices are compile-time once inlined and unrolled, so the
+// words stay in registers.
+template <int N, bool COMPUTE = false>
+__device__ __forceinline__ void gp_gelu_words(u32* o, const u32* w, u32 tab) {
+    u32 idx[2 * N];
+    bool tabulated = true;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        idx[2 * k] = gelu_table_index(w[k] & 0xFFFFu);
+        idx[2 * k + 1] = gelu_table_index(w[k] >> 16);
+        tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
+    }
+    if (!COMPUTE && tabulated) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) o[k] = gp_lds_u16(tab + 2 * idx[2 * k]) | (gp_lds_u16(tab + 2 * idx[2 * k + 1]) << 16);
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            o[k] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(w[k] & 0xFFFFu)))) |
+                   ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(w[k] >> 16)))) << 16);
+    }
+}
+// dx = bf16(dy t(x)) for the 2N pairs of codes in dy[0..N) (the product's) and x[0..N) (the pre-activation's) into
+// o (o may be dy): t by the float32 table when all 2N codes of x are in it, else gelu_grad
+// (gelu_backward_bf16_table's rule); COMPUTE: gelu_grad always.
+template <int N, bool COMPUTE = false>
+__device__ __forceinline__ void gp_dgelu_words(u32* o, const u32* dy, const u32* x, u32 tab, const float* table) {
+    u32 idx[2 * N];
+    bool tabulated = true;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        idx[2 * k] = gelu_table_index(x[k] & 0xFFFFu);
+        idx[2 * k + 1] = gelu_table_index(x[k] >> 16);
+        tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
+    }
+    if (!COMPUTE && tabulated) {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            o[k] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(dy[k] & 0xFFFFu)) * gp_lds_f32(tab + 4 * idx[2 * k]),
+                                    bf16_bits_to_f32((u16)(dy[k] >> 16)) * gp_lds_f32(tab + 4 * idx[2 * k + 1]));
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            o[k] = gp_dgelu(dy[k] & 0xFFFFu, x[k] & 0xFFFFu, table) | (gp_dgelu(dy[k] >> 16, x[k] >> 16, table) << 16);
+    }
+}
+
 // One pass over the half's fragments: for each pair of columns, the product's bf16 pair c and, in DGELU, the staged
 // pre-activation pair x; writes what the pass stores. PASS 0 writes c (PLAIN's out, GELU's aux), PASS 1 gelu(c),
 // PASS 2 dgelu(c, x). Four n8 tiles at a time: their table reads first, then their stores. A group with a code
@@ -263,8 +312,7 @@ __device__ __forceinline__ void gp_fragment_pass(const float (&d)[32][4], unsign
     const u32 tab = gp_saddr(table);
 #pragma unroll
     for (int n4 = 0; n4 < 16; n4 += 4) {
-        u32 v[4][2], x[4][2], idx[4][2][2];
-        bool tabulated = true;
+        u32 v[4][2], x[4][2];
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -274,47 +322,9 @@ __device__ __forceinline__ void gp_fragment_pass(const float (&d)[32][4], unsign
                 if constexpr (PASS == 2)
                     asm volatile("ld.shared.u32 %0, [%1];" : "=r"(x[j][e])
                                  : "r"(gp_sts_addr(stg, 16 * warp + g + 8 * e, 8 * (n4 + j) + 2 * t)) : "memory");
-                if constexpr (PASS != 0) {
-                    const u32 code = PASS == 1 ? v[j][e] : x[j][e];
-                    idx[j][e][0] = gelu_table_index(code & 0xFFFFu);
-                    idx[j][e][1] = gelu_table_index(code >> 16);
-                    tabulated &= idx[j][e][0] < GELU_TABLE_SIZE && idx[j][e][1] < GELU_TABLE_SIZE;
-                }
             }
-        if constexpr (PASS == 1) {
-            if (tabulated) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        v[j][e] = gp_lds_u16(tab + 2 * idx[j][e][0]) | (gp_lds_u16(tab + 2 * idx[j][e][1]) << 16);
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        v[j][e] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] & 0xFFFFu)))) |
-                                  ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] >> 16)))) << 16);
-            }
-        } else if constexpr (PASS == 2) {
-            if (tabulated) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float t0 = gp_lds_f32(tab + 4 * idx[j][e][0]), t1 = gp_lds_f32(tab + 4 * idx[j][e][1]);
-                        v[j][e] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(v[j][e] & 0xFFFFu)) * t0,
-                                                   bf16_bits_to_f32((u16)(v[j][e] >> 16)) * t1);
-                    }
-            } else {
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        v[j][e] = gp_dgelu(v[j][e] & 0xFFFFu, x[j][e] & 0xFFFFu, (const float*)table) |
-                                  (gp_dgelu(v[j][e] >> 16, x[j][e] >> 16, (const float*)table) << 16);
-            }
-        }
+        if constexpr (PASS == 1) gp_gelu_words<8>(&v[0][0], &v[0][0], tab);
+        if constexpr (PASS == 2) gp_dgelu_words<8>(&v[0][0], &v[0][0], &x[0][0], tab, (const float*)table);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -368,49 +378,6 @@ __device__ __forceinline__ void gp_ldg_v4(u32 (&w)[4], const u16* p) {
                  : "l"((u64)p) : "memory");
 }
 
-// Eight codes (a 16-byte chunk): gelu by the table when all eight are in it, else computed (the table's own rule)
-__device__ __forceinline__ void gp_gelu8(u32 (&o)[4], const u32 (&w)[4], u32 tab) {
-    u32 idx[8];
-    bool tabulated = true;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        idx[2 * k] = gelu_table_index(w[k] & 0xFFFFu);
-        idx[2 * k + 1] = gelu_table_index(w[k] >> 16);
-        tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
-    }
-    if (tabulated) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) o[k] = gp_lds_u16(tab + 2 * idx[2 * k]) | (gp_lds_u16(tab + 2 * idx[2 * k + 1]) << 16);
-    } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            o[k] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(w[k] & 0xFFFFu)))) |
-                   ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(w[k] >> 16)))) << 16);
-    }
-}
-// dx = dy t(x) for eight pairs (dy the product's codes, x the pre-activation's), gelu_backward_bf16_table's rule
-__device__ __forceinline__ void gp_dgelu8(u32 (&o)[4], const u32 (&dy)[4], const u32 (&x)[4], u32 tab,
-                                          const float* table) {
-    u32 idx[8];
-    bool tabulated = true;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        idx[2 * k] = gelu_table_index(x[k] & 0xFFFFu);
-        idx[2 * k + 1] = gelu_table_index(x[k] >> 16);
-        tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
-    }
-    if (tabulated) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            o[k] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(dy[k] & 0xFFFFu)) * gp_lds_f32(tab + 4 * idx[2 * k]),
-                                    bf16_bits_to_f32((u16)(dy[k] >> 16)) * gp_lds_f32(tab + 4 * idx[2 * k + 1]));
-    } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            o[k] = gp_dgelu(dy[k] & 0xFFFFu, x[k] & 0xFFFFu, table) | (gp_dgelu(dy[k] >> 16, x[k] >> 16, table) << 16);
-    }
-}
-
 // Warps 1-3 of warpgroup 0 (e = 0..95): the staged tile (128 rows x 256 columns at m0, n0) to global memory, four
 // 16-byte chunks a thread at a time (their loads first: DGELU's reads of the pre-activation go to global memory).
 template <int EPI>
@@ -437,12 +404,12 @@ __device__ __forceinline__ void gp_write_tile(u32 stg, u16* __restrict__ out, u1
                 gp_stg_v4(at[j], w[j]);
             } else if constexpr (EPI == GP_GELU) {
                 u32 o[4];
-                gp_gelu8(o, w[j], tab);
+                gp_gelu_words<4>(o, w[j], tab);
                 gp_stg_v4(aux + (at[j] - out), w[j]);
                 gp_stg_v4(at[j], o);
             } else {
                 u32 o[4];
-                gp_dgelu8(o, w[j], x[j], tab, (const float*)table);
+                gp_dgelu_words<4>(o, w[j], x[j], tab, (const float*)table);
                 gp_stg_v4(at[j], o);
             }
         }
@@ -529,30 +496,7 @@ __device__ __forceinline__ void gp_stage_quarter(const float (&d)[32][4], int q,
                              "r"(v[j][e]) : "memory");
     }
     if constexpr (EPI == GP_GELU) {
-        u32 idx[8][2][2];
-        bool tabulated = true;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                idx[j][e][0] = gelu_table_index(v[j][e] & 0xFFFFu);
-                idx[j][e][1] = gelu_table_index(v[j][e] >> 16);
-                tabulated &= idx[j][e][0] < GELU_TABLE_SIZE && idx[j][e][1] < GELU_TABLE_SIZE;
-            }
-        if (tabulated) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    v[j][e] = gp_lds_u16(tab + 2 * idx[j][e][0]) | (gp_lds_u16(tab + 2 * idx[j][e][1]) << 16);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    v[j][e] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] & 0xFFFFu)))) |
-                              ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(v[j][e] >> 16)))) << 16);
-        }
+        gp_gelu_words<16>(&v[0][0], &v[0][0], tab);
         if constexpr (STM) {
             gp_stmatrix_box(v, y, warp, lane);
         } else {
@@ -590,32 +534,7 @@ __device__ __forceinline__ void gp_deferred_quarter(u32 (&pk)[32][2], u32 h, u32
     gp_stmatrix_quarter<Q>(pk, h, warp, lane);
     if constexpr (EPI == GP_GELU) {
 #pragma unroll
-        for (int j = 8 * Q; j < 8 * Q + 8; j += 2) {
-            u32 idx[2][2][2];
-            bool tabulated = true;
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    idx[a][e][0] = gelu_table_index(pk[j + a][e] & 0xFFFFu);
-                    idx[a][e][1] = gelu_table_index(pk[j + a][e] >> 16);
-                    tabulated &= idx[a][e][0] < GELU_TABLE_SIZE && idx[a][e][1] < GELU_TABLE_SIZE;
-                }
-            if (!COMPUTE && tabulated) {
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        pk[j + a][e] = gp_lds_u16(tab + 2 * idx[a][e][0]) | (gp_lds_u16(tab + 2 * idx[a][e][1]) << 16);
-            } else {
-#pragma unroll
-                for (int a = 0; a < 2; ++a)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        pk[j + a][e] = (u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(pk[j + a][e] & 0xFFFFu)))) |
-                                       ((u32)f32_to_bf16_bits(gelu(bf16_bits_to_f32((u16)(pk[j + a][e] >> 16)))) << 16);
-            }
-        }
+        for (int j = 8 * Q; j < 8 * Q + 8; j += 2) gp_gelu_words<4, COMPUTE>(&pk[j][0], &pk[j][0], tab);
         gp_stmatrix_quarter<Q>(pk, y, warp, lane);
     }
     gp_fence_async_smem();
@@ -637,35 +556,14 @@ __device__ __forceinline__ void gp_dgelu_quarter(u32 (&pk)[32][2], u32 b, u64* h
     gp_wait(hb, parity);
 #pragma unroll
     for (int j = 8 * Q; j < 8 * Q + 8; j += 2) {
-        u32 x[2][2], idx[2][2][2];
-        bool tabulated = true;
+        u32 x[2][2];
 #pragma unroll
         for (int a = 0; a < 2; ++a)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
+            for (int e = 0; e < 2; ++e)
                 asm volatile("ld.shared.u32 %0, [%1];" : "=r"(x[a][e])
                              : "r"(gp_swz(b, 16 * warp + g + 8 * e, 8 * (j + a - 8 * Q) + 2 * t)) : "memory");
-                idx[a][e][0] = gelu_table_index(x[a][e] & 0xFFFFu);
-                idx[a][e][1] = gelu_table_index(x[a][e] >> 16);
-                tabulated &= idx[a][e][0] < GELU_TABLE_SIZE && idx[a][e][1] < GELU_TABLE_SIZE;
-            }
-        if (!COMPUTE && tabulated) {
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    pk[j + a][e] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(pk[j + a][e] & 0xFFFFu)) *
-                                                        gp_lds_f32(tab + 4 * idx[a][e][0]),
-                                                    bf16_bits_to_f32((u16)(pk[j + a][e] >> 16)) *
-                                                        gp_lds_f32(tab + 4 * idx[a][e][1]));
-        } else {
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    pk[j + a][e] = gp_dgelu(pk[j + a][e] & 0xFFFFu, x[a][e] & 0xFFFFu, table) |
-                                   (gp_dgelu(pk[j + a][e] >> 16, x[a][e] >> 16, table) << 16);
-        }
+        gp_dgelu_words<4, COMPUTE>(&pk[j][0], &pk[j][0], &x[0][0], tab, table);
     }
     gp_wg_sync(c);   // every thread has read its pre-activation before the box is written
     gp_stmatrix_quarter<Q>(pk, b, warp, lane);
