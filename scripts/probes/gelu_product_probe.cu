@@ -252,13 +252,9 @@ __device__ __forceinline__ float gp_lds_f32(u32 addr) {
     return v;
 }
 
-// gelu of the 2N bf16 codes in the words w[0..N) (two a word) into o[0..N) (o may be w): by the table when all 2N
-// are in it, else computed (gelu.cu's rule; the table holds gelu's own values, so either way the same bits); COMPUTE:
-// computed always. Every epilogue form's GELU runs this; indices are compile-time once inlined and unrolled, so the
-// words stay in registers.
-template <int N, bool COMPUTE = false>
-__device__ __forceinline__ void gp_gelu_words(u32* o, const u32* w, u32 tab) {
-    u32 idx[2 * N];
+// The tables' places of the 2N bf16 codes in w[0..N) (two a word, the low half first); true where all are tabulated.
+template <int N>
+__device__ __forceinline__ bool gp_table_indices(u32 (&idx)[2 * N], const u32* w) {
     bool tabulated = true;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
@@ -266,6 +262,17 @@ __device__ __forceinline__ void gp_gelu_words(u32* o, const u32* w, u32 tab) {
         idx[2 * k + 1] = gelu_table_index(w[k] >> 16);
         tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
     }
+    return tabulated;
+}
+
+// gelu of the 2N bf16 codes in the words w[0..N) (two a word) into o[0..N) (o may be w): by the table when all 2N
+// are in it, else computed (gelu.cu's rule; the table holds gelu's own values, so either way the same bits); COMPUTE:
+// computed always. Every epilogue form's GELU runs this; indices are compile-time once inlined and unrolled, so the
+// words stay in registers.
+template <int N, bool COMPUTE = false>
+__device__ __forceinline__ void gp_gelu_words(u32* o, const u32* w, u32 tab) {
+    u32 idx[2 * N];
+    const bool tabulated = gp_table_indices<N>(idx, w);
     if (!COMPUTE && tabulated) {
 #pragma unroll
         for (int k = 0; k < N; ++k) o[k] = gp_lds_u16(tab + 2 * idx[2 * k]) | (gp_lds_u16(tab + 2 * idx[2 * k + 1]) << 16);
@@ -282,13 +289,7 @@ __device__ __forceinline__ void gp_gelu_words(u32* o, const u32* w, u32 tab) {
 template <int N, bool COMPUTE = false>
 __device__ __forceinline__ void gp_dgelu_words(u32* o, const u32* dy, const u32* x, u32 tab, const float* table) {
     u32 idx[2 * N];
-    bool tabulated = true;
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        idx[2 * k] = gelu_table_index(x[k] & 0xFFFFu);
-        idx[2 * k + 1] = gelu_table_index(x[k] >> 16);
-        tabulated &= idx[2 * k] < GELU_TABLE_SIZE && idx[2 * k + 1] < GELU_TABLE_SIZE;
-    }
+    const bool tabulated = gp_table_indices<N>(idx, x);
     if (!COMPUTE && tabulated) {
 #pragma unroll
         for (int k = 0; k < N; ++k)
