@@ -61,6 +61,9 @@
 //     shared memory (15), write 64 KB of zeros to the tile's place in global memory, 16 bytes a thread, whole rows
 //     (16), or both (17, the overlapped form's writer work without the consumers' staging). Which of these the
 //     products feel says where the output's cost lies (calls 1-6: 10-17% over the products alone in every form).
+//  20 diagnostic (timing only; checked with form 0's stores): the products alone with form 6's TMA stores of the
+//     whole tile from boxes no thread writes: the copy engine's reads of shared memory and writes to the L2, without
+//     the threads' staging (forms 15-17 take the threads' parts).
 //  18 form 4 with its TMA stores marked evict-first in the L2, 19 form 4 with B's loads marked evict-last: if the
 //     50 MB of output streaming through the L2 push the operands out (B, 4.7 MB on gpt2-small, is read by every wave
 //     of tiles), the products' loads wait on DRAM; calls 1-6 could not tell (ncu's DRAM bytes mix reads and writes).
@@ -664,7 +667,8 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
     static_assert(EP != 13 || EPI == GP_GELU, "form 13: GELU");
     static_assert(EP != 14 || EPI == GP_DGELU, "form 14: DGELU");
     static_assert(EP < 15 || EP > 17 || (EPI == GP_PLAIN && CL == 1), "forms 15-17: plain, one block");
-    static_assert(EP < 18 || (CL == 1 && EPI != GP_DGELU), "forms 18 and 19: one block, plain or GELU");
+    static_assert(EP < 18 || (CL == 1 && EPI != GP_DGELU), "forms 18-20: one block, plain or GELU");
+    static_assert(EP != 20 || EPI == GP_PLAIN, "form 20: plain");
     static_assert(EP < 4 || EP == 11 || EP == 14 || EPI != GP_DGELU, "forms 4-13: plain and GELU");
     extern __shared__ unsigned char gp_smem[];
     __shared__ alignas(8) u64 full[GP_STAGES], empty[GP_STAGES];
@@ -839,6 +843,21 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
 #pragma unroll
                     for (int e = 0; e < 2; ++e) pk[n][e] = pack2<KIND_BF16>(d[n][2 * e], d[n][2 * e + 1]);
                 pm0 = m0, pn0 = n0, staged = 0;
+            } else if constexpr (EP == 20) {
+                if (store) {   // the check: form 0's stores
+                    const i64 row = m0 + 64 * c + 16 * warp + g;
+#pragma unroll
+                    for (int n = 0; n < 32; ++n) {
+                        const i64 at = row * N + n0 + 8 * n + 2 * t;
+                        gp_store<EPI>(out, aux, gp_smem, at, d[n][0], d[n][1]);
+                        gp_store<EPI>(out, aux, gp_smem, at + 8 * (i64)N, d[n][2], d[n][3]);
+                    }
+                } else if ((tid & 127) == 0) {   // the copy engine's part of form 6 alone: four boxes nobody wrote
+                    const u32 mine = gp_saddr(staging) + c * 4 * GP_QBOX;
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) gp_tma_store(map_out, mine + q * GP_QBOX, n0 + 64 * q, m0 + 64 * c);
+                    gp_bulk_commit();
+                }
             } else if constexpr (EP >= 15 && EP <= 17) {
                 if (store) {   // the check: form 0's stores, so that this loop's results are seen
                     const i64 row = m0 + 64 * c + 16 * warp + g;
@@ -1024,3 +1043,5 @@ GELU_PRODUCT(gp_plain_tn_xrw, GP_PLAIN, false, 3, 17)
 GELU_PRODUCT(gp_plain_tn_te, GP_PLAIN, false, 4, 18)
 GELU_PRODUCT(gp_gelu_tn_te, GP_GELU, false, 3, 18)
 GELU_PRODUCT(gp_plain_tn_tl, GP_PLAIN, false, 4, 19)
+// form 20: the products alone beside TMA stores of untouched boxes
+GELU_PRODUCT(gp_plain_tn_xt, GP_PLAIN, false, 3, 20)

@@ -44,7 +44,7 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # stored straight from the registers, 13 and 14 forms 10 and 11 computing gelu / gelu_grad for every code (no
 # table), 15-17 diagnostics: the products alone beside writer warps reading shared memory, writing global memory,
 # or both (timed without stores, checked with form 0's), 18 form 4 with evict-first stores, 19 with B's loads
-# evict-last: A and B a box each a stage, where
+# evict-last, 20 diagnostic: the products alone beside the copy engine's stores of boxes no thread writes: A and B a box each a stage, where
 # BIG_BOXES names them)
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
@@ -72,7 +72,7 @@ KERNELS = {
     "gp_plain_tn_xr": ("plain", False, 1, 3, 15), "gp_plain_tn_xw": ("plain", False, 1, 3, 16),
     "gp_plain_tn_xrw": ("plain", False, 1, 3, 17),
     "gp_plain_tn_te": ("plain", False, 1, 4, 18), "gp_gelu_tn_te": ("gelu", False, 1, 3, 18),
-    "gp_plain_tn_tl": ("plain", False, 1, 4, 19),
+    "gp_plain_tn_tl": ("plain", False, 1, 4, 19), "gp_plain_tn_xt": ("plain", False, 1, 3, 20),
 }
 
 
@@ -94,7 +94,7 @@ WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm", "gp_plain_tn_dp")
 
 def staging_bytes(epilogue: str, form: int) -> int:
     """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
-    if form in (6, 7, 9, 10, 13):   # four boxes a consumer warpgroup (10: two pairs)
+    if form in (6, 7, 9, 10, 13, 20):   # four boxes a consumer warpgroup (10: two pairs)
         return 2 * 4 * QBOX
     if form in (11, 14):   # two boxes a consumer warpgroup, alternating
         return 2 * 2 * QBOX
@@ -239,7 +239,7 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
                  "bits_equal_to_cublas": float((o1 == t["h"]).mean()), "bits_equal_to_first": bool((o1 == plain_tn).all())}
             # forms 3 and 15-17 are timed without their stores (checked above with them): the products alone, and
             # beside the diagnostics' writer work
-            st = int(KERNELS[name][4] not in (3, 15, 16, 17))
+            st = int(KERNELS[name][4] not in (3, 15, 16, 17, 20))
             calls[name] = lambda n=name, st=st: launch(n, "x", "w_fc", o1, null, null, store=st)
         elif epilogue == "gelu":
             launch(name, "x", "w_fc", o2, aux, tab_fwd)
