@@ -135,3 +135,30 @@ def test_the_summary_compares_each_form_with_what_it_replaces_in_its_own_call():
     assert set(rows) == {"gp_plain_tn_t", "gp_gelu_tn_t"}
     assert rows["gp_plain_tn_t"]["ratio"] == pytest.approx(1.1) and rows["gp_gelu_tn_t"]["ratio"] == pytest.approx(0.9)
     assert rows["gp_gelu_tn_t"]["against"] == "fwd product + fwd gelu kernel" and rows["gp_gelu_tn_t"]["call"] == "call9"
+
+
+def _shapes():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("product_shapes_probe", gpp.HERE / "product_shapes_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_other_shapes_fit_the_tile_and_their_forms_exist():
+    ps = _shapes()
+    for name, (M, N, K, mn) in ps.SHAPES.items():
+        assert gpp.shape_ok(M, N, K), name
+        for form in ps.FORMS[mn]:
+            assert gpp.KERNELS[form][1] == mn and gpp.KERNELS[form][0] == "plain", (name, form)
+    # gpt2-small's N = 768 gives 192 tiles: a second wave 45% full; gpt2-medium's 1024 gives 256, 1.94 waves
+    assert ps.tiles(8192, 768) == 192 and round(ps.waves(8192, 768), 2) == 1.45
+    assert ps.tiles(8192, 1024) == 256 and round(ps.waves(8192, 1024), 2) == 1.94
+
+
+def test_the_shapes_are_selected_by_name_and_unknown_names_refused():
+    ps = _shapes()
+    assert list(ps.select("")) == list(ps.SHAPES)
+    assert list(ps.select("gpt2-medium c_proj forward")) == ["gpt2-medium c_proj forward"]
+    with pytest.raises(ValueError, match="no shape 'gpt2-large'; allowed are 'gpt2-small c_proj forward'"):
+        ps.select("gpt2-large")
