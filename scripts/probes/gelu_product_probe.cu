@@ -298,6 +298,13 @@ __device__ __forceinline__ void gp_dgelu_words(u32* o, const u32* dy, const u32*
         for (int k = 0; k < N; ++k)
             o[k] = pack2<KIND_BF16>(bf16_bits_to_f32((u16)(dy[k] & 0xFFFFu)) * gp_lds_f32(tab + 4 * idx[2 * k]),
                                     bf16_bits_to_f32((u16)(dy[k] >> 16)) * gp_lds_f32(tab + 4 * idx[2 * k + 1]));
+    } else if constexpr (COMPUTE) {   // gelu_grad itself: gp_dgelu would still read the table for tabulated codes
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const float dy0 = bf16_bits_to_f32((u16)(dy[k] & 0xFFFFu)), dy1 = bf16_bits_to_f32((u16)(dy[k] >> 16));
+            const float x0 = bf16_bits_to_f32((u16)(x[k] & 0xFFFFu)), x1 = bf16_bits_to_f32((u16)(x[k] >> 16));
+            o[k] = pack2<KIND_BF16>(gelu_grad(dy0, x0), gelu_grad(dy1, x1));
+        }
     } else {
 #pragma unroll
         for (int k = 0; k < N; ++k)
