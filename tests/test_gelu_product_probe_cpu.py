@@ -1,5 +1,6 @@
 """The GELU product probe's pure parts (scripts/probes/gelu_product_probe.py): its rounding check, which decides
 whether our product is timed at all, and the shared memory its launches ask for."""
+import json
 import re
 import sys
 from pathlib import Path
@@ -113,12 +114,17 @@ def test_selected_keeps_the_order_and_refuses_unknown_names():
         gpp.selected(gpp.KERNELS, "gp_nothing")
 
 
-def _summary():
+def _probe_module(name: str):
+    """A script of scripts/probes beside gelu_product_probe.py, loaded as a module."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("gelu_product_summary", gpp.HERE / "gelu_product_summary.py")
+    spec = importlib.util.spec_from_file_location(name, gpp.HERE / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _summary():
+    return _probe_module("gelu_product_summary")
 
 
 def test_the_summary_compares_each_form_with_what_it_replaces_in_its_own_call():
@@ -138,11 +144,7 @@ def test_the_summary_compares_each_form_with_what_it_replaces_in_its_own_call():
 
 
 def _shapes():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("product_shapes_probe", gpp.HERE / "product_shapes_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _probe_module("product_shapes_probe")
 
 
 def test_the_other_shapes_fit_the_tile_and_their_forms_exist():
@@ -162,3 +164,15 @@ def test_the_shapes_are_selected_by_name_and_unknown_names_refused():
     assert list(ps.select("gpt2-medium c_proj forward")) == ["gpt2-medium c_proj forward"]
     with pytest.raises(ValueError, match="no shape 'gpt2-large'; allowed are 'gpt2-small c_proj forward'"):
         ps.select("gpt2-large")
+
+
+def test_write_records_keeps_going_past_a_failing_item(tmp_path, capsys):
+    def run(item):
+        if item == "b":
+            raise RuntimeError("a fault")
+        return [{"model": item, "ms": 1.0}]
+    gpp.write_records(tmp_path / "r.jsonl", ["a", "b", "c"], run, "model")
+    lines = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert lines == [{"model": "a", "ms": 1.0}, {"model": "b", "error": "RuntimeError: a fault"},
+                     {"model": "c", "ms": 1.0}]
+    assert "b: RuntimeError: a fault" in capsys.readouterr().out

@@ -488,6 +488,22 @@ __device__ __forceinline__ void gp_stmatrix_box(const u32 (&v)[8][2], u32 box, i
                      "r"(v[j + 1][1]) : "memory");
 }
 
+// A quarter's 16 words a thread (v[j][e]: row g + 8 e, columns 8 j + 2 t) into box `box`: by stmatrix, or by 4-byte
+// stores (both conflict-free in the swizzle).
+template <bool STM>
+__device__ __forceinline__ void gp_store_box(const u32 (&v)[8][2], u32 box, int warp, int lane, int g, int t) {
+    if constexpr (STM) {
+        gp_stmatrix_box(v, box, warp, lane);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(box, 16 * warp + g + 8 * e, 8 * j + 2 * t)),
+                             "r"(v[j][e]) : "memory");
+    }
+}
+
 template <int EPI, bool STM = false>
 __device__ __forceinline__ void gp_stage_quarter(const float (&d)[32][4], int q, u32 h, u32 y, u32 tab, int warp, int g,
                                                  int t, int lane = 0) {
@@ -496,28 +512,10 @@ __device__ __forceinline__ void gp_stage_quarter(const float (&d)[32][4], int q,
     for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) v[j][e] = pack2<KIND_BF16>(d[8 * q + j][2 * e], d[8 * q + j][2 * e + 1]);
-    if constexpr (STM) {
-        gp_stmatrix_box(v, h, warp, lane);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-                asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(h, 16 * warp + g + 8 * e, 8 * j + 2 * t)),
-                             "r"(v[j][e]) : "memory");
-    }
+    gp_store_box<STM>(v, h, warp, lane, g, t);
     if constexpr (EPI == GP_GELU) {
         gp_gelu_words<16>(&v[0][0], &v[0][0], tab);
-        if constexpr (STM) {
-            gp_stmatrix_box(v, y, warp, lane);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    asm volatile("st.shared.u32 [%0], %1;" ::"r"(gp_swz(y, 16 * warp + g + 8 * e, 8 * j + 2 * t)),
-                                 "r"(v[j][e]) : "memory");
-        }
+        gp_store_box<STM>(v, y, warp, lane, g, t);
     }
 }
 

@@ -323,17 +323,23 @@ def main() -> int:
     models = sys.argv[4].split(",") if len(sys.argv) > 4 else ["nanogpt", "gpt2-small", "gpt2-medium"]
     mod, usage = compile_module(path.with_suffix(".cubin"))
     print("\n".join(usage), flush=True)
+    write_records(path, models, lambda model: probe(model, mod, rounds, reps), "model")
+    return 0
+
+
+def write_records(path: Path, items, run, label: str) -> None:
+    """run(item)'s records for each item, as JSON lines, flushed after each item; an item that raises leaves one
+    error record (a fault poisons the CUDA context: the items after it then fail too) and the rest go on."""
     with open(path, "w") as f:
-        for model in models:
+        for item in items:
             try:
-                recs = probe(model, mod, rounds, reps)
-            except Exception as e:   # one model's failure (a fault poisons the context: the rest then fail too)
-                print(f"{model}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                recs = [{"model": model, "error": f"{type(e).__name__}: {str(e)[:300]}"}]
+                recs = run(item)
+            except Exception as e:
+                print(f"{item}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                recs = [{label: item, "error": f"{type(e).__name__}: {str(e)[:300]}"}]
             for rec in recs:
                 f.write(json.dumps(rec) + "\n")
             f.flush()
-    return 0
 
 
 if __name__ == "__main__":

@@ -145,16 +145,7 @@ def main() -> int:
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     shapes = select(sys.argv[4] if len(sys.argv) > 4 else "")
     mod, usage = gpp.compile_module(path.with_suffix(".cubin"))
-    with open(path, "w") as f:
-        for name in shapes:
-            try:
-                recs = probe(name, mod, rounds, reps)
-            except Exception as e:   # one shape's failure (a fault poisons the context: the rest then fail too)
-                print(f"{name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                recs = [{"shape": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}]
-            for rec in recs:
-                f.write(json.dumps(rec) + "\n")
-            f.flush()
+    gpp.write_records(path, shapes, lambda name: probe(name, mod, rounds, reps), "shape")
     return 0
 
 
