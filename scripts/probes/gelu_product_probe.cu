@@ -202,6 +202,20 @@ __device__ __forceinline__ void gp_store(u16* __restrict__ out, u16* __restrict_
     }
 }
 
+// Form 0's epilogue (and the check's stores of the timing-only forms): a consumer warpgroup's 64 x 256 results at rows
+// row0.., columns n0.., stored straight from the fragments.
+template <int EPI>
+__device__ __forceinline__ void gp_direct_tile(const float (&d)[32][4], u16* __restrict__ out, u16* __restrict__ aux,
+                                               const void* table, i64 row0, int n0, int N, int warp, int g, int t) {
+    const i64 row = row0 + 16 * warp + g;
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+        const i64 at = row * N + n0 + 8 * n + 2 * t;
+        gp_store<EPI>(out, aux, table, at, d[n][0], d[n][1]);
+        gp_store<EPI>(out, aux, table, at + 8 * (i64)N, d[n][2], d[n][3]);
+    }
+}
+
 // ---- the staged epilogue (EP 1): a consumer warpgroup writes its 64 x 256 outputs a half (128 columns) at a
 // time into shared memory from the accumulator fragments, then copies the half out in 16-byte pieces, two rows of 256
 // bytes a warp instruction. The direct form's 4-byte stores from the fragments touch eight rows an instruction
@@ -850,13 +864,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 pm0 = m0, pn0 = n0, staged = 0;
             } else if constexpr (EP == 20) {
                 if (store) {   // the check: form 0's stores
-                    const i64 row = m0 + 64 * c + 16 * warp + g;
-#pragma unroll
-                    for (int n = 0; n < 32; ++n) {
-                        const i64 at = row * N + n0 + 8 * n + 2 * t;
-                        gp_store<EPI>(out, aux, gp_smem, at, d[n][0], d[n][1]);
-                        gp_store<EPI>(out, aux, gp_smem, at + 8 * (i64)N, d[n][2], d[n][3]);
-                    }
+                    gp_direct_tile<EPI>(d, out, aux, gp_smem, m0 + 64 * c, n0, N, warp, g, t);
                 } else if ((tid & 127) == 0) {   // the copy engine's part of form 6 alone: four boxes nobody wrote
                     const u32 mine = gp_saddr(staging) + c * 4 * GP_QBOX;
 #pragma unroll
@@ -865,13 +873,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 }
             } else if constexpr (EP >= 15 && EP <= 17) {
                 if (store) {   // the check: form 0's stores, so that this loop's results are seen
-                    const i64 row = m0 + 64 * c + 16 * warp + g;
-#pragma unroll
-                    for (int n = 0; n < 32; ++n) {
-                        const i64 at = row * N + n0 + 8 * n + 2 * t;
-                        gp_store<EPI>(out, aux, gp_smem, at, d[n][0], d[n][1]);
-                        gp_store<EPI>(out, aux, gp_smem, at + 8 * (i64)N, d[n][2], d[n][3]);
-                    }
+                    gp_direct_tile<EPI>(d, out, aux, gp_smem, m0 + 64 * c, n0, N, warp, g, t);
                 }
                 if (ti > 0) gp_wait(&freed_bar, (ti - 1) & 1);   // the writers are done with the tile before
                 __syncwarp();
@@ -949,13 +951,7 @@ __device__ void gelu_product(const GpMap* map_a, const GpMap* map_b, const GpMap
                 gp_epilogue_half<EPI, 0>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
                 gp_epilogue_half<EPI, 1>(d, stg, out, aux, gp_smem, m0 + 64 * c, n0, N, c, warp, g, t);
             } else if (EP == 0 || store) {
-                const i64 row = m0 + 64 * c + 16 * warp + g;
-#pragma unroll
-                for (int n = 0; n < 32; ++n) {
-                    const i64 at = row * N + n0 + 8 * n + 2 * t;
-                    gp_store<EPI>(out, aux, gp_smem, at, d[n][0], d[n][1]);
-                    gp_store<EPI>(out, aux, gp_smem, at + 8 * (i64)N, d[n][2], d[n][3]);
-                }
+                gp_direct_tile<EPI>(d, out, aux, gp_smem, m0 + 64 * c, n0, N, warp, g, t);
             }
         }
         if constexpr (DEFERRED)   // the last tile's quarters
