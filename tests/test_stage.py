@@ -387,20 +387,21 @@ def test_the_runner_exits_75_at_the_deadline(tmp_path, monkeypatch, capsys):
 
 
 def _sleepy(seconds, fail=(), log=None, wall_s=None):
-    """A run_one that takes `seconds` (recording wall_s, default those), notes how many pieces were in flight when
-    it started, and fails `fail`."""
+    """A run_one that takes `seconds` (a number, or a dict of a piece's key to its seconds with "*" for the rest;
+    recording wall_s, default those), notes how many pieces were in flight when it started, and fails `fail`."""
     lock, state = threading.Lock(), {"now": 0, "most": 0}
 
     def run_one(p):
+        took = seconds.get(p["key"], seconds["*"]) if isinstance(seconds, dict) else seconds
         with lock:
             state["now"] += 1
             state["most"] = max(state["most"], state["now"])
-        time.sleep(seconds)
+        time.sleep(took)
         with lock:
             state["now"] -= 1
             if log is not None:
                 log.append(p["key"])
-        return {"status": "failed" if p["key"] in fail else "ok", "wall_s": seconds if wall_s is None else wall_s}
+        return {"status": "failed" if p["key"] in fail else "ok", "wall_s": took if wall_s is None else wall_s}
     return run_one, state
 
 
@@ -423,7 +424,9 @@ def test_a_parallel_stop_waits_for_the_pieces_in_flight(tmp_path):
     """A failure ends the stage; the piece beside it still ends and is recorded, and nothing new starts."""
     plan = [{"key": f"k/{i}"} for i in range(6)]
     ended = []
-    run_one, _ = _sleepy(0.2, fail={"k/0"}, log=ended)
+    # the failure ends well before the piece beside it (with equal times either could end first, and a k/1 that ended
+    # first would let k/2 start before k/0's failure was seen: the test failed so once, at eb42992)
+    run_one, _ = _sleepy({"k/0": 0.05, "*": 0.5}, fail={"k/0"}, log=ended)
     with stage.open_folder("method_a", card(), tmp_path / "res") as f:
         with pytest.raises(Tr2Error, match=r"^test: k/0 failed"):
             stage.run_plan(f, plan, run_one, desc="test", show=False, parallel=2,
