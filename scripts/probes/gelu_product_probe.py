@@ -26,11 +26,15 @@ HERE = Path(__file__).resolve().parent
 CU_FILE = HERE / "gelu_product_probe.cu"
 TABLE_BYTES = {"plain": 0, "gelu": 7168 * 2, "dgelu": 7168 * 4}   # gelu.cu's GELU_TABLE_SIZE, u16 / float32
 STAGE_BYTES = 6 * 8192       # a ring stage: 2 + 4 boxes of 8 KB
-# the staging of an epilogue form: none (0, direct), a half tile a consumer warpgroup (1), the full tile (2); padded rows
-STAGING_BYTES = {0: 0, 1: 2 * 64 * (128 * 2 + 16), 2: 128 * (256 * 2 + 16), 3: 0, 12: 0}
-for _diag in (15, 16, 17):   # the diagnostics' writer warps read the overlapped form's buffer
-    STAGING_BYTES[_diag] = STAGING_BYTES[2]
-QBOX = 64 * 64 * 2           # form 4: a staged quarter box; two a consumer warpgroup, four with GELU (its gelu too)
+QBOX = 64 * 64 * 2           # a staged quarter box (forms 4-20): 64 x 64 bf16
+# the staging of each epilogue form beyond the ring: bytes (0 direct / none; 1 a padded half tile a consumer
+# warpgroup; 2 and the diagnostics 15-17 the padded full tile), or quarter boxes a consumer warpgroup as (plain, GELU)
+_HALF, _TILE = 2 * 64 * (128 * 2 + 16), 128 * (256 * 2 + 16)
+STAGING = {0: 0, 1: _HALF, 2: _TILE, 3: 0, 12: 0, 15: _TILE, 16: _TILE, 17: _TILE,
+           4: (2, 4), 5: (2, 4), 8: (2, 4), 18: (2, 4), 19: (2, 4),
+           6: (4, 4), 7: (4, 4), 9: (4, 4), 10: (4, 4), 13: (4, 4), 20: (4, 4), 11: (2, 2), 14: (2, 2)}
+# forms timed without their stores (checked with form 0's): the products alone (3) and the diagnostics beside them
+TIMED_WITHOUT_STORES = frozenset((3, 15, 16, 17, 20))
 BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
 # GP_PROFILE=form,form,...: run each named form once inside cudaProfilerStart/Stop after the checks, and time nothing
@@ -39,13 +43,13 @@ PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
 # the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
 # with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
-# epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix; then
-# big boxes; 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU, 12 deferred and
-# stored straight from the registers, 13 and 14 forms 10 and 11 computing gelu / gelu_grad for every code (no
-# table), 15-17 diagnostics: the products alone beside writer warps reading shared memory, writing global memory,
-# or both (timed without stores, checked with form 0's), 18 form 4 with evict-first stores, 19 with B's loads
-# evict-last, 20 diagnostic: the products alone beside the copy engine's stores of boxes no thread writes: A and B a box each a stage, where
-# BIG_BOXES names them)
+# epilogues in turns, 6 the whole tile staged and stored at once, 7 the same by stmatrix, 8 form 4 by stmatrix,
+# 9 deferred under the next tile's products (plain), 10 the same with GELU, 11 with DGELU, 12 deferred and stored
+# straight from the registers, 13 and 14 forms 10 and 11 computing gelu / gelu_grad for every code (no table), 15-17
+# diagnostics: the products alone beside writer warps reading shared memory, writing global memory, or both (timed
+# without stores, checked with form 0's), 18 form 4 with evict-first stores, 19 with B's loads evict-last, 20
+# diagnostic: the products alone beside the copy engine's stores of boxes no thread writes). Big boxes (A and B a
+# box each a stage): the kernels BIG_BOXES names.
 BIG_BOXES = {"gp_plain_tn_bx4", "gp_plain_tn_bo", "gp_gelu_tn_bo", "gp_plain_tn_bt", "gp_gelu_tn_bt"}
 KERNELS = {
     "gp_plain_tn": ("plain", False, 1, 4, 0), "gp_plain_tn_c2": ("plain", False, 2, 4, 0),
@@ -93,12 +97,9 @@ WITHOUT_STORES = ("gp_plain_tn_w", "gp_plain_tn_wm", "gp_plain_tn_dp")
 
 
 def staging_bytes(epilogue: str, form: int) -> int:
-    """The epilogue form's staging: form 4 has two quarter boxes a consumer warpgroup, four with GELU."""
-    if form in (6, 7, 9, 10, 13, 20):   # four boxes a consumer warpgroup (10: two pairs)
-        return 2 * 4 * QBOX
-    if form in (11, 14):   # two boxes a consumer warpgroup, alternating
-        return 2 * 2 * QBOX
-    return 2 * (4 if epilogue == "gelu" else 2) * QBOX if form in (4, 5, 8, 18, 19) else STAGING_BYTES[form]
+    """The epilogue form's staging (STAGING): its bytes, or its quarter boxes for both consumer warpgroups."""
+    st = STAGING[form]
+    return st if isinstance(st, int) else 2 * st[epilogue == "gelu"] * QBOX
 
 
 def shared_bytes(epilogue: str, stages: int = 4, form: int = 0) -> int:
@@ -239,7 +240,7 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
                  "bits_equal_to_cublas": float((o1 == t["h"]).mean()), "bits_equal_to_first": bool((o1 == plain_tn).all())}
             # forms 3 and 15-17 are timed without their stores (checked above with them): the products alone, and
             # beside the diagnostics' writer work
-            st = int(KERNELS[name][4] not in (3, 15, 16, 17, 20))
+            st = int(KERNELS[name][4] not in TIMED_WITHOUT_STORES)
             calls[name] = lambda n=name, st=st: launch(n, "x", "w_fc", o1, null, null, store=st)
         elif epilogue == "gelu":
             launch(name, "x", "w_fc", o2, aux, tab_fwd)

@@ -23,9 +23,14 @@ import gelu_product_probe as gpp  # noqa: E402  (the kernels' table: epilogue an
 WITHOUT_STORES = " w/o stores"
 
 
+def kernel_of(form: str) -> str:
+    """The kernel a timed form ran: its name, less the probe's " w/o stores" of a second timing."""
+    return form[:-len(WITHOUT_STORES)] if form.endswith(WITHOUT_STORES) else form
+
+
 def reference(form: str) -> tuple[str, ...] | None:
     """The forms of the same call whose summed time `form` replaces; None for cuBLAS's and our kernels' own rows."""
-    name = form[:-len(WITHOUT_STORES)] if form.endswith(WITHOUT_STORES) else form
+    name = kernel_of(form)
     if name not in gpp.KERNELS:
         return None
     epilogue, mn = gpp.KERNELS[name][0], gpp.KERNELS[name][1]
@@ -47,7 +52,7 @@ def ratios(records: list[dict], call: str) -> list[dict]:
         if ref is None or any((model, f) not in timed for f in ref):
             continue
         against = sum(timed[(model, f)] for f in ref)
-        name = form[:-len(WITHOUT_STORES)] if form.endswith(WITHOUT_STORES) else form
+        name = kernel_of(form)
         rows.append({"call": call, "model": model, "form": form, "epilogue": gpp.KERNELS[name][0],
                      "form_id": gpp.KERNELS[name][4], "ms": ms, "against": " + ".join(ref), "against_ms": against,
                      "ratio": ms / against})

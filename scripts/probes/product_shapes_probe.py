@@ -125,7 +125,8 @@ def probe(name: str, mod, rounds: int, reps: int) -> list[dict]:
         print(f"{name:36} check {form:16} {'PASS' if chosen is not None else 'FAIL'} {json.dumps(check)}", flush=True)
         recs.append(check)
         if chosen is not None:   # the products-alone form is timed without its stores
-            forms[form] = lambda launch=launch, st=int(ep != 3), o=chosen: launch(st, lbo_sbo=o)
+            forms[form] = lambda launch=launch, st=int(ep not in gpp.TIMED_WITHOUT_STORES), o=chosen: launch(
+                st, lbo_sbo=o)
     med, times = gep.timed(forms, rounds, reps)
     line = [f"{name:36} ({M}, {N}, {K}) {tiles(M, N)} tiles ({waves(M, N):.2f} waves), cuBLAS {med['cuBLAS']:.4f} ms "
             f"({candidates} candidates)"]
@@ -134,7 +135,7 @@ def probe(name: str, mod, rounds: int, reps: int) -> list[dict]:
                      "x_cublas": med[f] / med["cuBLAS"], "tflops": 2 * M * N * K / med[f] / 1e9})
         if f != "cuBLAS":
             line.append(f"{'':36} {f:16} {med[f]:.4f} ms, x{med[f] / med['cuBLAS']:.3f} of cuBLAS"
-                        + (" (no stores: timing only)" if gpp.KERNELS[f][4] == 3 else ""))
+                        + (" (no stores: timing only)" if gpp.KERNELS[f][4] in gpp.TIMED_WITHOUT_STORES else ""))
     print("\n".join(line), flush=True)
     return recs
 
@@ -145,6 +146,7 @@ def main() -> int:
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     shapes = select(sys.argv[4] if len(sys.argv) > 4 else "")
     mod, usage = gpp.compile_module(path.with_suffix(".cubin"))
+    print("\n".join(usage), flush=True)
     gpp.write_records(path, shapes, lambda name: probe(name, mod, rounds, reps), "shape")
     return 0
 
