@@ -94,3 +94,62 @@ def timer(name: str):
     if name not in ("graph", "eager"):
         raise SystemExit(f"TR2_VARIANT_TIMING={name!r}: allowed values are graph, eager")
     return graph_ms if name == "graph" else mean_ms
+
+
+def energy_summary(e0_mj: int, e1_mj: int, wall_s: float, event_ms: float, calls: int, samples: list[dict]) -> dict:
+    """One sustained window's figures: ms a call by the events, joules a call and mean watts by the card's energy
+    counter (millijoules since the driver loaded, read before and after the window), the SM clock's median and range
+    and the power's median over the samples taken inside it. A counter that went backwards or did not move (a
+    driver that does not count) gives None for the energy figures, never a number."""
+    import statistics as st
+    moved = e1_mj - e0_mj
+    joules = moved / 1000.0 if moved > 0 else None
+    mhz = [s["sm_mhz"] for s in samples if s.get("sm_mhz") is not None]
+    watts = [s["power_w"] for s in samples if s.get("power_w") is not None]
+    return {"ms": event_ms / calls, "calls": calls, "wall_s": wall_s,
+            "joules_a_call": joules / calls if joules is not None else None,
+            "mean_w": joules / wall_s if joules is not None and wall_s > 0 else None,
+            "sm_mhz": st.median(mhz) if mhz else None, "sm_mhz_range": [min(mhz), max(mhz)] if mhz else None,
+            "power_w": st.median(watts) if watts else None, "samples": len(samples)}
+
+
+def sustained(fn, seconds: float = 1.5, reps: int = 20, warm_s: float = 0.5, in_flight: int = 4) -> dict:
+    """A call timed the way the training step runs it on a loaded card: at the clock the card holds under its power
+    limit, not the boost clock a short burst gets. Calls back to back on the current stream for warm_s (the clock
+    settles), then for `seconds` between two events, at most `in_flight` groups of `reps` calls queued, with the
+    card's energy counter read before and after and its clock and power sampled every 20 ms (tr2.sysinfo's sampler).
+    Eager, not a graph: the probes' cuBLAS forms launch on a stream fixed when they were made; for kernels of 20 us
+    and more the host stays ahead. Why: the GPT-2 steps run at the H200's 700 W limit (docs/perf.md, twenty-first
+    session), where a kernel's time follows its energy; a short burst at 1980 MHz ranks kernels by another measure."""
+    import time
+
+    import pynvml
+
+    from tr2.sysinfo import GpuSampler
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    marks = [cp.cuda.Event(disable_timing=True) for _ in range(in_flight)]
+
+    def run_for(limit_s: float) -> int:
+        n, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < limit_s:
+            if n >= in_flight:
+                marks[n % in_flight].synchronize()   # keeps the queue short, so the window ends when it says
+            for _ in range(reps):
+                fn()
+            marks[n % in_flight].record()
+            n += 1
+        return n
+
+    run_for(warm_s)
+    cp.cuda.runtime.deviceSynchronize()
+    with GpuSampler(interval=0.02) as sampler:
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        e0, w0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic()
+        a.record()
+        groups = run_for(seconds)
+        b.record()
+        b.synchronize()
+        e1, w1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle), time.monotonic()
+    return energy_summary(e0, e1, w1 - w0, cp.cuda.get_elapsed_time(a, b), groups * reps, sampler.samples)

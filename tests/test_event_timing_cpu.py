@@ -55,3 +55,21 @@ def test_the_ring_count_from_the_environment(event_timing, raw, n):
 def test_a_bad_ring_count_stops_the_script_naming_it(event_timing, raw):
     with pytest.raises(SystemExit, match=rf"^TR2_VARIANT_RING={raw!r}: allowed values are whole numbers from 1"):
         event_timing.ring_count(raw)
+
+
+def test_energy_summary_takes_the_counter_difference_a_call(event_timing):
+    samples = [{"sm_mhz": 1700, "power_w": 690.0}, {"sm_mhz": 1650, "power_w": 700.0},
+               {"sm_mhz": 1755, "power_w": 695.0}]
+    s = event_timing.energy_summary(1_000_000, 1_010_500, 1.5, 1490.0, 20_000, samples)
+    assert s["ms"] == pytest.approx(1490.0 / 20_000)
+    assert s["joules_a_call"] == pytest.approx(10.5 / 20_000)
+    assert s["mean_w"] == pytest.approx(7.0)
+    assert s["sm_mhz"] == 1700 and s["sm_mhz_range"] == [1650, 1755] and s["power_w"] == 695.0
+    assert s["samples"] == 3 and s["calls"] == 20_000
+
+
+@pytest.mark.parametrize("e1", [1_000_000, 999_000])
+def test_a_counter_that_did_not_move_gives_no_energy(event_timing, e1):
+    s = event_timing.energy_summary(1_000_000, e1, 1.5, 1490.0, 100, [])
+    assert s["joules_a_call"] is None and s["mean_w"] is None
+    assert s["sm_mhz"] is None and s["sm_mhz_range"] is None and s["ms"] == pytest.approx(14.9)

@@ -176,3 +176,46 @@ def test_write_records_keeps_going_past_a_failing_item(tmp_path, capsys):
     assert lines == [{"model": "a", "ms": 1.0}, {"model": "b", "error": "RuntimeError: a fault"},
                      {"model": "c", "ms": 1.0}]
     assert "b: RuntimeError: a fault" in capsys.readouterr().out
+
+
+# ---- the sustained (power-limited) timing's summary: GP_SUSTAIN ----
+
+def _round(ms, joules, mhz=1700, watts=690):
+    return {"ms": ms, "joules_a_call": joules, "sm_mhz": mhz, "mean_w": watts}
+
+
+def test_each_form_is_judged_against_what_it_would_replace():
+    assert gpp.against_of("gp_plain_tn_t") == ["fwd product"]
+    assert gpp.against_of("gp_plain_nn_t") == ["bwd product"]
+    assert gpp.against_of("gp_gelu_tn_t") == ["fwd product", "fwd gelu kernel"]
+    assert gpp.against_of("gp_dgelu_nn_dp") == ["bwd product", "bwd gelu kernel"]
+    assert gpp.against_of("fwd gelu kernel") == ["fwd product"]
+
+
+def test_sustained_ratios_are_of_medians_and_a_fused_form_against_the_sum():
+    rows = {"fwd product": [_round(0.050, 0.030), _round(0.060, 0.034), _round(0.055, 0.032)],
+            "fwd gelu kernel": [_round(0.030, 0.010)],
+            "gp_plain_tn_t": [_round(0.0605, 0.0352), _round(0.066, 0.036)],
+            "gp_gelu_tn_t": [_round(0.080, 0.040)]}
+    s = gpp.sustained_summary(rows)
+    assert s["fwd product"]["ms"] == pytest.approx(0.055) and s["fwd product"]["x_ms"] is None   # not against itself
+    assert s["gp_plain_tn_t"]["ms"] == pytest.approx(0.06325)
+    assert s["gp_plain_tn_t"]["x_ms"] == pytest.approx(0.06325 / 0.055)
+    assert s["gp_plain_tn_t"]["x_joules"] == pytest.approx(0.0356 / 0.032)
+    assert s["gp_gelu_tn_t"]["x_joules"] == pytest.approx(0.040 / (0.032 + 0.010))
+    assert s["gp_gelu_tn_t"]["against"] == "fwd product + fwd gelu kernel"
+
+
+def test_a_missing_reference_or_energy_gives_no_ratio_rather_than_a_wrong_one():
+    rows = {"gp_gelu_tn_t": [_round(0.080, 0.040)], "fwd product": [_round(0.05, None)],
+            "gp_plain_tn_t": [_round(0.06, None)]}
+    s = gpp.sustained_summary(rows)
+    assert s["gp_gelu_tn_t"]["x_ms"] is None and s["gp_gelu_tn_t"]["x_joules"] is None   # no gelu kernel measured
+    assert s["gp_plain_tn_t"]["x_ms"] == pytest.approx(1.2)
+    assert s["gp_plain_tn_t"]["joules"] is None and s["gp_plain_tn_t"]["x_joules"] is None
+
+
+def test_the_sustained_environment_is_read_with_its_defaults():
+    src = Path(gpp.__file__).read_text()
+    assert 'os.environ.get("GP_SUSTAIN_S", "1.5")' in src and 'os.environ.get("GP_SUSTAIN_ROUNDS", "2")' in src
+    assert gpp.SUSTAIN == [] or all(isinstance(n, str) and n for n in gpp.SUSTAIN)

@@ -10,6 +10,9 @@ and cuBLASLt's fastest plans):
            is used. A form whose check fails is not timed.
   timing   every form in rotating rounds (event_timing.mean_ms): cuBLAS's product, our GELU kernels, cuBLASLt's
            GELU_AUX / DGELU (tanh form: their cost only), our plain and GELU products.
+  sustained the forms GP_SUSTAIN names again, each for GP_SUSTAIN_S seconds back to back (event_timing.sustained):
+           at the clock the card holds under its power limit, with joules a call from its energy counter, the
+           ratios against what each form would replace (against_of). Off unless named.
 
     PYTHONPATH=lib:scripts python3 scripts/probes/gelu_product_probe.py OUT.jsonl [rounds] [reps] [models]
 """
@@ -40,6 +43,12 @@ MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B
 # GP_PROFILE=form,form,...: run each named form once inside cudaProfilerStart/Stop after the checks, and time nothing
 # (side_call.sh's gpncu stage runs the probe so under Nsight Compute, "fwd product" being cuBLAS's)
 PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
+# GP_SUSTAIN=form,form,...: after the timing, each named form again under sustained load (event_timing.sustained: the
+# card at its power limit as in the training step, joules a call by its energy counter), GP_SUSTAIN_S seconds a form
+# and round, GP_SUSTAIN_ROUNDS rounds in rotating order (sustained_summary reads them)
+SUSTAIN = [n for n in os.environ.get("GP_SUSTAIN", "").split(",") if n]
+SUSTAIN_S = float(os.environ.get("GP_SUSTAIN_S", "1.5"))
+SUSTAIN_ROUNDS = int(os.environ.get("GP_SUSTAIN_ROUNDS", "2"))
 # the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
 # consumers, 2 overlapped: written out by the producer warpgroup's idle warps, 3 none: timed without output, checked
 # with form 0's stores, 4 TMA stores from swizzled quarter boxes, 5 form 4 with the two consumer warpgroups'
@@ -290,6 +299,8 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
             print(f"{model:12} profiled {name}", flush=True)
         return recs
     med, times = gep.timed(forms, rounds, reps)
+    if SUSTAIN:
+        recs += sustained_forms(model, forms, SUSTAIN, SUSTAIN_ROUNDS, SUSTAIN_S)
     for n in forms:
         flops = 0 if "kernel" in n else 2 * M * N * K
         recs.append({"model": model, "M": M, "N": N, "K": K, "form": n, "ms": med[n], "rounds": times[n],
@@ -315,6 +326,65 @@ def probe(model: str, mod, rounds: int, reps: int) -> list[dict]:
         print(f"{'':12} the GELU products _{form} against product + kernel, a step x {meta['cfg'].n_layer} layers: "
               f"{(fg - sep_f + bg - sep_b) * meta['cfg'].n_layer:+.3f} ms", flush=True)
     return recs
+
+
+def against_of(name: str) -> list[str]:
+    """What a form is judged against (the rule of the ratios printed above): our GELU / DGELU products against
+    cuBLAS's product plus our GELU kernel, every other form against cuBLAS's product in its direction."""
+    if name.startswith("gp_gelu"):
+        return ["fwd product", "fwd gelu kernel"]
+    if name.startswith("gp_dgelu"):
+        return ["bwd product", "bwd gelu kernel"]
+    if name.startswith("gp_plain_nn"):
+        return ["bwd product"]
+    return ["fwd product"]
+
+
+def sustained_summary(rounds_by_form: dict) -> dict:
+    """Per form, the medians over its sustained rounds (ms a call, joules a call, SM clock, watts) and the ratios of
+    ms and joules to what it is judged against (against_of; the sum of their medians), where those were measured.
+    A ratio is None where a figure is missing (no energy counter, or the reference not measured)."""
+    import statistics as st
+
+    def med(name, key):
+        vals = [r[key] for r in rounds_by_form.get(name, []) if r.get(key) is not None]
+        return st.median(vals) if vals else None
+
+    out = {}
+    for name in rounds_by_form:
+        row = {k: med(name, key) for k, key in (("ms", "ms"), ("joules", "joules_a_call"), ("mhz", "sm_mhz"),
+                                                 ("watts", "mean_w"))}
+        ref = against_of(name)
+        for k in ("ms", "joules"):
+            parts = [med(r, "ms" if k == "ms" else "joules_a_call") for r in ref]
+            ok = name not in ref and row[k] is not None and all(p is not None for p in parts)
+            row["x_" + k] = row[k] / sum(parts) if ok else None
+        row["against"] = " + ".join(ref)
+        out[name] = row
+    return out
+
+
+def sustained_forms(model: str, forms: dict, names: list, rounds: int, seconds: float) -> list[dict]:
+    from event_timing import sustained
+    missing = [n for n in names if n not in forms]
+    if missing:
+        print(f"{model:12} sustained: no form {', '.join(map(repr, missing))} (not checked, or failed); have "
+              f"{', '.join(forms)}", flush=True)
+    names = [n for n in names if n in forms]
+    by_form = {n: [] for n in names}
+    for r in range(rounds):   # rotating order, as the short timing
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            by_form[n].append(sustained(forms[n], seconds))
+    summary = sustained_summary(by_form)
+    print(f"{model:12} sustained ({rounds} rounds of {seconds} s a form; ms and joules a call, medians):", flush=True)
+    def fmt(v, f):
+        return "-" if v is None else format(v, f)
+    for n, row in summary.items():
+        print(f"{'':12} {n:24} {fmt(row['ms'], '.4f')} ms x{fmt(row['x_ms'], '.3f')}  {fmt(row['joules'], '.5f')} J "
+              f"x{fmt(row['x_joules'], '.3f')}  {fmt(row['mhz'], '.0f')} MHz {fmt(row['watts'], '.0f')} W "
+              f"(against {row['against']})", flush=True)
+    return [{"model": model, "form": n, "sustained": by_form[n], **{"sustained_" + k: v for k, v in summary[n].items()}}
+            for n in names]
 
 
 def main() -> int:
