@@ -27,8 +27,10 @@ cupy.__version__, 'torch', torch.__version__, 'cuda (torch)', torch.version.cuda
 # use_carried_caches: the carried cubins (.cache/kernels.tar.xz, unpacked once into .cache/kernels) and products
 # record (.cache/products) as the kernel and products caches of everything run after it.
 use_carried_caches() {
-  if [ -f .cache/kernels.tar.xz ] && [ ! -d .cache/kernels ]; then
-    mkdir -p .cache/kernels && tar xJf .cache/kernels.tar.xz -C .cache/kernels
+  # A marker, not the folder: a command run before this one that compiled a kernel makes the folder, and the carried
+  # cubins were then never unpacked (call 2 of results/h200-perf-20261203j compiled attention.cu twice, 300 s).
+  if [ -f .cache/kernels.tar.xz ] && [ ! -f .cache/kernels/.unpacked ]; then
+    mkdir -p .cache/kernels && tar xJf .cache/kernels.tar.xz -C .cache/kernels && touch .cache/kernels/.unpacked
   fi
   export TR2_KERNEL_CACHE="$PWD/.cache/kernels" TR2_PRODUCTS_DIR="$PWD/.cache/products"
 }
