@@ -187,10 +187,11 @@ def test_the_tma_dq_kernel_changes_no_bit(tmp_path, model, dtype):
     _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_TMA", "0", "1", "TMA dQ kernel")
 
 
-# gpu/attention.py's WG_FORWARD_TMA 3, 4 and 6: the TMA forward with 128-key tiles, which has bits of its own (its
+# gpu/attention.py's WG_FORWARD_TMA 3, 4, 6 and 7: the TMA forward with 128-key tiles, which has bits of its own (its
 # online softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the bit (one tensor map of
-# qkv baked into each captured launch), and the run must train.
-@pytest.mark.parametrize("form", ["3", "4", "6"])
+# qkv baked into each captured launch; form 7's tickets, which each launch leaves at zero, replayed), and the run must
+# train.
+@pytest.mark.parametrize("form", ["3", "4", "6", "7"])
 def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order

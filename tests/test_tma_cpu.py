@@ -66,11 +66,34 @@ def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
     assert box == (64 // 8) * 1024   # the next box's first row is the 128-key tile's row 64
     stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "attention.py").read_text()
-    assert 'TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp"}' in wrapper
-    assert "stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)" in wrapper
+    assert ('TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp", 7: "tmawr"}'
+            in wrapper)
+    assert ("stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)"
+            in wrapper)
     assert "ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)" in src   # tmaw3's three stages
     for s in (stages, 3):
         assert (2 + 4 * s) * box + 1024 <= 227 * 1024
+    assert (4 + 4 * stages) * box + 1024 <= 227 * 1024   # form 7: two q buffers
+
+
+def test_the_resident_forward_walks_the_items_as_form_3s_grid_did():
+    """attention_forward_tma_resident (form 7) takes item j as query block nqb - 1 - j / BH of head j % BH: the order
+    in which the hardware launched form 3's grid (blockIdx.x the head, blockIdx.y the query block from the longest),
+    so every (head, query block) once, the longest first. Its q buffers and the ring's stage and phase run on across
+    items; its two tickets are left at zero by the last block (the atomics are in the source)."""
+    from tr2.cupy_side import gpu
+    src = (gpu.KERNELS_DIR / "attention.cu").read_text()
+    body = src.split("__device__ void attention_forward_tma_resident(", 1)[1].split("\n}\n", 1)[0]
+    assert body.count("const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H") == 2
+    assert "const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);" in body
+    assert "if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {" in body and "__threadfence();" in body
+    assert "mbar_wait(&q_empty[qs], ((n >> 1) - 1) & 1);" in body and "mbar_wait(&q_full[qs], (n >> 1) & 1);" in body
+    assert "mbar_wait(&empty[s], ((it / S) - 1) & 1);" in body and "mbar_wait(&full[s], (it / S) & 1);" in body
+    for BH, T in ((96, 1024), (128, 1024), (36, 1000), (1, 1), (2, 65)):
+        nqb = -(-T // 128)
+        order = [(nqb - 1 - j // BH, j % BH) for j in range(BH * nqb)]
+        form3 = [(nqb - 1 - y, x) for y in range(nqb) for x in range(BH)]   # blockIdx.x fastest
+        assert order == form3
 
 
 def test_tensor_map_args_of_a_stack_of_matrices():

@@ -24,7 +24,7 @@ _spec.loader.exec_module(ptxas_usage)
 # and rewrote them; a form added here would need its reason.)
 KNOWN: dict = {}
 # the instantiation lines of every wgmma form (attention.cu's last lines)
-WGMMA_FORMS = r"^ATTN_(FORWARD_WG1|FORWARD_WGP|FORWARD_WGPP|FORWARD_TMA_FORM|DKDV_WG|DKDV_TMA|DQ_TMA)\("
+WGMMA_FORMS = r"^ATTN_(FORWARD_WG1|FORWARD_WGP|FORWARD_WGPP|FORWARD_TMA_FORM|FORWARD_TMA_RESIDENT|DKDV_WG|DKDV_TMA|DQ_TMA)\("
 
 
 def _ptxas_usage(keep: str) -> list:
@@ -59,6 +59,7 @@ def test_no_wgmma_kernel_is_serialized_but_the_known():
     assert {"attn_forward_wgpp2_bf16r_hs64", "attn_backward_dkdv_ds_wg2p_l2_bf16r_hs64",
             "attn_forward_tmap_bf16r_hs64", "attn_forward_tmaw_bf16r_hs64",
             "attn_forward_tmawp_bf16r_hs64", "attn_forward_tmaw3_bf16r_hs64", "attn_forward_tmawpp_bf16r_hs64",
+            "attn_forward_tmawr_bf16r_hs64",
             "attn_backward_dkdv_ds_tma_l2_bf16r_hs64",
             "attn_backward_dkdv_ds_tma3_l2_bf16r_hs64", "attn_backward_dkdv_ds_tmad_l2_bf16r_hs64",
             "attn_backward_dkdv_ds_tmad3_l2_bf16r_hs64", "attn_backward_dkdv_ds_tmar_l2_bf16r_hs64",

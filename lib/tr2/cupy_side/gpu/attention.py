@@ -167,7 +167,10 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # 6: form 4 with its two consumers in ping-pong (attn_forward_tmawpp_: they take turns issuing their products, so
 # that one's softmax runs under the other's; form 4's bits, hence form 3's, "forward_tma_wide"). Written in the
 # twenty-first session after its device time: NOT run on a GPU (docs/perf.md, "Twenty-first session").
-WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6))
+# 7: form 3 resident (attn_forward_tmawr_: one block an SM taking the heads' query blocks, the longest first, by
+# tickets; the next block's q and first tiles load under this one's last products and epilogue; form 3's bits,
+# "forward_tma_wide"). Written in the twenty-fourth session after its device time: NOT run on a GPU (docs/perf.md).
+WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6, 7))
 # The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
 # one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
 # tmaw 0.0562 and 0.0731 against mma.sync's 0.0617 and 0.0783 on gpt2-small and gpt2-medium. Its graph test
@@ -176,11 +179,12 @@ WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6))
 # (gpt2-small bf16) and 42.82 -> 42.39 (gpt2-medium) in call 2 there, beside PyTorch's reduce-overhead. On (3) by
 # default since the twentieth session; a form of the forward asked for otherwise (TR2_ATTN_FWD_WGP=1,
 # TR2_ATTN_FWD_PINGPONG=1) wins over the default, over this switch set explicitly it is a clash (_launch_wg).
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 3, (0, 1, 2, 3, 4, 5, 6))
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 3, (0, 1, 2, 3, 4, 5, 6, 7))
 FWD_TMA_LONG_ASKED = switch_given("TR2_ATTN_FWD_TMA_LONG")
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
-TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp"}
+TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp", 7: "tmawr"}
+RESIDENT_FORMS = frozenset((7,))   # one block an SM, launched with the heads and a ticket pair (resident_grid)
 
 
 # Blocks an SM the mma.sync forward is compiled for, under half roundings at head size 64: 2 (attn_forward_, 255
@@ -228,22 +232,32 @@ def tma_shared_bytes(hs: int, form: int = 1) -> int:
     64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period); forms 3 and 4
     (attention_forward_tma with WIDE) and 6: FWD_TMAW_STAGES stages of two k and two v boxes; form 5: three such
     stages."""
-    stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
-    return (2 + stages) * 64 * hs * 2 + 1024
+    stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
+    q_boxes = 4 if form in RESIDENT_FORMS else 2   # the resident form's two q buffers
+    return (q_boxes + stages) * 64 * hs * 2 + 1024
+
+
+def resident_grid(BH: int, T: int, sms: int) -> int:
+    """The resident form's blocks: one an SM, or one a work item (a head's 128 queries) where there are fewer."""
+    return max(1, min(int(sms), BH * -(-T // 128)))
 
 
 def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
     form = forward_tma_form(T)
     if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, form))) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 6 (or "
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 7 (or "
                          "TR2_ATTN_FWD_TMA_LONG on rows over 256): allowed is one at most")
     if form:
         qkv = args[2]
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
-        launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", (BH, -(-T // 128)), 384,
-               args[:2] + (tmap,) + args[3:], shared_mem=tma_shared_bytes(hs, form), prefer_shared=True)
+        targs, grid = args[:2] + (tmap,) + args[3:], (BH, -(-T // 128))
+        if form in RESIDENT_FORMS:   # tickets: two ints the kernel leaves at zero, zeroed once here
+            targs += (i32(BH), ctx.ws.zeros("att_fwd_tickets", (2,), np.int32))
+            grid = (resident_grid(BH, T, runtime.sm_count(cp.cuda.Device().id)),)
+        launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", grid, 384, targs,
+               shared_mem=tma_shared_bytes(hs, form), prefer_shared=True)
         return
     if WG_FORWARD_PINGPONG and wg_forward_warpgroups(T) == 2:
         launch(FILE, f"attn_forward_wgpp2_{name}_hs{hs}", (BH, -(-T // 128)), 256, args + strides,

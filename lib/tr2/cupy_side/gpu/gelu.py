@@ -5,7 +5,6 @@ are the computing kernels'); float32 through the computing kernels, which also f
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +12,7 @@ import cupy as cp
 
 from . import gelu_table, kernel_define, kernel_switch
 from .halfbits import KIND_BF16, KIND_F16, KIND_F32, KINDS
-from .runtime import THREADS, blocks_for, i32, i64, launch
+from .runtime import THREADS, blocks_for, i32, i64, launch, sm_count
 
 FILE = "gelu.cu"
 TABLE_THREADS = kernel_define(FILE, "GELU_TABLE_THREADS")
@@ -70,15 +69,10 @@ def _blocks(n: int) -> int:
     return blocks_for(max(n // 8, n % 8))
 
 
-@functools.cache
-def _sm_count(device: int) -> int:
-    return int(cp.cuda.Device(device).attributes["MultiProcessorCount"])
-
-
 def _table_blocks(n: int, blocks_per_sm: int) -> int:
     """A persistent grid: each block copies its table into shared memory once, so no more blocks than stay
     resident together (blocks_per_sm an SM; fewer where n is small)."""
-    resident = _sm_count(cp.cuda.Device().id) * blocks_per_sm
+    resident = sm_count(cp.cuda.Device().id) * blocks_per_sm
     return blocks_for(max(n // 8, n % 8), TABLE_THREADS, resident)
 
 

@@ -5,6 +5,7 @@ Every launch goes to CuPy's current stream. Nothing here synchronizes with the h
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 
 import numpy as np
@@ -144,6 +145,12 @@ def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, pre
                 captured["programmatic"] += 1
                 return
     f(grid, block, args, shared_mem=shared_mem)
+
+
+@functools.cache
+def sm_count(device: int) -> int:
+    """The device's SMs, asked once (CuPy's attributes query every attribute of the device each time)."""
+    return int(cp.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
 def blocks_for(n: int, threads: int = THREADS, cap: int = MAX_BLOCKS) -> int:

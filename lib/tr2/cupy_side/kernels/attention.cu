@@ -1115,6 +1115,88 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[16][4], u64 desc_a, u64 des
 #endif
 }
 
+// One key tile of attention_forward_tma's consumers without PIPE (forms 1, 3 and 5) and of the resident form
+// (attention_forward_tma_resident): S = q k^T, the mask, the online softmax and O += Pd v, each product awaited. q at
+// aq and the stage's k at ak (64-query and 64-key boxes, 128B-swizzled), v after k's KB boxes. A function of its own
+// so that both kernels run one body; inlined, the machine code of the forms it was taken from is unchanged
+// (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
+template <int K, int HS, bool DROP, int BC>
+__device__ __forceinline__ void tma_forward_tile(float (&o)[HS / 8][4], float (&mrow)[2], float (&lrow)[2], u32 aq,
+                                                 u32 ak, int kb, int r0, int g, int t, int T, int bh,
+                                                 const Dropout& drop) {
+    constexpr float c = Scale<HS>::value * LOG2E;
+    constexpr int NT = BC / 8, KB = BC / 64, BOX = 64 * HS * 2;
+    const u32 av = ak + KB * BOX;
+    auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+        i = r0 + g + 8 * (e >> 1);
+        j = kb * BC + n * 8 + 2 * t + (e & 1);
+    };
+    const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+    KeepBits<1, NT> keep{};
+    if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
+    float sc[NT][4];
+    wg_fence();
+    #pragma unroll
+    for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows
+        wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                     wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+    wg_commit();
+    wg_wait_all();
+    wg_hold(sc);
+    if (edge) {
+        #pragma unroll
+        for (int n = 0; n < NT; ++n)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int i, j;
+                at(0, n, e, i, j);
+                if (j > i || j >= T) sc[n][e] = NEG_INF;
+            }
+    }
+    float mc[2];
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = NEG_INF;
+        #pragma unroll
+        for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(mrow[r], mx);
+        mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
+        const float alpha = exp_c<false>(mrow[r], c, mc[r]);
+        mrow[r] = mnew;
+        lrow[r] *= alpha;
+        #pragma unroll
+        for (int n = 0; n < HS / 8; ++n) {
+            o[n][2 * r] *= alpha;
+            o[n][2 * r + 1] *= alpha;
+        }
+    }
+    #pragma unroll
+    for (int n = 0; n < NT; ++n)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float p = exp_c<false>(sc[n][e], c, mc[e >> 1]);
+            lrow[e >> 1] += p;
+            sc[n][e] = p;
+        }
+    if constexpr (DROP) {
+        #pragma unroll
+        for (int n = 0; n < NT; ++n)
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
+    }
+    u32 pf[NT / 2][4];
+    pack_a<K, NT>(pf, sc);
+    wg_fence();
+    #pragma unroll
+    for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
+        wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+    wg_commit();
+    wg_wait_all();
+    wg_hold(o);
+}
+
 template <int K, int HS, bool DROP, bool PIPE = false, bool WIDE = false, int WS = FWD_TMAW_STAGES, bool PP = false>
 __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap, int T,
                                       int H, int out_kind, Dropout drop) {
@@ -1327,75 +1409,8 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
             const int s = kb % S;
             mbar_wait(&full[s], (kb / S) & 1);
             if (q0 < T && kb <= wg_last) {
-                const u32 ak = smem_u32(sKV + 2 * KB * s * BOX), av = ak + KB * BOX;
-                auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-                    i = r0 + g + 8 * (e >> 1);
-                    j = kb * BC + n * 8 + 2 * t + (e & 1);
-                };
-                const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
-                KeepBits<1, NT> keep{};
-                if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
-                float sc[NT][4];
-                wg_fence();
-    #pragma unroll
-                for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows
-                    wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                                 wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-                wg_commit();
-                wg_wait_all();
-                wg_hold(sc);
-                if (edge) {
-    #pragma unroll
-                    for (int n = 0; n < NT; ++n)
-    #pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            int i, j;
-                            at(0, n, e, i, j);
-                            if (j > i || j >= T) sc[n][e] = NEG_INF;
-                        }
-                }
-                float mc[2];
-    #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    float mx = NEG_INF;
-    #pragma unroll
-                    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float mnew = fmaxf(mrow[r], mx);
-                    mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
-                    const float alpha = exp_c<false>(mrow[r], c, mc[r]);
-                    mrow[r] = mnew;
-                    lrow[r] *= alpha;
-    #pragma unroll
-                    for (int n = 0; n < HS / 8; ++n) {
-                        o[n][2 * r] *= alpha;
-                        o[n][2 * r + 1] *= alpha;
-                    }
-                }
-    #pragma unroll
-                for (int n = 0; n < NT; ++n)
-    #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float p = exp_c<false>(sc[n][e], c, mc[e >> 1]);
-                        lrow[e >> 1] += p;
-                        sc[n][e] = p;
-                    }
-                if constexpr (DROP) {
-    #pragma unroll
-                    for (int n = 0; n < NT; ++n)
-    #pragma unroll
-                        for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
-                }
-                u32 pf[NT / 2][4];
-                pack_a<K, NT>(pf, sc);
-                wg_fence();
-    #pragma unroll
-                for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
-                    wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-                wg_commit();
-                wg_wait_all();
-                wg_hold(o);
+                tma_forward_tile<K, HS, DROP, BC>(o, mrow, lrow, aq, smem_u32(sKV + 2 * KB * s * BOX), kb, r0, g, t, T,
+                                                  bh, drop);
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
@@ -1414,6 +1429,142 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
 #pragma unroll
         for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
         if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
+// ---- form 7, tmawr: form 3 resident, one block an SM working through the heads' query blocks ----
+// Why: form 3 (tmaw) holds an SM alone (168 registers x 384 threads), so between one of its blocks and the next the
+// SM runs nothing: the block's q load, its first k and v and its first S wait with the tensor cores idle, and so do
+// its last Pd v and the epilogue's stores of O and the log-sum-exp. On gpt2-medium that is 1024 blocks of 1 to 8 key
+// tiles (4.5 on average) on 132 SMs. Here the grid is one block an SM (gpu/attention.py) and each block takes work
+// items, the longest first, as the hardware's scheduler took form 3's blocks: item j is query block nqb - 1 - j / BH
+// of head j % BH (form 3's blockIdx.y and .x), the block's first item its blockIdx.x and each later one the next
+// ticket of sched[0] (gridDim.x + atomicAdd), so a block that finishes early takes the next longest. The producer
+// draws the tickets and loads the next item's q into the other of two q buffers as soon as that buffer is released,
+// then its k and v tiles into the ring, whose stage and phase run on across items: the next item's loads go on
+// under this item's last products and epilogue. The item's index goes to the consumers beside its q (q_item, written
+// before the arrival that q_full's phase waits for); -1 ends them. The last block to finish sets sched back to zero
+// (sched[1] counts them), so each launch finds it zero (allocated zeroed, ctx.ws.zeros).
+// Which block computes an item changes from run to run; what each item computes does not: every item is form 3's
+// block, tile for tile (tma_forward_tile), so form 3's bits ("forward_tma_wide"). Written in the twenty-fourth
+// session after its device time: NOT run on a GPU.
+template <int K, int HS, bool DROP, int WS>
+__device__ void attention_forward_tma_resident(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap,
+                                               int T, int H, int BH, int* sched, int out_kind, Dropout drop) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value;
+    constexpr int BR = 128, BC = 128, BOX = 64 * HS * 2, S = WS, KB = 2;
+    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * S + 4];
+    __shared__ int q_item[2];
+    u64* full = bars;              // full[s]: the producer's arrival and the stage's 4 boxes
+    u64* empty = bars + S;         // empty[s]: the 8 consumer warps are done with the stage
+    u64* q_full = bars + 2 * S;    // q_full[b]: q buffer b's item index written and its 2 boxes arrived
+    u64* q_empty = bars + 2 * S + 2;   // q_empty[b]: the 8 consumer warps are done with q buffer b
+    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
+    unsigned char* sQ = base;              // q buffer b: consumer c's 64 queries at sQ + (2 b + c) BOX
+    unsigned char* sKV = base + 4 * BOX;   // stage s: k at sKV + 4 s BOX, v at + 2 BOX
+    const int nqb = (T + BR - 1) / BR, items = BH * nqb, C = H * HS;
+    const int wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8);
+        }
+        for (int b = 0; b < 2; ++b) {
+            mbar_init(&q_full[b], 1);
+            mbar_init(&q_empty[b], 8);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {   // the producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x != 0) return;
+        int it = 0;   // key tiles loaded so far, over all items: the ring's stage and phase
+        for (int n = 0;; ++n) {
+            const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);
+            const int qs = n & 1;
+            if (n >= 2) mbar_wait(&q_empty[qs], ((n >> 1) - 1) & 1);
+            q_item[qs] = item < items ? item : -1;
+            if (item >= items) {
+                mbar_arrive(&q_full[qs]);   // no boxes: the phase completes on this arrival, and the consumers stop
+                break;
+            }
+            const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H, row0 = b * T;
+            const int last = min(qb * BR + BR - 1, T - 1) / BC;
+            unsigned char* q = sQ + 2 * qs * BOX;
+            mbar_expect_tx(&q_full[qs], 2 * BOX);
+            tma_load_2d(q, tmap, &q_full[qs], h * HS, row0 + qb * BR);
+            tma_load_2d(q + BOX, tmap, &q_full[qs], h * HS, row0 + qb * BR + 64);
+            for (int kb = 0; kb <= last; ++kb, ++it) {
+                const int s = it % S;
+                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                unsigned char* sK = sKV + 2 * KB * s * BOX;
+                mbar_expect_tx(&full[s], 2 * KB * BOX);
+                tma_load_2d(sK, tmap, &full[s], C + h * HS, row0 + kb * BC);
+                tma_load_2d(sK + BOX, tmap, &full[s], C + h * HS, row0 + kb * BC + 64);
+                tma_load_2d(sK + 2 * BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC);
+                tma_load_2d(sK + 3 * BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC + 64);
+            }
+        }
+        // every ticket this block will draw is drawn (the fence orders its draws before its count, as the
+        // threadfence reduction's last-block pattern): the last block to count leaves sched at zero
+        __threadfence();
+        if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {
+            atomicExch(&sched[0], 0);
+            atomicExch(&sched[1], 0);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int it = 0;
+    for (int n = 0;; ++n) {
+        const int qs = n & 1;
+        mbar_wait(&q_full[qs], (n >> 1) & 1);
+        const int item = q_item[qs];
+        if (item < 0) break;
+        const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H;
+        const int last = min(qb * BR + BR - 1, T - 1) / BC;
+        const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
+        const int r0 = q0 + warp * 16;              // the warp's
+        const int wg_last = min(q0 + 63, T - 1) / BC;
+        const u32 aq = smem_u32(sQ + (2 * qs + cw) * BOX);
+        float o[HS / 8][4];
+        float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < HS / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        for (int kb = 0; kb <= last; ++kb, ++it) {
+            const int s = it % S;
+            mbar_wait(&full[s], (it / S) & 1);
+            if (q0 < T && kb <= wg_last)
+                tma_forward_tile<K, HS, DROP, BC>(o, mrow, lrow, aq, smem_u32(sKV + 2 * KB * s * BOX), kb, r0, g, t, T,
+                                                  bh, drop);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&q_empty[qs]);   // and with the item's q (its last product has completed)
+        if (q0 >= T) continue;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float l = lrow[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int i = r0 + g + 8 * r;
+            if (i >= T) continue;
+            const float inv = 1.0f / l;
+            const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
+#pragma unroll
+            for (int j = 0; j < HS / 8; ++j)
+                store_pair(out, at + j * 8, o[j][2 * r] * inv, o[j][2 * r + 1] * inv, out_kind);
+            if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
+        }
     }
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
@@ -3332,6 +3483,22 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
                                                                         d);                                    \
         else attention_forward_tma<K, HS, false, PIPE, WIDE, WS, PP>(out, lse, &tm, T, H, out_kind, d);        \
     }
+// Form 7 (attention_forward_tma_resident), arguments as attn_forward_tmaw_'s and then the heads BH and sched, two
+// ints zero at launch (left zero): attn_forward_tmawr_<bf16r|f16r>_hs64, one block an SM.
+#define ATTN_FORWARD_TMA_RESIDENT(BUILD, K, HS)                                                                 \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmawr_##BUILD##_hs##HS(                  \
+        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
+        int* sched) {                                                                                          \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES>(out, lse, &tm, T, H, BH, sched,       \
+                                                                         out_kind, d);                         \
+        else                                                                                                   \
+            attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES>(out, lse, &tm, T, H, BH, sched,      \
+                                                                          out_kind, d);                        \
+    }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
@@ -3567,6 +3734,8 @@ ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)
 ATTN_FORWARD_TMA_FORM(tmaw3, f16r, KIND_F16, 64, false, true, 3, false)
 ATTN_FORWARD_TMA_FORM(tmawpp, bf16r, KIND_BF16, 64, true, true, FWD_TMAW_STAGES, true)
 ATTN_FORWARD_TMA_FORM(tmawpp, f16r, KIND_F16, 64, true, true, FWD_TMAW_STAGES, true)
+ATTN_FORWARD_TMA_RESIDENT(bf16r, KIND_BF16, 64)
+ATTN_FORWARD_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
