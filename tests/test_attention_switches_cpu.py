@@ -43,9 +43,10 @@ def test_the_dkdv_switch_off_and_the_din_form(attention, monkeypatch):
 
 
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
-    assert attention.FWD_TMA_LONG == 3 and not attention.FWD_TMA_LONG_ASKED   # on by default (twentieth session)
+    # on by default since the twentieth session; the resident form 7 since the twenty-fourth
+    assert attention.FWD_TMA_LONG == 7 and not attention.FWD_TMA_LONG_ASKED
     assert attention.forward_tma_form(attention.WG_MAX_T) == 0
-    assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 3
+    assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 7
     monkeypatch.setattr(attention, "FWD_TMA_LONG", 0)
     assert attention.forward_tma_form(1024) == 0
     monkeypatch.setattr(attention, "FWD_TMA_LONG", 3)
@@ -61,7 +62,7 @@ def test_another_forward_form_asked_for_wins_over_the_long_rows_default(attentio
     monkeypatch.setattr(attention, setting, True)
     assert attention.forward_tma_form(1024) == 0
     monkeypatch.setattr(attention, "FWD_TMA_LONG_ASKED", True)   # asked for explicitly: taken (_launch_wg names the clash)
-    assert attention.forward_tma_form(1024) == 3
+    assert attention.forward_tma_form(1024) == attention.FWD_TMA_LONG == 7
 
 
 def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernels_by_default(attention, monkeypatch):

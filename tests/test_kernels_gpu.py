@@ -480,7 +480,7 @@ def test_attention_forward_runs_on_wgmma_on_hopper():
     ctx = SimpleNamespace(half=True, half_roundings=True)
     assert attention.uses_wgmma(ctx, 64, 256) == hopper
     assert attention.uses_wgmma(ctx, 64, 1) == hopper
-    assert attention.FWD_TMA_LONG == 3 and attention.forward_tma_form(257) == 3
+    assert attention.FWD_TMA_LONG == 7 and attention.forward_tma_form(257) == 7
     assert attention.uses_wgmma(ctx, 64, 257) == hopper
     assert not attention.uses_wgmma(ctx, 32, 256)
     assert not attention.uses_wgmma(ctx, 32, 1024)

@@ -169,7 +169,7 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # twenty-first session after its device time: NOT run on a GPU (docs/perf.md, "Twenty-first session").
 # 7: form 3 resident (attn_forward_tmawr_: one block an SM taking the heads' query blocks, the longest first, by
 # tickets; the next block's q and first tiles load under this one's last products and epilogue; form 3's bits,
-# "forward_tma_wide"). Written in the twenty-fourth session after its device time: NOT run on a GPU (docs/perf.md).
+# "forward_tma_wide"). Written in the twenty-fourth session; the default for rows over 256 since (FWD_TMA_LONG).
 WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6, 7))
 # The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
 # one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
@@ -179,7 +179,11 @@ WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6, 7))
 # (gpt2-small bf16) and 42.82 -> 42.39 (gpt2-medium) in call 2 there, beside PyTorch's reduce-overhead. On (3) by
 # default since the twentieth session; a form of the forward asked for otherwise (TR2_ATTN_FWD_WGP=1,
 # TR2_ATTN_FWD_PINGPONG=1) wins over the default, over this switch set explicitly it is a clash (_launch_wg).
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 3, (0, 1, 2, 3, 4, 5, 6, 7))
+# Form 7 (tmawr, form 3 resident) since the twenty-fourth session: its 36 kernel cases gave form 3's bits and its
+# graph replayed its eager loop to the bit; alone x0.872 / x0.859 of form 3 (0.0491 against 0.0563, 0.0629 against
+# 0.0732 ms a layer on gpt2-small / gpt2-medium); the step, medians of three rounds, 16.387 -> 16.366 ms and 42.842
+# -> 42.743 (results/h200-perf-20261203j, calls 5-8). The same bits as form 3, so no training number moves.
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 1, 2, 3, 4, 5, 6, 7))
 FWD_TMA_LONG_ASKED = switch_given("TR2_ATTN_FWD_TMA_LONG")
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
