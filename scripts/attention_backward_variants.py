@@ -8,7 +8,7 @@ next kernels), `wg1` and `wg2` (ds_l2 with dK/dV on wgmma, USE_WG_DKDV, one or t
 rounding of ds_l2: the tensor cores' sums need not round alike; measured the same bits), `wg1o` and `wg2o` (the
 same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOTS) and `wg2p`
 (WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA), `tma3`,
-`tmad`, `tmad3`, `tmar` (DKDV_TMA_FORM: tma's bits). First
+`tmad`, `tmad3`, `tmar`, `tmarr` (DKDV_TMA_FORM: tma's bits), `tmarrq` (tmarr with DQ_TMA: tmaq's bits). First
 the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half
 outputs: the row dots are summed in another order); then rounds in rotating order, each
 figure one backward call's share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph
@@ -75,10 +75,13 @@ FORMS = {"recompute": _form(**_MMA_SYNC, USE_DS=False), "ds": _form(**_MMA_SYNC)
          "tma3": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=1),
          "tmad": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=2),
          "tmad3": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=3),
-         "tmar": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=4)}
+         "tmar": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=4),
+         # tma resident (one block an SM, the key blocks by tickets), and with the TMA dQ as the step runs it
+         "tmarr": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5),
+         "tmarrq": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True)}
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
 SAME_BITS = {"ds64": "ds", "ds_l2": "ds", "wg2": "wg1", "tma": "wg2", "tma3": "tma", "tmad": "tma", "tmad3": "tma",
-             "tmar": "tma", "wg1q": "wg1", "wg2q": "wg2", "tmaq": "tma"}
+             "tmar": "tma", "wg1q": "wg1", "wg2q": "wg2", "tmaq": "tma", "tmarr": "tma", "tmarrq": "tmaq"}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)

@@ -101,8 +101,11 @@ def test_every_tma_dkdv_form_fits_one_block_an_sm(attention):
     """The forms' dynamic shared memory (the H200 gives a block at most 227 KB) and their kernel names."""
     for name, stages in attention.DKDV_TMA_FORMS.values():
         assert attention.dkdv_tma_shared_bytes(64, stages) <= 227 * 1024, name
-    assert [n for n, _ in attention.DKDV_TMA_FORMS.values()] == ["tma", "tma3", "tmad", "tmad3", "tmar"]
+    assert [n for n, _ in attention.DKDV_TMA_FORMS.values()] == ["tma", "tma3", "tmad", "tmad3", "tmar", "tmarr"]
     assert attention.dkdv_tma_shared_bytes(64) == 86016   # two stages: k, v, 2 x (q, dO, lse, D), dS^T rows, 1 KB
+    # the resident form (5): two k and v buffers
+    assert attention.DKDV_RESIDENT_FORMS == {5}
+    assert attention.dkdv_tma_shared_bytes(64, resident=True) == 86016 + 4 * 64 * 64 * 2 <= 227 * 1024
 
 
 def test_row_dots_box_reads_the_128b_swizzle():

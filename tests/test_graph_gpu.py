@@ -179,6 +179,15 @@ def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
     _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_WG_DKDV_TMA", "0", "2", "TMA dK/dV kernel")
 
 
+# The resident forms (gpu/attention.py's FWD_TMA_LONG 7 against 3, DKDV_TMA_FORM 5 against 0): each item computes
+# what a block of the form it repeats computed, so a whole run must have that form's losses to the bit, eager and in
+# the graph (their tickets, left at zero by every launch, replayed): gpt2-small in bfloat16 (768 items a launch).
+@pytest.mark.parametrize("key, off, on", [("TR2_ATTN_FWD_TMA_LONG", "3", "7"), ("TR2_ATTN_DKDV_TMA_FORM", "0", "5")],
+                         ids=["forward", "dkdv"])
+def test_the_resident_attention_kernels_change_no_bit(tmp_path, key, off, on):
+    _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", key, off, on, "resident attention kernel")
+
+
 # gpu/attention.py's DQ_TMA: dQ from ds_t on a TMA producer and wgmma. Its kernel tests found the mma.sync dQ's bits
 # in all 88 cases (call 7 of results/h200-perf-20261203e), so a whole run with it must have the losses of the run
 # without it to the bit, eager and in the graph (its two tensor maps baked into the captured launch).

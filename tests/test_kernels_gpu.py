@@ -915,15 +915,22 @@ def test_attention_dkdv_tma_on_wgmma(build, B, T, H, hs, p, monkeypatch):
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("form", [1, 2, 3, 4], ids=["tma3", "tmad", "tmad3", "tmar"])
+@pytest.mark.parametrize("form", [1, 2, 3, 4, 5], ids=["tma3", "tmad", "tmad3", "tmar", "tmarr"])
 def test_attention_dkdv_tma_forms(build, B, T, H, hs, p, form, monkeypatch):
     """The TMA dK/dV kernel's other forms (DKDV_TMA_FORM: a third stage in the ring; each tile's dV and dK products
     issued with the next tile's S^T and dPd^T, one wait for both; the two together; D made by the producer's warps,
-    no row-dots launch): the plain TMA form's bits, dS^T (so dQ) included, three runs identical. A stage released too
-    early, a product read before its wait, or a D row summed from the wrong swizzled chunk (or left unwritten in
-    its stage, holding an earlier tile's D) changes them or the run-to-run bits."""
+    no row-dots launch; the plain form resident, one block an SM taking the key blocks by tickets): the plain TMA
+    form's bits, dS^T (so dQ) included, three runs identical. A stage released too early, a product read before its
+    wait, or a D row summed from the wrong swizzled chunk (or left unwritten in its stage, holding an earlier tile's
+    D) changes them or the run-to-run bits; a key block the resident form's tickets skip leaves its poison. The
+    resident form leaves its tickets at zero."""
     wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "DKDV_TMA_FORM", "TMA dK/dV form", on=form,
                                 off=0, also={"WG_DKDV_TMA": 1})
+    from tr2.cupy_side.gpu import attention
+    if form in attention.DKDV_RESIDENT_FORMS:
+        be = gpu_backend(*build)
+        tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
+        assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])

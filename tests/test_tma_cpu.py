@@ -76,6 +76,23 @@ def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
     assert (4 + 4 * stages) * box + 1024 <= 227 * 1024   # form 7: two q buffers
 
 
+def test_the_resident_dkdv_walks_the_items_as_the_plain_forms_grid_did():
+    """attention_backward_dkdv_tma_resident (DKDV_TMA_FORM 5) takes item j as key block j / BH of head j % BH: the
+    plain form's grid (blockIdx.x the head, blockIdx.y the key block, the first key blocks, which see the most
+    queries, first) in launch order. Its producer thread, its lse/D warp and its consumers walk the same query tiles
+    of each item (first = key block x 128 / 64 to the last), so the ring's stage and phase agree."""
+    from tr2.cupy_side import gpu
+    src = (gpu.KERNELS_DIR / "attention.cu").read_text()
+    body = src.split("__device__ void attention_backward_dkdv_tma_resident(", 1)[1].split("\n}\n", 1)[0]
+    assert body.count("const int kb = item / BH, bh = item % BH") == 3
+    assert body.count("for (int qt = first; qt < nqt; ++qt, ++it) {") == 2
+    assert body.count("for (int qt = (kb * BR) / BC; qt < nqt; ++qt, ++it) {") == 1
+    assert "mbar_wait(&kv_empty[kvs], ((n >> 1) - 1) & 1);" in body and body.count("(n >> 1) & 1);") == 2
+    for BH, T in ((96, 1024), (2, 257), (1, 1)):
+        nkb = -(-T // 128)
+        assert [(j // BH, j % BH) for j in range(BH * nkb)] == [(y, x) for y in range(nkb) for x in range(BH)]
+
+
 def test_the_resident_forward_walks_the_items_as_form_3s_grid_did():
     """attention_forward_tma_resident (form 7) takes item j as query block nqb - 1 - j / BH of head j % BH: the order
     in which the hardware launched form 3's grid (blockIdx.x the head, blockIdx.y the query block from the longest),

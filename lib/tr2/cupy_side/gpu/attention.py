@@ -242,7 +242,8 @@ def tma_shared_bytes(hs: int, form: int = 1) -> int:
 
 
 def resident_grid(BH: int, T: int, sms: int) -> int:
-    """The resident form's blocks: one an SM, or one a work item (a head's 128 queries) where there are fewer."""
+    """A resident form's blocks: one an SM, or one a work item (a head's 128 queries, or 128 keys for the dK/dV
+    kernel's form 5) where there are fewer."""
     return max(1, min(int(sms), BH * -(-T // 128)))
 
 
@@ -391,17 +392,23 @@ DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 # 0.2063, tma3 0.1065 / 0.1535 / 0.1992, tmad 0.1198 / 0.1911 / 0.2505, tmad3 0.1164 / 0.1741 / 0.2243, tmar 0.1752 /
 # 0.3746 / 0.5213. In the step (call 2) tma3 moved nothing past the rounds' spread (gpt2-small 16.26 against 16.23
 # ms): all stay off, 0 the default.
-DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 0, (0, 1, 2, 3, 4))
+# 5: the plain form resident (attention.cu's attention_backward_dkdv_tma_resident, attn_backward_dkdv_ds_tmarr_l2_):
+# one block an SM taking the heads' key blocks by tickets, as the forward's form 7; two k and v buffers, so the next
+# key block's load under this one's last tiles. The plain form's bits ("dkdv_tma_forms"). ptxas: 168 registers, no
+# spill. Written in the twenty-fourth session after its device time: NOT run on a GPU, off.
+DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 0, (0, 1, 2, 3, 4, 5))
 DKDV_TMA_FORMS = {0: ("tma", DKDV_TMA_STAGES), 1: ("tma3", 3), 2: ("tmad", DKDV_TMA_STAGES), 3: ("tmad3", 3),
-                  4: ("tmar", DKDV_TMA_STAGES)}
+                  4: ("tmar", DKDV_TMA_STAGES), 5: ("tmarr", DKDV_TMA_STAGES)}
+DKDV_RESIDENT_FORMS = frozenset((5,))
 
 
-def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
-    """attention_backward_dkdv_tma's dynamic shared memory: k and v of the block's 128 keys (four 64 x hs boxes),
-    `stages` stages of a q and a dO box and their lse and D rows (64 floats each), each consumer warp's 16 rows of
-    dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's period)."""
+def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES, resident: bool = False) -> int:
+    """attention_backward_dkdv_tma's dynamic shared memory: k and v of the block's 128 keys (four 64 x hs boxes; the
+    resident form two such buffers), `stages` stages of a q and a dO box and their lse and D rows (64 floats each),
+    each consumer warp's 16 rows of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B
+    swizzle's period)."""
     box = 64 * hs * 2
-    return 4 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
+    return (8 if resident else 4) * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
 def dkdv_tma_runs(T: int, din: bool) -> bool:
@@ -543,9 +550,13 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                 tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
                 tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
                 form, stages = DKDV_TMA_FORMS[DKDV_TMA_FORM]
-                launch(FILE, f"attn_backward_dkdv_ds_{form}_l2_{name}_hs{hs}", (BH, -(-T // 128)), 384,
-                       (dqkv, tq, tdo) + args[3:] + ((saved.out,) if pd else ()),
-                       shared_mem=dkdv_tma_shared_bytes(hs, stages), prefer_shared=True)
+                resident = DKDV_TMA_FORM in DKDV_RESIDENT_FORMS
+                targs, grid = (dqkv, tq, tdo) + args[3:] + ((saved.out,) if pd else ()), (BH, -(-T // 128))
+                if resident:   # tickets: two ints the kernel leaves at zero, zeroed once here (the forward's form 7)
+                    targs += (i32(BH), ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
+                    grid = (resident_grid(BH, T, runtime.sm_count(cp.cuda.Device().id)),)
+                launch(FILE, f"attn_backward_dkdv_ds_{form}_l2_{name}_hs{hs}", grid, 384, targs,
+                       shared_mem=dkdv_tma_shared_bytes(hs, stages, resident), prefer_shared=True)
             else:
                 _launch_dkdv_wg(ctx, hs, T, BH, name, args, din, saved)
         else:

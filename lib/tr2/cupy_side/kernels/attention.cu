@@ -2824,6 +2824,67 @@ __device__ __forceinline__ void row_dots_box(float* sD, const unsigned char* box
 // consumers and lost (see attention_backward_dkdv_wg); here the consumers' work is unchanged. The same bits.
 #define DKDV_TMA_STAGES 2
 
+// One 64-query tile of attention_backward_dkdv_tma's plain loop (not DEFER) and of its resident form
+// (attention_backward_dkdv_tma_resident): S^T and dPd^T, the softmax gradient, dS^T stored, dV and dK accumulated,
+// each product awaited. k and v at ak and av, stage s's q and dO boxes in sQO and its lse and D rows in sLD. A function of its own so that both kernels run one body; inlined, the machine code of the kernels it
+// was taken from is unchanged (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
+template <int K, int HS, bool DROP>
+__device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4], u32 ak, u32 av,
+                                              unsigned char* sQO, float* sLD, int s, int qt, int k0, int g, int t,
+                                              int T, int bh, const Dropout& drop, u16* __restrict__ ds_t, int ldq,
+                                              u16* sdS, int cwarp, int lane) {
+    constexpr float c = Scale<HS>::value * LOG2E;
+    constexpr int BC = 64, NT = BC / 8, BOX = 64 * HS * 2, LDS = BC + 8;
+    const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
+    const float* sL = sLD + 2 * s * BC;
+    const float* sD = sL + BC;
+    auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+        i = qt * BC + n * 8 + 2 * t + (e & 1);
+        j = k0 + g + 8 * (e >> 1);
+    };
+    const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
+    KeepBits<1, NT> keep{};
+    if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
+    auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+        at(mt, n, e, i, j);
+        const int il = n * 8 + 2 * t + (e & 1);
+        Lc = sL[il] * LOG2E;
+        Dq = sD[il];
+    };
+    float p[1][NT][4], ds[1][NT][4];
+    wg_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T: a k16 slice is 32 bytes along the swizzled rows
+        wg_mma_ss<K>(p[0], wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                     wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+#pragma unroll
+    for (int k16 = 0; k16 < HS / 16; ++k16)   // dPd^T = v dO^T
+        wg_mma_ss<K>(ds[0], wg_desc_sw128(av + 32 * k16, TMA_K_LBO, TMA_K_SBO),
+                     wg_desc_sw128(ao + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+    wg_commit();
+    wg_wait_all();
+    wg_hold(p[0]);
+    wg_hold(ds[0]);
+    softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
+    u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
+    pack_a<K, NT>(pf, p[0]);   // first: P^T's registers are free while dS^T is stored (ptxas: fewer spills)
+    store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                    sdS + cwarp * 16 * LDS, ds, lane);
+    pack_a<K, NT>(df, ds[0]);
+    wg_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: 16 queries a slice, 2048 bytes of the dO box
+        wg_mma<K, true>(dv, pf[k16], wg_desc_sw128(ao + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+#pragma unroll
+    for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
+        wg_mma<K, true>(dk, df[k16], wg_desc_sw128(aq + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+    wg_commit();
+    wg_wait_all();
+    wg_hold(dv);
+    wg_hold(dk);
+}
+
+
 template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, bool DEFER = false, bool PD = false>
 __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                             const float* __restrict__ lse, const float* __restrict__ Dvec,
@@ -3010,53 +3071,8 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
         mbar_wait(&full[s], (it / S) & 1);
         if constexpr (PD) mbar_wait(&qo_full[s], (it / S) & 1);   // the dO box's bytes, seen by this thread too
         if (qt * BC + BC - 1 >= K0) {   // else every query of the tile comes before the warpgroup's keys
-            const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
-            const float* sL = sLD + 2 * s * BC;
-            const float* sD = sL + BC;
-            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-                i = qt * BC + n * 8 + 2 * t + (e & 1);
-                j = k0 + g + 8 * (e >> 1);
-            };
-            const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
-            KeepBits<1, NT> keep{};
-            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
-            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
-                at(mt, n, e, i, j);
-                const int il = n * 8 + 2 * t + (e & 1);
-                Lc = sL[il] * LOG2E;
-                Dq = sD[il];
-            };
-            float p[1][NT][4], ds[1][NT][4];
-            wg_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T: a k16 slice is 32 bytes along the swizzled rows
-                wg_mma_ss<K>(p[0], wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                             wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)   // dPd^T = v dO^T
-                wg_mma_ss<K>(ds[0], wg_desc_sw128(av + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                             wg_desc_sw128(ao + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-            wg_commit();
-            wg_wait_all();
-            wg_hold(p[0]);
-            wg_hold(ds[0]);
-            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
-            u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
-            pack_a<K, NT>(pf, p[0]);   // first: P^T's registers are free while dS^T is stored (ptxas: fewer spills)
-            store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                            sdS + cwarp * 16 * LDS, ds, lane);
-            pack_a<K, NT>(df, ds[0]);
-            wg_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: 16 queries a slice, 2048 bytes of the dO box
-                wg_mma<K, true>(dv, pf[k16], wg_desc_sw128(ao + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
-                wg_mma<K, true>(dk, df[k16], wg_desc_sw128(aq + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-            wg_commit();
-            wg_wait_all();
-            wg_hold(dv);
-            wg_hold(dk);
+            tma_dkdv_tile<K, HS, DROP>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS, cwarp,
+                                       lane);
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
@@ -3069,6 +3085,155 @@ __device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const Tenso
         const i64 at = ((i64)b * T + j) * 3 * C + h * HS + 2 * t;
         store_rows<HS>(dqkv, at + C, dk, r, scale, out_kind);
         store_rows<HS>(dqkv, at + 2 * C, dv, r, 1.0f, out_kind);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
+// ---- the TMA dK/dV resident (DKDV_TMA_FORM 5, tmarr): attention_backward_dkdv_tma's plain form, one block an SM ----
+// Why: as the forward's form 7 (attention_forward_tma_resident, which took 13-14% off form 3 alone): the plain form
+// holds an SM alone (240 registers for its consumers), so each of its blocks starts with the tensor cores idle while
+// k, v and the first q and dO tiles load, and ends with its dK and dV stores behind nothing; gpt2-medium has 1024
+// blocks of 2 to 16 query tiles (128 heads x 8 key blocks), gpt2-small 768. Here one block an SM takes items (a head's
+// 128 keys; item j is key block j / BH of head j % BH, the plain form's grid in its launch order: the first key blocks,
+// which see the most queries, first), its first by blockIdx.x and the rest by tickets (sched[0]; the last block to
+// finish leaves both tickets at zero, as form 7's). k and v go to two buffers, so the next item's load as soon as a
+// buffer is free; the item's index goes with them (kv_item, written before the arrival kv_full waits for; -1 ends the
+// block). The ring of q, dO, lse and D stages runs on across items: the producer thread and the lse/D warp count the
+// same tiles as the consumers. Every item is the plain form's block, tile for tile (tma_dkdv_tile): its bits
+// ("dkdv_tma_forms"). Written in the twenty-fourth session after its device time: NOT run on a GPU.
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES>
+__device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
+                                                     const float* __restrict__ lse, const float* __restrict__ Dvec,
+                                                     u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
+                                                     int out_kind, Dropout drop) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value;
+    constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
+    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * S + 4];
+    __shared__ int kv_item[2];
+    u64* full = bars;                  // full[s]: the q and dO boxes' arrival with their bytes, and the lse/D rows'
+    u64* empty = bars + S;             // empty[s]: the 8 consumer warps are done with the stage
+    u64* kv_full = bars + 2 * S;       // kv_full[b]: buffer b's item index written and its k and v boxes arrived
+    u64* kv_empty = bars + 2 * S + 2;  // kv_empty[b]: the 8 consumer warps are done with buffer b
+    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
+    unsigned char* sKV = base;                      // buffer b: consumer c's 64 keys at sKV + (4 b + c) BOX, v + 2 BOX
+    unsigned char* sQO = base + 8 * BOX;            // stage s: q at sQO + 2 s BOX, dO at + BOX
+    float* sLD = (float*)(sQO + 2 * S * BOX);       // stage s: lse at 2 s BC, D at (2 s + 1) BC
+    u16* sdS = (u16*)(sLD + 2 * S * BC);            // consumer warp w: 16 rows of BC + 8 halves
+    const int nkb = (T + BR - 1) / BR, nqt = (T + BC - 1) / BC, items = BH * nkb, C = H * HS;
+    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&full[s], 2);   // the copies' arrival, the lse/D warp's
+            mbar_init(&empty[s], 8);
+        }
+        for (int b = 0; b < 2; ++b) {
+            mbar_init(&kv_full[b], 1);
+            mbar_init(&kv_empty[b], 8);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {   // the producer: its registers go to the consumers
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            int it = 0;   // query tiles loaded so far, over all items: the ring's stage and phase
+            for (int n = 0;; ++n) {
+                const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);
+                const int kvs = n & 1;
+                if (n >= 2) mbar_wait(&kv_empty[kvs], ((n >> 1) - 1) & 1);
+                kv_item[kvs] = item < items ? item : -1;
+                if (item >= items) {
+                    mbar_arrive(&kv_full[kvs]);   // no boxes: the phase completes on this arrival; all stop
+                    break;
+                }
+                const int kb = item / BH, bh = item % BH, b = bh / H, h = bh % H, row0 = b * T;
+                const int first = (kb * BR) / BC;
+                unsigned char* sK = sKV + 4 * kvs * BOX;
+                mbar_expect_tx(&kv_full[kvs], 4 * BOX);
+                tma_load_2d(sK, tq, &kv_full[kvs], C + h * HS, row0 + kb * BR);
+                tma_load_2d(sK + BOX, tq, &kv_full[kvs], C + h * HS, row0 + kb * BR + 64);
+                tma_load_2d(sK + 2 * BOX, tq, &kv_full[kvs], 2 * C + h * HS, row0 + kb * BR);
+                tma_load_2d(sK + 3 * BOX, tq, &kv_full[kvs], 2 * C + h * HS, row0 + kb * BR + 64);
+                for (int qt = first; qt < nqt; ++qt, ++it) {
+                    const int s = it % S;
+                    if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                    mbar_expect_tx(&full[s], 2 * BOX);
+                    tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
+                    tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
+                }
+            }
+            // every ticket this block will draw is drawn: the last block to count leaves sched at zero (form 7's)
+            __threadfence();
+            if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {
+                atomicExch(&sched[0], 0);
+                atomicExch(&sched[1], 0);
+            }
+        } else if ((threadIdx.x >> 5) == 1) {   // the tiles' lse and D rows, as the plain form stages them
+            int it = 0;
+            for (int n = 0;; ++n) {
+                const int kvs = n & 1;
+                mbar_wait(&kv_full[kvs], (n >> 1) & 1);   // the item's index (and its k and v, which it does not read)
+                const int item = kv_item[kvs];
+                if (item < 0) break;
+                const int kb = item / BH, bh = item % BH;
+                for (int qt = (kb * BR) / BC; qt < nqt; ++qt, ++it) {
+                    const int s = it % S;
+                    if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                    float* l = sLD + 2 * s * BC;
+                    for (int k = lane; k < BC; k += 32) {
+                        const int i = qt * BC + k;
+                        l[k] = i < T ? lse[(i64)bh * T + i] : 0.0f;
+                        l[BC + k] = i < T ? Dvec[(i64)bh * T + i] : 0.0f;
+                    }
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(&full[s]);   // release: the warp's stores before it
+                }
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, cwarp = (threadIdx.x >> 5) - 4, g = lane >> 2, t = lane & 3;
+    int it = 0;
+    for (int n = 0;; ++n) {
+        const int kvs = n & 1;
+        mbar_wait(&kv_full[kvs], (n >> 1) & 1);
+        const int item = kv_item[kvs];
+        if (item < 0) break;
+        const int kb = item / BH, bh = item % BH, b = bh / H, h = bh % H;
+        const int first = (kb * BR) / BC;
+        const int K0 = kb * BR + cw * 64;         // the warpgroup's first key
+        const int k0 = K0 + warp * 16;            // the warp's
+        const u32 ak = smem_u32(sKV + (4 * kvs + cw) * BOX), av = smem_u32(sKV + (4 * kvs + 2 + cw) * BOX);
+        float dk[HS / 8][4], dv[HS / 8][4];
+#pragma unroll
+        for (int j = 0; j < HS / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.0f;
+        for (int qt = first; qt < nqt; ++qt, ++it) {
+            const int s = it % S;
+            mbar_wait(&full[s], (it / S) & 1);
+            if (qt * BC + BC - 1 >= K0)   // else every query of the tile comes before the warpgroup's keys
+                tma_dkdv_tile<K, HS, DROP>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS,
+                                           cwarp, lane);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&kv_empty[kvs]);   // and with the item's k and v (its last product has completed)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int j = k0 + g + 8 * r;
+            if (j >= T) continue;
+            const i64 at = ((i64)b * T + j) * 3 * C + h * HS + 2 * t;
+            store_rows<HS>(dqkv, at + C, dk, r, scale, out_kind);
+            store_rows<HS>(dqkv, at + 2 * C, dv, r, 1.0f, out_kind);
+        }
     }
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
@@ -3674,6 +3839,22 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
                                                                                   Dvec, ds_t, ldq, T, H,      \
                                                                                   out_kind, d, out);           \
     }
+// attn_backward_dkdv_ds_tmarr_l2_: the plain form resident (attention_backward_dkdv_tma_resident), the heads BH and
+// sched (two ints zero at launch, left zero) after the plain form's arguments; one block an SM.
+#define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS)                                                                    \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tmarr_l2_##BUILD##_hs##HS(      \
+        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
+        const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
+        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH, int* sched) {        \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_tma_resident<K, HS, true>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, BH, \
+                                                              sched, out_kind, d);                             \
+        else                                                                                                   \
+            attention_backward_dkdv_tma_resident<K, HS, false>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,    \
+                                                               BH, sched, out_kind, d);                        \
+    }
 // attn_backward_dkdv_ds_<tma|tma3|tmad|tmad3|tmar>_l2_: the plain form, three stages, the deferred wait, both, D by
 // the producer.
 #define ATTN_DKDV_TMA(BUILD, K, HS)                                                                             \
@@ -3740,6 +3921,8 @@ ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DQ_TMA(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA(f16r, KIND_F16, 64)
 ATTN_FORWARD3(bf16r, KIND_BF16, false, 64)
