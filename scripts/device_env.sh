@@ -28,7 +28,8 @@ cupy.__version__, 'torch', torch.__version__, 'cuda (torch)', torch.version.cuda
 # record (.cache/products) as the kernel and products caches of everything run after it.
 use_carried_caches() {
   # A marker, not the folder: a command run before this one that compiled a kernel makes the folder, and the carried
-  # cubins were then never unpacked (call 2 of results/h200-perf-20261203j compiled attention.cu twice, 300 s).
+  # cubins were then never unpacked (call 2 of results/h200-perf-20261203j: the probe and the profile after it both
+  # compiled every kernel from source, and both were stopped by their timeouts).
   if [ -f .cache/kernels.tar.xz ] && [ ! -f .cache/kernels/.unpacked ]; then
     mkdir -p .cache/kernels && tar xJf .cache/kernels.tar.xz -C .cache/kernels && touch .cache/kernels/.unpacked
   fi

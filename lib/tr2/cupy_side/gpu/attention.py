@@ -235,7 +235,7 @@ def tma_shared_bytes(hs: int, form: int = 1) -> int:
     """attention_forward_tma's dynamic shared memory: the two consumers' q boxes and FWD_TMA_STAGES k and v pairs,
     64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period); forms 3 and 4
     (attention_forward_tma with WIDE) and 6: FWD_TMAW_STAGES stages of two k and two v boxes; form 5: three such
-    stages."""
+    stages; form 7 (resident): form 3's stages and two buffers of the two q boxes."""
     stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
     q_boxes = 4 if form in RESIDENT_FORMS else 2   # the resident form's two q buffers
     return (q_boxes + stages) * 64 * hs * 2 + 1024

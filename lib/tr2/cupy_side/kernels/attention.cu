@@ -16,7 +16,9 @@
 //     at the end out = O / l and lse = scale m + log(l).
 //     On Hopper (sm_90a, HS = 64, half roundings) the products run on wgmma (attention_forward_wg, rows of at most
 //     256), or pipelined: the next tile's S in flight beside this tile's O += Pd v, its softmax while that runs
-//     (attention_forward_wgp, every T, off until measured); both give the same bits.
+//     (attention_forward_wgp, every T, off until measured); both give the same bits. Rows over 256 take the TMA
+//     forward with 128-key tiles resident, one block an SM taking the query blocks by tickets
+//     (attention_forward_tma_resident, form 7; form 3's bits).
 //   backward, exact half builds (under half roundings dS is stored instead, below): a small kernel first, the
 //     row dot products D_i = sum_d dO_id O_id (dO as the products read it); then one block per
 //     (4 * 16 * MT keys, bh), looping over the query tiles (BC queries) from the last down to the diagonal:
