@@ -204,7 +204,9 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
 def bench_table(path: Path) -> list:
     """One line per model, type and pair of variants: both sides' median clock times over the rounds run (n: how
     many), their ratio, peak memory in use and reserved (the largest of the rounds; GB), and the card's SM clock
-    inside the timed windows (the median over the rounds of each run's in-window median; '-' where not sampled)."""
+    inside the timed windows (the median over the rounds of each run's in-window median; '-' where not sampled) and
+    the joules a step there (the window's mean power by the card's energy counter times the step time, median over
+    the rounds; '-' where the samples had no counter)."""
     from statistics import median
 
     from tr2.results import read_jsonl
@@ -229,8 +231,14 @@ def bench_table(path: Path) -> list:
         m = [x for x in m if x is not None]
         return f"{median(m):.0f}" if m else "-"
 
+    def joules(rs):   # a step's energy: the window's mean power by the energy counter times its step time
+        j = [(r.get("gpu_window") or {}).get("counter_w") for r in rs]
+        j = [w * r["step_ms"] / 1000.0 for w, r in zip(j, rs) if w is not None and r.get("step_ms")]
+        return f"{median(j):.2f}" if j else "-"
+
     lines = [f"{'model':12} {'type':9} {'cupy':12} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
-             f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8} {'reserved':>8} {'reserved':>8} {'cupy MHz':>8} {'torch MHz':>9}"]
+             f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8} {'reserved':>8} {'reserved':>8} {'cupy MHz':>8} {'torch MHz':>9} "
+             f"{'cupy J':>7} {'torch J':>7}"]
     for (model, dtype), cs in cupy.items():
         for cv, c in cs.items():
             for tm, t in torch.get((model, dtype), {}).items():
@@ -238,7 +246,7 @@ def bench_table(path: Path) -> list:
                 ratio = f"{cm / tms:.3f}" if cm and tms else "-"
                 lines.append(f"{model:12} {dtype:9} {cv:12} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
                              f"{ratio:>6} {gb(c):>8} {gb(t):>8} {gb(c, 'reserved_bytes'):>8} {gb(t, 'reserved_bytes'):>8} "
-                             f"{mhz(c):>8} {mhz(t):>9}")
+                             f"{mhz(c):>8} {mhz(t):>9} {joules(c):>7} {joules(t):>7}")
     return lines
 
 

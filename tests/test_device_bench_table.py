@@ -11,11 +11,12 @@ device_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(device_bench)
 
 
-def _rec(side, step_ms, mhz, rnd, **kw):
+def _rec(side, step_ms, mhz, rnd, watts=None, **kw):
     return {"phase": "bench", "round": rnd, "model": "gpt2-small", "dtype": "bfloat16", "side": side,
             "mode": None if side == "cupy" else "reduce-overhead", "cuda_graph": side == "cupy", "lib": None,
             "status": "ok", "step_ms": step_ms, "peak_bytes": 5_440_000_000,
-            "gpu_window": None if mhz is None else {"samples": 16, "sm_mhz": {"median": mhz}}, **kw}
+            "gpu_window": None if mhz is None else {"samples": 16, "sm_mhz": {"median": mhz}, "counter_w": watts},
+            **kw}
 
 
 def test_the_table_gives_each_sides_clock_inside_its_windows(tmp_path):
@@ -24,11 +25,22 @@ def test_the_table_gives_each_sides_clock_inside_its_windows(tmp_path):
             _rec("torch", 18.9, 1800, 1)]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     header, row = device_bench.bench_table(path)
-    assert header.split()[-4:] == ["cupy", "MHz", "torch", "MHz"]
+    assert header.split()[-8:] == ["cupy", "MHz", "torch", "MHz", "cupy", "J", "torch", "J"]
     cells = row.split()
     assert cells[:4] == ["gpt2-small", "bfloat16", "graph", "reduce-overhead"]
-    assert cells[-2:] == ["1630", "1795"]   # the medians over the rounds
+    assert cells[-4:-2] == ["1630", "1795"]   # the medians over the rounds
+    assert cells[-2:] == ["-", "-"]           # no energy counter in these samples
     assert cells[8] == f"{16.15 / 18.95:.3f}"
+
+
+def test_the_table_gives_each_sides_joules_a_step_by_the_energy_counter(tmp_path):
+    path = tmp_path / "bench.jsonl"
+    recs = [_rec("cupy", 16.0, 1620, 0, watts=690.0), _rec("torch", 19.0, 1790, 0, watts=694.0),
+            _rec("cupy", 16.4, 1640, 1, watts=700.0), _rec("torch", 19.2, 1800, 1, watts=None)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    _, row = device_bench.bench_table(path)
+    # cupy: the median of 690 x 16.0 ms and 700 x 16.4 ms; torch: its one round with a counter
+    assert row.split()[-2:] == [f"{(11.04 + 11.48) / 2:.2f}", f"{694.0 * 19.0 / 1000:.2f}"]
 
 
 def test_a_run_without_samples_shows_a_dash(tmp_path):
@@ -38,5 +50,5 @@ def test_a_run_without_samples_shows_a_dash(tmp_path):
     del old["gpu_window"]
     path.write_text(json.dumps(old) + "\n" + json.dumps(_rec("torch", 19.0, None, 0)) + "\n")
     _, row = device_bench.bench_table(path)
-    assert row.split()[-2:] == ["-", "-"] and row.split()[4] == "16.10"
+    assert row.split()[-4:] == ["-", "-", "-", "-"] and row.split()[4] == "16.10"
     assert device_bench.window_gpu([], [0.0, 1.0]) is None

@@ -9,3 +9,30 @@ def test_the_named_commit_wins_over_the_trees_git(monkeypatch):
     monkeypatch.delenv("TR2_GIT_COMMIT")
     here = sysinfo.git_commit()
     assert here["commit"] is None or len(here["commit"]) == 40
+
+
+def test_the_sampler_reads_the_energy_counter_where_the_driver_has_one():
+    """GpuSampler's samples carry energy_mj (NVML's counter, for a window's mean power: tr2.series.counter_watts), None
+    where the driver has no counter; a sample is still taken."""
+    from types import SimpleNamespace
+
+    from tr2.sysinfo import GpuSampler
+
+    def nvml(energy):
+        def counter(_h):
+            if energy is None:
+                raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+            return energy
+        return SimpleNamespace(
+            NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
+            nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=1 << 30),
+            nvmlDeviceGetClockInfo=lambda h, k: 1980 if k == 0 else 3201,
+            nvmlDeviceGetTemperature=lambda h, k: 40, nvmlDeviceGetPowerUsage=lambda h: 690_000,
+            nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=99),
+            nvmlDeviceGetTotalEnergyConsumption=counter)
+
+    for energy in (123_456_789, None):
+        s = GpuSampler.__new__(GpuSampler)
+        s._nvml, s._handle = nvml(energy), object()
+        sample = s._sample()
+        assert sample["energy_mj"] == energy and sample["power_w"] == 690.0 and sample["sm_mhz"] == 1980

@@ -36,9 +36,27 @@ def test_only_the_samples_inside_the_window_count():
     assert window_gpu([{"sm_mhz": 1}], [0.0, 5.0]) is None   # a sample without its time is not placed in the window
 
 
-def _series(root, with_record_window: bool, d=None):
+def test_the_energy_counter_gives_the_windows_mean_power():
+    """tr2.series.counter_watts: the counter's difference between the window's first and last samples over their
+    time; None where fewer than two samples read it or it did not move forward (a driver without the counter gives
+    None in every sample)."""
+    from tr2.series import counter_watts
+    samples = [_sample(1.0, 1980, 120.0) | {"energy_mj": 999_880_000},
+               _sample(2.0, 1620, 690.0) | {"energy_mj": 1_000_000_000},
+               _sample(3.5, 1605, 695.0) | {"energy_mj": 1_001_035_000},   # 1035 J in 1.5 s
+               _sample(4.0, 1980, 130.0) | {"energy_mj": None}]
+    assert counter_watts(samples[1:3]) == pytest.approx(690.0)
+    assert window_gpu(samples, [1.5, 4.0])["counter_w"] == pytest.approx(690.0)   # the sample without it left out
+    assert counter_watts(samples[:1]) is None and counter_watts([]) is None
+    assert counter_watts([samples[1], samples[1]]) is None                   # no time between them
+    assert counter_watts([samples[2], samples[1] | {"t": 4.5}]) is None      # the counter went backwards
+    assert window_gpu([_sample(2.0, 1620, 690.0), _sample(3.0, 1605, 695.0)], [1.0, 4.0])["counter_w"] is None
+
+
+def _series(root, with_record_window: bool, d=None, watts=None):
     """A series folder (d: one that exists, else a new one) of two timed runs (cupy, torch) and a discarded one, with
-    their logs and samples as the stage writes them."""
+    their logs and samples as the stage writes them; watts (side -> W): the samples read an energy counter rising at
+    that rate."""
     if d is None:
         d = root / "series-20261203-120000-demo"
         (d / "logs").mkdir(parents=True)
@@ -53,6 +71,8 @@ def _series(root, with_record_window: bool, d=None):
             f"{t0:.6f}\titer 0: loss 4.0, time 10.00ms\n{t0 + 1:.6f}\titer 10: loss 3.0, time 10.00ms\n"
             f"{t0 + 4:.6f}\titer 40: loss 2.0, time 10.00ms\n")
         samples = [_sample(t0 + 0.5, 1980, 120.0)] + [_sample(t0 + 1.5 + i, mhz, 690.0 + i) for i in range(3)]
+        if watts:
+            samples = [x | {"energy_mj": int(1e9 + watts[side] * 1000 * (x["t"] - t0))} for x in samples]
         (d / "logs" / f"{name}.gpu.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
         rec = {"round": r, "config": f"tiny/bfloat16/{side}", "model": "tiny", "dtype": "bfloat16", "side": side,
                "build": "cupy-hr" if side == "cupy" else "torch-reduce-overhead",
@@ -73,6 +93,33 @@ def test_timed_clocks_per_configuration(tmp_path, with_record_window):
     assert t.loc["cupy", "sm_mhz"] == 1620 and t.loc["torch", "sm_mhz"] == 1800
     assert t.loc["cupy", "samples"] == 3 and t.loc["cupy", "runs"] == 1   # the sample before iter 10 is outside
     assert t.loc["cupy", "power_w"] == pytest.approx(691.0)
+
+
+@pytest.mark.parametrize("with_record_window", [True, False], ids=["recorded", "read-from-logs"])
+def test_timed_clocks_give_the_joules_a_step_where_the_counter_was_read(tmp_path, with_record_window):
+    d = _series(tmp_path, with_record_window, watts={"cupy": 690.0, "torch": 640.0})
+    t = explore.timed_clocks(d).set_index("side")
+    assert t.loc["cupy", "joules_step"] == pytest.approx(69.0)    # 690 W x 100 ms
+    assert t.loc["torch", "joules_step"] == pytest.approx(64.0)
+    plain = explore.timed_clocks(_series(tmp_path / "plain", with_record_window)).set_index("side")
+    assert plain["joules_step"].isna().all()
+
+
+@pytest.mark.parametrize("watts", [None, {"cupy": 690.0, "torch": 640.0}], ids=["no-counter", "counter"])
+def test_the_front_page_shows_the_energy_a_step_only_where_it_was_read(tmp_path, watts):
+    bs4 = pytest.importorskip("bs4")
+    import tr2.report as rp
+    from test_report import CARD, make_results
+    card = dict(CARD, card="gpu", machine="nvidia-h200", device="cuda",
+                series={"rounds": 1, "window": WINDOW, "sample_interval_s": 1.0})
+    make_results(tmp_path / "results", card=card)
+    dirs = rp.choose_dirs("gpu", root=tmp_path / "results")
+    _series(tmp_path, False, d=next(d for d in dirs if d.name.startswith("series-")), watts=watts)
+    table = bs4.BeautifulSoup(rp.front_page_html(rp.build_table("gpu", dirs, tmp_path)), "html.parser").find(
+        id="timed-clocks")
+    cells = [td.get_text() for td in table.find_all("td", class_="joules")]
+    assert cells == ([] if watts is None else ["69.000", "64.000"])
+    assert ("energy a step, J" in table.get_text()) == (watts is not None)
 
 
 def test_the_front_page_shows_the_clocks_of_the_timed_windows(tmp_path):

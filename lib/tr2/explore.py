@@ -270,7 +270,8 @@ def series_window(folder) -> tuple:
 def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
     """Per configuration of each series: the card's SM clock and power while its timed runs were measured (the
     medians of each run's in-window samples: median over the runs, their range, and the samples in all), the
-    conditions under which each side's step time was taken."""
+    conditions under which each side's step time was taken; and the joules a step (the median over the runs of the
+    window's mean power by the energy counter times the run's step time; NaN where the counter was not read)."""
     def read(path):
         rows, window = [], series_window(path)
         for rec in kept_records(path, "series"):
@@ -280,15 +281,20 @@ def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
             sm, pw = (g.get(k) or {} for k in ("sm_mhz", "power_w"))
             if sm.get("median") is None:
                 continue
+            # a step's energy: the window's mean power by the card's energy counter times the step time (records
+            # and samples from before the counter was read have none)
+            cw, step = g.get("counter_w"), rec.get("step_ms")
             rows.append({k: rec.get(k) for k in ("config", "model", "dtype", "side", "build", "mode")}
-                        | {"samples": g.get("samples", 0), "sm_mhz": sm["median"], "power_w": pw.get("median")})
+                        | {"samples": g.get("samples", 0), "sm_mhz": sm["median"], "power_w": pw.get("median"),
+                           "joules_step": cw * step / 1000.0 if cw is not None and step else None})
         if not rows:
             return None
         df = pd.DataFrame(rows)
         keys = ["config", "model", "dtype", "side", "build", "mode"]
         out = df.groupby(keys, dropna=False, sort=False).agg(
             runs=("sm_mhz", "size"), samples=("samples", "sum"), sm_mhz=("sm_mhz", "median"),
-            sm_mhz_min=("sm_mhz", "min"), sm_mhz_max=("sm_mhz", "max"), power_w=("power_w", "median"))
+            sm_mhz_min=("sm_mhz", "min"), sm_mhz_max=("sm_mhz", "max"), power_w=("power_w", "median"),
+            joules_step=("joules_step", "median"))
         return out.reset_index()
     return _gather(where, "series", read, model, dtype)
 

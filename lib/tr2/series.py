@@ -60,12 +60,26 @@ def trainer_command(config: RunConfig, card: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- run
 
+def counter_watts(samples: list[dict]) -> Optional[float]:
+    """Mean power between the first and the last of the samples that read the card's energy counter (energy_mj,
+    GpuSampler), in watts; None with fewer than two such samples, no time between them, or a counter that did not
+    move forward. NVML's power reading is a recent average, sampled; the counter integrates every joule between two
+    readings, so a window's energy a step is this times its step time."""
+    read = [s for s in samples if isinstance(s.get("energy_mj"), (int, float)) and isinstance(s.get("t"), (int, float))]
+    if len(read) < 2:
+        return None
+    a, b = min(read, key=lambda s: s["t"]), max(read, key=lambda s: s["t"])
+    dt, de = b["t"] - a["t"], b["energy_mj"] - a["energy_mj"]
+    return de / 1000.0 / dt if dt > 0 and de > 0 else None
+
+
 def _gpu_summary(samples: list[dict]) -> Optional[dict]:
     if not samples:
         return None
     return {"samples": len(samples),
             **{k: stats(s.get(k) for s in samples) for k in ("sm_mhz", "mem_mhz", "temp_c", "power_w")},
-            "mem_used_bytes_max": max(s.get("mem_used_bytes", 0) for s in samples)}
+            "mem_used_bytes_max": max(s.get("mem_used_bytes", 0) for s in samples),
+            "counter_w": counter_watts(samples)}
 
 
 def window_gpu(samples: list[dict], window_t) -> Optional[dict]:

@@ -127,7 +127,16 @@ class GpuSampler:
             "power_w": n.nvmlDeviceGetPowerUsage(h) / 1000.0,
             "mem_used_bytes": int(mem.used),
             "util_pct": n.nvmlDeviceGetUtilizationRates(h).gpu,
+            "energy_mj": self._energy_mj(),
         }
+
+    def _energy_mj(self):
+        """The card's energy counter (millijoules since the driver loaded; Volta and later), None where the driver
+        has none: a window's mean power from its first and last samples (tr2.series.counter_watts)."""
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except Exception:
+            return None
 
     def _loop(self):
         while not self._stop.is_set():

@@ -347,11 +347,13 @@ def _timed_clocks(series_dir) -> Optional[dict]:
                      "mode": None if r["mode"] != r["mode"] else r["mode"], "runs": int(r["runs"]),
                      "samples": int(r["samples"]), "sm_mhz": float(r["sm_mhz"]), "sm_mhz_min": float(r["sm_mhz_min"]),
                      "sm_mhz_max": float(r["sm_mhz_max"]),
-                     "power_w": None if r["power_w"] != r["power_w"] else round(float(r["power_w"]), 1)})
+                     "power_w": None if r["power_w"] != r["power_w"] else round(float(r["power_w"]), 1),
+                     "joules_step": None if r["joules_step"] != r["joules_step"] else round(float(r["joules_step"]), 3)})
     rows.sort(key=lambda x: (order["models"].get(x["model"], len(order["models"])), x["model"],
                              order["dtypes"].get(x["dtype"], len(order["dtypes"])), x["dtype"], x["side"] != "cupy"))
     s = card.get("series") or {}
-    return {"rows": rows, "window": s.get("window"), "interval_s": s.get("sample_interval_s")}
+    return {"rows": rows, "window": s.get("window"), "interval_s": s.get("sample_interval_s"),
+            "energy": any(x["joules_step"] is not None for x in rows)}
 
 
 def _replay(stage: str, d: str, by_commit, change: str, again: list) -> str:
