@@ -133,6 +133,11 @@ def test_every_tma_forward_form_fits_one_block_an_sm(attention):
     assert attention.tma_shared_bytes(64, 7) == (4 + 4 * attention.FWD_TMAW_STAGES) * 64 * 64 * 2 + 1024
 
 
+def test_the_resident_dq_is_off_and_takes_two_blocks_an_sm(attention):
+    assert attention.DQ_TMA_RESIDENT is False and attention.DQ_RESIDENT_PER_SM == 2
+    assert attention.resident_grid(128, 1024, 2 * 132) == 264   # gpt2-medium: 1024 items
+
+
 def test_the_resident_forward_takes_one_block_an_sm_or_one_an_item(attention):
     assert attention.RESIDENT_FORMS == {7} and attention.TMA_FORMS[7] == "tmawr"
     assert attention.resident_grid(96, 1024, 132) == 132      # gpt2-small: 768 items

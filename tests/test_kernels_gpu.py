@@ -968,6 +968,19 @@ def test_attention_dq_tma_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dq_tma_resident_on_wgmma(build, B, T, H, hs, p, monkeypatch):
+    """The TMA dQ resident (DQ_TMA_RESIDENT: two blocks an SM taking the query blocks by tickets, each ring stage
+    tagged with its item): the plain TMA dQ's bits, dk and dv untouched, three runs identical, every allocation
+    poisoned (a query block the tickets skip keeps its poison); its tickets left at zero."""
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "DQ_TMA_RESIDENT", "TMA dQ resident",
+                                also={"DQ_TMA": 1})
+    tickets = host(gpu_backend(*build).ctx.ws.zeros("att_dq_tickets", (2,), np.int32))
+    assert tickets.tolist() == [0, 0], f"the dQ tickets left set: {tickets}"
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dkdv_three_blocks_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     """The one-warpgroup wgmma dK/dV kernel compiled for three blocks an SM (WG_DKDV_BLOCKS = 3, 168 registers with
     spills): the bits of the two-block build of the same source."""

@@ -464,6 +464,13 @@ def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
 # twentieth session (the step: FWD_TMA_LONG above).
 DQ_TMA = kernel_switch("TR2_ATTN_DQ_TMA", 2, (0, 1, 2))
 DQ_TMA_STAGES = kernel_define(FILE, "DQ_TMA_STAGES")
+# Where the TMA dQ runs, its resident form (attention.cu's attention_backward_dq_tma_resident, attn_backward_dq_ds_tmar_:
+# blocks taking the heads' query blocks by tickets, each stage of the ring tagged with its item, so the next item's
+# first steps load under this one's last; the plain kernel's bits, "dq_tma"). The plain kernel already holds two
+# blocks an SM (58 registers, 97 KB of shared memory), so the resident one launches two an SM too (DQ_RESIDENT_PER_SM).
+# Written in the twenty-fourth session after its device time: NOT run on a GPU, off.
+DQ_TMA_RESIDENT = bool(kernel_switch("TR2_ATTN_DQ_TMA_RESIDENT", 0))
+DQ_RESIDENT_PER_SM = 2
 
 
 def dq_tma_runs(T: int, wg: bool) -> bool:
@@ -565,9 +572,13 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         if dq_tma_runs(T, wg):
             tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=BH)
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
-            launch(FILE, f"attn_backward_dq_ds_tma_{name}_hs{hs}", (BH, -(-T // 128)), 384,
-                   (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind)), shared_mem=dq_tma_shared_bytes(hs),
-                   prefer_shared=True)
+            qargs, grid, kernel = (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind)), (BH, -(-T // 128)), "tma"
+            if DQ_TMA_RESIDENT:   # tickets: two ints the kernel leaves at zero, zeroed once here
+                sms = DQ_RESIDENT_PER_SM * runtime.sm_count(cp.cuda.Device().id)
+                qargs += (i32(BH), ctx.ws.zeros("att_dq_tickets", (2,), np.int32))
+                grid, kernel = (resident_grid(BH, T, sms),), "tmar"
+            launch(FILE, f"attn_backward_dq_ds_{kernel}_{name}_hs{hs}", grid, 384, qargs,
+                   shared_mem=dq_tma_shared_bytes(hs), prefer_shared=True)
             return dqkv
         dq_name, queries = dq_ds_kernel(ctx, hs)
         launch(FILE, dq_name, (BH, -(-T // queries)), THREADS,

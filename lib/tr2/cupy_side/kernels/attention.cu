@@ -3348,6 +3348,109 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 #endif
 }
 
+// ---- dQ from dS^T resident (gpu/attention.py's DQ_TMA_RESIDENT): attention_backward_dq_tma, one block an SM ----
+// As the forward's form 7 and the dK/dV's form 5: one block an SM takes items (a head's 128 queries, item j its query
+// block nqb - 1 - j / BH of head j % BH, the plain grid's launch order, the longest first), the first by blockIdx.x,
+// the rest by tickets left at zero by the last block. Here no buffer belongs to an item: each stage of the ring
+// carries its key step's item and step index (st_item, st_kt, written before the arrival full waits for), so the
+// ring runs on across items and the next item's first steps load under this one's last products and its store; a
+// consumer that meets a new item stores the one it finished. -1 ends the block. Every item is the plain kernel's
+// block, step for step, the same products in the same order: its bits ("dq_tma"). Written in the twenty-fourth
+// session after its device time: NOT run on a GPU.
+template <int K, int HS>
+__device__ void attention_backward_dq_tma_resident(void* __restrict__ dqkv, const TensorMap* tds, const TensorMap* tq,
+                                                   int T, int H, int BH, int* sched, int out_kind) {
+#ifdef ATTN_WGMMA
+    constexpr int BR = 128, BK = 64, BOX = 64 * HS * 2, S = DQ_TMA_STAGES;
+    static_assert(HS == 64, "one 128-byte row a key: the 128B swizzle's row");
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ __align__(8) u64 bars[2 * S];
+    __shared__ int st_item[S], st_kt[S];
+    u64* full = bars;            // full[s]: the stage's 3 BOX bytes and its item written (or the end)
+    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
+    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
+    // stage s at base + 3 s BOX: k's 64 keys, then consumer 0's and consumer 1's dS^T (64 keys x 64 queries each)
+    const int nqb = (T + BR - 1) / BR, items = BH * nqb, C = H * HS;
+    const int wg = threadIdx.x >> 7;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {   // the producer
+        if (threadIdx.x != 0) return;
+        int it = 0;   // key steps loaded so far, over all items: the ring's stage and phase
+        for (int n = 0;; ++n) {
+            const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);
+            if (item >= items) {   // the end, in the next stage: no boxes, the phase completes on the arrival
+                const int s = it % S;
+                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                st_item[s] = -1;
+                mbar_arrive(&full[s]);
+                break;
+            }
+            const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H;
+            const int last = min(qb * BR + BR - 1, T - 1) / BK;   // the item's last key step
+            for (int kt = 0; kt <= last; ++kt, ++it) {
+                const int s = it % S;
+                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
+                st_item[s] = item;
+                st_kt[s] = kt;
+                unsigned char* st = base + 3 * s * BOX;
+                mbar_expect_tx(&full[s], 3 * BOX);
+                tma_load_2d(st, tq, &full[s], C + h * HS, b * T + kt * BK);
+                tma_load_3d(st + BOX, tds, &full[s], qb * BR, kt * BK, bh);
+                tma_load_3d(st + 2 * BOX, tds, &full[s], qb * BR + 64, kt * BK, bh);
+            }
+        }
+        // every ticket this block will draw is drawn: the last block to count leaves sched at zero (form 7's)
+        __threadfence();
+        if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {
+            atomicExch(&sched[0], 0);
+            atomicExch(&sched[1], 0);
+        }
+        return;
+    }
+    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    int cur = -1, b = 0, h = 0, q0 = T, wg_last = 0;   // the item in hand and its place
+    float dq[1][HS / 8][4];   // store_dq's layout: one m16 tile a warp
+    for (int it = 0;; ++it) {
+        const int s = it % S;
+        mbar_wait(&full[s], (it / S) & 1);
+        const int item = st_item[s], kt = st_kt[s];
+        if (item != cur) {   // the item in hand is done (every key step of it came before this stage)
+            if (cur >= 0 && q0 < T) store_dq<HS, 1>(dqkv, dq, q0 + warp * 16, b, h, T, C, out_kind, lane);
+            if (item < 0) break;
+            cur = item;
+            const int qb = nqb - 1 - item / BH, bh = item % BH;
+            b = bh / H, h = bh % H;
+            q0 = qb * BR + cw * 64;                        // the warpgroup's first query
+            wg_last = q0 < T ? min(q0 + 63, T - 1) / BK : 0;   // its last key step
+#pragma unroll
+            for (int n = 0; n < HS / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
+        }
+        if (q0 < T && kt <= wg_last) {
+            const u32 ak = smem_u32(base + 3 * s * BOX), ad = ak + (1 + cw) * BOX;
+            wg_fence();
+#pragma unroll
+            for (int k16 = 0; k16 < BK / 16; ++k16)   // dQ += dS k: 16 keys a slice, 2048 bytes of each box
+                wg_mma_ss_tt<K>(dq[0], wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
+                                wg_desc_sw128(ak + 2048 * k16, TMA_V_LBO, TMA_V_SBO), kt > 0 || k16 > 0);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(dq[0]);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG; measured slower
 // than the plain two-warpgroup form, the backward x1.22 a layer alone, call 1 of results/h200-perf-20261202c: off) ----
 // attention_backward_dkdv_wg with NWG = 2 synchronizes its block at every query tile (__syncthreads around the
@@ -3872,6 +3975,15 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         grid_dependency_entry();                                                                               \
         attention_backward_dq_tma<K, HS>(dqkv, &tds, &tq, T, H, out_kind);                                     \
     }
+// attention_backward_dq_tma_resident (gpu/attention.py's DQ_TMA_RESIDENT): attn_backward_dq_ds_tmar_<bf16r|f16r>_hs64,
+// the plain TMA dQ's arguments and then the heads BH and sched (two ints zero at launch, left zero); one block an SM.
+#define ATTN_DQ_TMA_RESIDENT(BUILD, K, HS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tmar_##BUILD##_hs##HS(            \
+        void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
+        int out_kind, int BH, int* sched) {                                                                    \
+        grid_dependency_entry();                                                                               \
+        attention_backward_dq_tma_resident<K, HS>(dqkv, &tds, &tq, T, H, BH, sched, out_kind);                 \
+    }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
                                                             const void* out, int rows, int T, int H, int out_kind) { \
@@ -3927,5 +4039,7 @@ ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DQ_TMA(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA(f16r, KIND_F16, 64)
+ATTN_DQ_TMA_RESIDENT(bf16r, KIND_BF16, 64)
+ATTN_DQ_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_FORWARD3(bf16r, KIND_BF16, false, 64)
 ATTN_FORWARD3(f16r, KIND_F16, false, 64)
