@@ -3280,6 +3280,22 @@ __device__ __forceinline__ void wg_mma_ss_tt(float (&d)[8][4], u64 desc_a, u64 d
 #endif
 }
 
+// One key step of the TMA dQ (attention_backward_dq_tma and its resident form): dQ += dS k for consumer cw's 64
+// queries from stage s (k's box, then the two consumers' dS^T boxes), awaited; the first step (kt 0) overwrites.
+template <int K, int HS>
+__device__ __forceinline__ void tma_dq_step(float (&dq)[HS / 8][4], unsigned char* base, int s, int cw, int kt) {
+    constexpr int BK = 64, BOX = 64 * HS * 2;
+    const u32 ak = smem_u32(base + 3 * s * BOX), ad = ak + (1 + cw) * BOX;
+    wg_fence();
+#pragma unroll
+    for (int k16 = 0; k16 < BK / 16; ++k16)   // dQ += dS k: 16 keys a slice, 2048 bytes of each box
+        wg_mma_ss_tt<K>(dq, wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
+                        wg_desc_sw128(ak + 2048 * k16, TMA_V_LBO, TMA_V_SBO), kt > 0 || k16 > 0);
+    wg_commit();
+    wg_wait_all();
+    wg_hold(dq);
+}
+
 template <int K, int HS>
 __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorMap* tds, const TensorMap* tq, int T,
                                           int H, int out_kind) {
@@ -3327,17 +3343,7 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     for (int kt = 0; kt <= last; ++kt) {
         const int s = kt % S;
         mbar_wait(&full[s], (kt / S) & 1);
-        if (q0 < T && kt <= wg_last) {
-            const u32 ak = smem_u32(base + 3 * s * BOX), ad = ak + (1 + cw) * BOX;
-            wg_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < BK / 16; ++k16)   // dQ += dS k: 16 keys a slice, 2048 bytes of each box
-                wg_mma_ss_tt<K>(dq[0], wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
-                                wg_desc_sw128(ak + 2048 * k16, TMA_V_LBO, TMA_V_SBO), kt > 0 || k16 > 0);
-            wg_commit();
-            wg_wait_all();
-            wg_hold(dq[0]);
-        }
+        if (q0 < T && kt <= wg_last) tma_dq_step<K, HS>(dq[0], base, s, cw, kt);
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
     }
@@ -3432,17 +3438,7 @@ __device__ void attention_backward_dq_tma_resident(void* __restrict__ dqkv, cons
 #pragma unroll
             for (int n = 0; n < HS / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
         }
-        if (q0 < T && kt <= wg_last) {
-            const u32 ak = smem_u32(base + 3 * s * BOX), ad = ak + (1 + cw) * BOX;
-            wg_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < BK / 16; ++k16)   // dQ += dS k: 16 keys a slice, 2048 bytes of each box
-                wg_mma_ss_tt<K>(dq[0], wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
-                                wg_desc_sw128(ak + 2048 * k16, TMA_V_LBO, TMA_V_SBO), kt > 0 || k16 > 0);
-            wg_commit();
-            wg_wait_all();
-            wg_hold(dq[0]);
-        }
+        if (q0 < T && kt <= wg_last) tma_dq_step<K, HS>(dq[0], base, s, cw, kt);
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
     }
