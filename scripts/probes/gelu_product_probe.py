@@ -42,11 +42,16 @@ BM, BN, BK = 128, 256, 64
 MN_OFFSETS_TRIED = ((8192, 1024), (1024, 8192))   # (LBO, SBO) of the MN-major B operand
 # GP_PROFILE=form,form,...: run each named form once inside cudaProfilerStart/Stop after the checks, and time nothing
 # (side_call.sh's gpncu stage runs the probe so under Nsight Compute, "fwd product" being cuBLAS's)
-PROFILE = [n for n in os.environ.get("GP_PROFILE", "").split(",") if n]
+def form_names(raw: str) -> list:
+    """A comma-separated list of form names from the environment (GP_PROFILE, GP_SUSTAIN), empty names left out."""
+    return [n.strip() for n in (raw or "").split(",") if n.strip()]
+
+
+PROFILE = form_names(os.environ.get("GP_PROFILE", ""))
 # GP_SUSTAIN=form,form,...: after the timing, each named form again under sustained load (event_timing.sustained: the
 # card at its power limit as in the training step, joules a call by its energy counter), GP_SUSTAIN_S seconds a form
 # and round, GP_SUSTAIN_ROUNDS rounds in rotating order (sustained_summary reads them)
-SUSTAIN = [n for n in os.environ.get("GP_SUSTAIN", "").split(",") if n]
+SUSTAIN = form_names(os.environ.get("GP_SUSTAIN", ""))
 SUSTAIN_S = float(os.environ.get("GP_SUSTAIN_S", "1.5"))
 SUSTAIN_ROUNDS = int(os.environ.get("GP_SUSTAIN_ROUNDS", "2"))
 # the .cu's kernels: name -> (epilogue, B MN-major, cluster, ring stages, epilogue form: 0 direct, 1 staged by the
