@@ -102,8 +102,10 @@ def test_the_resident_forward_walks_the_items_as_form_3s_grid_did():
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
     body = src.split("__device__ void attention_forward_tma_resident(", 1)[1].split("\n}\n", 1)[0]
     assert body.count("const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H") == 2
-    assert "const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);" in body
-    assert "if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {" in body and "__threadfence();" in body
+    assert "const int item = resident_item(sched, n);" in body and "resident_done(sched);" in body
+    helpers = src.split("__device__ __forceinline__ int resident_item(", 1)[1].split("// ---- form 7", 1)[0]
+    assert "return n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);" in helpers
+    assert "if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {" in helpers and "__threadfence();" in helpers
     assert "mbar_wait(&q_empty[qs], ((n >> 1) - 1) & 1);" in body and "mbar_wait(&q_full[qs], (n >> 1) & 1);" in body
     assert "mbar_wait(&empty[s], ((it / S) - 1) & 1);" in body and "mbar_wait(&full[s], (it / S) & 1);" in body
     for BH, T in ((96, 1024), (128, 1024), (36, 1000), (1, 1), (2, 65)):

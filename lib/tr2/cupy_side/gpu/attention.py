@@ -247,6 +247,13 @@ def resident_grid(BH: int, T: int, sms: int) -> int:
     return max(1, min(int(sms), BH * -(-T // 128)))
 
 
+def _resident(ctx, BH: int, T: int, tickets: str, per_sm: int = 1) -> tuple:
+    """A resident kernel's extra arguments (the heads, and its ticket pair: two ints the kernel leaves at zero, zeroed
+    once here, before any capture) and its grid (per_sm blocks an SM, or one a work item)."""
+    sms = per_sm * runtime.sm_count(cp.cuda.Device().id)
+    return (i32(BH), ctx.ws.zeros(tickets, (2,), np.int32)), (resident_grid(BH, T, sms),)
+
+
 def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
     form = forward_tma_form(T)
@@ -258,9 +265,9 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
         targs, grid = args[:2] + (tmap,) + args[3:], (BH, -(-T // 128))
-        if form in RESIDENT_FORMS:   # tickets: two ints the kernel leaves at zero, zeroed once here
-            targs += (i32(BH), ctx.ws.zeros("att_fwd_tickets", (2,), np.int32))
-            grid = (resident_grid(BH, T, runtime.sm_count(cp.cuda.Device().id)),)
+        if form in RESIDENT_FORMS:
+            extra, grid = _resident(ctx, BH, T, "att_fwd_tickets")
+            targs += extra
         launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", grid, 384, targs,
                shared_mem=tma_shared_bytes(hs, form), prefer_shared=True)
         return
@@ -559,9 +566,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                 form, stages = DKDV_TMA_FORMS[DKDV_TMA_FORM]
                 resident = DKDV_TMA_FORM in DKDV_RESIDENT_FORMS
                 targs, grid = (dqkv, tq, tdo) + args[3:] + ((saved.out,) if pd else ()), (BH, -(-T // 128))
-                if resident:   # tickets: two ints the kernel leaves at zero, zeroed once here (the forward's form 7)
-                    targs += (i32(BH), ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
-                    grid = (resident_grid(BH, T, runtime.sm_count(cp.cuda.Device().id)),)
+                if resident:
+                    extra, grid = _resident(ctx, BH, T, "att_dkdv_tickets")
+                    targs += extra
                 launch(FILE, f"attn_backward_dkdv_ds_{form}_l2_{name}_hs{hs}", grid, 384, targs,
                        shared_mem=dkdv_tma_shared_bytes(hs, stages, resident), prefer_shared=True)
             else:
@@ -573,10 +580,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
             tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=BH)
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
             qargs, grid, kernel = (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind)), (BH, -(-T // 128)), "tma"
-            if DQ_TMA_RESIDENT:   # tickets: two ints the kernel leaves at zero, zeroed once here
-                sms = DQ_RESIDENT_PER_SM * runtime.sm_count(cp.cuda.Device().id)
-                qargs += (i32(BH), ctx.ws.zeros("att_dq_tickets", (2,), np.int32))
-                grid, kernel = (resident_grid(BH, T, sms),), "tmar"
+            if DQ_TMA_RESIDENT:
+                extra, grid = _resident(ctx, BH, T, "att_dq_tickets", DQ_RESIDENT_PER_SM)
+                qargs, kernel = qargs + extra, "tmar"
             launch(FILE, f"attn_backward_dq_ds_{kernel}_{name}_hs{hs}", grid, 384, qargs,
                    shared_mem=dq_tma_shared_bytes(hs), prefer_shared=True)
             return dqkv

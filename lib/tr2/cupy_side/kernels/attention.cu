@@ -1437,6 +1437,22 @@ __device__ void attention_forward_tma(void* __restrict__ out, float* __restrict_
 #endif
 }
 
+// The resident forms' work items (attention_forward_tma_resident, attention_backward_dkdv_tma_resident,
+// attention_backward_dq_tma_resident): a block's n-th item is its blockIdx.x first, then the next ticket of sched[0]
+// after the grid's first items. resident_done, once the block has drawn its last ticket: the last block to count
+// itself in sched[1] sets both back to zero, so the next launch, captured or not, starts from zero (the fence orders
+// the block's draws before its count, as the threadfence reduction's last-block pattern).
+__device__ __forceinline__ int resident_item(int* sched, int n) {
+    return n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);
+}
+__device__ __forceinline__ void resident_done(int* sched) {
+    __threadfence();
+    if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {
+        atomicExch(&sched[0], 0);
+        atomicExch(&sched[1], 0);
+    }
+}
+
 // ---- form 7, tmawr: form 3 resident, one block an SM working through the heads' query blocks ----
 // Why: form 3 (tmaw) holds an SM alone (168 registers x 384 threads), so between one of its blocks and the next the
 // SM runs nothing: the block's q load, its first k and v and its first S wait with the tensor cores idle, and so do
@@ -1490,7 +1506,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
         if (threadIdx.x != 0) return;
         int it = 0;   // key tiles loaded so far, over all items: the ring's stage and phase
         for (int n = 0;; ++n) {
-            const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);
+            const int item = resident_item(sched, n);
             const int qs = n & 1;
             if (n >= 2) mbar_wait(&q_empty[qs], ((n >> 1) - 1) & 1);
             q_item[qs] = item < items ? item : -1;
@@ -1515,13 +1531,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
                 tma_load_2d(sK + 3 * BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC + 64);
             }
         }
-        // every ticket this block will draw is drawn (the fence orders its draws before its count, as the
-        // threadfence reduction's last-block pattern): the last block to count leaves sched at zero
-        __threadfence();
-        if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {
-            atomicExch(&sched[0], 0);
-            atomicExch(&sched[1], 0);
-        }
+        resident_done(sched);   // every ticket this block will draw is drawn
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
@@ -3146,7 +3156,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         if (threadIdx.x == 0) {
             int it = 0;   // query tiles loaded so far, over all items: the ring's stage and phase
             for (int n = 0;; ++n) {
-                const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);
+                const int item = resident_item(sched, n);
                 const int kvs = n & 1;
                 if (n >= 2) mbar_wait(&kv_empty[kvs], ((n >> 1) - 1) & 1);
                 kv_item[kvs] = item < items ? item : -1;
@@ -3170,12 +3180,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                     tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
                 }
             }
-            // every ticket this block will draw is drawn: the last block to count leaves sched at zero (form 7's)
-            __threadfence();
-            if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {
-                atomicExch(&sched[0], 0);
-                atomicExch(&sched[1], 0);
-            }
+            resident_done(sched);   // every ticket this block will draw is drawn
         } else if ((threadIdx.x >> 5) == 1) {   // the tiles' lse and D rows, as the plain form stages them
             int it = 0;
             for (int n = 0;; ++n) {
@@ -3391,7 +3396,7 @@ __device__ void attention_backward_dq_tma_resident(void* __restrict__ dqkv, cons
         if (threadIdx.x != 0) return;
         int it = 0;   // key steps loaded so far, over all items: the ring's stage and phase
         for (int n = 0;; ++n) {
-            const int item = n == 0 ? (int)blockIdx.x : (int)gridDim.x + atomicAdd(&sched[0], 1);
+            const int item = resident_item(sched, n);
             if (item >= items) {   // the end, in the next stage: no boxes, the phase completes on the arrival
                 const int s = it % S;
                 if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
@@ -3413,12 +3418,7 @@ __device__ void attention_backward_dq_tma_resident(void* __restrict__ dqkv, cons
                 tma_load_3d(st + 2 * BOX, tds, &full[s], qb * BR + 64, kt * BK, bh);
             }
         }
-        // every ticket this block will draw is drawn: the last block to count leaves sched at zero (form 7's)
-        __threadfence();
-        if (atomicAdd(&sched[1], 1) == (int)gridDim.x - 1) {
-            atomicExch(&sched[0], 0);
-            atomicExch(&sched[1], 0);
-        }
+        resident_done(sched);   // every ticket this block will draw is drawn
         return;
     }
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
