@@ -42,6 +42,12 @@ def test_the_dkdv_switch_off_and_the_din_form(attention, monkeypatch):
     assert not attention.dkdv_tma_runs(1024, din=False)
 
 
+def test_the_backward_defaults_resident_dkdv_plain_dq(attention):
+    # the dK/dV resident (5) on since the twenty-fifth session; the dQ resident measured slower, off
+    assert attention.DKDV_TMA_FORM == 5 and attention.DKDV_TMA_FORMS[5][0] == "tmarr"
+    assert 5 in attention.DKDV_RESIDENT_FORMS and not attention.DQ_TMA_RESIDENT
+
+
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
     # on by default since the twentieth session; the resident form 7 since the twenty-fourth
     assert attention.FWD_TMA_LONG == 7 and not attention.FWD_TMA_LONG_ASKED

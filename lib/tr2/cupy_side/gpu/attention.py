@@ -402,8 +402,13 @@ DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 # 5: the plain form resident (attention.cu's attention_backward_dkdv_tma_resident, attn_backward_dkdv_ds_tmarr_l2_):
 # one block an SM taking the heads' key blocks by tickets, as the forward's form 7; two k and v buffers, so the next
 # key block's load under this one's last tiles. The plain form's bits ("dkdv_tma_forms"). ptxas: 168 registers, no
-# spill. Written in the twenty-fourth session after its device time: NOT run on a GPU, off.
-DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 0, (0, 1, 2, 3, 4, 5))
+# spill. Written in the twenty-fourth session; run in the twenty-fifth (results/h200-perf-20261204): its 88 kernel
+# cases (with the dQ resident's) and its whole-run graph test passed, the plain form's bits; the whole backward alone
+# in graphs with the TMA dQ (ms a layer, bf16, call 1) 0.1009 / 0.1478 / 0.1975 against 0.1074 / 0.1521 / 0.2027
+# (x0.939 / x0.972 / x0.974, nanogpt / gpt2-small / gpt2-medium); the step (graph, medians of rounds beside PyTorch's
+# reduce-overhead, calls 2-3) 4.28 -> 4.24 ms (3 rounds, each below the plain form's), 16.26 -> 16.26, 42.47 -> 42.39
+# (2 rounds). On (5) by default since; 0 takes the plain form.
+DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 5, (0, 1, 2, 3, 4, 5))
 DKDV_TMA_FORMS = {0: ("tma", DKDV_TMA_STAGES), 1: ("tma3", 3), 2: ("tmad", DKDV_TMA_STAGES), 3: ("tmad3", 3),
                   4: ("tmar", DKDV_TMA_STAGES), 5: ("tmarr", DKDV_TMA_STAGES)}
 DKDV_RESIDENT_FORMS = frozenset((5,))
@@ -475,7 +480,10 @@ DQ_TMA_STAGES = kernel_define(FILE, "DQ_TMA_STAGES")
 # blocks taking the heads' query blocks by tickets, each stage of the ring tagged with its item, so the next item's
 # first steps load under this one's last; the plain kernel's bits, "dq_tma"). The plain kernel already holds two
 # blocks an SM (58 registers, 97 KB of shared memory), so the resident one launches two an SM too (DQ_RESIDENT_PER_SM).
-# Written in the twenty-fourth session after its device time: NOT run on a GPU, off.
+# Written in the twenty-fourth session; run in the twenty-fifth: its kernel cases and graph test passed (the plain
+# kernel's bits), but alone it lost (the whole backward, ms a layer, bf16, call 1 of results/h200-perf-20261204:
+# tmaqr 0.1547 / 0.2062 against tmaq's 0.1521 / 0.2027 on gpt2-small / gpt2-medium; tmarrqr against tmarrq alike):
+# off. The second block an SM already covered the block changes.
 DQ_TMA_RESIDENT = bool(kernel_switch("TR2_ATTN_DQ_TMA_RESIDENT", 0))
 DQ_RESIDENT_PER_SM = 2
 

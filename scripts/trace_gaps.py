@@ -1,0 +1,78 @@
+"""Where the GPU stands idle in a profiled window: the gaps between one kernel (or copy, or memset) and the next in a
+Chrome trace of tr2.profile_run --trace, summed a step and grouped by the pair of kernels around them.
+
+    python3 scripts/trace_gaps.py TRACE.json STEPS [TOP]
+
+Why: a step's time by the outside clock exceeds its kernels' sum (gpt2-small bf16, call 2-4 of
+results/h200-perf-20261204: ours 16.26 ms a step against 15.29 ms of kernels, PyTorch's 19.12 against 18.41), and
+which boundaries that time sits at decides what can shrink it: one long gap a step (the host, the graph's launch) or
+a small one at every kernel boundary (launch latency, a dependency the next kernel's prologue cannot overlap).
+Overlapping events (two streams) count as busy while any runs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def gpu_events(trace: dict) -> list[tuple[float, float, str]]:
+    """(start µs, end µs, name) of the trace's GPU activities, by start."""
+    ev = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e.get("name", "?"))
+          for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    return sorted(ev)
+
+
+def gaps(events: list[tuple[float, float, str]]) -> tuple[float, float, list[tuple[float, str, str]]]:
+    """(span µs, busy µs, [(gap µs, the name before, the name after)]) over events sorted by start: a gap is time
+    no event covers between the first start and the last end."""
+    if not events:
+        return 0.0, 0.0, []
+    out, busy = [], 0.0
+    cur_start, cur_end, cur_name = events[0]
+    for s, e, n in events[1:]:
+        if s > cur_end:
+            busy += cur_end - cur_start
+            out.append((s - cur_end, cur_name, n))
+            cur_start, cur_end, cur_name = s, e, n
+        elif e > cur_end:
+            cur_end, cur_name = e, n
+    busy += cur_end - cur_start
+    return cur_end - events[0][0], busy, out
+
+
+def short(name: str, width: int = 48) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+def report(trace: dict, steps: int, top: int = 20) -> str:
+    span, busy, gs = gaps(gpu_events(trace))
+    lines = [f"span {span / steps:9.1f} us a step, kernels busy {busy / steps:9.1f}, idle {(span - busy) / steps:8.1f} "
+             f"({len(gs) / steps:.1f} gaps a step; {steps} steps)"]
+    for lo, hi in ((0, 2), (2, 4), (4, 8), (8, 20), (20, 100), (100, float("inf"))):
+        sel = [g for g, _, _ in gs if lo <= g < hi]
+        lines.append(f"  gaps {lo:>5}-{hi:<5} us: {len(sel) / steps:7.1f} a step, {sum(sel) / steps:8.1f} us a step")
+    pairs: dict = defaultdict(lambda: [0.0, 0])
+    for g, a, b in gs:
+        pairs[(a, b)][0] += g
+        pairs[(a, b)][1] += 1
+    lines.append(f"the {top} pairs with the most idle time (us a step, gaps a step, mean us):")
+    for (a, b), (t, n) in sorted(pairs.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"  {t / steps:8.1f} {n / steps:5.1f} {t / n:6.1f}  {short(a)} -> {short(b)}")
+    return "\n".join(lines)
+
+
+def main(argv) -> int:
+    if len(argv) not in (2, 3):
+        print(__doc__.strip().splitlines()[2].strip())
+        return 2
+    with open(argv[0]) as f:
+        trace = json.load(f)
+    print(report(trace, int(argv[1]), int(argv[2]) if len(argv) > 2 else 20))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,38 @@
+"""scripts/trace_gaps.py: idle time between a trace's GPU activities, by the pair of kernels around it."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import trace_gaps as tg  # noqa: E402
+
+
+def _x(name, ts, dur, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_gaps_sums_idle_and_merges_overlaps():
+    trace = {"traceEvents": [
+        _x("a", 0, 10), _x("b", 12, 5),                  # gap 2 after a
+        _x("side", 14, 10),                              # overlaps b, ends at 24: no gap between b and side
+        _x("c", 30, 1, cat="gpu_memset"),                # gap 6 after side (the interval's last end)
+        _x("host", 5, 100, cat="cpu_op"),               # not a GPU event
+        {"ph": "i", "cat": "kernel", "name": "marker", "ts": 40},
+    ]}
+    span, busy, gs = tg.gaps(tg.gpu_events(trace))
+    assert span == 31 and busy == 10 + 12 + 1
+    assert gs == [(2.0, "a", "b"), (6.0, "side", "c")]
+
+
+def test_gaps_of_nothing_and_of_one():
+    assert tg.gaps([]) == (0.0, 0.0, [])
+    assert tg.gaps([(3.0, 7.0, "k")]) == (4.0, 4.0, [])
+
+
+def test_report_per_step_and_pairs():
+    trace = {"traceEvents": [_x("k1", 0, 10), _x("k2", 13, 10), _x("k1", 123, 10), _x("k2", 136, 10)]}
+    text = tg.report(trace, steps=2, top=5)
+    first = text.splitlines()[0]
+    assert "span      73.0 us a step" in first and "idle     53.0" in first and "1.5 gaps a step" in first
+    assert "  gaps     2-4     us:     1.0 a step,      3.0 us a step" in text
+    assert "  gaps   100-inf   us:     0.5 a step,     50.0 us a step" in text
+    assert "     50.0   0.5  100.0  k2 -> k1" in text
