@@ -29,11 +29,11 @@ def main(argv) -> int:
     be = CudaBackend(dtype, tf32=True, half_roundings=True)
     B, T, C = cfg.batch_size, cfg.block_size, cfg.n_embd
     rs = np.random.default_rng(0)
-    x = cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32))
-    dskip = cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32))
+    x = cp.asarray(rs.standard_normal((B * T, C), dtype=np.float32))
+    dskip = cp.asarray(rs.standard_normal((B * T, C), dtype=np.float32))
     w = cp.asarray(1.0 + 0.1 * rs.standard_normal(C, dtype=np.float32))
-    b = cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32))
-    dy = cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32))
+    b = cp.asarray(rs.standard_normal((B * T, C), dtype=np.float32))
+    dy = cp.asarray(rs.standard_normal((B * T, C), dtype=np.float32))
     if be.ctx.half:
         b, dy = to_half(b, be.ctx.kind), to_half(dy, be.ctx.kind)
     for _ in range(2):
