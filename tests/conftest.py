@@ -1,4 +1,8 @@
 """Fixtures shared by the test files."""
+import importlib
+import sys
+import types
+
 import pytest
 
 
@@ -11,6 +15,20 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def over_stand_in_cupy(monkeypatch):
+    """A function that imports a module of the cupy side over a stand-in CuPy module where CuPy is missing (modules
+    that import CuPy at the top but touch it only when they launch), for tests of their pure choices; every module
+    the imports brought in is dropped again afterwards."""
+    before = set(sys.modules)
+    if "cupy" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    yield importlib.import_module
+    for name in set(sys.modules) - before:
+        if name != "cupy":
+            del sys.modules[name]
 
 
 def pytest_sessionstart(session):

@@ -9,15 +9,8 @@ import pytest
 
 
 @pytest.fixture
-def attention(monkeypatch):
-    before = set(sys.modules)
-    if "cupy" not in sys.modules:
-        monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
-    from tr2.cupy_side.gpu import attention as module
-    yield module
-    for name in set(sys.modules) - before:
-        if name != "cupy":
-            del sys.modules[name]
+def attention(over_stand_in_cupy):
+    return over_stand_in_cupy("tr2.cupy_side.gpu.attention")
 
 
 def test_the_tma_dkdv_kernel_is_the_default_at_every_row_length(attention):

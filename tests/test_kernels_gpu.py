@@ -1365,11 +1365,15 @@ def test_layernorm_dw_final_adds_in_its_order(file, kernel, G, C):
 
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True), ("float16", False, True)],
                          ids=["f32", "bf16hr", "fp16hr"])
-@pytest.mark.parametrize("N, C", [(513, 384), (4099, 768), (1000, 1024), (16384, 384)])
+@pytest.mark.parametrize("N, C", [(513, 384), (4099, 768), (1000, 1024), (16384, 384), (8192, 768)])
 @pytest.mark.parametrize("skip, p", [(True, 0.0), (True, 0.2), (False, 0.2)])
-def test_residual_layernorm_backward_prefetch_is_the_same_bits(build, N, C, skip, p, monkeypatch):
-    """residual_layernorm_backward_c<C>_pf (TR2_LN_BWD_PREFETCH: dskip's row loaded with dy's and s's) gives the bits
-    of residual_layernorm_backward_c<C>: ds, db and dw, three runs each, outputs fresh every run."""
+@pytest.mark.parametrize("switch, on, suffix", [("PREFETCH_SKIP", True, "_pf"), ("BWD_BLOCKS", 3, "_o3")],
+                         ids=["prefetch", "three_blocks"])
+def test_residual_layernorm_backward_forms_are_the_same_bits(build, N, C, skip, p, switch, on, suffix, monkeypatch):
+    """residual_layernorm_backward_c<C>_pf (TR2_LN_BWD_PREFETCH: dskip's row loaded with dy's and s's) and
+    residual_layernorm_backward_c<C>_o3 (TR2_LN_BWD_BLOCKS=3: built for three blocks an SM, at 768 and 1024 columns;
+    the plain kernel elsewhere) give the bits of residual_layernorm_backward_c<C>: ds, db and dw, three runs each,
+    outputs fresh every run."""
     from tr2.cupy_side.gpu import layernorm
     dtype, tf32, hr = build
     be = gpu_backend(*build)
@@ -1377,21 +1381,24 @@ def test_residual_layernorm_backward_prefetch_is_the_same_bits(build, N, C, skip
     x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C, N + C + int(p * 10))
     s, y, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
     tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
+    applies = switch == "PREFETCH_SKIP" or C in layernorm.THREE_BLOCK_SIZES
+    off = {"PREFETCH_SKIP": False, "BWD_BLOCKS": 2}[switch]
     out = {}
-    for pf in (False, True):
-        monkeypatch.setattr(layernorm, "PREFETCH_SKIP", pf)
-        assert layernorm._rows_kernel("residual_layernorm_backward", C).endswith("_pf") == pf
+    for value in (off, on):
+        monkeypatch.setattr(layernorm, switch, value)
+        name = layernorm._rows_kernel("residual_layernorm_backward", C)
+        assert name.endswith(suffix) == (value == on and applies), name
         runs = []
         for _ in range(3):
             ds, db, dw = be.residual_layernorm_backward(dy, dev(dskip) if skip else None, s, dev(w), mean, rstd, p,
                                                         seed, offset, add)
             runs.append([host(ds), host(db), host(dw)])
         for k, r in enumerate(runs[1:], start=2):
-            for name, a, b_ in zip(("ds", "db", "dw"), runs[0], r):
-                exact(f"prefetching backward {name}, run {k} vs run 1, pf={pf} {tag}", b_, a)
-        out[pf] = runs[0]
-    for name, a, b_ in zip(("ds", "db", "dw"), out[False], out[True]):
-        exact(f"prefetching backward {name} = the backward's {tag}", b_, a)
+            for part, a, b_ in zip(("ds", "db", "dw"), runs[0], r):
+                exact(f"backward {part} ({name}), run {k} vs run 1 {tag}", b_, a)
+        out[value] = runs[0]
+    for part, a, b_ in zip(("ds", "db", "dw"), out[off], out[on]):
+        exact(f"backward {part}, {switch}={on} = the plain kernel's {tag}", b_, a)
 
 
 # ------------------------------------------------- LayerNorm backward with dw finished in the kernel (dwsum)

@@ -20,6 +20,13 @@ FINAL_IN_KERNEL = bool(kernel_switch("TR2_LN_FINAL_IN_KERNEL", 0))
 # and the step did not gain in call 2 (ms, one round, off / on: nanogpt 4.28 / 4.33, gpt2-small 16.55 / 16.52,
 # gpt2-medium 43.12 / 43.27): off.
 PREFETCH_SKIP = bool(kernel_switch("TR2_LN_BWD_PREFETCH", 0))
+# 3: residual_layernorm's register-row backward at 768 and 1024 columns built for three blocks an SM
+# (residual_layernorm_backward_c<C>_o3: at most 80 registers where the plain kernels take 94 and 124; ptxas, NVRTC
+# 12.9: spills 40 and 248 bytes; the same bits). Why: Nsight Compute found the plain kernels at two blocks an SM, their
+# warps waiting on the row's loads (call 8 of results/h200-perf-20261204). Written in the twenty-fifth session after
+# its device time: NOT run on a GPU, off (2).
+BWD_BLOCKS = kernel_switch("TR2_LN_BWD_BLOCKS", 2, (2, 3))
+THREE_BLOCK_SIZES = (768, 1024)
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -43,11 +50,17 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray", mean: "cp.
 
 def _rows_kernel(kernel: str, C: int) -> str:
     """The register-row form of the kernel (the same formulas with the row held in registers) at the models' widths;
-    with PREFETCH_SKIP, residual_layernorm's that loads dskip early."""
+    with PREFETCH_SKIP, residual_layernorm's that loads dskip early; with BWD_BLOCKS 3, residual_layernorm's built
+    for three blocks an SM (at THREE_BLOCK_SIZES)."""
     if not (register_rows and C in REGISTER_ROW_SIZES):
         return kernel
-    pf = "_pf" if PREFETCH_SKIP and kernel == "residual_layernorm_backward" else ""
-    return f"{kernel}_c{C}{pf}"
+    if kernel != "residual_layernorm_backward":
+        return f"{kernel}_c{C}"
+    if PREFETCH_SKIP and BWD_BLOCKS == 3:
+        raise ValueError("TR2_LN_BWD_PREFETCH=1 and TR2_LN_BWD_BLOCKS=3 name two forms of one kernel: one of them")
+    if BWD_BLOCKS == 3 and C in THREE_BLOCK_SIZES:
+        return f"{kernel}_c{C}_o3"
+    return f"{kernel}_c{C}{'_pf' if PREFETCH_SKIP else ''}"
 
 
 def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part) -> "cp.ndarray":

@@ -142,17 +142,19 @@ extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, v
                             offset, offset_add, threshold, scale);
 }
 
-// The same for C = 32 * CPL, each row held in registers (layernorm_backward.cuh): residual_layernorm_backward_c<C>.
-#define RESIDUAL_LAYERNORM_BACKWARD_ROWS(C_)                                                                     \
-    extern "C" __global__ void residual_layernorm_backward_c##C_(                                               \
+// The same for C = 32 * CPL, each row held in registers (layernorm_backward.cuh): residual_layernorm_backward_c<C>,
+// and its forms below, one entry point each (SUFFIX), the same body with other launch bounds (ATTRS) or PF.
+#define RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, SUFFIX, ATTRS, PF)                                             \
+    extern "C" __global__ void ATTRS residual_layernorm_backward_c##C_##SUFFIX(                                 \
         float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
         int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {        \
         grid_dependency_entry();                                                                                 \
-        layernorm_backward_row_registers<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,      \
-                                                  db_kind, drop, seed, offset, offset_add, threshold, scale);   \
+        layernorm_backward_row_registers<C_ / 32, PF>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,  \
+                                                      db_kind, drop, seed, offset, offset_add, threshold, scale);\
     }
+#define RESIDUAL_LAYERNORM_BACKWARD_ROWS(C_) RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, , , false)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(384)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(768)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(1024)
@@ -163,19 +165,22 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS(1024)
 // 168 registers, one block an SM), three at 384 (80 registers).
 #define LN_PF_MIN_BLOCKS(C) ((C) == 384 ? 3 : 2)
 #define RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(C_)                                                                  \
-    extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, LN_PF_MIN_BLOCKS(C_))                           \
-    residual_layernorm_backward_c##C_##_pf(                                                                     \
-        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
-        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
-        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
-        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {        \
-        grid_dependency_entry();                                                                                 \
-        layernorm_backward_row_registers<C_ / 32, true>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,\
-                                                        db_kind, drop, seed, offset, offset_add, threshold, scale);\
-    }
+    RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, _pf, __launch_bounds__(LN_DW_THREADS, LN_PF_MIN_BLOCKS(C_)), true)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(384)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(768)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(1024)
+
+// The same with three blocks an SM asked of ptxas (at most 85 registers; residual_layernorm_backward_c<C>_o3), taken
+// under TR2_LN_BWD_BLOCKS=3 (gpu/layernorm.py). Why: Nsight Compute on the kernels above (call 8 of
+// results/h200-perf-20261204, gpt2-small and gpt2-medium shapes): 94 and 124 registers hold them at two blocks of 256
+// threads an SM (25% occupancy, the register limit), the warps stall two thirds of their cycles on a long scoreboard
+// (the loads of the row) and DRAM moves 2.56 TB/s (53% of its peak), where the forward, at 64 registers and 50%, moves
+// 2.67 with less to do a byte. A third block gives the SM half as many rows in flight again. The same source: the same
+// operations in the same order, so the same bits; only the registers ptxas may use change.
+#define RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(C_)                                                                  \
+    RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, _o3, __launch_bounds__(LN_DW_THREADS, 3), false)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(768)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(1024)
 
 extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part,
                                                        int G, int C) {
