@@ -25,7 +25,7 @@ from tr2 import clock, data, method_b
 from tr2.configs import compile_caches
 from tr2.models import load_model
 from tr2.results import append_jsonl
-from tr2.series import window_gpu
+from tr2.series import ENERGY_MIN_SPAN_S, energy_counts, window_gpu
 from tr2.sysinfo import GpuSampler
 from tr2.trainlog import read_metrics
 
@@ -206,7 +206,8 @@ def bench_table(path: Path) -> list:
     many), their ratio, peak memory in use and reserved (the largest of the rounds; GB), and the card's SM clock
     inside the timed windows (the median over the rounds of each run's in-window median; '-' where not sampled) and
     the joules a step there (the window's mean power by the card's energy counter times the step time, median over
-    the rounds; '-' where the samples had no counter)."""
+    the rounds; '-' where the samples had no counter; marked '*', with a note under the table, where a reading spans
+    too little of its window to be compared: tr2.series.energy_counts)."""
     from statistics import median
 
     from tr2.results import read_jsonl
@@ -231,10 +232,17 @@ def bench_table(path: Path) -> list:
         m = [x for x in m if x is not None]
         return f"{median(m):.0f}" if m else "-"
 
+    short = []
+
     def joules(rs):   # a step's energy: the window's mean power by the energy counter times its step time
-        j = [(r.get("gpu_window") or {}).get("counter_w") for r in rs]
-        j = [w * r["step_ms"] / 1000.0 for w, r in zip(j, rs) if w is not None and r.get("step_ms")]
-        return f"{median(j):.2f}" if j else "-"
+        g = [r.get("gpu_window") or {} for r in rs]
+        j = [(x.get("counter_w"), x.get("counter_s"), r) for x, r in zip(g, rs)]
+        j = [(w * r["step_ms"] / 1000.0, energy_counts(s)) for w, s, r in j if w is not None and r.get("step_ms")]
+        if not j:
+            return "-"
+        flag = "" if all(ok for _, ok in j) else "*"   # a reading too short to compare: shown, marked
+        short.append(flag)
+        return f"{median(v for v, _ in j):.2f}{flag}"
 
     lines = [f"{'model':12} {'type':9} {'cupy':12} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
              f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8} {'reserved':>8} {'reserved':>8} {'cupy MHz':>8} {'torch MHz':>9} "
@@ -247,6 +255,9 @@ def bench_table(path: Path) -> list:
                 lines.append(f"{model:12} {dtype:9} {cv:12} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
                              f"{ratio:>6} {gb(c):>8} {gb(t):>8} {gb(c, 'reserved_bytes'):>8} {gb(t, 'reserved_bytes'):>8} "
                              f"{mhz(c):>8} {mhz(t):>9} {joules(c):>7} {joules(t):>7}")
+    if "*" in short:
+        lines.append(f"  * joules from energy readings spanning under {ENERGY_MIN_SPAN_S:g} s of a window (or of unknown "
+                     "span): not precise enough to compare (tr2.series.ENERGY_MIN_SPAN_S)")
     return lines
 
 

@@ -11,11 +11,12 @@ device_bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(device_bench)
 
 
-def _rec(side, step_ms, mhz, rnd, watts=None, **kw):
+def _rec(side, step_ms, mhz, rnd, watts=None, span=4.0, **kw):
     return {"phase": "bench", "round": rnd, "model": "gpt2-small", "dtype": "bfloat16", "side": side,
             "mode": None if side == "cupy" else "reduce-overhead", "cuda_graph": side == "cupy", "lib": None,
             "status": "ok", "step_ms": step_ms, "peak_bytes": 5_440_000_000,
-            "gpu_window": None if mhz is None else {"samples": 16, "sm_mhz": {"median": mhz}, "counter_w": watts},
+            "gpu_window": None if mhz is None else {"samples": 16, "sm_mhz": {"median": mhz}, "counter_w": watts,
+                                                    "counter_s": span},
             **kw}
 
 
@@ -52,3 +53,19 @@ def test_a_run_without_samples_shows_a_dash(tmp_path):
     _, row = device_bench.bench_table(path)
     assert row.split()[-4:] == ["-", "-", "-", "-"] and row.split()[4] == "16.10"
     assert device_bench.window_gpu([], [0.0, 1.0]) is None
+
+
+def test_joules_read_over_too_short_a_stretch_are_marked(tmp_path):
+    """A window whose energy readings span under tr2.series.ENERGY_MIN_SPAN_S (the char model's ~1.3 s windows,
+    sampled every second), or records from before the span was kept: the joules shown with '*' and a note under the
+    table; the other side's, read over 4 s, unmarked."""
+    path = tmp_path / "bench.jsonl"
+    recs = [_rec("cupy", 4.28, 1905, 0, watts=720.0, span=1.0), _rec("torch", 5.44, 1980, 0, watts=620.0),
+            _rec("cupy", 4.24, 1890, 1, watts=663.0, span=None), _rec("torch", 5.44, 1980, 1, watts=620.0, span=3.0)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    lines = device_bench.bench_table(path)
+    assert len(lines) == 3 and lines[2].lstrip().startswith("* joules from energy readings spanning under 3 s")
+    assert lines[1].split()[-2:] == [f"{(720.0 * 4.28 + 663.0 * 4.24) / 2000:.2f}*", f"{620.0 * 5.44 / 1000:.2f}"]
+    ok = [_rec("cupy", 16.0, 1620, 0, watts=690.0), _rec("torch", 19.0, 1790, 0, watts=694.0)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in ok))
+    assert len(device_bench.bench_table(path)) == 2 and "*" not in device_bench.bench_table(path)[1]

@@ -53,10 +53,10 @@ def test_the_energy_counter_gives_the_windows_mean_power():
     assert window_gpu([_sample(2.0, 1620, 690.0), _sample(3.0, 1605, 695.0)], [1.0, 4.0])["counter_w"] is None
 
 
-def _series(root, with_record_window: bool, d=None, watts=None):
+def _series(root, with_record_window: bool, d=None, watts=None, span=4.0):
     """A series folder (d: one that exists, else a new one) of two timed runs (cupy, torch) and a discarded one, with
     their logs and samples as the stage writes them; watts (side -> W): the samples read an energy counter rising at
-    that rate."""
+    that rate; span: the timed window's seconds."""
     if d is None:
         d = root / "series-20261203-120000-demo"
         (d / "logs").mkdir(parents=True)
@@ -69,8 +69,10 @@ def _series(root, with_record_window: bool, d=None, watts=None):
         t0 = 100.0 * (len(recs) + 1)
         (d / "logs" / f"{name}.log").write_text(
             f"{t0:.6f}\titer 0: loss 4.0, time 10.00ms\n{t0 + 1:.6f}\titer 10: loss 3.0, time 10.00ms\n"
-            f"{t0 + 4:.6f}\titer 40: loss 2.0, time 10.00ms\n")
-        samples = [_sample(t0 + 0.5, 1980, 120.0)] + [_sample(t0 + 1.5 + i, mhz, 690.0 + i) for i in range(3)]
+            f"{t0 + 1 + span:.6f}\titer 40: loss 2.0, time 10.00ms\n")
+        # three samples inside the window, the first and last `span` - 1 s apart (the energy reading's stretch)
+        samples = [_sample(t0 + 0.5, 1980, 120.0)] + [_sample(t0 + 1.5 + i * (span - 1) / 2, mhz, 690.0 + i)
+                                                      for i in range(3)]
         if watts:
             samples = [x | {"energy_mj": int(1e9 + watts[side] * 1000 * (x["t"] - t0))} for x in samples]
         (d / "logs" / f"{name}.gpu.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
@@ -79,7 +81,7 @@ def _series(root, with_record_window: bool, d=None, watts=None):
                "mode": None if side == "cupy" else "reduce-overhead", "status": "ok", "valid": r > 0,
                "step_ms": 100.0, "log": f"logs/{name}.log"}
         if with_record_window:
-            rec["gpu_window"] = window_gpu(samples, [t0 + 1, t0 + 4])
+            rec["gpu_window"] = window_gpu(samples, [t0 + 1, t0 + 1 + span])
         recs.append(rec)
     (d / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
     return d
@@ -103,6 +105,20 @@ def test_timed_clocks_give_the_joules_a_step_where_the_counter_was_read(tmp_path
     assert t.loc["torch", "joules_step"] == pytest.approx(64.0)
     plain = explore.timed_clocks(_series(tmp_path / "plain", with_record_window)).set_index("side")
     assert plain["joules_step"].isna().all()
+    # a window whose readings span 1.5 s (under tr2.series.ENERGY_MIN_SPAN_S): its joules not given
+    short = explore.timed_clocks(_series(tmp_path / "short", with_record_window, watts={"cupy": 690.0, "torch": 640.0},
+                                         span=2.5)).set_index("side")
+    assert short["joules_step"].isna().all() and (short["power_w"] == [691.0, 691.0]).all()
+
+
+def test_the_energy_readings_span_and_the_rule_on_it():
+    from tr2.series import ENERGY_MIN_SPAN_S, counter_span, energy_counts
+    samples = [{"t": 1.0, "energy_mj": 5}, {"t": 2.0}, {"t": 4.5, "energy_mj": 9}, {"t": 9.0, "energy_mj": None}]
+    assert counter_span(samples) == 3.5 and counter_span(samples[:2]) is None and counter_span([]) is None
+    assert window_gpu(samples, [0.0, 10.0])["counter_s"] == 3.5
+    assert ENERGY_MIN_SPAN_S == 3.0
+    assert energy_counts(3.0) and energy_counts(12) and not energy_counts(2.99)
+    assert not energy_counts(None) and not energy_counts("4")
 
 
 @pytest.mark.parametrize("watts", [None, {"cupy": 690.0, "torch": 640.0}], ids=["no-counter", "counter"])
@@ -115,11 +131,12 @@ def test_the_front_page_shows_the_energy_a_step_only_where_it_was_read(tmp_path,
     make_results(tmp_path / "results", card=card)
     dirs = rp.choose_dirs("gpu", root=tmp_path / "results")
     _series(tmp_path, False, d=next(d for d in dirs if d.name.startswith("series-")), watts=watts)
-    table = bs4.BeautifulSoup(rp.front_page_html(rp.build_table("gpu", dirs, tmp_path)), "html.parser").find(
-        id="timed-clocks")
+    html = rp.front_page_html(rp.build_table("gpu", dirs, tmp_path))
+    table = bs4.BeautifulSoup(html, "html.parser").find(id="timed-clocks")
     cells = [td.get_text() for td in table.find_all("td", class_="joules")]
     assert cells == ([] if watts is None else ["69.000", "64.000"])
     assert ("energy a step, J" in table.get_text()) == (watts is not None)
+    assert ("span at least 3.0 s of a window" in " ".join(html.split())) == (watts is not None)
 
 
 def test_the_front_page_shows_the_clocks_of_the_timed_windows(tmp_path):

@@ -272,6 +272,8 @@ def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
     medians of each run's in-window samples: median over the runs, their range, and the samples in all), the
     conditions under which each side's step time was taken; and the joules a step (the median over the runs of the
     window's mean power by the energy counter times the run's step time; NaN where the counter was not read)."""
+    from .series import energy_counts   # here, as run_window_gpu's window_gpu
+
     def read(path):
         rows, window = [], series_window(path)
         for rec in kept_records(path, "series"):
@@ -282,8 +284,10 @@ def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
             if sm.get("median") is None:
                 continue
             # a step's energy: the window's mean power by the card's energy counter times the step time (records
-            # and samples from before the counter was read have none)
+            # and samples from before the counter was read have none; a reading over too short a stretch of the
+            # window, series.energy_counts, none either)
             cw, step = g.get("counter_w"), rec.get("step_ms")
+            cw = cw if energy_counts(g.get("counter_s")) else None
             rows.append({k: rec.get(k) for k in ("config", "model", "dtype", "side", "build", "mode")}
                         | {"samples": g.get("samples", 0), "sm_mhz": sm["median"], "power_w": pw.get("median"),
                            "joules_step": cw * step / 1000.0 if cw is not None and step else None})

@@ -73,13 +73,34 @@ def counter_watts(samples: list[dict]) -> Optional[float]:
     return de / 1000.0 / dt if dt > 0 and de > 0 else None
 
 
+def counter_span(samples: list[dict]) -> Optional[float]:
+    """Seconds between the first and the last of the samples that read the card's energy counter: the stretch of the
+    window counter_watts averages over; None with fewer than two such samples."""
+    t = [s["t"] for s in samples if isinstance(s.get("energy_mj"), (int, float)) and isinstance(s.get("t"), (int, float))]
+    return max(t) - min(t) if len(t) >= 2 else None
+
+
+# The stretch the counter's readings must span for a window's mean power, and so its joules a step, to be compared:
+# a sample pairs the counter with the host's clock to within a fraction of a second, so over about a second the mean
+# is off by several percent. Seen: the char model's ~1.3 s windows sampled every second read 720 W (above the card's
+# 700 W cap) and, for two programs within 1% of each other's step time, 720 and 663 W (results/h200-perf-20261204,
+# call 3); the GPT-2 windows, whose readings span 4 s or more, read 678-699 W at the cap (call 2).
+ENERGY_MIN_SPAN_S = 3.0
+
+
+def energy_counts(span_s) -> bool:
+    """Whether a window's energy reading spans enough of it to be compared (ENERGY_MIN_SPAN_S); an unknown span (a
+    record from before the span was kept) does not."""
+    return isinstance(span_s, (int, float)) and span_s >= ENERGY_MIN_SPAN_S
+
+
 def _gpu_summary(samples: list[dict]) -> Optional[dict]:
     if not samples:
         return None
     return {"samples": len(samples),
             **{k: stats(s.get(k) for s in samples) for k in ("sm_mhz", "mem_mhz", "temp_c", "power_w")},
             "mem_used_bytes_max": max(s.get("mem_used_bytes", 0) for s in samples),
-            "counter_w": counter_watts(samples)}
+            "counter_w": counter_watts(samples), "counter_s": counter_span(samples)}
 
 
 def window_gpu(samples: list[dict], window_t) -> Optional[dict]:

@@ -336,6 +336,7 @@ def _timed_clocks(series_dir) -> Optional[dict]:
     """Per configuration of the series: the card's SM clock and power while its timed runs were measured
     (explore.timed_clocks), in the card's order of models and types, cupy before PyTorch, with the window and the
     sampling interval; None where nothing was sampled."""
+    from ..series import ENERGY_MIN_SPAN_S   # here: the stage's module need not load for the tables alone
     t = explore.timed_clocks(series_dir)
     if t.empty:
         return None
@@ -353,7 +354,7 @@ def _timed_clocks(series_dir) -> Optional[dict]:
                              order["dtypes"].get(x["dtype"], len(order["dtypes"])), x["dtype"], x["side"] != "cupy"))
     s = card.get("series") or {}
     return {"rows": rows, "window": s.get("window"), "interval_s": s.get("sample_interval_s"),
-            "energy": any(x["joules_step"] is not None for x in rows)}
+            "energy": any(x["joules_step"] is not None for x in rows), "energy_min_span_s": ENERGY_MIN_SPAN_S}
 
 
 def _replay(stage: str, d: str, by_commit, change: str, again: list) -> str:
