@@ -232,17 +232,16 @@ def bench_table(path: Path) -> list:
         m = [x for x in m if x is not None]
         return f"{median(m):.0f}" if m else "-"
 
-    short = []
+    marked = []   # whether each joules cell shown is marked
 
     def joules(rs):   # a step's energy: the window's mean power by the energy counter times its step time
-        g = [r.get("gpu_window") or {} for r in rs]
-        j = [(x.get("counter_w"), x.get("counter_s"), r) for x, r in zip(g, rs)]
-        j = [(w * r["step_ms"] / 1000.0, energy_counts(s)) for w, s, r in j if w is not None and r.get("step_ms")]
+        j = [(r.get("gpu_window") or {}, r.get("step_ms")) for r in rs]
+        j = [(g["counter_w"] * step / 1000.0, energy_counts(g.get("counter_s")))
+             for g, step in j if g.get("counter_w") is not None and step]
         if not j:
             return "-"
-        flag = "" if all(ok for _, ok in j) else "*"   # a reading too short to compare: shown, marked
-        short.append(flag)
-        return f"{median(v for v, _ in j):.2f}{flag}"
+        marked.append(not all(ok for _, ok in j))   # a reading too short to compare: shown, marked
+        return f"{median(v for v, _ in j):.2f}{'*' if marked[-1] else ''}"
 
     lines = [f"{'model':12} {'type':9} {'cupy':12} {'torch':15} {'cupy ms':>9} {'n':>2} {'torch ms':>9} {'n':>2} "
              f"{'ratio':>6} {'cupy GB':>8} {'torch GB':>8} {'reserved':>8} {'reserved':>8} {'cupy MHz':>8} {'torch MHz':>9} "
@@ -255,7 +254,7 @@ def bench_table(path: Path) -> list:
                 lines.append(f"{model:12} {dtype:9} {cv:12} {tm:15} {cm or 0:9.2f} {cn:2d} {tms or 0:9.2f} {tn:2d} "
                              f"{ratio:>6} {gb(c):>8} {gb(t):>8} {gb(c, 'reserved_bytes'):>8} {gb(t, 'reserved_bytes'):>8} "
                              f"{mhz(c):>8} {mhz(t):>9} {joules(c):>7} {joules(t):>7}")
-    if "*" in short:
+    if any(marked):
         lines.append(f"  * joules from energy readings spanning under {ENERGY_MIN_SPAN_S:g} s of a window (or of unknown "
                      "span): not precise enough to compare (tr2.series.ENERGY_MIN_SPAN_S)")
     return lines

@@ -3,7 +3,6 @@ takes under the switches (the rules are pure functions of the module's settings)
 but touches it only when it launches, so it is imported here over a stand-in module, and every module that import
 brought in is dropped again afterwards."""
 import sys
-import types
 
 import pytest
 
@@ -80,20 +79,12 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernels_by_default(at
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_WG_DKDV_TMA", "3", "0, 1, 2"),
                                                ("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
                                                ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 1, 2, 3, 4, 5, 6, 7")])
-def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, key, raw, allowed):
+def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw, allowed):
     """A misspelt bench variant must not run as the default and be timed as something else."""
     monkeypatch.setenv(key, raw)
     monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)   # imported afresh, restored after
-    before = set(sys.modules)
-    if "cupy" not in sys.modules:
-        monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
-    try:
-        with pytest.raises(ValueError, match=rf"^{key}='{raw}': allowed values are {allowed}$"):
-            import tr2.cupy_side.gpu.attention  # noqa: F401
-    finally:
-        for name in set(sys.modules) - before:
-            if name != "cupy":
-                del sys.modules[name]
+    with pytest.raises(ValueError, match=rf"^{key}='{raw}': allowed values are {allowed}$"):
+        over_stand_in_cupy("tr2.cupy_side.gpu.attention")
 
 
 def test_every_tma_dkdv_form_fits_one_block_an_sm(attention):

@@ -60,12 +60,17 @@ def trainer_command(config: RunConfig, card: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------- run
 
+def _counter_readings(samples: list[dict]) -> list[dict]:
+    """The samples that read the card's energy counter (energy_mj, GpuSampler) and carry their time."""
+    return [s for s in samples if isinstance(s.get("energy_mj"), (int, float)) and isinstance(s.get("t"), (int, float))]
+
+
 def counter_watts(samples: list[dict]) -> Optional[float]:
     """Mean power between the first and the last of the samples that read the card's energy counter (energy_mj,
     GpuSampler), in watts; None with fewer than two such samples, no time between them, or a counter that did not
     move forward. NVML's power reading is a recent average, sampled; the counter integrates every joule between two
     readings, so a window's energy a step is this times its step time."""
-    read = [s for s in samples if isinstance(s.get("energy_mj"), (int, float)) and isinstance(s.get("t"), (int, float))]
+    read = _counter_readings(samples)
     if len(read) < 2:
         return None
     a, b = min(read, key=lambda s: s["t"]), max(read, key=lambda s: s["t"])
@@ -76,7 +81,7 @@ def counter_watts(samples: list[dict]) -> Optional[float]:
 def counter_span(samples: list[dict]) -> Optional[float]:
     """Seconds between the first and the last of the samples that read the card's energy counter: the stretch of the
     window counter_watts averages over; None with fewer than two such samples."""
-    t = [s["t"] for s in samples if isinstance(s.get("energy_mj"), (int, float)) and isinstance(s.get("t"), (int, float))]
+    t = [s["t"] for s in _counter_readings(samples)]
     return max(t) - min(t) if len(t) >= 2 else None
 
 
