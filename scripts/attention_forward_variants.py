@@ -57,6 +57,7 @@ VARIANTS = {"mma": (False, False, 0, False, False, 2), "wg1": (True, False, 0, F
             "tmaw3": (True, False, 0, False, 5, 2),      # tmaw with three stages in the ring
             "tmawpp": (True, False, 0, False, 6, 2),     # tmawp's consumers in ping-pong
             "tmawr": (True, False, 0, False, 7, 2),      # tmaw resident: one block an SM, the query blocks by tickets
+            "tmawrt": (True, False, 0, False, 8, 2),     # tmawr with its consumers taking turns at the exponentials
             "mma3": (False, False, 0, False, False, 3)}  # mma.sync compiled for three blocks an SM (attn_forward3_)
 # TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
 ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]

@@ -78,7 +78,7 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernels_by_default(at
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_WG_DKDV_TMA", "3", "0, 1, 2"),
                                                ("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 1, 2, 3, 4, 5, 6, 7")])
+                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 1, 2, 3, 4, 5, 6, 7, 8")])
 def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw, allowed):
     """A misspelt bench variant must not run as the default and be timed as something else."""
     monkeypatch.setenv(key, raw)
@@ -119,8 +119,9 @@ def test_every_tma_forward_form_fits_one_block_an_sm(attention):
         assert attention.tma_shared_bytes(64, form) <= 227 * 1024, name
     assert attention.tma_shared_bytes(64, 5) == (2 + 4 * 3) * 64 * 64 * 2 + 1024   # tmaw3: three stages of 128 keys
     assert attention.tma_shared_bytes(64, 3) == (2 + 4 * attention.FWD_TMAW_STAGES) * 64 * 64 * 2 + 1024
-    # tmawr: form 3's ring and two q buffers
+    # tmawr and tmawrt: form 3's ring and two q buffers
     assert attention.tma_shared_bytes(64, 7) == (4 + 4 * attention.FWD_TMAW_STAGES) * 64 * 64 * 2 + 1024
+    assert attention.tma_shared_bytes(64, 8) == attention.tma_shared_bytes(64, 7)
 
 
 def test_the_resident_dq_is_off_and_takes_two_blocks_an_sm(attention):
@@ -129,7 +130,8 @@ def test_the_resident_dq_is_off_and_takes_two_blocks_an_sm(attention):
 
 
 def test_the_resident_forward_takes_one_block_an_sm_or_one_an_item(attention):
-    assert attention.RESIDENT_FORMS == {7} and attention.TMA_FORMS[7] == "tmawr"
+    assert attention.RESIDENT_FORMS == {7, 8} and attention.TMA_FORMS[7] == "tmawr"
+    assert attention.TMA_FORMS[8] == "tmawrt" and attention.FWD_TMA_LONG == 7   # form 8 off until measured
     assert attention.resident_grid(96, 1024, 132) == 132      # gpt2-small: 768 items
     assert attention.resident_grid(2, 1000, 132) == 16        # fewer items than SMs: one block each
     assert attention.resident_grid(1, 1, 132) == 1

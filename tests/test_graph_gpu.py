@@ -182,9 +182,10 @@ def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
 # The resident forms (gpu/attention.py's FWD_TMA_LONG 7 against 3, DKDV_TMA_FORM 5 against 0, DQ_TMA_RESIDENT 1
 # against 0): each item computes what a block of the form it repeats computed, so a whole run must have that form's
 # losses to the bit, eager and in the graph (their tickets, left at zero by every launch, replayed): gpt2-small in
-# bfloat16 (768 items a launch).
+# bfloat16 (768 items a launch). Form 8 (form 7 with turns at the exponentials) likewise against form 7.
 @pytest.mark.parametrize("key, off, on", [("TR2_ATTN_FWD_TMA_LONG", "3", "7"), ("TR2_ATTN_DKDV_TMA_FORM", "0", "5"),
-                                          ("TR2_ATTN_DQ_TMA_RESIDENT", "0", "1")], ids=["forward", "dkdv", "dq"])
+                                          ("TR2_ATTN_DQ_TMA_RESIDENT", "0", "1"), ("TR2_ATTN_FWD_TMA_LONG", "7", "8")],
+                         ids=["forward", "dkdv", "dq", "forward_turns"])
 def test_the_resident_attention_kernels_change_no_bit(tmp_path, key, off, on):
     _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", key, off, on, "resident attention kernel")
 

@@ -590,15 +590,16 @@ def forward_case(build, B, T, H, hs, p, seed_add: int):
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
 @pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("form", [3, 4, 5, 6, 7], ids=["tmaw", "tmawp", "tmaw3", "tmawpp", "tmawr"])
+@pytest.mark.parametrize("form", [3, 4, 5, 6, 7, 8], ids=["tmaw", "tmawp", "tmaw3", "tmawpp", "tmawr", "tmawrt"])
 def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
     """The TMA forward with 128-key tiles and setmaxnreg (WG_FORWARD_TMA = 3; 4 with each consumer pipelined; 5 with
-    three stages; 6, form 4 in ping-pong; 7, form 3 resident, one block an SM taking the query blocks by tickets): not
-    the 64-key forms' bits (its maxima run over 128 keys at a time), so out and lse against the NumPy form within the
-    type's tolerance, every allocation poisoned, three runs the same bits; and forms 4 to 7 give form 3's bits (form 6
-    on rows where its consumers take turns, T = 65 and 1000 among them, and where they cannot, T = 7; form 7 with more
-    query blocks than SMs, B = 3 T = 1024 H = 12 and B = 16 T = 256, where its tickets run, and with its tickets left
-    at zero after every launch, so that the next launch hands out every block again)."""
+    three stages; 6, form 4 in ping-pong; 7, form 3 resident, one block an SM taking the query blocks by tickets; 8,
+    form 7 with its consumers taking turns at the exponentials): not the 64-key forms' bits (its maxima run over 128
+    keys at a time), so out and lse against the NumPy form within the type's tolerance, every allocation poisoned,
+    three runs the same bits; and forms 4 to 8 give form 3's bits (forms 6 and 8 on rows where their consumers take
+    turns, T = 65 and 1000 among them, and where they cannot, T = 7; forms 7 and 8 with more query blocks than SMs,
+    B = 3 T = 1024 H = 12 and B = 16 T = 256, where their tickets run, and with their tickets left at zero after every
+    launch, so that the next launch hands out every block again)."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
@@ -622,7 +623,7 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
     for r in runs[1:]:
         exact(f"attention out by TMA, 128-key tiles, run-to-run {tag}", r[0], runs[0][0])
         exact(f"attention lse by TMA, 128-key tiles, run-to-run {tag}", r[1], runs[0][1])
-    if form in (4, 5, 6, 7):
+    if form in (4, 5, 6, 7, 8):
         plain = forward(3)
         exact(f"attention out by TMA, 128-key tiles, against form 3 {tag}", runs[0][0], plain[0])
         exact(f"attention lse by TMA, 128-key tiles, against form 3 {tag}", runs[0][1], plain[1])

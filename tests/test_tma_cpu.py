@@ -66,10 +66,10 @@ def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
     assert box == (64 // 8) * 1024   # the next box's first row is the 128-key tile's row 64
     stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "attention.py").read_text()
-    assert ('TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp", 7: "tmawr"}'
-            in wrapper)
-    assert ("stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)"
-            in wrapper)
+    assert ('TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp", 7: "tmawr", '
+            '8: "tmawrt"}' in wrapper)
+    assert ("stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7, 8) else (4 * 3 if form == 5 else "
+            "2 * FWD_TMA_STAGES)" in wrapper)
     assert "ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)" in src   # tmaw3's three stages
     for s in (stages, 3):
         assert (2 + 4 * s) * box + 1024 <= 227 * 1024

@@ -60,7 +60,7 @@ def test_no_wgmma_kernel_is_serialized_but_the_known():
     assert {"attn_forward_wgpp2_bf16r_hs64", "attn_backward_dkdv_ds_wg2p_l2_bf16r_hs64",
             "attn_forward_tmap_bf16r_hs64", "attn_forward_tmaw_bf16r_hs64",
             "attn_forward_tmawp_bf16r_hs64", "attn_forward_tmaw3_bf16r_hs64", "attn_forward_tmawpp_bf16r_hs64",
-            "attn_forward_tmawr_bf16r_hs64",
+            "attn_forward_tmawr_bf16r_hs64", "attn_forward_tmawrt_bf16r_hs64",
             "attn_backward_dkdv_ds_tma_l2_bf16r_hs64",
             "attn_backward_dkdv_ds_tma3_l2_bf16r_hs64", "attn_backward_dkdv_ds_tmad_l2_bf16r_hs64",
             "attn_backward_dkdv_ds_tmad3_l2_bf16r_hs64", "attn_backward_dkdv_ds_tmar_l2_bf16r_hs64",

@@ -170,7 +170,11 @@ WG_FORWARD_PINGPONG = bool(kernel_switch("TR2_ATTN_FWD_PINGPONG", 0))
 # 7: form 3 resident (attn_forward_tmawr_: one block an SM taking the heads' query blocks, the longest first, by
 # tickets; the next block's q and first tiles load under this one's last products and epilogue; form 3's bits,
 # "forward_tma_wide"). Written in the twenty-fourth session; the default for rows over 256 since (FWD_TMA_LONG).
-WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6, 7))
+# 8: form 7 with the two consumers taking turns at each tile's exponentials (attn_forward_tmawrt_: a named barrier
+# before them and a hand-over after, where cuDNN's fprop has its own, results/h200-perf-20261204b call 1; each
+# consumer's products still awaited one by one; form 7's bits, hence form 3's, "forward_tma_wide"). Written in the
+# twenty-sixth session after its device time: NOT run on a GPU, off.
+WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6, 7, 8))
 # The same forms for rows over WG_MAX_T only (the GPT-2 shapes), where WG_FORWARD_TMA is 0: the rows up to it keep the
 # one-warpgroup wgmma forward. Measured alone in CUDA graphs (ms a layer, bf16, call 6 of results/h200-perf-20261203e):
 # tmaw 0.0562 and 0.0731 against mma.sync's 0.0617 and 0.0783 on gpt2-small and gpt2-medium. Its graph test
@@ -183,12 +187,12 @@ WG_FORWARD_TMA = kernel_switch("TR2_ATTN_FWD_TMA", 0, (0, 1, 2, 3, 4, 5, 6, 7))
 # graph replayed its eager loop to the bit; alone x0.872 / x0.859 of form 3 (0.0491 against 0.0563, 0.0629 against
 # 0.0732 ms a layer on gpt2-small / gpt2-medium); the step, medians of three rounds, 16.387 -> 16.366 ms and 42.842
 # -> 42.743 (results/h200-perf-20261203j, calls 5-8). The same bits as form 3, so no training number moves.
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 1, 2, 3, 4, 5, 6, 7))
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 1, 2, 3, 4, 5, 6, 7, 8))
 FWD_TMA_LONG_ASKED = switch_given("TR2_ATTN_FWD_TMA_LONG")
 FWD_TMA_STAGES = kernel_define(FILE, "FWD_TMA_STAGES")
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
-TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp", 7: "tmawr"}
-RESIDENT_FORMS = frozenset((7,))   # one block an SM, launched with the heads and a ticket pair (resident_grid)
+TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp", 7: "tmawr", 8: "tmawrt"}
+RESIDENT_FORMS = frozenset((7, 8))   # one block an SM, launched with the heads and a ticket pair (resident_grid)
 
 
 # Blocks an SM the mma.sync forward is compiled for, under half roundings at head size 64: 2 (attn_forward_, 255
@@ -235,8 +239,8 @@ def tma_shared_bytes(hs: int, form: int = 1) -> int:
     """attention_forward_tma's dynamic shared memory: the two consumers' q boxes and FWD_TMA_STAGES k and v pairs,
     64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B swizzle's period); forms 3 and 4
     (attention_forward_tma with WIDE) and 6: FWD_TMAW_STAGES stages of two k and two v boxes; form 5: three such
-    stages; form 7 (resident): form 3's stages and two buffers of the two q boxes."""
-    stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
+    stages; forms 7 and 8 (resident): form 3's stages and two buffers of the two q boxes."""
+    stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7, 8) else (4 * 3 if form == 5 else 2 * FWD_TMA_STAGES)
     q_boxes = 4 if form in RESIDENT_FORMS else 2   # the resident form's two q buffers
     return (q_boxes + stages) * 64 * hs * 2 + 1024
 
@@ -258,7 +262,7 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
     form = forward_tma_form(T)
     if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, form))) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 7 (or "
+        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 8 (or "
                          "TR2_ATTN_FWD_TMA_LONG on rows over 256): allowed is one at most")
     if form:
         qkv = args[2]

@@ -1122,10 +1122,16 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[16][4], u64 desc_a, u64 des
 // aq and the stage's k at ak (64-query and 64-key boxes, 128B-swizzled), v after k's KB boxes. A function of its own
 // so that both kernels run one body; inlined, the machine code of the forms it was taken from is unchanged
 // (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
-template <int K, int HS, bool DROP, int BC>
+// TURNS (form 8, tmawrt): where `turns`, the two consumer warpgroups take turns at the tile's exponentials, cuDNN's
+// placement of FlashAttention-3's ping-pong (its fprop's source view, results/h200-perf-20261204b call 1: a bar.sync
+// after the row maxima and the two rescale exponentials, a bar.arrive after the last exponential, before Pd v is
+// issued; each warpgroup's products stay awaited one by one, as here). So while one warpgroup computes its 64
+// exponentials a row pair, the other's Pd v and next S are on the tensor cores, and the MUFU pipe serves one
+// warpgroup at a time. Only when the instructions run changes, not what they compute: form 7's bits.
+template <int K, int HS, bool DROP, int BC, bool TURNS = false>
 __device__ __forceinline__ void tma_forward_tile(float (&o)[HS / 8][4], float (&mrow)[2], float (&lrow)[2], u32 aq,
                                                  u32 ak, int kb, int r0, int g, int t, int T, int bh,
-                                                 const Dropout& drop) {
+                                                 const Dropout& drop, bool turns = false, int cw = 0) {
     constexpr float c = Scale<HS>::value * LOG2E;
     constexpr int NT = BC / 8, KB = BC / 64, BOX = 64 * HS * 2;
     const u32 av = ak + KB * BOX;
@@ -1137,11 +1143,16 @@ __device__ __forceinline__ void tma_forward_tile(float (&o)[HS / 8][4], float (&
     KeepBits<1, NT> keep{};
     if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
     float sc[NT][4];
+    // The tile's three descriptors once, then each k16 slice's by adding its offset to the start-address field
+    // (bytes / 16): that is the descriptor wg_desc_sw128 makes of the slice's address, since every box ends below
+    // 256 KB and so no field overflows, at a third of the integer instructions a product (the source view of
+    // results/h200-perf-20261204b call 1: ~9 of them around each HGMMA of this loop).
+    const u64 dq = wg_desc_sw128(aq, TMA_K_LBO, TMA_K_SBO), dk = wg_desc_sw128(ak, TMA_K_LBO, TMA_K_SBO);
+    const u64 dv = wg_desc_sw128(av, TMA_V_LBO, TMA_V_SBO);
     wg_fence();
     #pragma unroll
     for (int k16 = 0; k16 < HS / 16; ++k16)   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows
-        wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                     wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+        wg_mma_ss<K>(sc, dq + 32 / 16 * k16, dk + 32 / 16 * k16, k16 > 0);
     wg_commit();
     wg_wait_all();
     wg_hold(sc);
@@ -1174,6 +1185,8 @@ __device__ __forceinline__ void tma_forward_tile(float (&o)[HS / 8][4], float (&
             o[n][2 * r + 1] *= alpha;
         }
     }
+    if constexpr (TURNS)
+        if (turns) pp_turn_begin(cw);
     #pragma unroll
     for (int n = 0; n < NT; ++n)
         #pragma unroll
@@ -1190,10 +1203,12 @@ __device__ __forceinline__ void tma_forward_tile(float (&o)[HS / 8][4], float (&
     }
     u32 pf[NT / 2][4];
     pack_a<K, NT>(pf, sc);
+    if constexpr (TURNS)
+        if (turns) pp_turn_end(cw);
     wg_fence();
     #pragma unroll
     for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
-        wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+        wg_mma<K, true>(o, pf[k16], dv + 2048 / 16 * k16, 1);
     wg_commit();
     wg_wait_all();
     wg_hold(o);
@@ -1470,7 +1485,11 @@ __device__ __forceinline__ void resident_done(int* sched) {
 // block, tile for tile (tma_forward_tile), so form 3's bits ("forward_tma_wide"). Written in the twenty-fourth
 // session; its 36 kernel cases and its graph test passed on the H200, alone x0.872 / x0.859 of form 3 on gpt2-small
 // / gpt2-medium (results/h200-perf-20261203j, calls 5-8): the default on rows over 256 since.
-template <int K, int HS, bool DROP, int WS>
+// TURNS (form 8, tmawrt): the consumers take turns at each tile's exponentials (tma_forward_tile's TURNS), item by
+// item: consumer 1 hands consumer 0 the first turn and consumer 0 takes consumer 1's last hand-over, so no named
+// barrier carries an arrival from one item into the next; where consumer 1 has no rows (q0 >= T, the last query
+// block of a T that is not a multiple of 128) neither takes turns, since then only consumer 0 has tiles.
+template <int K, int HS, bool DROP, int WS, bool TURNS = false>
 __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap,
                                                int T, int H, int BH, int* sched, int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
@@ -1552,15 +1571,18 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
         float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int j = 0; j < HS / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+        const bool turns = TURNS && qb * BR + 64 < T;   // both consumers have rows, and so every tile
+        if (turns && cw == 1) bar_arrive_n<PP_SCHED0, 256>();   // consumer 0 takes the first turn
         for (int kb = 0; kb <= last; ++kb, ++it) {
             const int s = it % S;
             mbar_wait(&full[s], (it / S) & 1);
             if (q0 < T && kb <= wg_last)
-                tma_forward_tile<K, HS, DROP, BC>(o, mrow, lrow, aq, smem_u32(sKV + 2 * KB * s * BOX), kb, r0, g, t, T,
-                                                  bh, drop);
+                tma_forward_tile<K, HS, DROP, BC, TURNS>(o, mrow, lrow, aq, smem_u32(sKV + 2 * KB * s * BOX), kb, r0,
+                                                         g, t, T, bh, drop, turns, cw);
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
         }
+        if (turns && cw == 0) pp_turn_begin(0);   // consumer 1's last hand-over: every arrival met by a sync
         __syncwarp();
         if (lane == 0) mbar_arrive(&q_empty[qs]);   // and with the item's q (its last product has completed)
         if (q0 >= T) continue;
@@ -3750,21 +3772,22 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
                                                                         d);                                    \
         else attention_forward_tma<K, HS, false, PIPE, WIDE, WS, PP>(out, lse, &tm, T, H, out_kind, d);        \
     }
-// Form 7 (attention_forward_tma_resident), arguments as attn_forward_tmaw_'s and then the heads BH and sched, two
-// ints zero at launch (left zero): attn_forward_tmawr_<bf16r|f16r>_hs64, one block an SM.
-#define ATTN_FORWARD_TMA_RESIDENT(BUILD, K, HS)                                                                 \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_tmawr_##BUILD##_hs##HS(                  \
+// Forms 7 and 8 (attention_forward_tma_resident, without and with TURNS), arguments as attn_forward_tmaw_'s and then
+// the heads BH and sched, two ints zero at launch (left zero): attn_forward_<tmawr|tmawrt>_<bf16r|f16r>_hs64, one
+// block an SM.
+#define ATTN_FORWARD_TMA_RESIDENT(NAME, BUILD, K, HS, TURNS)                                                    \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
         void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched) {                                                                                          \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES>(out, lse, &tm, T, H, BH, sched,       \
-                                                                         out_kind, d);                         \
+            attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH, sched, \
+                                                                                out_kind, d);                  \
         else                                                                                                   \
-            attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES>(out, lse, &tm, T, H, BH, sched,      \
-                                                                          out_kind, d);                        \
+            attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH,      \
+                                                                                 sched, out_kind, d);          \
     }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
@@ -4026,8 +4049,10 @@ ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)
 ATTN_FORWARD_TMA_FORM(tmaw3, f16r, KIND_F16, 64, false, true, 3, false)
 ATTN_FORWARD_TMA_FORM(tmawpp, bf16r, KIND_BF16, 64, true, true, FWD_TMAW_STAGES, true)
 ATTN_FORWARD_TMA_FORM(tmawpp, f16r, KIND_F16, 64, true, true, FWD_TMAW_STAGES, true)
-ATTN_FORWARD_TMA_RESIDENT(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_TMA_RESIDENT(f16r, KIND_F16, 64)
+ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
+ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
+ATTN_FORWARD_TMA_RESIDENT(tmawrt, bf16r, KIND_BF16, 64, true)
+ATTN_FORWARD_TMA_RESIDENT(tmawrt, f16r, KIND_F16, 64, true)
 ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_WG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)

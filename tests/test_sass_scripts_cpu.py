@@ -1,0 +1,70 @@
+"""scripts/sass_dynamic.py (Nsight Compute's source page: executed instructions and stall samples by opcode) and
+scripts/sass_loop_mix.py (nvdisasm's listing: the instruction mix of a kernel's product loops), on small listings
+written here in the tools' formats."""
+import gzip
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
+import sass_dynamic as sd  # noqa: E402
+import sass_loop_mix as lm  # noqa: E402
+
+HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+          '"Instructions Executed","stall_wait","stall_no_inst","stall_wait (Not Issued)"')
+
+
+def _row(addr, source, samples, executed, wait, no_inst):
+    return f'"{addr}","      {source}","{samples}","0","{executed}","{wait}","{no_inst}","0"'
+
+
+def test_executed_instructions_and_stalls_by_opcode(tmp_path, capsys):
+    lines = ['"Kernel Name","k_demo",', HEADER,
+             _row("0x10", "FFMA.FTZ R1, R2, R3, R4", 5, 100, 4, 1),
+             _row("0x20", "@!P0  FFMA R1, R2, R3, R4", 1, 50, 0, 1),     # a guard: still FFMA
+             _row("0x30", "MUFU.EX2 R5, R5", 3, 100, 1, 0),
+             _row("0x40", "BRA 0x10", 0, 0, 0, 0)]
+    path = tmp_path / "k.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    kernel, rows = sd.read(str(path))
+    assert kernel == "k_demo" and len(rows) == 4
+    assert [sd.opcode(r["Source"]) for r in rows] == ["FFMA", "FFMA", "MUFU", "BRA"]
+    sd.summarize(str(path), top=2)
+    out = capsys.readouterr().out
+    assert "k_demo: 250 warp instructions executed, 9 stall samples, 4 SASS lines" in out
+    ffma = next(line for line in out.splitlines() if line.strip().startswith("FFMA"))
+    assert ffma.split() == ["FFMA", "150", "60.0%", "6", "66.7%"]
+    listed = [line.split()[0] for line in out.splitlines()[2:] if not line.strip().startswith("stall")]
+    assert listed == ["FFMA", "MUFU"]   # the top 2 opcodes by executed count, BRA left out
+    assert "stall samples by reason: wait 5 (56%), no_inst 2 (22%)" in out   # the Not Issued columns left out
+
+
+LISTING = """\t.section\t.text.k_demo,"ax",@progbits
+.text.k_demo:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+        /*0020*/                   MUFU.EX2 R2, R2 ;
+        /*0030*/                   R2UR UR8, R3 ;
+        /*0040*/              @!P0 BRA `(.L_x_0) ;
+        /*0050*/                   BRA `(.L_x_1) ;
+.L_x_1:
+        /*0060*/                   EXIT ;
+.text.k_other:
+        /*0000*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+"""
+
+
+def test_the_loops_holding_products_and_their_mix(tmp_path, capsys):
+    path = tmp_path / "k.sass"
+    path.write_text(LISTING)
+    ins, labels = lm.instructions(LISTING.split("\n"), "k_demo")
+    assert len(ins) == 7 and labels == {".L_x_0": 0x10, ".L_x_1": 0x60}   # k_other's line not taken
+    found = list(lm.loops(ins, labels))
+    assert len(found) == 1   # the forward branch to .L_x_1 is no loop
+    start, end, ops = found[0]
+    assert (start, end) == (0x10, 0x40) and ops["HGMMA"] == 1 and ops["R2UR"] == 1 and sum(ops.values()) == 4
+    assert lm.main([str(path), "k_demo", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "k_demo: 7 instructions" in out and "loop 0x10-0x40: 4 instructions; HGMMA 1 MUFU 1" in out
+    assert lm.main([str(path), "k_demo", "2"]) == 0 and "loop" not in capsys.readouterr().out   # too few products
