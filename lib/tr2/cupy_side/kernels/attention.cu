@@ -1157,14 +1157,18 @@ __device__ __forceinline__ void tma_forward_tile(float (&o)[HS / 8][4], float (&
     wg_wait_all();
     wg_hold(sc);
     if (edge) {
+        // Key j of query i is masked where j > i or j >= T, that is where j > min(i, T - 1); with j = kb BC + n 8 + 2 t
+        // + (e & 1), where the register's column n 8 + (e & 1), a constant of the unrolled loops, exceeds lim[r] of its
+        // row: one compare and one select a score (the source view of call 1 of results/h200-perf-20261204b had the
+        // diagonal tile and the epilogue at 550 instructions a warp against cuDNN's 390). The same masked set.
+        int lim[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) lim[r] = min(r0 + g + 8 * r, T - 1) - kb * BC - 2 * t;
         #pragma unroll
         for (int n = 0; n < NT; ++n)
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int i, j;
-                at(0, n, e, i, j);
-                if (j > i || j >= T) sc[n][e] = NEG_INF;
-            }
+            for (int e = 0; e < 4; ++e)
+                if (n * 8 + (e & 1) > lim[e >> 1]) sc[n][e] = NEG_INF;
     }
     float mc[2];
     #pragma unroll
@@ -2887,15 +2891,19 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
         Dq = sD[il];
     };
     float p[1][NT][4], ds[1][NT][4];
+    // Each box's descriptor once, each k16 slice's by its offset in the start-address field (tma_forward_tile says
+    // why that is the same descriptor): the K-major ones step 32 bytes a slice, the MN-major ones (dO and q as the B
+    // of dV and dK) 2048.
+    const u64 dk_k = wg_desc_sw128(ak, TMA_K_LBO, TMA_K_SBO), dq_k = wg_desc_sw128(aq, TMA_K_LBO, TMA_K_SBO);
+    const u64 dv_k = wg_desc_sw128(av, TMA_K_LBO, TMA_K_SBO), do_k = wg_desc_sw128(ao, TMA_K_LBO, TMA_K_SBO);
+    const u64 do_mn = wg_desc_sw128(ao, TMA_V_LBO, TMA_V_SBO), dq_mn = wg_desc_sw128(aq, TMA_V_LBO, TMA_V_SBO);
     wg_fence();
 #pragma unroll
     for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T: a k16 slice is 32 bytes along the swizzled rows
-        wg_mma_ss<K>(p[0], wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                     wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+        wg_mma_ss<K>(p[0], dk_k + 32 / 16 * k16, dq_k + 32 / 16 * k16, k16 > 0);
 #pragma unroll
     for (int k16 = 0; k16 < HS / 16; ++k16)   // dPd^T = v dO^T
-        wg_mma_ss<K>(ds[0], wg_desc_sw128(av + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                     wg_desc_sw128(ao + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
+        wg_mma_ss<K>(ds[0], dv_k + 32 / 16 * k16, do_k + 32 / 16 * k16, k16 > 0);
     wg_commit();
     wg_wait_all();
     wg_hold(p[0]);
@@ -2909,10 +2917,10 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
     wg_fence();
 #pragma unroll
     for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: 16 queries a slice, 2048 bytes of the dO box
-        wg_mma<K, true>(dv, pf[k16], wg_desc_sw128(ao + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+        wg_mma<K, true>(dv, pf[k16], do_mn + 2048 / 16 * k16, 1);
 #pragma unroll
     for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
-        wg_mma<K, true>(dk, df[k16], wg_desc_sw128(aq + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
+        wg_mma<K, true>(dk, df[k16], dq_mn + 2048 / 16 * k16, 1);
     wg_commit();
     wg_wait_all();
     wg_hold(dv);
@@ -3314,11 +3322,12 @@ template <int K, int HS>
 __device__ __forceinline__ void tma_dq_step(float (&dq)[HS / 8][4], unsigned char* base, int s, int cw, int kt) {
     constexpr int BK = 64, BOX = 64 * HS * 2;
     const u32 ak = smem_u32(base + 3 * s * BOX), ad = ak + (1 + cw) * BOX;
+    // the two boxes' descriptors once, each slice's by its offset (tma_forward_tile says why: the same descriptors)
+    const u64 dd = wg_desc_sw128(ad, TMA_V_LBO, TMA_V_SBO), dk = wg_desc_sw128(ak, TMA_V_LBO, TMA_V_SBO);
     wg_fence();
 #pragma unroll
     for (int k16 = 0; k16 < BK / 16; ++k16)   // dQ += dS k: 16 keys a slice, 2048 bytes of each box
-        wg_mma_ss_tt<K>(dq, wg_desc_sw128(ad + 2048 * k16, TMA_V_LBO, TMA_V_SBO),
-                        wg_desc_sw128(ak + 2048 * k16, TMA_V_LBO, TMA_V_SBO), kt > 0 || k16 > 0);
+        wg_mma_ss_tt<K>(dq, dd + 2048 / 16 * k16, dk + 2048 / 16 * k16, kt > 0 || k16 > 0);
     wg_commit();
     wg_wait_all();
     wg_hold(dq);
