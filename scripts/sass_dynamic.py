@@ -3,6 +3,10 @@
 it holds (nvdisasm's static counts, results/cpu-checks-20261204, say only the latter).
 
     python scripts/sass_dynamic.py A.csv.gz [B.csv.gz ...] [--top N]
+    python scripts/sass_dynamic.py A.csv.gz [B.csv.gz ...] --lines STG,STSM,UTMASTG
+
+The second form lists, for the instructions whose mnemonic (modifiers kept) starts with one of the prefixes, how
+many lines execute how many times each: where in the kernel (a loop, a once-an-item epilogue) they sit.
 
 Per file: the kernel, its executed warp instructions in all, then the N heaviest opcodes (the mnemonic without its
 modifiers, so FFMA.FTZ counts as FFMA) with their executed count, share and the warp-stall samples on them; then the
@@ -54,7 +58,30 @@ def summarize(path: str, top: int) -> None:
         f"{k} {v:,} ({v / max(samples, 1):.0%})" for k, v in reasons.most_common(8) if v))
 
 
+def lines_by_count(path: str, prefixes: list[str]) -> list[tuple[str, int, int]]:
+    """(mnemonic, executed count a line, lines) for the executed lines whose mnemonic starts with a prefix, the
+    heaviest first."""
+    _, rows = read(path)
+    found = Counter()
+    for r in rows:
+        n = int(r["Instructions Executed"] or 0)
+        words = r["Source"].split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if n and words and any(words[0].startswith(p) for p in prefixes):
+            found[(words[0], n)] += 1
+    return [(op, n, k) for (op, n), k in sorted(found.items(), key=lambda kv: -kv[0][1] * kv[1])]
+
+
 def main(argv) -> int:
+    if "--lines" in argv:
+        i = argv.index("--lines")
+        prefixes = argv[i + 1].split(",")
+        for path in argv[:i] + argv[i + 2:]:
+            print(read(path)[0])
+            for op, n, k in lines_by_count(path, prefixes):
+                print(f"  {op:16} executed {n:6d} times a line, {k:3d} lines")
+        return 0
     top = 25
     if "--top" in argv:
         i = argv.index("--top")

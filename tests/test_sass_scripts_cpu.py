@@ -39,6 +39,18 @@ def test_executed_instructions_and_stalls_by_opcode(tmp_path, capsys):
     assert "stall samples by reason: wait 5 (56%), no_inst 2 (22%)" in out   # the Not Issued columns left out
 
 
+def test_lines_by_executed_count(tmp_path):
+    lines = ['"Kernel Name","k_demo",', HEADER,
+             _row("0x10", "STG.E [R2.64], R4", 0, 768, 0, 0),
+             _row("0x20", "STG.E [R2.64+0x4], R5", 0, 768, 0, 0),
+             _row("0x30", "@P0 STSM.16.M88.4 [R6], R8", 0, 96, 0, 0),
+             _row("0x40", "STS [R1], R2", 0, 0, 0, 0),                # never executed: not listed
+             _row("0x50", "FFMA R1, R2, R3, R4", 0, 5000, 0, 0)]     # no prefix given: not listed
+    path = tmp_path / "k.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert sd.lines_by_count(str(path), ["STG", "STS"]) == [("STG.E", 768, 2), ("STSM.16.M88.4", 96, 1)]
+
+
 LISTING = """\t.section\t.text.k_demo,"ax",@progbits
 .text.k_demo:
         /*0000*/                   MOV R1, c[0x0][0x28] ;
