@@ -7,8 +7,10 @@
 #      (the default forward there), the TMA dK/dV forms that share tma_dkdv_tile (tma, tma3, tmar, tmarr) against the
 #      plain kernel's bits and the TMA dQ against the mma.sync dQ's; form 8's kernel cases apart, under their own limit
 #      (a hang stops only them)
-#   2. the forward's forms alone (fwd stage: tmaw, tmawr and, where its tests passed, tmawrt) and the old program's
-#      tmawr alone (the variant `base`, the commit before the changes), in one call so that the ratios compare
+#   0. first, the old program's tmawr alone (the variant `base`, the commit before the changes, with mma.sync as
+#      every table's reference), so that it is timed whatever the tests take
+#   2. the forward's forms alone (fwd stage: tmaw, tmawr and, where its tests passed, tmawrt), in the same call as 0
+#      so that the ratios compare
 #   3. with what is left, Nsight Compute's source view (scripts/source_view.sh) of form 8's forward where it passed,
 #      and of the backward: our dK/dV and dQ kernels and cuDNN's bprop, gpt2-small bf16
 # Carry data, .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, .cache/variants (base = the commit before).
@@ -16,17 +18,18 @@
 set -u -o pipefail
 OUT=${1:?OUT}
 S0=$(date +%s)
-TR2_FWD_VARIANTS=tmaw,tmawr,tmawrt SIDE_CALL_S=$(( ${TURNS_CALL_S:-560} - 200 )) SIDE_STAGES=tests,fwd \
+left() { echo $(( ${TURNS_CALL_S:-560} - ($(date +%s) - S0) )); }
+mkdir -p "$OUT/sv"
+(source scripts/device_env.sh && use_carried_caches && \
+  PYTHONPATH=$PWD/.cache/variants/base/lib TR2_FWD_VARIANTS=tmawr timeout 90 python3 \
+  scripts/attention_forward_variants.py "$OUT/fwd-base.jsonl" 3 20 >"$OUT/fwd-base.log" 2>&1)
+echo "== the old program's tmawr alone, first (exit $?, $(left) s left)"; tail -6 "$OUT/fwd-base.log"
+TR2_FWD_VARIANTS=tmaw,tmawr,tmawrt SIDE_CALL_S=$(( $(left) - 120 )) SIDE_STAGES=tests,fwd \
   SIDE_TESTS="(tma_wide and not tmawp and not tmaw3 and not tmawrt) or (test_attention and not test_attention_ and (1000 or 1024)) or dkdv_tma_on or (dkdv_tma_forms and (tma3 or tmar)) or dq_tma_on" \
-  SIDE_TESTS_S=300 SIDE_TESTS_LATE="tma_wide and tmawrt" SIDE_TESTS_LATE_S=120 \
-  SIDE_GRAPH_TESTS="resident_attention and forward" SIDE_GRAPH_TESTS_S=200 bash scripts/side_call.sh "$OUT/side"
+  SIDE_TESTS_S=240 SIDE_TESTS_LATE="tma_wide and tmawrt" SIDE_TESTS_LATE_S=90 \
+  SIDE_GRAPH_TESTS="resident_attention and forward" SIDE_GRAPH_TESTS_S=150 bash scripts/side_call.sh "$OUT/side"
 source scripts/device_env.sh || exit 1
 use_carried_caches
-left() { echo $(( ${TURNS_CALL_S:-560} - ($(date +%s) - S0) )); }
-PYTHONPATH=$PWD/.cache/variants/base/lib TR2_FWD_VARIANTS=tmawr timeout 90 python3 scripts/attention_forward_variants.py \
-  "$OUT/fwd-base.jsonl" 3 20 >"$OUT/fwd-base.log" 2>&1
-echo "== the old program's tmawr alone (exit $?, $(left) s left)"; tail -6 "$OUT/fwd-base.log"
-mkdir -p "$OUT/sv"
 if [ "$(left)" -gt 60 ] && tar xzOf "$OUT/side/logs.tgz" pytest_late.log 2>/dev/null | tail -1 | grep -q " passed" \
    && ! tar xzOf "$OUT/side/logs.tgz" pytest_late.log | grep -qE "failed|error"; then
   TR2_ATTN_FWD_TMA_LONG=8 bash scripts/source_view.sh "$OUT/sv" fwd-tmawrt attn_forward 1 50 -- \
@@ -34,9 +37,9 @@ if [ "$(left)" -gt 60 ] && tar xzOf "$OUT/side/logs.tgz" pytest_late.log 2>/dev/
 fi
 [ "$(left)" -gt 60 ] && bash scripts/source_view.sh "$OUT/sv" bwd-dkdv attn_backward_dkdv 1 50 -- \
   python3 scripts/attention_ncu.py gpt2-small bfloat16 1
-[ "$(left)" -gt 60 ] && bash scripts/source_view.sh "$OUT/sv" bwd-dq attn_backward_dq 1 50 -- \
-  python3 scripts/attention_ncu.py gpt2-small bfloat16 1
 [ "$(left)" -gt 60 ] && bash scripts/source_view.sh "$OUT/sv" bwd-cudnn bprop 1 50 -- \
   python3 scripts/sdpa_ncu.py gpt2-small bfloat16
+[ "$(left)" -gt 60 ] && bash scripts/source_view.sh "$OUT/sv" bwd-dq attn_backward_dq 1 50 -- \
+  python3 scripts/attention_ncu.py gpt2-small bfloat16 1
 echo "== done ($(left) s left)"
 out_fold "$OUT"
