@@ -6,7 +6,7 @@
 #      form 7; the 128-key TMA kernel cases of forms 3 and 7, the plain test_attention cases at T = 1000 and 1024
 #      (the default forward there), the TMA dK/dV forms that share tma_dkdv_tile (tma, tma3, tmar, tmarr) against the
 #      plain kernel's bits and the TMA dQ against the mma.sync dQ's; form 8's kernel cases apart, under their own limit
-#      (a hang stops only them)
+#      (a hang stops only them), with its turns across a block's items (`turns_across_items`)
 #   0. first, the old program's tmawr alone (the variant `base`, the commit before the changes, with mma.sync as
 #      every table's reference), so that it is timed whatever the tests take
 #   2. the forward's forms alone (fwd stage: tmaw, tmawr and, where its tests passed, tmawrt), in the same call as 0
@@ -26,7 +26,7 @@ mkdir -p "$OUT/sv"
 echo "== the old program's tmawr alone, first (exit $?, $(left) s left)"; tail -6 "$OUT/fwd-base.log"
 TR2_FWD_VARIANTS=tmaw,tmawr,tmawrt SIDE_CALL_S=$(( $(left) - 120 )) SIDE_STAGES=tests,fwd \
   SIDE_TESTS="(tma_wide and not tmawp and not tmaw3 and not tmawrt) or (test_attention and not test_attention_ and (1000 or 1024)) or dkdv_tma_on or (dkdv_tma_forms and (tma3 or tmar)) or dq_tma_on" \
-  SIDE_TESTS_S=240 SIDE_TESTS_LATE="tma_wide and tmawrt" SIDE_TESTS_LATE_S=90 \
+  SIDE_TESTS_S=240 SIDE_TESTS_LATE="(tma_wide and tmawrt) or turns_across_items" SIDE_TESTS_LATE_S=120 \
   SIDE_GRAPH_TESTS="resident_attention and forward" SIDE_GRAPH_TESTS_S=150 bash scripts/side_call.sh "$OUT/side"
 source scripts/device_env.sh || exit 1
 use_carried_caches

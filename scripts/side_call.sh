@@ -73,9 +73,9 @@ if [[ $STAGES == *,tests,* ]]; then
         grep -q dkdv_tma_forms <<<"$failed" && drop_bwd+='|tma3|tmad|tmad3|tmar|tmarr|tmarrq|tmarrqr'
         grep -q dq_tma_on <<<"$failed" && drop_bwd+='|wg1q|wg2q|tmaq|tmaqr|tmarrqr'
         grep -q dq_tma_resident <<<"$failed" && drop_bwd+='|tmaqr|tmarrqr'
-        grep -qE 'forward_tma|pingpong|wgpp' <<<"$failed" || drop_fwd=none_such
+        grep -qE 'forward_tma|forward_turns|pingpong|wgpp' <<<"$failed" || drop_fwd=none_such
         # only form 8's cases failed (its late tests alone, scripts/fwd_turns_call.sh): only form 8 left out
-        [ -n "$failed" ] && ! grep -v tmawrt <<<"$failed" | grep -q . && drop_fwd=tmawrt
+        [ -n "$failed" ] && ! grep -vE 'tmawrt|turns_across_items' <<<"$failed" | grep -q . && drop_fwd=tmawrt
       fi
       fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vxE "$drop_fwd" | paste -sd, -)
       bwd=$(echo "${TR2_BWD_FORMS:-}" | tr ',' '\n' | grep -vxE "$drop_bwd" | paste -sd, -)

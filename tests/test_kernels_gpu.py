@@ -629,6 +629,35 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
         exact(f"attention lse by TMA, 128-key tiles, against form 3 {tag}", runs[0][1], plain[1])
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H", [(16, 129, 12), (3, 1000, 12)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_forward_turns_across_items(build, B, T, H, p, monkeypatch):
+    """Form 8's one alternation of turns over a block's items, where blocks take several items: 384 items with T = 129,
+    whose last query block has no rows for consumer 1 (no turns in that item, the pending hand-over kept for the
+    next), and 288 with T = 1000, turns in every item. Form 3's bits, three runs the same, no hang (a wrong count of
+    hand-overs would leave a barrier one arrival short or complete it early)."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, 64, p, 13)
+    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)
+    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG"):
+        monkeypatch.setattr(attention, name, False)
+
+    def forward(f):
+        monkeypatch.setattr(attention, "WG_FORWARD_TMA", f)
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        return be.to_host(out), host(saved.lse)
+    runs = [forward(8) for _ in range(3)]
+    plain = forward(3)
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawrt]"
+    check(f"attention out, turns across items {tag}", runs[0][0], rout, tol)
+    for r in runs[1:] + [plain]:
+        exact(f"attention out, turns across items, against form 8's first run and form 3 {tag}", r[0], runs[0][0])
+        exact(f"attention lse, turns across items, against form 8's first run and form 3 {tag}", r[1], runs[0][1])
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])

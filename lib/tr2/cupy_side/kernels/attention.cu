@@ -1489,10 +1489,14 @@ __device__ __forceinline__ void resident_done(int* sched) {
 // block, tile for tile (tma_forward_tile), so form 3's bits ("forward_tma_wide"). Written in the twenty-fourth
 // session; its 36 kernel cases and its graph test passed on the H200, alone x0.872 / x0.859 of form 3 on gpt2-small
 // / gpt2-medium (results/h200-perf-20261203j, calls 5-8): the default on rows over 256 since.
-// TURNS (form 8, tmawrt): the consumers take turns at each tile's exponentials (tma_forward_tile's TURNS), item by
-// item: consumer 1 hands consumer 0 the first turn and consumer 0 takes consumer 1's last hand-over, so no named
-// barrier carries an arrival from one item into the next; where consumer 1 has no rows (q0 >= T, the last query
-// block of a T that is not a multiple of 128) neither takes turns, since then only consumer 0 has tiles.
+// TURNS (form 8, tmawrt): the consumers take turns at each tile's exponentials (tma_forward_tile's TURNS), one
+// alternation over all the block's items: consumer 1 hands consumer 0 the first turn before the first item and
+// consumer 0 takes consumer 1's last hand-over after the last, so between items consumer 1's latest hand-over is the
+// one arrival pending. Not item by item: consumer 1 can reach the next item's first hand-over while warps of
+// consumer 0 are still on their way to take the last one, and a third arrival on a barrier of 256 threads would
+// complete it without them (a hang). A turn is taken only after the other's hand-over, so no barrier ever holds two
+// arrivals of one consumer. Where consumer 1 has no rows (q0 >= T, the last query block of a T that is not a multiple
+// of 128) neither takes turns in that item, and the pending hand-over waits for the next.
 template <int K, int HS, bool DROP, int WS, bool TURNS = false>
 __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap,
                                                int T, int H, int BH, int* sched, int out_kind, Dropout drop) {
@@ -1559,6 +1563,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (TURNS && cw == 1) bar_arrive_n<PP_SCHED0, 256>();   // consumer 0 takes the first turn
     int it = 0;
     for (int n = 0;; ++n) {
         const int qs = n & 1;
@@ -1576,7 +1581,6 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
 #pragma unroll
         for (int j = 0; j < HS / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
         const bool turns = TURNS && qb * BR + 64 < T;   // both consumers have rows, and so every tile
-        if (turns && cw == 1) bar_arrive_n<PP_SCHED0, 256>();   // consumer 0 takes the first turn
         for (int kb = 0; kb <= last; ++kb, ++it) {
             const int s = it % S;
             mbar_wait(&full[s], (it / S) & 1);
@@ -1586,7 +1590,6 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
         }
-        if (turns && cw == 0) pp_turn_begin(0);   // consumer 1's last hand-over: every arrival met by a sync
         __syncwarp();
         if (lane == 0) mbar_arrive(&q_empty[qs]);   // and with the item's q (its last product has completed)
         if (q0 >= T) continue;
@@ -1605,6 +1608,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
             if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
         }
     }
+    if (TURNS && cw == 0) pp_turn_begin(0);   // consumer 1's last hand-over: every arrival met by a sync
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
