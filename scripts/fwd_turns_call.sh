@@ -17,19 +17,18 @@
 #   usage: TR2_GIT_COMMIT=<commit> bash scripts/fwd_turns_call.sh OUT     (TURNS_CALL_S, default 560)
 set -u -o pipefail
 OUT=${1:?OUT}
-S0=$(date +%s)
-left() { echo $(( ${TURNS_CALL_S:-560} - ($(date +%s) - S0) )); }
+source scripts/device_env.sh || exit 1
+use_carried_caches
+# device_env's `left` and `elapsed` count from here (side_call.sh below records the machine in OUT/side)
+CALL_START=$(date +%s) CALL_LIMIT_S=${TURNS_CALL_S:-560}
 mkdir -p "$OUT/sv"
-(source scripts/device_env.sh && use_carried_caches && \
-  PYTHONPATH=$PWD/.cache/variants/base/lib TR2_FWD_VARIANTS=tmawr timeout 90 python3 \
-  scripts/attention_forward_variants.py "$OUT/fwd-base.jsonl" 3 20 >"$OUT/fwd-base.log" 2>&1)
+PYTHONPATH=$PWD/.cache/variants/base/lib TR2_FWD_VARIANTS=tmawr timeout 90 python3 \
+  scripts/attention_forward_variants.py "$OUT/fwd-base.jsonl" 3 20 >"$OUT/fwd-base.log" 2>&1
 echo "== the old program's tmawr alone, first (exit $?, $(left) s left)"; tail -6 "$OUT/fwd-base.log"
 TR2_FWD_VARIANTS=tmaw,tmawr,tmawrt SIDE_CALL_S=$(( $(left) - 120 )) SIDE_STAGES=tests,fwd \
   SIDE_TESTS="(tma_wide and not tmawp and not tmaw3 and not tmawrt) or (test_attention and not test_attention_ and (1000 or 1024)) or dkdv_tma_on or (dkdv_tma_forms and (tma3 or tmar)) or dq_tma_on" \
   SIDE_TESTS_S=240 SIDE_TESTS_LATE="(tma_wide and tmawrt) or turns_across_items" SIDE_TESTS_LATE_S=120 \
   SIDE_GRAPH_TESTS="resident_attention and forward" SIDE_GRAPH_TESTS_S=150 bash scripts/side_call.sh "$OUT/side"
-source scripts/device_env.sh || exit 1
-use_carried_caches
 if [ "$(left)" -gt 60 ] && tar xzOf "$OUT/side/logs.tgz" pytest_late.log 2>/dev/null | tail -1 | grep -q " passed" \
    && ! tar xzOf "$OUT/side/logs.tgz" pytest_late.log | grep -qE "failed|error"; then
   TR2_ATTN_FWD_TMA_LONG=8 bash scripts/source_view.sh "$OUT/sv" fwd-tmawrt attn_forward 1 50 -- \

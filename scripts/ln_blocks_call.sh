@@ -4,8 +4,9 @@
 #   2. Nsight Compute on residual + LayerNorm at gpt2-small's and gpt2-medium's shapes, three-block form
 #   3. the step beside PyTorch's reduce-overhead (scripts/side_call.sh's bench, the o3 variant against the default),
 #      only where 1 passed and the c768 backward took under LN_GATE_US (32 µs: the prediction's "wrong if")
-#   4. with what is left, Nsight Compute's source view of the gpt2-small attention forward (ours, then cuDNN's fprop):
-#      executed instructions per SASS line, to see which of the forward's integer instructions run in its loop
+#   4. with what is left, Nsight Compute's source view (scripts/source_view.sh) of the gpt2-small attention forward
+#      (ours, then cuDNN's fprop): executed instructions per SASS line, to see which of its instructions run in its loop
+#      (as run in call 1 of results/h200-perf-20261204b, these steps were written out inline; the same ncu commands)
 # Carry data, .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, .cache/variants (o3 = TR2_LN_BWD_BLOCKS=3).
 #   usage: bash scripts/ln_blocks_call.sh OUT     (LN_CALL_S, default 580: the call's seconds)
 set -u -o pipefail
@@ -34,21 +35,9 @@ if [ "$tests" -eq 0 ] && [ -n "$c768" ] && awk -v d="$c768" -v g="${LN_GATE_US:-
 else
   echo "== bench skipped (tests exit $tests, c768 ${c768:-none} us)"
 fi
-if [ "$(left)" -gt 50 ]; then
-  timeout $(( $(left) - 30 < 60 ? $(left) - 30 : 60 )) ncu --clock-control none -k regex:attn_forward --launch-skip 1 \
-    --launch-count 1 --section SourceCounters --section InstructionStats --section WarpStateStats -f -o "$OUT/attnfwd" \
-    python3 scripts/attention_ncu.py gpt2-small bfloat16 1 >"$OUT/ncu-attnfwd.log" 2>&1
-  echo "== ncu source view, our forward (exit $?, $(elapsed) s)"
-  ncu -i "$OUT/attnfwd.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/attnfwd-sass.csv.gz"
-  ncu -i "$OUT/attnfwd.ncu-rep" --page details 2>&1 | grep -E "^  attn|Executed Instructions  |Issued Ipc|No Eligible" | head
-fi
-if [ "$(left)" -gt 40 ]; then
-  timeout $(( $(left) - 20 < 60 ? $(left) - 20 : 60 )) ncu --clock-control none -k regex:fprop --launch-skip 1 \
-    --launch-count 1 --section SourceCounters --section InstructionStats --section WarpStateStats -f -o "$OUT/cudnnfwd" \
-    python3 scripts/sdpa_ncu.py gpt2-small bfloat16 >"$OUT/ncu-cudnnfwd.log" 2>&1
-  echo "== ncu source view, cuDNN's forward (exit $?, $(elapsed) s)"
-  ncu -i "$OUT/cudnnfwd.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip >"$OUT/cudnnfwd-sass.csv.gz"
-  ncu -i "$OUT/cudnnfwd.ncu-rep" --page details 2>&1 | grep -E "^  cudnn|Executed Instructions  |Issued Ipc|No Eligible" | head
-fi
+[ "$(left)" -gt 50 ] && bash scripts/source_view.sh "$OUT" attnfwd attn_forward 1 $(( $(left) - 30 < 60 ? $(left) - 30 : 60 )) \
+  -- python3 scripts/attention_ncu.py gpt2-small bfloat16 1
+[ "$(left)" -gt 40 ] && bash scripts/source_view.sh "$OUT" cudnnfwd fprop 1 $(( $(left) - 20 < 60 ? $(left) - 20 : 60 )) \
+  -- python3 scripts/sdpa_ncu.py gpt2-small bfloat16
 echo "== done ($(elapsed) s)"
 out_fold "$OUT"

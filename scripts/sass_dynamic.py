@@ -30,11 +30,16 @@ def read(path: str):
     return kernel, rows
 
 
-def opcode(source: str) -> str:
+def mnemonic(source: str) -> str:
+    """The instruction's mnemonic with its modifiers (FFMA.FTZ), its predicate guard left out."""
     words = source.split()
-    if words and words[0].startswith("@"):   # a predicate guard
+    if words and words[0].startswith("@"):
         words = words[1:]
-    return words[0].split(".")[0] if words else "?"
+    return words[0] if words else "?"
+
+
+def opcode(source: str) -> str:
+    return mnemonic(source).split(".")[0]
 
 
 def summarize(path: str, top: int) -> None:
@@ -65,11 +70,9 @@ def lines_by_count(path: str, prefixes: list[str]) -> list[tuple[str, int, int]]
     found = Counter()
     for r in rows:
         n = int(r["Instructions Executed"] or 0)
-        words = r["Source"].split()
-        if words and words[0].startswith("@"):
-            words = words[1:]
-        if n and words and any(words[0].startswith(p) for p in prefixes):
-            found[(words[0], n)] += 1
+        op = mnemonic(r["Source"])
+        if n and any(op.startswith(p) for p in prefixes):
+            found[(op, n)] += 1
     return [(op, n, k) for (op, n), k in sorted(found.items(), key=lambda kv: -kv[0][1] * kv[1])]
 
 

@@ -587,6 +587,21 @@ def forward_case(build, B, T, H, hs, p, seed_add: int):
     return be, tol, qkv, seed, offset, rout, rsaved[1]
 
 
+def _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset):
+    """forward(form): out and lse (on the host) of the TMA forward's form at every T (no other forward form asked
+    for), on fresh copies of qkv."""
+    from tr2.cupy_side.gpu import attention
+    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)
+    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG"):
+        monkeypatch.setattr(attention, name, False)
+
+    def forward(form):
+        monkeypatch.setattr(attention, "WG_FORWARD_TMA", form)
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        return be.to_host(out), host(saved.lse)
+    return forward
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64])
 @pytest.mark.parametrize("p", [0.0, 0.2])
@@ -604,15 +619,8 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, form, monkeypatch):
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 11)
-    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)
-    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG"):
-        monkeypatch.setattr(attention, name, False)
+    forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
     assert attention.uses_wgmma(be.ctx, hs, T)
-
-    def forward(f):
-        monkeypatch.setattr(attention, "WG_FORWARD_TMA", f)
-        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
-        return be.to_host(out), host(saved.lse)
     runs = [forward(form) for _ in range(3)]
     tag = f"[{build[0]} B={B} T={T} H={H} p={p} {attention.TMA_FORMS[form]}]"
     if form in attention.RESIDENT_FORMS:
@@ -637,18 +645,11 @@ def test_attention_forward_turns_across_items(build, B, T, H, p, monkeypatch):
     whose last query block has no rows for consumer 1 (no turns in that item, the pending hand-over kept for the
     next), and 288 with T = 1000, turns in every item. Form 3's bits, three runs the same, no hang (a wrong count of
     hand-overs would leave a barrier one arrival short or complete it early)."""
-    from tr2.cupy_side.gpu import attention, runtime
+    from tr2.cupy_side.gpu import runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, 64, p, 13)
-    monkeypatch.setattr(attention, "WG_MAX_T", 1 << 30)
-    for name in ("WG_FORWARD_PIPELINED", "WG_FORWARD_PINGPONG"):
-        monkeypatch.setattr(attention, name, False)
-
-    def forward(f):
-        monkeypatch.setattr(attention, "WG_FORWARD_TMA", f)
-        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
-        return be.to_host(out), host(saved.lse)
+    forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
     runs = [forward(8) for _ in range(3)]
     plain = forward(3)
     tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawrt]"
