@@ -1394,6 +1394,13 @@ def test_layernorm_dw_final_adds_in_its_order(file, kernel, G, C):
     exact(f"{kernel} in its order [G={G} C={C}]", host(dw), want)
 
 
+def _same_runs(runs, which: str, tag: str) -> None:
+    """Each run's [ds, db, dw] the first run's, bit for bit."""
+    for k, r in enumerate(runs[1:], start=2):
+        for part, a, b_ in zip(("ds", "db", "dw"), runs[0], r):
+            exact(f"backward {part} {which}, run {k} vs run 1 {tag}", b_, a)
+
+
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True), ("float16", False, True)],
                          ids=["f32", "bf16hr", "fp16hr"])
 @pytest.mark.parametrize("N, C", [(513, 384), (4099, 768), (1000, 1024), (16384, 384), (8192, 768)])
@@ -1424,12 +1431,63 @@ def test_residual_layernorm_backward_forms_are_the_same_bits(build, N, C, skip, 
             ds, db, dw = be.residual_layernorm_backward(dy, dev(dskip) if skip else None, s, dev(w), mean, rstd, p,
                                                         seed, offset, add)
             runs.append([host(ds), host(db), host(dw)])
-        for k, r in enumerate(runs[1:], start=2):
-            for part, a, b_ in zip(("ds", "db", "dw"), runs[0], r):
-                exact(f"backward {part} ({name}), run {k} vs run 1 {tag}", b_, a)
+        _same_runs(runs, f"({name})", tag)
         out[value] = runs[0]
     for part, a, b_ in zip(("ds", "db", "dw"), out[off], out[on]):
         exact(f"backward {part}, {switch}={on} = the plain kernel's {tag}", b_, a)
+
+
+@pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True), ("float16", False, True)],
+                         ids=["f32", "bf16hr", "fp16hr"])
+@pytest.mark.parametrize("N, C", [(1, 384), (513, 384), (4099, 768), (1000, 1024), (16384, 384), (8192, 768),
+                                  (8192, 1024), (9, 1024)])
+@pytest.mark.parametrize("skip, p", [(True, 0.0), (True, 0.2), (False, 0.2), (False, 0.0)])
+def test_residual_layernorm_backward_bulk_is_the_same_bits(build, N, C, skip, p, monkeypatch):
+    """residual_layernorm_backward_c<C>_bulk (TR2_LN_BWD_BULK: the groups of eight rows brought into shared memory by
+    the copy engine, one block an SM taking them in turn) gives the bits of residual_layernorm_backward_c<C>: ds, db
+    and dw, three runs each. Every output is poisoned (all bits set: NaN in every type) before every run, the dw
+    partials too, so that a row or a group the bulk form leaves unwritten cannot pass on the plain run's values; the
+    launches are recorded, so that the bulk kernel is known to have run (and more groups than blocks at the larger N:
+    each block takes several groups, through every stage of its ring and round again)."""
+    from tr2.cupy_side.gpu import layernorm
+    dtype, tf32, hr = build
+    be = gpu_backend(*build)
+    kind = halfbits.KINDS[dtype]
+    x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C, 3 * N + C + int(p * 10))
+    s, y, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
+    tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
+    real_empty, launched, real_launch = cp.empty, [], layernorm.launch
+
+    def poisoned_empty(shape, dtype=float, *a, **k):
+        out = real_empty(shape, dtype, *a, **k)
+        out.view(cp.uint8).fill(0xFF)
+        return out
+
+    def recording_launch(filename, name, *a, **k):
+        launched.append(name)
+        return real_launch(filename, name, *a, **k)
+
+    monkeypatch.setattr(cp, "empty", poisoned_empty)
+    monkeypatch.setattr(layernorm, "launch", recording_launch)
+    G = (N + layernorm.ROWS_PER_BLOCK - 1) // layernorm.ROWS_PER_BLOCK
+    out = {}
+    for on in (False, True):
+        monkeypatch.setattr(layernorm, "BWD_BULK", on)
+        runs = []
+        for _ in range(3):
+            launched.clear()
+            be.ctx.ws.get("ln_dw_part", (G, C), np.float32).view(cp.uint8).fill(0xFF)
+            ds, db, dw = be.residual_layernorm_backward(dy, dev(dskip) if skip else None, s, dev(w), mean, rstd, p,
+                                                        seed, offset, add)
+            bulk = f"residual_layernorm_backward_c{C}_bulk"
+            assert (bulk in launched) == on, (launched, tag)
+            runs.append([host(ds), host(db), host(dw)])
+        _same_runs(runs, f"(bulk={on})", tag)
+        out[on] = runs[0]
+    for part, a, b_ in zip(("ds", "db", "dw"), out[False], out[True]):
+        written = np.isfinite(a) if a.dtype.kind == "f" else a != np.iinfo(a.dtype).max   # the poison's bits
+        assert written.all(), f"the plain kernel left {part} unwritten {tag}"
+        exact(f"backward {part}, the bulk form = the plain kernel's {tag}", b_, a)
 
 
 # ------------------------------------------------- LayerNorm backward with dw finished in the kernel (dwsum)

@@ -40,3 +40,56 @@ def test_the_three_block_kernels_are_in_the_source():
     src = (Path(__file__).resolve().parents[1] / "lib/tr2/cupy_side/kernels/residual_layernorm.cu").read_text()
     for C in (768, 1024):
         assert f"RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3({C})" in src
+
+
+def test_the_bulk_form_is_off_by_default_and_sized_to_shared_memory(layernorm):
+    assert not layernorm.BWD_BULK
+    # a stage: eight rows of s (float32), dskip (float32, when given) and dy; beside them dw's eight rows
+    assert layernorm.bulk_stages(768, 2, True) == 3          # 3 x 61440 + 24576 + barriers <= 227 KB; 4 do not fit
+    assert layernorm.bulk_stages(768, 4, True) == 2
+    assert layernorm.bulk_stages(1024, 2, True) == 2
+    assert layernorm.bulk_stages(1024, 4, True) == 2
+    assert layernorm.bulk_stages(384, 2, True) == layernorm.BULK_MAX_STAGES
+    assert layernorm.bulk_stages(768, 2, False) == 4         # no dskip: 8 x 768 x 6 bytes a stage
+    assert layernorm.bulk_stages(1024, 4, True, limit=200 * 1024) == 0   # fewer than two stages: the plain kernel
+    for C, size, skip in ((384, 2, True), (768, 2, True), (768, 4, False), (1024, 2, True), (1024, 4, True)):
+        n = layernorm.bulk_stages(C, size, skip)
+        assert layernorm.bulk_shared_bytes(C, size, skip, n) <= layernorm.BULK_SHARED_LIMIT
+        if n < layernorm.BULK_MAX_STAGES:
+            assert layernorm.bulk_shared_bytes(C, size, skip, n + 1) > layernorm.BULK_SHARED_LIMIT
+
+
+class _Rows:
+    """A stand-in for a CuPy array: its contiguity and its address, all _bulk_rows asks."""
+    def __init__(self, ptr, contiguous=True):
+        self.flags = type("Flags", (), {"c_contiguous": contiguous})()
+        self.data = type("Data", (), {"ptr": ptr})()
+
+
+def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backward(layernorm, monkeypatch):
+    rows = (_Rows(4096), None, _Rows(8192))
+    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)     # off
+    monkeypatch.setattr(layernorm, "BWD_BULK", True)
+    assert layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
+    assert layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4096), _Rows(256), _Rows(8192)))
+    assert not layernorm._bulk_rows("residual_layernorm_backward", 1000, rows)    # no register-row width
+    assert not layernorm._bulk_rows("layernorm_backward", 768, rows)              # the plain LayerNorm's: not built
+    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4104), None, _Rows(8192)))
+    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4096), None, _Rows(8192, False)))
+    monkeypatch.setattr(layernorm, "FINAL_IN_KERNEL", True)
+    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)     # dw summed in the kernel: not built
+    monkeypatch.setattr(layernorm, "FINAL_IN_KERNEL", False)
+    for switch, value in (("PREFETCH_SKIP", True), ("BWD_BLOCKS", 3)):
+        monkeypatch.setattr(layernorm, switch, value)
+        with pytest.raises(ValueError, match="TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3"):
+            layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
+        monkeypatch.undo()
+        monkeypatch.setattr(layernorm, "BWD_BULK", True)
+
+
+def test_the_bulk_kernels_are_in_the_source(layernorm):
+    from pathlib import Path
+    src = (Path(__file__).resolve().parents[1] / "lib/tr2/cupy_side/kernels/residual_layernorm.cu").read_text()
+    for C in (384, 768, 1024):
+        assert f"RESIDUAL_LAYERNORM_BACKWARD_ROWS_BULK({C})" in src
+    assert f"#define LN_BULK_MAX_STAGES {layernorm.BULK_MAX_STAGES}\n" in src   # the ring's barriers, sized here

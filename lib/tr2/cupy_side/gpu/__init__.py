@@ -81,6 +81,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                               "residual_layernorm_backward_dwsum",
                               *(f"residual_layernorm_{way}_c{c}{pf}" for way, pf in (("forward", ""), ("backward", ""),
                                                                                      ("backward", "_pf"),
+                                                                                     ("backward", "_bulk"),
                                                                                      ("backward_dwsum", ""))
                                 for c in REGISTER_ROW_SIZES)),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
@@ -107,7 +108,7 @@ _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backwar
                        "ATTN_DS": ("backward_dkdv_ds", "backward_dq_ds", "backward_dq_ds_q64", "backward_dkdv_ds_l2",
                                    "backward_dq_ds_l2", "backward_dq_ds_q64_l2")}
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
-_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD|BACKWARD_DWSUM)_ROWS(_PF)?\((\d+)\)', re.M)
+_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD|BACKWARD_DWSUM)_ROWS(_PF|_BULK)?\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
 _ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
                             r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)

@@ -5,7 +5,7 @@ import numpy as np
 import cupy as cp
 
 from . import REGISTER_ROW_SIZES, dw_order, kernel_switch
-from .runtime import f32, i32, launch
+from .runtime import f32, i32, launch, sm_count
 
 FILE = "layernorm.cu"
 ROWS_PER_BLOCK = 8          # one warp per row
@@ -27,6 +27,15 @@ PREFETCH_SKIP = bool(kernel_switch("TR2_LN_BWD_PREFETCH", 0))
 # its device time: NOT run on a GPU, off (2).
 BWD_BLOCKS = kernel_switch("TR2_LN_BWD_BLOCKS", 2, (2, 3))
 THREE_BLOCK_SIZES = (768, 1024)
+# On: residual_layernorm's register-row backward fed by the copy engine (residual_layernorm_backward_c<C>_bulk: one
+# block an SM taking the groups of eight rows in turn, each group's s, dskip and dy brought into a ring of shared
+# memory stages ahead by cp.async.bulk; the plain kernel's operations, partials and so bits). Why: the plain kernels
+# move 2.56 TB/s, 53% of the H200's DRAM peak, their warps waiting on the row's loads (call 8 of
+# results/h200-perf-20261204). Written in the twenty-seventh session; off until its bit tests and a bench pass on the
+# H200. Needs sm_90 and 16-byte aligned, contiguous rows; elsewhere the plain kernel runs.
+BWD_BULK = bool(kernel_switch("TR2_LN_BWD_BULK", 0))
+BULK_MAX_STAGES = 4         # residual_layernorm.cu's LN_BULK_MAX_STAGES
+BULK_SHARED_LIMIT = 227 * 1024   # the H100's and H200's dynamic shared memory a block, opted in
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -63,16 +72,54 @@ def _rows_kernel(kernel: str, C: int) -> str:
     return f"{kernel}_c{C}{'_pf' if PREFETCH_SKIP else ''}"
 
 
-def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part) -> "cp.ndarray":
+def bulk_stages(C: int, dy_itemsize: int, has_skip: bool, limit: int = BULK_SHARED_LIMIT) -> int:
+    """Stages of the bulk backward's ring that fit in `limit` bytes of shared memory beside its dw rows and
+    barriers (residual_layernorm.cu's layout: a stage holds a group's s, dskip when given, and dy), at most
+    BULK_MAX_STAGES; 0 where fewer than two fit (then the plain kernel runs)."""
+    stage = ROWS_PER_BLOCK * C * (4 + (4 if has_skip else 0) + dy_itemsize)
+    fixed = ROWS_PER_BLOCK * C * 4 + 8 * BULK_MAX_STAGES
+    n = min(BULK_MAX_STAGES, (limit - fixed) // stage)
+    return n if n >= 2 else 0
+
+
+def bulk_shared_bytes(C: int, dy_itemsize: int, has_skip: bool, stages: int) -> int:
+    return stages * ROWS_PER_BLOCK * C * (4 + (4 if has_skip else 0) + dy_itemsize) + ROWS_PER_BLOCK * C * 4 \
+        + 8 * stages
+
+
+def _bulk_rows(kernel: str, C: int, rows) -> bool:
+    """Whether the bulk form takes this launch: switched on, residual_layernorm's backward at a register-row width,
+    dw by the final kernel, and every row array (s, dskip, dy) contiguous at a 16-byte aligned address."""
+    if not (BWD_BULK and kernel == "residual_layernorm_backward" and register_rows and C in REGISTER_ROW_SIZES):
+        return False
+    if PREFETCH_SKIP or BWD_BLOCKS == 3:
+        raise ValueError("TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3 name two forms of one "
+                         "kernel: one of them")
+    return not FINAL_IN_KERNEL and all(a is None or (a.flags.c_contiguous and a.data.ptr % 16 == 0) for a in rows)
+
+
+def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part,
+                  bulk_rows=None) -> "cp.ndarray":
     """Launches a backward kernel on layernorm_backward.cuh's body (a warp a row, ROWS_PER_BLOCK rows a block, the
     block's dw partial into `part`, its arguments args_of_part(part)), then `final`, which adds the partials in
     order; -> dw. Shared by the plain LayerNorm and residual_layernorm. With FINAL_IN_KERNEL, one launch of
-    `kernel`_dwsum, which takes (dw, group sums, counters) after those arguments and sums the partials itself."""
+    `kernel`_dwsum, which takes (dw, group sums, counters) after those arguments and sums the partials itself.
+    bulk_rows: residual_layernorm's (s, dskip or None, dy), for the bulk form (_bulk_rows)."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
     part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
     if FINAL_IN_KERNEL:
         return _rows_backward_dwsum(ctx, filename, kernel, grid, C, args_of_part(part))
-    launch(filename, _rows_kernel(kernel, C), grid, 32 * ROWS_PER_BLOCK, args_of_part(part), shared_mem=ROWS_PER_BLOCK * C * 4)
+    stages = 0
+    if bulk_rows is not None and _bulk_rows(kernel, C, bulk_rows) and int(cp.cuda.Device().compute_capability) >= 90:
+        _, dskip, dy = bulk_rows
+        stages = bulk_stages(C, dy.dtype.itemsize, dskip is not None)
+    if stages:
+        blocks = min(grid, sm_count(cp.cuda.Device().id))
+        launch(filename, f"{kernel}_c{C}_bulk", blocks, 32 * ROWS_PER_BLOCK, args_of_part(part) + (i32(stages),),
+               shared_mem=bulk_shared_bytes(C, dy.dtype.itemsize, dskip is not None, stages))
+    else:
+        launch(filename, _rows_kernel(kernel, C), grid, 32 * ROWS_PER_BLOCK, args_of_part(part),
+               shared_mem=ROWS_PER_BLOCK * C * 4)
     dw = cp.empty((C,), dtype=np.float32)
     launch(filename, final, ((C + 31) // 32,), (32, 32), (dw, part, i32(grid), i32(C)))
     return dw

@@ -13,14 +13,18 @@
 #pragma once
 #include "common.cuh"
 
-// The block's dw partial: its rows' dy * shat (dw_rows, [rows][C], after a barrier) added in warp order.
-__device__ __forceinline__ void block_dw_partial(float* __restrict__ dw_part, const float* dw_rows, int C) {
+// Partial g of dw: the rows' dy * shat (dw_rows, [rows][C], after a barrier) added in warp order.
+__device__ __forceinline__ void block_dw_partial_at(float* __restrict__ dw_part, i64 g, const float* dw_rows, int C) {
     const int rows = blockDim.x >> 5;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float t = 0.0f;
         for (int k = 0; k < rows; k++) t += dw_rows[(i64)k * C + c];
-        dw_part[(i64)blockIdx.x * C + c] = t;
+        dw_part[g * C + c] = t;
     }
+}
+// The block's dw partial (one block a group of rows).
+__device__ __forceinline__ void block_dw_partial(float* __restrict__ dw_part, const float* dw_rows, int C) {
+    block_dw_partial_at(dw_part, blockIdx.x, dw_rows, C);
 }
 
 // One warp per row; blockDim.x = 32 * rows a block. dy in dy_kind (a product's half-type gradient under half
@@ -132,77 +136,92 @@ __device__ __forceinline__ void store4_kind(void* p, i64 i, const float v[4], in
 // residual_layernorm_backward_c384 moves ~100 MB in 30.1 us (3.3 TB/s) where the forward moves 75 MB at up to
 // 3.9 TB/s (call 4 of results/h200-perf-20261202b, call 2 of results/h200-perf-20261202). The same arithmetic on
 // the same values: the same bits.
+// One row, lane L's columns held in registers: dy, s and dskip read at src0 + c from dy_src, s_src, skip_src (the
+// row in global memory, src0 = r0; or a copy of it in shared memory, src0 = 0: the bulk form below), ds and db
+// written at r0 + c, the row's dy * shat into dwr (shared memory). skip_src nullable. The pointers may alias no
+// output but dwr may lie beside the inputs' copies, so none is __restrict__.
+template <int CPL, bool PREFETCH_SKIP>
+__device__ __forceinline__ void layernorm_backward_row(
+        float* ds, void* db, float* dwr, const void* dy_src, const float* s_src, const float* skip_src, i64 src0,
+        i64 r0, const float* __restrict__ w, float m, float r, int dy_kind, int db_kind, int drop, u64 seed,
+        u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {
+    static_assert(CPL % 4 == 0, "a lane's columns come in groups of four");
+    constexpr int NV = CPL / 4, C = 32 * CPL;
+    const int lane = threadIdx.x & 31;
+    float dyv[NV][4], sv[NV][4], skv[PREFETCH_SKIP ? NV : 1][4];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
+        const int c = 4 * lane + 128 * k;
+        load4_kind(dy_src, src0 + c, dy_kind, dyv[k]);
+        load4_kind(s_src, src0 + c, KIND_F32, sv[k]);
+        if (PREFETCH_SKIP && skip_src != nullptr) load4_kind(skip_src, src0 + c, KIND_F32, skv[PREFETCH_SKIP ? k : 0]);
+    }
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const float4 wv = *(const float4*)(w + 4 * lane + 128 * k);
+        const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float g = dyv[k][j] * wk[j];
+            const float sh = (sv[k][j] - m) * r;
+            s1 += g;
+            s2 += g * sh;
+        }
+    }
+    s1 = warp_sum(s1) / (float)C;
+    s2 = warp_sum(s2) / (float)C;
+    const u64 off = drop ? site_offset(offset, offset_add) : 0;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int c = 4 * lane + 128 * k;
+        const i64 e = r0 + c;
+        const float4 wv = *(const float4*)(w + c);
+        const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+        float skip[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (PREFETCH_SKIP && skip_src != nullptr) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) skip[j] = skv[PREFETCH_SKIP ? k : 0][j];
+        } else if (skip_src != nullptr) {
+            load4_kind(skip_src, src0 + c, KIND_F32, skip);
+        }
+        float d[4], dwv[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float g = dyv[k][j] * wk[j];
+            const float sh = (sv[k][j] - m) * r;
+            dwv[j] = __fmul_rn(dyv[k][j], sh);
+            d[j] = __fmul_rn(r, g - s1 - sh * s2);
+            if (skip_src != nullptr) d[j] = skip[j] + d[j];
+        }
+        *(float4*)(dwr + c) = make_float4(dwv[0], dwv[1], dwv[2], dwv[3]);
+        store4_kind(ds, e, d, KIND_F32);
+        if (db != nullptr) {
+            float v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[j] = !drop ? d[j] : rng_keep(seed, off, (u64)(e + j), threshold) ? __fmul_rn(d[j], scale) : 0.0f;
+            store4_kind(db, e, v, db_kind);
+        }
+    }
+}
+
 template <int CPL, bool PREFETCH_SKIP = false>
 __device__ __forceinline__ void layernorm_backward_row_registers(
         float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int dy_kind, int db_kind, int drop,
         u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {
-    static_assert(CPL % 4 == 0, "a lane's columns come in groups of four");
-    constexpr int NV = CPL / 4, C = 32 * CPL;
+    constexpr int C = 32 * CPL;
     extern __shared__ float dw_rows[];   // [rows][C]: warp k's row's dy * shat
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + warp;
     float* dwr = dw_rows + (i64)warp * C;
     if (row < N) {
         const i64 r0 = row * C;
-        const float m = mean[row], r = rstd[row];
-        float dyv[NV][4], sv[NV][4], skv[PREFETCH_SKIP ? NV : 1][4];
-#pragma unroll
-        for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
-            const int c = 4 * lane + 128 * k;
-            load4_kind(dy, r0 + c, dy_kind, dyv[k]);
-            load4_kind(s, r0 + c, KIND_F32, sv[k]);
-            if (PREFETCH_SKIP && dskip != nullptr) load4_kind(dskip, r0 + c, KIND_F32, skv[PREFETCH_SKIP ? k : 0]);
-        }
-        float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < NV; k++) {
-            const float4 wv = *(const float4*)(w + 4 * lane + 128 * k);
-            const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float g = dyv[k][j] * wk[j];
-                const float sh = (sv[k][j] - m) * r;
-                s1 += g;
-                s2 += g * sh;
-            }
-        }
-        s1 = warp_sum(s1) / (float)C;
-        s2 = warp_sum(s2) / (float)C;
-        const u64 off = drop ? site_offset(offset, offset_add) : 0;
-#pragma unroll
-        for (int k = 0; k < NV; k++) {
-            const int c = 4 * lane + 128 * k;
-            const i64 e = r0 + c;
-            const float4 wv = *(const float4*)(w + c);
-            const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
-            float skip[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (PREFETCH_SKIP && dskip != nullptr) {
-#pragma unroll
-                for (int j = 0; j < 4; j++) skip[j] = skv[PREFETCH_SKIP ? k : 0][j];
-            } else if (dskip != nullptr) {
-                load4_kind(dskip, e, KIND_F32, skip);
-            }
-            float d[4], dwv[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float g = dyv[k][j] * wk[j];
-                const float sh = (sv[k][j] - m) * r;
-                dwv[j] = __fmul_rn(dyv[k][j], sh);
-                d[j] = __fmul_rn(r, g - s1 - sh * s2);
-                if (dskip != nullptr) d[j] = skip[j] + d[j];
-            }
-            *(float4*)(dwr + c) = make_float4(dwv[0], dwv[1], dwv[2], dwv[3]);
-            store4_kind(ds, e, d, KIND_F32);
-            if (db != nullptr) {
-                float v[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    v[j] = !drop ? d[j] : rng_keep(seed, off, (u64)(e + j), threshold) ? __fmul_rn(d[j], scale) : 0.0f;
-                store4_kind(db, e, v, db_kind);
-            }
-        }
+        layernorm_backward_row<CPL, PREFETCH_SKIP>(ds, db, dwr, dy, s, dskip, r0, r0, w, mean[row], rstd[row],
+                                                   dy_kind, db_kind, drop, seed, offset, offset_add, threshold,
+                                                   scale);
     } else {
         for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
     }

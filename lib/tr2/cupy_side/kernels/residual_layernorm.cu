@@ -18,6 +18,7 @@
 // rounded to float32 in memory are __fmul_rn here, so that no multiply-add contracts across a former store.
 #include "common.cuh"
 #include "layernorm_backward.cuh"
+#include "async_copy.cuh"
 
 // One warp per row; blockDim.x = 32 * rows per block. b in b_kind (a product's half-type output under half
 // roundings). drop = 0: no dropout (p = 0), the generator is not run.
@@ -181,6 +182,98 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(1024)
     RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, _o3, __launch_bounds__(LN_DW_THREADS, 3), false)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(768)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(1024)
+
+// ---- the register-row backward fed by the copy engine (residual_layernorm_backward_c<C>_bulk, TR2_LN_BWD_BULK=1) ----
+// Why: Nsight Compute (call 8 of results/h200-perf-20261204) has residual_layernorm_backward_c768 moving 2.56 TB/s,
+// 53% of the H200's DRAM peak, its warps waiting on the row's loads two thirds of their cycles: two blocks of eight
+// rows an SM (the registers' limit), each block loading, reducing its dw rows behind a barrier and storing before the
+// next can start, leave too few bytes in flight; a third block (_o3) spilled at 1024 and gained nothing at 768
+// (results/h200-perf-20261204b). Here the loads leave the warps: the same groups of eight rows (group g = rows
+// 8g .. 8g + 7, as blocks of the plain kernel), one block an SM taking groups g = blockIdx.x + i gridDim.x, and its
+// thread 0 handing each group's s, dskip and dy (three contiguous runs of 8 C elements) to the copy engine
+// (cp.async.bulk) stages ahead, into a ring of `stages` buffers in shared memory, each with an mbarrier that counts
+// its bytes. The warps read their row from there and run layernorm_backward_row (the plain kernel's operations in
+// its order), write dw rows and the group's partial dw_part[g] as the plain kernel's block g does: the same bits.
+// Dynamic shared memory: stages x (8 C x 4 bytes of s, the same of dskip when given, 8 C x dy's element size), then
+// dw_rows (8 C floats), then the stages' mbarriers; gpu/layernorm.py sizes the ring (at most LN_BULK_MAX_STAGES).
+// blockDim.x = 256 (eight warps, one a row of the group).
+#define LN_BULK_MAX_STAGES 4
+template <int CPL>
+__device__ __forceinline__ void residual_layernorm_backward_bulk_body(
+        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
+        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,
+        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int dy_kind, int db_kind, int drop,
+        u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int C = 32 * CPL, ROWS = 8;
+    extern __shared__ __align__(128) unsigned char ring[];
+    const int dy_size = dy_kind == KIND_F32 ? 4 : 2;
+    const u32 s_bytes = ROWS * C * 4, skip_bytes = dskip != nullptr ? s_bytes : 0, dy_bytes = ROWS * C * dy_size;
+    const u32 stage_bytes = s_bytes + skip_bytes + dy_bytes;
+    float* dw_rows = (float*)(ring + (i64)stages * stage_bytes);
+    u64* full = (u64*)(dw_rows + ROWS * C);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const i64 groups = ((i64)N + ROWS - 1) / ROWS;
+    // Group g's rows (the last group may have fewer than ROWS) into stage st, their bytes counted on full[st].
+    auto issue = [&](i64 g, int st) {
+        const i64 rows = min((i64)ROWS, (i64)N - g * ROWS), e0 = g * ROWS * C;
+        unsigned char* buf = ring + (i64)st * stage_bytes;
+        const u32 fs = (u32)(rows * C * 4), fd = (u32)(rows * C * dy_size);
+        mbar_expect_tx(&full[st], fs + (dskip != nullptr ? fs : 0) + fd);
+        bulk_copy_1d(buf, s + e0, fs, &full[st]);
+        if (dskip != nullptr) bulk_copy_1d(buf + s_bytes, dskip + e0, fs, &full[st]);
+        bulk_copy_1d(buf + s_bytes + skip_bytes, (const unsigned char*)dy + e0 * dy_size, fd, &full[st]);
+    };
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < stages; st++) mbar_init(&full[st], 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int st = 0; st < stages; st++)
+            if (blockIdx.x + (i64)st * gridDim.x < groups) issue(blockIdx.x + (i64)st * gridDim.x, st);
+    float* dwr = dw_rows + warp * C;
+    for (i64 i = 0;; i++) {
+        const i64 g = blockIdx.x + i * gridDim.x;
+        if (g >= groups) break;
+        const int st = (int)(i % stages);
+        mbar_wait(&full[st], (u32)((i / stages) & 1));
+        const unsigned char* buf = ring + (i64)st * stage_bytes;
+        const i64 row = g * ROWS + warp;
+        if (row < N) {
+            const i64 src = warp * C;
+            layernorm_backward_row<CPL, false>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
+                                               dskip != nullptr ? (const float*)(buf + s_bytes) : nullptr, src,
+                                               row * C, w, mean[row], rstd[row], dy_kind, db_kind, drop, seed,
+                                               offset, offset_add, threshold, scale);
+        } else {
+            for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
+        }
+        fence_proxy_async_shared();   // this thread's reads of the stage before the copy engine refills it
+        __syncthreads();
+        if (threadIdx.x == 0 && g + (i64)stages * gridDim.x < groups) issue(g + (i64)stages * gridDim.x, st);
+        block_dw_partial_at(dw_part, g, dw_rows, C);
+        __syncthreads();   // dw_rows read before the next group's rows overwrite them
+    }
+#else
+    __trap();   // launched only on sm_90 and newer (gpu/layernorm.py)
+#endif
+}
+#define RESIDUAL_LAYERNORM_BACKWARD_ROWS_BULK(C_)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256, 1) residual_layernorm_backward_c##C_##_bulk(               \
+        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
+        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
+        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
+        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale,          \
+        int stages) {                                                                                            \
+        grid_dependency_entry();                                                                                 \
+        residual_layernorm_backward_bulk_body<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind, \
+                                                       db_kind, drop, seed, offset, offset_add, threshold, scale,\
+                                                       stages);                                                  \
+    }
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_BULK(384)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_BULK(768)
+RESIDUAL_LAYERNORM_BACKWARD_ROWS_BULK(1024)
 
 extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, const float* __restrict__ part,
                                                        int G, int C) {
