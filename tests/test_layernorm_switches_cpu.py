@@ -44,16 +44,20 @@ def test_the_three_block_kernels_are_in_the_source():
 
 def test_the_bulk_form_is_off_by_default_and_sized_to_shared_memory(layernorm):
     assert not layernorm.BWD_BULK
-    # a stage: eight rows of s (float32), dskip (float32, when given) and dy; beside them dw's eight rows
-    assert layernorm.bulk_stages(768, 2, True) == 3          # 3 x 61440 + 24576 + barriers <= 227 KB; 4 do not fit
+    # a stage: eight rows of s (float32), dskip (float32, when given) and dy, the eight means and rstds; beside the
+    # ring dw's eight rows, w and the barriers
+    assert layernorm.bulk_stages(768, 2, True) == 3          # 3 x 61504 + 24576 + 3072 + 24 <= 227 KB; 4 do not fit
     assert layernorm.bulk_stages(768, 4, True) == 2
     assert layernorm.bulk_stages(1024, 2, True) == 2
-    assert layernorm.bulk_stages(1024, 4, True) == 2
+    assert layernorm.bulk_stages(1024, 4, True) == 0         # 2 x 98368 + 32768 + 4096 + 16 > 227 KB: the plain kernel
     assert layernorm.bulk_stages(384, 2, True) == layernorm.BULK_MAX_STAGES
     assert layernorm.bulk_stages(768, 2, False) == 4         # no dskip: 8 x 768 x 6 bytes a stage
     assert layernorm.bulk_stages(1024, 4, True, limit=200 * 1024) == 0   # fewer than two stages: the plain kernel
-    for C, size, skip in ((384, 2, True), (768, 2, True), (768, 4, False), (1024, 2, True), (1024, 4, True)):
+    for C, size, skip in ((384, 2, True), (768, 2, True), (768, 4, False), (1024, 2, True), (1024, 4, True), (384, 4, False)):
         n = layernorm.bulk_stages(C, size, skip)
+        if n == 0:
+            assert layernorm.bulk_shared_bytes(C, size, skip, 2) > layernorm.BULK_SHARED_LIMIT
+            continue
         assert layernorm.bulk_shared_bytes(C, size, skip, n) <= layernorm.BULK_SHARED_LIMIT
         if n < layernorm.BULK_MAX_STAGES:
             assert layernorm.bulk_shared_bytes(C, size, skip, n + 1) > layernorm.BULK_SHARED_LIMIT
@@ -67,15 +71,18 @@ class _Rows:
 
 
 def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backward(layernorm, monkeypatch):
-    rows = (_Rows(4096), None, _Rows(8192))
+    rows = (_Rows(4096), None, _Rows(8192), _Rows(512), _Rows(1024))
     assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)     # off
     monkeypatch.setattr(layernorm, "BWD_BULK", True)
     assert layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
-    assert layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4096), _Rows(256), _Rows(8192)))
+    assert layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4096), _Rows(256), *rows[2:]))
     assert not layernorm._bulk_rows("residual_layernorm_backward", 1000, rows)    # no register-row width
     assert not layernorm._bulk_rows("layernorm_backward", 768, rows)              # the plain LayerNorm's: not built
-    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4104), None, _Rows(8192)))
-    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4096), None, _Rows(8192, False)))
+    for k in (0, 2, 3, 4):   # s, dy, mean, rstd: each misaligned, then each not contiguous
+        assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows[:k] + (_Rows(4104),) + rows[k + 1:])
+        assert not layernorm._bulk_rows("residual_layernorm_backward", 768,
+                                        rows[:k] + (_Rows(4096, False),) + rows[k + 1:])
+    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, (rows[0], _Rows(4100), *rows[2:]))
     monkeypatch.setattr(layernorm, "FINAL_IN_KERNEL", True)
     assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)     # dw summed in the kernel: not built
     monkeypatch.setattr(layernorm, "FINAL_IN_KERNEL", False)

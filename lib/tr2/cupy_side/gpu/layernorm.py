@@ -72,24 +72,29 @@ def _rows_kernel(kernel: str, C: int) -> str:
     return f"{kernel}_c{C}{'_pf' if PREFETCH_SKIP else ''}"
 
 
+def _bulk_stage_bytes(C: int, dy_itemsize: int, has_skip: bool) -> int:
+    """A stage of the bulk backward's ring (residual_layernorm.cu's layout): a group's s, dskip when given, dy, and
+    its means and rstds."""
+    return ROWS_PER_BLOCK * C * (4 + (4 if has_skip else 0) + dy_itemsize) + 2 * ROWS_PER_BLOCK * 4
+
+
 def bulk_stages(C: int, dy_itemsize: int, has_skip: bool, limit: int = BULK_SHARED_LIMIT) -> int:
-    """Stages of the bulk backward's ring that fit in `limit` bytes of shared memory beside its dw rows and
-    barriers (residual_layernorm.cu's layout: a stage holds a group's s, dskip when given, and dy), at most
-    BULK_MAX_STAGES; 0 where fewer than two fit (then the plain kernel runs)."""
-    stage = ROWS_PER_BLOCK * C * (4 + (4 if has_skip else 0) + dy_itemsize)
-    fixed = ROWS_PER_BLOCK * C * 4 + 8 * BULK_MAX_STAGES
-    n = min(BULK_MAX_STAGES, (limit - fixed) // stage)
+    """Stages of the bulk backward's ring that fit in `limit` bytes of shared memory beside its dw rows, w and
+    barriers, at most BULK_MAX_STAGES; 0 where fewer than two fit (then the plain kernel runs)."""
+    n = min(BULK_MAX_STAGES, (limit - bulk_shared_bytes(C, dy_itemsize, has_skip, 0) - 8 * BULK_MAX_STAGES)
+            // _bulk_stage_bytes(C, dy_itemsize, has_skip))
     return n if n >= 2 else 0
 
 
 def bulk_shared_bytes(C: int, dy_itemsize: int, has_skip: bool, stages: int) -> int:
-    return stages * ROWS_PER_BLOCK * C * (4 + (4 if has_skip else 0) + dy_itemsize) + ROWS_PER_BLOCK * C * 4 \
-        + 8 * stages
+    """The bulk backward's dynamic shared memory: the ring, dw's rows, w, the stages' barriers."""
+    return stages * _bulk_stage_bytes(C, dy_itemsize, has_skip) + ROWS_PER_BLOCK * C * 4 + C * 4 + 8 * stages
 
 
 def _bulk_rows(kernel: str, C: int, rows) -> bool:
     """Whether the bulk form takes this launch: switched on, residual_layernorm's backward at a register-row width,
-    dw by the final kernel, and every row array (s, dskip, dy) contiguous at a 16-byte aligned address."""
+    dw by the final kernel, and every array the copy engine reads (s, dskip, dy, mean, rstd) contiguous at a
+    16-byte aligned address."""
     if not (BWD_BULK and kernel == "residual_layernorm_backward" and register_rows and C in REGISTER_ROW_SIZES):
         return False
     if PREFETCH_SKIP or BWD_BLOCKS == 3:
@@ -104,14 +109,14 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
     block's dw partial into `part`, its arguments args_of_part(part)), then `final`, which adds the partials in
     order; -> dw. Shared by the plain LayerNorm and residual_layernorm. With FINAL_IN_KERNEL, one launch of
     `kernel`_dwsum, which takes (dw, group sums, counters) after those arguments and sums the partials itself.
-    bulk_rows: residual_layernorm's (s, dskip or None, dy), for the bulk form (_bulk_rows)."""
+    bulk_rows: residual_layernorm's (s, dskip or None, dy, mean, rstd), for the bulk form (_bulk_rows)."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
     part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
     if FINAL_IN_KERNEL:
         return _rows_backward_dwsum(ctx, filename, kernel, grid, C, args_of_part(part))
     stages = 0
     if bulk_rows is not None and _bulk_rows(kernel, C, bulk_rows) and int(cp.cuda.Device().compute_capability) >= 90:
-        _, dskip, dy = bulk_rows
+        _, dskip, dy, _, _ = bulk_rows
         stages = bulk_stages(C, dy.dtype.itemsize, dskip is not None)
     if stages:
         blocks = min(grid, sm_count(cp.cuda.Device().id))

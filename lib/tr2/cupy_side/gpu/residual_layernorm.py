@@ -45,5 +45,5 @@ def backward(ctx, dy: "cp.ndarray", dskip, s: "cp.ndarray", w: "cp.ndarray", mea
                        lambda part: (ds, NULL if db is None else db, part, dy, NULL if dskip is None else dskip, s, w,
                                      mean, rstd, i32(N), i32(C), i32(ctx.kind_of(dy)),
                                      i32(KIND_F32 if db is None else ctx.kind_of(db)))
-                       + _dropout.kernel_args(p, seed, offset, offset_add), bulk_rows=(s, dskip, dy))
+                       + _dropout.kernel_args(p, seed, offset, offset_add), bulk_rows=(s, dskip, dy, mean, rstd))
     return ds, (ds if db is None else db), dw

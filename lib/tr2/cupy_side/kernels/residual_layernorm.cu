@@ -194,8 +194,9 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(1024)
 // (cp.async.bulk) stages ahead, into a ring of `stages` buffers in shared memory, each with an mbarrier that counts
 // its bytes. The warps read their row from there and run layernorm_backward_row (the plain kernel's operations in
 // its order), write dw rows and the group's partial dw_part[g] as the plain kernel's block g does: the same bits.
-// Dynamic shared memory: stages x (8 C x 4 bytes of s, the same of dskip when given, 8 C x dy's element size), then
-// dw_rows (8 C floats), then the stages' mbarriers; gpu/layernorm.py sizes the ring (at most LN_BULK_MAX_STAGES).
+// Dynamic shared memory: stages x (8 C x 4 bytes of s, the same of dskip when given, 8 C x dy's element size, the
+// group's 8 means and 8 rstds), then dw_rows (8 C floats), w (C floats), then the stages' mbarriers; gpu/layernorm.py
+// sizes the ring (at most LN_BULK_MAX_STAGES).
 // blockDim.x = 256 (eight warps, one a row of the group).
 #define LN_BULK_MAX_STAGES 4
 template <int CPL>
@@ -209,9 +210,11 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
     extern __shared__ __align__(128) unsigned char ring[];
     const int dy_size = dy_kind == KIND_F32 ? 4 : 2;
     const u32 s_bytes = ROWS * C * 4, skip_bytes = dskip != nullptr ? s_bytes : 0, dy_bytes = ROWS * C * dy_size;
-    const u32 stage_bytes = s_bytes + skip_bytes + dy_bytes;
+    const u32 stats_at = s_bytes + skip_bytes + dy_bytes;   // the group's mean, then its rstd (full groups only)
+    const u32 stage_bytes = stats_at + 2 * ROWS * 4;
     float* dw_rows = (float*)(ring + (i64)stages * stage_bytes);
-    u64* full = (u64*)(dw_rows + ROWS * C);
+    float* w_s = dw_rows + ROWS * C;
+    u64* full = (u64*)(w_s + C);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const i64 groups = ((i64)N + ROWS - 1) / ROWS;
     // Group g's rows (the last group may have fewer than ROWS) into stage st, their bytes counted on full[st].
@@ -219,15 +222,24 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
         const i64 rows = min((i64)ROWS, (i64)N - g * ROWS), e0 = g * ROWS * C;
         unsigned char* buf = ring + (i64)st * stage_bytes;
         const u32 fs = (u32)(rows * C * 4), fd = (u32)(rows * C * dy_size);
-        mbar_expect_tx(&full[st], fs + (dskip != nullptr ? fs : 0) + fd);
+        // a group of fewer rows has fewer than 16 bytes of each statistic to copy: its warps read them from global
+        const u32 fm = rows == ROWS ? ROWS * 4 : 0;
+        mbar_expect_tx(&full[st], fs + (dskip != nullptr ? fs : 0) + fd + 2 * fm);
         bulk_copy_1d(buf, s + e0, fs, &full[st]);
         if (dskip != nullptr) bulk_copy_1d(buf + s_bytes, dskip + e0, fs, &full[st]);
         bulk_copy_1d(buf + s_bytes + skip_bytes, (const unsigned char*)dy + e0 * dy_size, fd, &full[st]);
+        if (fm) {
+            bulk_copy_1d(buf + stats_at, mean + g * ROWS, fm, &full[st]);
+            bulk_copy_1d(buf + stats_at + ROWS * 4, rstd + g * ROWS, fm, &full[st]);
+        }
     };
     if (threadIdx.x == 0) {
         for (int st = 0; st < stages; st++) mbar_init(&full[st], 1);
         mbar_init_fence();
     }
+    // w once a block: each row reads it twice, and from global memory those loads missed L1 (call 3 of
+    // results/h200-perf-20261204c: L1 hit rate 46%, the warps' largest stall a long scoreboard on L1TEX)
+    for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) *(float4*)(w_s + c) = *(const float4*)(w + c);
     __syncthreads();
     if (threadIdx.x == 0)
         for (int st = 0; st < stages; st++)
@@ -242,10 +254,13 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
         const i64 row = g * ROWS + warp;
         if (row < N) {
             const i64 src = warp * C;
+            const bool full_group = g * ROWS + ROWS <= N;
+            const float* stats = (const float*)(buf + stats_at);
             layernorm_backward_row<CPL, false>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
                                                dskip != nullptr ? (const float*)(buf + s_bytes) : nullptr, src,
-                                               row * C, w, mean[row], rstd[row], dy_kind, db_kind, drop, seed,
-                                               offset, offset_add, threshold, scale);
+                                               row * C, w_s, full_group ? stats[warp] : mean[row],
+                                               full_group ? stats[ROWS + warp] : rstd[row], dy_kind, db_kind, drop,
+                                               seed, offset, offset_add, threshold, scale);
         } else {
             for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
         }
