@@ -81,14 +81,15 @@ def _bulk_stage_bytes(C: int, dy_itemsize: int, has_skip: bool) -> int:
 def bulk_stages(C: int, dy_itemsize: int, has_skip: bool, limit: int = BULK_SHARED_LIMIT) -> int:
     """Stages of the bulk backward's ring that fit in `limit` bytes of shared memory beside its dw rows, w and
     barriers, at most BULK_MAX_STAGES; 0 where fewer than two fit (then the plain kernel runs)."""
-    n = min(BULK_MAX_STAGES, (limit - bulk_shared_bytes(C, dy_itemsize, has_skip, 0) - 8 * BULK_MAX_STAGES)
+    n = min(BULK_MAX_STAGES, (limit - C * 4 - bulk_shared_bytes(C, dy_itemsize, has_skip, 0) - 8 * BULK_MAX_STAGES)
             // _bulk_stage_bytes(C, dy_itemsize, has_skip))
     return n if n >= 2 else 0
 
 
 def bulk_shared_bytes(C: int, dy_itemsize: int, has_skip: bool, stages: int) -> int:
-    """The bulk backward's dynamic shared memory: the ring, dw's rows, w, the stages' barriers."""
-    return stages * _bulk_stage_bytes(C, dy_itemsize, has_skip) + ROWS_PER_BLOCK * C * 4 + C * 4 + 8 * stages
+    """The bulk backward's dynamic shared memory: the ring, dw's rows, the stages' barriers (w, C floats, is its
+    static shared memory, which counts against the same limit)."""
+    return stages * _bulk_stage_bytes(C, dy_itemsize, has_skip) + ROWS_PER_BLOCK * C * 4 + 8 * stages
 
 
 def _bulk_rows(kernel: str, C: int, rows) -> bool:

@@ -140,7 +140,12 @@ __device__ __forceinline__ void store4_kind(void* p, i64 i, const float v[4], in
 // row in global memory, src0 = r0; or a copy of it in shared memory, src0 = 0: the bulk form below), ds and db
 // written at r0 + c, the row's dy * shat into dwr (shared memory). skip_src nullable. The pointers may alias no
 // output but dwr may lie beside the inputs' copies, so none is __restrict__.
-template <int CPL, bool PREFETCH_SKIP>
+// W_ONCE: w's columns loaded once, before the first pass, and used by both. The plain kernels leave it to the
+// compiler, which at 384 and 768 columns keeps the first pass's loads of w (and so the products dy * w) for the second
+// and at 1024 loads w again and contracts the second pass's g - mean(g) into dy * w; where w lies in shared memory
+// beside the dw rows' stores (the bulk form) it reloads at every width. The bits follow (the multiply-adds' roundings),
+// so the bulk form asks for the plain kernels' choice at each width (call 4 of results/h200-perf-20261204c).
+template <int CPL, bool PREFETCH_SKIP, bool W_ONCE = false>
 __device__ __forceinline__ void layernorm_backward_row(
         float* ds, void* db, float* dwr, const void* dy_src, const float* s_src, const float* skip_src, i64 src0,
         i64 r0, const float* __restrict__ w, float m, float r, int dy_kind, int db_kind, int drop, u64 seed,
@@ -148,10 +153,15 @@ __device__ __forceinline__ void layernorm_backward_row(
     static_assert(CPL % 4 == 0, "a lane's columns come in groups of four");
     constexpr int NV = CPL / 4, C = 32 * CPL;
     const int lane = threadIdx.x & 31;
-    float dyv[NV][4], sv[NV][4], skv[PREFETCH_SKIP ? NV : 1][4];
+    float dyv[NV][4], sv[NV][4], skv[PREFETCH_SKIP ? NV : 1][4], wo[W_ONCE ? NV : 1][4];
 #pragma unroll
     for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
         const int c = 4 * lane + 128 * k;
+        if (W_ONCE) {
+            const float4 wv = *(const float4*)(w + c);
+            wo[W_ONCE ? k : 0][0] = wv.x, wo[W_ONCE ? k : 0][1] = wv.y, wo[W_ONCE ? k : 0][2] = wv.z,
+            wo[W_ONCE ? k : 0][3] = wv.w;
+        }
         load4_kind(dy_src, src0 + c, dy_kind, dyv[k]);
         load4_kind(s_src, src0 + c, KIND_F32, sv[k]);
         if (PREFETCH_SKIP && skip_src != nullptr) load4_kind(skip_src, src0 + c, KIND_F32, skv[PREFETCH_SKIP ? k : 0]);
@@ -159,8 +169,9 @@ __device__ __forceinline__ void layernorm_backward_row(
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int k = 0; k < NV; k++) {
-        const float4 wv = *(const float4*)(w + 4 * lane + 128 * k);
-        const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+        const float4 wv = W_ONCE ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4*)(w + 4 * lane + 128 * k);
+        const float wk[4] = {W_ONCE ? wo[W_ONCE ? k : 0][0] : wv.x, W_ONCE ? wo[W_ONCE ? k : 0][1] : wv.y,
+                             W_ONCE ? wo[W_ONCE ? k : 0][2] : wv.z, W_ONCE ? wo[W_ONCE ? k : 0][3] : wv.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const float g = dyv[k][j] * wk[j];
@@ -176,8 +187,9 @@ __device__ __forceinline__ void layernorm_backward_row(
     for (int k = 0; k < NV; k++) {
         const int c = 4 * lane + 128 * k;
         const i64 e = r0 + c;
-        const float4 wv = *(const float4*)(w + c);
-        const float wk[4] = {wv.x, wv.y, wv.z, wv.w};
+        const float4 wv = W_ONCE ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4*)(w + c);
+        const float wk[4] = {W_ONCE ? wo[W_ONCE ? k : 0][0] : wv.x, W_ONCE ? wo[W_ONCE ? k : 0][1] : wv.y,
+                             W_ONCE ? wo[W_ONCE ? k : 0][2] : wv.z, W_ONCE ? wo[W_ONCE ? k : 0][3] : wv.w};
         float skip[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (PREFETCH_SKIP && skip_src != nullptr) {
 #pragma unroll

@@ -195,8 +195,8 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(1024)
 // its bytes. The warps read their row from there and run layernorm_backward_row (the plain kernel's operations in
 // its order), write dw rows and the group's partial dw_part[g] as the plain kernel's block g does: the same bits.
 // Dynamic shared memory: stages x (8 C x 4 bytes of s, the same of dskip when given, 8 C x dy's element size, the
-// group's 8 means and 8 rstds), then dw_rows (8 C floats), w (C floats), then the stages' mbarriers; gpu/layernorm.py
-// sizes the ring (at most LN_BULK_MAX_STAGES).
+// group's 8 means and 8 rstds), then dw_rows (8 C floats), then the stages' mbarriers; w in static shared memory (C
+// floats); gpu/layernorm.py sizes the ring (at most LN_BULK_MAX_STAGES).
 // blockDim.x = 256 (eight warps, one a row of the group).
 #define LN_BULK_MAX_STAGES 4
 template <int CPL>
@@ -213,8 +213,8 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
     const u32 stats_at = s_bytes + skip_bytes + dy_bytes;   // the group's mean, then its rstd (full groups only)
     const u32 stage_bytes = stats_at + 2 * ROWS * 4;
     float* dw_rows = (float*)(ring + (i64)stages * stage_bytes);
-    float* w_s = dw_rows + ROWS * C;
-    u64* full = (u64*)(w_s + C);
+    u64* full = (u64*)(dw_rows + ROWS * C);
+    __shared__ __align__(16) float w_s[C];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const i64 groups = ((i64)N + ROWS - 1) / ROWS;
     // Group g's rows (the last group may have fewer than ROWS) into stage st, their bytes counted on full[st].
@@ -238,7 +238,9 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
         mbar_init_fence();
     }
     // w once a block: each row reads it twice, and from global memory those loads missed L1 (call 3 of
-    // results/h200-perf-20261204c: L1 hit rate 46%, the warps' largest stall a long scoreboard on L1TEX)
+    // results/h200-perf-20261204c: L1 hit rate 46%, the warps' largest stall a long scoreboard on L1TEX). In an array
+    // of its own, each row's columns loaded once where the plain kernel's compiler did (layernorm_backward_row's
+    // W_ONCE), so that the multiply-adds and so the bits are the plain kernel's.
     for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) *(float4*)(w_s + c) = *(const float4*)(w + c);
     __syncthreads();
     if (threadIdx.x == 0)
@@ -256,7 +258,7 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
             const i64 src = warp * C;
             const bool full_group = g * ROWS + ROWS <= N;
             const float* stats = (const float*)(buf + stats_at);
-            layernorm_backward_row<CPL, false>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
+            layernorm_backward_row<CPL, false, CPL != 32>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
                                                dskip != nullptr ? (const float*)(buf + s_bytes) : nullptr, src,
                                                row * C, w_s, full_group ? stats[warp] : mean[row],
                                                full_group ? stats[ROWS + warp] : rstd[row], dy_kind, db_kind, drop,
