@@ -1448,7 +1448,8 @@ def test_residual_layernorm_backward_bulk_is_the_same_bits(build, N, C, skip, p,
     and dw, three runs each. Every output is poisoned (all bits set: NaN in every type) before every run, the dw
     partials too, so that a row or a group the bulk form leaves unwritten cannot pass on the plain run's values; the
     launches are recorded, so that the bulk kernel is known to have run (and more groups than blocks at the larger N:
-    each block takes several groups, through every stage of its ring and round again)."""
+    each block takes several groups, through every stage of its ring and round again). At every width it is built for,
+    384 too, which gpu/layernorm.py's BULK_SIZES leaves out (slower there)."""
     from tr2.cupy_side.gpu import layernorm
     dtype, tf32, hr = build
     be = gpu_backend(*build)
@@ -1469,6 +1470,7 @@ def test_residual_layernorm_backward_bulk_is_the_same_bits(build, N, C, skip, p,
 
     monkeypatch.setattr(cp, "empty", poisoned_empty)
     monkeypatch.setattr(layernorm, "launch", recording_launch)
+    monkeypatch.setattr(layernorm, "BULK_SIZES", (384, 768, 1024))   # every width it is built for, taken or not
     G = (N + layernorm.ROWS_PER_BLOCK - 1) // layernorm.ROWS_PER_BLOCK
     out = {}
     for on in (False, True):

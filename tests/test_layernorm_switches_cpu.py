@@ -78,6 +78,9 @@ def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backwa
     assert layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
     assert layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4096), _Rows(256), *rows[2:]))
     assert not layernorm._bulk_rows("residual_layernorm_backward", 1000, rows)    # no register-row width
+    assert layernorm.BULK_SIZES == (768, 1024)
+    assert layernorm._bulk_rows("residual_layernorm_backward", 1024, rows)
+    assert not layernorm._bulk_rows("residual_layernorm_backward", 384, rows)     # built, slower: not taken
     assert not layernorm._bulk_rows("layernorm_backward", 768, rows)              # the plain LayerNorm's: not built
     for k in (0, 2, 3, 4):   # s, dy, mean, rstd: each misaligned, then each not contiguous
         assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows[:k] + (_Rows(4104),) + rows[k + 1:])

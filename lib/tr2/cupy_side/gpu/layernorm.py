@@ -35,6 +35,10 @@ THREE_BLOCK_SIZES = (768, 1024)
 # H200. Needs sm_90 and 16-byte aligned, contiguous rows; elsewhere the plain kernel runs.
 BWD_BULK = bool(kernel_switch("TR2_LN_BWD_BULK", 0))
 BULK_MAX_STAGES = 4         # residual_layernorm.cu's LN_BULK_MAX_STAGES
+# The widths it takes: at 384 columns (the char model: 16384 rows of 1.5 KB) it took 40.1 us against the plain
+# kernel's 30.3 (call 5 of results/h200-perf-20261204c, Nsight Compute): its eight warps an SM cannot hide a group's
+# fixed costs (two barriers, the dw partial) over rows that short. Its kernel stays built and tested.
+BULK_SIZES = (768, 1024)
 BULK_SHARED_LIMIT = 227 * 1024   # the H100's and H200's dynamic shared memory a block, opted in
 
 
@@ -93,10 +97,10 @@ def bulk_shared_bytes(C: int, dy_itemsize: int, has_skip: bool, stages: int) -> 
 
 
 def _bulk_rows(kernel: str, C: int, rows) -> bool:
-    """Whether the bulk form takes this launch: switched on, residual_layernorm's backward at a register-row width,
+    """Whether the bulk form takes this launch: switched on, residual_layernorm's backward at one of BULK_SIZES,
     dw by the final kernel, and every array the copy engine reads (s, dskip, dy, mean, rstd) contiguous at a
     16-byte aligned address."""
-    if not (BWD_BULK and kernel == "residual_layernorm_backward" and register_rows and C in REGISTER_ROW_SIZES):
+    if not (BWD_BULK and kernel == "residual_layernorm_backward" and register_rows and C in BULK_SIZES):
         return False
     if PREFETCH_SKIP or BWD_BLOCKS == 3:
         raise ValueError("TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3 name two forms of one "

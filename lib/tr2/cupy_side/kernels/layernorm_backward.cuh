@@ -141,10 +141,11 @@ __device__ __forceinline__ void store4_kind(void* p, i64 i, const float v[4], in
 // written at r0 + c, the row's dy * shat into dwr (shared memory). skip_src nullable. The pointers may alias no
 // output but dwr may lie beside the inputs' copies, so none is __restrict__.
 // W_ONCE: w's columns loaded once, before the first pass, and used by both. The plain kernels leave it to the
-// compiler, which at 384 and 768 columns keeps the first pass's loads of w (and so the products dy * w) for the second
-// and at 1024 loads w again and contracts the second pass's g - mean(g) into dy * w; where w lies in shared memory
-// beside the dw rows' stores (the bulk form) it reloads at every width. The bits follow (the multiply-adds' roundings),
-// so the bulk form asks for the plain kernels' choice at each width (call 4 of results/h200-perf-20261204c).
+// compiler, which at 384 and 768 columns keeps the first pass's w (and the products dy * w) for the second (ptxas: 89
+// FFMA and 172 FADD at 768) and at 1024 contracts more (160 FFMA, 146 FADD); with w in shared memory beside the dw
+// rows' stores (the bulk form) it reloads w and contracts more at every width. The multiply-adds' roundings decide the
+// bits, so the bulk form takes W_ONCE at 384 and 768 (the plain kernels' bits, call 5 of results/h200-perf-20261204c)
+// and at 1024 reads w from global memory as the plain kernel does.
 template <int CPL, bool PREFETCH_SKIP, bool W_ONCE = false>
 __device__ __forceinline__ void layernorm_backward_row(
         float* ds, void* db, float* dwr, const void* dy_src, const float* s_src, const float* skip_src, i64 src0,

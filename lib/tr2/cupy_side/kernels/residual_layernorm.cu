@@ -207,6 +207,7 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
         u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int C = 32 * CPL, ROWS = 8;
+    constexpr bool W_SHARED = CPL != 32;
     extern __shared__ __align__(128) unsigned char ring[];
     const int dy_size = dy_kind == KIND_F32 ? 4 : 2;
     const u32 s_bytes = ROWS * C * 4, skip_bytes = dskip != nullptr ? s_bytes : 0, dy_bytes = ROWS * C * dy_size;
@@ -237,11 +238,15 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
         for (int st = 0; st < stages; st++) mbar_init(&full[st], 1);
         mbar_init_fence();
     }
-    // w once a block: each row reads it twice, and from global memory those loads missed L1 (call 3 of
-    // results/h200-perf-20261204c: L1 hit rate 46%, the warps' largest stall a long scoreboard on L1TEX). In an array
-    // of its own, each row's columns loaded once where the plain kernel's compiler did (layernorm_backward_row's
-    // W_ONCE), so that the multiply-adds and so the bits are the plain kernel's.
-    for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) *(float4*)(w_s + c) = *(const float4*)(w + c);
+    // w once a block at 384 and 768 columns: each row reads it twice, and from global memory those loads missed L1
+    // (call 3 of results/h200-perf-20261204c: L1 hit rate 46%, the warps' largest stall a long scoreboard on L1TEX;
+    // from shared memory c768 took 28.1 us against 31.9, call 5). A row's columns are loaded once there
+    // (layernorm_backward_row's W_ONCE), as the plain kernel's compiler does at these widths, so that the
+    // multiply-adds and so the bits are the plain kernel's. At 1024 columns the plain kernel's compiler loads w twice
+    // and contracts otherwise, and no way of reading w from shared memory gave its bits (call 5: W_ONCE off, 36 of 36
+    // cases at 1024 differed): there the rows read w from global memory as the plain kernel does (call 3: its bits).
+    if (W_SHARED)
+        for (int c = 4 * threadIdx.x; c < C; c += 4 * blockDim.x) *(float4*)(w_s + c) = *(const float4*)(w + c);
     __syncthreads();
     if (threadIdx.x == 0)
         for (int st = 0; st < stages; st++)
@@ -258,9 +263,9 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
             const i64 src = warp * C;
             const bool full_group = g * ROWS + ROWS <= N;
             const float* stats = (const float*)(buf + stats_at);
-            layernorm_backward_row<CPL, false, CPL != 32>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
+            layernorm_backward_row<CPL, false, W_SHARED>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
                                                dskip != nullptr ? (const float*)(buf + s_bytes) : nullptr, src,
-                                               row * C, w_s, full_group ? stats[warp] : mean[row],
+                                               row * C, W_SHARED ? w_s : w, full_group ? stats[warp] : mean[row],
                                                full_group ? stats[ROWS + warp] : rstd[row], dy_kind, db_kind, drop,
                                                seed, offset, offset_add, threshold, scale);
         } else {
