@@ -1421,6 +1421,7 @@ def test_residual_layernorm_backward_forms_are_the_same_bits(build, N, C, skip, 
     tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
     applies = switch == "PREFETCH_SKIP" or C in layernorm.THREE_BLOCK_SIZES
     off = {"PREFETCH_SKIP": False, "BWD_BLOCKS": 2}[switch]
+    monkeypatch.setattr(layernorm, "BWD_BULK", False)   # the plain kernel, not the bulk form, as the reference
     out = {}
     for value in (off, on):
         monkeypatch.setattr(layernorm, switch, value)

@@ -42,8 +42,8 @@ def test_the_three_block_kernels_are_in_the_source():
         assert f"RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3({C})" in src
 
 
-def test_the_bulk_form_is_off_by_default_and_sized_to_shared_memory(layernorm):
-    assert not layernorm.BWD_BULK
+def test_the_bulk_form_is_on_by_default_and_sized_to_shared_memory(layernorm):
+    assert layernorm.BWD_BULK
     # a stage: eight rows of s (float32), dskip (float32, when given) and dy, the eight means and rstds; beside the
     # ring dw's eight rows, w and the barriers
     assert layernorm.bulk_stages(768, 2, True) == 3          # 3 x 61504 + 24576 + 3072 + 24 <= 227 KB; 4 do not fit
@@ -73,6 +73,7 @@ class _Rows:
 
 def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backward(layernorm, monkeypatch):
     rows = (_Rows(4096), None, _Rows(8192), _Rows(512), _Rows(1024))
+    monkeypatch.setattr(layernorm, "BWD_BULK", False)
     assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)     # off
     monkeypatch.setattr(layernorm, "BWD_BULK", True)
     assert layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
@@ -92,6 +93,9 @@ def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backwa
     monkeypatch.setattr(layernorm, "FINAL_IN_KERNEL", False)
     for switch, value in (("PREFETCH_SKIP", True), ("BWD_BLOCKS", 3)):
         monkeypatch.setattr(layernorm, switch, value)
+        monkeypatch.delenv("TR2_LN_BWD_BULK", raising=False)   # on by default: the form named by its switch runs
+        assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
+        monkeypatch.setenv("TR2_LN_BWD_BULK", "1")              # both named: refused
         with pytest.raises(ValueError, match="TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3"):
             layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
         monkeypatch.undo()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import REGISTER_ROW_SIZES, dw_order, kernel_switch
+from . import REGISTER_ROW_SIZES, dw_order, kernel_switch, switch_given
 from .runtime import f32, i32, launch, sm_count
 
 FILE = "layernorm.cu"
@@ -31,9 +31,12 @@ THREE_BLOCK_SIZES = (768, 1024)
 # block an SM taking the groups of eight rows in turn, each group's s, dskip and dy brought into a ring of shared
 # memory stages ahead by cp.async.bulk; the plain kernel's operations, partials and so bits). Why: the plain kernels
 # move 2.56 TB/s, 53% of the H200's DRAM peak, their warps waiting on the row's loads (call 8 of
-# results/h200-perf-20261204). Written in the twenty-seventh session; off until its bit tests and a bench pass on the
-# H200. Needs sm_90 and 16-byte aligned, contiguous rows; elsewhere the plain kernel runs.
-BWD_BULK = bool(kernel_switch("TR2_LN_BWD_BULK", 0))
+# results/h200-perf-20261204). On since the twenty-seventh session: the plain kernels' bits at 384, 768 and 1024
+# columns in every build (126 kernel cases, calls 6-7 of results/h200-perf-20261204c), c768 27.8 us against 33.7 and
+# c1024 37.2 against 43.9 (Nsight Compute, call 6), the step beside PyTorch's reduce-overhead 16.33 -> 16.25 ms on
+# gpt2-small bf16 and 42.56 -> 42.41 on gpt2-medium (call 7, two rounds). TR2_LN_BWD_BULK=0 turns it off for a run.
+# Needs sm_90 and 16-byte aligned, contiguous rows; elsewhere the plain kernel runs.
+BWD_BULK = bool(kernel_switch("TR2_LN_BWD_BULK", 1))
 BULK_MAX_STAGES = 4         # residual_layernorm.cu's LN_BULK_MAX_STAGES
 # The widths it takes: at 384 columns (the char model: 16384 rows of 1.5 KB) it took 40.1 us against the plain
 # kernel's 30.3 (call 5 of results/h200-perf-20261204c, Nsight Compute): its eight warps an SM cannot hide a group's
@@ -102,9 +105,11 @@ def _bulk_rows(kernel: str, C: int, rows) -> bool:
     16-byte aligned address."""
     if not (BWD_BULK and kernel == "residual_layernorm_backward" and register_rows and C in BULK_SIZES):
         return False
-    if PREFETCH_SKIP or BWD_BLOCKS == 3:
-        raise ValueError("TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3 name two forms of one "
-                         "kernel: one of them")
+    if PREFETCH_SKIP or BWD_BLOCKS == 3:   # a form asked for by name wins over the default
+        if switch_given("TR2_LN_BWD_BULK"):
+            raise ValueError("TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3 name two forms of one "
+                             "kernel: one of them")
+        return False
     return not FINAL_IN_KERNEL and all(a is None or (a.flags.c_contiguous and a.data.ptr % 16 == 0) for a in rows)
 
 
