@@ -136,3 +136,19 @@ def test_the_resident_forward_takes_one_block_an_sm_or_one_an_item(attention):
     assert attention.resident_grid(2, 1000, 132) == 16        # fewer items than SMs: one block each
     assert attention.resident_grid(1, 1, 132) == 1
     assert attention.resident_grid(128, 1024, 0) == 1         # never an empty grid
+
+
+def test_the_dq_grid_order_swaps_the_axes_only(attention, monkeypatch):
+    assert attention.DQ_TMA_ORDER == 0                       # query blocks fastest: not run on a GPU yet, off
+    assert attention.dq_tma_grid(1024, 96) == ((96, 8), "tma")
+    assert attention.dq_tma_grid(1000, 3) == ((3, 8), "tma")
+    monkeypatch.setattr(attention, "DQ_TMA_ORDER", 1)
+    assert attention.dq_tma_grid(1024, 96) == ((8, 96), "tmaqf")
+    assert attention.dq_tma_grid(129, 2) == ((2, 2), "tmaqf")
+
+
+def test_the_swapped_dq_kernels_are_in_the_source():
+    from pathlib import Path
+    src = (Path(__file__).resolve().parents[1] / "lib/tr2/cupy_side/kernels/attention.cu").read_text()
+    for build, kind in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16")):
+        assert f"ATTN_DQ_TMA_QF({build}, {kind}, 64)" in src

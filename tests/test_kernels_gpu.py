@@ -1012,6 +1012,29 @@ def test_attention_dq_tma_resident_on_wgmma(build, B, T, H, hs, p, monkeypatch):
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dq_tma_query_blocks_fastest_on_wgmma(build, B, T, H, hs, p, monkeypatch):
+    """The TMA dQ with the query blocks the grid's x (DQ_TMA_ORDER 1, attn_backward_dq_ds_tmaqf_): the plain TMA dQ's
+    bits (the same blocks in another order), dk and dv untouched, three runs identical, every allocation poisoned (a
+    query block or head the swapped grid misses keeps its poison); the launches recorded, so that the swapped kernel is
+    known to have run."""
+    from tr2.cupy_side.gpu import attention
+    launched, real_launch = [], attention.launch
+
+    def recording_launch(filename, name, *a, **k):
+        launched.append(name)
+        return real_launch(filename, name, *a, **k)
+
+    monkeypatch.setattr(attention, "launch", recording_launch)
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "DQ_TMA_ORDER", "TMA dQ, query blocks fastest",
+                                on=1, off=0, also={"DQ_TMA": 1})
+    ran = [n for n in launched if n.startswith("attn_backward_dq_ds_")]
+    assert sum(n.startswith("attn_backward_dq_ds_tmaqf_") for n in ran) == 3, ran   # the three runs with it on
+    assert sum(n.startswith("attn_backward_dq_ds_tma_") for n in ran) == 1, ran     # the one without
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dkdv_three_blocks_on_wgmma(build, B, T, H, hs, p, monkeypatch):
     """The one-warpgroup wgmma dK/dV kernel compiled for three blocks an SM (WG_DKDV_BLOCKS = 3, 168 registers with
     spills): the bits of the two-block build of the same source."""

@@ -490,6 +490,12 @@ DQ_TMA_STAGES = kernel_define(FILE, "DQ_TMA_STAGES")
 # off. The second block an SM already covered the block changes.
 DQ_TMA_RESIDENT = bool(kernel_switch("TR2_ATTN_DQ_TMA_RESIDENT", 0))
 DQ_RESIDENT_PER_SM = 2
+# The plain TMA dQ's grid order: 0 the heads fastest (grid (BH, query blocks), attn_backward_dq_ds_tma_), 1 the query
+# blocks fastest (grid (query blocks, BH), attn_backward_dq_ds_tmaqf_: a head's query blocks run together and read
+# the rows of its dS^T at about the same time; the same bits). Why: the pass waits on its dS^T loads, DRAM-bound
+# (its source view, call 1 of results/h200-perf-20261204c). Written in the twenty-seventh session after its device
+# time: NOT run on a GPU, off (0). The resident form takes items by tickets and ignores it.
+DQ_TMA_ORDER = kernel_switch("TR2_ATTN_DQ_TMA_ORDER", 0)
 
 
 def dq_tma_runs(T: int, wg: bool) -> bool:
@@ -499,6 +505,12 @@ def dq_tma_runs(T: int, wg: bool) -> bool:
         raise ValueError("TR2_ATTN_DQ_TMA=1 reads ds_t as the wgmma dK/dV kernels write it; allowed with them only "
                          "(head size 64, half roundings, a Hopper GPU, TR2_ATTN_WG_DKDV=1)")
     return DQ_TMA == 1 or (DQ_TMA == 2 and T > WG_MAX_T and wg)
+
+
+def dq_tma_grid(T: int, BH: int) -> tuple:
+    """The plain TMA dQ's grid and kernel form for BH heads of rows of T (128 queries a block), in DQ_TMA_ORDER."""
+    blocks = -(-T // 128)
+    return ((blocks, BH), "tmaqf") if DQ_TMA_ORDER == 1 else ((BH, blocks), "tma")
 
 
 def dq_tma_shared_bytes(hs: int) -> int:
@@ -591,7 +603,8 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         if dq_tma_runs(T, wg):
             tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=BH)
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
-            qargs, grid, kernel = (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind)), (BH, -(-T // 128)), "tma"
+            qargs = (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind))
+            grid, kernel = dq_tma_grid(T, BH)
             if DQ_TMA_RESIDENT:
                 extra, grid = _resident(ctx, BH, T, "att_dq_tickets", DQ_RESIDENT_PER_SM)
                 qargs, kernel = qargs + extra, "tmar"

@@ -3317,7 +3317,13 @@ __device__ __forceinline__ void tma_dq_step(float (&dq)[HS / 8][4], unsigned cha
     wg_hold(dq);
 }
 
-template <int K, int HS>
+// QFAST (attn_backward_dq_ds_tmaqf_, gpu/attention.py's DQ_TMA_ORDER 1): the grid's x the query blocks and y the
+// heads, so that the blocks running together are one head's query blocks (all of them, heaviest first) instead of one
+// query block of many heads. Why (a hypothesis, twenty-seventh session): the pass waits on its dS^T loads (49% of its
+// stall samples on the ring's full barrier, DRAM-bound: ds_t is stored evict-first), and with the heads fastest each
+// 2 KB row of ds_t is read in 256-byte pieces by eight blocks far apart in time; a head's blocks together read a key
+// row's pieces at about the same time and its k boxes from L2. The same blocks, the same arithmetic: the same bits.
+template <int K, int HS, bool QFAST = false>
 __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorMap* tds, const TensorMap* tq, int T,
                                           int H, int out_kind) {
 #ifdef ATTN_WGMMA
@@ -3330,8 +3336,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
     // stage s at base + 3 s BOX: k's 64 keys, then consumer 0's and consumer 1's dS^T (64 keys x 64 queries each)
     const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
-    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int qb = nqb - 1 - (int)(QFAST ? blockIdx.x : blockIdx.y);   // the longest rows first
+    const int bh = QFAST ? blockIdx.y : blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
     const int last = min(qb * BR + BR - 1, T - 1) / BK;   // the block's last key step
     const int wg = threadIdx.x >> 7;
     if (threadIdx.x == 0) {
@@ -3988,6 +3994,14 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         grid_dependency_entry();                                                                               \
         attention_backward_dq_tma<K, HS>(dqkv, &tds, &tq, T, H, out_kind);                                     \
     }
+// The same with the query blocks the grid's x (QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks, BH).
+#define ATTN_DQ_TMA_QF(BUILD, K, HS)                                                                            \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tmaqf_##BUILD##_hs##HS(           \
+        void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
+        int out_kind) {                                                                                        \
+        grid_dependency_entry();                                                                               \
+        attention_backward_dq_tma<K, HS, true>(dqkv, &tds, &tq, T, H, out_kind);                               \
+    }
 // attention_backward_dq_tma_resident (gpu/attention.py's DQ_TMA_RESIDENT): attn_backward_dq_ds_tmar_<bf16r|f16r>_hs64,
 // the plain TMA dQ's arguments and then the heads BH and sched (two ints zero at launch, left zero); one block an SM.
 #define ATTN_DQ_TMA_RESIDENT(BUILD, K, HS)                                                                      \
@@ -4054,6 +4068,8 @@ ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DQ_TMA(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA(f16r, KIND_F16, 64)
+ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
+ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
 ATTN_DQ_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_FORWARD3(bf16r, KIND_BF16, false, 64)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One GPU call for the twenty-seventh session's last items (docs/perf.md "Next, in order (after the twenty-seventh
+# session)"):
+#   0. the whole-run identity check of this program (the bulk LayerNorm backward on by default since d6332fc) against
+#      the method A edition folder's records: the four cupy configurations' seed-1337 runs, 250 steps
+#   1. the TMA dQ with its grid swapped (TR2_ATTN_DQ_TMA_ORDER=1, attn_backward_dq_ds_tmaqf_; written after the
+#      device time, NOT run): its kernel cases against the plain TMA dQ's bits, under their own limit
+#   2. the backward alone, tmarrq (the default) against tmarrqf (scripts/attention_backward_variants.py), where 1 passed
+#   3. Nsight Compute on both dQ kernels at gpt2-small's shape (DRAM and L2 bytes and rates, stalls): what the pass
+#      moves and how fast, whatever 1 gave
+# Carry data, .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT (no variants).
+#   usage: TR2_GIT_COMMIT=<40 hex> bash scripts/dq_order_call.sh OUT     (DQ_CALL_S, default 560)
+set -u -o pipefail
+OUT=${1:?OUT}
+source scripts/device_env.sh || exit 1
+call_begin "$OUT" "${DQ_CALL_S:-560}"
+F=results/method_a-20261202-170258-h200-edition
+timeout 120 python3 scripts/identity_check.py $F --steps 250 --runs nanogpt/float32/cupy/1337 nanogpt/bfloat16/cupy/1337 \
+  gpt2-small/float32/cupy/1337 gpt2-small/bfloat16/cupy/1337 --out "$OUT/identity.jsonl" --scratch /tmp/identity.runs \
+  >"$OUT/identity.log" 2>&1
+echo "== identity check (exit $?, $(elapsed) s)"; tail -4 "$OUT/identity.log"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k dq_tma_query_blocks_fastest \
+  >"$OUT/pytest_dqqf.log" 2>&1
+tests=$?
+echo "== swapped dQ's tests (exit $tests, $(elapsed) s)"; tail -2 "$OUT/pytest_dqqf.log"
+if [ "$tests" -eq 0 ]; then
+  TR2_BWD_FORMS=tmarrq,tmarrqf timeout 150 python3 scripts/attention_backward_variants.py "$OUT/bwd.jsonl" 3 20 \
+    >"$OUT/bwd.log" 2>&1
+  echo "== backward forms (exit $?, $(elapsed) s)"; tail -12 "$OUT/bwd.log"
+fi
+for order in 0 1; do
+  [ "$(left)" -gt 60 ] || break
+  [ "$order" = 1 ] && [ "$tests" -ne 0 ] && break
+  TR2_ATTN_DQ_TMA_ORDER=$order timeout 60 ncu --clock-control none -k regex:attn_backward_dq --launch-skip 1 \
+    --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section Occupancy python3 scripts/attention_ncu.py gpt2-small bfloat16 1 >"$OUT/ncu-dq-order$order.txt" 2>&1
+  echo "== ncu dQ order $order (exit $?, $(elapsed) s)"
+  grep -E "^  attn|Duration  |DRAM Throughput|L2 Cache Throughput|Memory Throughput   " "$OUT/ncu-dq-order$order.txt"
+done
+echo "== done ($(elapsed) s)"
+out_fold "$OUT"
