@@ -8,6 +8,8 @@
 #   2. the backward alone, tmarrq (the default) against tmarrqf (scripts/attention_backward_variants.py), where 1 passed
 #   3. Nsight Compute on both dQ kernels at gpt2-small's shape (DRAM and L2 bytes and rates, stalls): what the pass
 #      moves and how fast, whatever 1 gave
+#   4. the bulk LayerNorm backward at 384 columns with two blocks an SM (written after the device time, NOT run): its
+#      kernel cases at 384, then Nsight Compute on nanogpt's shape, plain (TR2_LN_BWD_BULK=0) against it (=2)
 # Carry data, .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT (no variants).
 #   usage: TR2_GIT_COMMIT=<40 hex> bash scripts/dq_order_call.sh OUT     (DQ_CALL_S, default 560)
 set -u -o pipefail
@@ -36,6 +38,19 @@ for order in 0 1; do
     --section Occupancy python3 scripts/attention_ncu.py gpt2-small bfloat16 1 >"$OUT/ncu-dq-order$order.txt" 2>&1
   echo "== ncu dQ order $order (exit $?, $(elapsed) s)"
   grep -E "^  attn|Duration  |DRAM Throughput|L2 Cache Throughput|Memory Throughput   " "$OUT/ncu-dq-order$order.txt"
+done
+timeout 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "bulk_is_the_same_bits and 384" \
+  >"$OUT/pytest_bulk384.log" 2>&1
+ln_tests=$?
+echo "== bulk backward at 384, two blocks an SM (exit $ln_tests, $(elapsed) s)"; tail -2 "$OUT/pytest_bulk384.log"
+for bulk in 0 2; do
+  [ "$(left)" -gt 30 ] || break
+  [ "$bulk" = 2 ] && [ "$ln_tests" -ne 0 ] && break
+  TR2_LN_BWD_BULK=$bulk timeout 60 ncu --clock-control none -k regex:residual_layernorm_backward --launch-skip 1 \
+    --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    python3 scripts/layernorm_ncu.py nanogpt >"$OUT/ncu-ln384-bulk$bulk.txt" 2>&1
+  echo "== ncu nanogpt LayerNorm backward, TR2_LN_BWD_BULK=$bulk (exit $?, $(elapsed) s)"
+  grep -E "^  residual|Duration  |DRAM Throughput|Achieved Occ" "$OUT/ncu-ln384-bulk$bulk.txt"
 done
 echo "== done ($(elapsed) s)"
 out_fold "$OUT"

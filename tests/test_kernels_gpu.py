@@ -1444,7 +1444,7 @@ def test_residual_layernorm_backward_forms_are_the_same_bits(build, N, C, skip, 
     tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
     applies = switch == "PREFETCH_SKIP" or C in layernorm.THREE_BLOCK_SIZES
     off = {"PREFETCH_SKIP": False, "BWD_BLOCKS": 2}[switch]
-    monkeypatch.setattr(layernorm, "BWD_BULK", False)   # the plain kernel, not the bulk form, as the reference
+    monkeypatch.setattr(layernorm, "BWD_BULK", 0)   # the plain kernel, not the bulk form, as the reference
     out = {}
     for value in (off, on):
         monkeypatch.setattr(layernorm, switch, value)
@@ -1473,7 +1473,7 @@ def test_residual_layernorm_backward_bulk_is_the_same_bits(build, N, C, skip, p,
     partials too, so that a row or a group the bulk form leaves unwritten cannot pass on the plain run's values; the
     launches are recorded, so that the bulk kernel is known to have run (and more groups than blocks at the larger N:
     each block takes several groups, through every stage of its ring and round again). At every width it is built for,
-    384 too, which gpu/layernorm.py's BULK_SIZES leaves out (slower there)."""
+    384 too (two blocks an SM there), which gpu/layernorm.py's BULK_SIZES leaves out (slower at one block an SM)."""
     from tr2.cupy_side.gpu import layernorm
     dtype, tf32, hr = build
     be = gpu_backend(*build)
@@ -1499,7 +1499,7 @@ def test_residual_layernorm_backward_bulk_is_the_same_bits(build, N, C, skip, p,
     fits = layernorm.bulk_stages(C, dy.dtype.itemsize, skip) > 0   # float32 at 1024 with dskip: no two stages
     out = {}
     for on in (False, True):
-        monkeypatch.setattr(layernorm, "BWD_BULK", on)
+        monkeypatch.setattr(layernorm, "BWD_BULK", int(on))
         runs = []
         for _ in range(3):
             launched.clear()

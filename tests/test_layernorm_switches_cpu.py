@@ -43,25 +43,30 @@ def test_the_three_block_kernels_are_in_the_source():
 
 
 def test_the_bulk_form_is_on_by_default_and_sized_to_shared_memory(layernorm):
-    assert layernorm.BWD_BULK
+    assert layernorm.BWD_BULK == 1
     # a stage: eight rows of s (float32), dskip (float32, when given) and dy, the eight means and rstds; beside the
     # ring dw's eight rows, w and the barriers
     assert layernorm.bulk_stages(768, 2, True) == 3          # 3 x 61504 + 24576 + 3072 + 24 <= 227 KB; 4 do not fit
     assert layernorm.bulk_stages(768, 4, True) == 2
     assert layernorm.bulk_stages(1024, 2, True) == 2
     assert layernorm.bulk_stages(1024, 4, True) == 0         # 2 x 98368 + 32768 + 4096 + 16 > 227 KB: the plain kernel
-    assert layernorm.bulk_stages(384, 2, True) == layernorm.BULK_MAX_STAGES
+    # at 384 two blocks an SM, each in half of its 228 KB less the driver's 1 KB: 3 x 30784 + 12288 + 1536 + 24
+    assert layernorm.BULK_BLOCKS[384] == 2 and layernorm.bulk_limit(384) == 114 * 1024 - 1024
+    assert layernorm.bulk_stages(384, 2, True) == 3
+    assert layernorm.bulk_stages(384, 2, True, limit=layernorm.BULK_SHARED_LIMIT) == layernorm.BULK_MAX_STAGES
     assert layernorm.bulk_stages(768, 2, False) == 4         # no dskip: 8 x 768 x 6 bytes a stage
     assert layernorm.bulk_stages(1024, 4, True, limit=200 * 1024) == 0   # fewer than two stages: the plain kernel
     for C, size, skip in ((384, 2, True), (768, 2, True), (768, 4, False), (1024, 2, True), (1024, 4, True), (384, 4, False)):
-        n = layernorm.bulk_stages(C, size, skip)
+        n, limit = layernorm.bulk_stages(C, size, skip), layernorm.bulk_limit(C)
         static = 4 * C   # w
         if n == 0:
-            assert static + layernorm.bulk_shared_bytes(C, size, skip, 2) > layernorm.BULK_SHARED_LIMIT
+            assert static + layernorm.bulk_shared_bytes(C, size, skip, 2) > limit
             continue
-        assert static + layernorm.bulk_shared_bytes(C, size, skip, n) <= layernorm.BULK_SHARED_LIMIT
+        assert static + layernorm.bulk_shared_bytes(C, size, skip, n) <= limit
         if n < layernorm.BULK_MAX_STAGES:
-            assert static + layernorm.bulk_shared_bytes(C, size, skip, n + 1) > layernorm.BULK_SHARED_LIMIT
+            assert static + layernorm.bulk_shared_bytes(C, size, skip, n + 1) > limit
+        blocks = layernorm.BULK_BLOCKS[C]   # the SM holds that many blocks, the driver's 1 KB each beside them
+        assert blocks * (static + layernorm.bulk_shared_bytes(C, size, skip, n) + 1024) <= layernorm.BULK_SM_SHARED
 
 
 class _Rows:
@@ -73,9 +78,11 @@ class _Rows:
 
 def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backward(layernorm, monkeypatch):
     rows = (_Rows(4096), None, _Rows(8192), _Rows(512), _Rows(1024))
-    monkeypatch.setattr(layernorm, "BWD_BULK", False)
+    monkeypatch.setattr(layernorm, "BWD_BULK", 0)
     assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)     # off
-    monkeypatch.setattr(layernorm, "BWD_BULK", True)
+    monkeypatch.setattr(layernorm, "BWD_BULK", 2)                                # every width built, 384 too
+    assert all(layernorm._bulk_rows("residual_layernorm_backward", C, rows) for C in (384, 768, 1024))
+    monkeypatch.setattr(layernorm, "BWD_BULK", 1)
     assert layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
     assert layernorm._bulk_rows("residual_layernorm_backward", 768, (_Rows(4096), _Rows(256), *rows[2:]))
     assert not layernorm._bulk_rows("residual_layernorm_backward", 1000, rows)    # no register-row width
@@ -99,7 +106,7 @@ def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backwa
         with pytest.raises(ValueError, match="TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3"):
             layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
         monkeypatch.undo()
-        monkeypatch.setattr(layernorm, "BWD_BULK", True)
+        monkeypatch.setattr(layernorm, "BWD_BULK", 1)
 
 
 def test_the_bulk_kernels_are_in_the_source(layernorm):

@@ -34,15 +34,21 @@ THREE_BLOCK_SIZES = (768, 1024)
 # results/h200-perf-20261204). On since the twenty-seventh session: the plain kernels' bits at 384, 768 and 1024
 # columns in every build (126 kernel cases, calls 6-7 of results/h200-perf-20261204c), c768 27.8 us against 33.7 and
 # c1024 37.2 against 43.9 (Nsight Compute, call 6), the step beside PyTorch's reduce-overhead 16.33 -> 16.25 ms on
-# gpt2-small bf16 and 42.56 -> 42.41 on gpt2-medium (call 7, two rounds). TR2_LN_BWD_BULK=0 turns it off for a run.
+# gpt2-small bf16 and 42.56 -> 42.41 on gpt2-medium (call 7, two rounds). TR2_LN_BWD_BULK=0 turns it off for a run;
+# 2 takes it at every width it is built for (384 too: a bench variant, below).
 # Needs sm_90 and 16-byte aligned, contiguous rows; elsewhere the plain kernel runs.
-BWD_BULK = bool(kernel_switch("TR2_LN_BWD_BULK", 1))
+BWD_BULK = kernel_switch("TR2_LN_BWD_BULK", 1, (0, 1, 2))
 BULK_MAX_STAGES = 4         # residual_layernorm.cu's LN_BULK_MAX_STAGES
-# The widths it takes: at 384 columns (the char model: 16384 rows of 1.5 KB) it took 40.1 us against the plain
-# kernel's 30.3 (call 5 of results/h200-perf-20261204c, Nsight Compute): its eight warps an SM cannot hide a group's
-# fixed costs (two barriers, the dw partial) over rows that short. Its kernel stays built and tested.
+# The widths it takes at 1: at 384 columns (the char model: 16384 rows of 1.5 KB) one block an SM took 40.1 us against
+# the plain kernel's 30.3 (call 5 of results/h200-perf-20261204c, Nsight Compute): its eight warps an SM cannot hide a
+# group's fixed costs (two barriers, the dw partial) over rows that short. Built since for two blocks an SM there
+# (BULK_BLOCKS; written after the device time, NOT run on a GPU): taken at 2 only until measured.
 BULK_SIZES = (768, 1024)
+# Blocks an SM of the bulk kernel at each width (residual_layernorm.cu's LN_BULK_MIN_BLOCKS): each block's ring sized to
+# its share of the SM's shared memory.
+BULK_BLOCKS = {384: 2, 768: 1, 1024: 1}
 BULK_SHARED_LIMIT = 227 * 1024   # the H100's and H200's dynamic shared memory a block, opted in
+BULK_SM_SHARED = 228 * 1024      # an SM's, of which the driver keeps 1 KB a block
 
 
 def forward(ctx, x: "cp.ndarray", w: "cp.ndarray", eps: float):
@@ -85,9 +91,17 @@ def _bulk_stage_bytes(C: int, dy_itemsize: int, has_skip: bool) -> int:
     return ROWS_PER_BLOCK * C * (4 + (4 if has_skip else 0) + dy_itemsize) + 2 * ROWS_PER_BLOCK * 4
 
 
-def bulk_stages(C: int, dy_itemsize: int, has_skip: bool, limit: int = BULK_SHARED_LIMIT) -> int:
-    """Stages of the bulk backward's ring that fit in `limit` bytes of shared memory beside its dw rows, w and
-    barriers, at most BULK_MAX_STAGES; 0 where fewer than two fit (then the plain kernel runs)."""
+def bulk_limit(C: int) -> int:
+    """The shared memory a block of the bulk backward may take at width C: all a block may, or its share of the SM's
+    where BULK_BLOCKS puts more than one block there."""
+    blocks = BULK_BLOCKS.get(C, 1)
+    return BULK_SHARED_LIMIT if blocks == 1 else BULK_SM_SHARED // blocks - 1024
+
+
+def bulk_stages(C: int, dy_itemsize: int, has_skip: bool, limit: int | None = None) -> int:
+    """Stages of the bulk backward's ring that fit in `limit` bytes of shared memory (default bulk_limit(C)) beside
+    its dw rows, w and barriers, at most BULK_MAX_STAGES; 0 where fewer than two fit (then the plain kernel runs)."""
+    limit = bulk_limit(C) if limit is None else limit
     n = min(BULK_MAX_STAGES, (limit - C * 4 - bulk_shared_bytes(C, dy_itemsize, has_skip, 0) - 8 * BULK_MAX_STAGES)
             // _bulk_stage_bytes(C, dy_itemsize, has_skip))
     return n if n >= 2 else 0
@@ -100,10 +114,12 @@ def bulk_shared_bytes(C: int, dy_itemsize: int, has_skip: bool, stages: int) -> 
 
 
 def _bulk_rows(kernel: str, C: int, rows) -> bool:
-    """Whether the bulk form takes this launch: switched on, residual_layernorm's backward at one of BULK_SIZES,
+    """Whether the bulk form takes this launch: switched on, residual_layernorm's backward at one of BULK_SIZES (at
+    every register-row width where BWD_BULK is 2),
     dw by the final kernel, and every array the copy engine reads (s, dskip, dy, mean, rstd) contiguous at a
     16-byte aligned address."""
-    if not (BWD_BULK and kernel == "residual_layernorm_backward" and register_rows and C in BULK_SIZES):
+    sizes = BULK_SIZES if BWD_BULK == 1 else REGISTER_ROW_SIZES if BWD_BULK == 2 else ()
+    if not (kernel == "residual_layernorm_backward" and register_rows and C in sizes):
         return False
     if PREFETCH_SKIP or BWD_BLOCKS == 3:   # a form asked for by name wins over the default
         if switch_given("TR2_LN_BWD_BULK"):
@@ -129,7 +145,7 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
         _, dskip, dy, _, _ = bulk_rows
         stages = bulk_stages(C, dy.dtype.itemsize, dskip is not None)
     if stages:
-        blocks = min(grid, sm_count(cp.cuda.Device().id))
+        blocks = min(grid, BULK_BLOCKS.get(C, 1) * sm_count(cp.cuda.Device().id))
         launch(filename, f"{kernel}_c{C}_bulk", blocks, 32 * ROWS_PER_BLOCK, args_of_part(part) + (i32(stages),),
                shared_mem=bulk_shared_bytes(C, dy.dtype.itemsize, dskip is not None, stages))
     else:

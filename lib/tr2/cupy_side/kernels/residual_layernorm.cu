@@ -197,8 +197,12 @@ RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(1024)
 // Dynamic shared memory: stages x (8 C x 4 bytes of s, the same of dskip when given, 8 C x dy's element size, the
 // group's 8 means and 8 rstds), then dw_rows (8 C floats), then the stages' mbarriers; w in static shared memory (C
 // floats); gpu/layernorm.py sizes the ring (at most LN_BULK_MAX_STAGES).
-// blockDim.x = 256 (eight warps, one a row of the group).
+// blockDim.x = 256 (eight warps, one a row of the group). Blocks an SM: one, two at 384 columns (LN_BULK_MIN_BLOCKS:
+// one block of eight warps took 40.1 us against the plain kernel's 30.3 there, call 5 of results/h200-perf-20261204c,
+// too few warps to hide a group's barriers and dw partial over rows of 1.5 KB; gpu/layernorm.py's BULK_BLOCKS sizes the
+// ring to the share of shared memory).
 #define LN_BULK_MAX_STAGES 4
+#define LN_BULK_MIN_BLOCKS(C) ((C) == 384 ? 2 : 1)
 template <int CPL>
 __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
         float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
@@ -282,7 +286,7 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
 #endif
 }
 #define RESIDUAL_LAYERNORM_BACKWARD_ROWS_BULK(C_)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256, 1) residual_layernorm_backward_c##C_##_bulk(               \
+    extern "C" __global__ void __launch_bounds__(256, LN_BULK_MIN_BLOCKS(C_)) residual_layernorm_backward_c##C_##_bulk(\
         float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
