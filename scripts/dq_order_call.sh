@@ -30,27 +30,26 @@ if [ "$tests" -eq 0 ]; then
     >"$OUT/bwd.log" 2>&1
   echo "== backward forms (exit $?, $(elapsed) s)"; tail -12 "$OUT/bwd.log"
 fi
-for order in 0 1; do
-  [ "$(left)" -gt 60 ] || break
-  [ "$order" = 1 ] && [ "$tests" -ne 0 ] && break
-  TR2_ATTN_DQ_TMA_ORDER=$order timeout 60 ncu --clock-control none -k regex:attn_backward_dq --launch-skip 1 \
-    --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-    --section Occupancy python3 scripts/attention_ncu.py gpt2-small bfloat16 1 >"$OUT/ncu-dq-order$order.txt" 2>&1
-  echo "== ncu dQ order $order (exit $?, $(elapsed) s)"
-  grep -E "^  attn|Duration  |DRAM Throughput|L2 Cache Throughput|Memory Throughput   " "$OUT/ncu-dq-order$order.txt"
-done
+# ncu_pair TESTS_EXIT KERNEL_REGEX NAME SWITCH "A B" SCRIPT ARGS...: Nsight Compute on one launch of the second pass of
+# SCRIPT, once with SWITCH=A and, where TESTS_EXIT is 0, once with SWITCH=B; OUT/ncu-NAME-<value>.txt
+ncu_pair() {
+  local tests=$1 regex=$2 name=$3 switch=$4 values=$5 v
+  shift 5
+  for v in $values; do
+    [ "$(left)" -gt 30 ] || break
+    [ "$v" != "${values%% *}" ] && [ "$tests" -ne 0 ] && break
+    env "$switch=$v" timeout 60 ncu --clock-control none -k "regex:$regex" --launch-skip 1 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      python3 "$@" >"$OUT/ncu-$name-$v.txt" 2>&1
+    echo "== ncu $name, $switch=$v (exit $?, $(elapsed) s)"
+    grep -E "^  [a-z]|Duration  |DRAM Throughput|L2 Cache Throughput|Achieved Occ" "$OUT/ncu-$name-$v.txt"
+  done
+}
+ncu_pair "$tests" attn_backward_dq dq TR2_ATTN_DQ_TMA_ORDER "0 1" scripts/attention_ncu.py gpt2-small bfloat16 1
 timeout 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "bulk_is_the_same_bits and 384" \
   >"$OUT/pytest_bulk384.log" 2>&1
 ln_tests=$?
 echo "== bulk backward at 384, two blocks an SM (exit $ln_tests, $(elapsed) s)"; tail -2 "$OUT/pytest_bulk384.log"
-for bulk in 0 2; do
-  [ "$(left)" -gt 30 ] || break
-  [ "$bulk" = 2 ] && [ "$ln_tests" -ne 0 ] && break
-  TR2_LN_BWD_BULK=$bulk timeout 60 ncu --clock-control none -k regex:residual_layernorm_backward --launch-skip 1 \
-    --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    python3 scripts/layernorm_ncu.py nanogpt >"$OUT/ncu-ln384-bulk$bulk.txt" 2>&1
-  echo "== ncu nanogpt LayerNorm backward, TR2_LN_BWD_BULK=$bulk (exit $?, $(elapsed) s)"
-  grep -E "^  residual|Duration  |DRAM Throughput|Achieved Occ" "$OUT/ncu-ln384-bulk$bulk.txt"
-done
+ncu_pair "$ln_tests" residual_layernorm_backward ln384 TR2_LN_BWD_BULK "0 2" scripts/layernorm_ncu.py nanogpt
 echo "== done ($(elapsed) s)"
 out_fold "$OUT"
