@@ -5,7 +5,7 @@ import numpy as np
 import cupy as cp
 
 from . import REGISTER_ROW_SIZES, dw_order, kernel_switch, switch_given
-from .runtime import f32, i32, launch, sm_count
+from .runtime import compute_capability, f32, i32, launch, sm_count
 
 FILE = "layernorm.cu"
 ROWS_PER_BLOCK = 8          # one warp per row
@@ -141,7 +141,7 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
     if FINAL_IN_KERNEL:
         return _rows_backward_dwsum(ctx, filename, kernel, grid, C, args_of_part(part))
     stages = 0
-    if bulk_rows is not None and _bulk_rows(kernel, C, bulk_rows) and int(cp.cuda.Device().compute_capability) >= 90:
+    if bulk_rows is not None and _bulk_rows(kernel, C, bulk_rows) and compute_capability(cp.cuda.Device().id) >= 90:
         _, dskip, dy, _, _ = bulk_rows
         stages = bulk_stages(C, dy.dtype.itemsize, dskip is not None)
     if stages:

@@ -148,6 +148,12 @@ def launch(filename: str, name: str, grid, block, args, shared_mem: int = 0, pre
 
 
 @functools.cache
+def compute_capability(device: int) -> int:
+    """The device's compute capability as an integer (90 on the H100 and H200), asked once."""
+    return int(cp.cuda.Device(device).compute_capability)
+
+
+@functools.cache
 def sm_count(device: int) -> int:
     """The device's SMs, asked once (CuPy's attributes query every attribute of the device each time)."""
     return int(cp.cuda.Device(device).attributes["MultiProcessorCount"])

@@ -146,6 +146,17 @@ __device__ __forceinline__ void store4_kind(void* p, i64 i, const float v[4], in
 // rows' stores (the bulk form) it reloads w and contracts more at every width. The multiply-adds' roundings decide the
 // bits, so the bulk form takes W_ONCE at 384 and 768 (the plain kernels' bits, call 5 of results/h200-perf-20261204c)
 // and at 1024 reads w from global memory as the plain kernel does.
+// A pass's four columns of w: the ones loaded before the first pass (W_ONCE), or a load from w here.
+template <bool W_ONCE>
+__device__ __forceinline__ void row_w(float wk[4], const float held[4], const float* w) {
+    if constexpr (W_ONCE) {
+        wk[0] = held[0], wk[1] = held[1], wk[2] = held[2], wk[3] = held[3];
+    } else {
+        const float4 wv = *(const float4*)w;
+        wk[0] = wv.x, wk[1] = wv.y, wk[2] = wv.z, wk[3] = wv.w;
+    }
+}
+
 template <int CPL, bool PREFETCH_SKIP, bool W_ONCE = false>
 __device__ __forceinline__ void layernorm_backward_row(
         float* ds, void* db, float* dwr, const void* dy_src, const float* s_src, const float* skip_src, i64 src0,
@@ -158,10 +169,9 @@ __device__ __forceinline__ void layernorm_backward_row(
 #pragma unroll
     for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
         const int c = 4 * lane + 128 * k;
-        if (W_ONCE) {
+        if constexpr (W_ONCE) {
             const float4 wv = *(const float4*)(w + c);
-            wo[W_ONCE ? k : 0][0] = wv.x, wo[W_ONCE ? k : 0][1] = wv.y, wo[W_ONCE ? k : 0][2] = wv.z,
-            wo[W_ONCE ? k : 0][3] = wv.w;
+            wo[k][0] = wv.x, wo[k][1] = wv.y, wo[k][2] = wv.z, wo[k][3] = wv.w;
         }
         load4_kind(dy_src, src0 + c, dy_kind, dyv[k]);
         load4_kind(s_src, src0 + c, KIND_F32, sv[k]);
@@ -170,9 +180,8 @@ __device__ __forceinline__ void layernorm_backward_row(
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int k = 0; k < NV; k++) {
-        const float4 wv = W_ONCE ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4*)(w + 4 * lane + 128 * k);
-        const float wk[4] = {W_ONCE ? wo[W_ONCE ? k : 0][0] : wv.x, W_ONCE ? wo[W_ONCE ? k : 0][1] : wv.y,
-                             W_ONCE ? wo[W_ONCE ? k : 0][2] : wv.z, W_ONCE ? wo[W_ONCE ? k : 0][3] : wv.w};
+        float wk[4];
+        row_w<W_ONCE>(wk, wo[W_ONCE ? k : 0], w + 4 * lane + 128 * k);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const float g = dyv[k][j] * wk[j];
@@ -188,9 +197,8 @@ __device__ __forceinline__ void layernorm_backward_row(
     for (int k = 0; k < NV; k++) {
         const int c = 4 * lane + 128 * k;
         const i64 e = r0 + c;
-        const float4 wv = W_ONCE ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *(const float4*)(w + c);
-        const float wk[4] = {W_ONCE ? wo[W_ONCE ? k : 0][0] : wv.x, W_ONCE ? wo[W_ONCE ? k : 0][1] : wv.y,
-                             W_ONCE ? wo[W_ONCE ? k : 0][2] : wv.z, W_ONCE ? wo[W_ONCE ? k : 0][3] : wv.w};
+        float wk[4];
+        row_w<W_ONCE>(wk, wo[W_ONCE ? k : 0], w + c);
         float skip[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (PREFETCH_SKIP && skip_src != nullptr) {
 #pragma unroll
