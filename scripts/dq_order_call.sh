@@ -2,7 +2,8 @@
 # One GPU call for the twenty-seventh session's last items (docs/perf.md "Next, in order (after the twenty-seventh
 # session)"):
 #   0. the whole-run identity check of this program (the bulk LayerNorm backward on by default since d6332fc) against
-#      the method A edition folder's records: the four cupy configurations' seed-1337 runs, 250 steps
+#      the method A edition folder's records: the four cupy configurations' seed-1337 runs, 250 steps; then the
+#      graph = eager tests at the defaults (tests/test_graph_gpu.py, replays_train)
 #   1. the TMA dQ with its grid swapped (TR2_ATTN_DQ_TMA_ORDER=1, attn_backward_dq_ds_tmaqf_; written after the
 #      device time, NOT run): its kernel cases against the plain TMA dQ's bits, under their own limit
 #   2. the backward alone, tmarrq (the default) against tmarrqf (scripts/attention_backward_variants.py), where 1 passed
@@ -21,6 +22,9 @@ timeout 120 python3 scripts/identity_check.py $F --steps 250 --runs nanogpt/floa
   gpt2-small/float32/cupy/1337 gpt2-small/bfloat16/cupy/1337 --out "$OUT/identity.jsonl" --scratch /tmp/identity.runs \
   >"$OUT/identity.log" 2>&1
 echo "== identity check (exit $?, $(elapsed) s)"; tail -4 "$OUT/identity.log"
+# the graph = eager loop at the defaults (the bulk LayerNorm backward on since d6332fc; not run on the H200 since)
+timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_graph_gpu.py -k replays_train >"$OUT/pytest_graph.log" 2>&1
+echo "== graph = eager (exit $?, $(elapsed) s)"; tail -2 "$OUT/pytest_graph.log"
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k dq_tma_query_blocks_fastest \
   >"$OUT/pytest_dqqf.log" 2>&1
 tests=$?

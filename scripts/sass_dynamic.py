@@ -7,6 +7,9 @@ it holds (nvdisasm's static counts, results/cpu-checks-20261204, say only the la
 
 The second form lists, for the instructions whose mnemonic (modifiers kept) starts with one of the prefixes, how
 many lines execute how many times each: where in the kernel (a loop, a once-an-item epilogue) they sit.
+The third lists the N lines with the most stall samples, in the kernel's order: each line's index, its instruction,
+samples, executed count and its two largest stall reasons (where a kernel waits: a barrier's branch, a product's
+wait).
 
 Per file: the kernel, its executed warp instructions in all, then the N heaviest opcodes (the mnemonic without its
 modifiers, so FFMA.FTZ counts as FFMA) with their executed count, share and the warp-stall samples on them; then the
@@ -76,7 +79,34 @@ def lines_by_count(path: str, prefixes: list[str]) -> list[tuple[str, int, int]]
     return [(op, n, k) for (op, n), k in sorted(found.items(), key=lambda kv: -kv[0][1] * kv[1])]
 
 
+def hot_lines(path: str, n: int) -> list[tuple]:
+    """(line index, instruction, samples, executed, [(reason, samples), two largest]) of the n lines with the most
+    stall samples, in the kernel's order."""
+    _, rows = read(path)
+    samples = [int(r["Warp Stall Sampling (All Samples)"] or 0) for r in rows]
+    top = sorted(sorted(range(len(rows)), key=lambda i: -samples[i])[:n])
+    out = []
+    for i in top:
+        r = rows[i]
+        reasons = sorted(((k[len("stall_"):], int(v or 0)) for k, v in r.items()
+                          if k and k.startswith("stall_") and "(Not Issued)" not in k), key=lambda kv: -kv[1])
+        out.append((i, " ".join(r["Source"].split()), samples[i], int(r["Instructions Executed"] or 0),
+                    [kv for kv in reasons[:2] if kv[1]]))
+    return out
+
+
 def main(argv) -> int:
+    if "--hot" in argv:
+        i = argv.index("--hot")
+        n = int(argv[i + 1])
+        for path in argv[:i] + argv[i + 2:]:
+            kernel, rows = read(path)
+            total = sum(int(r["Warp Stall Sampling (All Samples)"] or 0) for r in rows)
+            print(f"{kernel}: {total:,} stall samples")
+            for k, source, smp, ex, reasons in hot_lines(path, n):
+                why = ", ".join(f"{name} {v}" for name, v in reasons)
+                print(f"  {k:5d} {source[:60]:60} {smp:6d} ({smp / max(total, 1):4.0%}) executed {ex:8d}  {why}")
+        return 0
     if "--lines" in argv:
         i = argv.index("--lines")
         prefixes = argv[i + 1].split(",")

@@ -7,6 +7,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
 import sass_dynamic as sd  # noqa: E402
+import sass_float_ops as fo  # noqa: E402
 import sass_loop_mix as lm  # noqa: E402
 
 HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
@@ -51,6 +52,20 @@ def test_lines_by_executed_count(tmp_path):
     assert sd.lines_by_count(str(path), ["STG", "STS"]) == [("STG.E", 768, 2), ("STSM.16.M88.4", 96, 1)]
 
 
+def test_the_lines_with_the_most_stall_samples(tmp_path):
+    lines = ['"Kernel Name","k_demo",', HEADER,
+             _row("0x10", "FFMA R1, R2, R3, R4", 2, 100, 2, 0),
+             _row("0x20", "@!P1  BRA 0x10", 9, 55, 1, 8),
+             _row("0x30", "MUFU.EX2 R5, R5", 0, 100, 0, 0),
+             _row("0x40", "STG.E [R2.64], R4", 4, 6, 4, 0)]
+    path = tmp_path / "k.csv"
+    path.write_text("\n".join(lines) + "\n")
+    # the two heaviest, in the kernel's order, each with its reasons largest first (a reason of 0 left out)
+    assert sd.hot_lines(str(path), 2) == [(1, "@!P1 BRA 0x10", 9, 55, [("no_inst", 8), ("wait", 1)]),
+                                          (3, "STG.E [R2.64], R4", 4, 6, [("wait", 4)])]
+    assert sd.main([str(path), "--hot", "1"]) == 0
+
+
 LISTING = """\t.section\t.text.k_demo,"ax",@progbits
 .text.k_demo:
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -80,3 +95,27 @@ def test_the_loops_holding_products_and_their_mix(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "k_demo: 7 instructions" in out and "loop 0x10-0x40: 4 instructions; HGMMA 1 MUFU 1" in out
     assert lm.main([str(path), "k_demo", "2"]) == 0 and "loop" not in capsys.readouterr().out   # too few products
+
+
+FLOATS = """.text.k_a:
+        /*0000*/                   FMUL R1, R2, R3 ;
+        /*0010*/                   FADD R1, R1, R4 ;
+        /*0020*/                   FFMA.FTZ R5, R2, R3, R4 ;
+        /*0030*/                   FMNMX R6, R5, R1, !PT ;
+.text.k_b:
+        /*0000*/                   FFMA R1, R2, R3, R4 ;
+        /*0010*/                   FMUL R1, R2, R3 ;
+        /*0020*/                   FFMA.FTZ R5, R2, R3, R4 ;
+"""
+
+
+def test_float_ops_in_order_and_compared(tmp_path, capsys):
+    path = tmp_path / "f.sass"
+    path.write_text(FLOATS)
+    assert fo.float_ops(str(path), "k_a") == ["FMUL", "FADD", "FFMA.FTZ"]   # FMNMX is no arithmetic rounding
+    assert fo.main([str(path), "k_a", str(path), "k_b", str(path), "k_a"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("FFMA 1 FADD 1 FMUL 1")
+    assert out[1].endswith("FFMA 2 FADD 0 FMUL 1  same sequence as the first: no")   # a contraction moved
+    assert out[2].endswith("same sequence as the first: yes")
+    assert fo.main([str(path)]) == 2
