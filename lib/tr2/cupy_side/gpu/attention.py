@@ -493,9 +493,12 @@ DQ_RESIDENT_PER_SM = 2
 # The plain TMA dQ's grid order: 0 the heads fastest (grid (BH, query blocks), attn_backward_dq_ds_tma_), 1 the query
 # blocks fastest (grid (query blocks, BH), attn_backward_dq_ds_tmaqf_: a head's query blocks run together and read
 # the rows of its dS^T at about the same time; the same bits). Why: the pass waits on its dS^T loads, DRAM-bound
-# (its source view, call 1 of results/h200-perf-20261204c). Written in the twenty-seventh session after its device
-# time: NOT run on a GPU, off (0). The resident form takes items by tickets and ignores it.
-DQ_TMA_ORDER = kernel_switch("TR2_ATTN_DQ_TMA_ORDER", 0)
+# (its source view, call 1 of results/h200-perf-20261204c). Written in the twenty-seventh session; run in the
+# twenty-eighth (results/h200-perf-20261204d): its 44 kernel cases the plain kernel's bits; the backward alone (ms a
+# layer, bf16) x0.976 / x0.989 / x0.973 of the heads-fastest grid on nanogpt / gpt2-small / gpt2-medium (call 1); the
+# step, both rounds faster (gpt2-medium 41.79 -> 41.70 ms, call 2): on (1). The resident form takes items by tickets
+# and ignores it.
+DQ_TMA_ORDER = kernel_switch("TR2_ATTN_DQ_TMA_ORDER", 1)
 
 
 def dq_tma_runs(T: int, wg: bool) -> bool:
