@@ -9,7 +9,8 @@ rounding of ds_l2: the tensor cores' sums need not round alike; measured the sam
 same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOTS) and `wg2p`
 (WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA), `tma3`,
 `tmad`, `tmad3`, `tmar`, `tmarr` (DKDV_TMA_FORM: tma's bits), `tmarrq` (tmarr with DQ_TMA: tmaq's bits), `tmaqr`, `tmarrqr`
-(tmaq and tmarrq with DQ_TMA_RESIDENT: tmaq's bits), `tmarrqf` (tmarrq with DQ_TMA_ORDER 1: tmarrq's bits). First
+(tmaq and tmarrq with DQ_TMA_RESIDENT: tmaq's bits), `tmarrqf` (tmarrq with DQ_TMA_ORDER 1: tmarrq's bits),
+`tmarrqfg1`, `tmarrqfg2`, `tmarrqfg4` (tmarrqf a group of 1, 2, 4 batches at a time, DS_GROUP_BATCHES: its bits). First
 the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half
 outputs: the row dots are summed in another order); then rounds in rotating order, each
 figure one backward call's share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph
@@ -45,11 +46,11 @@ MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
 # the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
             "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA", "DQ_TMA",
-            "DKDV_TMA_FORM", "DQ_TMA_RESIDENT", "DQ_TMA_ORDER")
+            "DKDV_TMA_FORM", "DQ_TMA_RESIDENT", "DQ_TMA_ORDER", "DS_GROUP_BATCHES")
 _BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, DQ_DS_QUERIES=128, DS_EVICT_FIRST=True, USE_WG_DKDV=True,
              WG_DKDV_WARPGROUPS=1, WG_DKDV_OVERLAP=False, WG_DKDV_ROW_DOTS=False, WG_DKDV_PINGPONG=False,
              WG_DKDV_BLOCKS=2, WG_DKDV_TMA=False, DQ_TMA=False, DKDV_TMA_FORM=0, DQ_TMA_RESIDENT=False,
-             DQ_TMA_ORDER=0)
+             DQ_TMA_ORDER=0, DS_GROUP_BATCHES=0)
 
 
 def _form(**changes) -> tuple:
@@ -89,11 +90,15 @@ FORMS = {"recompute": _form(**_MMA_SYNC, USE_DS=False), "ds": _form(**_MMA_SYNC)
          "tmaqr": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DQ_TMA=True, DQ_TMA_RESIDENT=True),
          "tmarrqr": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_RESIDENT=True),
          # tmarrq with the TMA dQ's grid swapped, a head's query blocks together (tmarrq's bits)
-         "tmarrqf": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_ORDER=1)}
+         "tmarrqf": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_ORDER=1),
+         # tmarrqf a group of 1, 2 or 4 batches at a time, each group's dQ after its dK/dV (tmarrqf's bits)
+         **{f"tmarrqfg{g}": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_ORDER=1,
+                                  DS_GROUP_BATCHES=g) for g in (1, 2, 4)}}
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
 SAME_BITS = {"ds64": "ds", "ds_l2": "ds", "wg2": "wg1", "tma": "wg2", "tma3": "tma", "tmad": "tma", "tmad3": "tma",
              "tmar": "tma", "wg1q": "wg1", "wg2q": "wg2", "tmaq": "tma", "tmarr": "tma", "tmarrq": "tmaq", "tmaqr": "tmaq",
-             "tmarrqr": "tmaq", "tmarrqf": "tmarrq"}
+             "tmarrqr": "tmaq", "tmarrqf": "tmarrq", "tmarrqfg1": "tmarrqf", "tmarrqfg2": "tmarrqf",
+             "tmarrqfg4": "tmarrqf"}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)

@@ -153,3 +153,51 @@ def test_the_swapped_dq_kernels_are_in_the_source():
     src = (Path(__file__).resolve().parents[1] / "lib/tr2/cupy_side/kernels/attention.cu").read_text()
     for build, kind in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16")):
         assert f"ATTN_DQ_TMA_QF({build}, {kind}, 64)" in src
+
+
+def test_the_backward_runs_all_batches_at_once_by_default(attention):
+    assert attention.DS_GROUP_BATCHES == 0                   # groups of batches: not run on a GPU yet, off
+    assert attention.ds_groups(8, 12, 1024, 0.0, 0) == [(0, 8)]
+
+
+@pytest.mark.parametrize("B, batches", [(8, 1), (8, 2), (8, 3), (3, 2), (16, 5), (2, 1)])
+def test_the_groups_of_batches_cover_every_batch_once_in_order(attention, B, batches):
+    groups = attention.ds_groups(B, 12, 1024, 0.2, batches)
+    assert groups[0][0] == 0 and groups[-1][1] == B
+    assert all(a[1] == b[0] for a, b in zip(groups, groups[1:]))        # contiguous, in order
+    assert all(0 < e - s <= batches for s, e in groups)
+    assert len(groups) == -(-B // batches)
+
+
+@pytest.mark.parametrize("batches", [0, 8, 9])
+def test_one_group_where_the_groups_would_hold_every_batch(attention, batches):
+    assert attention.ds_groups(8, 12, 1024, 0.0, batches) == [(0, 8)]
+
+
+def test_no_negative_group_size(attention):
+    with pytest.raises(ValueError, match="batches = -1"):
+        attention.ds_groups(8, 12, 1024, 0.0, -1)
+
+
+@pytest.mark.parametrize("B, H, T, p", [(3, 3, 7, 0.2), (4, 3, 7, 0.0), (4, 2, 7, 0.2), (3, 3, 8, 0.2),
+                                        (2, 12, 1024, 0.2)])
+def test_a_group_draws_the_dropout_counters_of_the_whole_launch(attention, B, H, T, p):
+    """The kernels draw element (bh, i, j)'s keep bit from counter offset + ((bh T + i) T + j) // 2 (attention.cu's
+    Dropout::index and keep_bits_of); backward() hands a group from batch b0 on offset + b0 H T^2 // 2 and its heads
+    numbered from 0. Every element of every group must get the whole launch's counter: where ds_groups makes groups,
+    the shift is exact (H T^2 b0 even); where it cannot be (p > 0, H T^2 odd), it keeps one group."""
+    offset = 1000003
+    groups = attention.ds_groups(B, H, T, p, 1)
+    if p == 0.0:   # nothing drawn: groups at any parity
+        assert len(groups) == B
+        return
+    if (H * T * T) % 2:
+        assert groups == [(0, B)]
+    step = 1 if T < 64 else 31   # every element of the small shapes; both parities of i and j on the long rows
+    for b0, b1 in groups:
+        shifted = offset + b0 * H * T * T // 2
+        for bh in range((b1 - b0) * H):
+            for i in range(0, T, step):
+                for j in range(0, T, step):
+                    local = shifted + ((bh * T + i) * T + j) // 2
+                    assert local == offset + (((b0 * H + bh) * T + i) * T + j) // 2, (b0, bh, i, j)

@@ -200,14 +200,17 @@ def test_run_time_sums_every_record_and_counts_the_calls(tmp_path):
             {"key": "b", "status": "ok", "wall_s": 29.5, "retried": True}, {"key": "order", "status": "ok", "wall_s": None}]
     (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "sessions.jsonl").write_text('{"stage": "method_b"}\n{"stage": "method_b"}\n')
-    assert ex.run_time(d) == {"records": 4, "retired": 0, "seconds": 120.0, "minutes": 2.0, "calls": 2}
+    assert ex.run_time(d) == {"records": 4, "retired": 0, "seconds": 120.0, "minutes": 2.0, "calls": 2,
+                              "machines": None}   # sessions from before they recorded their GPUs
     (d / "retired.jsonl").write_text(json.dumps({"key": "c", "status": "ok", "wall_s": 30.0, "retired_reason": "x"}) + "\n")
     # a retired run held the machine too: its time counts, beside the runs file's records
-    assert ex.run_time(d) == {"records": 4, "retired": 1, "seconds": 150.0, "minutes": 2.5, "calls": 2}
+    assert ex.run_time(d) == {"records": 4, "retired": 1, "seconds": 150.0, "minutes": 2.5, "calls": 2,
+                              "machines": None}
     f = tmp_path / "footprint-20261202-120000-test"
     f.mkdir()
     (f / "footprint.jsonl").write_text(json.dumps({"key": "x", "wall_s": 6.0}) + "\n")
-    assert ex.run_time(f) == {"records": 1, "retired": 0, "seconds": 6.0, "minutes": 0.1, "calls": None}  # no sessions.jsonl
+    assert ex.run_time(f) == {"records": 1, "retired": 0, "seconds": 6.0, "minutes": 0.1, "calls": None,
+                              "machines": None}  # no sessions.jsonl
 
 
 def test_runs_that_shared_the_machine_count_once(tmp_path):
@@ -224,4 +227,25 @@ def test_runs_that_shared_the_machine_count_once(tmp_path):
     d = tmp_path / "method_a-20261203-120000-test"
     d.mkdir()
     (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    assert ex.run_time(d) == {"records": 5, "retired": 0, "seconds": 18.0, "minutes": 0.3, "calls": None}
+    assert ex.run_time(d) == {"records": 5, "retired": 0, "seconds": 18.0, "minutes": 0.3, "calls": None,
+                              "machines": None}
+
+
+def test_a_runs_machine_is_its_sessions_and_the_machines_are_counted(tmp_path):
+    """sessions.jsonl's GPUs (stage.open_folder records them): a run ran on the machine of the last session started
+    at or before it; sessions without the record count for nothing (None where none has it); () is a machine
+    without a GPU."""
+    s = [{"started": "2026-12-04T14:23:05+00:00", "gpus": ["GPU-b", "GPU-a"]},
+         {"started": "2026-12-04T14:33:20+00:00", "gpus": ["GPU-c"]}, {"started": "2026-12-04T15:00:00+00:00"}]
+    assert ex.run_machine(s, "2026-12-04T14:23:05+00:00") == ("GPU-a", "GPU-b")
+    assert ex.run_machine(s, "2026-12-04T14:33:19+00:00") == ("GPU-a", "GPU-b")
+    assert ex.run_machine(s, "2026-12-04T14:40:00+00:00") == ("GPU-c",)
+    assert ex.run_machine(s, "2026-12-04T15:10:00+00:00") is None     # that session recorded no machine
+    assert ex.run_machine(s, "2026-12-04T14:00:00+00:00") is None     # before every session
+    assert ex.run_machine(s, None) is None and ex.run_machine(s, "yesterday") is None
+    assert ex.machine_count(s) == 2 and ex.machine_count(s[2:]) is None and ex.machine_count([]) is None
+    assert ex.machine_count([{"gpus": []}, {"gpus": []}]) == 1
+    d = tmp_path / "series-20261204-142303-test"
+    d.mkdir()
+    (d / "sessions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in s))
+    assert ex.run_time(d)["machines"] == 2

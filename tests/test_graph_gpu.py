@@ -198,6 +198,17 @@ def test_the_tma_dq_kernel_changes_no_bit(tmp_path, model, dtype):
     _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_TMA", "0", "1", "TMA dQ kernel")
 
 
+# gpu/attention.py's DS_GROUP_BATCHES: the TMA dK/dV and dQ kernels a group of batches at a time, each head computed
+# as in the whole launch and the group's dropout counters (this test trains with dropout 0.2) shifted to the whole
+# launch's; a whole run must have the losses of the run in one group to the bit, eager and in the graph (a tensor map
+# a group baked into the captured launches, the resident dK/dV's tickets reused by each group): gpt2-small (batches
+# of 8) in groups of two and of one batch.
+@pytest.mark.parametrize("dtype, batches", [("bfloat16", "2"), ("float16", "1")])
+def test_the_backward_in_groups_of_batches_changes_no_bit(tmp_path, dtype, batches):
+    _switch_changes_no_bit(tmp_path, "gpt2-small", dtype, "TR2_ATTN_DS_GROUP_BATCHES", "0", batches,
+                           f"backward in groups of {batches} batches")
+
+
 # gpu/attention.py's WG_FORWARD_TMA 3, 4, 6 and 7: the TMA forward with 128-key tiles, which has bits of its own (its
 # online softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the bit (one tensor map of
 # qkv baked into each captured launch; form 7's tickets, which each launch leaves at zero, replayed), and the run must

@@ -1033,6 +1033,33 @@ def test_attention_dq_tma_query_blocks_fastest_on_wgmma(build, B, T, H, hs, p, m
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in WG_DKDV_SHAPES if s[0] > 1])
+@pytest.mark.parametrize("batches", [1, 2])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_backward_in_groups_of_batches_on_wgmma(build, B, T, H, hs, batches, p, monkeypatch):
+    """The TMA dK/dV (resident) and TMA dQ a group of `batches` batches at a time (DS_GROUP_BATCHES, ds_t one group's
+    planes, the group's dropout counters shifted): the bits of the whole launch, dq, dk and dv, three runs identical,
+    every allocation poisoned; the launches recorded, so that the groups are known to have run (one dK/dV and one dQ
+    launch a group; ds_groups keeps one group where the counters cannot be shifted, p > 0 with H T^2 odd)."""
+    from tr2.cupy_side.gpu import attention
+    launched, real_launch = [], attention.launch
+
+    def recording_launch(filename, name, *a, **k):
+        launched.append(name)
+        return real_launch(filename, name, *a, **k)
+
+    monkeypatch.setattr(attention, "launch", recording_launch)
+    wg_dkdv_form_is_the_bits_of(build, B, T, H, hs, 2, p, monkeypatch, "DS_GROUP_BATCHES", f"{batches} batches a group",
+                                on=batches, off=0, also={"WG_DKDV_TMA": 1, "DQ_TMA": 1, "DKDV_TMA_FORM": 5,
+                                                         "DQ_TMA_ORDER": 1})
+    groups = len(attention.ds_groups(B, H, T, p, batches))
+    dkdv = [n for n in launched if n.startswith("attn_backward_dkdv_ds_tmarr_")]
+    dq = [n for n in launched if n.startswith("attn_backward_dq_ds_tmaqf_")]
+    assert len(dkdv) == len(dq) == 3 * groups + 1, (groups, launched)   # three runs in groups, one without
+    assert groups == (1 if p > 0.0 and (H * T * T) % 2 else -(-B // batches))
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dkdv_three_blocks_on_wgmma(build, B, T, H, hs, p, monkeypatch):

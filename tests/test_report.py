@@ -437,3 +437,22 @@ def test_a_bad_beside_folder_is_one_line_exit_2(tmp_path, capsys, what, message)
     assert rp.main(["--card", "demo", "--root", str(root), "--out", str(tmp_path / "r.html"), "--beside", str(d)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.match(r"^tr2\.report: error: --beside: '.*' " + message, err[0]), err
+
+
+def test_the_commits_table_says_on_how_many_machines_a_folder_ran(tmp_path):
+    """A folder resumed in a later device call may land on another machine (the H200 edition's series of
+    2026-12-04 did): where its sessions recorded their GPUs the commits table says on how many machines; where they
+    did not (older folders), nothing is claimed."""
+    make_results(tmp_path / "results")
+    dirs = rp.choose_dirs("demo", root=tmp_path / "results")
+    series_dir = next(d for d in dirs if Path(d).name.startswith("series-"))
+    (series_dir / "sessions.jsonl").write_text("".join(json.dumps(
+        {"stage": "series", "started": f"2026-11-29T10:0{i}:00+00:00", "commit": MACHINE["commit"], "gpus": [g]}) + "\n"
+        for i, g in enumerate(["GPU-aaaa", "GPU-bbbb", "GPU-aaaa"])))
+    soup = bs4.BeautifulSoup(rp.front_page_html(rp.build_table("demo", dirs, tmp_path)), "html.parser")
+    rows = {tr["data-folder"]: tr.find("td", class_="calls")
+            for tr in soup.find(id="commits-table").find_all("tr", attrs={"data-folder": True})}
+    assert rows[series_dir.name]["data-machines"] == "2"
+    assert " ".join(rows[series_dir.name].get_text().split()) == "3 on 2 machines"
+    others = [cell for name, cell in rows.items() if name != series_dir.name]
+    assert others and all(c["data-machines"] == "" and "machine" not in c.get_text() for c in others)

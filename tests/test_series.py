@@ -462,3 +462,18 @@ def test_each_configuration_compiles_into_caches_of_its_own(card, tmp_path, monk
     assert dirs[0] != dirs[1] and dirs[1] == dirs[2]
     assert all(x.startswith(str(d / "cache")) for x in dirs)
     assert [e["TRITON_CACHE_DIR"] for e in seen][0] != seen[1]["TRITON_CACHE_DIR"]
+
+
+def test_the_summary_names_the_rounds_that_ran_on_more_than_one_machine():
+    """A series resumed in a later device call may finish a round on another machine (results/series-20261204-142303-
+    h200-edition did, before sessions recorded their GPUs): the summary counts the machines and names such rounds;
+    the warm-up round (0) and runs without a recorded machine are left out."""
+    sessions = [{"started": "2026-12-04T14:23:05+00:00", "gpus": ["GPU-a"]},
+                {"started": "2026-12-04T14:33:20+00:00", "gpus": ["GPU-b"]}]
+    records = [{"round": 0, "started": "2026-12-04T14:24:00+00:00"}, {"round": 0, "started": "2026-12-04T14:34:00+00:00"},
+               {"round": 1, "started": "2026-12-04T14:25:00+00:00"}, {"round": 1, "started": "2026-12-04T14:26:00+00:00"},
+               {"round": 3, "started": "2026-12-04T14:32:00+00:00"}, {"round": 3, "started": "2026-12-04T14:34:00+00:00"},
+               {"round": 2, "started": None}]
+    assert series.machines_of(sessions, records) == {"machines": 2, "rounds_across_machines": [3]}
+    assert series.machines_of([{k: v for k, v in s.items() if k != "gpus"} for s in sessions], records) == \
+        {"machines": None, "rounds_across_machines": []}

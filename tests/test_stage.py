@@ -462,3 +462,18 @@ def test_parallel_must_be_a_whole_number_and_takes_no_groups(tmp_path):
                 stage.run_plan(f, [], lambda p: {}, desc="test", show=False, parallel=bad)
         with pytest.raises(Tr2Error, match=r"^run_plan: parallel > 1 with groups is not allowed"):
             stage.run_plan(f, [], lambda p: {}, desc="test", show=False, parallel=2, group=lambda p: p["g"])
+
+
+def test_each_session_records_its_machines_gpus(tmp_path, monkeypatch):
+    """sessions.jsonl names the GPUs (UUIDs) of each session's machine, so a folder resumed on another machine says
+    so (explore.run_machine, the report's commits table); [] on a machine without one."""
+    from tr2 import sysinfo
+    d = tmp_path / "res"
+    monkeypatch.setattr(sysinfo, "gpu_info", lambda: [{"name": "NVIDIA H200", "uuid": "GPU-aaaa"}])
+    with stage.open_folder("series", card(), d):
+        pass
+    monkeypatch.setattr(sysinfo, "gpu_info", lambda: [])
+    with stage.open_folder("series", card(), d):
+        pass
+    lines = [json.loads(x) for x in (d / "sessions.jsonl").read_text().splitlines()]
+    assert [x["gpus"] for x in lines] == [["GPU-aaaa"], []]

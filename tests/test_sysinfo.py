@@ -36,3 +36,14 @@ def test_the_sampler_reads_the_energy_counter_where_the_driver_has_one():
         s._nvml, s._handle = nvml(energy), object()
         sample = s._sample()
         assert sample["energy_mj"] == energy and sample["power_w"] == 690.0 and sample["sm_mhz"] == 1980
+
+
+def test_the_gpus_are_read_with_their_uuids():
+    """Which machine a stage ran on: nvidia-smi's UUID beside name, driver, memory and clock (the device tool lends
+    another machine to a later call); a line of other fields is left out, not misread."""
+    from tr2.sysinfo import parse_gpu_lines
+    text = ("NVIDIA H200, 580.159.04, 143771, 1980, GPU-32998b6d-4502-c305-1489-667dc0cbc29d\n"
+            "NVIDIA H200, 580.159.04, 143771, 1980\n")
+    assert parse_gpu_lines(text) == [{"name": "NVIDIA H200", "driver": "580.159.04", "memory_mib": "143771",
+                                      "max_sm_mhz": "1980", "uuid": "GPU-32998b6d-4502-c305-1489-667dc0cbc29d"}]
+    assert parse_gpu_lines("") == []

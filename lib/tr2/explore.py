@@ -9,6 +9,7 @@ so that folders can be set side by side. A folder that lacks a table (a stage st
 """
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Optional
 
@@ -166,7 +167,45 @@ def run_time(path, stage=None) -> dict:
     recs, retired = _run_records(p, stage), _retired_records(p)
     seconds = held_seconds(recs + retired)
     return {"records": len(recs), "retired": len(retired), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 1),
-            "calls": len(read_jsonl(p / "sessions.jsonl")) if (p / "sessions.jsonl").is_file() else None}
+            "calls": len(read_jsonl(p / "sessions.jsonl")) if (p / "sessions.jsonl").is_file() else None,
+            "machines": machine_count(read_jsonl(p / "sessions.jsonl"))}
+
+
+def session_machine(session: dict) -> Optional[tuple]:
+    """A session's machine: the sorted UUIDs of its GPUs (() on a machine without one), None where its line predates
+    the record (sessions.jsonl lines without "gpus")."""
+    gpus = session.get("gpus")
+    return None if gpus is None else tuple(sorted(str(g) for g in gpus))
+
+
+def machine_count(sessions: list) -> Optional[int]:
+    """How many machines a folder's sessions ran on; None where no session recorded its machine. Sessions that did
+    not record it are not counted (a folder resumed across the change counts the recorded ones only)."""
+    known = {m for m in map(session_machine, sessions) if m is not None}
+    return len(known) if known else None
+
+
+def run_machine(sessions: list, started: Optional[str]) -> Optional[tuple]:
+    """The machine a run ran on: that of the last session (sessions.jsonl, in file order) started at or before the
+    run (ISO dates with their zone, as the stages write both); None where the run or that session has no record."""
+    if not started:
+        return None
+    at = _instant(started)
+    if at is None:
+        return None
+    found = None
+    for s in sessions:
+        t = _instant(s.get("started"))
+        if t is not None and t <= at:
+            found = s
+    return None if found is None else session_machine(found)
+
+
+def _instant(text):
+    try:
+        return datetime.datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
 
 
 def first_commit(path) -> Optional[str]:

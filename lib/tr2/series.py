@@ -364,4 +364,19 @@ def summarize(results_dir) -> dict:
               "the steps between",
         first_run=min(started) if started else None, last_run=max(started) if started else None,
         runs_recorded=len(records), runs_planned=len(plan(card)), logs="logs/",
-        cold_timed_runs=[f"r{x['round']}/{x['config']}" for x in records if x["round"] and x.get("cold_compile")])
+        cold_timed_runs=[f"r{x['round']}/{x['config']}" for x in records if x["round"] and x.get("cold_compile")],
+        **machines_of(read_jsonl(d / "sessions.jsonl"), records))
+
+
+def machines_of(sessions: list, records: list) -> dict:
+    """Which machines the series' runs ran on (each by its session's GPUs, explore.run_machine): `machines`, how many
+    (None where the sessions did not record theirs), and `rounds_across_machines`, the timed rounds whose runs ran on
+    more than one machine (clocks are not locked and machines differ, so a round split so compares across them; the
+    verdict's medians are over rounds)."""
+    per_round: dict = {}
+    for x in records:
+        m = explore.run_machine(sessions, x.get("started"))
+        if m is not None and x.get("round"):
+            per_round.setdefault(x["round"], set()).add(m)
+    return {"machines": explore.machine_count(sessions),
+            "rounds_across_machines": sorted(r for r, ms in per_round.items() if len(ms) > 1)}

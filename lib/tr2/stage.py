@@ -98,7 +98,8 @@ def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
     try:
         info = hold_card(d, card)
         append_jsonl(d / "sessions.jsonl", {"stage": stage, "started": info.get("date"), "host": info.get("host"),
-                                            "commit": info.get("commit"), "dirty": info.get("dirty")})
+                                            "commit": info.get("commit"), "dirty": info.get("dirty"),
+                                            "gpus": [g.get("uuid") for g in info.get("gpus") or []]})
     except BaseException:
         lock.close()
         raise

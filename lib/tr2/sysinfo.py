@@ -42,16 +42,25 @@ def git_commit() -> dict:
 
 
 def gpu_info() -> list[dict]:
+    """nvidia-smi's GPUs (none where it is missing): name, driver, memory, top SM clock and UUID (which machine: the
+    device tool lends a different one to a later call, and a stage resumed there says so in sessions.jsonl)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
     except Exception:
         return []
+    return parse_gpu_lines(out.stdout)
+
+
+def parse_gpu_lines(text: str) -> list[dict]:
+    """gpu_info's reading of nvidia-smi's CSV lines (name, driver, memory, clock, uuid); a line of other fields is
+    left out."""
     gpus = []
-    for line in out.stdout.strip().splitlines():
+    for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 4:
-            gpus.append({"name": parts[0], "driver": parts[1], "memory_mib": parts[2], "max_sm_mhz": parts[3]})
+        if len(parts) == 5:
+            gpus.append({"name": parts[0], "driver": parts[1], "memory_mib": parts[2], "max_sm_mhz": parts[3],
+                         "uuid": parts[4]})
     return gpus
 
 

@@ -499,6 +499,28 @@ DQ_RESIDENT_PER_SM = 2
 # step, both rounds faster (gpt2-medium 41.79 -> 41.70 ms, call 2): on (1). The resident form takes items by tickets
 # and ignores it.
 DQ_TMA_ORDER = kernel_switch("TR2_ATTN_DQ_TMA_ORDER", 1)
+# dK/dV and dQ a group of whole batches at a time (the TMA kernels of both, as they are, launched on the group's rows:
+# dK/dV of group 0, its dQ, dK/dV of group 1, ...; ds_t holds one group's planes and is written again by the next).
+# Why: the dQ pass is DRAM-bound on its dS^T reads (call 1 of results/h200-perf-20261204d, gpt2-small bf16: 38.9 us
+# a layer at 3.48 TB/s, 72% of the DRAM's peak, L2 hit rate 27%); a layer's dS^T (about T^2 bytes a head, 100 MB on
+# gpt2-small) is twice the L2, so the whole launch's dQ reads it back from DRAM. A group whose planes fit in the L2
+# is read back from there, and the dS^T buffer shrinks to one group's. The same bits by construction: every kernel
+# computes each head as before; the dropout counters of a group's heads are shifted to where the whole launch draws
+# them (offset + b0 H T^2 / 2, exact where that is an integer; ds_groups falls back to one group elsewhere).
+# DS_GROUP_BATCHES batches a group, 0 all at once (one group). Written in the twenty-eighth session after its device
+# time: NOT run on a GPU, off (0).
+DS_GROUP_BATCHES = kernel_switch("TR2_ATTN_DS_GROUP_BATCHES", 0, tuple(range(0, 65)))
+
+
+def ds_groups(B: int, H: int, T: int, p: float, batches: int) -> list:
+    """The (first, end) batches of each group the TMA backward runs at a time: `batches` a group, one group of all B
+    where batches is 0 or at least B, or where the dropout counters cannot be shifted to a group's first head exactly
+    (p > 0 with H T^2 odd: the kernels draw counter offset + ((bh T + i) T + j) // 2)."""
+    if batches < 0:
+        raise ValueError(f"ds_groups: batches = {batches}; 0 (all at once) or more")
+    if batches == 0 or batches >= B or (p > 0.0 and (H * T * T) % 2):
+        return [(0, B)]
+    return [(b, min(b + batches, B)) for b in range(0, B, batches)]
 
 
 def dq_tma_runs(T: int, wg: bool) -> bool:
@@ -554,6 +576,22 @@ def _launch_dkdv_wg(ctx, hs: int, T: int, BH: int, name: str, args: tuple, din: 
            shared_mem=wg_dkdv_shared_bytes(hs, nwg, din, 3 if pp else 2), prefer_shared=True)
 
 
+def _dq_tma(ctx, dqkv, ds_t, qkv, T: int, H: int, C: int, ldq: int, hs: int, name: str) -> None:
+    """dQ from the stored dS^T on the TMA producer (its plain or resident form) for the batches of dqkv and qkv (all
+    of them, or one group of DS_GROUP_BATCHES), ds_t holding their heads' planes."""
+    Bg = dqkv.shape[0]
+    BH = Bg * H
+    tds = _tma.encode(ds_t[:BH], T, ldq, ctx.dtype, planes=BH)
+    tq = _tma.encode(qkv, Bg * T, 3 * C, ctx.dtype)
+    qargs = (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind))
+    grid, kernel = dq_tma_grid(T, BH)
+    if DQ_TMA_RESIDENT:
+        extra, grid = _resident(ctx, BH, T, "att_dq_tickets", DQ_RESIDENT_PER_SM)
+        qargs, kernel = qargs + extra, "tmar"
+    launch(FILE, f"attn_backward_dq_ds_{kernel}_{name}_hs{hs}", grid, 384, qargs,
+           shared_mem=dq_tma_shared_bytes(hs), prefer_shared=True)
+
+
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
@@ -563,13 +601,15 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     kdout = _half(ctx, dout, ctx.ws.get("att_dout_half", dout.shape, np.uint16))
     tail = (i32(ctx.round_kind),) + _dropout_args(p, seed, offset, offset_add)   # the scale: attention.cu's Scale
     if stores_ds(ctx, T):
-        ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
-        ldq, rows, BH = ds_t.shape[2], B * T * H, B * H
         kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
         wg = uses_wg_dkdv(ctx, hs)
         din = wg and WG_DKDV_ROW_DOTS   # the dK/dV kernel computes D itself
         tma_dkdv = wg and dkdv_tma_runs(T, din)
         pd = tma_dkdv and DKDV_TMA_FORM == 4   # the TMA kernel's producer warps compute D
+        dq_tma = dq_tma_runs(T, wg)
+        groups = ds_groups(B, H, T, p, DS_GROUP_BATCHES if tma_dkdv and dq_tma else 0)
+        ds_t = cp.empty(ds_shape(ctx, groups[0][1] - groups[0][0], H, T, hs), dtype=np.uint16)   # one group's
+        ldq, rows = ds_t.shape[2], B * T * H
         if not (din or pd):
             launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
                    (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
@@ -588,34 +628,37 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                     raise ValueError("TR2_ATTN_WG_DKDV_TMA=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and none of "
                                      "TR2_ATTN_WG_DKDV_OVERLAP=1, TR2_ATTN_WG_DKDV_ROW_DOTS=1, "
                                      "TR2_ATTN_WG_DKDV_PINGPONG=1, TR2_ATTN_WG_DKDV_BLOCKS=3")
-                tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
-                tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
                 form, stages = DKDV_TMA_FORMS[DKDV_TMA_FORM]
                 resident = DKDV_TMA_FORM in DKDV_RESIDENT_FORMS
-                targs, grid = (dqkv, tq, tdo) + args[3:] + ((saved.out,) if pd else ()), (BH, -(-T // 128))
-                if resident:
-                    extra, grid = _resident(ctx, BH, T, "att_dkdv_tickets")
-                    targs += extra
-                launch(FILE, f"attn_backward_dkdv_ds_{form}_l2_{name}_hs{hs}", grid, 384, targs,
-                       shared_mem=dkdv_tma_shared_bytes(hs, stages, resident), prefer_shared=True)
+                for b0, b1 in groups:   # one group of all B unless DS_GROUP_BATCHES takes fewer batches at a time
+                    BHg = (b1 - b0) * H
+                    tq = _tma.encode(saved.qkv[b0:b1], (b1 - b0) * T, 3 * C, ctx.dtype)
+                    tdo = _tma.encode(kdout[b0:b1], (b1 - b0) * T, C, ctx.dtype)
+                    # the dropout counters of the group's heads where the whole launch would draw them
+                    gtail = tail if b0 == 0 else ((i32(ctx.round_kind),)
+                                                  + _dropout_args(p, seed, offset + b0 * H * T * T // 2, offset_add))
+                    targs = ((dqkv[b0:b1], tq, tdo, saved.lse[b0:b1], D[b0:b1], ds_t, i32(ldq), i32(T), i32(H))
+                             + gtail + ((saved.out[b0:b1],) if pd else ()))
+                    grid = (BHg, -(-T // 128))
+                    if resident:
+                        extra, grid = _resident(ctx, BHg, T, "att_dkdv_tickets")
+                        targs += extra
+                    launch(FILE, f"attn_backward_dkdv_ds_{form}_l2_{name}_hs{hs}", grid, 384, targs,
+                           shared_mem=dkdv_tma_shared_bytes(hs, stages, resident), prefer_shared=True)
+                    if len(groups) > 1:   # this group's dQ while its dS^T is in the L2
+                        _dq_tma(ctx, dqkv[b0:b1], ds_t, saved.qkv[b0:b1], T, H, C, ldq, hs, name)
+                if len(groups) > 1:
+                    return dqkv
             else:
-                _launch_dkdv_wg(ctx, hs, T, BH, name, args, din, saved)
+                _launch_dkdv_wg(ctx, hs, T, B * H, name, args, din, saved)
         else:
-            launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (BH, -(-T // block_rows(ctx))), THREADS,
-                   args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout: dS^T staged likewise
-        if dq_tma_runs(T, wg):
-            tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=BH)
-            tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
-            qargs = (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind))
-            grid, kernel = dq_tma_grid(T, BH)
-            if DQ_TMA_RESIDENT:
-                extra, grid = _resident(ctx, BH, T, "att_dq_tickets", DQ_RESIDENT_PER_SM)
-                qargs, kernel = qargs + extra, "tmar"
-            launch(FILE, f"attn_backward_dq_ds_{kernel}_{name}_hs{hs}", grid, 384, qargs,
-                   shared_mem=dq_tma_shared_bytes(hs), prefer_shared=True)
+            launch(FILE, f"attn_backward_dkdv_ds_{_ds_form()}{name}_hs{hs}", (B * H, -(-T // block_rows(ctx))),
+                   THREADS, args, shared_mem=shared_bytes(ctx, "backward"))   # the folded kernel's layout likewise
+        if dq_tma:
+            _dq_tma(ctx, dqkv, ds_t, saved.qkv, T, H, C, ldq, hs, name)
             return dqkv
         dq_name, queries = dq_ds_kernel(ctx, hs)
-        launch(FILE, dq_name, (BH, -(-T // queries)), THREADS,
+        launch(FILE, dq_name, (B * H, -(-T // queries)), THREADS,
                (dqkv, saved.qkv, ds_t, i32(ldq), i32(T), i32(H), i32(ctx.round_kind)),
                shared_mem=dq_ds_shared_bytes(queries))
         return dqkv
