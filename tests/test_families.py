@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -218,8 +219,11 @@ def test_summary_names_an_oom_and_groups_both_sides(tmp_path):
         if c.key in kernels:
             p = d / "profiles" / c.slug / "profile.json"
             p.parent.mkdir(parents=True)
+            gaps = ({"gaps": {"kernels": 8, "span_us": 150.0, "busy_us": 112.0, "idle_us": 38.0, "pairs": [
+                {"before": "gelu_forward", "after": "matmul_forward", "total_us": 30.0, "count": 2, "max_us": 20.0}]}}
+                if c.key == "tiny/float32/cupy" else {})   # a CUDA run's idle time between kernels
             p.write_text(json.dumps({"status": "ok", "kernels": kernels[c.key], "steps_in_window": 2, "device": "cpu",
-                                     "window": [2, 4]}))
+                                     "window": [2, 4], **gaps}))
             counts = families.count_graph_logs(SAMPLE_LOG) if c.mode == "default" else {}
             append_jsonl(d / "runs.jsonl", {"kind": "profile", **c.as_record(), "status": "ok", "profile": str(p.relative_to(d)),
                                             "log": "logs/x.log", **counts})
@@ -240,3 +244,38 @@ def test_summary_names_an_oom_and_groups_both_sides(tmp_path):
     for f in ("kernels.csv", "families.csv", "families.png", "summary.json"):
         assert (d / f).is_file()
     assert "never stands in" in s["label"]
+    # the idle time between kernels, a step, where the profile measured it (CUDA), and nothing claimed elsewhere
+    cupy = by["tiny/float32/cupy"]
+    assert (cupy["span_us_per_step"], cupy["busy_us_per_step"], cupy["idle_us_per_step"]) == (75.0, 56.0, 19.0)
+    assert "idle_us_per_step" not in by["tiny/float32/torch-eager"]
+    gaps = pd.read_csv(d / "gaps.csv")
+    assert gaps[["key", "before", "after", "idle_us_per_step", "gaps_per_step", "max_us"]].values.tolist() == [
+        ["tiny/float32/cupy", "gelu_forward", "matmul_forward", 15.0, 1.0, 20.0]]
+
+
+def test_the_idle_time_between_kernels_is_charged_to_the_pair_around_it():
+    """profile_run.kernel_gaps on a made-up timeline (µs): kernels on two streams that overlap count once; each idle
+    stretch goes to the kernel that ended last before it and the one that starts it; CPU events and the profiler's
+    own ranges are not kernels."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from tr2.profile_run import kernel_gaps
+
+    def ev(name, start, end, device=DeviceType.CUDA, **kw):
+        return SimpleNamespace(name=name, device_type=device, time_range=SimpleNamespace(start=start, end=end), **kw)
+    events = [ev("a", 0, 10), ev("b", 12, 20), ev("side", 14, 25),    # b and side overlap: busy 12..25
+              ev("c", 30, 31), ev("b", 33, 40), ev("c", 45, 46),
+              ev("cpu_op", 0, 100, DeviceType.CPU), ev("ProfilerStep#3", 0, 100),
+              ev("range", 26, 29, is_user_annotation=True)]
+    g = kernel_gaps(events)
+    assert g["kernels"] == 6 and g["span_us"] == 46 and g["busy_us"] == 10 + 13 + 1 + 7 + 1
+    assert g["idle_us"] == 46 - 32 == 2 + 5 + 2 + 5
+    assert g["pairs"] == [{"before": "side", "after": "c", "total_us": 5, "count": 1, "max_us": 5},
+                          {"before": "b", "after": "c", "total_us": 5, "count": 1, "max_us": 5},
+                          {"before": "a", "after": "b", "total_us": 2, "count": 1, "max_us": 2},
+                          {"before": "c", "after": "b", "total_us": 2, "count": 1, "max_us": 2}]
+    assert kernel_gaps(events, top=1)["pairs"] == g["pairs"][:1]
+    assert kernel_gaps([ev("cpu_op", 0, 1, DeviceType.CPU)]) == {"kernels": 0, "span_us": 0.0, "busy_us": 0.0,
+                                                                  "idle_us": 0.0, "pairs": []}

@@ -495,15 +495,19 @@ kernel_families = _csv_table("families", "families.csv", "families.csv of each f
                              "launches per step of each kernel family.")
 kernels = _csv_table("families", "kernels.csv", "kernels.csv: every kernel name with its family, time and launches "
                      "per step.")
+kernel_gaps = _csv_table("families", "gaps.csv", "gaps.csv (CUDA runs of folders made since the twenty-eighth session): "
+                         "the device's idle time between kernels a step, by the pair of kernels around it.")
 
 
 def profiled(where, model=None, dtype=None) -> pd.DataFrame:
-    """The families' profiled runs: per configuration its status, kernel time and launches per step, the
-    attention that ran and the attention backends PyTorch allowed (CUDA)."""
+    """The families' profiled runs: per configuration its status, kernel time and launches per step, the device's
+    idle time between kernels a step (CUDA, folders made since it was recorded), the attention that ran and the
+    attention backends PyTorch allowed (CUDA)."""
     return _gather(where, "families", _summary_rows(lambda s: [
         {"key": c["key"], "model": c["model"], "dtype": c["dtype"], "label": c["label"], "status": c["status"],
          "kernel_us_per_step": c.get("kernel_us_per_step"), "launches_per_step": c.get("launches_per_step"),
-         "attention": ", ".join(c.get("attention") or []), "sdp_allowed": c.get("sdp_backends_allowed"),
+         "idle_us_per_step": c.get("idle_us_per_step"), "attention": ", ".join(c.get("attention") or []),
+         "sdp_allowed": c.get("sdp_backends_allowed"),
          "log": c.get("log"), "reason": c.get("reason")} for c in s.get("configs", [])]), model, dtype)
 
 

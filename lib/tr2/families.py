@@ -197,7 +197,7 @@ def summarize(results_dir) -> dict:
     rules = load_rules(rules_file)
     runs = finished_keys(d / RUNS)
     last = {r.get("key"): r for r in read_jsonl(d / RUNS)}  # a configuration's last record, finished or not
-    kern_rows, fam_rows, configs = [], [], []
+    kern_rows, fam_rows, gap_rows, configs = [], [], [], []
     for c in configurations(card):
         rec = runs.get(c.key) or last.get(c.key) or {}
         entry = {k: v for k, v in c.as_record().items() if k != "build"} | {"label": c.label}
@@ -221,6 +221,12 @@ def summarize(results_dir) -> dict:
                      families={f: g["us_per_step"] for f, g in fams.items()},
                      attention=att["backends"], attention_kernels={k: v[:5] for k, v in att["kernels"].items()},
                      sdp_backends_allowed=prof.get("sdp_backends"), n_names=len(kernels))
+        gaps = prof.get("gaps")   # the device's idle time between kernels (profile_run.kernel_gaps; CUDA runs only)
+        if gaps and gaps.get("kernels"):
+            entry.update(span_us_per_step=gaps["span_us"] / steps, busy_us_per_step=gaps["busy_us"] / steps,
+                         idle_us_per_step=gaps["idle_us"] / steps)
+            gap_rows += [{**entry, "before": g["before"], "after": g["after"], "idle_us_per_step": g["total_us"] / steps,
+                          "gaps_per_step": g["count"] / steps, "max_us": g["max_us"]} for g in gaps["pairs"]]
     graphs = []
     for g in graph_runs(card):
         rec = runs.get(g.key) or last.get(g.key)
@@ -237,6 +243,8 @@ def summarize(results_dir) -> dict:
                                               "total_us", "launches", "us_per_step", "launches_per_step"])
     write_csv(d / "families.csv", fam_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "label", "family",
                                               "us_per_step", "launches_per_step", "share"])
+    write_csv(d / "gaps.csv", gap_rows, ["key", "model", "dtype", "side", "mode", "half_roundings", "before", "after",
+                                         "idle_us_per_step", "gaps_per_step", "max_us"])
     lacking = [f"{c['key']}: {c['status']} (no kernel table)" for c in configs if c["status"] != "ok"]
     lacking += [f"{g['key']}: {g['status']} (no graph-break counts)" for g in graphs if g["status"] not in ("ok", "not run")]
     summary = {
