@@ -25,7 +25,7 @@ from tr2 import clock, data, method_b
 from tr2.configs import compile_caches
 from tr2.models import load_model
 from tr2.results import append_jsonl
-from tr2.series import ENERGY_MIN_SPAN_S, energy_counts, window_gpu
+from tr2.series import ENERGY_MIN_SPAN_S, energy_counts, window_gpu, window_marker
 from tr2.sysinfo import GpuSampler
 from tr2.trainlog import read_metrics
 
@@ -188,7 +188,8 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
             # the card sampled every SAMPLE_S while the run trains: its clock inside the timed window (on the H200 the
             # GPT-2 steps draw the 700 W limit and each side's clock falls with what it draws: docs/perf.md)
             with GpuSampler(interval=SAMPLE_S) as sampler:
-                r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", env=env, timeout_s=left - 5, window=window)
+                r = clock.run_clocked(cmd, d / f"{name}-r{rnd}.log", env=env, timeout_s=left - 5, window=window,
+                                      on_line=window_marker(sampler, window) if sampler.available else None)
             rec = {"phase": "bench", "round": rnd, "model": model, "dtype": dtype, "side": side,
                    "mode": variant if side == "torch" else None, "cuda_graph": graph, "lib": lib,
                    "half_roundings": hr, "steps": steps, "window": list(window),

@@ -166,3 +166,16 @@ def test_analyze_reads_the_peak_in_use_and_reserved():
     old = analyze([(0.0, peak_line(1234))])
     assert (old["peak_bytes"], old["reserved_bytes"]) == (1234, None)
     assert analyze([(0.0, "peak memory: 12 bytes, reserved x bytes")])["peak_bytes"] is None
+
+
+def test_on_line_sees_each_line_with_its_stamp_as_it_arrives(fake, tmp_path):
+    """run_clocked's on_line (the series reads the card's energy counter at the window's iter lines): called once a
+    line, in order, with the very stamps the clock keeps, so that a mark filed at t sits on the window's end."""
+    seen = []
+    r = run_clocked([PY, fake, "40", "5"], tmp_path / "run.log", window=(10, 40), on_line=lambda t, line: seen.append((t, line)))
+    assert r["status"] == "ok"
+    logged = read_stamped_log(tmp_path / "run.log")   # the log keeps the stamps to the microsecond
+    assert [line for _t, line in seen] == [line for _t, line in logged]
+    assert all(abs(a[0] - b[0]) < 1e-6 for a, b in zip(seen, logged))
+    stamps = {parse_iter(line)[0]: t for t, line in seen if parse_iter(line)}
+    assert r["window_t"] == [stamps[10], stamps[40]]

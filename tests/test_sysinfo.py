@@ -47,3 +47,27 @@ def test_the_gpus_are_read_with_their_uuids():
     assert parse_gpu_lines(text) == [{"name": "NVIDIA H200", "driver": "580.159.04", "memory_mib": "143771",
                                       "max_sm_mhz": "1980", "uuid": "GPU-32998b6d-4502-c305-1489-667dc0cbc29d"}]
     assert parse_gpu_lines("") == []
+
+
+def test_a_mark_is_filed_at_the_stamp_it_was_asked_for():
+    """GpuSampler.mark: a sample read now, filed at the clock's stamp t, with how long after t it was read and its
+    tags; None on a machine without NVML."""
+    import time
+    from types import SimpleNamespace
+
+    from tr2.sysinfo import GpuSampler
+    s = GpuSampler.__new__(GpuSampler)
+    s.samples, s.available, s._handle = [], True, object()
+    s._nvml = SimpleNamespace(
+        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=1 << 30),
+        nvmlDeviceGetClockInfo=lambda h, k: 1980 if k == 0 else 3201,
+        nvmlDeviceGetTemperature=lambda h, k: 40, nvmlDeviceGetPowerUsage=lambda h: 690_000,
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=99),
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: 123_456)
+    t = time.monotonic() - 0.01
+    m = s.mark(t, mark=400)
+    assert m is s.samples[-1] and m["t"] == t and m["mark"] == 400 and m["energy_mj"] == 123_456
+    assert 0.01 <= m["read_lag_s"] < 5
+    s.available = False
+    assert s.mark(t, mark=100) is None and len(s.samples) == 1

@@ -164,3 +164,31 @@ def test_no_table_without_samples(tmp_path):
     (d / "runs.jsonl").write_text(json.dumps({"round": 1, "config": "tiny/float32/cupy", "valid": True,
                                               "gpu": None, "gpu_window": None}) + "\n")
     assert _timed_clocks(d) is None
+
+
+def test_the_energy_counter_is_read_at_the_windows_own_iter_lines():
+    """series.window_marker marks the first iter line of each window end (GpuSampler.mark: a sample filed at the
+    line's stamp); the window's mean power then spans the timed window itself (counter_span = its length,
+    counter_marked), where periodic samples span only the stretch between two of them inside it."""
+    from tr2 import series
+
+    class Sampler:
+        def __init__(self):
+            self.samples = []
+
+        def mark(self, t, **tags):
+            self.samples.append({"t": t, "energy_mj": int(t * 500_000), "read_lag_s": 0.002, **tags})
+
+    s = Sampler()
+    on_line = series.window_marker(s, (100, 400))
+    for t, line in [(1.0, "iter 90: loss 2.0, time 4.0ms"), (1.2, "iter 100: loss 2.0, time 4.0ms"),
+                    (1.25, "step 100 eval"), (1.3, "iter 100: loss 2.0, time 4.0ms"),   # a step's second line: no mark
+                    (2.4, "iter 400: loss 1.0, time 4.0ms"), (2.5, "iter 410: loss 1.0, time 4.0ms")]:
+        on_line(t, line)
+    assert [(x["t"], x["mark"]) for x in s.samples] == [(1.2, 100), (2.4, 400)]
+    periodic = [{"t": 1.5, "energy_mj": 750_000}, {"t": 2.0, "energy_mj": 1_000_000}]
+    inside = series.window_gpu(periodic + s.samples, [1.2, 2.4])
+    assert inside["counter_s"] == pytest.approx(1.2) and inside["counter_w"] == pytest.approx(500.0)
+    assert inside["counter_marked"] is True and inside["mark_lag_s_max"] == 0.002
+    alone = series.window_gpu(periodic, [1.2, 2.4])   # without the marks: half a second of the window
+    assert alone["counter_s"] == pytest.approx(0.5) and alone["counter_marked"] is False and alone["mark_lag_s_max"] is None

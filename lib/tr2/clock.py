@@ -116,8 +116,10 @@ def _kill_group(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
             return
 
 
-def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=None) -> dict:
-    """Run `cmd` under the outside clock; see the module docstring. Never raises for what the program does."""
+def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=None, on_line=None) -> dict:
+    """Run `cmd` under the outside clock; see the module docstring. Never raises for what the program does.
+    on_line(t, line), where given, sees each line as it is stamped (the series reads the card's energy counter at
+    the window's iter lines); it must be quick, and what it raises stops the run as an interrupt would."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
@@ -130,6 +132,8 @@ def run_clocked(cmd, log_path, env=None, timeout_s=None, window=(100, 400), cwd=
             line = raw.decode("utf-8", errors="replace").rstrip("\r")
             lines.append((t, line))
             log.write(f"{t:.6f}\t{line}\n")
+            if on_line is not None:
+                on_line(t, line)
 
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

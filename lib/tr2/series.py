@@ -27,6 +27,7 @@ from .stage import open_folder, run_plan
 from .summary import finish, load_dir_card, save_figure, stats, write_csv
 from .sysinfo import GpuSampler
 from .trainargs import trainer_prefix
+from .trainlog import parse_iter
 
 STAGE = "series"
 OWN_TOLERANCE = 0.01  # the cupy side's own reading must agree with the clock within 1%
@@ -99,13 +100,36 @@ def energy_counts(span_s) -> bool:
     return isinstance(span_s, (int, float)) and span_s >= ENERGY_MIN_SPAN_S
 
 
+def counter_marked(samples: list[dict]) -> bool:
+    """Whether the first and the last of the counter's readings are marks (GpuSampler.mark at the window's iter
+    lines, window_marker): then counter_watts spans the timed window itself, not the stretch between two periodic
+    samples inside it."""
+    read = _counter_readings(samples)
+    return len(read) >= 2 and all("mark" in s for s in (min(read, key=lambda s: s["t"]), max(read, key=lambda s: s["t"])))
+
+
+def window_marker(sampler, window) -> Callable:
+    """A run_clocked on_line that reads the card (GpuSampler.mark) at the iter lines of window[0] and window[1], the
+    first of each: the energy counter at the timed window's own ends."""
+    ends, marked = {int(window[0]), int(window[1])}, set()
+
+    def on_line(t: float, line: str) -> None:
+        it = parse_iter(line)
+        if it is not None and it[0] in ends and it[0] not in marked:
+            marked.add(it[0])
+            sampler.mark(t, mark=it[0])
+    return on_line
+
+
 def _gpu_summary(samples: list[dict]) -> Optional[dict]:
     if not samples:
         return None
+    lags = [s["read_lag_s"] for s in samples if "mark" in s and isinstance(s.get("read_lag_s"), (int, float))]
     return {"samples": len(samples),
             **{k: stats(s.get(k) for s in samples) for k in ("sm_mhz", "mem_mhz", "temp_c", "power_w")},
             "mem_used_bytes_max": max(s.get("mem_used_bytes", 0) for s in samples),
-            "counter_w": counter_watts(samples), "counter_s": counter_span(samples)}
+            "counter_w": counter_watts(samples), "counter_s": counter_span(samples),
+            "counter_marked": counter_marked(samples), "mark_lag_s_max": max(lags) if lags else None}
 
 
 def window_gpu(samples: list[dict], window_t) -> Optional[dict]:
@@ -183,7 +207,8 @@ def run_one(r: int, config: RunConfig, card: dict, d: Path, trainer: Callable = 
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with sampler or contextlib.nullcontext():
         clock = run_clocked(cmd, log, env={**(os.environ if env is None else env), **compile_caches(config.slug, d / "cache")},
-                            timeout_s=s["timeout_s"], window=tuple(s["window"]))
+                            timeout_s=s["timeout_s"], window=tuple(s["window"]),
+                            on_line=window_marker(sampler, s["window"]) if sampler is not None else None)
     samples = sampler.samples if sampler is not None else []
     if sampler is not None:
         write_text_atomic(d / "logs" / f"{name}.gpu.jsonl", "".join(json.dumps(x) + "\n" for x in samples))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Optional
 
 from . import REPO_ROOT
 
@@ -138,6 +139,21 @@ class GpuSampler:
             "util_pct": n.nvmlDeviceGetUtilizationRates(h).gpu,
             "energy_mj": self._energy_mj(),
         }
+
+    def mark(self, t: float, **tags) -> Optional[dict]:
+        """A sample read now and filed at the host time t (the clock's stamp of the line that prompted it: a window's
+        iter line), with read_lag_s, how long after t it was read, and the tags; None where the read fails. Why: a
+        window's energy from samples every interval pairs the counter with the clock to within that interval; read at
+        the window's own iter lines it spans the timed window itself (tr2.series.counter_watts)."""
+        if not self.available:
+            return None
+        try:
+            sample = self._sample()
+        except Exception:
+            return None
+        sample.update(t=t, read_lag_s=sample["t"] - t, **tags)
+        self.samples.append(sample)
+        return sample
 
     def _energy_mj(self):
         """The card's energy counter (millijoules since the driver loaded; Volta and later), None where the driver
