@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tr2 import Tr2Error, families
+from tr2 import REPO_ROOT, Tr2Error, families
 from tr2.cards import validate_card
 from tr2.profile_run import window_schedule
 from tr2.results import append_jsonl
@@ -279,3 +279,19 @@ def test_the_idle_time_between_kernels_is_charged_to_the_pair_around_it():
     assert kernel_gaps(events, top=1)["pairs"] == g["pairs"][:1]
     assert kernel_gaps([ev("cpu_op", 0, 1, DeviceType.CPU)]) == {"kernels": 0, "span_us": 0.0, "busy_us": 0.0,
                                                                   "idle_us": 0.0, "pairs": []}
+
+
+def test_the_gaps_table_prints_a_step_of_idle_time_and_says_where_none_was_kept(tmp_path):
+    """scripts/gaps_table.py: per step from the profile's window; a profile without the record says so."""
+    prof = {"side": "cupy", "model": "gpt2-small", "dtype": "bfloat16", "steps_in_window": 30,
+            "gaps": {"kernels": 10980, "span_us": 480000.0, "busy_us": 461700.0, "idle_us": 18300.0, "pairs": [
+                {"before": "adamw_update", "after": "embedding_forward", "total_us": 900.0, "count": 30, "max_us": 40.0}]}}
+    (tmp_path / "a.json").write_text(json.dumps(prof))
+    (tmp_path / "b.json").write_text(json.dumps({"side": "torch", "steps_in_window": 30}))
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gaps_table.py"), str(tmp_path / "a.json"),
+                        str(tmp_path / "b.json")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "kernels 366.0 a step; span 16000.0 us, busy 15390.0, idle 610.0 a step" in lines[1]
+    assert "30.00 us  1.00x max   40.00  adamw_update -> embedding_forward" in lines[2]
+    assert "no idle-time record" in lines[4]
