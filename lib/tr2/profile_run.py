@@ -135,8 +135,9 @@ def kernel_table(events, device: str) -> list[dict]:
 
 
 def kernel_gaps(events, top: int = 12) -> dict:
-    """Where the device waits between kernels in the window (CUDA only): `span_us` from the first kernel's start to
-    the last one's end, `busy_us` the union of the kernels' intervals (kernels that overlap, on two streams, count
+    """Where the device waits between kernels in the window (CUDA only; "kernels" here are every device activity the
+    kernel table counts: kernels, and CUPTI's memcpys and memsets): `span_us` from the first one's start to the last
+    one's end, `busy_us` the union of their intervals (activities that overlap, on two streams or a copy engine, count
     once), `idle_us` the rest, `kernels` their number, and `pairs`: the `top` (kernel before, kernel after) pairs by
     their idle time in all (total_us, count, max_us), each gap charged to the kernel that ended last before it and
     the one that starts it. Why: the step by the outside clock exceeds its kernels' time (docs/perf.md, twenty-eighth
