@@ -249,3 +249,18 @@ def test_a_runs_machine_is_its_sessions_and_the_machines_are_counted(tmp_path):
     d.mkdir()
     (d / "sessions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in s))
     assert ex.run_time(d)["machines"] == 2
+
+
+def test_every_run_names_its_machine_where_its_session_recorded_it(tmp_path):
+    """ex.runs' `machine`: the GPU of the session a run started in (a series resumed on another machine shows which
+    runs ran where); None in folders whose sessions predate the record."""
+    runs = [dict(_run(1, "tiny/float32/cupy", 10.0), started="2026-12-04T14:30:00+00:00"),
+            dict(_run(1, "tiny/float32/torch-eager", 12.0), started="2026-12-04T14:35:00+00:00")]
+    d = _series_folder(tmp_path, "series-20261204-142303-test", "aaa", runs, {"tiny/float32/cupy": 10.0})
+    (d / "sessions.jsonl").write_text("".join(json.dumps(s) + "\n" for s in [
+        {"stage": "series", "started": "2026-12-04T14:23:05+00:00", "gpus": ["GPU-32998b6d-4502-c305-1489-667dc0cbc29d"]},
+        {"stage": "series", "started": "2026-12-04T14:33:20+00:00", "gpus": ["GPU-8a44e872-0000", "GPU-11112222-0000"]}]))
+    assert ex.runs(d)["machine"].tolist() == ["GPU-32998b6d", "GPU-11112222+GPU-8a44e872"]
+    assert ex.machine_label(()) == "no GPU" and ex.machine_label(None) is None
+    (d / "sessions.jsonl").write_text(json.dumps({"stage": "series", "started": "2026-12-04T14:23:05+00:00"}) + "\n")
+    assert ex.runs(d)["machine"].isna().all()

@@ -125,9 +125,19 @@ def records(where, stage, model=None, dtype=None) -> pd.DataFrame:
     def read(path):
         recs = kept_records(path, stage)
         first = first_commit(path) if recs else None
-        recs = [{**{k: v for k, v in r.items() if k != "commit"}, "run_commit": r.get("commit") or first} for r in recs]
+        sessions = read_jsonl(Path(path) / "sessions.jsonl") if recs else []
+        recs = [{**{k: v for k, v in r.items() if k != "commit"}, "run_commit": r.get("commit") or first,
+                 "machine": machine_label(run_machine(sessions, r.get("started")))} for r in recs]
         return pd.DataFrame(recs) if recs else None
     return _gather(where, stage, read, model, dtype)
+
+
+def machine_label(machine: Optional[tuple]) -> Optional[str]:
+    """A machine (run_machine's GPUs) as a table shows it: each GPU's UUID to its first 12 characters ("GPU-32998b6d"),
+    joined by "+"; "no GPU" for a machine without one; None where it was not recorded."""
+    if machine is None:
+        return None
+    return "+".join(str(g)[:12] for g in machine) if machine else "no GPU"
 
 
 def _span(r: dict) -> Optional[tuple]:
@@ -267,7 +277,7 @@ def extensions(path) -> list[dict]:
 
 SERIES_RUN_COLUMNS = ["round", "warm", "config", "model", "dtype", "side", "build", "mode", "half_roundings",
                       "cuda_graph", "status", "valid", "void", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
-                      "nvml_peak_bytes", "gpu", "wall_s", "started", "reason", "log", "run_commit"]
+                      "nvml_peak_bytes", "gpu", "wall_s", "started", "machine", "reason", "log", "run_commit"]
 
 
 def runs(where, model=None, dtype=None) -> pd.DataFrame:
