@@ -78,7 +78,9 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernels_by_default(at
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_WG_DKDV_TMA", "3", "0, 1, 2"),
                                                ("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 1, 2, 3, 4, 5, 6, 7, 8")])
+                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 1, 2, 3, 4, 5, 6, 7, 8"),
+                                               ("TR2_ATTN_DS_GROUP_BATCHES", "-1", "whole numbers from 0 to 64"),
+                                               ("TR2_ATTN_DS_GROUP_BATCHES", "2.5", "whole numbers from 0 to 64")])
 def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw, allowed):
     """A misspelt bench variant must not run as the default and be timed as something else."""
     monkeypatch.setenv(key, raw)

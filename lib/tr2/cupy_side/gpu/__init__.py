@@ -230,8 +230,16 @@ def kernel_switch(key: str, default: int, allowed: tuple = (0, 1)) -> int:
     except ValueError:
         value = None
     if value not in allowed:
-        raise ValueError(f"{key}={raw!r}: allowed values are {', '.join(map(str, allowed))}")
+        raise ValueError(f"{key}={raw!r}: allowed values are {_allowed_text(allowed)}")
     return value
+
+
+def _allowed_text(allowed: tuple) -> str:
+    """kernel_switch's allowed values as its error names them: listed, or a long run of whole numbers by its ends."""
+    values = sorted(allowed)
+    if len(values) > 10 and values == list(range(values[0], values[-1] + 1)):
+        return f"whole numbers from {values[0]} to {values[-1]}"
+    return ", ".join(map(str, allowed))
 
 
 def kernel_define(filename: str, name: str) -> int:
