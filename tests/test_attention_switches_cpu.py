@@ -3,7 +3,9 @@ takes under the switches (the rules are pure functions of the module's settings)
 but touches it only when it launches, so it is imported here over a stand-in module, and every module that import
 brought in is dropped again afterwards."""
 import sys
+import types
 
+import numpy as np
 import pytest
 
 
@@ -203,3 +205,84 @@ def test_a_group_draws_the_dropout_counters_of_the_whole_launch(attention, B, H,
                 for j in range(0, T, step):
                     local = shifted + ((bh * T + i) * T + j) // 2
                     assert local == offset + (((b0 * H + bh) * T + i) * T + j) // 2, (b0, bh, i, j)
+
+
+class _FakeArray:
+    """Just enough of a device array for backward()'s bookkeeping: a shape, an element type, an address, and slices
+    of whole rows of the first axis (the groups' views)."""
+
+    def __init__(self, shape, dtype, ptr):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.itemsize, self.size = self.dtype.itemsize, int(np.prod(shape))
+        self.data = types.SimpleNamespace(ptr=ptr)
+        self.flags = types.SimpleNamespace(c_contiguous=True)
+
+    def __getitem__(self, s):
+        assert isinstance(s, slice) and s.step is None, s
+        start, stop = s.start or 0, self.shape[0] if s.stop is None else s.stop
+        row = int(np.prod(self.shape[1:])) * self.itemsize
+        return _FakeArray((stop - start,) + self.shape[1:], self.dtype, self.data.ptr + start * row)
+
+
+def _backward_launches(attention, monkeypatch, batches, B=8, H=12, T=1024, p=0.2, offset=1 << 32):
+    """backward() of gpt2-small's shape under half roundings with the kernels' launches and tensor maps recorded
+    (nothing runs): [(kernel, grid, args)], the maps as ("map", address, rows, cols, planes)."""
+    C, addresses = H * 64, iter(range(1 << 40, 1 << 50, 1 << 36))
+    fake_cp = types.SimpleNamespace(empty=lambda shape, dtype: _FakeArray(shape, dtype, next(addresses)),
+                                    cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0)))
+    ws = types.SimpleNamespace(get=lambda name, shape, dtype: _FakeArray(shape, dtype, next(addresses)),
+                               zeros=lambda name, shape, dtype: _FakeArray(shape, dtype, 7 << 32))
+    ctx = types.SimpleNamespace(half=True, half_roundings=True, dtype="bfloat16", out_dtype=np.uint16, round_kind=1,
+                                kind=1, tf32=True, ws=ws)
+    launched = []
+
+    def encode(matrix, rows, cols, dtype, planes=0):
+        assert matrix.size == rows * cols * (planes or 1), (matrix.shape, rows, cols, planes)
+        return ("map", matrix.data.ptr, rows, cols, planes)
+    monkeypatch.setattr(attention, "cp", fake_cp)
+    monkeypatch.setattr(attention, "launch", lambda f, name, grid, block, args, **k: launched.append((name, grid, args)))
+    monkeypatch.setattr(attention._tma, "encode", encode)
+    monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90a")
+    monkeypatch.setattr(attention.runtime, "sm_count", lambda d: 132)
+    monkeypatch.setattr(attention, "DS_GROUP_BATCHES", batches)
+    qkv = _FakeArray((B, T, 3 * C), np.uint16, 1 << 33)
+    dout = _FakeArray((B, T, C), np.uint16, 2 << 33)
+    saved = attention.AttentionSaved(_FakeArray((B, T, C), np.uint16, 3 << 33), _FakeArray((B, H, T), np.float32, 4 << 33),
+                                     qkv)
+    dqkv = attention.backward(ctx, dout, qkv, saved, H, p, 1337, offset)
+    return launched, dqkv
+
+
+def test_the_groups_launch_each_kernel_on_their_own_rows(attention, monkeypatch):
+    """What backward() hands the kernels a group at a time (DS_GROUP_BATCHES 2 on gpt2-small's 8 x 12 heads, dropout
+    on), against the whole launch, without a GPU: the row dots once; then per group its dK/dV on the group's rows of
+    qkv, dO, lse, D and dqkv (addresses moved by b0 rows of each), one ds_t for all groups, its heads (24) for the
+    resident kernel, its dropout offset moved by b0 H T^2 / 2, and its dQ at once after it on the same ds_t; the whole
+    launch's arguments are group 0's but for the heads and rows. The GPU tests hold the bits; this holds the plan."""
+    B, H, T, C = 8, 12, 1024, 768
+    whole, _ = _backward_launches(attention, monkeypatch, 0)
+    assert [n for n, _g, _a in whole] == ["attn_row_dots_bf16_hs64", "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
+                                          "attn_backward_dq_ds_tmaqf_bf16r_hs64"]
+    grouped, dqkv = _backward_launches(attention, monkeypatch, 2)
+    names = [n for n, _g, _a in grouped]
+    assert names == ["attn_row_dots_bf16_hs64"] + ["attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
+                                                   "attn_backward_dq_ds_tmaqf_bf16r_hs64"] * 4
+    assert grouped[0][2][5:7] == whole[0][2][5:7]   # the row dots over every row, as before (rows, T)
+    dkdv0 = grouped[1][2]
+    (_, _, (wdq, wtq, wtdo, wlse, wD, wds, ldq, _T, _H, *wtail)) = whole[1]
+    assert int(wtail[-2]) == B * H and int(dkdv0[-2]) == 2 * H                    # the resident kernel's heads
+    for g in range(4):
+        b0 = 2 * g
+        _, grid, (dq_, tq, tdo, lse, D, ds_t, gldq, gT, gH, *tail) = grouped[1 + 2 * g]
+        assert dq_.data.ptr == dqkv.data.ptr + b0 * T * 3 * C * 2 and dq_.shape[0] == 2
+        assert tq == ("map", wtq[1] + b0 * T * 3 * C * 2, 2 * T, 3 * C, 0)
+        assert tdo == ("map", wtdo[1] + b0 * T * C * 2, 2 * T, C, 0)
+        assert lse.data.ptr == wlse.data.ptr + b0 * H * T * 4 and D.data.ptr == wD.data.ptr + b0 * H * T * 4
+        assert ds_t.data.ptr == dkdv0[5].data.ptr and ds_t.shape == (2 * H, T, int(ldq))   # one group's planes
+        assert (int(gldq), int(gT), int(gH)) == (int(ldq), T, H)
+        assert int(tail[3]) == (1 << 32) + b0 * H * T * T // 2                    # the dropout offset
+        assert [int(x) for x in tail[:3] + tail[4:-2]] == [int(x) for x in wtail[:3] + wtail[4:-2]]
+        _, qgrid, (qdq, tds, qtq, qT, qH, _rk) = grouped[2 + 2 * g]
+        assert qdq.data.ptr == dq_.data.ptr and qgrid == (8, 2 * H)
+        assert tds == ("map", ds_t.data.ptr, T, int(ldq), 2 * H) and qtq == tq
+    assert wds.shape == (B * H, T, int(ldq))                                      # the whole launch's ds_t: every head
