@@ -2,10 +2,10 @@
 takes under the switches (the rules are pure functions of the module's settings). The module imports CuPy at the top
 but touches it only when it launches, so it is imported here over a stand-in module, and every module that import
 brought in is dropped again afterwards."""
+import importlib.util
 import sys
-import types
+from pathlib import Path
 
-import numpy as np
 import pytest
 
 
@@ -207,50 +207,18 @@ def test_a_group_draws_the_dropout_counters_of_the_whole_launch(attention, B, H,
                     assert local == offset + (((b0 * H + bh) * T + i) * T + j) // 2, (b0, bh, i, j)
 
 
-class _FakeArray:
-    """Just enough of a device array for backward()'s bookkeeping: a shape, an element type, an address, and slices
-    of whole rows of the first axis (the groups' views)."""
-
-    def __init__(self, shape, dtype, ptr):
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.itemsize, self.size = self.dtype.itemsize, int(np.prod(shape))
-        self.data = types.SimpleNamespace(ptr=ptr)
-        self.flags = types.SimpleNamespace(c_contiguous=True)
-
-    def __getitem__(self, s):
-        assert isinstance(s, slice) and s.step is None, s
-        start, stop = s.start or 0, self.shape[0] if s.stop is None else s.stop
-        row = int(np.prod(self.shape[1:])) * self.itemsize
-        return _FakeArray((stop - start,) + self.shape[1:], self.dtype, self.data.ptr + start * row)
+PLAN_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "attention_launch_plan.py"
 
 
-def _backward_launches(attention, monkeypatch, batches, B=8, H=12, T=1024, p=0.2, offset=1 << 32):
-    """backward() of gpt2-small's shape under half roundings with the kernels' launches and tensor maps recorded
-    (nothing runs): [(kernel, grid, args)], the maps as ("map", address, rows, cols, planes)."""
-    C, addresses = H * 64, iter(range(1 << 40, 1 << 50, 1 << 36))
-    fake_cp = types.SimpleNamespace(empty=lambda shape, dtype: _FakeArray(shape, dtype, next(addresses)),
-                                    cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0)))
-    ws = types.SimpleNamespace(get=lambda name, shape, dtype: _FakeArray(shape, dtype, next(addresses)),
-                               zeros=lambda name, shape, dtype: _FakeArray(shape, dtype, 7 << 32))
-    ctx = types.SimpleNamespace(half=True, half_roundings=True, dtype="bfloat16", out_dtype=np.uint16, round_kind=1,
-                                kind=1, tf32=True, ws=ws)
-    launched = []
-
-    def encode(matrix, rows, cols, dtype, planes=0):
-        assert matrix.size == rows * cols * (planes or 1), (matrix.shape, rows, cols, planes)
-        return ("map", matrix.data.ptr, rows, cols, planes)
-    monkeypatch.setattr(attention, "cp", fake_cp)
-    monkeypatch.setattr(attention, "launch", lambda f, name, grid, block, args, **k: launched.append((name, grid, args)))
-    monkeypatch.setattr(attention._tma, "encode", encode)
-    monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90a")
-    monkeypatch.setattr(attention.runtime, "sm_count", lambda d: 132)
+def _backward_launches(attention, monkeypatch, batches):
+    """scripts/attention_launch_plan.py's record of backward() (gpt2-small's shape, dropout 0.2) with DS_GROUP_BATCHES
+    = batches: [(kernel, grid, args)] and the dqkv it returns."""
+    spec = importlib.util.spec_from_file_location("attention_launch_plan_under_test", PLAN_SCRIPT)
+    plan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plan)
     monkeypatch.setattr(attention, "DS_GROUP_BATCHES", batches)
-    qkv = _FakeArray((B, T, 3 * C), np.uint16, 1 << 33)
-    dout = _FakeArray((B, T, C), np.uint16, 2 << 33)
-    saved = attention.AttentionSaved(_FakeArray((B, T, C), np.uint16, 3 << 33), _FakeArray((B, H, T), np.float32, 4 << 33),
-                                     qkv)
-    dqkv = attention.backward(ctx, dout, qkv, saved, H, p, 1337, offset)
-    return launched, dqkv
+    launched, dqkv = plan.record_backward(attention, monkeypatch.setattr)
+    return [(name, grid, args) for name, grid, _block, args, _k in launched], dqkv
 
 
 def test_the_groups_launch_each_kernel_on_their_own_rows(attention, monkeypatch):

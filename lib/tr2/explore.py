@@ -176,9 +176,9 @@ def run_time(path, stage=None) -> dict:
     p = Path(path)
     recs, retired = _run_records(p, stage), _retired_records(p)
     seconds = held_seconds(recs + retired)
+    sessions = read_jsonl(p / "sessions.jsonl")
     return {"records": len(recs), "retired": len(retired), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 1),
-            "calls": len(read_jsonl(p / "sessions.jsonl")) if (p / "sessions.jsonl").is_file() else None,
-            "machines": machine_count(read_jsonl(p / "sessions.jsonl"))}
+            "calls": len(sessions) if (p / "sessions.jsonl").is_file() else None, "machines": machine_count(sessions)}
 
 
 def session_machine(session: dict) -> Optional[tuple]:
