@@ -15,11 +15,12 @@ LIMIT=$((64 * 1024 * 1024))
 
 travel_bytes() {   # tracked files present + untracked not ignored + the carried paths, each counted as a tar archive
   # holds it (a 512-byte header, the content in 512-byte blocks): the run tool refused 61.2 MiB of content that came
-  # to 64.2 MiB so counted (3947 files), so this is the measure it applies, or near it
+  # to 64.2 MiB so counted (3947 files), so this is the measure it applies, or near it; a carried path that
+  # git does not ignore is counted once
   { git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
       [ -f "$f" ] && printf '%s\0' "$f"; done
     for c in "$@"; do [ -e "$c" ] && find "$c" -type f -print0; done
-  } | xargs -0 -r stat -c %s | awk '{ t += 512 + int(($1 + 511) / 512) * 512 } END { printf "%d\n", t }'
+  } | sort -zu | xargs -0 -r stat -c %s | awk '{ t += 512 + int(($1 + 511) / 512) * 512 } END { printf "%d\n", t }'
 }
 
 case "${1:-}" in

@@ -103,12 +103,15 @@ def test_timed_clocks_give_the_joules_a_step_where_the_counter_was_read(tmp_path
     t = explore.timed_clocks(d).set_index("side")
     assert t.loc["cupy", "joules_step"] == pytest.approx(69.0)    # 690 W x 100 ms
     assert t.loc["torch", "joules_step"] == pytest.approx(64.0)
+    # the readings span 3 s (the samples': span - 1): the counter's 0.1 s step over them
+    assert t.loc["cupy", "joules_bound"] == pytest.approx(0.1 / 3.0)
     plain = explore.timed_clocks(_series(tmp_path / "plain", with_record_window)).set_index("side")
-    assert plain["joules_step"].isna().all()
+    assert plain["joules_step"].isna().all() and plain["joules_bound"].isna().all()
     # a window whose readings span 1.5 s (under tr2.series.ENERGY_MIN_SPAN_S): its joules not given
     short = explore.timed_clocks(_series(tmp_path / "short", with_record_window, watts={"cupy": 690.0, "torch": 640.0},
                                          span=2.5)).set_index("side")
     assert short["joules_step"].isna().all() and (short["power_w"] == [691.0, 691.0]).all()
+    assert short["joules_bound"].isna().all()   # nothing counted, nothing bounded
 
 
 def test_the_energy_readings_span_and_the_rule_on_it():
@@ -119,6 +122,17 @@ def test_the_energy_readings_span_and_the_rule_on_it():
     assert ENERGY_MIN_SPAN_S == 3.0
     assert energy_counts(3.0) and energy_counts(12) and not energy_counts(2.99)
     assert not energy_counts(None) and not energy_counts("4")
+
+
+def test_a_counted_windows_bound_is_the_counters_step_over_its_span():
+    """The counter changes every ENERGY_COUNTER_INTERVAL_S (0.1 s on the H200, results/h200-perf-20261204e call 2):
+    each end's reading up to that old, so a window of L s is off by up to 0.1 / L."""
+    from tr2.series import ENERGY_COUNTER_INTERVAL_S, ENERGY_MIN_SPAN_S, energy_bound
+    assert ENERGY_COUNTER_INTERVAL_S == 0.1
+    assert energy_bound(4.0) == pytest.approx(0.025) and energy_bound(ENERGY_MIN_SPAN_S) == pytest.approx(0.1 / 3)
+    assert energy_bound(12.5) < energy_bound(5.0) < energy_bound(3.0)
+    for unknown in (None, 0, 0.0, -1.0, "4", True, float("nan")):
+        assert energy_bound(unknown) is None, unknown
 
 
 @pytest.mark.parametrize("watts", [None, {"cupy": 690.0, "torch": 640.0}], ids=["no-counter", "counter"])
@@ -134,9 +148,10 @@ def test_the_front_page_shows_the_energy_a_step_only_where_it_was_read(tmp_path,
     html = rp.front_page_html(rp.build_table("gpu", dirs, tmp_path))
     table = bs4.BeautifulSoup(html, "html.parser").find(id="timed-clocks")
     cells = [td.get_text() for td in table.find_all("td", class_="joules")]
-    assert cells == ([] if watts is None else ["69.000", "64.000"])
+    assert cells == ([] if watts is None else ["69.000 ± 3.3%", "64.000 ± 3.3%"])
     assert ("energy a step, J" in table.get_text()) == (watts is not None)
     assert ("span at least 3.0 s of a window" in " ".join(html.split())) == (watts is not None)
+    assert ("changes every 0.1 s" in " ".join(html.split())) == (watts is not None)
 
 
 def test_the_front_page_shows_the_clocks_of_the_timed_windows(tmp_path):

@@ -320,8 +320,9 @@ def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
     """Per configuration of each series: the card's SM clock and power while its timed runs were measured (the
     medians of each run's in-window samples: median over the runs, their range, and the samples in all), the
     conditions under which each side's step time was taken; and the joules a step (the median over the runs of the
-    window's mean power by the energy counter times the run's step time; NaN where the counter was not read)."""
-    from .series import energy_counts   # here, as run_window_gpu's window_gpu
+    window's mean power by the energy counter times the run's step time; NaN where the counter was not read) with
+    its relative bound (series.energy_bound of the readings' span, the median over the runs counted)."""
+    from .series import energy_bound, energy_counts   # here, as run_window_gpu's window_gpu
 
     def read(path):
         rows, window = [], series_window(path)
@@ -337,9 +338,11 @@ def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
             # window, series.energy_counts, none either)
             cw, step = g.get("counter_w"), rec.get("step_ms")
             cw = cw if energy_counts(g.get("counter_s")) else None
+            counted = cw is not None and step
             rows.append({k: rec.get(k) for k in ("config", "model", "dtype", "side", "build", "mode")}
                         | {"samples": g.get("samples", 0), "sm_mhz": sm["median"], "power_w": pw.get("median"),
-                           "joules_step": cw * step / 1000.0 if cw is not None and step else None})
+                           "joules_step": cw * step / 1000.0 if counted else None,
+                           "joules_bound": energy_bound(g.get("counter_s")) if counted else None})
         if not rows:
             return None
         df = pd.DataFrame(rows)
@@ -347,7 +350,7 @@ def timed_clocks(where, model=None, dtype=None) -> pd.DataFrame:
         out = df.groupby(keys, dropna=False, sort=False).agg(
             runs=("sm_mhz", "size"), samples=("samples", "sum"), sm_mhz=("sm_mhz", "median"),
             sm_mhz_min=("sm_mhz", "min"), sm_mhz_max=("sm_mhz", "max"), power_w=("power_w", "median"),
-            joules_step=("joules_step", "median"))
+            joules_step=("joules_step", "median"), joules_bound=("joules_bound", "median"))
         return out.reset_index()
     return _gather(where, "series", read, model, dtype)
 

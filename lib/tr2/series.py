@@ -92,6 +92,22 @@ def counter_span(samples: list[dict]) -> Optional[float]:
 # 700 W cap) and, for two programs within 1% of each other's step time, 720 and 663 W (results/h200-perf-20261204,
 # call 3); the GPT-2 windows, whose readings span 4 s or more, read 678-699 W at the cap (call 2).
 ENERGY_MIN_SPAN_S = 3.0
+# The counter's own step: on the H200 it changed every 0.100 s under a steady load (median 0.1001 s, at most 0.1023;
+# scripts/probes/energy_counter_probe.py, results/h200-perf-20261204e call 2), so a reading at either end of a window
+# is up to one interval old, marked at the window's iter lines or not. Windows of 0.5 / 1 / 2 / 3 / 4 s read at their
+# ends there differed from the whole run's mean power by at most 22.7 / 11.2 / 5.9 / 4.2 / 3.3%: the interval over
+# the span, and about a percent of the load's own wobble. So marking the ends does not make a short window
+# comparable, and ENERGY_MIN_SPAN_S stays; energy_bound states what a counted window is worth.
+ENERGY_COUNTER_INTERVAL_S = 0.1
+
+
+def energy_bound(span_s) -> Optional[float]:
+    """The relative error of a window's mean power read from the counter over span_s seconds, from the counter's
+    step alone (ENERGY_COUNTER_INTERVAL_S / span_s: the readings at the two ends each up to one interval old); None
+    for an unknown or empty span. The load's wobble adds about a percent (the probe's windows, above)."""
+    if not isinstance(span_s, (int, float)) or isinstance(span_s, bool) or not span_s > 0:
+        return None
+    return ENERGY_COUNTER_INTERVAL_S / float(span_s)
 
 
 def energy_counts(span_s) -> bool:

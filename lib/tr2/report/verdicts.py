@@ -332,11 +332,20 @@ def _machine(info, series_dir) -> dict:
                   "timed": _timed_clocks(series_dir)}
 
 
+def _number(x, digits: int) -> Optional[float]:
+    """x rounded, or None where it is missing (None, NaN or not a number)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if x != x else round(x, digits)
+
+
 def _timed_clocks(series_dir) -> Optional[dict]:
     """Per configuration of the series: the card's SM clock and power while its timed runs were measured
     (explore.timed_clocks), in the card's order of models and types, cupy before PyTorch, with the window and the
     sampling interval; None where nothing was sampled."""
-    from ..series import ENERGY_MIN_SPAN_S   # here: the stage's module need not load for the tables alone
+    from ..series import ENERGY_COUNTER_INTERVAL_S, ENERGY_MIN_SPAN_S   # here: the stage's module need not load
     t = explore.timed_clocks(series_dir)
     if t.empty:
         return None
@@ -349,12 +358,14 @@ def _timed_clocks(series_dir) -> Optional[dict]:
                      "samples": int(r["samples"]), "sm_mhz": float(r["sm_mhz"]), "sm_mhz_min": float(r["sm_mhz_min"]),
                      "sm_mhz_max": float(r["sm_mhz_max"]),
                      "power_w": None if r["power_w"] != r["power_w"] else round(float(r["power_w"]), 1),
-                     "joules_step": None if r["joules_step"] != r["joules_step"] else round(float(r["joules_step"]), 3)})
+                     "joules_step": None if r["joules_step"] != r["joules_step"] else round(float(r["joules_step"]), 3),
+                     "joules_bound": _number(r.get("joules_bound"), 4)})
     rows.sort(key=lambda x: (order["models"].get(x["model"], len(order["models"])), x["model"],
                              order["dtypes"].get(x["dtype"], len(order["dtypes"])), x["dtype"], x["side"] != "cupy"))
     s = card.get("series") or {}
     return {"rows": rows, "window": s.get("window"), "interval_s": s.get("sample_interval_s"),
-            "energy": any(x["joules_step"] is not None for x in rows), "energy_min_span_s": ENERGY_MIN_SPAN_S}
+            "energy": any(x["joules_step"] is not None for x in rows), "energy_min_span_s": ENERGY_MIN_SPAN_S,
+            "energy_interval_s": ENERGY_COUNTER_INTERVAL_S}
 
 
 def _replay(stage: str, d: str, by_commit, change: str, again: list) -> str:
