@@ -74,7 +74,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                 for kernel in ("dkdv_ds", "dq_ds", "dq_ds_q64", "dkdv_ds_l2", "dq_ds_l2", "dq_ds_q64_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
-                "gelu_forward_f16_table", "gelu_backward_f16_table"),
+                "gelu_forward_f16_table", "gelu_backward_f16_table", "gelu_forward_f16_seg", "gelu_backward_f16_seg"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
     "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward", "residual_layernorm_dw_final",

@@ -88,8 +88,8 @@ class CudaBackend:
         self._staging = Staging()
         self._peak = PeakTracker.install()
         compile_all()          # every kernel built (or loaded from CuPy's cache) before the first step
-        if self.ctx.half and _gelu.by_table_by_default(self.ctx.kind):
-            _gelu.tables(self.ctx.kind)   # GELU's half tables filled now, eagerly: never first inside a captured step
+        if self.ctx.half:
+            _gelu.prepare(self.ctx.kind)   # GELU's half tables filled now, eagerly: never first inside a captured step
         self.ctx.cublas        # the cuBLAS handle and its workspace, before the first step
 
     def __repr__(self):

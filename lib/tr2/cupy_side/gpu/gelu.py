@@ -1,7 +1,9 @@
 """Wrapper of kernels/gelu.cu (exact erf GELU).
 
 bfloat16 and float16 inputs go through the table kernels (gelu.cu's header says why they pay and why their bits
-are the computing kernels'); float32 through the computing kernels, which also fill the tables.
+are the computing kernels'); float32 through the computing kernels, which also fill the tables. float16 may instead
+take the segment kernels (TR2_GELU_F16_SEG=1, off by default: the cubic a segment with a rounding certificate,
+gelu.cu's "by segment" paragraph; tables from gpu/gelu_segments.py, computed on the host).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import cupy as cp
 
-from . import gelu_table, kernel_define, kernel_switch
+from . import gelu_segments, gelu_table, kernel_define, kernel_switch
 from .halfbits import KIND_BF16, KIND_F16, KIND_F32, KINDS
 from .runtime import THREADS, blocks_for, i32, i64, launch, sm_count
 
@@ -19,6 +21,9 @@ TABLE_THREADS = kernel_define(FILE, "GELU_TABLE_THREADS")
 TABLE_BLOCKS_PER_SM = kernel_define(FILE, "GELU_TABLE_BLOCKS_PER_SM")
 F16_TABLE_BLOCKS_PER_SM_FORWARD = kernel_define(FILE, "GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD")
 F16_TABLE_BLOCKS_PER_SM_BACKWARD = kernel_define(FILE, "GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD")
+SEG_THREADS = kernel_define(FILE, "GELU_SEG_THREADS")
+SEG_BLOCKS_PER_SM_FORWARD = kernel_define(FILE, "GELU_SEG_BLOCKS_PER_SM_FORWARD")
+SEG_BLOCKS_PER_SM_BACKWARD = kernel_define(FILE, "GELU_SEG_BLOCKS_PER_SM_BACKWARD")
 
 # False: the half types take the computing kernels too (the reference the table kernels are tested against).
 USE_TABLE = True
@@ -27,6 +32,10 @@ USE_TABLE = True
 # (calls 2 and 3 of results/h200-perf-20261202d). Its tables (44 and 88 KB of shared memory a block) allow fewer
 # blocks an SM than bfloat16's. bfloat16's tables are on by USE_TABLE alone.
 F16_TABLE = bool(kernel_switch("TR2_GELU_F16_TABLE", 0))
+# float16 by segment (TR2_GELU_F16_SEG=1): the computing kernels' bits at fewer instructions an element, with
+# 24 KB tables; written without a GPU, so off until its GPU tests pass and the bench shows a gain
+# (docs/gelu-f16-seg.md). Where both switches are on, float16 takes the segments.
+F16_SEG = bool(kernel_switch("TR2_GELU_F16_SEG", 0))
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,8 @@ TABLE_KERNELS = {
 
 # (device id, kind) -> (forward table: uint16 half bits, backward table: float32 t), built once by `tables`
 _tables: dict[tuple[int, int], tuple["cp.ndarray", "cp.ndarray"]] = {}
+# device id -> (forward, backward) float16 segment tables (gelu_segments' packed layout), uploaded by `segment_tables`
+_segment_tables: dict[int, tuple["cp.ndarray", "cp.ndarray"]] = {}
 
 
 def _empty(ctx, shape):
@@ -69,11 +80,11 @@ def _blocks(n: int) -> int:
     return blocks_for(max(n // 8, n % 8))
 
 
-def _table_blocks(n: int, blocks_per_sm: int) -> int:
+def _table_blocks(n: int, blocks_per_sm: int, threads: int = TABLE_THREADS) -> int:
     """A persistent grid: each block copies its table into shared memory once, so no more blocks than stay
     resident together (blocks_per_sm an SM; fewer where n is small)."""
     resident = sm_count(cp.cuda.Device().id) * blocks_per_sm
-    return blocks_for(max(n // 8, n % 8), TABLE_THREADS, resident)
+    return blocks_for(max(n // 8, n % 8), threads, resident)
 
 
 def _table_launch(name: str, n: int, blocks_per_sm: int, table: "cp.ndarray", dynamic: bool, args) -> None:
@@ -110,6 +121,48 @@ def tables(kind: int = KIND_BF16) -> tuple["cp.ndarray", "cp.ndarray"]:
     return built
 
 
+def segment_tables() -> tuple["cp.ndarray", "cp.ndarray"]:
+    """This device's float16 segment tables (forward, backward: float32, gelu_segments' layout), computed on the host
+    and uploaded at the first call, which must run eagerly (a host-to-device copy): CudaBackend makes it in the
+    float16 build where F16_SEG is on, before any step."""
+    key = cp.cuda.Device().id
+    built = _segment_tables.get(key)
+    if built is not None:
+        return built
+    if cp.cuda.get_current_stream().is_capturing():
+        raise RuntimeError("gelu: the float16 segment tables are uploaded at the first use, which must run eagerly, "
+                           "not inside a CUDA graph capture (run the step once first: gpu/graph.py's warmup)")
+    built = (cp.asarray(gelu_segments.forward_table().packed()), cp.asarray(gelu_segments.backward_table().packed()))
+    _segment_tables[key] = built
+    return built
+
+
+def by_segment_by_default(kind: int) -> bool:
+    """Whether float16 activations take the segment kernels when the caller does not say (F16_SEG)."""
+    return F16_SEG and kind == KIND_F16
+
+
+def prepare(kind: int) -> None:
+    """The tables the activations of this kind take by default, built now (eagerly, before any capture)."""
+    if by_segment_by_default(kind):
+        segment_tables()
+    elif by_table_by_default(kind):
+        tables(kind)
+
+
+def _segment_choice(by_segment: bool | None, by_table: bool | None, applies: bool, what: str) -> bool:
+    """by_segment None: the segment kernel where it applies, F16_SEG is on and the caller did not name a form by
+    by_table (a test's by_table=False is the computing kernel, whatever the switch)."""
+    if by_segment is None:
+        return by_table is None and applies and F16_SEG
+    if by_segment and not applies:
+        raise ValueError(f"{what} by segment: {'x, dy and dx' if what.endswith('backward') else 'x and y'} must be "
+                         "float16")
+    if by_segment and by_table:
+        raise ValueError(f"{what}: by_table and by_segment both asked for")
+    return by_segment
+
+
 def by_table_by_default(kind: int) -> bool:
     """Whether activations of this kind take the table kernels when the caller does not say (USE_TABLE, and
     F16_TABLE for float16)."""
@@ -120,10 +173,16 @@ def _allowed() -> str:
     return " or ".join(_kind_name(k) for k in TABLE_KERNELS)
 
 
-def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, by_table: bool | None = None) -> None:
+def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, by_table: bool | None = None,
+                   by_segment: bool | None = None) -> None:
     """y = gelu(x); by_table None: the table kernel wherever it applies (x and y of one half type with tables,
-    by_table_by_default)."""
+    by_table_by_default); by_segment: the float16 segment kernel (_segment_choice)."""
     n = x.size
+    if _segment_choice(by_segment, by_table, x_kind == y_kind == KIND_F16, "gelu_forward"):
+        table = segment_tables()[0]
+        launch(FILE, "gelu_forward_f16_seg", _table_blocks(n, SEG_BLOCKS_PER_SM_FORWARD, SEG_THREADS), SEG_THREADS,
+               (y, x, table, i64(n)))
+        return
     applies = x_kind == y_kind and x_kind in TABLE_KERNELS
     if by_table is None:
         by_table = applies and by_table_by_default(x_kind)
@@ -139,10 +198,15 @@ def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, b
 
 
 def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind: int, x_kind: int, dx_kind: int,
-                    by_table: bool | None = None) -> None:
+                    by_table: bool | None = None, by_segment: bool | None = None) -> None:
     """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x of a half type with tables,
-    by_table_by_default)."""
+    by_table_by_default); by_segment: the float16 segment kernel (x, dy and dx float16; _segment_choice)."""
     n = x.size
+    if _segment_choice(by_segment, by_table, dy_kind == x_kind == dx_kind == KIND_F16, "gelu_backward"):
+        table = segment_tables()[1]
+        launch(FILE, "gelu_backward_f16_seg", _table_blocks(n, SEG_BLOCKS_PER_SM_BACKWARD, SEG_THREADS),
+               SEG_THREADS, (dx, dy, x, table, i64(n)))
+        return
     applies = x_kind in TABLE_KERNELS
     if by_table is None:
         by_table = applies and by_table_by_default(x_kind)

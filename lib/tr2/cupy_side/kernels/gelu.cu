@@ -44,6 +44,44 @@
 //   Where it applies: half activations, i.e. the half builds with half roundings (without them the products hand
 // GELU float32). float32 keeps the computing kernels, whose arithmetic is what it was before the table kernels
 // were added; they stay the reference the table kernels are tested against.
+//   By segment: float16 (gelu_forward_f16_seg, gelu_backward_f16_seg; TR2_GELU_F16_SEG=1, off by default). The f16
+// tables above cost 44 and 88 KB of shared memory a block and so fewer blocks an SM; slower than computing. Here a
+// cubic a segment stands in for the table, and a rounding certificate proves per element that rounding it to f16
+// gives the computing kernels' bits; where it cannot, the element is computed by gelu() / gelu_grad(), inline.
+//   Segments: the codes of one sign, one biased exponent GELU_SEG_EXP_LOW..GELU_SEG_EXP_END-1 (2^-14 <= |x| < 32,
+// every normal magnitude an activation reaches) and one value of the top GELU_SEG_BITS (5) mantissa bits: 32 codes
+// each, 1216 segments (gelu_seg_index: the magnitude's exponent and top bits less the first's, doubled, plus the
+// sign; unsigned, so zero, subnormals, |x| >= 32, inf and NaN fall at GELU_SEG_COUNT or beyond). Per segment a
+// float4 c0..c3 of a cubic in u = x - x_mid (gelu_seg_centred: exact, |u| <= 16 ulp of x) and a float bound A, for
+// gelu (forward) or t = Phi + x phi (backward, dx = dy t): 24 KB a table, gpu/gelu_segments.py (fitted in float64 on
+// the host). Per element: index, one 16-byte and one 4-byte shared load, three fmaf.
+//   The certificate: A bounds |f_a - f_c| for every code of the segment, f_a the float32 Horner value computed here,
+// f_c any value the computing kernel can return. So f_c lies in [__fsub_rd(f_a, A), __fadd_ru(f_a, A)] (directed
+// roundings: the float32 ends hold the real interval), and where both ends round to one f16 code (one cvt of the
+// pair, gelu_seg_same_half), so does f_c, rounding to nearest being monotone: those are the computing kernel's
+// bits, whatever erff's error was. Midpoints, ties to even, subnormal f16 results, the change of binade and signed
+// zeros need no case of their own. The backward: t_c in [t_lo, t_hi], so rn(dy t_c) lies between rn(dy t_lo) and
+// rn(dy t_hi) for any dy (inf and NaN included: a zero in [t_lo, t_hi] makes the ends differ), and those two are
+// compared. A = 1.25 x the segment's maximum over its codes of |f_a - f*| (the fit and Horner's roundings, replayed
+// exactly on the host) + the largest |f_c - f*| (f* the exact value in float64): the computing kernel's float32
+// steps replayed exactly around erff and expf, each of which may return any float32 within 2 ulp of the exact
+// value (CUDA's documented bounds without fast math), every later +, * and fma being monotone; for t, both the
+// fused fma(x, pdf, cdf) and cdf + rn(x pdf). -ftz is replayed (subnormal float32 results flush; the f16 ones are
+// normal float32). tests/test_gelu_segments.py checks every code against the bound and the certificate against
+// computing values anywhere within it; the GPU tests check the bits on every code.
+//   Where it falls back: where the computing kernel's own error spans a rounding boundary, i.e. near f16 midpoints
+// (~0.1% of codes), t's zero near x = -0.75, and x < -2, where 1 + erff cancels (the computing kernel's absolute
+// error, |x| 2^-24, reaches the f16 spacing of gelu's tiny values: every code below -4 falls back). Fallback
+// fractions for x ~ N(0, s): docs/gelu-f16-seg.md (tests/test_gelu_segments.py prints them).
+//   Divergence: a thread takes eight elements, keeps a mask of those whose certificate failed, then for each of the
+// eight slots computes the element where its bit is set; a warp runs slot k only if one of its lanes needs it, so
+// the cost is the slots any lane needs (0.55 of 8 a warp iteration for N(0, 1) forward, 1.1 backward), not the
+// elements. Registers cannot be indexed at run time, so no loop over the set bits alone.
+//   Launch shape: persistent, as the table kernels (each block copies the 24 KB table once: 396 forward blocks copy
+// 9.6 MB from L2 where a 4224-block grid would copy 100 MB, as much as the forward moves). 512 threads; 3 blocks an
+// SM forward (40 registers, and 8 bytes ptxas keeps on the stack: whether inside the loop, Nsight Compute's local
+// traffic will say) and 2 backward (59 registers: at 40 it spilled 28 bytes; 1024 threads with 32 bytes of loads each keep enough bytes in
+// flight). dx float32, or dy not float16, takes gelu_backward: rn(dy t_a) is not rn(dy t_c) in float32.
 #include "common.cuh"
 
 #define GELU_INV_SQRT2 0.70710678118654752440f
@@ -289,4 +327,154 @@ gelu_backward_f16_table(void* __restrict__ dx, const void* __restrict__ dy, cons
                         const float* __restrict__ table, i64 n, int dy_kind, int dx_kind) {
     grid_dependency_entry();
     gelu_backward_by_table<KIND_F16>(dx, dy, x, table, (float*)gelu_dynamic_shared, n, dy_kind, dx_kind);
+}
+
+// ---------------------------------------------------------------------------------------------- by segment
+
+#define GELU_SEG_EXP_LOW 1
+#define GELU_SEG_EXP_END 20
+#define GELU_SEG_BITS 5
+#define GELU_SEG_COUNT 1216
+#define GELU_SEG_TABLE_FLOATS 6080
+#define GELU_SEG_THREADS 512
+#define GELU_SEG_BLOCKS_PER_SM_FORWARD 3
+#define GELU_SEG_BLOCKS_PER_SM_BACKWARD 2
+static_assert(GELU_SEG_COUNT == (GELU_SEG_EXP_END - GELU_SEG_EXP_LOW) << (GELU_SEG_BITS + 1),
+              "two signs x 2^GELU_SEG_BITS segments an exponent");
+static_assert(GELU_SEG_TABLE_FLOATS == 5 * GELU_SEG_COUNT && GELU_SEG_TABLE_FLOATS % 4 == 0,
+              "a float4 of coefficients and a bound a segment, copied in 16-byte pieces");
+
+// An f16 code's segment, or GELU_SEG_COUNT or more where it has none (zero, subnormals, |x| >= 32, inf, NaN).
+__device__ __forceinline__ u32 gelu_seg_index(u32 code) {
+    return ((((code & 0x7FFFu) >> (10 - GELU_SEG_BITS)) - (GELU_SEG_EXP_LOW << GELU_SEG_BITS)) << 1) | (code >> 15);
+}
+
+// u = x - x_mid, exact: x_mid is x with its mantissa below the segment's bits cleared and the highest of them set,
+// the code half a segment in, so |u| <= 2^(9 - GELU_SEG_BITS) ulp of x's binade and Horner's terms stay small.
+__device__ __forceinline__ float gelu_seg_centred(float x) {
+    return x - __uint_as_float((__float_as_uint(x) & (0xFFFFFFFFu << (23 - GELU_SEG_BITS))) |
+                               (1u << (22 - GELU_SEG_BITS)));
+}
+
+// The cubic of code's segment at x (the code's value) and the segment's bound. The index is clamped, so that a code
+// without a segment reads a real entry; its result is never used (gelu_seg_*'s `ok` is false).
+__device__ __forceinline__ float gelu_seg_cubic(const float* shared, u32 index, float x, float& bound) {
+    const u32 i = min(index, GELU_SEG_COUNT - 1u);
+    const float4 c = ((const float4*)shared)[i];
+    bound = shared[4 * GELU_SEG_COUNT + i];
+    const float u = gelu_seg_centred(x);
+    return fmaf(fmaf(fmaf(c.w, u, c.z), u, c.y), u, c.x);
+}
+
+// The f16 bits of lo and hi in one cvt (lo in the low half); same: whether they are one code. Rounding to nearest is
+// monotone, so then every float32 in [lo, hi] rounds to that code (signed zeros count as different codes).
+__device__ __forceinline__ u32 gelu_seg_same_half(float lo, float hi, bool& same) {
+    const u32 pair = pack2<KIND_F16>(lo, hi);
+    same = (pair & 0xFFFFu) == (pair >> 16);
+    return pair & 0xFFFFu;
+}
+
+// gelu_forward's f16 y for code where ok comes back true (see the header; false: compute it).
+__device__ __forceinline__ u32 gelu_seg_forward(const float* shared, u32 code, bool& ok) {
+    const u32 index = gelu_seg_index(code);
+    float bound;
+    const float y = gelu_seg_cubic(shared, index, f16_bits_to_f32((u16)code), bound);
+    const u32 bits = gelu_seg_same_half(__fsub_rd(y, bound), __fadd_ru(y, bound), ok);
+    ok = ok && index < GELU_SEG_COUNT;
+    return bits;
+}
+
+// gelu_backward's f16 dx for code and dy where ok comes back true: t's interval [t_lo, t_hi] holds the computing
+// kernel's t, so its dy * t lies between dy * t_lo and dy * t_hi (in either order), rounded alike.
+__device__ __forceinline__ u32 gelu_seg_backward(const float* shared, u32 code, float dy, bool& ok) {
+    const u32 index = gelu_seg_index(code);
+    float bound;
+    const float t = gelu_seg_cubic(shared, index, f16_bits_to_f32((u16)code), bound);
+    const u32 bits = gelu_seg_same_half(dy * __fsub_rd(t, bound), dy * __fadd_ru(t, bound), ok);
+    ok = ok && index < GELU_SEG_COUNT;
+    return bits;
+}
+
+__device__ __forceinline__ void gelu_seg_table_to_shared(float* shared, const float* __restrict__ table) {
+    for (int i = threadIdx.x; i < GELU_SEG_TABLE_FLOATS / 4; i += blockDim.x)
+        ((float4*)shared)[i] = ((const float4*)table)[i];
+    __syncthreads();
+}
+
+// Element k's code of the eight in w (element 2j in the low half of word j), and its f16 bits r put in place.
+__device__ __forceinline__ u32 half_of(const u32 w[4], int k) { return k & 1 ? w[k / 2] >> 16 : w[k / 2] & 0xFFFFu; }
+__device__ __forceinline__ void set_half(u32 w[4], int k, u32 r) {
+    w[k / 2] = k & 1 ? (w[k / 2] & 0xFFFFu) | (r << 16) : (w[k / 2] & 0xFFFF0000u) | r;
+}
+
+// y = gelu(x), both f16; table: gelu_segments.forward_table().packed() (GELU_SEG_TABLE_FLOATS floats).
+extern "C" __global__ void __launch_bounds__(GELU_SEG_THREADS, GELU_SEG_BLOCKS_PER_SM_FORWARD)
+gelu_forward_f16_seg(u16* __restrict__ y, const u16* __restrict__ x, const float* __restrict__ table, i64 n) {
+    grid_dependency_entry();
+    __shared__ __align__(16) float shared[GELU_SEG_TABLE_FLOATS];
+    gelu_seg_table_to_shared(shared, table);
+    GRID_STRIDE(g, n / 8) {
+        const uint4 q = ((const uint4*)x)[g];
+        const u32 in[4] = {q.x, q.y, q.z, q.w};
+        u32 out[4], failed = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            bool ok0, ok1;
+            const u32 r0 = gelu_seg_forward(shared, in[j] & 0xFFFFu, ok0);
+            const u32 r1 = gelu_seg_forward(shared, in[j] >> 16, ok1);
+            out[j] = r0 | (r1 << 16);
+            failed |= (ok0 ? 0u : 1u << (2 * j)) | (ok1 ? 0u : 2u << (2 * j));
+        }
+        // The warp computes slot k only where one of its lanes needs it (see the header's divergence paragraph).
+        if (failed) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                if (failed & (1u << k)) set_half(out, k, f32_to_f16_bits(gelu(f16_bits_to_f32((u16)half_of(in, k)))));
+        }
+        ((uint4*)y)[g] = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+    const i64 t = tail_index(n);
+    if (t >= 0) {
+        bool ok;
+        const u32 r = gelu_seg_forward(shared, x[t], ok);
+        y[t] = ok ? (u16)r : f32_to_f16_bits(gelu(f16_bits_to_f32(x[t])));
+    }
+}
+
+// dx = dy * t(x), x, dy and dx f16 (the half roundings' kinds; others take gelu_backward); table:
+// gelu_segments.backward_table().packed().
+extern "C" __global__ void __launch_bounds__(GELU_SEG_THREADS, GELU_SEG_BLOCKS_PER_SM_BACKWARD)
+gelu_backward_f16_seg(u16* __restrict__ dx, const u16* __restrict__ dy, const u16* __restrict__ x,
+                      const float* __restrict__ table, i64 n) {
+    grid_dependency_entry();
+    __shared__ __align__(16) float shared[GELU_SEG_TABLE_FLOATS];
+    gelu_seg_table_to_shared(shared, table);
+    GRID_STRIDE(g, n / 8) {
+        const uint4 q = ((const uint4*)x)[g], p = ((const uint4*)dy)[g];
+        const u32 in[4] = {q.x, q.y, q.z, q.w}, din[4] = {p.x, p.y, p.z, p.w};
+        u32 out[4], failed = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            bool ok0, ok1;
+            const u32 r0 = gelu_seg_backward(shared, in[j] & 0xFFFFu, f16_bits_to_f32((u16)(din[j] & 0xFFFFu)), ok0);
+            const u32 r1 = gelu_seg_backward(shared, in[j] >> 16, f16_bits_to_f32((u16)(din[j] >> 16)), ok1);
+            out[j] = r0 | (r1 << 16);
+            failed |= (ok0 ? 0u : 1u << (2 * j)) | (ok1 ? 0u : 2u << (2 * j));
+        }
+        if (failed) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                if (failed & (1u << k))
+                    set_half(out, k, f32_to_f16_bits(gelu_grad(f16_bits_to_f32((u16)half_of(din, k)),
+                                                               f16_bits_to_f32((u16)half_of(in, k)))));
+        }
+        ((uint4*)dx)[g] = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+    const i64 t = tail_index(n);
+    if (t >= 0) {
+        const float d = f16_bits_to_f32(dy[t]);
+        bool ok;
+        const u32 r = gelu_seg_backward(shared, x[t], d, ok);
+        dx[t] = ok ? (u16)r : f32_to_f16_bits(gelu_grad(d, f16_bits_to_f32(x[t])));
+    }
 }
