@@ -1,9 +1,11 @@
-"""bf16 GELU by table against the computing kernels on the models' c_fc shapes (bf16 under half roundings): the bits
+"""GELU's faster forms against the computing kernels on the models' c_fc shapes, under half roundings: bf16 by table
+(mode bf16, the default) or f16 by segment (mode f16seg: gelu_forward_f16_seg / gelu_backward_f16_seg). The bits
 compared first (they must be equal), then the µs a launch of each kernel (`reps` launches recorded as one CUDA graph
 and replayed, TR2_VARIANT_TIMING=graph, the default, as the step runs them; or eager: the median of `reps` launches
-each between its own two events, as before), the forms alternating over rounds in one process.
+each between its own two events, as before), the forms alternating over rounds in one process. x ~ N(0, scale^2)
+(GELU_BENCH_SCALE, default 1: the segment kernels' fallbacks grow with it), dy ~ N(0, 1).
 
-    PYTHONPATH=lib python3 scripts/gelu_bench.py [OUT.jsonl] [rounds] [reps] [models]
+    PYTHONPATH=lib python3 scripts/gelu_bench.py [OUT.jsonl] [rounds] [reps] [models] [bf16|f16seg]
 """
 from __future__ import annotations
 
@@ -25,37 +27,55 @@ timer(TIMING)   # stops the script on a value other than graph or eager
 TIME = graph_ms if TIMING == "graph" else median_ms   # eager: the median of single launches, as before
 
 
+def _use_table(on: bool) -> None:
+    gelu.USE_TABLE = on
+
+
+def _use_segment(on: bool) -> None:
+    gelu.F16_SEG = on
+
+
+# mode -> (build dtype, the fast form's name, its switch)
+MODES = {"bf16": ("bfloat16", "table", _use_table), "f16seg": ("float16", "segment", _use_segment)}
+
+
 def main(argv) -> int:
     out = argv[0] if argv else "gelu_bench.jsonl"
     rounds = int(argv[1]) if len(argv) > 1 else 3
     reps = int(argv[2]) if len(argv) > 2 else 20
     models = (argv[3] if len(argv) > 3 else "nanogpt,gpt2-small,gpt2-medium").split(",")
-    be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
+    mode = argv[4] if len(argv) > 4 else "bf16"
+    dtype, fast, use = MODES[mode]
+    scale = float(os.environ.get("GELU_BENCH_SCALE", "1"))
+    be = CudaBackend(dtype, tf32=True, half_roundings=True)
+    if mode == "f16seg":
+        gelu.segment_tables()   # eagerly, before the graphs
+    forms = (fast, "compute")
     rs = np.random.default_rng(0)
     rows = []
     for model in models:
         cfg = load_model(model)
         shape = (cfg.batch_size * cfg.block_size, 4 * cfg.n_embd)
-        x = to_half(cp.asarray(rs.standard_normal(shape, dtype=np.float32)), be.ctx.kind)
+        x = to_half(cp.asarray(rs.standard_normal(shape, dtype=np.float32) * np.float32(scale)), be.ctx.kind)
         dy = to_half(cp.asarray(rs.standard_normal(shape, dtype=np.float32)), be.ctx.kind)
         outputs = {}
-        for form in ("table", "compute"):
-            gelu.USE_TABLE = form == "table"
+        for form in forms:
+            use(form == fast)
             outputs[form] = (cp.asnumpy(be.gelu_forward(x)), cp.asnumpy(be.gelu_backward(dy, x)))
-        same = all(np.array_equal(a, b) for a, b in zip(outputs["table"], outputs["compute"]))
-        times = {(form, way): [] for form in ("table", "compute") for way in ("forward", "backward")}
+        same = all(np.array_equal(a, b) for a, b in zip(outputs[fast], outputs["compute"]))
+        times = {(form, way): [] for form in forms for way in ("forward", "backward")}
         for r in range(rounds):
-            for form in (("table", "compute") if r % 2 == 0 else ("compute", "table")):
-                gelu.USE_TABLE = form == "table"
+            for form in (forms if r % 2 == 0 else forms[::-1]):
+                use(form == fast)
                 times[form, "forward"].append(1e3 * TIME(lambda: be.gelu_forward(x), reps))
                 times[form, "backward"].append(1e3 * TIME(lambda: be.gelu_backward(dy, x), reps))
-        gelu.USE_TABLE = True
-        row = {"model": model, "shape": list(shape), "bits_equal": bool(same), "timing": TIMING,
-               **{f"{way}_{form}_us": float(np.median(t)) for (form, way), t in times.items()}}
+        use(mode == "bf16")   # each switch back to its default
+        row = {"model": model, "mode": mode, "scale": scale, "shape": list(shape), "bits_equal": bool(same),
+               "timing": TIMING, **{f"{way}_{form}_us": float(np.median(t)) for (form, way), t in times.items()}}
         rows.append(row)
-        print(f"{model:12s} {shape[0]} x {shape[1]} bits equal {same}: forward {row['forward_compute_us']:.1f} -> "
-              f"{row['forward_table_us']:.1f} us, backward {row['backward_compute_us']:.1f} -> "
-              f"{row['backward_table_us']:.1f} us a launch", flush=True)
+        print(f"{model:12s} {mode} {shape[0]} x {shape[1]} scale {scale} bits equal {same}: forward "
+              f"{row['forward_compute_us']:.1f} -> {row[f'forward_{fast}_us']:.1f} us, backward "
+              f"{row['backward_compute_us']:.1f} -> {row[f'backward_{fast}_us']:.1f} us a launch", flush=True)
     with open(out, "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")

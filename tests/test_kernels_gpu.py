@@ -1331,6 +1331,140 @@ def test_gelu_table_kernels_replay_in_a_cuda_graph(kind, monkeypatch):
         exact(f"graph-replayed gelu backward by table, replay {replay}", _bits(dx), eager_dx)
 
 
+# float16 GELU by segment (gelu.cu's gelu_forward_f16_seg, gelu_backward_f16_seg: a cubic a segment and a rounding
+# certificate, else the computing path inline) against the computing kernels, bit for bit: every code, and every code
+# times a set of dy values. Off by default (gelu.F16_SEG); the tests name the form or switch it on for themselves.
+F16_SEG_DY = {"1": 1.0, "-1": -1.0, "0.3": 0.3, "tiny (least subnormal)": 2.0 ** -24, "-subnormal": -3.0 * 2.0 ** -20,
+              "3e4": 3e4, "largest": 65504.0, "-largest": -65504.0, "0": 0.0, "-0": -0.0}
+
+
+def _gelu_seg(x, dy=None, by_segment=True):
+    """The float16 forward (dy None) or backward (dy float16) by segment, or by the computing kernel, into a fresh
+    (poisoned) array."""
+    from tr2.cupy_side.gpu import gelu
+    out = cp.empty(x.shape, dtype=np.uint16)
+    if dy is None:
+        gelu.launch_forward(out, x, F16, F16, by_table=False if not by_segment else None, by_segment=by_segment)
+    else:
+        gelu.launch_backward(out, dy, x, F16, F16, F16, by_table=False if not by_segment else None,
+                             by_segment=by_segment)
+    return out
+
+
+def test_gelu_seg_forward_is_the_computing_kernel_on_every_code():
+    x = dev(_every_code(F16))
+    exact("gelu forward, segment = computing, every float16 code", _bits(_gelu_seg(x)),
+          _bits(_gelu_seg(x, by_segment=False)))
+
+
+def test_gelu_seg_backward_is_the_computing_kernel_on_every_code():
+    codes = _every_code(F16)
+    x, n, g = dev(codes), codes.size, gen(2025)
+    dys = {what: np.full(n, v, np.float32) for what, v in F16_SEG_DY.items()}
+    dys["every float16 value"] = halfbits.from_bits(g.permutation(codes), F16)   # inf and NaN among them
+    dys["N(0, 1)"] = g.standard_normal(n).astype(np.float32)
+    dys["spread"] = (g.standard_normal(n) * np.exp2(g.integers(-30, 16, n))).astype(np.float32)
+    for what, values in dys.items():
+        dy = _in_kind(values, F16)
+        exact(f"gelu backward, segment = computing, every float16 code, dy {what}", _bits(_gelu_seg(x, dy)),
+              _bits(_gelu_seg(x, dy, by_segment=False)))
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+@pytest.mark.parametrize("shape", [(1,), (7, 33), (5, 1539), (3, 100_003), (4096, 3072)])
+def test_gelu_seg_on_activations_is_the_computing_kernel_three_times(shape, scale, monkeypatch):
+    """Through the float16 build with half roundings and gelu.F16_SEG on, specials sprinkled over random activations
+    (the tail among them); scale 3 sends many elements to the fallback, in every slot."""
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_SEG", True)
+    be = gpu_backend("float16", False, True)
+    gelu.segment_tables()
+    g = gen(int(np.prod(shape)) + 5)
+    x = halfbits.to_bits(randn(g, *shape, scale=scale), F16)
+    flat = x.reshape(-1)
+    at = g.choice(flat.size, size=1 + flat.size // 1000, replace=False)
+    flat[at] = g.choice(F16_SPECIALS, size=at.size)
+    flat[-1] = g.choice(F16_SPECIALS)
+    xd, dyd = dev(x), _in_kind(randn(g, *shape), F16)
+    want_y, want_dx = _bits(_gelu_seg(xd, by_segment=False)), _bits(_gelu_seg(xd, dyd, by_segment=False))
+    for run in range(3):
+        exact(f"float16 gelu forward by segment, run {run} = computing {shape} scale {scale}",
+              _bits(be.gelu_forward(xd)), want_y)
+        exact(f"float16 gelu backward by segment, run {run} = computing {shape} scale {scale}",
+              _bits(be.gelu_backward(dyd, xd)), want_dx)
+
+
+def test_gelu_takes_the_segments_for_float16_only(monkeypatch):
+    """With gelu.F16_SEG on: bfloat16 its tables, float16 the segment kernels (also where F16_TABLE is on), float32
+    the computing kernels; a float16 backward into float32 dx the computing kernel (F16_TABLE off)."""
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_SEG", True)
+    monkeypatch.setattr(gelu, "F16_TABLE", True)
+    backends = {dtype: gpu_backend(dtype) for dtype in ("bfloat16", "float16", "float32")}
+    gelu.segment_tables()
+    launched = []
+    real = gelu.launch
+    monkeypatch.setattr(gelu, "launch", lambda file, name, *a, **k: (launched.append(name), real(file, name, *a, **k)))
+    ones = np.ones((4, 40), np.float32)
+    for dtype, be in backends.items():
+        x = dev(ones) if dtype == "float32" else dev(halfbits.to_bits(ones, halfbits.KINDS[dtype]))
+        be.gelu_backward(be.gelu_forward(x), x)
+    monkeypatch.setattr(gelu, "F16_TABLE", False)   # else the float32 dx would take float16's table kernel
+    x16 = dev(halfbits.to_bits(ones, F16))
+    gelu.launch_backward(cp.empty((4, 40), np.float32), x16, x16, F16, F16, halfbits.KIND_F32)
+    assert launched == ["gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_seg",
+                        "gelu_backward_f16_seg", "gelu_forward", "gelu_backward", "gelu_backward"]
+
+
+def test_gelu_by_segment_refuses_other_kinds():
+    from tr2.cupy_side.gpu import gelu
+    f32 = halfbits.KIND_F32
+    x16, y32 = cp.zeros(8, np.uint16), cp.empty(8, np.float32)
+    with pytest.raises(ValueError, match="gelu_forward by segment: x and y must be float16"):
+        gelu.launch_forward(y32, x16, F16, f32, by_segment=True)
+    with pytest.raises(ValueError, match="gelu_backward by segment: x, dy and dx must be float16"):
+        gelu.launch_backward(y32, x16, x16, F16, F16, f32, by_segment=True)
+    with pytest.raises(ValueError, match="both asked for"):
+        gelu.launch_forward(cp.empty(8, np.uint16), x16, F16, F16, by_table=True, by_segment=True)
+
+
+def test_gelu_segment_tables_refuse_to_be_built_inside_a_capture(monkeypatch):
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "_segment_tables", {})
+    x, y = cp.zeros(8, np.float32), cp.empty(8, np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            with pytest.raises(RuntimeError, match="segment tables .* capture"):
+                gelu.segment_tables()
+            gelu.launch_forward(y, x, halfbits.KIND_F32, halfbits.KIND_F32)   # the graph is not left empty
+        finally:
+            stream.end_capture()
+    assert gelu._segment_tables == {}
+
+
+def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
+    from tr2.cupy_side.gpu import gelu
+    from tr2.cupy_side.gpu.graph import StepGraph
+    monkeypatch.setattr(gelu, "F16_SEG", True)
+    be = gpu_backend("float16", False, True)
+    gelu.segment_tables()
+    g = gen(37)
+    x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), F16))
+    dy = dev(halfbits.to_bits(randn(g, 333, 1536), F16))
+    want_y, want_dx = _bits(_gelu_seg(x, by_segment=False)), _bits(_gelu_seg(x, dy, by_segment=False))
+    cp.cuda.Device().synchronize()   # the graph's stream does not wait for the default stream
+    step = StepGraph(lambda: (be.gelu_forward(x), be.gelu_backward(dy, x)))
+    step.warmup()
+    step.capture()
+    for replay in range(2):
+        y, dx = step.replay()
+        step.stream.synchronize()
+        exact(f"graph-replayed float16 gelu forward by segment, replay {replay} = computing", _bits(y), want_y)
+        exact(f"graph-replayed float16 gelu backward by segment, replay {replay} = computing", _bits(dx), want_dx)
+
+
 @pytest.mark.parametrize("shape", [(1,), (65, 33), (4096, 384)])
 def test_residual(shape):
     be, ref = gpu_backend(), NumpyBackend("float64")

@@ -80,8 +80,9 @@
 //   Launch shape: persistent, as the table kernels (each block copies the 24 KB table once: 396 forward blocks copy
 // 9.6 MB from L2 where a 4224-block grid would copy 100 MB, as much as the forward moves). 512 threads; 3 blocks an
 // SM forward (40 registers, and 8 bytes ptxas keeps on the stack: whether inside the loop, Nsight Compute's local
-// traffic will say) and 2 backward (59 registers: at 40 it spilled 28 bytes; 1024 threads with 32 bytes of loads each keep enough bytes in
-// flight). dx float32, or dy not float16, takes gelu_backward: rn(dy t_a) is not rn(dy t_c) in float32.
+// traffic will say) and 2 backward (59 registers: at 40 it spilled 28 bytes; 1024 threads with 32 bytes of loads
+// each keep enough bytes in flight). dx float32, or dy not float16, takes gelu_backward: rn(dy t_a) is not rn(dy t_c)
+// in float32.
 #include "common.cuh"
 
 #define GELU_INV_SQRT2 0.70710678118654752440f
