@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for float16 GELU by segment (gelu.cu's gelu_forward_f16_seg / gelu_backward_f16_seg, TR2_GELU_F16_SEG;
-# docs/gelu-f16-seg.md; written on the CPU machine, NOT yet run):
+# docs/perf.md, "Twenty-ninth session"; written on the CPU machine; its steps 1-3 ran by hand in calls 6-7 of
+# results/h200-perf-20261204e: bits equal, slower, so step 4's gate stays shut):
 #   1. the GELU kernel tests (tests/test_kernels_gpu.py -k gelu: the segment kernels' bits against the computing
 #      kernels on every f16 code, forward, and backward times the dy set; activations three times, graph replay, the
 #      switch; the table tests beside them, unchanged), under their own limit

@@ -32,9 +32,10 @@ USE_TABLE = True
 # (calls 2 and 3 of results/h200-perf-20261202d). Its tables (44 and 88 KB of shared memory a block) allow fewer
 # blocks an SM than bfloat16's. bfloat16's tables are on by USE_TABLE alone.
 F16_TABLE = bool(kernel_switch("TR2_GELU_F16_TABLE", 0))
-# float16 by segment (TR2_GELU_F16_SEG=1): the computing kernels' bits at fewer instructions an element, with
-# 24 KB tables; written without a GPU, so off until its GPU tests pass and the bench shows a gain
-# (docs/gelu-f16-seg.md). Where both switches are on, float16 takes the segments.
+# float16 by segment (TR2_GELU_F16_SEG=1): the computing kernels' bits (its GPU tests pass on the H200: every code),
+# but slower and off: nanogpt's c_fc shape, forward 32.8 -> 51.6 us, backward 52.7 -> 55.0 us a launch (calls 6-7 of
+# results/h200-perf-20261204e: as many instructions as erff, and bank conflicts on its 24 KB tables; docs/perf.md,
+# "Twenty-ninth session"). Where both switches are on, float16 takes the segments.
 F16_SEG = bool(kernel_switch("TR2_GELU_F16_SEG", 0))
 
 

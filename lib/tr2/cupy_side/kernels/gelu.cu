@@ -44,7 +44,10 @@
 //   Where it applies: half activations, i.e. the half builds with half roundings (without them the products hand
 // GELU float32). float32 keeps the computing kernels, whose arithmetic is what it was before the table kernels
 // were added; they stay the reference the table kernels are tested against.
-//   By segment: float16 (gelu_forward_f16_seg, gelu_backward_f16_seg; TR2_GELU_F16_SEG=1, off by default). The f16
+//   By segment: float16 (gelu_forward_f16_seg, gelu_backward_f16_seg; TR2_GELU_F16_SEG=1, off by default: the
+// computing kernels' bits on every code on the H200, but slower, 51.6 / 55.0 us a launch against 32.8 / 52.7 on
+// nanogpt's shape, as many instructions as erff and bank conflicts on the tables; calls 6-7 of
+// results/h200-perf-20261204e). The f16
 // tables above cost 44 and 88 KB of shared memory a block and so fewer blocks an SM; slower than computing. Here a
 // cubic a segment stands in for the table, and a rounding certificate proves per element that rounding it to f16
 // gives the computing kernels' bits; where it cannot, the element is computed by gelu() / gelu_grad(), inline.
@@ -72,7 +75,7 @@
 //   Where it falls back: where the computing kernel's own error spans a rounding boundary, i.e. near f16 midpoints
 // (~0.1% of codes), t's zero near x = -0.75, and x < -2, where 1 + erff cancels (the computing kernel's absolute
 // error, |x| 2^-24, reaches the f16 spacing of gelu's tiny values: every code below -4 falls back). Fallback
-// fractions for x ~ N(0, s): docs/gelu-f16-seg.md (tests/test_gelu_segments.py prints them).
+// fractions for x ~ N(0, s): docs/perf.md, "Twenty-ninth session" (tests/test_gelu_segments.py prints them).
 //   Divergence: a thread takes eight elements, keeps a mask of those whose certificate failed, then for each of the
 // eight slots computes the element where its bit is set; a warp runs slot k only if one of its lanes needs it, so
 // the cost is the slots any lane needs (0.55 of 8 a warp iteration for N(0, 1) forward, 1.1 backward), not the
