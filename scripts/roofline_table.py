@@ -379,6 +379,10 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     folder, key, out = Path(argv[0]), argv[1], Path(argv[2])
+    if not (folder / "kernels.csv").is_file():
+        print(f"{folder}: no kernels.csv (a families stage's folder, e.g. results/families-20261204-143545-h200-edition)",
+              file=sys.stderr)
+        return 2
     kernels = pd.read_csv(folder / "kernels.csv")
     if key not in set(kernels["key"]):
         print(f"key {key!r} not in {folder / 'kernels.csv'}; there: {', '.join(sorted(set(kernels['key'])))}", file=sys.stderr)

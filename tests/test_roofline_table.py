@@ -5,6 +5,7 @@ import math
 import sys
 
 import pandas as pd
+import pytest
 
 from tr2 import REPO_ROOT
 
@@ -96,3 +97,23 @@ def test_table_keeps_every_kernel(tmp_path, capsys):
     assert math.isclose(f.loc["other", "us_not_modelled"], 5.0)
     text = capsys.readouterr().out
     assert "mystery_kernel" in text and "not modelled" in text
+
+
+@pytest.mark.parametrize("args, said", [
+    (["missing-folder", "gpt2-small/bfloat16/cupy-hr", "out.csv"], "no kernels.csv"),
+    ([None, "gpt2-small/bfloat16/cupy", "out.csv"], "not in"),
+    ([None, "gpt2-small/float32/cupy", "out.csv"], "half roundings (cupy-hr) only"),
+])
+def test_bad_input_is_refused_with_the_reason(tmp_path, capsys, args, said):
+    """A folder without kernels.csv, a key the folder lacks, and a build the byte model does not describe: exit 2 and
+    one line saying which, no traceback."""
+    folder = tmp_path / "fam"
+    folder.mkdir()
+    rows = [{"key": k, "model": "gpt2-small", "dtype": k.split("/")[1], "side": "cupy", "name": "adamw_update",
+             "family": "adamw", "us_per_step": 1.0, "launches_per_step": 1.0}
+            for k in ("gpt2-small/bfloat16/cupy-hr", "gpt2-small/float32/cupy")]
+    pd.DataFrame(rows).to_csv(folder / "kernels.csv", index=False)
+    argv = [str(tmp_path / a) if a == "missing-folder" else (str(folder) if a is None else a) for a in args]
+    argv[2] = str(tmp_path / argv[2])
+    assert rt.main(argv) == 2
+    assert said in capsys.readouterr().err
