@@ -2019,6 +2019,47 @@ def test_cross_entropy_shared_memory_rows(dtype, V, offset):
         exact(f"shared-memory cross-entropy dlogits, run {k} vs run 1 {tag}", r[1], runs[0][1])
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("N, V", [(45, 50304), (300, 50304), (1000, 8200), (133, 4096), (1, 8200)])
+def test_cross_entropy_double_buffered_rows_have_the_one_row_kernels_bits(dtype, N, V, monkeypatch):
+    """cross_entropy.cu's double-buffered shared-memory rows (TR2_CE_SMEM_DB: one block an SM taking rows
+    blockIdx.x + k gridDim.x, the next row's copy in flight): loss and dlogits bit for bit the one-row kernel's, on
+    fewer rows than SMs, on several rows a block (300 and 1000 rows; 133: one SM's block takes a second row), ignored
+    rows among them (zero), written over the logits, three runs the same bits; and the loss within the tolerance
+    of float64."""
+    from tr2.cupy_side.gpu import cross_entropy as gpu_ce
+    be, ref = gpu_backend(dtype, False, True), NumpyBackend("float64")
+    kind = halfbits.KINDS[dtype]
+    g = gen(N * 7 + V)
+    raw = randn(g, N, V, scale=3.0).astype(np.float32)
+    raw[0, 5] = 40.0
+    bits = halfbits.to_bits(raw, kind)
+    targets = g.integers(0, V, size=N).astype(np.int64)
+    targets[0] = 5
+    if N > 2:
+        targets[1 + g.permutation(N - 1)[:max(1, N // 9)]] = -1
+
+    def run(double_buffer: bool):
+        monkeypatch.setattr(gpu_ce, "SMEM_DOUBLE_BUFFER", double_buffer)
+        lg = cp.asarray(bits)
+        loss, dl = be.cross_entropy_forward_backward(lg, dev(targets), be.to_device(1.0))
+        assert dl.data.ptr == lg.data.ptr   # over the logits
+        return host(loss), be.to_host(dl)
+
+    want_loss, want_dl = run(False)
+    tag = f"[{dtype} N={N} V={V}]"
+    for k in range(3):
+        loss, dl = run(True)
+        exact(f"double-buffered cross-entropy loss = one-row kernel's, run {k + 1} {tag}", loss, want_loss)
+        exact(f"double-buffered cross-entropy dlogits = one-row kernel's, run {k + 1} {tag}", dl, want_dl)
+    rows = targets < 0
+    exact(f"double-buffered cross-entropy dlogits of ignored rows {tag}", want_dl[rows].astype(np.float64),
+          np.zeros((int(rows.sum()), V)))
+    rl, _ = ref.cross_entropy_forward_backward(halfbits.from_bits(bits, kind).astype(np.float64), targets,
+                                               np.float64(1.0))
+    check(f"double-buffered cross-entropy loss {tag}", want_loss, rl, TOL_F32)
+
+
 # ---------------------------------------------------------------------------------------------- optimizer
 
 SHAPES = [(65, 64), (64,), (4099,), (3, 5000), (7,), (192, 64), (1,)]

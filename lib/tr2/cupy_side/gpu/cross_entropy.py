@@ -7,10 +7,14 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import cross_entropy_plan
-from .runtime import i32, launch
+from . import cross_entropy_plan, kernel_switch
+from .runtime import i32, launch, sm_count
 
 FILE = "cross_entropy.cu"
+# Training's shared-memory rows double-buffered (TR2_CE_SMEM_DB=1: cross_entropy_forward_backward_smem2, one block an
+# SM with the next row's copy in flight; the one-row kernel's bits, the same thread count and body): off until its
+# GPU tests and a bench have run (written without a GPU; docs/perf.md, "Twenty-ninth session").
+SMEM_DOUBLE_BUFFER = bool(kernel_switch("TR2_CE_SMEM_DB", 0))
 
 
 def _plan(ctx, logits: "cp.ndarray") -> tuple[str, int, int]:
@@ -84,6 +88,10 @@ def forward_backward(ctx, logits: "cp.ndarray", targets: "cp.ndarray", dloss):
         launch(FILE, "cross_entropy_forward_backward_warp", (N + threads // 32 - 1) // (threads // 32), threads,
                (losses, dlogits, logits, targets, d, count, i32(N), i32(V), i32(ld), i32(ldd), i32(lk),
                 i32(ctx.kind_of(dlogits))))
+    elif suffix == "_smem" and SMEM_DOUBLE_BUFFER:
+        launch(FILE, "cross_entropy_forward_backward_smem2", min(N, sm_count(cp.cuda.Device().id)), threads,
+               (losses, dlogits, logits, targets, d, count, i32(N), i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
+               shared_mem=2 * shared, prefer_shared=True)
     else:
         launch(FILE, "cross_entropy_forward_backward" + suffix, N, threads,
                (losses, dlogits, logits, targets, d, count, i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
