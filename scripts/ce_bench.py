@@ -10,7 +10,6 @@ arithmetic, other values.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -22,6 +21,7 @@ from tr2.cupy_side.gpu import cross_entropy as gpu_ce
 from tr2.cupy_side.gpu.backend import CudaBackend
 from tr2.cupy_side.gpu.cast import to_half
 from tr2.models import load_model
+from tr2.results import jsonl_line
 
 TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
 timer(TIMING)   # stops the script on a value other than graph or eager
@@ -38,6 +38,7 @@ def main(argv) -> int:
     N, V = cfg.batch_size * cfg.block_size, cfg.vocab_size
     rs = np.random.default_rng(0)
     rows = []
+    open(out, "w").close()   # each dtype's row is added as it is measured: a stopped call keeps the finished ones
     for dtype in dtypes:
         be = CudaBackend(dtype, tf32=True, half_roundings=True)
         logits = to_half(cp.asarray(rs.standard_normal((N, V), dtype=np.float32) * np.float32(3.0)), be.ctx.kind)
@@ -61,11 +62,10 @@ def main(argv) -> int:
                **{f"{form}_us": float(np.median(t)) for form, t in times.items()},
                **{f"{form}_rounds_us": t for form, t in times.items()}}
         rows.append(row)
+        with open(out, "a") as f:
+            f.write(jsonl_line(row))
         print(f"{dtype:9s} {N} x {V} bits equal {same}: one-row {row['one-row_us']:.1f} -> double-buffered "
               f"{row['double_us']:.1f} us a launch (x{row['double_us'] / row['one-row_us']:.3f})", flush=True)
-    with open(out, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
     return 0 if all(r["bits_equal"] for r in rows) else 1
 
 

@@ -1313,13 +1313,19 @@ def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch, kind):
 @pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
 def test_gelu_table_kernels_replay_in_a_cuda_graph(kind, monkeypatch):
     from tr2.cupy_side.gpu import gelu
-    from tr2.cupy_side.gpu.graph import StepGraph
     monkeypatch.setattr(gelu, "F16_TABLE", True)
     be = gpu_backend(GELU_TABLE_KINDS[kind][0], False, True)
     g = gen(31)
     x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), kind))
     dy = dev(halfbits.to_bits(randn(g, 333, 1536), kind))
     eager_y, eager_dx = _bits(be.gelu_forward(x)), _bits(be.gelu_backward(dy, x))
+    _gelu_graph_replays(be, x, dy, eager_y, eager_dx, "gelu {} by table, replay {}")
+
+
+def _gelu_graph_replays(be, x, dy, want_y, want_dx, what: str) -> None:
+    """The backend's GELU forward and backward captured as one CUDA graph and replayed twice: each replay's bits
+    equal want_y and want_dx (`what` formats with "forward"/"backward" and the replay)."""
+    from tr2.cupy_side.gpu.graph import StepGraph
     cp.cuda.Device().synchronize()   # the graph's stream does not wait for the default stream
     step = StepGraph(lambda: (be.gelu_forward(x), be.gelu_backward(dy, x)))
     step.warmup()
@@ -1327,8 +1333,8 @@ def test_gelu_table_kernels_replay_in_a_cuda_graph(kind, monkeypatch):
     for replay in range(2):
         y, dx = step.replay()
         step.stream.synchronize()
-        exact(f"graph-replayed gelu forward by table, replay {replay}", _bits(y), eager_y)
-        exact(f"graph-replayed gelu backward by table, replay {replay}", _bits(dx), eager_dx)
+        exact("graph-replayed " + what.format("forward", replay), _bits(y), want_y)
+        exact("graph-replayed " + what.format("backward", replay), _bits(dx), want_dx)
 
 
 # float16 GELU by segment (gelu.cu's gelu_forward_f16_seg, gelu_backward_f16_seg: a cubic a segment and a rounding
@@ -1446,7 +1452,6 @@ def test_gelu_segment_tables_refuse_to_be_built_inside_a_capture(monkeypatch):
 
 def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
     from tr2.cupy_side.gpu import gelu
-    from tr2.cupy_side.gpu.graph import StepGraph
     monkeypatch.setattr(gelu, "F16_SEG", True)
     be = gpu_backend("float16", False, True)
     gelu.segment_tables()
@@ -1454,15 +1459,7 @@ def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
     x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), F16))
     dy = dev(halfbits.to_bits(randn(g, 333, 1536), F16))
     want_y, want_dx = _bits(_gelu_seg(x, by_segment=False)), _bits(_gelu_seg(x, dy, by_segment=False))
-    cp.cuda.Device().synchronize()   # the graph's stream does not wait for the default stream
-    step = StepGraph(lambda: (be.gelu_forward(x), be.gelu_backward(dy, x)))
-    step.warmup()
-    step.capture()
-    for replay in range(2):
-        y, dx = step.replay()
-        step.stream.synchronize()
-        exact(f"graph-replayed float16 gelu forward by segment, replay {replay} = computing", _bits(y), want_y)
-        exact(f"graph-replayed float16 gelu backward by segment, replay {replay} = computing", _bits(dx), want_dx)
+    _gelu_graph_replays(be, x, dy, want_y, want_dx, "float16 gelu {} by segment, replay {} = computing")
 
 
 @pytest.mark.parametrize("shape", [(1,), (65, 33), (4096, 384)])
