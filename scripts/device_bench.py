@@ -3,8 +3,9 @@
 Run from the repository root on the device (after `source scripts/device_env.sh`):
     python3 scripts/device_bench.py OUTDIR PHASE[,PHASE...]
 Phases:
-  losscheck  the char model in bfloat16 and float16 with its dropout: the cupy side's losses at step 400
-             against five torch runs with seeds 1337-1341 (runs in parallel: a correctness check, not a timing)
+  losscheck  the char model in bfloat16 and float16 with its dropout: the cupy side's losses at step 400 (three
+             builds, LOSSCHECK_BUILDS) against five torch runs with seeds 1337-1341 (runs in parallel: a
+             correctness check, not a timing)
   series     the series stage (papermill notebook) on params/cards/h200-nanogpt.yaml
   bench      single clocked runs of every model and element type, cupy side and torch eager
   profile    torch.profiler kernel tables of the char model in bfloat16, both sides
@@ -64,13 +65,15 @@ def lib_env(lib: Path) -> dict:
     return env
 
 
-def train_cmd(side, model, dtype, steps, mode=None, hr=False, extra=()):
+def train_cmd(side, model, dtype, steps, mode=None, hr=False, extra=(), graph=False):
     model = MODEL_STANDIN or model
     cmd = TRAIN + ["--side", side, "--model", model, "--dtype", dtype, "--device", DEVICE, "--steps", str(steps)]
     if mode:
         cmd += ["--mode", mode]
     if hr:
         cmd += ["--half-roundings"]
+    if graph:
+        cmd += ["--cuda-graph"]
     return cmd + list(extra)
 
 
@@ -92,6 +95,12 @@ def parallel(jobs, out: Path, timeout_s: float):
     return codes
 
 
+# The cupy builds of the loss check: (name, half roundings, CUDA graph). hr-graph is the build the H200 cards compare
+# (half_roundings and cuda_graph in params/cards/h200.yaml); the graph replays the eager loop's step to the bit
+# (tests/test_graph_gpu.py), and this checks the float16 loss scaler decided on the device over 400 steps.
+LOSSCHECK_BUILDS = (("hr", True, False), ("exact", False, False), ("hr-graph", True, True))
+
+
 def phase_losscheck(out: Path, budget: float, table: list):
     d = out / "losscheck"
     d.mkdir(exist_ok=True)
@@ -102,15 +111,16 @@ def phase_losscheck(out: Path, budget: float, table: list):
         for seed in range(1337, 1342):
             name = f"torch-{dtype}-{seed}"
             jobs[name] = train_cmd("torch", "nanogpt", dtype, 400, mode="eager", extra=extra(name) + ["--seed", str(seed)])
-        for hr in (True, False):
-            name = f"cupy-{dtype}-{'hr' if hr else 'exact'}"
-            jobs[name] = train_cmd("cupy", "nanogpt", dtype, 400, hr=hr, extra=extra(name) + ["--seed", "1337"])
+        for build, hr, graph in LOSSCHECK_BUILDS:
+            name = f"cupy-{dtype}-{build}"
+            jobs[name] = train_cmd("cupy", "nanogpt", dtype, 400, hr=hr, graph=graph,
+                                   extra=extra(name) + ["--seed", "1337"])
     codes = parallel(jobs, d, budget)
     for dtype in ("bfloat16", "float16"):
         torch_runs = [read_metrics(d / f"torch-{dtype}-{s}.jsonl") for s in range(1337, 1342)]
         t_train = [m["loss"].get(400) for m in torch_runs]
         t_val = [m["eval"].get(400, (None, None))[1] for m in torch_runs]
-        for build in ("hr", "exact"):
+        for build, _, _ in LOSSCHECK_BUILDS:
             m = read_metrics(d / f"cupy-{dtype}-{build}.jsonl")
             c_train, c_val = m["loss"].get(400), m["eval"].get(400, (None, None))[1]
             ok = None not in t_train + t_val + [c_train, c_val]

@@ -2032,7 +2032,9 @@ def test_cross_entropy_double_buffered_rows_have_the_one_row_kernels_bits(dtype,
     raw[0, 5] = 40.0
     bits = halfbits.to_bits(raw, kind)
     targets = g.integers(0, V, size=N).astype(np.int64)
-    targets[0] = 5
+    # Row 0's target is its dominant logit, except alone: then the mean loss is that row's ~3e-12, which float32
+    # cannot resolve beside an lse of 40 (it rounds to 0) and no relative tolerance can judge.
+    targets[0] = 5 if N > 1 else 6
     if N > 2:
         targets[1 + g.permutation(N - 1)[:max(1, N // 9)]] = -1
 
