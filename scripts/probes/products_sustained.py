@@ -70,16 +70,9 @@ def candidate_graphs(cublas, key, count: int, reps: int):
     import cupy as cp
 
     from tr2.cupy_side.gpu.lt import Plan
-    from tr2.cupy_side.products import _scratch, lt_element_bytes
+    from tr2.cupy_side.products import operands
     lt = cublas.lt
-    ta, tb, M, N, K, a_type, lda, b_type, ldb, c_type, ldc, compute, reduced, al_a, al_b, al_c = key
-    rows_a, rows_b = (K if ta else M), (N if tb else K)
-    bufs = [_scratch(rows_a * lda * lt_element_bytes(a_type), al_a, a_type, 1),
-            _scratch(rows_b * ldb * lt_element_bytes(b_type), al_b, b_type, 2),
-            _scratch(M * ldc * lt_element_bytes(c_type), al_c, c_type, 3)]
-    A, B, C = (p for _, p in bufs)
-    alpha, beta = cublas._scalars(compute, 1.0, 0.0)
-    desc, layouts = lt._desc(key), lt._layouts(key)
+    bufs, (A, B, C), (alpha, beta), desc, layouts = operands(cublas, key)
     found = lt.candidates(key, desc, layouts, count=count)
     stream = cp.cuda.Stream(non_blocking=True)
     graphs = []

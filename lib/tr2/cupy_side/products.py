@@ -148,6 +148,18 @@ def lt_element_bytes(dtype: int) -> int:
     return lt.ELEMENT_BYTES[dtype]
 
 
+def operands(cublas, key):
+    """Scratch operands of the key's shapes, types and alignments, its scalars (1, 0) and cuBLASLt descriptors:
+    (buffers to keep alive, (A, B, C) pointers, (alpha, beta), desc, layouts)."""
+    ta, tb, M, N, K, a_type, lda, b_type, ldb, c_type, ldc, compute, reduced, al_a, al_b, al_c = key
+    rows_a, rows_b = (K if ta else M), (N if tb else K)
+    bufs = [_scratch(rows_a * lda * lt_element_bytes(a_type), al_a, a_type, 1),
+            _scratch(rows_b * ldb * lt_element_bytes(b_type), al_b, b_type, 2),
+            _scratch(M * ldc * lt_element_bytes(c_type), al_c, c_type, 3)]
+    return (bufs, tuple(p for _, p in bufs), cublas._scalars(compute, 1.0, 0.0), cublas.lt._desc(key),
+            cublas.lt._layouts(key))
+
+
 def tune(cublas, key, reps: int = 20, rounds: int = 2, in_graph: bool = True) -> dict:
     """Time every cuBLASLt candidate of the product key (and cublasGemmEx) on scratch operands; the choice.
 
@@ -157,14 +169,8 @@ def tune(cublas, key, reps: int = 20, rounds: int = 2, in_graph: bool = True) ->
     from .gpu import blas
     from .gpu.lt import Plan
     lt = cublas.lt
-    ta, tb, M, N, K, a_type, lda, b_type, ldb, c_type, ldc, compute, reduced, al_a, al_b, al_c = key
-    rows_a, rows_b = (K if ta else M), (N if tb else K)
-    bufs = [_scratch(rows_a * lda * lt_element_bytes(a_type), al_a, a_type, 1),
-            _scratch(rows_b * ldb * lt_element_bytes(b_type), al_b, b_type, 2),
-            _scratch(M * ldc * lt_element_bytes(c_type), al_c, c_type, 3)]
-    A, B, C = (p for _, p in bufs)
-    alpha, beta = cublas._scalars(compute, 1.0, 0.0)
-    desc, layouts = lt._desc(key), lt._layouts(key)
+    ta, tb, M, N, K, a_type, lda, b_type, ldb, c_type, ldc, compute, reduced = key[:13]
+    bufs, (A, B, C), (alpha, beta), desc, layouts = operands(cublas, key)
     found = lt.candidates(key, desc, layouts)
     if not found:
         raise RecordError(f"cuBLASLt lists no algorithm for {key_text(key)}")
