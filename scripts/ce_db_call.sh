@@ -16,33 +16,42 @@
 #   VARIANTS="cedb=tree:TR2_CE_SMEM_DB=1" RECORD=results/h200-perf-20261202d/call4-0ad6d96/record \
 #     PATH=$PWD/.venv/bin:$PATH TR2_NVRTC=<libnvrtc.so.12> bash scripts/carry_prepare.sh
 #   run tool carry: ["data", ".cache/kernels.tar.xz", ".cache/products", ".cache/nanoGPT", ".cache/variants"]
-#   usage: TR2_GIT_COMMIT=<40 hex> bash scripts/ce_db_call.sh "$OUT"   (CE_CALL_S, default 500: the call's seconds)
+#   usage: TR2_GIT_COMMIT=<40 hex> bash scripts/ce_db_call.sh "$OUT"   (CE_CALL_S, default 500: the call's seconds;
+#   CE_TORCH the torch modes beside the step bench, default reduce-overhead, empty for none)
+# CE_FORM=ex2 (thirtieth session) runs the same four steps for the gradient pass by exp2 (TR2_CE_GRAD_EX2) instead:
+#   its kernel tests (-k grad_ex2: the loss's bits, dlogits within an ulp), ce_bench.py's ex2 form, and the step
+#   against the variant ceex2 (VARIANTS="ceex2=tree:TR2_CE_GRAD_EX2=1" in carry_prepare)
 set -u -o pipefail
 OUT=${1:?OUT}
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "${CE_CALL_S:-500}"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py \
-  -k "double_buffered_rows or shared_memory_rows" >"$OUT/pytest_ce.log" 2>&1
+FORM=${CE_FORM:-double}
+case "$FORM" in
+  double) TESTS="double_buffered_rows or shared_memory_rows" VARIANT=cedb ;;
+  ex2) TESTS="grad_ex2 or shared_memory_rows" VARIANT=ceex2 ;;
+  *) echo "ce_db_call: CE_FORM '$FORM': double or ex2" >&2; exit 2 ;;
+esac
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "$TESTS" >"$OUT/pytest_ce.log" 2>&1
 tests=$?
 echo "== cross-entropy kernel tests (exit $tests, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_ce.log" | head; tail -2 "$OUT/pytest_ce.log"
-timeout 120 python3 scripts/ce_bench.py "$OUT/ce_bench.jsonl" 3 20 bfloat16,float16 >"$OUT/ce_bench.log" 2>&1
-echo "== double-buffered against one-row (exit $?, $(elapsed) s)"; tail -2 "$OUT/ce_bench.log"
+timeout 120 python3 scripts/ce_bench.py "$OUT/ce_bench.jsonl" 3 20 bfloat16,float16 "$FORM" >"$OUT/ce_bench.log" 2>&1
+echo "== $FORM against one-row (exit $?, $(elapsed) s)"; tail -2 "$OUT/ce_bench.log"
 if [ "$(left)" -gt 150 ]; then
   TR2_VARIANT_TIMING=eager timeout 100 ncu --clock-control none -k regex:^cross_entropy_forward_backward_smem \
     --launch-count 2 \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,sm__inst_issued.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size \
-    python3 scripts/ce_bench.py "$W/ncu_bench.jsonl" 1 1 bfloat16 >"$OUT/ncu-ce.txt" 2>&1
+    python3 scripts/ce_bench.py "$W/ncu_bench.jsonl" 1 1 bfloat16 "$FORM" >"$OUT/ncu-ce.txt" 2>&1
   echo "== ncu, bf16 (exit $?, $(elapsed) s)"
   grep -E "^  cross_entropy|gpu__time|dram__|inst_issued|warps_active|registers|grid_size" "$OUT/ncu-ce.txt" | head -24
 fi
 ratio=$(python3 -c "import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
-r = [x for x in r if x['dtype'] == 'bfloat16' and x['bits_equal']]
-print('%.4f' % (r[0]['double_us'] / r[0]['one-row_us']) if r else '')" "$OUT/ce_bench.jsonl" 2>/dev/null)
-echo "== bf16 double-buffered / one-row: ${ratio:-none} (gate ${CE_GATE:-0.95})"
+r = [x for x in r if x['dtype'] == 'bfloat16' and x.get('promise_kept', x['bits_equal'])]
+print('%.4f' % (r[0][sys.argv[2] + '_us'] / r[0]['one-row_us']) if r else '')" "$OUT/ce_bench.jsonl" "$FORM" 2>/dev/null)
+echo "== bf16 $FORM / one-row: ${ratio:-none} (gate ${CE_GATE:-0.95})"
 if [ "$tests" -eq 0 ] && [ -n "$ratio" ] && awk -v r="$ratio" -v g="${CE_GATE:-0.95}" 'BEGIN{exit !(r <= g)}'; then
-  SIDE_CALL_S=$(( $(left) - ${CE_AFTER_S:-15} )) SIDE_STAGES=bench SIDE_LIBS=cedb=.cache/variants/cedb/lib \
-    SIDE_TORCH=reduce-overhead SIDE_SELECT=${CE_SELECT:-gpt2-small/bfloat16,gpt2-medium/bfloat16} \
+  SIDE_CALL_S=$(( $(left) - ${CE_AFTER_S:-15} )) SIDE_STAGES=bench SIDE_LIBS=$VARIANT=.cache/variants/$VARIANT/lib \
+    SIDE_TORCH=${CE_TORCH-reduce-overhead} SIDE_SELECT=${CE_SELECT:-gpt2-small/bfloat16,gpt2-medium/bfloat16} \
     SIDE_ROUNDS=${CE_ROUNDS:-2} bash scripts/side_call.sh "$OUT/side"
 else
   echo "== step bench skipped (tests exit $tests, ratio ${ratio:-none})"

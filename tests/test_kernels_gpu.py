@@ -2016,6 +2016,20 @@ def test_cross_entropy_shared_memory_rows(dtype, V, offset):
         exact(f"shared-memory cross-entropy dlogits, run {k} vs run 1 {tag}", r[1], runs[0][1])
 
 
+def _ce_switched_run(be, bits, targets, switch: str, monkeypatch):
+    """run(on) -> (loss, dlogits on the host): one training launch on fresh logits with gpu/cross_entropy.py's switch
+    set as asked; dlogits written over the logits."""
+    from tr2.cupy_side.gpu import cross_entropy as gpu_ce
+
+    def run(on: bool):
+        monkeypatch.setattr(gpu_ce, switch, on)
+        lg = cp.asarray(bits)
+        loss, dl = be.cross_entropy_forward_backward(lg, dev(targets), be.to_device(1.0))
+        assert dl.data.ptr == lg.data.ptr   # over the logits
+        return host(loss), be.to_host(dl)
+    return run
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("N, V", [(45, 50304), (300, 50304), (1000, 8200), (133, 4096), (1, 8200)])
 def test_cross_entropy_double_buffered_rows_have_the_one_row_kernels_bits(dtype, N, V, monkeypatch):
@@ -2024,7 +2038,6 @@ def test_cross_entropy_double_buffered_rows_have_the_one_row_kernels_bits(dtype,
     fewer rows than SMs, on several rows a block (300 and 1000 rows; 133: one SM's block takes a second row), ignored
     rows among them (zero), written over the logits, three runs the same bits; and the loss within the tolerance
     of float64."""
-    from tr2.cupy_side.gpu import cross_entropy as gpu_ce
     be, ref = gpu_backend(dtype, False, True), NumpyBackend("float64")
     kind = halfbits.KINDS[dtype]
     g = gen(N * 7 + V)
@@ -2038,13 +2051,7 @@ def test_cross_entropy_double_buffered_rows_have_the_one_row_kernels_bits(dtype,
     if N > 2:
         targets[1 + g.permutation(N - 1)[:max(1, N // 9)]] = -1
 
-    def run(double_buffer: bool):
-        monkeypatch.setattr(gpu_ce, "SMEM_DOUBLE_BUFFER", double_buffer)
-        lg = cp.asarray(bits)
-        loss, dl = be.cross_entropy_forward_backward(lg, dev(targets), be.to_device(1.0))
-        assert dl.data.ptr == lg.data.ptr   # over the logits
-        return host(loss), be.to_host(dl)
-
+    run = _ce_switched_run(be, bits, targets, "SMEM_DOUBLE_BUFFER", monkeypatch)
     want_loss, want_dl = run(False)
     tag = f"[{dtype} N={N} V={V}]"
     for k in range(3):
@@ -2057,6 +2064,56 @@ def test_cross_entropy_double_buffered_rows_have_the_one_row_kernels_bits(dtype,
     rl, _ = ref.cross_entropy_forward_backward(halfbits.from_bits(bits, kind).astype(np.float64), targets,
                                                np.float64(1.0))
     check(f"double-buffered cross-entropy loss {tag}", want_loss, rl, TOL_F32)
+
+
+# The share of dlogits the EX2 gradient pass may move by one unit of the last place: its probabilities lie within
+# ~3e-6 relative of expf's (ops/cross_entropy.py probabilities_exp2 and ex2.approx's ~2 ulp), and a rounding moves
+# where the product lies within that of a boundary: ~3e-6 / 2^-8 (0.1%) in bfloat16, ~3e-6 / 2^-11 (0.6%) in
+# float16; the bounds leave a factor of about three over those estimates.
+EX2_MOVED_SHARE = {"bfloat16": 0.005, "float16": 0.02}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("N, V", [(45, 50304), (300, 50304), (1000, 8200), (133, 4096)])
+def test_cross_entropy_grad_ex2_keeps_the_loss_and_moves_dlogits_by_at_most_an_ulp(dtype, N, V, monkeypatch):
+    """cross_entropy.cu's shared-memory row with the gradient pass by exp2 (TR2_CE_GRAD_EX2): the loss the default
+    kernel's bits (the sum pass is unchanged), every dlogit within one unit of the last place of the default
+    kernel's (same sign), at most EX2_MOVED_SHARE of them moved, within the half type's tolerance of float64,
+    ignored rows zero, written over the logits, three runs the same bits."""
+    be, ref = gpu_backend(dtype, False, True), NumpyBackend("float64")
+    kind = halfbits.KINDS[dtype]
+    g = gen(N * 5 + V + 1)
+    raw = randn(g, N, V, scale=3.0).astype(np.float32)
+    raw[0, 5] = 40.0   # a far max: the row's other probabilities near the bottom of the range
+    bits = halfbits.to_bits(raw, kind)
+    targets = g.integers(0, V, size=N).astype(np.int64)
+    targets[1] = 5
+    targets[2 + g.permutation(N - 2)[:max(1, N // 9)]] = -1
+
+    run = _ce_switched_run(be, bits, targets, "GRAD_EX2", monkeypatch)
+    want_loss, want_dl = run(False)
+    tag = f"[{dtype} N={N} V={V}]"
+    runs = [run(True) for _ in range(3)]
+    loss, dl = runs[0]
+    exact(f"EX2 cross-entropy loss = default kernel's {tag}", loss, want_loss)
+    a, b = (halfbits.to_bits(v, kind).astype(np.int64) for v in (dl, want_dl))   # to_host gave the values
+    same_sign = (a >> 15) == (b >> 15)
+    steps = np.where(same_sign, np.abs(a - b), 1 << 16)
+    moved = float((steps > 0).mean())
+    RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                    "name": f"EX2 dlogits moved {tag}", "moved_share": moved, "max_ulps": int(steps.max()),
+                    "passed": bool(steps.max() <= 1 and moved <= EX2_MOVED_SHARE[dtype])})
+    assert steps.max() <= 1, f"EX2 dlogits {tag}: {int((steps > 1).sum())} elements more than an ulp from the default's"
+    assert moved <= EX2_MOVED_SHARE[dtype], f"EX2 dlogits {tag}: {moved:.4%} moved by an ulp"
+    rows = targets < 0
+    exact(f"EX2 cross-entropy dlogits of ignored rows {tag}", dl[rows].astype(np.float64), np.zeros((int(rows.sum()), V)))
+    values = halfbits.from_bits(bits, kind).astype(np.float64)
+    _, rdl = ref.cross_entropy_forward_backward(values, targets, np.float64(1.0))
+    want = halfbits.round_to_kind(rdl.astype(np.float32), kind)
+    check(f"EX2 cross-entropy dlogits {tag}", dl.astype(np.float64), want, TOL_HALF[(dtype, True)])
+    for k, r in enumerate(runs[1:], start=2):
+        exact(f"EX2 cross-entropy loss, run {k} vs run 1 {tag}", r[0], loss)
+        exact(f"EX2 cross-entropy dlogits, run {k} vs run 1 {tag}", r[1], dl)
 
 
 # ---------------------------------------------------------------------------------------------- optimizer

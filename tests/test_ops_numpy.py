@@ -397,6 +397,34 @@ def test_cross_entropy_fd_and_torch(gen, N, V):
     assert np.array_equal(floss, loss) and np.array_equal(fdlogits, dlogits) and np.array_equal(logits, before)
 
 
+def test_cross_entropy_probabilities_exp2_stay_within_their_two_roundings(gen):
+    """The EX2 gradient pass's arithmetic (kernels/cross_entropy.cu, TR2_CE_GRAD_EX2) against exp(x - lse) in float64:
+    each probability within the two float32 roundings the form makes, half an ulp of lse * log2(e) and half an ulp of
+    the fma's result, times ln 2, and log2(e)'s own rounding times |x - lse| (the special-function unit's own error is
+    the GPU test's to bound); on GPT-2-like
+    rows (|lse| < 16) that is under 4e-6 relative wherever p is above 2^-20."""
+    N, V = 64, 4096
+    logits = (gen.standard_normal((N, V)) * 3).astype(np.float32)
+    logits[3, 11] = 40.0   # a row with a far max: its lse near 40
+    x = logits.astype(np.float64)
+    lse = np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1)
+    lse32 = lse.astype(np.float32)
+    p = cross_entropy.probabilities_exp2(logits, lse32)
+    want = np.exp(x - lse32.astype(np.float64)[:, None])
+    lse2 = lse32 * cross_entropy.LOG2E_F32
+    arg = x * np.float64(cross_entropy.LOG2E_F32) - lse2.astype(np.float64)[:, None]
+    # in the exponent: the two roundings (in units of log2) and log2(e)'s own float32 rounding times |x - lse|
+    l2e_error = abs(float(cross_entropy.LOG2E_F32) * math.log(2) - 1.0)
+    bound = ((np.spacing(np.abs(lse2)).astype(np.float64)[:, None] / 2 + np.spacing(np.abs(arg.astype(np.float32))) / 2)
+             * math.log(2) + np.abs(x - lse32.astype(np.float64)[:, None]) * l2e_error + 1e-12) * 1.0001
+    rel = np.abs(p / want - 1)
+    assert (rel <= bound).all(), f"worst {np.max(rel / bound):.3f} x its bound"
+    small_lse = np.abs(lse) < 16
+    big = (want > 2.0 ** -20) & small_lse[:, None]
+    assert big.sum() > N * V // 100 and rel[big].max() < 4e-6, rel[big].max()
+    assert np.abs(lse[3] - 40.0) < 1e-3 and rel[3].max() <= bound[3].max()
+
+
 # ---------------------------------------------------------------------------------------------
 # global norm and AdamW
 

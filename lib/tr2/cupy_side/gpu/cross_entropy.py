@@ -15,6 +15,10 @@ FILE = "cross_entropy.cu"
 # SM with the next row's copy in flight; the one-row kernel's bits, the same thread count and body): off until its
 # GPU tests and a bench have run (written without a GPU; docs/perf.md, "Twenty-ninth session").
 SMEM_DOUBLE_BUFFER = bool(kernel_switch("TR2_CE_SMEM_DB", 0))
+# Training's shared-memory rows with the gradient pass's probabilities by exp2 (TR2_CE_GRAD_EX2=1:
+# cross_entropy_forward_backward_smem_ex2; the loss the default kernel's bits, dlogits within a half-type ulp of
+# them): off until its GPU tests and a bench have run (docs/perf.md, "Thirtieth session").
+GRAD_EX2 = bool(kernel_switch("TR2_CE_GRAD_EX2", 0))
 
 
 def _plan(ctx, logits: "cp.ndarray") -> tuple[str, int, int]:
@@ -93,7 +97,8 @@ def forward_backward(ctx, logits: "cp.ndarray", targets: "cp.ndarray", dloss):
                (losses, dlogits, logits, targets, d, count, i32(N), i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
                shared_mem=2 * shared, prefer_shared=True)
     else:
-        launch(FILE, "cross_entropy_forward_backward" + suffix, N, threads,
+        ex2 = "_ex2" if suffix == "_smem" and GRAD_EX2 else ""
+        launch(FILE, "cross_entropy_forward_backward" + suffix + ex2, N, threads,
                (losses, dlogits, logits, targets, d, count, i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
                shared_mem=shared, prefer_shared=shared > 0)
     return _mean(ctx, losses, count), dlogits

@@ -274,10 +274,35 @@ __device__ __forceinline__ void ce_grad_vec(float d[8], const uint4& q, float ls
         d[e] = (expf(vec_elem<LK>(q, e) - lse) - ((ONEHOT && e == te) ? 1.0f : 0.0f)) * g;
 }
 
+// The gradient pass's probabilities by exp2 on the special-function unit (EX2 in ce_row_smem; TR2_CE_GRAD_EX2,
+// cross_entropy_forward_backward_smem_ex2, off until measured):
+//   p = ex2.approx.ftz(fma(x, log2(e), -lse2)),  lse2 = lse * log2(e) rounded to float32 once a row
+// Why: the one-row kernel is near issue-bound (82.7% of issue slots busy at 71.8% of the DRAM peak, Nsight Compute,
+// results/h200-perf-20261204f/call1-40a061b): two exact expf an element, ~9 instructions each. This pass takes three
+// (FFMA, MUFU.EX2, and the product with g) for the same work; the sum pass, and so the loss and lse, keep expf, so
+// the loss is the default kernel's bit for bit (evaluation's too). What it rounds differently: lse2's rounding (half
+// an ulp of |lse| * 1.44, ~1e-6 of the exponent for |lse| < 16), the fma's (half an ulp of the argument) and
+// MUFU.EX2's ~2 ulp: p within ~3e-6 relative of expf(x - lse) (ops/cross_entropy.py probabilities_exp2 bounds the
+// first two on the CPU), so a half-type dlogit moves by one unit of its last place where the product lies within
+// that of a rounding boundary, a small fraction of the elements; ftz: p under 2^-126 is 0 (p * g is then under
+// the half type's normal range). PyTorch's compiled kernels (Triton's exp) compute exp the same way.
+#define CE_LOG2E 1.4426950408889634f
+__device__ __forceinline__ float ce_exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+template <int LK, bool ONEHOT>
+__device__ __forceinline__ void ce_grad_vec_ex2(float d[8], const uint4& q, float lse2, float g, int te) {
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        d[e] = (ce_exp2_approx(fmaf(vec_elem<LK>(q, e), CE_LOG2E, -lse2)) - ((ONEHOT && e == te) ? 1.0f : 0.0f)) * g;
+}
+
 // The row (blockIdx.x) staged in dynamic shared memory (V * 2 bytes), LK a half kind, GRAD as ce_row. Needs a
 // 16-byte aligned row of V / 8 whole vectors. Each thread copies, and later reads, the vectors threadIdx.x +
 // k blockDim.x, so only the target's logit crosses threads (read after a block barrier).
-template <int LK, bool GRAD>
+template <int LK, bool GRAD, bool EX2 = false>
 __device__ __forceinline__ void ce_row_smem(float* __restrict__ losses, void* dlogits, const void* logits,
                                             const i64* __restrict__ targets, const float* __restrict__ dloss,
                                             const float* __restrict__ count, int V, int dlogit_kind, float* red) {
@@ -322,11 +347,17 @@ __device__ __forceinline__ void ce_row_smem(float* __restrict__ losses, void* dl
     if (!GRAD) return;
     const float g = dloss[0] / fmaxf(count[0], 1.0f);
     const int tv = (int)(t >> 3), te = (int)(t & 7);
+    const float lse2 = EX2 ? lse * CE_LOG2E : 0.0f;
     for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
         const uint4 q = ce_row_buf[v];
         float d[8];
-        if (v == tv) ce_grad_vec<LK, true>(d, q, lse, g, te);
-        else ce_grad_vec<LK, false>(d, q, lse, g, te);
+        if constexpr (EX2) {
+            if (v == tv) ce_grad_vec_ex2<LK, true>(d, q, lse2, g, te);
+            else ce_grad_vec_ex2<LK, false>(d, q, lse2, g, te);
+        } else {
+            if (v == tv) ce_grad_vec<LK, true>(d, q, lse, g, te);
+            else ce_grad_vec<LK, false>(d, q, lse, g, te);
+        }
         if (vec_out) {
             out[v] = make_uint4(pack2<LK>(d[0], d[1]), pack2<LK>(d[2], d[3]), pack2<LK>(d[4], d[5]),
                                 pack2<LK>(d[6], d[7]));
@@ -443,15 +474,15 @@ __device__ __forceinline__ void ce_rows_smem2(float* __restrict__ losses, void* 
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-template <bool GRAD>
+template <bool GRAD, bool EX2 = false>
 __device__ __forceinline__ void ce_dispatch_smem(float* losses, void* dlogits, const void* logits,
                                                  const i64* targets, const float* dloss, const float* count, int V,
                                                  int logit_kind, int dlogit_kind) {
     __shared__ float red[32];   // one for both kinds: the 128 static bytes counted in CE_SMEM_MAX_V
     if (logit_kind == KIND_BF16)
-        ce_row_smem<KIND_BF16, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind, red);
+        ce_row_smem<KIND_BF16, GRAD, EX2>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind, red);
     else
-        ce_row_smem<KIND_F16, GRAD>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind, red);
+        ce_row_smem<KIND_F16, GRAD, EX2>(losses, dlogits, logits, targets, dloss, count, V, dlogit_kind, red);
 }
 
 // ---- the warp row: rows of at most CE_WARP_MAX_V columns (the char model's 65), a warp a row ----
@@ -552,6 +583,16 @@ cross_entropy_forward_backward_smem(float* __restrict__ losses, void* dlogits, c
                                     const float* __restrict__ count, int V, int logit_kind, int dlogit_kind) {
     grid_dependency_entry();
     ce_dispatch_smem<true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
+}
+
+// Training's shared-memory row with the gradient pass's probabilities by exp2 (EX2 above; TR2_CE_GRAD_EX2): the same
+// launch as cross_entropy_forward_backward_smem, the same loss bits.
+extern "C" __global__ void __launch_bounds__(CE_SMEM_THREADS, 2)
+cross_entropy_forward_backward_smem_ex2(float* __restrict__ losses, void* dlogits, const void* logits,
+                                        const i64* __restrict__ targets, const float* __restrict__ dloss,
+                                        const float* __restrict__ count, int V, int logit_kind, int dlogit_kind) {
+    grid_dependency_entry();
+    ce_dispatch_smem<true, true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
 }
 
 // The double-buffered form (ce_rows_smem2): min(N, SMs) blocks of CE_SMEM_THREADS threads, 4 V bytes of dynamic

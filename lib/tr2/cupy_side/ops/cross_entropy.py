@@ -41,3 +41,18 @@ def forward_backward(logits: np.ndarray, targets: np.ndarray, dloss):
     """-> (loss, dlogits): forward's loss and backward's gradient times dloss, from one call."""
     loss, lse = forward(logits, targets)
     return loss, backward(dloss, logits, targets, lse)
+
+
+LOG2E_F32 = np.float32(1.4426950408889634)
+
+
+def probabilities_exp2(logits: np.ndarray, lse: np.ndarray) -> np.ndarray:
+    """softmax = exp(x - lse) as kernels/cross_entropy.cu's EX2 gradient pass forms it (TR2_CE_GRAD_EX2), float64:
+        p = 2 ** fl32(x * log2(e) - lse2),   lse2 = fl32(lse * log2(e))
+    with its two float32 roundings (lse2 once a row; the fused multiply-add's result once an element) and exp2 exact:
+    the special-function unit's own error (ex2.approx, ~2 ulp) is not modelled here. logits float32 [N, V], lse [N]."""
+    lse2 = (np.asarray(lse, dtype=np.float32) * LOG2E_F32).astype(np.float32)
+    # x * log2e is exact in float64 (24 x 24 bits); one rounding to float32 stands for the fma's
+    arg = (logits.astype(np.float32).astype(np.float64) * np.float64(LOG2E_F32)
+           - lse2.astype(np.float64)[:, None]).astype(np.float32)
+    return np.exp2(arg.astype(np.float64))
