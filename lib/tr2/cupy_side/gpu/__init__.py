@@ -86,7 +86,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                                 for c in REGISTER_ROW_SIZES)),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem",
-                         "cross_entropy_forward_backward_smem2",
+                         "cross_entropy_forward_backward_smem_ex2", "cross_entropy_forward_backward_smem2",
                          "cross_entropy_forward_warp", "cross_entropy_forward_backward_warp", "cross_entropy_mean"),
     "adamw.cu": ("adamw_update", "adamw_scalars", "loss_scale_update"),
     "global_norm.cu": ("global_norm_partial", "global_norm_final"),
