@@ -274,8 +274,9 @@ __device__ __forceinline__ void ce_grad_vec(float d[8], const uint4& q, float ls
         d[e] = (expf(vec_elem<LK>(q, e) - lse) - ((ONEHOT && e == te) ? 1.0f : 0.0f)) * g;
 }
 
-// The gradient pass's probabilities by exp2 on the special-function unit (EX2 in ce_row_smem; TR2_CE_GRAD_EX2,
-// cross_entropy_forward_backward_smem_ex2, off until measured):
+// The gradient pass's probabilities by exp2 on the special-function unit (EX2 in ce_row_smem;
+// cross_entropy_forward_backward_smem_ex2, training's default since the thirtieth session; TR2_CE_GRAD_EX2=0 the
+// expf form):
 //   p = ex2.approx.ftz(fma(x, log2(e), -lse2)),  lse2 = lse * log2(e) rounded to float32 once a row
 // Why: the one-row kernel is near issue-bound (82.7% of issue slots busy at 71.8% of the DRAM peak, Nsight Compute,
 // results/h200-perf-20261204f/call1-40a061b): two exact expf an element, ~9 instructions each. This pass takes three
