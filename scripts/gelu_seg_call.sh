@@ -19,41 +19,54 @@
 #     TR2_NVRTC=<libnvrtc.so.12> bash scripts/carry_prepare.sh
 #   run tool carry: ["data", ".cache/kernels.tar.xz", ".cache/products", ".cache/nanoGPT", ".cache/variants"]
 #   usage: TR2_GIT_COMMIT=<40 hex> bash scripts/gelu_seg_call.sh "$OUT"   (SEG_CALL_S, default 470: the call's seconds)
+# GELU_CALL_MODE=f16fast runs the same four steps for float16 GELU within an ulp instead (gelu_forward_f16_fast /
+# gelu_backward_f16_fast, TR2_GELU_F16_FAST; docs/perf.md, "float16 GELU within an ulp"): the bench's check is then
+# within one ulp of the computing kernels (not the same bits), the variant `fast` (VARIANTS="fast=tree:
+# TR2_GELU_F16_FAST=1" in carry_prepare), the files fast_bench*; scripts/gelu_fast_call.sh sets it.
 set -u -o pipefail
 OUT=${1:?OUT}
+MODE=${GELU_CALL_MODE:-f16seg}
+case "$MODE" in
+  f16seg) NAME=seg FORM=segment ;;
+  f16fast) NAME=fast FORM=fast ;;
+  *) echo "GELU_CALL_MODE=$MODE: f16seg or f16fast" >&2; exit 2 ;;
+esac
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "${SEG_CALL_S:-470}"
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k gelu >"$OUT/pytest_gelu.log" 2>&1
 tests=$?
 echo "== gelu kernel tests (exit $tests, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_gelu.log" | head; tail -2 "$OUT/pytest_gelu.log"
-timeout 150 python3 scripts/gelu_bench.py "$W/seg_bench.jsonl" 3 20 nanogpt,gpt2-small,gpt2-medium f16seg \
-  >"$W/seg_bench.log" 2>&1
-echo "== f16 gelu by segment, x ~ N(0, 1) (exit $?, $(elapsed) s)"; cat "$W/seg_bench.log" | tail -4
-GELU_BENCH_SCALE=2 timeout 60 python3 scripts/gelu_bench.py "$W/seg_bench_s2.jsonl" 3 20 nanogpt f16seg \
-  >"$W/seg_bench_s2.log" 2>&1
-echo "== f16 gelu by segment, x ~ N(0, 4) (exit $?, $(elapsed) s)"; tail -1 "$W/seg_bench_s2.log"
+timeout 150 python3 scripts/gelu_bench.py "$W/${NAME}_bench.jsonl" 3 20 nanogpt,gpt2-small,gpt2-medium "$MODE" \
+  >"$W/${NAME}_bench.log" 2>&1
+echo "== f16 gelu $MODE, x ~ N(0, 1) (exit $?, $(elapsed) s)"; cat "$W/${NAME}_bench.log" | tail -4
+GELU_BENCH_SCALE=2 timeout 60 python3 scripts/gelu_bench.py "$W/${NAME}_bench_s2.jsonl" 3 20 nanogpt "$MODE" \
+  >"$W/${NAME}_bench_s2.log" 2>&1
+echo "== f16 gelu $MODE, x ~ N(0, 4) (exit $?, $(elapsed) s)"; tail -1 "$W/${NAME}_bench_s2.log"
 if [ "$(left)" -gt 150 ]; then
   # the bench's bits check launches segment forward, backward, then computing forward, backward: the first four
   TR2_VARIANT_TIMING=eager timeout 120 ncu --clock-control none -k regex:^gelu_ --launch-count 4 \
     --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,smsp__thread_inst_executed.sum,smsp__inst_executed.sum,sm__inst_issued.avg.pct_of_peak_sustained_active,smsp__sass_inst_executed_op_local_ld.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
-    python3 scripts/gelu_bench.py "$W/ncu_bench.jsonl" 1 1 nanogpt f16seg >"$W/ncu-gelu-seg.txt" 2>&1
+    python3 scripts/gelu_bench.py "$W/ncu_bench.jsonl" 1 1 nanogpt "$MODE" >"$W/ncu-gelu-$NAME.txt" 2>&1
   echo "== ncu, nanogpt f16 (exit $?, $(elapsed) s)"
-  grep -E "^  gelu_|gpu__time|dram__|inst_|local_ld|registers|warps_active" "$W/ncu-gelu-seg.txt" | head -48
+  grep -E "^  gelu_|gpu__time|dram__|inst_|local_ld|registers|warps_active" "$W/ncu-gelu-$NAME.txt" | head -48
 fi
-# the gate: nanogpt's segment forward + backward against the computing kernels' (gelu_bench's jsonl)
+# the gate: nanogpt's segment (or fast) forward + backward against the computing kernels' (gelu_bench's jsonl; its
+# check passed: the same bits, or for f16fast within an ulp)
 ratio=$(python3 -c "import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
-r = [x for x in r if x['model'] == 'nanogpt' and x['bits_equal']]
-print('%.4f' % ((r[0]['forward_segment_us'] + r[0]['backward_segment_us'])
-                / (r[0]['forward_compute_us'] + r[0]['backward_compute_us'])) if r else '')" "$W/seg_bench.jsonl" 2>/dev/null)
-echo "== nanogpt segment / computing, forward + backward: ${ratio:-none} (gate ${SEG_GATE:-0.95})"
+r = [x for x in r if x['model'] == 'nanogpt' and x.get('within_an_ulp', x['bits_equal'])]
+f = sys.argv[2]
+print('%.4f' % ((r[0][f'forward_{f}_us'] + r[0][f'backward_{f}_us'])
+                / (r[0]['forward_compute_us'] + r[0]['backward_compute_us'])) if r else '')" \
+  "$W/${NAME}_bench.jsonl" "$FORM" 2>/dev/null)
+echo "== nanogpt $FORM / computing, forward + backward: ${ratio:-none} (gate ${SEG_GATE:-0.95})"
 if [ "$tests" -eq 0 ] && [ -n "$ratio" ] && awk -v r="$ratio" -v g="${SEG_GATE:-0.95}" 'BEGIN{exit !(r <= g)}'; then
-  SIDE_CALL_S=$(( $(left) - ${SEG_AFTER_S:-15} )) SIDE_STAGES=bench SIDE_LIBS=seg=.cache/variants/seg/lib \
+  SIDE_CALL_S=$(( $(left) - ${SEG_AFTER_S:-15} )) SIDE_STAGES=bench SIDE_LIBS=$NAME=.cache/variants/$NAME/lib \
     SIDE_TORCH=reduce-overhead SIDE_SELECT=${SEG_SELECT:-nanogpt/float16,gpt2-small/float16} \
     SIDE_ROUNDS=${SEG_ROUNDS:-2} bash scripts/side_call.sh "$OUT/side"
 else
   echo "== step bench skipped (tests exit $tests, ratio ${ratio:-none})"
 fi
-(cd "$W" && tar czf "$OUT/gelu_seg.tgz" seg_bench*.log seg_bench*.jsonl ncu-gelu-seg.txt 2>/dev/null)
+(cd "$W" && tar czf "$OUT/gelu_$NAME.tgz" "$NAME"_bench*.log "$NAME"_bench*.jsonl "ncu-gelu-$NAME.txt" 2>/dev/null)
 echo "== done ($(elapsed) s)"
 out_fold "$OUT"

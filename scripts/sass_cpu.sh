@@ -7,11 +7,12 @@
 #   scripts/sass_cpu.sh FILE.cu KERNEL [sass_loops | raw]
 #     FILE.cu  a kernel file of lib/tr2/cupy_side/kernels (the cubin of this tree's source, in TR2_KERNEL_CACHE, default
 #              .cache/kernels); PYTHON the interpreter that imports tr2 (default python3; .venv/bin/python here)
-#     KERNEL   the kernel's name;  the third word: sass_loops (default: scripts/sass_loops.py's table) or raw (the SASS)
+#     KERNEL   the kernel's name;  the third word: sass_loops (default: scripts/sass_loops.py's table), main_path
+#              (scripts/sass_main_path.py: its loop less the rarely taken branches' spans) or raw (the SASS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILE=${1:?FILE.cu} KERNEL=${2:?KERNEL} WHAT=${3:-sass_loops}
-case "$WHAT" in sass_loops|raw) ;; *) echo "sass_cpu: '$WHAT': sass_loops or raw" >&2; exit 2 ;; esac
+case "$WHAT" in sass_loops|main_path|raw) ;; *) echo "sass_cpu: '$WHAT': sass_loops, main_path or raw" >&2; exit 2 ;; esac
 # the cubin of this tree's source (cubins.py's key: the source's hash and the options; sm_90a for attention.cu)
 cubin=$(PYTHONPATH=lib "${PYTHON:-python3}" -c "import sys; from tr2.cupy_side.gpu.cubins import path_for
 print(path_for(sys.argv[1], 'sm_90'))" "$FILE") || { echo "sass_cpu: '$FILE' is not a kernel file of lib/tr2/cupy_side/kernels" >&2; exit 2; }
@@ -31,4 +32,5 @@ echo "sass_cpu: $cubin" >&2
 case "$WHAT" in
   raw) cuobjdump -sass -fun "$KERNEL" "$cubin" ;;
   sass_loops) cuobjdump -sass -fun "$KERNEL" "$cubin" | python3 scripts/sass_loops.py ;;
+  main_path) cuobjdump -sass -fun "$KERNEL" "$cubin" | python3 scripts/sass_main_path.py ;;
 esac

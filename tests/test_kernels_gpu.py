@@ -1400,14 +1400,12 @@ def test_gelu_seg_on_activations_is_the_computing_kernel_three_times(shape, scal
               _bits(be.gelu_backward(dyd, xd)), want_dx)
 
 
-def test_gelu_takes_the_segments_for_float16_only(monkeypatch):
-    """With gelu.F16_SEG on: bfloat16 its tables, float16 the segment kernels (also where F16_TABLE is on), float32
-    the computing kernels; a float16 backward into float32 dx the computing kernel (F16_TABLE off)."""
+def _gelu_kernels_launched(monkeypatch, then) -> list[str]:
+    """The kernels gpu/gelu.py launches for a GELU forward and backward in each build without half roundings
+    (bfloat16, float16, float32; float16's activations are float16 there too), then for then(float16 ones, its
+    backend)."""
     from tr2.cupy_side.gpu import gelu
-    monkeypatch.setattr(gelu, "F16_SEG", True)
-    monkeypatch.setattr(gelu, "F16_TABLE", True)
     backends = {dtype: gpu_backend(dtype) for dtype in ("bfloat16", "float16", "float32")}
-    gelu.segment_tables()
     launched = []
     real = gelu.launch
     monkeypatch.setattr(gelu, "launch", lambda file, name, *a, **k: (launched.append(name), real(file, name, *a, **k)))
@@ -1415,23 +1413,38 @@ def test_gelu_takes_the_segments_for_float16_only(monkeypatch):
     for dtype, be in backends.items():
         x = dev(ones) if dtype == "float32" else dev(halfbits.to_bits(ones, halfbits.KINDS[dtype]))
         be.gelu_backward(be.gelu_forward(x), x)
-    monkeypatch.setattr(gelu, "F16_TABLE", False)   # else the float32 dx would take float16's table kernel
-    x16 = dev(halfbits.to_bits(ones, F16))
-    gelu.launch_backward(cp.empty((4, 40), np.float32), x16, x16, F16, F16, halfbits.KIND_F32)
-    assert launched == ["gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_seg",
-                        "gelu_backward_f16_seg", "gelu_forward", "gelu_backward", "gelu_backward"]
+    then(dev(halfbits.to_bits(ones, F16)), backends["float16"])
+    return launched
 
 
-def test_gelu_by_segment_refuses_other_kinds():
+def test_gelu_takes_the_segments_for_float16_only(monkeypatch):
+    """With gelu.F16_SEG on: bfloat16 its tables, float16 the segment kernels (also where F16_TABLE is on), float32
+    the computing kernels; a float16 backward into float32 dx the computing kernel (F16_TABLE off)."""
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_SEG", True)
+    monkeypatch.setattr(gelu, "F16_TABLE", True)
+    gelu.segment_tables()
+
+    def then(x16, _):
+        monkeypatch.setattr(gelu, "F16_TABLE", False)   # else the float32 dx would take float16's table kernel
+        gelu.launch_backward(cp.empty((4, 40), np.float32), x16, x16, F16, F16, halfbits.KIND_F32)
+    assert _gelu_kernels_launched(monkeypatch, then) == [
+        "gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_seg", "gelu_backward_f16_seg",
+        "gelu_forward", "gelu_backward", "gelu_backward"]
+
+
+@pytest.mark.parametrize("form, words", [("by_segment", "by segment"), ("by_fast", "within an ulp")])
+def test_gelu_float16_forms_refuse_other_kinds(form, words):
+    """The float16 forms (by segment, within an ulp) named for other kinds, or beside the tables: refused."""
     from tr2.cupy_side.gpu import gelu
     f32 = halfbits.KIND_F32
     x16, y32 = cp.zeros(8, np.uint16), cp.empty(8, np.float32)
-    with pytest.raises(ValueError, match="gelu_forward by segment: x and y must be float16"):
-        gelu.launch_forward(y32, x16, F16, f32, by_segment=True)
-    with pytest.raises(ValueError, match="gelu_backward by segment: x, dy and dx must be float16"):
-        gelu.launch_backward(y32, x16, x16, F16, F16, f32, by_segment=True)
+    with pytest.raises(ValueError, match=f"gelu_forward {words}: x and y must be float16"):
+        gelu.launch_forward(y32, x16, F16, f32, **{form: True})
+    with pytest.raises(ValueError, match=f"gelu_backward {words}: x, dy and dx must be float16"):
+        gelu.launch_backward(y32, x16, x16, F16, F16, f32, **{form: True})
     with pytest.raises(ValueError, match="both asked for"):
-        gelu.launch_forward(cp.empty(8, np.uint16), x16, F16, F16, by_table=True, by_segment=True)
+        gelu.launch_forward(cp.empty(8, np.uint16), x16, F16, F16, by_table=True, **{form: True})
 
 
 def test_gelu_segment_tables_refuse_to_be_built_inside_a_capture(monkeypatch):
@@ -1460,6 +1473,191 @@ def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
     dy = dev(halfbits.to_bits(randn(g, 333, 1536), F16))
     want_y, want_dx = _bits(_gelu_seg(x, by_segment=False)), _bits(_gelu_seg(x, dy, by_segment=False))
     _gelu_graph_replays(be, x, dy, want_y, want_dx, "float16 gelu {} by segment, replay {} = computing")
+
+
+# float16 GELU within an ulp (gelu.cu's gelu_forward_f16_fast, gelu_backward_f16_fast: one exponential and one
+# reciprocal an element, a rare group through the computing path; TR2_GELU_F16_FAST, off by default) against the
+# computing kernels as gpu/gelu.py launches them: every output within one unit in the last place (of the same sign),
+# at most FAST_MOVED_SHARE of them moved, the special codes (zeros, subnormals and |x| < 2^-13, infs, NaNs, the largest
+# finite) bit-equal. The share: tests/test_gelu_fast.py's emulation (ex2 and rcp exact, erff and expf correctly
+# rounded) moves 0.000% of the forward's codes and 0.016% of the backward's; on the device add ex2.approx's and
+# rcp.approx's errors (~2 and ~1 ulp) and erff's and expf's own (up to 2 ulp): ~5e-7 relative on Phi, ~2 x 5e-7 /
+# 7.3e-4 (float16's mean relative spacing) on half the codes, ~0.07%; the bound leaves about seven. Each test runs with
+# the tail x <= -3.75 through the computing path (tail_exact: TR2_GELU_F16_FAST=1, which must pass) and on the fast
+# path (tail_fast: =2, allowed only where these pass: there erff's own rounding decides, which no CPU bound clears).
+FAST_MOVED_SHARE = 0.005
+F16_FAST_SPECIALS = np.concatenate([np.arange(0x0000, 0x0800), np.arange(0x8000, 0x8800),      # |x| < 2^-13, zeros
+                                    np.arange(0x7BFF, 0x8000), np.arange(0xFBFF, 0x10000)]    # largest, infs, NaNs
+                                   ).astype(np.uint16)
+FAST_TAILS = {"tail_exact": 1, "tail_fast": 2}   # gpu/gelu.py's FAST_TAILS keys (TR2_GELU_F16_FAST's values)
+
+
+def _gelu_fast(x, dy=None, by_fast=True, tail="tail_exact"):
+    """The float16 forward (dy None) or backward (dy float16) within an ulp (tail: a FAST_TAILS key), or by the
+    computing kernel, into a fresh (poisoned) array."""
+    from tr2.cupy_side.gpu import gelu
+    out = cp.empty(x.shape, dtype=np.uint16)
+    code = gelu.FAST_TAILS[FAST_TAILS[tail]]
+    if dy is None:
+        gelu.launch_forward(out, x, F16, F16, by_table=None if by_fast else False, by_fast=by_fast, tail=code)
+    else:
+        gelu.launch_backward(out, dy, x, F16, F16, F16, by_table=None if by_fast else False, by_fast=by_fast,
+                             tail=code)
+    return out
+
+
+def _half_ulps(a, b) -> "cp.ndarray":
+    """Units in the last place between float16 bits a and b (device arrays of uint16), elementwise: codes of different
+    signs (+0 and -0 among them) count 2^16, two NaNs (any payloads) none."""
+    a, b = a.astype(cp.int32), b.astype(cp.int32)
+    nan = ((a & 0x7FFF) > 0x7C00) & ((b & 0x7FFF) > 0x7C00)
+    steps = cp.where((a >> 15) == (b >> 15), cp.abs(a - b), 1 << 16)
+    return cp.where(nan, 0, steps)
+
+
+def _within_an_ulp(what: str, fast, computing, codes=None) -> float:
+    """fast's bits within an ulp of computing's everywhere, at most FAST_MOVED_SHARE moved, and, where codes (x's
+    float16 codes, on the host) is given, bit-equal on F16_FAST_SPECIALS; recorded. -> the moved share."""
+    steps = _half_ulps(cp.asarray(fast), cp.asarray(computing))
+    worst, moved = int(steps.max()), float((steps > 0).mean())
+    special_equal = True
+    if codes is not None:
+        at = np.isin(np.asarray(codes).reshape(-1), F16_FAST_SPECIALS)
+        special_equal = bool(np.array_equal(host(fast).reshape(-1)[at], host(computing).reshape(-1)[at]))
+    RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], "name": what,
+                    "moved_share": moved, "max_ulps": worst, "specials_bit_equal": special_equal,
+                    "passed": worst <= 1 and moved <= FAST_MOVED_SHARE and special_equal})
+    assert worst <= 1, f"{what}: {int((steps > 1).sum())} elements more than an ulp from the computing kernel's"
+    assert moved <= FAST_MOVED_SHARE, f"{what}: {moved:.4%} moved by an ulp"
+    assert special_equal, f"{what}: a special code's output differs from the computing kernel's"
+    return moved
+
+
+@pytest.mark.parametrize("tail", list(FAST_TAILS))
+def test_gelu_fast_forward_is_within_an_ulp_on_every_code(tail):
+    """Every float16 code (the tail of n % 8 = 7 among specials), three runs the same bits."""
+    codes = _every_code(F16)
+    x = dev(codes)
+    want = _bits(_gelu_fast(x, by_fast=False))
+    first = _bits(_gelu_fast(x, tail=tail))
+    _within_an_ulp(f"gelu forward within an ulp, every float16 code [{tail}]", first, want, codes)
+    for run in (2, 3):
+        exact(f"gelu forward within an ulp, every code, run {run} = run 1 [{tail}]", _bits(_gelu_fast(x, tail=tail)),
+              first)
+
+
+@pytest.mark.parametrize("tail", list(FAST_TAILS))
+def test_gelu_fast_backward_is_within_an_ulp_on_every_code(tail):
+    """Every code times a set of dy: ones, normal, every float16 value, large and tiny magnitudes, zeros."""
+    codes = _every_code(F16)
+    x, n, g = dev(codes), codes.size, gen(2026)
+    dys = {"1": np.ones(n, np.float32), "-1": -np.ones(n, np.float32),
+           "N(0, 1)": g.standard_normal(n).astype(np.float32),
+           "every float16 value": halfbits.from_bits(g.permutation(codes), F16),   # inf and NaN among them
+           "large (3e4 .. 65504)": (g.choice([-1, 1], n) * g.uniform(3e4, 65504, n)).astype(np.float32),
+           "tiny (subnormal)": (g.choice([-1, 1], n) * g.integers(1, 1024, n) * 2.0 ** -24).astype(np.float32),
+           "spread": (g.standard_normal(n) * np.exp2(g.integers(-30, 16, n))).astype(np.float32),
+           "0": np.zeros(n, np.float32), "-0": -np.zeros(n, np.float32)}
+    for what, values in dys.items():
+        dy = _in_kind(values, F16)
+        want = _bits(_gelu_fast(x, dy, by_fast=False))
+        first = _bits(_gelu_fast(x, dy, tail=tail))
+        _within_an_ulp(f"gelu backward within an ulp, every float16 code, dy {what} [{tail}]", first, want, codes)
+        for run in (2, 3):
+            exact(f"gelu backward within an ulp, dy {what}, run {run} = run 1 [{tail}]",
+                  _bits(_gelu_fast(x, dy, tail=tail)), first)
+
+
+@pytest.mark.parametrize("tail", list(FAST_TAILS))
+def test_gelu_fast_backward_every_code_times_every_dy_code(tail):
+    """All 2^32 pairs (x, dy) of float16 codes, 256 dy codes a launch: within an ulp of the computing kernel (NaN
+    against NaN), and the share moved within the bound."""
+    codes = cp.arange(1 << 16, dtype=cp.uint32).astype(cp.uint16)
+    chunk = 256
+    x = cp.tile(codes, chunk)
+    worst, moved = 0, 0
+    for first in range(0, 1 << 16, chunk):
+        dy = cp.repeat(codes[first:first + chunk], 1 << 16)
+        steps = _half_ulps(_gelu_fast(x, dy, tail=tail), _gelu_fast(x, dy, by_fast=False))
+        worst = max(worst, int(steps.max()))
+        moved += int((steps > 0).sum())
+        assert worst <= 1, f"dy codes {first:#06x}..{first + chunk - 1:#06x}: an element more than an ulp off [{tail}]"
+    share = moved / float(1 << 32)
+    RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                    "name": f"gelu backward within an ulp, every x code times every dy code [{tail}]",
+                    "moved_share": share, "max_ulps": worst, "passed": worst <= 1 and share <= FAST_MOVED_SHARE})
+    assert share <= FAST_MOVED_SHARE
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+@pytest.mark.parametrize("shape", [(1,), (7,), (13,), (8,), (7, 33), (5, 1539), (3, 100_003), (4096, 3072)])
+def test_gelu_fast_on_activations_three_times(shape, scale, monkeypatch):
+    """Through the float16 build with half roundings and gelu.F16_FAST on (=1): specials sprinkled over random
+    activations (the tail among them; n odd, not a multiple of 8, and below 8), within an ulp of the computing
+    kernels, three runs the same bits; scale 4 sends many groups through the computing path."""
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 1)
+    be = gpu_backend("float16", False, True)
+    g = gen(int(np.prod(shape)) + 7)
+    x = halfbits.to_bits(randn(g, *shape, scale=scale), F16)
+    flat = x.reshape(-1)
+    at = g.choice(flat.size, size=1 + flat.size // 1000, replace=False)
+    sprinkled = np.concatenate([F16_FAST_SPECIALS, np.arange(0xC380, 0xC400, dtype=np.uint16)])   # and x <= -3.75
+    flat[at] = g.choice(sprinkled, size=at.size)
+    flat[-1] = g.choice(sprinkled)
+    xd, dyd = dev(x), _in_kind(randn(g, *shape), F16)
+    want_y, want_dx = _bits(_gelu_fast(xd, by_fast=False)), _bits(_gelu_fast(xd, dyd, by_fast=False))
+    y, dx = _bits(be.gelu_forward(xd)), _bits(be.gelu_backward(dyd, xd))
+    tag = f"{shape} scale {scale}"
+    _within_an_ulp(f"float16 gelu forward within an ulp {tag}", y, want_y, flat)
+    _within_an_ulp(f"float16 gelu backward within an ulp {tag}", dx, want_dx, flat)
+    for run in (2, 3):
+        exact(f"float16 gelu forward within an ulp, run {run} = run 1 {tag}", _bits(be.gelu_forward(xd)), y)
+        exact(f"float16 gelu backward within an ulp, run {run} = run 1 {tag}", _bits(be.gelu_backward(dyd, xd)), dx)
+
+
+def test_gelu_takes_the_fast_kernels_for_float16_when_switched_on(monkeypatch):
+    """With gelu.F16_FAST on (TR2_GELU_F16_FAST=1): the float16 build's activations take the kernels within an ulp
+    (also where the segments and the tables are on), bfloat16 its tables, float32 the computing kernels; a float16
+    backward into float32 dx the computing kernel."""
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 1)
+    gelu.tables(F16)          # here, not counted (both build by launching the computing kernels, the first time)
+    gelu.segment_tables()
+
+    def then(x16, be):
+        monkeypatch.setattr(gelu, "F16_SEG", True)
+        monkeypatch.setattr(gelu, "F16_TABLE", True)
+        be.gelu_backward(be.gelu_forward(x16), x16)
+        monkeypatch.setattr(gelu, "F16_SEG", False)
+        monkeypatch.setattr(gelu, "F16_TABLE", False)
+        gelu.launch_backward(cp.empty((4, 40), np.float32), x16, x16, F16, F16, halfbits.KIND_F32)
+    assert _gelu_kernels_launched(monkeypatch, then) == [
+        "gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_fast", "gelu_backward_f16_fast",
+        "gelu_forward", "gelu_backward", "gelu_forward_f16_fast", "gelu_backward_f16_fast", "gelu_backward"]
+
+
+def test_gelu_fast_float16_build_and_its_half_roundings_pass_float16():
+    """The kinds the float16 build with half roundings hands GELU (what the switch needs): x (c_fc's output) and dy
+    (c_proj's input gradient) are products' outputs, float16 there (ctx.out_dtype), and GELU's y and dx are float16
+    (ctx.store_dtype); without half roundings the products hand float32, and the computing kernels run."""
+    be = gpu_backend("float16", False, True)
+    assert be.ctx.out_dtype == np.uint16 and be.ctx.store_dtype == np.uint16 and be.ctx.kind == F16
+    x = dev(halfbits.to_bits(np.ones((8, 16), np.float32), F16))
+    y = be.gelu_forward(x)
+    assert be.ctx.kind_of(y) == F16 and be.ctx.kind_of(be.gelu_backward(y, x)) == F16
+    assert gpu_backend("float16", False, False).ctx.out_dtype == np.float32
+
+
+def test_gelu_fast_kernels_replay_in_a_cuda_graph(monkeypatch):
+    from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 1)
+    be = gpu_backend("float16", False, True)
+    g = gen(41)
+    x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), F16))
+    dy = dev(halfbits.to_bits(randn(g, 333, 1536), F16))
+    want_y, want_dx = _bits(_gelu_fast(x)), _bits(_gelu_fast(x, dy))
+    _gelu_graph_replays(be, x, dy, want_y, want_dx, "float16 gelu {} within an ulp, replay {} = eager")
 
 
 @pytest.mark.parametrize("shape", [(1,), (65, 33), (4096, 384)])

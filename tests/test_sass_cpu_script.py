@@ -19,7 +19,7 @@ def run(tmp_path, *args):
 @pytest.mark.parametrize("args, said", [
     (("nope.cu", "k"), "'nope.cu' is not a kernel file"),
     (("gelu.cu", "gelu_forward"), "no cubin of this tree's gelu.cu"),
-    (("gelu.cu", "gelu_forward", "ptx"), "'ptx': sass_loops or raw"),
+    (("gelu.cu", "gelu_forward", "ptx"), "'ptx': sass_loops, main_path or raw"),
 ])
 def test_it_refuses_before_fetching_anything(tmp_path, args, said):
     r = run(tmp_path, *args)

@@ -74,7 +74,8 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                 for kernel in ("dkdv_ds", "dq_ds", "dq_ds_q64", "dkdv_ds_l2", "dq_ds_l2", "dq_ds_q64_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
-                "gelu_forward_f16_table", "gelu_backward_f16_table", "gelu_forward_f16_seg", "gelu_backward_f16_seg"),
+                "gelu_forward_f16_table", "gelu_backward_f16_table", "gelu_forward_f16_seg", "gelu_backward_f16_seg",
+                "gelu_forward_f16_fast", "gelu_backward_f16_fast"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
     "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward", "residual_layernorm_dw_final",
@@ -244,12 +245,12 @@ def _allowed_text(allowed: tuple) -> str:
 
 
 def kernel_define(filename: str, name: str) -> int:
-    """The integer a kernel file #defines as `name` (a block size its wrapper must launch with): read from the
-    source, the one place it is written."""
-    m = re.search(rf"^#define {name} (\d+)\b", (KERNELS_DIR / filename).read_text(), re.M)
+    """The integer a kernel file #defines as `name` (a block size its wrapper must launch with; decimal, or hex with an
+    optional u, as a float16 code): read from the source, the one place it is written."""
+    m = re.search(rf"^#define {name} (0x[0-9A-Fa-f]+|\d+)u?\b", (KERNELS_DIR / filename).read_text(), re.M)
     if m is None:
         raise RuntimeError(f"{filename}: no '#define {name} <integer>'")
-    return int(m.group(1))
+    return int(m.group(1), 0)
 
 
 @functools.cache

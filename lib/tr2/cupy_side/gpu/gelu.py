@@ -3,7 +3,9 @@
 bfloat16 and float16 inputs go through the table kernels (gelu.cu's header says why they pay and why their bits
 are the computing kernels'); float32 through the computing kernels, which also fill the tables. float16 may instead
 take the segment kernels (TR2_GELU_F16_SEG=1, off by default: the cubic a segment with a rounding certificate,
-gelu.cu's "by segment" paragraph; tables from gpu/gelu_segments.py, computed on the host).
+gelu.cu's "by segment" paragraph; tables from gpu/gelu_segments.py, computed on the host), or the kernels within an
+ulp (TR2_GELU_F16_FAST=1 or 2, off by default: every output within one unit in the last place of the computing kernels',
+by one exponential and one reciprocal an element; gelu.cu's "Within an ulp" paragraph, ops/gelu.py's fast_*).
 """
 from __future__ import annotations
 
@@ -37,6 +39,17 @@ F16_TABLE = bool(kernel_switch("TR2_GELU_F16_TABLE", 0))
 # results/h200-perf-20261204e: as many instructions as erff, and bank conflicts on its 24 KB tables; docs/perf.md,
 # "Twenty-ninth session"). Where both switches are on, float16 takes the segments.
 F16_SEG = bool(kernel_switch("TR2_GELU_F16_SEG", 0))
+# float16 within an ulp (TR2_GELU_F16_FAST=1 or 2): NOT yet run on a GPU, off until its GPU tests pass and it is
+# measured (docs/perf.md, "float16 GELU within an ulp"). Every float16 output within one unit in the last place of the
+# computing kernels' (the same bits on most codes), at ~19 / ~24 instructions an element against their ~32 / ~48. 1:
+# x <= -3.75 through the computing path (safe against erff's documented error); 2: that tail on the fast path too
+# (cheaper where activations reach it often; safe only if the GPU tests pass with it: -k tail_fast). Where it is on
+# it takes float16 before the segments and the tables.
+F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 0, (0, 1, 2))
+# the kernels' `tail` argument for each value of the switch (a float16 code: x at or below it takes the computing path)
+FAST_TAILS = {1: kernel_define(FILE, "GELU_FAST_TAIL_X"), 2: kernel_define(FILE, "GELU_FAST_TAIL_NONE")}
+# gelu.cu's fast kernels index groups of eight in 32 bits: fewer elements than this (larger arrays take the others)
+FAST_MAX_N = 1 << 34
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,28 @@ def _segment_choice(by_segment: bool | None, by_table: bool | None, applies: boo
     return by_segment
 
 
+def _fast_choice(by_fast: bool | None, by_table: bool | None, by_segment: bool | None, applies: bool, n: int,
+                 what: str) -> bool:
+    """by_fast None: the kernel within an ulp where it applies, F16_FAST is on, the caller named no other form and n
+    fits its 32-bit group index (a test's by_table=False is the computing kernel, whatever the switch)."""
+    if by_fast is None:
+        return by_table is None and by_segment is None and applies and F16_FAST and n < FAST_MAX_N
+    if by_fast and not applies:
+        raise ValueError(f"{what} within an ulp: {'x, dy and dx' if what.endswith('backward') else 'x and y'} must be "
+                         "float16")
+    if by_fast and (by_table or by_segment):
+        raise ValueError(f"{what}: within an ulp and {'by table' if by_table else 'by segment'} both asked for")
+    if by_fast and n >= FAST_MAX_N:
+        raise ValueError(f"{what} within an ulp: {n} elements, the kernel takes fewer than 2^34")
+    return by_fast
+
+
+def fast_tail(tail: int | None = None) -> int:
+    """The fast kernels' tail code: `tail`, else the switch's (TR2_GELU_F16_FAST=2: GELU_FAST_TAIL_NONE), else
+    GELU_FAST_TAIL_X."""
+    return FAST_TAILS[2 if F16_FAST == 2 else 1] if tail is None else int(tail)
+
+
 def by_table_by_default(kind: int) -> bool:
     """Whether activations of this kind take the table kernels when the caller does not say (USE_TABLE, and
     F16_TABLE for float16)."""
@@ -175,10 +210,14 @@ def _allowed() -> str:
 
 
 def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, by_table: bool | None = None,
-                   by_segment: bool | None = None) -> None:
+                   by_segment: bool | None = None, by_fast: bool | None = None, tail: int | None = None) -> None:
     """y = gelu(x); by_table None: the table kernel wherever it applies (x and y of one half type with tables,
-    by_table_by_default); by_segment: the float16 segment kernel (_segment_choice)."""
+    by_table_by_default); by_segment: the float16 segment kernel (_segment_choice); by_fast: the float16 kernel within
+    an ulp (_fast_choice), its tail code fast_tail(tail)."""
     n = x.size
+    if _fast_choice(by_fast, by_table, by_segment, x_kind == y_kind == KIND_F16, n, "gelu_forward"):
+        launch(FILE, "gelu_forward_f16_fast", _blocks(n), THREADS, (y, x, i64(n), np.uint32(fast_tail(tail))))
+        return
     if _segment_choice(by_segment, by_table, x_kind == y_kind == KIND_F16, "gelu_forward"):
         table = segment_tables()[0]
         launch(FILE, "gelu_forward_f16_seg", _table_blocks(n, SEG_BLOCKS_PER_SM_FORWARD, SEG_THREADS), SEG_THREADS,
@@ -199,10 +238,15 @@ def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, b
 
 
 def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind: int, x_kind: int, dx_kind: int,
-                    by_table: bool | None = None, by_segment: bool | None = None) -> None:
+                    by_table: bool | None = None, by_segment: bool | None = None, by_fast: bool | None = None,
+                    tail: int | None = None) -> None:
     """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x of a half type with tables,
-    by_table_by_default); by_segment: the float16 segment kernel (x, dy and dx float16; _segment_choice)."""
+    by_table_by_default); by_segment: the float16 segment kernel (x, dy and dx float16; _segment_choice); by_fast: the
+    float16 kernel within an ulp (x, dy and dx float16, the half roundings' kinds; _fast_choice), tail as above."""
     n = x.size
+    if _fast_choice(by_fast, by_table, by_segment, dy_kind == x_kind == dx_kind == KIND_F16, n, "gelu_backward"):
+        launch(FILE, "gelu_backward_f16_fast", _blocks(n), THREADS, (dx, dy, x, i64(n), np.uint32(fast_tail(tail))))
+        return
     if _segment_choice(by_segment, by_table, dy_kind == x_kind == dx_kind == KIND_F16, "gelu_backward"):
         table = segment_tables()[1]
         launch(FILE, "gelu_backward_f16_seg", _table_blocks(n, SEG_BLOCKS_PER_SM_BACKWARD, SEG_THREADS),

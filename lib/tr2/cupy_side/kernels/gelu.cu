@@ -86,6 +86,43 @@
 // traffic will say) and 2 backward (59 registers: at 40 it spilled 28 bytes; 1024 threads with 32 bytes of loads
 // each keep enough bytes in flight). dx float32, or dy not float16, takes gelu_backward: rn(dy t_a) is not rn(dy t_c)
 // in float32.
+//   Within an ulp: float16 (gelu_forward_f16_fast, gelu_backward_f16_fast; TR2_GELU_F16_FAST=1 or 2, off by default,
+// NOT yet run on a GPU). The table and segment forms above keep the computing kernels' bits and do not pay in float16;
+// these promise less, every float16 output within one unit in the last place of the computing kernels' (the same
+// bits on all but a few hundredths of a percent of the codes, by the CPU's emulation), for fewer instructions: 19.4
+// and 23.6 an element on the main path (scripts/sass_cpu.sh ... main_path) against the computing kernels' ~32 and
+// ~48 on the float16 path, so that they run at the memory's speed as the bfloat16 tables do.
+//   The arithmetic (ops/gelu.py's fast_* and constants; the fit: scripts/gelu_fast_fit.py): h = 0.5 erfc(|x| / sqrt 2)
+// = phi t Q(t), phi = 2^(x^2 K + L) the normal density (one ex2.approx.ftz), t = 1 / (1 + |x| / 4) (one
+// rcp.approx.ftz; 1 + |x| / 4 exact for every float16 |x| >= 2^-11), Q of degree 6 fitted for the least maximum
+// relative error of h over |x| <= 4.5 (4.8e-8; the fit absorbs K's and L's float32 rounding). Then e = 1/2 - h,
+// rounded once: half of erf(|x| / sqrt 2) on float32's grid near 1/2, the grid the computing kernel's 1 + erff lands
+// on, so that both round Phi's cancelling negative tail alike. Forward: y = |x| e + x / 2 = x Phi(x), one fma, from
+// b = x / 2 (halved in float16x2, half an instruction an element; exact for |x| >= 2^-13), its float16 given x's
+// sign (only a zero of a negative x changes: -0, as gelu() gives it). Backward: t = x phi + Phi, Phi = 1/2 + sign(x) e
+// rounded first as the computing kernel rounds its cdf, and dx = dy t as gelu_grad() rounds it. gelu_fast_erf<S>
+// takes x S / 4 and Q's coefficients times powers of two: every rounding as in ops/gelu.py's form, times a power of 2.
+//   Where the computing path takes over: a group of eight is flagged where any input is below 2^-13 in magnitude
+// (zeros and subnormals: bit-equality there, and x / 2's float16 ties), NaN, at or below the argument `tail` (x <=
+// -3.75 with TR2_GELU_F16_FAST=1: there one ulp of erff moves the computing kernel's y or t by one or more float16
+// ulps, so erff's documented 2 ulp clear no fast value; -inf alone with =2, the tail on the fast path, where only the
+// device's own erff, by the GPU tests, can clear it), or (backward) one of the two codes beside t's zero near x =
+// -0.7518 (there the computing kernel's own t carries a relative error near float16's spacing). A flagged group
+// computes by gelu() / gelu_grad() inline the elements gelu_fast_exact_code names (the flagging codes, and infs), the
+// rest keeping their fast values. The tests: min.f16x2 (.NaN keeps a NaN) of the eight magnitudes and of the eight
+// values, two compares; in the backward min.u16x2 of the codes less the band's first (VIADDMNMX) and a compare. Under
+// x ~ N(0, s^2) they flag, of the elements, 1.9e-4 (forward) and 4.8e-4 (backward) at s = 1 with the tail exact,
+// 3% at s = 2 (a group in four: the computing path's cost returns), or with the tail on the fast path 2e-5 to 2e-4
+// (forward) and 1e-4 to 5e-4 (backward) for s from 4 down to 1/2.
+//   Why the bound holds (tests/test_gelu_fast.py, every code): against the computing arithmetic replayed with erff and
+// expf correctly rounded, no forward code of the fast path moves (0.002% with the tail on it), ~0.01% of the
+// backward's do, by one ulp; against every erff and expf within CUDA's documented 2 ulp, with the tail exact, every
+// forward value and the backward's t (within 2^-11, relative, so every dy) are within an ulp. ex2.approx's and
+// rcp.approx's own errors (~2 ulp and ~1) are the GPU tests' to bound (tests/test_kernels_gpu.py -k gelu_fast: every
+// code, and every (x, dy) pair of codes, with either tail).
+//   Launch: the computing kernels' grid (eight elements a thread and iteration), the group index in 32 bits
+// (gpu/gelu.py: n < 2^34); 34 and 40 registers, no spill. dy, x and dx all float16 (the half roundings' kinds), or
+// the other forms run.
 #include "common.cuh"
 
 #define GELU_INV_SQRT2 0.70710678118654752440f
@@ -480,5 +517,191 @@ gelu_backward_f16_seg(u16* __restrict__ dx, const u16* __restrict__ dy, const u1
         bool ok;
         const u32 r = gelu_seg_backward(shared, x[t], d, ok);
         dx[t] = ok ? (u16)r : f32_to_f16_bits(gelu_grad(d, f16_bits_to_f32(x[t])));
+    }
+}
+
+
+
+// ---------------------------------------------------------------------------------------------- within an ulp
+// (see the header's "Within an ulp")
+
+// The constants of ops/gelu.py (FAST_Q = 1/4, FAST_K, FAST_L, FAST_C; tests/test_gelu_fast.py checks they agree).
+#define GELU_FAST_K -0.721347511f
+#define GELU_FAST_L -1.32574809f
+#define GELU_FAST_C0 0.246048644f
+#define GELU_FAST_C1 0.295595586f
+#define GELU_FAST_C2 0.0114250714f
+#define GELU_FAST_C3 0.798426092f
+#define GELU_FAST_C4 -0.764657736f
+#define GELU_FAST_C5 0.907274663f
+#define GELU_FAST_C6 -0.240798205f
+// A group of eight sends some of its elements through the computing path where one of its inputs is below 2^-13 in
+// magnitude (code below GELU_FAST_LEAST_X), at or below the kernel's argument `tail` (a float16 code, gpu/gelu.py's
+// choice: GELU_FAST_TAIL_X, x <= -3.75, with TR2_GELU_F16_FAST=1; GELU_FAST_TAIL_NONE, -inf alone, with =2), NaN, or,
+// in the backward, one of the GELU_FAST_ROOT_CODES codes from GELU_FAST_ROOT_CODE beside t's zero near x = -0.7518.
+// Those elements then: the same codes, and infs.
+#define GELU_FAST_LEAST_X 0x0800u
+#define GELU_FAST_TAIL_X 0xC380u
+#define GELU_FAST_TAIL_NONE 0xFC00u
+#define GELU_FAST_ROOT_CODE 0xBA03u
+#define GELU_FAST_ROOT_CODES 2u
+static_assert(GELU_FAST_ROOT_CODES == 2u, "gelu_fast_no_root tests a lane's distance from the first code below 2");
+
+// The special-function unit's 2^v and 1 / v (MUFU.EX2, MUFU.RCP), subnormal inputs and results flushed.
+__device__ __forceinline__ float gelu_fast_ex2(float v) { asm("ex2.approx.ftz.f32 %0, %0;" : "+f"(v)); return v; }
+__device__ __forceinline__ float gelu_fast_rcp(float v) { asm("rcp.approx.ftz.f32 %0, %0;" : "+f"(v)); return v; }
+
+// h = 0.5 erfc(|x| / sqrt 2) = phi t Q(t), phi = 2^(x^2 K + L) the normal density, t = 1 / (1 + |x| / 4); here
+// from z = x S / 4 (S = 4: z = x, the backward; S = 2: z = x / 2, the forward), with v = 1 / (|z| + S) = t / S and
+// Q's coefficients times 4 S^k at compile time, so that phi v 4 Q(S v) = (4 / S) h and every Horner step rounds as
+// Q's at t would, times a power of two. Returns (4 / S)(1/2 - h) rounded once: erf(|x| / sqrt 2) times 2 / S, on
+// float32's grid near 2 / S, where the computing kernel's 1 + erff lands (times 2 / S).
+template <int S> __device__ __forceinline__ float gelu_fast_erf(float z, float& phi) {
+    constexpr float r = 4.0f / S;                                    // x = r z
+    constexpr float c1 = 4.0f * S, c2 = c1 * S, c3 = c2 * S, c4 = c3 * S, c5 = c4 * S, c6 = c5 * S;
+    phi = gelu_fast_ex2(fmaf(__fmul_rn(z, z), GELU_FAST_K * (r * r), GELU_FAST_L));
+    const float v = gelu_fast_rcp(__fadd_rn(fabsf(z), 4.0f / r));
+    float q = GELU_FAST_C6 * c6;
+    q = fmaf(q, v, GELU_FAST_C5 * c5);
+    q = fmaf(q, v, GELU_FAST_C4 * c4);
+    q = fmaf(q, v, GELU_FAST_C3 * c3);
+    q = fmaf(q, v, GELU_FAST_C2 * c2);
+    q = fmaf(q, v, GELU_FAST_C1 * c1);
+    q = fmaf(q, v, GELU_FAST_C0 * 4.0f);
+    return fmaf(-__fmul_rn(phi, v), q, 2.0f / S);
+}
+
+// The forward from b = x / 2 (exact for |x| >= 2^-13): y = x Phi(x) = b + |b| erf(|x| / sqrt 2), one fma. A zero of a
+// negative x comes out +0 here; gelu_fast_forward8 gives it x's sign.
+__device__ __forceinline__ float gelu_fast_forward(float b) {
+    float phi;
+    const float erf = gelu_fast_erf<2>(b, phi);
+    return fmaf(fabsf(b), erf, b);
+}
+
+// gelu_grad()'s factor t = Phi + x phi, one fma as the computing kernel fuses it (dx = dy t); Phi = 1/2 + sign(x) e
+// rounded first, as its cdf (e = 1/2 - h: for x < 0 exactly its cancelling 1 + erff, halved).
+__device__ __forceinline__ float gelu_fast_factor(float x) {
+    float phi;
+    const float e = gelu_fast_erf<4>(x, phi);
+    return fmaf(x, phi, __fadd_rn(0.5f, copysignf(e, x)));
+}
+
+// x / 2 of both halves of w (float16x2), exact where |x| >= 2^-13
+__device__ __forceinline__ u32 gelu_fast_half2(u32 w) {
+    u32 r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(0x38003800u));
+    return r;
+}
+
+// Whether none of the eight codes (element 2j in the low half of word j) flags the group: every |x| >= 2^-13 and every
+// x above `tail` (a NaN fails both: min with .NaN keeps it; .xorsign.abs compares magnitudes).
+__device__ __forceinline__ bool gelu_fast_plain(const u32 w[4], u32 tail) {
+    u32 r;
+    asm("{\n\t.reg .b32 a, b, m;\n\t.reg .pred p, q, s, t;\n\t"
+        "min.NaN.xorsign.abs.f16x2 a, %1, %2;\n\tmin.NaN.xorsign.abs.f16x2 b, %3, %4;\n\t"
+        "min.NaN.xorsign.abs.f16x2 m, a, b;\n\tabs.f16x2 m, m;\n\t"
+        "setp.ge.f16x2 p|q, m, %5;\n\t"
+        "min.NaN.f16x2 a, %1, %2;\n\tmin.NaN.f16x2 b, %3, %4;\n\tmin.NaN.f16x2 m, a, b;\n\t"
+        "setp.gt.f16x2 s|t, m, %6;\n\t"
+        "and.pred p, p, q;\n\tand.pred s, s, t;\n\tand.pred p, p, s;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(r)
+        : "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]), "r"(GELU_FAST_LEAST_X * 0x10001u), "r"(tail * 0x10001u));
+    return r != 0;
+}
+
+// Whether none of the eight codes is one of the backward's root codes: code - GELU_FAST_ROOT_CODE (16 bits, wrapping)
+// at least 2 in every lane, the four words' lanes folded by min (add.u16x2 and min.u16x2: ptxas's VIADDMNMX).
+__device__ __forceinline__ bool gelu_fast_no_root(const u32 w[4]) {
+    u32 r;
+    asm("{\n\t.reg .b32 a, b;\n\t.reg .pred p, q;\n\t"
+        "add.u16x2 a, %1, %5;\n\tadd.u16x2 b, %2, %5;\n\tmin.u16x2 a, a, b;\n\t"
+        "add.u16x2 b, %3, %5;\n\tmin.u16x2 a, a, b;\n\tadd.u16x2 b, %4, %5;\n\tmin.u16x2 a, a, b;\n\t"
+        "and.b32 b, a, 0xFFFE;\n\tsetp.ne.u32 p, b, 0;\n\tand.b32 b, a, 0xFFFE0000;\n\tsetp.ne.u32 q, b, 0;\n\t"
+        "and.pred p, p, q;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(r)
+        : "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]), "r"(((0x10000u - GELU_FAST_ROOT_CODE) & 0xFFFFu) * 0x10001u));
+    return r != 0;
+}
+
+// The codes a flagged group sends through the computing path (see the defines); root: the backward's band too.
+__device__ __forceinline__ bool gelu_fast_exact_code(u32 code, u32 tail, bool root) {
+    const u32 m = code & 0x7FFFu;
+    return m < GELU_FAST_LEAST_X || m >= 0x7C00u || code >= tail ||
+           (root && code - GELU_FAST_ROOT_CODE < GELU_FAST_ROOT_CODES);
+}
+
+// Eight float16 codes through the fast forward, each output given its input's sign (y has it already but for the far
+// tail's zeros; x's NaNs and -inf, whose outputs that would turn, flag the group and take the computing path); in a
+// flagged group the elements gelu_fast_exact_code names through gelu(), the computing path (its bits).
+__device__ __forceinline__ uint4 gelu_fast_forward8(const uint4 q, u32 tail) {
+    const u32 in[4] = {q.x, q.y, q.z, q.w};
+    u32 out[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const u32 b = gelu_fast_half2(in[j]);
+        out[j] = pack2<KIND_F16>(gelu_fast_forward(f16_bits_to_f32((u16)(b & 0xFFFFu))),
+                                 gelu_fast_forward(f16_bits_to_f32((u16)(b >> 16)))) | (in[j] & 0x80008000u);
+    }
+    if (!gelu_fast_plain(in, tail)) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            if (gelu_fast_exact_code(half_of(in, k), tail, false))
+                set_half(out, k, f32_to_f16_bits(gelu(f16_bits_to_f32((u16)half_of(in, k)))));
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// The backward of eight codes and their dy: dx = dy t; in a flagged group (the root codes flag it too) the elements
+// gelu_fast_exact_code names through gelu_grad().
+__device__ __forceinline__ uint4 gelu_fast_backward8(const uint4 q, const uint4 p, u32 tail) {
+    const u32 in[4] = {q.x, q.y, q.z, q.w}, din[4] = {p.x, p.y, p.z, p.w};
+    u32 out[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float t0 = gelu_fast_factor(f16_bits_to_f32((u16)(in[j] & 0xFFFFu)));
+        const float t1 = gelu_fast_factor(f16_bits_to_f32((u16)(in[j] >> 16)));
+        out[j] = pack2<KIND_F16>(__fmul_rn(f16_bits_to_f32((u16)(din[j] & 0xFFFFu)), t0),
+                                 __fmul_rn(f16_bits_to_f32((u16)(din[j] >> 16)), t1));
+    }
+    // both tests, without a branch between them (& of bools, not &&)
+    if (!(gelu_fast_plain(in, tail) & gelu_fast_no_root(in))) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            if (gelu_fast_exact_code(half_of(in, k), tail, true))
+                set_half(out, k, f32_to_f16_bits(gelu_grad(f16_bits_to_f32((u16)half_of(din, k)),
+                                                           f16_bits_to_f32((u16)half_of(in, k)))));
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// y = gelu(x), both f16, within an ulp of gelu_forward's (see the header); tail: a float16 code (gpu/gelu.py's
+// fast_tail()). n < 2^34 (gpu/gelu.py), so that the group index fits 32 bits.
+extern "C" __global__ void gelu_forward_f16_fast(u16* __restrict__ y, const u16* __restrict__ x, i64 n, u32 tail) {
+    grid_dependency_entry();
+    const u32 groups = (u32)(n / 8), stride = gridDim.x * blockDim.x;
+    for (u32 g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride)
+        ((uint4*)y)[g] = gelu_fast_forward8(((const uint4*)x)[g], tail);
+    const i64 t = tail_index(n);
+    if (t >= 0) {
+        const float v = f16_bits_to_f32(x[t]);
+        y[t] = gelu_fast_exact_code(x[t], tail, false)
+                   ? f32_to_f16_bits(gelu(v))
+                   : (u16)(f32_to_f16_bits(gelu_fast_forward(0.5f * v)) | (x[t] & 0x8000u));
+    }
+}
+
+// dx = dy * t(x), x, dy and dx f16 (the half roundings' kinds), within an ulp of gelu_backward's.
+extern "C" __global__ void gelu_backward_f16_fast(u16* __restrict__ dx, const u16* __restrict__ dy,
+                                                  const u16* __restrict__ x, i64 n, u32 tail) {
+    grid_dependency_entry();
+    const u32 groups = (u32)(n / 8), stride = gridDim.x * blockDim.x;
+    for (u32 g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride)
+        ((uint4*)dx)[g] = gelu_fast_backward8(((const uint4*)x)[g], ((const uint4*)dy)[g], tail);
+    const i64 t = tail_index(n);
+    if (t >= 0) {
+        const float v = f16_bits_to_f32(x[t]), d = f16_bits_to_f32(dy[t]);
+        dx[t] = f32_to_f16_bits(gelu_fast_exact_code(x[t], tail, true) ? gelu_grad(d, v)
+                                                                        : __fmul_rn(d, gelu_fast_factor(v)));
     }
 }
