@@ -367,15 +367,17 @@ def gelu_wrapper(over_stand_in_cupy):
     return over_stand_in_cupy("tr2.cupy_side.gpu.gelu")
 
 
-def test_the_switch_is_off_by_default_and_picks_float16_alone(gelu_wrapper, monkeypatch):
-    """TR2_GELU_F16_FAST (gpu/gelu.F16_FAST) is off unless set; on, float16 x and y (forward) or x, dy and dx
+def test_the_switch_is_on_by_default_and_picks_float16_alone(gelu_wrapper, monkeypatch):
+    """TR2_GELU_F16_FAST (gpu/gelu.F16_FAST) is 1 unless set (the tail through the computing path); on, float16 x and
+    y (forward) or x, dy and dx
     (backward) take the kernels within an ulp unless the caller names another form; other kinds, or a named form,
     never; asking for it where it does not apply is refused."""
     g = gelu_wrapper
-    assert g.F16_FAST == 0 and g.fast_tail() == TAIL_X and g.fast_tail(0x1234) == 0x1234
+    assert g.F16_FAST == 1 and g.fast_tail() == TAIL_X and g.fast_tail(0x1234) == 0x1234
     choose = g._fast_choice
+    monkeypatch.setattr(g, "F16_FAST", 0)
     assert not choose(None, None, None, True, 1000, "gelu_forward")
-    monkeypatch.setattr(g, "F16_FAST", True)
+    monkeypatch.setattr(g, "F16_FAST", 1)
     assert choose(None, None, None, True, 1000, "gelu_forward")
     assert not choose(None, None, None, False, 1000, "gelu_forward")          # not all float16
     assert not choose(None, False, None, True, 1000, "gelu_forward")          # a test's computing kernel

@@ -1242,6 +1242,7 @@ def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, sha
     sprinkled over random activations so that groups of eight take the computing path at random places, the tail
     among them. float16's tables switched on (gelu.F16_TABLE, off by default until this has passed on the GPU)."""
     from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
     monkeypatch.setattr(gelu, "F16_TABLE", True)
     name, specials = GELU_TABLE_KINDS[kind]
     be = gpu_backend(name, False, True)
@@ -1264,6 +1265,7 @@ def test_gelu_takes_the_table_for_the_half_types(monkeypatch, f16_table):
     """Which kernels each build's activations take: bfloat16 its tables, float16 its tables where gelu.F16_TABLE is
     on (else the computing kernels), float32 the computing kernels."""
     from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
     monkeypatch.setattr(gelu, "F16_TABLE", f16_table)
     backends = {dtype: gpu_backend(dtype) for dtype in ("bfloat16", "float16", "float32")}   # tables built before
     if f16_table:
@@ -1313,6 +1315,7 @@ def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch, kind):
 @pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
 def test_gelu_table_kernels_replay_in_a_cuda_graph(kind, monkeypatch):
     from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
     monkeypatch.setattr(gelu, "F16_TABLE", True)
     be = gpu_backend(GELU_TABLE_KINDS[kind][0], False, True)
     g = gen(31)
@@ -1382,6 +1385,7 @@ def test_gelu_seg_on_activations_is_the_computing_kernel_three_times(shape, scal
     """Through the float16 build with half roundings and gelu.F16_SEG on, specials sprinkled over random activations
     (the tail among them); scale 3 sends many elements to the fallback, in every slot."""
     from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
     monkeypatch.setattr(gelu, "F16_SEG", True)
     be = gpu_backend("float16", False, True)
     gelu.segment_tables()
@@ -1421,6 +1425,7 @@ def test_gelu_takes_the_segments_for_float16_only(monkeypatch):
     """With gelu.F16_SEG on: bfloat16 its tables, float16 the segment kernels (also where F16_TABLE is on), float32
     the computing kernels; a float16 backward into float32 dx the computing kernel (F16_TABLE off)."""
     from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
     monkeypatch.setattr(gelu, "F16_SEG", True)
     monkeypatch.setattr(gelu, "F16_TABLE", True)
     gelu.segment_tables()
@@ -1465,6 +1470,7 @@ def test_gelu_segment_tables_refuse_to_be_built_inside_a_capture(monkeypatch):
 
 def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
     from tr2.cupy_side.gpu import gelu
+    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
     monkeypatch.setattr(gelu, "F16_SEG", True)
     be = gpu_backend("float16", False, True)
     gelu.segment_tables()
@@ -1476,7 +1482,7 @@ def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
 
 
 # float16 GELU within an ulp (gelu.cu's gelu_forward_f16_fast, gelu_backward_f16_fast: one exponential and one
-# reciprocal an element, a rare group through the computing path; TR2_GELU_F16_FAST, off by default) against the
+# reciprocal an element, a rare group through the computing path; TR2_GELU_F16_FAST, =1 by default) against the
 # computing kernels as gpu/gelu.py launches them: every output within one unit in the last place (of the same sign),
 # at most FAST_MOVED_SHARE of them moved, the special codes (zeros, subnormals and |x| < 2^-13, infs, NaNs, the largest
 # finite) bit-equal. The share: tests/test_gelu_fast.py's emulation (ex2 and rcp exact, erff and expf correctly

@@ -1,11 +1,12 @@
 """Wrapper of kernels/gelu.cu (exact erf GELU).
 
-bfloat16 and float16 inputs go through the table kernels (gelu.cu's header says why they pay and why their bits
-are the computing kernels'); float32 through the computing kernels, which also fill the tables. float16 may instead
-take the segment kernels (TR2_GELU_F16_SEG=1, off by default: the cubic a segment with a rounding certificate,
-gelu.cu's "by segment" paragraph; tables from gpu/gelu_segments.py, computed on the host), or the kernels within an
-ulp (TR2_GELU_F16_FAST=1 or 2, off by default: every output within one unit in the last place of the computing kernels',
-by one exponential and one reciprocal an element; gelu.cu's "Within an ulp" paragraph, ops/gelu.py's fast_*).
+bfloat16 inputs go through the table kernels (gelu.cu's header says why they pay and why their bits are the
+computing kernels'); float32 through the computing kernels, which also fill the tables. float16 takes the kernels
+within an ulp (TR2_GELU_F16_FAST=1, the default since the thirtieth session: every output within one unit in the last
+place of the computing kernels', by one exponential and one reciprocal an element; gelu.cu's "Within an ulp"
+paragraph, ops/gelu.py's fast_*); with TR2_GELU_F16_FAST=0 its tables (TR2_GELU_F16_TABLE=1), the segment kernels
+(TR2_GELU_F16_SEG=1: the cubic a segment with a rounding certificate, gelu.cu's "by segment" paragraph; tables from
+gpu/gelu_segments.py, computed on the host), or else the computing kernels.
 """
 from __future__ import annotations
 
@@ -39,13 +40,16 @@ F16_TABLE = bool(kernel_switch("TR2_GELU_F16_TABLE", 0))
 # results/h200-perf-20261204e: as many instructions as erff, and bank conflicts on its 24 KB tables; docs/perf.md,
 # "Twenty-ninth session"). Where both switches are on, float16 takes the segments.
 F16_SEG = bool(kernel_switch("TR2_GELU_F16_SEG", 0))
-# float16 within an ulp (TR2_GELU_F16_FAST=1 or 2): NOT yet run on a GPU, off until its GPU tests pass and it is
-# measured (docs/perf.md, "float16 GELU within an ulp"). Every float16 output within one unit in the last place of the
-# computing kernels' (the same bits on most codes), at ~19 / ~24 instructions an element against their ~32 / ~48. 1:
-# x <= -3.75 through the computing path (safe against erff's documented error); 2: that tail on the fast path too
-# (cheaper where activations reach it often; safe only if the GPU tests pass with it: -k tail_fast). Where it is on
-# it takes float16 before the segments and the tables.
-F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 0, (0, 1, 2))
+# float16 within an ulp (TR2_GELU_F16_FAST): on by default (=1) since the thirtieth session (calls 8-11 of
+# results/h200-perf-20261204f: every GPU test of the tail-exact form passed, on every float16 code and every (x, dy)
+# pair of codes; forward 33.0 -> 28.4 and backward 52.7 -> 40.4 us a launch on nanogpt's shape; the char model's
+# float16 step -0.108 ms; docs/perf.md, "float16 GELU within an ulp"). Every float16 output within one unit in the last
+# place of the computing kernels' (the same bits on most codes), at ~19 / ~24 instructions an element against their
+# ~32 / ~48. 1: x <= -3.75 through the computing path (safe against erff's documented error); 2: that tail on the fast
+# path too, which the GPU tests REFUSED (-k tail_fast: up to 3 ulps off the device's erff there), so 2 is for study
+# only. 0: the computing kernels (or the segments / tables where those switches are on). Where it is on it takes
+# float16 before the segments and the tables.
+F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 1, (0, 1, 2))
 # the kernels' `tail` argument for each value of the switch (a float16 code: x at or below it takes the computing path)
 FAST_TAILS = {1: kernel_define(FILE, "GELU_FAST_TAIL_X"), 2: kernel_define(FILE, "GELU_FAST_TAIL_NONE")}
 # gelu.cu's fast kernels index groups of eight in 32 bits: fewer elements than this (larger arrays take the others)

@@ -86,8 +86,9 @@
 // traffic will say) and 2 backward (59 registers: at 40 it spilled 28 bytes; 1024 threads with 32 bytes of loads
 // each keep enough bytes in flight). dx float32, or dy not float16, takes gelu_backward: rn(dy t_a) is not rn(dy t_c)
 // in float32.
-//   Within an ulp: float16 (gelu_forward_f16_fast, gelu_backward_f16_fast; TR2_GELU_F16_FAST=1 or 2, off by default,
-// NOT yet run on a GPU). The table and segment forms above keep the computing kernels' bits and do not pay in float16;
+//   Within an ulp: float16 (gelu_forward_f16_fast, gelu_backward_f16_fast; TR2_GELU_F16_FAST=1, float16's default
+// since the thirtieth session, calls 8-11 of results/h200-perf-20261204f; =2, the tail on the fast path, failed its GPU
+// tests there). The table and segment forms above keep the computing kernels' bits and do not pay in float16;
 // these promise less, every float16 output within one unit in the last place of the computing kernels' (the same
 // bits on all but a few hundredths of a percent of the codes, by the CPU's emulation), for fewer instructions: 19.4
 // and 23.6 an element on the main path (scripts/sass_cpu.sh ... main_path) against the computing kernels' ~32 and
