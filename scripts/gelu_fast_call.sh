@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One GPU call for float16 GELU within an ulp (gelu.cu's gelu_forward_f16_fast / gelu_backward_f16_fast,
-# TR2_GELU_F16_FAST; docs/perf.md, "float16 GELU within an ulp"; written on the CPU machine, NOT yet run):
+# TR2_GELU_F16_FAST; docs/perf.md, "float16 GELU within an ulp"; written on the CPU machine; its steps 1-2 and the step
+# were run by hand in calls 8-11 of results/h200-perf-20261204f, after which the fast form became the default (b89c830):
+# since then step 4's variant `fast` equals this tree, so carry it as VARIANTS="fast=tree:TR2_GELU_F16_FAST=0" to time
+# the computing kernels against the default, and read the ratio the other way round):
 # scripts/gelu_seg_call.sh's four steps in its f16fast mode:
 #   1. the GELU kernel tests (tests/test_kernels_gpu.py -k gelu: the fast kernels within an ulp of the computing
 #      kernels on every f16 code, forward, backward times a dy set and every (x, dy) pair of codes, the specials
