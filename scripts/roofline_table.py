@@ -201,10 +201,11 @@ MODELS = [
     # layernorm.py rows_backward's final: the [N/8, C] float32 partials -> dw [C]
     (r"(residual_)?layernorm_dw_final$",
      lambda s: Cost(2 * s.L + 1, (2 * s.L + 1) * (F * (s.N // ROWS_PER_BLOCK) * s.C + F * s.C), what="dw partials in")),
-    # kernels/gelu.cu table kernels (gpu/gelu.py): x half [N, 4C] -> y half; backward dy half, x half -> dx half.
+    # kernels/gelu.cu table, segment and within-an-ulp kernels (gpu/gelu.py): x half [N, 4C] -> y half; backward dy
+    # half, x half -> dx half.
     # The tables come from L2 into shared memory (gelu.cu header): not DRAM bytes.
-    (r"gelu_forward(_bf16_table|_f16_table|_f16_seg)?$", lambda s: Cost(s.L, s.L * 2 * H * s.N * 4 * s.C, what="x, y half")),
-    (r"gelu_backward(_bf16_table|_f16_table|_f16_seg)?$",
+    (r"gelu_forward(_bf16_table|_f16_table|_f16_seg|_f16_fast)?$", lambda s: Cost(s.L, s.L * 2 * H * s.N * 4 * s.C, what="x, y half")),
+    (r"gelu_backward(_bf16_table|_f16_table|_f16_seg|_f16_fast)?$",
      lambda s: Cost(s.L, s.L * 3 * H * s.N * 4 * s.C, what="dy, x, dx half")),
     # kernels/attention.cu forward (gpu/attention.py forward): q, k, v half read in place from qkv [B,T,3C]; out half,
     # lse [B,H,T] f32. FLOPs: S = QK^T and O = PV over the causal pairs. Flash-style: compute, not memory.
