@@ -264,3 +264,21 @@ def test_every_run_names_its_machine_where_its_session_recorded_it(tmp_path):
     assert ex.machine_label(()) == "no GPU" and ex.machine_label(None) is None
     (d / "sessions.jsonl").write_text(json.dumps({"stage": "series", "started": "2026-12-04T14:23:05+00:00"}) + "\n")
     assert ex.runs(d)["machine"].isna().all()
+
+
+def test_a_folders_conditions_say_which_tr2_variables_were_set(tmp_path):
+    """machine.json's tr2_environment (sysinfo.tr2_environment) reaches the conditions every stage notebook shows:
+    the variables one line, sorted, the commit's two left out (shown as commit and dirty); "none" where none was set;
+    None for a folder made before the record, which cannot say."""
+    (tmp_path / "card.yaml").write_text(yaml.safe_dump({"card": "demo"}))
+    machine = {"commit": "c" * 40, "gpus": [], "tr2_environment": {
+        "TR2_GELU_F16_FAST": "0", "TR2_CE_GRAD_EX2": "0", "TR2_GIT_COMMIT": "c" * 40, "TR2_GIT_DIRTY": "false"}}
+    (tmp_path / "machine.json").write_text(json.dumps(machine))
+    assert results.conditions(tmp_path)["tr2_environment"] == "TR2_CE_GRAD_EX2=0, TR2_GELU_F16_FAST=0"
+    assert ex.condition_table(tmp_path).loc["tr2_environment", "value"] == "TR2_CE_GRAD_EX2=0, TR2_GELU_F16_FAST=0"
+    machine["tr2_environment"] = {"TR2_GIT_COMMIT": "c" * 40}
+    (tmp_path / "machine.json").write_text(json.dumps(machine))
+    assert results.conditions(tmp_path)["tr2_environment"] == "none"
+    del machine["tr2_environment"]
+    (tmp_path / "machine.json").write_text(json.dumps(machine))
+    assert results.conditions(tmp_path)["tr2_environment"] is None

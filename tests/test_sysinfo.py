@@ -1,3 +1,4 @@
+import os
 
 
 def test_the_named_commit_wins_over_the_trees_git(monkeypatch):
@@ -9,6 +10,22 @@ def test_the_named_commit_wins_over_the_trees_git(monkeypatch):
     monkeypatch.delenv("TR2_GIT_COMMIT")
     here = sysinfo.git_commit()
     assert here["commit"] is None or len(here["commit"]) == 40
+
+
+def test_the_machine_record_names_the_tr2_variables_set(monkeypatch):
+    """A stage's machine.json says which TR2_* variables were set (kernel switches such as TR2_GELU_F16_FAST=0 change
+    what a run measures), and nothing else of the environment; none set, an empty mapping."""
+    from tr2 import sysinfo
+    for k in [k for k in os.environ if k.startswith("TR2_")]:
+        monkeypatch.delenv(k)
+    assert sysinfo.tr2_environment() == {}
+    monkeypatch.setenv("TR2_GELU_F16_FAST", "0")
+    monkeypatch.setenv("TR2_CE_GRAD_EX2", "0")
+    monkeypatch.setenv("NOT_TR2_X", "1")
+    assert sysinfo.tr2_environment() == {"TR2_CE_GRAD_EX2": "0", "TR2_GELU_F16_FAST": "0"}
+    assert list(sysinfo.tr2_environment()) == ["TR2_CE_GRAD_EX2", "TR2_GELU_F16_FAST"]
+    monkeypatch.setattr(sysinfo, "gpu_info", lambda: [])
+    assert sysinfo.machine_info()["tr2_environment"] == {"TR2_CE_GRAD_EX2": "0", "TR2_GELU_F16_FAST": "0"}
 
 
 def test_the_sampler_reads_the_energy_counter_where_the_driver_has_one():

@@ -133,7 +133,18 @@ def conditions(path) -> dict:
             "driver": ", ".join(sorted({g["driver"] for g in gpus if g.get("driver")})) or None,
             # machine.json's flag as the GPU machine's environment once handed it over: a string (2026-11-29)
             "dirty": dirty.strip().lower() in ("true", "1", "yes") if isinstance(dirty, str) else bool(dirty),
+            "tr2_environment": tr2_environment_text(m.get("tr2_environment")),
             "versions": {k: m.get(k) for k in VERSIONS}}
+
+
+def tr2_environment_text(env) -> str | None:
+    """machine.json's TR2_* variables (sysinfo.tr2_environment) as one line, the commit's two left out (the conditions
+    show them as commit and dirty): "none" where none was set; None where the folder predates the record (before
+    2026-12-04's thirtieth session: what ran with a kernel switch set cannot be told from the folder)."""
+    if env is None:
+        return None
+    shown = {k: v for k, v in env.items() if k not in ("TR2_GIT_COMMIT", "TR2_GIT_DIRTY")}
+    return ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "none"
 
 
 def read_json(path) -> dict:

@@ -84,6 +84,13 @@ def cpu_info() -> dict:
             "loadavg": load}
 
 
+def tr2_environment() -> dict:
+    """The TR2_* variables set in this process's environment, sorted: the kernel switches (TR2_CE_GRAD_EX2=0,
+    TR2_GELU_F16_FAST=0, ... give a run other kernels than the defaults), the caches and records (TR2_KERNEL_CACHE,
+    TR2_PRODUCTS_DIR) and the commit handed in. A stage's folder then says what it ran with beyond the card."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("TR2_")}
+
+
 def machine_info() -> dict:
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -98,6 +105,7 @@ def machine_info() -> dict:
         "gpus": gpu_info(),
         **cpu_info(),
         **git_commit(),
+        "tr2_environment": tr2_environment(),
     }
     try:
         import torch
