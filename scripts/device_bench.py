@@ -205,7 +205,9 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
                    "half_roundings": hr, "steps": steps, "window": list(window),
                    **{k: r.get(k) for k in ("status", "reason", "step_ms", "own_step_ms", "own_vs_clock", "peak_bytes",
                                             "reserved_bytes", "wall_s", "returncode")},
-                   "gpu_window": window_gpu(sampler.samples, r.get("window_t"))}
+                   "gpu_window": window_gpu(sampler.samples, r.get("window_t")),
+                   # the run's own TR2_* variables (a variant's bench.env or TR2_BENCH_CUPY_ENV: its kernel switches)
+                   "tr2_environment": {k: env[k] for k in sorted(env) if k.startswith("TR2_")}}
             append_jsonl(out / "bench.jsonl", rec)
             table.append(f"bench r{rnd} {name}: {r.get('status')} clock {r.get('step_ms')} ms own "
                          f"{r.get('own_step_ms')} peak {r.get('peak_bytes')}")
