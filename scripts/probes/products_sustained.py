@@ -70,7 +70,7 @@ def candidate_graphs(cublas, key, count: int, reps: int):
     import cupy as cp
 
     from tr2.cupy_side.gpu.lt import Plan
-    from tr2.cupy_side.products import operands
+    from tr2.cupy_side.products import capture_calls, operands
     lt = cublas.lt
     bufs, (A, B, C), (alpha, beta), desc, layouts = operands(cublas, key)
     found = lt.candidates(key, desc, layouts, count=count)
@@ -83,16 +83,7 @@ def candidate_graphs(cublas, key, count: int, reps: int):
             graphs.append(None)
             continue
         stream.synchronize()
-        stream.begin_capture()
-        failed = True
-        try:
-            failed = any(call() for _ in range(reps))
-        finally:
-            try:
-                g = stream.end_capture()
-            except Exception:   # the candidate invalidated the capture: not a choice
-                g, failed = None, True
-        graphs.append(None if failed else g)
+        graphs.append(capture_calls(stream, call, reps))
     return found, graphs, stream, bufs
 
 

@@ -160,6 +160,21 @@ def operands(cublas, key):
             cublas.lt._layouts(key))
 
 
+def capture_calls(stream, fn, reps: int):
+    """reps calls of fn (each returning cuBLAS's status, 0 for success) recorded as one graph on stream; None where a
+    call fails or the candidate cannot be captured (it invalidated the capture): not a choice."""
+    stream.begin_capture()
+    failed = True
+    try:
+        failed = any(fn() for _ in range(reps))
+    finally:
+        try:
+            graph = stream.end_capture()
+        except Exception:
+            graph, failed = None, True
+    return None if failed else graph
+
+
 def tune(cublas, key, reps: int = 20, rounds: int = 2, in_graph: bool = True) -> dict:
     """Time every cuBLASLt candidate of the product key (and cublasGemmEx) on scratch operands; the choice.
 
@@ -218,17 +233,7 @@ def tune(cublas, key, reps: int = 20, rounds: int = 2, in_graph: bool = True) ->
         return cp.cuda.get_elapsed_time(start, end) / reps
 
     def capture(fn):
-        """reps calls of fn recorded as one graph on the tuning stream; None where the candidate cannot be captured."""
-        stream.begin_capture()
-        failed = True
-        try:
-            failed = any(fn() for _ in range(reps))
-        finally:
-            try:
-                graph = stream.end_capture()
-            except Exception:   # the capture was invalidated by the candidate: not a choice
-                graph, failed = None, True
-        return None if failed else graph
+        return capture_calls(stream, fn, reps)
 
     prior = cp.cuda.get_current_stream()
     runs = [run_lt(p) for p in plans] + [run_gemmex]
