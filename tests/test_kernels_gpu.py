@@ -2513,6 +2513,84 @@ def test_global_norm():
     check("global norm", n, ref.global_norm([a.astype(np.float64) for a in grads]), TOL_F32)
 
 
+# gradient tables for the wide global norm: full chunks (4096), a tensor's shorter last chunk, lone elements, mixed
+# kinds; the last has more than 8 x 1024 chunks, so the final pass's eight-at-a-time loop runs (and its remainder)
+WIDE_NORM_TABLES = {
+    "small": [((4096,), "f32"), ((4097,), "half"), ((3, 4096), "half"), ((1,), "f32"), ((4095,), "half"),
+              ((1000, 1001), "f32"), ((65, 64), "half")],
+    "many chunks": [((8192 * 4096 + 4096 * 37 + 5,), "half"), ((2048, 4096), "f32"), ((77,), "f32")],
+}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("table", list(WIDE_NORM_TABLES))
+def test_global_norm_wide_forms_are_the_same_bits(dtype, table, monkeypatch):
+    """global_norm.cu's _wide kernels (TR2_GLOBAL_NORM_WIDE, a block's loads before its first add) against the
+    one-load-a-turn kernels: every chunk's partial sum and the norm the same bits, three runs each; the norm within
+    float32's tolerance of float64's. Gradients scaled over 2^-12..2^12 so that the squares' sums round unevenly."""
+    from tr2.cupy_side.gpu import global_norm as gn
+    be, kind = gpu_backend(dtype, False, True), halfbits.KINDS[dtype]
+    g = gen(31 + len(table))
+    values, grads = [], []
+    for shape, held in WIDE_NORM_TABLES[table]:
+        a = randn(g, *shape) * np.float32(2.0) ** g.integers(-12, 13, shape).astype(np.float32)
+        if held == "half":
+            a = halfbits.round_to_kind(a, kind)
+            grads.append(cp.asarray(halfbits.to_bits(a, kind)))
+        else:
+            grads.append(dev(a))
+        values.append(a)
+    out = {}
+    for wide in (False, True):
+        monkeypatch.setattr(gn, "WIDE", wide)
+        runs = []
+        for _ in range(3):
+            be.ctx.ws.clear()   # a fresh (poisoned) partials buffer each run
+            norm = host(be.global_norm(grads)).copy()
+            runs.append((norm, host(_gn_partials(be)).copy()))
+        for k in (1, 2):
+            exact(f"norm, run {k} = run 0 [{dtype} {table} wide={wide}]", runs[k][0], runs[0][0])
+            exact(f"partials, run {k} = run 0 [{dtype} {table} wide={wide}]", runs[k][1], runs[0][1])
+        out[wide] = runs[0]
+    exact(f"partials of the wide kernel = the loop's [{dtype} {table}]", out[True][1], out[False][1])
+    exact(f"norm of the wide kernels = the loops' [{dtype} {table}]", out[True][0], out[False][0])
+    want = math.sqrt(sum(float(np.sum(np.square(a.astype(np.float64)))) for a in values))
+    check(f"wide norm against float64 [{dtype} {table}]", out[True][0], np.float64(want), TOL_F32)
+
+
+def _gn_partials(be) -> "cp.ndarray":
+    """The partial sums of the last global norm: the workspace buffer global_norm.py fills."""
+    bufs = [v for k, v in be.ctx.ws._buffers.items() if k[0] == "gn_partial"]
+    assert len(bufs) == 1, f"the workspace holds one partials buffer after a global norm, not {len(bufs)}"
+    return bufs[0]
+
+
+@pytest.mark.parametrize("kind", [halfbits.KIND_BF16, halfbits.KIND_F16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 4103, 262147, 38597376 + 3])
+def test_widening_cast_wide_is_the_same_bits(kind, n, monkeypatch):
+    """cast.cu's _wide widening (TR2_CAST_WIDE: eight elements a thread) against the one-element kernels and
+    halfbits.from_bits: every float32 bit pattern the same, every half code among the inputs (NaNs, infinities,
+    subnormals, -0); the output a fresh poisoned buffer. A buffer off the 16-byte grid takes the one-element kernel."""
+    from tr2.cupy_side.gpu import cast
+    g = gen(n + 7 * kind)
+    codes = g.integers(0, 1 << 16, n, dtype=np.uint64).astype(np.uint16)
+    codes[: min(n, 1 << 16)] = np.arange(min(n, 1 << 16), dtype=np.uint16)
+    want = halfbits.from_bits(codes, kind).view(np.uint32)
+    bits = cp.asarray(codes)
+    got = {}
+    for wide in (False, True):
+        monkeypatch.setattr(cast, "WIDE", wide)
+        got[wide] = host(cast.from_half(bits, kind)).view(np.uint32)
+    exact(f"wide cast = one-element cast [{kind} n={n}]", got[True], got[False])
+    nan = np.isnan(want.view(np.float32))   # a NaN's payload is the instruction's (cvt), NumPy's may differ
+    exact(f"wide cast = halfbits.from_bits, NaNs apart [{kind} n={n}]", got[True][~nan], want[~nan])
+    exact(f"wide cast's NaNs where the codes are NaN [{kind} n={n}]", np.isnan(got[True].view(np.float32)), nan)
+    if n > 9:   # a view one element in: not 16-byte aligned, so the one-element kernel, the same bits
+        monkeypatch.setattr(cast, "WIDE", True)
+        exact(f"wide cast of an unaligned view [{kind} n={n}]", host(cast.from_half(bits[1:], kind)).view(np.uint32),
+              got[False][1:])
+
+
 # ---------------------------------------------------------------------------------------------- CUDA graphs
 
 def test_tensor_tables_made_in_a_capture_are_filled_after_it_and_replay():

@@ -3,7 +3,18 @@
 // in float64 and writes the root into a device scalar. Same tensor table layout as adamw.cu
 // (only the grad pointer, column 1, numel, column 4, and the grad's kind, column 7, are read: a half-type dW
 // is widened exactly as it is read).
+//
+// Two forms of each kernel, the same operations in the same order, so the same bits (tested on the GPU):
+// global_norm_partial / global_norm_final, one load in flight a loop turn as the compiler unrolled them (ptxas: four
+// at most, through generic loads since the table's pointers are integers); and the _wide forms, which issue a
+// block's loads before its first add: a full chunk (PER_THREAD elements a thread) as PER_THREAD read-only global loads
+// (ld.global.nc), the final pass's partials eight at a time. Why: on gpt2-small (124M gradients, 0.33 GB a step)
+// the partial pass ran at 2.9 TB/s in bf16 and 1.7 in f16 (112 and 196 us, torch.profiler, call 2 of
+// results/h200-perf-20261204g); a chunk is a short block (16 elements a thread), so each of its loop's round trips to
+// the DRAM was the block's whole life, and 30,000 blocks came in ~29 waves of them.
 #include "common.cuh"
+
+#define PER_THREAD 16   // elements a thread in a full chunk: tensors.CHUNK / tensors.THREADS (4096 / 256)
 
 // This thread's share of sum(g^2) over [start, end) of a gradient held in kind K (widened exactly).
 template <int K>
@@ -35,12 +46,51 @@ extern "C" __global__ void global_norm_partial(float* __restrict__ partial, cons
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// out[0] = sqrt(sum_b partial[b]); one block (blockDim.x a multiple of 32).
-extern "C" __global__ void global_norm_final(float* __restrict__ out, const float* __restrict__ partial, int nb) {
+// The same sum over exactly PER_THREAD elements a thread (i = start + threadIdx.x + k blockDim.x, k ascending), all
+// loaded first: the multiply-adds in sum_squares's order, so the same bits.
+template <int K>
+__device__ __forceinline__ float sum_squares_full(const typename Elem<K>::T* __restrict__ g, i64 start) {
+    typename Elem<K>::T v[PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) v[k] = __ldg(g + start + threadIdx.x + (i64)k * blockDim.x);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) {
+        const float x = load_from<K>(v[k]);
+        s = __fmaf_rn(x, x, s);
+    }
+    return s;
+}
+
+extern "C" __global__ void global_norm_partial_wide(float* __restrict__ partial, const u64* __restrict__ table,
+                                                    const int* __restrict__ chunk_tensor,
+                                                    const i64* __restrict__ chunk_start, int chunk) {
     grid_dependency_entry();
+    __shared__ float shared[32];
+    const int t = chunk_tensor[blockIdx.x];
+    const u64* row = table + TENSOR_COLS * (i64)t;
+    const i64 n = (i64)row[4];
+    const int kind = (int)row[7];
+    const i64 start = chunk_start[blockIdx.x];
+    const i64 end = (start + (i64)chunk < n) ? start + (i64)chunk : n;
+    float s = 0.0f;
+    if (end - start == (i64)PER_THREAD * blockDim.x) {   // the loop below would visit exactly these elements
+        if (kind == KIND_BF16) s = sum_squares_full<KIND_BF16>((const u16*)row[1], start);
+        else if (kind == KIND_F16) s = sum_squares_full<KIND_F16>((const u16*)row[1], start);
+        else s = sum_squares_full<KIND_F32>((const float*)row[1], start);
+    } else {   // a tensor's last, shorter chunk
+        if (kind == KIND_BF16) s = sum_squares<KIND_BF16>((const u16*)row[1], start, end);
+        else if (kind == KIND_F16) s = sum_squares<KIND_F16>((const u16*)row[1], start, end);
+        else s = sum_squares<KIND_F32>((const float*)row[1], start, end);
+    }
+    s = block_sum(s, shared);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// out[0] = sqrt(sum_b partial[b]); one block (blockDim.x a multiple of 32).
+// The final pass's block reduction of each thread's double: shuffles, then warp 0; out[0] = sqrt of the total.
+__device__ __forceinline__ void final_root(float* __restrict__ out, double s) {
     __shared__ double shared[32];
-    double s = 0.0;
-    for (int b = threadIdx.x; b < nb; b += blockDim.x) s += (double)partial[b];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     if (lane == 0) shared[warp] = s;
@@ -50,4 +100,28 @@ extern "C" __global__ void global_norm_final(float* __restrict__ out, const floa
         for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
         if (lane == 0) out[0] = (float)sqrt(t);
     }
+}
+
+extern "C" __global__ void global_norm_final(float* __restrict__ out, const float* __restrict__ partial, int nb) {
+    grid_dependency_entry();
+    double s = 0.0;
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) s += (double)partial[b];
+    final_root(out, s);
+}
+
+// The same additions in the same order (b = threadIdx.x, + blockDim.x, ...), eight partials loaded before they are
+// added.
+extern "C" __global__ void global_norm_final_wide(float* __restrict__ out, const float* __restrict__ partial, int nb) {
+    grid_dependency_entry();
+    double s = 0.0;
+    int b = threadIdx.x;
+    for (; b + 7 * (int)blockDim.x < nb; b += 8 * (int)blockDim.x) {
+        float p[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) p[k] = __ldg(partial + b + k * (int)blockDim.x);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s += (double)p[k];
+    }
+    for (; b < nb; b += blockDim.x) s += (double)partial[b];
+    final_root(out, s);
 }
