@@ -9,8 +9,8 @@ from .halfbits import KIND_BF16, KIND_F16, KIND_F32
 from .runtime import THREADS, blocks_for, i32, i64, launch
 
 FILE = "cast.cu"
-# The widening casts eight elements a thread (cast.cu's _wide kernels: the same bits) where both buffers are 16-byte
-# aligned; TR2_CAST_WIDE=0 one element a thread as before the thirty-first session.
+# The widening casts four elements a load, four loads in flight a thread (cast.cu's _wide kernels: the same bits) where
+# both buffers are 16-byte aligned; TR2_CAST_WIDE=0 one element a thread as before the thirty-first session.
 WIDE = bool(kernel_switch("TR2_CAST_WIDE", 1))
 
 
@@ -28,7 +28,7 @@ def from_half(h: "cp.ndarray", kind: int, out: "cp.ndarray | None" = None) -> "c
     out = cp.empty(h.shape, dtype=np.float32) if out is None else out
     name = {KIND_BF16: "cast_bf16_to_f32", KIND_F16: "cast_f16_to_f32"}[kind]
     if WIDE and h.data.ptr % 16 == 0 and out.data.ptr % 16 == 0:
-        launch(FILE, name + "_wide", blocks_for(n // 8), THREADS, (out, h, i64(n)))
+        launch(FILE, name + "_wide", blocks_for(n // 4), THREADS, (out, h, i64(n)))
     else:
         launch(FILE, name, blocks_for(n), THREADS, (out, h, i64(n)))
     return out

@@ -23,25 +23,33 @@ extern "C" __global__ void cast_f16_to_f32(float* __restrict__ out, const u16* _
     GRID_STRIDE(i, n) out[i] = f16_bits_to_f32(in[i]);
 }
 
-// The widening casts eight elements a thread a loop turn: one 16-byte load, two 16-byte stores (in and out 16-byte
-// aligned; the wrapper checks), the last n % 8 elements one a thread after the loop. Each element converts exactly
-// as above, so the same bits. Why: the one widening left in a half-roundings step (the tied wte's dW from the
-// lm_head product, before the embedding's backward adds into it: 38.6M elements on the GPT-2 shapes) ran at 3.5 TB/s
-// in bf16 and 2.5 in f16 (65 and 91 us, call 2 of results/h200-perf-20261204g), a 2-byte load an element.
+// The widening casts four elements a load: an 8-byte load, one 16-byte store (in and out 16-byte aligned; the wrapper
+// checks), four such loads a thread issued before their stores, the last n % 4 elements one a thread after the loops.
+// Each element converts exactly as above, so the same bits. Why: the one widening left in a half-roundings step (the
+// tied wte's dW from the lm_head product, before the embedding's backward adds into it: 38.6M elements on the GPT-2
+// shapes) ran at 3.5 TB/s in bf16 and 2.5 in f16 (65 and 91 us, call 2 of results/h200-perf-20261204g), one 2-byte
+// load an element. (A first form, eight elements a thread into two 16-byte stores, was slower in bf16, 66 -> 86 us,
+// call 3: a warp's store then wrote every other 16 bytes of 1 KB, half of each 32-byte sector.)
+template <int K> __device__ __forceinline__ float4 widen4(uint2 w) {
+    return make_float4(load_from<K>((u16)(w.x & 0xffffu)), load_from<K>((u16)(w.x >> 16)),
+                       load_from<K>((u16)(w.y & 0xffffu)), load_from<K>((u16)(w.y >> 16)));
+}
+
 template <int K>
 __device__ __forceinline__ void widen_wide(float* __restrict__ out, const u16* __restrict__ in, i64 n) {
-    const i64 nv = n >> 3;
-    const uint4* in8 = (const uint4*)in;
+    const i64 nv = n >> 2, stride = (i64)gridDim.x * blockDim.x;
+    const uint2* in4 = (const uint2*)in;
     float4* out4 = (float4*)out;
-#pragma unroll 2
-    GRID_STRIDE(v, nv) {
-        const uint4 w = __ldg(in8 + v);
-        out4[2 * v] = make_float4(load_from<K>((u16)(w.x & 0xffffu)), load_from<K>((u16)(w.x >> 16)),
-                                  load_from<K>((u16)(w.y & 0xffffu)), load_from<K>((u16)(w.y >> 16)));
-        out4[2 * v + 1] = make_float4(load_from<K>((u16)(w.z & 0xffffu)), load_from<K>((u16)(w.z >> 16)),
-                                      load_from<K>((u16)(w.w & 0xffffu)), load_from<K>((u16)(w.w >> 16)));
+    i64 v = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; v + 3 * stride < nv; v += 4 * stride) {
+        uint2 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = __ldg(in4 + v + k * stride);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) out4[v + k * stride] = widen4<K>(w[k]);
     }
-    const i64 i = (nv << 3) + (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; v < nv; v += stride) out4[v] = widen4<K>(__ldg(in4 + v));
+    const i64 i = (nv << 2) + (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = load_from<K>(in[i]);
 }
 
