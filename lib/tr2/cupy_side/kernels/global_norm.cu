@@ -5,9 +5,9 @@
 // is widened exactly as it is read).
 //
 // Two forms of each kernel, the same operations in the same order, so the same bits (tested on the GPU):
-// global_norm_partial / global_norm_final, one load in flight a loop turn as the compiler unrolled them (ptxas: four
-// at most, through generic loads since the table's pointers are integers); and the _wide forms, which issue a
-// block's loads before its first add: a full chunk (PER_THREAD elements a thread) as PER_THREAD read-only global loads
+// global_norm_partial / global_norm_final, whose loops issue one load a turn (four for float32 gradients, as the
+// compiler unrolled them; generic loads, since the table's pointers are integers); and the _wide forms, which issue
+// a block's loads before its first add: a full chunk (PER_THREAD elements a thread) as PER_THREAD read-only global loads
 // (ld.global.nc), the final pass's partials eight at a time. Why: on gpt2-small (124M gradients, 0.33 GB a step)
 // the partial pass ran at 2.9 TB/s in bf16 and 1.7 in f16 (112 and 196 us, torch.profiler, call 2 of
 // results/h200-perf-20261204g); a chunk is a short block (16 elements a thread), so each of its loop's round trips to
@@ -87,7 +87,6 @@ extern "C" __global__ void global_norm_partial_wide(float* __restrict__ partial,
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// out[0] = sqrt(sum_b partial[b]); one block (blockDim.x a multiple of 32).
 // The final pass's block reduction of each thread's double: shuffles, then warp 0; out[0] = sqrt of the total.
 __device__ __forceinline__ void final_root(float* __restrict__ out, double s) {
     __shared__ double shared[32];
@@ -102,6 +101,7 @@ __device__ __forceinline__ void final_root(float* __restrict__ out, double s) {
     }
 }
 
+// out[0] = sqrt(sum_b partial[b]); one block (blockDim.x a multiple of 32).
 extern "C" __global__ void global_norm_final(float* __restrict__ out, const float* __restrict__ partial, int nb) {
     grid_dependency_entry();
     double s = 0.0;
