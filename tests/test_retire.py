@@ -3,6 +3,7 @@ and their files move, nothing is deleted, the folder is no longer finished, `--r
 runs again at the new commit, the summary covers the whole set, and the report's commits table shows both commits."""
 import hashlib
 import json
+import re
 import sys
 
 import pytest
@@ -190,3 +191,74 @@ def test_the_reproduce_command_resumes_at_the_commit_the_new_runs_carry(finished
     retirement, resume = command.split(" --reason ")
     assert f"git checkout {B[:12]} && python -m tr2.runner method_a --retire" in retirement
     assert resume.endswith(f"&& git checkout {C[:12]} && python -m tr2.runner method_a --resume results/{finished.name}")
+
+
+# ------------------------------------------------------------------- retiring what an identity check found changed
+
+def _check(key, identical, step=None, status="ok"):
+    """A line as scripts/identity_check.py writes it."""
+    return {"key": key, "identical": identical, "status": status, "returncode": 0 if status == "ok" else 1,
+            "first_difference": None if identical else {"step": step, "recorded": "{}", "new": "{}"},
+            "commit": B, "recorded_commit": A, "lines_compared": 12}
+
+
+def test_differing_retires_each_changed_configuration_once_with_the_check_named():
+    from tr2.retire import differing
+    todo = differing([_check("m/float32/cupy/1337", True), _check("m/bfloat16/cupy/1337", False, 40),
+                      _check("m/bfloat16/cupy/1338", False, 60), _check("n/bfloat16/cupy/1", True)],
+                     source="the identity check x.jsonl")
+    assert [p for p, _ in todo] == ["m/bfloat16/cupy/*"]
+    reason = todo[0][1]
+    assert f"at {B}" in reason and f"recorded at {A}" in reason and "first difference at step 40" in reason
+    assert "x.jsonl" in reason and "m/bfloat16/cupy/1337" in reason
+    assert differing([_check("m/float32/cupy/1337", True)]) == []
+
+
+@pytest.mark.parametrize("line, said", [
+    (_check("m/bfloat16/cupy/1337", False, 3, status="failed"), "ended 'failed'"),
+    (_check("m/float32/cupy/1337", True, status="timeout"), "ended 'timeout'"),
+    ({**_check("m/float32/cupy/1337", True), "identical": None}, "identical is None"),
+    ({**_check("x", True), "key": "nokey"}, "key 'nokey'"),
+    ("not a record", "key None"),
+])
+def test_differing_refuses_a_check_that_cannot_decide(line, said):
+    from tr2 import Tr2Error
+    from tr2.retire import differing
+    with pytest.raises(Tr2Error, match=re.escape(said)):
+        differing([_check("m/float32/cupy/1", True), line])
+
+
+def _retire_differing(*args):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "scripts"))
+    import retire_differing
+    return retire_differing.main([str(a) for a in args])
+
+
+def test_retire_differing_retires_the_changed_configurations_seeds(finished, tmp_path, capsys):
+    ident = tmp_path / "identity.jsonl"
+    ident.write_text(json.dumps(_check("tiny/float32/cupy/1", False, 7)) + "\n")
+    before = snapshot(finished)
+    assert _retire_differing(finished, ident, "--dry-run") == 0
+    assert "would retire tiny/float32/cupy/*" in capsys.readouterr().out and snapshot(finished) == before
+    assert _retire_differing(finished, ident) == 0
+    assert "retired tiny/float32/cupy/*: 3 record(s)" in capsys.readouterr().out
+    gone = read_jsonl(finished / "retired.jsonl")
+    assert [r["key"] for r in gone] == [f"tiny/float32/cupy/{s}" for s in (1, 2, 3)]
+    assert all("first difference at step 7" in r["retired_reason"] and "identity.jsonl" in r["retired_reason"]
+               for r in gone)
+    assert [r["key"] for r in read_jsonl(finished / "runs.jsonl")] == [f"tiny/float32/torch/{s}" for s in (1, 2, 3)]
+
+
+def test_retire_differing_moves_nothing_when_all_repeat_or_the_check_cannot_decide(finished, tmp_path, capsys):
+    ident = tmp_path / "identity.jsonl"
+    before = snapshot(finished)
+    ident.write_text(json.dumps(_check("tiny/float32/cupy/1", True)) + "\n")
+    assert _retire_differing(finished, ident) == 0 and capsys.readouterr().out == ""
+    ident.write_text(json.dumps(_check("tiny/float32/cupy/1", False, 2)) + "\n"
+                     + json.dumps(_check("tiny/float32/cupy/2", False, 2, status="failed")) + "\n")
+    assert _retire_differing(finished, ident) == 2
+    assert "ended 'failed'" in capsys.readouterr().err
+    ident.write_text("")
+    assert _retire_differing(finished, ident) == 2 and "holds no line" in capsys.readouterr().err
+    assert _retire_differing(finished, tmp_path / "none.jsonl") == 2 and "is not a file" in capsys.readouterr().err
+    assert snapshot(finished) == before

@@ -99,6 +99,32 @@ def check_reason(reason, why: str = "why these runs are retired (what changed in
     return text
 
 
+def differing(checks: list, source: str = "the identity check") -> list:
+    """[(pattern, reason)] for the configurations an identity check (scripts/identity_check.py's lines: key,
+    identical, first_difference, status, commit, recorded_commit) found changed: a run key MODEL/DTYPE/SIDE/SEED that
+    differs from its record retires every seed of its configuration (MODEL/DTYPE/SIDE/*), since one program made
+    them all; the reason names the check's commit, the record's, the first differing step and `source`. A rerun that
+    did not end ok proves nothing either way: one line naming it, and nothing is retired."""
+    out = {}
+    for i, c in enumerate(checks, 1):
+        key = c.get("key") if isinstance(c, dict) else None
+        if not isinstance(key, str) or key.count("/") < 1:
+            raise Tr2Error(f"{source}, line {i}: key {key!r}; allowed: a run key such as gpt2-small/bfloat16/cupy/1337")
+        if c.get("status") != "ok":
+            raise Tr2Error(f"{source}, line {i}: the rerun of {key} ended {c.get('status')!r} (returncode "
+                           f"{c.get('returncode')!r}), so it shows neither a change nor none; allowed: checks whose "
+                           "reruns ended ok (run the check again)")
+        if c.get("identical") is True:
+            continue
+        if c.get("identical") is not False:
+            raise Tr2Error(f"{source}, line {i}: identical is {c.get('identical')!r} for {key}; allowed: true or false")
+        pattern = key.rsplit("/", 1)[0] + "/*"
+        step = (c.get("first_difference") or {}).get("step")
+        out.setdefault(pattern, f"the program at {c.get('commit')} no longer repeats {key} (recorded at "
+                                f"{c.get('recorded_commit')}): first difference at step {step}, by {source}")
+    return list(out.items())
+
+
 def retire(stage: str, d, patterns: list, reason: str) -> dict:
     """Retire the runs of `stage`'s folder d (already checked to be one: tr2.runner) whose keys match `patterns`;
     returns what was done: keys, records, moves."""
