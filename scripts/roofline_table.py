@@ -248,13 +248,13 @@ MODELS = [
                     what="dout f32, sorted, starts in; dwte rows in/out")),
     # embedding_backward_wpe: dout f32 [B, T, C] summed over B into dwpe [T, C] (accumulated in place: read + written)
     (r"embedding_backward_wpe$", lambda s: Cost(1, F * s.N * s.C + 2 * F * s.T * s.C, what="dout f32 in; dwpe in/out")),
-    # kernels/cast.cu cast_bf16_to_f32: lm_head's dW [V, C] half -> float32 (model.py be.gradient_f32 for wte)
-    (r"cast_(bf16|f16)_to_f32$", lambda s: Cost(1, (H + F) * s.V * s.C, what="dW(wte) half in, f32 out")),
-    # kernels/global_norm.cu partial: every gradient once (products' dW half; wte, wpe, LayerNorm f32), partials out
-    (r"global_norm_partial$",
+    # kernels/cast.cu cast_bf16_to_f32 (and its _wide form): lm_head's dW [V, C] half -> float32 (model.py be.gradient_f32 for wte)
+    (r"cast_(bf16|f16)_to_f32(_wide)?$", lambda s: Cost(1, (H + F) * s.V * s.C, what="dW(wte) half in, f32 out")),
+    # kernels/global_norm.cu partial (either form): every gradient once (products' dW half; wte, wpe, LayerNorm f32), partials out
+    (r"global_norm_partial(_wide)?$",
      lambda s: Cost(1, H * params(s)["product"] + F * (params(s)["wte"] + params(s)["f32"]) + F * gn_blocks(s),
                     what="all gradients in")),
-    (r"global_norm_final$", lambda s: Cost(1, F * gn_blocks(s) + F, what="partials in")),
+    (r"global_norm_final(_wide)?$", lambda s: Cost(1, F * gn_blocks(s) + F, what="partials in")),
     # kernels/adamw.cu adamw_update: per element p f32 in/out, m and v f32 in/out, grad (half for the products' dW,
     # f32 for wte, wpe, LayerNorm), the half copy out for product weights and wte
     (r"adamw_update$",

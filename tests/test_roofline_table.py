@@ -57,6 +57,15 @@ def test_adamw_bytes_by_hand():
     assert rt.cost_of("adamw_update", S).bytes == expected
 
 
+
+def test_the_wide_gradient_passes_cost_what_their_loops_cost():
+    # kernels/global_norm.cu's and cast.cu's _wide forms move the same bytes as the one-load-a-turn kernels
+    for loop in ("global_norm_partial", "global_norm_final", "cast_bf16_to_f32", "cast_f16_to_f32"):
+        a, b = rt.cost_of(loop, S), rt.cost_of(loop + "_wide", S)
+        assert a is not None and (a.launches, a.bytes, a.flops) == (b.launches, b.bytes, b.flops)
+    # the widening: wte's dW, V x C = 80 elements, half in and float32 out
+    assert rt.cost_of("cast_bf16_to_f32_wide", S).bytes == 80 * (2 + 4)
+
 def _kernels(tmp_path):
     key = "tiny/bfloat16/cupy-hr"
     rows = [
