@@ -2560,7 +2560,7 @@ def test_global_norm_wide_forms_are_the_same_bits(dtype, table, monkeypatch):
 
 def _gn_partials(be) -> "cp.ndarray":
     """The partial sums of the last global norm: the workspace buffer global_norm.py fills."""
-    bufs = [v for k, v in be.ctx.ws._buffers.items() if k[0] == "gn_partial"]
+    bufs = be.ctx.ws.named("gn_partial")
     assert len(bufs) == 1, f"the workspace holds one partials buffer after a global norm, not {len(bufs)}"
     return bufs[0]
 

@@ -65,7 +65,7 @@ def main(argv) -> int:
             for wide in (False, True):
                 use(wide)
                 norm = cp.asnumpy(be.global_norm(grads))
-                part = [v for k, v in be.ctx.ws._buffers.items() if k[0] == "gn_partial"][0]
+                (part,) = be.ctx.ws.named("gn_partial")
                 got[wide] = (norm.view(np.uint32), cp.asnumpy(part).view(np.uint32),
                              cp.asnumpy(cast.from_half(wte_bits, kind)).view(np.uint32))
             same = {what: bool(np.array_equal(got[True][i], got[False][i]))

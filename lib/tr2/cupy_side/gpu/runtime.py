@@ -216,6 +216,10 @@ class Workspace:
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._buffers.values())
 
+    def named(self, name: str) -> list:
+        """The buffers `get` made under `name`, of any shape (a test or probe reading an operation's scratch)."""
+        return [buf for (n, _, _), buf in self._buffers.items() if n == name]
+
     def clear(self) -> None:
         self._buffers.clear()
 

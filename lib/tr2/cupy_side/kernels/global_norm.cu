@@ -27,25 +27,6 @@ __device__ __forceinline__ float sum_squares(const typename Elem<K>::T* __restri
     return s;
 }
 
-extern "C" __global__ void global_norm_partial(float* __restrict__ partial, const u64* __restrict__ table,
-                                               const int* __restrict__ chunk_tensor,
-                                               const i64* __restrict__ chunk_start, int chunk) {
-    grid_dependency_entry();
-    __shared__ float shared[32];
-    const int t = chunk_tensor[blockIdx.x];
-    const u64* row = table + TENSOR_COLS * (i64)t;
-    const i64 n = (i64)row[4];
-    const int kind = (int)row[7];
-    const i64 start = chunk_start[blockIdx.x];
-    const i64 end = (start + (i64)chunk < n) ? start + (i64)chunk : n;
-    float s = 0.0f;
-    if (kind == KIND_BF16) s = sum_squares<KIND_BF16>((const u16*)row[1], start, end);
-    else if (kind == KIND_F16) s = sum_squares<KIND_F16>((const u16*)row[1], start, end);
-    else s = sum_squares<KIND_F32>((const float*)row[1], start, end);
-    s = block_sum(s, shared);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
 // The same sum over exactly PER_THREAD elements a thread (i = start + threadIdx.x + k blockDim.x, k ascending), all
 // loaded first: the multiply-adds in sum_squares's order, so the same bits.
 template <int K>
@@ -62,10 +43,25 @@ __device__ __forceinline__ float sum_squares_full(const typename Elem<K>::T* __r
     return s;
 }
 
-extern "C" __global__ void global_norm_partial_wide(float* __restrict__ partial, const u64* __restrict__ table,
-                                                    const int* __restrict__ chunk_tensor,
-                                                    const i64* __restrict__ chunk_start, int chunk) {
-    grid_dependency_entry();
+// This thread's share of a chunk [start, end) of the gradient of table row `row`, held in `kind`: sum_squares, or
+// with FULL (end - start == PER_THREAD blockDim.x) sum_squares_full, the same bits.
+template <bool FULL>
+__device__ __forceinline__ float chunk_sum_squares(const u64* row, int kind, i64 start, i64 end) {
+    if (kind == KIND_BF16)
+        return FULL ? sum_squares_full<KIND_BF16>((const u16*)row[1], start)
+                    : sum_squares<KIND_BF16>((const u16*)row[1], start, end);
+    if (kind == KIND_F16)
+        return FULL ? sum_squares_full<KIND_F16>((const u16*)row[1], start)
+                    : sum_squares<KIND_F16>((const u16*)row[1], start, end);
+    return FULL ? sum_squares_full<KIND_F32>((const float*)row[1], start)
+                : sum_squares<KIND_F32>((const float*)row[1], start, end);
+}
+
+// Block b's partial: the sum of squares of its chunk (the one-load-a-turn loop; with WIDE a full chunk's loads first).
+template <bool WIDE>
+__device__ __forceinline__ void partial_body(float* __restrict__ partial, const u64* __restrict__ table,
+                                             const int* __restrict__ chunk_tensor, const i64* __restrict__ chunk_start,
+                                             int chunk) {
     __shared__ float shared[32];
     const int t = chunk_tensor[blockIdx.x];
     const u64* row = table + TENSOR_COLS * (i64)t;
@@ -73,18 +69,26 @@ extern "C" __global__ void global_norm_partial_wide(float* __restrict__ partial,
     const int kind = (int)row[7];
     const i64 start = chunk_start[blockIdx.x];
     const i64 end = (start + (i64)chunk < n) ? start + (i64)chunk : n;
+    // a full chunk: the loop would visit exactly these elements; a tensor's last, shorter chunk takes the loop
     float s = 0.0f;
-    if (end - start == (i64)PER_THREAD * blockDim.x) {   // the loop below would visit exactly these elements
-        if (kind == KIND_BF16) s = sum_squares_full<KIND_BF16>((const u16*)row[1], start);
-        else if (kind == KIND_F16) s = sum_squares_full<KIND_F16>((const u16*)row[1], start);
-        else s = sum_squares_full<KIND_F32>((const float*)row[1], start);
-    } else {   // a tensor's last, shorter chunk
-        if (kind == KIND_BF16) s = sum_squares<KIND_BF16>((const u16*)row[1], start, end);
-        else if (kind == KIND_F16) s = sum_squares<KIND_F16>((const u16*)row[1], start, end);
-        else s = sum_squares<KIND_F32>((const float*)row[1], start, end);
-    }
+    if (WIDE && end - start == (i64)PER_THREAD * blockDim.x) s = chunk_sum_squares<true>(row, kind, start, end);
+    else s = chunk_sum_squares<false>(row, kind, start, end);
     s = block_sum(s, shared);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+extern "C" __global__ void global_norm_partial(float* __restrict__ partial, const u64* __restrict__ table,
+                                               const int* __restrict__ chunk_tensor,
+                                               const i64* __restrict__ chunk_start, int chunk) {
+    grid_dependency_entry();
+    partial_body<false>(partial, table, chunk_tensor, chunk_start, chunk);
+}
+
+extern "C" __global__ void global_norm_partial_wide(float* __restrict__ partial, const u64* __restrict__ table,
+                                                    const int* __restrict__ chunk_tensor,
+                                                    const i64* __restrict__ chunk_start, int chunk) {
+    grid_dependency_entry();
+    partial_body<true>(partial, table, chunk_tensor, chunk_start, chunk);
 }
 
 // The final pass's block reduction of each thread's double: shuffles, then warp 0; out[0] = sqrt of the total.
