@@ -254,7 +254,7 @@ class Model:
             return Cost(model, dtype, build, r.step_ms, r.cold_s + MAX_AUTOTUNE_COMPILE_S, r.warm_s,
                         f"estimated: reduce-overhead's step and warm start, cold start + {MAX_AUTOTUNE_COMPILE_S:.0f} s "
                         "(the compile time params/cards/h200.yaml's comment gives; no committed log)", r.sources, r.peak_gb)
-        if build == "torch-default":   # default timed in bfloat16 only
+        if build == "torch-default" and dtype != "bfloat16":   # default timed in bfloat16 only
             d, r = self.cost(model, "bfloat16", "torch-default"), self.cost(model, dtype, "torch-reduce-overhead")
             return Cost(model, dtype, build, max(r.step_ms, d.step_ms), d.cold_s, d.warm_s,
                         "estimated: the larger of reduce-overhead's step in this type and default's in bfloat16 (default "
@@ -381,7 +381,14 @@ def _log_step_ms(path: Path, after: int = 100) -> float:
 
 @functools.lru_cache(maxsize=4)
 def load(root=None) -> Model:
+    """The model of the committed folders under root (results/ by default); every source must be there: a device
+    tree made by `scripts/device_tree.sh slim` leaves them out, and a model of a few would mislead."""
     root = Path(root) if root else RESULTS_DIR
+    missing = [s for s in SOURCES if not (root / s).exists()]
+    if missing:
+        raise Tr2Error(f"h200_minutes: {len(missing)} of its {len(SOURCES)} sources are not under {root} (first: "
+                       f"{missing[0]}); the model reads every one of them (a tree made by scripts/device_tree.sh "
+                       "slim holds none)")
     return Model(observations(root), root)
 
 
@@ -667,7 +674,12 @@ def main(argv=None) -> int:
         q = sub.add_parser(name, help="every stage's plan (or only the totals) for a card, nothing run")
         q.add_argument("--card", default="h200")
         q.add_argument("--stage", default=None, choices=list(DESC))
+    sub.add_parser("sources", help="the paths it reads, one a line, relative to the repository (device_tree.sh slim "
+                                   "keeps them)")
     a = p.parse_args(argv)
+    if a.cmd == "sources":
+        sys.stdout.write("".join(f"{(RESULTS_DIR / s).relative_to(REPO_ROOT)}\n" for s in SOURCES))
+        return 0
     try:
         card = load_card(a.card)
         if a.cmd == "table":

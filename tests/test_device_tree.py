@@ -1,6 +1,7 @@
 """scripts/device_tree.sh, run by bash on a small repository of its own: the tree the device tool carries can leave
 results/ and report/ behind (all but the paths a call names) and come back whole, nothing committed changed; and the
-size it reports counts each file as a tar archive holds it."""
+size it reports counts each file as a tar archive holds it. scripts/h200_minutes.py is a stand-in here that lists
+one source (tests/test_minutes.py tests the real list)."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -9,7 +10,8 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "device_tree.sh"
 FILES = {"lib/tr2/a.py": "x = 1\n", "results/keep-me/run.json": "{}\n", "results/other/log.txt": "log\n",
-         "report/TR-2.html": "<html></html>\n", "README.md": "readme\n"}
+         "results/model/bench.jsonl": "{}\n", "report/TR-2.html": "<html></html>\n", "README.md": "readme\n",
+         "scripts/h200_minutes.py": "import sys\nif sys.argv[1:] == ['sources']:\n    print('results/model/bench.jsonl')\n"}
 
 
 def git(repo: Path, *args) -> str:
@@ -24,7 +26,6 @@ def repo(tmp_path):
     for name, text in FILES.items():
         (r / name).parent.mkdir(parents=True, exist_ok=True)
         (r / name).write_text(text)
-    (r / "scripts").mkdir()
     shutil.copy(SCRIPT, r / "scripts" / "device_tree.sh")
     git(r, "init", "-q")
     git(r, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
@@ -43,12 +44,25 @@ def present(repo: Path) -> set:
 def test_slim_leaves_results_and_report_behind_but_the_named_folders_and_full_restores_them(repo):
     r = run(repo, "slim", "results/keep-me/")
     assert r.returncode == 0, r.stderr
-    assert present(repo) == {"lib/tr2/a.py", "results/keep-me/run.json", "README.md", "scripts/device_tree.sh"}
+    assert present(repo) == {"lib/tr2/a.py", "results/keep-me/run.json", "README.md", "scripts/device_tree.sh",
+                             "scripts/h200_minutes.py", "results/model/bench.jsonl"}
+    assert "kept: results/keep-me/ and the 1 sources of scripts/h200_minutes.py" in r.stdout
     assert git(repo, "status", "--porcelain") == ""
     r = run(repo, "full")
     assert r.returncode == 0, r.stderr
     assert present(repo) == set(FILES) | {"scripts/device_tree.sh"}
     assert git(repo, "status", "--porcelain") == ""
+
+
+def test_slim_keeps_the_minutes_models_sources_and_refuses_where_it_lists_none(repo):
+    r = run(repo, "slim")
+    assert r.returncode == 0, r.stderr
+    assert {p for p in present(repo) if p.startswith(("results/", "report/"))} == {"results/model/bench.jsonl"}
+    assert run(repo, "full").returncode == 0
+    (repo / "scripts" / "h200_minutes.py").write_text("pass\n")
+    r = run(repo, "slim")
+    assert r.returncode == 2 and "h200_minutes.py sources listed nothing" in r.stderr
+    assert present(repo) == set(FILES) | {"scripts/device_tree.sh"}
 
 
 @pytest.mark.parametrize("path, said", [("lib/tr2", "is not under results/ or report/"),

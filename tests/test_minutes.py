@@ -82,6 +82,27 @@ def test_what_was_never_timed_is_estimated_from_what_was_and_says_so(synthetic):
         synthetic.cost("nanogpt", "float16", "cupy")   # the exact build is estimated from float32's, never timed here
 
 
+def test_default_in_bfloat16_never_timed_is_an_error_not_an_endless_loop(synthetic):
+    """Default mode's other types are estimated from its bfloat16 runs; with none of those, one line (found
+    2026-12-04: a device tree without the sources recursed until Python stopped it)."""
+    with pytest.raises(Tr2Error, match="no committed H200 run of nanogpt/bfloat16/torch-default"):
+        synthetic.cost("nanogpt", "bfloat16", "torch-default")
+    with pytest.raises(Tr2Error, match="no committed H200 run of nanogpt/bfloat16/torch-default"):
+        synthetic.cost("nanogpt", "float32", "torch-default")
+
+
+def test_a_tree_without_the_sources_gives_no_model(tmp_path, monkeypatch):
+    """A device tree made slim holds none of the committed folders: load says so instead of modelling from none."""
+    (tmp_path / minutes.SOURCES[0]).parent.mkdir(parents=True)
+    (tmp_path / minutes.SOURCES[0]).write_text("")
+    with pytest.raises(Tr2Error, match=rf"^h200_minutes: {len(minutes.SOURCES) - 1} of its {len(minutes.SOURCES)} "
+                                       rf"sources are not under .*\(first: {minutes.SOURCES[1]}\).*slim"):
+        minutes.load(tmp_path)
+    monkeypatch.setattr(minutes, "RESULTS_DIR", tmp_path)
+    with pytest.raises(Tr2Error, match="sources are not under"):
+        minutes.stage_total(load_card("h200-edition"), "method_a")
+
+
 def test_a_series_kind_is_its_start_plus_its_steps(synthetic):
     card = load_card("h200-edition")
     warm = minutes.kind_run(synthetic, card, "series", "nanogpt/bfloat16/torch-reduce-overhead (caches warm)")
@@ -96,6 +117,11 @@ def test_every_source_is_a_committed_file_or_folder():
     files = set(tracked.stdout.splitlines())
     for src in minutes.SOURCES:
         assert src in files or any(f.startswith(src + "/") for f in files), src
+
+
+def test_sources_lists_every_source_under_results(capsys):
+    assert minutes.main(["sources"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"results/{s}" for s in minutes.SOURCES]
 
 
 def test_the_committed_table_is_what_the_committed_folders_give():

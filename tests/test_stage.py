@@ -262,6 +262,38 @@ def test_the_plan_falls_back_to_the_newest_committed_folder_of_its_stage_and_car
     assert f"30.0 s each, measured in {older.name}" in out and f"{older.name} (committed)" in out
 
 
+def test_the_runs_retired_from_a_folder_estimate_their_reruns(tmp_path, capsys, monkeypatch):
+    """Retired runs were measured in this folder by an older program: they estimate the reruns, in the plan and at
+    the deadline (found 2026-12-04: five retired gpt2-small runs of 90 s each started again with no estimate)."""
+    from tr2 import retire
+    c = card()
+    d = tmp_path / "method_a-20261201-100000-test"
+    d.mkdir()
+    _records(d, {"a/0": 60.0, "b/0": 90.0, "b/1": 100.0, "b/2": 80.0})
+    retire.retire("method_a", d, ["b/*"], "the test's program change")
+    plan = [{"key": f"{m}/{i}", "m": m} for m in "ab" for i in range(3)]
+    ran = []
+
+    def run_one(p):
+        ran.append(p["key"])
+        return {"status": "ok", "wall_s": 1.0}
+    kw = dict(desc="method A", show=False, kind=lambda p: p["m"], record_kind=lambda r: r["key"][0])
+    monkeypatch.setenv("TR2_DEADLINE", str(time.time() + 100))   # a's 60 s x 1.2 fits; b's 90 s x 1.2 does not
+    with stage.open_folder("method_a", c, d) as f:
+        with pytest.raises(stage.DeadlineReached, match=r"^method A: stopped before b/0: its runs take 1\.5 min and "
+                                                        r"TR2_DEADLINE leaves (99|100) s; 2 run\(s\) done"):
+            stage.run_plan(f, plan, run_one, **kw)
+    out = capsys.readouterr().out
+    assert "3 x b: 1.5 min each, measured in the runs retired from this folder" in out
+    assert "2 x a: 60.0 s each, measured in this folder" in out
+    assert ("from the runs measured in the runs retired from this folder, this folder" in out
+            and "no estimate for" not in out)
+    assert ran == ["a/1", "a/2"]
+    # another runs file of the stage: the retired records (of runs.jsonl) estimate nothing there
+    text = stage.plan_text(stage.Folder(d, "method_a", None, c), ["b"], 1, "x", lambda r: r["key"][0], "other.jsonl")
+    assert "1 x b: no estimate" in text
+
+
 def test_no_estimate_where_nothing_was_measured(tmp_path, capsys):
     with stage.open_folder("families", card(), tmp_path / "families-20261201-100000-test") as f:
         _records(f.path, {"x": 5.0}, status="failed")  # a failed run's time estimates nothing

@@ -19,7 +19,8 @@ from typing import Callable, Iterable, Optional
 from . import REPO_ROOT, Tr2Error
 from .cards import _is_int, check_held_card, dump_card
 from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
-from .results import append_jsonl, new_results_dir, read_jsonl, results_folders, write_json_atomic, write_text_atomic
+from .results import RETIRED, append_jsonl, new_results_dir, read_jsonl, results_folders, runs_file, write_json_atomic
+from .results import write_text_atomic
 from . import sysinfo
 
 FINISHED = ("ok", "oom")  # a record with one of these is a finished piece: never run again
@@ -155,6 +156,18 @@ def _times(records, kind) -> dict:
     return out
 
 
+RETIRED_SOURCE = "the runs retired from this folder"
+
+
+def _retired_times(folder: Folder, runs: str, kind) -> dict:
+    """kind -> the wall times of the runs tr2.retire took out of this folder's runs file: measured here, by an older
+    program (retire does not change a run's speed by much: it follows a change of bits), so they estimate the reruns
+    better than nothing (found 2026-12-04: a retired configuration's five reruns started with no estimate)."""
+    if runs != runs_file(folder.stage):
+        return {}
+    return _times(read_jsonl(folder.path / RETIRED), kind)
+
+
 DEADLINE_ENV = "TR2_DEADLINE"
 # a run starts only if its estimate times this fits before the deadline: a kind's runs spread by about a tenth
 # (method A's gpt2-small float32 torch runs: 135-161 s, results/method_a-20261202-170258-h200-edition)
@@ -184,14 +197,17 @@ def _duration(seconds: float) -> str:
 def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind: Callable, runs: str) -> str:
     """The plan as the stage prints it before its first run: each kind of run still to go (`kinds`, in running
     order) with its time, the median wall time of the runs of that kind that finished ok, measured in this folder,
-    else in `reference_folder`'s (a kind measured in neither has no estimate, and none is invented); then the total."""
+    else in the runs retired from it, else in `reference_folder`'s (a kind measured in none has no estimate, and none
+    is invented); then the total."""
     here = _times(folder.records(runs), record_kind)
+    gone = _retired_times(folder, runs, record_kind)
     ref, what = reference_folder(folder)
     there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
     lines = [f"{desc}: {len(kinds)} of {planned} runs to go"]
     seconds, known, sources = 0.0, 0, set()
     for k, n in collections.Counter(kinds).items():
-        found = next(((s, times[k]) for s, times in (("this folder", here), (ref and ref.name, there)) if times.get(k)), None)
+        found = next(((s, times[k]) for s, times in (("this folder", here), (RETIRED_SOURCE, gone), (ref and ref.name, there))
+                      if times.get(k)), None)
         if found is None:
             lines.append(f"  {n:4d} x {k}: no estimate")
             continue
@@ -205,7 +221,8 @@ def plan_text(folder: Folder, kinds: list, planned: int, desc: str, record_kind:
             lines.append(modelled)
     else:
         unit = "GPU minutes" if folder.card["device"] == "cuda" else "minutes of the CPU"
-        named = ", ".join(s if s == "this folder" else f"results folder {s} ({what})" for s in sorted(sources))
+        named = ", ".join(s if s in ("this folder", RETIRED_SOURCE) else f"results folder {s} ({what})"
+                          for s in sorted(sources))
         lines.append(f"  estimate: {seconds / 60:.1f} {unit} ({_duration(seconds)}) for {known} of the "
                      f"{len(kinds)} runs, from the runs measured in {named}"
                      + (f"; no estimate for the other {len(kinds) - known}" if known < len(kinds) else ""))
@@ -310,9 +327,10 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     kinds = [(kind or key)(p) for p in plan if key(p) not in skipped]
     print(plan_text(folder, kinds, len(plan), desc, record_kind, runs), flush=True)
     end = deadline()
-    if end is not None:   # the reference folder's times, read once: the stage does not change them
+    if end is not None:   # the reference folder's and the retired runs' times, read once: the stage changes neither
         ref, _ = reference_folder(folder)
-        there = _times(read_jsonl(ref / runs), record_kind) if ref is not None else {}
+        there = {**(_times(read_jsonl(ref / runs), record_kind) if ref is not None else {}),
+                 **_retired_times(folder, runs, record_kind)}
         modelled = modelled_seconds(folder)
     bar = progress(len(plan), desc, initial=len(skipped), enabled=show)
     out = []
@@ -321,9 +339,10 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
         """None where the piece may start; else what to raise (a function of the runs done by then)."""
         if end is None:
             return None
-        # this folder's runs (held at the start and appended since) first, as plan_text's estimates; a kind measured
-        # in neither, modelled (H200 cards): the runs' times alone, times `parallel`, since runs sharing the card
-        # gained no throughput where it was measured (docs/h200-edition.md, "Not in the plan")
+        # this folder's runs (held at the start and appended since) first, then its retired ones, then the reference
+        # folder's, as plan_text's estimates; a kind measured in none, modelled (H200 cards): the runs' times alone,
+        # times `parallel`, since runs sharing the card gained no throughput where it was measured
+        # (docs/h200-edition.md, "Not in the plan")
         k = (kind or key)(piece)
         times = {**there, **_times(held + out, record_kind)}.get(k)
         each = statistics.median(times) if times else None
