@@ -1,6 +1,7 @@
 """tr2.explore: the committed results read back as the stages' own summaries state them, and small made-up
 folders for what the committed ones do not show (a retried run, a torn line, a missing table, a comparison)."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -176,9 +177,14 @@ def test_compare_two_commits_of_a_series(tmp_path):
 
 
 def test_pair_needs_two_folders_for_the_same_models():
+    """The committed CPU folders of 2026-11-29 (two of method A, one of every other stage) and the CPU edition remade
+    on 2026-12-04 (one of each): the newest two of the first stage in STAGES' order that has two."""
     idx = ex.select(ex.index(), card="cpu")
-    assert ex.pair(idx) == (RESULTS_DIR / "method_a-20261129-092259-cpu", CPU["method_a"])
-    assert ex.pair(ex.select(idx, stage="series")) is None
+    assert ex.pair(idx) == (CPU["series"], RESULTS_DIR / "series-20261204-214321-cpu")
+    first = idx[idx["path"].map(lambda p: Path(p).name.split("-")[1] == "20261129")]
+    assert ex.pair(first) == (RESULTS_DIR / "method_a-20261129-092259-cpu", CPU["method_a"])
+    assert ex.pair(ex.select(first, stage="series")) is None
+    assert ex.pair(ex.select(idx, stage="method_a")) == (CPU["method_a"], RESULTS_DIR / "method_a-20261204-214535-cpu")
 
 
 def test_the_notebooks_and_the_report_read_results_through_explore():
