@@ -132,6 +132,11 @@ class _UnfusedEmbedding:
         self.calls.append(("backward", ()))
         self.be.embedding_backward(dx, idx, dwte, dwpe)
 
+    def embedding_backward_tied(self, dx, idx, dwte, dwpe):
+        g = self.be.gradient_f32(dwte)
+        self.embedding_backward(dx, idx, g, dwpe)
+        return g
+
     def residual_layernorm_backward(self, dy, dskip, s, w, mean, rstd, p, seed, offset, offset_add=None,
                                     branch_float32=False):
         if not branch_float32:   # a block's residual add: as it is

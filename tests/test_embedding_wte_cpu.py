@@ -17,9 +17,10 @@ def counting_sort(idx, V):
     return np.argsort(idx, kind="stable"), np.r_[0, np.cumsum(np.bincount(idx, minlength=V))]
 
 
-def wte_backward(dout, idx, dwte, seg=WTE_SEG, threads=WTE_THREADS, block_order=None):
+def wte_backward(dout, idx, dwte, seg=WTE_SEG, threads=WTE_THREADS, block_order=None, add=True):
     """dwte[V, C] float32 += embedding_backward_wte's sums of dout[N, C] float32, in place. The (segment, channel
-    slice) blocks run whole, one after another, in block_order (default: grid order)."""
+    slice) blocks run whole, one after another, in block_order (default: grid order). add=False:
+    embedding_backward_wte_sums, which writes each present token's sum alone (dwte[v] = sum)."""
     N, C = dout.shape
     rows, starts = counting_sort(idx, dwte.shape[0])
     S, Y = -(-N // seg), -(-C // threads)
@@ -42,7 +43,7 @@ def wte_backward(dout, idx, dwte, seg=WTE_SEG, threads=WTE_THREADS, block_order=
             acc = acc + dout[rows[k0 + i], cs]
             if end[i]:
                 if whole[i]:
-                    dwte[tok[i], cs] += acc
+                    dwte[tok[i], cs] = dwte[tok[i], cs] + acc if add else acc
                 else:
                     part[s, int(second[i]), cs] = acc
                 acc = np.zeros_like(acc)
@@ -58,7 +59,7 @@ def wte_backward(dout, idx, dwte, seg=WTE_SEG, threads=WTE_THREADS, block_order=
             total = part[sa, int(lo_v > sa * seg), cs]
             for q in range(sa + 1, sb + 1):
                 total = total + part[q, 0, cs]
-            dwte[v, cs] += total
+            dwte[v, cs] = dwte[v, cs] + total if add else total
     return arrived
 
 
@@ -120,6 +121,55 @@ def test_wte_model_adds_a_runs_partials_in_segment_order(seg):
     dwte = np.full((1, 1), 0.5, np.float32)
     wte_backward(dout, np.zeros(3 * seg, np.int64), dwte, seg, 1)
     assert dwte[0, 0] == 0.5
+
+
+# ---- the tied wte's gradient held as lm_head's dW and the sums (embedding_backward_wte_sums, common.cuh's TiedRows) ----
+def tied_value(dw_f32, sums, starts):
+    """What the global norm and AdamW read for the tied wte (TiedRows::add): dW widened, plus the row's sum where
+    its token is present (starts[v + 1] > starts[v]), one float32 add; dW alone elsewhere."""
+    present = (starts[1:] > starts[:-1])[:, None]
+    return np.where(present, dw_f32 + sums, dw_f32)
+
+
+@pytest.mark.parametrize("kind, N, C, seg, threads", CASES)
+def test_the_sums_and_their_readers_give_the_widened_gradients_bits(kind, N, C, seg, threads):
+    """embedding_backward_wte into the widened dW against embedding_backward_wte_sums then the readers' add: the same
+    float32 bits on every row, present or not, in any block order. dW is bfloat16 values (lm_head's product under
+    half roundings); the sums' rows of absent tokens hold NaN, which no reader may take."""
+    g = np.random.default_rng(7 * N + C + seg)
+    idx, V = tokens(kind, N, seg, g)
+    N = len(idx)
+    V += 3   # rows no token reaches, as the classifier's padding rows
+    dout = g.standard_normal((N, C)).astype(np.float32)
+    dw = (g.standard_normal((V, C)).astype(np.float32).view(np.uint32) & 0xFFFF0000).view(np.float32)   # bf16 values
+    want = dw.copy()
+    wte_backward(dout, idx, want, seg, threads)
+    _, starts = counting_sort(idx, V)
+    blocks = -(-N // seg) * -(-C // threads)
+    for order in (None, g.permutation(blocks)):
+        sums = np.full((V, C), np.nan, np.float32)
+        wte_backward(dout, idx, sums, seg, threads, order, add=False)
+        got = tied_value(dw, sums, starts)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def row_walk(first, step, C, count):
+    """common.cuh's RowWalk: the row of first, first + step, ... (count of them) by one division, then subtractions."""
+    v, r, out = first // C, first % C, []
+    for _ in range(count):
+        out.append(v)
+        r += step
+        while r >= C:
+            r -= C
+            v += 1
+    return out
+
+
+@pytest.mark.parametrize("C", [1, 4, 65, 384, 768, 1024, 1000])
+@pytest.mark.parametrize("step", [1, 256, 1024])
+def test_the_readers_row_walk_is_the_row_of_each_index(C, step):
+    for first in (0, 3, C - 1, C, 4096 * 7 + 5):
+        assert row_walk(first, step, C, 40) == [(first + k * step) // C for k in range(40)]
 
 
 # ---- embedding_sort_scan: rounds of threads x run tokens, each thread's run scanned, then the block's run sums ----

@@ -209,6 +209,16 @@ def test_the_backward_in_groups_of_batches_changes_no_bit(tmp_path, dtype, batch
                            f"backward in groups of {batches} batches")
 
 
+# gpu/backend.py's TIED_WTE: the tied wte's gradient as lm_head's half dW plus the embedding's sums, added where the
+# global norm and AdamW read it (the same float32 adds as the widening and embedding_backward_wte). A whole run with it
+# must have the losses of the run without it to the bit, eager and in the graph (the sums and the sort's starts read
+# by the captured norm and AdamW): gpt2-small (50304 rows, most never in a batch) in both half types, the char model.
+@pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("gpt2-small", "float16"),
+                                          ("nanogpt", "bfloat16")])
+def test_the_tied_wte_gradient_changes_no_bit(tmp_path, model, dtype):
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_TIED_WTE", "0", "1", "tied wte gradient")
+
+
 # gpu/attention.py's WG_FORWARD_TMA 3, 4, 6 and 7: the TMA forward with 128-key tiles, which has bits of its own (its
 # online softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the bit (one tensor map of
 # qkv baked into each captured launch; form 7's tickets, which each launch leaves at zero, replayed), and the run must

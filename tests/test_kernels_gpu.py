@@ -2558,6 +2558,66 @@ def test_global_norm_wide_forms_are_the_same_bits(dtype, table, monkeypatch):
     check(f"wide norm against float64 [{dtype} {table}]", out[True][0], np.float64(want), TOL_F32)
 
 
+# the tied wte: (V rows, C, tokens, vocabulary the tokens come from): the char model's 65 tokens in its 72 rows, GPT-2
+# small's shape, a width off the four-element grid (AdamW's one-by-one path) with rows no token reaches
+TIED_WTE_CASES = [(72, 384, 4096, 65), (50304, 768, 12 * 1024, 50257), (37, 18, 300, 30)]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("V, C, N, vocab", TIED_WTE_CASES)
+def test_tied_wte_gradient_is_the_widened_gradients_bits(dtype, V, C, N, vocab, monkeypatch):
+    """TR2_TIED_WTE: lm_head's half dW and embedding_backward_wte_sums' sums (a TiedGradient) against the widened dW
+    with embedding_backward_wte's adds: dense() the same float32 bits; dwpe the same; the global norm (both forms,
+    every partial) and AdamW (p, m, v and the half copy the classifier reads, the wte in its own launch among other
+    tensors) the same bits; three runs alike. Tokens drawn unevenly (long runs, absent rows); the sums buffer and the
+    partials poisoned by the allocator."""
+    from tr2.cupy_side.gpu import backend as gb, global_norm as gn
+    from tr2.cupy_side.gpu.tensors import TiedGradient
+    be, kind = gpu_backend(dtype, False, True), halfbits.KINDS[dtype]
+    g = gen(V + C + N)
+    idx = np.minimum(g.zipf(1.2, size=N), vocab) - 1
+    idx = dev_i64(idx.reshape(1, N))
+    dout = g.standard_normal((1, N, C)).astype(np.float32)
+    dw = halfbits.round_to_kind(randn(g, V, C, scale=0.01), kind)
+    dw_bits = cp.asarray(halfbits.to_bits(dw, kind))
+    others = [randn(g, 4099, scale=0.1), randn(g, 64, C, scale=0.1)]
+    runs = []
+    for tied in (False, True, True, True):
+        monkeypatch.setattr(gb, "TIED_WTE", tied)
+        be.ctx.ws.clear()
+        dwpe = cp.zeros((N, C), np.float32)
+        grad = be.embedding_backward_tied(dev(dout), idx, dw_bits, dwpe)
+        assert isinstance(grad, TiedGradient) == tied
+        grads = [dev(a) for a in others[:1]] + [grad] + [dev(a) for a in others[1:]]
+        norms = {}
+        for wide in (False, True):
+            monkeypatch.setattr(gn, "WIDE", wide)
+            norms[wide] = (host(be.global_norm(grads)).copy(), host(_gn_partials(be)).copy())
+        gp = gen(3)
+        shapes = [a.shape for a in others[:1]] + [(V, C)] + [a.shape for a in others[1:]]
+        dp = [dev(randn(gp, *sh, scale=0.02)) for sh in shapes]
+        dm = [dev(randn(gp, *sh, scale=0.01)) for sh in shapes]
+        dv = [dev(np.abs(randn(gp, *sh, scale=0.001))) for sh in shapes]
+        be.product_weights([dp[1], dp[2]])
+        be.adamw_update(dp, grads, dm, dv, be.to_device(_hyper(np.float32)))
+        runs.append({"dense": be.to_host(grad), "dwpe": host(dwpe), "norms": norms,
+                     "adamw": [host(a) for a in dp + dm + dv] + [host(be.ctx.half_copy(dp[1]))]})
+    want = runs[0]
+    for k, r in enumerate(runs[1:], 1):
+        tag = f"[{dtype} V={V} C={C} N={N} run {k}]"
+        exact(f"tied gradient's values = the widened gradient with the sums added {tag}", r["dense"], want["dense"])
+        exact(f"dwpe {tag}", r["dwpe"], want["dwpe"])
+        for wide in (False, True):
+            exact(f"norm, wide={wide} {tag}", r["norms"][wide][0], want["norms"][wide][0])
+            exact(f"norm partials, wide={wide} {tag}", r["norms"][wide][1], want["norms"][wide][1])
+        for j, (a, b) in enumerate(zip(r["adamw"], want["adamw"])):
+            exact(f"adamw array {j} (p, m, v of three tensors, the wte's half copy) {tag}", a, b)
+
+
+def dev_i64(a) -> "cp.ndarray":
+    return cp.asarray(np.ascontiguousarray(a, dtype=np.int64))
+
+
 def _gn_partials(be) -> "cp.ndarray":
     """The partial sums of the last global norm: the workspace buffer global_norm.py fills."""
     bufs = be.ctx.ws.named("gn_partial")

@@ -54,6 +54,12 @@ class NumpyBackend:
         embedding_backward(dx[B,T,C], idx, dwte, dwpe) -> None          accumulates dx (the sum's gradient, already
                                                                         through the dropout's mask) into dwte, dwpe;
                                                                         dx float32 (not half bits)
+        embedding_backward_tied(dx, idx, dwte, dwpe) -> gradient        the tied wte's: lm_head's dW (dwte, read,
+                                                                        not changed) plus the sums; NumPy: widened
+                                                                        and added into; the CUDA form may hand back
+                                                                        a TiedGradient (gpu/tensors.py) that
+                                                                        global_norm, adamw_update, gradient_f32 and
+                                                                        to_host take
         layernorm_forward(x[N,C], w[C], eps) -> (y[N,C], mean[N], rstd[N])
         layernorm_backward(dy, x, w, mean, rstd) -> (dx[N,C], dw[C])
         matmul_forward(x[N,K], w[M,K]) -> y[N,M]                        y = x @ w.T
@@ -156,6 +162,11 @@ class NumpyBackend:
 
     def embedding_backward(self, dx, idx, dwte, dwpe):
         embedding.backward(dx, idx, dwte, dwpe)
+
+    def embedding_backward_tied(self, dx, idx, dwte, dwpe):
+        g = self.gradient_f32(dwte)
+        self.embedding_backward(dx, idx, g, dwpe)
+        return g
 
     def layernorm_forward(self, x, w, eps):
         return layernorm.forward(x, w, eps)

@@ -96,10 +96,12 @@ class GPT:
             self._add_grad(name, dw)
             if WTE not in self.grads:  # only when lm_head's backward did not run first (it always does)
                 self.grads[WTE] = be.zeros(self.params[WTE].shape)
-            else:   # the embedding adds into lm_head's dW: a float32 array (the product may hand over half bits)
-                self.grads[WTE] = be.gradient_f32(self.grads[WTE])
-            self.grads[WPE] = be.zeros(self.params[WPE].shape)
-            be.embedding_backward(demb.reshape(B, T, -1), idx, self.grads[WTE], self.grads[WPE])
+                self.grads[WPE] = be.zeros(self.params[WPE].shape)
+                be.embedding_backward(demb.reshape(B, T, -1), idx, self.grads[WTE], self.grads[WPE])
+            else:   # lm_head's dW plus the embedding's sums (the backend says how it holds the sum)
+                self.grads[WPE] = be.zeros(self.params[WPE].shape)
+                self.grads[WTE] = be.embedding_backward_tied(demb.reshape(B, T, -1), idx, self.grads[WTE],
+                                                             self.grads[WPE])
         self.tape.push(backward)
         return x, out
 

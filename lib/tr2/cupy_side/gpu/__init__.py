@@ -60,7 +60,8 @@ REGISTER_ROW_SIZES = (384, 768, 1024)
 FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "embedding.cu": ("embedding_forward", "embedding_dropout_forward", "embedding_dropout_forward_v4",
                      "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan", "embedding_sort_base",
-                     "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wpe"),
+                     "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wte_sums",
+                     "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_backward_dwsum",
                      *(f"layernorm_backward{dwsum}_c{c}" for dwsum in ("", "_dwsum") for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(
@@ -89,7 +90,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                          "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem",
                          "cross_entropy_forward_backward_smem_ex2", "cross_entropy_forward_backward_smem2",
                          "cross_entropy_forward_warp", "cross_entropy_forward_backward_warp", "cross_entropy_mean"),
-    "adamw.cu": ("adamw_update", "adamw_scalars", "loss_scale_update"),
+    "adamw.cu": ("adamw_update", "adamw_update_tied", "adamw_scalars", "loss_scale_update"),
     "global_norm.cu": ("global_norm_partial", "global_norm_partial_wide", "global_norm_final", "global_norm_final_wide"),
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "cast_bf16_to_f32_wide",
                 "cast_f16_to_f32_wide", "round_f32"),

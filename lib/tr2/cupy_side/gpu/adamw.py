@@ -1,6 +1,7 @@
 """Wrapper of kernels/adamw.cu: one launch updates every parameter (multi-tensor), scalars from `hyper`, and
 rewrites the half copies the products read (GpuContext.keep_half_copy) from the new masters. Gradients are float32
-or, the products' dW under half roundings, the build's half type (read as written). One launch before it writes the
+or, the products' dW under half roundings, the build's half type (read as written), or the tied wte's TiedGradient
+(tensors.py: a second launch, adamw_update_tied, over its chunks). One launch before it writes the
 step's scalars into `hyper` (ops/adamw.scalars' arithmetic); one after it, in float16 builds, the loss scale's
 update (ops/loss_scale.update)."""
 from __future__ import annotations
@@ -32,6 +33,9 @@ def update(ctx, params, grads, ms, vs, hyper) -> None:
     t = table_for(params, grads, ms, vs, [ctx.half_copy(p) for p in params], ctx.kind)
     launch(FILE, "adamw_update", t.n_blocks, THREADS,
            (t.table, t.chunk_tensor, t.chunk_start, i32(CHUNK), h, i32(ctx.kind)))
+    for first, blocks in t.tied:   # a TiedGradient's chunks, which adamw_update leaves (adamw.cu)
+        launch(FILE, "adamw_update_tied", blocks, THREADS,
+               (t.table, t.chunk_tensor, t.chunk_start, i32(CHUNK), h, i32(ctx.kind), i32(first)))
 
 
 def _scalar(a, dtype, what: str, kernel: str = "adamw_scalars", optional: bool = True):

@@ -35,8 +35,15 @@ from .context import GpuContext
 from .halfbits import from_bits
 from .runtime import PeakTracker, compile_all
 from .staging import Staging
+from .tensors import TiedGradient
+from . import kernel_switch
 
 DTYPES = ("float32", "bfloat16", "float16")
+# The tied wte's gradient as lm_head's half dW plus the embedding's sums, read so by the global norm and AdamW
+# (tensors.TiedGradient; the same bits, tested against the widened form on the GPU), instead of a widening pass over
+# the whole [V, C] and the embedding's adds into its float32 copy. Written in the thirty-second session after its
+# device time: off until its GPU tests and the step's time have run (TR2_TIED_WTE=1 turns it on).
+TIED_WTE = bool(kernel_switch("TR2_TIED_WTE", 0))
 
 
 def _f32(a) -> "cp.ndarray":
@@ -103,7 +110,10 @@ class CudaBackend:
         return cp.array(a, dtype=dtype or self.float_dtype, copy=True)
 
     def to_host(self, a) -> np.ndarray:
-        """A host copy; half-type activations (uint16 bits) come back as their float32 values."""
+        """A host copy; half-type activations (uint16 bits) come back as their float32 values, a TiedGradient as its
+        float32 values."""
+        if isinstance(a, TiedGradient):
+            return cp.asnumpy(a.dense())
         if isinstance(a, cp.ndarray) and a.dtype == np.uint16:
             return from_bits(cp.asnumpy(a), self.ctx.kind)
         return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
@@ -201,6 +211,22 @@ class CudaBackend:
                                  "float32 CuPy arrays")
         _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), dwte, dwpe)
 
+    def embedding_backward_tied(self, dx, idx, dwte, dwpe):
+        """The tied wte's gradient: lm_head's dW plus the embedding's sums. With TIED_WTE and dW in the half type,
+        a TiedGradient (no widening pass: the norm and AdamW add the sums as they read it); else dW widened and
+        the sums added into it, as before."""
+        if TIED_WTE and isinstance(dwte, cp.ndarray) and dwte.dtype == np.uint16 and dwte.flags.c_contiguous:
+            self.ctx.kind_of(dwte)
+            if not (isinstance(dwpe, cp.ndarray) and dwpe.dtype == np.float32 and dwpe.flags.c_contiguous):
+                raise ValueError("embedding_backward_tied accumulates into dwpe in place: a C-contiguous float32 "
+                                 "CuPy array")
+            sums = cp.empty(dwte.shape, dtype=np.float32)
+            starts = _embedding.backward(self.ctx.ws, _f32(dx), _i64(idx), sums, dwpe, sums=True)
+            return TiedGradient(dwte, sums, starts, self.ctx.kind)
+        g = self.gradient_f32(dwte)
+        self.embedding_backward(dx, idx, g, dwpe)
+        return g
+
     def layernorm_forward(self, x, w, eps):
         return _layernorm.forward(self.ctx, _f32(x), _f32(w), eps)
 
@@ -262,8 +288,12 @@ class CudaBackend:
     def adamw_scalars(self, hyper, t, gnorm, scale, max_norm, beta1, beta2):
         _adamw.scalars(hyper, t, gnorm, scale, float(max_norm), float(beta1), float(beta2))
 
+    def _grad(self, g):
+        """A gradient as the multi-tensor kernels take it: _act's, or a TiedGradient as it is."""
+        return g if isinstance(g, TiedGradient) else self._act(g)
+
     def adamw_update(self, params, grads, ms, vs, hyper):
-        _adamw.update(self.ctx, list(params), [self._act(g) for g in grads], list(ms), list(vs), hyper)
+        _adamw.update(self.ctx, list(params), [self._grad(g) for g in grads], list(ms), list(vs), hyper)
 
     def loss_scale_update(self, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval):
         if _adamw.LOSS_SCALE_KERNEL and isinstance(found_inf, cp.ndarray):   # the step's verdict: one launch
@@ -272,7 +302,7 @@ class CudaBackend:
             loss_scale.update(cp, scale, good_steps, found_inf, growth_factor, backoff_factor, growth_interval)
 
     def global_norm(self, grads):
-        return _global_norm.global_norm(self.ctx, [self._act(g) for g in grads])
+        return _global_norm.global_norm(self.ctx, [self._grad(g) for g in grads])
 
     def gradient_f32(self, g):
-        return self._widen(g)
+        return g.dense() if isinstance(g, TiedGradient) else self._widen(g)

@@ -40,9 +40,13 @@ WTE_SEG = kernel_define(FILE, "WTE_SEG")   # sorted positions a block of embeddi
 WTE_THREADS = 128   # channels a block; at least WTE_SEG: its first threads read the segment's sorted positions
 
 
-def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray") -> None:
+def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe: "cp.ndarray",
+             sums: bool = False) -> "cp.ndarray":
     """Accumulates into dwte and dwpe in place, in a fixed order (the same bits on every run). dout is the gradient
     of the embedding's sum: with dropout, already through its mask (model.py's first LayerNorm applies it).
+    sums: dwte receives each present token's sum alone (embedding_backward_wte_sums: dwte[v] = sum, written only on
+    the rows of the batch's tokens) instead of adding it. Returns the sort's starts (int32 [V + 1], in `ws`: token v
+    is present where starts[v + 1] > starts[v]), valid until the next call.
 
     ws: the workspace (runtime.Workspace) holding the sort's integer buffers, allocated once per shape.
     """
@@ -65,6 +69,7 @@ def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe
     launch(FILE, "embedding_sort_scan", 1, SCAN_THREADS, (starts, total, i32(V)))
     launch(FILE, "embedding_sort_base", blocks_for(V), THREADS, (counts, starts, i32(G), i32(V)))
     launch(FILE, "embedding_sort_place", G, CHUNK, (rows, counts, idx, i32(N), i32(V)))
-    launch(FILE, "embedding_backward_wte", (S, Y), WTE_THREADS,
+    launch(FILE, "embedding_backward_wte_sums" if sums else "embedding_backward_wte", (S, Y), WTE_THREADS,
            (dwte, part, arrived, dout, rows, starts, idx, i32(N), i32(C)))
     launch(FILE, "embedding_backward_wpe", blocks_for(T * C), THREADS, (dwpe, dout, i32(B), i32(T), i32(C)))
+    return starts

@@ -18,7 +18,8 @@
 // grad kind: a product's dW arrives in the half type under half roundings and is widened here, exactly, as the
 // cast kernel did before: 49 launches a step of gpt2-small, 317 us, in call 4 of results/h200-perf-20261201);
 // block b works on elements [chunk_start[b], chunk_start[b] + chunk) of tensor chunk_tensor[b]. half_kind is the
-// build's half type (1 bfloat16, 2 float16), read only for rows with a half copy.
+// build's half type (1 bfloat16, 2 float16), read only for rows with a half copy. The tied wte's gradient (grad kind
+// KIND_TIED | half kind, common.cuh) is lm_head's half dW plus the embedding's sums, added here as it is read.
 #include "common.cuh"
 
 struct AdamwStep {
@@ -37,6 +38,13 @@ struct AdamwStep {
         return __fmaf_rn(__fdiv_rn(mi, denom), -step_size, __fmul_rn(pi, decay_factor));
     }
 };
+
+// The step's constants from `hyper` for a tensor with (decay != 0) or without weight decay: one expression for both
+// kernels, so that both round (and contract) it alike.
+__device__ __forceinline__ AdamwStep adamw_step(const float* __restrict__ hyper, int decay) {
+    const float lr = hyper[0], wd = hyper[4], bc1 = hyper[5], bc2 = hyper[6];
+    return AdamwStep{hyper[1], hyper[2], hyper[3], hyper[7], lr / bc1, sqrtf(bc2), decay ? 1.0f - lr * wd : 1.0f};
+}
 
 // Four consecutive gradient values from i (a multiple of 4; the pointer 16 bytes aligned for float32, 8 for
 // half bits) and four half-type values stored likewise.
@@ -58,6 +66,24 @@ __device__ __forceinline__ void store4_kind(u16* h, i64 i, const float x[4], int
     *(uint2*)(h + i) = make_uint2((u32)b[0] | ((u32)b[1] << 16), (u32)b[2] | ((u32)b[3] << 16));
 }
 
+// Elements i..i + 3 (every pointer 16 bytes aligned there, the half copy's 8) from their four gradient values: m, v
+// and p read, updated and written, the half copy written from the new p.
+__device__ __forceinline__ void update4(float* __restrict__ p, float* __restrict__ m, float* __restrict__ v,
+                                        u16* __restrict__ half, i64 i, const float g[4], const AdamwStep& st,
+                                        int half_kind) {
+    float pn[4];
+    float4 mv = *(const float4*)(m + i), vv = *(const float4*)(v + i);
+    const float4 pv = *(const float4*)(p + i);
+    pn[0] = st.update(g[0], mv.x, vv.x, pv.x);
+    pn[1] = st.update(g[1], mv.y, vv.y, pv.y);
+    pn[2] = st.update(g[2], mv.z, vv.z, pv.z);
+    pn[3] = st.update(g[3], mv.w, vv.w, pv.w);
+    *(float4*)(m + i) = mv;
+    *(float4*)(v + i) = vv;
+    *(float4*)(p + i) = make_float4(pn[0], pn[1], pn[2], pn[3]);
+    if (half != nullptr) store4_kind(half, i, pn, half_kind);
+}
+
 // Elements [start, end) of one tensor whose gradient is held in kind GK: four a thread by 16-byte (float32) and
 // 8-byte (half) accesses where every pointer allows it (start is a multiple of 4: chunks are), the rest one by one.
 // The scalar form read and wrote 4 bytes an access and ran at ~68% of the memory's speed (1137 us a step of
@@ -74,18 +100,9 @@ __device__ __forceinline__ void adamw_elements(float* __restrict__ p, const type
         const i64 n4 = (end - start) / 4;
         for (i64 q = threadIdx.x; q < n4; q += blockDim.x) {
             const i64 i = start + 4 * q;
-            float g[4], pn[4];
+            float g[4];
             load4<GK>(g, gr, i);
-            float4 mv = *(const float4*)(m + i), vv = *(const float4*)(v + i);
-            const float4 pv = *(const float4*)(p + i);
-            pn[0] = st.update(g[0], mv.x, vv.x, pv.x);
-            pn[1] = st.update(g[1], mv.y, vv.y, pv.y);
-            pn[2] = st.update(g[2], mv.z, vv.z, pv.z);
-            pn[3] = st.update(g[3], mv.w, vv.w, pv.w);
-            *(float4*)(m + i) = mv;
-            *(float4*)(v + i) = vv;
-            *(float4*)(p + i) = make_float4(pn[0], pn[1], pn[2], pn[3]);
-            if (half != nullptr) store4_kind(half, i, pn, half_kind);
+            update4(p, m, v, half, i, g, st, half_kind);
         }
         i0 = start + 4 * n4;
     }
@@ -96,6 +113,50 @@ __device__ __forceinline__ void adamw_elements(float* __restrict__ p, const type
         v[i] = vi;
         p[i] = pi;
         if (half != nullptr) store_kind(half, i, pi, half_kind);
+    }
+}
+
+// The tied wte's rows (grad kind KIND_TIED | GK: common.cuh's TiedRows): adamw_elements's arithmetic on the values
+// TiedRows gives, the float32 gradient the widening and embedding_backward_wte made before, so the same bits. Four a
+// thread where every pointer allows it and the row width is a multiple of 4 (the four then share a row), else one by
+// one.
+template <int GK>
+__device__ __forceinline__ void adamw_elements_tied(float* __restrict__ p, const u64* row, float* __restrict__ m,
+                                                    float* __restrict__ v, u16* __restrict__ half, i64 start, i64 end,
+                                                    const AdamwStep& st, int half_kind) {
+    const u16* __restrict__ gr = (const u16*)row[1];
+    const TiedRows tied{(const float*)row[8], (const int*)row[9]};
+    const int C = (int)row[10];
+    const u64 align = ((u64)p | (u64)m | (u64)v | (u64)tied.sums) & 15u;
+    const bool vec = align == 0 && ((u64)(gr + start) & 7u) == 0 && ((u64)half & 7u) == 0 && (start & 3) == 0
+                     && (C & 3) == 0;
+    i64 i0 = start;
+    if (vec) {
+        const i64 n4 = (end - start) / 4;
+        RowWalk w(start + 4 * (i64)threadIdx.x, C);
+        for (i64 q = threadIdx.x; q < n4; q += blockDim.x) {
+            const i64 i = start + 4 * q;
+            float g[4];
+            load4<GK>(g, gr, i);
+            if (tied.present(w.v)) {   // the four share row w.v
+                const float4 sv = __ldg((const float4*)(tied.sums + i));
+                g[0] = __fadd_rn(g[0], sv.x); g[1] = __fadd_rn(g[1], sv.y);
+                g[2] = __fadd_rn(g[2], sv.z); g[3] = __fadd_rn(g[3], sv.w);
+            }
+            update4(p, m, v, half, i, g, st, half_kind);
+            w.advance(4 * blockDim.x);
+        }
+        i0 = start + 4 * n4;
+    }
+    RowWalk w(i0 + threadIdx.x, C);
+    for (i64 i = i0 + threadIdx.x; i < end; i += blockDim.x) {
+        float mi = m[i], vi = v[i];
+        const float pi = st.update(tied.add(load_from<GK>(gr[i]), i, w.v), mi, vi, p[i]);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi;
+        if (half != nullptr) store_kind(half, i, pi, half_kind);
+        w.advance(blockDim.x);
     }
 }
 
@@ -113,16 +174,40 @@ extern "C" __global__ void adamw_update(const u64* __restrict__ table, const int
     const int decay = (int)row[5];
     u16* half = (u16*)row[6];
     const int grad_kind = (int)row[7];
-    const float lr = hyper[0], wd = hyper[4], bc1 = hyper[5], bc2 = hyper[6];
-    const AdamwStep st{hyper[1], hyper[2], hyper[3], hyper[7], lr / bc1, sqrtf(bc2), decay ? 1.0f - lr * wd : 1.0f};
+    const AdamwStep st = adamw_step(hyper, decay);
     const i64 start = chunk_start[blockIdx.x];
     const i64 end = (start + (i64)chunk < n) ? start + (i64)chunk : n;
+    if (grad_kind & KIND_TIED) return;   // adamw_update_tied's
     if (grad_kind == KIND_BF16)
         adamw_elements<KIND_BF16>(p, (const u16*)row[1], m, v, half, start, end, st, half_kind);
     else if (grad_kind == KIND_F16)
         adamw_elements<KIND_F16>(p, (const u16*)row[1], m, v, half, start, end, st, half_kind);
     else
         adamw_elements<KIND_F32>(p, (const float*)row[1], m, v, half, start, end, st, half_kind);
+}
+
+// The tied wte's chunks, blocks [first, first + gridDim.x) of the table's chunks (adamw_update leaves them): a
+// kernel of its own, since its path inside adamw_update took that kernel from 46 to 64 registers a thread (nvdisasm
+// on the CPU), fewer blocks a multiprocessor for every tensor; one more launch a step instead.
+extern "C" __global__ void adamw_update_tied(const u64* __restrict__ table, const int* __restrict__ chunk_tensor,
+                                             const i64* __restrict__ chunk_start, int chunk,
+                                             const float* __restrict__ hyper, int half_kind, int first) {
+    grid_dependency_entry();
+    if (hyper[8] != 0.0f) return;
+    const int b = first + blockIdx.x;
+    const int t = chunk_tensor[b];
+    const u64* row = table + TENSOR_COLS * (i64)t;
+    const int grad_kind = (int)row[7];
+    if (!(grad_kind & KIND_TIED)) return;
+    float* p = (float*)row[0];
+    const i64 n = (i64)row[4];
+    const AdamwStep st = adamw_step(hyper, (int)row[5]);
+    const i64 start = chunk_start[b];
+    const i64 end = (start + (i64)chunk < n) ? start + (i64)chunk : n;
+    if (grad_kind == (KIND_TIED | KIND_BF16))
+        adamw_elements_tied<KIND_BF16>(p, row, (float*)row[2], (float*)row[3], (u16*)row[6], start, end, st, half_kind);
+    else
+        adamw_elements_tied<KIND_F16>(p, row, (float*)row[2], (float*)row[3], (u16*)row[6], start, end, st, half_kind);
 }
 
 // The step's scalars before adamw_update (ops/adamw.py's scalars, operation for operation), in one thread:

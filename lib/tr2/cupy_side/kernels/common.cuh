@@ -155,10 +155,36 @@ __device__ __forceinline__ bool rng_keep(u64 seed, u64 offset, u64 i, u32 thresh
 }
 
 // The multi-tensor table of adamw.cu and global_norm.cu (gpu/tensors.py writes it): one row of TENSOR_COLS u64
-// per tensor = (param, grad, m, v, numel, decay flag, half copy, grad kind); a null pointer where a column has no
-// tensor. grad kind: the gradient's element type (KIND_F32, or KIND_BF16 / KIND_F16 bits: a product's dW under
-// half roundings, read as it was written instead of widened by a kernel of its own).
-#define TENSOR_COLS 8
+// per tensor = (param, grad, m, v, numel, decay flag, half copy, grad kind, sums, starts, row width); a null
+// pointer (0) where a column has no tensor. grad kind: the gradient's element type (KIND_F32, or KIND_BF16 / KIND_F16
+// bits: a product's dW under half roundings, read as it was written instead of widened by a kernel of its own), with
+// KIND_TIED added for the tied wte's gradient: grad is lm_head's dW in that half type, and element i of the gradient
+// is TiedRows::add of it (sums, starts and the row width are read for these rows only).
+#define TENSOR_COLS 11
+#define KIND_TIED 4
+
+// The tied wte's gradient at element i of row v = i / C: dW widened, plus sums[i] where token v is in the batch
+// (starts[v + 1] > starts[v]: embedding.cu's sort), the one float32 add embedding_backward_wte makes there; the
+// rows of absent tokens are dW alone (their sums are never written). `v`: the caller's row of i, kept by RowWalk.
+struct TiedRows {
+    const float* sums;
+    const int* starts;
+    __device__ __forceinline__ bool present(int v) const { return __ldg(starts + v + 1) > __ldg(starts + v); }
+    __device__ __forceinline__ float add(float x, i64 i, int v) const {
+        return present(v) ? __fadd_rn(x, __ldg(sums + i)) : x;
+    }
+};
+
+// The row of index i of a [rows, C] array as i advances by a fixed step: one division at the start, then a
+// subtraction or a few (the row widths here are 384-1024 and a thread's step 256 or 1024 elements).
+struct RowWalk {
+    int v, r, C;
+    __device__ __forceinline__ RowWalk(i64 i, int C_) : v((int)(i / C_)), r((int)(i - (i / C_) * C_)), C(C_) {}
+    __device__ __forceinline__ void advance(int step) {
+        r += step;
+        while (r >= C) { r -= C; ++v; }
+    }
+};
 
 // A grid-stride loop over n elements: the element kernels launch a capped grid (runtime.MAX_BLOCKS).
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)

@@ -219,14 +219,22 @@ extern "C" __global__ void embedding_sort_place(int* __restrict__ sorted, const 
 //    it adds, and in which order, does not. The combine rides in this kernel because a second kernel would add
 //    a launch gap to the step's graph (1-3 us) for a few us of work.
 // tests/test_embedding_wte_cpu.py transcribes this kernel to NumPy.
+//
+// embedding_backward_wte_sums (ADD false) writes each present token's sum alone, sums[v, c] = that sum, where
+// embedding_backward_wte adds it to dwte[v, c]: the same adds in the same order, the last one left to the reader.
+// Why: the tied wte's gradient is lm_head's dW (the half type under half roundings) plus these sums; the readers (the
+// global norm, AdamW: tensors.py's tied rows) widen dW and add sums[v] where token v is present (starts[v + 1] >
+// starts[v]), the float32 add this kernel would have made, so the same bits; the widening pass over the whole
+// [V, C] (cast.cu, 60 us a step of gpt2-small, call 4 of results/h200-perf-20261204g) and its float32 copy's
+// reads go. sums' rows of absent tokens are never written nor read.
 #define WTE_SEG 32   // one warp: its ballots give the segment's piece ends as bit masks
 static_assert(WTE_SEG == 32, "embedding_backward_wte's first warp describes the segment in 32-bit masks");
 
-extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, float* __restrict__ part,
+template <bool ADD>
+__device__ __forceinline__ void wte_backward_body(float* __restrict__ dwte, float* __restrict__ part,
                                                   int* __restrict__ arrived, const float* __restrict__ dout,
                                                   const int* __restrict__ sorted, const int* __restrict__ starts,
                                                   const i64* __restrict__ idx, int N, int C) {
-    grid_dependency_entry();
     __shared__ int row[WTE_SEG], tok[WTE_SEG];
     __shared__ unsigned ends[3];  // bit r: a piece ends at position r; it is a whole run; it goes to slot 1
     __shared__ int cross_tok[2], cross_lo[2], cross_hi[2];  // the runs in slots 0 and 1 (token -1: none)
@@ -255,7 +263,7 @@ extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, floa
 #pragma unroll
     for (int r = 0; r < WTE_SEG; r++) {
         x[r] = on && r < n ? dout[(i64)row[r] * C + c] : 0.0f;
-        d[r] = on && (whole >> r & 1) ? dwte[(i64)tok[r] * C + c] : 0.0f;
+        d[r] = ADD && on && (whole >> r & 1) ? dwte[(i64)tok[r] * C + c] : 0.0f;
     }
     float acc = 0.0f;
 #pragma unroll
@@ -263,7 +271,7 @@ extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, floa
         acc += x[r];
         if (!(end >> r & 1)) continue;
         if (on) {
-            if (whole >> r & 1) dwte[(i64)tok[r] * C + c] = d[r] + acc;
+            if (whole >> r & 1) dwte[(i64)tok[r] * C + c] = ADD ? d[r] + acc : acc;
             else part[((i64)s * 2 + (second >> r & 1)) * C + c] = acc;
         }
         acc = 0.0f;
@@ -287,8 +295,25 @@ extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, floa
         float sum = __ldcg(&part[((i64)sa * 2 + (lo > sa * WTE_SEG)) * C + c]);   // L2, not a stale L1 line
 #pragma unroll 4
         for (int q = sa + 1; q <= sb; q++) sum += __ldcg(&part[(i64)q * 2 * C + c]);
-        dwte[(i64)cross_tok[p] * C + c] += sum;
+        if (ADD) dwte[(i64)cross_tok[p] * C + c] += sum;
+        else dwte[(i64)cross_tok[p] * C + c] = sum;
     }
+}
+
+extern "C" __global__ void embedding_backward_wte(float* __restrict__ dwte, float* __restrict__ part,
+                                                  int* __restrict__ arrived, const float* __restrict__ dout,
+                                                  const int* __restrict__ sorted, const int* __restrict__ starts,
+                                                  const i64* __restrict__ idx, int N, int C) {
+    grid_dependency_entry();
+    wte_backward_body<true>(dwte, part, arrived, dout, sorted, starts, idx, N, C);
+}
+
+extern "C" __global__ void embedding_backward_wte_sums(float* __restrict__ sums, float* __restrict__ part,
+                                                       int* __restrict__ arrived, const float* __restrict__ dout,
+                                                       const int* __restrict__ sorted, const int* __restrict__ starts,
+                                                       const i64* __restrict__ idx, int N, int C) {
+    grid_dependency_entry();
+    wte_backward_body<false>(sums, part, arrived, dout, sorted, starts, idx, N, C);
 }
 
 // dwpe[t, c] += sum_b dout[b, t, c]

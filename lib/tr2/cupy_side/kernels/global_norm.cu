@@ -4,6 +4,9 @@
 // (only the grad pointer, column 1, numel, column 4, and the grad's kind, column 7, are read: a half-type dW
 // is widened exactly as it is read).
 //
+// The tied wte's gradient (grad kind KIND_TIED | half kind: common.cuh's TiedRows) is read as lm_head's half dW plus
+// the embedding's sums, the float32 values the widening and the embedding's adds made before.
+//
 // Two forms of each kernel, the same operations in the same order, so the same bits (tested on the GPU):
 // global_norm_partial / global_norm_final, whose loops issue one load a turn (four for float32 gradients, as the
 // compiler unrolled them; generic loads, since the table's pointers are integers); and the _wide forms, which issue
@@ -43,10 +46,30 @@ __device__ __forceinline__ float sum_squares_full(const typename Elem<K>::T* __r
     return s;
 }
 
+// The tied wte's rows (grad kind KIND_TIED | K): sum_squares's order over the values TiedRows gives, the float32
+// gradient the widening and embedding_backward_wte made before, squared and added in the same order: the same bits.
+// One load a turn in both kernels: a chunk's loads first (sum_squares_full's form) took the wide kernel from 32 to
+// 42 registers a thread (nvdisasm on the CPU), fewer blocks a multiprocessor for every other tensor too.
+template <int K>
+__device__ __forceinline__ float sum_squares_tied(const u64* row, i64 start, i64 end) {
+    const u16* __restrict__ g = (const u16*)row[1];
+    const TiedRows tied{(const float*)row[8], (const int*)row[9]};
+    RowWalk w(start + threadIdx.x, (int)row[10]);
+    float s = 0.0f;
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+        const float x = tied.add(load_from<K>(__ldg(g + i)), i, w.v);
+        s = __fmaf_rn(x, x, s);
+        w.advance(blockDim.x);
+    }
+    return s;
+}
+
 // This thread's share of a chunk [start, end) of the gradient of table row `row`, held in `kind`: sum_squares, or
 // with FULL (end - start == PER_THREAD blockDim.x) sum_squares_full, the same bits.
 template <bool FULL>
 __device__ __forceinline__ float chunk_sum_squares(const u64* row, int kind, i64 start, i64 end) {
+    if (kind == (KIND_TIED | KIND_BF16)) return sum_squares_tied<KIND_BF16>(row, start, end);
+    if (kind == (KIND_TIED | KIND_F16)) return sum_squares_tied<KIND_F16>(row, start, end);
     if (kind == KIND_BF16)
         return FULL ? sum_squares_full<KIND_BF16>((const u16*)row[1], start)
                     : sum_squares<KIND_BF16>((const u16*)row[1], start, end);
