@@ -6,7 +6,9 @@
 #      AdamW's p, m, v and the wte's half copy; three runs), the older norm / AdamW / half-gradient tests beside them
 #   2. tests/test_graph_gpu.py: the tied gradient changes no loss, eager and graph (gpt2-small bf16 and f16, the char
 #      model), and the graph replays train as before (the switch off)
-#   3. the step (graph, steps 100-400, no torch): the variant `tied` (TR2_TIED_WTE=1) against this tree (off), TW_SELECT
+#   3. scripts/probes/tied_wte_bench.py: the bits of the step's tail (embedding backward, norm, AdamW) both ways on
+#      gpt2-small's and gpt2-medium's shapes with a real batch's tokens, then the µs of that tail each way
+#   4. the step (graph, steps 100-400, no torch): the variant `tied` (TR2_TIED_WTE=1) against this tree (off), TW_SELECT
 #      (default gpt2-small and gpt2-medium in bf16, gpt2-small in f16), TW_ROUNDS rounds (default 2), rotating
 # Carry: VARIANTS="tied=tree:TR2_TIED_WTE=1" RECORD=<the products record> TR2_NVRTC=<libnvrtc.so.12> \
 #          bash scripts/carry_prepare.sh; then scripts/device_tree.sh slim
@@ -22,6 +24,9 @@ echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/
 timeout 240 python3 -m pytest -q -s -p no:cacheprovider -rfE tests/test_graph_gpu.py -k "tied_wte or replays_train" \
   >"$OUT/pytest_graph.log" 2>&1
 echo "== graph tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)|max rel" "$OUT/pytest_graph.log" | head; tail -1 "$OUT/pytest_graph.log"
+PYTHONPATH=lib:scripts timeout 150 python3 scripts/probes/tied_wte_bench.py "$OUT/tied_wte.jsonl" 3 10 \
+  >"$OUT/tied_wte.log" 2>&1
+echo "== tied_wte_bench (exit $?, $(elapsed) s)"; tail -4 "$OUT/tied_wte.log"
 if [ "$(left)" -gt 90 ]; then
   SIDE_CALL_S=$(( $(left) - 10 )) SIDE_STAGES=bench SIDE_LIBS=tied=.cache/variants/tied/lib SIDE_TORCH= \
     SIDE_SELECT=${TW_SELECT:-gpt2-small/bfloat16,gpt2-medium/bfloat16,gpt2-small/float16} SIDE_ROUNDS=${TW_ROUNDS:-2} \
