@@ -60,6 +60,19 @@ def graph_ms(fn, reps: int) -> float:
     return ms
 
 
+def probe_args(argv, out: str, reps: int) -> tuple:
+    """A gradient-pass probe's arguments [OUT.jsonl] [rounds] [reps] [models] [dtypes]: (out, rounds (3), reps,
+    models (gpt2-small, gpt2-medium), dtypes (bfloat16, float16)), the output file emptied (a row is appended as each
+    model and type is measured: a stopped call keeps the finished ones)."""
+    out = argv[0] if argv else out
+    rounds = int(argv[1]) if len(argv) > 1 else 3
+    reps = int(argv[2]) if len(argv) > 2 else reps
+    models = (argv[3] if len(argv) > 3 else "gpt2-small,gpt2-medium").split(",")
+    dtypes = (argv[4] if len(argv) > 4 else "bfloat16,float16").split(",")
+    open(out, "w").close()
+    return out, rounds, reps, models, dtypes
+
+
 def ring_count(raw: str, key: str = "TR2_VARIANT_RING") -> int:
     """How many input buffers a variant script cycles through (the environment's `key`): 1 where unset, a value
     below 1 or not an integer stops the script naming it. One buffer replays the same inputs, which then sit in the

@@ -73,3 +73,13 @@ def test_a_counter_that_did_not_move_gives_no_energy(event_timing, e1):
     s = event_timing.energy_summary(1_000_000, e1, 1.5, 1490.0, 100, [])
     assert s["joules_a_call"] is None and s["mean_w"] is None
     assert s["sm_mhz"] is None and s["sm_mhz_range"] is None and s["ms"] == pytest.approx(14.9)
+
+
+def test_probe_args_defaults_and_given_and_the_output_emptied(event_timing, tmp_path):
+    out = tmp_path / "p.jsonl"
+    out.write_text("an older call's row\n")
+    assert event_timing.probe_args([str(out)], "x.jsonl", 20) == (
+        str(out), 3, 20, ["gpt2-small", "gpt2-medium"], ["bfloat16", "float16"])
+    assert out.read_text() == ""
+    assert event_timing.probe_args([str(out), "5", "7", "nanogpt", "float16"], "x.jsonl", 20) == (
+        str(out), 5, 7, ["nanogpt"], ["float16"])

@@ -19,7 +19,7 @@ import cupy as cp
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "lib"), str(REPO / "scripts")]
 
-from event_timing import graph_ms  # noqa: E402
+from event_timing import graph_ms, probe_args  # noqa: E402
 from tr2.cupy_side.gpu import cast, global_norm as gn, halfbits  # noqa: E402
 from tr2.cupy_side.gpu.backend import CudaBackend  # noqa: E402
 from tr2.cupy_side.model import PRODUCT_WEIGHTS, WTE  # noqa: E402
@@ -48,13 +48,8 @@ def gradients(model: str, kind: int, rs) -> tuple[list, "cp.ndarray"]:
 
 
 def main(argv) -> int:
-    out = argv[0] if argv else "grad_pass.jsonl"
-    rounds = int(argv[1]) if len(argv) > 1 else 3
-    reps = int(argv[2]) if len(argv) > 2 else 20
-    models = (argv[3] if len(argv) > 3 else "gpt2-small,gpt2-medium").split(",")
-    dtypes = (argv[4] if len(argv) > 4 else "bfloat16,float16").split(",")
+    out, rounds, reps, models, dtypes = probe_args(argv, "grad_pass.jsonl", 20)
     rs = np.random.default_rng(0)
-    open(out, "w").close()   # a row a model and type as measured: a stopped call keeps the finished ones
     ok = True
     for model in models:
         for dtype in dtypes:

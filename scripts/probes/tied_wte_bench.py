@@ -20,7 +20,7 @@ import cupy as cp
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "lib"), str(REPO / "scripts")]
 
-from event_timing import graph_ms  # noqa: E402
+from event_timing import graph_ms, probe_args  # noqa: E402
 from tr2 import data  # noqa: E402
 from tr2.cupy_side.gpu import backend as gb, halfbits  # noqa: E402
 from tr2.cupy_side.gpu.backend import CudaBackend  # noqa: E402
@@ -68,12 +68,7 @@ def tail(be, names, params, grads, ms, vs, dw, idx, dout, hyper):
 
 
 def main(argv) -> int:
-    out = argv[0] if argv else "tied_wte.jsonl"
-    rounds = int(argv[1]) if len(argv) > 1 else 3
-    reps = int(argv[2]) if len(argv) > 2 else 10
-    models = (argv[3] if len(argv) > 3 else "gpt2-small,gpt2-medium").split(",")
-    dtypes = (argv[4] if len(argv) > 4 else "bfloat16,float16").split(",")
-    open(out, "w").close()   # a row a model and type as measured: a stopped call keeps the finished ones
+    out, rounds, reps, models, dtypes = probe_args(argv, "tied_wte.jsonl", 10)
     ok = True
     for model in models:
         for dtype in dtypes:
