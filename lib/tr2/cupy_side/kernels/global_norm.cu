@@ -1,8 +1,8 @@
 // global_norm.cu: the gradients' global norm sqrt(sum of squares) over many tensors, on the device,
 // in a fixed order: per-chunk partial sums (float32 within a chunk), then one block adds the partials
 // in float64 and writes the root into a device scalar. Same tensor table layout as adamw.cu
-// (only the grad pointer, column 1, numel, column 4, and the grad's kind, column 7, are read: a half-type dW
-// is widened exactly as it is read).
+// (only the grad pointer, column 1, numel, column 4, and the grad's kind, column 7, are read, and columns 8-10 of a
+// tied row: a half-type dW is widened exactly as it is read).
 //
 // The tied wte's gradient (grad kind KIND_TIED | half kind: common.cuh's TiedRows) is read as lm_head's half dW plus
 // the embedding's sums, the float32 values the widening and the embedding's adds made before.
