@@ -16,7 +16,8 @@
 //
 // The tensors: `table` [n_tensors, TENSOR_COLS] of u64 = (param, grad, m, v, numel, decay flag, half copy or 0,
 // grad kind: a product's dW arrives in the half type under half roundings and is widened here, exactly, as the
-// cast kernel did before: 49 launches a step of gpt2-small, 317 us, in call 4 of results/h200-perf-20261201);
+// cast kernel did before: 49 launches a step of gpt2-small, 317 us, in call 4 of results/h200-perf-20261201;
+// then sums, starts, row width: common.cuh);
 // block b works on elements [chunk_start[b], chunk_start[b] + chunk) of tensor chunk_tensor[b]. half_kind is the
 // build's half type (1 bfloat16, 2 float16), read only for rows with a half copy. The tied wte's gradient (grad kind
 // KIND_TIED | half kind, common.cuh) is lm_head's half dW plus the embedding's sums, added here as it is read.
