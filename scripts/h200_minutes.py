@@ -381,14 +381,14 @@ def _log_step_ms(path: Path, after: int = 100) -> float:
 
 @functools.lru_cache(maxsize=4)
 def load(root=None) -> Model:
-    """The model of the committed folders under root (results/ by default); every source must be there: a device
-    tree made by `scripts/device_tree.sh slim` leaves them out, and a model of a few would mislead."""
+    """The model of the committed folders under root (results/ by default); every source must be there (a model of a
+    few would mislead): `scripts/device_tree.sh slim` keeps them; its trees before 2026-12-04 held none."""
     root = Path(root) if root else RESULTS_DIR
     missing = [s for s in SOURCES if not (root / s).exists()]
     if missing:
         raise Tr2Error(f"h200_minutes: {len(missing)} of its {len(SOURCES)} sources are not under {root} (first: "
-                       f"{missing[0]}); the model reads every one of them (a tree made by scripts/device_tree.sh "
-                       "slim holds none)")
+                       f"{missing[0]}); the model reads every one of them (scripts/device_tree.sh slim keeps them; "
+                       "`python scripts/h200_minutes.py sources` lists them)")
     return Model(observations(root), root)
 
 
