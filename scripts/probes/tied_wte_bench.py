@@ -5,7 +5,7 @@ moment and the wte's half copy after one AdamW update from the same state), then
 way (embedding backward, norm, AdamW over every parameter; `reps` calls recorded as one CUDA graph and replayed,
 event_timing.graph_ms), the forms alternating over rounds in one process. Tokens: the model's first batch of its
 training data (so the present rows are as many as a step's); gradients random as a half-roundings step hands them
-(the products' dW in the half type).
+(grad_pass_bench.gradients: the products' dW in the half type).
 
     PYTHONPATH=lib:scripts python3 scripts/probes/tied_wte_bench.py [OUT.jsonl] [rounds] [reps] [models] [dtypes]
 """
@@ -18,9 +18,10 @@ import numpy as np
 import cupy as cp
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "lib"), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO / "lib"), str(REPO / "scripts"), str(REPO / "scripts" / "probes")]
 
 from event_timing import graph_ms, probe_args  # noqa: E402
+from grad_pass_bench import gradients  # noqa: E402
 from tr2 import data  # noqa: E402
 from tr2.cupy_side.gpu import backend as gb, halfbits  # noqa: E402
 from tr2.cupy_side.gpu.backend import CudaBackend  # noqa: E402
@@ -31,23 +32,14 @@ from tr2.weights import param_shapes  # noqa: E402
 
 
 def setup(be, model: str, kind: int, rs):
-    """(names, params, grads with the wte's slot None, moments m and v, the wte's half dW, idx [B, T], dout)."""
+    """(names, params, grads (grad_pass_bench's; the wte's slot replaced in `tail`), moments m and v, the wte's half
+    dW, idx [B, T], dout)."""
     cfg = load_model(model)
-    names, params, grads, ms, vs, dw = [], [], [], [], [], None
-    shapes = param_shapes(cfg)
-    for name, shape in shapes.items():
-        a = (rs.standard_normal(shape, dtype=np.float32) * np.float32(2.0) ** rs.integers(-12, 1, shape).astype(np.float32))
-        names.append(name)
-        params.append(cp.asarray(rs.standard_normal(shape, dtype=np.float32) * np.float32(0.02)))
-        ms.append(cp.asarray(rs.standard_normal(shape, dtype=np.float32) * np.float32(0.01)))
-        vs.append(cp.asarray(np.abs(rs.standard_normal(shape, dtype=np.float32)) * np.float32(0.001)))
-        if name == WTE:
-            dw = cp.asarray(halfbits.to_bits(a, kind))
-            grads.append(None)
-        elif name.endswith(PRODUCT_WEIGHTS):
-            grads.append(cp.asarray(halfbits.to_bits(a, kind)))
-        else:
-            grads.append(cp.asarray(a))
+    grads, dw = gradients(model, kind, rs)
+    names, shapes = list(param_shapes(cfg)), list(param_shapes(cfg).values())
+    params = [cp.asarray(rs.standard_normal(sh, dtype=np.float32) * np.float32(0.02)) for sh in shapes]
+    ms = [cp.asarray(rs.standard_normal(sh, dtype=np.float32) * np.float32(0.01)) for sh in shapes]
+    vs = [cp.asarray(np.abs(rs.standard_normal(sh, dtype=np.float32)) * np.float32(0.001)) for sh in shapes]
     be.product_weights([p for n, p in zip(names, params) if n == WTE or n.endswith(PRODUCT_WEIGHTS)])
     tokens = data.load_split(cfg.dataset, "train")[: cfg.batch_size * cfg.block_size]
     idx = cp.asarray(np.asarray(tokens, dtype=np.int64).reshape(cfg.batch_size, cfg.block_size))
