@@ -8,6 +8,8 @@
 #      model), and the graph replays train as before (the switch off)
 #   3. scripts/probes/tied_wte_bench.py: the bits of the step's tail (embedding backward, norm, AdamW) both ways on
 #      gpt2-small's and gpt2-medium's shapes with a real batch's tokens, then the µs of that tail each way
+#   3b. tests/test_nvrtc_gpu.py (issue 9 item 4, written in the thirty-third session): four short training runs with a
+#      fresh CuPy cache, each asked to compile nothing at run time and never map libnvrtc (its NVRTC line says what did)
 #   4. the step (graph, steps 100-400, no torch): the variant `tied` (TR2_TIED_WTE=1) against this tree (off), TW_SELECT
 #      (default gpt2-small and gpt2-medium in bf16, gpt2-small in f16), TW_ROUNDS rounds (default 2), rotating
 # Carry: VARIANTS="tied=tree:TR2_TIED_WTE=1" RECORD=<the products record> TR2_NVRTC=<libnvrtc.so.12> \
@@ -27,6 +29,9 @@ echo "== graph tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)|max rel"
 PYTHONPATH=lib:scripts timeout 150 python3 scripts/probes/tied_wte_bench.py "$OUT/tied_wte.jsonl" 3 10 \
   >"$OUT/tied_wte.log" 2>&1
 echo "== tied_wte_bench (exit $?, $(elapsed) s)"; tail -4 "$OUT/tied_wte.log"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_nvrtc_gpu.py >"$OUT/pytest_nvrtc.log" 2>&1
+echo "== nvrtc tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)|account|nvrtc at run time" "$OUT/pytest_nvrtc.log" | head
+tail -1 "$OUT/pytest_nvrtc.log"
 if [ "$(left)" -gt 90 ]; then
   SIDE_CALL_S=$(( $(left) - 10 )) SIDE_STAGES=bench SIDE_LIBS=tied=.cache/variants/tied/lib SIDE_TORCH= \
     SIDE_SELECT=${TW_SELECT:-gpt2-small/bfloat16,gpt2-medium/bfloat16,gpt2-small/float16} SIDE_ROUNDS=${TW_ROUNDS:-2} \

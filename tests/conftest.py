@@ -6,6 +6,15 @@ import types
 import pytest
 
 
+def cuda_device_present() -> bool:
+    """Whether CuPy sees a CUDA device: the condition the GPU test files skip on (`from conftest import ...`)."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: each means no GPU test here
+        return False
+
+
 @pytest.fixture
 def one_torch_thread():
     """One intra-op thread for the in-process work: the tiny model gains nothing from more, and on a loaded

@@ -154,3 +154,28 @@ def test_a_gz_path_is_written_compressed_and_the_same_text_gives_the_same_bytes(
     a, b = write_text_atomic(tmp_path / "a.csv.gz", "x,y\n1,2\n"), write_text_atomic(tmp_path / "b.csv.gz", "x,y\n1,2\n")
     assert gzip.decompress(a.read_bytes()) == b"x,y\n1,2\n" and a.read_bytes() == b.read_bytes()
     assert write_text_atomic(tmp_path / "c.csv", "x\n").read_bytes() == b"x\n"   # any other path: plain text
+
+
+def test_what_compiled_is_read_from_the_cupy_sides_line(tmp_path):
+    """A run's NVRTC line (trainlog.nvrtc_line, the cupy side on a GPU) gives the record's nvrtc_compiled; the CSV cell
+    and the side's union say it; runs without the line (PyTorch's, older logs) give None, not 'nothing'."""
+    from tr2.trainlog import nvrtc_line, parse_nvrtc_line
+    assert fp.compiled_modules(None) is None
+    assert fp.compiled_modules(parse_nvrtc_line(nvrtc_line(False, [], []))) == []
+    assert fp.compiled_modules(parse_nvrtc_line(nvrtc_line(True, ["cupy_copy__float32_float32"], ["attention.cu"]))) == [
+        "CuPy:cupy_copy__float32_float32", "tr2:attention.cu"]
+    assert fp.compiled_modules(parse_nvrtc_line(nvrtc_line(True, None, []))) == ["CuPy:?"]
+
+    write_yaml_atomic(tmp_path / "card.yaml", {"card": "t", "machine": "m", "device": "cuda"})
+    write_json_atomic(tmp_path / "machine.json", {"date": "2026-12-04", "commit": "abc", "dirty": False})
+    compiled = (["CuPy:cupy_copy__float32_float32"], [], None)
+    for dtype, modules in zip(("float32", "bfloat16", "float16"), compiled):
+        append_jsonl(tmp_path / "footprint.jsonl", {**_record("cupy", dtype, None, ["libnvrtc"], True, 10),
+                                                    "nvrtc_compiled": modules})
+    append_jsonl(tmp_path / "footprint.jsonl", _record("torch", "float32", "eager", ["libcublas"], False, 100))
+    s = fp.summarize(tmp_path)
+    assert s["sides"]["cupy"]["nvrtc_compiled"] == ["CuPy:cupy_copy__float32_float32"]
+    assert s["sides"]["torch"]["nvrtc_compiled"] is None
+    assert [r["nvrtc_compiled"] for r in s["runs"]] == [*compiled, None]
+    table = pd.read_csv(tmp_path / "footprint.csv", keep_default_na=False)
+    assert list(table["nvrtc_compiled"]) == ["CuPy:cupy_copy__float32_float32", "none", "", ""]

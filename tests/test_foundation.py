@@ -110,6 +110,12 @@ def test_schedule_warmup_cosine_floor():
      "--cuda-graph: the run is on the cpu; allowed only on cuda"),
     (["--side", "torch", "--model", "tiny"], "the following arguments are required: --steps"),
     (["--side", "torch", "--model", "tiny", "--steps", "x"], "invalid int value: 'x'"),
+    (["--side", "torch", "--model", "tiny", "--steps", "1", "--metrics", "/no-such-tr2-folder/m.jsonl"],
+     "--metrics: '/no-such-tr2-folder/m.jsonl' lies in '/no-such-tr2-folder', which is not a folder; allowed: a file "
+     "path in an existing folder"),
+    (["--side", "torch", "--model", "tiny", "--steps", "1", "--metrics", "/"], "--metrics: '/' is a folder; allowed"),
+    (["--side", "torch", "--model", "tiny", "--steps", "1", "--save-init", "/no-such-tr2-folder/init.npz"],
+     "--save-init: '/no-such-tr2-folder/init.npz' lies in '/no-such-tr2-folder', which is not a folder"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(argv, message):
     p = subprocess.run([sys.executable, "-m", "tr2.train", *argv], capture_output=True, text=True, timeout=60)

@@ -19,19 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cuda_device_present
 
 from tr2.trainlog import read_metrics
 
 
-def _cuda_ok() -> bool:
-    try:
-        import cupy
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cuda_device_present(), reason="no CUDA device")]
 
 STEPS = 30
 

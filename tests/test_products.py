@@ -60,7 +60,11 @@ def test_a_damaged_record_stops_the_run_naming_the_file(tmp_path, body, says):
 
 def test_builds_and_models_are_checked_by_name(capsys):
     assert products.parse_builds("bf16r,tf32") == ["bf16r", "tf32"]
-    with pytest.raises(SystemExit, match=r"--builds: 'bf16r,bf32'; allowed: .*f32, tf32, bf16, bf16r, f16, f16r"):
+    with pytest.raises(ValueError, match=r"--builds: 'bf16r,bf32' is not allowed; allowed: .*f32, tf32, bf16, bf16r, f16, f16r"):
         products.parse_builds("bf16r,bf32")
-    with pytest.raises(SystemExit, match=r"--models: 'gpt3'; allowed: .*nanogpt"):
-        products.main(["--models", "gpt3"])
+    for argv, said in ((["--models", "gpt3"], "--models: 'gpt3' is not allowed; allowed: a comma-separated list of "),
+                       (["--builds", "bf32"], "--builds: 'bf32' is not allowed; allowed: a comma-separated list of ")):
+        with pytest.raises(SystemExit) as e:
+            products.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and err[0].startswith("tr2.cupy_side.products: error: " + said), err

@@ -90,8 +90,8 @@ def make_results(root, card=CARD):
         {"model": "nanogpt", "verdict": {"passed": None, "reason": "runs missing: no verdict yet"},
          "judge_last_step": 20, "steps": 20}]}, card=card)
     _folder(root, "footprint", {"conditions": {"steps": 10}, "sides": {
-        "cupy": {"runs": 1, "runs_ok": 1, "nvidia_libraries": [], "nvrtc": False, "total_bytes": 40_000_000,
-                 "image_bytes": 40_000_000},
+        "cupy": {"runs": 1, "runs_ok": 1, "nvidia_libraries": ["libnvrtc"], "nvrtc": True, "total_bytes": 40_000_000,
+                 "image_bytes": 40_000_000, "nvrtc_compiled": ["CuPy:cupy_copy__float32_float32"]},
         "torch": {"runs": 1, "runs_ok": 1, "nvidia_libraries": [], "nvrtc": False, "total_bytes": 967_000_000,
                   "image_bytes": 967_000_000}},
         "docker": {"available": False, "message": "the Docker daemon does not run here", "images": {}},
@@ -456,3 +456,13 @@ def test_the_commits_table_says_on_how_many_machines_a_folder_ran(tmp_path):
     assert " ".join(rows[series_dir.name].get_text().split()) == "3 on 2 machines"
     others = [cell for name, cell in rows.items() if name != series_dir.name]
     assert others and all(c["data-machines"] == "" and "machine" not in c.get_text() for c in others)
+
+
+def test_the_footprint_says_what_compiled_where_the_run_said(built):
+    """The cupy side's account of NVRTC (trainlog.nvrtc_line) beside "NVRTC opened"; a side without one (PyTorch's,
+    a folder from before the account) keeps the bare yes / no."""
+    _, _, html_path, _ = built
+    table = _soup(html_path).find("table", id="footprint-table")
+    cells = {tr["data-side"]: " ".join(tr.find_all("td")[2].get_text().split())
+             for tr in table.find_all("tr", attrs={"data-side": True})}
+    assert cells == {"cupy": "yes; compiled at run time: CuPy:cupy_copy__float32_float32", "torch": "no"}

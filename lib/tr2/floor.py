@@ -8,7 +8,6 @@ should equal the trainer's own run to the bit). Exit codes as the trainer's (3: 
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 
@@ -18,7 +17,7 @@ from . import Tr2Error
 from .cards import FLOOR_NAMES
 from .models import load_model
 from .torch_side.train import run as run_torch
-from .trainargs import TrainArgs, parse
+from .trainargs import Parser, TrainArgs, parse
 from .trainlog import TrainLog
 
 
@@ -73,7 +72,7 @@ def train_floor(model_name: str, init: str, batches: str, steps: int, seed: int,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tr2.floor", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m tr2.floor", description=__doc__.split("\n")[0])
     p.add_argument("--perturb", default="none", choices=FLOOR_NAMES)
     p.add_argument("--perturb-seed", type=int, default=0)
     ns, rest = p.parse_known_args(argv)

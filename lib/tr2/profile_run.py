@@ -21,7 +21,6 @@ as the trainer's: 0, 2 (bad arguments), 3 (out of memory), 1 (any other failure)
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -40,7 +39,7 @@ from .cupy_side.gpu import OP_METHODS
 from .torch_side.train import is_oom
 from .train import run as train_run
 from .results import write_text_atomic
-from .trainargs import parse
+from .trainargs import Parser, parse
 from .trainlog import oom_line, parse_iter
 
 # The backend's ops (docs/architecture.md's table, as tr2.cupy_side.gpu lists them), and any other method named
@@ -203,7 +202,7 @@ def window_schedule(window) -> tuple[int, dict]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tr2.profile_run", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m tr2.profile_run", description=__doc__.split("\n")[0])
     p.add_argument("--window", type=int, nargs=2, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--trace", action="store_true", help="also export a Chrome trace of the window")

@@ -177,12 +177,28 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
         weights.check_weights_file(ns.init, cfg)
     if ns.batches is not None:
         data.check_batch_order(ns.batches, cfg.dataset, cfg.block_size, cfg.batch_size, ns.steps)
+    # The files a run writes, checked now too: a missing folder would otherwise end the run at its first line.
+    for key, path in (("--metrics", ns.metrics), ("--save-init", ns.save_init)):
+        if path is not None:
+            _check_output_path(key, path)
     eval_iters = ns.eval_iters if ns.eval_iters is not None else cfg.eval_iters
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,
                      dropout=ns.dropout, eval_interval=ns.eval_interval, eval_iters=eval_iters,
                      half_roundings=ns.half_roundings, cuda_graph=ns.cuda_graph, metrics=ns.metrics,
                      log_interval=ns.log_interval, nanogpt=ns.nanogpt)
+
+
+def _check_output_path(key: str, path: str) -> None:
+    p = Path(path)
+    if p.is_dir():
+        raise Tr2Error(f"{key}: {path!r} is a folder; allowed: a file path (its folder must exist)")
+    if not p.parent.is_dir():
+        raise Tr2Error(f"{key}: {path!r} lies in {str(p.parent)!r}, which is not a folder; "
+                       "allowed: a file path in an existing folder")
+    if not os.access(p.parent, os.W_OK):
+        raise Tr2Error(f"{key}: {path!r} lies in {str(p.parent)!r}, which this user cannot write; "
+                       "allowed: a file path in a writable folder")
 
 
 def cuda_available(side: str) -> bool:

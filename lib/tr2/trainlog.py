@@ -17,6 +17,33 @@ ITER_RE = re.compile(r"^iter (\d+): loss (\S+), time ([0-9.eE+\-]+|nan|inf)ms(?:
 PEAK_RE = re.compile(r"^peak memory: (\d+) bytes(?:, reserved (\d+) bytes)?\s*$")
 
 
+# The cupy side's account of NVRTC at the end of a GPU run (gpu/nvrtc_watch.py): whether libnvrtc is mapped, then the
+# modules compiled in the process by CuPy (its own kernels; "?" where CuPy's compiles were not watched) and by tr2
+# (cubins missing or stale). A module is its kernels' names joined by '+'.
+NVRTC_RE = re.compile(r"^nvrtc at run time: libnvrtc mapped (yes|no); CuPy compiled (\d+|\?) modules? \[(.*?)\]; "
+                      r"tr2 compiled (\d+) modules? \[(.*?)\]\s*$")
+
+
+def nvrtc_line(mapped: bool, cupy_modules, tr2_modules) -> str:
+    """cupy_modules None: CuPy's compiles were not watched."""
+    def part(mods):
+        return ("? modules [not watched]" if mods is None
+                else f"{len(mods)} module{'' if len(mods) == 1 else 's'} [{' '.join(mods)}]")
+    return (f"nvrtc at run time: libnvrtc mapped {'yes' if mapped else 'no'}; CuPy compiled {part(cupy_modules)}; "
+            f"tr2 compiled {part(list(tr2_modules))}")
+
+
+def parse_nvrtc_line(text: str):
+    """{'mapped': bool, 'cupy': [modules] or None (not watched), 'tr2': [modules]} from the last NVRTC line of a
+    program's output, or None where it has none (PyTorch's sides, the NumPy form, logs from before 2026-12-04)."""
+    found = [m for m in map(NVRTC_RE.match, text.splitlines()) if m]
+    if not found:
+        return None
+    m = found[-1]
+    cupy = None if m.group(2) == "?" else m.group(3).split()
+    return {"mapped": m.group(1) == "yes", "cupy": cupy, "tr2": m.group(5).split()}
+
+
 def iter_line(step: int, loss: float, ms_per_step: float) -> str:
     return f"iter {step}: loss {loss:.4f}, time {ms_per_step:.2f}ms"
 

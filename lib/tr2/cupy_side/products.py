@@ -14,7 +14,6 @@ before its kernel pays the graph node's gap there), `--timing eager` as eager ca
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -22,6 +21,8 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+
+from ..trainargs import Parser
 
 REPO = Path(__file__).resolve().parents[3]
 KEY_FIELDS = ("ta", "tb", "M", "N", "K", "a_type", "lda", "b_type", "ldb", "c_type", "ldc", "compute", "reduced",
@@ -105,7 +106,7 @@ def parse_builds(text: str) -> list[str]:
     builds = [b for b in text.split(",") if b]
     bad = [b for b in builds if b not in BUILDS]
     if bad or not builds:
-        raise SystemExit(f"--builds: {text!r}; allowed: a comma-separated list of {', '.join(BUILDS)}")
+        raise ValueError(f"--builds: {text!r} is not allowed; allowed: a comma-separated list of {', '.join(BUILDS)}")
     return builds
 
 
@@ -280,7 +281,7 @@ def gather_keys(model: str, build: str) -> set:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tr2.cupy_side.products", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m tr2.cupy_side.products", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="nanogpt,gpt2-small,gpt2-medium")
     p.add_argument("--builds", default="bf16r,f16r,tf32,f32")
     p.add_argument("--retime", action="store_true", help="time keys the record already holds again")
@@ -288,11 +289,14 @@ def main(argv=None) -> int:
                    help="candidates timed as replays of a captured graph (how the step runs them; default) or as "
                         "eager calls back to back (the records before 2026-12-01's eighth session)")
     args = p.parse_args(argv)
-    builds = parse_builds(args.builds)
+    try:
+        builds = parse_builds(args.builds)
+    except ValueError as e:
+        p.error(str(e))   # one line on stderr, exit 2, as every tr2 entry point refuses
     from ..models import list_models
     models = [m for m in args.models.split(",") if m]
     if not models or any(m not in list_models() for m in models):
-        raise SystemExit(f"--models: {args.models!r}; allowed: a comma-separated list of {', '.join(list_models())}")
+        p.error(f"--models: {args.models!r} is not allowed; allowed: a comma-separated list of {', '.join(list_models())}")
     from .gpu.blas import get_cublas
     cublas = get_cublas()
     if cublas.lt is None:

@@ -126,6 +126,7 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
     # with a graph, the bytes in use in its pool (the step's activations and gradients) count in both
     if backend.device == "cuda":
         log.say(backend.workspace_line())
+        log.say(backend.nvrtc_line())
         log.say(peak_line(backend.peak_memory_bytes(), backend.reserved_memory_bytes()))
     else:
         log.say(peak_line(0))

@@ -30,7 +30,7 @@ from ..data import data_dirs
 from ..results import read_json, read_jsonl, write_json_atomic
 from ..stage import open_folder, run_plan
 from ..summary import finish, save_figure, write_csv
-from ..trainlog import last_loss
+from ..trainlog import last_loss, parse_nvrtc_line
 from .images import docker_available, measure_images  # noqa: F401 - docker_available: part of the package's face
 from .maps import MapsPoller, library_name, nvidia_kind, nvidia_libraries, nvrtc_opened, parse_maps  # noqa: F401
 from .runtime_sets import (CATEGORIES, IMAGE_CATEGORIES, _size, classify_run, install_set,  # noqa: F401
@@ -65,12 +65,15 @@ def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) ->
     # every file with its size: the largest raw output of a GPU run (about 2 MB a run), so compressed
     write_csv(results_dir / "files" / f"{c.slug}.csv.gz",
               sorted(cls["rows"], key=lambda r: (r["category"], r["owner"], r["path"])), ["path", "category", "owner", "bytes"])
+    text = log.read_text(errors="replace")
     mapped_main = set(trace["libraries"])
     all_libs = trace["libraries"] + trace["libraries_children"]   # a child's: only what the main process did not map
     return {
         **c.as_record(), "device": device, "steps": STEPS, "status": trace["status"],
         "returncode": trace["returncode"], "wall_s": trace["wall_s"], "polls": trace["polls"],
-        "last_loss": last_loss(log.read_text(errors="replace")),
+        "last_loss": last_loss(text),
+        # what compiled at run time, by the cupy side's own account (trainlog.nvrtc_line; None for other programs)
+        "nvrtc_compiled": compiled_modules(parse_nvrtc_line(text)),
         "libraries": [{"name": library_name(p), "path": p, "nvidia": nvidia_kind(p),
                        "process": "main" if p in mapped_main else "child"} for p in all_libs],
         "nvidia_libraries": nvidia_libraries(all_libs),
@@ -81,6 +84,16 @@ def measure(c: RunConfig, results_dir, device: str, timeout_s=None, env=None) ->
         "distributions": cls["distributions"], "files_csv": f"files/{c.slug}.csv.gz",
         "log": f"logs/{c.slug}.log", "python": trace["python"],
     }
+
+
+def compiled_modules(account):
+    """The modules a run compiled at run time, 'CuPy:<kernels>' and 'tr2:<file>', from its parsed NVRTC line; None
+    where the run gave no account (PyTorch's sides; logs before the line existed), '?' standing for CuPy's modules
+    where its compiles were not watched."""
+    if account is None:
+        return None
+    cupy = ["CuPy:?"] if account["cupy"] is None else [f"CuPy:{m}" for m in account["cupy"]]
+    return cupy + [f"tr2:{m}" for m in account["tr2"]]
 
 
 def run(card: dict, results_dir=None) -> Path:
@@ -105,7 +118,12 @@ def run(card: dict, results_dir=None) -> Path:
 
 
 CSV_FIELDS = ["side", "model", "dtype", "mode", "half_roundings", "status", "libraries", "nvidia_libraries",
-              "nvrtc", *[f"bytes_{c}" for c in CATEGORIES], "bytes_image", "bytes_total", "log"]
+              "nvrtc", "nvrtc_compiled", *[f"bytes_{c}" for c in CATEGORIES], "bytes_image", "bytes_total", "log"]
+
+
+def _compiled_text(modules) -> str:
+    """footprint.csv's cell: '' where the run gave no account, 'none', or the modules separated by spaces."""
+    return "" if modules is None else (" ".join(modules) or "none")
 
 
 def summarize(results_dir) -> dict:
@@ -116,7 +134,8 @@ def summarize(results_dir) -> dict:
     write_csv(rd / "footprint.csv", [{
         **r, "mode": r.get("mode") or "", "half_roundings": bool(r.get("half_roundings")),
         "libraries": len(r["libraries"]), "nvidia_libraries": " ".join(r["nvidia_libraries"]),
-        "nvrtc": "yes" if r["nvrtc"] else "no", **{f"bytes_{c}": r["bytes"].get(c, 0) for c in CATEGORIES},
+        "nvrtc": "yes" if r["nvrtc"] else "no", "nvrtc_compiled": _compiled_text(r.get("nvrtc_compiled")),
+        **{f"bytes_{c}": r["bytes"].get(c, 0) for c in CATEGORIES},
         "bytes_image": r["image_bytes"], "bytes_total": r["total_bytes"]} for r in records], CSV_FIELDS)
     write_csv(rd / "libraries.csv", [{**r, **lib, "library": lib["name"]} for r in records for lib in r["libraries"]],
               ["side", "dtype", "mode", "library", "nvidia", "process", "path"])
@@ -135,6 +154,9 @@ def summarize(results_dir) -> dict:
             "nvidia_libraries": sorted({n for r in rs for n in r["nvidia_libraries"]}),
             "nvrtc": any(r["nvrtc"] for r in rs),
             "nvrtc_runs": [r["key"] for r in rs if r["nvrtc"]],
+            # None: no run of the side gave an account of what it compiled
+            "nvrtc_compiled": (None if all(r.get("nvrtc_compiled") is None for r in rs)
+                               else sorted({m for r in rs for m in r.get("nvrtc_compiled") or []})),
             "bytes": biggest["bytes"], "total_bytes": biggest["total_bytes"], "image_bytes": biggest["image_bytes"],
             "largest_run": biggest["key"],
         }
@@ -149,7 +171,8 @@ def summarize(results_dir) -> dict:
         "stage": STAGE, "results_dir": rd.name,
         "runs": [{k: r[k] for k in ("key", "side", "model", "dtype", "mode", "half_roundings", "status",
                                     "returncode", "wall_s", "polls", "nvidia_libraries", "nvrtc", "bytes",
-                                    "total_bytes", "image_bytes", "log", "last_loss")} | {"libraries": len(r["libraries"])}
+                                    "total_bytes", "image_bytes", "log", "last_loss")}
+                 | {"libraries": len(r["libraries"]), "nvrtc_compiled": r.get("nvrtc_compiled")}
                  for r in records],
         "sides": sides,
         "run_time_set_ratio_torch_to_cupy": ratio,

@@ -27,6 +27,7 @@ from . import gelu as _gelu
 from . import global_norm as _global_norm
 from . import layernorm as _layernorm
 from . import matmul as _matmul
+from . import nvrtc_watch as _nvrtc_watch
 from . import streams as _streams
 from . import residual as _residual
 from . import residual_layernorm as _residual_layernorm
@@ -94,6 +95,7 @@ class CudaBackend:
         self.ctx = GpuContext(dtype=dtype, tf32=tf32, half_roundings=half_roundings)
         self._staging = Staging()
         self._peak = PeakTracker.install()
+        _nvrtc_watch.install()  # from here every module CuPy compiles is named in the train log's NVRTC line
         compile_all()          # every kernel built (or loaded from CuPy's cache) before the first step
         if self.ctx.half:
             _gelu.prepare(self.ctx.kind)   # GELU's half tables filled now, eagerly: never first inside a captured step
@@ -167,6 +169,9 @@ class CudaBackend:
     def workspace_line(self) -> str:
         return self.ctx.cublas.workspace_line()
 
+    def nvrtc_line(self) -> str:
+        return _nvrtc_watch.line()
+
     def pool_allocator(self, pool):
         """An allocator for another memory pool (the CUDA graph's) that the peak counts."""
         return self._peak.malloc_for(pool)
@@ -180,9 +185,11 @@ class CudaBackend:
         Vp = -(-V // 8) * 8
         if Vp == V:
             return self.to_device(w)
-        buf = cp.zeros((Vp,) + w.shape[1:], dtype=self.float_dtype)
-        buf[:V] = cp.asarray(w)
-        return buf[:V]
+        # padded on the host and copied whole: a CuPy assignment into the device buffer's rows would compile CuPy's
+        # copy kernel, and so open NVRTC, in a run whose own kernels are all cubins (gpu/nvrtc_watch.py)
+        host = np.zeros((Vp,) + w.shape[1:], dtype=self.float_dtype)
+        host[:V] = w
+        return self.to_device(host)[:V]
 
     def product_weights(self, weights) -> None:
         """Half builds: each weight gets its half copy, cast once now and rewritten by adamw_update from then on

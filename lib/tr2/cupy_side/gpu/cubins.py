@@ -133,6 +133,10 @@ def build(filename: str, arch: str, nvrtc: Nvrtc | None = None) -> Path:
     return path
 
 
+# The files this process compiled at run time (ensure, below): the train log's NVRTC line names them (nvrtc_watch).
+COMPILED: list[str] = []
+
+
 def ensure(filename: str, arch: str) -> Path:
     """The cubin of filename for arch, compiled (once, with a notice) when missing or stale."""
     path = path_for(filename, arch)
@@ -140,6 +144,7 @@ def ensure(filename: str, arch: str) -> Path:
         print(f"tr2: compiling {filename} for {arch} (no cubin {path.name} in {cache_dir()})", file=sys.stderr,
               flush=True)
         build(filename, arch)
+        COMPILED.append(filename)
     return path
 
 
