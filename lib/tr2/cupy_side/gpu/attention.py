@@ -611,19 +611,30 @@ def _dq_tma(ctx, dqkv, ds_t, qkv, T: int, H: int, C: int, ldq: int, hs: int, nam
            shared_mem=dq_tma_shared_bytes(hs), prefer_shared=True)
 
 
+def check_tma_dkdv_switches(asked: str) -> None:
+    """The TMA dK/dV kernels are built evict-first and without the wgmma kernel's other forms: `asked` (the setting
+    that selected one) is refused beside a switch they do not have."""
+    if (WG_DKDV_OVERLAP or WG_DKDV_ROW_DOTS or WG_DKDV_PINGPONG or not DS_EVICT_FIRST
+            or (WG_DKDV_BLOCKS == 3 and WG_DKDV_TMA == 1)):
+        raise ValueError(f"{asked} needs TR2_ATTN_DS_EVICT_FIRST=1 and none of TR2_ATTN_WG_DKDV_OVERLAP=1, "
+                         "TR2_ATTN_WG_DKDV_ROW_DOTS=1, TR2_ATTN_WG_DKDV_PINGPONG=1, TR2_ATTN_WG_DKDV_BLOCKS=3")
+
+
+def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, hs: int) -> None:
+    """attn_row_dots: D of every row; with sync (an int32 array, or None) its ints zeroed for the kernel after it."""
+    launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
+           (D, NULL if sync is None else sync, i32(0 if sync is None else sync.size), kdout, saved.out, i32(rows),
+            i32(T), i32(H), i32(ctx.round_kind)))
+
+
 def _backward_fold(ctx, dqkv, kdout, saved, D, B: int, T: int, H: int, hs: int, kind: str, tail: tuple):
     """The backward with dQ folded into the TMA dK/dV kernel (DKDV_TMA_FORM 6): the row dots, which also zero the
     turns and the ticket, then attn_backward_dkdv_tmaf_, which writes all of dqkv. Its checks are the TMA form's."""
-    if (WG_DKDV_OVERLAP or WG_DKDV_ROW_DOTS or WG_DKDV_PINGPONG or not DS_EVICT_FIRST
-            or (WG_DKDV_BLOCKS == 3 and WG_DKDV_TMA == 1)):
-        raise ValueError("TR2_ATTN_DKDV_TMA_FORM=6 runs on the TMA dK/dV kernel: it needs TR2_ATTN_DS_EVICT_FIRST=1 "
-                         "and none of TR2_ATTN_WG_DKDV_OVERLAP=1, TR2_ATTN_WG_DKDV_ROW_DOTS=1, "
-                         "TR2_ATTN_WG_DKDV_PINGPONG=1, TR2_ATTN_WG_DKDV_BLOCKS=3")
-    C, rows = H * hs, B * T * H
+    check_tma_dkdv_switches("TR2_ATTN_DKDV_TMA_FORM=6")
+    C = H * hs
     sync = ctx.ws.get("att_fold_sync", (fold_sync_size(B, H, T),), np.int32)
     dq_acc = ctx.ws.get("att_dq_acc", (B * H, T, hs), np.float32)   # dQ's units' parts, summed in order
-    launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
-           (D, sync, i32(sync.size), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
+    _row_dots(ctx, D, sync, kdout, saved, B * T * H, T, H, kind, hs)
     tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
     tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
     launch(FILE, f"attn_backward_dkdv_tmaf_{build_name(ctx)}_hs{hs}", (B * H, -(-T // 128)), 384,
@@ -657,8 +668,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         ds_t = cp.empty(ds_shape(ctx, groups[0][1] - groups[0][0], H, T, hs), dtype=np.uint16)   # one group's
         ldq, rows = ds_t.shape[2], B * T * H
         if not (din or pd):
-            launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
-                   (D, NULL, i32(0), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
+            _row_dots(ctx, D, None, kdout, saved, rows, T, H, kind, hs)
         name, args = build_name(ctx), (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail
         if wg:
             if ldq % WG_DKDV_QUERY_TILE:   # the kernel stores its query tiles whole
@@ -669,11 +679,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
             if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
                 raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
             if tma_dkdv:
-                if (WG_DKDV_OVERLAP or din or WG_DKDV_PINGPONG or not DS_EVICT_FIRST
-                        or (WG_DKDV_BLOCKS == 3 and WG_DKDV_TMA == 1)):
-                    raise ValueError("TR2_ATTN_WG_DKDV_TMA=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and none of "
-                                     "TR2_ATTN_WG_DKDV_OVERLAP=1, TR2_ATTN_WG_DKDV_ROW_DOTS=1, "
-                                     "TR2_ATTN_WG_DKDV_PINGPONG=1, TR2_ATTN_WG_DKDV_BLOCKS=3")
+                check_tma_dkdv_switches("TR2_ATTN_WG_DKDV_TMA=1")
                 form, stages = DKDV_TMA_FORMS[DKDV_TMA_FORM]
                 resident = DKDV_TMA_FORM in DKDV_RESIDENT_FORMS
                 for b0, b1 in groups:   # one group of all B unless DS_GROUP_BATCHES takes fewer batches at a time
@@ -716,9 +722,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     n_tiles = -(-T // _geometry(ctx)["backward_dkdv"])
     sync = ctx.ws.get("att_sync", (B * H * n_tiles + 1,), np.int32)   # a counter a (head, query tile), a ticket
     dq_acc = ctx.ws.get("att_dq_acc", (B * H, T, hs), np.float32)     # dQ's key-block parts, summed in order
-    rows = B * T * H
     kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
-    launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS),
-           ROW_DOTS_THREADS, (D, sync, i32(sync.size), kdout, saved.out, i32(rows), i32(T), i32(H), i32(ctx.round_kind)))
+    _row_dots(ctx, D, sync, kdout, saved, B * T * H, T, H, kind, hs)
     _launch(ctx, "backward", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, dq_acc, sync, i32(T), i32(H)) + tail)
     return dqkv
