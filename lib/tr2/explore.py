@@ -195,6 +195,18 @@ def machine_count(sessions: list) -> Optional[int]:
     return len(known) if known else None
 
 
+def machines_unrecorded(sessions: list) -> int:
+    """How many of a folder's sessions did not record their machine (lines from before sessions.jsonl carried their
+    GPUs): machine_count says nothing about them, so a count of machines over a folder resumed across the change is
+    a count over its later sessions only."""
+    return sum(1 for s in sessions if session_machine(s) is None)
+
+
+def calls_without_machine(path) -> int:
+    """A folder's calls (sessions.jsonl lines) that did not record their machine (machines_unrecorded)."""
+    return machines_unrecorded(read_jsonl(Path(path) / "sessions.jsonl"))
+
+
 def run_machine(sessions: list, started: Optional[str]) -> Optional[tuple]:
     """The machine a run ran on: that of the last session (sessions.jsonl, in file order) started at or before the
     run (ISO dates with their zone, as the stages write both); None where the run or that session has no record."""
@@ -243,35 +255,52 @@ def commit_runs(path, stage=None) -> list[dict]:
     return list(rows.values())
 
 
+def _key_chains(retired: list, kept: list) -> dict:
+    """Every record a run key has had, oldest first: its retired records in the order retired.jsonl holds them (each
+    retirement appends), then the runs file's record. The record after a retired one is the rerun of that key."""
+    chains: dict = {}
+    for r in retired + kept:
+        chains.setdefault(r.get("key"), []).append(r)
+    return chains
+
+
 def retired_runs(path) -> list[dict]:
     """A folder's retired records grouped by why, when and at which commit they were retired: reason, retired_at,
-    by_commit, runs (records), run_keys, and rerun_commits: the commits of the runs file's records of those keys
-    (the resume that ran them again, which need not be the retirement's commit), in order of first appearance."""
+    by_commit, runs (records), run_keys, and rerun_commits: the commits of the records that ran those keys again
+    right after this retirement (the resume, which need not be the retirement's commit), in order of first
+    appearance. A key retired twice has its first rerun in retired.jsonl too: the record after the retired one in
+    the key's chain (_key_chains), not the runs file's record, which is the rerun of the last retirement."""
     p = Path(path)
     first = first_commit(p)
-    now = _run_records(p)
+    retired = _retired_records(p)
+    chains = _key_chains(retired, _run_records(p))
     groups: dict = {}
-    for r in _retired_records(p):
+    for r in retired:
         g = groups.setdefault((r.get("retired_reason"), r.get("retired_at"), r.get("retired_by_commit")),
                               {"reason": r.get("retired_reason"), "retired_at": r.get("retired_at"),
-                               "by_commit": r.get("retired_by_commit"), "runs": 0, "run_keys": []})
+                               "by_commit": r.get("retired_by_commit"), "runs": 0, "run_keys": [], "_next": []})
         g["runs"] += 1
         g["run_keys"] += [r.get("key")] if r.get("key") not in g["run_keys"] else []
+        chain = chains.get(r.get("key")) or []
+        at = next((i for i, x in enumerate(chain) if x is r), None)
+        if at is not None and at + 1 < len(chain):
+            g["_next"].append(chain[at + 1])
     for g in groups.values():
-        g["rerun_commits"] = list(dict.fromkeys(r.get("commit") or first for r in now if r.get("key") in g["run_keys"]))
+        g["rerun_commits"] = list(dict.fromkeys(x.get("commit") or first for x in g.pop("_next")))
     return list(groups.values())
 
 
 def extensions(path) -> list[dict]:
     """A folder's card extensions (tr2.extend: its extended.jsonl), oldest first, each with run_commits: the commits
-    of the runs file's records of the runs it added (the resume that ran them), in order of first appearance."""
+    of the first records of the runs it added (the resume that ran them; a run retired since counts where it first
+    ran, from retired.jsonl), in order of first appearance."""
     p = Path(path)
     first = first_commit(p)
-    now = _run_records(p)
+    chains = _key_chains(_retired_records(p), _run_records(p))
     out = []
     for r in (r for r in read_jsonl(p / EXTENDED) if isinstance(r, dict)):
-        keys = set(r.get("runs") or ())
-        out.append({**r, "run_commits": list(dict.fromkeys(x.get("commit") or first for x in now if x.get("key") in keys))})
+        made = [chains[k][0] for k in (r.get("runs") or ()) if chains.get(k)]
+        out.append({**r, "run_commits": list(dict.fromkeys(x.get("commit") or first for x in made))})
     return out
 
 
@@ -388,7 +417,8 @@ def verdicts_a(where, model=None, dtype=None) -> pd.DataFrame:
 def judged_a(where, model=None, dtype=None) -> pd.DataFrame:
     """Method A's judged evaluations: the two medians, the two ranges, their difference and what is allowed."""
     return _gather(where, "method_a", _summary_rows(lambda s: [
-        {"model": c["model"], "dtype": c["dtype"], **r} for c in s.get("configs", []) for r in c["verdict"]["steps"]]),
+        {"model": c["model"], "dtype": c["dtype"], **r} for c in s.get("configs", [])
+        for r in (c.get("verdict") or {}).get("steps") or ()]),   # a verdict without judged steps adds no rows
         model, dtype)
 
 

@@ -71,7 +71,47 @@ def verdict_chart_svg(data) -> str:
     ax.set_xlabel("cupy step time / PyTorch's fastest mode (below 1: cupy faster)")
     fig.tight_layout()
     buf = io.StringIO()
-    fig.savefig(buf, format="svg")
+    # the same chart the same bytes: ids from a fixed salt and no date, so that a restitch changes the page only where
+    # its numbers or words change
+    with plt.rc_context({"svg.hashsalt": "tr2-verdict-chart"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    svg = buf.getvalue()
+    return svg[svg.index("<svg"):]
+
+
+def method_a_chart_svg(data) -> str:
+    """Method A at a glance: per model and type, each judged evaluation's difference of the two sides' medians (cupy's
+    less torch's) over what rule 41 allows there (the larger range), against the step; lines at +-1, beyond which the
+    check fails. The curves' own plot shows losses on a scale where these differences cannot be seen, and the sign
+    shows a lean of one side that the verdict, which reads the size alone, does not. Inline SVG; "" where no row has
+    judged evaluations."""
+    seen, series_ = set(), []
+    for r in data["rows"]:
+        c = (r.get("method_a") or {}).get("closest") or {}
+        if (r["model"], r["dtype"]) not in seen and c.get("shares"):
+            seen.add((r["model"], r["dtype"]))
+            series_.append((f"{r['model']} {r['dtype']}", c["shares"]))
+    if not series_:
+        return ""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
+    top = 1.0
+    for label, pts in series_:
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker=".", lw=1, label=label)
+        top = max(top, *map(abs, ys))
+    ax.axhline(1.0, color="#cf222e", lw=1, ls="--", label="the limit (rule 41)")
+    ax.axhline(-1.0, color="#cf222e", lw=1, ls="--")
+    ax.axhline(0.0, color="#888", lw=0.8)
+    ax.set_ylim(-top * 1.1, top * 1.1)
+    ax.set_xlabel("training step of the evaluation")
+    ax.set_ylabel("(cupy - torch median) / larger range")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.tight_layout()
+    buf = io.StringIO()
+    with plt.rc_context({"svg.hashsalt": "tr2-method-a-chart"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     svg = buf.getvalue()
     return svg[svg.index("<svg"):]
@@ -96,6 +136,7 @@ def front_page_html(data) -> str:
     for r in data["rows"]:  # the correctness checks of each model and type, once
         checks.setdefault((r["model"], r["dtype"]), r)
     return _template().render(
-        d=data, chart=Markup(verdict_chart_svg(data)), verdict_rule=VERDICT_RULE, titles=STAGE_TITLES,
+        d=data, chart=Markup(verdict_chart_svg(data)), a_chart=Markup(method_a_chart_svg(data)),
+        verdict_rule=VERDICT_RULE, titles=STAGE_TITLES,
         primary=[r for r in data["rows"] if r["primary"]], checks=list(checks.values()), level_pct=LEVEL_PCT,
         step0_rel=f"{method_b.STEP0_REL:g}", step_pct=f"{100 * method_b.STEP_REL:g}")

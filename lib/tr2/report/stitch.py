@@ -93,12 +93,29 @@ def rewrite_links(text: str, folder, html_dir) -> str:
     return _HTML_TARGET.sub(lambda m: f"{m.group(1)}={m.group(2)}{fix(m.group(3), m.group(1) == 'src')}{m.group(2)}", text)
 
 
+# A stage notebook's paragraph about its parameters cell ("The defaults below are the `smoke` card's: a tiny model
+# on the CPU ..."): the report drops that cell (DROP_TAGS), so the paragraph would speak of nothing below it and tell
+# a reader of a GPU report that it shows a tiny model on the CPU. Dropped with it; the card the folder ran is shown.
+_DEFAULTS_NOTE = re.compile(r"^The defaults below are\b")
+
+
+def drop_defaults_note(source: str) -> str:
+    """A markdown cell without its paragraphs (blank-line separated) that describe the dropped parameters cell."""
+    paras = re.split(r"\n[ \t]*\n", source)
+    kept = [x for x in paras if not _DEFAULTS_NOTE.match(x.strip())]
+    return source if len(kept) == len(paras) else "\n\n".join(kept).rstrip() + ("\n" if source.endswith("\n") else "")
+
+
 def _keep_cells(nb, folder=None, html_dir=None) -> list:
     out = []
     for cell in nb.cells:
         if DROP_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
         cell = copy.deepcopy(cell)
+        if cell.cell_type == "markdown":
+            cell.source = drop_defaults_note(cell.source)
+            if not cell.source.strip():
+                continue
         if folder is not None and cell.cell_type == "markdown":
             cell.source = relative_paths(rewrite_links(cell.source, folder, html_dir))
         if cell.cell_type == "code":

@@ -61,6 +61,8 @@ def folder_info(d, html_dir) -> dict:
     c.update({k: own[k] for k in ("first_run", "last_run", "rounds", "steps", "window") if own.get(k) is not None})
     return {"stage": row["stage"], "name": row["folder"], "path": stored_path(d), "link": link(d, html_dir),
             "notebook": is_finished(d), "conditions": c, "time": explore.run_time(d, row["stage"]),
+            # calls made before sessions.jsonl recorded their GPUs: the count of machines says nothing of them
+            "calls_machine_unrecorded": explore.calls_without_machine(d),
             "commits": explore.commit_runs(d, row["stage"]), "retired": explore.retired_runs(d),
             "extended": explore.extensions(d)}
 
@@ -94,6 +96,71 @@ def _model_facts(name):
     return count_params(cfg), cfg.batch_size * cfg.block_size
 
 
+def closest_a(judged, model, dtype) -> Optional[dict]:
+    """Method A's judged evaluation nearest its limit (the largest difference of the medians over the larger range):
+    its step, the difference and what was allowed, from the stage's judged table (explore.judged_a); None where
+    nothing was judged."""
+    if judged is None or judged.empty or "allowed" not in judged:
+        return None
+    j = judged[(judged["model"] == model) & (judged["dtype"] == dtype)]
+    j = j[(j["allowed"] > 0) & j["diff"].notna()]
+    if j.empty:
+        return None
+    r = j.loc[(j["diff"] / j["allowed"]).idxmax()]
+    return {"step": int(r["step"]), "diff": float(r["diff"]), "allowed": float(r["allowed"]),
+            "share": float(r["diff"] / r["allowed"]),
+            # every judged evaluation's signed share of what was allowed (cupy's median above torch's: positive), for
+            # the front page's chart
+            "shares": [[int(x["step"]), round(float(_signed(x) / x["allowed"]), 4)] for _, x in j.sort_values("step").iterrows()]}
+
+
+def _signed(x) -> float:
+    """A judged evaluation's difference with its sign: cupy's median less torch's where both are recorded, else the
+    unsigned difference the verdict used."""
+    try:
+        d = float(x["cupy_median"]) - float(x["torch_median"])
+        return d if d == d else float(x["diff"])
+    except (KeyError, TypeError, ValueError):
+        return float(x["diff"])
+
+
+# What each PyTorch mode does to the step (torch.compile's modes as PyTorch documents them): whether it compiles
+# and whether it replays CUDA graphs; what a reader needs beside the cupy side's own graph.
+TORCH_MODES = {"eager": "no compile, no CUDA graph", "default": "torch.compile (Inductor), no CUDA graph",
+               "reduce-overhead": "torch.compile (Inductor) with CUDA graphs",
+               "max-autotune": "torch.compile with autotuned kernels and CUDA graphs"}
+
+
+def compared(dirs, infos, rows, devices) -> dict:
+    """What the comparison ran, for the sentences beside the verdicts: the PyTorch modes the series timed and those
+    of the device's published card it did not (where this card is another); each primary cupy build with its half
+    roundings and CUDA graph as timed; how the checks ran each side (method A's torch mode and seeds, method B's
+    plain float32; the cupy side without its CUDA graph in both, as the stages run it)."""
+    cards = {info["stage"]: (_as_read(read_yaml(Path(d) / "card.yaml")) if (Path(d) / "card.yaml").is_file() else {})
+             for d, info in zip(dirs, infos)}
+    series_card = cards.get("series") or {}
+    modes = list(series_card.get("torch_modes") or [])
+    device = next(iter(devices), None) if len(devices) == 1 else None
+    published = PUBLISHED.get(device)
+    full = []
+    if published and series_card and series_card.get("card") != published:
+        full = list(_as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml")).get("torch_modes") or [])
+    builds = []
+    for r in rows:
+        if r["primary"] and not any(b["build"] == r["build"] and b["dtype"] == r["dtype"] for b in builds):
+            builds.append({"model": r["model"], "dtype": r["dtype"], "build": r["build"],
+                           "half_roundings": r["half_roundings"], "cuda_graph": r.get("cuda_graph")})
+    a = (cards.get("method_a") or {}).get("method_a") or {}
+    b = (cards.get("method_b") or {}).get("method_a") or {}   # method B's torch side runs in method_a.torch_mode
+    return {"torch_modes": modes, "torch_modes_not_run": [m for m in full if m not in modes],
+            "published": published if full else None,
+            "mode_notes": {m: TORCH_MODES.get(m) for m in modes + [m for m in full if m not in modes]},
+            "builds": builds, "cuda_graph": series_card.get("cuda_graph"),
+            "checks": {"method_a": "method_a" in cards, "method_b": "method_b" in cards,
+                       "torch_mode": a.get("torch_mode"), "torch_mode_b": b.get("torch_mode"),
+                       "seeds": len(a.get("seeds") or ())}}
+
+
 def _check_of(v, link_, what):
     if v is None:
         return {"passed": None, "reason": f"{what} has no finished folder for this card (not run, or its runs not all in)", "link": None}
@@ -114,8 +181,10 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
     # correctness: method A per (model, dtype), method B per model; a later folder overrides an earlier one
     check_a, check_b = {}, {}
     for d, info, _s in by_stage.get("method_a", []):
+        judged = explore.judged_a(d)
         for c in explore.verdicts_a(d).to_dict("records"):
-            check_a[(c["model"], c["dtype"])] = _check_of(c, info["link"], "method A")
+            check_a[(c["model"], c["dtype"])] = _check_of(c, info["link"], "method A") | {
+                "closest": closest_a(judged, c["model"], c["dtype"]), "seeds": _whole(c.get("seeds"))}
     for d, info, _s in by_stage.get("method_b", []):
         for m in explore.verdicts_b(d).to_dict("records"):
             if m["judged_through"] != m["steps"] and m["all_steps_passed"] is not None:  # judged short of the end
@@ -123,10 +192,19 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
                     ("passed" if m["all_steps_passed"] else "not passed") + ", protocol rule 52)"
             check_b[m["model"]] = _check_of(m, info["link"], "method B")
 
+    # a check beside the card that drew some of the card's own seeds is not independent of the card's check: say so
+    own_seeds = {(c.get("model"), c.get("dtype")): set(c.get("seeds") or ())
+                 for d, _i, s in by_stage.get("method_a", []) for c in s.get("configs", [])}
+    for f in beside_rows:
+        for c in f["checks"]:
+            shared = sorted(set(c.pop("seed_list", None) or ()) & own_seeds.get(tuple(c["what"].split(" ", 1)), set()))
+            c["shared_seeds"] = shared
+
     rows = {}
     for d, info, s in by_stage.get("series", []):
         cond = info["conditions"]
         times = {c.get("config"): c.get("run_times_ms") or [] for c in s.get("configurations", [])}
+        graphs = {c.get("config"): c.get("cuda_graph") for c in s.get("configurations", [])}
         for v in s.get("verdicts", []):
             n_params, tokens = _model_facts(v["model"])
             ours_t = times.get(f"{v['model']}/{v['dtype']}/{v['build']}")
@@ -150,6 +228,8 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
             rows[(v["model"], v["dtype"], v["build"])] = {   # a later series replaces an earlier one's row in its place
                 "model": v["model"], "dtype": v["dtype"], "build": v["build"], "primary": bool(v.get("primary")),
                 "half_roundings": v["build"].endswith("-hr"),
+                # the cupy side's whole step replayed as one CUDA graph in its timed runs (None: not recorded)
+                "cuda_graph": graphs.get(f"{v['model']}/{v['dtype']}/{v['build']}"),
                 "params": n_params, "tokens_per_step": tokens,
                 "cupy": _range_of(v.get("ours"), ours_t, tokens) if published else None,
                 "torch": ({"mode": v.get("torch_mode") if v.get("torch_loop", "torch") == "torch"
@@ -182,6 +262,9 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
                                 for side, i in ((s.get("docker") or {}).get("images") or {}).items()},
                      "install_set_bytes": s.get("install_set_bytes"),
                      "steps": (s.get("conditions") or {}).get("steps"),
+                     # the models its runs trained (the stage runs the card's first model only: say which)
+                     "models": list(dict.fromkeys(r.get("model") for r in explore.kept_records(d, "footprint")
+                                                  if isinstance(r, dict) and r.get("model"))),
                      "conditions": info["conditions"]}
 
     devices = {i["conditions"].get("device") for i in infos if i["conditions"].get("device")}
@@ -195,6 +278,7 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
     return {
         # a folder whose runs span commits (a resume after tr2.retire) differs as two stages at two commits do
         "commits": commits, "commits_differ": len(set(commits.values()).union(*map(run_commits, infos))) > 1,
+        "run_commits": sorted(c for c in set(commits.values()).union(*map(run_commits, infos)) if c),
         "minutes_of_runs": round(sum(i["time"]["seconds"] for i in infos) / 60, 1),
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir, beside_rows),
@@ -206,6 +290,7 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
         "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
         "stages_missing": [s for s in STAGES if s not in by_stage],
         "preview": preview, "edition": edition, "beside": beside_rows,
+        "compared": compared(dirs, infos, rows, devices),
     }
 
 
@@ -250,11 +335,13 @@ def beside_checks(dirs, card_name: str, html_dir) -> list[dict]:
                            "(the card's own folders are the report's)")
         checks = []
         if stage == "method_a":
+            lists = {(c.get("model"), c.get("dtype")): c.get("seeds") or [] for c in explore.summary(p).get("configs", [])}
             for v in explore.verdicts_a(p).to_dict("records"):
                 seeds, steps = _whole(v.get("seeds")), _whole(v.get("steps"))
                 how = (f"{seeds} seed(s) a side" if seeds else "") + (f", {steps} steps" if seeds and steps else "")
                 checks.append({"what": f"{v['model']} {v['dtype']}", "passed": _truth(v.get("passed")),
-                               "reason": f"{how}: {v.get('reason')}" if how else v.get("reason")})
+                               "reason": f"{how}: {v.get('reason')}" if how else v.get("reason"),
+                               "seed_list": list(lists.get((v["model"], v["dtype"])) or [])})
         else:
             for v in explore.verdicts_b(p).to_dict("records"):
                 checks.append({"what": v["model"], "passed": _truth(v.get("passed")), "reason": v.get("reason")})
@@ -300,13 +387,21 @@ def rule9_banners(card_name: str, dirs, devices) -> tuple[dict | None, dict | No
     published card and this card is another, it is that card's reduced edition when its `edition` names it (with
     the card's reason in one line), else a preview; either way with what it runs differently, key by key. (None,
     None) for the published card itself and CPU cards (those carry the CPU banner). This card is the first folder's
-    card.yaml: what ran, whatever the checkout's card file says now, and `edition` is read again here, not trusted
-    from validation (a folder's card.yaml may be one the checkout no longer accepts: it is read as written)."""
+    card.yaml, each stage's own keys (series, method_a, ...) from that stage's folder's card.yaml: what ran, whatever
+    the checkout's card file says now (a method A card extended after its runs reads as extended), and `edition` is
+    read again here, not trusted from validation (a folder's card.yaml may be one the checkout no longer accepts: it is read as written)."""
     device = next(iter(devices), None) if len(devices) == 1 else None
     published = PUBLISHED.get(device)
     if published is None or card_name == published or not dirs:
         return None, None
     card = _as_read(read_yaml(Path(dirs[0]) / "card.yaml"))
+    # a stage's own keys as its own folder's card ran them (a method A folder's card extended after its runs keeps
+    # its seeds there, not in the series folder's copy of the card)
+    for d in dirs:
+        st = stage_of(Path(d))
+        own = _as_read(read_yaml(Path(d) / "card.yaml")) if st in _STAGE_KEYS and (Path(d) / "card.yaml").is_file() else {}
+        if st in card and isinstance(own.get(st), dict):
+            card = {**card, st: own[st]}
     changes = _changes(card, _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml")))
     e = card.get("edition")   # a claim for another card or another device's published card leaves a preview
     if isinstance(e, dict) and e.get("of") == published and isinstance(e.get("reason"), str) and e["reason"].strip():

@@ -1,0 +1,309 @@
+"""The H200 report read as a sceptic would (results/cpu-checks-20261205/report-audit.md): each test here is one of the
+audit's fixes to the code that writes TR-2, and fails on the code before it."""
+import json
+from pathlib import Path
+
+import matplotlib
+import nbformat
+import pytest
+import yaml
+
+import tr2.report as rp
+from tr2 import REPO_ROOT, explore
+from tr2 import explore_plots as plots
+from tr2.report import verdicts
+from tr2.summary import save_figure
+from test_report import CARD, MACHINE, _beside_folders, make_results
+
+bs4 = pytest.importorskip("bs4")
+matplotlib.use("Agg")
+
+GPU = dict(CARD, card="h200-lean", machine="nvidia-h200", device="cuda", torch_modes=["reduce-overhead"],
+           cuda_graph=True, method_a={"torch_mode": "default"},
+           edition={"of": "h200", "reason": "The minutes hold a third of the card; three seeds a side."})
+
+
+def _gpu_results(root, card=GPU):
+    """The fake results of test_report on a reduced GPU card: one PyTorch mode, the cupy side graphed."""
+    make_results(root, card=card)
+    series = sorted(root.glob("series-*"))[-1]
+    s = json.loads((series / "summary.json").read_text())
+    for v in s["verdicts"]:
+        v["torch_mode"] = "reduce-overhead"
+    s["configurations"] = [{"config": f"{v['model']}/{v['dtype']}/{v['build']}", "cuda_graph": True}
+                           for v in s["verdicts"]]
+    (series / "summary.json").write_text(json.dumps(s))
+    return rp.choose_dirs(card["card"], root=root)
+
+
+def _page(tmp_path, card=GPU):
+    dirs = _gpu_results(tmp_path / "results", card)
+    data = rp.build_table(card["card"], dirs, tmp_path)
+    return data, bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+
+
+# 1. the stage notebooks' paragraph about their parameters cell, which the report drops
+
+def test_the_report_drops_the_paragraph_about_the_dropped_parameters_cell(tmp_path):
+    """Every stitched stage of the H200 report said "The defaults below are the `smoke` card's: a tiny model on the
+    CPU, which proves the pipeline runs and measures nothing" above a parameters cell the report leaves out."""
+    root = tmp_path / "results"
+    make_results(root)
+    nb_path = sorted(root.glob("series-*"))[-1] / "series.ipynb"
+    nb = nbformat.read(str(nb_path), as_version=4)
+    nb.cells[0].source = ("# series notebook\n\nThe clock. Both sides print their iter lines.\n\n"
+                          "The defaults below are the `smoke` card's: a tiny model on the CPU, which proves the pipeline "
+                          "runs and measures\nnothing.")
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell("The defaults below are the `smoke` card's: the tiny model."))
+    nbformat.write(nb, str(nb_path))
+    html_path, _ = rp.build_report("demo", root=root, out=tmp_path / "report" / "TR-2.html")
+    text = " ".join(bs4.BeautifulSoup(html_path.read_text(), "html.parser").get_text().split())
+    assert "The clock. Both sides print their iter lines." in text
+    assert "The defaults below" not in text and "measures nothing" not in text
+    from tr2.report.stitch import drop_defaults_note
+    assert drop_defaults_note("a\n\nb\n") == "a\n\nb\n"   # a cell without it is left as it was
+
+
+# 2. the commits table's machines, where most calls recorded none
+
+def test_calls_that_recorded_no_machine_are_not_counted_as_on_one(tmp_path):
+    """Method A's 13 calls read "13 on 1 machine" where 11 of them ran before calls recorded their GPUs (the edition's
+    sessions 1-3 ran on fresh machines): the count speaks for the recorded calls only, and says so."""
+    make_results(tmp_path / "results")
+    dirs = rp.choose_dirs("demo", root=tmp_path / "results")
+    a = next(d for d in dirs if Path(d).name.startswith("method_a-"))
+    lines = [{"stage": "method_a", "started": f"2026-11-29T10:0{i}:00+00:00", "commit": MACHINE["commit"]}
+             for i in range(3)]
+    lines += [{"stage": "method_a", "started": f"2026-11-29T11:0{i}:00+00:00", "commit": MACHINE["commit"],
+               "gpus": ["GPU-aaaa"]} for i in range(2)]
+    (a / "sessions.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    soup = bs4.BeautifulSoup(rp.front_page_html(rp.build_table("demo", dirs, tmp_path)), "html.parser")
+    cell = soup.find(id="commits-table").find("tr", attrs={"data-folder": a.name}).find("td", class_="calls")
+    assert cell["data-machines"] == "1" and cell["data-unrecorded"] == "3"
+    assert " ".join(cell.get_text().split()) == \
+        "5: the 2 that recorded their machine on 1 machine, 3 made before calls recorded it"
+
+
+# 3. a key retired twice: each resume at the commit of its own reruns
+
+def _twice_retired(tmp_path):
+    """The edition's method A as records: made at A, retired at B and rerun at C, seeds added at D and made at E,
+    the rerun key and an added one retired again at F and rerun there."""
+    A, B, C, D, E, F = (x * 40 for x in "abcdef")
+    d = tmp_path / "results" / "method_a-20261202-170258-test"
+    d.mkdir(parents=True)
+    (d / "card.yaml").write_text(yaml.safe_dump(dict(CARD, card="test")))
+    (d / "machine.json").write_text(json.dumps(MACHINE))
+    (d / "summary.json").write_text(json.dumps({"stage": "method_a", "configs": []}))
+    (d / "sessions.jsonl").write_text("".join(json.dumps({"stage": "method_a", "commit": c}) + "\n"
+                                              for c in (A, C, E, F)))
+    rec = lambda key, commit, **kw: {"key": key, "status": "ok", "wall_s": 1.0, "commit": commit, **kw}  # noqa: E731
+    retired = [rec("m/bf16/cupy/1", A, retired_at="2026-12-03T12:58:43+00:00", retired_by_commit=B, retired_reason="one"),
+               rec("m/bf16/cupy/1", C, retired_at="2026-12-04T21:18:19+00:00", retired_by_commit=F, retired_reason="two"),
+               rec("m/bf16/cupy/4", E, retired_at="2026-12-04T21:18:19+00:00", retired_by_commit=F, retired_reason="two")]
+    kept = [rec("m/bf16/torch/1", A), rec("m/bf16/cupy/1", F), rec("m/bf16/torch/4", E), rec("m/bf16/cupy/4", F)]
+    (d / "retired.jsonl").write_text("".join(json.dumps(r) + "\n" for r in retired))
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    (d / "extended.jsonl").write_text(json.dumps({"extended_at": "2026-12-04T10:20:20+00:00", "extended_by_commit": D,
+                                                  "added": [4], "runs": ["m/bf16/torch/4", "m/bf16/cupy/4"],
+                                                  "extended_reason": "five seeds"}) + "\n")
+    return d, (A, B, C, D, E, F)
+
+
+def test_a_key_retired_twice_is_rerun_at_each_retirements_own_commit(tmp_path):
+    """The edition's first retirement (at 82bbfca) was rerun at 062562a, whose records a second retirement (at
+    f2e0be6) took out again: the reproduce command resumed the first at f2e0be6, the second one's commit."""
+    d, (A, B, C, D, E, F) = _twice_retired(tmp_path)
+    got = {g["reason"]: g["rerun_commits"] for g in explore.retired_runs(d)}
+    assert got == {"one": [C], "two": [F]}
+    (x,) = explore.extensions(d)
+    assert x["run_commits"] == [E]   # where the added runs were made, one of them retired since
+    command = verdicts.commands("test", [verdicts.folder_info(d, tmp_path)], tmp_path)[d.name]
+    steps = command.split(" && ")
+    first = steps.index(next(s for s in steps if "--reason one" in s))
+    assert steps[first + 1:first + 3] == [f"git checkout {C[:12]}", f"python -m tr2.runner method_a --resume results/{d.name}"]
+    assert f"git checkout {E[:12]}" in steps[steps.index(next(s for s in steps if "--extend" in s)) + 1]
+
+
+# 4. the edition's reductions: each stage's keys as its own folder ran them
+
+def test_a_reduction_undone_by_an_extension_is_not_listed(tmp_path):
+    """The series folder's card says three seeds; the method A folder's card was extended to the full card's five:
+    the banner listed "method_a.seeds: [1337, 1338, 1339] (published: ...)" beside the note that said they were five."""
+    full = yaml.safe_load((REPO_ROOT / "params" / "cards" / "h200.yaml").read_text())
+    card = {**full, "card": "h200-lean", "torch_modes": ["reduce-overhead"],
+            "method_a": {**full["method_a"], "seeds": [1337, 1338, 1339]}, "edition": GPU["edition"]}
+    dirs = _gpu_results(tmp_path / "results", card)
+    a = next(d for d in dirs if Path(d).name.startswith("method_a-"))
+    (a / "card.yaml").write_text(yaml.safe_dump({**card, "method_a": full["method_a"]}))
+    data = rp.build_table("h200-lean", dirs, tmp_path)
+    assert data["edition"]["changes"] == [
+        "torch_modes: ['reduce-overhead'] (published: ['eager', 'default', 'reduce-overhead', 'max-autotune'])"]
+
+
+# 5. what "PyTorch's fastest mode" is, what the cupy side timed and what the checks ran, beside the verdicts
+
+def test_the_front_page_says_which_modes_were_not_timed_and_what_the_checks_ran(tmp_path):
+    data, soup = _page(tmp_path)
+    note = " ".join(soup.find(id="comparison-note").get_text().split())
+    assert "PyTorch ran in one mode only, reduce-overhead (torch.compile (Inductor) with CUDA graphs)" in note
+    assert "Not timed here: eager" in note and "max-autotune (torch.compile with autotuned kernels and CUDA graphs)" in note
+    assert "which the full card h200 times; no verdict on this page speaks for them" in note
+    assert "cupy-hr (bfloat16, with --half-roundings" in note and "the whole step replayed as one CUDA graph" in note
+    assert "method A's torch side in default mode" in note and "the cupy side without its CUDA graph" in note
+    # before the step-time table and in its caption
+    text = str(soup)
+    assert text.index('id="comparison-note"') < text.index('id="verdict-table"')
+    caption = " ".join(soup.find(id="verdict-table").find("caption").get_text().split())
+    assert caption.startswith("PyTorch's fastest mode: the fastest of those this card ran (reduce-overhead); "
+                              "not timed: eager, default, max-autotune.")
+    # the published card itself names no mode as untimed
+    full, soup = _page(tmp_path / "full", dict(GPU, card="h200", torch_modes=["eager", "reduce-overhead"], edition=None))
+    assert full["compared"]["torch_modes_not_run"] == [] and "Not timed here" not in soup.get_text()
+
+
+def test_the_header_names_whose_commit_it_gives_when_the_stages_differ(tmp_path):
+    make_results(tmp_path / "results")
+    dirs = rp.choose_dirs("demo", root=tmp_path / "results")
+    a = next(d for d in dirs if Path(d).name.startswith("method_a-"))
+    (a / "machine.json").write_text(json.dumps(dict(MACHINE, commit="fedcba9876543210")))
+    data = rp.build_table("demo", dirs, tmp_path)
+    head = " ".join(bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(class_="tr2-edition").get_text().split())
+    assert data["commits_differ"] and "at tr2 commit 0123456789ab (the series'; the stages' runs were made at 2 commits" in head
+
+
+def test_method_a_says_how_near_its_limit_it_came(tmp_path):
+    """The correctness table gave method B's numbers and none of method A's: the judged step nearest its limit."""
+    root = tmp_path / "results"
+    make_results(root)
+    a = sorted(root.glob("method_a-*"))[-1]
+    s = json.loads((a / "summary.json").read_text())
+    s["configs"][0]["seeds"] = [1, 2, 3, 4, 5]
+    s["configs"][0]["verdict"]["steps"] = [
+        {"step": 1000, "diff": 0.002, "allowed": 0.02, "ok": True}, {"step": 1250, "diff": 0.015, "allowed": 0.019, "ok": True},
+        {"step": 1500, "diff": 0.018, "allowed": 0.05, "ok": True}]
+    (a / "summary.json").write_text(json.dumps(s))
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    row = soup.find(id="correctness-table").find("tr", attrs={"data-model": "tiny", "data-dtype": "float32"})
+    why = " ".join(row.find_all("td")[3].get_text().split())
+    assert why == ("5 seeds a side: within ranges; nearest its limit at step 1250: medians 0.0150 apart, 0.0190 allowed "
+                   "(79% of it)")
+
+
+def test_method_a_has_a_chart_of_its_margins(tmp_path):
+    """The stage's plot shows losses from 1.5 to 4.3 where the judged differences are 0.01-0.02; the front page draws
+    each judged evaluation's signed difference over what was allowed, axes named."""
+    root = tmp_path / "results"
+    make_results(root)
+    a = sorted(root.glob("method_a-*"))[-1]
+    s = json.loads((a / "summary.json").read_text())
+    s["configs"][0]["verdict"]["steps"] = [
+        {"step": 1000, "diff": 0.002, "allowed": 0.02, "cupy_median": 1.5, "torch_median": 1.502, "ok": True},
+        {"step": 1250, "diff": 0.015, "allowed": 0.019, "cupy_median": 1.515, "torch_median": 1.5, "ok": True}]
+    (a / "summary.json").write_text(json.dumps(s))
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    row = next(r for r in data["rows"] if (r["model"], r["dtype"]) == ("tiny", "float32"))
+    assert row["method_a"]["closest"]["shares"] == [[1000, -0.1], [1250, 0.7895]]
+    fig = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(id="method-a-chart")
+    assert fig is not None and fig.find("svg") is not None
+    svg = str(fig.find("svg"))
+    assert "training step of the evaluation" in svg and "(cupy - torch median) / larger range" in svg
+    assert "the limit (rule 41)" in svg and "beyond the dashed lines at ±1 the check fails" in fig.get_text()
+
+
+def test_a_check_beside_that_shares_the_cards_seeds_says_it_is_not_independent(tmp_path):
+    """The char model's float32 replication beside the edition drew seeds 1340-1344, and the edition's method A, extended
+    to 1337-1341, ran 1340 and 1341 too (their cupy runs identical to the byte): the page called it a check that
+    bears on the card's without saying it shares two of its five seeds a side."""
+    root = tmp_path / "results"
+    make_results(root)
+    a, b = _beside_folders(root)
+    own = next(d for d in rp.choose_dirs("demo", root=root) if d.name.startswith("method_a-"))
+    s = json.loads((own / "summary.json").read_text())
+    for c in s["configs"]:
+        c["seeds"] = [4, 5, 6, 7, 8]
+    (own / "summary.json").write_text(json.dumps(s))
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path, [a, b])
+    assert [c["shared_seeds"] for f in data["beside"] for c in f["checks"]] == [[4, 5], []]
+    rows = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").select("#beside-table tbody tr")
+    assert "not independent of this card's check: it shares seeds 4, 5 with this card's method A for tiny bfloat16" in \
+        " ".join(rows[0].get_text().split())
+    assert "not independent" not in rows[1].get_text()
+
+
+def test_the_footprint_names_the_model_it_ran(tmp_path):
+    root = tmp_path / "results"
+    make_results(root)
+    f = sorted(root.glob("footprint-*"))[-1]
+    (f / "footprint.jsonl").write_text("".join(json.dumps({"key": k, "model": "nanogpt", "wall_s": 2.0}) + "\n"
+                                               for k in ("a", "b")))
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    text = " ".join(bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").get_text().split())
+    assert "From one short run of each configuration of nanogpt only (10 steps" in text
+
+
+def test_a_stitch_at_uncommitted_code_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(verdicts, "git_commit", lambda: {"commit": "ab" * 20, "dirty": True})
+    make_results(tmp_path / "results")
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=tmp_path / "results"), tmp_path)
+    head = " ".join(bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(class_="tr2-edition").get_text().split())
+    assert head.endswith("at commit abababababab (with uncommitted changes).")
+
+
+def test_the_verdict_chart_is_the_same_bytes_each_time(tmp_path):
+    """A restitch changed every id and the date of the chart's SVG, so its diff hid what had changed."""
+    data, _ = _page(tmp_path)
+    first = rp.front.verdict_chart_svg(data)
+    assert first and first == rp.front.verdict_chart_svg(data) and "<dc:date>" not in first
+
+
+# 6. the plots: a legend clear of the axis label, bars with room
+
+def _boxes(fig):
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    return ax, ax.get_legend().get_window_extent(r), ax.xaxis.label.get_window_extent(r), r
+
+
+def test_the_footprint_plots_legend_does_not_cover_its_axis_label(tmp_path):
+    """bytes.png of the H200 edition: save_figure's own tight_layout undid the strip kept for a figure legend."""
+    cats = ["interpreter", "python_packages", "nvidia_libraries", "nvidia_driver", "other_libraries"]
+    import pandas as pd
+    table = pd.DataFrame([{"side": s, "dtype": t, "mode": m, "status": "ok", **{f"bytes_{c}": 1e8 * (i + 1) for i, c in enumerate(cats)}}
+                          for s, m in (("cupy", None), ("torch", "reduce-overhead")) for t in ("float32", "bfloat16")])
+    fig = plots.footprint_bytes(table, cats)
+    fig.suptitle("What each run needed where it trained, by category")
+    fig.tight_layout()   # as save_figure lays it out
+    ax, legend, label, _ = _boxes(fig)
+    assert ax.get_legend() is not None and not legend.overlaps(label) and legend.y1 <= label.y0
+    save_figure(fig, tmp_path / "bytes.png", "t")
+
+
+def test_the_families_plot_leaves_the_bars_room(tmp_path):
+    """families.png of the H200 edition: a legend beside the bars and long run labels left them about an inch."""
+    import pandas as pd
+    fams = ["matmul/gemm", "attention", "triton-fused", "adamw", "layernorm", "gelu", "cross-entropy",
+            "reduction/norm", "memset", "copy/cast", "other", "elementwise/residual", "embedding", "dropout"]
+    rows = [{"card": "h200-edition", "model": m, "dtype": t, "label": lab, "family": f, "us_per_step": 100.0 * (i + 1)}
+            for m in ("nanogpt", "gpt2-small") for t in ("float32", "bfloat16")
+            for lab in ("torch reduce-overhead", "cupy half-roundings graph") for i, f in enumerate(fams)]
+    fig = plots.family_bars(pd.DataFrame(rows))
+    fig.suptitle("Kernel families per step in the profiled runs' window (they explain a step time, never stand in for one)")
+    fig.tight_layout()
+    ax, legend, label, r = _boxes(fig)
+    assert ax.get_window_extent(r).width >= 0.4 * fig.bbox.width
+    assert not legend.overlaps(label) and not legend.overlaps(ax.get_window_extent(r))
+
+
+def test_a_row_without_a_method_a_folder_renders(tmp_path):
+    """A configuration whose method A has no finished folder (its card.yaml unreadable, or the stage not run) has a
+    check without seeds: the row says so, and the template must not ask the missing check for its seeds."""
+    root = tmp_path / "results"
+    make_results(root)
+    dirs = [d for d in rp.choose_dirs("demo", root=root) if "method_a-" not in str(d)]
+    data = rp.build_table("demo", dirs, tmp_path)
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    row = soup.find(id="correctness-table").find("tr", attrs={"data-model": "tiny", "data-dtype": "float32"})
+    assert "method A has no finished folder" in row.get_text()
