@@ -12,7 +12,9 @@ CARD   ?= $(if $(HAS_GPU),h200,cpu)
 # knows its card (card.yaml): CARD is passed along only when given (make ... CARD=x), and must then agree.
 RESUME ?=
 CARD_GIVEN = $(filter command line environment environment override,$(origin CARD))
-RUN_STAGE = $(PY) -m tr2.runner $(1) $(if $(RESUME),--resume $(RESUME) $(if $(CARD_GIVEN),--card $(CARD)),--card $(CARD))
+# CARD= given empty would reach the runner as `--card` with no value (argparse's "expected one argument"): one line here
+NEED_CARD = $(if $(strip $(CARD)),,$(error CARD: '' is not allowed; allowed: a card name under params/cards/ (e.g. cpu) or a card file))
+RUN_STAGE = $(PY) -m tr2.runner $(1) $(if $(RESUME),--resume $(RESUME) $(if $(CARD_GIVEN),$(NEED_CARD)--card $(CARD)),$(NEED_CARD)--card $(CARD))
 # A CPU build of PyTorch: this pin is the one the CPU machines here carry on disk; elsewhere pip
 # falls back to PyTorch's CPU index.
 TORCH_CPU ?= torch==2.13.0
@@ -73,7 +75,7 @@ bench: setup  ## one clocked run of every model and type on both sides (tiny sta
 	  $(PY) scripts/device_bench.py results/bench-$(shell date +%Y%m%d-%H%M%S)-$(CARD) bench:3600
 
 report: setup  ## stitch the newest executed notebooks of CARD into report/TR-2.html
-	$(PY) -m tr2.report --card $(CARD) --out report/TR-2.html
+	$(PY) -m tr2.report $(NEED_CARD)--card $(CARD) --out report/TR-2.html
 
 all: setup  ## every stage on the default card, then the report (the main job)
 	$(call RUN_STAGE,series)

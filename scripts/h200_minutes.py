@@ -11,7 +11,6 @@ for a card with these estimates, and the commands that fit a session, without ru
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import csv
 import functools
@@ -23,12 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tr2 import REPO_ROOT, RESULTS_DIR, Tr2Error
+from tr2 import REPO_ROOT, RESULTS_DIR, Tr2Error, trainargs
 from tr2.clock import read_stamped_log
 from tr2.results import read_jsonl, read_yaml, write_text_atomic
 from tr2.trainlog import parse_iter
 
 CSV_PATH = REPO_ROOT / "docs" / "h200-minutes.csv"
+H200_MACHINE = "nvidia-h200"  # the `machine` of the cards whose runs these files measured
 
 # --------------------------------------------------------------------------------------------------- sources
 
@@ -663,9 +663,15 @@ def pieces_text(card: dict, m: Optional[Model] = None) -> str:
     return "\n".join(lines)
 
 
+class Parser(trainargs.Parser):   # one line for a bad argument (its subcommands' too), an option given twice refused
+    def error(self, message):
+        sys.stderr.write(f"h200_minutes: error: {message}\n")
+        sys.exit(2)
+
+
 def main(argv=None) -> int:
     from tr2.cards import load_card
-    p = argparse.ArgumentParser(prog="python scripts/h200_minutes.py", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python scripts/h200_minutes.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("table", help="write the per-kind table of the full card (docs/h200-minutes.csv)")
     t.add_argument("--card", default="h200")
@@ -682,6 +688,11 @@ def main(argv=None) -> int:
         return 0
     try:
         card = load_card(a.card)
+        if card["machine"] != H200_MACHINE:   # no committed run models another machine's
+            raise Tr2Error(f"--card: {a.card!r} is a card of machine {card['machine']!r}; allowed: a card of machine "
+                           f"{H200_MACHINE} (e.g. h200, h200-edition)")
+        if a.cmd == "table" and a.out != "-":
+            trainargs.check_output_path("--out", a.out, make_folder=True)   # before the table is built, not at its end
         if a.cmd == "table":
             text = csv_text(table(card))
             if a.out == "-":
@@ -698,7 +709,7 @@ def main(argv=None) -> int:
             print(pieces_text(card))
         return 0
     except Tr2Error as e:
-        sys.stderr.write(f"h200_minutes: error: {e}\n")
+        sys.stderr.write(f"h200_minutes: error: {str(e).removeprefix('h200_minutes: ')}\n")
         return 2
 
 

@@ -23,7 +23,6 @@ Exit 0 when every run is identical, 1 when one is not (or did not run to its end
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -37,11 +36,12 @@ from tr2.results import append_jsonl, runs_file, stage_of  # noqa: E402
 from tr2.results import read_jsonl  # noqa: E402
 from tr2.retire import select as select_keys  # noqa: E402
 from tr2.sysinfo import git_commit  # noqa: E402
+from tr2 import trainargs  # noqa: E402
 
 TRAINER = ("-m", "tr2.train")
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(trainargs.Parser):   # its one line, and an option given twice refused, under this script's name
     def error(self, message):
         sys.stderr.write(f"identity_check: error: {message}\n")
         sys.exit(2)
@@ -138,15 +138,18 @@ def main(argv=None) -> int:
         folder = Path(a.folder).resolve()
         if not folder.is_dir():
             raise Tr2Error(f"FOLDER: {a.folder!r} is not a folder; allowed: a stage's results folder")
-        if not a.out.endswith(".jsonl"):
-            raise Tr2Error(f"--out: {a.out!r} does not end in .jsonl; allowed: a JSON lines file, e.g. out/identity.jsonl")
+        # checked before the reruns, which take minutes: the first line is appended after the first of them
+        trainargs.check_output_path("--out", a.out, ".jsonl", make_folder=True)
+        out = Path(a.out)
+        scratch = Path(a.scratch) if a.scratch else out.with_name(out.name[:-len(".jsonl")] + ".runs")
+        if scratch.exists() and not scratch.is_dir():
+            raise Tr2Error(f"--scratch: {str(scratch)!r} is a file; allowed: a folder (made if missing) for the reruns' "
+                           "files")
         records = select(folder, a.runs)
         check_steps(a.steps, records)
     except Tr2Error as e:
         sys.stderr.write(f"identity_check: error: {e}\n")
         return 2
-    out = Path(a.out)
-    scratch = Path(a.scratch) if a.scratch else out.with_name(out.name[:-len(".jsonl")] + ".runs")
     scratch.mkdir(parents=True, exist_ok=True)
     commit = git_commit().get("commit")
     all_same = True

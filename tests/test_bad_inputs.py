@@ -2,6 +2,7 @@
 allowed, and nothing left behind (no results folder, no file in the folder given). One table, three
 entry points: the trainer, the runner, and the `papermill` command (through the hook `make setup` installs)."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from tr2 import REPO_ROOT
+from conftest import cuda_device_present
 
 PY = sys.executable
 SMOKE = yaml.safe_load((REPO_ROOT / "params" / "cards" / "smoke.yaml").read_text())
@@ -25,7 +27,7 @@ def _card(tmp, name, change=None, text=None, raw=None):
     else:
         c = yaml.safe_load(yaml.safe_dump(SMOKE))
         change(c)
-        p.write_text(yaml.safe_dump(c, sort_keys=False))
+        p.write_text(yaml.safe_dump(c, sort_keys=False).replace("{tmp}", str(tmp)))
     return str(p)
 
 
@@ -61,10 +63,24 @@ def _files(tmp):
     np.savez(t / "wrong.npz", a=np.zeros(3, dtype=np.float32))
     (t / "emptydir").mkdir()
     (t / "series-20261001-100000-smoke").mkdir()  # named like a folder but holding no card.yaml
+    (t / "afile").write_text("a file where a folder is expected\n")
+    (t / "regex.tsv").write_text("^(unclosed\tfamily\n")
+    (t / "latin1.tsv").write_bytes("gr\xfc\xdfe\tfamily\n".encode("latin-1"))
+    (t / "norule.tsv").write_text("# comments only\n\n")
+    (t / "notab.tsv").write_text("a pattern without its family\n")
 
 
 TRAIN = [PY, "-m", "tr2.train", "--side", "cupy", "--model", "tiny", "--steps", "5"]
 RUN = [PY, "-m", "tr2.runner", "series", "--root", "{tmp}/results"]
+REPORT = [PY, "-m", "tr2.report", "--card", "cpu"]
+FLOOR = [PY, "-m", "tr2.floor", "--side", "torch", "--model", "tiny", "--device", "cpu", "--steps", "0", "--no-tf32"]
+PROFILE = [PY, "-m", "tr2.profile_run", "--out", "{tmp}/profile", "--side", "torch", "--model", "tiny", "--device", "cpu"]
+CPU_A = str(REPO_ROOT / "results" / "method_a-20261204-214535-cpu")   # a committed method A folder of the CPU card
+CPU_SERIES = str(REPO_ROOT / "results" / "series-20261204-214321-cpu")
+IDENTITY = [PY, str(REPO_ROOT / "scripts" / "identity_check.py"), CPU_A, "--runs", "tiny/float32/cupy/1337", "--steps", "1"]
+MINUTES = [PY, str(REPO_ROOT / "scripts" / "h200_minutes.py")]
+CUBINS = [PY, "-m", "tr2.cupy_side.gpu.cubins"]
+PRODUCTS = [PY, "-m", "tr2.cupy_side.products"]
 
 # (id, argv, extra environment, words the line must hold)
 CASES = [
@@ -120,6 +136,64 @@ CASES = [
      {}, ["holds another card", "allowed: the card it was started with"]),
     ("run-no-card", RUN, {}, ["--card: missing", "allowed"]),
     ("run-stage", [PY, "-m", "tr2.runner", "dance", "--card", "smoke"], {}, ["stage: 'dance'", "allowed"]),
+    # the audit of 2026-12-05 (results/cpu-checks-20261205/bad-input-audit.md): an option given twice ran its last value
+    ("train-seed-twice", TRAIN + ["--seed", "1", "--seed", "2"], {}, ["--seed: given twice (1, then 2)",
+                                                                      "allowed: each option once"]),
+    ("train-init-folder", TRAIN + ["--init", "{tmp}/emptydir"], {}, ["--init:", "emptydir' is a folder", "allowed"]),
+    ("train-batches-folder", TRAIN + ["--batches", "{tmp}/emptydir"], {}, ["--batches:", "is a folder", "allowed"]),
+    ("train-init-empty-name", TRAIN + ["--init", ""], {}, ["--init: '' is empty", "allowed"]),
+    ("run-card-twice", RUN + ["--card", "smoke", "--card", "cpu"], {}, ["--card: given twice ('smoke', then 'cpu')"]),
+    ("run-retire-runs-twice", [PY, "-m", "tr2.runner", "method_a", "--retire", "{tmp}/emptydir", "--runs", "a", "--runs",
+                               "b", "--reason", "x"], {}, ["--runs: given twice (['a'], then ['b'])"]),
+    ("run-card-folder", RUN + ["--card", "{tmp}/emptydir"], {}, ["card file:", "is a folder", "allowed: a YAML file"]),
+    ("run-card-list-key", RUN + ["--card", "{card:listkey}"], {}, ["'[a, b]': a list as a key", "allowed: keys that"]),
+    ("run-rules-regex", RUN + ["--card", "{card:rulesregex}"], {}, ["families.rules:", "does not compile", "allowed"]),
+    ("run-rules-not-utf8", RUN + ["--card", "{card:ruleslatin}"], {}, ["families.rules:", "not UTF-8", "allowed"]),
+    ("run-rules-no-rule", RUN + ["--card", "{card:rulesnone}"], {}, ["families.rules:", "holds no rule", "allowed"]),
+    ("run-rules-no-tab", RUN + ["--card", "{card:rulesnotab}"], {}, ["families.rules:", "allowed: <regex> TAB <family>"]),
+    ("run-rules-folder", RUN + ["--card", "{card:rulesdir}"], {}, ["families.rules: 'params' is a folder", "allowed"]),
+    ("run-deadline-junk", RUN + ["--card", "smoke"], {"TR2_DEADLINE": "abc"}, ["TR2_DEADLINE: 'abc' is not allowed",
+                                                                                "allowed: a Unix time"]),
+    ("run-deadline-negative", RUN + ["--card", "smoke"], {"TR2_DEADLINE": "-5"}, ["TR2_DEADLINE: '-5' is not allowed"]),
+    ("run-root-twice", RUN + ["--card", "smoke", "--root", "{tmp}/afile"], {}, ["--root: given twice"]),
+    ("run-root-a-file", [PY, "-m", "tr2.runner", "series", "--card", "smoke", "--root", "{tmp}/afile"], {},
+     ["--root:", "afile' is not a folder", "allowed"]),
+    ("report-out-folder", REPORT + ["--out", "{tmp}/emptydir"], {}, ["--out:", "is a folder", "allowed"]),
+    ("report-out-under-a-file", REPORT + ["--out", "{tmp}/afile/r.html"], {}, ["--out:", "afile', which is not a folder"]),
+    ("report-out-not-html", REPORT + ["--out", "{tmp}/r.txt"], {}, ["--out:", "does not end in .html", "allowed"]),
+    ("report-dirs-twice", REPORT + ["--out", "{tmp}/r.html", "--dirs", CPU_SERIES, CPU_SERIES + "/"], {},
+     ["--dirs:", "given twice", "allowed: each folder once"]),
+    ("floor-perturb-seed-negative", FLOOR + ["--perturb-seed", "-1"], {}, ["--perturb-seed: -1 is not allowed",
+                                                                           "from 0 to 4294967295"]),
+    ("floor-perturb-seed-huge", FLOOR + ["--perturb-seed", str(2**64)], {}, ["--perturb-seed:", "from 0 to"]),
+    ("floor-tf32-on", FLOOR[:-1], {}, ["--no-tf32: missing", "allowed: --no-tf32"]),
+    ("floor-side-twice", FLOOR + ["--side", "cupy"], {}, ["--side: given twice"]),
+    ("floor-perturb-twice", FLOOR + ["--perturb", "once", "--perturb", "every"], {}, ["--perturb: given twice"]),
+    ("profile-window-backwards", PROFILE + ["--steps", "4", "--window", "4", "2"], {}, ["--window: 4 2", "allowed"]),
+    ("profile-model-unknown", PROFILE[:-4] + ["--model", "nope", "--device", "cpu", "--steps", "4", "--window", "2", "4"], {},
+     ["--model: 'nope' is not allowed"]),
+    ("profile-window-past-steps", PROFILE + ["--steps", "4", "--window", "2", "40"], {}, ["--window: 40 is past --steps 4"]),
+    ("profile-out-file", [PY, "-m", "tr2.profile_run", "--out", "{tmp}/afile", *PROFILE[5:], "--steps", "4", "--window",
+                          "2", "4"], {}, ["--out:", "is a file", "allowed: a folder"]),
+    ("identity-out-under-a-file", IDENTITY + ["--out", "{tmp}/afile/x/y.jsonl"], {}, ["--out:", "afile', which is not a "
+                                                                                            "folder"]),
+    ("identity-out-folder", IDENTITY + ["--out", "{tmp}/emptydir"], {}, ["--out:", "is a folder", "allowed"]),
+    ("identity-scratch-file", IDENTITY + ["--out", "{tmp}/x.jsonl", "--scratch", "{tmp}/afile"], {},
+     ["--scratch:", "is a file", "allowed: a folder"]),
+    ("identity-steps-twice", IDENTITY + ["--steps", "2", "--out", "{tmp}/x.jsonl"], {}, ["--steps: given twice (1, then 2)"]),
+    ("minutes-no-command", MINUTES, {}, ["h200_minutes: error: the following arguments are required: cmd"]),
+    ("minutes-cpu-card", MINUTES + ["plan", "--card", "cpu"], {}, ["--card: 'cpu' is a card of machine 'cpu'",
+                                                                  "allowed: a card of machine nvidia-h200"]),
+    ("minutes-out-folder", MINUTES + ["table", "--out", "{tmp}/emptydir"], {}, ["--out:", "is a folder"]),
+    ("minutes-out-under-a-file", MINUTES + ["table", "--out", "{tmp}/afile/m.csv"], {}, ["--out:", "which is not a folder"]),
+    ("minutes-card-twice", MINUTES + ["plan", "--card", "h200", "--card", "h200-quick"], {}, ["--card: given twice"]),
+    ("cubins-arch-bad", CUBINS + ["--arch", "sm_xx"], {}, ["--arch: 'sm_xx' is not allowed", "allowed: sm_"]),
+    ("cubins-unknown-option", CUBINS + ["--bogus"], {}, ["cubins: error: unrecognized arguments: --bogus"]),
+    ("cubins-arch-twice", CUBINS + ["--arch", "sm_90", "--arch", "sm_80"], {}, ["--arch: given twice"]),
+    ("cubins-nvrtc-missing", CUBINS + ["--arch", "sm_90"], {"TR2_NVRTC": "{tmp}/none/libnvrtc.so.12"},
+     ["TR2_NVRTC=", "none/libnvrtc.so.12", "allowed: a libnvrtc that loads"]),
+    ("products-models-bad", PRODUCTS + ["--models", "foo"], {}, ["--models: 'foo' is not allowed", "allowed:"]),
+    ("products-builds-twice", PRODUCTS + ["--builds", "f32", "--builds", "tf32"], {}, ["--builds: given twice"]),
 ]
 
 CARDS = {
@@ -136,6 +210,12 @@ CARDS = {
     "editioncpu": dict(change=_set("edition", {"of": "h200", "reason": "GPU minutes"})),
     "editionname": dict(change=_gpu_edition("h200")),
     "editionbare": dict(change=_gpu_edition({"of": "h200"})),
+    "listkey": dict(text=(REPO_ROOT / "params/cards/smoke.yaml").read_text() + "? [a, b]\n: c\n"),
+    "rulesregex": dict(change=_set("families.rules", "{tmp}/regex.tsv")),
+    "ruleslatin": dict(change=_set("families.rules", "{tmp}/latin1.tsv")),
+    "rulesnone": dict(change=_set("families.rules", "{tmp}/norule.tsv")),
+    "rulesnotab": dict(change=_set("families.rules", "{tmp}/notab.tsv")),
+    "rulesdir": dict(change=_set("families.rules", "params")),
 }
 
 
@@ -167,6 +247,19 @@ def test_refused_in_one_line(tmp_path, argv, env, words):
         assert w in r.stderr, (w, r.stderr)
     assert r.stdout == ""
     assert _snapshot(tmp_path, REPO_ROOT / "results") == before   # nothing written
+
+
+@pytest.mark.parametrize("target", ["series", "report", "all"])
+def test_make_refuses_an_empty_card_in_one_line(target):
+    """`make series CARD=` gave the runner `--card` with no value (argparse's "expected one argument", no allowed
+    set); make stops it first. -n: nothing would run even if the card were good."""
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    r = subprocess.run(["make", "-n", "--no-print-directory", target, "CARD="], capture_output=True, text=True,
+                       cwd=REPO_ROOT, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.count("\n") == 1 and "CARD: '' is not allowed; allowed: a card name under params/cards/" in r.stderr
+    assert "tr2.runner" not in r.stdout and "tr2.report" not in r.stdout
 
 
 def test_at_least_thirty_bad_inputs():
@@ -226,8 +319,10 @@ def test_kernel_teardown_report_is_left_out_and_nothing_else():
     ("smoke", ["-p", "device", "cuda"], ["device: 'cuda'", "no CUDA device"]),
     ("rounds", [], ["series.rounds: 100000"]),
     ("editionquick", [], ["edition.of: 'h200-quick' is not allowed"]),
-], ids=["list", "duplicate", "empty", "no-series", "device-cuda", "rounds", "edition-not-published"])
+    ("rulesregex", [], ["families.rules:", "does not compile"]),
+], ids=["list", "duplicate", "empty", "no-series", "device-cuda", "rounds", "edition-not-published", "rules-regex"])
 def test_papermill_refuses_in_one_line(tmp_path, papermill_bin, card, extra, words):
+    _files(tmp_path)   # the rules files a card may name
     path = str(REPO_ROOT / "params/cards/smoke.yaml") if card == "smoke" else _card(tmp_path, card, **CARDS[card])
     before = _snapshot(REPO_ROOT / "results")
     r = subprocess.run([str(papermill_bin), "notebooks/series.ipynb", str(tmp_path / "out.ipynb"), "-f", path, *extra,
@@ -245,3 +340,16 @@ def test_papermill_refuses_in_one_line(tmp_path, papermill_bin, card, extra, wor
     for w in words:
         assert w in errors[0], (w, errors[0])
     assert _snapshot(REPO_ROOT / "results") == before   # no results folder
+
+
+@pytest.mark.skipif(cuda_device_present(), reason="a machine without a usable CUDA device: here the products would be timed")
+@pytest.mark.parametrize("argv,words", [
+    (PRODUCTS, ["tr2.cupy_side.products: error: the products are timed on a GPU", "allowed: a machine with a CUDA"]),
+    (CUBINS, ["cubins: error: no GPU here to read the architecture from; pass --arch"]),
+], ids=["products", "cubins"])
+def test_gpu_tools_refuse_a_machine_without_a_gpu_in_one_line(argv, words):
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "lib")})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stdout == "", r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)

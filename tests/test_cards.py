@@ -8,7 +8,7 @@ import yaml
 
 from tr2 import REPO_ROOT, Tr2Error
 from tr2 import runner
-from tr2.cards import CARD_KEYS, card_from_notebook, load_card, validate_card
+from tr2.cards import CARD_KEYS, card_from_notebook, card_path, load_card, validate_card
 
 CARDS = REPO_ROOT / "params" / "cards"
 
@@ -165,6 +165,16 @@ def test_load_card_errors_are_one_line(tmp_path):
     assert load_card("smoke")["card"] == "smoke"  # a bare name is looked up in params/cards/
 
 
+def test_a_folder_is_no_card_file_but_a_name_is_still_a_name(tmp_path, monkeypatch):
+    """--card DIR said "does not exist" of a folder that is there; a card's name still finds its card where a folder
+    of that name lies in the working directory."""
+    with pytest.raises(Tr2Error, match=r"^card file: '.*' is a folder; allowed: a YAML file"):
+        load_card(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smoke").mkdir()
+    assert card_path("smoke") == CARDS / "smoke.yaml"
+
+
 def test_card_from_notebook(card):
     ns = {**copy.deepcopy(card), "results_dir": None, "In": [], "tr2": sys}
     before = set(ns)
@@ -180,6 +190,16 @@ def test_card_from_notebook(card):
     ns4 = dict(ns, dtypes=["float64"])
     with pytest.raises(Tr2Error, match=r"^dtypes: 'float64'"):
         card_from_notebook(ns4, before)
+
+
+def test_a_notebook_checks_the_deadline_with_the_card(card, monkeypatch):
+    """Under `papermill -f` a bad TR2_DEADLINE stopped the stage at its first run, after it made its folder."""
+    ns = {**copy.deepcopy(card), "results_dir": None}
+    before = set(ns)
+    monkeypatch.setenv("TR2_DEADLINE", "abc")
+    with pytest.raises(Tr2Error, match=r"^TR2_DEADLINE: 'abc' is not allowed"):
+        card_from_notebook(ns, before)
+    assert card_from_notebook({**ns, "render_only": True}, before | {"render_only"})["card"] == "smoke"   # runs nothing
 
 
 def test_runner_rejects_a_bad_card_in_one_line(tmp_path, capsys):

@@ -185,6 +185,20 @@ def test_profiled_window_holds_exactly_its_steps(tmp_path):
     assert "iter 3:" in r.stdout and "iter 6:" in r.stdout and "iter 9:" in r.stdout
 
 
+@pytest.mark.slow
+def test_the_profiled_runs_log_interval_is_the_windows_whatever_the_command_carries(tmp_path):
+    """The stage hands profile_run a trainer command that carries --log-interval (TrainArgs.to_argv); the window's L
+    replaces it. profile_run no longer appends a second --log-interval, which the trainer now refuses (an option given
+    twice), so this holds the replacement."""
+    out = tmp_path / "p"
+    r = subprocess.run([sys.executable, "-m", "tr2.profile_run", "--window", "2", "4", "--out", str(out), "--side",
+                        "torch", "--model", "tiny", "--device", "cpu", "--steps", "4", "--log-interval", "10"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    prof = json.loads((out / "profile.json").read_text())
+    assert prof["status"] == "ok" and prof["log_interval"] == 2 and "iter 2:" in r.stdout
+
+
 def _card():
     return validate_card({
         "card": "test", "machine": "cpu", "device": "cpu", "models": ["tiny"], "dtypes": ["float32", "bfloat16"],

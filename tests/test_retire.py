@@ -128,6 +128,26 @@ def test_bad_retirements_are_refused_in_one_line_changing_nothing(finished, caps
     assert snapshot(finished) == before
 
 
+@pytest.mark.parametrize("line", [b"not json {", b"\xff\xfe", b"[1, 2]"], ids=["text", "not-utf8", "a-list"])
+def test_a_runs_file_line_that_is_no_record_is_refused_changing_nothing(finished, capsys, line):
+    """The rewrite keeps the records read_jsonl reads: a damaged line before the last would have left the folder in
+    neither file (not moved, not retired), so it is named instead (a list line ended in a traceback)."""
+    lines = (finished / "runs.jsonl").read_bytes().splitlines(keepends=True)
+    (finished / "runs.jsonl").write_bytes(b"".join(lines[:1] + [line + b"\n"] + lines[1:]))
+    before = snapshot(finished)
+    assert retire(finished, CUPY) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "runs.jsonl line 2 is not a JSON record" in err[0] and "allowed:" in err[0], err
+    assert snapshot(finished) == before
+
+
+def test_a_torn_last_line_is_no_refusal(finished, capsys):
+    with open(finished / "runs.jsonl", "ab") as f:
+        f.write(b'{"key": "tiny/flo')   # a kill mid-append: append_jsonl cuts it too
+    assert retire(finished, CUPY) == 0
+    assert read_jsonl(finished / "runs.jsonl") and not (finished / "runs.jsonl").read_bytes().endswith(b'flo')
+
+
 def test_a_folder_of_another_stage_or_none_is_refused(finished, tmp_path, capsys):
     before = snapshot(finished)
     assert retire(finished, CUPY, stage_name="method_b") == 2

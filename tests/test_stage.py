@@ -394,12 +394,37 @@ def test_the_model_gives_a_runs_seconds_on_the_h200_only(tmp_path):
     assert stage.modelled_seconds(stage.Folder(d, "method_a", None, card())) is None   # off the H200: no model
 
 
-def test_a_bad_deadline_is_one_line(tmp_path, monkeypatch):
-    monkeypatch.setenv("TR2_DEADLINE", "soon")
-    with pytest.raises(Tr2Error, match=r"^TR2_DEADLINE: 'soon' is not allowed; allowed: a Unix time in seconds"):
+@pytest.mark.parametrize("value", ["soon", "-5", "0", "nan", "inf"])
+def test_a_bad_deadline_is_one_line(tmp_path, monkeypatch, value):
+    # nan stopped every run that had an estimate, and a time before 1970 is a typo, not a deadline
+    monkeypatch.setenv("TR2_DEADLINE", value)
+    with pytest.raises(Tr2Error, match=rf"^TR2_DEADLINE: '{value}' is not allowed; allowed: a Unix time in seconds"):
         stage.deadline()
     monkeypatch.setenv("TR2_DEADLINE", " ")
     assert stage.deadline() is None
+    monkeypatch.setenv("TR2_DEADLINE", "1796000000.5")
+    assert stage.deadline() == 1796000000.5
+
+
+def test_unreadable_bytes_read_as_an_unreadable_file_not_a_traceback(tmp_path):
+    """A results folder's files with bytes that are not UTF-8 (a damaged copy): the readers of tr2.results say what
+    they say of an unreadable file (read_yaml, read_json: {}; read_jsonl: the line dropped as a torn one), where
+    `make report --dirs` and tr2.explore.index ended in a UnicodeDecodeError (audit of 2026-12-05)."""
+    from tr2.results import read_json, read_yaml
+    (tmp_path / "card.yaml").write_bytes(b"card: x\nmachine: \xff\xfe\n")
+    (tmp_path / "summary.json").write_bytes(b'{"a": "\xff"}')
+    assert read_yaml(tmp_path / "card.yaml") == {} and read_json(tmp_path / "summary.json") == {}
+    runs = tmp_path / "runs.jsonl"
+    runs.write_bytes(b'{"key": "a"}\n\xff\xfe\n[1, 2]\n"text"\n{"key": "b"}\n')
+    assert read_jsonl(runs) == [{"key": "a"}, {"key": "b"}]   # every reader calls .get on a record: a list is none
+
+
+def test_an_atomic_write_that_fails_leaves_no_temporary_file(tmp_path):
+    from tr2.results import write_text_atomic
+    (tmp_path / "out").mkdir()   # `--out` naming a folder: the replace fails at the very end
+    with pytest.raises(OSError):
+        write_text_atomic(tmp_path / "out", "text")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]   # no .out.tmp<pid> beside it
 
 
 def test_the_runner_exits_75_at_the_deadline(tmp_path, monkeypatch, capsys):
@@ -509,3 +534,31 @@ def test_each_session_records_its_machines_gpus(tmp_path, monkeypatch):
         pass
     lines = [json.loads(x) for x in (d / "sessions.jsonl").read_text().splitlines()]
     assert [x["gpus"] for x in lines] == [["GPU-aaaa"], []]
+
+
+def test_each_run_record_says_which_products_record_its_log_names_and_the_folder_keeps_it(tmp_path):
+    """A cupy GPU run's log names the products record it read with its sha256 (gpu/backend.py); the skeleton puts
+    that in the run's record and a copy in the folder's products/, once per content (tr2.products_kept)."""
+    import hashlib
+    from tr2.trainlog import products_record_text
+    record = tmp_path / "cache" / "nvidia-h200-cublaslt130100.json"
+    record.parent.mkdir()
+    record.write_text('{"card": "x", "cublaslt_version": 1, "products": {}}\n')
+    digest = hashlib.sha256(record.read_bytes()).hexdigest()
+    with stage.open_folder("series", card(), tmp_path / "res") as f:
+        def run_one(p):
+            (f.path / "logs").mkdir(exist_ok=True)
+            text = "iter 0: loss 1.0, time 1.00ms\n"
+            if p["key"] != "torch":   # PyTorch's side names no products record
+                text = f"cupy side: backend CudaBackend(... through cuBLASLt, {products_record_text(record, 0, digest)})\n" + text
+            (f.path / "logs" / f"{p['key']}.log").write_text(text)
+            return {"status": "ok", "log": f"logs/{p['key']}.log"}
+        stage.run_plan(f, [{"key": "cupy-a"}, {"key": "cupy-b"}, {"key": "torch"}], run_one, desc="test", show=False)
+        recs = {r["key"]: r for r in f.records()}
+        kept = f"products/nvidia-h200-cublaslt130100-{digest[:12]}.json"
+        assert recs["cupy-a"]["products_record"] == {"sha256": digest, "products": 0, "read_from": str(record),
+                                                     "file": kept}
+        assert recs["cupy-b"]["products_record"]["file"] == kept
+        assert "products_record" not in recs["torch"]
+        assert (f.path / kept).read_bytes() == record.read_bytes()
+        assert sorted(p.name for p in (f.path / "products").iterdir()) == [kept.split("/")[1]]

@@ -279,6 +279,13 @@ def _no_duplicates(loader, node, deep=False):
     seen = {}
     for key_node, _v in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:   # `? [a, b]`: PyYAML's own TypeError would end in a traceback
+            start, end = key_node.start_mark, key_node.end_mark
+            text = " ".join((start.buffer or "")[start.index:end.index].split())   # the key as the file writes it
+            raise Tr2Error(f"{text!r}: a {type(key).__name__} as a key (line {start.line + 1}); allowed: keys that "
+                           "are names") from None
         if key in seen:
             raise Tr2Error(f"{key}: given twice (lines {seen[key] + 1} and {key_node.start_mark.line + 1}); "
                            "allowed: each key once")
@@ -297,6 +304,9 @@ def card_path(arg) -> Path:
     alt = REPO_ROOT / "params" / "cards" / f"{arg}.yaml"
     if not path.suffix and "/" not in str(arg) and alt.is_file():
         return alt
+    if path.is_dir() and str(arg):
+        raise Tr2Error(f"card file: {str(arg)!r} is a folder; allowed: a YAML file such as params/cards/cpu.yaml, "
+                       "or a card's name")
     names = " | ".join(sorted(p.stem for p in (REPO_ROOT / "params" / "cards").glob("*.yaml")))
     raise Tr2Error(f"card file: {str(arg)!r} does not exist; allowed: a YAML file such as params/cards/cpu.yaml, "
                    f"or a name: {names}")
@@ -362,9 +372,30 @@ def check_machine(card: dict) -> None:
             data_file(name)
     if "nanogpt" in card["torch_loops"]:
         checkout_path(card["nanogpt_path"], key="nanogpt_path")
-    if not rules_path(card).is_file():
-        raise Tr2Error(f"families.rules: {card['families']['rules']!r} does not exist; allowed: a TSV file of "
-                       "pattern<TAB>family such as params/families.tsv")
+    check_rules(card)
+
+
+def check_rules(card: dict) -> None:
+    """The card's rules file read and parsed as the families stage reads it, for every stage (the card is checked
+    whole): a bad line would otherwise stop the families stage after its results folder was made."""
+    from .families import parse_rules  # here: tr2.families imports this module
+    given, path = card["families"]["rules"], rules_path(card)
+    allowed = "a UTF-8 TSV file of pattern<TAB>family lines such as params/families.tsv"
+    if not path.is_file():
+        said = "is a folder" if path.is_dir() else "does not exist"
+        raise Tr2Error(f"families.rules: {given!r} {said}; allowed: {allowed}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise Tr2Error(f"families.rules: {given!r} cannot be read ({e.strerror}); allowed: {allowed}") from None
+    except UnicodeDecodeError:
+        raise Tr2Error(f"families.rules: {given!r} is not text (not UTF-8); allowed: {allowed}") from None
+    try:
+        rules = parse_rules(text, given)
+    except Tr2Error as e:
+        raise Tr2Error(f"families.rules: {e}") from None
+    if not rules:   # every kernel would be "other": no family to table
+        raise Tr2Error(f"families.rules: {given!r} holds no rule; allowed: {allowed}")
 
 
 def rules_path(card: dict) -> Path:
@@ -419,6 +450,8 @@ def card_from_notebook(namespace: dict, names_before: set) -> dict:
     card = validate_card({k: namespace[k] for k in CARD_KEYS if k in namespace})
     if not namespace.get("render_only"):   # rendering a finished folder runs nothing: any machine will do
         check_machine(card)
+        from .stage import deadline  # here: tr2.stage imports this module
+        deadline()   # read at the first run, after the stage made its folder
     return card
 
 

@@ -107,9 +107,10 @@ def write_batch_order(path, dataset: str, block_size: int, batch_size: int, step
 
 def read_batch_order(path, mmap: bool = False) -> tuple[np.ndarray, dict]:
     """A recorded order and its sidecar; a missing, corrupt or ill-formed file is one line."""
-    path = Path(path)
+    given, path = str(path), Path(path)   # as given: '' would show as '.'
     if not path.is_file():
-        raise Tr2Error(f"--batches: file {path} does not exist; allowed: an .npy written by tr2.data.write_batch_order")
+        said = "is empty" if not given else "is a folder" if path.is_dir() else "does not exist"
+        raise Tr2Error(f"--batches: {given!r} {said}; allowed: an .npy written by tr2.data.write_batch_order")
     try:
         offsets = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError):

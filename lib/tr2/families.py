@@ -63,7 +63,12 @@ def load_rules(path=None) -> list:
         path = REPO_ROOT / path
     if not path.is_file():
         raise Tr2Error(f"families.rules: {str(path)!r} does not exist; allowed: a rules file such as params/families.tsv")
-    return parse_rules(path.read_text(), str(path))
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise Tr2Error(f"families.rules: {str(path)!r} is not text (not UTF-8); allowed: a rules file such as "
+                       "params/families.tsv") from None
+    return parse_rules(text, str(path))
 
 
 def family_of(name: str, rules) -> str:

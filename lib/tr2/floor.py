@@ -17,7 +17,7 @@ from . import Tr2Error
 from .cards import FLOOR_NAMES
 from .models import load_model
 from .torch_side.train import run as run_torch
-from .trainargs import Parser, TrainArgs, parse
+from .trainargs import SEED_MAX, Parser, TrainArgs, parse
 from .trainlog import TrainLog
 
 
@@ -47,9 +47,15 @@ def floor_run(args: TrainArgs, perturb: str, perturb_seed: int, log: TrainLog | 
     """The trainer's torch run of `args` with the floor's move; its exit code."""
     if perturb not in FLOOR_NAMES:
         raise Tr2Error(f"--perturb: {perturb!r}; allowed: {' | '.join(FLOOR_NAMES)}")
-    if args.side != "torch" or args.dtype != "float32" or args.tf32:
-        raise Tr2Error("the floor runs the torch side in float32 without TF32; allowed: --side torch --dtype "
-                       "float32 --no-tf32")
+    # torch.Generator takes any 64-bit seed, a negative one too, and a larger one ends in an OverflowError
+    if not 0 <= perturb_seed <= SEED_MAX:
+        raise Tr2Error(f"--perturb-seed: {perturb_seed} is not allowed; allowed: an integer from 0 to {SEED_MAX}")
+    why = "the floor runs the torch side in float32 without TF32: --side torch --dtype float32 --no-tf32"
+    for flag, given, want in (("--side", args.side, "torch"), ("--dtype", args.dtype, "float32")):
+        if given != want:
+            raise Tr2Error(f"{flag}: {given!r} is not allowed for a floor run; allowed: {want} ({why})")
+    if args.tf32:
+        raise Tr2Error(f"--no-tf32: missing (TF32 on); allowed: --no-tf32 ({why})")
     gen = torch.Generator(device=args.device).manual_seed(perturb_seed)
 
     def after_step(model, it):

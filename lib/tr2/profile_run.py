@@ -17,11 +17,13 @@ op (layernorm_forward, matmul_backward, ...), which is what its CPU (NumPy) tabl
 Writes DIR/profile.json: status ok | oom | failed, the table [{name, total_us, launches}], steps in
 the window, the attention backends torch.backends allows, on CUDA the device's idle time between kernels
 (`gaps`, kernel_gaps), and DIR/trace.json with --trace. Exit code
-as the trainer's: 0, 2 (bad arguments), 3 (out of memory), 1 (any other failure).
+as the trainer's: 0, 2 (bad arguments: one line, and neither DIR nor a file made), 3 (out of memory), 1 (any other
+failure).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import sys
@@ -208,6 +210,20 @@ def main(argv=None) -> int:
     p.add_argument("--trace", action="store_true", help="also export a Chrome trace of the window")
     ns, train_argv = p.parse_known_args(argv)  # the rest: the trainer's own arguments
     out = Path(ns.out)
+    # Bad arguments are refused before DIR is made, as the trainer's are: nothing written (the families stage reads
+    # the exit code and the log, not a profile.json, for a run that never started).
+    try:
+        if out.exists() and not out.is_dir():
+            raise Tr2Error(f"--out: {ns.out!r} is a file; allowed: a folder (made if missing) for profile.json")
+        L, sched = window_schedule(ns.window)
+        # the iter lines cut the profiler's steps: every L steps, whatever --log-interval the command carries
+        args = dataclasses.replace(parse(train_argv), log_interval=L)
+        if ns.window[1] > args.steps:
+            raise Tr2Error(f"--window: {ns.window[1]} is past --steps {args.steps}; allowed: a window inside the "
+                           f"run's steps 0..{args.steps}")
+    except (Tr2Error, ValueError) as e:
+        sys.stderr.write(f"tr2.profile_run: error: {e}\n")
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     record = {"window": list(ns.window), "status": "failed", "kernels": [], "started": time.time()}
 
@@ -216,16 +232,6 @@ def main(argv=None) -> int:
         write_text_atomic(out / "profile.json", json.dumps(record, indent=1) + "\n")
         return rc
 
-    try:
-        L, sched = window_schedule(ns.window)
-        args = parse(train_argv + ["--log-interval", str(L)])  # the iter lines cut the profiler's steps
-        if ns.window[1] > args.steps:
-            raise Tr2Error(f"--window: {ns.window[1]} is past --steps {args.steps}")
-    except (Tr2Error, ValueError) as e:
-        sys.stderr.write(f"tr2.profile_run: error: {e}\n")
-        return finish("failed", 2, error=str(e))
-    except SystemExit:  # argparse inside parse(): its one line is already printed
-        return finish("failed", 2, error="bad arguments")
     device = args.device
     record.update(side=args.side, model=args.model, dtype=args.dtype, mode=args.mode if args.side == "torch" else None,
                   half_roundings=args.half_roundings, steps=args.steps, device=device, log_interval=L,

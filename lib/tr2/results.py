@@ -151,7 +151,7 @@ def read_json(path) -> dict:
     """A JSON file's contents; {} where it is missing or unreadable (a stage stopped before writing it)."""
     try:
         return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):   # ValueError: not JSON, or not UTF-8 text (UnicodeDecodeError)
         return {}
 
 
@@ -159,7 +159,7 @@ def read_yaml(path) -> dict:
     """A YAML file's mapping, unchecked; {} where it is missing or unreadable."""
     try:
         return yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
 
 
@@ -172,11 +172,15 @@ def write_text_atomic(path, text: str) -> Path:
     data = text.encode()
     if path.suffix == ".gz":
         data = gzip.compress(data, mtime=0)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)   # "whole or not at all": no .tmp file left beside it either (path a folder, a kill)
+        raise
     return path
 
 
@@ -212,12 +216,15 @@ def append_jsonl(path, record: dict) -> None:
 
 
 def read_jsonl(path) -> list[dict]:
-    """Every complete record; a torn last line (a kill mid-write) is dropped, not an error."""
+    """Every complete record (a JSON mapping a line); a torn last line (a kill mid-write) is dropped, not an error, and
+    so is a line that holds no record (bytes that are not UTF-8, a list: every reader calls .get on a record)."""
     path = Path(path)
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_bytes().decode("utf-8", "replace").splitlines():
         with contextlib.suppress(json.JSONDecodeError):  # also a blank line
-            out.append(json.loads(line))
+            record = json.loads(line)
+            if isinstance(record, dict):
+                out.append(record)
     return out

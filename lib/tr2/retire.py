@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
+import json
 from pathlib import Path
 
 from . import Tr2Error
@@ -125,6 +126,22 @@ def differing(checks: list, source: str = "the identity check") -> list:
     return list(out.items())
 
 
+def check_records(path: Path, flag: str = "--retire") -> None:
+    """Every complete line of a runs file one JSON record (a mapping), or one line naming the first that is not: the
+    rewrite keeps the records it reads, so a line read as none would be gone from the folder, in neither file. A torn
+    last line (no newline after it: a kill mid-append) is not a record yet; append_jsonl would cut it too."""
+    for n, line in enumerate(path.read_bytes().split(b"\n")[:-1], 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except ValueError:   # not JSON, or not UTF-8 (UnicodeDecodeError)
+            record = None
+        if not isinstance(record, dict):
+            raise Tr2Error(f"{flag}: {path} line {n} is not a JSON record ({line[:60]!r}); allowed: a runs file of the "
+                           "stage's records, one a line (mend or remove that line first; nothing was moved)")
+
+
 def retire(stage: str, d, patterns: list, reason: str) -> dict:
     """Retire the runs of `stage`'s folder d (already checked to be one: tr2.runner) whose keys match `patterns`;
     returns what was done: keys, records, moves."""
@@ -134,6 +151,7 @@ def retire(stage: str, d, patterns: list, reason: str) -> dict:
     if not (d / runs_name).is_file():
         raise Tr2Error(f"--retire: {str(d)!r} holds no {runs_name}, so it has no run to retire; allowed: a results "
                        f"folder of stage {stage} whose runs have started")
+    check_records(d / runs_name)
     select(read_jsonl(d / runs_name), patterns, runs_name)   # a refusal before the lock: not even .lock changes
     lock = _lock(d, f"{stage} --retire")
     try:

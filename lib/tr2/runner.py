@@ -35,7 +35,7 @@ from .cards import card_path as card_path_of
 from .cards import card_name, check_held_card, check_machine, load_card
 from .results import STAGES, latest, new_results_dir, parse_folder_name
 from .retire import retire
-from .stage import DeadlineReached, hold_card
+from .stage import DeadlineReached, deadline, hold_card
 from .trainargs import Parser
 
 # the exit code of a stage stopped by TR2_DEADLINE before a run (sysexits' EX_TEMPFAIL: try again later)
@@ -141,7 +141,10 @@ def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, P
     if d is not None and card_path is not None:
         check_held_card(d, card, "--resume", f"in {card_path}", "the card it was started with, or no --card")
     check_machine(card)
+    deadline()   # a bad TR2_DEADLINE stops the stage at its first run, after the folder was made: checked here
     if d is None:
+        if root is not None and Path(root).exists() and not Path(root).is_dir():
+            raise Tr2Error(f"--root: {str(root)!r} is not a folder; allowed: a folder for the results folders")
         d = new_results_dir(stage, card["card"], root=root).resolve()
     (d / "logs").mkdir(exist_ok=True)
     hold_card(d, card)  # card.yaml and machine.json, as the stage's open_folder writes them (each once)

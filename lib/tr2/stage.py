@@ -8,6 +8,7 @@ import collections
 import concurrent.futures
 import fcntl
 import importlib.util
+import math
 import os
 import statistics
 import subprocess
@@ -21,7 +22,7 @@ from .cards import _is_int, check_held_card, dump_card
 from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
 from .results import RETIRED, append_jsonl, new_results_dir, read_jsonl, results_folders, runs_file, write_json_atomic
 from .results import write_text_atomic
-from . import sysinfo
+from . import products_kept, sysinfo
 
 FINISHED = ("ok", "oom")  # a record with one of these is a finished piece: never run again
 RUNS = "runs.jsonl"
@@ -184,10 +185,13 @@ def deadline() -> Optional[float]:
     if not v:
         return None
     try:
-        return float(v)
+        end = float(v)
     except ValueError:
+        end = math.nan
+    if not (math.isfinite(end) and end > 0):   # nan would stop every run with an estimate, -5 is no time at all
         raise Tr2Error(f"{DEADLINE_ENV}: {v!r} is not allowed; allowed: a Unix time in seconds (e.g. "
-                       "$(( $(date +%s) + 540 ))), or unset") from None
+                       "$(( $(date +%s) + 540 ))), or unset")
+    return end
 
 
 def _duration(seconds: float) -> str:
@@ -361,6 +365,10 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
     def record(piece, rec) -> Optional[Tr2Error]:
         """Append a finished piece's record; returns the error that ends the stage, if it does."""
         rec = {**rec, "key": key(piece), "commit": folder.commit}
+        # which products record a cupy GPU run read, and a copy of it in the folder (tr2.products_kept)
+        kept = products_kept.keep(folder.path, rec.get("log"))
+        if kept is not None:
+            rec["products_record"] = kept
         if note is not None and key(piece) in reopened:
             rec["retried"] = note(reopened[key(piece)])
         if group is not None:

@@ -71,9 +71,35 @@ def trainer_prefix() -> list[str]:
     return shlex.split(env) if env else [sys.executable, "-u", "-m", "tr2.train"]
 
 
+_GIVEN = "_tr2_given"  # the namespace's record of the options that took a value, while it is parsed
+
+
+class _Once(argparse._StoreAction):
+    """An option that takes a value refuses a second one: argparse keeps the last silently, so `--seed 1 ... --seed 2`
+    would run seed 2 (or `--runs A --runs B` retire B's runs only), as a card refuses a key given twice."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault(_GIVEN, {})
+        if option_string is not None and self.dest in given:
+            parser.error(f"{option_string}: given twice ({given[self.dest]!r}, then {values!r}); allowed: each "
+                         "option once")
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with a bad argument in one line, `<module>: error: ...`, exit 2, as every other bad input (the
-    trainer's, the runner's, the report's; prog is `python -m <module> ...`)."""
+    trainer's, the runner's, the report's; prog is `python -m <module> ...`); an option given twice is one too."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        ns.__dict__.pop(_GIVEN, None)
+        return ns, rest
 
     def error(self, message):
         sys.stderr.write(f"{self.prog.split()[2]}: error: {message}\n")
@@ -180,7 +206,7 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
     # The files a run writes, checked now too: a missing folder would otherwise end the run at its first line.
     for key, path in (("--metrics", ns.metrics), ("--save-init", ns.save_init)):
         if path is not None:
-            _check_output_path(key, path)
+            check_output_path(key, path)
     eval_iters = ns.eval_iters if ns.eval_iters is not None else cfg.eval_iters
     return TrainArgs(side=ns.side, model=ns.model, dtype=ns.dtype, mode=mode, device=device, steps=ns.steps,
                      seed=ns.seed, init=ns.init, save_init=ns.save_init, batches=ns.batches, tf32=ns.tf32,
@@ -189,15 +215,24 @@ def validate(ns: argparse.Namespace) -> TrainArgs:
                      log_interval=ns.log_interval, nanogpt=ns.nanogpt)
 
 
-def _check_output_path(key: str, path: str) -> None:
+def check_output_path(key: str, path: str, suffix: Optional[str] = None, make_folder: bool = False) -> None:
+    """A file a run or a tool writes, checked before any work (the writer would otherwise fail at its end): not a
+    folder, ending in `suffix` if given, in a folder this user can write: one that exists (the trainer's), or with
+    `make_folder` (the tools that make theirs) the first of its folders that exists, which must be no file."""
     p = Path(path)
     if p.is_dir():
         raise Tr2Error(f"{key}: {path!r} is a folder; allowed: a file path (its folder must exist)")
-    if not p.parent.is_dir():
-        raise Tr2Error(f"{key}: {path!r} lies in {str(p.parent)!r}, which is not a folder; "
-                       "allowed: a file path in an existing folder")
-    if not os.access(p.parent, os.W_OK):
-        raise Tr2Error(f"{key}: {path!r} lies in {str(p.parent)!r}, which this user cannot write; "
+    if suffix is not None and p.suffix != suffix:
+        raise Tr2Error(f"{key}: {path!r} does not end in {suffix}; allowed: a {suffix} file path")
+    folder, where = p.parent, "a file path in an existing folder"
+    if make_folder:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        where = "a file path in a folder, or one that can be made"
+    if not folder.is_dir():
+        raise Tr2Error(f"{key}: {path!r} lies in {str(folder)!r}, which is not a folder; allowed: {where}")
+    if not os.access(folder, os.W_OK):
+        raise Tr2Error(f"{key}: {path!r} lies in {str(folder)!r}, which this user cannot write; "
                        "allowed: a file path in a writable folder")
 
 

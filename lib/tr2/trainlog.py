@@ -44,6 +44,23 @@ def parse_nvrtc_line(text: str):
     return {"mapped": m.group(1) == "yes", "cupy": cupy, "tr2": m.group(5).split()}
 
 
+# The products record a cupy GPU run read (gpu/backend.py's line at the start of the run): the path it read, how many
+# products it holds and the sha256 of its bytes ("no file" where there was none: cuBLASLt's heuristic chose).
+# A path is a cache's (.cache/products/...); the digest says which record it was, and the stages keep a copy of
+# each record their runs read by it (tr2.products_kept). Logs from before 2026-12-05 carry no digest.
+RECORD_RE = re.compile(r"record (\S+) \((\d+) products timed(?:, (?:sha256 ([0-9a-f]{64})|no file))?\)")
+
+
+def products_record_text(path, count: int, digest: str | None) -> str:
+    return f"record {path} ({count} products timed, {'sha256 ' + digest if digest else 'no file'})"
+
+
+def parse_products_record(text: str) -> list[dict]:
+    """Every products record a program's output names, in order: {'path', 'products', 'sha256'} (sha256 None where
+    the run had no record file, or its log is from before the digest was printed)."""
+    return [{"path": m.group(1), "products": int(m.group(2)), "sha256": m.group(3)} for m in RECORD_RE.finditer(text)]
+
+
 def iter_line(step: int, loss: float, ms_per_step: float) -> str:
     return f"iter {step}: loss {loss:.4f}, time {ms_per_step:.2f}ms"
 

@@ -54,9 +54,10 @@ def save_weights(path, weights: dict[str, np.ndarray]) -> Path:
 def check_weights_file(path, cfg: ModelConfig) -> None:
     """The names and shapes of an initial-weights file against the model, from the .npy headers only (no
     array is read): a missing, corrupt, empty or ill-fitting file is one line, before any work."""
-    path = Path(path)
+    given, path = str(path), Path(path)   # as given: '' would show as '.'
     if not path.is_file():
-        raise Tr2Error(f"--init: file {path} does not exist; allowed: an .npz written by --save-init")
+        said = "is empty" if not given else "is a folder" if path.is_dir() else "does not exist"
+        raise Tr2Error(f"--init: {given!r} {said}; allowed: an .npz written by --save-init")
     try:
         with zipfile.ZipFile(path) as z:
             shapes = {}

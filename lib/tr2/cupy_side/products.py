@@ -14,6 +14,7 @@ before its kernel pays the graph node's gap there), `--timing eager` as eager ca
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -74,10 +75,17 @@ def fastest(times: list) -> int:
 def read_record(path: Path) -> dict:
     """The record's products (key text -> choice); {} where there is no file. A file that is not a record stops
     the run: it was meant to be read."""
+    return read_record_digest(path)[0]
+
+
+def read_record_digest(path: Path) -> tuple[dict, str | None]:
+    """read_record's products and the sha256 of the bytes they were parsed from (None where there is no file): the
+    digest a run's log gives, so that the record a run used is known by its content, not only by a cache's path."""
     if not path.exists():
-        return {}
+        return {}, None
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(raw.decode())
         products = data["products"]
         if not isinstance(products, dict):
             raise TypeError("'products' is not a mapping")
@@ -88,7 +96,7 @@ def read_record(path: Path) -> dict:
     except (ValueError, TypeError, KeyError) as e:
         raise RecordError(f"products record {path}: not a record ({type(e).__name__}: {e}); delete it or rebuild "
                           f"it with `python -m tr2.cupy_side.products`") from None
-    return products
+    return products, hashlib.sha256(raw).hexdigest()
 
 
 def write_record(path: Path, card: str, version: int, products: dict) -> None:
@@ -119,8 +127,15 @@ def device_name() -> str:
 
 def load_record(version: int) -> tuple[dict, Path]:
     """This card's record for this cuBLASLt version, and its path."""
+    products, path, _ = load_record_digest(version)
+    return products, path
+
+
+def load_record_digest(version: int) -> tuple[dict, Path, str | None]:
+    """load_record's record and path, and the sha256 of the file as read (None: no record)."""
     path = record_path(device_name(), version)
-    return read_record(path), path
+    products, digest = read_record_digest(path)
+    return products, path, digest
 
 
 def _scratch(nbytes: int, align: int, dtype: int, seed: int):
@@ -297,6 +312,13 @@ def main(argv=None) -> int:
     models = [m for m in args.models.split(",") if m]
     if not models or any(m not in list_models() for m in models):
         p.error(f"--models: {args.models!r} is not allowed; allowed: a comma-separated list of {', '.join(list_models())}")
+    try:
+        import cupy as cp
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no CUDA device")
+    except Exception as e:   # ImportError without CuPy, CUDARuntimeError without a driver or a device
+        p.error(f"the products are timed on a GPU and there is none usable here ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else 'no detail'}); allowed: a machine with a CUDA device and CuPy")
     from .gpu.blas import get_cublas
     cublas = get_cublas()
     if cublas.lt is None:

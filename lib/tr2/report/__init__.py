@@ -16,10 +16,11 @@ The rules the front page applies:
   measurement of a GPU.
 """
 import sys
+from pathlib import Path
 
 from .. import Tr2Error
 from ..cards import card_name
-from ..trainargs import Parser
+from ..trainargs import Parser, check_output_path
 from .front import front_page_html  # noqa: F401
 from .stitch import DEFAULT_OUT, build_report, export_html, merge, relative_paths, remote_urls, tidy_dataframe_html  # noqa: F401
 from .verdicts import build_table, choose_dirs, unstitched  # noqa: F401
@@ -39,6 +40,14 @@ def main(argv=None) -> int:
                         "out), shown beside the card's checks; they change none of its verdicts")
     a = p.parse_args(argv)
     try:
+        # the page and its JSON are written after every folder is read: a bad --out would waste that, or make a folder
+        check_output_path("--out", a.out, ".html", make_folder=True)
+        for flag, dirs in (("--dirs", a.dirs), ("--beside", a.beside)):
+            seen = set()
+            for d in dirs or ():   # the same folder twice would be stitched, and counted, twice
+                if Path(d).resolve() in seen:
+                    raise Tr2Error(f"{flag}: {d!r} given twice; allowed: each folder once")
+                seen.add(Path(d).resolve())
         card = card_name(a.card)
         html_path, json_path = build_report(card, a.dirs, a.out, a.root, a.beside)
         if not a.dirs:

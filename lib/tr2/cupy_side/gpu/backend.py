@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
+from ...trainlog import products_record_text
 from ..ops import loss_scale
 from ..ops.precision import make_precision
 from . import adamw as _adamw
@@ -103,7 +104,7 @@ class CudaBackend:
 
     def __repr__(self):
         lt = self.ctx.cublas.lt   # the run's log says which products record it read (gpu/lt.py)
-        how = (f"cuBLASLt, record {lt.record_path} ({len(lt.record)} products timed)" if lt is not None
+        how = (f"cuBLASLt, {products_record_text(lt.record_path, len(lt.record), lt.record_sha256)}" if lt is not None
                else "cublasGemmEx")
         return f"CudaBackend({self.dtype!r}, products {self.prec.name} through {how})"
 

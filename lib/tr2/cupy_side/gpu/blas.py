@@ -118,7 +118,7 @@ class Cublas:
             from .. import products
             from .lt import CublasLt
             lt = CublasLt(self)
-            lt.record, lt.record_path = products.load_record(lt.version)
+            lt.record, lt.record_path, lt.record_sha256 = products.load_record_digest(lt.version)
             self.lt = lt
 
     def set_math(self, half_roundings: bool) -> None:

@@ -11,11 +11,11 @@ with the source file, the options, the architecture and the NVRTC version that b
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -148,21 +148,32 @@ def ensure(filename: str, arch: str) -> Path:
     return path
 
 
+ARCH_RE = re.compile(r"^sm_[1-9][0-9]{1,2}$")
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tr2.cupy_side.gpu.cubins",
-                                 description="Compile every kernel file to a cubin ahead of the run.")
+    from ...trainargs import Parser   # one-line refusals, an option given twice refused, as every tr2 entry point
+    ap = Parser(prog="python -m tr2.cupy_side.gpu.cubins",
+                description="Compile every kernel file to a cubin ahead of the run.")
     ap.add_argument("--arch", default=None, help="e.g. sm_90 (default: the architecture of the GPU here)")
     ap.add_argument("--force", action="store_true", help="compile even where a cubin of the same key exists")
     args = ap.parse_args(argv)
     arch = args.arch
+    if arch is not None and not ARCH_RE.match(arch):
+        # NVRTC would take the name and fail on its first file, after minutes of compiling for another name
+        ap.error(f"--arch: {arch!r} is not allowed; allowed: sm_ and the compute capability's digits, e.g. sm_90 "
+                 "(the 'a' of sm_90a is added where a file needs it)")
     if arch is None:
         try:
             import cupy as cp
             arch = "sm_" + cp.cuda.Device().compute_capability
         except Exception:
-            print("cubins: no GPU here to read the architecture from; pass --arch (e.g. sm_90)", file=sys.stderr)
-            return 2
-    nvrtc = Nvrtc()
+            ap.error("no GPU here to read the architecture from; pass --arch (e.g. sm_90)")
+    try:
+        nvrtc = Nvrtc()
+    except (NvrtcNotFound, OSError) as e:
+        given = f" (TR2_NVRTC={os.environ['TR2_NVRTC']!r})" if os.environ.get("TR2_NVRTC") else ""
+        ap.error(f"{e}{given}; allowed: a libnvrtc that loads (the nvidia-cuda-nvrtc wheel, or TR2_NVRTC naming the file)")
     for fn in kernel_files():
         path = path_for(fn, arch)
         if path.is_file() and not args.force:

@@ -100,6 +100,7 @@ class CublasLt:
         self._check(lib.cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
         self.record = record or {}
         self.record_path = None   # where blas.Cublas.attach_lt read the record from
+        self.record_sha256 = None   # and the sha256 of the file it read (None: no file)
         self._plans: dict = {}
         self.collect: set | None = None   # products.py: the keys a step's products have, gathered on the way
 
