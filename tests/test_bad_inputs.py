@@ -187,6 +187,8 @@ CASES = [
     ("minutes-out-folder", MINUTES + ["table", "--out", "{tmp}/emptydir"], {}, ["--out:", "is a folder"]),
     ("minutes-out-under-a-file", MINUTES + ["table", "--out", "{tmp}/afile/m.csv"], {}, ["--out:", "which is not a folder"]),
     ("minutes-card-twice", MINUTES + ["plan", "--card", "h200", "--card", "h200-quick"], {}, ["--card: given twice"]),
+    ("report-dirs-of-another-card", REPORT + ["--dirs", str(REPO_ROOT / "results" / "series-20261204-212532-h200-edition")],
+     {}, ["--dirs:", "ran card 'h200-edition', not 'cpu'", "allowed: folders of card cpu"]),
     ("cubins-arch-bad", CUBINS + ["--arch", "sm_xx"], {}, ["--arch: 'sm_xx' is not allowed", "allowed: sm_"]),
     ("cubins-unknown-option", CUBINS + ["--bogus"], {}, ["cubins: error: unrecognized arguments: --bogus"]),
     ("cubins-arch-twice", CUBINS + ["--arch", "sm_90", "--arch", "sm_80"], {}, ["--arch: given twice"]),

@@ -288,3 +288,18 @@ def test_a_folders_conditions_say_which_tr2_variables_were_set(tmp_path):
     del machine["tr2_environment"]
     (tmp_path / "machine.json").write_text(json.dumps(machine))
     assert results.conditions(tmp_path)["tr2_environment"] is None
+
+
+def test_a_root_that_is_no_folder_and_a_misspelt_stage_are_refused(tmp_path):
+    """Both used to give an empty table, read as "nothing has run" (results/cpu-checks-20261205/bad-input-audit.md)."""
+    from tr2 import Tr2Error
+    with pytest.raises(Tr2Error, match=r"^root: .*none' is not a folder; allowed: a folder of results folders"):
+        ex.index(tmp_path / "none")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(Tr2Error, match="is not a folder"):
+        ex.load(tmp_path / "afile")
+    idx = ex.index(tmp_path)
+    assert idx.empty   # an empty folder: an empty index, no error
+    with pytest.raises(Tr2Error, match=r"^stage: 'dance' is not allowed; allowed: series \| method_a"):
+        ex.select(idx, stage="dance")
+    assert ex.select(idx, stage="series").empty

@@ -18,6 +18,7 @@ import pandas as pd
 from .results import (EXTENDED, RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, read_yaml,
                       results_folders, runs_file, stage_of)
 from .retry import drop_retried
+from . import Tr2Error
 
 FOLDER_COLUMNS = ["folder", "card", "commit"]  # in front of every table's rows
 
@@ -31,7 +32,10 @@ def folder_row(path, stage=None) -> dict:
 
 
 def index(root=None) -> pd.DataFrame:
-    """Every stage's results folder under root (default results/), oldest first: one row each."""
+    """Every stage's results folder under root (default results/), oldest first: one row each. A root that is no
+    folder is an error (an empty table would read as "nothing has run")."""
+    if root is not None and not Path(root).is_dir():
+        raise Tr2Error(f"root: {str(root)!r} is not a folder; allowed: a folder of results folders, such as results/")
     rows = [folder_row(p) for p in results_folders(root)]
     columns = list(folder_row(Path(), "series"))  # a row's keys, for an index of no folder too
     return pd.DataFrame(rows, columns=columns).sort_values(["stamp", "folder"], ignore_index=True)
@@ -43,6 +47,8 @@ def select(idx: pd.DataFrame, stage=None, card=None, model=None, dtype=None, com
     tests = {"stage": (stage, lambda s: s == stage), "card": (card, lambda c: c == card),  # column: (filter, test)
              "models": (model, lambda ms: model in ms), "dtypes": (dtype, lambda ts: dtype in ts),
              "commit": (commit, lambda c: isinstance(c, str) and c.startswith(commit))}
+    if stage is not None and stage not in STAGES:   # a misspelt stage would select nothing, silently
+        raise Tr2Error(f"stage: {stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
     keep = pd.Series(True, index=idx.index)
     for column, (value, test) in tests.items():
         if value is not None:

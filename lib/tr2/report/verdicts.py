@@ -31,6 +31,10 @@ def choose_dirs(card_name: str, dirs=None, root=None) -> list[Path]:
             if stage_of(p) is None:
                 raise Tr2Error(f"--dirs: {str(d)!r} is no stage's results folder; allowed: folders named "
                                f"<stage>-<stamp>-<card> with stage one of {' | '.join(STAGES)}")
+            ran = folder_cards(p)
+            if card_name not in ran:   # its verdicts would be published under a card that did not run them
+                raise Tr2Error(f"--dirs: {str(d)!r} ran card {' or '.join(sorted(map(str, ran)))!r}, not {card_name!r}; "
+                               f"allowed: folders of card {card_name} (a check of another card goes in --beside)")
             out.append(p)
         return sorted(out, key=lambda p: (STAGES.index(stage_of(p)), p.name))
     found = [p.resolve() for p in (latest(st, card_name, root, finished=True) for st in STAGES) if p is not None]
