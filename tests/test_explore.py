@@ -207,16 +207,16 @@ def test_run_time_sums_every_record_and_counts_the_calls(tmp_path):
     (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "sessions.jsonl").write_text('{"stage": "method_b"}\n{"stage": "method_b"}\n')
     assert ex.run_time(d) == {"records": 4, "retired": 0, "seconds": 120.0, "minutes": 2.0, "calls": 2,
-                              "machines": None}   # sessions from before they recorded their GPUs
+                              "machines": None, "last_end": None}   # sessions from before they recorded their GPUs
     (d / "retired.jsonl").write_text(json.dumps({"key": "c", "status": "ok", "wall_s": 30.0, "retired_reason": "x"}) + "\n")
     # a retired run held the machine too: its time counts, beside the runs file's records
     assert ex.run_time(d) == {"records": 4, "retired": 1, "seconds": 150.0, "minutes": 2.5, "calls": 2,
-                              "machines": None}
+                              "machines": None, "last_end": None}
     f = tmp_path / "footprint-20261202-120000-test"
     f.mkdir()
     (f / "footprint.jsonl").write_text(json.dumps({"key": "x", "wall_s": 6.0}) + "\n")
     assert ex.run_time(f) == {"records": 1, "retired": 0, "seconds": 6.0, "minutes": 0.1, "calls": None,
-                              "machines": None}  # no sessions.jsonl
+                              "machines": None, "last_end": None}  # no sessions.jsonl: no end time either
 
 
 def test_runs_that_shared_the_machine_count_once(tmp_path):
@@ -234,7 +234,7 @@ def test_runs_that_shared_the_machine_count_once(tmp_path):
     d.mkdir()
     (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert ex.run_time(d) == {"records": 5, "retired": 0, "seconds": 18.0, "minutes": 0.3, "calls": None,
-                              "machines": None}
+                              "machines": None, "last_end": "1970-01-01T00:02:01+00:00"}   # d's ended_unix
 
 
 def test_a_runs_machine_is_its_sessions_and_the_machines_are_counted(tmp_path):

@@ -307,3 +307,33 @@ def test_a_row_without_a_method_a_folder_renders(tmp_path):
     soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
     row = soup.find(id="correctness-table").find("tr", attrs={"data-model": "tiny", "data-dtype": "float32"})
     assert "method A has no finished folder" in row.get_text()
+
+
+def test_measured_to_is_the_last_runs_end_where_the_records_say_it(tmp_path):
+    """The header's "to" was the latest start a folder records (a stage's folder start where its runs carry no time):
+    the families folder's, four minutes before its last run ended. Records now carry their end (tr2.stage)."""
+    root = tmp_path / "results"
+    make_results(root)
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    text = " ".join(bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(class_="tr2-edition").get_text().split())
+    assert not data["measured_to_is_end"] and "the last start its folders record" in text
+    ends = {"series": "2026-11-29T10:21:00+00:00", "method_a": "2026-11-29T11:00:00+00:00",
+            "method_b": "2026-11-29T11:30:00+00:00", "footprint": "2026-11-29T11:45:07+00:00"}
+    for d in rp.choose_dirs("demo", root=root):
+        stage = d.name.split("-")[0]
+        name = "footprint.jsonl" if stage == "footprint" else "runs.jsonl"
+        (d / name).write_text(json.dumps({"key": "k", "wall_s": 1.0, "ended": ends[stage]}) + "\n")
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    text = " ".join(bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(class_="tr2-edition").get_text().split())
+    assert data["measured_to_is_end"] and data["measured_to"] == "2026-11-29T11:45:07+00:00"
+    assert "the last start its folders record" not in text
+
+
+def test_last_end_reads_each_form_of_a_records_time():
+    assert explore.last_end([]) is None
+    assert explore.last_end([{"wall_s": 3}]) is None   # method A's records of before 2026-12-05
+    got = explore.last_end([{"started": "2026-12-04T21:25:33+00:00", "wall_s": 30.2},   # the series'
+                            {"ended_unix": 1796419600.0},                             # a parallel run's
+                            {"ended": "2026-12-04T21:20:00+00:00"},
+                            {"ended": "garbage"}])
+    assert got == "2026-12-04T21:26:40+00:00"   # 1796419600 is 21:26:40 UTC

@@ -184,7 +184,27 @@ def run_time(path, stage=None) -> dict:
     seconds = held_seconds(recs + retired)
     sessions = read_jsonl(p / "sessions.jsonl")
     return {"records": len(recs), "retired": len(retired), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 1),
-            "calls": len(sessions) if (p / "sessions.jsonl").is_file() else None, "machines": machine_count(sessions)}
+            "calls": len(sessions) if (p / "sessions.jsonl").is_file() else None, "machines": machine_count(sessions),
+            "last_end": last_end(recs + retired)}
+
+
+def last_end(records: list) -> Optional[str]:
+    """When the last of these runs ended (ISO, UTC): each record's `ended` (tr2.stage, since 2026-12-05), else its
+    `ended_unix` (parallel runs), else its `started` plus `wall_s` (the series'); None where no record carries a time
+    (then a folder's end is not known from its files: git keeps no modification times)."""
+    ends = []
+    for r in records:
+        try:
+            if r.get("ended"):
+                ends.append(datetime.datetime.fromisoformat(r["ended"]))
+            elif r.get("ended_unix") is not None:
+                ends.append(datetime.datetime.fromtimestamp(float(r["ended_unix"]), datetime.timezone.utc))
+            elif r.get("started") and r.get("wall_s") is not None:
+                ends.append(datetime.datetime.fromisoformat(r["started"]) + datetime.timedelta(seconds=float(r["wall_s"])))
+        except (TypeError, ValueError):   # a damaged time: that record says nothing of the end
+            continue
+    ends = [e if e.tzinfo else e.replace(tzinfo=datetime.timezone.utc) for e in ends]
+    return max(ends).astimezone(datetime.timezone.utc).isoformat(timespec="seconds") if ends else None
 
 
 def session_machine(session: dict) -> Optional[tuple]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import datetime
 import fcntl
 import importlib.util
 import math
@@ -364,7 +365,10 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
 
     def record(piece, rec) -> Optional[Tr2Error]:
         """Append a finished piece's record; returns the error that ends the stage, if it does."""
-        rec = {**rec, "key": key(piece), "commit": folder.commit}
+        # when the run ended (a report's "measured to"; records from before 2026-12-05 carry none but the series'
+        # start times and parallel runs' ended_unix)
+        rec = {**rec, "key": key(piece), "commit": folder.commit,
+               "ended": rec.get("ended") or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         # which products record a cupy GPU run read, and a copy of it in the folder (tr2.products_kept)
         kept = products_kept.keep(folder.path, rec.get("log"))
         if kept is not None:

@@ -273,8 +273,14 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
 
     devices = {i["conditions"].get("device") for i in infos if i["conditions"].get("device")}
     cards = {i["conditions"].get("card") for i in infos if i["conditions"].get("card")}
+    # from the first run's start to the last run's end where the records say it (explore.last_end), else to the
+    # latest start a folder records (its last run's, or the stage's own: then the page says the end is not known)
     dates = sorted(x for i in infos for x in (i["conditions"].get("first_run") or i["conditions"].get("date"),
                                               i["conditions"].get("last_run") or i["conditions"].get("date")) if x)
+    ends = [i["time"].get("last_end") for i in infos]
+    end_known = bool(infos) and all(ends)
+    if end_known:
+        dates = sorted(dates + ends)
     commits = {i["stage"]: i["conditions"].get("commit") for i in infos}
     series = by_stage.get("series", [])
     preview, edition = rule9_banners(card_name, dirs, devices)
@@ -291,6 +297,7 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "report_commit": git_commit(),
         "measured_from": dates[0] if dates else None, "measured_to": dates[-1] if dates else None,
+        "measured_to_is_end": end_known,
         "folders": infos, "rows": rows, "counts": counts, "footprint": footprint,
         "stages_missing": [s for s in STAGES if s not in by_stage],
         "preview": preview, "edition": edition, "beside": beside_rows,
