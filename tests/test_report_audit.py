@@ -337,3 +337,60 @@ def test_last_end_reads_each_form_of_a_records_time():
                             {"ended": "2026-12-04T21:20:00+00:00"},
                             {"ended": "garbage"}])
     assert got == "2026-12-04T21:26:40+00:00"   # 1796419600 is 21:26:40 UTC
+
+
+def _evidence(tmp_path, monkeypatch, entries):
+    d = tmp_path / "evidence"
+    d.mkdir(exist_ok=True)
+    (d / "demo.yaml").write_text(yaml.safe_dump(entries))
+    monkeypatch.setattr(verdicts, "EVIDENCE_DIR", d)
+
+
+def test_checks_outside_the_stages_are_shown_confirmed_by_their_logs(tmp_path, monkeypatch):
+    """The page said the timed paths are vouched for "as far as those compute what the checked ones do, which no
+    table on this page shows": a card's evidence file lists committed GPU logs, each confirmed by its outcome lines."""
+    log = tmp_path / "pytest_graph.log"
+    log.write_text("....\n4 passed, 20 deselected in 50.0s\n")
+    entry = {"kind": "graph = eager", "what": "the graph trains as the eager loop", "log": str(log), "commit": "a" * 40,
+             "outcome": ["4 passed"], "covers": ["tiny/float32"]}
+    _evidence(tmp_path, monkeypatch, [entry, {**entry, "outcome": ["5 passed"], "covers": ["nanogpt/float32"]},
+                                      {**entry, "log": str(tmp_path / "gone.log"), "covers": ["tiny/bfloat16"]}])
+    root = tmp_path / "results"
+    make_results(root)
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    ev = data["evidence"]
+    assert [e["confirmed"] for e in ev["entries"]] == [True, False, False]
+    assert ev["entries"][1]["problem"] == "its log does not say '5 passed'"
+    assert "is not in the repository" in ev["entries"][2]["problem"]
+    timed = [f"{r['model']}/{r['dtype']}" for r in data["rows"] if r["primary"]]
+    assert ev["uncovered"]["graph = eager"] == [c for c in timed if c != "tiny/float32"]
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    rows = soup.find(id="evidence").find("tbody").find_all("tr")
+    assert [r["data-confirmed"] for r in rows] == ["yes", "no", "no"]
+    assert rows[0].find("a")["href"].endswith("pytest_graph.log")
+    assert "not confirmed" in " ".join(rows[1].get_text().split())
+    gap = " ".join(soup.find(class_="evidence-gap").get_text().split())
+    assert gap.startswith("graph = eager: not shown for") and "tiny/float32" not in gap
+
+
+def test_a_malformed_evidence_file_is_one_line(tmp_path, monkeypatch):
+    from tr2 import Tr2Error
+    root = tmp_path / "results"
+    make_results(root)
+    for bad, words in (({"kind": "x"}, "not a list of entries"),
+                       ([{"kind": "x", "what": "y", "log": "z", "commit": "c"}], "entry 1 lacks outcome, covers"),
+                       ([{"kind": "x", "what": "y", "log": "z", "commit": "c", "outcome": "1 passed", "covers": ["a"]}],
+                        "outcome and covers as lists")):
+        _evidence(tmp_path, monkeypatch, bad)
+        with pytest.raises(Tr2Error, match=words):
+            rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+
+
+def test_the_committed_evidence_of_the_h200_edition_is_confirmed_by_its_logs():
+    """Each entry's log is committed and says what the entry claims (a moved or edited log fails here)."""
+    ev = verdicts.evidence("h200-edition", REPO_ROOT / "report",
+                           ["nanogpt/float32", "nanogpt/bfloat16", "gpt2-small/float32", "gpt2-small/bfloat16"])
+    assert ev["entries"] and all(e["confirmed"] for e in ev["entries"]), [e["problem"] for e in ev["entries"]]
+    assert all(e["link"].startswith("../results/") for e in ev["entries"])
+    assert ev["uncovered"] == {"the timed path computes what the checked one does (graph = eager)": ["gpt2-small/float32"],
+                               "method A's cupy runs are of the series' program": []}

@@ -165,6 +165,48 @@ def compared(dirs, infos, rows, devices) -> dict:
                        "seeds": len(a.get("seeds") or ())}}
 
 
+EVIDENCE_DIR = PARAMS_DIR / "evidence"
+_EVIDENCE_KEYS = ("kind", "what", "log", "commit", "outcome", "covers")
+
+
+def evidence(card_name: str, html_dir, timed) -> dict:
+    """Checks outside the stage folders, shown beside the card's verdicts: params/evidence/<card>.yaml, a list of
+    {kind, what, log, commit, outcome: [lines], covers: [model/dtype]}. An entry is confirmed where its log (a
+    committed file under the repository) holds every outcome line; `uncovered` names, per kind, the timed
+    configurations (`timed`, model/dtype) that no confirmed entry of that kind covers. No file: no entries."""
+    path = EVIDENCE_DIR / f"{card_name}.yaml"
+    if not path.is_file():
+        return {"file": None, "entries": [], "uncovered": {}}
+    where = f"params/evidence/{path.name}"
+    raw = read_yaml(path)
+    if not isinstance(raw, list) or not all(isinstance(e, dict) for e in raw):
+        raise Tr2Error(f"{where}: not a list of entries; allowed: a YAML list of mappings with {', '.join(_EVIDENCE_KEYS)}")
+    entries = []
+    for n, e in enumerate(raw, 1):
+        missing = [k for k in _EVIDENCE_KEYS if not e.get(k)]
+        outcome, covers = e.get("outcome"), e.get("covers")
+        if missing or not isinstance(outcome, list) or not isinstance(covers, list):
+            raise Tr2Error(f"{where}: entry {n} lacks {', '.join(missing) or 'lists'}; allowed: every one of "
+                           f"{', '.join(_EVIDENCE_KEYS)}, outcome and covers as lists")
+        log = PARAMS_DIR.parent / str(e["log"])
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+            problem = None
+        except OSError:
+            lines, problem = [], f"{e['log']} is not in the repository"
+        absent = [o for o in map(str, outcome) if not any(o in line for line in lines)]
+        if problem is None and absent:
+            problem = f"its log does not say {absent[0]!r}"
+        entries.append({**{k: e[k] for k in _EVIDENCE_KEYS}, "outcome": [str(o) for o in outcome],
+                        "covers": [str(c) for c in covers], "link": link(log, html_dir).rstrip("/"),
+                        "confirmed": problem is None, "problem": problem})
+    uncovered = {}
+    for kind in dict.fromkeys(e["kind"] for e in entries):
+        done = {c for e in entries if e["kind"] == kind and e["confirmed"] for c in e["covers"]}
+        uncovered[kind] = [c for c in timed if c not in done]
+    return {"file": where, "entries": entries, "uncovered": uncovered}
+
+
 def _check_of(v, link_, what):
     if v is None:
         return {"passed": None, "reason": f"{what} has no finished folder for this card (not run, or its runs not all in)", "link": None}
@@ -302,6 +344,8 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
         "stages_missing": [s for s in STAGES if s not in by_stage],
         "preview": preview, "edition": edition, "beside": beside_rows,
         "compared": compared(dirs, infos, rows, devices),
+        "evidence": evidence(card_name, html_dir,
+                             list(dict.fromkeys(f"{r['model']}/{r['dtype']}" for r in rows if r["primary"]))),
     }
 
 
