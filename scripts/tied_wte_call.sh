@@ -23,7 +23,7 @@ call_begin "$OUT" "${TW_CALL_S:-570}"
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py \
   -k "tied_wte or global_norm or half_type_gradients or adamw" >"$OUT/pytest_kernels.log" 2>&1
 echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_kernels.log" | head; tail -1 "$OUT/pytest_kernels.log"
-timeout 240 python3 -m pytest -q -s -p no:cacheprovider -rfE tests/test_graph_gpu.py -k "tied_wte or replays_train" \
+timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE tests/test_graph_gpu.py -k "tied_wte or replays_train" \
   >"$OUT/pytest_graph.log" 2>&1
 echo "== graph tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)|max rel" "$OUT/pytest_graph.log" | head; tail -1 "$OUT/pytest_graph.log"
 PYTHONPATH=lib:scripts timeout 150 python3 scripts/probes/tied_wte_bench.py "$OUT/tied_wte.jsonl" 3 10 \
