@@ -84,3 +84,9 @@ def test_runs_without_a_record_say_so_or_nothing(tmp_path):
     assert got["file"] is None and "no record file" in got["not_kept"]
     got = products_kept.keep(folder, _log(folder, "record /c/r.json (171 products timed)), device"))
     assert got["file"] is None and "before 2026-12-05" in got["not_kept"]
+
+
+def test_a_record_path_with_spaces_is_read_whole():
+    d = "cd" * 32
+    text = "backend CudaBackend(x through cuBLASLt, " + trainlog.products_record_text("/my work/.cache/r.json", 3, d) + ")"
+    assert trainlog.parse_products_record(text) == [{"path": "/my work/.cache/r.json", "products": 3, "sha256": d}]

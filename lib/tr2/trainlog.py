@@ -48,7 +48,7 @@ def parse_nvrtc_line(text: str):
 # products it holds and the sha256 of its bytes ("no file" where there was none: cuBLASLt's heuristic chose).
 # A path is a cache's (.cache/products/...); the digest says which record it was, and the stages keep a copy of
 # each record their runs read by it (tr2.products_kept). Logs from before 2026-12-05 carry no digest.
-RECORD_RE = re.compile(r"record (\S+) \((\d+) products timed(?:, (?:sha256 ([0-9a-f]{64})|no file))?\)")
+RECORD_RE = re.compile(r"record (.+?) \((\d+) products timed(?:, (?:sha256 ([0-9a-f]{64})|no file))?\)")
 
 
 def products_record_text(path, count: int, digest: str | None) -> str:
