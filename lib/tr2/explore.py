@@ -188,6 +188,15 @@ def run_time(path, stage=None) -> dict:
             "last_end": last_end(recs + retired)}
 
 
+def log_lines(path) -> Optional[list]:
+    """A committed text file's lines (a GPU call's log the report cites beside its folders: params/evidence), bytes
+    that are not UTF-8 replaced; None where it cannot be read."""
+    try:
+        return Path(path).read_bytes().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+
+
 def last_end(records: list) -> Optional[str]:
     """When the last of these runs ended (ISO, UTC): each record's `ended` (tr2.stage, since 2026-12-05), else its
     `ended_unix` (parallel runs), else its `started` plus `wall_s` (the series'); None where no record carries a time

@@ -189,11 +189,9 @@ def evidence(card_name: str, html_dir, timed) -> dict:
             raise Tr2Error(f"{where}: entry {n} lacks {', '.join(missing) or 'lists'}; allowed: every one of "
                            f"{', '.join(_EVIDENCE_KEYS)}, outcome and covers as lists")
         log = PARAMS_DIR.parent / str(e["log"])
-        try:
-            lines = log.read_text(errors="replace").splitlines()
-            problem = None
-        except OSError:
-            lines, problem = [], f"{e['log']} is not in the repository"
+        lines = explore.log_lines(log)
+        problem = None if lines is not None else f"{e['log']} is not in the repository"
+        lines = lines or []
         absent = [o for o in map(str, outcome) if not any(o in line for line in lines)]
         if problem is None and absent:
             problem = f"its log does not say {absent[0]!r}"
