@@ -186,6 +186,22 @@ def test_casts_round_to_nearest_even(kind, n):
         exact("round_f32", cast.round_f32(dev(x), kind), halfbits.round_to_kind(x, kind))
 
 
+@pytest.mark.parametrize("n", [1, 7, 262147])
+@pytest.mark.parametrize("value", [1.0, -0.375, 2.0 ** -130, float("inf")])
+def test_fill_f32_sets_every_element_and_nothing_else(n, value):
+    """cast.cu's fill_f32, which the loss's dloss uses instead of CuPy's fill (that one compiles with NVRTC at run
+    time): every element the value's float32 bits, the element after the array untouched, three runs alike."""
+    from tr2.cupy_side.gpu import cast
+    buf = cp.full(n + 1, np.float32(np.nan))   # poisoned, one guard element
+    for _ in range(3):
+        cast.fill_f32(buf[:n], value)
+        got = cp.asnumpy(buf)
+        assert (got[:n].view(np.uint32) == np.float32(value).view(np.uint32)).all()
+        assert np.isnan(got[n])
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        cast.fill_f32(cp.zeros(4, np.float64), 1.0)
+
+
 def test_bf16_cast_of_subnormals():
     from tr2.cupy_side.gpu import cast
     x = (np.arange(1, 2001, dtype=np.float32) * np.float32(1e-41)).astype(np.float32)

@@ -93,7 +93,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
     "adamw.cu": ("adamw_update", "adamw_update_tied", "adamw_scalars", "loss_scale_update"),
     "global_norm.cu": ("global_norm_partial", "global_norm_partial_wide", "global_norm_final", "global_norm_final_wide"),
     "cast.cu": ("cast_f32_to_bf16", "cast_f32_to_f16", "cast_bf16_to_f32", "cast_f16_to_f32", "cast_bf16_to_f32_wide",
-                "cast_f16_to_f32_wide", "round_f32"),
+                "cast_f16_to_f32_wide", "round_f32", "fill_f32"),
 }
 
 # Compile options handed to NVRTC. Never fast math. gpu/cubins.py adds the architecture and -ftz=true (what

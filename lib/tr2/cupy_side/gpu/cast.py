@@ -6,7 +6,7 @@ import cupy as cp
 
 from . import kernel_switch
 from .halfbits import KIND_BF16, KIND_F16, KIND_F32
-from .runtime import THREADS, blocks_for, i32, i64, launch
+from .runtime import THREADS, blocks_for, f32, i32, i64, launch
 
 FILE = "cast.cu"
 # The widening casts four elements a load, four loads in flight a thread (cast.cu's _wide kernels: the same bits) where
@@ -52,3 +52,13 @@ def product_input(ctx, x: "cp.ndarray", name: str) -> "cp.ndarray":
         return x
     buf = ctx.ws.get(name, x.shape, np.uint16)
     return to_half(x, ctx.kind, out=buf)
+
+
+def fill_f32(out: "cp.ndarray", value) -> "cp.ndarray":
+    """out (float32, C-contiguous) set to value in place by cast.cu's fill_f32: CuPy's fill() of a value other than 0
+    compiles a kernel with NVRTC at run time, which a training run must not (tests/test_nvrtc_gpu.py)."""
+    if out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"fill_f32: a C-contiguous float32 array, not {out.dtype} (contiguous {out.flags.c_contiguous})")
+    launch(FILE, "fill_f32", blocks_for(out.size), THREADS, (out, f32(value), i64(out.size)))
+    return out
+

@@ -8,6 +8,7 @@ import numpy as np
 import cupy as cp
 
 from . import cross_entropy_plan, kernel_switch
+from .cast import fill_f32
 from .runtime import i32, launch, sm_count
 
 FILE = "cross_entropy.cu"
@@ -80,7 +81,7 @@ def forward_backward(ctx, logits: "cp.ndarray", targets: "cp.ndarray", dloss):
         d = dloss if (dloss.dtype == np.float32 and dloss.flags.c_contiguous) else dloss.astype(np.float32)
     else:
         d = ctx.ws.get("ce_dloss", (1,), np.float32)
-        d.fill(np.float32(dloss))
+        fill_f32(d, dloss)   # not d.fill: CuPy would compile its fill kernel with NVRTC at run time
     lk = ctx.kind_of(logits)
     suffix, threads, shared = _plan(ctx, logits)
     logits, ld = _rows(logits, suffix)

@@ -68,3 +68,11 @@ extern "C" __global__ void round_f32(float* out, const float* in, i64 n, int kin
     grid_dependency_entry();
     GRID_STRIDE(i, n) out[i] = round_to_kind(in[i], kind);
 }
+
+// A float32 array set to one value (the loss's dloss where it is a number: gpu/cross_entropy.py). CuPy's fill()
+// compiles an elementwise kernel of its own with NVRTC at run time (cupy_fill, named by tests/test_nvrtc_gpu.py on
+// the H200: results/h200-perf-20261205/call2-tied-ca4cf49), and a training run is to compile nothing (issue 9 item 4).
+extern "C" __global__ void fill_f32(float* __restrict__ out, float value, i64 n) {
+    grid_dependency_entry();
+    GRID_STRIDE(i, n) out[i] = value;
+}
