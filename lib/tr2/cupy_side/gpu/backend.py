@@ -43,9 +43,10 @@ from . import kernel_switch
 DTYPES = ("float32", "bfloat16", "float16")
 # The tied wte's gradient as lm_head's half dW plus the embedding's sums, read so by the global norm and AdamW
 # (tensors.TiedGradient; the same bits, tested against the widened form on the GPU), instead of a widening pass over
-# the whole [V, C] and the embedding's adds into its float32 copy. Written in the thirty-second session after its
-# device time: off until its GPU tests and the step's time have run (TR2_TIED_WTE=1 turns it on).
-TIED_WTE = bool(kernel_switch("TR2_TIED_WTE", 0))
+# the whole [V, C] and the embedding's adds into its float32 copy. On since the thirty-fourth session: its GPU tests
+# passed (the same bits as the widened form, eager and graph) and the step was faster on the H200 by 0.013-0.038 ms
+# (results/h200-perf-20261205/call2-tied-ca4cf49; docs/perf.md); TR2_TIED_WTE=0 gives the widening pass back.
+TIED_WTE = bool(kernel_switch("TR2_TIED_WTE", 1))
 
 
 def _f32(a) -> "cp.ndarray":
