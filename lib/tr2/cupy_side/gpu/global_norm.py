@@ -18,7 +18,7 @@ def global_norm(ctx, grads) -> "cp.ndarray":
     """0-d float32 device array. grads: float32, or the build's half type (uint16 bits)."""
     out = cp.empty((), dtype=np.float32)
     if len(grads) == 0:
-        out.fill(0)
+        out.data.memset_async(0, out.nbytes)   # not fill(0): CuPy's fill kernel compiles with NVRTC at run time
         return out
     t = table_for(None, grads, half_kind=ctx.kind)
     part = ctx.ws.get("gn_partial", (t.n_blocks,), np.float32)
