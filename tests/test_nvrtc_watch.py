@@ -72,3 +72,16 @@ def test_libnvrtc_mapped_reads_the_maps(watch, tmp_path):
     maps.write_text(maps.read_text() + base + "/x/site-packages/nvidia/cu13/lib/libnvrtc.so.13 (deleted)\n")
     assert watch.libnvrtc_mapped(str(maps)) is True
     assert isinstance(watch.libnvrtc_mapped(), bool)            # the process's own maps, read
+
+
+def test_a_module_is_named_with_the_tr2_lines_that_led_to_it(watch, tmp_path):
+    root = str(tmp_path / "lib" / "tr2")
+    frames = [("/site/cupy/_core/core.py", 10), (root + "/cupy_side/gpu/loss.py", 84), ("/site/cupy/x.py", 3),
+              (root + "/cupy_side/model.py", 217), (root + "/cupy_side/train.py", 86), (root + "/train.py", 5)]
+    assert watch.callers(frames, root) == "@cupy_side/gpu/loss.py:84<cupy_side/model.py:217<cupy_side/train.py:86"
+    assert watch.callers(frames, root, most=1) == "@cupy_side/gpu/loss.py:84"
+    assert watch.callers(frames[:1], root) == ""                       # nothing of tr2's on the stack: the name alone
+    assert watch.callers([(root + "x/y.py", 1)], root) == ""           # a sibling folder whose name starts alike
+    line = nvrtc_line(True, ["cupy_fill" + watch.callers(frames, root)], [])
+    assert parse_nvrtc_line(line)["cupy"] == ["cupy_fill@cupy_side/gpu/loss.py:84<cupy_side/model.py:217"
+                                               "<cupy_side/train.py:86"]

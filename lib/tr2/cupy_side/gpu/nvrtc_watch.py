@@ -9,6 +9,10 @@ of its own kernels (an elementwise operation, a reduction, a copy into a strided
 `install` wraps that one function to record each module's kernel names; it is what every CuPy kernel compiles
 through (CuPy 13-14), and where a CuPy lacks it, the line says the CuPy side was not watched.
 
+Each CuPy module is named with the tr2 lines that led to it (`cupy_fill@cupy_side/train.py:86<cupy_side/model.py:217`,
+innermost first, at most three): the compile happens deep inside CuPy, and without the caller a name like cupy_fill
+does not say which of our calls to change.
+
 The train log's line (trainlog.nvrtc_line) then says what compiled and whether libnvrtc was mapped; the footprint
 reads it back (trainlog.parse_nvrtc_line) beside the maps it polled.
 """
@@ -16,11 +20,16 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+from pathlib import Path
 
 from ...trainlog import nvrtc_line
 from . import cubins
 
 _KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)")
+
+_TR2_ROOT = str(Path(__file__).resolve().parents[2])   # lib/tr2
+_CALLERS = 3
 
 _cupy_modules: list[str] = []
 _watched: bool | None = None   # None: install() not called; False: this CuPy has no function to wrap
@@ -29,6 +38,27 @@ _watched: bool | None = None   # None: install() not called; False: this CuPy ha
 def module_name(source: str) -> str:
     """The kernels a module defines, joined by '+' ('unnamed' where the source names none)."""
     return "+".join(dict.fromkeys(_KERNEL.findall(source))) or "unnamed"
+
+
+def callers(frames, root: str = _TR2_ROOT, most: int = _CALLERS) -> str:
+    """'@file:line<file:line...': the innermost `most` of frames' (filename, line) pairs that lie in tr2 (paths relative
+    to root; this module's own frames left out), or '' where none does."""
+    here = os.path.abspath(__file__)
+    found = []
+    for filename, lineno in frames:
+        path = os.path.abspath(filename)
+        if path != here and path.startswith(root + os.sep):
+            found.append(f"{os.path.relpath(path, root)}:{lineno}")
+            if len(found) == most:
+                break
+    return "@" + "<".join(found) if found else ""
+
+
+def _stack():
+    f = sys._getframe(1)
+    while f is not None:
+        yield f.f_code.co_filename, f.f_lineno
+        f = f.f_back
 
 
 def install(compiler=None) -> bool:
@@ -45,7 +75,7 @@ def install(compiler=None) -> bool:
         return False
 
     def recording(source, *args, **kwargs):
-        _cupy_modules.append(module_name(source))
+        _cupy_modules.append(module_name(source) + callers(_stack()))
         return inner(source, *args, **kwargs)
 
     compiler._compile_with_cache_cuda = recording
