@@ -2,7 +2,10 @@
 in the process, and whether libnvrtc is mapped. CPU: the line and its reader, the kernel names, the wrapper over a
 stand-in of CuPy's compiler module (it records and passes every call through), the maps test. The GPU test beside it
 (tests/test_nvrtc_gpu.py) runs the trainer and asks that nothing compile."""
+import sys
 import types
+
+import numpy as np
 
 import pytest
 
@@ -85,3 +88,35 @@ def test_a_module_is_named_with_the_tr2_lines_that_led_to_it(watch, tmp_path):
     line = nvrtc_line(True, ["cupy_fill" + watch.callers(frames, root)], [])
     assert parse_nvrtc_line(line)["cupy"] == ["cupy_fill@cupy_side/gpu/loss.py:84<cupy_side/model.py:217"
                                                "<cupy_side/train.py:86"]
+
+
+class _RecordingCuPy:
+    """CuPy's array constructor as the backend's to_device calls it: what it was given, and whether a 0-d array was
+    asked of it (CuPy fills those, which compiles its fill kernel)."""
+    class ndarray:
+        def __init__(self, host):
+            self.host = host
+
+        def reshape(self, shape):
+            return ("view", self.host, shape)
+
+    def __init__(self):
+        self.given = []
+
+    def array(self, a, dtype=None, copy=True):
+        self.given.append(np.array(a, dtype=dtype))
+        return self.ndarray(self.given[-1])
+
+
+def test_a_number_travels_to_the_device_as_one_element_not_a_filled_0d_array(over_stand_in_cupy, monkeypatch):
+    if "cupyx" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "cupyx", types.ModuleType("cupyx"))   # gpu/tensors.py imports it at the top
+    backend = over_stand_in_cupy("tr2.cupy_side.gpu.backend")
+    fake = _RecordingCuPy()
+    monkeypatch.setattr(backend, "cp", fake)
+    be = types.SimpleNamespace(float_dtype=np.dtype(np.float32))
+    assert backend.CudaBackend.to_device(be, 1.0) == ("view", np.array([1.0], dtype=np.float32), ())
+    backend.CudaBackend.to_device(be, np.float64(65536.0), dtype=np.float64)
+    backend.CudaBackend.to_device(be, np.ones((2, 3)))
+    assert [(g.shape, g.dtype) for g in fake.given] == [((1,), np.float32), ((1,), np.float64), ((2, 3), np.float32)]
+    assert all(g.ndim >= 1 for g in fake.given)

@@ -111,7 +111,14 @@ class CudaBackend:
 
     # ---- utilities ----
     def to_device(self, a, dtype=None) -> "cp.ndarray":
-        return cp.array(a, dtype=dtype or self.float_dtype, copy=True)
+        if isinstance(a, cp.ndarray):
+            return cp.array(a, dtype=dtype or self.float_dtype, copy=True)
+        host = np.asarray(a, dtype=dtype or self.float_dtype)
+        if host.ndim == 0:
+            # CuPy makes a 0-d array by ndarray.fill, whose kernel NVRTC compiles at run time for any value but 0 (the
+            # model's default dloss, 1.0: the H200 NVRTC test's cupy_fill); as one element copied, then viewed as 0-d
+            return cp.array(host.reshape(1), copy=True).reshape(())
+        return cp.array(host, copy=True)
 
     def to_host(self, a) -> np.ndarray:
         """A host copy; half-type activations (uint16 bits) come back as their float32 values, a TiedGradient as its
