@@ -9,9 +9,9 @@ of its own kernels (an elementwise operation, a reduction, a copy into a strided
 `install` wraps that one function to record each module's kernel names; it is what every CuPy kernel compiles
 through (CuPy 13-14), and where a CuPy lacks it, the line says the CuPy side was not watched.
 
-Each CuPy module is named with the tr2 lines that led to it (`cupy_fill@cupy_side/train.py:86<cupy_side/model.py:217`,
-innermost first, at most three): the compile happens deep inside CuPy, and without the caller a name like cupy_fill
-does not say which of our calls to change.
+Each CuPy module is named with the tr2 lines that led to it, innermost first, at most three
+(`cupy_fill@cupy_side/gpu/backend.py:121<cupy_side/model.py:59<cupy_side/train.py:64`): the compile happens deep
+inside CuPy, and without the caller a name like cupy_fill does not say which of our calls to change.
 
 The train log's line (trainlog.nvrtc_line) then says what compiled and whether libnvrtc was mapped; the footprint
 reads it back (trainlog.parse_nvrtc_line) beside the maps it polled.
