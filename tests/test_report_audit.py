@@ -373,6 +373,32 @@ def test_checks_outside_the_stages_are_shown_confirmed_by_their_logs(tmp_path, m
     assert gap.startswith("graph = eager: not shown for") and "tiny/float32" not in gap
 
 
+def test_a_mode_timed_beside_the_series_is_named_where_the_page_says_it_was_not_timed(tmp_path, monkeypatch):
+    """The page said "Not timed here: default ... no verdict on this page speaks for it" while the checks below it
+    timed default beside reduce-overhead, faster on one configuration: the sentence now says where each mode left
+    out of the series was timed beside it, from the confirmed entries that name the mode (an unconfirmed one counts
+    for nothing)."""
+    log = tmp_path / "bench.log"
+    log.write_text("bench r0 tiny-float32-torch-default: ok clock 1.5 ms\n")
+    entry = {"kind": "default beside", "what": "default timed once", "log": str(log), "commit": "a" * 40,
+             "outcome": ["torch-default: ok clock 1.5"], "covers": ["tiny/float32"], "mode": "default"}
+    _evidence(tmp_path, monkeypatch, [entry, {**entry, "outcome": ["clock 9.9"], "covers": ["nanogpt/float32"]},
+                                      {**entry, "mode": "max-autotune", "covers": ["gpt2-small/float32"]},
+                                      {**entry, "kind": "graph = eager", "mode": None}])
+    root = tmp_path / "results"
+    make_results(root)
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    assert data["evidence"]["modes_timed"] == {"default": ["tiny/float32"], "max-autotune": ["gpt2-small/float32"]}
+    data["compared"] = {**data["compared"], "torch_modes_not_run": ["default", "eager"], "published": "h200",
+                        "mode_notes": {**data["compared"]["mode_notes"], **verdicts.TORCH_MODES}}
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    said = " ".join(soup.find(id="modes-beside").get_text().split())
+    modes = " and ".join(data["compared"]["torch_modes"])
+    assert said == f"Outside the series, the checks below timed beside {modes} (no verdict): default on tiny/float32."
+    data["evidence"] = {**data["evidence"], "modes_timed": {}}
+    assert bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(id="modes-beside") is None
+
+
 def test_a_malformed_evidence_file_is_one_line(tmp_path, monkeypatch):
     from tr2 import Tr2Error
     root = tmp_path / "results"
@@ -380,7 +406,9 @@ def test_a_malformed_evidence_file_is_one_line(tmp_path, monkeypatch):
     for bad, words in (({"kind": "x"}, "not a list of entries"),
                        ([{"kind": "x", "what": "y", "log": "z", "commit": "c"}], "entry 1 lacks outcome, covers"),
                        ([{"kind": "x", "what": "y", "log": "z", "commit": "c", "outcome": "1 passed", "covers": ["a"]}],
-                        "outcome and covers as lists")):
+                        "outcome and covers as lists"),
+                       ([{"kind": "x", "what": "y", "log": "z", "commit": "c", "outcome": ["1 passed"], "covers": ["a"],
+                          "mode": "turbo"}], "entry 1 has mode 'turbo'; allowed: eager, default, reduce-overhead")):
         _evidence(tmp_path, monkeypatch, bad)
         with pytest.raises(Tr2Error, match=words):
             rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
@@ -398,3 +426,7 @@ def test_the_committed_evidence_of_the_h200_edition_is_confirmed_by_its_logs():
                                "(no verdict)": [],
                                "PyTorch's default mode, which the series leaves out, timed beside reduce-overhead "
                                "(no verdict)": []}
+    assert ev["modes_timed"] == {"max-autotune": ["nanogpt/float32", "nanogpt/bfloat16", "gpt2-small/float32",
+                                                  "gpt2-small/bfloat16"],
+                                 "default": ["nanogpt/float32", "nanogpt/bfloat16", "gpt2-small/float32",
+                                             "gpt2-small/bfloat16"]}

@@ -171,12 +171,15 @@ _EVIDENCE_KEYS = ("kind", "what", "log", "commit", "outcome", "covers")
 
 def evidence(card_name: str, html_dir, timed) -> dict:
     """Checks outside the stage folders, shown beside the card's verdicts: params/evidence/<card>.yaml, a list of
-    {kind, what, log, commit, outcome: [lines], covers: [model/dtype]}. An entry is confirmed where its log (a
-    committed file under the repository) holds every outcome line; `uncovered` names, per kind, the timed
-    configurations (`timed`, model/dtype) that no confirmed entry of that kind covers. No file: no entries."""
+    {kind, what, log, commit, outcome: [lines], covers: [model/dtype]}, and `mode` where the entry times a PyTorch
+    mode beside the series' (one of TORCH_MODES). An entry is confirmed where its log (a committed file under the
+    repository) holds every outcome line; `uncovered` names, per kind, the timed configurations (`timed`,
+    model/dtype) that no confirmed entry of that kind covers; `modes_timed`, per mode, those its confirmed entries
+    cover (so the sentence that says a mode was not timed here can say where it was timed beside). No file: no
+    entries."""
     path = EVIDENCE_DIR / f"{card_name}.yaml"
     if not path.is_file():
-        return {"file": None, "entries": [], "uncovered": {}}
+        return {"file": None, "entries": [], "uncovered": {}, "modes_timed": {}}
     where = f"params/evidence/{path.name}"
     raw = read_yaml(path)
     if not isinstance(raw, list) or not all(isinstance(e, dict) for e in raw):
@@ -188,6 +191,9 @@ def evidence(card_name: str, html_dir, timed) -> dict:
         if missing or not isinstance(outcome, list) or not isinstance(covers, list):
             raise Tr2Error(f"{where}: entry {n} lacks {', '.join(missing) or 'lists'}; allowed: every one of "
                            f"{', '.join(_EVIDENCE_KEYS)}, outcome and covers as lists")
+        mode = e.get("mode")
+        if mode is not None and mode not in TORCH_MODES:
+            raise Tr2Error(f"{where}: entry {n} has mode {mode!r}; allowed: {', '.join(TORCH_MODES)}, or no mode key")
         log = PARAMS_DIR.parent / str(e["log"])
         lines = explore.log_lines(log)
         problem = None if lines is not None else f"{e['log']} is not in the repository"
@@ -196,13 +202,18 @@ def evidence(card_name: str, html_dir, timed) -> dict:
         if problem is None and absent:
             problem = f"its log does not say {absent[0]!r}"
         entries.append({**{k: e[k] for k in _EVIDENCE_KEYS}, "outcome": [str(o) for o in outcome],
-                        "covers": [str(c) for c in covers], "link": link(log, html_dir).rstrip("/"),
+                        "covers": [str(c) for c in covers], "mode": mode, "link": link(log, html_dir).rstrip("/"),
                         "confirmed": problem is None, "problem": problem})
     uncovered = {}
     for kind in dict.fromkeys(e["kind"] for e in entries):
         done = {c for e in entries if e["kind"] == kind and e["confirmed"] for c in e["covers"]}
         uncovered[kind] = [c for c in timed if c not in done]
-    return {"file": where, "entries": entries, "uncovered": uncovered}
+    modes_timed = {}
+    for mode in dict.fromkeys(e["mode"] for e in entries if e["mode"]):
+        done = {c for e in entries if e["mode"] == mode and e["confirmed"] for c in e["covers"]}
+        if done:
+            modes_timed[mode] = [c for c in timed if c in done] + sorted(done - set(timed))
+    return {"file": where, "entries": entries, "uncovered": uncovered, "modes_timed": modes_timed}
 
 
 def _check_of(v, link_, what):
