@@ -10,8 +10,7 @@ same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOT
 (WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA), `tma3`,
 `tmad`, `tmad3`, `tmar`, `tmarr` (DKDV_TMA_FORM: tma's bits), `tmarrq` (tmarr with DQ_TMA: tmaq's bits), `tmaqr`, `tmarrqr`
 (tmaq and tmarrq with DQ_TMA_RESIDENT: tmaq's bits), `tmarrqf` (tmarrq with DQ_TMA_ORDER 1: tmarrq's bits),
-`tmarrqfg1`, `tmarrqfg2`, `tmarrqfg4` (tmarrqf a group of 1, 2, 4 batches at a time, DS_GROUP_BATCHES: its bits),
-`tmaf` (DKDV_TMA_FORM 6: dQ folded into the TMA dK/dV kernel by ordered reductions; sums of its own). First
+`tmarrqfg1`, `tmarrqfg2`, `tmarrqfg4` (tmarrqf a group of 1, 2, 4 batches at a time, DS_GROUP_BATCHES: its bits). First
 the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half
 outputs: the row dots are summed in another order); then rounds in rotating order, each
 figure one backward call's share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph
@@ -94,9 +93,7 @@ FORMS = {"recompute": _form(**_MMA_SYNC, USE_DS=False), "ds": _form(**_MMA_SYNC)
          "tmarrqf": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_ORDER=1),
          # tmarrqf a group of 1, 2 or 4 batches at a time, each group's dQ after its dK/dV (tmarrqf's bits)
          **{f"tmarrqfg{g}": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_ORDER=1,
-                                  DS_GROUP_BATCHES=g) for g in (1, 2, 4)},
-         # dQ folded into the TMA dK/dV kernel by ordered reductions: no ds_t, no dQ pass (sums of its own)
-         "tmaf": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=6)}
+                                  DS_GROUP_BATCHES=g) for g in (1, 2, 4)}}
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
 SAME_BITS = {"ds64": "ds", "ds_l2": "ds", "wg2": "wg1", "tma": "wg2", "tma3": "tma", "tmad": "tma", "tmad3": "tma",
              "tmar": "tma", "wg1q": "wg1", "wg2q": "wg2", "tmaq": "tma", "tmarr": "tma", "tmarrq": "tmaq", "tmaqr": "tmaq",

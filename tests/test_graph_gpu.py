@@ -239,32 +239,6 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     assert eager[STEPS] < eager[0] - 0.2
 
 
-# gpu/attention.py's DKDV_TMA_FORM 6: dQ folded into the TMA dK/dV kernel by ordered reductions, which has sums of its
-# own (dQ by 64-key units, dK and dV over the tiles from the last down). The graph must replay its eager loop to the
-# bit (the turns and the ticket zeroed by the captured row dots at every replay; dq_acc a workspace buffer), and the
-# run must train, beside the default's losses (printed): gpt2-small (eight key blocks a head) and the char model (two)
-# in bfloat16 with dropout 0.2.
-@pytest.mark.parametrize("model", ["gpt2-small", "nanogpt"])
-def test_the_folded_dq_graph_replays_its_eager_loop(tmp_path, model):
-    from tr2.cupy_side.gpu import attention, runtime
-    from tr2.data import write_batch_order
-    from tr2.models import load_model
-    if runtime.built_for(attention.FILE) != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model(model)
-    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", "bfloat16", "--batches", order, "--half-roundings"]
-    default, _ = _train(tmp_path, "default", *common, "--save-init", tmp_path / "init.npz")
-    common += ["--init", tmp_path / "init.npz"]
-    eager, _ = _train(tmp_path, "fold", *common, env={"TR2_ATTN_DKDV_TMA_FORM": "6"})
-    graph, out = _train(tmp_path, "fold-graph", *common, "--cuda-graph", env={"TR2_ATTN_DKDV_TMA_FORM": "6"})
-    assert "cuda graph:" in out
-    print(f"{model} bfloat16, dQ folded: graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}; against the "
-          f"default's run {_max_rel(default, eager)[0]:.2e} (step {_max_rel(default, eager)[1]})")
-    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
-    assert eager[STEPS] < eager[0] - 0.2
-
-
 # gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt
 # product gets the workspace size its plan names either way, so the losses must be the full workspace's to the bit
 # (eager, and graph: the workspace is sized in the warm-up, never inside the capture), and the peak in use falls by

@@ -982,41 +982,6 @@ def test_attention_dkdv_tma_forms(build, B, T, H, hs, p, form, monkeypatch):
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_dkdv_fold(build, B, T, H, hs, p, monkeypatch):
-    """dQ folded into the TMA dK/dV kernel (DKDV_TMA_FORM 6, attention_backward_dkdv_tma_fold: each 64-key unit's part
-    of a query tile added into dq_acc by red.global.add in key order, a turn a tile; no ds_t, no dQ pass): dq, dk and
-    dv within the type's tolerance of the NumPy form (every allocation poisoned, dq_acc and the turns included: a unit
-    that adds before the store, a tile the chain leaves out, or a key row of the dS^T box written to the wrong swizzled
-    chunk fails), three runs the same bits (the order of the adds fixed). Its sums are not the plain TMA form's (dQ
-    summed by 64-key units, dK and dV over the tiles from the last down): how far apart they are is recorded. 36 heads
-    x 8 key blocks (3 x 1024 x 12) is more blocks than the card holds at once: the tickets and the turns must hold."""
-    attention, be, qkv, dout, saved, seed, offset = wg_dkdv_inputs(build, B, T, H, hs, 2, p, monkeypatch)
-    monkeypatch.setattr(attention, "WG_DKDV_TMA", 1)
-
-    def backward(form):
-        monkeypatch.setattr(attention, "DKDV_TMA_FORM", form)
-        return be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
-
-    runs = [backward(6) for _ in range(3)]
-    plain = backward(0)
-    for r in runs[1:]:
-        exact(f"attention dqkv, dQ folded, run-to-run [{build[0]} B={B} T={T} H={H} p={p}]", r, runs[0])
-    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-    C = H * hs
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p}]"
-    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
-        if T > 1 or part == "dv":   # one key: dq and dk are rounding noise (test_attention says why)
-            check(f"attention {part}, dQ folded {tag}", runs[0][..., cols], rdqkv[..., cols], tol)
-        a, b = runs[0][..., cols].astype(np.float64), plain[..., cols].astype(np.float64)
-        RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
-                        "name": f"attention {part}, dQ folded, against the plain TMA form {tag}",
-                        "rel_diff": float(np.linalg.norm(a - b)) / max(float(np.linalg.norm(b)), 1e-300),
-                        "same_bits": bool(np.array_equal(runs[0][..., cols], plain[..., cols]))})
-
-
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("nwg", [1, 2])
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dq_tma_on_wgmma(build, B, T, H, hs, nwg, p, monkeypatch):

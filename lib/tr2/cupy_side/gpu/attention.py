@@ -412,17 +412,12 @@ DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 # (x0.939 / x0.972 / x0.974, nanogpt / gpt2-small / gpt2-medium); the step (graph, medians of rounds beside PyTorch's
 # reduce-overhead, calls 2-3) 4.28 -> 4.24 ms (3 rounds, each below the plain form's), 16.26 -> 16.26, 42.47 -> 42.39
 # (2 rounds). On (5) by default since; 0 takes the plain form.
-# 6: dQ folded into the plain form by ordered reductions (attention.cu's attention_backward_dkdv_tma_fold,
-# attn_backward_dkdv_tmaf_): each 64-key unit's part of a query tile's dQ (one more wgmma a tile, dS^T from a box of
-# its own) added into dq_acc by red.global.add in key order, a turn a (head, query tile); the tile's diagonal unit
-# writes scale dQ. No ds_t and no dQ pass. Its own bits (dQ summed by units, dK and dV over the tiles from the last
-# down): within the type's tolerance of the NumPy form, three runs alike (tests/test_kernels_gpu.py "dkdv_fold").
-# Written in the thirty-third session, which had no device: NOT run on a GPU, off.
-DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 5, (0, 1, 2, 3, 4, 5, 6))
+# (A sixth form, dQ folded into the plain form by ordered reductions, was correct and slower: the backward alone
+# x1.461 of the default on gpt2-small, results/h200-perf-20261205. Removed; docs/perf.md, "The folded dQ removed".)
+DKDV_TMA_FORM = kernel_switch("TR2_ATTN_DKDV_TMA_FORM", 5, (0, 1, 2, 3, 4, 5))
 DKDV_TMA_FORMS = {0: ("tma", DKDV_TMA_STAGES), 1: ("tma3", 3), 2: ("tmad", DKDV_TMA_STAGES), 3: ("tmad3", 3),
-                  4: ("tmar", DKDV_TMA_STAGES), 5: ("tmarr", DKDV_TMA_STAGES), 6: ("tmaf", DKDV_TMA_STAGES)}
+                  4: ("tmar", DKDV_TMA_STAGES), 5: ("tmarr", DKDV_TMA_STAGES)}
 DKDV_RESIDENT_FORMS = frozenset((5,))
-DKDV_FOLD_FORM = 6
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES, resident: bool = False) -> int:
@@ -432,18 +427,6 @@ def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES, resident: bool
     swizzle's period)."""
     box = 64 * hs * 2
     return (8 if resident else 4) * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
-
-
-def dkdv_fold_shared_bytes(hs: int) -> int:
-    """attention_backward_dkdv_tma_fold's dynamic shared memory: the plain form's without the warps' dS^T rows, and
-    each consumer's dS^T box (64 x hs halves, 128B-swizzled) instead."""
-    box = 64 * hs * 2
-    return 4 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 2 * box + 1024
-
-
-def fold_sync_size(B: int, H: int, T: int) -> int:
-    """The folded form's ints: a turn a (head, 64-query tile), then its ticket."""
-    return B * H * -(-T // 64) + 1
 
 
 def dkdv_tma_runs(T: int, din: bool) -> bool:
@@ -627,22 +610,6 @@ def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, 
             i32(T), i32(H), i32(ctx.round_kind)))
 
 
-def _backward_fold(ctx, dqkv, kdout, saved, D, B: int, T: int, H: int, hs: int, kind: str, tail: tuple):
-    """The backward with dQ folded into the TMA dK/dV kernel (DKDV_TMA_FORM 6): the row dots, which also zero the
-    turns and the ticket, then attn_backward_dkdv_tmaf_, which writes all of dqkv. Its checks are the TMA form's."""
-    check_tma_dkdv_switches("TR2_ATTN_DKDV_TMA_FORM=6")
-    C = H * hs
-    sync = ctx.ws.get("att_fold_sync", (fold_sync_size(B, H, T),), np.int32)
-    dq_acc = ctx.ws.get("att_dq_acc", (B * H, T, hs), np.float32)   # dQ's units' parts, summed in order
-    _row_dots(ctx, D, sync, kdout, saved, B * T * H, T, H, kind, hs)
-    tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
-    tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
-    launch(FILE, f"attn_backward_dkdv_tmaf_{build_name(ctx)}_hs{hs}", (B * H, -(-T // 128)), 384,
-           (dqkv, tq, tdo, saved.lse, D, dq_acc, sync, i32(T), i32(H)) + tail,
-           shared_mem=dkdv_fold_shared_bytes(hs), prefer_shared=True)
-    return dqkv
-
-
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
@@ -658,12 +625,6 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         tma_dkdv = wg and dkdv_tma_runs(T, din)
         pd = tma_dkdv and DKDV_TMA_FORM == 4   # the TMA kernel's producer warps compute D
         dq_tma = dq_tma_runs(T, wg)
-        fold = tma_dkdv and DKDV_TMA_FORM == DKDV_FOLD_FORM   # dQ folded in: no ds_t, no dQ pass
-        if fold and DS_GROUP_BATCHES:
-            raise ValueError("TR2_ATTN_DKDV_TMA_FORM=6 (dQ folded into dK/dV) stores no dS^T to run in groups of "
-                             "batches: TR2_ATTN_DS_GROUP_BATCHES must be 0")
-        if fold:
-            return _backward_fold(ctx, dqkv, kdout, saved, D, B, T, H, hs, kind, tail)
         groups = ds_groups(B, H, T, p, DS_GROUP_BATCHES if tma_dkdv and dq_tma else 0)
         ds_t = cp.empty(ds_shape(ctx, groups[0][1] - groups[0][0], H, T, hs), dtype=np.uint16)   # one group's
         ldq, rows = ds_t.shape[2], B * T * H

@@ -2880,7 +2880,7 @@ __device__ __forceinline__ void stage_lse_d(float* sLD, u64* full, int s, int qt
     if (lane == 0) mbar_arrive(&full[s]);
 }
 
-// The head of a TMA dK/dV tile (tma_dkdv_tile, tma_dkdv_dq_tile): S^T = k q^T and dPd^T = v dO^T from the stage's
+// The head of a TMA dK/dV tile (tma_dkdv_tile): S^T = k q^T and dPd^T = v dO^T from the stage's
 // boxes, awaited, then the softmax gradient: p leaves as Pd^T, ds as dS^T (C registers, float32).
 template <int K, int HS, bool DROP>
 __device__ __forceinline__ void tma_dkdv_scores(float (&p)[1][8][4], float (&ds)[1][8][4], u32 ak, u32 av, u32 aq,
@@ -3485,217 +3485,6 @@ __device__ void attention_backward_dq_tma_resident(void* __restrict__ dqkv, cons
 #endif
 }
 
-// ---- dK/dV with dQ folded in by ordered reductions (gpu/attention.py's DKDV_TMA_FORM 6, tmaf; written in the
-// thirty-third session, which had no device: NOT run on a GPU, off) ----
-// Why: the default backward on the GPT-2 shapes writes every dS^T tile to ds_t (about T^2 halves a head, ~100 MB a
-// layer of gpt2-small) and reads it back in a second pass for dQ = scale dS k: Nsight Compute, gpt2-small's layer,
-// dK/dV 100.2 us with 108.5 MB written + dQ 38.0 us reading 125.9 MB (call 1 of results/h200-perf-20261204d, the
-// groups' note in docs/perf.md); the stores alone cost the dK/dV kernel 23 us a layer when they came (146 against 123,
-// calls 3-4 of results/h200-perf-20261201f). FlashAttention adds each key block's dQ part into a float32 buffer with
-// atomics, in whatever order the blocks come: not the same bits twice. The folded form of the twelfth session
-// (attention_backward_dkdv with DQ) kept the order by a turn a (head, query tile), but each key block read the
-// buffer, added and wrote it back, waiting on each load: 105 of its 311 us a layer (results/h200-perf-20261201b).
-// Here the parts go in by red.global.add.v2.f32 (no load, no wait: the adds happen in the L2), still in one order:
-// a 64-key unit u (the warpgroup's keys, u = 2 kb + cw) adds its part of query tile qt only when the tile's turn
-// says u; unit 0 stores it (the buffer needs no zeroing), units 1 .. qt - 1 add theirs, and unit qt (the tile's
-// diagonal, the last with keys at or before its queries) reads the sum, adds its own part and writes scale dQ into
-// dqkv. Every element of dQ is ((p0 + p1) + p2) + ... in float32 whatever the schedule: the same bits on every run.
-// The part itself is one more wgmma a tile (m64n64k16 x 4, both operands transposed from shared memory, as
-// attention_backward_dq_tma's step): dS^T goes from the registers (rounded as dK's operand) into a 128B-swizzled box
-// of the warpgroup's own instead of to ds_t; k is the block's k box already there. No ds_t, no dQ pass.
-// Order: each block walks its query tiles from the last down to its diagonal, so every unit meets tile qt at the same
-// iteration and a unit waits only for the adds of the units before it at that tile (with the tiles from the diagonal
-// up, a tile's last unit would meet it first and wait for every other unit's whole walk). Blocks take (key block,
-// head) from a ticket (sync[BH nqt], zeroed with the turns by attn_row_dots before), key block by key block, so a unit
-// waits only on units that took a ticket before it, which run or are done. dK and dV sum the tiles in that order too
-// (the other forms' from the diagonal up): other bits than the default's, the same arithmetic.
-// Memory: the turns are released as attention_backward_dkdv's (the warpgroup's named barrier orders its threads'
-// reductions before thread 0's st.release; the next unit's thread 0 acquires, then its barrier).
-__device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-__device__ __forceinline__ void bar_sync_wg(int cw) {   // the consumer warpgroup cw's 128 threads (barriers 2, 3)
-    if (cw == 0) bar_sync_n<2, 128>();   // immediate ids: a register id makes ptxas reserve all 16 barriers
-    else bar_sync_n<3, 128>();
-}
-
-// One 64-query tile of attention_backward_dkdv_tma_fold: tma_dkdv_tile's products and softmax gradient, with dS^T
-// written into the warpgroup's box (sds) and the tile's dQ part from it, all three accumulating products awaited
-// once. dq is overwritten.
-template <int K, int HS, bool DROP>
-__device__ __forceinline__ void tma_dkdv_dq_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4],
-                                                 float (&dq)[HS / 8][4], u32 ak, u32 av, unsigned char* sQO,
-                                                 float* sLD, int s, int qt, int k0, int g, int t, int T, int bh,
-                                                 const Dropout& drop, unsigned char* sds, int warp, int cw) {
-    constexpr int BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
-    const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
-    float p[1][NT][4], ds[1][NT][4];
-    tma_dkdv_scores<K, HS, DROP>(p, ds, ak, av, aq, ao, sLD + 2 * s * BC, qt, k0, g, t, T, bh, drop);
-    const u64 do_mn = wg_desc_sw128(ao, TMA_V_LBO, TMA_V_SBO), dq_mn = wg_desc_sw128(aq, TMA_V_LBO, TMA_V_SBO);
-    const u64 ds_mn = wg_desc_sw128(smem_u32(sds), TMA_V_LBO, TMA_V_SBO), k_mn = wg_desc_sw128(ak, TMA_V_LBO, TMA_V_SBO);
-    u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
-    pack_a<K, NT>(pf, p[0]);
-    pack_a<K, NT>(df, ds[0]);
-    // dS^T into the box as the copy engine lays a 128B-swizzled box: key row r (128 bytes, 64 queries), its 16-byte
-    // chunk n at chunk n ^ (r & 7). df[k16][j] holds queries 16 k16 + 8 (j >> 1) + 2t, +1 of key row g + 8 (j & 1)
-    // (pack_a's layout); a warp's 32 lanes write 32 different banks each time.
-#pragma unroll
-    for (int k16 = 0; k16 < NT / 2; ++k16)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int r = warp * 16 + g + 8 * (j & 1), n = 2 * k16 + (j >> 1);
-            *(u32*)(sds + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = df[k16][j];
-        }
-    fence_proxy_async();   // the generic stores, seen by the wgmma that reads the box
-    bar_sync_wg(cw);       // all four warps' rows
-    wg_fence();
-    tma_dkdv_issue<K, HS>(dv, dk, pf, df, do_mn, dq_mn);
-#pragma unroll
-    for (int k16 = 0; k16 < 64 / 16; ++k16)   // dQ part = dS k over the unit's 64 keys: 16 keys a slice, 2048 bytes
-        wg_mma_ss_tt<K>(dq, ds_mn + 2048 / 16 * k16, k_mn + 2048 / 16 * k16, k16 > 0);
-    wg_commit();
-    wg_wait_all();
-    wg_hold(dv);
-    wg_hold(dk);
-    wg_hold(dq);
-}
-
-// Unit u's part dq of query tile qt into the sum, in turn (above). dq_acc [BH, T, HS] float32, turns at sync.
-template <int HS>
-__device__ __forceinline__ void fold_dq(void* dqkv, float* __restrict__ dq_acc, int* sync, const float (&dq)[HS / 8][4],
-                                        int u, int qt, int nqt, int bh, int b, int h, int T, int C, int warp, int g,
-                                        int t, int cw, int out_kind) {
-    int* turn = sync + (i64)bh * nqt + qt;
-    if (u > 0) {
-        // a turn that never comes is a bug: stop the kernel (an error the caller sees) after ~a second
-        if ((threadIdx.x & 127) == 0)
-            for (u32 spins = 0; ld_acquire(turn) != u; ++spins) {
-                if (spins == (1u << 25)) __trap();
-                __nanosleep(32);
-            }
-        bar_sync_wg(cw);
-    }
-    const bool last = u == qt;   // the tile's diagonal unit: the sum is complete with its part
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int i = qt * 64 + warp * 16 + g + 8 * r;
-        if (i >= T) continue;
-        float* acc = dq_acc + ((i64)bh * T + i) * HS + 2 * t;
-        const i64 at = ((i64)b * T + i) * 3 * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) {
-            float x0 = dq[n][2 * r], x1 = dq[n][2 * r + 1];
-            if (last) {
-                if (u > 0) {   // the units before, then this one
-                    const float2 s = __ldcg((const float2*)(acc + n * 8));
-                    x0 = s.x + x0;
-                    x1 = s.y + x1;
-                }
-                store_pair(dqkv, at + n * 8, x0 * Scale<HS>::value, x1 * Scale<HS>::value, out_kind);
-            } else if (u == 0) {
-                __stcg((float2*)(acc + n * 8), make_float2(x0, x1));
-            } else {
-                red_add_v2(acc + n * 8, x0, x1);
-            }
-        }
-    }
-    if (!last) {
-        bar_sync_wg(cw);   // every thread's part is in
-        if ((threadIdx.x & 127) == 0) st_release(turn, u + 1);
-    }
-}
-
-template <int K, int HS, bool DROP>
-__device__ void attention_backward_dkdv_tma_fold(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
-                                                 const float* __restrict__ lse, const float* __restrict__ Dvec,
-                                                 float* __restrict__ dq_acc, int* __restrict__ sync, int T, int H,
-                                                 int out_kind, Dropout drop) {
-#ifdef ATTN_WGMMA
-    constexpr int S = DKDV_TMA_STAGES, BR = 128, BC = 64, BOX = 64 * HS * 2;
-    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) u64 bars[2 * S + 1];
-    __shared__ int ticket;
-    u64* full = bars;            // full[s]: the copies' arrival with their 2 BOX bytes, and the lse/D rows' arrival
-    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
-    u64* kv_full = bars + 2 * S;
-    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
-    unsigned char* sK = base;                       // consumer c's 64 keys at sK + c BOX
-    unsigned char* sV = base + 2 * BOX;
-    unsigned char* sQO = base + 4 * BOX;            // stage s: q at sQO + 2 s BOX, dO at + BOX
-    unsigned char* sDS = sQO + 2 * S * BOX;         // consumer c's dS^T box at sDS + c BOX
-    float* sLD = (float*)(sDS + 2 * BOX);           // stage s: lse at 2 s BC, D at (2 s + 1) BC
-    const int nqt = (T + BC - 1) / BC, BH = (int)gridDim.x;
-    if (threadIdx.x == 0) {
-        ticket = atomicAdd(sync + (i64)BH * nqt, 1);
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 2);   // the q and dO boxes' arrival, the lse and D rows'
-            mbar_init(&empty[s], 8);
-        }
-        mbar_init(kv_full, 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-    const int kb = ticket / BH, bh = ticket % BH;   // key block by key block: the first see the most queries
-    const int b = bh / H, h = bh % H, C = H * HS;
-    const int first = (kb * BR) / BC;               // the query tile holding the block's first key: the last walked
-    const int niter = nqt - first;
-    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
-    if (wg == 0) {   // the producer: its registers go to the consumers
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-        const int row0 = b * T;
-        if (threadIdx.x == 0) {
-            mbar_expect_tx(kv_full, 4 * BOX);
-            tma_load_kv128<HS>(sK, sV, tq, kv_full, C, h, row0 + kb * BR);
-            for (int it = 0; it < niter; ++it) {
-                const int s = it % S, qt = nqt - 1 - it;
-                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                mbar_expect_tx(&full[s], 2 * BOX);
-                tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
-                tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
-            }
-        } else if ((threadIdx.x >> 5) == 1) {   // the tiles' lse and D rows, as stage_row stages them
-            for (int it = 0; it < niter; ++it) {
-                const int s = it % S, qt = nqt - 1 - it;
-                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                stage_lse_d<BC>(sLD, full, s, qt, lse, Dvec, bh, T, lane);
-            }
-        }
-        return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
-    const int K0 = kb * BR + cw * 64;         // the warpgroup's first key
-    const int k0 = K0 + warp * 16;            // the warp's
-    const int u = K0 / 64;                    // the warpgroup's unit: its place in every tile's sum
-    const u32 ak = smem_u32(sK + cw * BOX), av = smem_u32(sV + cw * BOX);
-    unsigned char* sds = sDS + cw * BOX;
-    float dk[HS / 8][4], dv[HS / 8][4];
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
-    mbar_wait(kv_full, 0);
-    for (int it = 0; it < niter; ++it) {
-        const int s = it % S, qt = nqt - 1 - it;
-        mbar_wait(&full[s], (it / S) & 1);
-        if (qt >= u) {   // else every query of the tile comes before the warpgroup's keys: no part of it
-            float dq[HS / 8][4];
-            tma_dkdv_dq_tile<K, HS, DROP>(dk, dv, dq, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, sds, warp, cw);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);   // the stage is read: the producer may refill it while we add
-            fold_dq<HS>(dqkv, dq_acc, sync, dq, u, qt, nqt, bh, b, h, T, C, warp, g, t, cw, out_kind);
-        } else {
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);
-        }
-    }
-    store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
 // ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG; measured slower
 // than the plain two-warpgroup form, the backward x1.22 a layer alone, call 1 of results/h200-perf-20261202c: off) ----
 // attention_backward_dkdv_wg with NWG = 2 synchronizes its block at every query tile (__syncthreads around the
@@ -4205,23 +3994,6 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
     ATTN_DKDV_TMA_FORM(tma, DKDV_TMA_STAGES, false, BUILD, K, HS)                                                \
     ATTN_DKDV_TMA_FORM(tma3, 3, false, BUILD, K, HS) ATTN_DKDV_TMA_FORM(tmad, DKDV_TMA_STAGES, true, BUILD, K, HS) \
     ATTN_DKDV_TMA_FORM(tmad3, 3, true, BUILD, K, HS) ATTN_DKDV_TMAR_FORM(BUILD, K, HS)
-// attn_backward_dkdv_tmaf_<bf16r|f16r>_hs64: dK, dV and dQ with dQ folded in (attention_backward_dkdv_tma_fold): the
-// plain TMA form's arguments with dq_acc ([B*H, T, HS] float32) and sync (B*H*ceil(T/64) turns and a ticket, zero at
-// launch: attn_row_dots zeroes them) in the places of ds_t and ldq; grid (B*H, ceil(T/128)), 384 threads.
-#define ATTN_DKDV_TMA_FOLD(BUILD, K, HS)                                                                        \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_tmaf_##BUILD##_hs##HS(             \
-        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, float* dq_acc, int* sync, int T, int H, int out_kind,            \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_fold<K, HS, true>(dqkv, &tq, &tdo, lse, Dvec, dq_acc, sync, T, H,       \
-                                                          out_kind, d);                                        \
-        else                                                                                                   \
-            attention_backward_dkdv_tma_fold<K, HS, false>(dqkv, &tq, &tdo, lse, Dvec, dq_acc, sync, T, H,      \
-                                                           out_kind, d);                                       \
-    }
 // attention_backward_dq_tma (gpu/attention.py's DQ_TMA): attn_backward_dq_ds_tma_<bf16r|f16r>_hs64, 384 threads and
 // 128 queries a block; the tensor maps of ds_t ([B*H, T, ldq]) and qkv.
 #define ATTN_DQ_TMA(BUILD, K, HS)                                                                               \
@@ -4303,8 +4075,6 @@ ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
-ATTN_DKDV_TMA_FOLD(bf16r, KIND_BF16, 64)
-ATTN_DKDV_TMA_FOLD(f16r, KIND_F16, 64)
 ATTN_DQ_TMA(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA(f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
