@@ -408,7 +408,9 @@ def test_a_malformed_evidence_file_is_one_line(tmp_path, monkeypatch):
                        ([{"kind": "x", "what": "y", "log": "z", "commit": "c", "outcome": "1 passed", "covers": ["a"]}],
                         "outcome and covers as lists"),
                        ([{"kind": "x", "what": "y", "log": "z", "commit": "c", "outcome": ["1 passed"], "covers": ["a"],
-                          "mode": "turbo"}], "entry 1 has mode 'turbo'; allowed: eager, default, reduce-overhead")):
+                          "mode": "turbo"}], "entry 1 has mode 'turbo'; allowed: eager, default, reduce-overhead"),
+                       ([{"kind": "x", "what": "y", "log": "z", "commit": "c", "outcome": ["1 passed"], "covers": ["a"],
+                          "mode": ["default"]}], r"entry 1 has mode \['default'\]; allowed")):
         _evidence(tmp_path, monkeypatch, bad)
         with pytest.raises(Tr2Error, match=words):
             rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)

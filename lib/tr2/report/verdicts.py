@@ -192,7 +192,7 @@ def evidence(card_name: str, html_dir, timed) -> dict:
             raise Tr2Error(f"{where}: entry {n} lacks {', '.join(missing) or 'lists'}; allowed: every one of "
                            f"{', '.join(_EVIDENCE_KEYS)}, outcome and covers as lists")
         mode = e.get("mode")
-        if mode is not None and mode not in TORCH_MODES:
+        if mode is not None and (not isinstance(mode, str) or mode not in TORCH_MODES):
             raise Tr2Error(f"{where}: entry {n} has mode {mode!r}; allowed: {', '.join(TORCH_MODES)}, or no mode key")
         log = PARAMS_DIR.parent / str(e["log"])
         lines = explore.log_lines(log)
