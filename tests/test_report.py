@@ -11,6 +11,7 @@ import yaml
 
 import tr2.report as rp
 from tr2 import REPO_ROOT
+from tr2.report import verdicts
 from tr2.report.front import fmt_ms, fmt_ratio
 from tr2.results import folder_path, stored_path, write_json_atomic, write_yaml_atomic
 
@@ -345,6 +346,34 @@ def test_the_published_cards_reduced_edition_says_so_and_why(tmp_path):
     assert "params/cards/h200.yaml" in text and REASON in text and "make all CARD=h200" in text
     assert [li.get_text() for li in banner.find_all("li")] == e["changes"]
     assert page.find("tr2-reduced") < page.find('id="tr2-title"')   # at the top, before the title
+
+
+def test_an_edition_reason_edited_after_its_folders_ran_is_shown_beside_theirs(tmp_path, monkeypatch):
+    """The banner gives the reason as the card stood when its folders ran ("default slower"); timings made since can
+    contradict it (default faster on GPT-2 small in float32, timed after the H200 edition ran). Where the card file
+    now says otherwise, the banner shows both, the folders' first; where the file says the same, or is gone, only
+    theirs."""
+    card = dict(CARD, card="h200-lean", machine="nvidia-h200", device="cuda", edition={"of": "h200", "reason": REASON})
+    params = tmp_path / "params"
+    (params / "cards").mkdir(parents=True)
+    (params / "cards" / "h200.yaml").write_text((REPO_ROOT / "params" / "cards" / "h200.yaml").read_text())
+    monkeypatch.setattr(verdicts, "PARAMS_DIR", params)
+    later = "The same minutes, and default was found faster on one configuration after these folders ran."
+    cases = ((None, None), (REASON, None), ("  " + REASON.replace(" ", "\n  "), None), (later, later))
+    for n, (file_reason, shown) in enumerate(cases):
+        if file_reason is not None:
+            (params / "cards" / "h200-lean.yaml").write_text(yaml.safe_dump({**card, "edition": {"of": "h200",
+                                                                                                  "reason": file_reason}}))
+        data, page = _edition_page(tmp_path / f"case{n}", card)
+        assert data["edition"]["reason"] == REASON and data["edition"]["reason_now"] == shown
+        now = bs4.BeautifulSoup(page, "html.parser").find(id="reason-now")
+        if shown is None:
+            assert now is None
+        else:
+            text = " ".join(now.get_text().split())
+            assert text.startswith("(That is the reason as the card stood when its folders ran") and later in text
+            banner = " ".join(bs4.BeautifulSoup(page, "html.parser").find("div", class_="tr2-reduced").get_text().split())
+            assert banner.index(REASON) < banner.index(later)
 
 
 def test_a_reduced_edition_lists_exactly_what_it_runs_differently(tmp_path):

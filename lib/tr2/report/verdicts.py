@@ -469,8 +469,20 @@ def rule9_banners(card_name: str, dirs, devices) -> tuple[dict | None, dict | No
     changes = _changes(card, _as_read(read_yaml(PARAMS_DIR / "cards" / f"{published}.yaml")))
     e = card.get("edition")   # a claim for another card or another device's published card leaves a preview
     if isinstance(e, dict) and e.get("of") == published and isinstance(e.get("reason"), str) and e["reason"].strip():
-        return None, {"published": published, "reason": " ".join(e["reason"].split()), "changes": changes}
+        reason = " ".join(e["reason"].split())
+        return None, {"published": published, "reason": reason, "changes": changes,
+                      "reason_now": _reason_now(card_name, reason)}
     return {"published": published, "changes": changes}, None
+
+
+def _reason_now(card_name: str, reason: str) -> Optional[str]:
+    """The edition's reason as the checkout's card file states it, where that differs from the one its folders ran
+    with (what was measured since can contradict a reason written before: default mode faster on one configuration,
+    timed after the edition ran); None where it is the same, or the file is gone or holds no reason."""
+    raw = read_yaml(PARAMS_DIR / "cards" / f"{card_name}.yaml")   # {} where missing or unreadable
+    e = raw.get("edition") if isinstance(raw, dict) else None
+    now = " ".join(e["reason"].split()) if isinstance(e, dict) and isinstance(e.get("reason"), str) else ""
+    return now if now and now != reason else None
 
 
 def _machine(info, series_dir) -> dict:
