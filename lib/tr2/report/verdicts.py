@@ -204,13 +204,16 @@ def evidence(card_name: str, html_dir, timed) -> dict:
         entries.append({**{k: e[k] for k in _EVIDENCE_KEYS}, "outcome": [str(o) for o in outcome],
                         "covers": [str(c) for c in covers], "mode": mode, "link": link(log, html_dir).rstrip("/"),
                         "confirmed": problem is None, "problem": problem})
+    def covered(key: str, value) -> set:   # the configurations the confirmed entries with e[key] == value cover
+        return {c for e in entries if e[key] == value and e["confirmed"] for c in e["covers"]}
+
     uncovered = {}
     for kind in dict.fromkeys(e["kind"] for e in entries):
-        done = {c for e in entries if e["kind"] == kind and e["confirmed"] for c in e["covers"]}
+        done = covered("kind", kind)
         uncovered[kind] = [c for c in timed if c not in done]
     modes_timed = {}
     for mode in dict.fromkeys(e["mode"] for e in entries if e["mode"]):
-        done = {c for e in entries if e["mode"] == mode and e["confirmed"] for c in e["covers"]}
+        done = covered("mode", mode)
         if done:
             modes_timed[mode] = [c for c in timed if c in done] + sorted(done - set(timed))
     return {"file": where, "entries": entries, "uncovered": uncovered, "modes_timed": modes_timed}
