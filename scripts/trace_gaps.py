@@ -2,6 +2,11 @@
 Chrome trace of tr2.profile_run --trace, summed a step and grouped by the pair of kernels around them.
 
     python3 scripts/trace_gaps.py TRACE.json STEPS [TOP]
+    python3 scripts/trace_gaps.py --memsets TRACE.json[.gz] STEPS
+
+The second form: what cuBLAS's memsets before its products cost (gpu/memsets.py), each memset's wait from the end of
+the activity before it to the start of the one after it (the product), apart for memsets after one of our kernels and
+after another product, beside the median gap between two kernels.
 
 Why: a step's time by the outside clock exceeds its kernels' sum (gpt2-small bf16, call 2-4 of
 results/h200-perf-20261204: ours 16.26 ms a step against 15.29 ms of kernels, PyTorch's 19.12 against 18.41), and
@@ -11,7 +16,9 @@ Overlapping events (two streams) count as busy while any runs.
 """
 from __future__ import annotations
 
+import gzip
 import json
+import statistics
 import sys
 from collections import defaultdict
 
@@ -64,13 +71,57 @@ def report(trace: dict, steps: int, top: int = 20) -> str:
     return "\n".join(lines)
 
 
+PRODUCT_PREFIXES = ("nvjet", "sm90_xmma", "cutlass", "ampere_", "sm80_xmma")
+
+
+def is_product(name: str) -> bool:
+    """Whether a kernel is one of cuBLAS's products (the names its Hopper and Ampere kernels go by)."""
+    return name.startswith(PRODUCT_PREFIXES)
+
+
+def memset_waits(trace: dict) -> dict:
+    """For each memset between two activities: the time from the end of the one before to the start of the one after,
+    grouped 'after a product' / 'after another kernel'; and the median gap between two kernels that follow each other.
+    Returns {group: [waits µs]} with the key 'kernel -> kernel' holding those gaps."""
+    ev = sorted(((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e.get("name", "?"), e.get("cat"))
+                 for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in GPU_CATS))
+    out: dict = {"after a product": [], "after another kernel": [], "kernel -> kernel": []}
+    for i in range(1, len(ev)):
+        before, this = ev[i - 1], ev[i]
+        if this[3] == "gpu_memset" and i + 1 < len(ev) and before[3] == "kernel":
+            group = "after a product" if is_product(before[2]) else "after another kernel"
+            out[group].append(ev[i + 1][0] - before[1])
+        elif this[3] == "kernel" and before[3] == "kernel":
+            out["kernel -> kernel"].append(this[0] - before[1])
+    return out
+
+
+def memset_report(trace: dict, steps: int) -> str:
+    waits = memset_waits(trace)
+    between = waits.pop("kernel -> kernel")
+    median = statistics.median(between) if between else 0.0
+    lines = [f"median gap kernel -> kernel {median:.2f} us ({len(between) / steps:.1f} a step; {steps} steps)"]
+    for group, ws in waits.items():
+        if ws:
+            lines.append(f"memsets {group}: {len(ws) / steps:.1f} a step, {sum(ws) / len(ws):.2f} us each from the "
+                         f"activity before to the one after, {sum(ws) / steps:.1f} us a step; less a kernel -> "
+                         f"kernel gap each: {(sum(ws) - median * len(ws)) / steps:.1f} us a step")
+    return "\n".join(lines)
+
+
+def _load(path: str) -> dict:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def main(argv) -> int:
-    if len(argv) not in (2, 3):
-        print(__doc__.strip().splitlines()[2].strip())
+    if argv[:1] == ["--memsets"] and len(argv) == 3:
+        print(memset_report(_load(argv[1]), int(argv[2])))
+        return 0
+    if len(argv) not in (2, 3) or argv[0].startswith("--"):
+        print("\n".join(line.strip() for line in __doc__.strip().splitlines()[2:4]))
         return 2
-    with open(argv[0]) as f:
-        trace = json.load(f)
-    print(report(trace, int(argv[1]), int(argv[2]) if len(argv) > 2 else 20))
+    print(report(_load(argv[0]), int(argv[1]), int(argv[2]) if len(argv) > 2 else 20))
     return 0
 
 

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from tr2.cupy_side import gpu
-from tr2.cupy_side.gpu import blas
+from tr2.cupy_side.gpu import blas, memsets
 
 
 class FakeArray:
@@ -33,6 +33,7 @@ def cublas(monkeypatch):
         c._cp = types.SimpleNamespace(empty=lambda n, dtype=None: FakeArray(n), uint8="uint8",
                                       cuda=types.SimpleNamespace(runtime=types.SimpleNamespace()))
         c._workspaces = {None: c._first_workspace()}
+        c._seconds, c._turns = {}, {}
         c.lt = None
         return c
     return make, allocated, state
@@ -82,3 +83,45 @@ def test_the_log_line(cublas):
     assert c.workspace_line().endswith("needs 700; a side stream's 300")
     c.lt = None
     assert "needs 0" in c.workspace_line()
+
+
+# gpu/memsets.py's TR2_MEMSET_EARLY=2: a stream's products take its two workspaces in turn, the second as large as the
+# first (grown with it in the warm-up, never inside a capture); off, every product gets the stream's one workspace.
+def test_products_take_one_workspace_unless_two_are_asked_for(cublas, monkeypatch):
+    make, allocated, _ = cublas
+    monkeypatch.setattr(memsets, "TWO_WORKSPACES", False)
+    c = make(True)
+    first = c.product_workspace(None, 4)
+    assert all(c.product_workspace(None, 4) is first for _ in range(3)) and allocated == [4]
+
+
+def test_two_workspaces_taken_in_turn_and_grown_together(cublas, monkeypatch):
+    make, allocated, state = cublas
+    monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
+    c = make(True)
+    a, b, a2, b2 = (c.product_workspace(None, 4) for _ in range(4))
+    assert a is a2 and b is b2 and a is not b and a.size == b.size == 4
+    big = c.product_workspace(None, 4096)                # the first grows; the second with it
+    assert big.size == 4096 and c.product_workspace(None, 4).size == 4096
+    c.add_stream_workspace(9)                            # a side stream's pair, apart from the shared pair
+    s1, s2 = c.product_workspace(9, 8), c.product_workspace(9, 8)
+    assert s1 is not s2 and s1.size == s2.size == 8
+    assert allocated == [4, 4, 4096, 4096, 8, 8]
+    assert c.workspace_line().endswith("; a second workspace of 4096 bytes, products taking the two in turn; a second "
+                                       "workspace of 8 bytes (a side stream), products taking the two in turn")
+    state["capturing"] = True                            # inside a capture: the pair serves, nothing grows
+    c.product_workspace(None, 4096)
+    with pytest.raises(RuntimeError, match="inside a capture needs 8192 bytes"):
+        c.product_workspace(None, 8192)
+    assert allocated == [4, 4, 4096, 4096, 8, 8]
+
+
+def test_a_second_workspace_smaller_than_the_first_inside_a_capture_stops(cublas, monkeypatch):
+    make, _, state = cublas
+    monkeypatch.setattr(memsets, "TWO_WORKSPACES", False)
+    c = make(True)
+    c.product_workspace(None, 64)                        # a warm-up with one workspace
+    monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
+    state["capturing"] = True
+    with pytest.raises(RuntimeError, match="the second workspace is 0 bytes inside a capture, less than the first's 64"):
+        c.product_workspace(None, 64)

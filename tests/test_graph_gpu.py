@@ -276,3 +276,38 @@ def test_the_workspace_by_plan_changes_no_bit(tmp_path):
     # frees the smaller one first, so the peak falls by at least what the workspace shrank, less a rounding
     assert peak(by_plan_out) <= peak(full_out) - (WORKSPACE_BYTES - ws) + 512
     assert full[STEPS] < full[0] - 0.2
+
+
+# gpu/memsets.py: cuBLAS's memsets taken off the captured step's chain (TR2_MEMSET_EARLY=1: one workspace a stream;
+# 2: two a stream, taken in turn, so that a product right after another can have its memset moved too). The
+# products' algorithms and workspace sizes are the same, so a whole run with it, eager and in the graph, must have the
+# losses of the run without it to the bit; the log must say memsets were moved (else the test tests nothing), and
+# where two workspaces alternate, that none stayed for want of one. float32 (TF32) and float16 for their own
+# products' algorithms, the side stream for a second stream's workspaces.
+@pytest.mark.parametrize("model, dtype, value, side_stream", [
+    ("nanogpt", "bfloat16", "1", "0"), ("gpt2-small", "bfloat16", "1", "0"), ("gpt2-small", "bfloat16", "2", "0"),
+    ("nanogpt", "float32", "2", "0"), ("gpt2-small", "float16", "2", "0"), ("nanogpt", "bfloat16", "2", "1")])
+def test_early_memsets_change_no_bit(tmp_path, model, dtype, value, side_stream):
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
+    env = {"TR2_SIDE_STREAM": side_stream}
+    without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz",
+                        env={**env, "TR2_MEMSET_EARLY": "0"})
+    common += ["--init", tmp_path / "init.npz"]
+    eager, eager_out = _train(tmp_path, "on", *common, env={**env, "TR2_MEMSET_EARLY": value})
+    graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={**env, "TR2_MEMSET_EARLY": value})
+    m = re.search(r"cuBLAS memsets in the capture: (\d+), (\d+) moved off the chain \(TR2_MEMSET_EARLY=(\d)\)(.*)", out)
+    assert m, out[-3000:]
+    seen, moved, left = int(m.group(1)), int(m.group(2)), m.group(4)
+    print(f"{model} {dtype} TR2_MEMSET_EARLY={value} side stream {side_stream}: {moved} of {seen} memsets moved{left}; "
+          f"graph vs without max rel {_max_rel(without, graph)[0]:.2e}, eager {_max_rel(without, eager)[0]:.2e}")
+    print("  " + "\n  ".join(line for line in out.splitlines() if "cuBLAS workspace" in line or "peak memory" in line))
+    assert m.group(3) == value and moved > 0
+    if value == "2":
+        assert "the previous product on this workspace is the work right before it" not in left
+    assert eager == without, f"TR2_MEMSET_EARLY={value} changed the eager losses: {_max_rel(without, eager)}"
+    assert graph == without, f"the graph with its memsets moved parts from the run without: {_max_rel(without, graph)}"
+    assert without[STEPS] < without[0] - 0.2

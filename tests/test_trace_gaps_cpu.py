@@ -36,3 +36,17 @@ def test_report_per_step_and_pairs():
     assert "  gaps     2-4     us:     1.0 a step,      3.0 us a step" in text
     assert "  gaps   100-inf   us:     0.5 a step,     50.0 us a step" in text
     assert "     50.0   0.5  100.0  k2 -> k1" in text
+
+
+def test_memset_waits_group_by_what_came_before():
+    trace = {"traceEvents": [
+        _x("ours", 0, 10), _x("Memset (Device)", 11, 1, cat="gpu_memset"), _x("nvjet_a", 15, 20),   # 5 after ours
+        _x("Memset (Device)", 37, 1, cat="gpu_memset"), _x("nvjet_b", 42, 10),                      # 7 after nvjet_a
+        _x("ours2", 52.5, 1), _x("ours3", 54, 1),                                                   # gaps 0.5, 0.5
+    ]}
+    w = tg.memset_waits(trace)
+    assert w["after another kernel"] == [5.0] and w["after a product"] == [7.0]
+    assert w["kernel -> kernel"] == [0.5, 0.5]
+    text = tg.memset_report(trace, 1)
+    assert "median gap kernel -> kernel 0.50 us" in text
+    assert "memsets after a product: 1.0 a step, 7.00 us each" in text and "6.5 us a step" in text

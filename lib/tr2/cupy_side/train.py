@@ -123,6 +123,9 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
     if graph is not None and graph.graph.graph is not None:
         c = graph.graph.captured
         log.say(f"cuda graph: {c['kernels']} launches of our kernels captured, {c['programmatic']} of them programmatic")
+        from .gpu import memsets
+        if memsets.current() is not None:
+            log.say(memsets.current().line())
     # with a graph, the bytes in use in its pool (the step's activations and gradients) count in both
     if backend.device == "cuda":
         log.say(backend.workspace_line())

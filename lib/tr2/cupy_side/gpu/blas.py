@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 
-from . import find_nvidia_lib, kernel_switch
+from . import find_nvidia_lib, kernel_switch, memsets
 
 # cublasOperation_t
 OP_N, OP_T = 0, 1
@@ -95,6 +95,9 @@ class Cublas:
         # None: the workspace every stream shares; a stream's own (add_stream_workspace) under its pointer. By plan,
         # each grows on demand and never shrinks; else WORKSPACE_BYTES from the start, as before the switch.
         self._workspaces: dict = {None: self._first_workspace()}
+        # memsets.TWO_WORKSPACES: each stream's second workspace, as large as its first, and whose turn is next
+        self._seconds: dict = {}
+        self._turns: dict = {}
         self._bound_workspace = None   # (pointer, bytes) cublasSetWorkspace was last given, for cublasGemmEx
         self._stream = None
         self._math = None
@@ -173,13 +176,36 @@ class Cublas:
             self._workspaces[key] = ws = runtime.default_pool_array(need)
         return ws
 
+    def product_workspace(self, stream_ptr: int | None, need: int):
+        """The workspace a product of the step on stream_ptr is given: the stream's own (workspace_for), or where
+        memsets.TWO_WORKSPACES is on, its two in turn, so that two products in a row never share one and the second
+        one's memset can run before the first has ended (gpu/memsets.py). The second grows with the first (in the
+        warm-up, never inside a capture), so either serves any product the first does."""
+        ws = self.workspace_for(stream_ptr, need)
+        if not memsets.TWO_WORKSPACES:
+            return ws
+        key = stream_ptr if stream_ptr in self._workspaces else None
+        second = self._seconds.get(key)
+        if second is None or second.size < ws.size:
+            from . import runtime
+            if runtime.is_capturing():
+                raise RuntimeError(f"cuBLAS workspace: the second workspace is {0 if second is None else second.size} "
+                                   f"bytes inside a capture, less than the first's {ws.size} (no warm-up before it)")
+            self._seconds[key] = self._cp.empty(0, dtype=self._cp.uint8)   # the old one freed first: never both
+            self._seconds[key] = second = runtime.default_pool_array(max(int(ws.size), 1))
+        turn = self._turns.get(key, 0)
+        self._turns[key] = 1 - turn
+        return ws if turn == 0 else second
+
     def workspace_line(self) -> str:
         """The train log's account of the workspaces: the shared one's size (and each side stream's), and the largest
         a cuBLASLt plan of the run names (cublasGemmEx asks for WORKSPACE_BYTES)."""
         largest = max((p.workspace for p in self.lt._plans.values()), default=0) if self.lt is not None else 0
         sizes = {k: int(v.size) for k, v in self._workspaces.items()}
         return (f"cuBLAS workspace: {sizes.pop(None)} bytes, the largest a cuBLASLt plan of this run needs {largest}"
-                + "".join(f"; a side stream's {n}" for n in sizes.values()))
+                + "".join(f"; a side stream's {n}" for n in sizes.values())
+                + "".join(f"; a second workspace of {int(v.size)} bytes{'' if k is None else ' (a side stream)'}, "
+                          f"products taking the two in turn" for k, v in self._seconds.items()))
 
     def _scalars(self, compute: int, alpha: float, beta: float):
         if compute == COMPUTE_64F:
@@ -211,16 +237,23 @@ class Cublas:
         vp = ctypes.c_void_p
         self._bind_workspace()
         if batch == 1:
-            st = self.lib.cublasGemmEx(self.handle, opb, opa, N, M, K, ctypes.byref(a),
-                                       vp(pb), b_type, ldb, vp(pa), a_type, lda, ctypes.byref(b),
-                                       vp(pc), c_type, ldc, compute, GEMM_DEFAULT)
-            self._check(st, f"cublasGemmEx(M={M}, N={N}, K={K})")
+            def call():
+                return self.lib.cublasGemmEx(self.handle, opb, opa, N, M, K, ctypes.byref(a),
+                                             vp(pb), b_type, ldb, vp(pa), a_type, lda, ctypes.byref(b),
+                                             vp(pc), c_type, ldc, compute, GEMM_DEFAULT)
+            what = f"cublasGemmEx(M={M}, N={N}, K={K})"
         else:
-            st = self.lib.cublasGemmStridedBatchedEx(self.handle, opb, opa, N, M, K, ctypes.byref(a),
-                                                     vp(pb), b_type, ldb, stride_b, vp(pa), a_type, lda, stride_a,
-                                                     ctypes.byref(b), vp(pc), c_type, ldc, stride_c, batch,
-                                                     compute, GEMM_DEFAULT)
-            self._check(st, f"cublasGemmStridedBatchedEx(M={M}, N={N}, K={K}, batch={batch})")
+            def call():
+                return self.lib.cublasGemmStridedBatchedEx(self.handle, opb, opa, N, M, K, ctypes.byref(a),
+                                                           vp(pb), b_type, ldb, stride_b, vp(pa), a_type, lda,
+                                                           stride_a, ctypes.byref(b), vp(pc), c_type, ldc, stride_c,
+                                                           batch, compute, GEMM_DEFAULT)
+            what = f"cublasGemmStridedBatchedEx(M={M}, N={N}, K={K}, batch={batch})"
+        from . import runtime
+        mover = memsets.current() if runtime.is_capturing() else None
+        # in the step's capture the Mover hears of this product too: it uses the stream's workspace, which a moved
+        # memset of a later product must wait for (gpu/memsets.py)
+        self._check(call() if mover is None else mover.product(self._stream, self._bound_workspace, call), what)
 
     def close(self) -> None:
         if getattr(self, "handle", None):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 
-from . import blas, find_nvidia_lib
+from . import blas, find_nvidia_lib, memsets, runtime
 
 # cublasLtMatmulDescAttributes_t
 DESC_TRANSA, DESC_TRANSB = 3, 4
@@ -190,11 +190,13 @@ class CublasLt:
         return plan
 
     # ---- the product
-    def matmul(self, plan: Plan, A: int, B: int, C: int, alpha, beta, stream: int) -> int:
-        """One product with the plan's algorithm on stream; returns cuBLAS's status."""
+    def matmul(self, plan: Plan, A: int, B: int, C: int, alpha, beta, stream: int, ws: int | None = None) -> int:
+        """One product with the plan's algorithm on stream; returns cuBLAS's status. ws: the workspace's pointer
+        (the stream's own where None), at least plan.workspace bytes."""
         vp = ctypes.c_void_p
         lb, la, lc = plan.layouts
-        ws = self.cublas.workspace_for(stream, plan.workspace).data.ptr
+        if ws is None:
+            ws = self.cublas.workspace_for(stream, plan.workspace).data.ptr
         return self.lib.cublasLtMatmul(self.handle, plan.desc, ctypes.byref(alpha), vp(B), lb, vp(A), la,
                                        ctypes.byref(beta), vp(C), lc, vp(C), lc, ctypes.byref(plan.algo), vp(ws),
                                        plan.workspace, vp(stream))
@@ -209,4 +211,11 @@ class CublasLt:
             self.collect.add(key)
         plan = self.plan(key)
         stream = self._cp.cuda.get_current_stream().ptr
-        self._check(self.matmul(plan, A, B, C, alpha, beta, stream), f"cublasLtMatmul(M={M}, N={N}, K={K}, {plan.source})")
+        ws = self.cublas.product_workspace(stream, plan.workspace).data.ptr
+        mover = memsets.current() if runtime.is_capturing() else None
+        if mover is None:
+            status = self.matmul(plan, A, B, C, alpha, beta, stream, ws)
+        else:   # the step's capture: cuBLAS's memset, if any, off the chain (gpu/memsets.py)
+            status = mover.product(stream, (ws, plan.workspace),
+                                   lambda: self.matmul(plan, A, B, C, alpha, beta, stream, ws))
+        self._check(status, f"cublasLtMatmul(M={M}, N={N}, K={K}, {plan.source})")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import cupy as cp
 
-from . import COMPILE_OPTIONS, cubins, kernel_files, kernel_switch, load_source, pdl
+from . import COMPILE_OPTIONS, cubins, kernel_files, kernel_switch, load_source, memsets, pdl
 
 _modules: dict[str, "cp.RawModule"] = {}
 _functions: dict[tuple[str, str], object] = {}
@@ -116,6 +116,7 @@ def capturing():
     global _capturing
     before, _capturing = _capturing, True
     captured.update(kernels=0, programmatic=0)
+    memsets.begin()
     try:
         yield
     finally:

@@ -1,0 +1,256 @@
+"""cuBLAS's memsets taken off the captured step's chain of kernels (TR2_MEMSET_EARLY; off by default; written without
+a GPU and not yet run on one: docs/perf.md, "Thirty-seventh session").
+
+Why: before the products of some of its algorithms (nvjet kernels), cuBLAS zeroes 4 bytes, it seems of its workspace
+(the plans of gpt2-small bf16 ask for a workspace of 4 bytes), with a memset on the product's stream. In the step's
+graph the memset sits between the kernel before and the product, and the product starts late: from the end of the
+kernel before to the product's start, 4.7 us a memset of gpt2-small bf16 where one of ours follows another (38 a
+step), 7.6 us where the memset sits between two products (12 a step), against 0.32 us (median) between two of our
+kernels (results/h200-perf-20261204/call5-229540b/g/trace-c.json.gz, 30 steps under torch.profiler: 50 memsets a step,
+268 us a step from the kernels before them to their products). gpt2-medium bf16 had 74 a step at 6.3 us each, nanogpt
+bf16 18 at 5.9 us (the timelines of results/h200-perf-20261201g call 2 and results/h200-perf-20261201c call 6, older
+programs). PyTorch's products have the same memsets.
+
+How, during the step's capture (runtime.capturing), around each product of it (lt.CublasLt.gemm_rm; blas.py's
+cublasGemmEx path too, which the step does not take while cuBLASLt is on, so that no product on a workspace goes
+unheard): the capturing stream's dependencies D before the call are read, and after it the nodes the call recorded.
+Where they are a memset M whose target lies inside the product's workspace, followed by one kernel K that depends on M
+alone, and M depends on D (what cuBLAS records), the edges D -> M are replaced by D -> K, and M is made to follow the
+nodes that ended the previous product on the same workspace (nothing where none in this capture used it: every replay
+of the graph starts after the last one has ended). M then runs beside the kernels between the two products, and K
+follows the kernel before it as our kernels follow each other. (The CUDA driver permits adding and removing edges of
+the graph a capture is recording into, only not removing nodes.)
+
+Why that is safe: the workspace is used by the products on it and nothing else (blas.Cublas, a workspace a stream,
+never inside a kernel of ours), and the products on one workspace run one after another on its stream; so the bytes
+M writes are touched by no node between the previous product's end and K. K still waits for M and for D, so it reads
+what it read before. Where two products follow each other directly (the backward's dW and dx products), the memset of
+the second can only move if the two use different workspaces: TR2_MEMSET_EARLY=2 gives each stream a second workspace
+as large as its first, and its products take the two in turn (blas.Cublas.product_workspace). The products' algorithms
+and workspace sizes are the record's either way, so the same bits (tests/test_graph_gpu.py).
+
+Values: 0 off; 1 the memsets moved, one workspace a stream; 2 moved, two workspaces a stream taken in turn.
+
+The decision is one pure function (`rewire`) over a view of the graph, tested on the CPU with graphs made up of
+plain values (tests/test_memsets.py); the driver's side is ctypes, as gpu/pdl.py's, and runs on the GPU only.
+"""
+from __future__ import annotations
+
+import ctypes
+from collections import Counter
+from dataclasses import dataclass
+
+from . import kernel_switch
+
+EARLY = kernel_switch("TR2_MEMSET_EARLY", 0, (0, 1, 2))
+TWO_WORKSPACES = EARLY == 2
+
+# cuda.h: CUgraphNodeType
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+
+
+class MemsetParams(ctypes.Structure):
+    """CUDA_MEMSET_NODE_PARAMS (cuda.h): where a memset node writes and what."""
+    _fields_ = [("dst", ctypes.c_ulonglong), ("pitch", ctypes.c_size_t), ("value", ctypes.c_uint),
+                ("elementSize", ctypes.c_uint), ("width", ctypes.c_size_t), ("height", ctypes.c_size_t)]
+
+
+def memset_extent(dst: int, pitch: int, element_size: int, width: int, height: int) -> tuple[int, int]:
+    """The bytes [first, end) a memset node writes: `height` rows of `width` elements, `pitch` bytes apart."""
+    if height < 1 or width < 1:
+        return dst, dst
+    return dst, dst + pitch * (height - 1) + element_size * width
+
+
+@dataclass(frozen=True)
+class Rewire:
+    """What to do with one product's nodes: `memset` whether the call recorded a memset before its kernel, `moved`
+    whether it is moved, `why` in words, and the edges (from, to) to remove and then to add."""
+    memset: bool
+    moved: bool
+    why: str
+    remove: tuple = ()
+    add: tuple = ()
+
+
+MOVED = "moved"
+NOT_ONE_KERNEL = "the call did not end in one kernel"
+NO_MEMSET = "no memset right before the product's kernel"
+OUTSIDE = "the memset writes outside the product's workspace"
+NOT_AFTER_BEFORE = "the memset does not follow the stream's work before the call"
+DIRECTLY = "the previous product on this workspace is the work right before it"
+FIRST = "nothing before it in the capture"
+
+
+def rewire(before, after, view, workspace: tuple[int, int], previous) -> Rewire:
+    """The edges that take a product's memset off the chain, or why not.
+
+    before / after: the capturing stream's dependencies before and after the product's call; view: kind(node),
+    deps(node) and memset_range(node) -> (first, end) of the graph; workspace: (pointer, bytes) the product was
+    given; previous: the stream's dependencies after the last product on the same workspace in this capture, None
+    if none."""
+    after = tuple(after)
+    if len(after) != 1 or view.kind(after[0]) != KERNEL:
+        return Rewire(False, False, NOT_ONE_KERNEL)
+    kernel = after[0]
+    up = tuple(view.deps(kernel))
+    if len(up) != 1 or view.kind(up[0]) != MEMSET:
+        return Rewire(False, False, NO_MEMSET)
+    memset = up[0]
+    first, end = view.memset_range(memset)
+    if not (workspace[0] <= first and end <= workspace[0] + workspace[1]):
+        return Rewire(True, False, OUTSIDE)
+    before = tuple(before)
+    if set(view.deps(memset)) != set(before):
+        return Rewire(True, False, NOT_AFTER_BEFORE)
+    if not before:
+        return Rewire(True, False, FIRST)
+    target = tuple(previous or ())
+    if set(target) == set(before):
+        return Rewire(True, False, DIRECTLY)
+    return Rewire(True, True, MOVED, remove=tuple((d, memset) for d in before),
+                  add=tuple((d, kernel) for d in before) + tuple((p, memset) for p in target))
+
+
+class Mover:
+    """One capture's account: the last product's end on each workspace, and what became of each memset."""
+
+    def __init__(self):
+        self.last: dict[int, tuple] = {}
+        self.outcomes: Counter = Counter()
+
+    def product(self, stream_ptr: int, workspace: tuple[int, int], call, driver=None) -> int:
+        """call() (one product on stream_ptr with `workspace`, returning cuBLAS's status) inside the capture, its
+        memset moved where `rewire` says; returns the status."""
+        driver = driver or _Driver.get()
+        graph, before = driver.capture_info(stream_ptr)
+        status = call()
+        if status != 0:
+            return status
+        graph_after, after = driver.capture_info(stream_ptr)
+        if graph_after != graph:
+            raise MemsetError("the product's call ended its stream's capture")
+        decision = rewire(before, after, driver, workspace, self.last.get(workspace[0]))
+        if decision.moved:
+            driver.remove_edges(graph, decision.remove)
+            driver.add_edges(graph, decision.add)
+        if decision.memset:
+            self.outcomes[decision.why] += 1
+        self.last[workspace[0]] = tuple(after)
+        return status
+
+    def line(self) -> str:
+        """The train log's account, after the capture."""
+        seen = sum(self.outcomes.values())
+        text = f"cuBLAS memsets in the capture: {seen}, {self.outcomes.get(MOVED, 0)} moved off the chain " \
+               f"(TR2_MEMSET_EARLY={EARLY})"
+        left = [f"{n} {why}" for why, n in sorted(self.outcomes.items()) if why != MOVED]
+        return text + ("; left in place: " + ", ".join(left) if left else "")
+
+
+_mover: Mover | None = None
+
+
+def begin() -> None:
+    """A capture starts (runtime.capturing): a fresh account."""
+    global _mover
+    _mover = Mover() if EARLY else None
+
+
+def current() -> Mover | None:
+    """The account of the capture under way or last ended; None where the switch is off."""
+    return _mover
+
+
+class MemsetError(RuntimeError):
+    pass
+
+
+class _Driver:
+    """libcuda's graph entry points this needs, typed once (the edge-data forms of CUDA 12.3 where the driver has
+    them, given no edge data: the default edges, as a capture records them)."""
+    _instance = None
+
+    @classmethod
+    def get(cls) -> "_Driver":
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def __init__(self):
+        from . import pdl
+        self._pdl = pdl
+        cuda = pdl._driver()
+        vp, P = ctypes.c_void_p, ctypes.POINTER
+        self.v2 = hasattr(cuda, "cuGraphNodeGetDependencies_v2") and hasattr(cuda, "cuGraphAddDependencies_v2") \
+            and hasattr(cuda, "cuGraphRemoveDependencies_v2")
+        if self.v2:
+            self._deps = cuda.cuGraphNodeGetDependencies_v2
+            self._deps.argtypes = [vp, P(vp), vp, P(ctypes.c_size_t)]
+            self._add, self._remove = cuda.cuGraphAddDependencies_v2, cuda.cuGraphRemoveDependencies_v2
+            for f in (self._add, self._remove):
+                f.argtypes = [vp, P(vp), P(vp), vp, ctypes.c_size_t]
+        else:
+            self._deps = cuda.cuGraphNodeGetDependencies
+            self._deps.argtypes = [vp, P(vp), P(ctypes.c_size_t)]
+            self._add, self._remove = cuda.cuGraphAddDependencies, cuda.cuGraphRemoveDependencies
+            for f in (self._add, self._remove):
+                f.argtypes = [vp, P(vp), P(vp), ctypes.c_size_t]
+        for f in (self._deps, self._add, self._remove, cuda.cuGraphMemsetNodeGetParams):
+            f.restype = ctypes.c_int
+        cuda.cuGraphMemsetNodeGetParams.argtypes = [vp, P(MemsetParams)]
+        self.cuda = cuda
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            text = ctypes.c_char_p()
+            self.cuda.cuGetErrorName(rc, ctypes.byref(text))
+            raise MemsetError(f"{what}: {(text.value or b'?').decode()} ({rc})")
+
+    def capture_info(self, stream_ptr: int) -> tuple[int, tuple]:
+        """The graph the stream's capture records into, and the stream's dependencies in it (node handles)."""
+        status, capture_id, graph = ctypes.c_int(), ctypes.c_ulonglong(), ctypes.c_void_p()
+        deps, count = ctypes.POINTER(ctypes.c_void_p)(), ctypes.c_size_t()
+        self._check(self.cuda.cuStreamGetCaptureInfo_v2(ctypes.c_void_p(stream_ptr or None), ctypes.byref(status),
+                                                        ctypes.byref(capture_id), ctypes.byref(graph),
+                                                        ctypes.byref(deps), ctypes.byref(count)),
+                    "cuStreamGetCaptureInfo")
+        if status.value != 1:   # CU_STREAM_CAPTURE_STATUS_ACTIVE
+            raise MemsetError(f"cuStreamGetCaptureInfo: the stream is not capturing (status {status.value})")
+        return int(graph.value or 0), tuple(int(deps[i]) for i in range(count.value))
+
+    def kind(self, node: int) -> int:
+        out = ctypes.c_int()
+        self._check(self.cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(out)), "cuGraphNodeGetType")
+        return out.value
+
+    def deps(self, node: int) -> tuple:
+        count = ctypes.c_size_t()
+        extra = (None,) if self.v2 else ()
+        self._check(self._deps(ctypes.c_void_p(node), None, *extra, ctypes.byref(count)), "cuGraphNodeGetDependencies")
+        if count.value == 0:
+            return ()
+        out = (ctypes.c_void_p * count.value)()
+        self._check(self._deps(ctypes.c_void_p(node), out, *extra, ctypes.byref(count)), "cuGraphNodeGetDependencies")
+        return tuple(int(out[i]) for i in range(count.value))
+
+    def memset_range(self, node: int) -> tuple[int, int]:
+        p = MemsetParams()
+        self._check(self.cuda.cuGraphMemsetNodeGetParams(ctypes.c_void_p(node), ctypes.byref(p)),
+                    "cuGraphMemsetNodeGetParams")
+        return memset_extent(int(p.dst), int(p.pitch), int(p.elementSize), int(p.width), int(p.height))
+
+    def _edges(self, f, graph: int, edges, what: str) -> None:
+        if not edges:
+            return
+        n = len(edges)
+        src = (ctypes.c_void_p * n)(*[e[0] for e in edges])
+        dst = (ctypes.c_void_p * n)(*[e[1] for e in edges])
+        extra = (None,) if self.v2 else ()
+        self._check(f(ctypes.c_void_p(graph), src, dst, *extra, n), what)
+
+    def remove_edges(self, graph: int, edges) -> None:
+        self._edges(self._remove, graph, edges, "cuGraphRemoveDependencies")
+
+    def add_edges(self, graph: int, edges) -> None:
+        self._edges(self._add, graph, edges, "cuGraphAddDependencies")

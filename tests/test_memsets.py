@@ -1,0 +1,352 @@
+"""gpu/memsets.py without a GPU: the driver structure's layout, the decision (`rewire`) on graphs made of plain values,
+and a whole capture simulated: a stream recording our kernels and cuBLAS-like products (a memset of the product's
+workspace, then its kernel) into an in-memory graph, the Mover moving the memsets, and then the orders that must
+hold checked on the graph: every node still after the node the stream recorded before it (except the moved memsets),
+every product's kernel after its memset, and every memset after every earlier use of its workspace."""
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+
+from tr2.cupy_side.gpu import memsets
+from tr2.cupy_side.gpu.memsets import KERNEL, MEMCPY, MEMSET, Mover, rewire
+
+
+def test_the_memset_parameters_have_cuda_h_layout():
+    p = memsets.MemsetParams
+    assert [p.dst.offset, p.pitch.offset, p.value.offset, p.elementSize.offset, p.width.offset, p.height.offset] == \
+        [0, 8, 16, 20, 24, 32]
+    assert ctypes.sizeof(p) == 40
+
+
+def test_memset_extent():
+    assert memsets.memset_extent(1000, 4, 4, 1, 1) == (1000, 1004)          # cuBLAS's 4-byte counter
+    assert memsets.memset_extent(1000, 256, 1, 4, 3) == (1000, 1000 + 512 + 4)   # three rows, 256 bytes apart
+    assert memsets.memset_extent(1000, 0, 4, 0, 1) == (1000, 1000)
+
+
+class View:
+    """A graph as plain values: node -> (kind, dependencies, memset range)."""
+
+    def __init__(self, nodes: dict):
+        self.nodes = nodes
+
+    def kind(self, n):
+        return self.nodes[n][0]
+
+    def deps(self, n):
+        return self.nodes[n][1]
+
+    def memset_range(self, n):
+        return self.nodes[n][2]
+
+
+WS = (4096, 4)
+
+
+def _graph(memset_deps=("A",), memset_range=(4096, 4100), kernel_deps=("M",)):
+    return View({"A": (KERNEL, (), None), "B": (KERNEL, (), None), "P": (KERNEL, (), None),
+                 "M": (MEMSET, memset_deps, memset_range), "K": (KERNEL, kernel_deps, None),
+                 "C": (MEMCPY, ("A",), None)})
+
+
+def test_a_memset_after_the_work_before_moves_behind_the_previous_product():
+    r = rewire(("A",), ("K",), _graph(), WS, ("P",))
+    assert (r.memset, r.moved, r.why) == (True, True, memsets.MOVED)
+    assert r.remove == (("A", "M"),) and r.add == (("A", "K"), ("P", "M"))
+
+
+def test_the_first_product_on_a_workspace_has_its_memset_start_the_graph():
+    r = rewire(("A",), ("K",), _graph(), WS, None)
+    assert r.moved and r.remove == (("A", "M"),) and r.add == (("A", "K"),)
+
+
+def test_after_a_join_every_node_before_goes_to_the_kernel():
+    r = rewire(("A", "B"), ("K",), _graph(memset_deps=("B", "A")), WS, ("P",))
+    assert r.moved and set(r.remove) == {("A", "M"), ("B", "M")}
+    assert set(r.add) == {("A", "K"), ("B", "K"), ("P", "M")}
+
+
+def test_a_memset_with_nothing_before_it_stays():
+    r = rewire((), ("K",), _graph(memset_deps=()), WS, None)
+    assert (r.memset, r.moved, r.why) == (True, False, memsets.FIRST) and not r.remove and not r.add
+
+
+def test_two_products_in_a_row_on_one_workspace_keep_their_memset():
+    r = rewire(("P",), ("K",), _graph(memset_deps=("P",)), WS, ("P",))
+    assert (r.memset, r.moved, r.why) == (True, False, memsets.DIRECTLY) and not r.remove and not r.add
+
+
+@pytest.mark.parametrize("memset_range", [(4092, 4096), (4096, 4101), (0, 4)])
+def test_a_memset_outside_the_workspace_stays(memset_range):
+    r = rewire(("A",), ("K",), _graph(memset_range=memset_range), WS, ("P",))
+    assert (r.memset, r.moved, r.why) == (True, False, memsets.OUTSIDE)
+
+
+def test_a_memset_that_does_not_follow_the_stream_stays():
+    r = rewire(("A",), ("K",), _graph(memset_deps=("B",)), WS, ("P",))
+    assert (r.memset, r.moved, r.why) == (True, False, memsets.NOT_AFTER_BEFORE)
+
+
+def test_a_product_without_a_memset_is_no_memset():
+    r = rewire(("A",), ("K",), _graph(kernel_deps=("A",)), WS, ("P",))
+    assert (r.memset, r.moved, r.why) == (False, False, memsets.NO_MEMSET)
+    r = rewire(("A",), ("K",), _graph(kernel_deps=("C",)), WS, ("P",))   # after a copy: not a memset either
+    assert (r.memset, r.moved) == (False, False)
+
+
+@pytest.mark.parametrize("after", [("K", "A"), ("M",), ("C",), ()])
+def test_a_call_not_ending_in_one_kernel_is_left_alone(after):
+    r = rewire(("A",), after, _graph(), WS, ("P",))
+    assert (r.memset, r.moved, r.why) == (False, False, memsets.NOT_ONE_KERNEL)
+
+
+class FakeCapture:
+    """A stream capture into an in-memory graph, with the driver's side of gpu/memsets.py over it: nodes are
+    integers, `deps` the edges into each; the stream's dependencies move to each node it records."""
+
+    def __init__(self):
+        self.kinds, self.ranges, self.into = {}, {}, {}
+        self.uses: dict[int, int] = {}   # node -> the workspace it reads or writes
+        self.stream_deps: dict[int, tuple] = {}
+        self.recorded: list = []   # (stream, node, the stream's dependencies when it was recorded)
+
+    def _record(self, stream, kind, rng=None):
+        n = len(self.kinds) + 1
+        self.kinds[n], self.ranges[n] = kind, rng
+        self.into[n] = set(self.stream_deps.get(stream, ()))
+        self.recorded.append((stream, n, tuple(self.stream_deps.get(stream, ()))))
+        self.stream_deps[stream] = (n,)
+        return n
+
+    def kernel(self, stream=1):
+        return self._record(stream, KERNEL)
+
+    def product(self, stream, ws_ptr, memset=True):
+        """What cublasLtMatmul records: the workspace's 4-byte counter zeroed, then the kernel."""
+        if memset:
+            self.uses[self._record(stream, MEMSET, (ws_ptr, ws_ptr + 4))] = ws_ptr
+        n = self._record(stream, KERNEL)
+        self.uses[n] = ws_ptr
+        return n
+
+    # the driver's side
+    def capture_info(self, stream):
+        return 77, self.stream_deps.get(stream, ())
+
+    def kind(self, n):
+        return self.kinds[n]
+
+    def deps(self, n):
+        return tuple(sorted(self.into[n]))
+
+    def memset_range(self, n):
+        return self.ranges[n]
+
+    def remove_edges(self, graph, edges):
+        assert graph == 77
+        for a, b in edges:
+            self.into[b].remove(a)
+
+    def add_edges(self, graph, edges):
+        assert graph == 77
+        for a, b in edges:
+            assert a not in self.into[b]
+            self.into[b].add(a)
+
+    def before(self, a, b) -> bool:
+        """Whether node a must have ended before node b starts (a path a -> b)."""
+        todo, seen = [b], set()
+        while todo:
+            n = todo.pop()
+            for d in self.into[n]:
+                if d == a:
+                    return True
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        return False
+
+
+def _step(two_workspaces: bool):
+    """A made-up step: our kernels and products on stream 1, one product pair in a row (the backward's dW and dx),
+    a product without a memset, and a product on a second stream with its own workspace. Returns the capture and the
+    Mover."""
+    cap, mover = FakeCapture(), Mover()
+    turns = {1: 0, 2: 0}
+
+    def product(stream, memset=True):
+        base = 1000 if stream == 1 else 5000
+        ws = base + 512 * turns[stream] if two_workspaces else base
+        if two_workspaces:
+            turns[stream] ^= 1
+        mover.product(stream, (ws, 4), lambda: (cap.product(stream, ws, memset), 0)[1], driver=cap)
+
+    cap.kernel()            # the embedding
+    product(1)              # c_attn
+    cap.kernel()            # attention
+    product(1)              # c_proj
+    cap.kernel()            # residual + LayerNorm
+    product(1, memset=False)
+    cap.kernel()
+    product(1)              # dW
+    product(1)              # dx, right after
+    cap.stream_deps[2] = cap.stream_deps[1]   # the side stream waits for the main stream's work (an event)
+    product(2)              # another stream's product, its own workspace
+    cap.kernel()
+    product(1)
+    return cap, mover
+
+
+@pytest.mark.parametrize("two_workspaces", [False, True])
+def test_a_simulated_capture_keeps_every_order_that_matters(two_workspaces):
+    cap, mover = _step(two_workspaces)
+    memsets_recorded = [n for _, n, _ in cap.recorded if cap.kinds[n] == MEMSET]
+    moved = mover.outcomes[memsets.MOVED]
+    # one memset stays where two products follow each other on one workspace; none where they alternate
+    assert sum(mover.outcomes.values()) == len(memsets_recorded) == 6
+    assert moved == (6 if two_workspaces else 5)
+    assert mover.outcomes[memsets.DIRECTLY] == (0 if two_workspaces else 1)
+    for stream, n, deps in cap.recorded:
+        if cap.kinds[n] == MEMSET:
+            kernel = n + 1
+            assert cap.into[kernel] >= {n} and cap.before(n, kernel)
+            # every earlier node that used the same workspace ended before this memset starts
+            for m in range(1, n):
+                if cap.uses.get(m) == cap.uses[n]:
+                    assert cap.before(m, n), (m, n)
+        else:
+            # every other node still after every node but a memset that its stream had recorded before it
+            for s, m, _ in cap.recorded:
+                if m < n and s == stream and cap.kinds[m] != MEMSET:
+                    assert cap.before(m, n), (m, n)
+    # a moved memset no longer waits for the kernel its stream recorded just before it
+    moved_ones = [n for n in memsets_recorded if not (set(cap.recorded[n - 1][2]) <= cap.into[n])]
+    assert len(moved_ones) == moved
+
+
+def test_a_failed_product_changes_nothing():
+    cap, mover = FakeCapture(), Mover()
+    cap.kernel()
+    status = mover.product(1, (1000, 4), lambda: (cap.product(1, 1000), 13)[1], driver=cap)
+    assert status == 13 and not mover.outcomes and not mover.last
+    assert cap.into[3] == {2}   # the kernel still after its memset, the memset after the kernel before
+
+
+def test_the_log_line_counts_what_moved_and_what_stayed():
+    _, mover = _step(False)
+    line = mover.line()
+    assert line.startswith("cuBLAS memsets in the capture: 6, 5 moved off the chain (TR2_MEMSET_EARLY=")
+    assert "left in place: 1 the previous product on this workspace is the work right before it" in line
+
+
+@pytest.mark.parametrize("value, ok", [("0", True), ("1", True), ("2", True), ("3", False), ("on", False)])
+def test_the_switch_takes_0_1_2_only(value, ok):
+    code = "import tr2.cupy_side.gpu.memsets as m; print(m.EARLY, m.TWO_WORKSPACES)"
+    env = {"TR2_MEMSET_EARLY": value, "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if ok:
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == [value, str(value == "2")]
+    else:
+        assert p.returncode != 0 and "TR2_MEMSET_EARLY" in p.stderr and "allowed values are" in p.stderr
+
+
+class FakeLibcuda:
+    """libcuda's entry points gpu/memsets.py calls, as C functions (ctypes callbacks) over a FakeCapture, so that the
+    driver layer's argument packing (pointers, arrays, out-parameters, the v2 forms' edge data) is exercised through
+    real C calls; node handles are addresses 0x1000 + node, never dereferenced. v2: whether the driver has CUDA 12.3's
+    edge-data forms (else only the older ones)."""
+
+    def __init__(self, cap: FakeCapture, v2: bool):
+        P, vp, sz, ci = ctypes.POINTER, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+        self.cap, self.calls, self._held = cap, [], []
+        h = self.handle = lambda n: 0x1000 + n
+        node = self.node = lambda p: int(p) - 0x1000
+
+        def capture_info(stream, status, capture_id, graph, deps, count):
+            status[0], capture_id[0], graph[0] = 1, 5, 77
+            nodes = cap.stream_deps.get(int(stream or 0), ())
+            arr = (vp * max(1, len(nodes)))(*[h(n) for n in nodes])
+            self._held.append(arr)
+            deps[0] = ctypes.cast(arr, P(vp))
+            count[0] = len(nodes)
+            return 0
+
+        def node_type(n, out):
+            out[0] = cap.kinds[node(n)]
+            return 0
+
+        def get_deps(n, out, *rest):
+            count = rest[-1]
+            if len(rest) == 2:
+                assert not rest[0], "edge data asked for"
+            nodes = cap.deps(node(n))
+            if out:
+                assert count[0] >= len(nodes)
+                for i, d in enumerate(nodes):
+                    out[i] = h(d)
+            count[0] = len(nodes)
+            return 0
+
+        def edges(kind):
+            def f(graph, src, dst, *rest):
+                n = rest[-1]
+                if len(rest) == 2:
+                    assert not rest[0], "edge data given"
+                pairs = [(node(src[i]), node(dst[i])) for i in range(n)]
+                self.calls.append((kind, graph, pairs))
+                (cap.remove_edges if kind == "remove" else cap.add_edges)(graph, pairs)
+                return 0
+            return f
+
+        def memset_params(n, params):
+            first, end = cap.ranges[node(n)]
+            params[0].dst, params[0].pitch, params[0].elementSize = first, end - first, 1
+            params[0].width, params[0].height, params[0].value = end - first, 1, 0
+            return 0
+
+        def error_name(rc, out):
+            return 0
+
+        make = ctypes.CFUNCTYPE
+        self.cuStreamGetCaptureInfo_v2 = make(ci, vp, P(ci), P(ctypes.c_ulonglong), P(vp), P(P(vp)), P(sz))(capture_info)
+        self.cuGraphNodeGetType = make(ci, vp, P(ci))(node_type)
+        self.cuGraphMemsetNodeGetParams = make(ci, vp, P(memsets.MemsetParams))(memset_params)
+        self.cuGetErrorName = make(ci, ci, P(ctypes.c_char_p))(error_name)
+        if v2:
+            self.cuGraphNodeGetDependencies_v2 = make(ci, vp, P(vp), vp, P(sz))(get_deps)
+            self.cuGraphAddDependencies_v2 = make(ci, vp, P(vp), P(vp), vp, sz)(edges("add"))
+            self.cuGraphRemoveDependencies_v2 = make(ci, vp, P(vp), P(vp), vp, sz)(edges("remove"))
+        self.cuGraphNodeGetDependencies = make(ci, vp, P(vp), P(sz))(get_deps)
+        self.cuGraphAddDependencies = make(ci, vp, P(vp), P(vp), sz)(edges("add"))
+        self.cuGraphRemoveDependencies = make(ci, vp, P(vp), P(vp), sz)(edges("remove"))
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_the_driver_layer_through_c_calls(monkeypatch, v2):
+    from tr2.cupy_side.gpu import pdl
+    cap = FakeCapture()
+    fake = FakeLibcuda(cap, v2)
+    monkeypatch.setattr(pdl, "_driver", lambda: fake)
+    monkeypatch.setattr(memsets._Driver, "_instance", None)
+    driver = memsets._Driver.get()
+    assert driver.v2 == v2
+    first = cap.kernel()
+    mover = Mover()
+    # the first product on its workspace (a root memset), a kernel, then a second product: its memset moves behind
+    # the first product's kernel, its kernel follows the kernel before it
+    mover.product(1, (0x9000, 4), lambda: (cap.product(1, 0x9000), 0)[1])
+    between = cap.kernel()
+    mover.product(1, (0x9000, 4), lambda: (cap.product(1, 0x9000), 0)[1])
+    assert mover.outcomes == {memsets.MOVED: 2}
+    m1, k1, m2, k2 = 2, 3, 5, 6
+    assert cap.into[m1] == set() and cap.into[k1] == {m1, first}
+    assert cap.into[m2] == {k1} and cap.into[k2] == {m2, between}
+    assert [c[0] for c in fake.calls] == ["remove", "add", "remove", "add"] and {c[1] for c in fake.calls} == {77}
+    assert driver.memset_range(fake.handle(m2)) == (0x9000, 0x9004)
+    assert driver.deps(fake.handle(first)) == ()
+    monkeypatch.setattr(memsets._Driver, "_instance", None)
