@@ -85,8 +85,9 @@ def test_the_log_line(cublas):
     assert "needs 0" in c.workspace_line()
 
 
-# gpu/memsets.py's TR2_MEMSET_EARLY=2: a stream's products take its two workspaces in turn, the second as large as the
-# first (grown with it in the warm-up, never inside a capture); off, every product gets the stream's one workspace.
+# gpu/memsets.py's TR2_MEMSET_EARLY=2: a stream's products of at most memsets.SECOND_BYTES take whichever of its two
+# workspaces the product before did not (the second grown to the largest such need, in the warm-up, never inside a
+# capture); a larger product takes the first; off, every product gets the stream's one workspace.
 def test_products_take_one_workspace_unless_two_are_asked_for(cublas, monkeypatch):
     make, allocated, _ = cublas
     monkeypatch.setattr(memsets, "TWO_WORKSPACES", False)
@@ -95,33 +96,29 @@ def test_products_take_one_workspace_unless_two_are_asked_for(cublas, monkeypatc
     assert all(c.product_workspace(None, 4) is first for _ in range(3)) and allocated == [4]
 
 
-def test_two_workspaces_taken_in_turn_and_grown_together(cublas, monkeypatch):
+def test_small_products_take_two_workspaces_in_turn(cublas, monkeypatch):
     make, allocated, state = cublas
     monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
+    monkeypatch.setattr(memsets, "SECOND_BYTES", 1024)
     c = make(True)
     a, b, a2, b2 = (c.product_workspace(None, 4) for _ in range(4))
     assert a is a2 and b is b2 and a is not b and a.size == b.size == 4
-    big = c.product_workspace(None, 4096)                # the first grows; the second with it
-    assert big.size == 4096 and c.product_workspace(None, 4).size == 4096
+    big = c.product_workspace(None, 4096)                # over SECOND_BYTES: the first, grown; the second stays
+    assert big.size == 4096 and c._seconds[None].size == 4
+    after_big = c.product_workspace(None, 4)             # the one the big product did not take
+    assert after_big is c._seconds[None]
+    assert c.product_workspace(None, 4) is big           # and back
+    assert c.product_workspace(None, 4096) is big        # a big one after a small one on the first: the first again
+    grown = c.product_workspace(None, 600)               # the second grows to a larger small need
+    assert grown is c._seconds[None] and grown.size == 600
     c.add_stream_workspace(9)                            # a side stream's pair, apart from the shared pair
     s1, s2 = c.product_workspace(9, 8), c.product_workspace(9, 8)
     assert s1 is not s2 and s1.size == s2.size == 8
-    assert allocated == [4, 4, 4096, 4096, 8, 8]
-    assert c.workspace_line().endswith("; a second workspace of 4096 bytes, products taking the two in turn; a second "
+    assert allocated == [4, 4, 4096, 600, 8, 8]
+    assert c.workspace_line().endswith("; a second workspace of 600 bytes, products taking the two in turn; a second "
                                        "workspace of 8 bytes (a side stream), products taking the two in turn")
     state["capturing"] = True                            # inside a capture: the pair serves, nothing grows
-    c.product_workspace(None, 4096)
-    with pytest.raises(RuntimeError, match="inside a capture needs 8192 bytes"):
-        c.product_workspace(None, 8192)
-    assert allocated == [4, 4, 4096, 4096, 8, 8]
-
-
-def test_a_second_workspace_smaller_than_the_first_inside_a_capture_stops(cublas, monkeypatch):
-    make, _, state = cublas
-    monkeypatch.setattr(memsets, "TWO_WORKSPACES", False)
-    c = make(True)
-    c.product_workspace(None, 64)                        # a warm-up with one workspace
-    monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
-    state["capturing"] = True
-    with pytest.raises(RuntimeError, match="the second workspace is 0 bytes inside a capture, less than the first's 64"):
-        c.product_workspace(None, 64)
+    c.product_workspace(None, 600)
+    with pytest.raises(RuntimeError, match="needs 1000 bytes of the second workspace, which has 600"):
+        c.product_workspace(None, 1000)
+    assert allocated == [4, 4, 4096, 600, 8, 8]

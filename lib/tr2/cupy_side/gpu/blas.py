@@ -95,7 +95,7 @@ class Cublas:
         # None: the workspace every stream shares; a stream's own (add_stream_workspace) under its pointer. By plan,
         # each grows on demand and never shrinks; else WORKSPACE_BYTES from the start, as before the switch.
         self._workspaces: dict = {None: self._first_workspace()}
-        # memsets.TWO_WORKSPACES: each stream's second workspace, as large as its first, and whose turn is next
+        # memsets.TWO_WORKSPACES: each stream's second workspace, and the workspace its last product took
         self._seconds: dict = {}
         self._turns: dict = {}
         self._bound_workspace = None   # (pointer, bytes) cublasSetWorkspace was last given, for cublasGemmEx
@@ -177,25 +177,32 @@ class Cublas:
         return ws
 
     def product_workspace(self, stream_ptr: int | None, need: int):
-        """The workspace a product of the step on stream_ptr is given: the stream's own (workspace_for), or where
-        memsets.TWO_WORKSPACES is on, its two in turn, so that two products in a row never share one and the second
-        one's memset can run before the first has ended (gpu/memsets.py). The second grows with the first (in the
-        warm-up, never inside a capture), so either serves any product the first does."""
+        """The workspace a product of the step on stream_ptr is given: the stream's own (workspace_for); or, where
+        memsets.TWO_WORKSPACES is on and the product needs at most memsets.SECOND_BYTES, whichever of the stream's two
+        the stream's last product did not take, so that two such products in a row never share one and the second
+        one's memset can run before the first has ended (gpu/memsets.py). The second grows to the largest such need
+        seen (in the warm-up, never inside a capture): at most SECOND_BYTES more memory, where a copy of the first
+        would cost the float32 builds' 16.5 MB (their peak is within 3 MB of PyTorch's on the char model)."""
         ws = self.workspace_for(stream_ptr, need)
         if not memsets.TWO_WORKSPACES:
             return ws
         key = stream_ptr if stream_ptr in self._workspaces else None
+        if need > memsets.SECOND_BYTES:
+            self._turns[key] = ws
+            return ws
         second = self._seconds.get(key)
-        if second is None or second.size < ws.size:
+        if second is None or second.size < need:
             from . import runtime
             if runtime.is_capturing():
-                raise RuntimeError(f"cuBLAS workspace: the second workspace is {0 if second is None else second.size} "
-                                   f"bytes inside a capture, less than the first's {ws.size} (no warm-up before it)")
+                raise RuntimeError(f"cuBLAS workspace: a product inside a capture needs {need} bytes of the second "
+                                   f"workspace, which has {0 if second is None else second.size} (a product the "
+                                   f"warm-up did not run)")
             self._seconds[key] = self._cp.empty(0, dtype=self._cp.uint8)   # the old one freed first: never both
-            self._seconds[key] = second = runtime.default_pool_array(max(int(ws.size), 1))
-        turn = self._turns.get(key, 0)
-        self._turns[key] = 1 - turn
-        return ws if turn == 0 else second
+            self._seconds[key] = second = runtime.default_pool_array(max(int(need), 1))
+        # the one the last product did not take (identity: the first may have been replaced by a larger one since)
+        chosen = second if self._turns.get(key) is ws else ws
+        self._turns[key] = chosen
+        return chosen
 
     def workspace_line(self) -> str:
         """The train log's account of the workspaces: the shared one's size (and each side stream's), and the largest

@@ -26,10 +26,12 @@ never inside a kernel of ours), and the products on one workspace run one after 
 M writes are touched by no node between the previous product's end and K. K still waits for M and for D, so it reads
 what it read before. Where two products follow each other directly (the backward's dW and dx products), the memset of
 the second can only move if the two use different workspaces: TR2_MEMSET_EARLY=2 gives each stream a second workspace
-as large as its first, and its products take the two in turn (blas.Cublas.product_workspace). The products' algorithms
+of at most SECOND_BYTES, and a product whose plan needs no more takes the one the product before it did not
+(blas.Cublas.product_workspace). The products' algorithms
 and workspace sizes are the record's either way, so the same bits (tests/test_graph_gpu.py).
 
-Values: 0 off; 1 the memsets moved, one workspace a stream; 2 moved, two workspaces a stream taken in turn.
+Values: 0 off; 1 the memsets moved, one workspace a stream; 2 moved, and a stream's products of small workspaces
+taking two workspaces in turn.
 
 The decision is one pure function (`rewire`) over a view of the graph, tested on the CPU with graphs made up of
 plain values (tests/test_memsets.py); the driver's side is ctypes, as gpu/pdl.py's, and runs on the GPU only.
@@ -44,6 +46,9 @@ from . import kernel_switch
 
 EARLY = kernel_switch("TR2_MEMSET_EARLY", 0, (0, 1, 2))
 TWO_WORKSPACES = EARLY == 2
+# with TWO_WORKSPACES, the products that take the two in turn: those whose plan needs at most this many bytes (4 on
+# gpt2-small bf16); a larger one takes the stream's first and keeps its memset in place if it follows a product
+SECOND_BYTES = 1 << 20
 
 # cuda.h: CUgraphNodeType
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
