@@ -264,6 +264,7 @@ class FakeLibcuda:
     def __init__(self, cap: FakeCapture, v2: bool):
         P, vp, sz, ci = ctypes.POINTER, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
         self.cap, self.calls, self._held = cap, [], []
+        self.programmatic: set = set()   # (from, to) edges a programmatic launch made
         h = self.handle = lambda n: 0x1000 + n
         node = self.node = lambda p: int(p) - 0x1000
 
@@ -281,14 +282,14 @@ class FakeLibcuda:
             return 0
 
         def get_deps(n, out, *rest):
-            count = rest[-1]
-            if len(rest) == 2:
-                assert not rest[0], "edge data asked for"
+            count, data = rest[-1], (rest[0] if len(rest) == 2 else None)
             nodes = cap.deps(node(n))
             if out:
                 assert count[0] >= len(nodes)
                 for i, d in enumerate(nodes):
                     out[i] = h(d)
+                    if data:   # a programmatic edge has its type set (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+                        data[i].type = 1 if (d, node(n)) in self.programmatic else 0
             count[0] = len(nodes)
             return 0
 
@@ -318,7 +319,7 @@ class FakeLibcuda:
         self.cuGraphMemsetNodeGetParams = make(ci, vp, P(memsets.MemsetParams))(memset_params)
         self.cuGetErrorName = make(ci, ci, P(ctypes.c_char_p))(error_name)
         if v2:
-            self.cuGraphNodeGetDependencies_v2 = make(ci, vp, P(vp), vp, P(sz))(get_deps)
+            self.cuGraphNodeGetDependencies_v2 = make(ci, vp, P(vp), P(memsets.EdgeData), P(sz))(get_deps)
             self.cuGraphAddDependencies_v2 = make(ci, vp, P(vp), P(vp), vp, sz)(edges("add"))
             self.cuGraphRemoveDependencies_v2 = make(ci, vp, P(vp), P(vp), vp, sz)(edges("remove"))
         self.cuGraphNodeGetDependencies = make(ci, vp, P(vp), P(sz))(get_deps)
@@ -349,4 +350,19 @@ def test_the_driver_layer_through_c_calls(monkeypatch, v2):
     assert [c[0] for c in fake.calls] == ["remove", "add", "remove", "add"] and {c[1] for c in fake.calls} == {77}
     assert driver.memset_range(fake.handle(m2)) == (0x9000, 0x9004)
     assert driver.deps(fake.handle(first)) == ()
+    monkeypatch.setattr(memsets._Driver, "_instance", None)
+
+
+def test_a_programmatic_edge_leaves_the_product_alone(monkeypatch):
+    from tr2.cupy_side.gpu import pdl
+    cap = FakeCapture()
+    fake = FakeLibcuda(cap, v2=True)
+    monkeypatch.setattr(pdl, "_driver", lambda: fake)
+    monkeypatch.setattr(memsets._Driver, "_instance", None)
+    assert ctypes.sizeof(memsets.EdgeData) == 8
+    cap.kernel()
+    fake.programmatic.add((2, 3))   # the product's kernel (node 3) launched programmatically after its memset (2)
+    mover = Mover()
+    mover.product(1, (0x9000, 4), lambda: (cap.product(1, 0x9000), 0)[1])
+    assert mover.outcomes == {memsets.NOT_PLAIN: 1} and not fake.calls and cap.into[2] == {1}
     monkeypatch.setattr(memsets._Driver, "_instance", None)

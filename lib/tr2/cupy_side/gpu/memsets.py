@@ -54,6 +54,12 @@ SECOND_BYTES = 1 << 20
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
 
 
+class EdgeData(ctypes.Structure):
+    """CUgraphEdgeData (cuda.h, CUDA 12.3): all zero for a plain edge; a programmatic one has a port or type set."""
+    _fields_ = [("from_port", ctypes.c_ubyte), ("to_port", ctypes.c_ubyte), ("type", ctypes.c_ubyte),
+                ("reserved", ctypes.c_ubyte * 5)]
+
+
 class MemsetParams(ctypes.Structure):
     """CUDA_MEMSET_NODE_PARAMS (cuda.h): where a memset node writes and what."""
     _fields_ = [("dst", ctypes.c_ulonglong), ("pitch", ctypes.c_size_t), ("value", ctypes.c_uint),
@@ -85,6 +91,7 @@ OUTSIDE = "the memset writes outside the product's workspace"
 NOT_AFTER_BEFORE = "the memset does not follow the stream's work before the call"
 DIRECTLY = "the previous product on this workspace is the work right before it"
 FIRST = "nothing before it in the capture"
+NOT_PLAIN = "an edge into the memset or the kernel is not a plain one"
 
 
 def rewire(before, after, view, workspace: tuple[int, int], previous) -> Rewire:
@@ -93,7 +100,8 @@ def rewire(before, after, view, workspace: tuple[int, int], previous) -> Rewire:
     before / after: the capturing stream's dependencies before and after the product's call; view: kind(node),
     deps(node) and memset_range(node) -> (first, end) of the graph; workspace: (pointer, bytes) the product was
     given; previous: the stream's dependencies after the last product on the same workspace in this capture, None
-    if none."""
+    if none. A view may also say plain_edges(node): whether every edge into it is a plain one (no programmatic
+    launch's edge data); where it is not, nothing is moved, since the edges put in would be plain ones."""
     after = tuple(after)
     if len(after) != 1 or view.kind(after[0]) != KERNEL:
         return Rewire(False, False, NOT_ONE_KERNEL)
@@ -102,6 +110,9 @@ def rewire(before, after, view, workspace: tuple[int, int], previous) -> Rewire:
     if len(up) != 1 or view.kind(up[0]) != MEMSET:
         return Rewire(False, False, NO_MEMSET)
     memset = up[0]
+    plain = getattr(view, "plain_edges", None)
+    if plain is not None and not (plain(kernel) and plain(memset)):
+        return Rewire(True, False, NOT_PLAIN)
     first, end = view.memset_range(memset)
     if not (workspace[0] <= first and end <= workspace[0] + workspace[1]):
         return Rewire(True, False, OUTSIDE)
@@ -191,7 +202,7 @@ class _Driver:
             and hasattr(cuda, "cuGraphRemoveDependencies_v2")
         if self.v2:
             self._deps = cuda.cuGraphNodeGetDependencies_v2
-            self._deps.argtypes = [vp, P(vp), vp, P(ctypes.c_size_t)]
+            self._deps.argtypes = [vp, P(vp), P(EdgeData), P(ctypes.c_size_t)]
             self._add, self._remove = cuda.cuGraphAddDependencies_v2, cuda.cuGraphRemoveDependencies_v2
             for f in (self._add, self._remove):
                 f.argtypes = [vp, P(vp), P(vp), vp, ctypes.c_size_t]
@@ -229,15 +240,26 @@ class _Driver:
         self._check(self.cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(out)), "cuGraphNodeGetType")
         return out.value
 
-    def deps(self, node: int) -> tuple:
+    def _edges_into(self, node: int) -> tuple[tuple, tuple]:
+        """The nodes node depends on, and the edges' data (all plain where the driver has no edge data: it then
+        refuses a query that would lose non-plain data)."""
         count = ctypes.c_size_t()
         extra = (None,) if self.v2 else ()
         self._check(self._deps(ctypes.c_void_p(node), None, *extra, ctypes.byref(count)), "cuGraphNodeGetDependencies")
         if count.value == 0:
-            return ()
+            return (), ()
         out = (ctypes.c_void_p * count.value)()
+        data = (EdgeData * count.value)() if self.v2 else None
+        extra = (data,) if self.v2 else ()
         self._check(self._deps(ctypes.c_void_p(node), out, *extra, ctypes.byref(count)), "cuGraphNodeGetDependencies")
-        return tuple(int(out[i]) for i in range(count.value))
+        plain = tuple(bytes(data[i]) == bytes(8) for i in range(count.value)) if self.v2 else (True,) * count.value
+        return tuple(int(out[i]) for i in range(count.value)), plain
+
+    def deps(self, node: int) -> tuple:
+        return self._edges_into(node)[0]
+
+    def plain_edges(self, node: int) -> bool:
+        return all(self._edges_into(node)[1])
 
     def memset_range(self, node: int) -> tuple[int, int]:
         p = MemsetParams()
