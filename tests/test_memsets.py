@@ -241,6 +241,25 @@ def test_the_log_line_counts_what_moved_and_what_stayed():
     line = mover.line()
     assert line.startswith("cuBLAS memsets in the capture: 6, 5 moved off the chain (TR2_MEMSET_EARLY=")
     assert "left in place: 1 the previous product on this workspace is the work right before it" in line
+    assert "; products 7, 1 no memset right before the product's kernel" in line
+    # the first case of what stayed, described: what a GPU run that moves nothing needs to show
+    assert line.endswith("first 'the previous product on this workspace is the work right before it': stream before "
+                         "[kernel]; after [kernel]; the last node after [memset]; the memset writes [0x3e8, +4) after "
+                         "[kernel], the workspace [0x3e8, +4)")
+
+
+def test_a_capture_that_moves_nothing_says_why():
+    cap, mover = FakeCapture(), Mover()
+    cap.kernel()
+    mover.product(1, (2000, 4), lambda: (cap.product(1, 1000), 0)[1], driver=cap)   # a memset outside its workspace
+    line = mover.line()
+    assert line.startswith("cuBLAS memsets in the capture: 1, 0 moved off the chain")
+    assert "the memset writes [0x3e8, +4) after [kernel], the workspace [0x7d0, +4)" in line
+    cap, mover = FakeCapture(), Mover()
+    cap.kernel()
+    mover.product(1, (1000, 4), lambda: (cap.product(1, 1000, memset=False), 0)[1], driver=cap)
+    assert mover.line().endswith("first 'no memset right before the product's kernel': stream before [kernel]; after "
+                                 "[kernel]; the last node after [kernel]")
 
 
 @pytest.mark.parametrize("value, ok", [("0", True), ("1", True), ("2", True), ("3", False), ("on", False)])

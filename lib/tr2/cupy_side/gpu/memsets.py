@@ -128,12 +128,35 @@ def rewire(before, after, view, workspace: tuple[int, int], previous) -> Rewire:
                   add=tuple((d, kernel) for d in before) + tuple((p, memset) for p in target))
 
 
+KIND_NAMES = {KERNEL: "kernel", MEMCPY: "copy", MEMSET: "memset"}
+
+
+def describe(before, after, view, workspace: tuple[int, int]) -> str:
+    """What a product's call recorded, in a line: the kinds of the nodes before and after it, of those the last node
+    depends on, and the memset's target beside the workspace (the log shows the first case of each outcome but
+    moved, so that a GPU run that moves nothing says why)."""
+    def kinds(nodes) -> str:
+        return "[" + ", ".join(KIND_NAMES.get(view.kind(n), str(view.kind(n))) for n in nodes) + "]"
+    parts = [f"stream before {kinds(before)}", f"after {kinds(after)}"]
+    if len(after) == 1:
+        up = tuple(view.deps(after[0]))
+        parts.append(f"the last node after {kinds(up)}")
+        if len(up) == 1 and view.kind(up[0]) == MEMSET:
+            first, end = view.memset_range(up[0])
+            parts.append(f"the memset writes [{first:#x}, +{end - first}) after {kinds(view.deps(up[0]))}, the "
+                         f"workspace [{workspace[0]:#x}, +{workspace[1]})")
+    return "; ".join(parts)
+
+
 class Mover:
-    """One capture's account: the last product's end on each workspace, and what became of each memset."""
+    """One capture's account: the last product's end on each workspace, what became of each memset, and the first
+    case of each outcome but moved, described."""
 
     def __init__(self):
         self.last: dict[int, tuple] = {}
-        self.outcomes: Counter = Counter()
+        self.outcomes: Counter = Counter()   # the memsets' outcomes
+        self.others: Counter = Counter()     # the products without a memset right before their kernel
+        self.examples: dict[str, str] = {}
 
     def product(self, stream_ptr: int, workspace: tuple[int, int], call, driver=None) -> int:
         """call() (one product on stream_ptr with `workspace`, returning cuBLAS's status) inside the capture, its
@@ -147,11 +170,12 @@ class Mover:
         if graph_after != graph:
             raise MemsetError("the product's call ended its stream's capture")
         decision = rewire(before, after, driver, workspace, self.last.get(workspace[0]))
+        if decision.why != MOVED and decision.why not in self.examples:
+            self.examples[decision.why] = describe(before, after, driver, workspace)
         if decision.moved:
             driver.remove_edges(graph, decision.remove)
             driver.add_edges(graph, decision.add)
-        if decision.memset:
-            self.outcomes[decision.why] += 1
+        (self.outcomes if decision.memset else self.others)[decision.why] += 1
         self.last[workspace[0]] = tuple(after)
         return status
 
@@ -161,7 +185,11 @@ class Mover:
         text = f"cuBLAS memsets in the capture: {seen}, {self.outcomes.get(MOVED, 0)} moved off the chain " \
                f"(TR2_MEMSET_EARLY={EARLY})"
         left = [f"{n} {why}" for why, n in sorted(self.outcomes.items()) if why != MOVED]
-        return text + ("; left in place: " + ", ".join(left) if left else "")
+        text += "; left in place: " + ", ".join(left) if left else ""
+        text += f"; products {seen + sum(self.others.values())}" + "".join(
+            f", {n} {why}" for why, n in sorted(self.others.items()))
+        return text + "".join(f"; first '{why}': {example}" for why, example in sorted(self.examples.items())
+                              if self.outcomes.get(why) or why == NOT_ONE_KERNEL or (why == NO_MEMSET and not seen))
 
 
 _mover: Mover | None = None
