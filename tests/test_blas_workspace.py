@@ -33,10 +33,28 @@ def cublas(monkeypatch):
         c._cp = types.SimpleNamespace(empty=lambda n, dtype=None: FakeArray(n), uint8="uint8",
                                       cuda=types.SimpleNamespace(runtime=types.SimpleNamespace()))
         c._workspaces = {None: c._first_workspace()}
-        c._seconds, c._turns = {}, {}
+        c._seconds, c._turns, c.captured, c._kept = {}, {}, False, []
         c.lt = None
         return c
     return make, allocated, state
+
+
+def test_after_a_capture_a_replaced_workspace_is_kept_not_freed(cublas, monkeypatch):
+    import gc
+    import weakref
+    make, allocated, _ = cublas
+    c = make(True)
+    old = c.workspace_for(None, 4096)
+    gone = weakref.ref(old)
+    del old
+    c.workspace_for(None, 8192)                          # before any capture: the old one is dropped
+    gc.collect()
+    assert gone() is None and c._kept == []
+    c.captured = True                                    # a step graph holds the 8192-byte one's address now
+    held = weakref.ref(c.workspace_for(None, 8192))
+    c.workspace_for(None, 16384)
+    gc.collect()
+    assert held() is not None and [k.size for k in c._kept] == [8192] and allocated == [4096, 8192, 16384]
 
 
 def test_by_plan_grows_to_the_largest_need_and_never_shrinks(cublas):
@@ -109,8 +127,14 @@ def test_small_products_take_two_workspaces_in_turn(cublas, monkeypatch):
     assert after_big is c._seconds[None]
     assert c.product_workspace(None, 4) is big           # and back
     assert c.product_workspace(None, 4096) is big        # a big one after a small one on the first: the first again
+    import gc
+    import weakref
+    small = weakref.ref(c._seconds[None])
+    del b, b2, after_big
     grown = c.product_workspace(None, 600)               # the second grows to a larger small need
+    gc.collect()
     assert grown is c._seconds[None] and grown.size == 600
+    assert small() is None                               # the smaller second is not held anywhere (nor in the turns)
     c.add_stream_workspace(9)                            # a side stream's pair, apart from the shared pair
     s1, s2 = c.product_workspace(9, 8), c.product_workspace(9, 8)
     assert s1 is not s2 and s1.size == s2.size == 8
@@ -122,3 +146,29 @@ def test_small_products_take_two_workspaces_in_turn(cublas, monkeypatch):
     with pytest.raises(RuntimeError, match="needs 1000 bytes of the second workspace, which has 600"):
         c.product_workspace(None, 1000)
     assert allocated == [4, 4, 4096, 600, 8, 8]
+
+
+def test_a_replaced_workspace_is_not_held_while_its_successor_is_made(cublas, monkeypatch):
+    """workspace_for's "never both": the old one dropped before the new one is allocated, for the first and the
+    second workspace alike (neither the turns nor a local variable may hold it), so that the peak never counts both."""
+    import gc
+    import weakref
+    from tr2.cupy_side import gpu
+    make, _, _ = cublas
+    monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
+    monkeypatch.setattr(memsets, "SECOND_BYTES", 1024)
+    c = make(True)
+    c.product_workspace(None, 4)                         # the first (4 bytes) takes this one: the turns say so
+    c.product_workspace(None, 4)                         # and the second this one
+    old = [weakref.ref(c._workspaces[None]), weakref.ref(c._seconds[None])]
+    alive = []
+    allocate = gpu.runtime.default_pool_array
+
+    def watching(n):
+        gc.collect()
+        alive.append((n, [r() is not None for r in old]))
+        return allocate(n)
+    monkeypatch.setattr(gpu.runtime, "default_pool_array", watching)
+    c.product_workspace(None, 600)                       # both grow to 600
+    assert c._workspaces[None].size == c._seconds[None].size == 600
+    assert alive == [(600, [False, True]), (600, [False, False])]

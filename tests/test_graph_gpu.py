@@ -307,7 +307,10 @@ def test_early_memsets_change_no_bit(tmp_path, model, dtype, value, side_stream)
     print(f"{model} {dtype} TR2_MEMSET_EARLY={value} side stream {side_stream}: {moved} of {seen} memsets moved{left}; "
           f"graph vs without max rel {_max_rel(without, graph)[0]:.2e}, eager {_max_rel(without, eager)[0]:.2e}")
     print("  " + "\n  ".join(line for line in out.splitlines() if "cuBLAS workspace" in line or "peak memory" in line))
-    assert m.group(3) == value and moved > 0, m.group(0)
+    assert m.group(3) == value, m.group(0)
+    # bf16's products are known to have memsets (the committed traces: 18 a step of nanogpt, 50 of gpt2-small); the
+    # other builds' products may have none, and then their case checks the bits alone
+    assert (seen > 0 if dtype == "bfloat16" else True) and (moved > 0 if seen else True), m.group(0)
     largest = int(re.search(r"the largest a cuBLASLt plan of this run needs (\d+)", out).group(1))
     if value == "2" and largest <= memsets.SECOND_BYTES:   # every product takes the two workspaces in turn
         assert "the previous product on this workspace is the work right before it" not in left

@@ -70,6 +70,43 @@ def test_after_a_join_every_node_before_goes_to_the_kernel():
     assert set(r.add) == {("A", "K"), ("B", "K"), ("P", "M")}
 
 
+def test_after_a_join_with_the_previous_product_among_it_only_the_other_edge_goes():
+    r = rewire(("A", "P"), ("K",), _graph(memset_deps=("A", "P")), WS, ("P",))
+    assert r.moved and r.remove == (("A", "M"),) and set(r.add) == {("A", "K"), ("P", "K")}
+    assert r.kernel_after == {"A", "P", "M"} and r.memset_after == {"P"}
+
+
+def test_a_refused_removal_leaves_the_graph_ordered_more_and_counts_as_not_moved():
+    cap, mover = FakeCapture(), Mover()
+    cap.kernel()
+
+    def refuse(graph, edges):
+        raise memsets.MemsetError("cuGraphRemoveDependencies: CUDA_ERROR_NOT_SUPPORTED (801)")
+    cap.remove_edges = refuse
+    mover.product(1, (1000, 4), lambda: (cap.product(1, 1000), 0)[1], driver=cap)
+    assert mover.outcomes == {memsets.REFUSED: 1} and not mover.moved
+    assert cap.into[2] == {1} and cap.into[3] == {1, 2}   # the memset where it was, the kernel after both
+    assert "CUDA_ERROR_NOT_SUPPORTED" in mover.line()
+
+
+def test_a_driver_that_does_not_do_what_was_asked_stops_the_capture():
+    cap, mover = FakeCapture(), Mover()
+    cap.kernel()
+    cap.add_edges = lambda graph, edges: None            # says yes, does nothing
+    with pytest.raises(memsets.MemsetError, match="a moved memset's edges are not as asked"):
+        mover.product(1, (1000, 4), lambda: (cap.product(1, 1000), 0)[1], driver=cap)
+
+
+def test_the_end_of_capture_check_finds_edges_changed_since():
+    cap, mover = FakeCapture(), Mover()
+    cap.kernel()
+    mover.product(1, (1000, 4), lambda: (cap.product(1, 1000), 0)[1], driver=cap)
+    mover.verify(cap)
+    cap.into[3].discard(1)                               # someone took the kernel's edge from the work before it
+    with pytest.raises(memsets.MemsetError, match="into the kernel 1 nodes \\(asked 2, the same: False\\)"):
+        mover.verify(cap)
+
+
 def test_a_memset_with_nothing_before_it_stays():
     r = rewire((), ("K",), _graph(memset_deps=()), WS, None)
     assert (r.memset, r.moved, r.why) == (True, False, memsets.FIRST) and not r.remove and not r.add
@@ -284,6 +321,7 @@ class FakeLibcuda:
         P, vp, sz, ci = ctypes.POINTER, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
         self.cap, self.calls, self._held = cap, [], []
         self.programmatic: set = set()   # (from, to) edges a programmatic launch made
+        self.queries: list = []          # the array sizes each dependency query gave
         h = self.handle = lambda n: 0x1000 + n
         node = self.node = lambda p: int(p) - 0x1000
 
@@ -303,13 +341,17 @@ class FakeLibcuda:
         def get_deps(n, out, *rest):
             count, data = rest[-1], (rest[0] if len(rest) == 2 else None)
             nodes = cap.deps(node(n))
-            if out:
-                assert count[0] >= len(nodes)
-                for i, d in enumerate(nodes):
-                    out[i] = h(d)
-                    if data:   # a programmatic edge has its type set (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
-                        data[i].type = 1 if (d, node(n)) in self.programmatic else 0
-            count[0] = len(nodes)
+            if not out:   # a count alone: refused where an edge has data and none is asked for, as the driver does
+                if any((d, node(n)) in self.programmatic for d in nodes) and not data:
+                    return 223   # CUDA_ERROR_LOSSY_QUERY
+                count[0] = len(nodes)
+                return 0
+            self.queries.append(count[0])
+            for i, d in enumerate(nodes[:count[0]]):   # as many as the arrays hold; the count says how many
+                out[i] = h(d)
+                if data:   # a programmatic edge has its type set (CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+                    data[i].type = 1 if (d, node(n)) in self.programmatic else 0
+            count[0] = min(count[0], len(nodes))
             return 0
 
         def edges(kind):
@@ -366,7 +408,8 @@ def test_the_driver_layer_through_c_calls(monkeypatch, v2):
     m1, k1, m2, k2 = 2, 3, 5, 6
     assert cap.into[m1] == set() and cap.into[k1] == {m1, first}
     assert cap.into[m2] == {k1} and cap.into[k2] == {m2, between}
-    assert [c[0] for c in fake.calls] == ["remove", "add", "remove", "add"] and {c[1] for c in fake.calls} == {77}
+    assert [c[0] for c in fake.calls] == ["add", "remove", "add", "remove"] and {c[1] for c in fake.calls} == {77}
+    mover.verify()                                       # the edges read back through the C calls at the end
     assert driver.memset_range(fake.handle(m2)) == (0x9000, 0x9004)
     assert driver.deps(fake.handle(first)) == ()
     monkeypatch.setattr(memsets._Driver, "_instance", None)
@@ -384,4 +427,19 @@ def test_a_programmatic_edge_leaves_the_product_alone(monkeypatch):
     mover = Mover()
     mover.product(1, (0x9000, 4), lambda: (cap.product(1, 0x9000), 0)[1])
     assert mover.outcomes == {memsets.NOT_PLAIN: 1} and not fake.calls and cap.into[2] == {1}
+    monkeypatch.setattr(memsets._Driver, "_instance", None)
+
+
+def test_a_node_with_more_dependencies_than_the_first_arrays_hold_is_read_whole(monkeypatch):
+    from tr2.cupy_side.gpu import pdl
+    cap = FakeCapture()
+    fake = FakeLibcuda(cap, v2=True)
+    monkeypatch.setattr(pdl, "_driver", lambda: fake)
+    monkeypatch.setattr(memsets._Driver, "_instance", None)
+    roots = [cap.kernel(stream=s) for s in range(10, 30)]   # 20 kernels on 20 streams, then a join of all
+    cap.stream_deps[1] = tuple(roots)
+    join = cap.kernel()
+    driver = memsets._Driver.get()
+    assert driver.deps(fake.handle(join)) == tuple(fake.handle(r) for r in roots)
+    assert fake.queries == [16, 64]
     monkeypatch.setattr(memsets._Driver, "_instance", None)

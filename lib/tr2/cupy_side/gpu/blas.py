@@ -95,9 +95,13 @@ class Cublas:
         # None: the workspace every stream shares; a stream's own (add_stream_workspace) under its pointer. By plan,
         # each grows on demand and never shrinks; else WORKSPACE_BYTES from the start, as before the switch.
         self._workspaces: dict = {None: self._first_workspace()}
-        # memsets.TWO_WORKSPACES: each stream's second workspace, and the workspace its last product took
+        # memsets.TWO_WORKSPACES: each stream's second workspace, and which of the two its last product took
         self._seconds: dict = {}
         self._turns: dict = {}
+        # once a step graph is captured (graph.StepGraph.capture), a workspace replaced by a larger one is kept here
+        # rather than freed: the graph's products keep its address
+        self.captured = False
+        self._kept: list = []
         self._bound_workspace = None   # (pointer, bytes) cublasSetWorkspace was last given, for cublasGemmEx
         self._stream = None
         self._math = None
@@ -172,9 +176,22 @@ class Cublas:
             if runtime.is_capturing() or (probe is not None and probe(stream_ptr or 0) != 0):
                 raise RuntimeError(f"cuBLAS workspace: a product inside a capture needs {need} bytes, more than the "
                                    f"{ws.size} its warm-up allocated (a product the eager step did not run)")
-            self._workspaces[key] = self._cp.empty(0, dtype=self._cp.uint8)   # the old one freed first: never both
-            self._workspaces[key] = ws = runtime.default_pool_array(need)
+            del ws   # this frame must not hold the old one while its successor is allocated
+            ws = self._replace(self._workspaces, key, need)
         return ws
+
+    def _replace(self, store: dict, key, nbytes: int):
+        """store[key] replaced by nbytes from the default pool, counted in the peak. The old one goes back to CuPy's
+        pool first (never both held), unless a step graph has been captured: its products may use the old address,
+        so it is kept (a product after the capture that needs more than the step's is not expected: eval's products
+        are the training forward's)."""
+        from . import runtime
+        if self.captured:
+            self._kept.append(store[key])
+        else:
+            store[key] = self._cp.empty(0, dtype=self._cp.uint8)
+        store[key] = runtime.default_pool_array(nbytes)
+        return store[key]
 
     def product_workspace(self, stream_ptr: int | None, need: int):
         """The workspace a product of the step on stream_ptr is given: the stream's own (workspace_for); or, where
@@ -188,7 +205,7 @@ class Cublas:
             return ws
         key = stream_ptr if stream_ptr in self._workspaces else None
         if need > memsets.SECOND_BYTES:
-            self._turns[key] = ws
+            self._turns[key] = "first"
             return ws
         second = self._seconds.get(key)
         if second is None or second.size < need:
@@ -197,12 +214,15 @@ class Cublas:
                 raise RuntimeError(f"cuBLAS workspace: a product inside a capture needs {need} bytes of the second "
                                    f"workspace, which has {0 if second is None else second.size} (a product the "
                                    f"warm-up did not run)")
-            self._seconds[key] = self._cp.empty(0, dtype=self._cp.uint8)   # the old one freed first: never both
-            self._seconds[key] = second = runtime.default_pool_array(max(int(need), 1))
-        # the one the last product did not take (identity: the first may have been replaced by a larger one since)
-        chosen = second if self._turns.get(key) is ws else ws
-        self._turns[key] = chosen
-        return chosen
+            if second is None:
+                self._seconds[key] = runtime.default_pool_array(max(int(need), 1))
+            else:
+                del second   # not held here while its successor is allocated
+                self._replace(self._seconds, key, max(int(need), 1))
+        # the one the last product did not take (a label, not the array: a replaced one must not be held here)
+        turn = "second" if self._turns.get(key) == "first" else "first"
+        self._turns[key] = turn
+        return self._seconds[key] if turn == "second" else ws
 
     def workspace_line(self) -> str:
         """The train log's account of the workspaces: the shared one's size (and each side stream's), and the largest
@@ -256,8 +276,10 @@ class Cublas:
                                                            stride_a, ctypes.byref(b), vp(pc), c_type, ldc, stride_c,
                                                            batch, compute, GEMM_DEFAULT)
             what = f"cublasGemmStridedBatchedEx(M={M}, N={N}, K={K}, batch={batch})"
+        if memsets.TWO_WORKSPACES:   # cublasGemmEx's products take the stream's first workspace
+            self._turns[self._stream if self._stream in self._workspaces else None] = "first"
         from . import runtime
-        mover = memsets.current() if runtime.is_capturing() else None
+        mover = memsets.current() if memsets.EARLY and runtime.is_capturing() else None
         # in the step's capture the Mover hears of this product too: it uses the stream's workspace, which a moved
         # memset of a later product must wait for (gpu/memsets.py)
         self._check(call() if mover is None else mover.product(self._stream, self._bound_workspace, call), what)

@@ -56,6 +56,9 @@ class StepGraph:
                 raise
             self.graph = self.stream.end_capture()
         self.captured = dict(runtime.captured)   # our launches in it, and the programmatic ones (runtime.PDL)
+        from . import blas
+        if blas._instance is not None:   # its workspaces' addresses are the graph's now (blas.Cublas._replace)
+            blas._instance.captured = True
         tensors.fill_captured()
         self.out = out
 

@@ -30,6 +30,10 @@ of at most SECOND_BYTES, and a product whose plan needs no more takes the one th
 (blas.Cublas.product_workspace). The products' algorithms
 and workspace sizes are the record's either way, so the same bits (tests/test_graph_gpu.py).
 
+The edges are added before the memset's old ones are removed (a refused removal leaves the graph ordered more, not
+less, and counts as left in place), and every move is read back at once and again at the capture's end
+(Mover.verify, from runtime.capturing): a driver that did otherwise stops the capture with MemsetError.
+
 Values: 0 off; 1 the memsets moved, one workspace a stream; 2 moved, and a stream's products of small workspaces
 taking two workspaces in turn.
 
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import ctypes
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import kernel_switch
 
@@ -76,12 +80,18 @@ def memset_extent(dst: int, pitch: int, element_size: int, width: int, height: i
 @dataclass(frozen=True)
 class Rewire:
     """What to do with one product's nodes: `memset` whether the call recorded a memset before its kernel, `moved`
-    whether it is moved, `why` in words, and the edges (from, to) to remove and then to add."""
+    whether it is moved, `why` in words, the edges (from, to) to add and then to remove (in that order the graph is
+    never less ordered than asked, even if a removal fails), and what the edges into the kernel and the memset must be
+    afterwards."""
     memset: bool
     moved: bool
     why: str
-    remove: tuple = ()
     add: tuple = ()
+    remove: tuple = ()
+    kernel: object = None
+    memset_node: object = None
+    kernel_after: frozenset = frozenset()
+    memset_after: frozenset = frozenset()
 
 
 MOVED = "moved"
@@ -92,6 +102,7 @@ NOT_AFTER_BEFORE = "the memset does not follow the stream's work before the call
 DIRECTLY = "the previous product on this workspace is the work right before it"
 FIRST = "nothing before it in the capture"
 NOT_PLAIN = "an edge into the memset or the kernel is not a plain one"
+REFUSED = "the driver refused to remove an edge (the edges added stay: ordered more, not less)"
 
 
 def rewire(before, after, view, workspace: tuple[int, int], previous) -> Rewire:
@@ -124,8 +135,22 @@ def rewire(before, after, view, workspace: tuple[int, int], previous) -> Rewire:
     target = tuple(previous or ())
     if set(target) == set(before):
         return Rewire(True, False, DIRECTLY)
-    return Rewire(True, True, MOVED, remove=tuple((d, memset) for d in before),
-                  add=tuple((d, kernel) for d in before) + tuple((p, memset) for p in target))
+    return Rewire(True, True, MOVED,
+                  add=tuple((d, kernel) for d in before) + tuple((p, memset) for p in target if p not in before),
+                  remove=tuple((d, memset) for d in before if d not in target),
+                  kernel=kernel, memset_node=memset, kernel_after=frozenset(before) | {memset},
+                  memset_after=frozenset(target))
+
+
+def check(view, decision: Rewire) -> None:
+    """The graph as the move left it, read back: the kernel after the stream's work and the memset, the memset after
+    the previous product on its workspace and nothing else. A driver that did otherwise stops the capture."""
+    got_kernel, got_memset = frozenset(view.deps(decision.kernel)), frozenset(view.deps(decision.memset_node))
+    if got_kernel != decision.kernel_after or got_memset != decision.memset_after:
+        raise MemsetError(f"a moved memset's edges are not as asked: into the kernel {len(got_kernel)} nodes "
+                          f"(asked {len(decision.kernel_after)}, the same: {got_kernel == decision.kernel_after}), "
+                          f"into the memset {len(got_memset)} (asked {len(decision.memset_after)}, the same: "
+                          f"{got_memset == decision.memset_after})")
 
 
 KIND_NAMES = {KERNEL: "kernel", MEMCPY: "copy", MEMSET: "memset"}
@@ -157,6 +182,7 @@ class Mover:
         self.outcomes: Counter = Counter()   # the memsets' outcomes
         self.others: Counter = Counter()     # the products without a memset right before their kernel
         self.examples: dict[str, str] = {}
+        self.moved: list[Rewire] = []
 
     def product(self, stream_ptr: int, workspace: tuple[int, int], call, driver=None) -> int:
         """call() (one product on stream_ptr with `workspace`, returning cuBLAS's status) inside the capture, its
@@ -173,11 +199,24 @@ class Mover:
         if decision.why != MOVED and decision.why not in self.examples:
             self.examples[decision.why] = describe(before, after, driver, workspace)
         if decision.moved:
-            driver.remove_edges(graph, decision.remove)
             driver.add_edges(graph, decision.add)
+            try:
+                driver.remove_edges(graph, decision.remove)
+            except MemsetError as e:
+                decision = replace(decision, moved=False, why=REFUSED)
+                self.examples.setdefault(REFUSED, f"{e}; {describe(before, after, driver, workspace)}")
+            else:
+                check(driver, decision)
+                self.moved.append(decision)
         (self.outcomes if decision.memset else self.others)[decision.why] += 1
         self.last[workspace[0]] = tuple(after)
         return status
+
+    def verify(self, driver=None) -> None:
+        """At the capture's end: every moved memset and its kernel still have the edges the move gave them."""
+        driver = driver or (_Driver.get() if self.moved else None)
+        for decision in self.moved:
+            check(driver, decision)
 
     def line(self) -> str:
         """The train log's account, after the capture."""
@@ -211,8 +250,9 @@ class MemsetError(RuntimeError):
 
 
 class _Driver:
-    """libcuda's graph entry points this needs, typed once (the edge-data forms of CUDA 12.3 where the driver has
-    them, given no edge data: the default edges, as a capture records them)."""
+    """libcuda's graph entry points this needs, typed once: the edge-data forms of CUDA 12.3 where the driver has
+    them, edges added and removed without data (plain ones, as a capture records between a memset and a kernel) and
+    read with it."""
     _instance = None
 
     @classmethod
@@ -269,19 +309,23 @@ class _Driver:
         return out.value
 
     def _edges_into(self, node: int) -> tuple[tuple, tuple]:
-        """The nodes node depends on, and the edges' data (all plain where the driver has no edge data: it then
-        refuses a query that would lose non-plain data)."""
-        count = ctypes.c_size_t()
-        extra = (None,) if self.v2 else ()
-        self._check(self._deps(ctypes.c_void_p(node), None, *extra, ctypes.byref(count)), "cuGraphNodeGetDependencies")
-        if count.value == 0:
-            return (), ()
-        out = (ctypes.c_void_p * count.value)()
-        data = (EdgeData * count.value)() if self.v2 else None
-        extra = (data,) if self.v2 else ()
-        self._check(self._deps(ctypes.c_void_p(node), out, *extra, ctypes.byref(count)), "cuGraphNodeGetDependencies")
-        plain = tuple(bytes(data[i]) == bytes(8) for i in range(count.value)) if self.v2 else (True,) * count.value
-        return tuple(int(out[i]) for i in range(count.value)), plain
+        """The nodes node depends on, and whether each edge is a plain one. One query into arrays given (with the
+        edges' data where the driver has it: a query without it fails where an edge has data, even one for the count
+        alone), again with larger arrays while they came back full."""
+        capacity = 16
+        while True:
+            count = ctypes.c_size_t(capacity)
+            out = (ctypes.c_void_p * capacity)()
+            data = (EdgeData * capacity)() if self.v2 else None
+            extra = (data,) if self.v2 else ()
+            self._check(self._deps(ctypes.c_void_p(node), out, *extra, ctypes.byref(count)),
+                        "cuGraphNodeGetDependencies")
+            if count.value < capacity:
+                break
+            capacity *= 4
+        n = count.value
+        plain = tuple(bytes(data[i]) == bytes(8) for i in range(n)) if self.v2 else (True,) * n
+        return tuple(int(out[i]) for i in range(n)), plain
 
     def deps(self, node: int) -> tuple:
         return self._edges_into(node)[0]

@@ -119,6 +119,8 @@ def capturing():
     memsets.begin()
     try:
         yield
+        if memsets.current() is not None:   # the moved memsets' edges read back before the capture ends
+            memsets.current().verify()
     finally:
         _capturing = before
 
