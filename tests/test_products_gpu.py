@@ -102,3 +102,51 @@ def test_a_timed_record_is_written_read_back_and_used(tmp_path, monkeypatch):
                   C.data.ptr, blas.CUDA_R_16BF, N, blas.COMPUTE_32F, *cb._scalars(blas.COMPUTE_32F, 1.0, 0.0), reduced=True)
     assert fresh.plan(key).source == "timed"
     assert rel(to_f64(C, "bf16"), a @ b.T) <= 1e-2
+
+
+# gpu/memsets.py on the driver, in seconds (before any training run): three products of gpt2-small's c_attn forward
+# shape in bf16 under half roundings (the record's plan asks for a 4-byte workspace, which cuBLAS zeroes with a memset
+# before its kernel) captured back to back, TR2_MEMSET_EARLY=2's two workspaces taken in turn. The first memset has
+# nothing before it; the second and third are moved (behind nothing, and behind the first product), every edge read
+# back at once and at the capture's end; the replayed products must equal the eager product to the bit.
+def test_memsets_moved_in_a_capture_of_three_products(monkeypatch):
+    from tr2.cupy_side.gpu import memsets, runtime
+    monkeypatch.setattr(memsets, "EARLY", 2)
+    monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
+    cb = blas.get_cublas()
+    math_before = cb._math
+    cb.set_math(True)
+    M, N, K = 8192, 2304, 768
+    rs = np.random.default_rng(5)
+    A, _ = operand(rs, (M, K), "bf16")
+    B, _ = operand(rs, (N, K), "bf16")
+    outs = [cp.full((M, N), 0xFFFF, dtype=np.uint16) for _ in range(4)]
+
+    def product(C):
+        cb.gemm_rm(False, True, M, N, K, A, blas.CUDA_R_16BF, K, B, blas.CUDA_R_16BF, K, C, blas.CUDA_R_16BF, N,
+                   blas.COMPUTE_32F)
+    stream = cp.cuda.Stream(non_blocking=True)
+    try:
+        with stream:
+            for _ in range(3):   # eager: the reference, the plan made, both workspaces grown
+                product(outs[0])
+            stream.synchronize()
+            stream.begin_capture()
+            try:
+                with runtime.capturing():
+                    for C in outs[1:]:
+                        product(C)
+            finally:
+                graph = stream.end_capture()
+            mover = memsets.current()
+            graph.launch(stream)
+            stream.synchronize()
+    finally:
+        if math_before is not None:
+            cb.set_math(math_before == blas.DEFAULT_MATH)
+    print(mover.line())
+    if not mover.outcomes:
+        pytest.skip("this card's plan for the shape records no memset: " + mover.line())
+    assert mover.outcomes[memsets.MOVED] == 2 and mover.outcomes[memsets.FIRST] == 1, mover.line()
+    for C in outs[1:]:
+        assert bool((C == outs[0]).all()), "a replayed product differs from the eager one"
