@@ -2,7 +2,10 @@
 and a whole capture simulated: a stream recording our kernels and cuBLAS-like products (a memset of the product's
 workspace, then its kernel) into an in-memory graph, the Mover moving the memsets, and then the orders that must
 hold checked on the graph: every node still after the node the stream recorded before it (except the moved memsets),
-every product's kernel after its memset, and every memset after every earlier use of its workspace."""
+every product's kernel after its memset, and every memset after every earlier use of its workspace. Then the driver
+layer through real C calls into a made-up libcuda (ctypes callbacks over the same in-memory graph): the arguments,
+arrays and out-parameters, the edge-data forms and the older ones, a programmatic edge, a node with many edges, a
+refused removal, a driver that does not do what it was asked, and the read-back at the capture's end."""
 from __future__ import annotations
 
 import ctypes
