@@ -114,14 +114,30 @@ def _load(path: str) -> dict:
         return json.load(f)
 
 
+def _positive(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name} {text!r}: allowed is a whole number of at least 1")
+    return value
+
+
 def main(argv) -> int:
-    if argv[:1] == ["--memsets"] and len(argv) == 3:
-        print(memset_report(_load(argv[1]), int(argv[2])))
-        return 0
-    if len(argv) not in (2, 3) or argv[0].startswith("--"):
-        print("\n".join(line.strip() for line in __doc__.strip().splitlines()[2:4]))
+    memsets = argv[:1] == ["--memsets"]
+    args = argv[1:] if memsets else argv
+    if len(args) not in ((2,) if memsets else (2, 3)) or args[0].startswith("--"):
+        print("\n".join(line.strip() for line in __doc__.strip().splitlines()[2:4]), file=sys.stderr)
         return 2
-    print(report(_load(argv[0]), int(argv[1]), int(argv[2]) if len(argv) > 2 else 20))
+    try:
+        steps = _positive("STEPS", args[1])
+        top = _positive("TOP", args[2]) if len(args) > 2 else 20
+        trace = _load(args[0])
+    except (OSError, ValueError, EOFError) as e:   # json's and gzip's errors are ValueError and OSError kinds
+        print(f"trace_gaps: {e}", file=sys.stderr)
+        return 2
+    print(memset_report(trace, steps) if memsets else report(trace, steps, top))
     return 0
 
 

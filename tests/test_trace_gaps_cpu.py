@@ -50,3 +50,18 @@ def test_memset_waits_group_by_what_came_before():
     text = tg.memset_report(trace, 1)
     assert "median gap kernel -> kernel 0.50 us" in text
     assert "memsets after a product: 1.0 a step, 7.00 us each" in text and "6.5 us a step" in text
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    good = tmp_path / "t.json"
+    good.write_text('{"traceEvents": []}')
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for argv, says in [(["--memsets", str(good)], "trace_gaps.py"), ([str(good), "0"], "STEPS '0'"),
+                       ([str(good), "30", "x"], "TOP 'x'"), ([str(tmp_path / "none.json"), "30"], "No such file"),
+                       ([str(bad), "30"], "trace_gaps:"), (["--memsets", str(bad), "30"], "trace_gaps:")]:
+        assert tg.main(argv) == 2
+        err = capsys.readouterr().err
+        assert says in err, (argv, err)
+    assert tg.main(["--memsets", str(good), "30"]) == 0
+    assert "median gap kernel -> kernel 0.00 us" in capsys.readouterr().out
