@@ -25,11 +25,15 @@ from collections import defaultdict
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
+def gpu_activities(trace: dict) -> list[tuple[float, float, str, str]]:
+    """(start µs, end µs, name, category) of the trace's GPU activities, by start."""
+    return sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e.get("name", "?"), e["cat"])
+                  for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in GPU_CATS)
+
+
 def gpu_events(trace: dict) -> list[tuple[float, float, str]]:
     """(start µs, end µs, name) of the trace's GPU activities, by start."""
-    ev = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e.get("name", "?"))
-          for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
-    return sorted(ev)
+    return [a[:3] for a in gpu_activities(trace)]
 
 
 def gaps(events: list[tuple[float, float, str]]) -> tuple[float, float, list[tuple[float, str, str]]]:
@@ -83,8 +87,7 @@ def memset_waits(trace: dict) -> dict:
     """For each memset between two activities: the time from the end of the one before to the start of the one after,
     grouped 'after a product' / 'after another kernel'; and the median gap between two kernels that follow each other.
     Returns {group: [waits µs]} with the key 'kernel -> kernel' holding those gaps."""
-    ev = sorted(((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), e.get("name", "?"), e.get("cat"))
-                 for e in trace.get("traceEvents", []) if e.get("ph") == "X" and e.get("cat") in GPU_CATS))
+    ev = gpu_activities(trace)
     out: dict = {"after a product": [], "after another kernel": [], "kernel -> kernel": []}
     for i in range(1, len(ev)):
         before, this = ev[i - 1], ev[i]

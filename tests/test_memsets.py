@@ -391,13 +391,24 @@ class FakeLibcuda:
         self.cuGraphRemoveDependencies = make(ci, vp, P(vp), P(vp), sz)(edges("remove"))
 
 
-@pytest.mark.parametrize("v2", [True, False])
-def test_the_driver_layer_through_c_calls(monkeypatch, v2):
+@pytest.fixture
+def libcuda(monkeypatch):
+    """make(v2) -> (capture, libcuda): a made-up libcuda over a fresh FakeCapture in place of the driver gpu/memsets.py
+    loads (the driver object it typed is dropped, and both are put back after the test)."""
     from tr2.cupy_side.gpu import pdl
-    cap = FakeCapture()
-    fake = FakeLibcuda(cap, v2)
-    monkeypatch.setattr(pdl, "_driver", lambda: fake)
-    monkeypatch.setattr(memsets._Driver, "_instance", None)
+
+    def make(v2: bool):
+        cap = FakeCapture()
+        fake = FakeLibcuda(cap, v2)
+        monkeypatch.setattr(pdl, "_driver", lambda: fake)
+        monkeypatch.setattr(memsets._Driver, "_instance", None)
+        return cap, fake
+    return make
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_the_driver_layer_through_c_calls(libcuda, v2):
+    cap, fake = libcuda(v2)
     driver = memsets._Driver.get()
     assert driver.v2 == v2
     first = cap.kernel()
@@ -415,34 +426,36 @@ def test_the_driver_layer_through_c_calls(monkeypatch, v2):
     mover.verify()                                       # the edges read back through the C calls at the end
     assert driver.memset_range(fake.handle(m2)) == (0x9000, 0x9004)
     assert driver.deps(fake.handle(first)) == ()
-    monkeypatch.setattr(memsets._Driver, "_instance", None)
 
 
-def test_a_programmatic_edge_leaves_the_product_alone(monkeypatch):
-    from tr2.cupy_side.gpu import pdl
-    cap = FakeCapture()
-    fake = FakeLibcuda(cap, v2=True)
-    monkeypatch.setattr(pdl, "_driver", lambda: fake)
-    monkeypatch.setattr(memsets._Driver, "_instance", None)
+def test_a_programmatic_edge_leaves_the_product_alone(libcuda):
+    cap, fake = libcuda(v2=True)
     assert ctypes.sizeof(memsets.EdgeData) == 8
     cap.kernel()
     fake.programmatic.add((2, 3))   # the product's kernel (node 3) launched programmatically after its memset (2)
     mover = Mover()
     mover.product(1, (0x9000, 4), lambda: (cap.product(1, 0x9000), 0)[1])
     assert mover.outcomes == {memsets.NOT_PLAIN: 1} and not fake.calls and cap.into[2] == {1}
-    monkeypatch.setattr(memsets._Driver, "_instance", None)
 
 
-def test_a_node_with_more_dependencies_than_the_first_arrays_hold_is_read_whole(monkeypatch):
-    from tr2.cupy_side.gpu import pdl
-    cap = FakeCapture()
-    fake = FakeLibcuda(cap, v2=True)
-    monkeypatch.setattr(pdl, "_driver", lambda: fake)
-    monkeypatch.setattr(memsets._Driver, "_instance", None)
+def test_a_node_with_more_dependencies_than_the_first_arrays_hold_is_read_whole(libcuda):
+    cap, fake = libcuda(v2=True)
     roots = [cap.kernel(stream=s) for s in range(10, 30)]   # 20 kernels on 20 streams, then a join of all
     cap.stream_deps[1] = tuple(roots)
     join = cap.kernel()
     driver = memsets._Driver.get()
     assert driver.deps(fake.handle(join)) == tuple(fake.handle(r) for r in roots)
     assert fake.queries == [16, 64]
-    monkeypatch.setattr(memsets._Driver, "_instance", None)
+
+
+def test_a_product_joins_the_account_only_while_its_capture_is_under_way(monkeypatch):
+    monkeypatch.setattr(memsets, "EARLY", 2)
+    memsets.begin()
+    mover = memsets.active()
+    assert mover is not None and memsets.current() is mover
+    memsets.end()
+    assert memsets.active() is None and memsets.current() is mover   # the log line reads it after the capture
+    monkeypatch.setattr(memsets, "EARLY", 0)
+    memsets.begin()
+    assert memsets.active() is None and memsets.current() is None
+    memsets.end()

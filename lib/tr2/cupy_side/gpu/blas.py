@@ -214,11 +214,9 @@ class Cublas:
                 raise RuntimeError(f"cuBLAS workspace: a product inside a capture needs {need} bytes of the second "
                                    f"workspace, which has {0 if second is None else second.size} (a product the "
                                    f"warm-up did not run)")
-            if second is None:
-                self._seconds[key] = runtime.default_pool_array(max(int(need), 1))
-            else:
-                del second   # not held here while its successor is allocated
-                self._replace(self._seconds, key, max(int(need), 1))
+            del second   # not held here while its successor is allocated
+            self._seconds.setdefault(key, self._cp.empty(0, dtype=self._cp.uint8))
+            self._replace(self._seconds, key, max(int(need), 1))
         # the one the last product did not take (a label, not the array: a replaced one must not be held here)
         turn = "second" if self._turns.get(key) == "first" else "first"
         self._turns[key] = turn
@@ -278,8 +276,7 @@ class Cublas:
             what = f"cublasGemmStridedBatchedEx(M={M}, N={N}, K={K}, batch={batch})"
         if memsets.TWO_WORKSPACES:   # cublasGemmEx's products take the stream's first workspace
             self._turns[self._stream if self._stream in self._workspaces else None] = "first"
-        from . import runtime
-        mover = memsets.current() if memsets.EARLY and runtime.is_capturing() else None
+        mover = memsets.active()
         # in the step's capture the Mover hears of this product too: it uses the stream's workspace, which a moved
         # memset of a later product must wait for (gpu/memsets.py)
         self._check(call() if mover is None else mover.product(self._stream, self._bound_workspace, call), what)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 
-from . import blas, find_nvidia_lib, memsets, runtime
+from . import blas, find_nvidia_lib, memsets
 
 # cublasLtMatmulDescAttributes_t
 DESC_TRANSA, DESC_TRANSB = 3, 4
@@ -212,14 +212,12 @@ class CublasLt:
         plan = self.plan(key)
         stream = self._cp.cuda.get_current_stream().ptr
         if not memsets.EARLY:   # the default: as before gpu/memsets.py, no further call on the product's path
-            self._check(self.matmul(plan, A, B, C, alpha, beta, stream),
-                        f"cublasLtMatmul(M={M}, N={N}, K={K}, {plan.source})")
-            return
-        ws = self.cublas.product_workspace(stream, plan.workspace).data.ptr
-        mover = memsets.current() if runtime.is_capturing() else None
-        if mover is None:
-            status = self.matmul(plan, A, B, C, alpha, beta, stream, ws)
-        else:   # the step's capture: cuBLAS's memset, if any, off the chain (gpu/memsets.py)
-            status = mover.product(stream, (ws, plan.workspace),
-                                   lambda: self.matmul(plan, A, B, C, alpha, beta, stream, ws))
+            status = self.matmul(plan, A, B, C, alpha, beta, stream)
+        else:
+            ws = self.cublas.product_workspace(stream, plan.workspace).data.ptr
+            mover = memsets.active()   # in the step's capture: cuBLAS's memset, if any, off the chain
+
+            def call():
+                return self.matmul(plan, A, B, C, alpha, beta, stream, ws)
+            status = call() if mover is None else mover.product(stream, (ws, plan.workspace), call)
         self._check(status, f"cublasLtMatmul(M={M}, N={N}, K={K}, {plan.source})")

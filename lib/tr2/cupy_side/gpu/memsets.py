@@ -232,12 +232,24 @@ class Mover:
 
 
 _mover: Mover | None = None
+_active = False
 
 
 def begin() -> None:
     """A capture starts (runtime.capturing): a fresh account."""
-    global _mover
-    _mover = Mover() if EARLY else None
+    global _mover, _active
+    _mover, _active = (Mover() if EARLY else None), True
+
+
+def end() -> None:
+    """The capture's body has ended (runtime.capturing): its account stays readable (current), no product joins it."""
+    global _active
+    _active = False
+
+
+def active() -> Mover | None:
+    """The account of the capture under way, to which a product hands its call; None outside one or when off."""
+    return _mover if _active else None
 
 
 def current() -> Mover | None:

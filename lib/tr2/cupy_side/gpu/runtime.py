@@ -123,6 +123,7 @@ def capturing():
             memsets.current().verify()
     finally:
         _capturing = before
+        memsets.end()
 
 
 def is_capturing() -> bool:
