@@ -3,7 +3,11 @@ the step (the same model.py and tape as on the GPU) under tracemalloc, on the CP
 same arrays the CUDA build keeps (its kernels allocate what the NumPy ops allocate, bar workspaces), so this is the
 forward's share of the GPU's peak without a GPU; the backward's transients differ (NumPy's ops make temporaries).
 
-    python scripts/live_bytes.py [model] [dtype]      (default nanogpt float32; about a minute for nanogpt)
+    python scripts/live_bytes.py [model] [dtype] [tf32]      (default nanogpt float32 on; about a minute for nanogpt)
+
+tf32 `off`: products in plain float32. With `on` the NumPy backend rounds each product's operands to TF32 into copies
+(an operand's size again, at every product), which the GPU does inside cuBLAS with no copy: `off` puts the backward's
+peak where the GPU's allocations would, as far as NumPy's own temporaries allow.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import tracemalloc
 
 import numpy as np
 
+from tr2 import Tr2Error
 from tr2.cupy_side.backend import get_backend
 from tr2.cupy_side.model import GPT
 from tr2.models import load_model
@@ -22,8 +27,19 @@ from tr2.weights import init_numpy
 def main(argv) -> int:
     model = argv[0] if argv else "nanogpt"
     dtype = argv[1] if len(argv) > 1 else "float32"
-    cfg = load_model(model)
-    be = get_backend("cpu", dtype)
+    tf32 = argv[2] if len(argv) > 2 else "on"
+    if len(argv) > 3:
+        print(f"live_bytes.py: {len(argv)} arguments; at most 3: [model] [dtype] [tf32]", file=sys.stderr)
+        return 2
+    if tf32 not in ("on", "off"):
+        print(f"live_bytes.py: tf32 {tf32!r}; allowed: on, off", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_model(model)
+        be = get_backend("cpu", dtype, tf32=tf32 == "on")
+    except (Tr2Error, ValueError) as e:
+        print(f"live_bytes.py: {e}", file=sys.stderr)
+        return 2
     gpt = GPT(cfg, be, init_numpy(cfg, 1), seed=1)
     x = np.random.default_rng(0).integers(0, cfg.vocab_size, (cfg.batch_size, cfg.block_size))
     X, Y = be.to_device(x, dtype=np.int64), be.to_device(x, dtype=np.int64)
@@ -34,7 +50,7 @@ def main(argv) -> int:
     gpt.forward(X, Y, step=0, training=True)
     snap = tracemalloc.take_snapshot()
     live, peak = tracemalloc.get_traced_memory()
-    print(f"{model} {dtype}: forward {time.time() - t:.1f} s; alive after it {live / 1e6:.1f} MB (peak during it "
+    print(f"{model} {dtype} tf32 {tf32}: forward {time.time() - t:.1f} s; alive after it {live / 1e6:.1f} MB (peak during it "
           f"{peak / 1e6:.1f}); unit N x C = {unit / 1e6:.1f} MB")
     rows = []
     for s in snap.compare_to(base, "traceback"):

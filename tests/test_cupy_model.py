@@ -111,6 +111,53 @@ def test_values_no_backward_reads_are_released_in_the_forward():
         np.testing.assert_array_equal(got[k], want[k])
 
 
+def test_values_are_released_in_the_backward_once_their_last_reader_has_run():
+    """GELU's output (N x 4C a block, read by the MLP's c_proj backward alone) is gone before GELU's backward runs,
+    and GELU's input (c_fc's output) before c_fc's backward: autograd's lifetimes. Before, the tape's nodes held each
+    until their own closures went, so GELU's output stayed through GELU's backward, at the step's peak. Weak
+    references to GELU's inputs and outputs, checked at each backward call that follows; the gradients unchanged."""
+    import weakref
+    cfg = small_cfg(dropout=0.1)
+    be = get_backend("cpu", "float64")
+    model = GPT(cfg, be, random_weights(cfg), seed=5)
+    X, Y = batch(cfg)
+    model.forward(X, Y, 3)
+    want = {k: v.copy() for k, v in model.backward().items()}
+    ins, outs, seen = [], [], []
+    gelu_forward, gelu_backward, matmul_backward = be.gelu_forward, be.gelu_backward, be.matmul_backward
+    c_fc_shape = (4 * cfg.n_embd, cfg.n_embd)
+
+    def recording_gelu_forward(x):
+        y = gelu_forward(x)
+        ins.append(weakref.ref(x))
+        outs.append(weakref.ref(y))
+        return y
+
+    def checking_gelu_backward(dy, x):
+        block = cfg.n_layer - 1 - sum(1 for s in seen if s[0] == "gelu")   # backward runs the blocks last first
+        seen.append(("gelu", block, outs[block]() is None))
+        return gelu_backward(dy, x)
+
+    def checking_matmul_backward(dy, x, w):
+        if w.shape == c_fc_shape:
+            block = cfg.n_layer - 1 - sum(1 for s in seen if s[0] == "c_fc")
+            seen.append(("c_fc", block, ins[block]() is None))
+        return matmul_backward(dy, x, w)
+    be.gelu_forward, be.gelu_backward, be.matmul_backward = (recording_gelu_forward, checking_gelu_backward,
+                                                            checking_matmul_backward)
+    try:
+        model.forward(X, Y, 3)
+        assert all(r() is not None for r in ins + outs)   # the forward keeps both: backward reads them
+        got = model.backward()
+    finally:
+        be.gelu_forward, be.gelu_backward, be.matmul_backward = gelu_forward, gelu_backward, matmul_backward
+    blocks = list(range(cfg.n_layer - 1, -1, -1))
+    assert [s for s in seen if s[0] == "gelu"] == [("gelu", b, True) for b in blocks]
+    assert [s for s in seen if s[0] == "c_fc"] == [("c_fc", b, True) for b in blocks]
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
 class _UnfusedEmbedding:
     """A backend that runs the model's first block as it ran before the embedding's dropout moved inside the
     embedding's kernel and ln_1's backward became a residual add's: the embedding, then dropout_forward; then

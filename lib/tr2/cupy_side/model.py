@@ -111,6 +111,11 @@ class GPT:
 
         def backward():
             dx, dw = be.matmul_backward(self.tape.take(out), x.value, w)
+            # x feeds this product alone (a LayerNorm's output, the attention's, GELU's) and no backward after this
+            # one reads its value (GELU's reads its input, not its output), so its memory goes now, as autograd
+            # frees a product's saved input once that product's backward has run; held by the tape's nodes, GELU's
+            # output (N x 4C) stayed through GELU's backward, at the step's peak
+            x.value = None
             self._add_grad(name, dw)
             self.tape.accumulate(x, dx)
         self.tape.push(backward)
@@ -136,6 +141,7 @@ class GPT:
 
         def backward():
             self.tape.accumulate(x, be.gelu_backward(self.tape.take(out), x.value))
+            x.value = None   # c_fc's output: its product's backward takes only its gradient
         self.tape.push(backward)
         return out
 
