@@ -112,9 +112,10 @@ class GPT:
         def backward():
             dx, dw = be.matmul_backward(self.tape.take(out), x.value, w)
             # x feeds this product alone (a LayerNorm's output, the attention's, GELU's) and no backward after this
-            # one reads its value (GELU's reads its input, not its output), so its memory goes now, as autograd
-            # frees a product's saved input once that product's backward has run; held by the tape's nodes, GELU's
-            # output (N x 4C) stayed through GELU's backward, at the step's peak
+            # one reads its value (GELU's reads its input, not its output), so the node lets it go, as autograd
+            # frees a product's saved input once that product's backward has run: held by the tape's nodes, GELU's
+            # output (N x 4C) stayed through GELU's backward, at the step's peak (the attention's output stays
+            # in its saved values until the attention's backward, which reads it)
             x.value = None
             self._add_grad(name, dw)
             self.tape.accumulate(x, dx)
