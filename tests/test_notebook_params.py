@@ -70,3 +70,18 @@ def test_every_notebook_cell_has_an_id():
         assert all(isinstance(i, str) and i for i in ids), (path.name, [n for n, i in enumerate(ids) if not i])
         assert len(set(ids)) == len(ids), path.name
     assert checked >= 5   # the five stage notebooks
+
+
+def test_a_mistyped_argument_rewrites_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(notebook_params, "sync", lambda check=False: pytest.fail("sync ran"))
+    assert notebook_params.main(["--chek"]) == 2
+    err = capsys.readouterr().err
+    assert "'--chek'" in err and "allowed: none (rewrite) or --check" in err and len(err.strip().splitlines()) == 1
+    assert notebook_params.main(["--check", "--check"]) == 2
+
+
+def test_check_reports_without_rewriting(capsys, monkeypatch):
+    calls = []
+    monkeypatch.setattr(notebook_params, "sync", lambda check=False: calls.append(check) or ["series"])
+    assert notebook_params.main(["--check"]) == 1 and calls == [True]
+    assert "differ from smoke.yaml: series" in capsys.readouterr().out

@@ -59,8 +59,18 @@ def sync(check: bool = False) -> list[str]:
     return differ
 
 
-if __name__ == "__main__":
-    differ = sync(check="--check" in sys.argv[1:])
+def main(argv: list[str]) -> int:
+    # an argument mistyped (--chek) must not fall through to rewriting the notebooks
+    if argv not in ([], ["--check"]):
+        print(f"tr2.notebook_params: arguments {' '.join(argv)!r}; allowed: none (rewrite) or --check",
+              file=sys.stderr)
+        return 2
+    check = argv == ["--check"]
+    differ = sync(check=check)
     if differ:
-        print(("differ from smoke.yaml: " if "--check" in sys.argv[1:] else "rewritten: ") + ", ".join(differ))
-    sys.exit(1 if differ and "--check" in sys.argv[1:] else 0)
+        print(("differ from smoke.yaml: " if check else "rewritten: ") + ", ".join(differ))
+    return 1 if differ and check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
