@@ -1,5 +1,6 @@
 """What a captured CUDA graph pays for a memset node between two kernels, against a kernel doing the memset's work,
-and against the memset on a branch joined before the second kernel (TR2_MEMSET_EARLY's form): the time a
+against the memset on a branch joined before the second kernel (TR2_MEMSET_EARLY's form), and against the memset on
+a branch nothing waits on until the capture's end: the time a
 replay takes per pair of kernels, each mode captured as REPS repetitions in one graph, medians of ROUNDS replays.
 
     python3 scripts/probes/graph_join_probe.py [REPS] [ROUNDS]
@@ -42,7 +43,8 @@ def main(argv) -> int:
     def capture(mode):
         s.begin_capture()
         for _ in range(reps):
-            if mode == "branch":                # the memset forked before the first kernel, joined before the second
+            if mode in ("branch", "leaf"):      # the memset forked before the first kernel: joined before the second
+                # (branch), or only once at the capture's end (leaf: nothing waits on it)
                 e = cp.cuda.Event(disable_timing=True)
                 e.record(s)
                 side.wait_event(e)
@@ -57,16 +59,18 @@ def main(argv) -> int:
             elif mode == "branch":
                 s.wait_event(j)
             k()
+        if mode == "leaf":
+            s.wait_event(j)
         return s.end_capture()
 
-    modes = ["none", "memset", "kernel", "branch"]
+    modes = ["none", "memset", "kernel", "branch", "leaf"]
     graphs = {m: capture(m) for m in modes}
     for g in graphs.values():
         g.launch(s)
     s.synchronize()
     times = {m: [] for m in modes}
     for r in range(rounds):
-        for m in modes[r % 4:] + modes[:r % 4]:
+        for m in modes[r % len(modes):] + modes[:r % len(modes)]:
             a, b = cp.cuda.Event(), cp.cuda.Event()
             a.record(s)
             graphs[m].launch(s)
