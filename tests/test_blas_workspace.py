@@ -33,7 +33,7 @@ def cublas(monkeypatch):
         c._cp = types.SimpleNamespace(empty=lambda n, dtype=None: FakeArray(n), uint8="uint8",
                                       cuda=types.SimpleNamespace(runtime=types.SimpleNamespace()))
         c._workspaces = {None: c._first_workspace()}
-        c._seconds, c._turns, c.captured, c._kept = {}, {}, False, []
+        c._seconds, c._turns, c.captured, c._kept, c._arena = {}, {}, False, [], None
         c.lt = None
         return c
     return make, allocated, state
@@ -172,3 +172,48 @@ def test_a_replaced_workspace_is_not_held_while_its_successor_is_made(cublas, mo
     c.product_workspace(None, 600)                       # both grow to 600
     assert c._workspaces[None].size == c._seconds[None].size == 600
     assert alive == [(600, [False, True]), (600, [False, False])]
+
+
+class FakeArena:
+    """The slots' arena as blas.Cublas uses it: its size, address, a fill, and slices as views at an offset."""
+
+    def __init__(self, n, ptr=0x70000):
+        self.size, self.data, self.filled = n, types.SimpleNamespace(ptr=ptr), []
+
+    def fill(self, v):
+        self.filled.append(v)
+
+    def __getitem__(self, sl):
+        return FakeArena(sl.stop - sl.start, self.data.ptr + sl.start)
+
+
+def test_leaves_a_slot_a_product_in_the_capture_else_the_stream_workspace(cublas, monkeypatch):
+    """TR2_MEMSET_EARLY=3: the arena allocated (zeroed, registered) at the first product outside a capture; inside
+    one, each product that needs a workspace of at most SLOT_BYTES gets the next slot, others the stream's own."""
+    make, allocated, state = cublas
+    monkeypatch.setattr(memsets, "LEAVES", True)
+    monkeypatch.setattr(memsets, "EARLY", 3)
+    monkeypatch.setattr(memsets, "_arena", None)
+    arenas, full = [], memsets.SLOTS * memsets.SLOT_BYTES
+    fake_runtime = sys.modules["tr2.cupy_side.gpu.runtime"]
+    workspaces = fake_runtime.default_pool_array   # the workspaces' growth draws on it too
+
+    def pool_array(n):
+        if n != full:
+            return workspaces(n)
+        arenas.append(FakeArena(n))
+        return arenas[-1]
+    monkeypatch.setattr(fake_runtime, "default_pool_array", pool_array, raising=False)
+    c = make(True)
+    ws = c.product_workspace(None, 300)                        # the warm-up: no capture, the stream's workspace
+    assert ws is c._workspaces[None] and len(arenas) == 1 and arenas[0].filled == [0]
+    assert arenas[0].size == memsets.SLOTS * memsets.SLOT_BYTES and memsets._arena == (0x70000, arenas[0].size)
+    state["capturing"] = True
+    memsets.begin()
+    try:
+        got = [c.product_workspace(None, need) for need in (4, 0, 4, memsets.SLOT_BYTES + 1, 256)]
+    finally:
+        memsets.end()
+    assert [g.data.ptr for g in got] == [0x70000 + 256, c._workspaces[None].data.ptr, 0x70000 + 512,
+                                         c._workspaces[None].data.ptr, 0x70000 + 768]
+    assert all(g.size == memsets.SLOT_BYTES for g in (got[0], got[2], got[4])) and len(arenas) == 1

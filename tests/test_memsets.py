@@ -197,6 +197,11 @@ class FakeCapture:
             assert a not in self.into[b]
             self.into[b].add(a)
 
+    def set_memset_dst(self, n, dst):
+        assert self.kinds[n] == MEMSET
+        first, end = self.ranges[n]
+        self.ranges[n] = (dst, dst + end - first)
+
     def before(self, a, b) -> bool:
         """Whether node a must have ended before node b starts (a path a -> b)."""
         todo, seen = [b], set()
@@ -302,8 +307,9 @@ def test_a_capture_that_moves_nothing_says_why():
                                  "[kernel]; the last node after [kernel]")
 
 
-@pytest.mark.parametrize("value, ok", [("0", True), ("1", True), ("2", True), ("3", False), ("on", False)])
-def test_the_switch_takes_0_1_2_only(value, ok):
+@pytest.mark.parametrize("value, ok", [("0", True), ("1", True), ("2", True), ("3", True), ("4", False),
+                                       ("on", False)])
+def test_the_switch_takes_0_to_3_only(value, ok):
     code = "import tr2.cupy_side.gpu.memsets as m; print(m.EARLY, m.TWO_WORKSPACES)"
     env = {"TR2_MEMSET_EARLY": value, "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
@@ -374,6 +380,15 @@ class FakeLibcuda:
             params[0].width, params[0].height, params[0].value = end - first, 1, 0
             return 0
 
+        def set_memset_params(n, params):
+            if self.refuse_set:
+                return 1   # CUDA_ERROR_INVALID_VALUE
+            p = params[0]
+            assert (p.elementSize, p.height, p.value) == (1, 1, 0)
+            self.calls.append(("set", int(p.dst)))
+            cap.set_memset_dst(node(n), int(p.dst))
+            return 0
+
         def error_name(rc, out):
             return 0
 
@@ -381,6 +396,8 @@ class FakeLibcuda:
         self.cuStreamGetCaptureInfo_v2 = make(ci, vp, P(ci), P(ctypes.c_ulonglong), P(vp), P(P(vp)), P(sz))(capture_info)
         self.cuGraphNodeGetType = make(ci, vp, P(ci))(node_type)
         self.cuGraphMemsetNodeGetParams = make(ci, vp, P(memsets.MemsetParams))(memset_params)
+        self.refuse_set = False
+        self.cuGraphMemsetNodeSetParams = make(ci, vp, P(memsets.MemsetParams))(set_memset_params)
         self.cuGetErrorName = make(ci, ci, P(ctypes.c_char_p))(error_name)
         if v2:
             self.cuGraphNodeGetDependencies_v2 = make(ci, vp, P(vp), P(memsets.EdgeData), P(sz))(get_deps)
@@ -459,3 +476,117 @@ def test_a_product_joins_the_account_only_while_its_capture_is_under_way(monkeyp
     memsets.begin()
     assert memsets.active() is None and memsets.current() is None
     memsets.end()
+
+
+# ---- value 3: the memsets made leaves, each product's counter in a slot of its own zeroed at the step's start
+
+ARENA = 0x40000
+
+
+def _leaf_graph(memset_range=(ARENA + 256, ARENA + 260), memset_deps=("A",)):
+    return View({"A": (KERNEL, (), None), "M": (MEMSET, memset_deps, memset_range), "K": (KERNEL, ("M",), None)})
+
+
+def test_a_leaf_the_kernel_follows_the_work_before_and_the_memset_writes_the_scratch():
+    d = memsets.leaf(("A",), ("K",), _leaf_graph(), (ARENA + 256, 256), ARENA)
+    assert d.moved and d.why == memsets.MOVED
+    assert d.add == (("A", "K"),) and d.remove == (("M", "K"),)
+    assert d.kernel_after == {"A"} and d.memset_after == {"A"} and d.retarget == ARENA
+    off = memsets.leaf(("A",), ("K",), _leaf_graph((ARENA + 264, ARENA + 268)), (ARENA + 256, 256), ARENA)
+    assert off.retarget == ARENA + 8   # at the slot's offset in the scratch: the same extent, inside slot 0
+
+
+@pytest.mark.parametrize("graph, slot, before, why", [
+    (_leaf_graph(), None, ("A",), memsets.NO_SLOT),
+    (_leaf_graph((ARENA + 512, ARENA + 516)), (ARENA + 256, 256), ("A",), memsets.OUTSIDE),
+    (_leaf_graph((ARENA + 508, ARENA + 516)), (ARENA + 256, 256), ("A",), memsets.OUTSIDE),
+    (_leaf_graph(memset_deps=()), (ARENA + 256, 256), ("A",), memsets.NOT_AFTER_BEFORE),
+    (_leaf_graph(memset_deps=()), (ARENA + 256, 256), (), memsets.FIRST),
+])
+def test_a_leaf_only_where_the_memset_writes_its_slot_after_the_streams_work(graph, slot, before, why):
+    d = memsets.leaf(before, ("K",), graph, slot, ARENA)
+    assert not d.moved and d.memset and d.why == why and not d.add and not d.remove and d.retarget is None
+
+
+def test_a_leaf_needs_one_kernel_after_one_memset():
+    assert memsets.leaf(("A",), ("K", "A"), _leaf_graph(), (ARENA + 256, 256), ARENA).why == memsets.NOT_ONE_KERNEL
+    no_memset = View({"A": (KERNEL, (), None), "K": (KERNEL, ("A",), None)})
+    d = memsets.leaf(("A",), ("K",), no_memset, (ARENA + 256, 256), ARENA)
+    assert d.why == memsets.NO_MEMSET and not d.memset
+
+
+@pytest.fixture
+def leaves(monkeypatch):
+    """Value 3 with an arena of 8 slots at ARENA (slot 0 the scratch)."""
+    monkeypatch.setattr(memsets, "LEAVES", True)
+    monkeypatch.setattr(memsets, "EARLY", 3)
+    monkeypatch.setattr(memsets, "SLOTS", 8)
+    monkeypatch.setattr(memsets, "_arena", (ARENA, 8 * memsets.SLOT_BYTES))
+
+
+def test_slots_go_to_products_that_need_a_workspace_until_they_run_out(leaves):
+    mover = Mover()
+    assert mover.slot(0) is None and mover.slot(memsets.SLOT_BYTES + 1) is None
+    got = [mover.slot(4) for _ in range(8)]
+    assert got[:7] == [(ARENA + i * 256, 256) for i in range(1, 8)] and got[7] is None
+    assert not memsets.in_arena(ARENA) and memsets.in_arena(ARENA + 256) and not memsets.in_arena(ARENA + 8 * 256)
+
+
+def _leaf_step(cap: FakeCapture, mover: Mover, products: int):
+    """A made-up step under value 3: the arena zeroed by the first kernel, then our kernels and products on stream 1
+    (two in a row among them), each product on its own slot where one is left, else on the stream's workspace."""
+    zero = cap.kernel()
+    for i in range(products):
+        slot = mover.slot(4)
+        ws = slot[0] if slot else 0x9000
+        mover.product(1, (ws, 4), lambda: (cap.product(1, ws), 0)[1], driver=cap)
+        if i % 3 != 1:   # products 1 and 2 (4 and 5 ...) in a row
+            cap.kernel()
+    return zero
+
+
+def test_a_simulated_capture_with_leaves_keeps_every_order_that_matters(leaves):
+    cap, mover = FakeCapture(), Mover()
+    zero = _leaf_step(cap, mover, products=9)
+    memset_nodes = [n for _, n, _ in cap.recorded if cap.kinds[n] == MEMSET]
+    assert len(memset_nodes) == 9
+    assert mover.outcomes == {memsets.MOVED: 7, memsets.NO_SLOT: 2}   # seven slots, two products without one
+    for stream, n, deps in cap.recorded:
+        if cap.kinds[n] == MEMSET:
+            kernel = n + 1
+            if memsets.in_arena(cap.uses[n]):
+                # a leaf: it writes the scratch, nothing depends on it, its product's kernel follows the work before
+                assert cap.ranges[n] == (ARENA, ARENA + 4)
+                assert not any(n in into for into in cap.into.values())
+                assert cap.into[kernel] == set(deps)
+                # the product's slot was zeroed before it by the step's first kernel, and no other node uses it
+                assert cap.before(zero, kernel)
+                assert [m for m, ws in cap.uses.items() if ws == cap.uses[n] and cap.kinds[m] == KERNEL] == [kernel]
+            else:   # no slot: the memset stays before its kernel, on the stream's workspace
+                assert cap.into[kernel] == {n} and cap.ranges[n] == (0x9000, 0x9004)
+        else:
+            for s, m, _ in cap.recorded:   # after every node its stream recorded before it, but the memsets
+                if m < n and s == stream and cap.kinds[m] != MEMSET:
+                    assert cap.before(m, n), (m, n)
+    mover.verify(driver=cap)
+    line = mover.line()
+    assert "9, 7 moved off the chain (TR2_MEMSET_EARLY=3)" in line and "; slots 7 of 7" in line
+    assert "2 the product has no slot of its own" in line
+
+
+def test_leaves_through_c_calls_and_a_refused_turn_leaves_the_memset_in_line(libcuda, leaves):
+    cap, fake = libcuda(True)
+    cap.kernel()
+    mover = Mover()
+    mover.product(1, (ARENA + 256, 4), lambda: (cap.product(1, ARENA + 256), 0)[1])
+    assert mover.outcomes == {memsets.MOVED: 1}
+    assert [c[0] for c in fake.calls] == ["add", "set", "remove"] and fake.calls[1][1] == ARENA
+    assert cap.into[3] == {1} and cap.into[2] == {1} and cap.ranges[2] == (ARENA, ARENA + 4)
+    mover.verify()
+    fake.refuse_set = True
+    cap.kernel()
+    mover.product(1, (ARENA + 512, 4), lambda: (cap.product(1, ARENA + 512), 0)[1])
+    assert mover.outcomes[memsets.REFUSED] == 1
+    # the memset still writes its slot and its kernel still waits for it (and for the work before: an added edge)
+    assert cap.ranges[5] == (ARENA + 512, ARENA + 516) and cap.into[6] == {5, 4}
+    assert "cuGraphMemsetNodeSetParams" in mover.line()

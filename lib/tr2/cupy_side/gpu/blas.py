@@ -98,6 +98,8 @@ class Cublas:
         # memsets.TWO_WORKSPACES: each stream's second workspace, and which of the two its last product took
         self._seconds: dict = {}
         self._turns: dict = {}
+        # memsets.LEAVES: the arena of the step's products' own slots (allocated at the first product, outside a capture)
+        self._arena = None
         # once a step graph is captured (graph.StepGraph.capture), a workspace replaced by a larger one is kept here
         # rather than freed: the graph's products keep its address
         self.captured = False
@@ -201,6 +203,8 @@ class Cublas:
         seen (in the warm-up, never inside a capture): at most SECOND_BYTES more memory, where a copy of the first
         would cost the float32 builds' 16.5 MB (their peak is within 3 MB of PyTorch's on the char model)."""
         ws = self.workspace_for(stream_ptr, need)
+        if memsets.LEAVES:
+            return self._slot_or(ws, need)
         if not memsets.TWO_WORKSPACES:
             return ws
         key = stream_ptr if stream_ptr in self._workspaces else None
@@ -221,6 +225,29 @@ class Cublas:
         turn = "second" if self._turns.get(key) == "first" else "first"
         self._turns[key] = turn
         return self._seconds[key] if turn == "second" else ws
+
+    def _slot_or(self, ws, need: int):
+        """(memsets.LEAVES) In the step's capture, a product's own slot of the arena where it needs at most
+        memsets.SLOT_BYTES and one is left; else ws. The arena is allocated (zeroed, from the default pool, counted in the
+        peak) at the first product outside a capture: the warm-up's."""
+        from . import runtime
+        if self._arena is None and not runtime.is_capturing():
+            self._arena = runtime.default_pool_array(memsets.SLOTS * memsets.SLOT_BYTES)
+            self._arena.fill(0)   # a memset (a fill of 0 compiles nothing)
+            memsets.register_arena(self._arena.data.ptr, self._arena.size)
+        mover = memsets.active()
+        slot = mover.slot(need) if mover is not None and self._arena is not None else None
+        if slot is None:
+            return ws
+        offset = slot[0] - self._arena.data.ptr
+        return self._arena[offset:offset + memsets.SLOT_BYTES]
+
+    def zero_slots(self) -> None:
+        """(memsets.LEAVES) The arena zeroed by one of our kernels on the current stream: the step graph's first node
+        (runtime.capturing), so that every slot's counter is zero before its product in each replay."""
+        if self._arena is not None:
+            from .cast import fill_f32
+            fill_f32(self._arena.view(self._cp.float32), 0.0)
 
     def workspace_line(self) -> str:
         """The train log's account of the workspaces: the shared one's size (and each side stream's), and the largest

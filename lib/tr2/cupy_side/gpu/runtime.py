@@ -117,6 +117,10 @@ def capturing():
     before, _capturing = _capturing, True
     captured.update(kernels=0, programmatic=0)
     memsets.begin()
+    if memsets.LEAVES:   # the graph's first node: the products' slots zeroed before any of them (gpu/memsets.py)
+        from . import blas
+        if blas._instance is not None:
+            blas._instance.zero_slots()
     try:
         yield
         if memsets.current() is not None:   # the moved memsets' edges read back before the capture ends
