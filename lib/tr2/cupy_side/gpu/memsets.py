@@ -65,6 +65,9 @@ from . import kernel_switch
 
 EARLY = kernel_switch("TR2_MEMSET_EARLY", 0, (0, 1, 2, 3))
 TWO_WORKSPACES = EARLY == 2
+# with TWO_WORKSPACES, the products that take the two in turn: those whose plan needs at most this many bytes (4 on
+# gpt2-small bf16); a larger one takes the stream's first and keeps its memset in place if it follows a product
+SECOND_BYTES = 1 << 20
 LEAVES = EARLY == 3
 # with LEAVES: a slot a product whose plan needs a workspace (gpt2-small bf16's need 4 bytes), SLOTS of them in one
 # arena (256 KiB), slot 0 the scratch the memsets are turned onto (gpt2-medium's step has about 290 products, 74 of
@@ -82,9 +85,7 @@ def register_arena(ptr: int, nbytes: int) -> None:
 def in_arena(ptr: int) -> bool:
     """Whether ptr is one of the arena's product slots (not slot 0, the scratch)."""
     return _arena is not None and _arena[0] + SLOT_BYTES <= ptr < _arena[0] + _arena[1]
-# with TWO_WORKSPACES, the products that take the two in turn: those whose plan needs at most this many bytes (4 on
-# gpt2-small bf16); a larger one takes the stream's first and keeps its memset in place if it follows a product
-SECOND_BYTES = 1 << 20
+
 
 # cuda.h: CUgraphNodeType
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
@@ -135,7 +136,8 @@ NOT_AFTER_BEFORE = "the memset does not follow the stream's work before the call
 DIRECTLY = "the previous product on this workspace is the work right before it"
 FIRST = "nothing before it in the capture"
 NOT_PLAIN = "an edge into the memset or the kernel is not a plain one"
-REFUSED = "the driver refused to remove an edge (the edges added stay: ordered more, not less)"
+REFUSED = ("the driver refused to remove an edge or to turn the memset (the edges added stay: ordered more, not "
+           "less; the memset still before its kernel)")
 NO_SLOT = "the product has no slot of its own (its plan needs more than SLOT_BYTES, or the slots ran out)"
 
 
@@ -207,7 +209,8 @@ def leaf(before, after, view, slot: tuple[int, int] | None, scratch: int) -> Rew
 
 def check(view, decision: Rewire) -> None:
     """The graph as the move left it, read back: the kernel after the stream's work and the memset, the memset after
-    the previous product on its workspace and nothing else. A driver that did otherwise stops the capture."""
+    the previous product on its workspace and nothing else (a leaf: the kernel and the memset both after the stream's
+    work alone, the memset writing the scratch). A driver that did otherwise stops the capture."""
     got_kernel, got_memset = frozenset(view.deps(decision.kernel)), frozenset(view.deps(decision.memset_node))
     if decision.retarget is not None and view.memset_range(decision.memset_node)[0] != decision.retarget:
         raise MemsetError("a memset made a leaf still writes where it wrote, not the scratch")
