@@ -15,9 +15,6 @@ from __future__ import annotations
 import statistics
 import sys
 
-import cupy as cp
-import numpy as np
-
 SRC = r'''
 extern "C" __global__ void work(float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -28,8 +25,17 @@ extern "C" __global__ void zero4(unsigned* p) { if (threadIdx.x == 0 && blockIdx
 
 
 def main(argv) -> int:
-    reps = int(argv[0]) if argv else 200
-    rounds = int(argv[1]) if len(argv) > 1 else 7
+    try:
+        reps = int(argv[0]) if argv else 200
+        rounds = int(argv[1]) if len(argv) > 1 else 7
+        if reps < 1 or rounds < 1 or len(argv) > 2:
+            raise ValueError
+    except ValueError:
+        print(f"graph_join_probe.py: arguments {' '.join(argv)!r}; allowed: [REPS] [ROUNDS], whole numbers from 1",
+              file=sys.stderr)
+        return 2
+    import cupy as cp   # the GPU's: after the arguments, so that a mistyped one says so on any machine
+    import numpy as np
     mod = cp.RawModule(code=SRC)
     work, zero4 = mod.get_function("work"), mod.get_function("zero4")
     n = 132 * 4 * 256                     # one wave of short blocks: the kernel itself a few µs
