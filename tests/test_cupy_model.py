@@ -279,6 +279,38 @@ def test_split_optimizer_step_is_the_whole_step():
         assert np.array_equal(out[0][k], out[1][k]), k
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_step_inputs_written_as_one_block_train_as_four_writes(dtype):
+    """--cuda-graph's step writes the batch, the dropout step counter and AdamW's scalars by one copy into views of
+    one buffer (train.step_inputs): three steps that read them (step=None, apply_update) give the bits of three
+    steps fed by set_step and set_lr, with dropout on, and the model and optimizer read the block's views."""
+    cfg = small_cfg(dropout=0.2)
+    w = random_weights(cfg)
+    be = get_backend("cpu", dtype)
+    batches = [batch(cfg, seed=s) for s in range(3)]
+    out = []
+    for one_block in (False, True):
+        model = GPT(cfg, be, w, seed=7)
+        opt = AdamW(be, model.params, (cfg.beta1, cfg.beta2), cfg.eps_adam, cfg.weight_decay)
+        if one_block:
+            block, X, Y = cupy_train.step_inputs(be, model, opt, batches[0][0].shape)
+            assert model.step_counter is block.views[2] and opt.hyper is block.views[3]
+        losses = []
+        for it, (x, y) in enumerate(batches):
+            if one_block:
+                cupy_train.write_step_inputs(be, block, model, opt, it + 1, x, y, 1e-3 * (it + 1))
+            else:
+                X, Y = x, y
+                model.set_step(it + 1)
+                opt.set_lr(1e-3 * (it + 1))
+            losses.append(float(model.forward(X, Y, None)))
+            apply_update(be, opt, model.backward(), 1.0)
+        out.append((losses, {k: v.copy() for k, v in model.params.items()}))
+    assert out[0][0] == out[1][0] and len(set(out[0][0])) == 3
+    for k in out[0][1]:
+        assert np.array_equal(out[0][1][k], out[1][1][k]), k
+
+
 def test_loss_scale_multiplies_gradients():
     cfg = small_cfg()
     model = GPT(cfg, get_backend("cpu", "float64"), random_weights(cfg))

@@ -2766,6 +2766,41 @@ def test_writes_through_page_locked_buffers_keep_stream_order():
         be.write(batch, np.zeros(n, np.int32))
 
 
+def test_an_input_block_keeps_stream_order_and_writes_every_part():
+    """The graph's step inputs as one block (gpu/staging.InputBlock, input_block.py): one copy a write through two
+    page-locked buffers; with the device kept busy so that the host runs ahead, every kernel after a write reads
+    that write's values in every part (the batch's size, one uint64, nine float32) and no later one's; the views
+    lie in one allocation at multiples of 512 bytes; a refused write queues nothing."""
+    be = gpu_backend()
+    stream = cp.cuda.Stream(non_blocking=True)
+    n = 64 * 256
+    block = be.input_block([((n,), np.int64), ((n,), np.int64), ((1,), np.uint64), ((9,), np.float32)])
+    X, Y, counter, hyper = block.views
+    assert [v.data.ptr - block.device.data.ptr for v in block.views] == block.offsets
+    assert all(v.data.ptr % 512 == 0 for v in block.views)
+    sums = cp.zeros((40, 2), np.int64)
+    counters, hypers = cp.zeros(40, np.uint64), cp.zeros((40, 9), np.float32)
+    busy = cp.ones((2048, 2048), np.float32)
+    with stream:
+        for k in range(40):
+            if k % 8 == 0:
+                for _ in range(20):
+                    busy = (busy @ busy) * np.float32(1.0 / 2048)   # ~ms of device work queued ahead of the writes
+            be.write_block(block, [np.full(n, k, np.int64), np.full(n, -k, np.int64), np.array([1000 + k], np.uint64),
+                                   np.arange(9, dtype=np.float32) + k])
+            sums[k, 0], sums[k, 1] = X.sum(), Y.sum()
+            counters[k] = counter[0]
+            hypers[k] = hyper
+        with pytest.raises(ValueError, match=r"part 2 given int64\[1\]; allowed: uint64\[1\]"):
+            be.write_block(block, [np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(1, np.int64),
+                                   np.zeros(9, np.float32)])
+    stream.synchronize()
+    assert host(sums).tolist() == [[n * k, -n * k] for k in range(40)]
+    assert host(counters).tolist() == [1000 + k for k in range(40)]
+    assert np.array_equal(host(hypers), np.arange(9, dtype=np.float32)[None, :] + np.arange(40)[:, None])
+    assert host(counter).tolist() == [1039]
+
+
 def test_peak_memory_is_reported():
     be = gpu_backend()
     a = cp.empty((1 << 20,), dtype=np.float32)

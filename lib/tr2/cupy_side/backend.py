@@ -144,6 +144,14 @@ class NumpyBackend:
                              "allowed: the destination's dtype and shape")
         dst[...] = host
 
+    def input_block(self, specs):
+        """Inputs rewritten every step as views of one buffer, written together (input_block.py)."""
+        from .input_block import NumpyInputBlock
+        return NumpyInputBlock(specs)
+
+    def write_block(self, block, hosts) -> None:
+        block.write(hosts)
+
     def peak_memory_bytes(self) -> int:
         return 0
 

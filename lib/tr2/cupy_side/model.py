@@ -188,7 +188,11 @@ class GPT:
 
     def set_step(self, step: int) -> None:
         """Number the next training forward's dropout masks (host -> device: outside a captured graph)."""
-        self.backend.write(self.step_counter, np.array([rng.site_offset(step, self.n_sites, 0)], dtype=np.uint64))
+        self.backend.write(self.step_counter, self.step_counter_host(step))
+
+    def step_counter_host(self, step: int) -> np.ndarray:
+        """What set_step writes into step_counter, for a caller that writes it with other inputs."""
+        return np.array([rng.site_offset(step, self.n_sites, 0)], dtype=np.uint64)
 
     def forward(self, idx, targets, step, training: bool = True, dloss=None):
         """idx, targets: int64 [B, T] on the backend. Returns the mean loss (a 0-d backend array).

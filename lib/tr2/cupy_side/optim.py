@@ -40,10 +40,14 @@ class AdamW:
 
     def set_lr(self, lr: float) -> None:
         """Before an update: lr and the constants into hyper (host -> device); apply() fills in the rest."""
-        host = np.zeros(len(adamw_ops.HYPER), dtype=self.backend.float_dtype)
+        self.backend.write(self.hyper, self.hyper_host(lr))
+
+    def hyper_host(self, lr: float) -> np.ndarray:
+        """What set_lr writes into hyper, for a caller that writes it with other inputs."""
+        host = np.zeros(self.hyper.shape, dtype=self.hyper.dtype)
         host[[adamw_ops.LR, adamw_ops.BETA1, adamw_ops.BETA2, adamw_ops.EPS, adamw_ops.WEIGHT_DECAY]] = (
             lr, self.beta1, self.beta2, self.eps, self.weight_decay)
-        self.backend.write(self.hyper, host)
+        return host
 
     def apply(self, grads: dict, gnorm=None, max_norm: float = 0.0, scale=None) -> None:
         """The update set_lr prepared: the step's scalars (ops/adamw.scalars: the clip coefficient from gnorm,

@@ -11,10 +11,11 @@ host, which waits for the device, on the steps the log prints and on every step 
 
 --cuda-graph (every element type on a GPU): iteration 0 runs eagerly in the graph's own memory pool
 (the warm-up), iteration 1 captures forward, backward, clip, AdamW and the loss scaler's update once, and
-every iteration from 1 on replays it. Before each, the host writes the step's inputs into buffers allocated
-once: the batch, the dropout step counter (model.set_step), lr (AdamW.set_lr); the rest (bias corrections,
-loss scale, a float16 overflow's skip) is decided on the device (optim.py). Same kernels,
-same order, same arithmetic as the eager loop: the same losses to the bit (tests/test_graph_gpu.py).
+every iteration from 1 on replays it. Before each, the host writes the step's inputs into one buffer allocated
+once, by one copy (input_block.py): the batch, the dropout step counter (model.step_counter_host), lr
+(AdamW.hyper_host); the rest (bias corrections, loss scale, a float16 overflow's skip) is decided on the device
+(optim.py). Same kernels, same order, same arithmetic as the eager loop: the same losses to the bit
+(tests/test_graph_gpu.py).
 """
 from __future__ import annotations
 
@@ -136,6 +137,22 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
     return 0
 
 
+def step_inputs(backend, model, optimizer, batch_shape):
+    """The captured step's four inputs (X, Y, the model's dropout step counter, AdamW's scalars) as views of one
+    buffer, written by one copy a step (input_block.py). Returns (block, X, Y); model.step_counter and
+    optimizer.hyper are views of it from here on, so call it before anything has read them (a capture)."""
+    block = backend.input_block([(batch_shape, np.int64), (batch_shape, np.int64),
+                                 (model.step_counter.shape, model.step_counter.dtype),
+                                 (optimizer.hyper.shape, optimizer.hyper.dtype)])
+    X, Y, model.step_counter, optimizer.hyper = block.views
+    return block, X, Y
+
+
+def write_step_inputs(backend, block, model, optimizer, it: int, X, Y, lr: float) -> None:
+    """What the four writes of an eager step (the batch, model.set_step, optimizer.set_lr) would write, as one."""
+    backend.write_block(block, [X, Y, model.step_counter_host(it), optimizer.hyper_host(lr)])
+
+
 class _TrainStepGraph:
     """The eager-warm-up, capture, replay sequence of --cuda-graph around the model's step."""
 
@@ -144,9 +161,7 @@ class _TrainStepGraph:
     def __init__(self, backend, model, optimizer, scaler, cfg):
         from .gpu.graph import StepGraph
         self.backend, self.model, self.optimizer, self.scaler = backend, model, optimizer, scaler
-        shape = (cfg.batch_size, cfg.block_size)
-        self.X = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
-        self.Y = backend.to_device(np.zeros(shape, dtype=np.int64), dtype=np.int64)
+        self.inputs, self.X, self.Y = step_inputs(backend, model, optimizer, (cfg.batch_size, cfg.block_size))
         self.grad_clip = cfg.grad_clip
         self.graph = StepGraph(self._body, backend.pool_allocator)
         self.stream = self.graph.stream
@@ -161,11 +176,7 @@ class _TrainStepGraph:
         return loss
 
     def step(self, it: int, X, Y, lr: float):
-        be = self.backend
-        be.write(self.X, X)
-        be.write(self.Y, Y)
-        self.model.set_step(it)
-        self.optimizer.set_lr(lr)
+        write_step_inputs(self.backend, self.inputs, self.model, self.optimizer, it, X, Y, lr)
         if self.done < self.WARMUP:
             loss = self.graph.warmup()
         else:

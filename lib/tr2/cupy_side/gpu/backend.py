@@ -36,7 +36,7 @@ from .cast import from_half
 from .context import GpuContext
 from .halfbits import from_bits
 from .runtime import PeakTracker, compile_all
-from .staging import Staging
+from .staging import InputBlock, Staging
 from .tensors import TiedGradient
 from . import kernel_switch
 
@@ -166,6 +166,14 @@ class CudaBackend:
         # on the current stream: after the work queued there (a graph's replay reading dst), before the next;
         # through page-locked memory, so that the host does not wait for the stream (gpu/staging.py)
         self._staging.write(dst, host, cp.cuda.get_current_stream())
+
+    def input_block(self, specs):
+        """Inputs rewritten every step as views of one device buffer, written by one copy (gpu/staging.py)."""
+        return InputBlock(specs)
+
+    def write_block(self, block, hosts) -> None:
+        # as write: on the current stream, through page-locked memory
+        block.write(hosts, cp.cuda.get_current_stream())
 
     def peak_memory_bytes(self) -> int:
         """Peak bytes in use in CuPy's memory pools (the default one, and the CUDA graph's through
