@@ -290,7 +290,9 @@ def test_the_workspace_by_plan_changes_no_bit(tmp_path):
     ("nanogpt", "float32", "2", "0"), ("gpt2-small", "float16", "2", "0"), ("nanogpt", "bfloat16", "2", "1"),
     # 3: the memsets made leaves, each product's counter in a slot of its own zeroed at the graph's start
     ("nanogpt", "bfloat16", "3", "0"), ("gpt2-small", "bfloat16", "3", "0"), ("nanogpt", "float32", "3", "0"),
-    ("gpt2-small", "float16", "3", "0")])
+    ("gpt2-small", "float16", "3", "0"),
+    # 4: the leaves then destroyed after the capture, before the graph is instantiated
+    ("nanogpt", "bfloat16", "4", "0"), ("gpt2-small", "bfloat16", "4", "0"), ("nanogpt", "float32", "4", "0")])
 def test_early_memsets_change_no_bit(tmp_path, model, dtype, value, side_stream):
     from tr2.cupy_side.gpu import memsets
     from tr2.data import write_batch_order
@@ -317,8 +319,10 @@ def test_early_memsets_change_no_bit(tmp_path, model, dtype, value, side_stream)
     largest = int(re.search(r"the largest a cuBLASLt plan of this run needs (\d+)", out).group(1))
     if value == "2" and largest <= memsets.SECOND_BYTES:   # every product takes the two workspaces in turn
         assert "the previous product on this workspace is the work right before it" not in left
-    if value == "3" and largest <= memsets.SLOT_BYTES:   # every product with a workspace has a slot: all made leaves
+    if value in ("3", "4") and largest <= memsets.SLOT_BYTES:   # every product with a workspace has a slot: all leaves
         assert moved == seen and "no slot of its own" not in left, m.group(0)
+    if value == "4":   # every leaf destroyed: nothing depends on one, and CuPy instantiates at the first launch
+        assert re.search(rf"; {moved} leaves removed after the capture(;|$)", left, re.M), m.group(0)
     assert eager == without, f"TR2_MEMSET_EARLY={value} changed the eager losses: {_max_rel(without, eager)}"
     assert graph == without, f"the graph with its memsets moved parts from the run without: {_max_rel(without, graph)}"
     assert without[STEPS] < without[0] - 0.2

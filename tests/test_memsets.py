@@ -18,6 +18,14 @@ from tr2.cupy_side.gpu import memsets
 from tr2.cupy_side.gpu.memsets import KERNEL, MEMCPY, MEMSET, Mover, rewire
 
 
+@pytest.fixture(autouse=True)
+def switch_as_unset_before_value_3(monkeypatch):
+    """Each test sets the form it tests (the module's default, value 3 since the thirty-ninth session, would make
+    every product ask for a slot): the state the tests of values 1 and 2 were written against, value 0's."""
+    for name, value in (("EARLY", 0), ("TWO_WORKSPACES", False), ("LEAVES", False), ("DROP", False)):
+        monkeypatch.setattr(memsets, name, value)
+
+
 def test_the_memset_parameters_have_cuda_h_layout():
     p = memsets.MemsetParams
     assert [p.dst.offset, p.pitch.offset, p.value.offset, p.elementSize.offset, p.width.offset, p.height.offset] == \
@@ -202,6 +210,15 @@ class FakeCapture:
         first, end = self.ranges[n]
         self.ranges[n] = (dst, dst + end - first)
 
+    def dependents(self, n):
+        return sum(n in into for into in self.into.values())
+
+    def destroy(self, n):
+        """As cuGraphDestroyNode: the node and every edge into or out of it gone."""
+        del self.kinds[n], self.into[n]
+        for into in self.into.values():
+            into.discard(n)
+
     def before(self, a, b) -> bool:
         """Whether node a must have ended before node b starts (a path a -> b)."""
         todo, seen = [b], set()
@@ -307,15 +324,16 @@ def test_a_capture_that_moves_nothing_says_why():
                                  "[kernel]; the last node after [kernel]")
 
 
-@pytest.mark.parametrize("value, ok", [("0", True), ("1", True), ("2", True), ("3", True), ("4", False),
-                                       ("on", False)])
-def test_the_switch_takes_0_to_3_only(value, ok):
-    code = "import tr2.cupy_side.gpu.memsets as m; print(m.EARLY, m.TWO_WORKSPACES)"
-    env = {"TR2_MEMSET_EARLY": value, "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+@pytest.mark.parametrize("value, ok", [("0", True), ("1", True), ("2", True), ("3", True), ("4", True), (None, True),
+                                       ("5", False), ("on", False)])
+def test_the_switch_takes_0_to_4_only_and_is_3_unset(value, ok):
+    code = "import tr2.cupy_side.gpu.memsets as m; print(m.EARLY, m.TWO_WORKSPACES, m.LEAVES, m.DROP)"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)} | ({"TR2_MEMSET_EARLY": value} if value else {})
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if ok:
+        value = value or "3"
         assert p.returncode == 0, p.stderr
-        assert p.stdout.split() == [value, str(value == "2")]
+        assert p.stdout.split() == [value, str(value == "2"), str(value in ("3", "4")), str(value == "4")]
     else:
         assert p.returncode != 0 and "TR2_MEMSET_EARLY" in p.stderr and "allowed values are" in p.stderr
 
@@ -389,6 +407,20 @@ class FakeLibcuda:
             cap.set_memset_dst(node(n), int(p.dst))
             return 0
 
+        def get_dependents(n, out, *rest):
+            count = rest[-1]
+            assert not out and not (rest[0] if len(rest) == 2 else None), "asked for the count alone"
+            count[0] = cap.dependents(node(n))
+            self.calls.append(("dependents", node(n)))
+            return 0
+
+        def destroy(n):
+            if node(n) in self.refuse_destroy:
+                return 1   # CUDA_ERROR_INVALID_VALUE
+            self.calls.append(("destroy", node(n)))
+            cap.destroy(node(n))
+            return 0
+
         def error_name(rc, out):
             return 0
 
@@ -399,7 +431,11 @@ class FakeLibcuda:
         self.refuse_set = False
         self.cuGraphMemsetNodeSetParams = make(ci, vp, P(memsets.MemsetParams))(set_memset_params)
         self.cuGetErrorName = make(ci, ci, P(ctypes.c_char_p))(error_name)
+        self.refuse_destroy: set = set()
+        self.cuGraphDestroyNode = make(ci, vp)(destroy)
+        self.cuGraphNodeGetDependentNodes = make(ci, vp, P(vp), P(sz))(get_dependents)
         if v2:
+            self.cuGraphNodeGetDependentNodes_v2 = make(ci, vp, P(vp), P(memsets.EdgeData), P(sz))(get_dependents)
             self.cuGraphNodeGetDependencies_v2 = make(ci, vp, P(vp), P(memsets.EdgeData), P(sz))(get_deps)
             self.cuGraphAddDependencies_v2 = make(ci, vp, P(vp), P(vp), vp, sz)(edges("add"))
             self.cuGraphRemoveDependencies_v2 = make(ci, vp, P(vp), P(vp), vp, sz)(edges("remove"))
@@ -590,3 +626,88 @@ def test_leaves_through_c_calls_and_a_refused_turn_leaves_the_memset_in_line(lib
     # the memset still writes its slot and its kernel still waits for it (and for the work before: an added edge)
     assert cap.ranges[5] == (ARENA + 512, ARENA + 516) and cap.into[6] == {5, 4}
     assert "cuGraphMemsetNodeSetParams" in mover.line()
+
+
+# ---- value 4: the leaves destroyed once the capture has ended (before the graph is instantiated)
+
+@pytest.fixture
+def dropping(leaves, monkeypatch):
+    monkeypatch.setattr(memsets, "EARLY", 4)
+    monkeypatch.setattr(memsets, "DROP", True)
+
+
+class _Graph:
+    """CuPy's Graph as drop_leaves reads it: graphExec 0 until the first launch instantiates it."""
+
+    def __init__(self, graph_exec=0):
+        self.graphExec = graph_exec
+
+
+def _captured_leaf_step(monkeypatch, cap, products=9):
+    mover = Mover()
+    monkeypatch.setattr(memsets, "_mover", mover)
+    _leaf_step(cap, mover, products)
+    mover.verify(driver=cap)   # as at the capture's end, before drop_leaves
+    return mover, [d.memset_node for d in mover.moved]
+
+
+def test_value_4_removes_the_leaves_and_leaves_a_chain(dropping, monkeypatch):
+    cap = FakeCapture()
+    mover, leaves = _captured_leaf_step(monkeypatch, cap)
+    memsets.drop_leaves(_Graph(), driver=cap)
+    assert mover.dropped == 7 and not mover.kept and len(leaves) == 7
+    assert not any(n in cap.kinds for n in leaves) and not mover.moved
+    left = [n for _, n, _ in cap.recorded if n in cap.kinds]
+    # one stream: each node left depends on the node left before it and on nothing else, as in a graph without
+    # memsets; the two products without a slot keep their memset right before their kernel, on the stream's workspace
+    assert cap.into[left[0]] == set() and all(cap.into[b] == {a} for a, b in zip(left, left[1:]))
+    kept_memsets = [n for n in left if cap.kinds[n] == MEMSET]
+    assert len(kept_memsets) == 2 and all(cap.ranges[n] == (0x9000, 0x9004) for n in kept_memsets)
+    assert "9, 7 moved off the chain (TR2_MEMSET_EARLY=4)" in mover.line()
+    assert "; 7 leaves removed after the capture; products 9" in mover.line()
+
+
+def test_value_4_keeps_every_leaf_of_a_graph_instantiated_already(dropping, monkeypatch):
+    cap = FakeCapture()
+    mover, leaves = _captured_leaf_step(monkeypatch, cap)
+    memsets.drop_leaves(_Graph(graph_exec=0x5000), driver=cap)
+    assert mover.dropped == 0 and all(n in cap.kinds for n in leaves)
+    assert "; 0 leaves removed after the capture, 7 kept: the graph was instantiated at the capture's end" in mover.line()
+
+
+def test_value_4_keeps_a_leaf_something_depends_on(dropping, monkeypatch):
+    cap = FakeCapture()
+    mover, leaves = _captured_leaf_step(monkeypatch, cap)
+    last = cap.recorded[-1][1]
+    cap.into[last].add(leaves[2])   # a node made to wait on one leaf
+    memsets.drop_leaves(_Graph(), driver=cap)
+    assert mover.dropped == 6 and mover.kept == {memsets.KEPT_DEPENDED_ON: 1} and leaves[2] in cap.kinds
+    assert cap.before(leaves[2], last)
+
+
+def test_value_3_removes_nothing(leaves, monkeypatch):
+    cap = FakeCapture()
+    mover, leaves_made = _captured_leaf_step(monkeypatch, cap)
+    memsets.drop_leaves(_Graph(), driver=cap)
+    assert mover.dropped == 0 and all(n in cap.kinds for n in leaves_made) and len(mover.moved) == 7
+    assert "removed after the capture" not in mover.line()
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_value_4_through_c_calls_and_a_refused_destroy_keeps_the_leaf(libcuda, dropping, monkeypatch, v2):
+    cap, fake = libcuda(v2)
+    cap.kernel()
+    mover = Mover()
+    monkeypatch.setattr(memsets, "_mover", mover)
+    for slot in (ARENA + 256, ARENA + 512):
+        mover.product(1, (slot, 4), lambda slot=slot: (cap.product(1, slot), 0)[1])
+        cap.kernel()
+    assert mover.outcomes == {memsets.MOVED: 2}
+    m1, m2 = (d.memset_node for d in mover.moved)
+    fake.calls.clear()
+    fake.refuse_destroy.add(fake.node(m2))
+    memsets.drop_leaves(_Graph())
+    assert fake.calls == [("dependents", fake.node(m1)), ("destroy", fake.node(m1)), ("dependents", fake.node(m2))]
+    assert mover.dropped == 1 and mover.kept == {memsets.KEPT_REFUSED: 1}
+    assert fake.node(m1) not in cap.kinds and fake.node(m2) in cap.kinds
+    assert "; 1 leaves removed after the capture, 1 kept: the driver refused" in mover.line()

@@ -55,6 +55,9 @@ class StepGraph:
                 tensors.drop_unfilled()
                 raise
             self.graph = self.stream.end_capture()
+        # TR2_MEMSET_EARLY=4: the memsets made leaves destroyed, before anything instantiates the graph
+        from . import memsets
+        memsets.drop_leaves(self.graph)
         self.captured = dict(runtime.captured)   # our launches in it, and the programmatic ones (runtime.PDL)
         from . import blas
         if blas._instance is not None:   # its workspaces' addresses are the graph's now (blas.Cublas._replace)

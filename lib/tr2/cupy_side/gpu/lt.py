@@ -211,7 +211,7 @@ class CublasLt:
             self.collect.add(key)
         plan = self.plan(key)
         stream = self._cp.cuda.get_current_stream().ptr
-        if not memsets.EARLY:   # the default: as before gpu/memsets.py, no further call on the product's path
+        if not memsets.EARLY:   # TR2_MEMSET_EARLY=0: as before gpu/memsets.py, no further call on the product's path
             status = self.matmul(plan, A, B, C, alpha, beta, stream)
         else:
             ws = self.cublas.product_workspace(stream, plan.workspace).data.ptr

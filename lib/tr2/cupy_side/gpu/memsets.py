@@ -1,10 +1,16 @@
-"""cuBLAS's memsets taken off the captured step's chain of kernels (TR2_MEMSET_EARLY; off by default: correct, and
-no faster; docs/perf.md, "Thirty-seventh session" and its outcome in "Thirty-eighth session").
+"""cuBLAS's memsets taken off the captured step's chain of kernels (TR2_MEMSET_EARLY; 3 by default since the
+thirty-ninth session: the memsets made leaves, below).
 
-Measured (results/h200-perf-20261205d): the same bits, every memset moved with value 2, and the step no shorter
-(gpt2-small bf16 +0.02 ms, gpt2-medium +0.14, nanogpt +0.01): what costs is a kernel node's dependency on a memset
-node, which the move keeps as a join (scripts/probes/graph_join_probe.py: a memset in line +1.99 us a pair of
-kernels, joined from a branch +2.73, a leaf nothing waits on +0.30). Kept for the form that makes the memsets leaves.
+Values 1 and 2, measured (results/h200-perf-20261205d): the same bits, every memset moved with value 2, and the step
+no shorter (gpt2-small bf16 +0.02 ms, gpt2-medium +0.14, nanogpt +0.01): what costs is a kernel node's dependency on
+a memset node, which the move keeps as a join (scripts/probes/graph_join_probe.py: a memset in line +1.99 us a pair
+of kernels, joined from a branch +2.73, a leaf nothing waits on +0.30). Value 3, measured
+(results/h200-perf-20261205e): the same bits, and the step shorter on every model timed (bf16, medians of two rounds:
+gpt2-small -0.056 ms, -0.074 with the one-copy inputs beside; nanogpt -0.021; gpt2-medium -0.261 and -0.108, its
+rounds 0.22 apart); under the profiler the memsets' waits are gone, but the graph's first kernel now waits for the
+host's whole launch of the graph after a loss read (528 us against 24-50), and 16-19 us after the last input copy
+where the host launched ahead (2 before): the leaves make the graph branch. Value 4 removes them once the capture has
+ended (below).
 
 Why: before the products of some of its algorithms (nvjet kernels), cuBLAS zeroes 4 bytes, it seems of its workspace
 (the plans of gpt2-small bf16 ask for a workspace of 4 bytes), with a memset on the product's stream. In the step's
@@ -40,9 +46,9 @@ less, and counts as left in place), and every move is read back at once and agai
 (Mover.verify, from runtime.capturing): a driver that did otherwise stops the capture with MemsetError.
 
 Values: 0 off; 1 the memsets moved, one workspace a stream; 2 moved, and a stream's products of small workspaces
-taking two workspaces in turn; 3 the memsets made leaves (below).
+taking two workspaces in turn; 3 the memsets made leaves (below; the default); 4 the leaves then removed.
 
-Value 3 (written after the measurements above, NOT run on a GPU): in the step's capture each product whose plan needs
+Value 3: in the step's capture each product whose plan needs
 at most SLOT_BYTES is given a workspace of its own, a slot of one arena (blas.Cublas.product_workspace), and the
 step's graph starts by zeroing the whole arena (blas.Cublas.zero_slots, one kernel: runtime.capturing). cuBLAS's
 memset before such a product is then turned onto the arena's slot 0, which nothing reads, and the product's kernel
@@ -51,6 +57,15 @@ made to follow the stream's work before the call instead of the memset: the mems
 one product and written by nothing else. The edges into the kernel are added first, then the memset is turned, then
 its edge into the kernel removed: a failure at either step leaves the memset before the kernel (still correct, the
 counter zeroed twice) and counts as left in place.
+
+Value 4 (written after value 3's measurements, NOT run on a GPU): value 3, and once the capture has ended, before the
+graph is instantiated (CuPy instantiates at the first launch), each memset made a leaf is destroyed
+(cuGraphDestroyNode; the driver refuses to remove a node from a graph a capture is still recording into). A leaf
+writes slot 0, which nothing reads, and nothing depends on it, so the graph computes what it computed; without the
+leaves its nodes form the chain of a graph without memsets again, which the device starts while the host is still
+launching it (the committed traces). A leaf that something depends on, or that the driver refuses to destroy, stays
+(value 3's graph, still correct), counted in the log's line; where the graph is instantiated already (a CuPy that
+instantiates at the capture's end) all stay.
 
 The decision is one pure function (`rewire`) over a view of the graph, tested on the CPU with graphs made up of
 plain values (tests/test_memsets.py); the driver's side is ctypes, as gpu/pdl.py's, and runs on the GPU only.
@@ -63,12 +78,14 @@ from dataclasses import dataclass, replace
 
 from . import kernel_switch
 
-EARLY = kernel_switch("TR2_MEMSET_EARLY", 0, (0, 1, 2, 3))
+EARLY = kernel_switch("TR2_MEMSET_EARLY", 3, (0, 1, 2, 3, 4))
 TWO_WORKSPACES = EARLY == 2
 # with TWO_WORKSPACES, the products that take the two in turn: those whose plan needs at most this many bytes (4 on
 # gpt2-small bf16); a larger one takes the stream's first and keeps its memset in place if it follows a product
 SECOND_BYTES = 1 << 20
-LEAVES = EARLY == 3
+LEAVES = EARLY in (3, 4)
+# value 4: the leaves' memset nodes destroyed once the capture has ended, before the graph is instantiated
+DROP = EARLY == 4
 # with LEAVES: a slot a product whose plan needs a workspace (gpt2-small bf16's need 4 bytes), SLOTS of them in one
 # arena (256 KiB), slot 0 the scratch the memsets are turned onto (gpt2-medium's step has about 290 products, 74 of
 # them with a memset; where the slots run out the later products keep their memsets in place)
@@ -252,6 +269,8 @@ class Mover:
         self.examples: dict[str, str] = {}
         self.moved: list[Rewire] = []
         self.slots = 0   # (leaves) the arena's slots given to this capture's products
+        self.dropped = 0   # (value 4) the leaves destroyed after the capture
+        self.kept: Counter = Counter()   # (value 4) the leaves that stayed, by why
 
     def slot(self, need: int) -> tuple[int, int] | None:
         """(leaves) The next slot of the arena for a product whose plan needs `need` bytes, or None (no workspace
@@ -310,6 +329,9 @@ class Mover:
         left = [f"{n} {why}" for why, n in sorted(self.outcomes.items()) if why != MOVED]
         text += "; left in place: " + ", ".join(left) if left else ""
         text += f"; slots {self.slots} of {SLOTS - 1}" if LEAVES else ""
+        if DROP:
+            text += f"; {self.dropped} leaves removed after the capture" + "".join(
+                f", {n} kept: {why}" for why, n in sorted(self.kept.items()))
         text += f"; products {seen + sum(self.others.values())}" + "".join(
             f", {n} {why}" for why, n in sorted(self.others.items()))
         return text + "".join(f"; first '{why}': {example}" for why, example in sorted(self.examples.items())
@@ -340,6 +362,38 @@ def active() -> Mover | None:
 def current() -> Mover | None:
     """The account of the capture under way or last ended; None where the switch is off."""
     return _mover
+
+
+KEPT_INSTANTIATED = "the graph was instantiated at the capture's end"
+KEPT_DEPENDED_ON = "a node depends on it"
+KEPT_REFUSED = "the driver refused to read its dependents or to destroy it"
+
+
+def drop_leaves(graph, driver=None) -> None:
+    """(value 4) Once the step's capture has ended: the memsets it made leaves destroyed in `graph` (CuPy's Graph, its
+    cudaGraph_t not yet instantiated), each only where nothing depends on it; what stays is counted by why. The moves
+    were read back at the capture's end (Mover.verify); nothing reads these nodes after this."""
+    mover = _mover
+    if not DROP or mover is None:
+        return
+    leaves = [d for d in mover.moved if d.retarget is not None]
+    mover.moved = [d for d in mover.moved if d.retarget is None]
+    if not leaves:
+        return
+    if getattr(graph, "graphExec", 0):
+        mover.kept[KEPT_INSTANTIATED] += len(leaves)
+        return
+    driver = driver or _Driver.get()
+    for d in leaves:
+        try:
+            if driver.dependents(d.memset_node):
+                mover.kept[KEPT_DEPENDED_ON] += 1
+                continue
+            driver.destroy(d.memset_node)
+        except MemsetError:
+            mover.kept[KEPT_REFUSED] += 1
+        else:
+            mover.dropped += 1
 
 
 class MemsetError(RuntimeError):
@@ -377,8 +431,17 @@ class _Driver:
             self._add, self._remove = cuda.cuGraphAddDependencies, cuda.cuGraphRemoveDependencies
             for f in (self._add, self._remove):
                 f.argtypes = [vp, P(vp), P(vp), ctypes.c_size_t]
+        if self.v2 and hasattr(cuda, "cuGraphNodeGetDependentNodes_v2"):
+            self._dependents = cuda.cuGraphNodeGetDependentNodes_v2
+            self._dependents.argtypes = [vp, P(vp), P(EdgeData), P(ctypes.c_size_t)]
+            self._dependents_v2 = True
+        else:
+            self._dependents = cuda.cuGraphNodeGetDependentNodes
+            self._dependents.argtypes = [vp, P(vp), P(ctypes.c_size_t)]
+            self._dependents_v2 = False
+        cuda.cuGraphDestroyNode.argtypes = [vp]
         for f in (self._deps, self._add, self._remove, cuda.cuGraphMemsetNodeGetParams,
-                  cuda.cuGraphMemsetNodeSetParams):
+                  cuda.cuGraphMemsetNodeSetParams, self._dependents, cuda.cuGraphDestroyNode):
             f.restype = ctypes.c_int
         cuda.cuGraphMemsetNodeGetParams.argtypes = [vp, P(MemsetParams)]
         cuda.cuGraphMemsetNodeSetParams.argtypes = [vp, P(MemsetParams)]
@@ -428,6 +491,17 @@ class _Driver:
 
     def deps(self, node: int) -> tuple:
         return self._edges_into(node)[0]
+
+    def dependents(self, node: int) -> int:
+        """How many nodes depend on node (the count alone: null arrays ask for it)."""
+        count = ctypes.c_size_t()
+        extra = (None,) if self._dependents_v2 else ()
+        self._check(self._dependents(ctypes.c_void_p(node), None, *extra, ctypes.byref(count)),
+                    "cuGraphNodeGetDependentNodes")
+        return count.value
+
+    def destroy(self, node: int) -> None:
+        self._check(self.cuda.cuGraphDestroyNode(ctypes.c_void_p(node)), "cuGraphDestroyNode")
 
     def plain_edges(self, node: int) -> bool:
         return all(self._edges_into(node)[1])
