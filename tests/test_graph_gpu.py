@@ -73,20 +73,27 @@ def test_graph_replays_train_as_the_eager_loop(tmp_path, model, dtype):
     assert eager[STEPS] < eager[0] - 0.2  # it trained: both curves fall, not two flat ones that agree
 
 
-# gpu/streams.py: the weight gradients' products on a side stream, beside the chain of input gradients, and the
-# step graph's stream at a higher priority. A product's bits must not depend on what runs beside it: the losses
-# of 30 steps with the side stream (eager and graph) equal those with every product on one stream, to the bit.
-@pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("gpt2-small", "bfloat16"), ("nanogpt", "float32")])
-def test_the_side_stream_changes_no_bit(tmp_path, model, dtype):
+def _with_and_without(tmp_path: Path, model: str, dtype: str, switch: str) -> tuple[dict, dict, dict, str]:
+    """30 steps of the recorded batches from one start with `switch` 0 (eager), then 1 (eager, and graph): the three
+    runs' losses and the graph run's output."""
     from tr2.data import write_batch_order
     from tr2.models import load_model
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
     common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
-    one, _ = _train(tmp_path, "one-stream", *common, "--save-init", tmp_path / "init.npz", env={"TR2_SIDE_STREAM": "0"})
+    off, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={switch: "0"})
     common += ["--init", tmp_path / "init.npz"]
-    two, _ = _train(tmp_path, "two-streams", *common, env={"TR2_SIDE_STREAM": "1"})
-    two_graph, out = _train(tmp_path, "two-streams-graph", *common, "--cuda-graph", env={"TR2_SIDE_STREAM": "1"})
+    on, _ = _train(tmp_path, "on", *common, env={switch: "1"})
+    on_graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={switch: "1"})
+    return off, on, on_graph, out
+
+
+# gpu/streams.py: the weight gradients' products on a side stream, beside the chain of input gradients, and the
+# step graph's stream at a higher priority. A product's bits must not depend on what runs beside it: the losses
+# of 30 steps with the side stream (eager and graph) equal those with every product on one stream, to the bit.
+@pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("gpt2-small", "bfloat16"), ("nanogpt", "float32")])
+def test_the_side_stream_changes_no_bit(tmp_path, model, dtype):
+    one, two, two_graph, out = _with_and_without(tmp_path, model, dtype, "TR2_SIDE_STREAM")
     assert "cuda graph:" in out
     print(f"{model} {dtype}: two streams vs one max rel {_max_rel(one, two)[0]:.2e}, graph {_max_rel(one, two_graph)[0]:.2e}")
     assert two == one, f"the side stream changed the losses: {_max_rel(one, two)}"
@@ -325,4 +332,16 @@ def test_early_memsets_change_no_bit(tmp_path, model, dtype, value, side_stream)
         assert re.search(rf"; {moved} leaves removed after the capture(;|$)", left, re.M), m.group(0)
     assert eager == without, f"TR2_MEMSET_EARLY={value} changed the eager losses: {_max_rel(without, eager)}"
     assert graph == without, f"the graph with its memsets moved parts from the run without: {_max_rel(without, graph)}"
+    assert without[STEPS] < without[0] - 0.2
+
+
+# gpu/deferred_finals.py (TR2_LN_DW_DEFER=1): every LayerNorm's dw final of a backward in one launch at its end, the
+# same partials summed in the same order, so the run's losses are the run without it, eager and in the graph.
+@pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("gpt2-small", "bfloat16"), ("nanogpt", "float32")])
+def test_deferred_layernorm_finals_change_no_bit(tmp_path, model, dtype):
+    without, eager, graph, out = _with_and_without(tmp_path, model, dtype, "TR2_LN_DW_DEFER")
+    print(f"{model} {dtype} TR2_LN_DW_DEFER=1: graph vs without max rel {_max_rel(without, graph)[0]:.2e}, eager "
+          f"{_max_rel(without, eager)[0]:.2e}; " + "; ".join(line for line in out.splitlines() if "peak memory" in line))
+    assert eager == without, f"the deferred finals changed the eager losses: {_max_rel(without, eager)}"
+    assert graph == without, f"the deferred finals changed the graph's losses: {_max_rel(without, graph)}"
     assert without[STEPS] < without[0] - 0.2

@@ -1788,6 +1788,34 @@ def test_layernorm_dw_final_adds_in_its_order(file, kernel, G, C):
     exact(f"{kernel} in its order [G={G} C={C}]", host(dw), want)
 
 
+@pytest.mark.parametrize("L, G, C", [(1, 1, 33), (3, 7, 384), (25, 1024, 768), (13, 2048, 384), (4, 1025, 65),
+                                     (2, 1024, 1024)])
+def test_layernorm_dw_final_stacked_is_each_rows_final(L, G, C):
+    """gpu/deferred_finals.py (TR2_LN_DW_DEFER): layernorm_dw_final_stacked over L stacked partials [L, G, C] writes
+    each row's dw with layernorm_dw_final's bits (that kernel run on the row alone, and deferred_finals.final_reference,
+    the NumPy form in the body's order), outputs poisoned first, three runs the same bits; a stack's rows past those
+    launched are left alone."""
+    from tr2.cupy_side.gpu import deferred_finals
+    from tr2.cupy_side.gpu.runtime import i32, launch
+    g = gen(L * 131 + G * 7 + C)
+    part = (randn(g, L + 1, G, C) * np.exp(g.uniform(-8, 8, size=(L + 1, G, C)))).astype(np.float32)
+    parts = dev(part)
+    runs = []
+    for _ in range(3):
+        dws = cp.full((L + 1, C), np.nan, dtype=np.float32)
+        launch("layernorm.cu", "layernorm_dw_final_stacked", ((C + 31) // 32, L), (32, 32), (dws, parts, i32(G), i32(C)))
+        runs.append(host(dws))
+    for k in (1, 2):
+        exact(f"stacked final, run {k + 1} vs run 1 [L={L} G={G} C={C}]", runs[k], runs[0])
+    assert np.isnan(runs[0][L]).all(), "a row past the launch was written"
+    for i in range(L):
+        one = cp.full((C,), np.nan, dtype=np.float32)
+        launch("layernorm.cu", "layernorm_dw_final", ((C + 31) // 32,), (32, 32), (one, parts[i], i32(G), i32(C)))
+        exact(f"stacked final row {i} vs layernorm_dw_final [G={G} C={C}]", runs[0][i], host(one))
+        exact(f"stacked final row {i} vs final_reference [G={G} C={C}]", runs[0][i],
+              deferred_finals.final_reference(part[i]))
+
+
 def _same_runs(runs, which: str, tag: str) -> None:
     """Each run's [ds, db, dw] the first run's, bit for bit."""
     for k, r in enumerate(runs[1:], start=2):

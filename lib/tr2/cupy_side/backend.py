@@ -161,6 +161,9 @@ class NumpyBackend:
     def product_weights(self, weights) -> None:
         pass
 
+    def backward_begin(self, layernorms: int) -> None:
+        """A backward of `layernorms` LayerNorms starts (the CUDA backend may defer their dw finals to its end)."""
+
     def backward_done(self) -> None:
         """Nothing runs beside the backward here (the CUDA backend's weight gradients on a side stream)."""
 

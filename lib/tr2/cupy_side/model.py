@@ -236,6 +236,7 @@ class GPT:
         if self._loss is None:
             raise RuntimeError("backward() needs a forward(..., training=True) before it")
         self.grads = {}
+        self.backend.backward_begin(2 * self.cfg.n_layer + 1)   # ln_1 and ln_2 of each block, ln_f
         self.tape.backward(self._loss, self._dloss)
         self.backend.backward_done()
         self._loss = None

@@ -62,7 +62,8 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      "embedding_sort_count", "embedding_sort_total", "embedding_sort_scan", "embedding_sort_base",
                      "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wte_sums",
                      "embedding_backward_wpe"),
-    "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_backward_dwsum",
+    "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_dw_final_stacked",
+                     "layernorm_backward_dwsum",
                      *(f"layernorm_backward{dwsum}_c{c}" for dwsum in ("", "_dwsum") for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(
         name for hs in (64, 32) for name in

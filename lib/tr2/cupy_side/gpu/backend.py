@@ -218,9 +218,13 @@ class CudaBackend:
         _streams.join()
         cp.cuda.get_current_stream().synchronize()
 
+    def backward_begin(self, layernorms: int) -> None:
+        _layernorm.begin_deferred(layernorms)   # TR2_LN_DW_DEFER: their dw finals at backward_done
+
     def backward_done(self) -> None:
         """What follows the backward (the gradient norm, AdamW) runs after every weight gradient's product,
-        the ones on the side stream too (gpu/streams.py)."""
+        the ones on the side stream too (gpu/streams.py), and after the deferred LayerNorm finals (gpu/layernorm.py)."""
+        _layernorm.finish_deferred()
         _streams.join()
 
     # ---- operations ----

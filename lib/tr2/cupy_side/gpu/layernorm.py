@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import REGISTER_ROW_SIZES, dw_order, kernel_switch, switch_given
+from . import REGISTER_ROW_SIZES, deferred_finals, dw_order, kernel_switch, switch_given
 from .runtime import compute_capability, f32, i32, launch, sm_count
 
 FILE = "layernorm.cu"
@@ -38,6 +38,10 @@ THREE_BLOCK_SIZES = (768, 1024)
 # 2 takes it at every width it is built for (384 too: a bench variant, below).
 # Needs sm_90 and 16-byte aligned, contiguous rows; elsewhere the plain kernel runs.
 BWD_BULK = kernel_switch("TR2_LN_BWD_BULK", 1, (0, 1, 2))
+# On: the dw finals of a backward's LayerNorms in one launch at its end (gpu/deferred_finals.py; the same bits).
+# Written after the thirty-ninth session's device time: NOT run on a GPU, off.
+DEFER_FINALS = bool(kernel_switch("TR2_LN_DW_DEFER", 0))
+_stack: deferred_finals.Stack | None = None
 BULK_MAX_STAGES = 4         # residual_layernorm.cu's LN_BULK_MAX_STAGES
 # The widths it takes at 1: at 384 columns (the char model: 16384 rows of 1.5 KB) one block an SM took 40.1 us against
 # the plain kernel's 30.3 (call 5 of results/h200-perf-20261204c, Nsight Compute): its eight warps an SM cannot hide a
@@ -137,9 +141,11 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
     `kernel`_dwsum, which takes (dw, group sums, counters) after those arguments and sums the partials itself.
     bulk_rows: residual_layernorm's (s, dskip or None, dy, mean, rstd), for the bulk form (_bulk_rows)."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
     if FINAL_IN_KERNEL:
+        part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
         return _rows_backward_dwsum(ctx, filename, kernel, grid, C, args_of_part(part))
+    taken = _stack.take(grid, C) if _stack is not None else None   # DEFER_FINALS, inside a backward
+    part = taken[0] if taken else ctx.ws.get("ln_dw_part", (grid, C), np.float32)
     stages = 0
     if bulk_rows is not None and _bulk_rows(kernel, C, bulk_rows) and compute_capability(cp.cuda.Device().id) >= 90:
         _, dskip, dy, _, _ = bulk_rows
@@ -151,9 +157,26 @@ def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, a
     else:
         launch(filename, _rows_kernel(kernel, C), grid, 32 * ROWS_PER_BLOCK, args_of_part(part),
                shared_mem=ROWS_PER_BLOCK * C * 4)
+    if taken:
+        return taken[1]   # written by finish_deferred, at the backward's end
     dw = cp.empty((C,), dtype=np.float32)
     launch(filename, final, ((C + 31) // 32,), (32, 32), (dw, part, i32(grid), i32(C)))
     return dw
+
+
+def begin_deferred(count: int) -> None:
+    """A backward of `count` LayerNorms starts: with DEFER_FINALS their dw finals wait for finish_deferred."""
+    global _stack
+    _stack = deferred_finals.Stack(count, lambda shape: cp.empty(shape, dtype=np.float32)) if DEFER_FINALS else None
+
+
+def finish_deferred() -> None:
+    """The backward has ended: every deferred LayerNorm's dw in one launch (layernorm_dw_final_stacked)."""
+    global _stack
+    stack, _stack = _stack, None
+    if stack is not None and stack.used:
+        launch(FILE, "layernorm_dw_final_stacked", ((stack.C + 31) // 32, stack.used), (32, 32),
+               (stack.dws, stack.parts, i32(stack.G), i32(stack.C)))
 
 
 def _rows_backward_dwsum(ctx, filename: str, kernel: str, grid: int, C: int, args: tuple) -> "cp.ndarray":

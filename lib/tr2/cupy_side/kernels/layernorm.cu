@@ -63,6 +63,15 @@ extern "C" __global__ void layernorm_dw_final(float* __restrict__ dw, const floa
     layernorm_dw_final_body(dw, part, G, C);
 }
 
+// Every LayerNorm of a backward at once (gpu/deferred_finals.py, TR2_LN_DW_DEFER): the partials stacked, part
+// [L, G, C], and row blockIdx.y summed into dw [L, C] by layernorm_dw_final's body, so each row gets that kernel's
+// bits; grid ((C + 31) / 32, L), block (32, 32). A separate entry point: the kernels above keep their machine code.
+extern "C" __global__ void layernorm_dw_final_stacked(float* __restrict__ dw, const float* __restrict__ part, int G,
+                                                      int C) {
+    grid_dependency_entry();
+    layernorm_dw_final_body(dw + (i64)blockIdx.y * C, part + (i64)blockIdx.y * G * C, G, C);
+}
+
 // layernorm_backward with dw summed by its own last blocks instead of layernorm_dw_final (layernorm_backward.cuh's
 // layernorm_dw_finish): dw [C]; group_sums [ceil(G / LN_DW_GROUP), C] scratch; counters [ceil(G / LN_DW_GROUP) + 1]
 // zero at launch, left zero. A separate entry point: the kernels above keep their machine code.
