@@ -340,6 +340,9 @@ def test_early_memsets_change_no_bit(tmp_path, model, dtype, value, side_stream)
 @pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("gpt2-small", "bfloat16"), ("nanogpt", "float32")])
 def test_deferred_layernorm_finals_change_no_bit(tmp_path, model, dtype):
     without, eager, graph, out = _with_and_without(tmp_path, model, dtype, "TR2_LN_DW_DEFER")
+    from tr2.models import load_model
+    n = 2 * load_model(model).n_layer + 1   # every LayerNorm of the backward took a row of the stack
+    assert f"LayerNorm dw finals deferred (TR2_LN_DW_DEFER=1): {n} of {n} LayerNorms in one launch" in out, out[-2000:]
     print(f"{model} {dtype} TR2_LN_DW_DEFER=1: graph vs without max rel {_max_rel(without, graph)[0]:.2e}, eager "
           f"{_max_rel(without, eager)[0]:.2e}; " + "; ".join(line for line in out.splitlines() if "peak memory" in line))
     assert eager == without, f"the deferred finals changed the eager losses: {_max_rel(without, eager)}"

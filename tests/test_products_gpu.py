@@ -113,6 +113,8 @@ def test_memsets_moved_in_a_capture_of_three_products(monkeypatch):
     from tr2.cupy_side.gpu import memsets, runtime
     monkeypatch.setattr(memsets, "EARLY", 2)
     monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
+    monkeypatch.setattr(memsets, "LEAVES", False)   # the default (3) would give each product a slot and make leaves
+    monkeypatch.setattr(memsets, "DROP", False)
     cb = blas.get_cublas()
     math_before = cb._math
     cb.set_math(True)

@@ -186,6 +186,9 @@ class CudaBackend:
     def workspace_line(self) -> str:
         return self.ctx.cublas.workspace_line()
 
+    def layernorm_finals_line(self) -> str | None:
+        return _layernorm.deferred_line()
+
     def nvrtc_line(self) -> str:
         return _nvrtc_watch.line()
 

@@ -42,6 +42,7 @@ BWD_BULK = kernel_switch("TR2_LN_BWD_BULK", 1, (0, 1, 2))
 # Written after the thirty-ninth session's device time: NOT run on a GPU, off.
 DEFER_FINALS = bool(kernel_switch("TR2_LN_DW_DEFER", 0))
 _stack: deferred_finals.Stack | None = None
+_last_deferred: tuple[int, int] | None = None   # (LayerNorms deferred, announced) of the last backward
 BULK_MAX_STAGES = 4         # residual_layernorm.cu's LN_BULK_MAX_STAGES
 # The widths it takes at 1: at 384 columns (the char model: 16384 rows of 1.5 KB) one block an SM took 40.1 us against
 # the plain kernel's 30.3 (call 5 of results/h200-perf-20261204c, Nsight Compute): its eight warps an SM cannot hide a
@@ -172,11 +173,22 @@ def begin_deferred(count: int) -> None:
 
 def finish_deferred() -> None:
     """The backward has ended: every deferred LayerNorm's dw in one launch (layernorm_dw_final_stacked)."""
-    global _stack
+    global _stack, _last_deferred
     stack, _stack = _stack, None
+    if stack is not None:
+        _last_deferred = (stack.used, stack.count)
     if stack is not None and stack.used:
         launch(FILE, "layernorm_dw_final_stacked", ((stack.C + 31) // 32, stack.used), (32, 32),
                (stack.dws, stack.parts, i32(stack.G), i32(stack.C)))
+
+
+def deferred_line() -> str | None:
+    """The train log's account of the deferral (None where TR2_LN_DW_DEFER is off): how many LayerNorms of the last
+    backward left their dw to the one launch, of those the model announced."""
+    if not DEFER_FINALS:
+        return None
+    used, count = _last_deferred or (0, 0)
+    return f"LayerNorm dw finals deferred (TR2_LN_DW_DEFER=1): {used} of {count} LayerNorms in one launch"
 
 
 def _rows_backward_dwsum(ctx, filename: str, kernel: str, grid: int, C: int, args: tuple) -> "cp.ndarray":

@@ -6,11 +6,12 @@ no shorter (gpt2-small bf16 +0.02 ms, gpt2-medium +0.14, nanogpt +0.01): what co
 a memset node, which the move keeps as a join (scripts/probes/graph_join_probe.py: a memset in line +1.99 us a pair
 of kernels, joined from a branch +2.73, a leaf nothing waits on +0.30). Value 3, measured
 (results/h200-perf-20261205e): the same bits, and the step shorter on every model timed (bf16, medians of two rounds:
-gpt2-small -0.056 ms, -0.074 with the one-copy inputs beside; nanogpt -0.021; gpt2-medium -0.261 and -0.108, its
-rounds 0.22 apart); under the profiler the memsets' waits are gone, but the graph's first kernel now waits for the
-host's whole launch of the graph after a loss read (528 us against 24-50), and 16-19 us after the last input copy
-where the host launched ahead (2 before): the leaves make the graph branch. Value 4 removes them once the capture has
-ended (below).
+gpt2-small -0.056 ms, -0.074 with the one-copy inputs beside; nanogpt -0.020; gpt2-medium -0.261 and -0.108, its
+rounds 0.22 apart); under the profiler (value 3 with the one-copy inputs) the memsets' waits are gone, but the
+graph's first kernel started 528-793 us after the input copy that followed a loss read (24-50 without leaves) and
+16-19 us after it where the host launched ahead (2 without): it waited for the host's whole launch of the graph. The
+likeliest cause, not measured apart, is that the leaves make the graph branch; value 4 removes them once the capture
+has ended (below).
 
 Why: before the products of some of its algorithms (nvjet kernels), cuBLAS zeroes 4 bytes, it seems of its workspace
 (the plans of gpt2-small bf16 ask for a workspace of 4 bytes), with a memset on the product's stream. In the step's
