@@ -15,6 +15,14 @@ def cuda_device_present() -> bool:
         return False
 
 
+def memsets_at(monkeypatch, value: int) -> None:
+    """gpu/memsets.py as TR2_MEMSET_EARLY=value sets it at import: EARLY and every form derived from it."""
+    from tr2.cupy_side.gpu import memsets
+    monkeypatch.setattr(memsets, "EARLY", value)
+    for name, on in memsets.forms(value).items():
+        monkeypatch.setattr(memsets, name, on)
+
+
 @pytest.fixture
 def one_torch_thread():
     """One intra-op thread for the in-process work: the tiny model gains nothing from more, and on a loaded

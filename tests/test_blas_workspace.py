@@ -10,6 +10,7 @@ import types
 import pytest
 
 from tr2.cupy_side import gpu
+from conftest import memsets_at
 from tr2.cupy_side.gpu import blas, memsets
 
 
@@ -22,8 +23,7 @@ class FakeArray:
 @pytest.fixture(autouse=True)
 def memsets_as_unset_before_value_3(monkeypatch):
     """The memsets' switch as these tests were written against (value 0); the leaves' test sets value 3 itself."""
-    for name, value in (("EARLY", 0), ("TWO_WORKSPACES", False), ("LEAVES", False), ("DROP", False)):
-        monkeypatch.setattr(memsets, name, value)
+    memsets_at(monkeypatch, 0)
 
 
 @pytest.fixture
@@ -198,8 +198,7 @@ def test_leaves_a_slot_a_product_in_the_capture_else_the_stream_workspace(cublas
     """TR2_MEMSET_EARLY=3: the arena allocated (zeroed, registered) at the first product outside a capture; inside
     one, each product that needs a workspace of at most SLOT_BYTES gets the next slot, others the stream's own."""
     make, allocated, state = cublas
-    monkeypatch.setattr(memsets, "LEAVES", True)
-    monkeypatch.setattr(memsets, "EARLY", 3)
+    memsets_at(monkeypatch, 3)
     monkeypatch.setattr(memsets, "_arena", None)
     arenas, full = [], memsets.SLOTS * memsets.SLOT_BYTES
     fake_runtime = sys.modules["tr2.cupy_side.gpu.runtime"]

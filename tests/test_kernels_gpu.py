@@ -2768,6 +2768,13 @@ def test_products_and_kernels_capture_in_a_cuda_graph():
     check("graph-captured gelu", z, NumpyBackend("float64").gelu_forward(host(y).astype(np.float64)), TOL_F32)
 
 
+def _busy(a):
+    """~ms of device work queued on the current stream ahead of the host's writes, so that the host runs ahead."""
+    for _ in range(20):
+        a = (a @ a) * np.float32(1.0 / 2048)
+    return a
+
+
 def test_writes_through_page_locked_buffers_keep_stream_order():
     """CudaBackend.write (gpu/staging.py) copies through two page-locked buffers a destination, without waiting for
     the stream: with the device kept busy, so that the host runs ahead, every kernel after a write reads that
@@ -2781,8 +2788,7 @@ def test_writes_through_page_locked_buffers_keep_stream_order():
     with stream:
         for k in range(40):
             if k % 8 == 0:
-                for _ in range(20):
-                    busy = (busy @ busy) * np.float32(1.0 / 2048)   # ~ms of device work queued ahead of the writes
+                busy = _busy(busy)
             be.write(batch, np.full(n, k, np.int64))
             be.write(counter, np.array([1000 + k], np.uint64))
             sums[k] = batch.sum()
@@ -2812,8 +2818,7 @@ def test_an_input_block_keeps_stream_order_and_writes_every_part():
     with stream:
         for k in range(40):
             if k % 8 == 0:
-                for _ in range(20):
-                    busy = (busy @ busy) * np.float32(1.0 / 2048)   # ~ms of device work queued ahead of the writes
+                busy = _busy(busy)
             be.write_block(block, [np.full(n, k, np.int64), np.full(n, -k, np.int64), np.array([1000 + k], np.uint64),
                                    np.arange(9, dtype=np.float32) + k])
             sums[k, 0], sums[k, 1] = X.sum(), Y.sum()

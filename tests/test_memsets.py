@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from conftest import memsets_at
 from tr2.cupy_side.gpu import memsets
 from tr2.cupy_side.gpu.memsets import KERNEL, MEMCPY, MEMSET, Mover, rewire
 
@@ -22,8 +23,7 @@ from tr2.cupy_side.gpu.memsets import KERNEL, MEMCPY, MEMSET, Mover, rewire
 def switch_as_unset_before_value_3(monkeypatch):
     """Each test sets the form it tests (the module's default, value 3 since the thirty-ninth session, would make
     every product ask for a slot): the state the tests of values 1 and 2 were written against, value 0's."""
-    for name, value in (("EARLY", 0), ("TWO_WORKSPACES", False), ("LEAVES", False), ("DROP", False)):
-        monkeypatch.setattr(memsets, name, value)
+    memsets_at(monkeypatch, 0)
 
 
 def test_the_memset_parameters_have_cuda_h_layout():
@@ -502,13 +502,13 @@ def test_a_node_with_more_dependencies_than_the_first_arrays_hold_is_read_whole(
 
 
 def test_a_product_joins_the_account_only_while_its_capture_is_under_way(monkeypatch):
-    monkeypatch.setattr(memsets, "EARLY", 2)
+    memsets_at(monkeypatch, 2)
     memsets.begin()
     mover = memsets.active()
     assert mover is not None and memsets.current() is mover
     memsets.end()
     assert memsets.active() is None and memsets.current() is mover   # the log line reads it after the capture
-    monkeypatch.setattr(memsets, "EARLY", 0)
+    memsets_at(monkeypatch, 0)
     memsets.begin()
     assert memsets.active() is None and memsets.current() is None
     memsets.end()
@@ -554,8 +554,7 @@ def test_a_leaf_needs_one_kernel_after_one_memset():
 @pytest.fixture
 def leaves(monkeypatch):
     """Value 3 with an arena of 8 slots at ARENA (slot 0 the scratch)."""
-    monkeypatch.setattr(memsets, "LEAVES", True)
-    monkeypatch.setattr(memsets, "EARLY", 3)
+    memsets_at(monkeypatch, 3)
     monkeypatch.setattr(memsets, "SLOTS", 8)
     monkeypatch.setattr(memsets, "_arena", (ARENA, 8 * memsets.SLOT_BYTES))
 
@@ -632,8 +631,7 @@ def test_leaves_through_c_calls_and_a_refused_turn_leaves_the_memset_in_line(lib
 
 @pytest.fixture
 def dropping(leaves, monkeypatch):
-    monkeypatch.setattr(memsets, "EARLY", 4)
-    monkeypatch.setattr(memsets, "DROP", True)
+    memsets_at(monkeypatch, 4)
 
 
 class _Graph:

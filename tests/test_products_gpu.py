@@ -13,6 +13,7 @@ import pytest
 cp = pytest.importorskip("cupy")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not cp.is_available(), reason="no CUDA device")]
 
+from conftest import memsets_at  # noqa: E402
 from tr2.cupy_side import products  # noqa: E402
 from tr2.cupy_side.gpu import blas, halfbits, lt as ltmod  # noqa: E402
 
@@ -111,10 +112,7 @@ def test_a_timed_record_is_written_read_back_and_used(tmp_path, monkeypatch):
 # back at once and at the capture's end; the replayed products must equal the eager product to the bit.
 def test_memsets_moved_in_a_capture_of_three_products(monkeypatch):
     from tr2.cupy_side.gpu import memsets, runtime
-    monkeypatch.setattr(memsets, "EARLY", 2)
-    monkeypatch.setattr(memsets, "TWO_WORKSPACES", True)
-    monkeypatch.setattr(memsets, "LEAVES", False)   # the default (3) would give each product a slot and make leaves
-    monkeypatch.setattr(memsets, "DROP", False)
+    memsets_at(monkeypatch, 2)   # all of value 2's state (the default, 3, would give each product a slot)
     cb = blas.get_cublas()
     math_before = cb._math
     cb.set_math(True)

@@ -131,8 +131,9 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
     if backend.device == "cuda":
         log.say(backend.workspace_line())
         log.say(backend.nvrtc_line())
-        if backend.layernorm_finals_line():   # TR2_LN_DW_DEFER only
-            log.say(backend.layernorm_finals_line())
+        finals = backend.layernorm_finals_line()   # TR2_LN_DW_DEFER only
+        if finals:
+            log.say(finals)
         log.say(peak_line(backend.peak_memory_bytes(), backend.reserved_memory_bytes()))
     else:
         log.say(peak_line(0))

@@ -175,9 +175,10 @@ def finish_deferred() -> None:
     """The backward has ended: every deferred LayerNorm's dw in one launch (layernorm_dw_final_stacked)."""
     global _stack, _last_deferred
     stack, _stack = _stack, None
-    if stack is not None:
-        _last_deferred = (stack.used, stack.count)
-    if stack is not None and stack.used:
+    if stack is None:
+        return
+    _last_deferred = (stack.used, stack.count)
+    if stack.used:
         launch(FILE, "layernorm_dw_final_stacked", ((stack.C + 31) // 32, stack.used), (32, 32),
                (stack.dws, stack.parts, i32(stack.G), i32(stack.C)))
 

@@ -79,14 +79,22 @@ from dataclasses import dataclass, replace
 
 from . import kernel_switch
 
+
+
+def forms(value: int) -> dict:
+    """What a value of the switch turns on: TWO_WORKSPACES (2), LEAVES (3 and 4), DROP (4). The module's constants
+    below, and tests that set a value (tests/conftest.py's memsets_at), take them from here."""
+    return {"TWO_WORKSPACES": value == 2, "LEAVES": value in (3, 4), "DROP": value == 4}
+
+
 EARLY = kernel_switch("TR2_MEMSET_EARLY", 3, (0, 1, 2, 3, 4))
-TWO_WORKSPACES = EARLY == 2
+TWO_WORKSPACES = forms(EARLY)["TWO_WORKSPACES"]
 # with TWO_WORKSPACES, the products that take the two in turn: those whose plan needs at most this many bytes (4 on
 # gpt2-small bf16); a larger one takes the stream's first and keeps its memset in place if it follows a product
 SECOND_BYTES = 1 << 20
-LEAVES = EARLY in (3, 4)
+LEAVES = forms(EARLY)["LEAVES"]
 # value 4: the leaves' memset nodes destroyed once the capture has ended, before the graph is instantiated
-DROP = EARLY == 4
+DROP = forms(EARLY)["DROP"]
 # with LEAVES: a slot a product whose plan needs a workspace (gpt2-small bf16's need 4 bytes), SLOTS of them in one
 # arena (256 KiB), slot 0 the scratch the memsets are turned onto (gpt2-medium's step has about 290 products, 74 of
 # them with a memset; where the slots run out the later products keep their memsets in place)
