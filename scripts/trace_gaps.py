@@ -3,10 +3,15 @@ Chrome trace of tr2.profile_run --trace, summed a step and grouped by the pair o
 
     python3 scripts/trace_gaps.py TRACE.json STEPS [TOP]
     python3 scripts/trace_gaps.py --memsets TRACE.json[.gz] STEPS
+    python3 scripts/trace_gaps.py --starts TRACE.json[.gz] STEPS
 
 The second form: what cuBLAS's memsets before its products cost (gpu/memsets.py), each memset's wait from the end of
 the activity before it to the start of the one after it (the product), apart for memsets after one of our kernels and
 after another product, beside the median gap between two kernels.
+The third form: when each replay of the step's graph starts, the time from its last input copy (host to device) to
+the first kernel after it, the replays right after a loss read (a device-to-host copy) apart, and the host's
+cudaGraphLaunch calls (gpu/memsets.py's value 4 is judged by the first: a graph that waits for its whole launch
+starts hundreds of µs after a loss read).
 
 Why: a step's time by the outside clock exceeds its kernels' sum (gpt2-small bf16, call 2-4 of
 results/h200-perf-20261204: ours 16.26 ms a step against 15.29 ms of kernels, PyTorch's 19.12 against 18.41), and
@@ -112,6 +117,40 @@ def memset_report(trace: dict, steps: int) -> str:
     return "\n".join(lines)
 
 
+def replay_starts(trace: dict) -> dict:
+    """{'after a loss read': [µs], 'launched ahead': [µs], 'graph launch': [µs]}: for each run of host-to-device copies
+    (a replay's inputs), the time from the last copy's end to the next kernel's start, grouped by whether a
+    device-to-host copy (the loss read) came before the copies since the last kernel; and the durations of the host's
+    cudaGraphLaunch calls."""
+    ev = gpu_activities(trace)
+    out: dict = {"after a loss read": [], "launched ahead": [], "graph launch": []}
+    read = False
+    for i, (start, end, name, cat) in enumerate(ev):
+        if cat == "gpu_memcpy" and "DtoH" in name:
+            read = True
+        elif cat == "gpu_memcpy" and "HtoD" in name:
+            nxt = ev[i + 1] if i + 1 < len(ev) else None
+            if nxt is not None and nxt[3] == "kernel":
+                out["after a loss read" if read else "launched ahead"].append(nxt[0] - end)
+                read = False
+    out["graph launch"] = [float(e.get("dur", 0.0)) for e in trace.get("traceEvents", [])
+                           if e.get("ph") == "X" and e.get("name") == "cudaGraphLaunch"]
+    return out
+
+
+def starts_report(trace: dict, steps: int) -> str:
+    lines = []
+    for group, ws in replay_starts(trace).items():
+        what = "the host's calls" if group == "graph launch" else "first kernel after the input copy"
+        if ws:
+            lines.append(f"{group}: {len(ws)} ({what}), median {statistics.median(ws):.1f} us, min {min(ws):.1f}, "
+                         f"max {max(ws):.1f}, {sum(ws) / steps:.1f} us a step; each: "
+                         + " ".join(f"{w:.1f}" for w in ws))
+        else:
+            lines.append(f"{group}: none")
+    return "\n".join(lines)
+
+
 def _load(path: str) -> dict:
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         return json.load(f)
@@ -128,10 +167,10 @@ def _positive(name: str, text: str) -> int:
 
 
 def main(argv) -> int:
-    memsets = argv[:1] == ["--memsets"]
-    args = argv[1:] if memsets else argv
-    if len(args) not in ((2,) if memsets else (2, 3)) or args[0].startswith("--"):
-        print("\n".join(line.strip() for line in __doc__.strip().splitlines()[2:4]), file=sys.stderr)
+    form = argv[0] if argv[:1] in (["--memsets"], ["--starts"]) else None
+    args = argv[1:] if form else argv
+    if len(args) not in ((2,) if form else (2, 3)) or args[0].startswith("--"):
+        print("\n".join(line.strip() for line in __doc__.splitlines() if line.strip().startswith("python3")), file=sys.stderr)
         return 2
     try:
         steps = _positive("STEPS", args[1])
@@ -140,7 +179,12 @@ def main(argv) -> int:
     except (OSError, ValueError, EOFError) as e:   # json's and gzip's errors are ValueError and OSError kinds
         print(f"trace_gaps: {e}", file=sys.stderr)
         return 2
-    print(memset_report(trace, steps) if memsets else report(trace, steps, top))
+    if form == "--memsets":
+        print(memset_report(trace, steps))
+    elif form == "--starts":
+        print(starts_report(trace, steps))
+    else:
+        print(report(trace, steps, top))
     return 0
 
 

@@ -65,3 +65,33 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert says in err, (argv, err)
     assert tg.main(["--memsets", str(good), "30"]) == 0
     assert "median gap kernel -> kernel 0.00 us" in capsys.readouterr().out
+
+
+def test_replay_starts_split_by_a_loss_read_before_the_inputs():
+    copy = "Memcpy HtoD (Pinned -> Device)"
+    trace = {"traceEvents": [
+        _x(copy, 0, 2, cat="gpu_memcpy"), _x("fill_f32", 20, 1), _x("k", 22, 50),          # launched ahead: 18
+        _x("Memcpy DtoH (Device -> Pageable)", 80, 2, cat="gpu_memcpy"),                   # the loss read
+        _x(copy, 600, 2, cat="gpu_memcpy"), _x(copy, 610, 2, cat="gpu_memcpy"),            # two copies: the last counts
+        _x("fill_f32", 1112, 1),                                                           # after the read: 500
+        _x(copy, 1200, 2, cat="gpu_memcpy"), _x("fill_f32", 1205, 1),                      # ahead again: 3
+        _x(copy, 1300, 2, cat="gpu_memcpy"),                                               # no kernel follows: skipped
+        _x("cudaGraphLaunch", 5, 540, cat="cuda_runtime"), _x("cudaGraphLaunch", 700, 420, cat="cuda_runtime"),
+    ]}
+    s = tg.replay_starts(trace)
+    assert s == {"after a loss read": [500.0], "launched ahead": [18.0, 3.0], "graph launch": [540.0, 420.0]}
+    text = tg.starts_report(trace, 3)
+    assert "after a loss read: 1 (first kernel after the input copy), median 500.0 us" in text
+    assert "launched ahead: 2 (first kernel after the input copy), median 10.5 us, min 3.0, max 18.0, 7.0 us a step" in text
+    assert "graph launch: 2 (the host's calls), median 480.0 us" in text
+    assert tg.starts_report({"traceEvents": []}, 1).splitlines() == ["after a loss read: none", "launched ahead: none",
+                                                                    "graph launch: none"]
+
+
+def test_starts_form_on_the_command_line(tmp_path, capsys):
+    good = tmp_path / "t.json"
+    good.write_text('{"traceEvents": []}')
+    assert tg.main(["--starts", str(good), "30"]) == 0
+    assert "after a loss read: none" in capsys.readouterr().out
+    assert tg.main(["--starts", str(good)]) == 2
+    assert "--starts TRACE" in capsys.readouterr().err

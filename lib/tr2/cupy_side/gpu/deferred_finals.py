@@ -1,5 +1,5 @@
-"""The LayerNorm weight gradients of one backward finished by one launch at its end (TR2_LN_DW_DEFER; off: written
-in the thirty-ninth session after its device time, NOT run on a GPU).
+"""The LayerNorm weight gradients of one backward finished by one launch at its end (TR2_LN_DW_DEFER; written
+in the thirty-ninth session, measured and on by default since the fortieth: gpu/layernorm.py's DEFER_FINALS).
 
 Why: each LayerNorm backward writes its blocks' dw partials [G, C], and a final kernel adds them in a fixed order
 (layernorm_backward.cuh's layernorm_dw_final_body: thread row k of a block sums the partial rows g = k, k + 32, ...

@@ -39,8 +39,13 @@ THREE_BLOCK_SIZES = (768, 1024)
 # Needs sm_90 and 16-byte aligned, contiguous rows; elsewhere the plain kernel runs.
 BWD_BULK = kernel_switch("TR2_LN_BWD_BULK", 1, (0, 1, 2))
 # On: the dw finals of a backward's LayerNorms in one launch at its end (gpu/deferred_finals.py; the same bits).
-# Written after the thirty-ninth session's device time: NOT run on a GPU, off.
-DEFER_FINALS = bool(kernel_switch("TR2_LN_DW_DEFER", 0))
+# On by default since the fortieth session: graph and eager 0.00e+00 from the run without it (nanogpt bf16 / f32,
+# gpt2-small bf16), replays_train 6 cases 0.00e+00, the stacked kernel's tests passed; the step (two rounds) nanogpt
+# bf16 4.175 -> 4.151 ms, gpt2-small 15.622 -> 15.598 (call 1) and 15.623 (one round) -> 15.594 (call 2), gpt2-medium
+# 40.822 -> 40.765; peak +37.8 MB on nanogpt bf16 (under PyTorch's), -3.1 / -4.2 MB on gpt2-small / gpt2-medium
+# (results/h200-perf-20261205f, calls 1-2).
+# TR2_LN_DW_DEFER=0 turns it off for a run.
+DEFER_FINALS = bool(kernel_switch("TR2_LN_DW_DEFER", 1))
 _stack: deferred_finals.Stack | None = None
 _last_deferred: tuple[int, int] | None = None   # (LayerNorms deferred, announced) of the last backward
 BULK_MAX_STAGES = 4         # residual_layernorm.cu's LN_BULK_MAX_STAGES
