@@ -709,3 +709,56 @@ def test_value_4_through_c_calls_and_a_refused_destroy_keeps_the_leaf(libcuda, d
     assert mover.dropped == 1 and mover.kept == {memsets.KEPT_REFUSED: 1}
     assert fake.node(m1) not in cap.kinds and fake.node(m2) in cap.kinds
     assert "; 1 leaves removed after the capture, 1 kept: the driver refused" in mover.line()
+
+
+class _Runtime:
+    """cupy.cuda.runtime's graph calls as memsets.OwnedGraph makes them, recorded."""
+
+    def __init__(self):
+        self.calls = []
+
+    def streamEndCapture(self, stream):
+        self.calls.append(("end", stream))
+        return 0x700
+
+    def graphInstantiate(self, graph):
+        self.calls.append(("instantiate", graph))
+        return 0x800
+
+    def graphLaunch(self, graph_exec, stream):
+        self.calls.append(("launch", graph_exec, stream))
+
+    def graphExecDestroy(self, graph_exec):
+        self.calls.append(("exec destroyed", graph_exec))
+
+    def graphDestroy(self, graph):
+        self.calls.append(("graph destroyed", graph))
+
+
+def test_value_4_owned_graph_drops_its_leaves_before_it_is_instantiated(dropping, monkeypatch):
+    """CuPy's end_capture instantiates at once (call 1 of results/h200-perf-20261205f): value 4 holds the captured
+    graph uninstantiated, so drop_leaves removes the leaves, and only then is the graph instantiated and launched."""
+    cap = FakeCapture()
+    mover, leaves = _captured_leaf_step(monkeypatch, cap)
+    rt = _Runtime()
+    stream = type("S", (), {"ptr": 0x42})()
+    graph = memsets.OwnedGraph.end_capture(stream, rt)
+    assert (graph.graph, graph.graphExec) == (0x700, 0) and rt.calls == [("end", 0x42)]
+    with pytest.raises(RuntimeError, match="instantiate"):
+        graph.launch(stream)
+    memsets.drop_leaves(graph, driver=cap)
+    assert mover.dropped == 7 and not any(n in cap.kinds for n in leaves)
+    graph.instantiate()
+    graph.launch(stream)
+    with pytest.raises(RuntimeError, match="instantiated already"):
+        graph.instantiate()
+    assert rt.calls[1:] == [("instantiate", 0x700), ("launch", 0x800, 0x42)]
+    del graph
+    assert rt.calls[3:] == [("exec destroyed", 0x800), ("graph destroyed", 0x700)]
+
+
+def test_owned_graph_never_instantiated_destroys_the_graph_only():
+    rt = _Runtime()
+    g = memsets.OwnedGraph(0x900, rt)
+    del g
+    assert rt.calls == [("graph destroyed", 0x900)]

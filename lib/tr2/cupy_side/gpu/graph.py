@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import cupy as cp
 
-from . import runtime, streams, tensors
+from . import memsets, runtime, streams, tensors
 
 
 class StepGraph:
@@ -54,10 +54,12 @@ class StepGraph:
                 self.stream.end_capture()  # leave the stream out of capture mode; the graph is dropped
                 tensors.drop_unfilled()
                 raise
-            self.graph = self.stream.end_capture()
-        # TR2_MEMSET_EARLY=4: the memsets made leaves destroyed, before anything instantiates the graph
-        from . import memsets
+            # TR2_MEMSET_EARLY=4: the graph instantiated only once its leaves are gone (memsets.OwnedGraph says why)
+            self.graph = (memsets.OwnedGraph.end_capture(self.stream, cp.cuda.runtime) if memsets.DROP
+                          else self.stream.end_capture())
         memsets.drop_leaves(self.graph)
+        if isinstance(self.graph, memsets.OwnedGraph):
+            self.graph.instantiate()
         self.captured = dict(runtime.captured)   # our launches in it, and the programmatic ones (runtime.PDL)
         from . import blas
         if blas._instance is not None:   # its workspaces' addresses are the graph's now (blas.Cublas._replace)
@@ -71,4 +73,5 @@ class StepGraph:
             raise RuntimeError("replay: capture() first")
         self.graph.launch(self.stream)
         return self.out
+
 

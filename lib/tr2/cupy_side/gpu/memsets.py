@@ -59,14 +59,16 @@ one product and written by nothing else. The edges into the kernel are added fir
 its edge into the kernel removed: a failure at either step leaves the memset before the kernel (still correct, the
 counter zeroed twice) and counts as left in place.
 
-Value 4 (written after value 3's measurements, NOT run on a GPU): value 3, and once the capture has ended, before the
-graph is instantiated (CuPy instantiates at the first launch), each memset made a leaf is destroyed
+Value 4 (written after value 3's measurements): value 3, and once the capture has ended, before the graph is
+instantiated, each memset made a leaf is destroyed
 (cuGraphDestroyNode; the driver refuses to remove a node from a graph a capture is still recording into). A leaf
 writes slot 0, which nothing reads, and nothing depends on it, so the graph computes what it computed; without the
 leaves its nodes form the chain of a graph without memsets again, which the device starts while the host is still
 launching it (the committed traces). A leaf that something depends on, or that the driver refuses to destroy, stays
-(value 3's graph, still correct), counted in the log's line; where the graph is instantiated already (a CuPy that
-instantiates at the capture's end) all stay.
+(value 3's graph, still correct), counted in the log's line; where the graph is instantiated already all stay. The
+first GPU run found CuPy 14.2 instantiating at the capture's end, so nothing was removed (call 1 of
+results/h200-perf-20261205f, its tests failed on that count); since, value 4 ends the capture itself and holds the
+graph as the runtime's handles until the leaves are gone (OwnedGraph; NOT yet run on a GPU).
 
 The decision is one pure function (`rewire`) over a view of the graph, tested on the CPU with graphs made up of
 plain values (tests/test_memsets.py); the driver's side is ctypes, as gpu/pdl.py's, and runs on the GPU only.
@@ -379,7 +381,7 @@ KEPT_REFUSED = "the driver refused to read its dependents or to destroy it"
 
 
 def drop_leaves(graph, driver=None) -> None:
-    """(value 4) Once the step's capture has ended: the memsets it made leaves destroyed in `graph` (CuPy's Graph, its
+    """(value 4) Once the step's capture has ended: the memsets it made leaves destroyed in `graph` (an OwnedGraph, its
     cudaGraph_t not yet instantiated), each only where nothing depends on it; what stays is counted by why. The moves
     were read back at the capture's end (Mover.verify); nothing reads these nodes after this."""
     mover = _mover
@@ -403,6 +405,43 @@ def drop_leaves(graph, driver=None) -> None:
             mover.kept[KEPT_REFUSED] += 1
         else:
             mover.dropped += 1
+
+
+class OwnedGraph:
+    """(value 4) A captured graph held as the CUDA runtime's handles (`rt`: CuPy's cupy.cuda.runtime), so that its nodes
+    can still change between the capture's end and `instantiate()`: CuPy's Stream.end_capture instantiates at once
+    (CuPy 14.2 on the H200, call 1 of results/h200-perf-20261205f), and an instantiated graph's topology is fixed.
+    `graph`, `graphExec` and `launch(stream)` as CuPy's Graph has them; both handles destroyed with the object."""
+
+    def __init__(self, graph: int, rt):
+        self.rt = rt
+        self.graph = graph          # cudaGraph_t
+        self.graphExec = 0          # cudaGraphExec_t, once instantiated
+
+    @classmethod
+    def end_capture(cls, stream, rt) -> "OwnedGraph":
+        return cls(rt.streamEndCapture(stream.ptr), rt)
+
+    def instantiate(self) -> None:
+        if self.graphExec:
+            raise RuntimeError("instantiate: this graph is instantiated already")
+        self.graphExec = self.rt.graphInstantiate(self.graph)
+
+    def launch(self, stream) -> None:
+        if not self.graphExec:
+            raise RuntimeError("launch: instantiate() first")
+        self.rt.graphLaunch(self.graphExec, stream.ptr)
+
+    def __del__(self):
+        rt = getattr(self, "rt", None)
+        if rt is None:
+            return
+        if self.graphExec:
+            rt.graphExecDestroy(self.graphExec)
+            self.graphExec = 0
+        if self.graph:
+            rt.graphDestroy(self.graph)
+            self.graph = 0
 
 
 class MemsetError(RuntimeError):
