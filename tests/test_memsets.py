@@ -326,12 +326,12 @@ def test_a_capture_that_moves_nothing_says_why():
 
 @pytest.mark.parametrize("value, ok", [("0", True), ("1", True), ("2", True), ("3", True), ("4", True), (None, True),
                                        ("5", False), ("on", False)])
-def test_the_switch_takes_0_to_4_only_and_is_3_unset(value, ok):
+def test_the_switch_takes_0_to_4_only_and_is_4_unset(value, ok):
     code = "import tr2.cupy_side.gpu.memsets as m; print(m.EARLY, m.TWO_WORKSPACES, m.LEAVES, m.DROP)"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)} | ({"TR2_MEMSET_EARLY": value} if value else {})
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     if ok:
-        value = value or "3"
+        value = value or "4"
         assert p.returncode == 0, p.stderr
         assert p.stdout.split() == [value, str(value == "2"), str(value in ("3", "4")), str(value == "4")]
     else:
