@@ -17,11 +17,12 @@ export CUPY_CACHE_DIR="$PWD/.cache/cupy"
 # nbconvert's templates (in the carried wheels) lie outside Jupyter's default data paths
 export JUPYTER_PATH=/tmp/site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}
 
-# machine_record FILE: the date, nvidia-smi (and the GPU's UUID: which calls shared a machine), the Python/CuPy/torch versions and the commit a call ran, the
+# machine_record FILE: the date, nvidia-smi (and the GPU's UUID: which calls shared a machine), the Python/CuPy/torch versions, the commit a call ran
+# (the caller's word) and the digest of lib/tr2's sources that travelled (`python -m tr2.sysinfo lib-digest COMMIT` here gives a commit's), the
 # header every raw output of a device call carries (perf_call.sh, quick_call.sh).
 machine_record() {
   { date -u; nvidia-smi; nvidia-smi --query-gpu=uuid,serial,clocks.sm,clocks.max.sm --format=csv; python3 -c "import cupy, torch, sys; print('python', sys.version.split()[0], 'cupy',
-cupy.__version__, 'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; } >"$1" 2>&1
+cupy.__version__, 'torch', torch.__version__, 'cuda (torch)', torch.version.cuda)"; echo "commit ${TR2_GIT_COMMIT:-unknown}"; echo "lib digest $(python3 -m tr2.sysinfo lib-digest)"; } >"$1" 2>&1
 }
 
 # use_carried_caches: the carried cubins (.cache/kernels.tar.xz, unpacked once into .cache/kernels) and products

@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 
 def test_the_named_commit_wins_over_the_trees_git(monkeypatch):
     """The GPU machine's copy may hold a stale .git: TR2_GIT_COMMIT, when set, is what gets recorded."""
@@ -88,3 +90,41 @@ def test_a_mark_is_filed_at_the_stamp_it_was_asked_for():
     assert 0.01 <= m["read_lag_s"] < 5
     s.available = False
     assert s.mark(t, mark=100) is None and len(s.samples) == 1
+
+
+def test_lib_digest_is_of_the_sources_and_matches_the_commits(tmp_path):
+    """The digest covers lib/tr2's .py, .cu and .cuh files by path and content (caches left out), and a commit's digest
+    (git archive) equals the working tree's where the tree is that commit."""
+    import subprocess
+
+    from tr2 import sysinfo
+    base = tmp_path / "lib" / "tr2"
+    (base / "kernels").mkdir(parents=True)
+    (base / "a.py").write_text("x = 1\n")
+    (base / "kernels" / "k.cu").write_text("// k\n")
+    first = sysinfo.lib_digest(tmp_path)
+    assert len(first) == 16
+    (base / "__pycache__").mkdir()
+    (base / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (base / "notes.txt").write_text("not a source")
+    assert sysinfo.lib_digest(tmp_path) == first
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["add", "lib/tr2/a.py", "lib/tr2/kernels/k.cu"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "one"], cwd=tmp_path, check=True)
+    assert sysinfo.commit_lib_digest("HEAD", tmp_path) == first
+    (base / "kernels" / "k.cu").write_text("// k changed\n")
+    assert sysinfo.lib_digest(tmp_path) != first and sysinfo.commit_lib_digest("HEAD", tmp_path) == first
+    (base / "kernels" / "k.cu").write_text("// k\n")
+    (base / "kernels" / "k.cu").rename(base / "k.cu")   # the same content at another path: another program layout
+    assert sysinfo.lib_digest(tmp_path) != first
+    assert sysinfo.lib_digest(tmp_path / "none") is None
+    with pytest.raises(ValueError, match="commit 'nope'"):
+        sysinfo.commit_lib_digest("nope", tmp_path)
+
+
+def test_lib_digest_command_line(capsys):
+    from tr2 import sysinfo
+    assert sysinfo.main(["lib-digest"]) == 0 and len(capsys.readouterr().out.strip()) == 16
+    assert sysinfo.main(["digest"]) == 2 and "usage: python -m tr2.sysinfo lib-digest" in capsys.readouterr().err
+    assert sysinfo.main(["lib-digest", "no-such-commit"]) == 2 and "sysinfo: commit" in capsys.readouterr().err

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
+import io
 import os
 import platform
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+from pathlib import Path
 from typing import Optional
 
 from . import REPO_ROOT
@@ -40,6 +44,42 @@ def git_commit() -> dict:
         return {"commit": None, "dirty": "unknown"}
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": commit, "dirty": bool(status)}
+
+
+# The program's sources: what lib_digest covers (compiled caches and notebooks' outputs are not the program).
+LIB_SUFFIXES = (".py", ".cu", ".cuh")
+
+
+def _digest(entries) -> str:
+    """16 hex digits of SHA-256 over (path relative to the repository, content) pairs, in the order of the paths."""
+    h = hashlib.sha256()
+    for rel, data in sorted(entries):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(data).hexdigest().encode() + b"\n")
+    return h.hexdigest()[:16]
+
+
+def lib_digest(root=REPO_ROOT) -> Optional[str]:
+    """The digest of lib/tr2's sources as they are on disk here (None where there is no lib/tr2). Why: a record's commit
+    is the caller's word (TR2_GIT_COMMIT) or the copy's .git, and on the GPU machine either can be stale (the
+    fortieth session's calls 3-4 recorded 6c2f2ed while 0ea40e0's tree ran); the digest is of what actually ran, and
+    `python -m tr2.sysinfo lib-digest COMMIT` gives a commit's, to compare."""
+    base = Path(root) / "lib" / "tr2"
+    if not base.is_dir():
+        return None
+    files = [f for f in base.rglob("*") if f.is_file() and f.suffix in LIB_SUFFIXES and "__pycache__" not in f.parts]
+    return _digest((f.relative_to(root).as_posix(), f.read_bytes()) for f in files)
+
+
+def commit_lib_digest(commit: str, root=REPO_ROOT) -> str:
+    """lib_digest of lib/tr2 as committed at `commit` (git archive); a ValueError naming the commit where git cannot
+    give it."""
+    p = subprocess.run(["git", "archive", "--format=tar", commit, "--", "lib/tr2"], cwd=root, capture_output=True)
+    if p.returncode != 0:
+        raise ValueError(f"commit {commit!r}: git archive failed: {p.stderr.decode(errors='replace').strip()}")
+    with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
+        entries = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()
+                   if m.isfile() and Path(m.name).suffix in LIB_SUFFIXES and "__pycache__" not in Path(m.name).parts]
+    return _digest(entries)
 
 
 def gpu_info() -> list[dict]:
@@ -105,6 +145,7 @@ def machine_info() -> dict:
         "gpus": gpu_info(),
         **cpu_info(),
         **git_commit(),
+        "lib_digest": lib_digest(),
         "tr2_environment": tr2_environment(),
     }
     try:
@@ -202,3 +243,20 @@ class GpuSampler:
 
     def peak_memory_bytes(self):
         return max((s["mem_used_bytes"] for s in self.samples), default=None)
+
+
+def main(argv) -> int:
+    """python -m tr2.sysinfo lib-digest [COMMIT]: the digest of lib/tr2's sources here, or as committed at COMMIT."""
+    if not argv or argv[0] != "lib-digest" or len(argv) > 2:
+        print("usage: python -m tr2.sysinfo lib-digest [COMMIT]", file=sys.stderr)
+        return 2
+    try:
+        print(commit_lib_digest(argv[1]) if len(argv) == 2 else lib_digest())
+    except ValueError as e:
+        print(f"sysinfo: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
