@@ -762,3 +762,20 @@ def test_owned_graph_never_instantiated_destroys_the_graph_only():
     g = memsets.OwnedGraph(0x900, rt)
     del g
     assert rt.calls == [("graph destroyed", 0x900)]
+
+
+def test_owned_graph_destroys_the_graph_where_the_exec_destroy_fails():
+    class Failing(_Runtime):
+        def graphExecDestroy(self, graph_exec):
+            super().graphExecDestroy(graph_exec)
+            raise RuntimeError("cudaErrorInvalidValue")
+
+    rt = Failing()
+    g = memsets.OwnedGraph(0x700, rt)
+    g.instantiate()
+    with pytest.raises(RuntimeError):
+        g.__del__()
+    assert rt.calls == [("instantiate", 0x700), ("exec destroyed", 0x800), ("graph destroyed", 0x700)]
+    assert (g.graph, g.graphExec) == (0, 0)
+    g.__del__()   # nothing left to destroy
+    assert len(rt.calls) == 3

@@ -55,11 +55,16 @@ class StepGraph:
                 tensors.drop_unfilled()
                 raise
             # TR2_MEMSET_EARLY=4: the graph instantiated only once its leaves are gone (memsets.OwnedGraph says why)
-            self.graph = (memsets.OwnedGraph.end_capture(self.stream, cp.cuda.runtime) if memsets.DROP
-                          else self.stream.end_capture())
-        memsets.drop_leaves(self.graph)
-        if isinstance(self.graph, memsets.OwnedGraph):
-            self.graph.instantiate()
+            graph = (memsets.OwnedGraph.end_capture(self.stream, cp.cuda.runtime) if memsets.DROP
+                     else self.stream.end_capture())
+        try:
+            memsets.drop_leaves(graph)
+            if isinstance(graph, memsets.OwnedGraph):
+                graph.instantiate()
+        except BaseException:
+            tensors.drop_unfilled()   # as a failed capture: no graph kept, its handles go with it
+            raise
+        self.graph = graph
         self.captured = dict(runtime.captured)   # our launches in it, and the programmatic ones (runtime.PDL)
         from . import blas
         if blas._instance is not None:   # its workspaces' addresses are the graph's now (blas.Cublas._replace)

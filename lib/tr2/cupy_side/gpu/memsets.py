@@ -70,10 +70,10 @@ first GPU run found CuPy 14.2 instantiating at the capture's end, so nothing was
 results/h200-perf-20261205f, its tests failed on that count); since, value 4 ends the capture itself and holds the
 graph as the runtime's handles until the leaves are gone (OwnedGraph). Measured on an H100 (calls 3-4 there): every
 leaf removed (38 of 38 on gpt2-small bf16), graph and eager losses those of the run without (nanogpt bf16 / f32,
-gpt2-small bf16), the step 16.891 -> 16.857 ms (gpt2-small bf16, two rounds); the graph's first kernel 17.4 -> 9.7 us
-after its input copy (median) where the host launched ahead, but still 411-464 us after a loss read (546-566 with
-value 3): the leaves' branches were not what made the device wait for the launch there. On by default since; its
-H200 step is owed (docs/perf.md, "Fortieth session").
+gpt2-small bf16), the step 16.891 -> 16.857 ms (gpt2-small bf16, two rounds); the graph's first kernel 9.7-10.2 us
+after its input copy (median) where the host launched ahead, against 17.3-17.9 with value 3, but still 411-704 us
+after a loss read (546-566 with value 3): the leaves' branches were not what made the device wait for the launch
+there. On by default since; its H200 step is owed (docs/perf.md, "Fortieth session").
 
 The decision is one pure function (`rewire`) over a view of the graph, tested on the CPU with graphs made up of
 plain values (tests/test_memsets.py); the driver's side is ctypes, as gpu/pdl.py's, and runs on the GPU only.
@@ -441,12 +441,14 @@ class OwnedGraph:
         rt = getattr(self, "rt", None)
         if rt is None:
             return
-        if self.graphExec:
-            rt.graphExecDestroy(self.graphExec)
-            self.graphExec = 0
-        if self.graph:
-            rt.graphDestroy(self.graph)
-            self.graph = 0
+        graph_exec, graph = self.graphExec, self.graph
+        self.graphExec = self.graph = 0
+        try:
+            if graph_exec:
+                rt.graphExecDestroy(graph_exec)
+        finally:   # the graph goes even where its instantiation's destroy failed
+            if graph:
+                rt.graphDestroy(graph)
 
 
 class MemsetError(RuntimeError):
