@@ -50,6 +50,12 @@ def git_commit() -> dict:
 LIB_SUFFIXES = (".py", ".cu", ".cuh")
 
 
+def _is_source(path) -> bool:
+    """Whether a path under lib/tr2 is one of the sources lib_digest covers."""
+    path = Path(path)
+    return path.suffix in LIB_SUFFIXES and "__pycache__" not in path.parts
+
+
 def _digest(entries) -> str:
     """16 hex digits of SHA-256 over (path relative to the repository, content) pairs, in the order of the paths."""
     h = hashlib.sha256()
@@ -66,7 +72,7 @@ def lib_digest(root=REPO_ROOT) -> Optional[str]:
     base = Path(root) / "lib" / "tr2"
     if not base.is_dir():
         return None
-    files = [f for f in base.rglob("*") if f.is_file() and f.suffix in LIB_SUFFIXES and "__pycache__" not in f.parts]
+    files = [f for f in base.rglob("*") if f.is_file() and _is_source(f)]
     return _digest((f.relative_to(root).as_posix(), f.read_bytes()) for f in files)
 
 
@@ -77,8 +83,7 @@ def commit_lib_digest(commit: str, root=REPO_ROOT) -> str:
     if p.returncode != 0:
         raise ValueError(f"commit {commit!r}: git archive failed: {p.stderr.decode(errors='replace').strip()}")
     with tarfile.open(fileobj=io.BytesIO(p.stdout)) as tar:
-        entries = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()
-                   if m.isfile() and Path(m.name).suffix in LIB_SUFFIXES and "__pycache__" not in Path(m.name).parts]
+        entries = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile() and _is_source(m.name)]
     return _digest(entries)
 
 

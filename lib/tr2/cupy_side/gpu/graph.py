@@ -78,5 +78,3 @@ class StepGraph:
             raise RuntimeError("replay: capture() first")
         self.graph.launch(self.stream)
         return self.out
-
-
