@@ -258,6 +258,25 @@ def test_runner_prepares_the_folder(tmp_path, monkeypatch):
     assert cmd[1:3] == ["-m", "papermill"] and cmd[-6:] == ["-p", "results_dir", str(d), "-k", "python3", "--log-output"]
 
 
+def test_runner_refuses_a_resume_on_another_gpu_model(tmp_path, monkeypatch):
+    """--resume of a cuda card's folder where another GPU model came: one line naming --resume, before the notebook."""
+    import tr2.sysinfo
+    (REPO_ROOT / "notebooks" / "series.ipynb").is_file() or pytest.skip("notebooks/series.ipynb not there yet")
+    text = (CARDS / "smoke.yaml").read_text()
+    assert "device: cpu\n" in text
+    cuda_card = tmp_path / "smoke-cuda.yaml"
+    cuda_card.write_text(text.replace("device: cpu\n", "device: cuda\n").replace("card: smoke\n", "card: smoke-cuda\n"))
+    monkeypatch.setattr(runner, "check_machine", lambda card: None)   # no GPU on this machine: the models' check only
+    gpu = lambda name: (lambda: {"host": "test", "gpus": [{"name": name, "uuid": "GPU-0"}]})  # noqa: E731
+    monkeypatch.setattr(tr2.sysinfo, "machine_info", gpu("NVIDIA H200"))
+    _card, d, _f = runner.prepare("series", cuda_card, root=tmp_path)
+    assert runner.prepare("series", None, resume=d)[1] == d
+    monkeypatch.setattr(tr2.sysinfo, "machine_info", gpu("NVIDIA H100 80GB HBM3"))
+    with pytest.raises(Tr2Error, match=r"^--resume: .* was started on NVIDIA H200 \(its machine.json\) and this "
+                                       r"machine has NVIDIA H100 80GB HBM3; .*allowed: go on with it on NVIDIA H200"):
+        runner.prepare("series", None, resume=d)
+
+
 def test_torch_loops_default_to_ours_and_take_nanogpt_beside(card):
     assert card["torch_loops"] == ["torch"] and card["nanogpt_path"] == "../shared/nanoGPT"  # smoke leaves both out
     c = copy.deepcopy(card)

@@ -172,6 +172,49 @@ def test_a_stage_on_a_folder_of_another_card_is_refused(tmp_path):
         stage.open_folder("method_a", c, d)
 
 
+def _machine(*names):
+    return {"host": "test", "gpus": [{"name": n, "uuid": f"GPU-{i}"} for i, n in enumerate(names)]}
+
+
+def test_a_cuda_folder_goes_on_only_on_its_gpu_model(tmp_path, monkeypatch):
+    """A folder started on an H200 and resumed where an H100 came would hold two cards' times in one folder: refused
+    in one line before anything is written; another H200 (another UUID) goes on, and so do cards of the CPU and
+    machines whose record names no GPU."""
+    d = tmp_path / "res"
+    c = card()
+    c["device"] = "cuda"
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _machine("NVIDIA H200"))
+    stage.open_folder("series", c, d).close()
+    held = (d / "machine.json").read_bytes()
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: {**_machine("NVIDIA H200"), "host": "other"})
+    stage.open_folder("series", c, d).close()   # another machine of the model: fine
+    sessions = (d / "sessions.jsonl").read_bytes()
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _machine("NVIDIA H100 80GB HBM3"))
+    with pytest.raises(Tr2Error) as e:
+        stage.open_folder("series", c, d)
+    assert str(e.value) == (f"results_dir: {str(d.resolve())!r} was started on NVIDIA H200 (its machine.json) and "
+                            "this machine has NVIDIA H100 80GB HBM3; one folder holds one GPU model's runs; allowed: "
+                            "go on with it on NVIDIA H200, or start a new folder for this card here")
+    assert (d / "machine.json").read_bytes() == held and (d / "sessions.jsonl").read_bytes() == sessions
+    with pytest.raises(Tr2Error, match=r"^results_dir: .* was started on NVIDIA H200"):
+        series.run(c, d, progress=False)   # the stage itself, not only the runner, refuses
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: {"host": "test", "gpus": []})
+    stage.open_folder("series", c, d).close()   # nvidia-smi missing here: nothing to compare
+    cpu = card()
+    d2 = tmp_path / "cpu"
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _machine("NVIDIA H200"))
+    stage.open_folder("series", cpu, d2).close()
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _machine("NVIDIA H100 80GB HBM3"))
+    stage.open_folder("series", cpu, d2).close()   # a CPU card's runs do not use the GPU
+
+
+def test_gpu_models_of_a_machine_record():
+    assert stage.gpu_models(_machine("NVIDIA H200", "NVIDIA H200")) == ["NVIDIA H200"]
+    assert stage.gpu_models(_machine("B", "A")) == ["A", "B"]
+    assert stage.gpu_models({"error": "no nvidia-smi"}) == [] and stage.gpu_models(None) == []
+    assert stage.gpu_models({"gpus": [{"uuid": "x"}, "junk", {"name": 3}]}) == []
+
+
 def test_group_and_stage_stop_rules(tmp_path):
     """A record ending its group skips the group's later pieces (no record); one ending the stage stops it."""
     c = card()

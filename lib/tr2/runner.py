@@ -147,7 +147,8 @@ def prepare(stage: str, card_path=None, resume=None, root=None) -> tuple[dict, P
             raise Tr2Error(f"--root: {str(root)!r} is not a folder; allowed: a folder for the results folders")
         d = new_results_dir(stage, card["card"], root=root).resolve()
     (d / "logs").mkdir(exist_ok=True)
-    hold_card(d, card)  # card.yaml and machine.json, as the stage's open_folder writes them (each once)
+    hold_card(d, card, "--resume" if resume else "results_dir")  # card.yaml and machine.json, as the stage's
+    # open_folder writes them (each once); a resumed folder's GPU model checked against this machine's first
     # papermill reads the card from the folder when resuming (the card it started with); the file the user
     # named (or the card file of the name) otherwise, so that an error names their file.
     file_ = card_path_of(card_path) if held is None else d / "card.yaml"

@@ -9,6 +9,7 @@ import concurrent.futures
 import datetime
 import fcntl
 import importlib.util
+import json
 import math
 import os
 import statistics
@@ -76,17 +77,45 @@ def _lock(d: Path, stage: str):
     return f
 
 
-def hold_card(d: Path, card: dict) -> dict:
-    """The folder holds `card` (the one it was started with, else one line), card.yaml and machine.json (each
-    written once, when missing); returns this machine's record. The runner calls it before the notebook starts,
-    so that a folder it made can be resumed even if the notebook stops before its stage opens it."""
-    check_held_card(d, card, "results_dir")
-    if not (d / "card.yaml").is_file():
-        write_text_atomic(d / "card.yaml", dump_card(card))
+def gpu_models(info) -> list[str]:
+    """The GPU models a machine record names (sysinfo.machine_info's `gpus`), sorted, each once; [] where it names
+    none (no nvidia-smi, a CPU machine, a record that could not be made)."""
+    gpus = info.get("gpus") if isinstance(info, dict) else None
+    return sorted({g["name"] for g in gpus or [] if isinstance(g, dict) and isinstance(g.get("name"), str)})
+
+
+def check_same_gpu_model(d: Path, card: dict, info: dict, key: str = "results_dir") -> None:
+    """One line (Tr2Error, naming `key`) where a cuda card's folder, started on one GPU model (its machine.json),
+    would go on here on another: an H100's runs beside an H200's would be two cards' step times, floors and kernel
+    tables in one folder, and nothing downstream could tell them apart. Another machine of the same model is
+    fine (the device tool lends a different one to each piece; sessions.jsonl names each GPU by its UUID). Nothing
+    is checked where either record names no GPU (nvidia-smi missing) or the folder's cannot be read."""
+    if card.get("device") != "cuda" or not (d / "machine.json").is_file():
+        return
+    try:
+        held = json.loads((d / "machine.json").read_text())
+    except (OSError, ValueError):
+        return
+    there, here = gpu_models(held), gpu_models(info)
+    if there and here and there != here:
+        raise Tr2Error(f"{key}: {str(d)!r} was started on {' + '.join(there)} (its machine.json) and this machine "
+                       f"has {' + '.join(here)}; one folder holds one GPU model's runs; allowed: go on with it on "
+                       f"{' + '.join(there)}, or start a new folder for this card here")
+
+
+def hold_card(d: Path, card: dict, key: str = "results_dir") -> dict:
+    """The folder holds `card` (the one it was started with, else one line) and was started on this machine's GPU
+    model (`check_same_gpu_model`), card.yaml and machine.json (each written once, when missing); returns this
+    machine's record. The runner calls it before the notebook starts, so that a folder it made can be resumed even
+    if the notebook stops before its stage opens it; both checks come before anything is written."""
+    check_held_card(d, card, key)
     try:
         info = sysinfo.machine_info()
     except Exception as e:  # noqa: BLE001 - a machine record is wanted, never worth a stopped stage
         info = {"error": str(e)}
+    check_same_gpu_model(d, card, info, key)
+    if not (d / "card.yaml").is_file():
+        write_text_atomic(d / "card.yaml", dump_card(card))
     if not (d / "machine.json").is_file():
         write_json_atomic(d / "machine.json", info)
     return info
