@@ -202,6 +202,28 @@ def test_fill_f32_sets_every_element_and_nothing_else(n, value):
         cast.fill_f32(cp.zeros(4, np.float64), 1.0)
 
 
+@pytest.mark.parametrize("switch", [False, True])
+@pytest.mark.parametrize("dtype, n", [(np.float32, 1), (np.float32, 262147), (np.int32, 7), (np.uint16, 9),
+                                      (np.float64, 5)])
+def test_zero_sets_zero_bits_and_nothing_else(monkeypatch, switch, dtype, n):
+    """cast.zero (the step's zero fills; TR2_ZERO_BY_KERNEL=1 takes fill_f32 for 4-byte elements): every byte of the
+    array zero, the element after it untouched, with the switch off (a memset) and on (a kernel where the element is 4
+    bytes, a memset otherwise); a strided view refused."""
+    from tr2.cupy_side.gpu import cast
+    monkeypatch.setattr(cast, "ZERO_BY_KERNEL", switch)
+    assert cast.zero_fill_by_kernel(dtype, True) == (switch and np.dtype(dtype).itemsize == 4)
+    assert cast.zero_fill_by_kernel(dtype, False) is False
+    buf = cp.full((n + 1) * np.dtype(dtype).itemsize, 0xA5, dtype=np.uint8).view(dtype)   # poisoned, one guard
+    for _ in range(3):
+        cast.zero(buf[:n])
+        got = cp.asnumpy(buf.view(np.uint8))
+        size = n * np.dtype(dtype).itemsize
+        assert (got[:size] == 0).all() and (got[size:] == 0xA5).all()
+        buf.view(np.uint8)[:] = 0xA5
+    with pytest.raises(ValueError, match="zero: a C-contiguous array, not a strided view"):
+        cast.zero(cp.zeros((4, 4), dtype)[:, 1])
+
+
 def test_bf16_cast_of_subnormals():
     from tr2.cupy_side.gpu import cast
     x = (np.arange(1, 2001, dtype=np.float32) * np.float32(1e-41)).astype(np.float32)

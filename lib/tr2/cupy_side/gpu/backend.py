@@ -32,7 +32,7 @@ from . import nvrtc_watch as _nvrtc_watch
 from . import streams as _streams
 from . import residual as _residual
 from . import residual_layernorm as _residual_layernorm
-from .cast import from_half
+from .cast import from_half, zero
 from .context import GpuContext
 from .halfbits import from_bits
 from .runtime import PeakTracker, compile_all
@@ -154,7 +154,7 @@ class CudaBackend:
         return from_half(a, self.ctx.kind) if a.dtype == np.uint16 else a
 
     def zeros(self, shape) -> "cp.ndarray":
-        return cp.zeros(shape, dtype=self.float_dtype)
+        return zero(cp.empty(shape, dtype=self.float_dtype))   # a memset, or a kernel (cast.ZERO_BY_KERNEL)
 
     def write(self, dst, host) -> None:
         host = np.ascontiguousarray(host)

@@ -5,6 +5,7 @@ import numpy as np
 import cupy as cp
 
 from . import dropout as _dropout, kernel_define
+from .cast import zero
 from .runtime import THREADS, blocks_for, i32, launch
 
 FILE = "embedding.cu"
@@ -63,7 +64,7 @@ def backward(ws, dout: "cp.ndarray", idx: "cp.ndarray", dwte: "cp.ndarray", dwpe
     total = ws.get("emb_total", (V,), np.int32)
     starts = ws.get("emb_starts", (V + 1,), np.int32)
     rows = ws.get("emb_sorted", (N,), np.int32)
-    counts.data.memset_async(0, counts.nbytes)   # not fill(0): CuPy compiles its fill kernel with NVRTC at run time
+    zero(counts)   # not fill(0): CuPy compiles its fill kernel with NVRTC at run time
     launch(FILE, "embedding_sort_count", G, THREADS, (counts, idx, i32(N), i32(V)))
     launch(FILE, "embedding_sort_total", blocks_for(V), THREADS, (total, counts, i32(G), i32(V)))
     launch(FILE, "embedding_sort_scan", 1, SCAN_THREADS, (starts, total, i32(V)))
