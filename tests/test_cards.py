@@ -258,6 +258,38 @@ def test_runner_prepares_the_folder(tmp_path, monkeypatch):
     assert cmd[1:3] == ["-m", "papermill"] and cmd[-6:] == ["-p", "results_dir", str(d), "-k", "python3", "--log-output"]
 
 
+@pytest.mark.parametrize("machine, names, said", [
+    ("nvidia-h200", ["NVIDIA H200"], None),
+    ("nvidia-h200", ["NVIDIA H200 NVL"], None),
+    ("nvidia-h200", ["NVIDIA H100 80GB HBM3"], "H200"),
+    ("nvidia-h100", ["NVIDIA H100 80GB HBM3"], None),
+    ("nvidia-h200", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"], None),   # one of them is
+    ("NVIDIA-H200 ", ["NVIDIA H200"], None),
+    ("nvidia-h200", ["NVIDIA H2000"], "H200"),   # a model is a whole word
+    ("nvidia-h200", [], None), ("nvidia-h200", None, None), ("cpu", ["NVIDIA H100 80GB HBM3"], None),
+    (None, ["NVIDIA H200"], None), ("nvidia-h200", [None, " "], None),
+])
+def test_the_gpu_model_a_card_names_against_this_machines(machine, names, said):
+    from tr2.cards import machine_gpu_mismatch
+    assert machine_gpu_mismatch(machine, names) == said
+
+
+def test_an_h200_card_on_an_h100_runs_with_one_line_saying_so(monkeypatch, capsys):
+    import tr2.cards as cards
+    c = load_card(CARDS / "smoke.yaml")
+    c.update(device="cuda", machine="nvidia-h200")
+    monkeypatch.setattr(cards, "cuda_available", lambda side: True)
+    monkeypatch.setattr(cards, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    cards.check_machine(c)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["tr2: card smoke names machine 'nvidia-h200' and this machine's GPU is NVIDIA H100 80GB HBM3: its "
+                   "runs time this GPU, not an H200 (machine.json and the report name it), and the GPU minutes "
+                   "modelled from H200 runs do not apply"]
+    monkeypatch.setattr(cards, "gpu_names", lambda: ["NVIDIA H200"])
+    cards.check_machine(c)
+    assert capsys.readouterr().err == ""
+
+
 def test_runner_refuses_a_resume_on_another_gpu_model(tmp_path, monkeypatch):
     """--resume of a cuda card's folder where another GPU model came: one line naming --resume, before the notebook."""
     import tr2.sysinfo

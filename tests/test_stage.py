@@ -208,6 +208,20 @@ def test_a_cuda_folder_goes_on_only_on_its_gpu_model(tmp_path, monkeypatch):
     stage.open_folder("series", cpu, d2).close()   # a CPU card's runs do not use the GPU
 
 
+def test_the_h200_minutes_model_estimates_only_folders_started_on_an_h200(tmp_path):
+    c = card()
+    c["machine"] = "nvidia-h200"
+    folder = stage.Folder(tmp_path, "series", None, c)
+    assert stage.on_h200(folder)   # no machine.json yet: as before, by the card
+    for names, want in ((["NVIDIA H200"], True), (["NVIDIA H100 80GB HBM3"], False), ([], True)):
+        (tmp_path / "machine.json").write_text(json.dumps(_machine(*names)))
+        assert stage.on_h200(folder) is want
+    (tmp_path / "machine.json").write_text("{not json")
+    assert stage.on_h200(folder)
+    c["machine"] = "cpu"
+    assert not stage.on_h200(folder)
+
+
 def test_gpu_models_of_a_machine_record():
     assert stage.gpu_models(_machine("NVIDIA H200", "NVIDIA H200")) == ["NVIDIA H200"]
     assert stage.gpu_models(_machine("B", "A")) == ["A", "B"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import types
 from operator import itemgetter
 from pathlib import Path
@@ -358,15 +359,41 @@ def load_card(path) -> dict:
     return validate_card(read_card_file(path))
 
 
+def machine_gpu_mismatch(machine, gpu_names) -> str | None:
+    """The GPU model a card's `machine` names (nvidia-<model>: 'nvidia-h200' -> 'H200') where none of this machine's
+    GPUs (nvidia-smi's names) is of that model; None where one is, where the card names no NVIDIA model (cpu), or
+    where no GPU name is known."""
+    m = re.fullmatch(r"nvidia-([a-z0-9]+)", str(machine or "").strip().lower())
+    names = [n for n in gpu_names or [] if isinstance(n, str) and n.strip()]
+    if not m or not names:
+        return None
+    model = m.group(1)
+    if any(re.search(rf"\b{model}\b", n.lower()) for n in names):
+        return None
+    return model.upper()
+
+
+def gpu_names() -> list[str]:
+    from . import sysinfo   # here: nvidia-smi only where a card asks for a GPU
+    return [g["name"] for g in sysinfo.gpu_info()]
+
+
 def check_machine(card: dict) -> None:
     """What the card needs of the machine it runs on, checked before any run: a CUDA device for a cuda card
     (seen by torch and by CuPy: both sides run on it), and every data file its models read, present and
-    verified (md5). A problem is one line (Tr2Error)."""
+    verified (md5). A problem is one line (Tr2Error). A cuda card whose `machine` names another GPU model than this
+    machine's (the H200 cards on an H100) runs, with one line on stderr saying so: its folders time this GPU."""
     if card["device"] == "cuda":
         missing = [side for side in ("torch", "cupy") if not cuda_available(side)]
         if missing:
             raise Tr2Error(f"device: 'cuda' but this machine has no CUDA device that {' or '.join(missing)} can use; "
                            "allowed here: cpu (e.g. --card cpu), or run the card where nvidia-smi sees a GPU")
+        names = gpu_names()
+        wanted = machine_gpu_mismatch(card.get("machine"), names)
+        if wanted:
+            sys.stderr.write(f"tr2: card {card['card']} names machine {card['machine']!r} and this machine's GPU is "
+                             f"{' + '.join(sorted(set(names)))}: its runs time this GPU, not an {wanted} (machine.json "
+                             f"and the report name it), and the GPU minutes modelled from {wanted} runs do not apply\n")
     for m in card["models"]:
         for name in DATA_FILES[load_model(m).dataset]:
             data_file(name)

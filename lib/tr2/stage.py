@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from . import REPO_ROOT, Tr2Error
-from .cards import _is_int, check_held_card, dump_card
+from .cards import _is_int, check_held_card, dump_card, machine_gpu_mismatch
 from .results import STAGES  # noqa: F401 - the stage list the skeleton runs (defined beside the folder names)
 from .results import RETIRED, append_jsonl, new_results_dir, read_jsonl, results_folders, runs_file, write_json_atomic
 from .results import write_text_atomic
@@ -281,10 +281,22 @@ def _minutes_module():
     return minutes
 
 
+def on_h200(folder: Folder) -> bool:
+    """A card for the H200 (its `machine`) in a folder started on one (its machine.json; a record without GPU names
+    counts as one): where scripts/h200_minutes.py's model of the committed H200 runs can estimate its runs."""
+    if folder.card.get("machine") != "nvidia-h200":
+        return False
+    try:
+        held = json.loads((folder.path / "machine.json").read_text())
+    except (OSError, ValueError):
+        return True
+    return machine_gpu_mismatch("nvidia-h200", gpu_models(held)) is None
+
+
 def modelled_seconds(folder: Folder) -> Optional[Callable]:
     """For a card on the H200: kind -> the seconds scripts/h200_minutes.py models for one run of that kind alone
     (None where it models none); None off the H200, or where the script is not there or gives no model."""
-    if folder.card.get("machine") != "nvidia-h200" or not MINUTES_SCRIPT.is_file():
+    if not on_h200(folder) or not MINUTES_SCRIPT.is_file():
         return None
     try:
         minutes = _minutes_module()
@@ -304,7 +316,7 @@ def model_estimate(folder: Folder) -> Optional[str]:
     """For a card on the H200 whose runs no folder has measured yet: the stage's GPU minutes on a fresh folder of
     the card by scripts/h200_minutes.py, the committed model of the H200 runs of other cards (a line saying why not
     where it gives none; None off the H200 or where the script is not there)."""
-    if folder.card.get("machine") != "nvidia-h200" or not MINUTES_SCRIPT.is_file():
+    if not on_h200(folder) or not MINUTES_SCRIPT.is_file():
         return None
     try:
         total = _minutes_module().stage_total(folder.card, folder.stage)
