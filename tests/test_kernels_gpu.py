@@ -211,11 +211,17 @@ def test_zero_sets_zero_bits_and_nothing_else(monkeypatch, switch, dtype, n):
     bytes, a memset otherwise); a strided view refused."""
     from tr2.cupy_side.gpu import cast
     monkeypatch.setattr(cast, "ZERO_BY_KERNEL", switch)
-    assert cast.zero_fill_by_kernel(dtype, True) == (switch and np.dtype(dtype).itemsize == 4)
+    by_kernel = switch and np.dtype(dtype).itemsize == 4
+    assert cast.zero_fill_by_kernel(dtype, True) == by_kernel
     assert cast.zero_fill_by_kernel(dtype, False) is False
+    fills = []   # the kernel's launches, seen: a memset gives the same bits, so the bits alone cannot say which ran
+    real_fill = cast.fill_f32
+    monkeypatch.setattr(cast, "fill_f32", lambda out, value: fills.append(out.size) or real_fill(out, value))
     buf = cp.full((n + 1) * np.dtype(dtype).itemsize, 0xA5, dtype=np.uint8).view(dtype)   # poisoned, one guard
     for _ in range(3):
+        del fills[:]
         cast.zero(buf[:n])
+        assert fills == ([n] if by_kernel else [])
         got = cp.asnumpy(buf.view(np.uint8))
         size = n * np.dtype(dtype).itemsize
         assert (got[:size] == 0).all() and (got[size:] == 0xA5).all()

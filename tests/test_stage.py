@@ -178,7 +178,7 @@ def _machine(*names):
 
 def test_a_cuda_folder_goes_on_only_on_its_gpu_model(tmp_path, monkeypatch):
     """A folder started on an H200 and resumed where an H100 came would hold two cards' times in one folder: refused
-    in one line before anything is written; another H200 (another UUID) goes on, and so do cards of the CPU and
+    in one line before its records are written; another H200 (another UUID) goes on, and so do cards of the CPU and
     machines whose record names no GPU."""
     d = tmp_path / "res"
     c = card()

@@ -107,7 +107,8 @@ def hold_card(d: Path, card: dict, key: str = "results_dir") -> dict:
     """The folder holds `card` (the one it was started with, else one line) and was started on this machine's GPU
     model (`check_same_gpu_model`), card.yaml and machine.json (each written once, when missing); returns this
     machine's record. The runner calls it before the notebook starts, so that a folder it made can be resumed even
-    if the notebook stops before its stage opens it; both checks come before anything is written."""
+    if the notebook stops before its stage opens it; both checks come before card.yaml, machine.json or
+    sessions.jsonl is written (the lock file and logs/ may already be there)."""
     check_held_card(d, card, key)
     try:
         info = sysinfo.machine_info()

@@ -7,9 +7,10 @@ thing changed at a time.
 
 Why: after every loss read (one step in ten) the device waits for about the whole launch of the next step's graph
 (results/h200-perf-20261205f, `trace_gaps.py --starts`: 411-704 µs on gpt2-small bf16, the host's
-`cudaGraphLaunch` 407-604 µs), about 40 µs a step. NVIDIA describes a launch whose host time does not grow with the
+`cudaGraphLaunch` medians 407-705 µs), about 40 µs a step. NVIDIA describes a launch whose host time does not grow with the
 node count for graphs that are a straight line of kernel nodes (CUDA 12.6 on, "constant time launch for
-straight-line graphs"); ours takes 0.4-0.6 µs a node. The chains say which departure from a straight line costs
+straight-line graphs"); ours, some 300 nodes (140 launches of our kernels and 147 products), takes 1.4-2.4 µs a
+node. The chains say which departure from a straight line costs
 what on this driver (a memset node, a memcpy node, one fork and join); the step graph's own count says which of them
 it has. What comes of it is decided on the card, not here.
 
@@ -197,8 +198,9 @@ def chains(n_kernels: int, launches: int):
 
 def step_graph(model: str, dtype: str, launches: int):
     """The training step's graph as --cuda-graph builds it (half roundings, the compared build), captured at
-    iteration 1 after the eager warm-up; (shape, times). Its shape is read from the graph before instantiation where
-    gpu/memsets.py holds it (value 4, the default), else not at all."""
+    iteration 1 after the eager warm-up; (shape, times). Its shape is read from the cudaGraph_t that gpu/memsets.py
+    holds beside the instantiated graph (value 4, the default: the graph as instantiated, its memset leaves gone),
+    else not at all."""
     from tr2.cupy_side import train
     from tr2.cupy_side.backend import get_backend
     from tr2.cupy_side.model import GPT
