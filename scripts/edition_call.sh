@@ -33,6 +33,9 @@ call_begin "$OUT" "$LIMIT_S"
 # past the call's limit (10 s kept for packing): it stops with exit code 75 instead, and the next call resumes it
 # (lib/tr2/stage.py, run_plan)
 export TR2_DEADLINE=$(( CALL_START + LIMIT_S - 10 ))
+# an H200 card where another GPU came (the device tool lends H100s too) stops in one line before any run, rather than
+# spend the call timing the wrong card (lib/tr2/cards.py, check_machine)
+export TR2_REQUIRE_CARD_GPU=1
 for spec in "$@"; do
   stage=${spec%%=*} target=${spec#*=} target=${target%/}
   left_s=$(left)

@@ -285,6 +285,12 @@ def test_an_h200_card_on_an_h100_runs_with_one_line_saying_so(monkeypatch, capsy
     assert err == ["tr2: card smoke names machine 'nvidia-h200' and this machine's GPU is NVIDIA H100 80GB HBM3: its "
                    "runs time this GPU, not an H200 (machine.json and the report name it), and the GPU minutes "
                    "modelled from H200 runs do not apply"]
+    monkeypatch.setenv("TR2_REQUIRE_CARD_GPU", "1")   # as scripts/edition_call.sh runs the stages
+    with pytest.raises(Tr2Error) as e:
+        cards.check_machine(c)
+    assert str(e.value) == ("machine: card smoke names 'nvidia-h200' and this machine's GPU is NVIDIA H100 80GB HBM3; "
+                            "allowed here (TR2_REQUIRE_CARD_GPU=1): run it where the GPU is an H200, or without "
+                            "TR2_REQUIRE_CARD_GPU to time this GPU")
     monkeypatch.setattr(cards, "gpu_names", lambda: ["NVIDIA H200"])
     cards.check_machine(c)
     assert capsys.readouterr().err == ""

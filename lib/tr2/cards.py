@@ -382,7 +382,9 @@ def check_machine(card: dict) -> None:
     """What the card needs of the machine it runs on, checked before any run: a CUDA device for a cuda card
     (seen by torch and by CuPy: both sides run on it), and every data file its models read, present and
     verified (md5). A problem is one line (Tr2Error). A cuda card whose `machine` names another GPU model than this
-    machine's (the H200 cards on an H100) runs, with one line on stderr saying so: its folders time this GPU."""
+    machine's (the H200 cards on an H100) runs, with one line on stderr saying so: its folders time this GPU; with
+    TR2_REQUIRE_CARD_GPU=1 in the environment (scripts/edition_call.sh sets it: an edition's device minutes are
+    scarce) it is refused instead."""
     if card["device"] == "cuda":
         missing = [side for side in ("torch", "cupy") if not cuda_available(side)]
         if missing:
@@ -390,6 +392,10 @@ def check_machine(card: dict) -> None:
                            "allowed here: cpu (e.g. --card cpu), or run the card where nvidia-smi sees a GPU")
         names = gpu_names()
         wanted = machine_gpu_mismatch(card.get("machine"), names)
+        if wanted and os.environ.get("TR2_REQUIRE_CARD_GPU", "").strip() == "1":
+            raise Tr2Error(f"machine: card {card['card']} names {card['machine']!r} and this machine's GPU is "
+                           f"{' + '.join(sorted(set(names)))}; allowed here (TR2_REQUIRE_CARD_GPU=1): run it where "
+                           f"the GPU is an {wanted}, or without TR2_REQUIRE_CARD_GPU to time this GPU")
         if wanted:
             sys.stderr.write(f"tr2: card {card['card']} names machine {card['machine']!r} and this machine's GPU is "
                              f"{' + '.join(sorted(set(names)))}: its runs time this GPU, not an {wanted} (machine.json "
