@@ -294,6 +294,9 @@ def test_an_h200_card_on_an_h100_runs_with_one_line_saying_so(monkeypatch, capsy
     monkeypatch.setattr(cards, "gpu_names", lambda: ["NVIDIA H200"])
     cards.check_machine(c)
     assert capsys.readouterr().err == ""
+    monkeypatch.setenv("TR2_REQUIRE_CARD_GPU", "yes")   # not read as off: said, whatever the GPU
+    with pytest.raises(Tr2Error, match=r"^TR2_REQUIRE_CARD_GPU: 'yes' is not allowed; allowed: 1 \(a card naming"):
+        cards.check_machine(c)
 
 
 def test_runner_refuses_a_resume_on_another_gpu_model(tmp_path, monkeypatch):

@@ -390,9 +390,13 @@ def check_machine(card: dict) -> None:
         if missing:
             raise Tr2Error(f"device: 'cuda' but this machine has no CUDA device that {' or '.join(missing)} can use; "
                            "allowed here: cpu (e.g. --card cpu), or run the card where nvidia-smi sees a GPU")
+        require = os.environ.get("TR2_REQUIRE_CARD_GPU", "").strip()
+        if require not in ("", "0", "1"):
+            raise Tr2Error(f"TR2_REQUIRE_CARD_GPU: {require!r} is not allowed; allowed: 1 (a card naming another GPU "
+                           "model than this machine's is refused), 0 or unset (it runs, with one line saying so)")
         names = gpu_names()
         wanted = machine_gpu_mismatch(card.get("machine"), names)
-        if wanted and os.environ.get("TR2_REQUIRE_CARD_GPU", "").strip() == "1":
+        if wanted and require == "1":
             raise Tr2Error(f"machine: card {card['card']} names {card['machine']!r} and this machine's GPU is "
                            f"{' + '.join(sorted(set(names)))}; allowed here (TR2_REQUIRE_CARD_GPU=1): run it where "
                            f"the GPU is an {wanted}, or without TR2_REQUIRE_CARD_GPU to time this GPU")
