@@ -6,13 +6,13 @@ thing changed at a time.
                                                  [--chain 1000] [--out FILE.jsonl]
 
 Why: after every loss read (one step in ten) the device waits for about the whole launch of the next step's graph
-(results/h200-perf-20261205f, `trace_gaps.py --starts`: 411-704 µs on gpt2-small bf16, the host's
-`cudaGraphLaunch` medians 407-705 µs), about 40 µs a step. NVIDIA describes a launch whose host time does not grow with the
-node count for graphs that are a straight line of kernel nodes (CUDA 12.6 on, "constant time launch for
-straight-line graphs"); ours, some 300 nodes (140 launches of our kernels and 147 products), takes 1.4-2.4 µs a
-node. The chains say which departure from a straight line costs
-what on this driver (a memset node, a memcpy node, one fork and join); the step graph's own count says which of them
-it has. What comes of it is decided on the card, not here.
+(results/h200-perf-20261205f, `trace_gaps.py --starts`: 411-704 µs on gpt2-small bf16, the host's `cudaGraphLaunch`
+medians 407-705 µs), about 40 µs a step. NVIDIA describes a launch whose host time does not grow with the node count
+for graphs that are a straight line of kernel nodes (CUDA 12.6 on, "constant time launch for straight-line graphs");
+ours, some 300 nodes (140 launches of our kernels and 147 products), takes 1.4-2.4 µs a node. The chains say which
+departure from a straight line costs what on this driver (a memset node, a memcpy node, one fork and join, one kernel
+launched in a cluster); the step graph's own count says which of them it has. What comes of it is decided on the card,
+not here.
 
 Each launch is timed on the host from just before `cudaGraphLaunch` to its return, after a synchronize (the device
 idle, as after a loss read: `idle`) and back to back (the device busy with the previous launch: `busy`); medians of
@@ -24,6 +24,7 @@ import collections
 import ctypes
 import json
 import statistics
+import struct
 import sys
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ KINDS = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 4: "child graph", 5: 
          7: "event record", 8: "semaphore signal", 9: "semaphore wait", 10: "mem alloc", 11: "mem free",
          12: "batch mem op", 13: "conditional"}
 CLUSTER_DIMENSION = 4   # CUlaunchAttributeID: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-CHAINS = ("chain", "chain + memset", "chain + memcpy", "chain + fork/join")
+CHAINS = ("chain", "chain + memset", "chain + memcpy", "chain + fork/join", "chain + cluster kernel")
 
 
 def graph_shape(nodes, kind_of, deps_of, programmatic_of=None) -> dict:
@@ -160,6 +161,21 @@ def time_launches(launch, sync, n: int) -> dict:
     return {"idle_us": median_us(idle), "busy_us": median_us(busy), "idle_all_us": [round(x * 1e6, 1) for x in idle]}
 
 
+def cluster_launch(function_ptr: int, arg_ptr: int, stream_ptr: int) -> None:
+    """One launch of a one-pointer kernel as two blocks in a cluster of two (cuLaunchKernelEx with the cluster
+    dimension attribute), captured as a kernel node with that attribute."""
+    from tr2.cupy_side.gpu import pdl
+    attr = pdl.LaunchAttribute()
+    attr.id = CLUSTER_DIMENSION
+    attr.value = struct.pack("<3I", 2, 1, 1).ljust(64, b"\0")
+    config = pdl.LaunchConfig(2, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
+    arg = ctypes.c_uint64(arg_ptr)
+    params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+    rc = pdl._driver().cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(function_ptr), params, None)
+    if rc != 0:
+        raise RuntimeError(f"cuLaunchKernelEx with a cluster of two: CUresult {rc}")
+
+
 def chains(n_kernels: int, launches: int):
     """Chains of n empty kernels captured on one stream, each with one change; (name, shape, times)."""
     import cupy as cp
@@ -185,6 +201,8 @@ def chains(n_kernels: int, launches: int):
                     join = cp.cuda.Event(disable_timing=True)
                     join.record(side)
                     s.wait_event(join)
+                elif name == "chain + cluster kernel":   # as cuBLAS's Hopper kernels may launch
+                    cluster_launch(nop.ptr, buf.data.ptr, s.ptr)
             nop((1,), (32,), (buf,), stream=s)
         g = memsets.OwnedGraph.end_capture(s, rt)
         shape = graphs.shape(g.graph)
