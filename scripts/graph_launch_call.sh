@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# One GPU call for the step graph's launch (docs/perf.md, "Forty-first session": the launch after a loss read, and
-# TR2_ZERO_BY_KERNEL, off by default; gpu/cast.py's zero):
-#   1. scripts/probes/graph_launch_probe.py: chains of empty kernels (plain, a memset, a memcpy, a fork and join) and the
-#      training step's graph (GL_MODEL, default gpt2-small, bfloat16), with the switch off then on; nanogpt float32
-#      (its cuBLAS memsets kept in line) with it on: each graph's shape and its host launch times
-#   2. the kernel test of cast.zero, then tests/test_graph_gpu.py's replays_train with the switch on (the same bits)
-#   3. the step (graph, no torch): the variant `zk` (TR2_ZERO_BY_KERNEL=1) against this tree, GL_SELECT (default
-#      nanogpt and gpt2-small in bf16), GL_ROUNDS rounds (default 2), rotating
-# Carry: VARIANTS="zk=tree:TR2_ZERO_BY_KERNEL=1" RECORD=results/h100-perf-20261205g/record (both cards' products
+# One GPU call for the step graph's launch (docs/perf.md, "Forty-first session": the launch after a loss read;
+# TR2_ZERO_BY_KERNEL, gpu/cast.py's zero, and TR2_STEP_GRAPHS, gpu/graph.py, both off by default):
+#   1. scripts/probes/graph_launch_probe.py: chains of empty kernels (plain, a memset, a memcpy, a fork and join, a
+#      cluster launch) and the training step's graph (GL_MODEL, default gpt2-small, bfloat16) with TR2_ZERO_BY_KERNEL
+#      off then on; nanogpt float32 (its cuBLAS memsets kept in line) with it on; the step in two graphs
+#      (TR2_STEP_GRAPHS=2: its first part's launch beside the whole replay's): each graph's shape and launch times
+#   2. the kernel test of cast.zero, then tests/test_graph_gpu.py's replays_train with the switch on (the same bits),
+#      and the two-graph step's tests (eager, one graph and two graphs to the bit; the side stream refused)
+#   3. where time is left, the step (graph, no torch): the variant `zk` (TR2_ZERO_BY_KERNEL=1) against this tree,
+#      GL_SELECT (default nanogpt and gpt2-small in bf16), GL_ROUNDS rounds (default 2), rotating; GL_LIBS instead
+#      names the variants (e.g. zk=.cache/variants/zk/lib,sg=.cache/variants/sg/lib)
+# Carry: VARIANTS="zk=tree:TR2_ZERO_BY_KERNEL=1 sg=tree:TR2_STEP_GRAPHS=2" RECORD=results/h100-perf-20261205g/record (both cards' products
 #          records; copy the folder to /tmp first where the tree is slim) TR2_NVRTC=<libnvrtc.so.12> \
 #          bash scripts/carry_prepare.sh; then scripts/device_tree.sh slim
 #   run tool carry: ["data", ".cache/kernels.tar.xz", ".cache/products", ".cache/nanoGPT", ".cache/variants"]
@@ -26,14 +29,20 @@ done
 TR2_ZERO_BY_KERNEL=1 timeout 120 python3 scripts/probes/graph_launch_probe.py --model nanogpt --dtype float32 \
   --out "$OUT/launch-f32.jsonl" >"$OUT/launch-f32.log" 2>&1
 echo "== probe, nanogpt float32 (exit $?, $(elapsed) s)"; tail -1 "$OUT/launch-f32.log"
+TR2_STEP_GRAPHS=2 timeout 150 python3 scripts/probes/graph_launch_probe.py --model "$MODEL" --chain 2 \
+  --out "$OUT/launch-sg.jsonl" >"$OUT/launch-sg.log" 2>&1
+echo "== probe, the step in two graphs (exit $?, $(elapsed) s)"; tail -1 "$OUT/launch-sg.log"
 TR2_ZERO_BY_KERNEL=1 timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k zero_sets \
   >"$OUT/pytest_kernels.log" 2>&1
 echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/pytest_kernels.log" | head; tail -1 "$OUT/pytest_kernels.log"
 TR2_ZERO_BY_KERNEL=1 timeout 200 python3 -m pytest -q -s -p no:cacheprovider -rfE tests/test_graph_gpu.py -k replays_train \
   >"$OUT/pytest_graph.log" 2>&1
 echo "== graph tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)|max rel" "$OUT/pytest_graph.log" | head; tail -1 "$OUT/pytest_graph.log"
+timeout 300 python3 -m pytest -q -s -p no:cacheprovider -rfE tests/test_graph_gpu.py -k two_step_graphs \
+  >"$OUT/pytest_graph2.log" 2>&1
+echo "== two-graph tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)|max rel" "$OUT/pytest_graph2.log" | head; tail -1 "$OUT/pytest_graph2.log"
 if [ "$(left)" -gt 90 ]; then
-  SIDE_CALL_S=$(( $(left) - 10 )) SIDE_STAGES=bench SIDE_LIBS=zk=.cache/variants/zk/lib SIDE_TORCH= \
+  SIDE_CALL_S=$(( $(left) - 10 )) SIDE_STAGES=bench SIDE_LIBS=${GL_LIBS:-zk=.cache/variants/zk/lib} SIDE_TORCH= \
     SIDE_SELECT=${GL_SELECT:-nanogpt/bfloat16,gpt2-small/bfloat16} SIDE_ROUNDS=${GL_ROUNDS:-2} \
     bash scripts/side_call.sh "$OUT/side"
 else

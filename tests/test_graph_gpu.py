@@ -348,3 +348,41 @@ def test_deferred_layernorm_finals_change_no_bit(tmp_path, model, dtype):
     assert eager == without, f"the deferred finals changed the eager losses: {_max_rel(without, eager)}"
     assert graph == without, f"the deferred finals changed the graph's losses: {_max_rel(without, graph)}"
     assert without[STEPS] < without[0] - 0.2
+
+
+# gpu/graph.py (TR2_STEP_GRAPHS=2): the step captured as two graphs, the forward and then the backward with the
+# update, replayed one after the other. The same kernels in the same order on one stream, so the losses of the run in
+# one graph, eager and replayed, to the bit; with the memsets' values 4 (the default: every part's leaves removed
+# before either is instantiated), 3 and 2 (a product's previous one on its workspace forgotten at the cut).
+@pytest.mark.parametrize("model, dtype, memsets_value", [
+    ("nanogpt", "bfloat16", "4"), ("gpt2-small", "bfloat16", "4"), ("nanogpt", "float16", "4"),
+    ("nanogpt", "float32", "4"), ("nanogpt", "bfloat16", "3"), ("gpt2-small", "bfloat16", "2")])
+def test_two_step_graphs_change_no_bit(tmp_path, model, dtype, memsets_value):
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
+    env = {"TR2_MEMSET_EARLY": memsets_value}
+    eager, _ = _train(tmp_path, "eager", *common, "--save-init", tmp_path / "init.npz", env=env)
+    common += ["--init", tmp_path / "init.npz"]
+    one, one_out = _train(tmp_path, "one-graph", *common, "--cuda-graph", env={**env, "TR2_STEP_GRAPHS": "1"})
+    two, out = _train(tmp_path, "two-graphs", *common, "--cuda-graph", env={**env, "TR2_STEP_GRAPHS": "2"})
+    assert "; the step in 2 graphs (TR2_STEP_GRAPHS=2)" in out, out[-2000:]
+    assert "the step in" not in one_out
+    print(f"{model} {dtype} TR2_MEMSET_EARLY={memsets_value}: two graphs vs eager max rel {_max_rel(eager, two)[0]:.2e}, "
+          f"one graph {_max_rel(eager, one)[0]:.2e}; " + "; ".join(
+              line for line in out.splitlines() if "cuBLAS memsets in the capture" in line)[:300])
+    assert one == eager, f"one graph parts from the eager loop: {_max_rel(eager, one)}"
+    assert two == eager, f"two graphs part from the eager loop: {_max_rel(eager, two)}"
+    assert eager[STEPS] < eager[0] - 0.2
+
+
+def test_two_step_graphs_refuse_the_side_stream(tmp_path):
+    """TR2_STEP_GRAPHS=2 with TR2_SIDE_STREAM=1 stops at the capture, saying why (not built), rather than fail inside
+    CUDA on a fork and join across the cut."""
+    p = subprocess.run([sys.executable, "-m", "tr2.train", "--side", "cupy", "--device", "cuda", "--steps", "3",
+                        "--model", "tiny", "--cuda-graph"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, TR2_STEP_GRAPHS="2", TR2_SIDE_STREAM="1"))
+    assert p.returncode != 0
+    assert "TR2_STEP_GRAPHS=2 with TR2_SIDE_STREAM=1: not built" in p.stdout + p.stderr, (p.stdout + p.stderr)[-2000:]
