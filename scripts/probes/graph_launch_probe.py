@@ -167,7 +167,8 @@ def cluster_launch(function_ptr: int, arg_ptr: int, stream_ptr: int) -> None:
     from tr2.cupy_side.gpu import pdl
     attr = pdl.LaunchAttribute()
     attr.id = CLUSTER_DIMENSION
-    attr.value = struct.pack("<3I", 2, 1, 1).ljust(64, b"\0")
+    packed = struct.pack("<3I", 2, 1, 1)   # copied in: assigning bytes to a char array stops at the first zero byte
+    ctypes.memmove(ctypes.addressof(attr) + pdl.LaunchAttribute.value.offset, packed, len(packed))
     config = pdl.LaunchConfig(2, 1, 1, 32, 1, 1, 0, ctypes.c_void_p(stream_ptr), ctypes.pointer(attr), 1)
     arg = ctypes.c_uint64(arg_ptr)
     params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
@@ -202,7 +203,7 @@ def chains(n_kernels: int, launches: int):
                     join.record(side)
                     s.wait_event(join)
                 elif name == "chain + cluster kernel":   # as cuBLAS's Hopper kernels may launch
-                    cluster_launch(nop.ptr, buf.data.ptr, s.ptr)
+                    cluster_launch(nop.kernel.ptr, buf.data.ptr, s.ptr)   # the RawKernel's CUfunction
             nop((1,), (32,), (buf,), stream=s)
         g = memsets.OwnedGraph.end_capture(s, rt)
         shape = graphs.shape(g.graph)
@@ -243,7 +244,10 @@ def step_graph(model: str, dtype: str, launches: int):
             shape = shapes[0] if len(shapes) == 1 else {
                 "nodes": sum(s["nodes"] for s in shapes), "straight_line": all(s["straight_line"] for s in shapes),
                 "kinds": dict(sum((collections.Counter(s["kinds"]) for s in shapes), collections.Counter())),
-                **{k: sum(s[k] for s in shapes) for k in ("joins", "forks", "programmatic_edges")}, "parts": shapes}
+                "kernel_clusters": dict(sum((collections.Counter(s["kernel_clusters"]) for s in shapes),
+                                            collections.Counter())),
+                **{k: sum(s[k] for s in shapes) for k in ("edges", "roots", "leaves", "joins", "forks",
+                                                           "programmatic_edges")}, "parts": shapes}
         else:
             shape = {"nodes": None, "note": "not an OwnedGraph (TR2_MEMSET_EARLY other than 4)"}
         times = time_launches(step.graph.replay, step.stream.synchronize, launches)

@@ -22,8 +22,9 @@ step: between the forward and the backward), replayed one after the other on the
 device waits for about the whole of a graph's launch on the host (407-705 µs on gpt2-small bf16, docs/perf.md
 "Forty-first session"); cut in two, it starts once the first part is launched and the host launches the second
 under the forward's milliseconds, for one graph-to-graph gap a step. The same kernels in the same order on one
-stream: the same bits (tests/test_graph_gpu.py). Not with the side stream (TR2_SIDE_STREAM=1): a fork before the cut
-and its join after it would cross two captures.
+stream: the same bits (tests/test_graph_gpu.py). The side stream (TR2_SIDE_STREAM=1) forks and joins within the
+backward, so within the second part. The second part's first product has nothing before it in its capture, so its
+cuBLAS memset, where its plan has one, stays in line (gpu/memsets.py).
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class StepGraph:
         self.pool = cp.cuda.MemoryPool()
         self.malloc = allocator_for(self.pool) if allocator_for else self.pool.malloc
         self.graph = None   # the first (or only) part
+        self._open = False
         self.parts = []     # the captured graphs, replayed in this order
         self._ended = []    # during a capture: the parts split_here() has ended
         self.out = None
@@ -67,20 +69,18 @@ class StepGraph:
         global _cutting
         if self.graph is not None:
             raise RuntimeError("capture: this step is captured already")
-        if PARTS > 1 and streams.ENABLED:
-            raise RuntimeError("TR2_STEP_GRAPHS=2 with TR2_SIDE_STREAM=1: not built (a side stream's fork before the "
-                               "cut and its join after it would cross two captures); allowed: one of the two")
         with self.stream, cp.cuda.using_allocator(self.malloc):
             self._ended = []
             self.stream.begin_capture()
+            self._open = True   # a capture begun and not yet ended (by a cut or the end)
             _cutting = self if PARTS > 1 else None
             try:
                 with runtime.capturing():
                     out = self.body()
             except BaseException:
                 _cutting = None
-                try:   # leave the stream out of capture mode (a failed cut may have left it out already)
-                    if self.stream.is_capturing():
+                try:   # leave the stream out of capture mode, unless a failed cut left it out already
+                    if self._open:
                         self.stream.end_capture()
                 finally:   # the graphs are dropped, their handles with them
                     self._ended = []
@@ -107,6 +107,7 @@ class StepGraph:
     def _end(self):
         """The capture under way ended: an OwnedGraph not yet instantiated with TR2_MEMSET_EARLY=4 (its leaves go
         first: memsets.OwnedGraph says why), else CuPy's graph, instantiated."""
+        self._open = False   # ended, or failed to: either way the stream is out of capture mode now
         return (memsets.OwnedGraph.end_capture(self.stream, cp.cuda.runtime) if memsets.DROP
                 else self.stream.end_capture())
 
@@ -114,11 +115,15 @@ class StepGraph:
         """split_here() during the capture: the graph so far ended, a new capture begun on the same stream."""
         if len(self._ended) + 1 >= PARTS:
             raise RuntimeError(f"split_here: a cut more than TR2_STEP_GRAPHS={PARTS} parts allow")
-        self._ended.append(self._end())
         mover = memsets.active()
-        if mover is not None:   # a product's previous one on its workspace (values 1-2) lies in the ended part
-            mover.last.clear()
+        if mover is not None:
+            mover.verify()   # the first part's moves read back while its graph is whole: CuPy 13 destroys the
+            if not memsets.DROP:   # cudaGraph_t of a graph it instantiates, and nothing reads them again but value
+                mover.moved = []   # 4's drop_leaves, whose graphs stay whole (OwnedGraph)
+            mover.last.clear()   # a product's previous one on its workspace (values 1-2) lies in the ended part
+        self._ended.append(self._end())
         self.stream.begin_capture()
+        self._open = True
 
     def replay(self):
         """Launch the captured step on the stream (each part in turn); returns the outputs of capture (rewritten
