@@ -119,6 +119,14 @@ def graph_module(monkeypatch):
     sys.modules.pop(f"{PKG}.graph", None)
 
 
+def at(graph_module, monkeypatch, parts: int, drop: bool = True):
+    """The graph module and its log, with TR2_STEP_GRAPHS=parts and TR2_MEMSET_EARLY=4's DROP as given."""
+    graph, log = graph_module
+    monkeypatch.setattr(graph, "PARTS", parts)
+    monkeypatch.setattr(memsets, "DROP", drop)
+    return graph, log
+
+
 def step(graph, log, cut=True, fail=None):
     """A StepGraph whose body logs 'forward', calls split_here() (where `cut`), logs 'backward'; `fail` raises at
     'forward' or 'backward'."""
@@ -137,9 +145,7 @@ def step(graph, log, cut=True, fail=None):
 
 @pytest.mark.parametrize("drop", [True, False])
 def test_one_graph_as_before(graph_module, monkeypatch, drop):
-    graph, log = graph_module
-    monkeypatch.setattr(graph, "PARTS", 1)
-    monkeypatch.setattr(memsets, "DROP", drop)
+    graph, log = at(graph_module, monkeypatch, 1, drop)
     s = step(graph, log)
     assert s.warmup() == "loss" and log == ["forward", "backward"]   # split_here outside a capture: nothing
     log.clear()
@@ -154,9 +160,7 @@ def test_one_graph_as_before(graph_module, monkeypatch, drop):
 
 @pytest.mark.parametrize("drop", [True, False])
 def test_two_graphs_cut_at_split_here_and_replay_in_order(graph_module, monkeypatch, drop):
-    graph, log = graph_module
-    monkeypatch.setattr(graph, "PARTS", 2)
-    monkeypatch.setattr(memsets, "DROP", drop)
+    graph, log = at(graph_module, monkeypatch, 2, drop)
     s = step(graph, log)
     s.capture()
     if drop:   # both parts ended before either is instantiated (their leaves go first)
@@ -176,8 +180,7 @@ def test_two_graphs_cut_at_split_here_and_replay_in_order(graph_module, monkeypa
 
 
 def test_a_second_cut_is_refused(graph_module, monkeypatch):
-    graph, log = graph_module
-    monkeypatch.setattr(graph, "PARTS", 2)
+    graph, log = at(graph_module, monkeypatch, 2)
 
     def body():
         graph.split_here()
@@ -191,9 +194,7 @@ def test_a_second_cut_is_refused(graph_module, monkeypatch):
 
 @pytest.mark.parametrize("fail", ["forward", "backward"])
 def test_a_failure_ends_the_open_capture_and_keeps_no_graph(graph_module, monkeypatch, fail):
-    graph, log = graph_module
-    monkeypatch.setattr(graph, "PARTS", 2)
-    monkeypatch.setattr(memsets, "DROP", True)
+    graph, log = at(graph_module, monkeypatch, 2, True)
     s = step(graph, log, fail=fail)
     with pytest.raises(ValueError, match=f"in the {fail}"):
         s.capture()
@@ -208,9 +209,7 @@ def test_a_failure_ends_the_open_capture_and_keeps_no_graph(graph_module, monkey
 def test_a_cut_that_fails_to_end_leaves_no_capture_to_end(graph_module, monkeypatch):
     """Where ending the first part fails (the capture invalidated), the stream is out of capture mode already: the
     failure path must not end it again (that would raise over the first error)."""
-    graph, log = graph_module
-    monkeypatch.setattr(graph, "PARTS", 2)
-    monkeypatch.setattr(memsets, "DROP", False)
+    graph, log = at(graph_module, monkeypatch, 2, False)
     s = step(graph, log)
     s.stream.fail_end = True
     with pytest.raises(RuntimeError, match="cudaErrorStreamCaptureInvalidated"):
@@ -224,9 +223,7 @@ def test_the_cut_reads_back_the_moves_and_forgets_the_last_products(graph_module
     """At the cut, the memsets' account (gpu/memsets.py) reads its moves back while the first part is whole (CuPy 13
     destroys an instantiated graph's template), keeps them only for value 4's drop_leaves, and forgets each
     workspace's last product (values 1-2 would join a node of the ended part)."""
-    graph, log = graph_module
-    monkeypatch.setattr(graph, "PARTS", 2)
-    monkeypatch.setattr(memsets, "DROP", drop)
+    graph, log = at(graph_module, monkeypatch, 2, drop)
     monkeypatch.setattr(memsets.Mover, "verify", lambda self, driver=None: log.append(f"verify {len(self.moved)}"))
     move = types.SimpleNamespace(retarget=None)   # a memset moved in the first part
     seen = []
