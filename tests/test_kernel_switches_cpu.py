@@ -29,3 +29,18 @@ def test_other_values_stop_naming_key_value_and_choices(monkeypatch, raw, allowe
     msg = str(e.value)
     assert "TR2_TEST_SWITCH" in msg and repr(raw) in msg
     assert all(str(a) in msg for a in allowed)
+
+
+def test_a_bad_switch_is_one_line_of_the_trainer(monkeypatch, capsys):
+    """A switch's refusal is a Tr2Error (and a ValueError): tr2.train prints it as its one-line error and exits 2,
+    where a traceback from deep in an import would otherwise end the run (on the GPU, where the modules read them)."""
+    import tr2.train
+    from tr2 import Tr2Error
+    from tr2.cupy_side.gpu import SwitchError
+    monkeypatch.setenv("TR2_TEST_SWITCH", "yes")
+    with pytest.raises(SwitchError) as e:
+        kernel_switch("TR2_TEST_SWITCH", 1, (1, 2))
+    assert isinstance(e.value, Tr2Error) and isinstance(e.value, ValueError)
+    monkeypatch.setattr(tr2.train, "run", lambda args: kernel_switch("TR2_TEST_SWITCH", 1, (1, 2)))
+    assert tr2.train.main(["--side", "cupy", "--model", "tiny", "--steps", "1"]) == 2
+    assert capsys.readouterr().err == "tr2.train: error: TR2_TEST_SWITCH='yes': allowed values are 1, 2\n"

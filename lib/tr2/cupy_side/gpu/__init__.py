@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+from ... import Tr2Error
+
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
 
 # Operation of the backend table (docs/architecture.md) -> the CUDA source that holds its kernels.
@@ -217,6 +219,12 @@ def find_nvidia_lib(stem: str, env: str | None = None) -> str | None:
     return ctypes.util.find_library(stem)
 
 
+class SwitchError(Tr2Error, ValueError):
+    """A kernel switch (TR2_*) set to a value or a combination that is not allowed: one line naming the switch, the
+    value and what is allowed, which tr2.train prints as its error (exit 2) where a traceback would otherwise end the
+    run (a ValueError too, as the switches' tests catch it)."""
+
+
 def switch_given(key: str) -> bool:
     """Whether the environment sets the kernel switch `key` (a blank value counts as unset, as kernel_switch reads
     it): where a default yields to another form asked for, a value given explicitly does not."""
@@ -235,7 +243,7 @@ def kernel_switch(key: str, default: int, allowed: tuple = (0, 1)) -> int:
     except ValueError:
         value = None
     if value not in allowed:
-        raise ValueError(f"{key}={raw!r}: allowed values are {_allowed_text(allowed)}")
+        raise SwitchError(f"{key}={raw!r}: allowed values are {_allowed_text(allowed)}")
     return value
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch, switch_given
+from . import SwitchError, WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch
+from . import switch_given
 from . import dropout as _dropout
 from . import tma as _tma
 from .cast import to_half
@@ -262,7 +263,7 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
     strides = (u32(V_STRIDES[0]), u32(V_STRIDES[1]))
     form = forward_tma_form(T)
     if sum(map(bool, (WG_FORWARD_PIPELINED, WG_FORWARD_PINGPONG, form))) > 1:
-        raise ValueError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 8 (or "
+        raise SwitchError("TR2_ATTN_FWD_WGP=1, TR2_ATTN_FWD_PINGPONG=1 and TR2_ATTN_FWD_TMA=1 to 8 (or "
                          "TR2_ATTN_FWD_TMA_LONG on rows over 256): allowed is one at most")
     if form:
         qkv = args[2]
@@ -529,7 +530,7 @@ def dq_tma_runs(T: int, wg: bool) -> bool:
     """Whether dQ runs on the TMA producer for rows of T (DQ_TMA's 0, 1 and 2 above); wg: the wgmma dK/dV kernels
     run (the TMA dQ reads ds_t as they write it)."""
     if DQ_TMA == 1 and not wg:
-        raise ValueError("TR2_ATTN_DQ_TMA=1 reads ds_t as the wgmma dK/dV kernels write it; allowed with them only "
+        raise SwitchError("TR2_ATTN_DQ_TMA=1 reads ds_t as the wgmma dK/dV kernels write it; allowed with them only "
                          "(head size 64, half roundings, a Hopper GPU, TR2_ATTN_WG_DKDV=1)")
     return DQ_TMA == 1 or (DQ_TMA == 2 and T > WG_MAX_T and wg)
 
@@ -566,11 +567,11 @@ def _launch_dkdv_wg(ctx, hs: int, T: int, BH: int, name: str, args: tuple, din: 
     nwg, o = wg_dkdv_warpgroups(T), "o" if WG_DKDV_OVERLAP else ("d" if din else "")
     pp = WG_DKDV_PINGPONG and nwg == 2
     if pp and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it alone, evict-first
-        raise ValueError("TR2_ATTN_WG_DKDV_PINGPONG=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
+        raise SwitchError("TR2_ATTN_WG_DKDV_PINGPONG=1 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
                          "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
     three = WG_DKDV_BLOCKS == 3 and nwg == 1
     if three and (WG_DKDV_OVERLAP or din or not DS_EVICT_FIRST):   # attention.cu builds it plain, evict-first
-        raise ValueError("TR2_ATTN_WG_DKDV_BLOCKS=3 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
+        raise SwitchError("TR2_ATTN_WG_DKDV_BLOCKS=3 needs TR2_ATTN_DS_EVICT_FIRST=1 and neither "
                          "TR2_ATTN_WG_DKDV_OVERLAP=1 nor TR2_ATTN_WG_DKDV_ROW_DOTS=1")
     o = "p" if pp else ("t" if three else o)
     launch(FILE, f"attn_backward_dkdv_ds_wg{nwg}{o}_{_ds_form()}{name}_hs{hs}", (BH, -(-T // (64 * nwg))),
@@ -638,7 +639,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                 key = "TR2_ATTN_WG_DKDV_OVERLAP" if WG_DKDV_OVERLAP else "TR2_ATTN_WG_DKDV_ROW_DOTS"
                 raise ValueError(f"{key}=1 needs TR2_ATTN_DS_EVICT_FIRST=1 (TR2_ATTN_DS_EVICT_FIRST=0 given)")
             if WG_DKDV_OVERLAP and din:   # attention.cu has no form with both
-                raise ValueError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
+                raise SwitchError("TR2_ATTN_WG_DKDV_OVERLAP=1 and TR2_ATTN_WG_DKDV_ROW_DOTS=1 together: allowed is one")
             if tma_dkdv:
                 check_tma_dkdv_switches("TR2_ATTN_WG_DKDV_TMA=1")
                 form, stages = DKDV_TMA_FORMS[DKDV_TMA_FORM]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import REGISTER_ROW_SIZES, deferred_finals, dw_order, kernel_switch, switch_given
+from . import REGISTER_ROW_SIZES, SwitchError, deferred_finals, dw_order, kernel_switch, switch_given
 from .runtime import compute_capability, f32, i32, launch, sm_count
 
 FILE = "layernorm.cu"
@@ -89,7 +89,7 @@ def _rows_kernel(kernel: str, C: int) -> str:
     if kernel != "residual_layernorm_backward":
         return f"{kernel}_c{C}"
     if PREFETCH_SKIP and BWD_BLOCKS == 3:
-        raise ValueError("TR2_LN_BWD_PREFETCH=1 and TR2_LN_BWD_BLOCKS=3 name two forms of one kernel: one of them")
+        raise SwitchError("TR2_LN_BWD_PREFETCH=1 and TR2_LN_BWD_BLOCKS=3 name two forms of one kernel: one of them")
     if BWD_BLOCKS == 3 and C in THREE_BLOCK_SIZES:
         return f"{kernel}_c{C}_o3"
     return f"{kernel}_c{C}{'_pf' if PREFETCH_SKIP else ''}"
@@ -133,7 +133,7 @@ def _bulk_rows(kernel: str, C: int, rows) -> bool:
         return False
     if PREFETCH_SKIP or BWD_BLOCKS == 3:   # a form asked for by name wins over the default
         if switch_given("TR2_LN_BWD_BULK"):
-            raise ValueError("TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3 name two forms of one "
+            raise SwitchError("TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3 name two forms of one "
                              "kernel: one of them")
         return False
     return not FINAL_IN_KERNEL and all(a is None or (a.flags.c_contiguous and a.data.ptr % 16 == 0) for a in rows)
