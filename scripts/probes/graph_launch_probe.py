@@ -133,15 +133,19 @@ class _Graphs:
         return [int(out[i]) for i in range(count.value)]
 
     def shape(self, graph: int) -> dict:
-        edges, clusters = {}, collections.Counter()
+        edges, clusters, memset_bytes = {}, collections.Counter(), []
         for n in self.nodes(graph):
             deps, plain = self.driver._edges_into(n)
             edges[n] = (deps, sum(1 for p in plain if not p))
-            if self.driver.kind(n) == 0:
+            kind = self.driver.kind(n)
+            if kind == 0:
                 c = self.cluster(n)
                 clusters["not said" if c is None else "x".join(map(str, c)) if max(c) > 1 else "none"] += 1
+            elif kind == 2:   # which memsets a graph holds, by their size (wpe's gradient, the sort's counters ...)
+                first, end = self.driver.memset_range(n)
+                memset_bytes.append(end - first)
         out = graph_shape(edges, self.driver.kind, lambda n: edges[n][0], lambda n: edges[n][1])
-        return {**out, "kernel_clusters": dict(sorted(clusters.items()))}
+        return {**out, "kernel_clusters": dict(sorted(clusters.items())), "memset_bytes": sorted(memset_bytes)}
 
 
 def time_launches(launch, sync, n: int) -> dict:
@@ -246,6 +250,7 @@ def step_graph(model: str, dtype: str, launches: int):
                 "kinds": dict(sum((collections.Counter(s["kinds"]) for s in shapes), collections.Counter())),
                 "kernel_clusters": dict(sum((collections.Counter(s["kernel_clusters"]) for s in shapes),
                                             collections.Counter())),
+                "memset_bytes": sorted(b for s in shapes for b in s["memset_bytes"]),
                 **{k: sum(s[k] for s in shapes) for k in ("edges", "roots", "leaves", "joins", "forks",
                                                            "programmatic_edges")}, "parts": shapes}
         else:
@@ -276,7 +281,8 @@ def main(argv) -> int:
     for r in rows:
         print(f"{r['graph']:<28} {r.get('nodes') or '?':>6} {str(r.get('straight_line')):>8} {r['idle_us']:>8} "
               f"{r['busy_us']:>8}  {r.get('kinds')} joins {r.get('joins')} forks {r.get('forks')} "
-              f"programmatic {r.get('programmatic_edges')} clusters {r.get('kernel_clusters')}")
+              f"programmatic {r.get('programmatic_edges')} clusters {r.get('kernel_clusters')} "
+              f"memsets {r.get('memset_bytes')}")
     return 0
 
 
