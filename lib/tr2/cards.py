@@ -396,13 +396,14 @@ def check_machine(card: dict) -> None:
                            "model than this machine's is refused), 0 or unset (it runs, with one line saying so)")
         names = gpu_names()
         wanted = machine_gpu_mismatch(card.get("machine"), names)
+        here = " + ".join(sorted(set(names)))
         if wanted and require == "1":
             raise Tr2Error(f"machine: card {card['card']} names {card['machine']!r} and this machine's GPU is "
-                           f"{' + '.join(sorted(set(names)))}; allowed here (TR2_REQUIRE_CARD_GPU=1): run it where "
+                           f"{here}; allowed here (TR2_REQUIRE_CARD_GPU=1): run it where "
                            f"the GPU is an {wanted}, or without TR2_REQUIRE_CARD_GPU to time this GPU")
         if wanted:
             sys.stderr.write(f"tr2: card {card['card']} names machine {card['machine']!r} and this machine's GPU is "
-                             f"{' + '.join(sorted(set(names)))}: its runs time this GPU, not an {wanted} (machine.json "
+                             f"{here}: its runs time this GPU, not an {wanted} (machine.json "
                              f"and the report name it), and the GPU minutes modelled from {wanted} runs do not apply\n")
     for m in card["models"]:
         for name in DATA_FILES[load_model(m).dataset]:

@@ -84,17 +84,22 @@ def gpu_models(info) -> list[str]:
     return sorted({g["name"] for g in gpus or [] if isinstance(g, dict) and isinstance(g.get("name"), str)})
 
 
+def held_machine(d: Path) -> Optional[dict]:
+    """The machine record a results folder was started with (its machine.json), None where it has none readable."""
+    try:
+        return json.loads((Path(d) / "machine.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def check_same_gpu_model(d: Path, card: dict, info: dict, key: str = "results_dir") -> None:
     """One line (Tr2Error, naming `key`) where a cuda card's folder, started on one GPU model (its machine.json),
     would go on here on another: an H100's runs beside an H200's would be two cards' step times, floors and kernel
     tables in one folder, and nothing downstream could tell them apart. Another machine of the same model is
     fine (the device tool lends a different one to each piece; sessions.jsonl names each GPU by its UUID). Nothing
     is checked where either record names no GPU (nvidia-smi missing) or the folder's cannot be read."""
-    if card.get("device") != "cuda" or not (d / "machine.json").is_file():
-        return
-    try:
-        held = json.loads((d / "machine.json").read_text())
-    except (OSError, ValueError):
+    held = held_machine(d) if card.get("device") == "cuda" else None
+    if held is None:
         return
     there, here = gpu_models(held), gpu_models(info)
     if there and here and there != here:
@@ -287,11 +292,7 @@ def on_h200(folder: Folder) -> bool:
     counts as one): where scripts/h200_minutes.py's model of the committed H200 runs can estimate its runs."""
     if folder.card.get("machine") != "nvidia-h200":
         return False
-    try:
-        held = json.loads((folder.path / "machine.json").read_text())
-    except (OSError, ValueError):
-        return True
-    return machine_gpu_mismatch("nvidia-h200", gpu_models(held)) is None
+    return machine_gpu_mismatch("nvidia-h200", gpu_models(held_machine(folder.path))) is None
 
 
 def modelled_seconds(folder: Folder) -> Optional[Callable]:

@@ -59,11 +59,10 @@ def product_input(ctx, x: "cp.ndarray", name: str) -> "cp.ndarray":
     return to_half(x, ctx.kind, out=buf)
 
 
-def zero_fill_by_kernel(dtype, contiguous: bool, switch: bool = None) -> bool:
+def zero_fill_by_kernel(dtype, contiguous: bool) -> bool:
     """Whether `zero` fills by fill_f32 (a kernel) rather than a memset: with the switch on, for C-contiguous arrays of
     4-byte elements (their zero is float32's zero bits); anything else stays a memset."""
-    on = ZERO_BY_KERNEL if switch is None else switch
-    return bool(on and contiguous and np.dtype(dtype).itemsize == 4)
+    return bool(ZERO_BY_KERNEL and contiguous and np.dtype(dtype).itemsize == 4)
 
 
 def zero(out: "cp.ndarray") -> "cp.ndarray":
