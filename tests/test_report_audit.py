@@ -373,6 +373,27 @@ def test_checks_outside_the_stages_are_shown_confirmed_by_their_logs(tmp_path, m
     assert gap.startswith("graph = eager: not shown for") and "tiny/float32" not in gap
 
 
+def test_a_kind_of_check_about_configurations_the_series_leaves_out_leaves_no_gap(tmp_path, monkeypatch):
+    """Entries that time configurations the series does not (GPT-2 medium, float16 beside the H200 edition's rows)
+    lack nothing on the timed rows: no "not shown for" line for their kind. An entry of a kind that names one timed
+    configuration still makes the others of that kind a gap, confirmed or not."""
+    log = tmp_path / "bench.log"
+    log.write_text("bench r0 gpt2-medium-float16-cupy-graph: ok clock 42.7\n")
+    outside = {"kind": "left out, timed beside", "what": "one run", "log": str(log), "commit": "a" * 40,
+               "outcome": ["clock 42.7"], "covers": ["gpt2-medium/float16"]}
+    unconfirmed = {**outside, "kind": "graph = eager", "outcome": ["9 passed"], "covers": ["tiny/float32"]}
+    _evidence(tmp_path, monkeypatch, [outside, unconfirmed])
+    root = tmp_path / "results"
+    make_results(root)
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    timed = [f"{r['model']}/{r['dtype']}" for r in data["rows"] if r["primary"]]
+    assert "tiny/float32" in timed and "gpt2-medium/float16" not in timed
+    assert data["evidence"]["uncovered"] == {"left out, timed beside": [], "graph = eager": timed}
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    gaps = [" ".join(g.get_text().split()) for g in soup.find_all(class_="evidence-gap")]
+    assert len(gaps) == 1 and gaps[0].startswith("graph = eager: not shown for")
+
+
 def test_a_mode_timed_beside_the_series_is_named_where_the_page_says_it_was_not_timed(tmp_path, monkeypatch):
     """The page said "Not timed here: default ... no verdict on this page speaks for it" while the checks below it
     timed default beside reduce-overhead, faster on one configuration: the sentence now says where each mode left
@@ -427,7 +448,9 @@ def test_the_committed_evidence_of_the_h200_edition_is_confirmed_by_its_logs():
                                "PyTorch's max-autotune, which the series leaves out, timed beside reduce-overhead "
                                "(no verdict)": [],
                                "PyTorch's default mode, which the series leaves out, timed beside reduce-overhead "
-                               "(no verdict)": []}
+                               "(no verdict)": [],
+                               "configurations the series leaves out (float16, GPT-2 medium), timed beside "
+                               "reduce-overhead (no verdict)": []}
     assert ev["modes_timed"] == {"max-autotune": ["nanogpt/float32", "nanogpt/bfloat16", "gpt2-small/float32",
                                                   "gpt2-small/bfloat16"],
                                  "default": ["nanogpt/float32", "nanogpt/bfloat16", "gpt2-small/float32",

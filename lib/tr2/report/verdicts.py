@@ -174,9 +174,9 @@ def evidence(card_name: str, html_dir, timed) -> dict:
     {kind, what, log, commit, outcome: [lines], covers: [model/dtype]}, and `mode` where the entry times a PyTorch
     mode beside the series' (one of TORCH_MODES). An entry is confirmed where its log (a committed file under the
     repository) holds every outcome line; `uncovered` names, per kind, the timed configurations (`timed`,
-    model/dtype) that no confirmed entry of that kind covers; `modes_timed`, per mode, those its confirmed entries
-    cover (so the sentence that says a mode was not timed here can say where it was timed beside). No file: no
-    entries."""
+    model/dtype) that no confirmed entry of that kind covers (none where no entry of the kind names a timed one);
+    `modes_timed`, per mode, those its confirmed entries cover (so the sentence that says a mode was not timed here
+    can say where it was timed beside). No file: no entries."""
     path = EVIDENCE_DIR / f"{card_name}.yaml"
     if not path.is_file():
         return {"file": None, "entries": [], "uncovered": {}, "modes_timed": {}}
@@ -209,6 +209,11 @@ def evidence(card_name: str, html_dir, timed) -> dict:
 
     uncovered = {}
     for kind in dict.fromkeys(e["kind"] for e in entries):
+        # a kind none of whose entries names a timed configuration speaks of others (a type or model the series
+        # leaves out): the timed rows lack nothing of it
+        if not any(c in timed for e in entries if e["kind"] == kind for c in e["covers"]):
+            uncovered[kind] = []
+            continue
         done = covered("kind", kind)
         uncovered[kind] = [c for c in timed if c not in done]
     modes_timed = {}
