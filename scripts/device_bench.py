@@ -220,7 +220,8 @@ def bench_table(path: Path) -> list:
     inside the timed windows (the median over the rounds of each run's in-window median; '-' where not sampled) and
     the joules a step there (the window's mean power by the card's energy counter times the step time, median over
     the rounds; '-' where the samples had no counter; marked '*', with a note under the table, where a reading spans
-    too little of its window to be compared: tr2.series.energy_counts)."""
+    too little of its window to be compared: tr2.series.energy_counts). Then, where variants ran, variant_table's
+    lines."""
     from statistics import median
 
     from tr2.results import read_jsonl
@@ -270,6 +271,39 @@ def bench_table(path: Path) -> list:
     if any(marked):
         lines.append(f"  * joules from energy readings spanning under {ENERGY_MIN_SPAN_S:g} s of a window (or of unknown "
                      "span): not precise enough to compare (tr2.series.ENERGY_MIN_SPAN_S)")
+    return lines + variant_table(cupy)
+
+
+def variant_table(cupy: dict) -> list:
+    """Each variant's cupy runs (a lib of TR2_BENCH_CUPY_LIBS: `graph@NAME`) against this tree's of the same model,
+    type and path (`graph`): both medians (n: how many), the change of the medians, and round by round the variant
+    less the tree where both ran in that round (the rounds rotate the order, so a pair shares its round's conditions),
+    with how many pairs the variant is the faster. `cupy`: (model, dtype) -> {variant: [records]}, as bench_table
+    groups them. No variants: no lines."""
+    from statistics import median
+
+    def by_round(rs):
+        return {r.get("round"): r["step_ms"] for r in rs if r.get("step_ms")}
+
+    lines = []
+    for (model, dtype), cs in cupy.items():
+        for name, rs in cs.items():
+            path, _, lib = name.partition("@")
+            base = cs.get(path)
+            if not lib or not base:
+                continue
+            v, b = by_round(rs), by_round(base)
+            if not v or not b:
+                continue
+            pairs = [v[k] - b[k] for k in sorted(v, key=str) if k in b]
+            vm, bm = median(v.values()), median(b.values())
+            faster = sum(d < 0 for d in pairs)
+            lines.append(f"{model:12} {dtype:9} {name:16} {vm:9.3f} {len(v):2d} {bm:9.3f} {len(b):2d} {vm - bm:+8.3f}  "
+                         + (" ".join(f"{d:+.3f}" for d in pairs) + f" (faster in {faster} of {len(pairs)})"
+                            if pairs else "no round with both"))
+    if lines:
+        lines.insert(0, f"{'model':12} {'type':9} {'variant':16} {'ms':>9} {'n':>2} {'tree ms':>9} {'n':>2} "
+                        f"{'change':>8}  variant less tree, round by round")
     return lines
 
 

@@ -69,3 +69,29 @@ def test_joules_read_over_too_short_a_stretch_are_marked(tmp_path):
     ok = [_rec("cupy", 16.0, 1620, 0, watts=690.0), _rec("torch", 19.0, 1790, 0, watts=694.0)]
     path.write_text("".join(json.dumps(r) + "\n" for r in ok))
     assert len(device_bench.bench_table(path)) == 2 and "*" not in device_bench.bench_table(path)[1]
+
+
+def test_each_variant_is_set_against_this_trees_runs_round_by_round(tmp_path):
+    """A variant's runs (TR2_BENCH_CUPY_LIBS: `lib` in the record) against the tree's of the same model and type: the
+    medians, their change, and each round's pair (the variant less the tree), where a round lacks one side no pair;
+    every session's variant comparison was read off this by hand before (results/h200-edition-20261205i)."""
+    path = tmp_path / "bench.jsonl"
+    recs = [_rec("cupy", 15.706, None, 0), _rec("cupy", 15.812, None, 0, lib="zk"),
+            _rec("cupy", 15.697, None, 1), _rec("cupy", 15.740, None, 1, lib="zk"),
+            _rec("cupy", 15.650, None, 2, lib="zk")]   # round 2 stopped before the tree's run
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    lines = device_bench.bench_table(path)
+    assert lines[1].split()[:3] == ["model", "type", "variant"]
+    cells = lines[2].split()
+    assert cells[:3] == ["gpt2-small", "bfloat16", "graph@zk"]
+    assert cells[3:8] == ["15.740", "3", f"{(15.706 + 15.697) / 2:.3f}", "2", f"{15.740 - 15.7015:+.3f}"]
+    assert cells[8:10] == [f"{15.812 - 15.706:+.3f}", f"{15.740 - 15.697:+.3f}"]
+    assert lines[2].endswith("(faster in 0 of 2)") and len(lines) == 3
+
+
+def test_a_variant_without_a_timed_run_gives_no_line(tmp_path):
+    """A variant whose runs all failed (no step time) has nothing to set against the tree: the torch table only."""
+    path = tmp_path / "bench.jsonl"
+    failed = {**_rec("cupy", 16.0, None, 0, lib="x"), "status": "failed", "step_ms": None}
+    path.write_text(json.dumps(_rec("cupy", 16.1, None, 0)) + "\n" + json.dumps(failed) + "\n")
+    assert device_bench.bench_table(path) == device_bench.bench_table(path)[:1]

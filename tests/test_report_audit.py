@@ -375,8 +375,8 @@ def test_checks_outside_the_stages_are_shown_confirmed_by_their_logs(tmp_path, m
 
 def test_a_kind_of_check_about_configurations_the_series_leaves_out_leaves_no_gap(tmp_path, monkeypatch):
     """Entries that time configurations the series does not (GPT-2 medium, float16 beside the H200 edition's rows)
-    lack nothing on the timed rows: no "not shown for" line for their kind. An entry of a kind that names one timed
-    configuration still makes the others of that kind a gap, confirmed or not."""
+    lack nothing on the timed rows: no "not shown for" line for their kind. A kind whose entry names a timed
+    configuration keeps its gap line: here that entry is unconfirmed, so every timed configuration is a gap."""
     log = tmp_path / "bench.log"
     log.write_text("bench r0 gpt2-medium-float16-cupy-graph: ok clock 42.7\n")
     outside = {"kind": "left out, timed beside", "what": "one run", "log": str(log), "commit": "a" * 40,
