@@ -295,7 +295,7 @@ def variant_table(cupy: dict) -> list:
             v, b = by_round(rs), by_round(base)
             if not v or not b:
                 continue
-            pairs = [v[k] - b[k] for k in sorted(v, key=str) if k in b]
+            pairs = [v[k] - b[k] for k in sorted((k for k in v if k in b), key=lambda k: -1 if k is None else k)]
             vm, bm = median(v.values()), median(b.values())
             faster = sum(d < 0 for d in pairs)
             lines.append(f"{model:12} {dtype:9} {name:16} {vm:9.3f} {len(v):2d} {bm:9.3f} {len(b):2d} {vm - bm:+8.3f}  "
