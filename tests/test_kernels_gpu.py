@@ -1703,6 +1703,43 @@ def test_gelu_fast_kernels_replay_in_a_cuda_graph(monkeypatch):
     _gelu_graph_replays(be, x, dy, want_y, want_dx, "float16 gelu {} within an ulp, replay {} = eager")
 
 
+# The groups of eight from the last down (TR2_GELU_REVERSE; gelu.cu's group_in_order): every element is computed alone,
+# so the order must not move a bit. Specials sprinkled in so that groups take the computing path at random places, and
+# shapes whose n % 8 tail is not empty (the tail is not reordered).
+GELU_ORDER_FORMS = {"bf16_table": (BF16, {"by_table": True}), "f16_table": (F16, {"by_table": True}),
+                    "f16_fast": (F16, {"by_fast": True})}
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (3, 100_003), (4096, 3072)])
+@pytest.mark.parametrize("form", list(GELU_ORDER_FORMS))
+def test_gelu_groups_from_the_last_down_give_the_same_bits(form, shape):
+    from tr2.cupy_side.gpu import gelu
+    kind, how = GELU_ORDER_FORMS[form]
+    name, specials = GELU_TABLE_KINDS[kind]
+    gpu_backend(name)
+    if "by_table" in how:
+        gelu.tables(kind)   # eagerly, as the backend does for its own kind
+    g = gen(int(np.prod(shape)) + 11)
+    x = halfbits.to_bits(randn(g, *shape, scale=3.0), kind).reshape(-1)
+    at = g.choice(x.size, size=1 + x.size // 1000, replace=False)
+    x[at] = g.choice(specials, size=at.size)
+    xd, dyd = dev(x.reshape(shape)), dev(halfbits.to_bits(randn(g, *shape), kind))
+    runs = {}
+    for reverse in (False, True, False, True):
+        y, dx = cp.empty(shape, np.uint16), cp.empty(shape, np.uint16)
+        y.fill(0x7FC1)
+        dx.fill(0x7FC1)
+        gelu.launch_forward(y, xd, kind, kind, reverse=reverse, **how)
+        gelu.launch_backward(dx, dyd, xd, kind, kind, kind, reverse=reverse, **how)
+        got = (_bits(y), _bits(dx))
+        if reverse in runs:
+            exact(f"{form} gelu forward, order reverse={reverse} twice {shape}", got[0], runs[reverse][0])
+            exact(f"{form} gelu backward, order reverse={reverse} twice {shape}", got[1], runs[reverse][1])
+        runs[reverse] = got
+    exact(f"{form} gelu forward, from the last group down = front to back {shape}", runs[True][0], runs[False][0])
+    exact(f"{form} gelu backward, from the last group down = front to back {shape}", runs[True][1], runs[False][1])
+
+
 @pytest.mark.parametrize("shape", [(1,), (65, 33), (4096, 384)])
 def test_residual(shape):
     be, ref = gpu_backend(), NumpyBackend("float64")

@@ -50,6 +50,13 @@ F16_SEG = bool(kernel_switch("TR2_GELU_F16_SEG", 0))
 # only. 0: the computing kernels (or the segments / tables where those switches are on). Where it is on it takes
 # float16 before the segments and the tables.
 F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 1, (0, 1, 2))
+# The order the table and within-an-ulp kernels take their groups of eight in (TR2_GELU_REVERSE): 0 front to back; 1
+# from the last group down, so that the part of the input its product wrote last, which may still sit in the L2, is
+# read first (gelu.cu's group_in_order says why); 2 the forward alone from the last down, 3 the backward alone. The
+# same bits either way. Written in the forty-third session, off until measured.
+REVERSE_SWITCH = kernel_switch("TR2_GELU_REVERSE", 0, (0, 1, 2, 3))
+REVERSE_FORWARD = REVERSE_SWITCH in (1, 2)
+REVERSE_BACKWARD = REVERSE_SWITCH in (1, 3)
 # the kernels' `tail` argument for each value of the switch (a float16 code: x at or below it takes the computing path)
 FAST_TAILS = {1: kernel_define(FILE, "GELU_FAST_TAIL_X"), 2: kernel_define(FILE, "GELU_FAST_TAIL_NONE")}
 # gelu.cu's fast kernels index groups of eight in 32 bits: fewer elements than this (larger arrays take the others)
@@ -214,13 +221,16 @@ def _allowed() -> str:
 
 
 def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, by_table: bool | None = None,
-                   by_segment: bool | None = None, by_fast: bool | None = None, tail: int | None = None) -> None:
+                   by_segment: bool | None = None, by_fast: bool | None = None, tail: int | None = None,
+                   reverse: bool | None = None) -> None:
     """y = gelu(x); by_table None: the table kernel wherever it applies (x and y of one half type with tables,
     by_table_by_default); by_segment: the float16 segment kernel (_segment_choice); by_fast: the float16 kernel within
-    an ulp (_fast_choice), its tail code fast_tail(tail)."""
+    an ulp (_fast_choice), its tail code fast_tail(tail); reverse: the table and fast kernels take
+    their groups from the last down (None: REVERSE_FORWARD)."""
     n = x.size
+    order = i32(REVERSE_FORWARD if reverse is None else reverse)
     if _fast_choice(by_fast, by_table, by_segment, x_kind == y_kind == KIND_F16, n, "gelu_forward"):
-        launch(FILE, "gelu_forward_f16_fast", _blocks(n), THREADS, (y, x, i64(n), np.uint32(fast_tail(tail))))
+        launch(FILE, "gelu_forward_f16_fast", _blocks(n), THREADS, (y, x, i64(n), np.uint32(fast_tail(tail)), order))
         return
     if _segment_choice(by_segment, by_table, x_kind == y_kind == KIND_F16, "gelu_forward"):
         table = segment_tables()[0]
@@ -236,20 +246,22 @@ def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, b
     if by_table:
         k = TABLE_KERNELS[x_kind]
         table = tables(x_kind)[0]
-        _table_launch(k.forward, n, k.forward_blocks_per_sm, table, k.dynamic, (y, x, table, i64(n)))
+        _table_launch(k.forward, n, k.forward_blocks_per_sm, table, k.dynamic, (y, x, table, i64(n), order))
     else:
         launch(FILE, "gelu_forward", _blocks(n), THREADS, (y, x, i64(n), i32(x_kind), i32(y_kind)))
 
 
 def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind: int, x_kind: int, dx_kind: int,
                     by_table: bool | None = None, by_segment: bool | None = None, by_fast: bool | None = None,
-                    tail: int | None = None) -> None:
+                    tail: int | None = None, reverse: bool | None = None) -> None:
     """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x of a half type with tables,
     by_table_by_default); by_segment: the float16 segment kernel (x, dy and dx float16; _segment_choice); by_fast: the
-    float16 kernel within an ulp (x, dy and dx float16, the half roundings' kinds; _fast_choice), tail as above."""
+    float16 kernel within an ulp (x, dy and dx float16, the half roundings' kinds; _fast_choice), tail and reverse as
+    above (None: REVERSE_BACKWARD)."""
     n = x.size
+    order = i32(REVERSE_BACKWARD if reverse is None else reverse)
     if _fast_choice(by_fast, by_table, by_segment, dy_kind == x_kind == dx_kind == KIND_F16, n, "gelu_backward"):
-        launch(FILE, "gelu_backward_f16_fast", _blocks(n), THREADS, (dx, dy, x, i64(n), np.uint32(fast_tail(tail))))
+        launch(FILE, "gelu_backward_f16_fast", _blocks(n), THREADS, (dx, dy, x, i64(n), np.uint32(fast_tail(tail)), order))
         return
     if _segment_choice(by_segment, by_table, dy_kind == x_kind == dx_kind == KIND_F16, "gelu_backward"):
         table = segment_tables()[1]
@@ -265,7 +277,7 @@ def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind
         k = TABLE_KERNELS[x_kind]
         table = tables(x_kind)[1]
         _table_launch(k.backward, n, k.backward_blocks_per_sm, table, k.dynamic,
-                      (dx, dy, x, table, i64(n), i32(dy_kind), i32(dx_kind)))
+                      (dx, dy, x, table, i64(n), i32(dy_kind), i32(dx_kind), order))
     else:
         launch(FILE, "gelu_backward", _blocks(n), THREADS,
                (dx, dy, x, i64(n), i32(dy_kind), i32(x_kind), i32(dx_kind)))

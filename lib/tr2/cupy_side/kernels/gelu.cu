@@ -179,6 +179,16 @@ __device__ __forceinline__ i64 tail_index(i64 n) {
     return t < n ? t : -1;
 }
 
+// The group of eight that loop iteration i takes: i itself, or with `reverse` the groups from the last down.
+// Why the order can matter (TR2_GELU_REVERSE, gpu/gelu.py): each GELU runs right after the product that wrote its
+// newest input (c_fc's h before the forward, the c_proj backward's dg before the backward), and the part of that
+// output the product wrote last may still sit in the L2. Read front to back, the first misses evict the oldest lines
+// of that tail, the ones read next; read from the end, the tail is read first. Every element is computed alone, so
+// either order gives the same bits.
+__device__ __forceinline__ i64 group_in_order(i64 i, i64 groups, int reverse) {
+    return reverse ? groups - 1 - i : i;
+}
+
 // x and y in the kinds x_kind, y_kind (common.cuh's load_kind / store_kind).
 extern "C" __global__ void gelu_forward(void* __restrict__ y, const void* __restrict__ x, i64 n, int x_kind,
                                         int y_kind) {
@@ -280,9 +290,11 @@ __device__ __forceinline__ void gelu_table_to_shared(T* shared, const T* __restr
 
 template <int K>
 __device__ __forceinline__ void gelu_forward_by_table(u16* __restrict__ y, const u16* __restrict__ x,
-                                                      const u16* __restrict__ table, u16* shared_table, i64 n) {
+                                                      const u16* __restrict__ table, u16* shared_table, i64 n,
+                                                      int reverse) {
     gelu_table_to_shared<K>(shared_table, table);
-    GRID_STRIDE(g, n / 8) {
+    GRID_STRIDE(i, n / 8) {
+        const i64 g = group_in_order(i, n / 8, reverse);
         const uint4 u = ((const uint4*)x)[g];
         u32 index[8];
         if (gelu_table_indices<K>(index, u)) {
@@ -309,9 +321,11 @@ __device__ __forceinline__ void gelu_forward_by_table(u16* __restrict__ y, const
 template <int K>
 __device__ __forceinline__ void gelu_backward_by_table(void* __restrict__ dx, const void* __restrict__ dy,
                                                        const u16* __restrict__ x, const float* __restrict__ table,
-                                                       float* shared_table, i64 n, int dy_kind, int dx_kind) {
+                                                       float* shared_table, i64 n, int dy_kind, int dx_kind,
+                                                       int reverse) {
     gelu_table_to_shared<K>(shared_table, table);
-    GRID_STRIDE(g, n / 8) {
+    GRID_STRIDE(i, n / 8) {
+        const i64 g = group_in_order(i, n / 8, reverse);
         const uint4 u = ((const uint4*)x)[g];
         float d[8], v[8];
         load8(d, dy, 8 * g, dy_kind);
@@ -337,19 +351,20 @@ __device__ __forceinline__ void gelu_backward_by_table(void* __restrict__ dx, co
 
 // y = gelu(x), both bf16; table: the gelu_forward bits of the tabulated codes.
 extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_TABLE_BLOCKS_PER_SM)
-gelu_forward_bf16_table(u16* __restrict__ y, const u16* __restrict__ x, const u16* __restrict__ table, i64 n) {
+gelu_forward_bf16_table(u16* __restrict__ y, const u16* __restrict__ x, const u16* __restrict__ table, i64 n,
+                        int reverse) {
     grid_dependency_entry();
     __shared__ __align__(16) u16 shared_table[GELU_TABLE_SIZE];
-    gelu_forward_by_table<KIND_BF16>(y, x, table, shared_table, n);
+    gelu_forward_by_table<KIND_BF16>(y, x, table, shared_table, n, reverse);
 }
 
 // dx = dy * t(x), x bf16, dy and dx in the kinds dy_kind, dx_kind; table: t of the tabulated codes.
 extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_TABLE_BLOCKS_PER_SM)
 gelu_backward_bf16_table(void* __restrict__ dx, const void* __restrict__ dy, const u16* __restrict__ x,
-                         const float* __restrict__ table, i64 n, int dy_kind, int dx_kind) {
+                         const float* __restrict__ table, i64 n, int dy_kind, int dx_kind, int reverse) {
     grid_dependency_entry();
     __shared__ __align__(16) float shared_table[GELU_TABLE_SIZE];
-    gelu_backward_by_table<KIND_BF16>(dx, dy, x, table, shared_table, n, dy_kind, dx_kind);
+    gelu_backward_by_table<KIND_BF16>(dx, dy, x, table, shared_table, n, dy_kind, dx_kind, reverse);
 }
 
 // The f16 tables' room, sized by the launch (GELU_F16_TABLE_SIZE entries of the table's type; gpu/gelu.py): the
@@ -358,17 +373,18 @@ extern __shared__ uint4 gelu_dynamic_shared[];
 
 // y = gelu(x), both f16; table: the gelu_forward bits of the tabulated codes.
 extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD)
-gelu_forward_f16_table(u16* __restrict__ y, const u16* __restrict__ x, const u16* __restrict__ table, i64 n) {
+gelu_forward_f16_table(u16* __restrict__ y, const u16* __restrict__ x, const u16* __restrict__ table, i64 n,
+                       int reverse) {
     grid_dependency_entry();
-    gelu_forward_by_table<KIND_F16>(y, x, table, (u16*)gelu_dynamic_shared, n);
+    gelu_forward_by_table<KIND_F16>(y, x, table, (u16*)gelu_dynamic_shared, n, reverse);
 }
 
 // dx = dy * t(x), x f16, dy and dx in the kinds dy_kind, dx_kind; table: t of the tabulated codes.
 extern "C" __global__ void __launch_bounds__(GELU_TABLE_THREADS, GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD)
 gelu_backward_f16_table(void* __restrict__ dx, const void* __restrict__ dy, const u16* __restrict__ x,
-                        const float* __restrict__ table, i64 n, int dy_kind, int dx_kind) {
+                        const float* __restrict__ table, i64 n, int dy_kind, int dx_kind, int reverse) {
     grid_dependency_entry();
-    gelu_backward_by_table<KIND_F16>(dx, dy, x, table, (float*)gelu_dynamic_shared, n, dy_kind, dx_kind);
+    gelu_backward_by_table<KIND_F16>(dx, dy, x, table, (float*)gelu_dynamic_shared, n, dy_kind, dx_kind, reverse);
 }
 
 // ---------------------------------------------------------------------------------------------- by segment
@@ -678,11 +694,14 @@ __device__ __forceinline__ uint4 gelu_fast_backward8(const uint4 q, const uint4 
 
 // y = gelu(x), both f16, within an ulp of gelu_forward's (see the header); tail: a float16 code (gpu/gelu.py's
 // fast_tail()). n < 2^34 (gpu/gelu.py), so that the group index fits 32 bits.
-extern "C" __global__ void gelu_forward_f16_fast(u16* __restrict__ y, const u16* __restrict__ x, i64 n, u32 tail) {
+extern "C" __global__ void gelu_forward_f16_fast(u16* __restrict__ y, const u16* __restrict__ x, i64 n, u32 tail,
+                                                 int reverse) {
     grid_dependency_entry();
     const u32 groups = (u32)(n / 8), stride = gridDim.x * blockDim.x;
-    for (u32 g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride)
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
+        const u32 g = reverse ? groups - 1 - i : i;
         ((uint4*)y)[g] = gelu_fast_forward8(((const uint4*)x)[g], tail);
+    }
     const i64 t = tail_index(n);
     if (t >= 0) {
         const float v = f16_bits_to_f32(x[t]);
@@ -694,11 +713,13 @@ extern "C" __global__ void gelu_forward_f16_fast(u16* __restrict__ y, const u16*
 
 // dx = dy * t(x), x, dy and dx f16 (the half roundings' kinds), within an ulp of gelu_backward's.
 extern "C" __global__ void gelu_backward_f16_fast(u16* __restrict__ dx, const u16* __restrict__ dy,
-                                                  const u16* __restrict__ x, i64 n, u32 tail) {
+                                                  const u16* __restrict__ x, i64 n, u32 tail, int reverse) {
     grid_dependency_entry();
     const u32 groups = (u32)(n / 8), stride = gridDim.x * blockDim.x;
-    for (u32 g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride)
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
+        const u32 g = reverse ? groups - 1 - i : i;
         ((uint4*)dx)[g] = gelu_fast_backward8(((const uint4*)x)[g], ((const uint4*)dy)[g], tail);
+    }
     const i64 t = tail_index(n);
     if (t >= 0) {
         const float v = f16_bits_to_f32(x[t]), d = f16_bits_to_f32(dy[t]);
