@@ -144,25 +144,33 @@ def test_the_table_kernels_are_registered():
             "gelu_backward_f16_table"} <= set(gpu.FILE_KERNELS["gelu.cu"])
 
 
-ORDERED_KERNELS = ("gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_table",
-                   "gelu_backward_f16_table", "gelu_forward_f16_fast", "gelu_backward_f16_fast")
+ORDERED_KERNELS = ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
+                   "gelu_forward_f16_table", "gelu_backward_f16_table", "gelu_forward_f16_fast", "gelu_backward_f16_fast")
+
+
+def _last_arguments(wrapper: str, call: str) -> list:
+    """The name (first group) and the last argument of every launch `call` matches in gpu/gelu.py (its argument tuple
+    ends the call: '...))' at a line's end)."""
+    return [(m.group(1), m.group(2).rsplit(",", 1)[-1].strip()) for m in re.finditer(call + r".*?\((.*?)\)\)\n",
+                                                                                    wrapper, re.S)]
 
 
 def test_the_ordered_kernels_take_the_order_last_and_the_wrapper_passes_it():
     """TR2_GELU_REVERSE reaches the kernels it names: each takes `int reverse` as its last parameter, and gpu/gelu.py
-    hands every launch of them the order (`order`, from the switch or the caller) as its last argument. (That either
-    order gives the same bits is tests/test_kernels_gpu.py's, on a GPU.)"""
+    hands every launch of them the order (`order`, from the switch or the caller) as its last argument, but for the
+    tables' own build (front to back: either order gives the same bits). (That it does is tests/test_kernels_gpu.py's,
+    on a GPU.)"""
     source = _source()
     for name in ORDERED_KERNELS:
         m = re.search(rf"\b{name}\(([^)]*)\)\s*\{{", source)
         assert m, name
         assert m.group(1).split(",")[-1].split() == ["int", "reverse"], name
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "gelu.py").read_text()
-    fast = re.findall(r'launch\(FILE, "(gelu_(?:forward|backward)_f16_fast)",.*?\((.*?)\)\)\n', wrapper, re.S)
-    assert sorted(n for n, _ in fast) == ["gelu_backward_f16_fast", "gelu_forward_f16_fast"]
-    assert all(args.rsplit(",", 1)[-1].strip() == "order" for _, args in fast)
-    tables = re.findall(r"_table_launch\(k\.(forward|backward), .*?\((.*?)\)\)\n", wrapper, re.S)
-    assert sorted(n for n, _ in tables) == ["backward", "forward"]
-    assert all(args.rsplit(",", 1)[-1].strip() == "order" for _, args in tables)
+    launches = _last_arguments(wrapper, r'launch\(FILE, "(gelu_(?:forward|backward)(?:_f16_fast)?)",')
+    assert sorted(launches) == sorted([("gelu_forward", "i32(0)"), ("gelu_backward", "i32(0)"),
+                                       ("gelu_forward", "order"), ("gelu_backward", "order"),
+                                       ("gelu_forward_f16_fast", "order"), ("gelu_backward_f16_fast", "order")])
+    tables = _last_arguments(wrapper, r"_table_launch\(k\.(forward|backward), ")
+    assert sorted(tables) == [("backward", "order"), ("forward", "order")]
     assert wrapper.count("order = i32(REVERSE_FORWARD if reverse is None else reverse)") == 1
     assert wrapper.count("order = i32(REVERSE_BACKWARD if reverse is None else reverse)") == 1

@@ -1705,9 +1705,11 @@ def test_gelu_fast_kernels_replay_in_a_cuda_graph(monkeypatch):
 
 # The groups of eight from the last down (TR2_GELU_REVERSE; gelu.cu's group_in_order): every element is computed alone,
 # so the order must not move a bit. Specials sprinkled in so that groups take the computing path at random places, and
-# shapes whose n % 8 tail is not empty (the tail is not reordered).
+# shapes whose n % 8 tail is not empty (the tail is not reordered). f32_computing: float32's kernels (the computing
+# ones, which the half types' tables are built by); bf16_computing: the same kernels on bfloat16 codes.
 GELU_ORDER_FORMS = {"bf16_table": (BF16, {"by_table": True}), "f16_table": (F16, {"by_table": True}),
-                    "f16_fast": (F16, {"by_fast": True})}
+                    "f16_fast": (F16, {"by_fast": True}), "bf16_computing": (BF16, {"by_table": False}),
+                    "f32_computing": (halfbits.KIND_F32, {"by_table": False})}
 
 
 @pytest.mark.parametrize("shape", [(7, 33), (3, 100_003), (4096, 3072)])
@@ -1715,20 +1717,27 @@ GELU_ORDER_FORMS = {"bf16_table": (BF16, {"by_table": True}), "f16_table": (F16,
 def test_gelu_groups_from_the_last_down_give_the_same_bits(form, shape):
     from tr2.cupy_side.gpu import gelu
     kind, how = GELU_ORDER_FORMS[form]
-    name, specials = GELU_TABLE_KINDS[kind]
-    gpu_backend(name)
-    if "by_table" in how:
-        gelu.tables(kind)   # eagerly, as the backend does for its own kind
     g = gen(int(np.prod(shape)) + 11)
-    x = halfbits.to_bits(randn(g, *shape, scale=3.0), kind).reshape(-1)
-    at = g.choice(x.size, size=1 + x.size // 1000, replace=False)
-    x[at] = g.choice(specials, size=at.size)
-    xd, dyd = dev(x.reshape(shape)), dev(halfbits.to_bits(randn(g, *shape), kind))
+    if kind == halfbits.KIND_F32:
+        gpu_backend("float32")
+        x = randn(g, *shape, scale=3.0).reshape(-1)
+        at = g.choice(x.size, size=1 + x.size // 1000, replace=False)
+        x[at] = g.choice(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -30.0], np.float32), size=at.size)
+        xd, dyd, out = dev(x.reshape(shape)), dev(randn(g, *shape)), np.float32
+    else:
+        name, specials = GELU_TABLE_KINDS[kind]
+        gpu_backend(name)
+        if how.get("by_table"):
+            gelu.tables(kind)   # eagerly, as the backend does for its own kind
+        x = halfbits.to_bits(randn(g, *shape, scale=3.0), kind).reshape(-1)
+        at = g.choice(x.size, size=1 + x.size // 1000, replace=False)
+        x[at] = g.choice(specials, size=at.size)
+        xd, dyd, out = dev(x.reshape(shape)), dev(halfbits.to_bits(randn(g, *shape), kind)), np.uint16
     runs = {}
     for reverse in (False, True, False, True):
-        y, dx = cp.empty(shape, np.uint16), cp.empty(shape, np.uint16)
-        y.fill(0x7FC1)
-        dx.fill(0x7FC1)
+        y, dx = cp.empty(shape, out), cp.empty(shape, out)
+        y.view(np.uint16).fill(0x7FC1)   # poisoned: a NaN in either type's bits
+        dx.view(np.uint16).fill(0x7FC1)
         gelu.launch_forward(y, xd, kind, kind, reverse=reverse, **how)
         gelu.launch_backward(dx, dyd, xd, kind, kind, kind, reverse=reverse, **how)
         got = (_bits(y), _bits(dx))

@@ -50,11 +50,15 @@ F16_SEG = bool(kernel_switch("TR2_GELU_F16_SEG", 0))
 # only. 0: the computing kernels (or the segments / tables where those switches are on). Where it is on it takes
 # float16 before the segments and the tables.
 F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 1, (0, 1, 2))
-# The order the table and within-an-ulp kernels take their groups of eight in (TR2_GELU_REVERSE): 0 front to back; 1
-# from the last group down, so that the part of the input its product wrote last, which may still sit in the L2, is
-# read first (gelu.cu's group_in_order says why); 2 the forward alone from the last down, 3 the backward alone. The
-# same bits either way. Written in the forty-third session, off until measured.
-REVERSE_SWITCH = kernel_switch("TR2_GELU_REVERSE", 0, (0, 1, 2, 3))
+# The order GELU's kernels (computing, table, within an ulp) take their groups of eight in (TR2_GELU_REVERSE): 0 front
+# to back; 1 from the last group down, so that the part of the input its product wrote last, which may still sit in
+# the L2, is read first (gelu.cu's group_in_order says why); 2 the forward alone from the last down, 3 the backward
+# alone. The same bits either way. Written in the forty-third session; measured on an H100 (results/h100-perf-20261205j,
+# calls 1-2, the step in bf16 and gpt2-small float16 against this tree with 0, three rounds a call): 1 faster in 14
+# of 15 pairs, nanogpt -0.059 and -0.068 ms, gpt2-small -0.039 and -0.025, gpt2-medium -0.132 and -0.131, gpt2-small
+# float16 -0.045; 2 and 3 each less than 1 on nanogpt and gpt2-medium. On (1) by default since. The computing kernels
+# (float32's) took the order after those calls.
+REVERSE_SWITCH = kernel_switch("TR2_GELU_REVERSE", 1, (0, 1, 2, 3))
 REVERSE_FORWARD = REVERSE_SWITCH in (1, 2)
 REVERSE_BACKWARD = REVERSE_SWITCH in (1, 3)
 # the kernels' `tail` argument for each value of the switch (a float16 code: x at or below it takes the computing path)
@@ -139,9 +143,9 @@ def tables(kind: int = KIND_BF16) -> tuple["cp.ndarray", "cp.ndarray"]:
     ones = cp.asarray(np.ones(n, dtype=np.float32))
     forward_table = cp.empty(n, dtype=np.uint16)
     backward_table = cp.empty(n, dtype=np.float32)
-    launch(FILE, "gelu_forward", _blocks(n), THREADS, (forward_table, codes, i64(n), i32(kind), i32(kind)))
+    launch(FILE, "gelu_forward", _blocks(n), THREADS, (forward_table, codes, i64(n), i32(kind), i32(kind), i32(0)))
     launch(FILE, "gelu_backward", _blocks(n), THREADS,
-           (backward_table, ones, codes, i64(n), i32(KIND_F32), i32(kind), i32(KIND_F32)))
+           (backward_table, ones, codes, i64(n), i32(KIND_F32), i32(kind), i32(KIND_F32), i32(0)))
     _tables[key] = built = (forward_table, backward_table)
     return built
 
@@ -225,7 +229,7 @@ def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, b
                    reverse: bool | None = None) -> None:
     """y = gelu(x); by_table None: the table kernel wherever it applies (x and y of one half type with tables,
     by_table_by_default); by_segment: the float16 segment kernel (_segment_choice); by_fast: the float16 kernel within
-    an ulp (_fast_choice), its tail code fast_tail(tail); reverse: the table and fast kernels take
+    an ulp (_fast_choice), its tail code fast_tail(tail); reverse: the kernel takes
     their groups from the last down (None: REVERSE_FORWARD)."""
     n = x.size
     order = i32(REVERSE_FORWARD if reverse is None else reverse)
@@ -248,7 +252,7 @@ def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, b
         table = tables(x_kind)[0]
         _table_launch(k.forward, n, k.forward_blocks_per_sm, table, k.dynamic, (y, x, table, i64(n), order))
     else:
-        launch(FILE, "gelu_forward", _blocks(n), THREADS, (y, x, i64(n), i32(x_kind), i32(y_kind)))
+        launch(FILE, "gelu_forward", _blocks(n), THREADS, (y, x, i64(n), i32(x_kind), i32(y_kind), order))
 
 
 def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind: int, x_kind: int, dx_kind: int,
@@ -280,7 +284,7 @@ def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind
                       (dx, dy, x, table, i64(n), i32(dy_kind), i32(dx_kind), order))
     else:
         launch(FILE, "gelu_backward", _blocks(n), THREADS,
-               (dx, dy, x, i64(n), i32(dy_kind), i32(x_kind), i32(dx_kind)))
+               (dx, dy, x, i64(n), i32(dy_kind), i32(x_kind), i32(dx_kind), order))
 
 
 def forward(ctx, x: "cp.ndarray") -> "cp.ndarray":

@@ -191,9 +191,10 @@ __device__ __forceinline__ i64 group_in_order(i64 i, i64 groups, int reverse) {
 
 // x and y in the kinds x_kind, y_kind (common.cuh's load_kind / store_kind).
 extern "C" __global__ void gelu_forward(void* __restrict__ y, const void* __restrict__ x, i64 n, int x_kind,
-                                        int y_kind) {
+                                        int y_kind, int reverse) {
     grid_dependency_entry();
-    GRID_STRIDE(g, n / 8) {
+    GRID_STRIDE(i, n / 8) {
+        const i64 g = group_in_order(i, n / 8, reverse);
         float v[8];
         load8(v, x, 8 * g, x_kind);
 #pragma unroll
@@ -205,9 +206,11 @@ extern "C" __global__ void gelu_forward(void* __restrict__ y, const void* __rest
 }
 
 extern "C" __global__ void gelu_backward(void* __restrict__ dx, const void* __restrict__ dy,
-                                         const void* __restrict__ x, i64 n, int dy_kind, int x_kind, int dx_kind) {
+                                         const void* __restrict__ x, i64 n, int dy_kind, int x_kind, int dx_kind,
+                                         int reverse) {
     grid_dependency_entry();
-    GRID_STRIDE(g, n / 8) {
+    GRID_STRIDE(i, n / 8) {
+        const i64 g = group_in_order(i, n / 8, reverse);
         float v[8], d[8];
         load8(v, x, 8 * g, x_kind);
         load8(d, dy, 8 * g, dy_kind);
