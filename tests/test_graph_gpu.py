@@ -147,9 +147,9 @@ def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
 
 
 def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str, on: str, what: str) -> None:
-    """A whole run (half roundings) with the environment's `key` = on, eager and as a graph, from the start and batch
-    order of a run with it = off: both must have that run's losses to the bit, and the run must train. Skipped off
-    sm_90a, where the wgmma kernels these switches choose between do not run."""
+    """A whole run (half roundings in the half types) with the environment's `key` = on, eager and as a graph, from the
+    start and batch order of a run with it = off: both must have that run's losses to the bit, and the run must train.
+    Skipped off sm_90a, where the wgmma kernels these switches choose between do not run."""
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
     from tr2.models import load_model
@@ -157,7 +157,7 @@ def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str,
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
+    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
     without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={key: off})
     common += ["--init", tmp_path / "init.npz"]
     with_it, _ = _train(tmp_path, "on", *common, env={key: on})
@@ -189,6 +189,14 @@ def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
                          ids=["forward", "dkdv", "dq", "forward_turns"])
 def test_the_resident_attention_kernels_change_no_bit(tmp_path, key, off, on):
     _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", key, off, on, "resident attention kernel")
+
+
+# gpu/gelu.py's REVERSE_SWITCH: GELU's groups of eight from the last down (value 1, the default since the forty-third
+# session) compute every element as front to back (value 0) does, so a whole run must have value 0's losses to the bit,
+# eager and in the graph: bfloat16's table kernels, float16's within an ulp, float32's computing kernels.
+@pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("gpt2-small", "float16"), ("nanogpt", "float32")])
+def test_the_gelu_order_changes_no_bit(tmp_path, model, dtype):
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_GELU_REVERSE", "0", "1", "GELU order")
 
 
 # gpu/attention.py's DQ_TMA: dQ from ds_t on a TMA producer and wgmma. Its kernel tests found the mma.sync dQ's bits
