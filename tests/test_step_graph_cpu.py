@@ -1,8 +1,8 @@
-"""gpu/graph.py's StepGraph on the CPU: the order of its capture calls, with one graph and cut in two by split_here()
-(TR2_STEP_GRAPHS=2), on stand-ins for CuPy's stream and runtime and for the modules beside it that need a GPU, all
-recorded. What is checked is the host's side: when captures begin and end, which parts are instantiated and launched
-in which order, and what a failure leaves behind. That the parts give the eager loop's bits is the GPU tests'
-(tests/test_graph_gpu.py, test_two_step_graphs_change_no_bit)."""
+"""gpu/graph.py's StepGraph on the CPU: the order of its capture calls, on stand-ins for CuPy's stream and runtime and
+for the modules beside it that need a GPU, all recorded. What is checked is the host's side: when the capture begins
+and ends, when the graph is instantiated (TR2_MEMSET_EARLY=4: only after the capture has ended, its leaves first) and
+launched, and what a failure leaves behind. That the graph gives the eager loop's bits is the GPU tests'
+(tests/test_graph_gpu.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -119,23 +119,19 @@ def graph_module(monkeypatch):
     sys.modules.pop(f"{PKG}.graph", None)
 
 
-def at(graph_module, monkeypatch, parts: int, drop: bool = True):
-    """The graph module and its log, with TR2_STEP_GRAPHS=parts and TR2_MEMSET_EARLY=4's DROP as given."""
+def at(graph_module, monkeypatch, drop: bool = True):
+    """The graph module and its log, with TR2_MEMSET_EARLY=4's DROP as given."""
     graph, log = graph_module
-    monkeypatch.setattr(graph, "PARTS", parts)
     monkeypatch.setattr(memsets, "DROP", drop)
     return graph, log
 
 
-def step(graph, log, cut=True, fail=None):
-    """A StepGraph whose body logs 'forward', calls split_here() (where `cut`), logs 'backward'; `fail` raises at
-    'forward' or 'backward'."""
+def step(graph, log, fail=None):
+    """A StepGraph whose body logs 'forward' and 'backward'; `fail` raises at 'forward' or 'backward'."""
     def body():
         log.append("forward")
         if fail == "forward":
             raise ValueError("in the forward")
-        if cut:
-            graph.split_here()
         log.append("backward")
         if fail == "backward":
             raise ValueError("in the backward")
@@ -144,98 +140,64 @@ def step(graph, log, cut=True, fail=None):
 
 
 @pytest.mark.parametrize("drop", [True, False])
-def test_one_graph_as_before(graph_module, monkeypatch, drop):
-    graph, log = at(graph_module, monkeypatch, 1, drop)
+def test_one_graph_captured_once_and_replayed(graph_module, monkeypatch, drop):
+    graph, log = at(graph_module, monkeypatch, drop)
     s = step(graph, log)
-    assert s.warmup() == "loss" and log == ["forward", "backward"]   # split_here outside a capture: nothing
+    with pytest.raises(RuntimeError, match=r"replay: capture\(\) first"):
+        s.replay()
+    assert s.warmup() == "loss" and log == ["forward", "backward"]   # eager: no capture
     log.clear()
     s.capture()
+    # value 4: the capture ended by the runtime's own call, the graph instantiated after it (its leaves go between);
+    # else CuPy's end_capture, which instantiates at once
     ended = ["end -> graph 1", "instantiate graph 1"] if drop else ["end (cupy)"]
     assert log == ["begin", "capturing", "forward", "backward"] + ended + ["fill captured"]
-    assert len(s.parts) == 1 and s.graph is s.parts[0]
+    assert isinstance(s.graph, memsets.OwnedGraph) == drop and s.out == "loss"
     log.clear()
-    assert s.replay() == "loss"
-    assert log == (["launch graph 1"] if drop else ["launch cupy graph 1"])
-
-
-@pytest.mark.parametrize("drop", [True, False])
-def test_two_graphs_cut_at_split_here_and_replay_in_order(graph_module, monkeypatch, drop):
-    graph, log = at(graph_module, monkeypatch, 2, drop)
-    s = step(graph, log)
-    s.capture()
-    if drop:   # both parts ended before either is instantiated (their leaves go first)
-        assert log == ["begin", "capturing", "forward", "end -> graph 1", "begin", "backward", "end -> graph 2",
-                       "instantiate graph 1", "instantiate graph 2", "fill captured"]
-    else:
-        assert log == ["begin", "capturing", "forward", "end (cupy)", "begin", "backward", "end (cupy)",
-                       "fill captured"]
-    assert len(s.parts) == 2 and s.graph is s.parts[0] and graph._cutting is None
-    log.clear()
-    s.replay()
-    assert log == (["launch graph 1", "launch graph 2"] if drop else ["launch cupy graph 1", "launch cupy graph 2"])
+    assert s.replay() == "loss" and s.replay() == "loss"
+    assert log == (["launch graph 1"] * 2 if drop else ["launch cupy graph 1"] * 2)
     log.clear()
     with pytest.raises(RuntimeError, match="captured already"):
         s.capture()
     assert log == []
 
 
-def test_a_second_cut_is_refused(graph_module, monkeypatch):
-    graph, log = at(graph_module, monkeypatch, 2)
-
-    def body():
-        graph.split_here()
-        graph.split_here()
-    s = graph.StepGraph(body)
-    with pytest.raises(RuntimeError, match="split_here: a cut more than TR2_STEP_GRAPHS=2 parts allow"):
-        s.capture()
-    assert s.graph is None and s.parts == [] and graph._cutting is None
-    assert log.calls()[-2:] == ["end (cupy)", "drop unfilled"]
-
-
+@pytest.mark.parametrize("drop", [True, False])
 @pytest.mark.parametrize("fail", ["forward", "backward"])
-def test_a_failure_ends_the_open_capture_and_keeps_no_graph(graph_module, monkeypatch, fail):
-    graph, log = at(graph_module, monkeypatch, 2, True)
+def test_a_failure_ends_the_capture_and_keeps_no_graph(graph_module, monkeypatch, fail, drop):
+    graph, log = at(graph_module, monkeypatch, drop)
     s = step(graph, log, fail=fail)
     with pytest.raises(ValueError, match=f"in the {fail}"):
         s.capture()
-    # the capture open when the body failed is ended (CuPy's end_capture), once; a part ended before is dropped,
-    # its handle destroyed with it
+    # the open capture ended by CuPy's end_capture (the stream out of capture mode), once, the graph dropped
     assert log.count("end (cupy)") == 1 and log.calls()[-2:] == ["end (cupy)", "drop unfilled"]
-    assert ("end -> graph 1" in log) == (fail == "backward") == ("graph destroyed 1" in log)
-    assert s.graph is None and s.parts == [] and s._ended == [] and graph._cutting is None
-    assert not any(e.startswith("instantiate") for e in log)
+    assert not any(e.startswith(("end ->", "instantiate", "fill")) for e in log)
+    assert s.graph is None and s.out is None
 
 
-def test_a_cut_that_fails_to_end_leaves_no_capture_to_end(graph_module, monkeypatch):
-    """Where ending the first part fails (the capture invalidated), the stream is out of capture mode already: the
-    failure path must not end it again (that would raise over the first error)."""
-    graph, log = at(graph_module, monkeypatch, 2, False)
-    s = step(graph, log)
+def test_a_failed_end_after_a_failure_still_drops_the_unfilled_tables(graph_module, monkeypatch):
+    """Where ending the failed capture fails too, the tables the capture made are dropped all the same."""
+    graph, log = at(graph_module, monkeypatch, False)
+    s = step(graph, log, fail="backward")
     s.stream.fail_end = True
-    with pytest.raises(RuntimeError, match="cudaErrorStreamCaptureInvalidated"):
+    with pytest.raises(RuntimeError, match="cudaErrorStreamCaptureInvalidated") as e:
         s.capture()
-    assert log.count("end (cupy)") == 1 and log.calls()[-1] == "drop unfilled" and "backward" not in log
-    assert s.graph is None and graph._cutting is None
+    assert isinstance(e.value.__context__, ValueError)
+    assert log.calls()[-2:] == ["end (cupy)", "drop unfilled"] and s.graph is None
 
 
 @pytest.mark.parametrize("drop", [True, False])
-def test_the_cut_reads_back_the_moves_and_forgets_the_last_products(graph_module, monkeypatch, drop):
-    """At the cut, the memsets' account (gpu/memsets.py) reads its moves back while the first part is whole (CuPy 13
-    destroys an instantiated graph's template), keeps them only for value 4's drop_leaves, and forgets each
-    workspace's last product (values 1-2 would join a node of the ended part)."""
-    graph, log = at(graph_module, monkeypatch, 2, drop)
-    monkeypatch.setattr(memsets.Mover, "verify", lambda self, driver=None: log.append(f"verify {len(self.moved)}"))
-    move = types.SimpleNamespace(retarget=None)   # a memset moved in the first part
-    seen = []
+def test_a_failed_leaf_drop_keeps_no_graph(graph_module, monkeypatch, drop):
+    """A failure after the capture's end (value 4's leaf drop, or the instantiation) keeps no graph, as a failed
+    capture: the unfilled tables dropped, nothing filled, nothing instantiated."""
+    graph, log = at(graph_module, monkeypatch, drop)
 
-    def body():
-        mover = memsets.active()
-        mover.last[0x10] = (0xA,)
-        mover.moved.append(move)
-        graph.split_here()
-        seen.append((dict(mover.last), list(mover.moved)))
-    graph.StepGraph(body).capture()
-    assert seen == [({}, [move] if drop else [])]
-    first_end = "end -> graph 1" if drop else "end (cupy)"
-    assert log.index("verify 1") < log.index(first_end)
-
+    def refuse(g, driver=None):
+        raise memsets.MemsetError("the driver refused")
+    monkeypatch.setattr(memsets, "drop_leaves", refuse)
+    s = step(graph, log)
+    with pytest.raises(memsets.MemsetError, match="the driver refused"):
+        s.capture()
+    assert log.calls()[-1] == "drop unfilled" and "fill captured" not in log
+    assert not any(e.startswith("instantiate") for e in log)
+    assert s.graph is None

@@ -242,23 +242,12 @@ def step_graph(model: str, dtype: str, launches: int):
         for it in range(2):   # warm-up, then the capture and its first replay
             step.step(it, X, Y, 6e-4)
         step.stream.synchronize()
-        parts = step.graph.parts
-        if all(hasattr(p, "rt") for p in parts):
-            shapes = [_Graphs().shape(p.graph) for p in parts]
-            shape = shapes[0] if len(shapes) == 1 else {
-                "nodes": sum(s["nodes"] for s in shapes), "straight_line": all(s["straight_line"] for s in shapes),
-                "kinds": dict(sum((collections.Counter(s["kinds"]) for s in shapes), collections.Counter())),
-                "kernel_clusters": dict(sum((collections.Counter(s["kernel_clusters"]) for s in shapes),
-                                            collections.Counter())),
-                "memset_bytes": sorted(b for s in shapes for b in s["memset_bytes"]),
-                **{k: sum(s[k] for s in shapes) for k in ("edges", "roots", "leaves", "joins", "forks",
-                                                           "programmatic_edges")}, "parts": shapes}
+        graph = step.graph.graph
+        if hasattr(graph, "rt"):
+            shape = _Graphs().shape(graph.graph)
         else:
             shape = {"nodes": None, "note": "not an OwnedGraph (TR2_MEMSET_EARLY other than 4)"}
         times = time_launches(step.graph.replay, step.stream.synchronize, launches)
-        if len(parts) > 1:   # TR2_STEP_GRAPHS=2: after a loss read the device waits for the first part's launch only
-            first = time_launches(lambda: parts[0].launch(step.stream), step.stream.synchronize, launches)
-            times["first_part_idle_us"] = first["idle_us"]
     return shape, times
 
 

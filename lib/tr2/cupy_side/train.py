@@ -123,9 +123,7 @@ def _train(args: TrainArgs, cfg: ModelConfig, log: TrainLog) -> int:
 
     if graph is not None and graph.graph.graph is not None:
         c = graph.graph.captured
-        parts = len(graph.graph.parts)
-        log.say(f"cuda graph: {c['kernels']} launches of our kernels captured, {c['programmatic']} of them programmatic"
-                + (f"; the step in {parts} graphs (TR2_STEP_GRAPHS={parts})" if parts > 1 else ""))
+        log.say(f"cuda graph: {c['kernels']} launches of our kernels captured, {c['programmatic']} of them programmatic")
         from .gpu import memsets
         if memsets.current() is not None:
             log.say(memsets.current().line())
@@ -173,10 +171,8 @@ class _TrainStepGraph:
         self.done = 0
 
     def _body(self):
-        from .gpu.graph import split_here
         scaler = self.scaler
         loss = self.model.forward(self.X, self.Y, step=None, training=True, dloss=scaler.scale if scaler.enabled else None)
-        split_here()   # TR2_STEP_GRAPHS=2: the forward one graph, the backward and the update another (gpu/graph.py)
         grads = self.model.backward()
         apply_update(self.backend, self.optimizer, grads, self.grad_clip, scaler)
         self.model.grads = {}  # the step's buffers go back to the graph's pool, for the next step's eager use

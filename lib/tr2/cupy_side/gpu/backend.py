@@ -154,7 +154,7 @@ class CudaBackend:
         return from_half(a, self.ctx.kind) if a.dtype == np.uint16 else a
 
     def zeros(self, shape) -> "cp.ndarray":
-        return zero(cp.empty(shape, dtype=self.float_dtype))   # a memset, or a kernel (cast.ZERO_BY_KERNEL)
+        return zero(cp.empty(shape, dtype=self.float_dtype))   # a memset (cast.zero)
 
     def write(self, dst, host) -> None:
         host = np.ascontiguousarray(host)

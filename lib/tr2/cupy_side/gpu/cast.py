@@ -12,11 +12,6 @@ FILE = "cast.cu"
 # The widening casts four elements a load, four loads in flight a thread (cast.cu's _wide kernels: the same bits) where
 # both buffers are 16-byte aligned; TR2_CAST_WIDE=0 one element a thread as before the thirty-first session.
 WIDE = bool(kernel_switch("TR2_CAST_WIDE", 1))
-# TR2_ZERO_BY_KERNEL=1: the step's zero fills (the embedding sort's counters, wpe's gradient) by fill_f32, a kernel
-# node, where a memset would be a memset node of the step's graph: a graph of kernel nodes only may launch in a time
-# that does not grow with its nodes (scripts/probes/graph_launch_probe.py asks whether it does on the card, and
-# whether one memset node is what keeps ours from it). The same zero bits either way. Off until measured.
-ZERO_BY_KERNEL = bool(kernel_switch("TR2_ZERO_BY_KERNEL", 0))
 
 
 def to_half(x: "cp.ndarray", kind: int, out: "cp.ndarray | None" = None) -> "cp.ndarray":
@@ -59,22 +54,13 @@ def product_input(ctx, x: "cp.ndarray", name: str) -> "cp.ndarray":
     return to_half(x, ctx.kind, out=buf)
 
 
-def zero_fill_by_kernel(dtype, contiguous: bool) -> bool:
-    """Whether `zero` fills by fill_f32 (a kernel) rather than a memset: with the switch on, for C-contiguous arrays of
-    4-byte elements (their zero is float32's zero bits); anything else stays a memset."""
-    return bool(ZERO_BY_KERNEL and contiguous and np.dtype(dtype).itemsize == 4)
-
-
 def zero(out: "cp.ndarray") -> "cp.ndarray":
-    """out set to zero bits in place, on the current stream, compiling nothing at run time (CuPy's fill(0) compiles
-    its kernel with NVRTC): a memset, or fill_f32 over out's float32 view where zero_fill_by_kernel says so. Only a
-    C-contiguous array (a memset of a strided view's nbytes would write between and past its elements)."""
+    """out set to zero bits in place by a memset on the current stream, compiling nothing at run time (CuPy's fill(0)
+    compiles its kernel with NVRTC). Only a C-contiguous array (a memset of a strided view's nbytes would write between
+    and past its elements)."""
     if not out.flags.c_contiguous:
         raise ValueError(f"zero: a C-contiguous array, not a strided view of shape {out.shape} and strides {out.strides}")
-    if zero_fill_by_kernel(out.dtype, True):
-        fill_f32(out.view(np.float32), 0.0)
-    else:
-        out.data.memset_async(0, out.nbytes)
+    out.data.memset_async(0, out.nbytes)
     return out
 
 
