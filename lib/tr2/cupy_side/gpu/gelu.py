@@ -53,12 +53,12 @@ F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 1, (0, 1, 2))
 # The order GELU's kernels (computing, table, within an ulp) take their groups of eight in (TR2_GELU_REVERSE): 0 front
 # to back; 1 from the last group down, so that the part of the input its product wrote last, which may still sit in
 # the L2, is read first (gelu.cu's group_in_order says why); 2 the forward alone from the last down, 3 the backward
-# alone. The same bits either way. Written in the forty-third session and measured on H100s (results/h100-perf-20261205j,
-# the step against this tree with 0, three rounds a call, pairs by round): in calls 1-2 value 1 was faster in 20 of 21
-# pairs, bf16 nanogpt -0.059 and -0.068 ms, gpt2-small -0.039 and -0.025, gpt2-medium -0.132 and -0.131, gpt2-small
-# float16 -0.045, with 2 and 3 each less than 1 on nanogpt and gpt2-medium; on (1) by default since. The computing
-# kernels (float32's) took the order after those calls: nanogpt float32 -0.025 to -0.040, gpt2-small float32 level
-# (calls 3-4); float16 -0.007 on nanogpt, -0.065 on gpt2-medium (call 6).
+# alone. The same bits either way. Written in the forty-third session and measured on H100s
+# (results/h100-perf-20261205j, the step against this tree with 0, two or three rounds a call, pairs by round): in
+# calls 1-2 value 1 was faster in 20 of 21 pairs, bf16 nanogpt -0.059 and -0.068 ms, gpt2-small -0.039 and -0.025,
+# gpt2-medium -0.132 and -0.131, gpt2-small float16 -0.045, with 2 and 3 each less than 1 on nanogpt and gpt2-medium;
+# on (1) by default since. The computing kernels (float32's) took the order after those calls: nanogpt float32 -0.025
+# to -0.040, gpt2-small float32 level (calls 3-4); float16 -0.007 on nanogpt, -0.065 on gpt2-medium (call 6).
 REVERSE_SWITCH = kernel_switch("TR2_GELU_REVERSE", 1, (0, 1, 2, 3))
 REVERSE_FORWARD = REVERSE_SWITCH in (1, 2)
 REVERSE_BACKWARD = REVERSE_SWITCH in (1, 3)
