@@ -47,7 +47,7 @@ less, and counts as left in place), and every move is read back at once and agai
 (Mover.verify, from runtime.capturing): a driver that did otherwise stops the capture with MemsetError.
 
 Values: 0 off; 1 the memsets moved, one workspace a stream; 2 moved, and a stream's products of small workspaces
-taking two workspaces in turn; 3 the memsets made leaves (below; the default); 4 the leaves then removed.
+taking two workspaces in turn; 3 the memsets made leaves (below); 4 the leaves then removed (the default).
 
 Value 3: in the step's capture each product whose plan needs
 at most SLOT_BYTES is given a workspace of its own, a slot of one arena (blas.Cublas.product_workspace), and the

@@ -185,7 +185,9 @@ __device__ __forceinline__ i64 tail_index(i64 n) {
 // output the product wrote last may still sit in the L2. Read front to back, the first misses evict the oldest lines
 // of that tail, the ones read next; read from the end, the tail is read first. Every element is computed alone, so
 // either order gives the same bits.
-__device__ __forceinline__ i64 group_in_order(i64 i, i64 groups, int reverse) {
+// A template so that the within-an-ulp kernels keep their 32-bit index arithmetic.
+template <typename Index>
+__device__ __forceinline__ Index group_in_order(Index i, Index groups, int reverse) {
     return reverse ? groups - 1 - i : i;
 }
 
@@ -702,7 +704,7 @@ extern "C" __global__ void gelu_forward_f16_fast(u16* __restrict__ y, const u16*
     grid_dependency_entry();
     const u32 groups = (u32)(n / 8), stride = gridDim.x * blockDim.x;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
-        const u32 g = reverse ? groups - 1 - i : i;
+        const u32 g = group_in_order(i, groups, reverse);
         ((uint4*)y)[g] = gelu_fast_forward8(((const uint4*)x)[g], tail);
     }
     const i64 t = tail_index(n);
@@ -720,7 +722,7 @@ extern "C" __global__ void gelu_backward_f16_fast(u16* __restrict__ dx, const u1
     grid_dependency_entry();
     const u32 groups = (u32)(n / 8), stride = gridDim.x * blockDim.x;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += stride) {
-        const u32 g = reverse ? groups - 1 - i : i;
+        const u32 g = group_in_order(i, groups, reverse);
         ((uint4*)dx)[g] = gelu_fast_backward8(((const uint4*)x)[g], ((const uint4*)dy)[g], tail);
     }
     const i64 t = tail_index(n);
