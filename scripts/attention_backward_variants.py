@@ -1,22 +1,19 @@
 """The attention backward's forms against each other in one process, on each model's shape (bf16 under half
-roundings, dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV),
-`ds` (the row dots, dK/dV writing dS^T, dQ one product over it) and, where a head has at most two key blocks
-(the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel), `ds64` (ds with dQ at
-64 queries a block: must give ds's bits), `ds_l2` (ds with ds_t's stores and loads marked evict-first in L2,
-DS_EVICT_FIRST: must give ds's bits; alone it can show only what the backward's own rereads gain, not the step's
-next kernels), `wg1` and `wg2` (ds_l2 with dK/dV on wgmma, USE_WG_DKDV, one or two warpgroups a block; within a
-rounding of ds_l2: the tensor cores' sums need not round alike; measured the same bits), `wg1o` and `wg2o` (the
-same with WG_DKDV_OVERLAP: the same bits again), `wg1d`, `wg2d` (WG_DKDV_ROW_DOTS) and `wg2p`
-(WG_DKDV_PINGPONG), `tma` (WG_DKDV_TMA: the same bits as wg2), `wg1q`, `wg2q`, `tmaq` (those with DQ_TMA), `tma3`,
-`tmad`, `tmad3`, `tmar`, `tmarr` (DKDV_TMA_FORM: tma's bits), `tmarrq` (tmarr with DQ_TMA: tmaq's bits), `tmaqr`, `tmarrqr`
-(tmaq and tmarrq with DQ_TMA_RESIDENT: tmaq's bits), `tmarrqf` (tmarrq with DQ_TMA_ORDER 1: tmarrq's bits),
-`tmarrqfg1`, `tmarrqfg2`, `tmarrqfg4` (tmarrqf a group of 1, 2, 4 batches at a time, DS_GROUP_BATCHES: its bits). First
-the forms' outputs against `recompute` (dv must be its bits under `ds`; dq and dk within a rounding of their half
-outputs: the row dots are summed in another order); then rounds in rotating order, each
-figure one backward call's share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph
-and replayed (TR2_VARIANT_TIMING=graph, the default: the host's work a call not counted, as in the training
-step's graph) or issued back to back (TR2_VARIANT_TIMING=eager); the table gives each
-form's median over the rounds and its ratio to `recompute`.
+roundings, dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV), `ds_l2` (the
+row dots, the mma.sync dK/dV writing dS^T evict-first, dQ one mma.sync product over it: TR2_ATTN_WG_DKDV=0) and, where
+a head has at most two key blocks (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV
+kernel); on Hopper `tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0)
+and `tmarrqf` (the same with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's
+bits. The default is tmarr on rows of at most 256 and tmarrqf on longer ones. The forms measured slower and removed
+(ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma dK/dV kernels on cp.async, wg1 /
+wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads fastest; the groups of
+batches: attention.cu's header) were forms here until then (before the removal, at ee6b673). First the forms' outputs
+against `recompute` (dv must be its bits under the dS-storing forms; dq and dk within a rounding of their half
+outputs: the row dots are summed in another order); then rounds in rotating order, each figure one backward call's
+share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph and replayed
+(TR2_VARIANT_TIMING=graph, the default: the host's work a call not counted, as in the training step's graph) or
+issued back to back (TR2_VARIANT_TIMING=eager); the table gives each form's median over the rounds and its ratio to
+`recompute`.
 
     python3 scripts/attention_backward_variants.py OUT.jsonl [rounds] [reps]
 """
@@ -43,66 +40,31 @@ TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
 TIME = timer(TIMING)
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-# the SETTINGS' values of each form; ds64 and ds_l2: ds's bits
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "DQ_DS_QUERIES", "DS_EVICT_FIRST", "USE_WG_DKDV", "WG_DKDV_WARPGROUPS",
-            "WG_DKDV_OVERLAP", "WG_DKDV_ROW_DOTS", "WG_DKDV_PINGPONG", "WG_DKDV_BLOCKS", "WG_DKDV_TMA", "DQ_TMA",
-            "DKDV_TMA_FORM", "DQ_TMA_RESIDENT", "DQ_TMA_ORDER", "DS_GROUP_BATCHES")
-_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, DQ_DS_QUERIES=128, DS_EVICT_FIRST=True, USE_WG_DKDV=True,
-             WG_DKDV_WARPGROUPS=1, WG_DKDV_OVERLAP=False, WG_DKDV_ROW_DOTS=False, WG_DKDV_PINGPONG=False,
-             WG_DKDV_BLOCKS=2, WG_DKDV_TMA=False, DQ_TMA=False, DKDV_TMA_FORM=0, DQ_TMA_RESIDENT=False,
-             DQ_TMA_ORDER=0, DS_GROUP_BATCHES=0)
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA")
+_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0)
 
 
 def _form(**changes) -> tuple:
-    """SETTINGS' values of a form: wg1's (ds_l2 with dK/dV on one wgmma warpgroup) with `changes`; a change that names
-    no setting stops the script (the form would silently run as another)."""
+    """SETTINGS' values of a form: tmarr's (the TMA dK/dV resident, the mma.sync dQ) with `changes`; a change that
+    names no setting stops the script (the form would silently run as another)."""
     unknown = set(changes) - set(SETTINGS)
     if unknown:
         raise SystemExit(f"attention_backward_variants: no setting {sorted(unknown)}; allowed: {', '.join(SETTINGS)}")
     return tuple({**_BASE, **changes}[name] for name in SETTINGS)
 
 
-_MMA_SYNC = dict(USE_WG_DKDV=False, DS_EVICT_FIRST=False)
-FORMS = {"recompute": _form(**_MMA_SYNC, USE_DS=False), "ds": _form(**_MMA_SYNC), "ds64": _form(**_MMA_SYNC, DQ_DS_QUERIES=64),
-         "ds_l2": _form(USE_WG_DKDV=False), "fold": _form(**_MMA_SYNC, USE_DS=False, FOLD_KEY_BLOCKS=2),
-         "wg1": _form(), "wg2": _form(WG_DKDV_WARPGROUPS=2),
-         "wg1o": _form(WG_DKDV_OVERLAP=True), "wg2o": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_OVERLAP=True),
-         # D computed inside the dK/dV kernel, no row-dots launch (the same bits as wg1 / wg2)
-         "wg1d": _form(WG_DKDV_ROW_DOTS=True), "wg2d": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_ROW_DOTS=True),
-         # two warpgroups in ping-pong (the same bits as wg2)
-         "wg2p": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_PINGPONG=True),
-         # one warpgroup compiled for three blocks an SM (the same bits as wg1)
-         "wg1t": _form(WG_DKDV_BLOCKS=3),
-         # dK/dV on a TMA producer with setmaxnreg, 128 keys a block (the same bits as wg2)
-         "tma": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True),
-         # dQ on a TMA producer and wgmma after wg1, wg2 or tma (dk, dv their bits)
-         "wg1q": _form(DQ_TMA=True), "wg2q": _form(WG_DKDV_WARPGROUPS=2, DQ_TMA=True),
-         "tmaq": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DQ_TMA=True),
-         # the TMA dK/dV's forms: three stages, the deferred wait, both (tma's bits)
-         "tma3": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=1),
-         "tmad": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=2),
-         "tmad3": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=3),
-         "tmar": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=4),
-         # tma resident (one block an SM, the key blocks by tickets), and with the TMA dQ as the step runs it
-         "tmarr": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5),
-         "tmarrq": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True),
-         # the TMA dQ resident after tma, and after tmarr (both resident)
-         "tmaqr": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DQ_TMA=True, DQ_TMA_RESIDENT=True),
-         "tmarrqr": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_RESIDENT=True),
-         # tmarrq with the TMA dQ's grid swapped, a head's query blocks together (tmarrq's bits)
-         "tmarrqf": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_ORDER=1),
-         # tmarrqf a group of 1, 2 or 4 batches at a time, each group's dQ after its dK/dV (tmarrqf's bits)
-         **{f"tmarrqfg{g}": _form(WG_DKDV_WARPGROUPS=2, WG_DKDV_TMA=True, DKDV_TMA_FORM=5, DQ_TMA=True, DQ_TMA_ORDER=1,
-                                  DS_GROUP_BATCHES=g) for g in (1, 2, 4)}}
+FORMS = {"recompute": _form(USE_WG_DKDV=False, USE_DS=False), "ds_l2": _form(USE_WG_DKDV=False),
+         "fold": _form(USE_WG_DKDV=False, USE_DS=False, FOLD_KEY_BLOCKS=2),
+         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1)}
+WGMMA_FORMS = ("tmarr", "tmarrqf")   # where attention.cu is built for sm_90a
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
-SAME_BITS = {"ds64": "ds", "ds_l2": "ds", "wg2": "wg1", "tma": "wg2", "tma3": "tma", "tmad": "tma", "tmad3": "tma",
-             "tmar": "tma", "wg1q": "wg1", "wg2q": "wg2", "tmaq": "tma", "tmarr": "tma", "tmarrq": "tmaq", "tmaqr": "tmaq",
-             "tmarrqr": "tmaq", "tmarrqf": "tmarrq", "tmarrqfg1": "tmarrqf", "tmarrqfg2": "tmarrqf",
-             "tmarrqfg4": "tmarrqf"}
+SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2"}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
-# TR2_BWD_FORMS=ds_l2,wg1,wg2: only those forms (recompute, the reference of the table, always)
+# TR2_BWD_FORMS=ds_l2,tmarr: only those forms (recompute, the reference of the table, always)
 ONLY = [f for f in os.environ.get("TR2_BWD_FORMS", "").split(",") if f]
+if set(ONLY) - set(FORMS):
+    raise SystemExit(f"TR2_BWD_FORMS: no form {sorted(set(ONLY) - set(FORMS))}; allowed: {', '.join(FORMS)}")
 
 
 def _set(values) -> None:
@@ -131,7 +93,7 @@ def inputs(be, model: str):
     _, saved = be.attention_forward(qkv, cfg.n_head, cfg.dropout, SEED, OFFSET)
     forms = [f for f in FORMS if (f != "fold" or -(-T // attention.block_rows(be.ctx)) <= 2)
              and (not ONLY or f in ONLY or f == "recompute")
-             and (not f.startswith("wg") or attention.runtime.built_for(attention.FILE) == "sm_90a")]
+             and (f not in WGMMA_FORMS or attention.runtime.built_for(attention.FILE) == "sm_90a")]
     return cfg, qkv, dout, saved, forms
 
 

@@ -1,18 +1,14 @@
 """The attention forward's kernels against each other in one process, on each model's shape (bf16 under half
-roundings, dropout as the model trains): the mma.sync kernel, the wgmma kernel, the pipelined wgmma kernel with
-one and with two warpgroups a block, two warpgroups in ping-pong (wgpp2), the TMA producer's forms (tma; tmap, its
-consumers pipelined; tmaw, 128-key tiles and setmaxnreg; tmawp, those pipelined) and the mma.sync kernel compiled
-for three blocks an SM (mma3), on every
-shape whatever
-gpu/attention.py's WG_MAX_T (attention.cu instantiated
-the wgmma kernel with one and with two warpgroups a block until call 3 of results/h200-perf-20261201d, which timed
-both; now with one). Rounds in rotating order; each
-figure one call's share of `reps` calls, recorded as one CUDA graph and replayed (TR2_VARIANT_TIMING=graph, the
-default: the host's work a call not counted, as in the training step's graph) or issued back to back
-(TR2_VARIANT_TIMING=eager: the host's work counts where it falls behind); the table gives each variant's median
-over the rounds and its ratio
-to mma.sync. (One CUDA-event median a process, as attention_bench.py takes, moved by up to 30% between
-processes: results/h200-perf-20261201c call 3.)
+roundings, dropout as the model trains): the mma.sync kernel (mma), the wgmma kernel (wg1, one warpgroup a block) and
+the TMA forward with 128-key tiles, resident (tmawr, form 7), each on every shape whatever gpu/attention.py's
+WG_MAX_T (which gives the rows of at most 256 wg1 and the longer ones tmawr). Rounds in rotating order; each figure
+one call's share of `reps` calls, recorded as one CUDA graph and replayed (TR2_VARIANT_TIMING=graph, the default: the
+host's work a call not counted, as in the training step's graph) or issued back to back (TR2_VARIANT_TIMING=eager:
+the host's work counts where it falls behind); the table gives each variant's median over the rounds and its ratio
+to mma.sync. (One CUDA-event median a process, as attention_bench.py takes, moved by up to 30% between processes:
+results/h200-perf-20261201c call 3.) The forms measured slower and removed (the pipelined and ping-pong wgmma
+forwards, the TMA forward's forms 1-6 and 8, mma.sync at three blocks an SM: attention.cu's header) were variants
+here until then (before the removal, at ee6b673).
 
     python3 scripts/attention_forward_variants.py OUT.jsonl [rounds] [reps]
 
@@ -45,29 +41,21 @@ TIME = timer(TIMING)
 RING = ring_count(os.environ.get("TR2_VARIANT_RING"))
 
 MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
-SETTINGS = ("USE_WGMMA", "WG_FORWARD_PIPELINED", "WG_FORWARD_NWG", "WG_FORWARD_PINGPONG", "WG_FORWARD_TMA",
-            "FWD_BLOCKS")
-VARIANTS = {"mma": (False, False, 0, False, False, 2), "wg1": (True, False, 0, False, False, 2),
-            "wgp1": (True, True, 1, False, False, 2), "wgp2": (True, True, 2, False, False, 2),
-            "wgpp2": (True, False, 2, True, False, 2),   # two warpgroups in ping-pong (attention_forward_wg_pp)
-            "tma": (True, False, 0, False, 1, 2),        # a TMA producer and two consumers (attention_forward_tma)
-            "tmap": (True, False, 0, False, 2, 2),       # the same, each consumer with attention_forward_wgp's overlap
-            "tmaw": (True, False, 0, False, 3, 2),       # 128-key tiles and setmaxnreg (attention_forward_tma, WIDE)
-            "tmawp": (True, False, 0, False, 4, 2),      # the same, each consumer pipelined
-            "tmaw3": (True, False, 0, False, 5, 2),      # tmaw with three stages in the ring
-            "tmawpp": (True, False, 0, False, 6, 2),     # tmawp's consumers in ping-pong
-            "tmawr": (True, False, 0, False, 7, 2),      # tmaw resident: one block an SM, the query blocks by tickets
-            "tmawrt": (True, False, 0, False, 8, 2),     # tmawr with its consumers taking turns at the exponentials
-            "mma3": (False, False, 0, False, False, 3)}  # mma.sync compiled for three blocks an SM (attn_forward3_)
-# TR2_FWD_VARIANTS=mma,wgp2: only those (mma, the reference of the table, always)
+SETTINGS = ("USE_WGMMA", "WG_MAX_T", "FWD_TMA_LONG")
+# each variant's SETTINGS at rows of T: wg1 takes every row (WG_MAX_T = T), tmawr every row (WG_MAX_T = 0: all "long")
+VARIANTS = {"mma": lambda T: (False, T, 0),
+            "wg1": lambda T: (True, T, 0),
+            "tmawr": lambda T: (True, 0, 7)}   # one block an SM, the query blocks by tickets
+# TR2_FWD_VARIANTS=mma,tmawr: only those (mma, the reference of the table, always)
 ONLY = [v for v in os.environ.get("TR2_FWD_VARIANTS", "").split(",") if v]
+unknown = set(ONLY) - set(VARIANTS)
+if unknown:
+    raise SystemExit(f"TR2_FWD_VARIANTS: no variant {sorted(unknown)}; allowed: {', '.join(VARIANTS)}")
 
 
 def use(variant: str, T: int) -> None:
-    for name, value in zip(SETTINGS, VARIANTS[variant]):
+    for name, value in zip(SETTINGS, VARIANTS[variant](T)):
         setattr(attention, name, value)
-    attention.WG_MAX_T = T
-    attention.FWD_TMA_LONG = 0   # each form as named, whatever the rows (WG_MAX_T = T makes none "long" either)
 
 
 def main() -> int:
@@ -76,7 +64,6 @@ def main() -> int:
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
     own = tuple(getattr(attention, name) for name in SETTINGS)
-    own_max_t = attention.WG_MAX_T
     names = ["mma"] + [v for v in VARIANTS if v != "mma" and (not ONLY or v in ONLY)]
     table = []
     for model in MODELS:
@@ -103,7 +90,6 @@ def main() -> int:
         cp.get_default_memory_pool().free_all_blocks()
     for name, value in zip(SETTINGS, own):
         setattr(attention, name, value)
-    attention.WG_MAX_T = own_max_t
     print("\n".join(table))
     return 0
 

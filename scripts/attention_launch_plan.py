@@ -4,8 +4,9 @@ every argument) and tensor maps over stand-in arrays, for a lib/ checkout at its
     python3 scripts/attention_launch_plan.py LIB_PARENT > plan.json
 
 Why: a change to backward()'s Python that must not change what the default path launches (the twenty-eighth
-session's groups of batches reshaped it) is shown so by two commits' plans being identical, before any device
-time; tests/test_attention_switches_cpu.py uses record_backward for the groups' plan. Shapes: gpt2-small's and
+session's groups of batches reshaped it; the removal of the forms measured slower, at ee6b673, cut it down) is shown
+so by two commits' plans being identical, before any device time; tests/test_attention_switches_cpu.py uses
+record_backward for the default launches' names and grids. Shapes: gpt2-small's and
 gpt2-medium's (8 x 12 / 16 heads of 1024), the char model's (64 x 6 of 256) and an odd one (3 x 2 of 1000, dropout),
 bf16 and fp16 under half roundings.
 """
@@ -14,13 +15,14 @@ from __future__ import annotations
 import json
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 
 
 class FakeArray:
     """Just enough of a device array for backward()'s bookkeeping: a shape, an element type, an address, and slices
-    of whole rows of the first axis (the groups' views)."""
+    of whole rows of the first axis."""
 
     def __init__(self, shape, dtype, ptr):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
@@ -78,8 +80,11 @@ def plain(x):
 
 def main(argv) -> int:
     sys.path.insert(0, argv[0] + "/lib")
+    for name in [m for m in sys.modules if m == "tr2" or m.startswith("tr2.")]:   # imported already (a .pth hook)
+        del sys.modules[name]                                                   # from another checkout: that one's
     sys.modules.setdefault("cupy", types.ModuleType("cupy"))   # imported at the top, touched only to launch
     from tr2.cupy_side.gpu import attention
+    assert attention.__file__.startswith(str(Path(argv[0]).resolve())), attention.__file__
     plans = {f"{B}x{H}x{T} p{p} {dt}": plain(record_backward(attention, B=B, H=H, T=T, p=p, dtype=dt)[0])
              for B, H, T, p in [(8, 12, 1024, 0.0), (8, 16, 1024, 0.0), (64, 6, 256, 0.2), (3, 2, 1000, 0.2)]
              for dt in ("bfloat16", "float16")}

@@ -13,13 +13,14 @@
 #            graph-timed record) and .cache/noprio (side stream at default priority): SIDE_SELECT, SIDE_ROUNDS rounds;
 #            SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none); SIDE_AFTER_BENCH_S
 #            seconds kept back for the stage after it
-#   variants scripts/attention_backward_variants.py: the backward's forms (ds against ds64 among them) in one process
-#   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, pipelined wgmma with one and
-#            two warpgroups, ping-pong, the TMA producer's; TR2_FWD_VARIANTS limits them) in one process, before the
-#            bench; where the late tests failed, the ping-pong and TMA forms are left out
+#   variants scripts/attention_backward_variants.py: the backward's forms (recompute, the mma.sync ds_l2, the fold, the
+#            TMA dK/dV with each dQ; TR2_BWD_FORMS limits them) in one process
+#   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, the TMA forward resident;
+#            TR2_FWD_VARIANTS limits them) in one process, before the bench; where the late tests failed, the TMA
+#            forms are left out
 #   ncu      Nsight Compute on the attention kernels of one forward and backward (scripts/attention_ncu.py, the
 #            second pass: forward, row dots, dK/dV, dQ) for each MODEL:DTYPE:HR[:VARIANT] of SIDE_NCU (default
-#            gpt2-small:bfloat16:1 gpt2-small:bfloat16:1:pp); VARIANT names .cache/variants/VARIANT, whose bench.env
+#            gpt2-small:bfloat16:1); VARIANT names .cache/variants/VARIANT, whose bench.env
 #            sets the run's environment (its lib is not used: the kernels are this tree's); VARIANT cudnn profiles
 #            PyTorch's cuDNN attention at the shape instead (scripts/sdpa_ncu.py). Speed of light, pipes,
 #            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
@@ -61,21 +62,16 @@ if [[ $STAGES == *,tests,* ]]; then
     late=$?
     echo "== late kernel tests (exit $late, $(elapsed) s; 124: the limit stopped them)"
     grep -E "^(FAILED|ERROR)" "$W/pytest_late.log" | head; tail -2 "$W/pytest_late.log"
-    if [ "$late" -ne 0 ]; then   # the ping-pong or TMA forms did not pass: not timed below
-      # A hang (124) may be any of them: all are left out. Otherwise only the forms whose tests failed: the backward's
-      # TMA dK/dV (forms tma, tmaq and its other forms), those other forms (tma3, tmad, tmad3) and TMA dQ (wg1q, wg2q,
-      # tmaq). An empty list would mean every form: the reference alone instead.
-      drop_fwd='wgpp2|tma|tmap|tmaw|tmawp|tmaw3|tmawpp|tmawr|tmawrt' drop_bwd='wg2p|tma|wg1q|wg2q|tmaq|tma3|tmad|tmad3|tmar|tmarr|tmarrq|tmaqr|tmarrqr'
+    if [ "$late" -ne 0 ]; then   # the TMA forms did not pass: not timed below
+      # A hang (124) may be any of them: all are left out. Otherwise only the forms whose tests failed: the forward's
+      # TMA form (tmawr: test_attention_forward_tma_wide) and the backward's TMA dK/dV with either dQ (tmarr, tmarrqf:
+      # test_attention_wgmma_backward_is_the_mma_sync_bits). An empty list would mean every form: the reference alone
+      # instead.
+      drop_fwd='tmawr' drop_bwd='tmarr|tmarrqf'
       if [ "$late" -ne 124 ]; then
         failed=$(grep -E "^(FAILED|ERROR)" "$W/pytest_late.log")
-        drop_bwd=wg2p
-        grep -q dkdv_tma_on <<<"$failed" && drop_bwd+='|tma|tmaq|tma3|tmad|tmad3|tmar|tmarr|tmarrq|tmaqr|tmarrqr'
-        grep -q dkdv_tma_forms <<<"$failed" && drop_bwd+='|tma3|tmad|tmad3|tmar|tmarr|tmarrq|tmarrqr'
-        grep -q dq_tma_on <<<"$failed" && drop_bwd+='|wg1q|wg2q|tmaq|tmaqr|tmarrqr'
-        grep -q dq_tma_resident <<<"$failed" && drop_bwd+='|tmaqr|tmarrqr'
-        grep -qE 'forward_tma|forward_turns|pingpong|wgpp' <<<"$failed" || drop_fwd=none_such
-        # only form 8's cases failed (its late tests alone, scripts/fwd_turns_call.sh): only form 8 left out
-        [ -n "$failed" ] && ! grep -vE 'tmawrt|turns_across_items' <<<"$failed" | grep -q . && drop_fwd=tmawrt
+        grep -q forward_tma <<<"$failed" || drop_fwd=none_such
+        grep -q wgmma_backward <<<"$failed" || drop_bwd=none_such
       fi
       fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vxE "$drop_fwd" | paste -sd, -)
       bwd=$(echo "${TR2_BWD_FORMS:-}" | tr ',' '\n' | grep -vxE "$drop_bwd" | paste -sd, -)
@@ -131,7 +127,7 @@ if [[ $STAGES == *,ncu,* ]]; then
   # why a warp could not issue: cycles a stall reason holds a warp, per issued instruction (the thirteenth session's
   # call collected none, and could say only that most cycles had no eligible warp)
   pipes+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
-  for spec in ${SIDE_NCU:-gpt2-small:bfloat16:1 gpt2-small:bfloat16:1:pp}; do
+  for spec in ${SIDE_NCU:-gpt2-small:bfloat16:1}; do
     [ "$(left)" -gt 90 ] || break
     IFS=: read -r model dtype hr variant <<<"$spec"
     tag=$model-$dtype-$hr${variant:+-$variant}

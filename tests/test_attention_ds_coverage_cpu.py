@@ -1,9 +1,10 @@
-"""ds_t's contract between the dS-storing dK/dV kernels and attention_backward_dq_ds (attention.cu), checked without
-a GPU: every (key, query) element the dQ kernel reads for a query before T was written by the dK/dV kernel, for the
-mma.sync kernel (32-key warp chunks, 32-query tiles) and the wgmma one (64-key warpgroups, 64-query tiles, one or two
-warpgroups a block), at both dQ block sizes. The loops below transcribe the kernels' index arithmetic (the tile and
-warp conditions, rows past T, columns past ldq); an element read but never written would be uninitialised memory
-in dQ (on the GPU the poisoned tests see it as NaN only where the pool handed over poisoned memory)."""
+"""ds_t's contract between the dS-storing dK/dV kernels and attention_backward_dq_ds (attention.cu), checked without a GPU:
+every (key, query) element the dQ kernel reads for a query before T was written by the dK/dV kernel, for the mma.sync
+kernel (32-key warp chunks, 32-query tiles) and the wgmma one (the TMA dK/dV: 64-key consumer warpgroups, 64-query
+tiles, two warpgroups a block), at the dQ kernel's 128 queries a block. The loops below transcribe the kernels' index
+arithmetic (the tile and warp conditions, rows past T, columns past ldq); an element read but never written would be
+uninitialised memory in dQ (on the GPU the poisoned tests see it as NaN only where the pool handed over poisoned
+memory)."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,9 +39,10 @@ def written_mma_sync(T: int) -> np.ndarray:
     return w
 
 
-def written_wgmma(T: int, nwg: int) -> np.ndarray:
-    """attention_backward_dkdv_wg: warpgroup keys K0..K0+63 (warps of 16), 64-query tiles from the one holding the
-    block's first key, a tile taken where its last query is at or past the warpgroup's first key; rows j < T,
+def written_wgmma(T: int, nwg: int = 2) -> np.ndarray:
+    """attention_backward_dkdv_tma_resident (as the wgmma kernels on cp.async before it, removed since: one or two
+    warpgroups a block): warpgroup keys K0..K0+63 (warps of 16), 64-query tiles from the one holding the block's first
+    key, a tile taken where its last query is at or past the warpgroup's first key; rows j < T,
     every column of the tile (all below ldq, a multiple of 64)."""
     ldq = ldq_of(T, True)
     w = np.zeros((T, ldq), dtype=bool)
@@ -77,24 +79,25 @@ def read_dq(T: int, ldq: int, queries: int) -> np.ndarray:
 TS = [1, 7, 31, 32, 33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257, 300, 1000, 1024]
 
 
-@pytest.mark.parametrize("T", TS)
-@pytest.mark.parametrize("queries", [128, 64])
-def test_mma_sync_dkdv_writes_all_the_dq_kernel_reads(T, queries):
-    missing = read_dq(T, ldq_of(T, False), queries) & ~written_mma_sync(T)
-    assert not missing.any(), f"T={T} queries={queries}: {int(missing.sum())} elements read, never written"
+# 128 queries a block: the dQ kernel built (its 64-query form was removed: attention.cu's header)
+QUERIES = 128
 
 
 @pytest.mark.parametrize("T", TS)
-@pytest.mark.parametrize("queries", [128, 64])
-@pytest.mark.parametrize("nwg", [1, 2])
-def test_wgmma_dkdv_writes_all_the_dq_kernel_reads(T, queries, nwg):
-    missing = read_dq(T, ldq_of(T, True), queries) & ~written_wgmma(T, nwg)
-    assert not missing.any(), f"T={T} queries={queries} nwg={nwg}: {int(missing.sum())} elements read, never written"
+def test_mma_sync_dkdv_writes_all_the_dq_kernel_reads(T):
+    missing = read_dq(T, ldq_of(T, False), QUERIES) & ~written_mma_sync(T)
+    assert not missing.any(), f"T={T}: {int(missing.sum())} elements read, never written"
+
+
+@pytest.mark.parametrize("T", TS)
+def test_wgmma_dkdv_writes_all_the_dq_kernel_reads(T):
+    missing = read_dq(T, ldq_of(T, True), QUERIES) & ~written_wgmma(T)
+    assert not missing.any(), f"T={T}: {int(missing.sum())} elements read, never written"
 
 
 def test_the_transcription_can_fail():
     """A dK/dV kernel that skipped its diagonal tiles would leave elements the dQ kernel reads: the check sees it."""
     T = 256
-    w = written_wgmma(T, 1)
+    w = written_wgmma(T)
     w[64:128, 64:128] = False
-    assert (read_dq(T, ldq_of(T, True), 128) & ~w).any()
+    assert (read_dq(T, ldq_of(T, True), QUERIES) & ~w).any()

@@ -187,7 +187,7 @@ def test_the_report_shows_the_extension_and_replays_it_after_the_retirement(fold
     method_a.run(load_card(folder / "card.yaml"), folder)
     method_a.summarize(folder)
     data = build_table("test", [folder], tmp_path)
-    d = f"results/{folder.name}"
+    d = '"$D"'   # the folder the command's first step made (report.verdicts.commands), not the committed one
     command = data["commands"][folder.name]
     tail = (f"python -m tr2.runner method_a --resume {d} && git checkout {C[:12]} && python -m tr2.runner method_a "
             f"--extend {d} --seeds 4 5 --reason {shlex.quote(REASON)} && git checkout {D[:12]} && "

@@ -309,3 +309,17 @@ def test_the_gaps_table_prints_a_step_of_idle_time_and_says_where_none_was_kept(
     assert "kernels 366.0 a step; span 16000.0 us, busy 15390.0, idle 610.0 a step" in lines[1]
     assert "30.00 us  1.00x max   40.00  adamw_update -> embedding_forward" in lines[2]
     assert "no idle-time record" in lines[4]
+
+
+def test_the_profiled_backend_keeps_its_name_in_the_log():
+    """A profiled cupy run's log named its backend `<tr2.profile_run._Annotated object at ...>` where every other run's
+    log names the backend with the products record it read (gpu/backend.py's repr): the annotated wrapper now gives
+    the wrapped backend's repr, so a families folder's logs say which record its cupy runs read."""
+    from tr2.profile_run import _Annotated
+
+    class Backend:
+        def __repr__(self):
+            return "CudaBackend(bfloat16, cuBLASLt, products record x.json, 3 products, sha256 abc)"
+
+    inner = Backend()
+    assert repr(_Annotated(inner)) == repr(inner)

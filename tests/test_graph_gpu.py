@@ -170,25 +170,18 @@ def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str,
     assert without[STEPS] < without[0] - 0.2
 
 
-# gpu/attention.py's WG_DKDV_TMA: the TMA dK/dV kernel is on by default and repeats the wgmma kernels' arithmetic, so
-# a whole run with it (eager and graph) must have the losses of the run without it to the bit: gpt2-small (rows of
-# 1024, eight key blocks a head) in bfloat16 and float16 (its device-side skips), the char model (rows of 256, where
-# the one-warpgroup kernel ran before) in bfloat16.
+# gpu/attention.py's USE_WG_DKDV (TR2_ATTN_WG_DKDV): the backward as it runs by default on Hopper (the TMA dK/dV
+# resident, and the TMA dQ on rows over 256) gives the mma.sync kernels' bits (tests/test_kernels_gpu.py,
+# "wgmma_backward_is_the_mma_sync_bits"), so a whole run with it (eager and graph: the resident kernel's tickets, left
+# at zero by every launch, replayed) must have the losses of the run with TR2_ATTN_WG_DKDV=0 to the bit: gpt2-small
+# (rows of 1024, eight key blocks a head, 768 items a launch) in bfloat16 and float16 (its device-side skips), the char
+# model (rows of 256: the mma.sync dQ after the TMA dK/dV) in bfloat16. (Until the forms between them were removed,
+# before the removal, at ee6b673, this test ran the TMA dK/dV against the wgmma kernel on cp.async, and the resident
+# forms against their plain ones.)
 @pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("gpt2-small", "float16"),
                                           ("nanogpt", "bfloat16")])
-def test_the_tma_dkdv_kernel_changes_no_bit(tmp_path, model, dtype):
-    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_WG_DKDV_TMA", "0", "2", "TMA dK/dV kernel")
-
-
-# The resident forms (gpu/attention.py's FWD_TMA_LONG 7 against 3, DKDV_TMA_FORM 5 against 0, DQ_TMA_RESIDENT 1
-# against 0): each item computes what a block of the form it repeats computed, so a whole run must have that form's
-# losses to the bit, eager and in the graph (their tickets, left at zero by every launch, replayed): gpt2-small in
-# bfloat16 (768 items a launch). Form 8 (form 7 with turns at the exponentials) likewise against form 7.
-@pytest.mark.parametrize("key, off, on", [("TR2_ATTN_FWD_TMA_LONG", "3", "7"), ("TR2_ATTN_DKDV_TMA_FORM", "0", "5"),
-                                          ("TR2_ATTN_DQ_TMA_RESIDENT", "0", "1"), ("TR2_ATTN_FWD_TMA_LONG", "7", "8")],
-                         ids=["forward", "dkdv", "dq", "forward_turns"])
-def test_the_resident_attention_kernels_change_no_bit(tmp_path, key, off, on):
-    _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", key, off, on, "resident attention kernel")
+def test_the_wgmma_backward_changes_no_bit(tmp_path, model, dtype):
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_WG_DKDV", "0", "1", "wgmma backward")
 
 
 # gpu/gelu.py's REVERSE_SWITCH: GELU's groups of eight from the last down (value 1, the default since the forty-third
@@ -199,23 +192,13 @@ def test_the_gelu_order_changes_no_bit(tmp_path, model, dtype):
     _switch_changes_no_bit(tmp_path, model, dtype, "TR2_GELU_REVERSE", "0", "1", "GELU order")
 
 
-# gpu/attention.py's DQ_TMA: dQ from ds_t on a TMA producer and wgmma. Its kernel tests found the mma.sync dQ's bits
-# in all 88 cases (call 7 of results/h200-perf-20261203e), so a whole run with it must have the losses of the run
-# without it to the bit, eager and in the graph (its two tensor maps baked into the captured launch).
+# gpu/attention.py's DQ_TMA: dQ from ds_t on a TMA producer and wgmma (1: at every T, against 0: never). Its kernel
+# tests found the mma.sync dQ's bits in all 88 cases (call 7 of results/h200-perf-20261203e), so a whole run with it
+# must have the losses of the run without it to the bit, eager and in the graph (its two tensor maps baked into the
+# captured launch).
 @pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("nanogpt", "float16")])
 def test_the_tma_dq_kernel_changes_no_bit(tmp_path, model, dtype):
     _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_TMA", "0", "1", "TMA dQ kernel")
-
-
-# gpu/attention.py's DS_GROUP_BATCHES: the TMA dK/dV and dQ kernels a group of batches at a time, each head computed
-# as in the whole launch and the group's dropout counters (this test trains with dropout 0.2) shifted to the whole
-# launch's; a whole run must have the losses of the run in one group to the bit, eager and in the graph (a tensor map
-# a group baked into the captured launches, the resident dK/dV's tickets reused by each group): gpt2-small (batches
-# of 8) in groups of two and of one batch.
-@pytest.mark.parametrize("dtype, batches", [("bfloat16", "2"), ("float16", "1")])
-def test_the_backward_in_groups_of_batches_changes_no_bit(tmp_path, dtype, batches):
-    _switch_changes_no_bit(tmp_path, "gpt2-small", dtype, "TR2_ATTN_DS_GROUP_BATCHES", "0", batches,
-                           f"backward in groups of {batches} batches")
 
 
 # gpu/backend.py's TIED_WTE: the tied wte's gradient as lm_head's half dW plus the embedding's sums, added where the
@@ -228,11 +211,11 @@ def test_the_tied_wte_gradient_changes_no_bit(tmp_path, model, dtype):
     _switch_changes_no_bit(tmp_path, model, dtype, "TR2_TIED_WTE", "0", "1", "tied wte gradient")
 
 
-# gpu/attention.py's WG_FORWARD_TMA 3, 4, 6 and 7: the TMA forward with 128-key tiles, which has bits of its own (its
-# online softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the bit (one tensor map of
-# qkv baked into each captured launch; form 7's tickets, which each launch leaves at zero, replayed), and the run must
-# train.
-@pytest.mark.parametrize("form", ["3", "4", "6", "7"])
+# gpu/attention.py's FWD_TMA_LONG 7 (the default): the TMA forward with 128-key tiles, resident, on rows over 256, which
+# has bits of its own (its online softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the
+# bit (one tensor map of qkv baked into each captured launch; the tickets, which each launch leaves at zero, replayed),
+# and the run must train. (Forms 3, 4 and 6 were cases here until they were removed.)
+@pytest.mark.parametrize("form", ["7"])
 def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
@@ -243,10 +226,10 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
     common = ["--model", "gpt2-small", "--dtype", "bfloat16", "--batches", order, "--half-roundings"]
     mma, _ = _train(tmp_path, "mma", *common, "--save-init", tmp_path / "init.npz",
-                    env={"TR2_ATTN_FWD_TMA": "0", "TR2_ATTN_FWD_TMA_LONG": "0"})   # the mma.sync forward
+                    env={"TR2_ATTN_FWD_TMA_LONG": "0"})   # the mma.sync forward
     common += ["--init", tmp_path / "init.npz"]
-    eager, _ = _train(tmp_path, "tmaw", *common, env={"TR2_ATTN_FWD_TMA": form})
-    graph, out = _train(tmp_path, "tmaw-graph", *common, "--cuda-graph", env={"TR2_ATTN_FWD_TMA": form})
+    eager, _ = _train(tmp_path, "tmaw", *common, env={"TR2_ATTN_FWD_TMA_LONG": form})
+    graph, out = _train(tmp_path, "tmaw-graph", *common, "--cuda-graph", env={"TR2_ATTN_FWD_TMA_LONG": form})
     assert "cuda graph:" in out
     print(f"gpt2-small bfloat16, TMA forward {form}: graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}; "
           f"against the mma.sync forward's run {_max_rel(mma, eager)[0]:.2e} (step {_max_rel(mma, eager)[1]})")

@@ -44,3 +44,51 @@ def test_a_bad_switch_is_one_line_of_the_trainer(monkeypatch, capsys):
     monkeypatch.setattr(tr2.train, "run", lambda args: kernel_switch("TR2_TEST_SWITCH", 1, (1, 2)))
     assert tr2.train.main(["--side", "cupy", "--model", "tiny", "--steps", "1"]) == 2
     assert capsys.readouterr().err == "tr2.train: error: TR2_TEST_SWITCH='yes': allowed values are 1, 2\n"
+
+
+@pytest.mark.parametrize("key", ["TR2_ZERO_BY_KERNEL", "TR2_STEP_GRAPHS", "TR2_ATTN_WG_DKDV_TMA",
+                                 "TR2_ATTN_DS_GROUP_BATCHES"])
+def test_a_retired_switch_set_stops_whichever_switch_is_read(monkeypatch, key):
+    """A switch removed with the forms it chose (gpu.RETIRED) must not be ignored: a bench variant that still sets it
+    would time the default under its name. Any kernel_switch read stops, naming the key, its value and why; a blank
+    value counts as unset, as for every switch."""
+    from tr2.cupy_side.gpu import RETIRED, SwitchError
+    monkeypatch.delenv("TR2_TEST_SWITCH", raising=False)
+    monkeypatch.setenv(key, " ")
+    assert kernel_switch("TR2_TEST_SWITCH", 1) == 1
+    monkeypatch.setenv(key, "0")
+    with pytest.raises(SwitchError) as e:
+        kernel_switch("TR2_TEST_SWITCH", 1)
+    assert str(e.value) == f"{key}='0': removed with {RETIRED[key]}; unset it"
+    assert "\n" not in str(e.value) and "measured" in RETIRED[key]
+
+
+def test_a_retired_switch_is_one_line_of_the_trainer(monkeypatch, capsys):
+    import tr2.train
+    monkeypatch.setenv("TR2_ATTN_FWD_WGP", "1")
+    monkeypatch.setattr(tr2.train, "run", lambda args: kernel_switch("TR2_TEST_SWITCH", 1, (1, 2)))
+    assert tr2.train.main(["--side", "cupy", "--model", "tiny", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tr2.train: error: TR2_ATTN_FWD_WGP='1': removed with the pipelined wgmma forward")
+    assert err.endswith("; unset it\n") and err.count("\n") == 1
+
+
+def test_no_retired_switch_is_read_by_the_program():
+    """No module reads a retired name (outside gpu/__init__.py's table none is a string in lib/'s code; comments may
+    name them), and no live switch is retired."""
+    import re
+
+    from tr2 import REPO_ROOT
+    from tr2.cupy_side.gpu import RETIRED
+    lib = REPO_ROOT / "lib" / "tr2"
+    table = lib / "cupy_side" / "gpu" / "__init__.py"
+    live = set()
+    for path in lib.rglob("*.py"):
+        text = path.read_text()
+        live |= set(re.findall(r'kernel_switch\("(TR2_\w+)"', text))
+        if path != table:
+            code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+            named = [k for k in RETIRED if re.search(rf"[\"']{k}[\"']", code)]
+            assert not named, f"{path.relative_to(REPO_ROOT)} names the retired {named}"
+    assert live and not live & set(RETIRED)
+    assert {"TR2_ZERO_BY_KERNEL", "TR2_STEP_GRAPHS"} <= set(RETIRED)

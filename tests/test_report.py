@@ -268,7 +268,8 @@ def test_cpu_front_page_holds_what_a_reader_needs(tmp_path):
     assert len(row.find_all("td", class_="tokens")) == 2 and len(row.find_all("td", class_="spread")) == 2
     assert all(c.get_text().endswith("%") for c in row.find_all("td", class_="spread"))
     commands = soup.find(id="commands-table").get_text()
-    assert "make series CARD=cpu" in commands and "python -m tr2.report --card cpu" in commands
+    assert "python -m tr2.runner series --card cpu --root results/repro/series-" in commands
+    assert "python -m tr2.report --card cpu" in commands and f"--out {stored_path(out)}" in commands
     assert not soup.select('[data-mime-type="application/vnd.jupyter.stderr"]')   # (the CSS names it; no output is one)
     assert not re.search(r"(?<![.\w])" + re.escape(str(REPO_ROOT)), text) and "/site-packages" not in text.replace("site-packages/", "")
     for table in soup.find_all("table", class_="dataframe"):
@@ -446,7 +447,7 @@ def test_checks_beside_the_card_are_shown_and_change_no_verdict(tmp_path):
     assert [r.select_one(".verdict").text for r in rows] == ["passed", "passed"]
     assert rows[1].select_one("a")["href"] == f"../results/{b.name}/"
     assert rp.front_page_html(plain).count("beside-table") == 0   # none given: no section
-    assert data["commands"]["report"].endswith(f" --beside results/{a.name} results/{b.name}")
+    assert data["commands"]["report"].endswith(f" --beside {a} {b} --out {out}")   # (outside the repository: absolute)
 
 
 @pytest.mark.parametrize("what, message", [

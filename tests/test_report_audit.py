@@ -13,7 +13,7 @@ from tr2 import REPO_ROOT, explore
 from tr2 import explore_plots as plots
 from tr2.report import verdicts
 from tr2.summary import save_figure
-from test_report import CARD, MACHINE, _beside_folders, make_results
+from test_report import CARD, MACHINE, _beside_folders, _folder, make_results
 
 bs4 = pytest.importorskip("bs4")
 matplotlib.use("Agg")
@@ -121,7 +121,8 @@ def test_a_key_retired_twice_is_rerun_at_each_retirements_own_commit(tmp_path):
     command = verdicts.commands("test", [verdicts.folder_info(d, tmp_path)], tmp_path)[d.name]
     steps = command.split(" && ")
     first = steps.index(next(s for s in steps if "--reason one" in s))
-    assert steps[first + 1:first + 3] == [f"git checkout {C[:12]}", f"python -m tr2.runner method_a --resume results/{d.name}"]
+    # the resume acts on the folder the command's first step made ($D), not on the committed one
+    assert steps[first + 1:first + 3] == [f"git checkout {C[:12]}", 'python -m tr2.runner method_a --resume "$D"']
     assert f"git checkout {E[:12]}" in steps[steps.index(next(s for s in steps if "--extend" in s)) + 1]
 
 
@@ -420,6 +421,76 @@ def test_a_mode_timed_beside_the_series_is_named_where_the_page_says_it_was_not_
     assert bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(id="modes-beside") is None
 
 
+def _row(data, model, dtype):
+    return next(r for r in data["rows"] if r["primary"] and (r["model"], r["dtype"]) == (model, dtype))
+
+
+def test_a_mode_faster_outside_the_series_is_marked_beside_its_row(tmp_path, monkeypatch):
+    """The page called the series' one mode "PyTorch's fastest" on a row where a check outside the series had timed
+    another mode faster in one call (the H200 edition's gpt2-small float32: default x0.994 of reduce-overhead in three
+    rounds). The row is now marked, with the factor from the log's own clock lines, the runs behind it and the ratio
+    it would read against that mode, said to be an estimate; a slower mode, an unconfirmed entry and an entry with
+    fewer runs of the same mode change nothing."""
+    log = tmp_path / "bench.log"
+    lines = ["bench r0 tiny-float32-torch-eager: ok clock 2.000", "bench r1 tiny-float32-torch-eager: ok clock 2.100",
+             "bench r0 tiny-float32-torch-default: ok clock 1.800", "bench r1 tiny-float32-torch-default: ok clock 1.900",
+             "bench r0 tiny-float32-torch-max-autotune: ok clock 2.500"]
+    log.write_text("\n".join(lines) + "\n")
+    entry = {"kind": "modes beside", "what": "timed beside", "log": str(log), "commit": "b" * 40, "outcome": lines,
+             "covers": ["tiny/float32"], "mode": "default"}
+    fewer = {**entry, "outcome": [lines[0], lines[2]]}
+    unconfirmed = {**entry, "outcome": [lines[0], "bench r0 tiny-float32-torch-default: ok clock 0.500"]}
+    _evidence(tmp_path, monkeypatch, [entry, fewer, unconfirmed])
+    root = tmp_path / "results"
+    make_results(root)
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    row = _row(data, "tiny", "float32")
+    assert row["torch_mode"] == "eager"
+    [b] = row["faster_beside"]
+    assert (b["mode"], b["runs"], b["commit"]) == ("default", 2, "b" * 40)
+    assert b["factor"] == pytest.approx(1.85 / 2.05) and b["ratio_against"] == pytest.approx(row["ratio"] / b["factor"])
+    assert all(not r["faster_beside"] for r in data["rows"] if r is not row)
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    cell = soup.find(id="glance-table").find("tr", attrs={"data-model": "tiny", "data-dtype": "float32"})
+    assert "†" in cell.get_text()
+    said = " ".join(soup.find(id="faster-beside").get_text().split())
+    assert f"tiny float32: default x{1.85 / 2.05:.4f} of eager (the medians of 2 runs each;" in said
+    assert f"about {row['ratio'] / b['factor']:.3f}" in said and "an estimate, not a measurement" in said
+    assert "a mode it did not time ran faster than that one on 1 of them (tiny float32" in \
+        " ".join(soup.find(class_="tr2-abstract").get_text().split())
+    _evidence(tmp_path, monkeypatch, [fewer])
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    said = " ".join(bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(id="faster-beside").get_text().split())
+    assert "one run each: too few to rank the two modes" in said
+    _evidence(tmp_path, monkeypatch, [unconfirmed])
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    assert not _row(data, "tiny", "float32")["faster_beside"]
+    assert bs4.BeautifulSoup(rp.front_page_html(data), "html.parser").find(id="faster-beside") is None
+
+
+def test_pytorchs_attention_kernels_are_named_beside_each_verdict(tmp_path):
+    """Protocol §9: PyTorch is named with its attention kernels every time. The page named them only in the families
+    section; the verdicts now have them beside, with ours, from the card's families folder (its attention family)."""
+    root = tmp_path / "results"
+    make_results(root)
+    d = _folder(root, "families", {"conditions": {"steps": 40}})
+    (d / "kernels.csv").write_text(
+        "key,model,dtype,side,mode,half_roundings,name,family,total_us,launches,us_per_step,launches_per_step\n"
+        'tiny/float32/torch-eager,tiny,float32,torch,eager,False,"fmha_cutlassF_f32_x(Params p)",attention,20,2,10.0,1\n'
+        "tiny/float32/torch-eager,tiny,float32,torch,eager,False,fmha_cutlassB_f32_x,attention,60,2,30.0,1\n"
+        "tiny/float32/torch-eager,tiny,float32,torch,eager,False,gemm_x,matmul/gemm,60,2,30.0,1\n"
+        "tiny/float32/cupy,tiny,float32,cupy,,False,attn_forward_tf32_hs32,attention,8,2,4.0,1\n")
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    a = _row(data, "tiny", "float32")["attention"]
+    assert a["torch"]["kernels"] == [("fmha_cutlassB_f32_x", 30.0), ("fmha_cutlassF_f32_x", 10.0)]
+    assert a["cupy"]["kernels"] == [("attn_forward_tf32_hs32", 4.0)] and a["torch_key"] == "tiny/float32/torch-eager"
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    rows = soup.find(id="attention-kernels").find("tbody").find_all("tr")
+    assert [(r["data-model"], r["data-dtype"]) for r in rows] == [("tiny", "float32")]   # the published rows only
+    text = " ".join(rows[0].get_text(" ").split())
+    assert "eager fmha_cutlassB_f32_x 30.0 fmha_cutlassF_f32_x 10.0 (sum 40.0) attn_forward_tf32_hs32 4.0 (sum 4.0)" in text
+
+
 def test_a_malformed_evidence_file_is_one_line(tmp_path, monkeypatch):
     from tr2 import Tr2Error
     root = tmp_path / "results"
@@ -450,7 +521,9 @@ def test_the_committed_evidence_of_the_h200_edition_is_confirmed_by_its_logs():
                                "PyTorch's default mode, which the series leaves out, timed beside reduce-overhead "
                                "(no verdict)": [],
                                "configurations the series leaves out (float16, GPT-2 medium), timed beside "
-                               "reduce-overhead (no verdict)": []}
+                               "reduce-overhead (no verdict)": [],
+                               "how each side computes attention (what the ratios compare)": [],
+                               "how the cupy side's products were chosen (protocol amendment 4.3)": []}
     assert ev["modes_timed"] == {"max-autotune": ["nanogpt/float32", "nanogpt/bfloat16", "gpt2-small/float32",
                                                   "gpt2-small/bfloat16"],
                                  "default": ["nanogpt/float32", "nanogpt/bfloat16", "gpt2-small/float32",

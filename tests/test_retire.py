@@ -192,8 +192,9 @@ def test_the_front_page_shows_a_folder_whose_runs_span_commits(finished, tmp_pat
     assert retired["data-value"] == "3" and "the cupy side's kernel changed its bits" in retired.get_text()
     assert "tiny/float32/cupy/1" in retired.get_text() and B[:12] in retired.get_text()
     # the folder's reproduce command runs it at its first commit, then retires and resumes as was done
-    assert f"--retire results/{finished.name} --runs tiny/float32/cupy/1 tiny/float32/cupy/2" in data["commands"][finished.name]
-    assert data["commands"][finished.name].endswith(f"python -m tr2.runner method_a --resume results/{finished.name}")
+    # the folder the command's first step made ($D, report.verdicts.commands), not the committed one
+    assert '--retire "$D" --runs tiny/float32/cupy/1 tiny/float32/cupy/2' in data["commands"][finished.name]
+    assert data["commands"][finished.name].endswith('python -m tr2.runner method_a --resume "$D"')
 
 
 def test_the_reproduce_command_resumes_at_the_commit_the_new_runs_carry(finished, tmp_path, monkeypatch):
@@ -210,7 +211,7 @@ def test_the_reproduce_command_resumes_at_the_commit_the_new_runs_carry(finished
     command = build_table("test", [finished], tmp_path)["commands"][finished.name]
     retirement, resume = command.split(" --reason ")
     assert f"git checkout {B[:12]} && python -m tr2.runner method_a --retire" in retirement
-    assert resume.endswith(f"&& git checkout {C[:12]} && python -m tr2.runner method_a --resume results/{finished.name}")
+    assert resume.endswith(f'&& git checkout {C[:12]} && python -m tr2.runner method_a --resume "$D"')
 
 
 # ------------------------------------------------------------------- retiring what an identity check found changed

@@ -44,41 +44,37 @@ def test_the_data_types_are_cuda_h_values():
     assert tma.DATA_TYPE == {"bfloat16": 9, "float16": 6} and tma.SWIZZLE_128B == 3 and tma.OOB_FILL_ZEROS == 0
 
 
-def test_the_kernel_and_the_map_agree_on_the_box():
-    """attention.cu's attention_forward_tma stages 64 x 64 boxes (HS = 64) with the 128B swizzle."""
+def test_the_kernels_and_the_map_agree_on_the_box():
+    """attention.cu's TMA kernels (the resident forward and dK/dV, the dQ) stage 64 x 64 boxes (HS = 64) with the 128B
+    swizzle."""
     from tr2.cupy_side import gpu
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
-    assert "constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2" in src and tma.BOX == 64
+    assert "constexpr int BR = 128, BC = 128, BOX = 64 * HS * 2, S = WS, KB = 2;" in src   # the forward
+    assert "constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;" in src                    # dK/dV
+    assert "constexpr int BR = 128, BK = 64, BOX = 64 * HS * 2, S = DQ_TMA_STAGES;" in src  # dQ
+    assert tma.BOX == 64
 
 
-def test_the_wide_form_stacks_two_boxes_a_tile_and_fits_shared_memory():
-    """attention_forward_tma with WIDE (WG_FORWARD_TMA = 3 to 6): 128-key tiles as two 64-row boxes side by side, so
-    that one 128B-swizzled descriptor (8-row groups 1024 bytes apart) spans them: the second box starts 8 groups on.
-    Its stages (WS: FWD_TMAW_STAGES, three for form 5; gpu/attention.py's tma_shared_bytes, which needs CuPy to
-    import: its formula here, and tests/test_attention_switches_cpu.py calls it) fit a block's shared memory on the
-    H200 (227 KB)."""
+def test_the_wide_forward_stacks_two_boxes_a_tile_and_fits_shared_memory():
+    """attention_forward_tma_resident (form 7, 128-key tiles): two 64-row boxes side by side a tile, so that one
+    128B-swizzled descriptor (8-row groups 1024 bytes apart) spans them: the second box starts 8 groups on. Its
+    FWD_TMAW_STAGES stages and two q buffers (gpu/attention.py's tma_shared_bytes, which needs CuPy to import: its
+    formula here, and tests/test_attention_switches_cpu.py calls it) fit a block's shared memory on the H200
+    (227 KB)."""
     from tr2.cupy_side import gpu
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
-    assert "constexpr int BR = 128, BC = WIDE ? 128 : 64, NT = BC / 8, BOX = 64 * HS * 2;" in src
-    assert "constexpr int S = WIDE ? WS : FWD_TMA_STAGES, KB = BC / 64;" in src
-    assert "bool WIDE = false, int WS = FWD_TMAW_STAGES, bool PP = false>" in src
     box = tma.BOX * 64 * 2
     assert box == (64 // 8) * 1024   # the next box's first row is the 128-key tile's row 64
     stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "attention.py").read_text()
-    assert ('TMA_FORMS = {1: "tma", 2: "tmap", 3: "tmaw", 4: "tmawp", 5: "tmaw3", 6: "tmawpp", 7: "tmawr", '
-            '8: "tmawrt"}' in wrapper)
-    assert ("stages = 4 * FWD_TMAW_STAGES if form in (3, 4, 6, 7, 8) else (4 * 3 if form == 5 else "
-            "2 * FWD_TMA_STAGES)" in wrapper)
-    assert "ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)" in src   # tmaw3's three stages
-    for s in (stages, 3):
-        assert (2 + 4 * s) * box + 1024 <= 227 * 1024
-    assert (4 + 4 * stages) * box + 1024 <= 227 * 1024   # form 7: two q buffers
+    assert "return (4 + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024" in wrapper
+    assert "attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES, TURNS>" in src
+    assert (4 + 4 * stages) * box + 1024 <= 227 * 1024   # two q buffers, the ring of 128-key stages
 
 
 def test_the_resident_dkdv_walks_the_items_as_the_plain_forms_grid_did():
-    """attention_backward_dkdv_tma_resident (DKDV_TMA_FORM 5) takes item j as key block j / BH of head j % BH: the
-    plain form's grid (blockIdx.x the head, blockIdx.y the key block, the first key blocks, which see the most
+    """attention_backward_dkdv_tma_resident (form 5) takes item j as key block j / BH of head j % BH: the grid of the
+    plain form (removed since: blockIdx.x the head, blockIdx.y the key block, the first key blocks, which see the most
     queries, first) in launch order. Its producer thread, its lse/D warp and its consumers walk the same query tiles
     of each item (first = key block x 128 / 64 to the last), so the ring's stage and phase agree."""
     from tr2.cupy_side import gpu
@@ -95,8 +91,8 @@ def test_the_resident_dkdv_walks_the_items_as_the_plain_forms_grid_did():
 
 def test_the_resident_forward_walks_the_items_as_form_3s_grid_did():
     """attention_forward_tma_resident (form 7) takes item j as query block nqb - 1 - j / BH of head j % BH: the order
-    in which the hardware launched form 3's grid (blockIdx.x the head, blockIdx.y the query block from the longest),
-    so every (head, query block) once, the longest first. Its q buffers and the ring's stage and phase run on across
+    in which the hardware launched form 3's grid (removed since: blockIdx.x the head, blockIdx.y the query block from
+    the longest), so every (head, query block) once, the longest first. Its q buffers and the ring's stage and phase run on across
     items; its two tickets are left at zero by the last block (the atomics are in the source)."""
     from tr2.cupy_side import gpu
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()

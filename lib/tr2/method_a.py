@@ -237,6 +237,8 @@ def summarize(results_dir) -> dict:
         "runs": {"finished": len(runs), "planned": len(plan(card)), "records": len(allruns)},
         "extended": extensions(d),   # seeds added to the card after its first summary (tr2.extend), on record
     }
+    # every seed's curve on the configuration's plot (protocol §7 A), the medians and ranges the verdict compares
+    # over them; the verdicts read back from the summary.json `finish` has just written
     return finish(d, summary, runs.values(), lambda: save_figure(
-        plots.bands(explore.bands_a(explore.curves_a(d)), card["method_a"]["judge_from"]), d / "method_a.png",
-        "Method A: validation loss, median and range over the seeds of each side"))
+        plots.method_a(explore.curves_a(d), card["method_a"]["judge_from"], explore.verdicts_a(d)), d / "method_a.png",
+        "Method A: every seed's validation loss, each side's median over its seeds (thick) and range"))

@@ -394,4 +394,4 @@ def summarize(results_dir) -> dict:
         lines.append((f"{FLOOR_BAND:.1%}: the floors' band for W", FLOOR_BAND))
     return finish(d, summary, runs.values(), lambda: save_figure(
         plots.method_b(explore.curves_b(d), explore.verdicts_b(d), lines), d / "method_b.png",
-        "Method B: one start, one batch order, float32 without TF32, dropout 0"))
+        "Method B: both sides' loss from one start and one batch order\n(float32 without TF32, dropout 0)"))

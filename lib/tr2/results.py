@@ -125,16 +125,40 @@ def conditions(path) -> dict:
     """What every number of a results folder carries (docs/protocol.md, rule 4), from its card.yaml and
     machine.json: the card, the machine with its GPUs and driver, the versions, the date and the commit."""
     card, m = read_yaml(Path(path) / "card.yaml"), read_json(Path(path) / "machine.json")
-    gpus, dirty = m.get("gpus") or [], m.get("dirty")
+    gpus = m.get("gpus") or []
     return {"card": card.get("card"), "machine": card.get("machine"), "device": card.get("device"),
             "models": tuple(card.get("models") or ()), "dtypes": tuple(card.get("dtypes") or ()),
             **{k: m.get(k) for k in MACHINE}, "gpu": ", ".join(g.get("name", "?") for g in gpus) or None,
             "gpu_memory_mib": ", ".join(str(g["memory_mib"]) for g in gpus if g.get("memory_mib")) or None,
             "driver": ", ".join(sorted({g["driver"] for g in gpus if g.get("driver")})) or None,
-            # machine.json's flag as the GPU machine's environment once handed it over: a string (2026-11-29)
-            "dirty": dirty.strip().lower() in ("true", "1", "yes") if isinstance(dirty, str) else bool(dirty),
+            # True, False, or None where machine.json does not say (dirty_state)
+            "dirty": dirty_state(m.get("dirty")),
             "tr2_environment": tr2_environment_text(m.get("tr2_environment")),
             "versions": {k: m.get(k) for k in VERSIONS}}
+
+
+# What a folder's working tree state (conditions' dirty) reads as wherever it is shown.
+DIRTY_TEXT = {True: "uncommitted changes", False: "clean working tree",
+              None: "working tree state not recorded: no git on the machine"}
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def dirty_state(value) -> Optional[bool]:
+    """machine.json's dirty (sysinfo.git_commit) as True (uncommitted changes), False (clean, as git said) or None (not
+    recorded): "unknown" where the machine's copy of the tree had no .git (the GPU machine's), or its commit was handed
+    in without its state (TR2_GIT_COMMIT without TR2_GIT_DIRTY); a string where the GPU machine's environment once
+    handed the flag over (2026-11-29); missing in a machine.json that holds no commit (an error's)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        v = value.strip().lower()
+        return True if v in _TRUE else False if v in _FALSE else None
+    return None
+
+
+def dirty_text(value) -> str:
+    """A working tree state as the report says it (DIRTY_TEXT), from machine.json's value or conditions' state."""
+    return DIRTY_TEXT[dirty_state(value)]
 
 
 def tr2_environment_text(env) -> str | None:
@@ -228,3 +252,42 @@ def read_jsonl(path) -> list[dict]:
             if isinstance(record, dict):
                 out.append(record)
     return out
+
+
+def products_read(path) -> list[dict]:
+    """The cuBLASLt products records a folder's runs read (amendment 4.3; tr2.products_kept), kept and retired runs
+    alike, one entry a record: {"name": the file the runs read (under .cache/products/ or $TR2_PRODUCTS_DIR),
+    "sha256": the digest its bytes had (None where the log is from before 2026-12-05 and gives none), "products": how
+    many it held (0 with no digest: there was no file, cuBLASLt's heuristic chose), "kept": the folder's copy
+    (products/<name>-<12 hex>.json, relative to the folder) or None, "not_kept": why none where the run's record says,
+    "runs": how many runs read it}; in the order first read. From each run's products_record, else from its log
+    (trainlog.parse_products_record: its last record). [] where no run names one (PyTorch's sides, the NumPy form,
+    a log that does not say: the families stage's profiled runs)."""
+    from .products_kept import KEPT_DIR, kept_name   # here: products_kept reads logs through trainlog, which reads results
+    from .trainlog import parse_products_record
+    path = Path(path)
+    stage = stage_of(path)
+    found: dict = {}
+    for rec in read_jsonl(path / runs_file(stage)) + read_jsonl(path / RETIRED):
+        pr = rec.get("products_record")
+        if not isinstance(pr, dict):
+            log = (rec.get("retired_files") or {}).get("log") if rec.get("retired_at") else rec.get("log")
+            try:
+                named = parse_products_record((path / log).read_text(errors="replace")) if log else []
+            except OSError:
+                named = []
+            if not named:
+                continue
+            pr = {"read_from": named[-1]["path"], "sha256": named[-1]["sha256"], "products": named[-1]["products"]}
+        name, sha = Path(str(pr.get("read_from") or "")).name, pr.get("sha256")
+        if not name:
+            continue
+        entry = found.setdefault((name, sha, pr.get("products")), {"name": name, "sha256": sha,
+                                                                   "products": pr.get("products"), "kept": None,
+                                                                   "not_kept": None, "runs": 0})
+        entry["runs"] += 1
+        copy = pr.get("file") or (f"{KEPT_DIR}/{kept_name(name, sha)}" if sha else None)
+        if entry["kept"] is None and copy and (path / copy).is_file():
+            entry["kept"] = copy
+        entry["not_kept"] = entry["not_kept"] or pr.get("not_kept")
+    return list(found.values())

@@ -8,6 +8,8 @@ line, exit 2, nothing written); then the results folder is made (or DIR reused) 
 
 `--resume DIR` continues a stage in the folder it started; the folder's card.yaml is its card, so --card may be
 left out. `python -m tr2.runner latest STAGE --card NAME` prints the newest results folder of that stage and card.
+`--root ROOT` makes the new folder under ROOT instead of results/ (and `latest ... --root ROOT` looks there): the
+report's reproduce commands make each folder anew under results/repro/<its name>/ and name it by `latest`.
 
 A stage in two places (the GPU machine has no papermill, and its wheels no longer travel beside the tree):
 `--runs-only` runs the stage's runs and its summary in this process, no notebook (the same checks and folder first);
@@ -24,7 +26,6 @@ nothing (tr2.retire: records to retired.jsonl, their files and the stage's summa
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import subprocess
 import sys
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
             p.add_argument("stage", help=" | ".join(STAGES))
             p.add_argument("--card", required=True, help="the card's name (or its file)")
             p.add_argument("--finished", action="store_true", help="only folders holding summary.json and the executed notebook")
-            p.add_argument("--root", default=None, help=argparse.SUPPRESS)
+            p.add_argument("--root", default=None, help="where the results folders are (default results/)")
             a = p.parse_args(argv[1:])
             if a.stage not in STAGES:
                 raise Tr2Error(f"stage: {a.stage!r} is not allowed; allowed: {' | '.join(STAGES)}")
@@ -196,7 +197,9 @@ def main(argv=None) -> int:
                        "in order, none of the card's")
         p.add_argument("--reason", default=None, help="with --retire: why the runs are retired; with --extend: why "
                        "seeds are added (kept in each record)")
-        p.add_argument("--root", default=None, help=argparse.SUPPRESS)
+        p.add_argument("--root", default=None, help="where the new results folder is made (default results/); a "
+                       "reproduction's own (the report's commands: results/repro/<folder>) keeps it apart from the "
+                       "record, and `latest STAGE --card NAME --root ROOT` names it")
         a = p.parse_args(argv)
         if a.extend is not None:
             extend_here(a.stage, a)

@@ -13,9 +13,9 @@ import nbformat
 from nbconvert import HTMLExporter
 
 from .. import REPO_ROOT, Tr2Error
-from ..results import folder_path, write_json_atomic, write_text_atomic
+from ..results import conditions, dirty_text, folder_path, write_json_atomic, write_text_atomic
 from .front import STAGE_TITLES, front_page_html
-from .verdicts import build_table, choose_dirs
+from .verdicts import build_table, choose_dirs, commands
 
 DROP_TAGS = {"parameters", "injected-parameters"}
 DEFAULT_OUT = REPO_ROOT / "report" / "TR-2.html"
@@ -106,8 +106,24 @@ def drop_defaults_note(source: str) -> str:
     return source if len(kept) == len(paras) else "\n\n".join(kept).rstrip() + ("\n" if source.endswith("\n") else "")
 
 
+# The conditions table a stage notebook shows (explore.condition_table): its row of the working tree state, which
+# notebooks executed before results.conditions made the state tri-state show as False where machine.json says "unknown", and
+# later ones as None (an empty cell on the page). The page shows the folder's machine.json as results.dirty_text reads it.
+_DIRTY_ROW_HTML = re.compile(r"(<tr>\s*<th>dirty</th>\s*<td>)[^<]*(</td>)")
+_DIRTY_ROW_TEXT = re.compile(r"^dirty[ \t]+\S.*$", re.M)
+
+
+def dirty_row(text: str, state, html: bool) -> str:
+    """A conditions table's dirty row saying the folder's recorded state (results.dirty_text), not the notebook's."""
+    said = dirty_text(state)
+    if html:
+        return _DIRTY_ROW_HTML.sub(lambda m: m.group(1) + said + m.group(2), text)
+    return _DIRTY_ROW_TEXT.sub(lambda m: "dirty    " + said, text)
+
+
 def _keep_cells(nb, folder=None, html_dir=None) -> list:
     out = []
+    state = conditions(folder)["dirty"] if folder is not None else None
     for cell in nb.cells:
         if DROP_TAGS & set(cell.get("metadata", {}).get("tags", [])):
             continue
@@ -131,6 +147,8 @@ def _keep_cells(nb, folder=None, html_dir=None) -> list:
                         if isinstance(data.get(mime), str):
                             text = relative_paths(rewrite_links(data[mime], folder, html_dir)
                                                   if folder and mime != "text/plain" else data[mime])
+                            if folder is not None and mime != "text/markdown":
+                                text = dirty_row(text, state, mime == "text/html")
                             data[mime] = tidy_dataframe_html(text) if mime == "text/html" else text
                 if o.get("output_type") == "stream":
                     # stderr here is progress bars and library chatter, not errors (a failed cell stops the
@@ -149,11 +167,13 @@ def _keep_cells(nb, folder=None, html_dir=None) -> list:
 
 def stage_header(info) -> str:
     c = info["conditions"]
+    # the working tree state: nothing where git recorded a clean tree, else what it was or that it was not recorded
+    tree = "" if c.get("dirty") is False else f" ({dirty_text(c.get('dirty'))})"
     return (f'<a id="stage-{info["name"]}"></a>\n\n---\n\n'
             f'**{STAGE_TITLES.get(info["stage"], info["stage"])}.** '
             f'Results folder (raw data): [{info["name"]}]({info["link"]}) · card `{c.get("card")}` · '
             f'{c.get("gpu") or c.get("device")} · {c.get("date")} · commit `{(c.get("commit") or "none")[:12]}`'
-            f'{" (uncommitted changes)" if c.get("dirty") else ""}. The stage\'s executed notebook '
+            f'{tree}. The stage\'s executed notebook '
             f'(`{info["stage"]}.ipynb` in that folder) follows, its code hidden.')
 
 
@@ -208,6 +228,8 @@ def build_report(card: str, dirs=None, out=None, root=None, beside=None) -> tupl
     out = Path(out or DEFAULT_OUT).resolve()
     chosen = choose_dirs(card, dirs, root)
     data = build_table(card, chosen, out.parent, beside)
+    # the report's own command names the file it writes (else it would write the default report/TR-2.html)
+    data["commands"] = commands(card, data["folders"], out.parent, data["beside"], out=out)
     stage_nbs = [(info, nbformat.read(str(p), as_version=4)) for info, d in zip(data["folders"], chosen)
                  if (p := Path(d) / f"{info['stage']}.ipynb").is_file()]
     nb = merge(front_page_html(data), stage_nbs, out.parent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import datetime
 import os
+import re
 import shlex
 import statistics
 from pathlib import Path
@@ -224,6 +225,59 @@ def evidence(card_name: str, html_dir, timed) -> dict:
     return {"file": where, "entries": entries, "uncovered": uncovered, "modes_timed": modes_timed}
 
 
+# a bench log's line for one timed PyTorch run: "bench r<round> <model>-<dtype>-torch-<mode>: ok clock <ms>"
+_TORCH_CLOCK = re.compile(r"bench r\d+ (?P<model>\S+?)-(?P<dtype>float32|bfloat16|float16)-torch-(?P<mode>[a-z-]+): "
+                          r"ok clock (?P<ms>\d+(?:\.\d+)?)")
+
+
+def torch_clocks(entry: dict) -> dict:
+    """The PyTorch step times an evidence entry's outcome lines give, (model/dtype, mode) -> [ms], as its log says
+    them (the lines are confirmed against the log before anything reads them)."""
+    out: dict = {}
+    for line in entry["outcome"]:
+        m = _TORCH_CLOCK.search(line)
+        if m:
+            out.setdefault((f"{m['model']}/{m['dtype']}", m["mode"]), []).append(float(m["ms"]))
+    return out
+
+
+def modes_faster_beside(entries: list, config: str, series_mode: str) -> list[dict]:
+    """The PyTorch modes that a confirmed evidence entry timed faster than the series' mode on one configuration, in
+    the same call as that mode (so the two compare; the series' own runs are another call's): per mode the entry with
+    the most runs of both, its factor (the mode's median over the series mode's median in that call), runs and
+    commit. The series did not time these modes, so no verdict rests on them; the page names each beside the row."""
+    best: dict = {}
+    for e in entries:
+        if not e["confirmed"]:
+            continue
+        clocks = torch_clocks(e)
+        ref = clocks.get((config, series_mode))
+        for (c, mode), times in clocks.items():
+            if c != config or mode == series_mode or not ref:
+                continue
+            factor = statistics.median(times) / statistics.median(ref)
+            runs = min(len(times), len(ref))
+            if factor < 1 and (mode not in best or runs >= best[mode]["runs"]):
+                best[mode] = {"mode": mode, "factor": factor, "runs": runs, "commit": e["commit"], "link": e["link"]}
+    return sorted(best.values(), key=lambda b: b["factor"])
+
+
+def attention_kernels(families_dir, html_dir) -> dict:
+    """The attention family's kernels of each configuration a families folder profiled, key (model/dtype/build) ->
+    {"kernels": [(name, µs a step)], "link"}, the slowest first; a kernel's name up to its argument list. Protocol
+    §9: PyTorch is named with its attention kernels every time (the families rules decide which kernels count)."""
+    if families_dir is None:
+        return {}
+    table = explore.kernels(families_dir)
+    if table is None or table.empty or "family" not in table:
+        return {}
+    out: dict = {}
+    for r in table[table["family"] == "attention"].sort_values("us_per_step", ascending=False).to_dict("records"):
+        out.setdefault(r["key"], {"kernels": [], "link": link(families_dir, html_dir)})["kernels"].append(
+            (str(r["name"]).split("(", 1)[0], float(r["us_per_step"])))
+    return out
+
+
 def _check_of(v, link_, what):
     if v is None:
         return {"passed": None, "reason": f"{what} has no finished folder for this card (not run, or its runs not all in)", "link": None}
@@ -306,11 +360,28 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
                 "oom_modes": v.get("oom_modes") or [], "modes_without_time": v.get("modes_without_time") or [],
                 "notes": v.get("notes") or [], "complete": v.get("complete"),
                 "series": info["name"], "link": info["link"],
+                # the mode and loop as the series summary names them (the row's "torch" above is the page's words)
+                "torch_mode": v.get("torch_mode"), "torch_loop": v.get("torch_loop", "torch"),
+                "torch_build": v.get("torch_build") or f"torch-{v.get('torch_mode')}",
                 "conditions": {**{k: cond.get(k) for k in ("card", "rounds", "window", "date", "commit")},
                                "gpu": cond.get("gpu") or cond.get("device"), "torch": cond["versions"].get("torch"),
                                "cupy": cond["versions"].get("cupy")},
             }
     rows = list(rows.values())
+
+    ev = evidence(card_name, html_dir, list(dict.fromkeys(f"{r['model']}/{r['dtype']}" for r in rows if r["primary"])))
+    families = by_stage.get("families", [])
+    attention = attention_kernels(families[-1][0] if families else None, html_dir)
+    for r in rows:
+        config = f"{r['model']}/{r['dtype']}"
+        # a mode the series did not time, faster than its fastest outside it: named beside the row (no verdict)
+        r["faster_beside"] = [b | {"ratio_against": r["ratio"] / b["factor"] if r["ratio"] is not None else None}
+                              for b in (modes_faster_beside(ev["entries"], config, r["torch_mode"])
+                                        if r["torch_loop"] == "torch" and r["torch_mode"] else [])]
+        theirs = attention.get(f"{config}/{r['torch_build']}") or next(
+            (a for k, a in attention.items() if k.startswith(f"{config}/torch-")), None)
+        r["attention"] = {"cupy": attention.get(f"{config}/{r['build']}"), "torch": theirs,
+                          "torch_key": next((k for k, a in attention.items() if a is theirs), None)}
 
     primary = [r for r in rows if r["primary"]]
     n = collections.Counter(r["verdict"] for r in primary)
@@ -361,8 +432,7 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
         "stages_missing": [s for s in STAGES if s not in by_stage],
         "preview": preview, "edition": edition, "beside": beside_rows,
         "compared": compared(dirs, infos, rows, devices),
-        "evidence": evidence(card_name, html_dir,
-                             list(dict.fromkeys(f"{r['model']}/{r['dtype']}" for r in rows if r["primary"]))),
+        "evidence": ev,
     }
 
 
@@ -547,43 +617,138 @@ def _timed_clocks(series_dir) -> Optional[dict]:
             "energy_interval_s": ENERGY_COUNTER_INTERVAL_S}
 
 
-def _replay(stage: str, d: str, by_commit, change: str, again: list) -> str:
+def _replay(stage: str, d: str, by_commit, change: str, again: list, env: str = "") -> str:
     """A change made to a folder (a retirement, an extension) at the commit that made it, then the resume that ran
-    its runs at the commit their records carry (where one commit made them all and it is not the change's)."""
-    resume_at = again[0] if len(again) == 1 and again[0] and again[0] != by_commit else None
+    its runs at the commit their records carry (where it is not the change's; where several made them, a resume split
+    over calls, the first: commands says so). d: the folder as the shell names it; env: what goes before the resume,
+    which runs (the products records' folder)."""
+    resume_at = again[0] if again and again[0] and again[0] != by_commit else None
     return ((f"git checkout {by_commit[:12]} && " if by_commit else "") + f"python -m tr2.runner {stage} {change} && "
-            + (f"git checkout {resume_at[:12]} && " if resume_at else "") + f"python -m tr2.runner {stage} --resume {d}")
+            + (f"git checkout {resume_at[:12]} && " if resume_at else "")
+            + f"{env}python -m tr2.runner {stage} --resume {d}")
 
 
-def reruns(info: dict) -> list[str]:
+def reruns(info: dict, d: str | None = None, env: str = "") -> list[str]:
     """Each change made to the folder after its stage first ran, in the order made, so that the folder's command
     reproduces its runs at every commit: each time runs were retired (tr2.retire) and each time seeds were added to its
-    card (tr2.extend), with the resume that ran their runs."""
-    d, stage = f"results/{info['name']}", info["stage"]
+    card (tr2.extend), with the resume that ran their runs. d: the folder they act on, as the shell names it (the one
+    the command's first step made; default the folder itself); env: as _replay's."""
+    d, stage = d or f"results/{info['name']}", info["stage"]
     made = [(r.get("retired_at") or "", _replay(stage, d, r["by_commit"], f"--retire {d} --runs "
              f"{' '.join(map(shlex.quote, r['run_keys']))} --reason {shlex.quote(r['reason'] or '')}",
-             r.get("rerun_commits") or [])) for r in info.get("retired") or ()]
+             r.get("rerun_commits") or [], env)) for r in info.get("retired") or ()]
     made += [(x.get("extended_at") or "", _replay(stage, d, x.get("extended_by_commit"), f"--extend {d} --seeds "
               f"{' '.join(map(str, x.get('added') or ()))} --reason {shlex.quote(x.get('extended_reason') or '')}",
-              x.get("run_commits") or [])) for x in info.get("extended") or ()]
+              x.get("run_commits") or [], env)) for x in info.get("extended") or ()]
     return [cmd for _, cmd in sorted(made, key=lambda m: m[0])]
 
 
-def commands(card_name, infos, html_dir, beside=()) -> dict:
-    """The command that reproduces each table: each stage on its card at its commit, and this report (with the
-    folders shown beside it: beside_checks' records)."""
-    out = {}
+def commands(card_name, infos, html_dir, beside=(), out=None, repro: str = "results/repro") -> dict:
+    """The command that reproduces each table, from the repository's root, and what it cannot make exact after it (a
+    shell comment). A stage: its card at its commit, in a new folder under <repro>/<the folder's name>/ (the runner's
+    --root, there at every commit since 2026-11-29; `latest` then names the folder made, on which the folder's later
+    retirements and extensions act, with their resumes: reruns); its runs reading the cuBLASLt products records the
+    folder's runs read (results.products_read): each copied, before the checkout (the commit's tree may not hold the
+    folder), from the folder's products/ into <repro>/<name>/products/ under the name the runs read, which
+    TR2_PRODUCTS_DIR names to the runs; a record the folder keeps no copy of comes from another folder of the page
+    that keeps one of its name and count (said as not exact), else the command stops there (test -f) and says where to
+    put it. This report: its folders, those beside it (beside_checks' records), and out, the HTML file it was written
+    to (None: no --out, which writes the default report/TR-2.html)."""
+    from ..results import folder_path, products_read   # here: the import block above is shared with other work
+    reads = {i["name"]: products_read(folder_path(i["path"])) for i in infos}
+    kept: dict = {}   # (record name, products) -> {sha256: a copy a folder of the page keeps}
     for i in infos:
-        c = i["conditions"]
+        for r in reads[i["name"]]:
+            if r["kept"] and r["sha256"]:
+                kept.setdefault((r["name"], r["products"]), {}).setdefault(r["sha256"], f"{i['path']}/{r['kept']}")
+
+    def restore(i, where) -> tuple[list, list]:
+        """The steps that put each record folder i's runs read into `where`, and notes on what they cannot make exact."""
+        steps, notes, by_name = [f"mkdir -p {where}"], [], {}
+        for r in reads[i["name"]]:
+            by_name.setdefault(r["name"], []).append(r)
+        for name, rs in by_name.items():
+            files = [r for r in rs if r["sha256"] or r["products"]]
+            if not files:
+                continue   # its runs read no file of that name (the heuristic chose): `where` holds none
+            if len(files) < len(rs):
+                notes.append(f"some of its runs read no {name} (cuBLASLt's heuristic chose) and others one: the "
+                             "command restores the one")
+            digests = list(dict.fromkeys(r["sha256"] for r in files if r["sha256"]))
+            src = None
+            if digests:
+                first = next(r for r in files if r["sha256"] == digests[0])
+                src = f"{i['path']}/{first['kept']}" if first["kept"] else kept.get((name, first["products"]), {}).get(digests[0])
+                if len(digests) > 1:
+                    notes.append(f"not exact: its runs read {len(digests)} different {name} (sha256 "
+                                 f"{', '.join(x[:12] for x in digests)}; each run's products_record says which): the "
+                                 f"command restores the first")
+                if len(digests) < len(files) and any(not r["sha256"] for r in files):
+                    notes.append(f"not exact: its runs from before 2026-12-05 name {name} without a digest: the record "
+                                 f"restored is theirs only if the cache was not rebuilt between")
+                if src is None:
+                    notes.append(f"its runs read {name} (sha256 {digests[0][:12]}), of which no folder of the page "
+                                 f"keeps a copy" + (f" ({first['not_kept']})" if first["not_kept"] else "")
+                                 + f": put it in {where}/ first")
+            else:
+                counts = sorted({r["products"] for r in files})
+                found = kept.get((name, counts[0]), {}) if len(counts) == 1 else {}
+                said = f"{name} ({' or '.join(map(str, counts))} products)"
+                if len(found) == 1:
+                    sha, src = next(iter(found.items()))
+                    notes.append(f"not exact: its runs' logs (before 2026-12-05) name {said} without a digest and the "
+                                 f"folder keeps no copy; the command restores the record of that name and count that "
+                                 f"{src.rsplit('/products/', 1)[0]} keeps (sha256 {sha[:12]}), theirs only if the cache "
+                                 "was not rebuilt between (docs/protocol.md, amendment 4.3)")
+                else:
+                    notes.append(f"not exact: its runs' logs (before 2026-12-05) name {said} without a digest and no "
+                                 f"folder of the page keeps one record of that name and count: put the one they read in "
+                                 f"{where}/ first (docs/protocol.md, amendment 4.3)")
+            dest = shlex.quote(f"{where}/{name}")
+            steps.append(f"cp {shlex.quote(src)} {dest}" if src else f"test -f {dest}")
+        return steps, notes
+
+    cmds = {}
+    for i in infos:
+        c, stage = i["conditions"], i["stage"]
         commit = (c.get("commit") or "")[:12]
         card = c.get("card") or card_name
-        out[i["name"]] = ((f"git checkout {commit} && " if commit else "") + f"make {i['stage'].replace('_', '-')} "
-                          f"CARD={card}" + "".join(f" && {rerun}" for rerun in reruns(i)))
-    rels = " ".join(f"results/{i['name']}" for i in infos)
-    out["report"] = f"python -m tr2.report --card {card_name}" + (f" --dirs {rels}" if rels else "")
+        root = f"{repro}/{i['name']}"
+        steps, notes, env = [], [], ""
+        if reads[i["name"]]:
+            steps, notes = restore(i, f"{root}/products")
+            env = f'TR2_PRODUCTS_DIR="$PWD/{root}/products" '
+        elif c.get("device") not in (None, "cpu"):
+            notes.append("its runs' logs do not name the products record its cupy runs read (.cache/products/ or "
+                         "$TR2_PRODUCTS_DIR as the machine had them): not restored")
+        if commit:
+            steps.append(f"git checkout {commit}")
+        else:
+            notes.append("its commit is not recorded")
+        if c.get("dirty") is True:
+            notes.append(f"not exact: it ran with uncommitted changes on top of {commit or 'its commit'}")
+        steps.append(f"{env}python -m tr2.runner {stage} --card {card} --root {root}")
+        # the commits the command makes runs at (the stage's, each resume's: _replay's) against those the records name
+        made_at = {commit} | {(x.get("rerun_commits") or [x.get("by_commit")])[0] for x in i.get("retired") or ()} | {
+            (x.get("run_commits") or [x.get("extended_by_commit")])[0] for x in i.get("extended") or ()}
+        made_at = {(m or "")[:12] for m in made_at}
+        elsewhere = [x for x in i.get("commits") or () if (x.get("runs") or x.get("retired"))
+                     and (x.get("commit") or "")[:12] not in made_at]
+        if elsewhere:
+            notes.append(f"not exact: {sum(x['runs'] + x['retired'] for x in elsewhere)} of its runs were made at "
+                         f"{', '.join((x.get('commit') or 'no recorded commit')[:12] for x in elsewhere)} (a call resumed "
+                         "at another commit), which the command makes at the commit of the step before them")
+        again = reruns(i, '"$D"', env)
+        if again:   # the folder the step above made, which the later changes act on
+            steps += [f"D=$(python -m tr2.runner latest {stage} --card {card} --root {root})", *again]
+        cmds[i["name"]] = " && ".join(steps) + (f"  # {'; '.join(notes)}" if notes else "")
+    rels = " ".join(shlex.quote(i["path"]) for i in infos)
+    cmds["report"] = f"python -m tr2.report --card {card_name}" + (f" --dirs {rels}" if rels else "")
     if beside:
-        out["report"] += " --beside " + " ".join(f"results/{f['name']}" for f in beside)
-    return out
+        cmds["report"] += " --beside " + " ".join(shlex.quote(stored_path(Path(html_dir) / f["link"])) for f in beside)
+    if out is not None:
+        cmds["report"] += f" --out {shlex.quote(stored_path(out))}"
+    return cmds
 
 
 def unstitched(card_name: str, root=None) -> list[Path]:

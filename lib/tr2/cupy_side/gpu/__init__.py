@@ -75,7 +75,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
            for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
         + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")])
         + tuple(f"attn_backward_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("bf16r", "f16r")
-                for kernel in ("dkdv_ds", "dq_ds", "dq_ds_q64", "dkdv_ds_l2", "dq_ds_l2", "dq_ds_q64_l2"))
+                for kernel in ("dkdv_ds_l2", "dq_ds_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
                 "gelu_forward_f16_table", "gelu_backward_f16_table", "gelu_forward_f16_seg", "gelu_backward_f16_seg",
@@ -112,8 +112,7 @@ _ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|AT
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
                        "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
-                       "ATTN_DS": ("backward_dkdv_ds", "backward_dq_ds", "backward_dq_ds_q64", "backward_dkdv_ds_l2",
-                                   "backward_dq_ds_l2", "backward_dq_ds_q64_l2")}
+                       "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD|BACKWARD_DWSUM)_ROWS(_PF|_BULK)?\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
@@ -171,7 +170,7 @@ def attention_geometry() -> dict:
     return found
 
 
-# The wgmma dK/dV kernel (attention_backward_dkdv_wg) stores whole tiles of this many queries.
+# The wgmma dK/dV kernel (attention_backward_dkdv_tma_resident) stores whole tiles of this many queries.
 WG_DKDV_QUERY_TILE = 64
 
 
@@ -225,6 +224,45 @@ class SwitchError(Tr2Error, ValueError):
     run (a ValueError too, as the switches' tests catch it)."""
 
 
+# Kernel switches removed from the program with the forms they chose, each with why. One still set in the environment
+# stops the run where the switches are read (kernel_switch: SwitchError naming it, its value and this reason), so that
+# a bench variant that sets one does not time the default under its name. The attention forms' sessions: attention.cu's
+# header and docs/perf.md; their code and tests before the removal, at ee6b673.
+_ATTN_WG_DKDV = ("the wgmma dK/dV kernels on cp.async and their forms (wg1, wg2; o, d, p, t), measured slower than "
+                 "the TMA dK/dV (tenth to nineteenth sessions)")
+RETIRED: dict[str, str] = {
+    "TR2_ZERO_BY_KERNEL": "the step's zero fills by a kernel, measured without a lead (forty-second session; 5f7ef8a)",
+    "TR2_STEP_GRAPHS": "the step as two graphs, measured without a lead (forty-second session; 5f7ef8a)",
+    "TR2_ATTN_FWD_BLOCKS": "the mma.sync forward at three blocks an SM (forward3), measured slower (fourteenth session)",
+    "TR2_ATTN_FWD_WGP": "the pipelined wgmma forward (wgp1, wgp2), measured slower (eleventh and fourteenth sessions)",
+    "TR2_ATTN_FWD_WGP_NWG": "the pipelined wgmma forward (wgp1, wgp2), measured slower (eleventh and fourteenth sessions)",
+    "TR2_ATTN_FWD_PINGPONG": "the ping-pong wgmma forward (wgpp2), measured slower (twelfth and twentieth sessions)",
+    "TR2_ATTN_FWD_TMA": "the TMA forward's forms at every row length, measured slower (thirteenth to twenty-seventh "
+                        "sessions); form 7 stays the default on rows over 256 (TR2_ATTN_FWD_TMA_LONG=0 or 7)",
+    "TR2_ATTN_DS_EVICT_FIRST": "the dS kernels without the evict-first L2 policy, measured slower (ninth session)",
+    "TR2_ATTN_DQ_DS_QUERIES": "the dQ from dS at 64 queries a block, measured no faster (ninth session)",
+    "TR2_ATTN_WG_DKDV_NWG": _ATTN_WG_DKDV,
+    "TR2_ATTN_WG_DKDV_OVERLAP": _ATTN_WG_DKDV,
+    "TR2_ATTN_WG_DKDV_ROW_DOTS": _ATTN_WG_DKDV,
+    "TR2_ATTN_WG_DKDV_PINGPONG": _ATTN_WG_DKDV,
+    "TR2_ATTN_WG_DKDV_BLOCKS": _ATTN_WG_DKDV,
+    "TR2_ATTN_WG_DKDV_TMA": _ATTN_WG_DKDV + "; the TMA dK/dV runs wherever the wgmma dK/dV does (TR2_ATTN_WG_DKDV=0: "
+                                            "the mma.sync kernel)",
+    "TR2_ATTN_DKDV_TMA_FORM": "the TMA dK/dV's forms other than the resident one, measured slower (twentieth and "
+                              "twenty-fifth sessions)",
+    "TR2_ATTN_DQ_TMA_RESIDENT": "the resident TMA dQ, measured slower (twenty-fifth session)",
+    "TR2_ATTN_DQ_TMA_ORDER": "the TMA dQ with the heads fastest, measured slower (twenty-eighth session)",
+    "TR2_ATTN_DS_GROUP_BATCHES": "the backward a group of batches at a time, measured slower (twenty-ninth session)",
+}
+
+
+def check_retired() -> None:
+    """Stop (SwitchError) where the environment sets a retired switch (RETIRED; a blank value counts as unset)."""
+    for key, why in RETIRED.items():
+        if switch_given(key):
+            raise SwitchError(f"{key}={os.environ[key]!r}: removed with {why}; unset it")
+
+
 def switch_given(key: str) -> bool:
     """Whether the environment sets the kernel switch `key` (a blank value counts as unset, as kernel_switch reads
     it): where a default yields to another form asked for, a value given explicitly does not."""
@@ -234,7 +272,9 @@ def switch_given(key: str) -> bool:
 def kernel_switch(key: str, default: int, allowed: tuple = (0, 1)) -> int:
     """A kernel choice the environment may set for a run (a bench variant, e.g. TR2_ATTN_WG_DKDV=0): the integer
     value of os.environ[key], default where unset; a value outside `allowed` stops the run naming the key, the
-    value and what is allowed (a misspelt variant must not run as the default and be timed as something else)."""
+    value and what is allowed (a misspelt variant must not run as the default and be timed as something else); a
+    retired switch still set stops it likewise (check_retired), whichever switch is read."""
+    check_retired()
     if not switch_given(key):
         return default
     raw = os.environ[key]

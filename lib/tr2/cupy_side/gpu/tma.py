@@ -1,6 +1,6 @@
 """Tensor maps for the copy engine (TMA): a row-major half matrix on the device described to the driver
 (cuTensorMapEncodeTiled, through ctypes) as 64 x 64 boxes in 128-byte-swizzled shared memory, handed to a kernel as
-a `const __grid_constant__ TensorMap` parameter (attention.cu's attention_forward_tma).
+a `const __grid_constant__ TensorMap` parameter (attention.cu's TMA kernels: the resident forward and dK/dV, the dQ).
 
 The ninth session's probe (scripts/probes/tma_wgmma_probe.py, results/h200-perf-20261201h call 1) settled what this
 relies on: the map reaches an NVRTC kernel intact as a 128-byte NumPy void scalar through CuPy's launcher, boxes load

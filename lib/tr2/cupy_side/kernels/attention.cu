@@ -15,10 +15,8 @@
 //     one draw for two elements: Draw, below); O += Pd v by mma with O in registers;
 //     at the end out = O / l and lse = scale m + log(l).
 //     On Hopper (sm_90a, HS = 64, half roundings) the products run on wgmma (attention_forward_wg, rows of at most
-//     256), or pipelined: the next tile's S in flight beside this tile's O += Pd v, its softmax while that runs
-//     (attention_forward_wgp, every T, off until measured); both give the same bits. Rows over 256 take the TMA
-//     forward with 128-key tiles resident, one block an SM taking the query blocks by tickets
-//     (attention_forward_tma_resident, form 7; form 3's bits).
+//     256). Rows over 256 take the TMA forward with 128-key tiles resident, one block an SM taking the query blocks
+//     by tickets (attention_forward_tma_resident, form 7; not the 64-key forms' bits: its maxima over 128 keys).
 //   backward, exact half builds (under half roundings dS is stored instead, below): a small kernel first, the
 //     row dot products D_i = sum_d dO_id O_id (dO as the products read it); then one block per
 //     (4 * 16 * MT keys, bh), looping over the query tiles (BC queries) from the last down to the diagonal:
@@ -36,8 +34,9 @@
 //   backward with dS stored (the half builds under half roundings, every T): the row dots D, then
 //     dK, dV as above without dQ, each warp also writing its dS^T rows, rounded as dK's operand, to a
 //     [BH, T, ~T] half buffer; then dQ = scale dS k, one product, read back from it (attention_backward_dq_ds).
-//     On Hopper (sm_90a, HS = 64) the dK/dV part runs on wgmma instead (attention_backward_dkdv_wg, below), with
-//     the same bits.
+//     On Hopper (sm_90a, HS = 64) the dK/dV part runs on wgmma with a TMA producer instead, resident
+//     (attention_backward_dkdv_tma_resident, below), with the same bits; on rows over 256 dQ too
+//     (attention_backward_dq_tma, the mma.sync dQ's bits in every case tested).
 //   backward unfolded (the float32 builds, and the exact half builds past two key blocks): dQ first, one block per
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
@@ -45,6 +44,19 @@
 //   Every sum runs in a fixed order: no float atomics, the same bits on every run.
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
+//
+// Forms measured slower than those above and removed on 2026-12-05 (docs/perf.md by session; their source and
+// tests: before the removal, at ee6b673): the mma.sync forward compiled for three blocks an SM (forward3,
+// fourteenth session); the wgmma forward pipelined (wgp1, wgp2: eleventh and fourteenth) and its two warpgroups in
+// ping-pong (wgpp2: twelfth and twentieth); the TMA forward's forms 1-6 and 8 (tma, 64-key tiles: thirteenth; tmap,
+// tmawp, tmaw3: twentieth; tmaw, 128-key tiles, not resident: twenty-fourth, where its resident form 7 took x0.86-0.87
+// of it; tmawpp, ping-pong: twenty-second; tmawrt, turns at the exponentials: twenty-seventh); the dS kernels without
+// the evict-first L2 policy and the dQ from dS at 64 queries a block (q64: ninth); the wgmma dK/dV kernels on cp.async
+// (wg1, wg2 and their forms o, overlapped: tenth; d, row dots inside: eleventh; p, ping-pong: twelfth and
+// fourteenth; t, three blocks an SM: fourteenth; wg1 and wg2 themselves against the TMA dK/dV: nineteenth); the TMA
+// dK/dV's forms 0-4 (tma3, tmad, tmad3, tmar: twentieth; tma, not resident: twenty-fifth; the folded dQ, form 6, went
+// before, thirty-sixth); the TMA dQ with the heads fastest (tma_: twenty-eighth) and resident (tmar_: twenty-fifth).
+// gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
 // shared memory once and feeds two mma with it, which halves the shared-memory bytes per mma; with one tile
@@ -735,8 +747,6 @@ __device__ __forceinline__ u64 wg_desc(const void* p, u32 lbo, u32 sbo) {
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-// At most one commit group of the warpgroup still in flight (the last committed)
-__device__ __forceinline__ void wg_wait_one() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 // cp.async and ordinary stores write shared memory through the generic proxy, wgmma reads it through the async one
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // After wgmma.wait_group: the accumulators are read no earlier than here.
@@ -745,14 +755,6 @@ template <int N> __device__ __forceinline__ void wg_hold(float (&v)[N][4]) {
     for (int n = 0; n < N; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(v[n][e])::"memory");
-}
-// After wgmma.wait_group: A fragments a product read from registers count as used until here, so that nothing
-// computed while the product ran is given their registers.
-template <int N> __device__ __forceinline__ void wg_keep(const u32 (&a)[N][4]) {
-#pragma unroll
-    for (int n = 0; n < N; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) asm volatile("" ::"r"(a[n][e]) : "memory");
 }
 
 // Accumulators (the m64 C layout: register n holds columns 8n.., e its four elements) as wgmma A fragments in the
@@ -969,8 +971,8 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 #endif
 }
 
-// ---- the forward with a TMA producer (FWD_TMA: gpu/attention.py's WG_FORWARD_TMA; written in the twelfth session
-// after its device time was spent, NOT run on a GPU: off) ----
+// ---- the forward with a TMA producer (the design of attention_forward_tma_resident below; its first form, 64-key
+// tiles, written in the twelfth session and removed since: the header) ----
 // Why: every wgmma form above stages its tiles by cp.async from the warpgroups that also run the products and the
 // softmax, into the unswizzled core-matrix layout; the sixth session's profile found the wgmma forward losing on the
 // MIO queue, and each schedule since that kept this staging lost to its predecessor (docs/perf.md, twelfth
@@ -978,17 +980,16 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 // 417 TFLOP/s with FlashAttention-3's staging: one producer thread handing whole 64 x 64 boxes to the copy engine
 // (TMA) in 128-byte-swizzled shared memory, mbarriers between it and the consumer warpgroups, no block barrier.
 // Here: 384 threads and 128 queries of one head a block. Warpgroup 0 is the producer (its thread 0 issues every
-// copy: q once, then k and v of each key tile into a ring of FWD_TMA_STAGES stages); warpgroups 1 and 2 compute 64
-// queries each with attention_forward_wg's per-tile arithmetic in its order (the masks, the online softmax, the
-// dropout's draws, Pd rounded to the half type), so the same bits; only where the operands lie in shared memory
-// differs (the swizzled boxes, read through 128B descriptors). Those lines repeat attention_forward_wg's, as
-// attention_forward_wg_pp's do, for the reason given there: a function shared with it changed the machine code of
-// the kernel the char model runs. A consumer whose queries end before a tile's keys
+// copy: q, then k and v of each key tile into a ring of stages); warpgroups 1 and 2 compute 64 queries each with
+// attention_forward_wg's per-tile arithmetic in its order (the masks, the online softmax, the dropout's draws, Pd
+// rounded to the half type); only where the operands lie in shared memory differs (the swizzled boxes, read through
+// 128B descriptors). Those lines (tma_forward_tile) repeat attention_forward_wg's rather than share a function with
+// it: a function shared with that kernel once changed its machine code (the tenth session), and it is the one the char
+// model runs. A consumer whose queries end before a tile's keys
 // still waits for the tile and releases it, so that both count every phase of the ring's barriers.
 // The boxes come from a tensor map over qkv as a (B*T, 3C) matrix (gpu/attention.py encodes it at each launch):
 // box rows past T belong to the next sequence (or, past B*T, read as zeros); the masks give them probability 0,
 // as the other forms' zero rows.
-#define FWD_TMA_STAGES 3
 
 // The driver's CUtensorMap: opaque, 128 bytes, 64-byte aligned.
 struct alignas(64) TensorMap {
@@ -1027,28 +1028,12 @@ __device__ __forceinline__ u64 wg_desc_sw128(u32 saddr, u32 lbo, u32 sbo) {
 #define TMA_V_LBO 8192
 #define TMA_V_SBO 1024
 
-// ---- named barriers of the ping-pong forms (FWD_PP: attention_forward_wg_pp; the TMA forward's PP): ids as
-// immediates (a register id makes ptxas reserve all sixteen); 0 is __syncthreads'. PP_FULL0 + b: buffer b holds its
-// tile (the forward's ring has four)
+// ---- named barriers of the consumers' turns (tma_forward_tile's TURNS; the ping-pong forms, removed, had more): ids
+// as immediates (a register id makes ptxas reserve all sixteen); 0 is __syncthreads'.
 #define PP_SCHED0 1
 #define PP_SCHED1 2
-#define PP_FULL0 3
-#define PP_EMPTY 7
-#define PP_WG0 8
 template <int ID, int N> __device__ __forceinline__ void bar_sync_n() { asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
 template <int ID, int N> __device__ __forceinline__ void bar_arrive_n() { asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory"); }
-__device__ __forceinline__ void pp_full_arrive(int b) {
-    if (b == 0) bar_arrive_n<PP_FULL0, 256>();
-    else if (b == 1) bar_arrive_n<PP_FULL0 + 1, 256>();
-    else if (b == 2) bar_arrive_n<PP_FULL0 + 2, 256>();
-    else bar_arrive_n<PP_FULL0 + 3, 256>();
-}
-__device__ __forceinline__ void pp_full_sync(int b) {
-    if (b == 0) bar_sync_n<PP_FULL0, 256>();
-    else if (b == 1) bar_sync_n<PP_FULL0 + 1, 256>();
-    else if (b == 2) bar_sync_n<PP_FULL0 + 2, 256>();
-    else bar_sync_n<PP_FULL0 + 3, 256>();
-}
 // The warpgroup's turn to issue, then the other's.
 __device__ __forceinline__ void pp_turn_begin(int wg) {
     if (wg == 0) bar_sync_n<PP_SCHED0, 256>();
@@ -1059,30 +1044,24 @@ __device__ __forceinline__ void pp_turn_end(int wg) {
     else bar_arrive_n<PP_SCHED0, 256>();
 }
 
-// ---- the forward with a TMA producer, 128-key tiles and register reallocation (FWD_TMA = 3: gpu/attention.py's
-// WG_FORWARD_TMA; written in the eighteenth session after its device time was spent, NOT run on a GPU: off) ----
-// Why: the TMA form above takes x0.96-1.0 of the mma.sync forward on the GPT-2 shapes while cuDNN's forward takes
-// x0.65 (48.7 against 74.5 us a layer of gpt2-small bf16, results/families-20261203-011243-h200-edition). Its
-// consumers take 64-key tiles: per tile they pay the row maxima's shuffles, the rescale of O, an mbarrier round and
+// ---- the TMA forward's 128-key tiles and register reallocation (form 3, tmaw, written in the eighteenth session;
+// kept as its resident form 7 below) ----
+// Why: the 64-key TMA form (form 1, removed) took x0.96-1.0 of the mma.sync forward on the GPT-2 shapes while cuDNN's
+// forward takes x0.65 (48.7 against 74.5 us a layer of gpt2-small bf16, results/families-20261203-011243-h200-edition).
+// Its consumers take 64-key tiles: per tile they pay the row maxima's shuffles, the rescale of O, an mbarrier round and
 // two commit-wait rounds for 64 keys, and its S products are m64n64k16. FlashAttention-3's forward for head size 64
-// streams 128-key tiles, whose scores and Pd take a consumer thread 48 registers more (122 registers in the TMA form,
-// 164 pipelined, against the 168 a thread of 384 may have), and gives the producer warpgroup's registers to the
+// streams 128-key tiles, whose scores and Pd take a consumer thread 48 registers more (122 registers in the 64-key
+// form, 164 pipelined, against the 168 a thread of 384 may have), and gives the producer warpgroup's registers to the
 // consumers (setmaxnreg: the ninth session's probe, 417 against 367 TFLOP/s for the products alone,
 // scripts/probes/tma_wgmma_probe.cu).
-// Here: attention_forward_tma itself with WIDE (producer warpgroup 0, consumers 1 and 2 with 64 queries each, 128
-// queries a block, the longest rows first; the 64-key forms' machine code unchanged, compared byte for byte by
-// scripts/cubin_text_compare.py) with 128-key tiles, each two 64-key boxes of k and two of v side by side in a stage
+// Here: the 64-key form's block (producer warpgroup 0, consumers 1 and 2 with 64 queries each, 128 queries a block,
+// the longest rows first) with 128-key tiles, each two 64-key boxes of k and two of v side by side in a stage
 // (so one 128B-swizzled descriptor spans the 128 keys: 16 groups of 8 rows at 1024 bytes), S = q k^T by m64n128k16,
 // O += Pd v over 8 k16 slices, and setmaxnreg: the producer down to 40 registers, the consumers up to 232.
-// Bits: not the other forms'. The online softmax's maxima are taken over 128 keys at a time, so the running maximum,
+// Bits: not the 64-key forms'. The online softmax's maxima are taken over 128 keys at a time, so the running maximum,
 // the rescale factors and the exponentials' roundings differ from a 64-key form's; out and lse stand within the
 // type's tolerance of the NumPy form (tests/test_kernels_gpu.py, "forward_tma_wide"), and three runs give the same
-// bits (every sum in a fixed order). Where it is used, the backward reads its lse and out as it reads any form's.
-// The form tmaw3 (FWD_TMA = 5; written in the nineteenth session after its device time: NOT run on a GPU) has three
-// stages in the ring instead of two (115 KB of shared memory a block; one block an SM either way, by the registers):
-// Nsight Compute had the two-stage form's consumers stalled on the long scoreboard 1.45 cycles an issued instruction
-// against cuDNN's 0.61 (call 4 of results/h200-perf-20261203e), which a deeper ring shortens if they are the waits
-// for the next tile. The same operations: form 3's bits.
+// bits (every sum in a fixed order). The backward reads its lse and out as it reads any form's.
 #define FWD_TMAW_STAGES 2
 
 // d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
@@ -1108,12 +1087,12 @@ __device__ __forceinline__ void wg_mma_ss(float (&d)[16][4], u64 desc_a, u64 des
 #endif
 }
 
-// One key tile of attention_forward_tma's consumers without PIPE (forms 1, 3 and 5) and of the resident form
-// (attention_forward_tma_resident): S = q k^T, the mask, the online softmax and O += Pd v, each product awaited. q at
-// aq and the stage's k at ak (64-query and 64-key boxes, 128B-swizzled), v after k's KB boxes. A function of its own
-// so that both kernels run one body; inlined, the machine code of the forms it was taken from is unchanged
-// (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
-// TURNS (form 8, tmawrt): where `turns`, the two consumer warpgroups take turns at the tile's exponentials, cuDNN's
+// One key tile of the resident TMA forward's consumers (attention_forward_tma_resident; the removed TMA forms ran it
+// too): S = q k^T, the mask, the online softmax and O += Pd v, each product awaited. q at aq and the stage's k at ak
+// (64-query and 64-key boxes, 128B-swizzled), v after k's KB boxes. Inlined, the machine code of the forms it was
+// taken from was unchanged (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
+// TURNS (form 8, tmawrt: measured slower in the twenty-seventh session, its kernels removed, so no kernel is built with
+// it now): where `turns`, the two consumer warpgroups take turns at the tile's exponentials, cuDNN's
 // placement of FlashAttention-3's ping-pong (its fprop's source view, results/h200-perf-20261204b call 1: a bar.sync
 // after the row maxima and the two rescale exponentials, a bar.arrive after the last exponential, before Pd v is
 // issued; each warpgroup's products stay awaited one by one, as here). So while one warpgroup computes its 64
@@ -1209,243 +1188,8 @@ __device__ __forceinline__ void tma_forward_tile(float (&o)[HS / 8][4], float (&
     wg_hold(o);
 }
 
-template <int K, int HS, bool DROP, bool PIPE = false, bool WIDE = false, int WS = FWD_TMAW_STAGES, bool PP = false>
-__device__ void attention_forward_tma(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap, int T,
-                                      int H, int out_kind, Dropout drop) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 128, BC = WIDE ? 128 : 64, NT = BC / 8, BOX = 64 * HS * 2;
-    constexpr int S = WIDE ? WS : FWD_TMA_STAGES, KB = BC / 64;   // KB: boxes of k (of v) a stage
-    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) u64 bars[2 * S + 1];
-    u64* full = bars;            // full[s]: the producer's arrival and the stage's 2 KB BOX bytes
-    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
-    u64* q_full = bars + 2 * S;
-    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
-    unsigned char* sQ = base;                  // consumer c's 64 queries at sQ + c BOX
-    unsigned char* sKV = base + 2 * BOX;       // stage s: k at sKV + 2 KB s BOX, v at + KB BOX
-    const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
-    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
-    const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8);
-        }
-        mbar_init(q_full, 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-    if (wg == 0) {   // the producer
-        if constexpr (WIDE) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if (threadIdx.x != 0) return;
-        const int row0 = b * T;
-        mbar_expect_tx(q_full, 2 * BOX);
-        tma_load_2d(sQ, tmap, q_full, h * HS, row0 + qb * BR);
-        tma_load_2d(sQ + BOX, tmap, q_full, h * HS, row0 + qb * BR + 64);
-        for (int kb = 0; kb <= last; ++kb) {
-            const int s = kb % S;
-            if (kb >= S) mbar_wait(&empty[s], ((kb / S) - 1) & 1);
-            unsigned char* sK = sKV + 2 * KB * s * BOX;
-            mbar_expect_tx(&full[s], 2 * KB * BOX);
-            if constexpr (WIDE) {   // a 128-key tile: two boxes side by side, one descriptor spans them
-                tma_load_kv128<HS>(sK, sK + 2 * BOX, tmap, &full[s], C, h, row0 + kb * BC);
-            } else {
-                tma_load_2d(sK, tmap, &full[s], C + h * HS, row0 + kb * BC);
-                tma_load_2d(sK + BOX, tmap, &full[s], 2 * C + h * HS, row0 + kb * BC);
-            }
-        }
-        return;
-    }
-    if constexpr (WIDE) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
-    const int r0 = q0 + warp * 16;              // the warp's
-    const int wg_last = min(q0 + 63, T - 1) / BC;   // the warpgroup's last tile (q0 < T: see the guard below)
-    const u32 aq = smem_u32(sQ + cw * BOX);
-    float o[HS / 8][4];
-    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    mbar_wait(q_full, 0);
-    if constexpr (PIPE) {
-        // PP (form 6, tmawpp): the two consumers take turns issuing their products (pp_turn_begin / pp_turn_end,
-        // named barriers 1 and 2), FlashAttention-3's ping-pong, so that one consumer's softmax runs while the
-        // other's products are on the tensor cores. Both take the same turns: one for tile 0 and one a tile up to
-        // wg_last, the block's last tile for both (128 queries, 128-key tiles), unless consumer 1 has no rows (q0 >=
-        // T in the last block of a T that is not a multiple of 128: then neither takes turns). A turn is handed over
-        // only after the other's hand-over, so no barrier holds two arrivals of one consumer. Only when each product
-        // runs changes: form 4's bits.
-        const bool pp = PP && qb * BR + 64 < T;
-        // The consumers with attention_forward_wgp's overlap (FWD_TMA = 2): tile kb + 1's S = q k^T in flight beside
-        // tile kb's O += Pd v, its softmax while that product runs; attention_forward_wgp's arithmetic in its order,
-        // so the same bits. A tile's stage is released once its O += Pd v is done; tile kb + 1's is awaited before
-        // its scores are issued. As in attention_forward_wgp, the tile's work is a lambda called with a constant
-        // `next` (a wgmma issued under a run-time condition and read after the branches join serializes every
-        // wgmma of the kernel: C7520, tests/test_wgmma_serialization.py). Written in the thirteenth session after
-        // its device time was spent: NOT run on a GPU.
-        float sc[NT][4];
-        u32 pf[NT / 2][4];
-        float alpha[2];
-        auto at_of = [&](int kb) {
-            return [=](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-                i = r0 + g + 8 * (e >> 1);
-                j = kb * BC + n * 8 + 2 * t + (e & 1);
-            };
-        };
-        auto edge_of = [&](int kb) { return kb * BC + BC - 1 > r0 || kb * BC + BC > T; };
-        auto keep_of = [&](int kb) {
-            KeepBits<1, NT> keep{};
-            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge_of(kb), at_of(kb));
-            return keep;
-        };
-        auto issue_scores = [&](int kb) {   // S = q k^T: a k16 slice is 32 bytes along the swizzled rows; committed
-            const u32 ak = smem_u32(sKV + 2 * KB * (kb % S) * BOX);
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)
-                wg_mma_ss<K>(sc, wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                             wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-            wg_commit();
-        };
-        // tile kb's scores in sc (their product done) -> the mask, the new maxima and alpha (lrow rescaled; O by
-        // the caller once no product writes it), the exponentials summed into lrow, the dropout
-        auto softmax = [&](int kb, const KeepBits<1, NT>& keep) {
-            const auto at = at_of(kb);
-            if (edge_of(kb)) {
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        int i, j;
-                        at(0, n, e, i, j);
-                        if (j > i || j >= T) sc[n][e] = NEG_INF;
-                    }
-            }
-            float mc[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float mx = NEG_INF;
-#pragma unroll
-                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mnew = fmaxf(mrow[r], mx);
-                mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;
-                alpha[r] = exp_c<false>(mrow[r], c, mc[r]);
-                mrow[r] = mnew;
-                lrow[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float p = exp_c<false>(sc[n][e], c, mc[e >> 1]);
-                    lrow[e >> 1] += p;
-                    sc[n][e] = p;
-                }
-            if constexpr (DROP) {
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) sc[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
-            }
-        };
-        auto rescale_and_pack = [&]() {
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-                for (int n = 0; n < HS / 8; ++n) {
-                    o[n][2 * r] *= alpha[r];
-                    o[n][2 * r + 1] *= alpha[r];
-                }
-            pack_a<K, NT>(pf, sc);
-        };
-        auto release = [&](int kb) {   // this warp is done with the stage of tile kb
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[kb % S]);
-        };
-        auto tile = [&](int kb, const bool next) {   // O += Pd_kb v_kb, with tile kb + 1's scores and softmax
-            const u32 av = smem_u32(sKV + 2 * KB * (kb % S) * BOX) + KB * BOX;
-            if (next) mbar_wait(&full[(kb + 1) % S], ((kb + 1) / S) & 1);
-            if (pp) pp_turn_begin(cw);
-            wg_fence();
-            if (next) issue_scores(kb + 1);
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: a k16 slice is 16 keys, 2048 bytes of the v box
-                wg_mma<K, true>(o, pf[k16], wg_desc_sw128(av + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-            wg_commit();
-            if (pp) pp_turn_end(cw);
-            if (next) {
-                const KeepBits<1, NT> keep = keep_of(kb + 1);
-                wg_wait_one();   // S (the older group) is done; Pd_kb v_kb may run on
-                wg_hold(sc);
-                softmax(kb + 1, keep);
-            }
-            wg_wait_all();
-            wg_hold(o);
-            wg_keep(pf);
-            release(kb);
-            if (next) rescale_and_pack();
-        };
-        if (pp && cw == 1) bar_arrive_n<PP_SCHED0, 256>();   // consumer 0 issues first
-        if (q0 < T) {   // tile 0: its scores and Pd_0, nothing else in flight
-            mbar_wait(&full[0], 0);
-            const KeepBits<1, NT> keep = keep_of(0);
-            if (pp) pp_turn_begin(cw);
-            wg_fence();
-            issue_scores(0);
-            if (pp) pp_turn_end(cw);
-            wg_wait_all();
-            wg_hold(sc);
-            softmax(0, keep);
-            rescale_and_pack();
-        }
-        for (int kb = 0; kb <= last; ++kb) {
-            if (q0 < T && kb <= wg_last) {
-                if (kb < wg_last) tile(kb, true);
-                else tile(kb, false);
-            } else {   // a tile this warpgroup does not compute: awaited, so that no release runs a ring ahead
-                mbar_wait(&full[kb % S], (kb / S) & 1);
-                release(kb);
-            }
-        }
-        if (pp && cw == 0) pp_turn_begin(0);   // consumer 1's last hand-over: every arrival met by a sync
-    } else {
-        for (int kb = 0; kb <= last; ++kb) {
-            const int s = kb % S;
-            mbar_wait(&full[s], (kb / S) & 1);
-            if (q0 < T && kb <= wg_last) {
-                tma_forward_tile<K, HS, DROP, BC>(o, mrow, lrow, aq, smem_u32(sKV + 2 * KB * s * BOX), kb, r0, g, t, T,
-                                                  bh, drop);
-            }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
-        }
-    }
-    if (q0 >= T) return;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int i = r0 + g + 8 * r;
-        if (i >= T) continue;
-        const float inv = 1.0f / l;
-        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
-        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
-    }
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
-// The resident forms' work items (attention_forward_tma_resident, attention_backward_dkdv_tma_resident,
-// attention_backward_dq_tma_resident): a block's n-th item is its blockIdx.x first, then the next ticket of sched[0]
+// The resident kernels' work items (attention_forward_tma_resident, attention_backward_dkdv_tma_resident): a block's
+// n-th item is its blockIdx.x first, then the next ticket of sched[0]
 // after the grid's first items. resident_done, once the block has drawn its last ticket: the last block to count
 // itself in sched[1] sets both back to zero, so the next launch, captured or not, starts from zero (the fence orders
 // the block's draws before its count, as the threadfence reduction's last-block pattern).
@@ -1461,30 +1205,30 @@ __device__ __forceinline__ void resident_done(int* sched) {
 }
 
 // ---- form 7, tmawr: form 3 resident, one block an SM working through the heads' query blocks ----
-// Why: form 3 (tmaw) holds an SM alone (168 registers x 384 threads), so between one of its blocks and the next the
-// SM runs nothing: the block's q load, its first k and v and its first S wait with the tensor cores idle, and so do
-// its last Pd v and the epilogue's stores of O and the log-sum-exp. On gpt2-medium that is 1024 blocks of 1 to 8 key
-// tiles (4.5 on average) on 132 SMs. Here the grid is one block an SM (gpu/attention.py) and each block takes work
-// items, the longest first, as the hardware's scheduler took form 3's blocks: item j is query block nqb - 1 - j / BH
-// of head j % BH (form 3's blockIdx.y and .x), the block's first item its blockIdx.x and each later one the next
-// ticket of sched[0] (gridDim.x + atomicAdd), so a block that finishes early takes the next longest. The producer
-// draws the tickets and loads the next item's q into the other of two q buffers as soon as that buffer is released,
-// then its k and v tiles into the ring, whose stage and phase run on across items: the next item's loads go on
-// under this item's last products and epilogue. The item's index goes to the consumers beside its q (q_item, written
-// before the arrival that q_full's phase waits for); -1 ends them. The last block to finish sets sched back to zero
-// (sched[1] counts them), so each launch finds it zero (allocated zeroed, ctx.ws.zeros).
+// Why: form 3 (tmaw, the same block not resident, removed since) held an SM alone (168 registers x 384 threads), so
+// between one of its blocks and the next the SM runs nothing: the block's q load, its first k and v and its first S
+// wait with the tensor cores idle, and so do its last Pd v and the epilogue's stores of O and the log-sum-exp. On
+// gpt2-medium that is 1024 blocks of 1 to 8 key tiles (4.5 on average) on 132 SMs. Here the grid is one block an SM
+// (gpu/attention.py) and each block takes work items, the longest first, as the hardware's scheduler took form 3's
+// blocks: item j is query block nqb - 1 - j / BH of head j % BH (form 3's blockIdx.y and .x), the block's first item
+// its blockIdx.x and each later one the next ticket of sched[0] (gridDim.x + atomicAdd), so a block that finishes early
+// takes the next longest. The producer draws the tickets and loads the next item's q into the other of two q buffers as
+// soon as that buffer is released, then its k and v tiles into the ring, whose stage and phase run on across items: the
+// next item's loads go on under this item's last products and epilogue. The item's index goes to the consumers beside
+// its q (q_item, written before the arrival that q_full's phase waits for); -1 ends them. The last block to finish sets
+// sched back to zero (sched[1] counts them), so each launch finds it zero (allocated zeroed, ctx.ws.zeros).
 // Which block computes an item changes from run to run; what each item computes does not: every item is form 3's
 // block, tile for tile (tma_forward_tile), so form 3's bits ("forward_tma_wide"). Written in the twenty-fourth
 // session; its 36 kernel cases and its graph test passed on the H200, alone x0.872 / x0.859 of form 3 on gpt2-small
 // / gpt2-medium (results/h200-perf-20261203j, calls 5-8): the default on rows over 256 since.
-// TURNS (form 8, tmawrt): the consumers take turns at each tile's exponentials (tma_forward_tile's TURNS), one
-// alternation over all the block's items: consumer 1 hands consumer 0 the first turn before the first item and
-// consumer 0 takes consumer 1's last hand-over after the last, so between items consumer 1's latest hand-over is the
-// one arrival pending. Not item by item: consumer 1 can reach the next item's first hand-over while warps of
-// consumer 0 are still on their way to take the last one, and a third arrival on a barrier of 256 threads would
-// complete it without them (a hang). A turn is taken only after the other's hand-over, so no barrier ever holds two
-// arrivals of one consumer. Where consumer 1 has no rows (q0 >= T, the last query block of a T that is not a multiple
-// of 128) neither takes turns in that item, and the pending hand-over waits for the next.
+// TURNS (form 8, tmawrt, measured slower and removed: no kernel is built with it): the consumers take turns at each
+// tile's exponentials (tma_forward_tile's TURNS), one alternation over all the block's items: consumer 1 hands consumer
+// 0 the first turn before the first item and consumer 0 takes consumer 1's last hand-over after the last, so between
+// items consumer 1's latest hand-over is the one arrival pending. Not item by item: consumer 1 can reach the next
+// item's first hand-over while warps of consumer 0 are still on their way to take the last one, and a third arrival on
+// a barrier of 256 threads would complete it without them (a hang). A turn is taken only after the other's hand-over,
+// so no barrier ever holds two arrivals of one consumer. Where consumer 1 has no rows (q0 >= T, the last query block of
+// a T that is not a multiple of 128) neither takes turns in that item, and the pending hand-over waits for the next.
 template <int K, int HS, bool DROP, int WS, bool TURNS = false>
 __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap,
                                                int T, int H, int BH, int* sched, int out_kind, Dropout drop) {
@@ -1599,407 +1343,6 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
 #endif
 }
 
-// ---- the forward on wgmma, pipelined (FWD_WGP: gpu/attention.py's WG_FORWARD_PIPELINED, off until measured) ----
-// attention_forward_wg waits on each product before the work that follows it: S, then the softmax, then Pd v, then
-// the next tile's loads (measured x1.12-1.13 of the mma.sync kernel at T = 1024 with two warpgroups a block, x1.48
-// with one). Here a warpgroup keeps a product in flight while it computes (FlashAttention-3's "intra-warpgroup
-// overlap"), and the tiles load further ahead:
-//   iteration j: issue S' = q k_{j+1}^T, then O += Pd_j v_j (Pd_j from the registers the last iteration packed);
-//   draw tile j+1's keep bits and wait for S' alone (wgmma.wait_group 1); mask it, take its row maxima, alpha and its
-//   exponentials while Pd_j v_j runs; then wait for that product, O *= alpha and pack Pd_{j+1}.
-//   So O is rescaled after Pd_j v_j is added where attention_forward_wg rescales it before Pd_{j+1} v_{j+1} is
-//   added: the same operations on the same values in the same order, hence the same bits (tests/test_kernels_gpu.py,
-//   "forward_pipelined", compares them); only when they run changed.
-// Loads: a ring of NS (k, v) tile pairs, tile j + NS - 1 staged by cp.async in iteration j into the buffer tile j - 1
-// left (every warp finished with it at the iteration's one __syncthreads); the wait at the top of iteration j is
-// for tile j + 1 only, so each tile has NS - 2 iterations to arrive (attention_forward_wg: one, with two buffers).
-// NS = 4: with NWG = 2 a block holds q (16 KB) and the ring (64 KB), two blocks an SM (launch bounds: 128 registers).
-// Registers live across a wait: O (32 floats a thread), S' (32) and Pd_j's A fragments (16).
-// Its first form issued S' under `if (next)` in one loop body, and ptxas serialized every wgmma of the kernel for it
-// (C7520, "compiler-inserted WG.AR in divergent path"): the overlap above never ran in the eleventh session's
-// measurements. The tile's work is now a lambda called with a constant `next` from two places (tile, below), so
-// each inlined copy issues its products unconditionally; tests/test_wgmma_serialization.py holds ptxas to it.
-template <int K, int HS, int NWG, int NS, bool DROP>
-__device__ void attention_forward_wgp(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
-                                      int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS, THREADS = 128 * NWG;
-    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
-    static_assert(NS >= 3, "tile j + 1 is read while tile j's v is, and another one loads");
-    extern __shared__ __align__(128) unsigned char smem[];
-    u16* sKV = (u16*)smem;          // ring buffer b: k at sKV + 2b TILE, v at sKV + (2b + 1) TILE (core matrices)
-    u16* sQ = sKV + 2 * NS * TILE;  // core matrices; the scores' A operand is read from shared memory
-    const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
-    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qb * BR + wg * 64;           // the warpgroup's first query
-    const int r0 = q0 + warp * 16;              // the warp's
-    const u16* base = qkv + (i64)b * T * 3 * C;
-    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
-    const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
-    const u16* sQw = sQ + wg * 8 * CH * 64;     // the warpgroup's 64 rows: eight row groups of core matrices
-    auto stage_kv = [&](int kb) {
-        const int buf = kb % NS;
-        stage_core<HS, BC, THREADS>(sKV + 2 * buf * TILE, base + C + h * HS, kb * BC, T, 3 * C);
-        stage_core<HS, BC, THREADS>(sKV + (2 * buf + 1) * TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
-    };
-    // tiles 0 .. NS - 2 in flight, one commit group each (q with tile 0's)
-    stage_core<HS, BR, THREADS>(sQ, base + h * HS, qb * BR, T, 3 * C);
-#pragma unroll
-    for (int kb = 0; kb < NS - 1; ++kb) {
-        if (kb <= last) stage_kv(kb);
-        cp_async_commit();
-    }
-    float o[HS / 8][4];
-    float s[NT][4];
-    u32 pf[NT / 2][4];   // Pd of the tile whose product with v comes next, as A fragments in the half type
-    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f}, alpha[2];
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-
-    // S = q k_kb^T into s, issued and committed (the caller fences)
-    auto issue_scores = [&](int kb) {
-        const u16* sK = sKV + 2 * (kb % NS) * TILE;
-#pragma unroll
-        for (int k16 = 0; k16 < HS / 16; ++k16)   // k16 slice = core-matrix columns 2 k16, 2 k16 + 1
-            wg_mma_ss<K>(s, wg_desc(sQw + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
-        wg_commit();
-    };
-    // tile kb: register (n, e) holds query i, key j; edge: the warp's rows cross the diagonal or T there
-    auto at_of = [&](int kb) {
-        return [=](int, int n, int e, int& i, int& j) {
-            i = r0 + g + 8 * (e >> 1);
-            j = kb * BC + n * 8 + 2 * t + (e & 1);
-        };
-    };
-    auto edge_of = [&](int kb) { return kb * BC + BC - 1 > r0 || kb * BC + BC > T; };
-    // tile kb's scores in s (their product done) -> the mask, the online softmax's new maxima and alpha (lrow
-    // rescaled; O is rescaled by the caller once no product writes it), the exponentials summed into lrow, the
-    // dropout: attention_forward_wg's arithmetic, in its order
-    auto softmax = [&](int kb, const KeepBits<1, NT>& keep) {
-        const auto at = at_of(kb);
-        const bool edge = edge_of(kb);
-        if (edge) {
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    int i, j;
-                    at(0, n, e, i, j);
-                    if (j > i || j >= T) s[n][e] = NEG_INF;
-                }
-        }
-        float mc[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx = NEG_INF;
-#pragma unroll
-            for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(mrow[r], mx);
-            mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;   // a row with nothing visible yet
-            alpha[r] = exp_c<false>(mrow[r], c, mc[r]);
-            mrow[r] = mnew;
-            lrow[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float p = exp_c<false>(s[n][e], c, mc[e >> 1]);   // 0 where masked
-                lrow[e >> 1] += p;
-                s[n][e] = p;
-            }
-        if constexpr (DROP) {
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
-        }
-    };
-    auto keep_of = [&](int kb) {
-        KeepBits<1, NT> keep{};
-        if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge_of(kb), at_of(kb));
-        return keep;
-    };
-    auto rescale_and_pack = [&]() {
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int n = 0; n < HS / 8; ++n) {
-                o[n][2 * r] *= alpha[r];
-                o[n][2 * r + 1] *= alpha[r];
-            }
-        pack_a<K, NT>(pf, s);   // as attention_forward_wg packs
-    };
-
-    // tile kb's O += Pd v, with tile kb + 1's scores and softmax beside it where NEXT
-    auto tile = [&](int kb, const bool NEXT) {
-        const u16* sV = sKV + (2 * (kb % NS) + 1) * TILE;
-        wg_fence();
-        if (NEXT) issue_scores(kb + 1);
-#pragma unroll
-        for (int k16 = 0; k16 < NT / 2; ++k16)   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
-            wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
-        wg_commit();
-        if (NEXT) {
-            const KeepBits<1, NT> keep = keep_of(kb + 1);   // the generator's work beside both products
-            wg_wait_one();                                  // S' (the older group) is done, Pd_kb v_kb may run on
-            wg_hold(s);
-            softmax(kb + 1, keep);
-        }
-        wg_wait_all();
-        wg_hold(o);
-        wg_keep(pf);
-        if (NEXT) rescale_and_pack();
-    };
-
-    // tile 0: its scores and Pd_0, nothing else in flight
-    cp_async_wait<NS - 2>();
-    fence_proxy_async();
-    __syncthreads();
-    {
-        const KeepBits<1, NT> keep = keep_of(0);
-        wg_fence();
-        issue_scores(0);
-        wg_wait_all();
-        wg_hold(s);
-        softmax(0, keep);
-        rescale_and_pack();
-    }
-    for (int kb = 0; kb <= last; ++kb) {
-        if (kb < last) cp_async_wait<NS - 3>();   // this thread's copies of tile kb + 1 are done
-        fence_proxy_async();
-        __syncthreads();                          // everyone's are, and every warp is done with tile kb - 1's buffer
-        if (kb + NS - 1 <= last) stage_kv(kb + NS - 1);
-        cp_async_commit();                        // a group every iteration (empty at the end): the wait above counts them
-        if (kb > wg_last) continue;               // uniform in the warpgroup; the block's barriers still come
-        // Two copies of the tile's work, with and without the next tile's scores: ptxas serializes every wgmma of a
-        // kernel where one is issued under a condition and its accumulators are read after the branches join
-        // (C7520, "compiler-inserted WG.AR in divergent path"); here each copy issues, waits and reads in one path.
-        if (kb < wg_last) tile(kb, true);
-        else tile(kb, false);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int i = r0 + g + 8 * r;
-        if (i >= T) continue;
-        const float inv = 1.0f / l;
-        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
-        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
-    }
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
-// ---- the forward on wgmma, two warpgroups in ping-pong (FWD_PP: gpu/attention.py's WG_FORWARD_PINGPONG; measured
-// slower than mma.sync, x1.23 a layer alone on the GPT-2 shapes, call 1 of results/h200-perf-20261202c: off) ----
-// attention_forward_wg with two warpgroups keeps them in step with a block barrier a key tile, so they run their
-// softmax at once while the tensor cores idle; the pipelined form (attention_forward_wgp) overlapped each warpgroup's
-// softmax with its own Pd v product instead and was slower still (call 1 of results/h200-perf-20261202b). Here, as in
-// attention_backward_dkdv_wg_pp: a warpgroup issues tile kb's O += Pd v with tile kb + 1's S = q k^T in one commit
-// group, the two warpgroups take turns issuing, and three k/v buffers with producer/consumer barriers (warpgroup 0
-// stages) replace the block barrier, so one warpgroup's softmax runs while the other's group is on the tensor cores.
-// The arithmetic of each tile is attention_forward_wg's in its order (the mask, the row maxima, alpha, lrow and O
-// rescaled, the exponentials, the dropout, Pd rounded to the half type, then O += Pd v): the same bits
-// (tests/test_kernels_gpu.py, "forward_pingpong"). Its lines repeat attention_forward_wg's rather than share a
-// function with it: sharing one with attention_forward_wgp changed attention_forward_wg's machine code in the tenth
-// session, and that kernel is the one the char model runs.
-template <int K, int HS, bool DROP>
-__device__ void attention_forward_wg_pp(void* __restrict__ out, float* __restrict__ lse, const u16* __restrict__ qkv,
-                                        int T, int H, int out_kind, Dropout drop, u32 v_lbo, u32 v_sbo) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int NWG = 2, NB = 3, BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS;
-    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
-    extern __shared__ __align__(128) unsigned char smem[];
-    u16* sKV = (u16*)smem;          // buffer b: k at sKV + 2b TILE, v at sKV + (2b + 1) TILE (core matrices)
-    u16* sQ = sKV + 2 * NB * TILE;  // core matrices; the scores' A operand is read from shared memory
-    const int nqb = (T + BR - 1) / BR;
-    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
-    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qb * BR + wg * 64;           // the warpgroup's first query
-    const int r0 = q0 + warp * 16;              // the warp's
-    const u16* base = qkv + (i64)b * T * 3 * C;
-    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
-    const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
-    const u16* sQw = sQ + wg * 8 * CH * 64;
-    auto stage_kv = [&](bool block, int kb) {   // block: the whole block stages (the prologue), else warpgroup 0
-        u16* k = sKV + 2 * (kb % NB) * TILE;
-        if (block) {
-            stage_core<HS, BC, 256>(k, base + C + h * HS, kb * BC, T, 3 * C);
-            stage_core<HS, BC, 256>(k + TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
-        } else {
-            stage_core<HS, BC, 128>(k, base + C + h * HS, kb * BC, T, 3 * C);
-            stage_core<HS, BC, 128>(k + TILE, base + 2 * C + h * HS, kb * BC, T, 3 * C);
-        }
-    };
-    stage_core<HS, BR, 256>(sQ, base + h * HS, qb * BR, T, 3 * C);
-    stage_kv(true, 0);
-    if (last >= 1) stage_kv(true, 1);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    float o[HS / 8][4], s[NT][4];
-    u32 pf[NT / 2][4];
-    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-#pragma unroll
-    for (int k16 = 0; k16 < NT / 2; ++k16) pf[k16][0] = pf[k16][1] = pf[k16][2] = pf[k16][3] = 0u;
-    auto active = [&](int kb) { return kb <= wg_last; };
-    auto at_of = [&](int kb) {
-        return [=](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-            i = r0 + g + 8 * (e >> 1);
-            j = kb * BC + n * 8 + 2 * t + (e & 1);
-        };
-    };
-    auto edge_of = [&](int kb) { return kb * BC + BC - 1 > r0 || kb * BC + BC > T; };
-    KeepBits<1, NT> keep{};
-    auto draw_keep = [&](int kb) {
-        if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge_of(kb), at_of(kb));
-    };
-    auto issue_scores = [&](int kb) {   // S = q k^T: k16 slice = core-matrix columns 2 k16, 2 k16 + 1
-        const u16* sK = sKV + 2 * (kb % NB) * TILE;
-#pragma unroll
-        for (int k16 = 0; k16 < HS / 16; ++k16)
-            wg_mma_ss<K>(s, wg_desc(sQw + 2 * k16 * 64, 128, CH * 128), wg_desc(sK + 2 * k16 * 64, 128, CH * 128), k16 > 0);
-    };
-    if (wg == 1) bar_arrive_n<PP_SCHED0, 256>();   // warpgroup 0 issues first
-    draw_keep(0);
-    pp_turn_begin(wg);
-    wg_fence();
-    issue_scores(0);   // every warpgroup has tile 0 (its first query sees key 0)
-    wg_commit();
-    pp_turn_end(wg);
-    // One key tile: pv = active(kb) (its softmax and O += Pd v), next = active(kb + 1) (tile kb + 1's keep bits and
-    // scores), constants in each of the three calls below, so that every inlined copy issues its products
-    // unconditionally and waits for them before the copies join. The first form issued them under run-time
-    // conditions and waited at the next iteration's top, and ptxas serialized every wgmma of the kernel for it
-    // (C7520; tests/test_wgmma_serialization.py). The wait moved from the next top to the end of the turn: nothing
-    // ran between the two, so the other warpgroup's softmax still overlaps these products.
-    auto iteration = [&](int kb, const bool pv, const bool next) {
-        if (wg == 1 && kb >= 1) bar_arrive_n<PP_EMPTY, 256>();   // done with tile kb - 1
-        if (pv) {   // attention_forward_wg's softmax of tile kb, O rescaled, Pd packed
-            if (edge_of(kb)) {
-                const auto at = at_of(kb);
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        int i, j;
-                        at(0, n, e, i, j);
-                        if (j > i || j >= T) s[n][e] = NEG_INF;
-                    }
-            }
-            float mc[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                float mx = NEG_INF;
-#pragma unroll
-                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mnew = fmaxf(mrow[r], mx);
-                mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;   // a row with nothing visible yet
-                const float alpha = exp_c<false>(mrow[r], c, mc[r]);
-                mrow[r] = mnew;
-                lrow[r] *= alpha;
-#pragma unroll
-                for (int n = 0; n < HS / 8; ++n) {
-                    o[n][2 * r] *= alpha;
-                    o[n][2 * r + 1] *= alpha;
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float p = exp_c<false>(s[n][e], c, mc[e >> 1]);   // 0 where masked
-                    lrow[e >> 1] += p;
-                    s[n][e] = p;
-                }
-            if constexpr (DROP) {
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
-            }
-            pack_a<K, NT>(pf, s);   // Pd as A fragments, rounded to the half type
-        }
-        if (next) draw_keep(kb + 1);
-        // the producer's work after the softmax (attention_backward_dkdv_wg_pp says why)
-        if (wg == 0) {   // tile kb + 2 into the buffer tile kb - 1 used, once both are done with it
-            if (kb >= 1) bar_sync_n<PP_EMPTY, 256>();
-            if (kb + 2 <= last) {
-                stage_kv(false, kb + 2);
-                cp_async_commit();
-            }
-            if (kb + 1 <= last && kb + 1 >= 2) {   // tiles 0 and 1 came in with the prologue
-                if (kb + 2 <= last) cp_async_wait<1>();
-                else cp_async_wait<0>();
-                fence_proxy_async();
-                bar_sync_n<PP_WG0, 128>();
-                pp_full_arrive((kb + 1) % NB);
-            }
-        } else if (kb + 1 <= last && kb + 1 >= 2) {
-            pp_full_sync((kb + 1) % NB);   // tile kb + 1 is in
-        }
-        pp_turn_begin(wg);
-        wg_fence();
-        if (pv) {   // O += Pd v: k16 slice = keys 16 k16.. = core-matrix rows 2 k16, +1
-            const u16* sV = sKV + (2 * (kb % NB) + 1) * TILE;
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)
-                wg_mma<K, true>(o, pf[k16], wg_desc(sV + 2 * k16 * CH * 64, v_lbo, v_sbo), 1);
-        }
-        if (next) issue_scores(kb + 1);
-        wg_commit();
-        pp_turn_end(wg);
-        wg_wait_all();   // S(kb + 1) and Pd(kb) v(kb): waited for here, not at the next tile's top
-        wg_hold(s);
-        wg_hold(o);
-        wg_keep(pf);
-    };
-    wg_wait_all();   // S(0)
-    wg_hold(s);
-    for (int kb = 0; kb <= last; ++kb) {   // active(kb) is kb <= wg_last, and wg_last <= last
-        if (kb < wg_last) iteration(kb, true, true);
-        else if (kb == wg_last) iteration(kb, true, false);
-        else iteration(kb, false, false);
-    }
-    wg_wait_all();
-    wg_hold(o);
-    wg_keep(pf);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int i = r0 + g + 8 * r;
-        if (i >= T) continue;
-        const float inv = 1.0f / l;
-        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) store_pair(out, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv, out_kind);
-        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
-    }
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
 // ---------------------------------------------------------------------------------------------- backward
 // The backward's recomputed probabilities of a warp's block and its score gradient, in place:
 // on entry p = the raw scores (q k^T or its transpose) and ds = dPd (dO v^T or its transpose); on exit
@@ -2049,7 +1392,7 @@ __device__ __forceinline__ void store_rows(void* dst, i64 at, const float acc[HS
     for (int n = 0; n < HS / 8; ++n) store_pair(dst, at + n * 8, acc[n][2 * r] * mul, acc[n][2 * r + 1] * mul, out_kind);
 }
 
-// The wgmma dK/dV kernels' end: a warp's dK (times the scale) and dV rows, keys k0 + g and k0 + g + 8 (those before T),
+// The TMA dK/dV kernel's end: a warp's dK (times the scale) and dV rows, keys k0 + g and k0 + g + 8 (those before T),
 // into dqkv's k and v columns of head h, in out_kind.
 template <int HS>
 __device__ __forceinline__ void store_dkdv(void* dqkv, const float dk[HS / 8][4], const float dv[HS / 8][4], int k0,
@@ -2466,15 +1809,16 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
 // cores' float32: the same bits every run. Where dS would be recomputed instead (attention_backward_dq: S and
 // dPd again, three products where this takes one) the step paid 109 us a layer of gpt2-small bf16 (1310 us a
 // step, results/h200-perf-20261201c/call6-c32f18f).
-// QB = BR (128 queries a block): each warp all HS columns of its queries. QB = BR / 2 (64): two warps a query
-// chunk, each HS / 2 columns. The causal rows make a head's last block read T / DSQ_KEYS key tiles and its first
-// one; at 128 queries gpt2-small's 96 heaviest blocks (16 tiles) ran alone at the end of a 1.45-wave grid (Nsight
-// Compute: 86% of the cycles with an SM active, call 3 of results/h200-perf-20261201f); at 64 they are half as
-// heavy, twice as many and fill the tail, while each block stages the same k tiles for half the queries (k's L2
-// reads up from half of dS's bytes to as many) and fewer registers let six blocks share an SM instead of four.
-// Every dQ element sums the same k16 slices in the same order either way, each in one mma chain: the same bits.
-// The 64-query form also leaves unstaged the ds_t pieces whose key chunk lies past their query chunk (never
-// written, never read by a warp): the diagonal tiles' DRAM reads of memory nothing wrote.
+// QB = BR (128 queries a block, the kernels built): each warp all HS columns of its queries. QB = BR / 2 (64; its
+// kernels, measured no faster in the ninth session, were removed): two warps a query chunk, each HS / 2 columns. The
+// causal rows make a head's last block read T / DSQ_KEYS key tiles and its first one; at 128 queries gpt2-small's 96
+// heaviest blocks (16 tiles) ran alone at the end of a 1.45-wave grid (Nsight Compute: 86% of the cycles with an SM
+// active, call 3 of results/h200-perf-20261201f); at 64 they are half as heavy, twice as many and fill the tail, while
+// each block stages the same k tiles for half the queries (k's L2 reads up from half of dS's bytes to as many) and
+// fewer registers let six blocks share an SM instead of four. Every dQ element sums the same k16 slices in the same
+// order either way, each in one mma chain: the same bits. The 64-query form also leaves unstaged the ds_t pieces whose
+// key chunk lies past their query chunk (never written, never read by a warp): the diagonal tiles' DRAM reads of memory
+// nothing wrote.
 // EVICT: ds_t read with the evict-first L2 policy (l2_evict_first), k as before: the same bits.
 #define DSQ_KEYS 64
 template <int K, int HS, int QB, bool EVICT = false>
@@ -2546,327 +1890,38 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
     store_dq<HS, MT, COLS>(dqkv, dq, r0, b, h, T, C, out_kind, lane, d0);
 }
 
-// softmax_grad_of in two passes, for a kernel whose dPd^T arrives after its scores (attention_backward_dkdv_wg with
-// OVERLAP): probs_of turns the raw scores p into P (0 outside), while dPd^T is still being computed; grads_of then
-// makes dS = P (dPd f - D) and Pd = P f with softmax_grad_of's f. The same operations on the same values: the same
-// bits (f is recomputed from the element's coordinates, not inferred from P = 0, whose dS could differ in sign).
-// fn(mt, n, e, inside, Lc, Dq) for every register (mt, n, e) of a warp's block; inside: the element lies at or
-// below the diagonal and before T (always true without EDGE). softmax_grad_of keeps its own loop: written through
-// this, the measured kernels' machine code changed (48 of 82 kernels; results/cpu-compile-20261201h).
-template <bool EDGE, int MT, int NT, typename Coords, typename Fn>
-__device__ __forceinline__ void each_element(int T, Coords coords, Fn fn) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int i, j;
-                float Lc, Dq;
-                coords(mt, n, e, i, j, Lc, Dq);
-                fn(mt, n, e, !EDGE || (j <= i && i < T && j < T), Lc, Dq);
-            }
-}
-
-template <bool EDGE, int MT, int NT, typename Coords>
-__device__ __forceinline__ void probs_of(float p[MT][NT][4], int T, float c, Coords coords) {
-    each_element<EDGE, MT, NT>(T, coords, [&](int mt, int n, int e, bool inside, float Lc, float) {
-        p[mt][n][e] = inside ? exp_c<false>(p[mt][n][e], c, Lc) : 0.0f;
-    });
-}
-
-template <bool EDGE, bool DROP, int MT, int NT, typename Coords>
-__device__ __forceinline__ void grads_of(float p[MT][NT][4], float ds[MT][NT][4], int T, float dscale,
-                                         const KeepBits<MT, NT>& keep, Coords coords) {
-    each_element<EDGE, MT, NT>(T, coords, [&](int mt, int n, int e, bool inside, float, float Dq) {
-        float f = inside ? 1.0f : 0.0f;
-        if constexpr (DROP) f = inside && keep(mt, n, e) ? dscale : 0.0f;
-        ds[mt][n][e] = p[mt][n][e] * (ds[mt][n][e] * f - Dq);
-        p[mt][n][e] = p[mt][n][e] * f;
-    });
-}
-
-// ---------------------------------------------------------------------------------------------- dK/dV on wgmma
-// One row's D as attention_row_dots sums it, from eight lanes in a row of the warp: each lane's eight consecutive
-// elements of dO (16 bytes at d) and out (at o) multiplied and added in order (0 where !in), then xor-shuffles 4, 2, 1.
-// Every lane returns its row's D. row_dots_tile and row_dots_box differ only in where dO's chunk lies.
-template <int K>
-__device__ __forceinline__ float row_dot_chunk(bool in, const u16* d_chunk, const u16* __restrict__ o_chunk) {
-    float acc = 0.0f;
-    if (in) {
-        const uint4 dw = *(const uint4*)d_chunk;
-        const uint4 ow = *(const uint4*)o_chunk;
-        const u16* d = (const u16*)&dw;
-        const u16* o = (const u16*)&ow;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc += load_from<K>(d[e]) * load_from<K>(o[e]);
-    }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    return acc;
-}
-
-// D of one 64-query tile inside the dK/dV kernel (DIN, below), for one warpgroup (tid its thread, 0..127, bar its
-// named barrier): attention_row_dots's arithmetic, so its bits (eight threads a row, eight consecutive elements
-// each, summed in order, then xor-shuffles 4, 2, 1), dO from the tile staged for the products (core matrices), out
-// from global memory (one 16-byte load a thread and row; out_head: the head's first column of batch b's first row,
-// rows C apart). Rows at or past T are left out (their D is never read). bar: 1 or 2 (barrier 0 is __syncthreads').
-template <int K, int HS>
-__device__ __forceinline__ void row_dots_tile(float* sDw, const u16* sO, const u16* __restrict__ out_head, int C,
-                                              int q0, int T, int tid, int bar) {
-    constexpr int CH = HS / 8;
-    static_assert(CH == 8, "eight threads a row, eight elements each, as attention_row_dots at HS = 64");
-#pragma unroll
-    for (int k = 0; k < 64 * CH / 128; ++k) {
-        const int idx = tid + 128 * k, r = idx >> 3, ch = idx & 7, i = q0 + r;
-        const float acc = row_dot_chunk<K>(i < T, sO + ((r >> 3) * CH + ch) * 64 + (r & 7) * 8,
-                                           out_head + (i64)i * C + ch * 8);
-        if (ch == 0) sDw[r] = acc;
-    }
-    // the warpgroup's D is in before its softmax reads it; barrier ids as immediates (a register id makes ptxas
-    // reserve all sixteen)
-    if (bar == 1) asm volatile("bar.sync 1, 128;" ::: "memory");
-    else asm volatile("bar.sync 2, 128;" ::: "memory");
-}
-
-// The dS-storing backward's dK/dV kernel (attention_backward_dkdv with DS) on warpgroup MMA, for the half builds
-// under half roundings, HS = 64, where the file is built for sm_90a. A block is NWG warpgroups, each owning 64 keys
-// (warp w of a warpgroup keys 16w..16w+15); k and v of the block's keys are staged once, and 64-query tiles of q and
-// dO (with their lse and D) stream through two buffers by cp.async, from the tile holding the block's first key to
-// the last. Per tile, each warpgroup:
-//   S^T = k q^T and dPd^T = v dO^T, both operands from shared memory (K-major), in one commit group;
-//   P^T, Pd^T and dS^T in registers (softmax_grad: the accumulators' layout is mma.sync's C layout with MT = 1 and
-//   NT = 8, so the mma.sync kernel's mask, dropout draws (LANE_PAIRS) and softmax gradient apply unchanged);
-//   dS^T to ds_t (store_ds_t: stmatrix through the warp's rows of shared memory, whole sectors);
-//   dV += Pd^T dO and dK += dS^T q: A from registers rounded to the half type (the rounding the mma.sync kernel's
-//   operands take), B = the q or dO tile read MN-major (transposed), with the v tile's strides of the forward.
-// Why: the mma.sync kernel feeds each mma from ldmatrix-loaded fragments (q and dO twice over, once transposed),
-// about half its instructions; wgmma reads its B operands (and S's A) from shared memory itself, and a warpgroup's
-// 64 x 64 products take 4 instructions a k16 slice where mma.sync takes 32. A warpgroup waits on its products
-// before the elementwise work that follows them; the other blocks on the SM keep the tensor cores busy meanwhile.
-// Query tiles are 64 wide, so ds_t's rows are padded to a multiple of 64 (gpu/attention.py's ds_shape), and every
-// (key, query) pair of a tile computed is written (zeros where masked): all that attention_backward_dq_ds reads.
-// Sums: dK and dV add the query tiles' k16 slices in order, in the tensor cores' float32; the same bits every run.
-// t_lbo, t_sbo: the q and dO tiles' descriptor strides for their transposed read (the forward's v_lbo, v_sbo).
-// OVERLAP (written after the ninth session's device time): S^T and dPd^T in two commit
-// groups, P^T's exponentials computed while dPd^T's products run (probs_of, grads_of: the same bits), and dS^T's
-// stores to ds_t made while dV's and dK's products run (the mma.sync kernel paid ~23 us a layer of gpt2-small for
-// those stores, results/h200-perf-20261201f call 4); without it each warpgroup waits on both before either.
-// (Measured slower: x1.01-1.09 alone, call 1 of results/h200-perf-20261202; off.)
-// DIN (written after the tenth session's device time): each warpgroup computes its tile's row dots D itself
-// (row_dots_tile, above) while S^T's and dPd^T's products run, where the other forms read D staged from
-// attn_row_dots' output; that kernel is then not launched. The same bits. (Measured slower: x1.18-1.73 alone, call 1
-// of results/h200-perf-20261202b, each key block recomputing D for every query tile it visits; off.)
-template <int K, int HS, int NWG, bool DROP, bool EVICT, bool OVERLAP = false, bool DIN = false>
-__device__ void attention_backward_dkdv_wg(void* __restrict__ dqkv, const u16* __restrict__ qkv,
-                                           const u16* __restrict__ dout, const float* __restrict__ lse,
-                                           const float* __restrict__ Dvec, u16* __restrict__ ds_t, int ldq, int T,
-                                           int H, int out_kind, Dropout drop, u32 t_lbo, u32 t_sbo,
-                                           const u16* __restrict__ out = nullptr) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS, THREADS = 128 * NWG;
-    constexpr int LDS = BC + 8;   // a warp's staged dS^T rows (store_ds_t), padded against bank conflicts
-    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
-    extern __shared__ __align__(128) unsigned char smem[];
-    u16* sK = (u16*)smem;                     // BR keys, core matrices (stage_core)
-    u16* sV = sK + BR * HS;
-    u16* sQO = sV + BR * HS;                  // buffer b: q at 2b TILE, dO at (2b + 1) TILE
-    float* sLD = (float*)(sQO + 4 * TILE);    // buffer b: lse at 2b BC, D at (2b + 1) BC
-    u16* sdS = (u16*)(sLD + 4 * BC);          // warp w: 16 rows of LDS halves
-    float* sDin = (float*)(sdS + 4 * NWG * 16 * LDS);   // DIN: warpgroup w's D of the tile at w BC
-    const int nqt = (T + BC - 1) / BC;
-    const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: first
-    const int b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int K0 = kb * BR + wg * 64;         // the warpgroup's first key
-    const int k0 = K0 + (warp & 3) * 16;      // the warp's
-    const int first = (kb * BR) / BC;         // the query tile holding the block's first key
-    const int niter = nqt - first;
-    const u16* base = qkv + (i64)b * T * 3 * C;
-    const u16* gbase = dout + (i64)b * T * C;
-    auto stage_qo = [&](int it, int buf) {
-        const int qt = first + it;
-        stage_core<HS, BC, THREADS>(sQO + 2 * buf * TILE, base + h * HS, qt * BC, T, 3 * C);
-        stage_core<HS, BC, THREADS>(sQO + (2 * buf + 1) * TILE, gbase + h * HS, qt * BC, T, C);
-        float* l = sLD + 2 * buf * BC;
-        stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
-        if constexpr (!DIN) stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
-    };
-    stage_core<HS, BR, THREADS>(sK, base + C + h * HS, kb * BR, T, 3 * C);
-    stage_core<HS, BR, THREADS>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
-    stage_qo(0, 0);
-    cp_async_commit();
-    const u16* sKw = sK + wg * 8 * CH * 64;   // the warpgroup's 64 keys: eight row groups of core matrices
-    const u16* sVw = sV + wg * 8 * CH * 64;
-    float dk[HS / 8][4], dv[HS / 8][4];
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
-
-    for (int it = 0; it < niter; ++it) {
-        const int cur = it & 1, qt = first + it;
-        if (it + 1 < niter) {   // the next tile loads while this one computes
-            stage_qo(it + 1, cur ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
-        __syncthreads();
-        if (qt * BC + BC - 1 >= K0) {   // else every query of the tile comes before the warpgroup's keys
-            const u16* sQ = sQO + 2 * cur * TILE;
-            const u16* sO = sQ + TILE;
-            const float* sL = sLD + 2 * cur * BC;
-            const float* sD = sL + BC;
-            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-                i = qt * BC + n * 8 + 2 * t + (e & 1);
-                j = k0 + g + 8 * (e >> 1);
-            };
-            const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
-            KeepBits<1, NT> keep{};
-            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
-            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
-                at(mt, n, e, i, j);
-                const int il = n * 8 + 2 * t + (e & 1);
-                Lc = sL[il] * LOG2E;
-                Dq = DIN ? sDin[wg * BC + il] : sD[il];
-            };
-            float p[1][NT][4], ds[1][NT][4];
-            auto store_ds = [&] {   // the warp's dS^T rows of the tile to ds_t
-                store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                                 sdS + warp * 16 * LDS, ds, lane);
-            };
-            wg_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)   // S^T = k q^T
-                wg_mma_ss<K>(p[0], wg_desc(sKw + 2 * k16 * 64, 128, CH * 128), wg_desc(sQ + 2 * k16 * 64, 128, CH * 128),
-                             k16 > 0);
-            if constexpr (OVERLAP) wg_commit();
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)   // dPd^T = v dO^T
-                wg_mma_ss<K>(ds[0], wg_desc(sVw + 2 * k16 * 64, 128, CH * 128), wg_desc(sO + 2 * k16 * 64, 128, CH * 128),
-                             k16 > 0);
-            wg_commit();
-            if constexpr (DIN)   // the tile's D while both products run (the row-dots kernel's work, not launched)
-                row_dots_tile<K, HS>(sDin + wg * BC, sO, out + (i64)b * T * C + h * HS, C, qt * BC, T,
-                                     threadIdx.x & 127, 1 + wg);
-            if constexpr (OVERLAP) {
-                wg_wait_one();   // S^T is in; dPd^T may still be running
-                wg_hold(p[0]);
-                if (edge) probs_of<true, 1, NT>(p, T, c, coords);
-                else probs_of<false, 1, NT>(p, T, c, coords);
-                wg_wait_all();
-                wg_hold(ds[0]);
-                if (edge) grads_of<true, DROP, 1, NT>(p, ds, T, drop.scale, keep, coords);
-                else grads_of<false, DROP, 1, NT>(p, ds, T, drop.scale, keep, coords);
-            } else {
-                wg_wait_all();
-                wg_hold(p[0]);
-                wg_hold(ds[0]);
-                softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
-                store_ds();
-            }
-            u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
-            pack_a<K, NT>(pf, p[0]);
-            pack_a<K, NT>(df, ds[0]);
-            wg_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: k16 slice = queries 16 k16.., row groups 2 k16, +1
-                wg_mma<K, true>(dv, pf[k16], wg_desc(sO + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
-                wg_mma<K, true>(dk, df[k16], wg_desc(sQ + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
-            wg_commit();
-            if constexpr (OVERLAP) store_ds();   // while dV and dK are computed
-            wg_wait_all();
-            wg_hold(dv);
-            wg_hold(dk);
-            if constexpr (OVERLAP) {
-                wg_keep(pf);
-                wg_keep(df);
-            }
-        }
-        __syncthreads();   // every warpgroup's reads of this buffer are done before the next iteration refills it
-    }
-    store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
-// ---- dK/dV with dS stored, on a TMA producer with register reallocation (gpu/attention.py's WG_DKDV_TMA; written
-// in the eighteenth session after its device time was spent, NOT run on a GPU: off) ----
-// Why: attention_backward_dkdv_wg with two warpgroups (gpt2-small bf16: 150.9 us a layer against the 124.5 of cuDNN's
-// whole backward kernel, dQ included; results/families-20261203-011243-h200-edition) stages each q and dO tile by
-// cp.async from its own warpgroups and holds its block at a barrier around every tile (Nsight Compute: barrier the
-// largest stall, 1.10 cycles an issued instruction; 8 warps an SM at 252 registers, the tensor pipe 21% busy: call 1 of
-// results/h200-perf-20261202e), so both warpgroups issue, wait and run their softmax gradients in step while the tensor
-// cores idle. FlashAttention-3's backward hands the tiles to the copy engine from a producer warpgroup and lets the
-// consumers run apart. Here: 384 threads and 128 keys of one head a block. Warpgroup 0 produces: its thread 0 issues
-// the copies (k and v of the block's keys once, as two 64-row boxes each; then each 64-query tile's q and dO boxes into
-// a ring of DKDV_TMA_STAGES stages) and its warp 1 copies the tile's lse and D rows (zeros past T) into the stage, each
-// arriving on the stage's barrier; setmaxnreg gives its registers to the consumers (24 kept, 240 theirs,
-// FlashAttention-3's split: 128 x 24 + 256 x 240 = 64,512 of 65,536). ptxas (NVRTC 12.9) then builds the consumers in
-// 240 registers with 8 bytes spilled (232: 32 bytes; none: 88; at 256 threads a block, 246 registers and no spill:
-// results/cpu-checks-20261203b/ptxas-new-attention-kernels.txt). Warpgroups 1 and 2 own 64 keys each and compute
-// attention_backward_dkdv_wg's tile (NWG = 2, EVICT) operation for operation on the same operands: S^T = k q^T and
-// dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient, dS^T stored to ds_t,
-// dV += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so the same bits (the GPU test
-// "dkdv_tma" asks for them). A consumer whose keys all lie after a tile's queries awaits and releases it unread, so
-// that both count every phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past the last):
-// the mask gives them probability 0, as the other forms' zero rows.
-// The tile's lines repeat attention_backward_dkdv_wg's rather than share a function with it: that kernel is every
-// model's dK/dV now, and a function shared with a measured kernel has changed its machine code before (see
-// attention_forward_tma's note); should this form win, the two can be merged and the measured kernels' machine code
-// compared byte for byte (scripts/cubin_text_compare.py), as attention_forward_tma's WIDE was.
-// D of one 64-query tile from the dO box the copy engine wrote (128B swizzle: row r's 16-byte chunk ch at chunk
-// ch ^ (r & 7) of its 128-byte row) and out from global memory, by 64 threads (tid 0..63) in eight passes of eight
-// rows: attention_row_dots's arithmetic (eight threads a row, eight consecutive elements each, summed in order, then
-// xor-shuffles 4, 2, 1), so its bits, as row_dots_tile's. Rows at or past T get 0, as the staged copy of Dvec does.
-template <int K, int HS>
-__device__ __forceinline__ void row_dots_box(float* sD, const unsigned char* box, const u16* __restrict__ out_head,
-                                             int C, int q0, int T, int tid) {
-    constexpr int CH = HS / 8;
-    static_assert(CH == 8, "eight threads a row, eight elements each, as attention_row_dots at HS = 64");
-#pragma unroll 1
-    for (int k = 0; k < 64 * CH / 64; ++k) {
-        const int idx = tid + 64 * k, r = idx >> 3, ch = idx & 7, i = q0 + r;
-        const float acc = row_dot_chunk<K>(i < T, (const u16*)(box + r * 128 + ((ch ^ (r & 7)) << 4)),
-                                           out_head + (i64)i * C + ch * 8);
-        if (ch == 0) sD[r] = acc;
-    }
-}
-
-// Two more forms (gpu/attention.py's DKDV_TMA_FORM; written in the nineteenth session after its device time: NOT run
-// on a GPU): S = 3 stages in the ring (one block an SM is set by the registers; shared memory allows a third stage),
-// and DEFER: a tile's dV and dK products and the next tile's S^T and dPd^T are issued back to back and waited for
-// once, so that the tensor cores run the two groups without the wait and the stage's handover between them (the
-// plain form waits after each). As attention_forward_tma's PIPE form, the tile's work is a lambda called with a
-// constant `next`, and nothing stays in flight past a tile (a product issued under a run-time condition, or read
-// after a join, serializes every wgmma of the kernel: C7515/C7520, tests/test_wgmma_serialization.py). Neither
-// changes an operation or its order: the plain form's bits ("dkdv_tma_forms"). DEFER's tile repeats the plain loop's
-// lines: with the tile's parts as lambdas shared by both, the plain kernel (the default, tested and timed on the
-// H200) changed its machine code (scripts/cubin_text_compare.py, nineteenth session); should DEFER win, the plain
-// loop can take its lambdas and be measured again.
-// PD (the form tmar): the row dots D made by the producer warpgroup's two idle warps from each stage's dO box and out
-// (row_dots_box), so that attn_row_dots is not launched (10.5 us a layer of gpt2-small bf16 and a graph node). The dO
-// box then lands on a barrier of its own (qo_full), which those warps await before they write the stage's D and
-// arrive on full; the consumers await both. Each key block recomputes D for the tiles it visits (4.5 times
-// attn_row_dots's reads on gpt2-small, from L2), on warps that otherwise wait. The DIN form did the same on the
-// consumers and lost (see attention_backward_dkdv_wg); here the consumers' work is unchanged. The same bits.
+// ---- dK/dV with dS stored, on a TMA producer with register reallocation (written in the eighteenth session, the
+// default since the nineteenth; resident below) ----
+// Why: the wgmma dK/dV kernel on cp.async (attention_backward_dkdv_wg, removed since: the header) with two warpgroups
+// (gpt2-small bf16: 150.9 us a layer against the 124.5 of cuDNN's whole backward kernel, dQ included;
+// results/families-20261203-011243-h200-edition) stages each q and dO tile by cp.async from its own warpgroups and
+// holds its block at a barrier around every tile (Nsight Compute: barrier the largest stall, 1.10 cycles an issued
+// instruction; 8 warps an SM at 252 registers, the tensor pipe 21% busy: call 1 of results/h200-perf-20261202e), so
+// both warpgroups issue, wait and run their softmax gradients in step while the tensor cores idle. FlashAttention-3's
+// backward hands the tiles to the copy engine from a producer warpgroup and lets the consumers run apart. Here: 384
+// threads and 128 keys of one head a block. Warpgroup 0 produces: its thread 0 issues the copies (k and v of the
+// block's keys once, as two 64-row boxes each; then each 64-query tile's q and dO boxes into a ring of DKDV_TMA_STAGES
+// stages) and its warp 1 copies the tile's lse and D rows (zeros past T) into the stage, each arriving on the stage's
+// barrier; setmaxnreg gives its registers to the consumers (24 kept, 240 theirs, FlashAttention-3's split: 128 x 24 +
+// 256 x 240 = 64,512 of 65,536). ptxas (NVRTC 12.9) then builds the consumers in 240 registers with 8 bytes spilled
+// (232: 32 bytes; none: 88; at 256 threads a block, 246 registers and no spill:
+// results/cpu-checks-20261203b/ptxas-new-attention-kernels.txt). Warpgroups 1 and 2 own 64 keys each and compute that
+// kernel's tile (two warpgroups, evict-first ds_t stores) operation for operation on the same operands: S^T = k q^T and
+// dPd^T = v dO^T with both operands K-major from the 128B-swizzled boxes, the softmax gradient, dS^T stored to ds_t, dV
+// += Pd^T dO and dK += dS^T q with q and dO read MN-major (the forward's v descriptors); so its bits, which were the
+// mma.sync kernel's (attention_backward_dkdv with DS; the GPU test "wgmma_backward_is_the_mma_sync_bits" asks for them
+// now). A consumer whose keys all lie after a tile's queries awaits and releases it unread, so that both count every
+// phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past the last): the mask gives them
+// probability 0, as the other forms' zero rows.
 #define DKDV_TMA_STAGES 2
 
-// One 64-query tile of attention_backward_dkdv_tma's plain loop (not DEFER) and of its resident form
-// (attention_backward_dkdv_tma_resident): S^T and dPd^T, the softmax gradient, dS^T stored, dV and dK accumulated,
-// each product awaited. k and v at ak and av, stage s's q and dO boxes in sQO and its lse and D rows in sLD. A function of its own so that both kernels run one body; inlined, the machine code of the kernels it
-// was taken from is unchanged (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
-// The TMA dK/dV kernels' lse/D warp: query tile qt's lse and D rows (zeros past T) into stage s (lse at 2 s BC, D at
+// One 64-query tile of the TMA dK/dV kernel (attention_backward_dkdv_tma_resident; its plain form, removed, ran it
+// too): S^T and dPd^T, the softmax gradient, dS^T stored, dV and dK accumulated, each product awaited. k and v at ak
+// and av, stage s's q and dO boxes in sQO and its lse and D rows in sLD. Inlined, the machine code of the kernels it
+// was taken from was unchanged (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
+// The TMA dK/dV kernel's lse/D warp: query tile qt's lse and D rows (zeros past T) into stage s (lse at 2 s BC, D at
 // (2 s + 1) BC of sLD), then its arrival on full[s] (a release: the warp's stores before it). WITH_D false: lse only
-// (the form whose producer warps make D).
+// (form 4, whose producer warps made D; removed).
 template <int BC, bool WITH_D = true>
 __device__ __forceinline__ void stage_lse_d(float* sLD, u64* full, int s, int qt, const float* __restrict__ lse,
                                             const float* __restrict__ Dvec, int bh, int T, int lane) {
@@ -2959,210 +2014,20 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 }
 
 
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, bool DEFER = false, bool PD = false>
-__device__ void attention_backward_dkdv_tma(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
-                                            const float* __restrict__ lse, const float* __restrict__ Dvec,
-                                            u16* __restrict__ ds_t, int ldq, int T, int H, int out_kind,
-                                            Dropout drop, const u16* __restrict__ out = nullptr) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 128, BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
-    constexpr int LDS = BC + 8;   // a warp's staged dS^T rows (store_ds_t), padded against bank conflicts
-    static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) u64 bars[(PD ? 3 : 2) * S + 1];
-    u64* full = bars;            // full[s]: the copies' arrival with their 2 BOX bytes, and the lse/D rows' arrival
-    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
-    u64* kv_full = bars + 2 * S;
-    u64* qo_full = bars + 2 * S + 1;   // PD: qo_full[s], the dO box's arrival (full[s] then counts the q box's)
-    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
-    unsigned char* sK = base;                       // consumer c's 64 keys at sK + c BOX
-    unsigned char* sV = base + 2 * BOX;
-    unsigned char* sQO = base + 4 * BOX;            // stage s: q at sQO + 2 s BOX, dO at + BOX
-    float* sLD = (float*)(sQO + 2 * S * BOX);       // stage s: lse at 2 s BC, D at (2 s + 1) BC
-    u16* sdS = (u16*)(sLD + 2 * S * BC);            // consumer warp w: 16 rows of LDS halves
-    const int nqt = (T + BC - 1) / BC;
-    const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: first
-    const int b = bh / H, h = bh % H, C = H * HS;
-    const int first = (kb * BR) / BC;               // the query tile holding the block's first key
-    const int niter = nqt - first;
-    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], PD ? 3 : 2);   // PD: the q box's arrival, the lse rows', the D rows'
-            mbar_init(&empty[s], 8);
-            if constexpr (PD) mbar_init(&qo_full[s], 1);
-        }
-        mbar_init(kv_full, 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-    if (wg == 0) {   // the producer: its registers go to the consumers
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-        const int row0 = b * T;
-        if (threadIdx.x == 0) {
-            mbar_expect_tx(kv_full, 4 * BOX);
-            tma_load_2d(sK, tq, kv_full, C + h * HS, row0 + kb * BR);
-            tma_load_2d(sK + BOX, tq, kv_full, C + h * HS, row0 + kb * BR + 64);
-            tma_load_2d(sV, tq, kv_full, 2 * C + h * HS, row0 + kb * BR);
-            tma_load_2d(sV + BOX, tq, kv_full, 2 * C + h * HS, row0 + kb * BR + 64);
-            for (int it = 0; it < niter; ++it) {
-                const int s = it % S, qt = first + it;
-                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                if constexpr (PD) {
-                    mbar_expect_tx(&full[s], BOX);
-                    tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
-                    mbar_expect_tx(&qo_full[s], BOX);
-                    tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &qo_full[s], h * HS, row0 + qt * BC);
-                } else {
-                    mbar_expect_tx(&full[s], 2 * BOX);
-                    tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
-                    tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
-                }
-            }
-        } else if (PD && (threadIdx.x >> 6) == 1) {   // warps 2 and 3: the tiles' D rows from the dO boxes
-            const int tid = threadIdx.x - 64;
-            const u16* out_head = out + (i64)b * T * C + h * HS;
-            for (int it = 0; it < niter; ++it) {
-                const int s = it % S, qt = first + it;
-                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                mbar_wait(&qo_full[s], (it / S) & 1);
-                row_dots_box<K, HS>(sLD + (2 * s + 1) * BC, sQO + (2 * s + 1) * BOX, out_head, C, qt * BC, T, tid);
-                asm volatile("bar.sync 1, 64;" ::: "memory");   // both warps' rows in before the one arrival
-                if (tid == 0) mbar_arrive(&full[s]);
-            }
-        } else if ((threadIdx.x >> 5) == 1) {   // the tiles' lse and D rows, as stage_row stages them (PD: lse only)
-            for (int it = 0; it < niter; ++it) {
-                const int s = it % S, qt = first + it;
-                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                stage_lse_d<BC, !PD>(sLD, full, s, qt, lse, Dvec, bh, T, lane);
-            }
-        }
-        return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, cwarp = (threadIdx.x >> 5) - 4, g = lane >> 2, t = lane & 3;
-    const int K0 = kb * BR + cw * 64;         // the warpgroup's first key
-    const int k0 = K0 + warp * 16;            // the warp's
-    const u32 ak = smem_u32(sK + cw * BOX), av = smem_u32(sV + cw * BOX);
-    float dk[HS / 8][4], dv[HS / 8][4];
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
-    mbar_wait(kv_full, 0);
-    if constexpr (DEFER) {
-        // Tile `first` holds the block's first 64 keys, so only consumer 1 can skip a tile, and only that one: it
-        // awaits and releases it unread, so that both consumers count every phase of the ring.
-        const int start = first * BC + BC - 1 >= K0 ? 0 : 1;
-        static_assert(!(DEFER && PD), "the deferred form reads D as the plain one: not built with PD");
-        if (start == 1) {
-            mbar_wait(&full[0], 0);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[0]);
-        }
-        float p[1][NT][4], ds[1][NT][4];
-        u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
-        auto issue_scores = [&](int it) {   // tile it's S^T = k q^T and dPd^T = v dO^T, committed
-            const u32 aq = smem_u32(sQO + 2 * (it % S) * BOX), ao = aq + BOX;
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)
-                wg_mma_ss<K>(p[0], wg_desc_sw128(ak + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                             wg_desc_sw128(aq + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-#pragma unroll
-            for (int k16 = 0; k16 < HS / 16; ++k16)
-                wg_mma_ss<K>(ds[0], wg_desc_sw128(av + 32 * k16, TMA_K_LBO, TMA_K_SBO),
-                             wg_desc_sw128(ao + 32 * k16, TMA_K_LBO, TMA_K_SBO), k16 > 0);
-            wg_commit();
-        };
-        // Tile it's softmax gradient (its S^T and dPd^T done), dS^T stored, then its dV and dK products with tile
-        // it + 1's S^T and dPd^T behind them (`next`), one wait for all, the stage released.
-        auto turn = [&](int it, const bool next) {
-            const int s = it % S, qt = first + it;
-            const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
-            const float* sL = sLD + 2 * s * BC;
-            const float* sD = sL + BC;
-            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-                i = qt * BC + n * 8 + 2 * t + (e & 1);
-                j = k0 + g + 8 * (e >> 1);
-            };
-            const bool edge = qt * BC < k0 + 15 || qt * BC + BC > T;   // the warp's block crosses the diagonal or T
-            KeepBits<1, NT> keep{};
-            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
-            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
-                at(mt, n, e, i, j);
-                const int il = n * 8 + 2 * t + (e & 1);
-                Lc = sL[il] * LOG2E;
-                Dq = sD[il];
-            };
-            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep, coords);
-            pack_a<K, NT>(pf, p[0]);
-            store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                            sdS + cwarp * 16 * LDS, ds, lane);
-            pack_a<K, NT>(df, ds[0]);
-            if (next) mbar_wait(&full[(it + 1) % S], ((it + 1) / S) & 1);
-            wg_fence();
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // dV += Pd^T dO: 16 queries a slice, 2048 bytes of the dO box
-                wg_mma<K, true>(dv, pf[k16], wg_desc_sw128(ao + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)   // dK += dS^T q
-                wg_mma<K, true>(dk, df[k16], wg_desc_sw128(aq + 2048 * k16, TMA_V_LBO, TMA_V_SBO), 1);
-            wg_commit();
-            if (next) issue_scores(it + 1);
-            wg_wait_all();
-            wg_hold(dv);
-            wg_hold(dk);
-            wg_keep(pf);
-            wg_keep(df);
-            if (next) {
-                wg_hold(p[0]);
-                wg_hold(ds[0]);
-            }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with tile it's stage
-        };
-        if (start < niter) {
-            mbar_wait(&full[start % S], (start / S) & 1);
-            wg_fence();
-            issue_scores(start);
-            wg_wait_all();
-            wg_hold(p[0]);
-            wg_hold(ds[0]);
-            for (int it = start; it < niter - 1; ++it) turn(it, true);
-            turn(niter - 1, false);
-        }
-    } else {
-    for (int it = 0; it < niter; ++it) {
-        const int s = it % S, qt = first + it;
-        mbar_wait(&full[s], (it / S) & 1);
-        if constexpr (PD) mbar_wait(&qo_full[s], (it / S) & 1);   // the dO box's bytes, seen by this thread too
-        if (qt * BC + BC - 1 >= K0) {   // else every query of the tile comes before the warpgroup's keys
-            tma_dkdv_tile<K, HS, DROP>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS, cwarp,
-                                       lane);
-        }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
-    }
-    }
-    store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
-// ---- the TMA dK/dV resident (DKDV_TMA_FORM 5, tmarr): attention_backward_dkdv_tma's plain form, one block an SM ----
+// ---- the TMA dK/dV resident (form 5, tmarr): the plain TMA form above, one block an SM ----
 // Why: as the forward's form 7 (attention_forward_tma_resident, which took 13-14% off form 3 alone): the plain form
-// holds an SM alone (240 registers for its consumers), so each of its blocks starts with the tensor cores idle while
-// k, v and the first q and dO tiles load, and ends with its dK and dV stores behind nothing; gpt2-medium has 1024
-// blocks of 2 to 16 query tiles (128 heads x 8 key blocks), gpt2-small 768. Here one block an SM takes items (a head's
-// 128 keys; item j is key block j / BH of head j % BH, the plain form's grid in its launch order: the first key blocks,
-// which see the most queries, first), its first by blockIdx.x and the rest by tickets (sched[0]; the last block to
-// finish leaves both tickets at zero, as form 7's). k and v go to two buffers, so the next item's load as soon as a
-// buffer is free; the item's index goes with them (kv_item, written before the arrival kv_full waits for; -1 ends the
-// block). The ring of q, dO, lse and D stages runs on across items: the producer thread and the lse/D warp count the
-// same tiles as the consumers. Every item is the plain form's block, tile for tile (tma_dkdv_tile): its bits
-// ("dkdv_tma_forms"). Written in the twenty-fourth session after its device time: NOT run on a GPU.
+// (attention_backward_dkdv_tma, removed since) held an SM alone (240 registers for its consumers), so each of its
+// blocks starts with the tensor cores idle while k, v and the first q and dO tiles load, and ends with its dK and dV
+// stores behind nothing; gpt2-medium has 1024 blocks of 2 to 16 query tiles (128 heads x 8 key blocks), gpt2-small 768.
+// Here one block an SM takes items (a head's 128 keys; item j is key block j / BH of head j % BH, the plain form's grid
+// in its launch order: the first key blocks, which see the most queries, first), its first by blockIdx.x and the rest
+// by tickets (sched[0]; the last block to finish leaves both tickets at zero, as form 7's). k and v go to two buffers,
+// so the next item's load as soon as a buffer is free; the item's index goes with them (kv_item, written before the
+// arrival kv_full waits for; -1 ends the block). The ring of q, dO, lse and D stages runs on across items: the producer
+// thread and the lse/D warp count the same tiles as the consumers. Every item is the plain form's block, tile for tile
+// (tma_dkdv_tile): its bits. Written in the twenty-fourth session; run in the twenty-fifth
+// (results/h200-perf-20261204): its kernel cases and whole-run graph test the plain form's bits, the whole backward
+// alone x0.939 / x0.972 / x0.974 of it on nanogpt / gpt2-small / gpt2-medium; the default since.
 template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
@@ -3279,7 +2144,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
 }
 
 // ---- dQ from the stored dS^T on a TMA producer and wgmma (gpu/attention.py's DQ_TMA; written in the eighteenth
-// session after its device time was spent, NOT run on a GPU: off) ----
+// session, on rows over 256 by default since the twentieth) ----
 // Why: attention_backward_dq_ds moves about 100 MB of dS^T a layer of gpt2-small bf16 into registers by cp.async and
 // ldmatrix from the warps that also run its mma.sync products, 47.6 us a layer (Nsight Compute: DRAM 57% busy, memory
 // 77%; call 1 of results/h200-perf-20261202e), where reading those bytes alone takes about 29 us at 3.9 TB/s. Here the
@@ -3288,11 +2153,12 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
 // dQ = scale dS k on wgmma, both operands from shared memory read MN-major (dS^T's rows are keys, k's rows are keys:
 // wgmma's transposed A and B, m64n64k16), the keys' k16 slices in order. dS^T comes through a three-dimensional map of
 // ds_t ([B*H, T, ldq]) so that key rows past T read as zeros (ds_t's rows there were never written); k's box rows past
-// T hold the next sequence's keys, finite, times those zeros. Only ds_t pieces the wgmma dK/dV kernels write are read:
-// a consumer takes key steps up to the one holding its last query, and those kernels write every (key, query) pair of
-// each 64 x 64 tile they compute (zeros where masked); the box a step loads for a consumer that does not take it is
+// T hold the next sequence's keys, finite, times those zeros. Only ds_t pieces the wgmma dK/dV kernel writes are read:
+// a consumer takes key steps up to the one holding its last query, and that kernel writes every (key, query) pair of
+// each 64 x 64 tile it computes (zeros where masked); the box a step loads for a consumer that does not take it is
 // never read. Bits: a fixed order, so three runs alike; against attention_backward_dq_ds's mma.sync sums the tensor
-// cores' rounding may differ (the GPU test "dq_tma" records whether it does, and holds dQ to the NumPy form).
+// cores' rounding might differ, and did in none of the cases tested (88 in call 7 of results/h200-perf-20261203e; the
+// GPU test "wgmma_backward_is_the_mma_sync_bits" asks for the mma.sync dQ's bits).
 #define DQ_TMA_STAGES 4
 
 // One box at (c0, c1, c2) of a three-dimensional map into shared memory, its bytes counted on bar.
@@ -3316,7 +2182,7 @@ __device__ __forceinline__ void wg_mma_ss_tt(float (&d)[8][4], u64 desc_a, u64 d
 #endif
 }
 
-// One key step of the TMA dQ (attention_backward_dq_tma and its resident form): dQ += dS k for consumer cw's 64
+// One key step of the TMA dQ (attention_backward_dq_tma): dQ += dS k for consumer cw's 64
 // queries from stage s (k's box, then the two consumers' dS^T boxes), awaited; the first step (kt 0) overwrites.
 template <int K, int HS>
 __device__ __forceinline__ void tma_dq_step(float (&dq)[HS / 8][4], unsigned char* base, int s, int cw, int kt) {
@@ -3333,12 +2199,13 @@ __device__ __forceinline__ void tma_dq_step(float (&dq)[HS / 8][4], unsigned cha
     wg_hold(dq);
 }
 
-// QFAST (attn_backward_dq_ds_tmaqf_, gpu/attention.py's DQ_TMA_ORDER 1): the grid's x the query blocks and y the
-// heads, so that the blocks running together are one head's query blocks (all of them, heaviest first) instead of one
-// query block of many heads. Why (a hypothesis, twenty-seventh session): the pass waits on its dS^T loads (49% of its
-// stall samples on the ring's full barrier, DRAM-bound: ds_t is stored evict-first), and with the heads fastest each
-// 2 KB row of ds_t is read in 256-byte pieces by eight blocks far apart in time; a head's blocks together read a key
-// row's pieces at about the same time and its k boxes from L2. The same blocks, the same arithmetic: the same bits.
+// QFAST (attn_backward_dq_ds_tmaqf_, the one grid built: the heads-fastest one, attn_backward_dq_ds_tma_, measured
+// slower in the twenty-eighth session and removed): the grid's x the query blocks and y the heads, so that the blocks
+// running together are one head's query blocks (all of them, heaviest first) instead of one query block of many heads.
+// Why (a hypothesis, twenty-seventh session): the pass waits on its dS^T loads (49% of its stall samples on the ring's
+// full barrier, DRAM-bound: ds_t is stored evict-first), and with the heads fastest each 2 KB row of ds_t is read in
+// 256-byte pieces by eight blocks far apart in time; a head's blocks together read a key row's pieces at about the same
+// time and its k boxes from L2. The same blocks, the same arithmetic: the same bits.
 template <int K, int HS, bool QFAST = false>
 __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorMap* tds, const TensorMap* tq, int T,
                                           int H, int out_kind) {
@@ -3397,292 +2264,6 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 #endif
 }
 
-// ---- dQ from dS^T resident (gpu/attention.py's DQ_TMA_RESIDENT): attention_backward_dq_tma, one block an SM ----
-// As the forward's form 7 and the dK/dV's form 5: one block an SM takes items (a head's 128 queries, item j its query
-// block nqb - 1 - j / BH of head j % BH, the plain grid's launch order, the longest first), the first by blockIdx.x,
-// the rest by tickets left at zero by the last block. Here no buffer belongs to an item: each stage of the ring
-// carries its key step's item and step index (st_item, st_kt, written before the arrival full waits for), so the
-// ring runs on across items and the next item's first steps load under this one's last products and its store; a
-// consumer that meets a new item stores the one it finished. -1 ends the block. Every item is the plain kernel's
-// block, step for step, the same products in the same order: its bits ("dq_tma"). Written in the twenty-fourth
-// session after its device time: NOT run on a GPU.
-template <int K, int HS>
-__device__ void attention_backward_dq_tma_resident(void* __restrict__ dqkv, const TensorMap* tds, const TensorMap* tq,
-                                                   int T, int H, int BH, int* sched, int out_kind) {
-#ifdef ATTN_WGMMA
-    constexpr int BR = 128, BK = 64, BOX = 64 * HS * 2, S = DQ_TMA_STAGES;
-    static_assert(HS == 64, "one 128-byte row a key: the 128B swizzle's row");
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) u64 bars[2 * S];
-    __shared__ int st_item[S], st_kt[S];
-    u64* full = bars;            // full[s]: the stage's 3 BOX bytes and its item written (or the end)
-    u64* empty = bars + S;       // empty[s]: the 8 consumer warps are done with the stage
-    unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
-    // stage s at base + 3 s BOX: k's 64 keys, then consumer 0's and consumer 1's dS^T (64 keys x 64 queries each)
-    const int nqb = (T + BR - 1) / BR, items = BH * nqb, C = H * HS;
-    const int wg = threadIdx.x >> 7;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8);
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
-    if (wg == 0) {   // the producer
-        if (threadIdx.x != 0) return;
-        int it = 0;   // key steps loaded so far, over all items: the ring's stage and phase
-        for (int n = 0;; ++n) {
-            const int item = resident_item(sched, n);
-            if (item >= items) {   // the end, in the next stage: no boxes, the phase completes on the arrival
-                const int s = it % S;
-                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                st_item[s] = -1;
-                mbar_arrive(&full[s]);
-                break;
-            }
-            const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H;
-            const int last = min(qb * BR + BR - 1, T - 1) / BK;   // the item's last key step
-            for (int kt = 0; kt <= last; ++kt, ++it) {
-                const int s = it % S;
-                if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                st_item[s] = item;
-                st_kt[s] = kt;
-                unsigned char* st = base + 3 * s * BOX;
-                mbar_expect_tx(&full[s], 3 * BOX);
-                tma_load_2d(st, tq, &full[s], C + h * HS, b * T + kt * BK);
-                tma_load_3d(st + BOX, tds, &full[s], qb * BR, kt * BK, bh);
-                tma_load_3d(st + 2 * BOX, tds, &full[s], qb * BR + 64, kt * BK, bh);
-            }
-        }
-        resident_done(sched);   // every ticket this block will draw is drawn
-        return;
-    }
-    const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    int cur = -1, b = 0, h = 0, q0 = T, wg_last = 0;   // the item in hand and its place
-    float dq[1][HS / 8][4];   // store_dq's layout: one m16 tile a warp
-    for (int it = 0;; ++it) {
-        const int s = it % S;
-        mbar_wait(&full[s], (it / S) & 1);
-        const int item = st_item[s], kt = st_kt[s];
-        if (item != cur) {   // the item in hand is done (every key step of it came before this stage)
-            if (cur >= 0 && q0 < T) store_dq<HS, 1>(dqkv, dq, q0 + warp * 16, b, h, T, C, out_kind, lane);
-            if (item < 0) break;
-            cur = item;
-            const int qb = nqb - 1 - item / BH, bh = item % BH;
-            b = bh / H, h = bh % H;
-            q0 = qb * BR + cw * 64;                        // the warpgroup's first query
-            wg_last = q0 < T ? min(q0 + 63, T - 1) / BK : 0;   // its last key step
-#pragma unroll
-            for (int n = 0; n < HS / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
-        }
-        if (q0 < T && kt <= wg_last) tma_dq_step<K, HS>(dq[0], base, s, cw, kt);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
-    }
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
-// ---- dK/dV on wgmma, two warpgroups in ping-pong (PINGPONG: gpu/attention.py's WG_DKDV_PINGPONG; measured slower
-// than the plain two-warpgroup form, the backward x1.22 a layer alone, call 1 of results/h200-perf-20261202c: off) ----
-// attention_backward_dkdv_wg with NWG = 2 synchronizes its block at every query tile (__syncthreads around the
-// shared q/dO buffer), so both warpgroups issue their products at once, wait at once, and run their softmax
-// gradients at once, while the tensor cores idle: at about 2.9 us a 64 x 64 tile pair on gpt2-small (153 us a layer,
-// call 2 of results/h200-perf-20261202, ~19% of the tensor cores' bf16 rate), against cuDNN's whole backward in 126
-// (FlashAttention-3's ping-pong schedule for the same reason). Here:
-//   - each warpgroup issues the next tile's S^T and dPd^T in the same commit group as this tile's dV and dK
-//     (B(it) + A(it + 1)), so one wait a tile, and its softmax gradient runs while the other warpgroup's group runs;
-//   - the two warpgroups take turns issuing (named barriers PP_SCHED0/1, FlashAttention-3's scheduler barriers),
-//     so their groups queue on the tensor cores one after the other, not side by side;
-//   - three q/dO buffers instead of two, so no block-wide barrier a tile: warpgroup 0 stages tile it + 2 once
-//     warpgroup 1 has finished tile it - 1 (PP_EMPTY), and tells it when a tile is in (PP_FULL0..2); warpgroup 1
-//     waits on that before it issues the tile's products.
-// The arithmetic per tile is attention_backward_dkdv_wg's (the same products on the same operands in the same order,
-// the same softmax_grad, store_ds_t and rounding), so the same bits (tests/test_kernels_gpu.py, "dkdv_pingpong").
-// Named barriers: above the forward's ping-pong form.
-template <int K, int HS, bool DROP, bool EVICT>
-__device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16* __restrict__ qkv,
-                                              const u16* __restrict__ dout, const float* __restrict__ lse,
-                                              const float* __restrict__ Dvec, u16* __restrict__ ds_t, int ldq, int T,
-                                              int H, int out_kind, Dropout drop, u32 t_lbo, u32 t_sbo) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int NWG = 2, NB = 3, BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 8, TILE = BC * HS;
-    constexpr int LDS = BC + 8;
-    static_assert(HS == 64, "one m64n64k16 a k16 slice of the scores");
-    extern __shared__ __align__(128) unsigned char smem[];
-    u16* sK = (u16*)smem;
-    u16* sV = sK + BR * HS;
-    u16* sQO = sV + BR * HS;                  // buffer b: q at 2b TILE, dO at (2b + 1) TILE
-    float* sLD = (float*)(sQO + 2 * NB * TILE);   // buffer b: lse at 2b BC, D at (2b + 1) BC
-    u16* sdS = (u16*)(sLD + 2 * NB * BC);     // warp w: 16 rows of LDS halves
-    const int nqt = (T + BC - 1) / BC;
-    const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;
-    const int b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int K0 = kb * BR + wg * 64;
-    const int k0 = K0 + (warp & 3) * 16;
-    const int first = (kb * BR) / BC;
-    const int niter = nqt - first;
-    const u16* base = qkv + (i64)b * T * 3 * C;
-    const u16* gbase = dout + (i64)b * T * C;
-    // block: the whole block stages (the prologue), else warpgroup 0 alone
-    auto stage_qo = [&](bool block, int it, int buf) {
-        const int qt = first + it;
-        if (block) {
-            stage_core<HS, BC, 256>(sQO + 2 * buf * TILE, base + h * HS, qt * BC, T, 3 * C);
-            stage_core<HS, BC, 256>(sQO + (2 * buf + 1) * TILE, gbase + h * HS, qt * BC, T, C);
-        } else {
-            stage_core<HS, BC, 128>(sQO + 2 * buf * TILE, base + h * HS, qt * BC, T, 3 * C);
-            stage_core<HS, BC, 128>(sQO + (2 * buf + 1) * TILE, gbase + h * HS, qt * BC, T, C);
-        }
-        float* l = sLD + 2 * buf * BC;
-        stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
-        stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
-    };
-    stage_core<HS, BR, 256>(sK, base + C + h * HS, kb * BR, T, 3 * C);
-    stage_core<HS, BR, 256>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
-    stage_qo(true, 0, 0);
-    if (niter > 1) stage_qo(true, 1, 1);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    const u16* sKw = sK + wg * 8 * CH * 64;
-    const u16* sVw = sV + wg * 8 * CH * 64;
-    float dk[HS / 8][4], dv[HS / 8][4], p[1][NT][4], ds[1][NT][4];
-    u32 pf[NT / 2][4], df[NT / 2][4];
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
-#pragma unroll
-    for (int k16 = 0; k16 < NT / 2; ++k16)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pf[k16][e] = df[k16][e] = 0u;
-    auto active = [&](int it) { return (first + it) * BC + BC - 1 >= K0; };   // else its queries precede our keys
-    auto at_of = [&](int qt) {
-        return [=](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
-            i = qt * BC + n * 8 + 2 * t + (e & 1);
-            j = k0 + g + 8 * (e >> 1);
-        };
-    };
-    auto edge_of = [&](int qt) { return qt * BC < k0 + 15 || qt * BC + BC > T; };
-    KeepBits<1, NT> keep{};
-    auto draw_keep = [&](int it) {   // the tile's keep bits, drawn before its products are issued (outside the turn)
-        if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge_of(first + it), at_of(first + it));
-    };
-    auto issue_scores = [&](int it) {   // A(it): S^T = k q^T, dPd^T = v dO^T
-        const int buf = it % NB;
-        const u16* sQ = sQO + 2 * buf * TILE;
-        const u16* sO = sQ + TILE;
-#pragma unroll
-        for (int k16 = 0; k16 < HS / 16; ++k16)
-            wg_mma_ss<K>(p[0], wg_desc(sKw + 2 * k16 * 64, 128, CH * 128), wg_desc(sQ + 2 * k16 * 64, 128, CH * 128),
-                         k16 > 0);
-#pragma unroll
-        for (int k16 = 0; k16 < HS / 16; ++k16)
-            wg_mma_ss<K>(ds[0], wg_desc(sVw + 2 * k16 * 64, 128, CH * 128), wg_desc(sO + 2 * k16 * 64, 128, CH * 128),
-                         k16 > 0);
-    };
-    if (wg == 1) bar_arrive_n<PP_SCHED0, 256>();   // warpgroup 0 issues first
-    if (active(0)) draw_keep(0);
-    pp_turn_begin(wg);
-    wg_fence();
-    issue_scores(0);   // A(0) even where tile 0 is inactive (then nothing reads it): issued under a condition and
-    wg_commit();       // waited for after the branches join, it serialized every wgmma of the kernel (C7520)
-    pp_turn_end(wg);
-    wg_wait_all();
-    wg_hold(p[0]);
-    wg_hold(ds[0]);
-    // One query tile: act = active(it) (its softmax gradient and B(it)), next = active(it + 1) (tile it + 1's keep
-    // bits and A(it + 1)), constants in each of the four calls below, so that every inlined copy issues its products
-    // unconditionally and waits for them before the copies join. The first form issued them under run-time
-    // conditions and waited at the next iteration's top, and ptxas serialized every wgmma of the kernel for it
-    // (C7520; tests/test_wgmma_serialization.py). The wait moved from the next top to the end of the turn: nothing
-    // ran between the two, so the other warpgroup's softmax gradient still overlaps these products.
-    auto iteration = [&](int it, const bool act, const bool next) {
-        const int qt = first + it, cur = it % NB;
-        if (wg == 1 && it >= 1) bar_arrive_n<PP_EMPTY, 256>();   // done with tile it - 1 (B(it - 1) is in)
-        if (act) {   // P^T, Pd^T, dS^T of tile it (softmax_grad), dS^T to ds_t, both as A fragments
-            const float* sL = sLD + 2 * cur * BC;
-            const float* sD = sL + BC;
-            const auto at = at_of(qt);
-            auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
-                at(mt, n, e, i, j);
-                const int il = n * 8 + 2 * t + (e & 1);
-                Lc = sL[il] * LOG2E;
-                Dq = sD[il];
-            };
-            softmax_grad<false, DROP, 1, NT>(p, ds, edge_of(qt), T, c, drop, keep, coords);
-            store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                             sdS + warp * 16 * LDS, ds, lane);
-            pack_a<K, NT>(pf, p[0]);
-            pack_a<K, NT>(df, ds[0]);
-        }
-        if (next) draw_keep(it + 1);   // softmax_grad has read tile it's bits
-        // The producer's work after its softmax, not before: waiting there for warpgroup 1 to finish tile it - 1
-        // would hold warpgroup 0's softmax until warpgroup 1's group is done, and the two would run their softmax
-        // at once again. Here the wait ends when that group does, when the tensor cores could take the next anyway.
-        if (wg == 0) {   // tile it + 2 into the buffer tile it - 1 used, once both are done with it
-            if (it >= 1) bar_sync_n<PP_EMPTY, 256>();
-            if (it + 2 < niter) {
-                stage_qo(false, it + 2, (it + 2) % NB);
-                cp_async_commit();
-            }
-            if (it + 1 < niter && it + 1 >= 2) {   // tiles 0 and 1 came in with the prologue
-                if (it + 2 < niter) cp_async_wait<1>();
-                else cp_async_wait<0>();
-                fence_proxy_async();
-                bar_sync_n<PP_WG0, 128>();
-                pp_full_arrive((it + 1) % NB);
-            }
-        } else if (it + 1 < niter && it + 1 >= 2) {
-            pp_full_sync((it + 1) % NB);   // tile it + 1 is in
-        }
-        pp_turn_begin(wg);
-        wg_fence();
-        if (act) {   // B(it): dV += Pd^T dO, dK += dS^T q
-            const u16* sQ = sQO + 2 * cur * TILE;
-            const u16* sO = sQ + TILE;
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)
-                wg_mma<K, true>(dv, pf[k16], wg_desc(sO + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
-#pragma unroll
-            for (int k16 = 0; k16 < NT / 2; ++k16)
-                wg_mma<K, true>(dk, df[k16], wg_desc(sQ + 2 * k16 * CH * 64, t_lbo, t_sbo), 1);
-        }
-        if (next) issue_scores(it + 1);
-        wg_commit();
-        pp_turn_end(wg);
-        wg_wait_all();   // A(it + 1) and B(it): waited here, at the end of the turn, not at the next tile's top
-        wg_hold(p[0]);
-        wg_hold(ds[0]);
-        wg_hold(dv);
-        wg_hold(dk);
-        wg_keep(pf);
-        wg_keep(df);
-    };
-    for (int it = 0; it < niter; ++it) {
-        const bool act = active(it), next = it + 1 < niter && active(it + 1);
-        if (act && next) iteration(it, true, true);
-        else if (act) iteration(it, true, false);
-        else if (next) iteration(it, false, true);
-        else iteration(it, false, false);
-    }
-    wg_wait_all();
-    wg_hold(dv);
-    wg_hold(dk);
-    wg_keep(pf);
-    wg_keep(df);
-    store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
 // ---- the instantiations ----
 // builds: f32 (plain float32, split), tf32, bf16 (exact, split), bf16r (half roundings), f16, f16r.
 // q, k, v and dO arrive as float32 in the float32 builds and as 16-bit half-type bits in the half builds.
@@ -3694,14 +2275,6 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // attn_backward_dkdv_. The half builds also fold it: attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters
 // zeroed), then attn_backward_<build>_hs<HS> (dK, dV and dQ); gpu/attention.py picks the form (FOLD_KEY_BLOCKS).
 #define ATTN_FORWARD(BUILD, K, SPLIT, HS) ATTN_FORWARD_BODY(, (NTHREADS), BUILD, K, SPLIT, HS)
-// THREE (gpu/attention.py's FWD_BLOCKS = 3; half roundings, HS = 64): attn_forward3_<bf16r|f16r>_hs64, attn_forward_
-// under a launch bound of three blocks an SM instead of the two its 255 registers allow. Why: Nsight Compute (call 1
-// of results/h200-perf-20261202e, gpt2-small bf16) finds it latency-bound at 8 warps an SM, 61% of cycles with no
-// eligible warp, stalled mostly on fixed-latency dependencies ("wait"); its ~55 KB of shared memory allows three.
-// ptxas then has 168 registers a thread and spills some (scripts/ptxas_usage.py). The same PTX: the same bits.
-// Measured slower (x1.27 / x1.34 of attn_forward_ on gpt2-small / gpt2-medium, call 2 of
-// results/h200-perf-20261202e): off.
-#define ATTN_FORWARD3(BUILD, K, SPLIT, HS) ATTN_FORWARD_BODY(3, (NTHREADS, 3), BUILD, K, SPLIT, HS)
 #define ATTN_FORWARD_BODY(SUFFIX, BOUNDS, BUILD, K, SPLIT, HS)                                                  \
     extern "C" __global__ void __launch_bounds__ BOUNDS attn_forward##SUFFIX##_##BUILD##_hs##HS(                 \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
@@ -3726,63 +2299,9 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
 // x0.82), and both slower than mma.sync on the GPT-2 shapes (call 3 of results/h200-perf-20261201d);
 // gpu/attention.py takes this kernel only for rows of at most 256.
 #define ATTN_FORWARD_WG1(BUILD, K, HS) ATTN_FORWARD_WG_N(1, BUILD, K, HS)
-// The pipelined forward (attention_forward_wgp; gpu/attention.py's WG_FORWARD_PIPELINED): attn_forward_wgp<NWG>_
-// <bf16r|f16r>_hs64, arguments as attn_forward_wg's; FWD_WGP_STAGES (k, v) tile pairs in its ring. Blocks an SM as
-// many as the shared memory holds (gpu/attention.py's wgp_shared_bytes: 72 KB with one warpgroup, three an SM; 80 KB
-// with two, two an SM), which the launch bounds turn into registers: 168 and 128 a thread. (With one warpgroup
-// bounded to four blocks, as attn_forward_wg1_, ptxas spilled 104 bytes at 128 registers even without dropout.)
-#define FWD_WGP_STAGES 4
-#define ATTN_FORWARD_WGP_N(NWG, BUILD, K, HS)                                                                   \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, NWG == 1 ? 3 : 2)                                  \
-        attn_forward_wgp##NWG##_##BUILD##_hs##HS(                                                              \
-        void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
-        u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_forward_wgp<K, HS, NWG, FWD_WGP_STAGES, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
-        else                                                                                                   \
-            attention_forward_wgp<K, HS, NWG, FWD_WGP_STAGES, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo); \
-    }
-#define ATTN_FORWARD_WGP(BUILD, K, HS) ATTN_FORWARD_WGP_N(1, BUILD, K, HS) ATTN_FORWARD_WGP_N(2, BUILD, K, HS)
-// The forward's two warpgroups in ping-pong (attention_forward_wg_pp; gpu/attention.py's WG_FORWARD_PINGPONG):
-// attn_forward_wgpp2_<bf16r|f16r>_hs64, arguments as attn_forward_wg's; three k/v buffers and the block's q (64 KB of
-// shared memory). One block an SM (FlashAttention-3's: two consumer warpgroups ping-ponging on an SM), 220
-// registers, no spill. The first form was bounded to two blocks (128 registers, 60 bytes spilled with dropout); with
-// its tile in constant-condition copies (no wgmma serialization) two blocks would spill 404 bytes.
-#define ATTN_FORWARD_WGPP(BUILD, K, HS)                                                                         \
-    extern "C" __global__ void __launch_bounds__(256, 1) attn_forward_wgpp2_##BUILD##_hs##HS(                  \
-        void* out, float* lse, const u16* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,          \
-        u64 offset, const u64* offset_add, u32 threshold, float dscale, u32 v_lbo, u32 v_sbo) {                \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_wg_pp<K, HS, true>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);  \
-        else attention_forward_wg_pp<K, HS, false>(out, lse, qkv, T, H, out_kind, d, v_lbo, v_sbo);            \
-    }
-// The forward with a TMA producer (attention_forward_tma; gpu/attention.py's WG_FORWARD_TMA and TMA_FORMS), 384
-// threads and 128 queries a block, arguments as attn_forward_wg's with the qkv tensor map (gpu/tma.py) in qkv's place
-// and no v strides: attn_forward_<NAME>_<bf16r|f16r>_hs64, NAME by FWD_TMA (the forms' lines at the end of the file):
-//   1 tma     64-key tiles; 2 + 2 FWD_TMA_STAGES boxes of shared memory and 1 KB to align them
-//   2 tmap    the same with attention_forward_wgp's overlap in each consumer warpgroup (PIPE)
-//   3 tmaw    128-key tiles and setmaxnreg (WIDE); 2 + 4 WS boxes and 1 KB (WS: FWD_TMAW_STAGES)
-//   4 tmawp   form 3 with the PIPE schedule in each consumer
-//   5 tmaw3   form 3 with three stages (WS 3)
-//   6 tmawpp  form 4 with the consumers in ping-pong (PP)
-// Template arguments a form leaves at their defaults are written out; the same instantiation, the same machine
-// code (scripts/cubin_text_compare.py, results/cpu-checks-20261203g).
-#define ATTN_FORWARD_TMA_FORM(NAME, BUILD, K, HS, PIPE, WIDE, WS, PP)                                          \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
-        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {           \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward_tma<K, HS, true, PIPE, WIDE, WS, PP>(out, lse, &tm, T, H, out_kind, \
-                                                                        d);                                    \
-        else attention_forward_tma<K, HS, false, PIPE, WIDE, WS, PP>(out, lse, &tm, T, H, out_kind, d);        \
-    }
-// Forms 7 and 8 (attention_forward_tma_resident, without and with TURNS), arguments as attn_forward_tmaw_'s and then
-// the heads BH and sched, two ints zero at launch (left zero): attn_forward_<tmawr|tmawrt>_<bf16r|f16r>_hs64, one
-// block an SM.
+// Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
+// attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
+// (left zero); one block an SM.
 #define ATTN_FORWARD_TMA_RESIDENT(NAME, BUILD, K, HS, TURNS)                                                    \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
         void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
@@ -3837,15 +2356,12 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         else                                                                                                   \
             attention_backward_dkdv<K, SPLIT, HS, true, false>(dqkv, qkv, dout, lse, Dvec, dq_acc, sync, T, H, out_kind, d); \
     }
-// The half builds under half roundings, unfolded with dS stored: attn_row_dots_ (D), attn_backward_dkdv_ds_
-// (dK, dV and ds_t), attn_backward_dq_ds_ (dQ from ds_t, 128 queries a block; four blocks an SM: 128 registers,
-// no spill, where ptxas took 160 unbounded) or attn_backward_dq_ds_q64_ (64 queries a block; six blocks an SM,
-// as many as its 36 KB of shared memory allow: 80 registers, no spill, 92 unbounded). gpu/attention.py picks them (stores_ds, DQ_DS_QUERIES).
-// Each in two forms (FORM): as named above, and with l2_ after the kernel's name (attn_backward_dkdv_ds_l2_...,
-// attn_backward_dq_ds_l2_..., attn_backward_dq_ds_q64_l2_...), whose ds_t stores and loads are marked evict-first
-// in L2 (EVICT; gpu/attention.py's DS_EVICT_FIRST, on since the ninth session: ds_t pushed out of L2 what the
-// kernels around it read again; -0.08 and -0.09 ms a step of gpt2-small and gpt2-medium). The same arithmetic,
-// so the same bits.
+// The half builds under half roundings, unfolded with dS stored: attn_row_dots_ (D), attn_backward_dkdv_ds_l2_
+// (dK, dV and ds_t), attn_backward_dq_ds_l2_ (dQ from ds_t, 128 queries a block; four blocks an SM: 128 registers,
+// no spill, where ptxas took 160 unbounded); gpu/attention.py picks them (stores_ds). Built in the l2_ form (FORM)
+// only: ds_t's stores and loads marked evict-first in L2 (EVICT; on since the ninth session: ds_t pushed out of L2
+// what the kernels around it read again; -0.08 and -0.09 ms a step of gpt2-small and gpt2-medium), the same
+// arithmetic as the plain forms, so their bits (the plain forms, and the 64-query dQ, were removed: the header).
 #define ATTN_DS_FORM(FORM, EVICT, BUILD, K, HS)                                                                 \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_ds_##FORM##BUILD##_hs##HS(       \
         void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
@@ -3864,116 +2380,11 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
         void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
         grid_dependency_entry();                                                                               \
         attention_backward_dq_ds<K, HS, NWARPS * 16 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, 6) attn_backward_dq_ds_q64_##FORM##BUILD##_hs##HS(  \
-        void* dqkv, const u16* qkv, const u16* ds_t, int ldq, int T, int H, int out_kind) {                    \
-        grid_dependency_entry();                                                                               \
-        attention_backward_dq_ds<K, HS, NWARPS * 8 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }
-#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(, false, BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)
-// dK/dV with dS stored on wgmma (attention_backward_dkdv_wg; half roundings, HS = 64, sm_90a):
-// attn_backward_dkdv_ds_wg<NWG>_[l2_]<bf16r|f16r>_hs64, arguments as attn_backward_dkdv_ds_ plus the q and dO
-// tiles' descriptor strides; then attn_backward_dq_ds_ as before, over ds_t's 64-query tiles.
-#define ATTN_DKDV_WG_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, , false, FORM, EVICT, 2 / NWG, BUILD, K, HS)
-// OVERLAP: attn_backward_dkdv_ds_wg<NWG>o_... (gpu/attention.py's WG_DKDV_OVERLAP)
-#define ATTN_DKDV_WGO_FORM(NWG, FORM, EVICT, BUILD, K, HS) ATTN_DKDV_WG_BODY(NWG, o, true, FORM, EVICT, 2 / NWG, BUILD, K, HS)
-#define ATTN_DKDV_WG_BODY(NWG, O, OVERLAP, FORM, EVICT, MINB, BUILD, K, HS)                                     \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, MINB) attn_backward_dkdv_ds_wg##NWG##O##_##FORM##BUILD##_hs##HS( \
-        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
-        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
-        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_wg<K, HS, NWG, true, EVICT, OVERLAP>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
-                                                                         T, H, out_kind, d, t_lbo, t_sbo);     \
-        else                                                                                                   \
-            attention_backward_dkdv_wg<K, HS, NWG, false, EVICT, OVERLAP>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
-                                                                          T, H, out_kind, d, t_lbo, t_sbo);    \
-    }
-// DIN (gpu/attention.py's WG_DKDV_ROW_DOTS): attn_backward_dkdv_ds_wg<NWG>d_l2_<bf16r|f16r>_hs64, the row dots D
-// computed per tile inside the kernel from dO and out (row_dots_tile: attn_row_dots's bits), no row-dots launch;
-// arguments as the other forms plus out (the forward's output, half bits). Built with the evict-first ds_t only.
-#define ATTN_DKDV_WGD_FORM(NWG, BUILD, K, HS)                                                                   \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, 2 / NWG) attn_backward_dkdv_ds_wg##NWG##d_l2_##BUILD##_hs##HS( \
-        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
-        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
-        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo, const u16* out) {                                   \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_wg<K, HS, NWG, true, true, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
-                                                                            T, H, out_kind, d, t_lbo, t_sbo, out); \
-        else                                                                                                   \
-            attention_backward_dkdv_wg<K, HS, NWG, false, true, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, \
-                                                                             T, H, out_kind, d, t_lbo, t_sbo, out); \
-    }
-// THREE (gpu/attention.py's WG_DKDV_BLOCKS = 3): attn_backward_dkdv_ds_wg1t_l2_<bf16r|f16r>_hs64, the one-warpgroup
-// form under a launch bound of three blocks an SM instead of two. Why: Nsight Compute (call 1 of
-// results/h200-perf-20261202e) finds the two-block form latency-bound, 2 warpgroups an SM, 67% of cycles with no
-// eligible warp, the tensor pipe 11% active (nanogpt); its shared memory (~58 KB a block) allows three. ptxas then
-// has 168 registers a thread and spills some (scripts/ptxas_usage.py). The PTX is the plain form's: the same bits.
-// Measured no faster (nanogpt x1.01 of the two-block build, the GPT-2 shapes x1.25 of wg2; call 2 of
-// results/h200-perf-20261202e): the spills sit in the loop; off.
-#define ATTN_DKDV_WG1T_FORM(BUILD, K, HS) ATTN_DKDV_WG_BODY(1, t, false, l2_, true, 3, BUILD, K, HS)
-// PINGPONG (gpu/attention.py's WG_DKDV_PINGPONG): attn_backward_dkdv_ds_wg2p_l2_<bf16r|f16r>_hs64, two warpgroups
-// in ping-pong, arguments as the plain form's. Built with the evict-first ds_t only.
-#define ATTN_DKDV_WGP_FORM(BUILD, K, HS)                                                                        \
-    extern "C" __global__ void __launch_bounds__(256, 1) attn_backward_dkdv_ds_wg2p_l2_##BUILD##_hs##HS(       \
-        void* dqkv, const u16* qkv, const u16* dout, const float* lse, const float* Dvec, u16* ds_t, int ldq,  \
-        int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
-        u32 threshold, float dscale, u32 t_lbo, u32 t_sbo) {                                                   \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_wg_pp<K, HS, true, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,       \
-                                                             out_kind, d, t_lbo, t_sbo);                       \
-        else                                                                                                   \
-            attention_backward_dkdv_wg_pp<K, HS, false, true>(dqkv, qkv, dout, lse, Dvec, ds_t, ldq, T, H,      \
-                                                              out_kind, d, t_lbo, t_sbo);                      \
-    }
-#define ATTN_DKDV_WG(BUILD, K, HS)                                                                              \
-    ATTN_DKDV_WG_FORM(1, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(1, l2_, true, BUILD, K, HS)                  \
-    ATTN_DKDV_WG_FORM(2, , false, BUILD, K, HS) ATTN_DKDV_WG_FORM(2, l2_, true, BUILD, K, HS)                  \
-    ATTN_DKDV_WGO_FORM(1, l2_, true, BUILD, K, HS) ATTN_DKDV_WGO_FORM(2, l2_, true, BUILD, K, HS)             \
-    ATTN_DKDV_WGD_FORM(1, BUILD, K, HS) ATTN_DKDV_WGD_FORM(2, BUILD, K, HS) ATTN_DKDV_WGP_FORM(BUILD, K, HS)   \
-    ATTN_DKDV_WG1T_FORM(BUILD, K, HS)
-// attention_backward_dkdv_tma (gpu/attention.py's WG_DKDV_TMA): attn_backward_dkdv_ds_tma_l2_<bf16r|f16r>_hs64,
-// 384 threads and 128 keys a block, arguments as the wg forms' with the tensor maps of qkv and dO (gpu/tma.py) in
-// their places and no strides.
-#define ATTN_DKDV_TMA_FORM(FORM, S, DEFER, BUILD, K, HS)                                                        \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_##FORM##_l2_##BUILD##_hs##HS(   \
-        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
-        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale) {                            \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma<K, HS, true, S, DEFER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,     \
-                                                               out_kind, d);                                   \
-        else                                                                                                   \
-            attention_backward_dkdv_tma<K, HS, false, S, DEFER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,    \
-                                                                out_kind, d);                                  \
-    }
-// attn_backward_dkdv_ds_tmar_l2_: D by the producer's warps (PD), the forward's output `out` (half) the last argument.
-#define ATTN_DKDV_TMAR_FORM(BUILD, K, HS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tmar_l2_##BUILD##_hs##HS(       \
-        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
-        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, const u16* out) {            \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma<K, HS, true, DKDV_TMA_STAGES, false, true>(dqkv, &tq, &tdo, lse, Dvec, \
-                                                                                 ds_t, ldq, T, H, out_kind, d, \
-                                                                                 out);                         \
-        else                                                                                                   \
-            attention_backward_dkdv_tma<K, HS, false, DKDV_TMA_STAGES, false, true>(dqkv, &tq, &tdo, lse,      \
-                                                                                  Dvec, ds_t, ldq, T, H,      \
-                                                                                  out_kind, d, out);           \
-    }
-// attn_backward_dkdv_ds_tmarr_l2_: the plain form resident (attention_backward_dkdv_tma_resident), the heads BH and
-// sched (two ints zero at launch, left zero) after the plain form's arguments; one block an SM.
+#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)
+// attn_backward_dkdv_ds_tmarr_l2_<bf16r|f16r>_hs64: the TMA dK/dV resident (attention_backward_dkdv_tma_resident);
+// arguments as attn_backward_dkdv_ds_l2_'s with the tensor maps of qkv and dO in their places, then the heads BH and
+// sched (two ints zero at launch, left zero); one block an SM.
 #define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS)                                                                    \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tmarr_l2_##BUILD##_hs##HS(      \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
@@ -3988,37 +2399,14 @@ __device__ void attention_backward_dkdv_wg_pp(void* __restrict__ dqkv, const u16
             attention_backward_dkdv_tma_resident<K, HS, false>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,    \
                                                                BH, sched, out_kind, d);                        \
     }
-// attn_backward_dkdv_ds_<tma|tma3|tmad|tmad3|tmar>_l2_: the plain form, three stages, the deferred wait, both, D by
-// the producer.
-#define ATTN_DKDV_TMA(BUILD, K, HS)                                                                             \
-    ATTN_DKDV_TMA_FORM(tma, DKDV_TMA_STAGES, false, BUILD, K, HS)                                                \
-    ATTN_DKDV_TMA_FORM(tma3, 3, false, BUILD, K, HS) ATTN_DKDV_TMA_FORM(tmad, DKDV_TMA_STAGES, true, BUILD, K, HS) \
-    ATTN_DKDV_TMA_FORM(tmad3, 3, true, BUILD, K, HS) ATTN_DKDV_TMAR_FORM(BUILD, K, HS)
-// attention_backward_dq_tma (gpu/attention.py's DQ_TMA): attn_backward_dq_ds_tma_<bf16r|f16r>_hs64, 384 threads and
-// 128 queries a block; the tensor maps of ds_t ([B*H, T, ldq]) and qkv.
-#define ATTN_DQ_TMA(BUILD, K, HS)                                                                               \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tma_##BUILD##_hs##HS(             \
-        void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
-        int out_kind) {                                                                                        \
-        grid_dependency_entry();                                                                               \
-        attention_backward_dq_tma<K, HS>(dqkv, &tds, &tq, T, H, out_kind);                                     \
-    }
-// The same with the query blocks the grid's x (QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks, BH).
+// The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
+// BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind.
 #define ATTN_DQ_TMA_QF(BUILD, K, HS)                                                                            \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tmaqf_##BUILD##_hs##HS(           \
         void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
         int out_kind) {                                                                                        \
         grid_dependency_entry();                                                                               \
         attention_backward_dq_tma<K, HS, true>(dqkv, &tds, &tq, T, H, out_kind);                               \
-    }
-// attention_backward_dq_tma_resident (gpu/attention.py's DQ_TMA_RESIDENT): attn_backward_dq_ds_tmar_<bf16r|f16r>_hs64,
-// the plain TMA dQ's arguments and then the heads BH and sched (two ints zero at launch, left zero); one block an SM.
-#define ATTN_DQ_TMA_RESIDENT(BUILD, K, HS)                                                                      \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tmar_##BUILD##_hs##HS(            \
-        void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
-        int out_kind, int BH, int* sched) {                                                                    \
-        grid_dependency_entry();                                                                               \
-        attention_backward_dq_tma_resident<K, HS>(dqkv, &tds, &tq, T, H, BH, sched, out_kind);                 \
     }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
@@ -4049,37 +2437,9 @@ ATTN_DS(bf16r, KIND_BF16, 32)
 ATTN_DS(f16r, KIND_F16, 32)
 ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
-ATTN_FORWARD_WGP(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_WGP(f16r, KIND_F16, 64)
-ATTN_FORWARD_WGPP(bf16r, KIND_BF16, 64)
-ATTN_FORWARD_WGPP(f16r, KIND_F16, 64)
-ATTN_FORWARD_TMA_FORM(tma, bf16r, KIND_BF16, 64, false, false, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tma, f16r, KIND_F16, 64, false, false, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tmap, bf16r, KIND_BF16, 64, true, false, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tmap, f16r, KIND_F16, 64, true, false, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tmaw, bf16r, KIND_BF16, 64, false, true, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tmaw, f16r, KIND_F16, 64, false, true, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tmawp, bf16r, KIND_BF16, 64, true, true, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tmawp, f16r, KIND_F16, 64, true, true, FWD_TMAW_STAGES, false)
-ATTN_FORWARD_TMA_FORM(tmaw3, bf16r, KIND_BF16, 64, false, true, 3, false)
-ATTN_FORWARD_TMA_FORM(tmaw3, f16r, KIND_F16, 64, false, true, 3, false)
-ATTN_FORWARD_TMA_FORM(tmawpp, bf16r, KIND_BF16, 64, true, true, FWD_TMAW_STAGES, true)
-ATTN_FORWARD_TMA_FORM(tmawpp, f16r, KIND_F16, 64, true, true, FWD_TMAW_STAGES, true)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
-ATTN_FORWARD_TMA_RESIDENT(tmawrt, bf16r, KIND_BF16, 64, true)
-ATTN_FORWARD_TMA_RESIDENT(tmawrt, f16r, KIND_F16, 64, true)
-ATTN_DKDV_WG(bf16r, KIND_BF16, 64)
-ATTN_DKDV_WG(f16r, KIND_F16, 64)
-ATTN_DKDV_TMA(bf16r, KIND_BF16, 64)
-ATTN_DKDV_TMA(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
-ATTN_DQ_TMA(bf16r, KIND_BF16, 64)
-ATTN_DQ_TMA(f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
-ATTN_DQ_TMA_RESIDENT(bf16r, KIND_BF16, 64)
-ATTN_DQ_TMA_RESIDENT(f16r, KIND_F16, 64)
-ATTN_FORWARD3(bf16r, KIND_BF16, false, 64)
-ATTN_FORWARD3(f16r, KIND_F16, false, 64)
