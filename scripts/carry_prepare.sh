@@ -8,7 +8,7 @@
 #   .cache/nanoGPT, data/   ../shared/nanoGPT and ../shared/data/shakespeare
 # Then the carry's size (the device tool takes 64 MiB in all) and the run tool's carry list.
 #   usage: RECORD=results/h200-perf-20261202c/record-call3 \
-#          VARIANTS="base=6f05773 pdl=tree:TR2_PDL=1 f16t=tree:TR2_GELU_F16_TABLE=1" bash scripts/carry_prepare.sh
+#          VARIANTS="base=6f05773 pdl=tree:TR2_PDL=1 fwd=tree:TR2_GELU_REVERSE=0" bash scripts/carry_prepare.sh
 #   (NAME=REV[:KEY=VALUE,...]; REV "tree" is this working tree)
 set -euo pipefail
 cd "$(dirname "$0")/.."

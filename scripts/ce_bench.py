@@ -1,14 +1,13 @@
 """The loss and its gradient on GPT-2's logits (8192 x 50304: gpt2-small's and gpt2-medium's, batch 8 x 1024), a form
 of the shared-memory rows against the one-row kernel (cross_entropy_forward_backward_smem), under half roundings, bf16
-and f16. FORM: `double` (TR2_CE_SMEM_DB's double-buffered rows, cross_entropy_forward_backward_smem2: loss and
-dlogits must be the one-row kernel's bits) or `ex2` (TR2_CE_GRAD_EX2's gradient pass by exp2: the loss must be the
-one-row kernel's bits, each dlogit within one unit of its last place). The bits compared first, then the µs a launch
-of each (`reps` launches recorded as one CUDA graph and replayed,
-TR2_VARIANT_TIMING=graph, the default; or eager), the forms alternating over rounds in one process. The kernel writes
-dlogits over the logits, so each timed launch reads the previous launch's output: the same bytes and the same
-arithmetic, other values.
+and f16. FORM: `ex2` (TR2_CE_GRAD_EX2's gradient pass by exp2: the loss must be the one-row kernel's bits, each dlogit
+within one unit of its last place). The bits compared first, then the µs a launch of each (`reps` launches recorded as
+one CUDA graph and replayed, TR2_VARIANT_TIMING=graph, the default; or eager), the forms alternating over rounds in one
+process. The kernel writes dlogits over the logits, so each timed launch reads the previous launch's output: the same
+bytes and the same arithmetic, other values. (FORM `double`, TR2_CE_SMEM_DB's double-buffered rows, went with them:
+cross_entropy.cu's header.)
 
-    PYTHONPATH=lib python3 scripts/ce_bench.py [OUT.jsonl] [rounds] [reps] [dtypes] [FORM: double (default) | ex2]
+    PYTHONPATH=lib python3 scripts/ce_bench.py [OUT.jsonl] [rounds] [reps] [dtypes] [FORM: ex2 (default)]
 """
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
 timer(TIMING)   # stops the script on a value other than graph or eager
 TIME = graph_ms if TIMING == "graph" else median_ms
 # a form: the wrapper's switch that selects it (gpu/cross_entropy.py)
-SWITCHES = {"double": "SMEM_DOUBLE_BUFFER", "ex2": "GRAD_EX2"}
+SWITCHES = {"ex2": "GRAD_EX2"}
 
 
 def use(form: str) -> None:
@@ -49,7 +48,7 @@ def main(argv) -> int:
     rounds = int(argv[1]) if len(argv) > 1 else 3
     reps = int(argv[2]) if len(argv) > 2 else 20
     dtypes = (argv[3] if len(argv) > 3 else "bfloat16,float16").split(",")
-    form = argv[4] if len(argv) > 4 else "double"
+    form = argv[4] if len(argv) > 4 else "ex2"
     if form not in SWITCHES:
         raise SystemExit(f"ce_bench: FORM {form!r}; allowed: {', '.join(SWITCHES)}")
     forms = (form, "one-row")
@@ -72,8 +71,8 @@ def main(argv) -> int:
         (loss_a, dl_a), (loss_b, dl_b) = outputs[form], outputs["one-row"]
         steps = ulp_steps(dl_a, dl_b)
         same = bool(np.array_equal(loss_a, loss_b) and np.array_equal(dl_a, dl_b))
-        # the form's promise: double the same bits; ex2 the loss's bits and dlogits within an ulp
-        kept = same if form == "double" else bool(np.array_equal(loss_a, loss_b) and steps.max() <= 1)
+        # the form's promise: ex2 the loss's bits and dlogits within an ulp
+        kept = bool(np.array_equal(loss_a, loss_b) and steps.max() <= 1)
         times = {f: [] for f in forms}
         lg = logits.copy()
         for r in range(rounds):

@@ -1,35 +1,33 @@
 #!/usr/bin/env bash
-# One GPU call for the loss's double-buffered shared-memory rows (cross_entropy.cu's
-# cross_entropy_forward_backward_smem2, TR2_CE_SMEM_DB; docs/perf.md, "Twenty-ninth session"; written on the CPU
-# machine, NOT yet run):
-#   1. the kernel tests (tests/test_kernels_gpu.py -k "double_buffered_rows or shared_memory_rows": the new form's
-#      loss and dlogits bit for bit the one-row kernel's on 1 to 1000 rows, ignored rows among them, three runs; the
-#      one-row kernel's own checks beside), under their own limit
-#   2. the microbenchmark (scripts/ce_bench.py): 8192 x 50304 logits, bf16 and f16, bits first, then µs a launch in
-#      graphs, forms alternating over rounds
-#   3. Nsight Compute (--clock-control none) on one launch of each form (bf16; the bench's bits check launches the
-#      double-buffered form first): time, DRAM throughput and bytes, issue slots busy, achieved occupancy
-#   4. where 1 passed and the double-buffered form took at most CE_GATE (0.95) of the one-row kernel's time in bf16:
-#      the step beside PyTorch's reduce-overhead (side_call.sh's bench: the variant cedb against this tree), gpt2-small
-#      and gpt2-medium bf16
+# One GPU call for a form of the loss's shared-memory rows (cross_entropy.cu): the gradient pass by exp2
+# (cross_entropy_forward_backward_smem_ex2, TR2_CE_GRAD_EX2; docs/perf.md, "Thirtieth session", call 6; on by default
+# since, so the variant ceex2 equals this tree: carry it as VARIANTS="ceex2=tree:TR2_CE_GRAD_EX2=0" to time the expf
+# kernel against the default, and read the ratio the other way round):
+#   1. the kernel tests (tests/test_kernels_gpu.py -k "grad_ex2 or shared_memory_rows": the loss's bits, dlogits within
+#      an ulp of the expf kernel's; the one-row kernel's own checks beside), under their own limit
+#   2. the microbenchmark (scripts/ce_bench.py): 8192 x 50304 logits, bf16 and f16, the promise first, then µs a launch
+#      in graphs, forms alternating over rounds
+#   3. Nsight Compute (--clock-control none) on one launch of each form (bf16): time, DRAM throughput and bytes, issue
+#      slots busy, achieved occupancy
+#   4. where 1 passed and the form took at most CE_GATE (0.95) of the one-row kernel's time in bf16: the step beside
+#      PyTorch's reduce-overhead (side_call.sh's bench: the variant ceex2 against this tree), gpt2-small and
+#      gpt2-medium bf16
+# (Written for the double-buffered rows, cross_entropy_forward_backward_smem2, TR2_CE_SMEM_DB, its first form and its
+# name's: measured x1.335 slower in the thirtieth session and removed, with its CE_FORM=double.)
 # Carry (prepared on the CPU machine at the commit to run, before `scripts/device_tree.sh slim`):
-#   VARIANTS="cedb=tree:TR2_CE_SMEM_DB=1" RECORD=results/h200-perf-20261202d/call4-0ad6d96/record \
+#   VARIANTS="ceex2=tree:TR2_CE_GRAD_EX2=0" RECORD=results/h200-perf-20261202d/call4-0ad6d96/record \
 #     PATH=$PWD/.venv/bin:$PATH TR2_NVRTC=<libnvrtc.so.12> bash scripts/carry_prepare.sh
 #   run tool carry: ["data", ".cache/kernels.tar.xz", ".cache/products", ".cache/nanoGPT", ".cache/variants"]
 #   usage: TR2_GIT_COMMIT=<40 hex> bash scripts/ce_db_call.sh "$OUT"   (CE_CALL_S, default 500: the call's seconds;
 #   CE_TORCH the torch modes beside the step bench, default reduce-overhead, empty for none)
-# CE_FORM=ex2 (thirtieth session) runs the same four steps for the gradient pass by exp2 (TR2_CE_GRAD_EX2) instead:
-#   its kernel tests (-k grad_ex2: the loss's bits, dlogits within an ulp), ce_bench.py's ex2 form, and the step
-#   against the variant ceex2 (VARIANTS="ceex2=tree:TR2_CE_GRAD_EX2=1" in carry_prepare)
 set -u -o pipefail
 OUT=${1:?OUT}
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "${CE_CALL_S:-500}"
-FORM=${CE_FORM:-double}
+FORM=${CE_FORM:-ex2}
 case "$FORM" in
-  double) TESTS="double_buffered_rows or shared_memory_rows" VARIANT=cedb ;;
   ex2) TESTS="grad_ex2 or shared_memory_rows" VARIANT=ceex2 ;;
-  *) echo "ce_db_call: CE_FORM '$FORM': double or ex2" >&2; exit 2 ;;
+  *) echo "ce_db_call: CE_FORM '$FORM': ex2 (double went with the double-buffered rows)" >&2; exit 2 ;;
 esac
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "$TESTS" >"$OUT/pytest_ce.log" 2>&1
 tests=$?

@@ -56,7 +56,7 @@ SAMPLE_S = float(os.environ.get("TR2_BENCH_SAMPLE_S", "0.1"))
 
 def lib_env(lib: Path) -> dict:
     """A LIB variant's own settings, beside its lib/: a products/ folder there is its products record
-    (TR2_PRODUCTS_DIR), and a file bench.env there holds KEY=VALUE lines for its environment (e.g. TR2_SIDE_STREAM=1)."""
+    (TR2_PRODUCTS_DIR), and a file bench.env there holds KEY=VALUE lines for its environment (e.g. TR2_GELU_REVERSE=0)."""
     env = {}
     if (lib.parent / "products").is_dir():
         env["TR2_PRODUCTS_DIR"] = str((lib.parent / "products").resolve())

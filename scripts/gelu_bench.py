@@ -1,13 +1,13 @@
 """GELU's faster forms against the computing kernels on the models' c_fc shapes, under half roundings: bf16 by table
-(mode bf16, the default), f16 by segment (mode f16seg: gelu_forward_f16_seg / gelu_backward_f16_seg) or f16 within an
-ulp (mode f16fast: gelu_forward_f16_fast / gelu_backward_f16_fast, TR2_GELU_F16_FAST=1, or =2 where the environment
-sets it). The bits compared first (they must be equal; f16fast: within one ulp, the share moved reported), then the
-µs a launch of each kernel (`reps` launches recorded as one CUDA graph and replayed, TR2_VARIANT_TIMING=graph, the
-default, as the step runs them; or eager: the median of `reps` launches each between its own two events, as before),
-the forms alternating over rounds in one process. x ~ N(0, scale^2) (GELU_BENCH_SCALE, default 1: the segment kernels'
-fallbacks grow with it), dy ~ N(0, 1).
+(mode bf16, the default) or f16 within an ulp (mode f16fast: gelu_forward_f16_fast / gelu_backward_f16_fast,
+TR2_GELU_F16_FAST=1). The bits compared first (they must be equal; f16fast: within one ulp, the share moved reported),
+then the µs a launch of each kernel (`reps` launches recorded as one CUDA graph and replayed, TR2_VARIANT_TIMING=graph,
+the default, as the step runs them; or eager: the median of `reps` launches each between its own two events, as
+before), the forms alternating over rounds in one process. x ~ N(0, scale^2) (GELU_BENCH_SCALE, default 1: the
+groups the fast kernels send through the computing path grow with it), dy ~ N(0, 1). (Mode f16seg, float16 by segment,
+went with that form: gelu.cu's header.)
 
-    PYTHONPATH=lib python3 scripts/gelu_bench.py [OUT.jsonl] [rounds] [reps] [models] [bf16|f16seg|f16fast]
+    PYTHONPATH=lib python3 scripts/gelu_bench.py [OUT.jsonl] [rounds] [reps] [models] [bf16|f16fast]
 """
 from __future__ import annotations
 
@@ -33,20 +33,12 @@ def _use_table(on: bool) -> None:
     gelu.USE_TABLE = on
 
 
-def _use_segment(on: bool) -> None:
-    gelu.F16_SEG = on
-
-
-FAST = gelu.F16_FAST or 1   # TR2_GELU_F16_FAST's value where set (2: the tail on the fast path too), else 1
-
-
 def _use_fast(on: bool) -> None:
-    gelu.F16_FAST = FAST if on else 0
+    gelu.F16_FAST = 1 if on else 0
 
 
 # mode -> (build dtype, the fast form's name, its switch)
-MODES = {"bf16": ("bfloat16", "table", _use_table), "f16seg": ("float16", "segment", _use_segment),
-         "f16fast": ("float16", "fast", _use_fast)}
+MODES = {"bf16": ("bfloat16", "table", _use_table), "f16fast": ("float16", "fast", _use_fast)}
 
 
 def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -65,8 +57,6 @@ def main(argv) -> int:
     dtype, fast, use = MODES[mode]
     scale = float(os.environ.get("GELU_BENCH_SCALE", "1"))
     be = CudaBackend(dtype, tf32=True, half_roundings=True)
-    if mode == "f16seg":
-        gelu.segment_tables()   # eagerly, before the graphs
     forms = (fast, "compute")
     rs = np.random.default_rng(0)
     rows = []
@@ -89,8 +79,8 @@ def main(argv) -> int:
                 use(form == fast)
                 times[form, "forward"].append(1e3 * TIME(lambda: be.gelu_forward(x), reps))
                 times[form, "backward"].append(1e3 * TIME(lambda: be.gelu_backward(dy, x), reps))
-        use(mode == "bf16")   # each switch back to its default
-        row = {"model": model, "mode": mode, "f16_fast": FAST if mode == "f16fast" else 0, "scale": scale,
+        use(True)   # the switch back to its default (on)
+        row = {"model": model, "mode": mode, "f16_fast": 1 if mode == "f16fast" else 0, "scale": scale,
                "shape": list(shape), "bits_equal": bool(same),
                "within_an_ulp": bool(ok), **within, "timing": TIMING,
                **{f"{way}_{form}_us": float(np.median(t)) for (form, way), t in times.items()}}

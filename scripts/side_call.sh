@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# One GPU call for the side stream (gpu/streams.py) and the graph-timed products record (products.py --timing graph).
-#   records  the carried record (eager-timed) moves to the baseline; this tree's record is rebuilt, timed in graphs,
-#            for SIDE_MODELS in bf16r, and copied to the variants .cache/oneside and .cache/noprio
-#   tests    test_graph_gpu (graph = eager loop; the side stream changes no bit; SIDE_GRAPH_TESTS a -k expression) and the kernel tests of SIDE_TESTS (a
+# One GPU call of stages (first written for the side stream, gpu/streams.py, removed since: gpu.RETIRED's
+# TR2_SIDE_STREAM; and the graph-timed products record, products.py --timing graph).
+#   records  the carried record (eager-timed) moves to .cache/products-eager; this tree's record is rebuilt, timed in
+#            graphs, for SIDE_MODELS in bf16r
+#   tests    test_graph_gpu (graph = eager loop; SIDE_GRAPH_TESTS a -k expression) and the kernel tests of SIDE_TESTS (a
 #            pytest -k expression; default the products'; SIDE_GRAPH_TESTS_S and SIDE_TESTS_S their limits, default
 #            300 and 240 s), then those of SIDE_TESTS_LATE apart, under
 #            SIDE_TESTS_LATE_S seconds (default 150): a kernel that hangs stops only them
 #   gelu     scripts/gelu_bench.py: bf16 GELU by table against the computing kernels (bits, then time)
-#   bench    graph runs, one round each, bf16: this tree (as it runs by default; TR2_BENCH_CUPY_ENV="TR2_SIDE_STREAM=1"
-#            gives its runs the side stream, as calls 3-7 of results/h200-perf-20261201g had it) against
-#            .cache/baseline (the previous main with its eager-timed record), .cache/oneside (this lib, one stream,
-#            graph-timed record) and .cache/noprio (side stream at default priority): SIDE_SELECT, SIDE_ROUNDS rounds;
-#            SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none); SIDE_AFTER_BENCH_S
-#            seconds kept back for the stage after it
+#   bench    graph runs, one round each, bf16: this tree (as it runs by default; TR2_BENCH_CUPY_ENV its runs'
+#            environment) against .cache/baseline (the previous main with its eager-timed record): SIDE_SELECT,
+#            SIDE_ROUNDS rounds; SIDE_LIBS the variants instead, SIDE_TORCH the torch modes beside (default none);
+#            SIDE_AFTER_BENCH_S seconds kept back for the stage after it
 #   variants scripts/attention_backward_variants.py: the backward's forms (recompute, the mma.sync ds_l2, the fold, the
 #            TMA dK/dV with each dQ; TR2_BWD_FORMS limits them) in one process
 #   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, the TMA forward resident;
@@ -34,7 +33,7 @@
 #   profile  torch.profiler over steps 101-130 of the cupy side (graph, half roundings) of SIDE_PROFILE (MODEL or
 #            MODEL:DTYPE, default nanogpt in bfloat16, or MODEL:DTYPE:VARIANT with that variant's bench.env) as the families stage runs it (tr2.profile_run), this tree; the kernels a step, by name, in
 #            profile-MODEL.txt (scripts/kernel_list.py), the profile.json beside
-# Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline, .cache/oneside, .cache/noprio.
+# Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/baseline.
 #   usage: bash scripts/side_call.sh [OUT]     SIDE_CALL_S: seconds the call may take (default 540)
 set -u -o pipefail
 OUT=${1:-${OUT:-$PWD/side-call-out}}
@@ -46,7 +45,6 @@ if [[ $STAGES == *,records,* ]]; then
   timeout 150 python3 -m tr2.cupy_side.products --models "${SIDE_MODELS:-nanogpt,gpt2-small,gpt2-medium}" --builds bf16r \
     --timing graph >"$W/products.log" 2>&1
   echo "== records (exit $?, $(elapsed) s)"; grep -c "chosen" "$W/products.log"
-  for v in oneside noprio; do [ -d .cache/$v ] && rm -rf .cache/$v/products && cp -r .cache/products .cache/$v/products; done
   (cd .cache && tar czf "$OUT/records.tgz" products products-eager)
 fi
 if [[ $STAGES == *,tests,* ]]; then
@@ -172,7 +170,7 @@ fi
 L=$(( $(left) - ${SIDE_AFTER_BENCH_S:-0} ))
 if [[ $STAGES == *,bench,* ]] && [ "$L" -gt 90 ]; then
   TR2_BENCH_ROUNDS=${SIDE_ROUNDS:-1} TR2_BENCH_CUPY=graph \
-    TR2_BENCH_CUPY_LIBS=${SIDE_LIBS-main=.cache/baseline/lib,oneside=.cache/oneside/lib,noprio=.cache/noprio/lib} \
+    TR2_BENCH_CUPY_LIBS=${SIDE_LIBS-main=.cache/baseline/lib} \
     TR2_BENCH_TORCH_MODES=${SIDE_TORCH-} TR2_BENCH_SELECT=${SIDE_SELECT:-nanogpt/bfloat16,gpt2-small/bfloat16,gpt2-medium/bfloat16} \
     timeout "$L" python3 scripts/device_bench.py "$W/bench" "bench:$((L - 15))" >"$W/bench.log" 2>&1
   echo "== bench"; tail -14 "$W/bench.log"

@@ -1,6 +1,6 @@
 """gpu/blas.py's cuBLAS workspaces (the rule of Cublas.workspace_for, the CPU counterpart of tests/test_graph_gpu.py's
-"workspace" test): by plan, a workspace grows to the largest need asked of it, never shrinks, each stream with its
-own keeps to itself, and nothing grows inside a capture; off, every workspace is WORKSPACE_BYTES from its creation.
+"workspace" test): by plan, a workspace grows to the largest need asked of it, never shrinks, one for products on
+every stream, and nothing grows inside a capture; off, every workspace is WORKSPACE_BYTES from its creation.
 No GPU: CuPy and the allocator are replaced by recorders; the Cublas object is made without its cuBLAS handle."""
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def cublas(monkeypatch):
         c = object.__new__(blas.Cublas)
         c._cp = types.SimpleNamespace(empty=lambda n, dtype=None: FakeArray(n), uint8="uint8",
                                       cuda=types.SimpleNamespace(runtime=types.SimpleNamespace()))
-        c._workspaces = {None: c._first_workspace()}
-        c._seconds, c._turns, c.captured, c._kept, c._arena = {}, {}, False, [], None
+        c._workspace = c._first_workspace()
+        c._second, c._turn, c.captured, c._kept, c._arena = None, None, False, [], None
         c.lt = None
         return c
     return make, allocated, state
@@ -72,9 +72,9 @@ def test_by_plan_grows_to_the_largest_need_and_never_shrinks(cublas):
     assert c.workspace_for(7, 1024).size == 4096         # a smaller need keeps it
     assert c.workspace_for(None, 16 << 20).size == 16 << 20
     assert allocated == [4096, 16 << 20]
-    c.add_stream_workspace(9)                            # a side stream's own, apart from the shared one
-    assert c.workspace_for(9, 512).size == 512
+    assert c.workspace_for(9, 512).size == 16 << 20      # every stream's products share the one workspace
     assert c.workspace_for(7).size == 16 << 20
+    assert not hasattr(c, "add_stream_workspace")        # a side stream's own went with the side stream
 
 
 def test_by_plan_never_grows_inside_a_capture(cublas):
@@ -92,7 +92,6 @@ def test_off_every_workspace_is_the_full_size_from_its_creation(cublas):
     make, allocated, _ = cublas
     c = make(False)
     assert c.workspace_for(None, 1024).size == blas.WORKSPACE_BYTES
-    c.add_stream_workspace(9)
     assert c.workspace_for(9).size == blas.WORKSPACE_BYTES
     assert allocated == []                               # made with the handle, never grown
 
@@ -103,16 +102,15 @@ def test_the_log_line(cublas):
     c.lt = types.SimpleNamespace(_plans={1: types.SimpleNamespace(workspace=300), 2: types.SimpleNamespace(workspace=700)})
     c.workspace_for(None, 700)
     assert c.workspace_line() == "cuBLAS workspace: 700 bytes, the largest a cuBLASLt plan of this run needs 700"
-    c.add_stream_workspace(9)
     c.workspace_for(9, 300)
-    assert c.workspace_line().endswith("needs 700; a side stream's 300")
+    assert c.workspace_line() == "cuBLAS workspace: 700 bytes, the largest a cuBLASLt plan of this run needs 700"
     c.lt = None
     assert "needs 0" in c.workspace_line()
 
 
-# gpu/memsets.py's TR2_MEMSET_EARLY=2: a stream's products of at most memsets.SECOND_BYTES take whichever of its two
-# workspaces the product before did not (the second grown to the largest such need, in the warm-up, never inside a
-# capture); a larger product takes the first; off, every product gets the stream's one workspace.
+# gpu/memsets.py's TR2_MEMSET_EARLY=2: products of at most memsets.SECOND_BYTES take whichever of the two workspaces
+# the product before did not (the second grown to the largest such need, in the warm-up, never inside a capture); a
+# larger product takes the first; off, every product gets the one workspace.
 def test_products_take_one_workspace_unless_two_are_asked_for(cublas, monkeypatch):
     make, allocated, _ = cublas
     monkeypatch.setattr(memsets, "TWO_WORKSPACES", False)
@@ -129,30 +127,28 @@ def test_small_products_take_two_workspaces_in_turn(cublas, monkeypatch):
     a, b, a2, b2 = (c.product_workspace(None, 4) for _ in range(4))
     assert a is a2 and b is b2 and a is not b and a.size == b.size == 4
     big = c.product_workspace(None, 4096)                # over SECOND_BYTES: the first, grown; the second stays
-    assert big.size == 4096 and c._seconds[None].size == 4
+    assert big.size == 4096 and c._second.size == 4
     after_big = c.product_workspace(None, 4)             # the one the big product did not take
-    assert after_big is c._seconds[None]
+    assert after_big is c._second
     assert c.product_workspace(None, 4) is big           # and back
     assert c.product_workspace(None, 4096) is big        # a big one after a small one on the first: the first again
     import gc
     import weakref
-    small = weakref.ref(c._seconds[None])
+    small = weakref.ref(c._second)
     del b, b2, after_big
     grown = c.product_workspace(None, 600)               # the second grows to a larger small need
     gc.collect()
-    assert grown is c._seconds[None] and grown.size == 600
+    assert grown is c._second and grown.size == 600
     assert small() is None                               # the smaller second is not held anywhere (nor in the turns)
-    c.add_stream_workspace(9)                            # a side stream's pair, apart from the shared pair
-    s1, s2 = c.product_workspace(9, 8), c.product_workspace(9, 8)
-    assert s1 is not s2 and s1.size == s2.size == 8
-    assert allocated == [4, 4, 4096, 600, 8, 8]
-    assert c.workspace_line().endswith("; a second workspace of 600 bytes, products taking the two in turn; a second "
-                                       "workspace of 8 bytes (a side stream), products taking the two in turn")
+    s1, s2 = c.product_workspace(9, 8), c.product_workspace(9, 8)   # another stream's products: the same pair
+    assert {id(s1), id(s2)} == {id(big), id(grown)}
+    assert allocated == [4, 4, 4096, 600]
+    assert c.workspace_line().endswith("; a second workspace of 600 bytes, products taking the two in turn")
     state["capturing"] = True                            # inside a capture: the pair serves, nothing grows
     c.product_workspace(None, 600)
     with pytest.raises(RuntimeError, match="needs 1000 bytes of the second workspace, which has 600"):
         c.product_workspace(None, 1000)
-    assert allocated == [4, 4, 4096, 600, 8, 8]
+    assert allocated == [4, 4, 4096, 600]
 
 
 def test_a_replaced_workspace_is_not_held_while_its_successor_is_made(cublas, monkeypatch):
@@ -167,7 +163,7 @@ def test_a_replaced_workspace_is_not_held_while_its_successor_is_made(cublas, mo
     c = make(True)
     c.product_workspace(None, 4)                         # the first (4 bytes) takes this one: the turns say so
     c.product_workspace(None, 4)                         # and the second this one
-    old = [weakref.ref(c._workspaces[None]), weakref.ref(c._seconds[None])]
+    old = [weakref.ref(c._workspace), weakref.ref(c._second)]
     alive = []
     allocate = gpu.runtime.default_pool_array
 
@@ -177,7 +173,7 @@ def test_a_replaced_workspace_is_not_held_while_its_successor_is_made(cublas, mo
         return allocate(n)
     monkeypatch.setattr(gpu.runtime, "default_pool_array", watching)
     c.product_workspace(None, 600)                       # both grow to 600
-    assert c._workspaces[None].size == c._seconds[None].size == 600
+    assert c._workspace.size == c._second.size == 600
     assert alive == [(600, [False, True]), (600, [False, False])]
 
 
@@ -212,7 +208,7 @@ def test_leaves_a_slot_a_product_in_the_capture_else_the_stream_workspace(cublas
     monkeypatch.setattr(fake_runtime, "default_pool_array", pool_array, raising=False)
     c = make(True)
     ws = c.product_workspace(None, 300)                        # the warm-up: no capture, the stream's workspace
-    assert ws is c._workspaces[None] and len(arenas) == 1 and arenas[0].filled == [0]
+    assert ws is c._workspace and len(arenas) == 1 and arenas[0].filled == [0]
     assert arenas[0].size == memsets.SLOTS * memsets.SLOT_BYTES and memsets._arena == (0x70000, arenas[0].size)
     state["capturing"] = True
     memsets.begin()
@@ -220,6 +216,6 @@ def test_leaves_a_slot_a_product_in_the_capture_else_the_stream_workspace(cublas
         got = [c.product_workspace(None, need) for need in (4, 0, 4, memsets.SLOT_BYTES + 1, 256)]
     finally:
         memsets.end()
-    assert [g.data.ptr for g in got] == [0x70000 + 256, c._workspaces[None].data.ptr, 0x70000 + 512,
-                                         c._workspaces[None].data.ptr, 0x70000 + 768]
+    assert [g.data.ptr for g in got] == [0x70000 + 256, c._workspace.data.ptr, 0x70000 + 512,
+                                         c._workspace.data.ptr, 0x70000 + 768]
     assert all(g.size == memsets.SLOT_BYTES for g in (got[0], got[2], got[4])) and len(arenas) == 1

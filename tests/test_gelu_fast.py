@@ -6,22 +6,24 @@ correctly rounded (their float32 steps exact: the reference the promise is about
 The kernels hand a group of eight to the computing path (gelu() / gelu_grad(), inline: its bits by construction) for
 the elements of a set of codes whenever a cheap test flags the group; _flagged and _exact_codes below mirror those
 tests from gelu.cu's defines. So every code must be either within an ulp on the fast path, or both flagged and exact,
-for both tails the switch offers (tail_exact, TR2_GELU_F16_FAST=1: x <= -3.75 flagged; tail_fast, =2: -inf alone).
+with the tail x <= -3.75 flagged (GELU_FAST_TAIL_X, the kernels' `tail` argument as gpu/gelu.py passes it).
 
 Bounds on the share of codes moved by an ulp, set from the error analysis before looking (docs/perf.md, "float16 GELU
 within an ulp"): the fast form's relative error ~2e-7 (the fit 4.8e-8, the exponent's and four products' roundings),
 the replay's ~3e-8 (erff's rounding); a float16 rounding moves where y lies within that of a midpoint, ~2 x 2.3e-7 /
 7.3e-4 (the mean relative float16 spacing) on the half of the codes where Phi's error is not diluted: ~0.03%. Bound
 0.1%, a margin of three. That the kernels give these outputs on the device (and the device's ex2.approx / rcp.approx
-errors) is tests/test_kernels_gpu.py's (-k gelu_fast). Run with -s for the numbers the docs quote."""
+errors) is tests/test_kernels_gpu.py's (-k gelu_fast). The oracle's own arithmetic (gpu/gelu_enclosure.py's exact
+float32 emulation) is checked against exact rationals below. Run with -s for the numbers the docs quote."""
 import math
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from tr2.cupy_side import gpu
-from tr2.cupy_side.gpu import gelu_segments as gs
+from tr2.cupy_side.gpu import gelu_enclosure as gs
 from tr2.cupy_side.ops import gelu as og
 
 EVERY_CODE = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
@@ -49,11 +51,9 @@ def _hex_define(name: str) -> int:
 
 
 LEAST_X = _hex_define("GELU_FAST_LEAST_X")          # float16 code of 2^-13
-TAIL_X = _hex_define("GELU_FAST_TAIL_X")            # float16 code of -3.75: the tail with TR2_GELU_F16_FAST=1
-TAIL_NONE = _hex_define("GELU_FAST_TAIL_NONE")      # -inf: with TR2_GELU_F16_FAST=2, the tail on the fast path
+TAIL_X = _hex_define("GELU_FAST_TAIL_X")            # float16 code of -3.75: the kernels' tail
 ROOT_CODE = _hex_define("GELU_FAST_ROOT_CODE")
 ROOT_CODES = _hex_define("GELU_FAST_ROOT_CODES")
-TAILS = {"tail_exact": TAIL_X, "tail_fast": TAIL_NONE}
 
 
 def _values(codes) -> np.ndarray:
@@ -167,9 +167,9 @@ def every_dy_holds(t_fast, lo, hi) -> np.ndarray:
         return same & (spread < least * RELATIVE_HALF_ULP * (1 - 2.0 ** -10))
 
 
-def forward_within_enclosure(tail: int) -> np.ndarray:
+def forward_within_enclosure(tail: int = TAIL_X) -> np.ndarray:
     """The finite codes whose fast forward output is within an ulp of every output the computing kernel could give
-    with erff anywhere within CUDA's documented 2 ulp (gelu_segments' enclosure), or that their flags send through
+    with erff anywhere within CUDA's documented 2 ulp (gelu_enclosure's), or that their flags send through
     the computing path: bool over EVERY_CODE's finite codes, and those codes."""
     x32 = _values(EVERY_CODE).astype(np.float32)
     keep = np.isfinite(x32)
@@ -182,7 +182,7 @@ def forward_within_enclosure(tail: int) -> np.ndarray:
     return (worst <= 1) | flagged, codes
 
 
-def backward_within_enclosure(tail: int):
+def backward_within_enclosure(tail: int = TAIL_X):
     """The same for the backward's factor, for every dy at once (every_dy_holds against the enclosure's ends)."""
     x32 = _values(EVERY_CODE).astype(np.float32)
     keep = np.isfinite(x32)
@@ -203,7 +203,7 @@ def test_the_kernels_constants_are_ops_gelus():
     src = _source()   # t = 1 / (1 + |x| / 4) = S / (|x| S / 4 + S), from z = x S / 4 (S = 4 backward, 2 forward)
     assert "gelu_fast_rcp(__fadd_rn(fabsf(z), 4.0f / r))" in src and "constexpr float r = 4.0f / S;" in src
     assert "gelu_fast_erf<2>(b, phi)" in src and "gelu_fast_erf<4>(x, phi)" in src
-    assert _value(LEAST_X) == 2.0 ** -13 and _value(TAIL_X) == -3.75 and _value(TAIL_NONE) == -math.inf
+    assert _value(LEAST_X) == 2.0 ** -13 and _value(TAIL_X) == -3.75
     assert [float(v) for v in _values(np.arange(ROOT_CODE, ROOT_CODE + ROOT_CODES, dtype=np.uint16))] == \
         [-0.75146484375, -0.751953125]
     assert gpu.kernel_define("gelu.cu", "GELU_FAST_TAIL_X") == TAIL_X == 0xC380
@@ -262,65 +262,72 @@ def test_the_flagged_codes_and_the_exact_codes(capsys):
     -inf, the tail and (backward) the two codes beside t's zero in both; every flagged code exact but +-2^-13's
     neighbours; and what x ~ N(0, s^2) sends to the computing path (a group is flagged where any of its eight is)."""
     x = _values(EVERY_CODE)
-    for tail in TAILS.values():
-        for backward in (False, True):
-            flag, exact = _flagged(EVERY_CODE, backward, tail), _exact_codes(EVERY_CODE, backward, tail)
-            assert np.all(flag[np.abs(x) < 2.0 ** -13]) and np.all(flag[np.isnan(x)]) and flag[0xFC00]
-            assert np.all(flag[x <= _value(tail)]) and not np.any(flag[(x > _value(tail)) & (np.abs(x) >= 2.0 ** -13)
-                                                                      & ~(backward & _root(EVERY_CODE))])
-            assert np.all(exact[flag]) and exact[0x7C00] and not flag[0x7C00]   # +inf: the fast arithmetic's inf / NaN
+    for backward in (False, True):
+        flag, exact = _flagged(EVERY_CODE, backward), _exact_codes(EVERY_CODE, backward)
+        assert np.all(flag[np.abs(x) < 2.0 ** -13]) and np.all(flag[np.isnan(x)]) and flag[0xFC00]
+        assert np.all(flag[x <= _value(TAIL_X)]) and not np.any(flag[(x > _value(TAIL_X)) & (np.abs(x) >= 2.0 ** -13)
+                                                                     & ~(backward & _root(EVERY_CODE))])
+        assert np.all(exact[flag]) and exact[0x7C00] and not flag[0x7C00]   # +inf: the fast arithmetic's inf / NaN
     p = {s: gs.code_probabilities(s) for s in (0.5, 1.0, 2.0, 4.0)}
     with capsys.disabled():
         print("\n  x ~ N(0, s^2): share of elements flagging their group (of warp iterations: 32 lanes x 8)")
-        for name, tail in TAILS.items():
-            for backward in (False, True):
-                rates = [float(p[s][_flagged(EVERY_CODE, backward, tail)].sum()) for s in p]
-                print(f"  {name:10s} {'backward' if backward else 'forward ':8s} " + "  ".join(
-                    f"s {s}: {q:.1e} ({1 - (1 - q) ** 256:.3f})" for s, q in zip(p, rates)))
+        for backward in (False, True):
+            rates = [float(p[s][_flagged(EVERY_CODE, backward)].sum()) for s in p]
+            print(f"  {'backward' if backward else 'forward ':8s} " + "  ".join(
+                f"s {s}: {q:.1e} ({1 - (1 - q) ** 256:.3f})" for s, q in zip(p, rates)))
 
 
-@pytest.mark.parametrize("tail", list(TAILS), ids=list(TAILS))
-def test_the_fast_forward_is_within_an_ulp_on_every_code(tail, capsys):
+def test_the_fast_forward_is_within_an_ulp_on_every_code(capsys):
     """Every non-NaN code: on the fast path within one ulp of the computing arithmetic (same sign; -0 included), or
     flagged and computed exactly; at most MOVED_BOUND of the fast path's codes moved; and within one ulp of exact GELU
-    on every finite code of the fast path but the tail's cancelling ones (the computing arithmetic's own)."""
-    r = forward_report(TAILS[tail])
+    on every finite code of the fast path (the tail's cancelling codes, the computing arithmetic's own error, are
+    flagged)."""
+    r = forward_report()
     assert r["max_ulps"] <= 1, f"{int((r['steps'][~r['covered']] > 1).sum())} codes more than an ulp off, e.g. " \
                                f"x = {r['x'][~r['covered'] & (r['steps'] > 1)][:4]}"
     assert r["moved"] <= MOVED_BOUND
-    if tail == "tail_exact":
-        assert r["truth_max_ulps"] <= 1
+    assert r["truth_max_ulps"] <= 1
     with capsys.disabled():
-        print(f"\n  forward, {tail}, {int(r['on_fast'].sum())} codes on the fast path: max {r['max_ulps']} ulp, moved "
+        print(f"\n  forward, {int(r['on_fast'].sum())} codes on the fast path: max {r['max_ulps']} ulp, moved "
               f"{r['moved']:.4%} against the computing arithmetic; against exact GELU max {r['truth_max_ulps']}, "
               f"{r['truth_moved']:.4%} (the computing arithmetic itself {r['replay_truth_moved']:.4%})")
 
 
-@pytest.mark.parametrize("tail", list(TAILS), ids=list(TAILS))
 @pytest.mark.parametrize("dy", list(DY_SET), ids=list(DY_SET))
-def test_the_fast_backward_is_within_an_ulp_on_every_code(dy, tail, capsys):
-    r = backward_report(DY_SET[dy], TAILS[tail])
+def test_the_fast_backward_is_within_an_ulp_on_every_code(dy, capsys):
+    r = backward_report(DY_SET[dy])
     assert r["max_ulps"] <= 1, f"dy {dy}: x = {r['x'][~r['covered'] & (r['steps'] > 1)][:4]} more than an ulp off"
     assert r["moved"] <= MOVED_BOUND
     with capsys.disabled():
-        print(f"\n  backward, {tail}, dy {dy}: max {r['max_ulps']} ulp, moved {r['moved']:.4%}")
+        print(f"\n  backward, dy {dy}: max {r['max_ulps']} ulp, moved {r['moved']:.4%}")
 
 
-def test_within_an_ulp_of_every_computing_value_the_documented_bounds_allow(capsys):
+def test_within_an_ulp_of_every_computing_value_the_documented_bounds_allow():
     """Against every output the computing kernel could give with erff and expf anywhere within CUDA's documented 2 ulp
-    (gelu_segments' enclosure): with the tail through the computing path (TR2_GELU_F16_FAST=1) every code is within an
-    ulp, forward, and backward for every dy at once (its t within 2^-11, relative). With the tail on the fast path
-    (=2) the tail's codes are not: there one ulp of erff moves the computing kernel's y and t by one or more float16
-    ulps, so only the device's own erff (the GPU tests, -k tail_fast) can clear that form."""
+    (gelu_enclosure's): with the tail through the computing path every code is within an ulp, forward, and backward for
+    every dy at once (its t within 2^-11, relative). (On the fast path the tail's codes were not: there one ulp of erff
+    moves the computing kernel's y and t by one or more float16 ulps; that form, TR2_GELU_F16_FAST=2, was refused by
+    its GPU tests and removed.)"""
     for backward, check in ((False, forward_within_enclosure), (True, backward_within_enclosure)):
-        ok, codes = check(TAIL_X)
+        ok, codes = check()
         assert np.all(ok), f"{'backward' if backward else 'forward'}: x = {_values(codes[~ok])[:6]}"
-        ok, codes = check(TAIL_NONE)
-        x = _values(codes[~ok])
-        assert x.size and np.all(x <= -3.5), x[x > -3.5][:6]
-        with capsys.disabled():
-            print(f"\n  {'backward' if backward else 'forward'}, tail on the fast path: {x.size} codes not cleared by "
-                  f"the documented bounds, x in [{x.min():.3f}, {x.max():.3f}]")
+
+
+def test_the_enclosure_holds_the_correctly_rounded_replay_and_the_exact_value():
+    """The oracle itself: on every finite code the enclosure of the computing kernel's outputs (gelu_enclosure) holds
+    the replay with erff and expf correctly rounded (one of the values it allows), and reaches the exact value in
+    float64 to 1e-6 of it, relative, wherever that exceeds 1e-3 in magnitude."""
+    x32 = _values(EVERY_CODE).astype(np.float32)
+    x32 = x32[np.isfinite(x32)]
+    with np.errstate(invalid="ignore", over="ignore"):
+        for replay, enclose, exact in ((replay_forward, gs.computing_forward_range, gs.gelu64),
+                                       (replay_grad_factor, gs.computing_grad_factor_range, gs.grad_factor64)):
+            lo, hi = (v.astype(np.float64) for v in enclose(x32))
+            r = replay(x32)
+            assert np.all(lo <= hi) and np.all((lo <= r) & (r <= hi)), replay.__name__
+            want = exact(x32.astype(np.float64))
+            big, slack = np.abs(want) > 1e-3, 1e-6 * np.abs(want)
+            assert np.all((lo <= want + slack)[big]) and np.all((hi >= want - slack)[big]), replay.__name__
 
 
 def test_random_dy_and_every_value_of_dy():
@@ -336,6 +343,43 @@ def test_random_dy_and_every_value_of_dy():
     steps = np.where(both_nan, 0, _ulps(fast, replay))
     assert np.all((steps <= 1) | (~on_fast & _exact_codes(x, True)))
     assert (steps[on_fast] > 0).mean() <= MOVED_BOUND
+
+
+# ------------------------------------------------------------------------------ the oracle's float32 arithmetic
+
+def _round_f32(q: Fraction) -> float:
+    """q rounded to the nearest float32 (ties to even; subnormals, then -ftz's flush to a zero of q's sign)."""
+    if q == 0:
+        return 0.0
+    sign, a = (-1.0 if q < 0 else 1.0), abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    e = e if Fraction(2) ** e <= a else e - 1
+    quantum = Fraction(2) ** (max(e, -126) - 23)
+    n, rem = divmod(a, quantum)
+    n = int(n) + (1 if rem > quantum / 2 or (rem == quantum / 2 and int(n) % 2) else 0)
+    r = float(n * quantum)
+    return sign * (0.0 if r < 2.0 ** -126 else r)
+
+
+def _hard_float32_triples(g, n):
+    """fma operands whose exact result sits on or beside a float32 midpoint, and ordinary ones."""
+    a = (g.standard_normal(n) * np.exp2(g.integers(-20, 20, n))).astype(np.float32)
+    b = (g.standard_normal(n) * np.exp2(g.integers(-20, 20, n))).astype(np.float32)
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c = (-p).astype(np.float32)                                            # cancellation
+    c[: n // 3] = (g.standard_normal(n // 3) * 1e-3).astype(np.float32)    # ordinary
+    mid = (p + np.abs(p) * 2.0 ** -24).astype(np.float32)                  # beside a midpoint of the product
+    c[n // 3: 2 * n // 3] = (mid.astype(np.float64) - p).astype(np.float32)[n // 3: 2 * n // 3]
+    return a, b, c
+
+
+def test_fma32_is_one_correct_rounding():
+    g = np.random.default_rng(5)
+    a, b, c = _hard_float32_triples(g, 3000)
+    got = gs.fma32(a, b, c)
+    for i in range(a.size):
+        want = _round_f32(Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i])))
+        assert float(got[i]) == want and math.copysign(1, float(got[i])) == math.copysign(1, want) or want == 0, i
 
 
 # ----------------------------------------------------------------------------------------- the checks can fail
@@ -373,28 +417,36 @@ def test_the_switch_is_on_by_default_and_picks_float16_alone(gelu_wrapper, monke
     (backward) take the kernels within an ulp unless the caller names another form; other kinds, or a named form,
     never; asking for it where it does not apply is refused."""
     g = gelu_wrapper
-    assert g.F16_FAST == 1 and g.fast_tail() == TAIL_X and g.fast_tail(0x1234) == 0x1234
+    assert g.F16_FAST == 1 and g.FAST_TAIL == TAIL_X
     choose = g._fast_choice
     monkeypatch.setattr(g, "F16_FAST", 0)
-    assert not choose(None, None, None, True, 1000, "gelu_forward")
+    assert not choose(None, None, True, 1000, "gelu_forward")
     monkeypatch.setattr(g, "F16_FAST", 1)
-    assert choose(None, None, None, True, 1000, "gelu_forward")
-    assert not choose(None, None, None, False, 1000, "gelu_forward")          # not all float16
-    assert not choose(None, False, None, True, 1000, "gelu_forward")          # a test's computing kernel
-    assert not choose(None, None, True, True, 1000, "gelu_forward")           # the segments named
-    assert not choose(None, None, None, True, g.FAST_MAX_N, "gelu_forward")   # past the 32-bit group index
-    assert choose(True, None, None, True, 8, "gelu_backward") and not choose(False, None, None, True, 8, "x")
+    assert choose(None, None, True, 1000, "gelu_forward")
+    assert not choose(None, None, False, 1000, "gelu_forward")          # not all float16
+    assert not choose(None, False, True, 1000, "gelu_forward")          # a test's computing kernel
+    assert not choose(None, None, True, g.FAST_MAX_N, "gelu_forward")   # past the 32-bit group index
+    assert choose(True, None, True, 8, "gelu_backward") and not choose(False, None, True, 8, "x")
     with pytest.raises(ValueError, match="gelu_backward within an ulp: x, dy and dx must be float16"):
-        choose(True, None, None, False, 8, "gelu_backward")
+        choose(True, None, False, 8, "gelu_backward")
     with pytest.raises(ValueError, match="both asked for"):
-        choose(True, True, None, True, 8, "gelu_forward")
+        choose(True, True, True, 8, "gelu_forward")
     with pytest.raises(ValueError, match="fewer than 2"):
-        choose(True, None, None, True, g.FAST_MAX_N, "gelu_forward")
+        choose(True, None, True, g.FAST_MAX_N, "gelu_forward")
 
 
-@pytest.mark.parametrize("value, tail", [("1", TAIL_X), ("2", TAIL_NONE)])
-def test_the_switch_reads_the_environment(over_stand_in_cupy, monkeypatch, value, tail):
-    """TR2_GELU_F16_FAST=1: the tail (x <= -3.75) through the computing path; =2: on the fast path too."""
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_the_switch_reads_the_environment(over_stand_in_cupy, monkeypatch, value):
+    """TR2_GELU_F16_FAST=1: the kernels within an ulp, the tail (x <= -3.75) through the computing path; 0: the
+    computing kernels."""
     monkeypatch.setenv("TR2_GELU_F16_FAST", value)
     g = over_stand_in_cupy("tr2.cupy_side.gpu.gelu")
-    assert g.F16_FAST == int(value) and g.fast_tail() == tail
+    assert g.F16_FAST == int(value) and g.FAST_TAIL == TAIL_X
+
+
+def test_the_refused_tail_on_the_fast_path_is_no_longer_a_value(over_stand_in_cupy, monkeypatch):
+    """TR2_GELU_F16_FAST=2 (the negative tail on the fast path, refused by its GPU tests, removed) stops the run."""
+    from tr2.cupy_side.gpu import SwitchError
+    monkeypatch.setenv("TR2_GELU_F16_FAST", "2")
+    with pytest.raises(SwitchError, match="TR2_GELU_F16_FAST='2': allowed values are 0, 1"):
+        over_stand_in_cupy("tr2.cupy_side.gpu.gelu")

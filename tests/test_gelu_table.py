@@ -1,7 +1,7 @@
-"""gelu.cu's bfloat16 and float16 tables, checked without a GPU: which codes the table kernels look up, that each has
+"""gelu.cu's bfloat16 tables, checked without a GPU: which codes the table kernels look up, that each has
 a place of its own, that gpu/gelu_table.py's NumPy index is the device's expression, and that the tables fit the
 blocks the wrapper launches. (That the looked-up bits are the computing kernels' is tests/test_kernels_gpu.py's, on a
-GPU.)"""
+GPU.) float16's tables were removed (gelu.cu's header): float16 has none."""
 import re
 
 import numpy as np
@@ -45,36 +45,6 @@ def test_code_to_place_to_code_round_trips():
     assert np.array_equal(codes[gelu_table.table_index(tab)], tab)
 
 
-def test_the_tabulated_f16_codes_are_the_finite_magnitudes_from_2_to_the_minus_8_below_8():
-    with np.errstate(invalid="ignore"):   # the NaN codes
-        x = halfbits.f16_bits_to_f32(EVERY_CODE).astype(np.float64)
-        want = (np.abs(x) >= 2.0 ** -8) & (np.abs(x) < 8.0)
-    assert np.array_equal(gelu_table.tabulated(EVERY_CODE, F16), want)
-    assert int(want.sum()) == gelu_table.spec(F16).size == 22528
-    # 0, -0, +-inf, NaNs, subnormals (least, greatest), 2^-14 (least normal), 2^-8 less an ulp, +-8, 65504
-    for special in (0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE01, 0x0001, 0x83FF, 0x0400, 0x1BFF, 0x9BFF, 0x4800,
-                    0xC800, 0x7BFF):
-        assert not gelu_table.tabulated([special], F16)[0], hex(special)
-    for edge in (0x1C00, 0x9C00, 0x47FF, 0xC7FF, 0x3C00):   # +-2^-8, +-(8 - 2^-8), 1
-        assert gelu_table.tabulated([edge], F16)[0], hex(edge)
-
-
-def test_each_tabulated_f16_code_has_its_own_place_and_the_places_fill_the_table():
-    size = gelu_table.spec(F16).size
-    index = gelu_table.table_index(EVERY_CODE, F16)
-    places = index[index < size]
-    assert np.array_equal(np.sort(places), np.arange(size))
-
-
-def test_f16_code_to_place_to_code_round_trips():
-    size = gelu_table.spec(F16).size
-    codes = gelu_table.table_codes(F16)
-    assert codes.dtype == np.uint16 and codes.size == size
-    assert np.array_equal(gelu_table.table_index(codes, F16), np.arange(size))
-    tab = EVERY_CODE[gelu_table.tabulated(EVERY_CODE, F16)]
-    assert np.array_equal(codes[gelu_table.table_index(tab, F16)], tab)
-
-
 def test_the_bf16_api_is_the_bf16_spec():
     bf16 = gelu_table.spec(BF16)
     assert (gelu_table.EXP_LOW, gelu_table.EXP_END, gelu_table.SIZE) == (bf16.exp_low, bf16.exp_end, bf16.size)
@@ -82,17 +52,17 @@ def test_the_bf16_api_is_the_bf16_spec():
     assert np.array_equal(gelu_table.table_index(EVERY_CODE), gelu_table.table_index(EVERY_CODE, BF16))
 
 
-def test_only_the_half_types_have_tables():
-    with pytest.raises(ValueError, match="bfloat16 .* float16"):
-        gelu_table.spec(halfbits.KIND_F32)
+@pytest.mark.parametrize("kind", [halfbits.KIND_F32, F16], ids=["f32", "f16"])
+def test_only_bfloat16_has_tables(kind):
+    with pytest.raises(ValueError, match="bfloat16 .* only"):
+        gelu_table.spec(kind)
+    assert "#define GELU_F16_TABLE" not in _source() and "gelu_f16_table_index(" not in _source()
 
 
-@pytest.mark.parametrize("kind, function, constant", [(BF16, "gelu_table_index", "GELU_TABLE_EXP_LOW"),
-                                                       (F16, "gelu_f16_table_index", "GELU_F16_TABLE_EXP_LOW")],
-                         ids=["bf16", "f16"])
-def test_the_numpy_index_is_the_devices_expression(kind, function, constant):
+def test_the_numpy_index_is_the_devices_expression():
     """The index function's return expression, read from gelu.cu and evaluated in uint32 over every code (its
     operators mean the same in Python; only the literals' u suffix goes), equals the transcription."""
+    kind, function, constant = BF16, "gelu_table_index", "GELU_TABLE_EXP_LOW"
     m = re.search(rf"u32 {function}\(u32 code\) \{{\s*return (.*?);\s*\}}", _source(), re.S)
     assert m, f"{function} not found in gelu.cu"
     expr = re.sub(r"\b(0x[0-9A-Fa-f]+|\d+)u\b", r"\1", m.group(1))
@@ -109,13 +79,6 @@ def test_the_table_constants_agree():
     assert (gelu_table.SIZE * 2) % 16 == 0   # the blocks copy the tables in 16-byte pieces
 
 
-def test_the_f16_table_constants_agree():
-    f16 = gelu_table.spec(F16)
-    assert f16.exp_low == 15 - 8 and f16.exp_end == 15 + 3   # biased exponents of 2^-8 and 8
-    assert f16.size == (f16.exp_end - f16.exp_low) << 11 and f16.mantissa_bits == 10
-    assert (f16.size * 2) % 16 == 0
-
-
 def test_the_persistent_blocks_fit_an_sm():
     """GELU_TABLE_BLOCKS_PER_SM blocks of GELU_TABLE_THREADS, each with its float32 table (the larger) and the 1 KB
     the driver keeps a block, fit an H200 SM (228 KB of shared memory, 2048 threads)."""
@@ -125,27 +88,14 @@ def test_the_persistent_blocks_fit_an_sm():
     assert per_sm * threads <= 2048 and threads % 32 == 0
 
 
-def test_the_f16_persistent_blocks_fit_an_sm():
-    """GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD blocks with the u16 table, and GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD with
-    the float32 one, each with the 1 KB the driver keeps a block, fit an H200 SM (228 KB of shared memory, 2048
-    threads); a block's dynamic shared memory stays within the 227 KB it may opt in to, and the backward's exceeds
-    the 48 KB a block may declare statically (why the f16 kernels take it dynamically)."""
-    threads = gpu.kernel_define("gelu.cu", "GELU_TABLE_THREADS")
-    size = gelu_table.spec(F16).size
-    for name, table_bytes in (("FORWARD", size * 2), ("BACKWARD", size * 4)):
-        per_sm = gpu.kernel_define("gelu.cu", f"GELU_F16_TABLE_BLOCKS_PER_SM_{name}")
-        assert per_sm * (table_bytes + 1024) <= 228 * 1024, name
-        assert table_bytes <= 227 * 1024 and per_sm * threads <= 2048, name
-    assert size * 4 > 48 * 1024
-
-
 def test_the_table_kernels_are_registered():
-    assert {"gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_table",
-            "gelu_backward_f16_table"} <= set(gpu.FILE_KERNELS["gelu.cu"])
+    kernels = set(gpu.FILE_KERNELS["gelu.cu"])
+    assert {"gelu_forward_bf16_table", "gelu_backward_bf16_table"} <= kernels
+    assert not {"gelu_forward_f16_table", "gelu_backward_f16_table"} & kernels   # removed (gelu.cu's header)
 
 
 ORDERED_KERNELS = ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
-                   "gelu_forward_f16_table", "gelu_backward_f16_table", "gelu_forward_f16_fast", "gelu_backward_f16_fast")
+                   "gelu_forward_f16_fast", "gelu_backward_f16_fast")
 
 
 def _last_arguments(wrapper: str, call: str) -> list:
@@ -170,7 +120,7 @@ def test_the_ordered_kernels_take_the_order_last_and_the_wrapper_passes_it():
     assert sorted(launches) == sorted([("gelu_forward", "i32(0)"), ("gelu_backward", "i32(0)"),
                                        ("gelu_forward", "order"), ("gelu_backward", "order"),
                                        ("gelu_forward_f16_fast", "order"), ("gelu_backward_f16_fast", "order")])
-    tables = _last_arguments(wrapper, r"_table_launch\(k\.(forward|backward), ")
-    assert sorted(tables) == [("backward", "order"), ("forward", "order")]
+    tables = _last_arguments(wrapper, r"launch\(FILE, TABLE_(FORWARD|BACKWARD), ")
+    assert sorted(tables) == [("BACKWARD", "order"), ("FORWARD", "order")]
     assert wrapper.count("order = i32(REVERSE_FORWARD if reverse is None else reverse)") == 1
     assert wrapper.count("order = i32(REVERSE_BACKWARD if reverse is None else reverse)") == 1

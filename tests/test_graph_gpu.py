@@ -88,41 +88,26 @@ def _with_and_without(tmp_path: Path, model: str, dtype: str, switch: str) -> tu
     return off, on, on_graph, out
 
 
-# gpu/streams.py: the weight gradients' products on a side stream, beside the chain of input gradients, and the
-# step graph's stream at a higher priority. A product's bits must not depend on what runs beside it: the losses
-# of 30 steps with the side stream (eager and graph) equal those with every product on one stream, to the bit.
-@pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("gpt2-small", "bfloat16"), ("nanogpt", "float32")])
-def test_the_side_stream_changes_no_bit(tmp_path, model, dtype):
-    one, two, two_graph, out = _with_and_without(tmp_path, model, dtype, "TR2_SIDE_STREAM")
-    assert "cuda graph:" in out
-    print(f"{model} {dtype}: two streams vs one max rel {_max_rel(one, two)[0]:.2e}, graph {_max_rel(one, two_graph)[0]:.2e}")
-    assert two == one, f"the side stream changed the losses: {_max_rel(one, two)}"
-    assert two_graph == one, f"the side stream's graph parts from the one-stream loop: {_max_rel(one, two_graph)}"
-    assert one[STEPS] < one[0] - 0.2
-
-
 # gpu/pdl.py: the captured launches programmatic (TR2_PDL=1), every kernel waiting for the one before it in
 # grid_dependency_entry. A kernel that read or wrote before its inputs were complete would change a loss somewhere
 # in 30 steps; the losses must equal the eager loop's (plain launches) to the bit. float16 for its device-side
-# skip, gpt2-small for its long rows, with the side stream too (a kernel after another stream's event).
-@pytest.mark.parametrize("model, dtype, side_stream", [("nanogpt", "bfloat16", "0"), ("nanogpt", "float16", "0"),
-                                                       ("gpt2-small", "bfloat16", "0"), ("nanogpt", "bfloat16", "1")])
-def test_programmatic_launches_change_no_bit(tmp_path, model, dtype, side_stream):
+# skip, gpt2-small for its long rows.
+@pytest.mark.parametrize("model, dtype", [("nanogpt", "bfloat16"), ("nanogpt", "float16"), ("gpt2-small", "bfloat16")])
+def test_programmatic_launches_change_no_bit(tmp_path, model, dtype):
     from tr2.data import write_batch_order
     from tr2.models import load_model
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
     common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
-    env = {"TR2_SIDE_STREAM": side_stream}
-    eager, _ = _train(tmp_path, "eager", *common, "--save-init", tmp_path / "init.npz", env={**env, "TR2_PDL": "0"})
+    eager, _ = _train(tmp_path, "eager", *common, "--save-init", tmp_path / "init.npz", env={"TR2_PDL": "0"})
     common += ["--init", tmp_path / "init.npz"]
-    graph, out = _train(tmp_path, "graph-pdl", *common, "--cuda-graph", env={**env, "TR2_PDL": "1"})
+    graph, out = _train(tmp_path, "graph-pdl", *common, "--cuda-graph", env={"TR2_PDL": "1"})
     m = re.search(r"cuda graph: (\d+) launches of our kernels captured, (\d+) of them programmatic", out)
     assert m, out[-2000:]
     kernels, programmatic = int(m.group(1)), int(m.group(2))
-    print(f"{model} {dtype} side stream {side_stream}: {programmatic} of {kernels} captured launches programmatic")
+    print(f"{model} {dtype}: {programmatic} of {kernels} captured launches programmatic")
     assert programmatic > kernels // 2   # the test tests the programmatic launches, not plain ones
-    print(f"{model} {dtype} side stream {side_stream}: programmatic graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}")
+    print(f"{model} {dtype}: programmatic graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}")
     assert graph == eager, f"the programmatic graph parts from the eager loop: {_max_rel(eager, graph)}"
     assert eager[STEPS] < eager[0] - 0.2
 
@@ -281,33 +266,30 @@ def test_the_workspace_by_plan_changes_no_bit(tmp_path):
 # another can have its memset moved too). The products' algorithms and workspace sizes are the same, so a whole run
 # with it, eager and in the graph, must have the losses of the run without it to the bit; the log must say memsets
 # were moved (else the test tests nothing), and where two workspaces alternate and every plan is small enough to
-# take either, that none stayed for want of one. float32 (TF32) and float16 for their own products' algorithms, the
-# side stream for a second stream's workspaces.
-@pytest.mark.parametrize("model, dtype, value, side_stream", [
-    ("nanogpt", "bfloat16", "1", "0"), ("gpt2-small", "bfloat16", "1", "0"), ("gpt2-small", "bfloat16", "2", "0"),
-    ("nanogpt", "float32", "2", "0"), ("gpt2-small", "float16", "2", "0"), ("nanogpt", "bfloat16", "2", "1"),
+# take either, that none stayed for want of one. float32 (TF32) and float16 for their own products' algorithms.
+@pytest.mark.parametrize("model, dtype, value", [
+    ("nanogpt", "bfloat16", "1"), ("gpt2-small", "bfloat16", "1"), ("gpt2-small", "bfloat16", "2"),
+    ("nanogpt", "float32", "2"), ("gpt2-small", "float16", "2"),
     # 3: the memsets made leaves, each product's counter in a slot of its own zeroed at the graph's start
-    ("nanogpt", "bfloat16", "3", "0"), ("gpt2-small", "bfloat16", "3", "0"), ("nanogpt", "float32", "3", "0"),
-    ("gpt2-small", "float16", "3", "0"),
+    ("nanogpt", "bfloat16", "3"), ("gpt2-small", "bfloat16", "3"), ("nanogpt", "float32", "3"),
+    ("gpt2-small", "float16", "3"),
     # 4: the leaves then destroyed after the capture, before the graph is instantiated
-    ("nanogpt", "bfloat16", "4", "0"), ("gpt2-small", "bfloat16", "4", "0"), ("nanogpt", "float32", "4", "0")])
-def test_early_memsets_change_no_bit(tmp_path, model, dtype, value, side_stream):
+    ("nanogpt", "bfloat16", "4"), ("gpt2-small", "bfloat16", "4"), ("nanogpt", "float32", "4")])
+def test_early_memsets_change_no_bit(tmp_path, model, dtype, value):
     from tr2.cupy_side.gpu import memsets
     from tr2.data import write_batch_order
     from tr2.models import load_model
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
     common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
-    env = {"TR2_SIDE_STREAM": side_stream}
-    without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz",
-                        env={**env, "TR2_MEMSET_EARLY": "0"})
+    without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={"TR2_MEMSET_EARLY": "0"})
     common += ["--init", tmp_path / "init.npz"]
-    eager, eager_out = _train(tmp_path, "on", *common, env={**env, "TR2_MEMSET_EARLY": value})
-    graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={**env, "TR2_MEMSET_EARLY": value})
+    eager, eager_out = _train(tmp_path, "on", *common, env={"TR2_MEMSET_EARLY": value})
+    graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={"TR2_MEMSET_EARLY": value})
     m = re.search(r"cuBLAS memsets in the capture: (\d+), (\d+) moved off the chain \(TR2_MEMSET_EARLY=(\d)\)(.*)", out)
     assert m, out[-3000:]
     seen, moved, left = int(m.group(1)), int(m.group(2)), m.group(4)
-    print(f"{model} {dtype} TR2_MEMSET_EARLY={value} side stream {side_stream}: {moved} of {seen} memsets moved{left}; "
+    print(f"{model} {dtype} TR2_MEMSET_EARLY={value}: {moved} of {seen} memsets moved{left}; "
           f"graph vs without max rel {_max_rel(without, graph)[0]:.2e}, eager {_max_rel(without, eager)[0]:.2e}")
     print("  " + "\n  ".join(line for line in out.splitlines() if "cuBLAS workspace" in line or "peak memory" in line))
     assert m.group(3) == value, m.group(0)

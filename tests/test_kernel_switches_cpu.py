@@ -47,7 +47,9 @@ def test_a_bad_switch_is_one_line_of_the_trainer(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("key", ["TR2_ZERO_BY_KERNEL", "TR2_STEP_GRAPHS", "TR2_ATTN_WG_DKDV_TMA",
-                                 "TR2_ATTN_DS_GROUP_BATCHES"])
+                                 "TR2_ATTN_DS_GROUP_BATCHES", "TR2_GELU_F16_TABLE", "TR2_GELU_F16_SEG",
+                                 "TR2_LN_FINAL_IN_KERNEL", "TR2_LN_BWD_PREFETCH", "TR2_LN_BWD_BLOCKS", "TR2_CE_SMEM_DB",
+                                 "TR2_SIDE_STREAM", "TR2_STREAM_PRIORITY"])
 def test_a_retired_switch_set_stops_whichever_switch_is_read(monkeypatch, key):
     """A switch removed with the forms it chose (gpu.RETIRED) must not be ignored: a bench variant that still sets it
     would time the default under its name. Any kernel_switch read stops, naming the key, its value and why; a blank
@@ -92,3 +94,10 @@ def test_no_retired_switch_is_read_by_the_program():
             assert not named, f"{path.relative_to(REPO_ROOT)} names the retired {named}"
     assert live and not live & set(RETIRED)
     assert {"TR2_ZERO_BY_KERNEL", "TR2_STEP_GRAPHS"} <= set(RETIRED)
+
+
+def test_every_retired_switch_says_what_measured_it():
+    """Each reason names the form, that it was measured, and the session of docs/perf.md that measured it."""
+    from tr2.cupy_side.gpu import RETIRED
+    for key, why in RETIRED.items():
+        assert "measured" in why and "session" in why, key

@@ -828,15 +828,16 @@ def test_gelu_refuses_an_array_off_16_bytes():
         be.gelu_forward(x)
 
 
-# bfloat16 and float16 GELU by table (gelu.cu's *_bf16_table and *_f16_table kernels) against the computing kernels,
-# bit for bit. Specials: zeros, infs, NaNs (one with a payload), denormals, the tables' ends (bf16 2^-24 and 16, f16
-# 2^-8 and 8) with their neighbours, and 1.
+# bfloat16 GELU by table (gelu.cu's *_bf16_table kernels) against the computing kernels, bit for bit. Specials of
+# each half kind (float16's for its kernels within an ulp, below): zeros, infs, NaNs (one with a payload), denormals,
+# bfloat16's table ends (2^-24 and 16) and float16's codes 2^-8 and 8 (its tables' ends while it had tables) with
+# their neighbours, and 1.
 BF16_SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8001, 0x3380, 0x337F, 0x4180,
                           0x417F, 0xC180, 0xC17F, 0x3F80], dtype=np.uint16)
 F16_SPECIALS = np.array([0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE01, 0x0001, 0x8001, 0x1C00, 0x1BFF, 0x4800,
                          0x47FF, 0xC800, 0xC7FF, 0x3C00], dtype=np.uint16)
 BF16, F16 = halfbits.KIND_BF16, halfbits.KIND_F16
-GELU_TABLE_KINDS = {BF16: ("bfloat16", BF16_SPECIALS), F16: ("float16", F16_SPECIALS)}
+GELU_HALF_KINDS = {BF16: ("bfloat16", BF16_SPECIALS), F16: ("float16", F16_SPECIALS)}
 
 
 def _bits(a) -> np.ndarray:
@@ -848,7 +849,7 @@ def _bits(a) -> np.ndarray:
 def _every_code(kind: int) -> np.ndarray:
     """All 65536 codes, then seven more specials of the half kind, so that the kernels' tails (n % 8 one a thread)
     see specials too."""
-    return np.concatenate([np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), GELU_TABLE_KINDS[kind][1][:7]])
+    return np.concatenate([np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), GELU_HALF_KINDS[kind][1][:7]])
 
 
 def _in_kind(values: np.ndarray, kind: int) -> "cp.ndarray":
@@ -870,9 +871,9 @@ def _gelu_launch(kind: int, by_table: bool, x, dy=None, dy_kind=None, dx_kind=No
     return dx
 
 
-@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("kind", [BF16], ids=["bf16"])
 def test_gelu_table_forward_is_the_computing_kernel_on_every_code(kind):
-    name = GELU_TABLE_KINDS[kind][0]
+    name = GELU_HALF_KINDS[kind][0]
     gpu_backend(name)   # builds the tables, eagerly
     x = dev(_every_code(kind))
     exact(f"gelu forward, table = computing, every {name} code", _bits(_gelu_launch(kind, True, x)),
@@ -881,10 +882,10 @@ def test_gelu_table_forward_is_the_computing_kernel_on_every_code(kind):
 
 @pytest.mark.parametrize("dx_f32", [False, True], ids=["dx_half", "dx_f32"])
 @pytest.mark.parametrize("dy_f32", [False, True], ids=["dy_half", "dy_f32"])
-@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("kind", [BF16], ids=["bf16"])
 def test_gelu_table_backward_is_the_computing_kernel_on_every_code(kind, dy_f32, dx_f32):
     """dy and dx in x's half kind or float32 (the kinds a half build hands the backward)."""
-    name = GELU_TABLE_KINDS[kind][0]
+    name = GELU_HALF_KINDS[kind][0]
     gpu_backend(name)
     dy_kind = halfbits.KIND_F32 if dy_f32 else kind
     dx_kind = halfbits.KIND_F32 if dx_f32 else kind
@@ -904,15 +905,12 @@ def test_gelu_table_backward_is_the_computing_kernel_on_every_code(kind, dy_f32,
 
 
 @pytest.mark.parametrize("shape", [(1,), (7, 33), (5, 1539), (3, 100_003), (4096, 3072)])
-@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
-def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, shape, monkeypatch):
+@pytest.mark.parametrize("kind", [BF16], ids=["bf16"])
+def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, shape):
     """Through the backend (the half build with half roundings: x, dy and the outputs in the half type), with specials
     sprinkled over random activations so that groups of eight take the computing path at random places, the tail
-    among them. float16's tables switched on (gelu.F16_TABLE, off by default until this has passed on the GPU)."""
-    from tr2.cupy_side.gpu import gelu
-    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
-    monkeypatch.setattr(gelu, "F16_TABLE", True)
-    name, specials = GELU_TABLE_KINDS[kind]
+    among them."""
+    name, specials = GELU_HALF_KINDS[kind]
     be = gpu_backend(name, False, True)
     g = gen(int(np.prod(shape)) + 3)
     x = halfbits.to_bits(randn(g, *shape, scale=3.0), kind)
@@ -928,33 +926,35 @@ def test_gelu_table_on_activations_is_the_computing_kernel_three_times(kind, sha
               want_dx)
 
 
-@pytest.mark.parametrize("f16_table", [True, False], ids=["f16_table_on", "f16_table_off"])
-def test_gelu_takes_the_table_for_the_half_types(monkeypatch, f16_table):
-    """Which kernels each build's activations take: bfloat16 its tables, float16 its tables where gelu.F16_TABLE is
-    on (else the computing kernels), float32 the computing kernels."""
+def test_gelu_takes_the_table_for_bfloat16(monkeypatch):
+    """Which kernels each build's activations take: bfloat16 its tables, float16 (its kernels within an ulp off) and
+    float32 the computing kernels."""
     from tr2.cupy_side.gpu import gelu
     monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
-    monkeypatch.setattr(gelu, "F16_TABLE", f16_table)
-    if f16_table:
-        gelu.tables(halfbits.KIND_F16)   # here, not counted below (they are built by launching the computing kernels)
-    f16 = ["gelu_forward_f16_table", "gelu_backward_f16_table"] if f16_table else ["gelu_forward", "gelu_backward"]
     assert _gelu_kernels_launched(monkeypatch, lambda x16, be: None) == [
-        "gelu_forward_bf16_table", "gelu_backward_bf16_table"] + f16 + ["gelu_forward", "gelu_backward"]
+        "gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward", "gelu_backward", "gelu_forward",
+        "gelu_backward"]
 
 
-def test_gelu_by_table_refuses_float32():
+def test_gelu_by_table_refuses_other_kinds_than_bfloat16():
+    """float32 and float16 (whose tables were removed) have no table kernels: asked for by name, refused."""
     from tr2.cupy_side.gpu import gelu
     f32 = halfbits.KIND_F32
     x, y = cp.zeros(8, np.float32), cp.empty(8, np.float32)
-    with pytest.raises(ValueError, match="gelu_forward by table: .*bfloat16 or float16"):
+    x16, y16 = cp.zeros(8, np.uint16), cp.empty(8, np.uint16)
+    with pytest.raises(ValueError, match="gelu_forward by table: x and y must be bfloat16"):
         gelu.launch_forward(y, x, f32, f32, by_table=True)
     with pytest.raises(ValueError, match="gelu_forward by table"):   # a half x into a float32 y has no table either
-        gelu.launch_forward(y, cp.zeros(8, np.uint16), F16, f32, by_table=True)
-    with pytest.raises(ValueError, match="gelu_backward by table: .*bfloat16 or float16"):
+        gelu.launch_forward(y, cp.zeros(8, np.uint16), BF16, f32, by_table=True)
+    with pytest.raises(ValueError, match="gelu_forward by table: x and y must be bfloat16, not float16"):
+        gelu.launch_forward(y16, x16, F16, F16, by_table=True)
+    with pytest.raises(ValueError, match="gelu_backward by table: x must be bfloat16"):
         gelu.launch_backward(y, x, x, f32, f32, f32, by_table=True)
+    with pytest.raises(ValueError, match="gelu_backward by table: x must be bfloat16, not float16"):
+        gelu.launch_backward(y16, x16, x16, F16, F16, F16, by_table=True)
 
 
-@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("kind", [BF16], ids=["bf16"])
 def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch, kind):
     """A first use inside a capture would record the build into the graph and leave the tables empty until a
     replay: refused (CudaBackend builds them at its construction, so a step never meets this)."""
@@ -965,7 +965,7 @@ def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch, kind):
     with stream:
         stream.begin_capture()
         try:
-            with pytest.raises(RuntimeError, match=f"{GELU_TABLE_KINDS[kind][0]} tables .* capture"):
+            with pytest.raises(RuntimeError, match=f"{GELU_HALF_KINDS[kind][0]} tables .* capture"):
                 gelu.tables(kind)
             gelu.launch_forward(y, x, halfbits.KIND_F32, halfbits.KIND_F32)   # the graph is not left empty
         finally:
@@ -973,12 +973,9 @@ def test_gelu_tables_refuse_to_be_built_inside_a_capture(monkeypatch, kind):
     assert gelu._tables == {}
 
 
-@pytest.mark.parametrize("kind", [BF16, F16], ids=["bf16", "f16"])
-def test_gelu_table_kernels_replay_in_a_cuda_graph(kind, monkeypatch):
-    from tr2.cupy_side.gpu import gelu
-    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
-    monkeypatch.setattr(gelu, "F16_TABLE", True)
-    be = gpu_backend(GELU_TABLE_KINDS[kind][0], False, True)
+@pytest.mark.parametrize("kind", [BF16], ids=["bf16"])
+def test_gelu_table_kernels_replay_in_a_cuda_graph(kind):
+    be = gpu_backend(GELU_HALF_KINDS[kind][0], False, True)
     g = gen(31)
     x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), kind))
     dy = dev(halfbits.to_bits(randn(g, 333, 1536), kind))
@@ -1001,70 +998,6 @@ def _gelu_graph_replays(be, x, dy, want_y, want_dx, what: str) -> None:
         exact("graph-replayed " + what.format("backward", replay), _bits(dx), want_dx)
 
 
-# float16 GELU by segment (gelu.cu's gelu_forward_f16_seg, gelu_backward_f16_seg: a cubic a segment and a rounding
-# certificate, else the computing path inline) against the computing kernels, bit for bit: every code, and every code
-# times a set of dy values. Off by default (gelu.F16_SEG); the tests name the form or switch it on for themselves.
-F16_SEG_DY = {"1": 1.0, "-1": -1.0, "0.3": 0.3, "tiny (least subnormal)": 2.0 ** -24, "-subnormal": -3.0 * 2.0 ** -20,
-              "3e4": 3e4, "largest": 65504.0, "-largest": -65504.0, "0": 0.0, "-0": -0.0}
-
-
-def _gelu_seg(x, dy=None, by_segment=True):
-    """The float16 forward (dy None) or backward (dy float16) by segment, or by the computing kernel, into a fresh
-    (poisoned) array."""
-    from tr2.cupy_side.gpu import gelu
-    out = cp.empty(x.shape, dtype=np.uint16)
-    if dy is None:
-        gelu.launch_forward(out, x, F16, F16, by_table=False if not by_segment else None, by_segment=by_segment)
-    else:
-        gelu.launch_backward(out, dy, x, F16, F16, F16, by_table=False if not by_segment else None,
-                             by_segment=by_segment)
-    return out
-
-
-def test_gelu_seg_forward_is_the_computing_kernel_on_every_code():
-    x = dev(_every_code(F16))
-    exact("gelu forward, segment = computing, every float16 code", _bits(_gelu_seg(x)),
-          _bits(_gelu_seg(x, by_segment=False)))
-
-
-def test_gelu_seg_backward_is_the_computing_kernel_on_every_code():
-    codes = _every_code(F16)
-    x, n, g = dev(codes), codes.size, gen(2025)
-    dys = {what: np.full(n, v, np.float32) for what, v in F16_SEG_DY.items()}
-    dys["every float16 value"] = halfbits.from_bits(g.permutation(codes), F16)   # inf and NaN among them
-    dys["N(0, 1)"] = g.standard_normal(n).astype(np.float32)
-    dys["spread"] = (g.standard_normal(n) * np.exp2(g.integers(-30, 16, n))).astype(np.float32)
-    for what, values in dys.items():
-        dy = _in_kind(values, F16)
-        exact(f"gelu backward, segment = computing, every float16 code, dy {what}", _bits(_gelu_seg(x, dy)),
-              _bits(_gelu_seg(x, dy, by_segment=False)))
-
-
-@pytest.mark.parametrize("scale", [1.0, 3.0])
-@pytest.mark.parametrize("shape", [(1,), (7, 33), (5, 1539), (3, 100_003), (4096, 3072)])
-def test_gelu_seg_on_activations_is_the_computing_kernel_three_times(shape, scale, monkeypatch):
-    """Through the float16 build with half roundings and gelu.F16_SEG on, specials sprinkled over random activations
-    (the tail among them); scale 3 sends many elements to the fallback, in every slot."""
-    from tr2.cupy_side.gpu import gelu
-    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
-    monkeypatch.setattr(gelu, "F16_SEG", True)
-    be = gpu_backend("float16", False, True)
-    gelu.segment_tables()
-    g = gen(int(np.prod(shape)) + 5)
-    x = halfbits.to_bits(randn(g, *shape, scale=scale), F16)
-    flat = x.reshape(-1)
-    at = g.choice(flat.size, size=1 + flat.size // 1000, replace=False)
-    flat[at] = g.choice(F16_SPECIALS, size=at.size)
-    flat[-1] = g.choice(F16_SPECIALS)
-    xd, dyd = dev(x), _in_kind(randn(g, *shape), F16)
-    want_y, want_dx = _bits(_gelu_seg(xd, by_segment=False)), _bits(_gelu_seg(xd, dyd, by_segment=False))
-    for run in range(3):
-        exact(f"float16 gelu forward by segment, run {run} = computing {shape} scale {scale}",
-              _bits(be.gelu_forward(xd)), want_y)
-        exact(f"float16 gelu backward by segment, run {run} = computing {shape} scale {scale}",
-              _bits(be.gelu_backward(dyd, xd)), want_dx)
-
-
 def _gelu_kernels_launched(monkeypatch, then) -> list[str]:
     """The kernels gpu/gelu.py launches for a GELU forward and backward in each build without half roundings
     (bfloat16, float16, float32; float16's activations are float16 there too), then for then(float16 ones, its
@@ -1082,26 +1015,9 @@ def _gelu_kernels_launched(monkeypatch, then) -> list[str]:
     return launched
 
 
-def test_gelu_takes_the_segments_for_float16_only(monkeypatch):
-    """With gelu.F16_SEG on: bfloat16 its tables, float16 the segment kernels (also where F16_TABLE is on), float32
-    the computing kernels; a float16 backward into float32 dx the computing kernel (F16_TABLE off)."""
-    from tr2.cupy_side.gpu import gelu
-    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
-    monkeypatch.setattr(gelu, "F16_SEG", True)
-    monkeypatch.setattr(gelu, "F16_TABLE", True)
-    gelu.segment_tables()
-
-    def then(x16, _):
-        monkeypatch.setattr(gelu, "F16_TABLE", False)   # else the float32 dx would take float16's table kernel
-        gelu.launch_backward(cp.empty((4, 40), np.float32), x16, x16, F16, F16, halfbits.KIND_F32)
-    assert _gelu_kernels_launched(monkeypatch, then) == [
-        "gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_seg", "gelu_backward_f16_seg",
-        "gelu_forward", "gelu_backward", "gelu_backward"]
-
-
-@pytest.mark.parametrize("form, words", [("by_segment", "by segment"), ("by_fast", "within an ulp")])
+@pytest.mark.parametrize("form, words", [("by_fast", "within an ulp")])
 def test_gelu_float16_forms_refuse_other_kinds(form, words):
-    """The float16 forms (by segment, within an ulp) named for other kinds, or beside the tables: refused."""
+    """The float16 form within an ulp named for other kinds, or beside the tables: refused."""
     from tr2.cupy_side.gpu import gelu
     f32 = halfbits.KIND_F32
     x16, y32 = cp.zeros(8, np.uint16), cp.empty(8, np.float32)
@@ -1113,35 +1029,6 @@ def test_gelu_float16_forms_refuse_other_kinds(form, words):
         gelu.launch_forward(cp.empty(8, np.uint16), x16, F16, F16, by_table=True, **{form: True})
 
 
-def test_gelu_segment_tables_refuse_to_be_built_inside_a_capture(monkeypatch):
-    from tr2.cupy_side.gpu import gelu
-    monkeypatch.setattr(gelu, "_segment_tables", {})
-    x, y = cp.zeros(8, np.float32), cp.empty(8, np.float32)
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        try:
-            with pytest.raises(RuntimeError, match="segment tables .* capture"):
-                gelu.segment_tables()
-            gelu.launch_forward(y, x, halfbits.KIND_F32, halfbits.KIND_F32)   # the graph is not left empty
-        finally:
-            stream.end_capture()
-    assert gelu._segment_tables == {}
-
-
-def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
-    from tr2.cupy_side.gpu import gelu
-    monkeypatch.setattr(gelu, "F16_FAST", 0)   # float16 within an ulp (the default) would take float16 first
-    monkeypatch.setattr(gelu, "F16_SEG", True)
-    be = gpu_backend("float16", False, True)
-    gelu.segment_tables()
-    g = gen(37)
-    x = dev(halfbits.to_bits(randn(g, 333, 1536, scale=3.0), F16))
-    dy = dev(halfbits.to_bits(randn(g, 333, 1536), F16))
-    want_y, want_dx = _bits(_gelu_seg(x, by_segment=False)), _bits(_gelu_seg(x, dy, by_segment=False))
-    _gelu_graph_replays(be, x, dy, want_y, want_dx, "float16 gelu {} by segment, replay {} = computing")
-
-
 # float16 GELU within an ulp (gelu.cu's gelu_forward_f16_fast, gelu_backward_f16_fast: one exponential and one
 # reciprocal an element, a rare group through the computing path; TR2_GELU_F16_FAST, =1 by default) against the
 # computing kernels as gpu/gelu.py launches them: every output within one unit in the last place (of the same sign),
@@ -1149,27 +1036,24 @@ def test_gelu_seg_kernels_replay_in_a_cuda_graph(monkeypatch):
 # finite) bit-equal. The share: tests/test_gelu_fast.py's emulation (ex2 and rcp exact, erff and expf correctly
 # rounded) moves 0.000% of the forward's codes and 0.016% of the backward's; on the device add ex2.approx's and
 # rcp.approx's errors (~2 and ~1 ulp) and erff's and expf's own (up to 2 ulp): ~5e-7 relative on Phi, ~2 x 5e-7 /
-# 7.3e-4 (float16's mean relative spacing) on half the codes, ~0.07%; the bound leaves about seven. Each test runs with
-# the tail x <= -3.75 through the computing path (tail_exact: TR2_GELU_F16_FAST=1, which must pass) and on the fast
-# path (tail_fast: =2, allowed only where these pass: there erff's own rounding decides, which no CPU bound clears).
+# 7.3e-4 (float16's mean relative spacing) on half the codes, ~0.07%; the bound leaves about seven. The tail x <= -3.75
+# goes through the computing path (the kernels' `tail`, GELU_FAST_TAIL_X; with the tail on the fast path, the removed
+# TR2_GELU_F16_FAST=2, these tests failed by design: erff's own rounding decides there).
 FAST_MOVED_SHARE = 0.005
 F16_FAST_SPECIALS = np.concatenate([np.arange(0x0000, 0x0800), np.arange(0x8000, 0x8800),      # |x| < 2^-13, zeros
                                     np.arange(0x7BFF, 0x8000), np.arange(0xFBFF, 0x10000)]    # largest, infs, NaNs
                                    ).astype(np.uint16)
-FAST_TAILS = {"tail_exact": 1, "tail_fast": 2}   # gpu/gelu.py's FAST_TAILS keys (TR2_GELU_F16_FAST's values)
 
 
-def _gelu_fast(x, dy=None, by_fast=True, tail="tail_exact"):
-    """The float16 forward (dy None) or backward (dy float16) within an ulp (tail: a FAST_TAILS key), or by the
-    computing kernel, into a fresh (poisoned) array."""
+def _gelu_fast(x, dy=None, by_fast=True):
+    """The float16 forward (dy None) or backward (dy float16) within an ulp, or by the computing kernel, into a fresh
+    (poisoned) array."""
     from tr2.cupy_side.gpu import gelu
     out = cp.empty(x.shape, dtype=np.uint16)
-    code = gelu.FAST_TAILS[FAST_TAILS[tail]]
     if dy is None:
-        gelu.launch_forward(out, x, F16, F16, by_table=None if by_fast else False, by_fast=by_fast, tail=code)
+        gelu.launch_forward(out, x, F16, F16, by_table=None if by_fast else False, by_fast=by_fast)
     else:
-        gelu.launch_backward(out, dy, x, F16, F16, F16, by_table=None if by_fast else False, by_fast=by_fast,
-                             tail=code)
+        gelu.launch_backward(out, dy, x, F16, F16, F16, by_table=None if by_fast else False, by_fast=by_fast)
     return out
 
 
@@ -1200,21 +1084,18 @@ def _within_an_ulp(what: str, fast, computing, codes=None) -> float:
     return moved
 
 
-@pytest.mark.parametrize("tail", list(FAST_TAILS))
-def test_gelu_fast_forward_is_within_an_ulp_on_every_code(tail):
+def test_gelu_fast_forward_is_within_an_ulp_on_every_code():
     """Every float16 code (the tail of n % 8 = 7 among specials), three runs the same bits."""
     codes = _every_code(F16)
     x = dev(codes)
     want = _bits(_gelu_fast(x, by_fast=False))
-    first = _bits(_gelu_fast(x, tail=tail))
-    _within_an_ulp(f"gelu forward within an ulp, every float16 code [{tail}]", first, want, codes)
+    first = _bits(_gelu_fast(x))
+    _within_an_ulp("gelu forward within an ulp, every float16 code", first, want, codes)
     for run in (2, 3):
-        exact(f"gelu forward within an ulp, every code, run {run} = run 1 [{tail}]", _bits(_gelu_fast(x, tail=tail)),
-              first)
+        exact(f"gelu forward within an ulp, every code, run {run} = run 1", _bits(_gelu_fast(x)), first)
 
 
-@pytest.mark.parametrize("tail", list(FAST_TAILS))
-def test_gelu_fast_backward_is_within_an_ulp_on_every_code(tail):
+def test_gelu_fast_backward_is_within_an_ulp_on_every_code():
     """Every code times a set of dy: ones, normal, every float16 value, large and tiny magnitudes, zeros."""
     codes = _every_code(F16)
     x, n, g = dev(codes), codes.size, gen(2026)
@@ -1228,15 +1109,13 @@ def test_gelu_fast_backward_is_within_an_ulp_on_every_code(tail):
     for what, values in dys.items():
         dy = _in_kind(values, F16)
         want = _bits(_gelu_fast(x, dy, by_fast=False))
-        first = _bits(_gelu_fast(x, dy, tail=tail))
-        _within_an_ulp(f"gelu backward within an ulp, every float16 code, dy {what} [{tail}]", first, want, codes)
+        first = _bits(_gelu_fast(x, dy))
+        _within_an_ulp(f"gelu backward within an ulp, every float16 code, dy {what}", first, want, codes)
         for run in (2, 3):
-            exact(f"gelu backward within an ulp, dy {what}, run {run} = run 1 [{tail}]",
-                  _bits(_gelu_fast(x, dy, tail=tail)), first)
+            exact(f"gelu backward within an ulp, dy {what}, run {run} = run 1", _bits(_gelu_fast(x, dy)), first)
 
 
-@pytest.mark.parametrize("tail", list(FAST_TAILS))
-def test_gelu_fast_backward_every_code_times_every_dy_code(tail):
+def test_gelu_fast_backward_every_code_times_every_dy_code():
     """All 2^32 pairs (x, dy) of float16 codes, 256 dy codes a launch: within an ulp of the computing kernel (NaN
     against NaN), and the share moved within the bound."""
     codes = cp.arange(1 << 16, dtype=cp.uint32).astype(cp.uint16)
@@ -1245,13 +1124,13 @@ def test_gelu_fast_backward_every_code_times_every_dy_code(tail):
     worst, moved = 0, 0
     for first in range(0, 1 << 16, chunk):
         dy = cp.repeat(codes[first:first + chunk], 1 << 16)
-        steps = _half_ulps(_gelu_fast(x, dy, tail=tail), _gelu_fast(x, dy, by_fast=False))
+        steps = _half_ulps(_gelu_fast(x, dy), _gelu_fast(x, dy, by_fast=False))
         worst = max(worst, int(steps.max()))
         moved += int((steps > 0).sum())
-        assert worst <= 1, f"dy codes {first:#06x}..{first + chunk - 1:#06x}: an element more than an ulp off [{tail}]"
+        assert worst <= 1, f"dy codes {first:#06x}..{first + chunk - 1:#06x}: an element more than an ulp off"
     share = moved / float(1 << 32)
     RECORDS.append({"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
-                    "name": f"gelu backward within an ulp, every x code times every dy code [{tail}]",
+                    "name": "gelu backward within an ulp, every x code times every dy code",
                     "moved_share": share, "max_ulps": worst, "passed": worst <= 1 and share <= FAST_MOVED_SHARE})
     assert share <= FAST_MOVED_SHARE
 
@@ -1284,24 +1163,16 @@ def test_gelu_fast_on_activations_three_times(shape, scale, monkeypatch):
 
 
 def test_gelu_takes_the_fast_kernels_for_float16_when_switched_on(monkeypatch):
-    """With gelu.F16_FAST on (TR2_GELU_F16_FAST=1): the float16 build's activations take the kernels within an ulp
-    (also where the segments and the tables are on), bfloat16 its tables, float32 the computing kernels; a float16
-    backward into float32 dx the computing kernel."""
+    """With gelu.F16_FAST on (TR2_GELU_F16_FAST=1): the float16 build's activations take the kernels within an ulp,
+    bfloat16 its tables, float32 the computing kernels; a float16 backward into float32 dx the computing kernel."""
     from tr2.cupy_side.gpu import gelu
     monkeypatch.setattr(gelu, "F16_FAST", 1)
-    gelu.tables(F16)          # here, not counted (both build by launching the computing kernels, the first time)
-    gelu.segment_tables()
 
     def then(x16, be):
-        monkeypatch.setattr(gelu, "F16_SEG", True)
-        monkeypatch.setattr(gelu, "F16_TABLE", True)
-        be.gelu_backward(be.gelu_forward(x16), x16)
-        monkeypatch.setattr(gelu, "F16_SEG", False)
-        monkeypatch.setattr(gelu, "F16_TABLE", False)
         gelu.launch_backward(cp.empty((4, 40), np.float32), x16, x16, F16, F16, halfbits.KIND_F32)
     assert _gelu_kernels_launched(monkeypatch, then) == [
         "gelu_forward_bf16_table", "gelu_backward_bf16_table", "gelu_forward_f16_fast", "gelu_backward_f16_fast",
-        "gelu_forward", "gelu_backward", "gelu_forward_f16_fast", "gelu_backward_f16_fast", "gelu_backward"]
+        "gelu_forward", "gelu_backward", "gelu_backward"]
 
 
 def test_gelu_fast_float16_build_and_its_half_roundings_pass_float16():
@@ -1330,10 +1201,9 @@ def test_gelu_fast_kernels_replay_in_a_cuda_graph(monkeypatch):
 # The groups of eight from the last down (TR2_GELU_REVERSE; gelu.cu's group_in_order): every element is computed alone,
 # so the order must not move a bit. Specials sprinkled in so that groups take the computing path at random places, and
 # shapes whose n % 8 tail is not empty (the tail is not reordered). f32_computing: float32's kernels (the computing
-# ones, which the half types' tables are built by); bf16_computing: the same kernels on bfloat16 codes.
-GELU_ORDER_FORMS = {"bf16_table": (BF16, {"by_table": True}), "f16_table": (F16, {"by_table": True}),
-                    "f16_fast": (F16, {"by_fast": True}), "bf16_computing": (BF16, {"by_table": False}),
-                    "f32_computing": (halfbits.KIND_F32, {"by_table": False})}
+# ones, which bfloat16's tables are built by); bf16_computing: the same kernels on bfloat16 codes.
+GELU_ORDER_FORMS = {"bf16_table": (BF16, {"by_table": True}), "f16_fast": (F16, {"by_fast": True}),
+                    "bf16_computing": (BF16, {"by_table": False}), "f32_computing": (halfbits.KIND_F32, {"by_table": False})}
 
 
 @pytest.mark.parametrize("shape", [(7, 33), (3, 100_003), (4096, 3072)])
@@ -1349,7 +1219,7 @@ def test_gelu_groups_from_the_last_down_give_the_same_bits(form, shape):
         x[at] = g.choice(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -30.0], np.float32), size=at.size)
         xd, dyd, out = dev(x.reshape(shape)), dev(randn(g, *shape)), np.float32
     else:
-        name, specials = GELU_TABLE_KINDS[kind]
+        name, specials = GELU_HALF_KINDS[kind]
         gpu_backend(name)
         if how.get("by_table"):
             gelu.tables(kind)   # eagerly, as the backend does for its own kind
@@ -1523,43 +1393,6 @@ def _same_runs(runs, which: str, tag: str) -> None:
 
 @pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True), ("float16", False, True)],
                          ids=["f32", "bf16hr", "fp16hr"])
-@pytest.mark.parametrize("N, C", [(513, 384), (4099, 768), (1000, 1024), (16384, 384), (8192, 768)])
-@pytest.mark.parametrize("skip, p", [(True, 0.0), (True, 0.2), (False, 0.2)])
-@pytest.mark.parametrize("switch, on, suffix", [("PREFETCH_SKIP", True, "_pf"), ("BWD_BLOCKS", 3, "_o3")],
-                         ids=["prefetch", "three_blocks"])
-def test_residual_layernorm_backward_forms_are_the_same_bits(build, N, C, skip, p, switch, on, suffix, monkeypatch):
-    """residual_layernorm_backward_c<C>_pf (TR2_LN_BWD_PREFETCH: dskip's row loaded with dy's and s's) and
-    residual_layernorm_backward_c<C>_o3 (TR2_LN_BWD_BLOCKS=3: built for three blocks an SM, at 768 and 1024 columns;
-    the plain kernel elsewhere) give the bits of residual_layernorm_backward_c<C>: ds, db and dw, three runs each,
-    outputs fresh every run."""
-    from tr2.cupy_side.gpu import layernorm
-    dtype, tf32, hr = build
-    be = gpu_backend(*build)
-    kind = halfbits.KINDS[dtype]
-    x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C, N + C + int(p * 10))
-    s, y, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
-    tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
-    applies = switch == "PREFETCH_SKIP" or C in layernorm.THREE_BLOCK_SIZES
-    off = {"PREFETCH_SKIP": False, "BWD_BLOCKS": 2}[switch]
-    monkeypatch.setattr(layernorm, "BWD_BULK", 0)   # the plain kernel, not the bulk form, as the reference
-    out = {}
-    for value in (off, on):
-        monkeypatch.setattr(layernorm, switch, value)
-        name = layernorm._rows_kernel("residual_layernorm_backward", C)
-        assert name.endswith(suffix) == (value == on and applies), name
-        runs = []
-        for _ in range(3):
-            ds, db, dw = be.residual_layernorm_backward(dy, dev(dskip) if skip else None, s, dev(w), mean, rstd, p,
-                                                        seed, offset, add)
-            runs.append([host(ds), host(db), host(dw)])
-        _same_runs(runs, f"({name})", tag)
-        out[value] = runs[0]
-    for part, a, b_ in zip(("ds", "db", "dw"), out[off], out[on]):
-        exact(f"backward {part}, {switch}={on} = the plain kernel's {tag}", b_, a)
-
-
-@pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True), ("float16", False, True)],
-                         ids=["f32", "bf16hr", "fp16hr"])
 @pytest.mark.parametrize("N, C", [(1, 384), (513, 384), (4099, 768), (1000, 1024), (16384, 384), (8192, 768),
                                   (8192, 1024), (9, 1024)])
 @pytest.mark.parametrize("skip, p", [(True, 0.0), (True, 0.2), (False, 0.2), (False, 0.0)])
@@ -1612,122 +1445,6 @@ def test_residual_layernorm_backward_bulk_is_the_same_bits(build, N, C, skip, p,
         written = np.isfinite(a) if a.dtype.kind == "f" else a != np.iinfo(a.dtype).max   # the poison's bits
         assert written.all(), f"the plain kernel left {part} unwritten {tag}"
         exact(f"backward {part}, the bulk form = the plain kernel's {tag}", b_, a)
-
-
-# ------------------------------------------------- LayerNorm backward with dw finished in the kernel (dwsum)
-
-# (N, C): the register-row widths and general ones (1000: 16-byte sums; 33: scalar ones), N no multiple of
-# 8 x LN_DW_GROUP (a short last group: of 1 block at 4099 and 2049 rows, 29 at 1000, 5 at 37) and the models' N
-DWSUM_SHAPES = [(7, 33), (37, 384), (1000, 384), (4099, 768), (2049, 1024), (257, 1000), (1000, 33), (16384, 384),
-                (8192, 768), (8192, 1024)]
-
-
-def _dwsum_buffers(be, N, C):
-    """The workspace's partials and counters the launch of N rows used (the same buffers: get returns them)."""
-    from tr2.cupy_side.gpu import dw_order
-    from tr2.cupy_side.gpu.layernorm import ROWS_PER_BLOCK
-    G = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    part = be.ctx.ws.get("ln_dw_part", (G, C), np.float32)
-    counters = be.ctx.ws.zeros("ln_dw_counters", (len(dw_order.groups_of(G)) + 1,), np.int32)
-    return part, counters
-
-
-def _check_dwsum_runs(be, tag, run, N, C, rdw):
-    """run() -> (outputs..., dw) with the switch on: dw against float64, dw's bits = dw_order's sum of the kernel's
-    own partials, the partials and the other outputs = the two-launch path's bits, the counters zero after each of
-    three runs, the three runs' bits the same."""
-    from tr2.cupy_side.gpu import dw_order, layernorm as gpu_layernorm
-    gpu_layernorm.FINAL_IN_KERNEL = False
-    before = [_bits(a) for a in run()]
-    part_before = _bits(_dwsum_buffers(be, N, C)[0])
-    gpu_layernorm.FINAL_IN_KERNEL = True
-    runs = []
-    for k in range(3):
-        out = run()
-        part, counters = _dwsum_buffers(be, N, C)
-        exact(f"dwsum counters back at zero, run {k + 1} {tag}", host(counters), np.zeros(counters.shape, np.int32))
-        runs.append([_bits(a) for a in out])
-        exact(f"dwsum dw = dw_order's sum of the partials, run {k + 1} {tag}", runs[-1][-1],
-              dw_order.dw_in_order(host(part)).view(np.uint32))
-        exact(f"dwsum partials = the two launches' {tag}", _bits(part), part_before)
-    check(f"dwsum dw {tag}", runs[0][-1].view(np.float32), rdw, TOL_F32)
-    for i, (a, b_) in enumerate(zip(runs[0][:-1], before[:-1])):
-        exact(f"dwsum output {i} = the two launches' {tag}", a, b_)
-    for k, r in enumerate(runs[1:], start=2):
-        for i, (a, b_) in enumerate(zip(runs[0], r)):
-            exact(f"dwsum output {i}, run {k} vs run 1 {tag}", b_, a)
-    return runs[0]
-
-
-@pytest.mark.parametrize("N, C", DWSUM_SHAPES)
-def test_layernorm_backward_dwsum(N, C, monkeypatch):
-    from tr2.cupy_side.gpu import layernorm as gpu_layernorm
-    monkeypatch.setattr(gpu_layernorm, "FINAL_IN_KERNEL", False)   # restored after the test, whatever it set
-    be, ref = gpu_backend(), NumpyBackend("float64")
-    g = gen(N * C + 5)
-    x = randn(g, N, C) * np.float32(3.0) + np.float32(0.5)
-    w = (1.0 + 0.1 * g.standard_normal(C)).astype(np.float32)
-    dy = randn(g, N, C)
-    _, mean, rstd = be.layernorm_forward(dev(x), dev(w), 1e-5)
-    _, rmean, rrstd = ref.layernorm_forward(x.astype(np.float64), w.astype(np.float64), 1e-5)
-    _, rdw = ref.layernorm_backward(dy.astype(np.float64), x.astype(np.float64), w.astype(np.float64), rmean, rrstd)
-    _check_dwsum_runs(be, f"[layernorm N={N} C={C}]", lambda: be.layernorm_backward(dev(dy), dev(x), dev(w), mean,
-                                                                                      rstd), N, C, rdw)
-
-
-@pytest.mark.parametrize("build", [("float32", False, False), ("bfloat16", False, True)], ids=["f32", "bf16hr"])
-@pytest.mark.parametrize("N, C", DWSUM_SHAPES)
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_residual_layernorm_backward_dwsum(build, N, C, p, monkeypatch):
-    from tr2.cupy_side.gpu import layernorm as gpu_layernorm
-    monkeypatch.setattr(gpu_layernorm, "FINAL_IN_KERNEL", False)
-    dtype, tf32, hr = build
-    be, ref = gpu_backend(*build), NumpyBackend("float64")
-    kind = halfbits.KINDS[dtype]
-    x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C,
-                                                                                N * C + int(p * 10) + kind + 7)
-    s, _, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
-    r64 = [a.astype(np.float64) for a in (x, bv, w, dyv, dskip)]
-    off = (offset + rng.site_offset(5, 7, 0)) & 0xFFFFFFFFFFFFFFFF
-    rs, _, rmean, rrstd = ref.residual_layernorm_forward(r64[0], r64[1], r64[2], 1e-5, p, seed, off)
-    _, _, rdw = ref.residual_layernorm_backward(r64[3], r64[4], rs, r64[2], rmean, rrstd, p, seed, off)
-    _check_dwsum_runs(be, f"[residual+layernorm {dtype} hr={hr} N={N} C={C} p={p}]",
-                      lambda: be.residual_layernorm_backward(dy, dev(dskip), s, dev(w), mean, rstd, p, seed, offset,
-                                                             add), N, C, rdw)
-
-
-@pytest.mark.parametrize("N, C", [(1000, 384), (4099, 768), (257, 1000), (8192, 1024)])
-def test_layernorm_backward_dwsum_replays_in_a_cuda_graph(N, C, monkeypatch):
-    """Captured once (the counters zeroed at the eager warm-up, before the capture), replayed five times: the eager
-    bits each time and the counters at zero, for both backward kernels (dropout on in the fused one)."""
-    from tr2.cupy_side.gpu import layernorm as gpu_layernorm
-    from tr2.cupy_side.gpu.graph import StepGraph
-    monkeypatch.setattr(gpu_layernorm, "FINAL_IN_KERNEL", True)
-    be = gpu_backend()
-    g = gen(N + C + 11)
-    x, dy, dskip = dev(randn(g, N, C, scale=2.0)), dev(randn(g, N, C)), dev(randn(g, N, C))
-    w = dev((1.0 + 0.1 * g.standard_normal(C)).astype(np.float32))
-    add = dev(np.array([rng.site_offset(5, 7, 0)], dtype=np.uint64))
-    _, mean, rstd = be.layernorm_forward(x, w, 1e-5)
-
-    def body():
-        dx, dw = be.layernorm_backward(dy, x, w, mean, rstd)
-        ds, db, dw2 = be.residual_layernorm_backward(dy, dskip, x, w, mean, rstd, 0.2, 1337, 3, add)
-        return dx, dw, ds, db, dw2
-
-    eager = [_bits(a) for a in body()]
-    cp.cuda.Device().synchronize()   # the graph's stream does not wait for the default stream
-    step = StepGraph(body)
-    step.warmup()
-    step.capture()
-    for replay in range(5):
-        out = step.replay()
-        step.stream.synchronize()
-        counters = _dwsum_buffers(be, N, C)[1]
-        exact(f"dwsum counters at zero after replay {replay} [N={N} C={C}]", host(counters),
-              np.zeros(counters.shape, np.int32))
-        for name, a, want in zip(("dx", "dw", "ds", "db", "dw residual"), out, eager):
-            exact(f"graph-replayed dwsum {name}, replay {replay} [N={N} C={C}]", _bits(a), want)
 
 
 # ---------------------------------------------------------------------------------------------- cross-entropy
@@ -1967,44 +1684,6 @@ def _ce_switched_run(be, bits, targets, switch: str, monkeypatch):
         assert dl.data.ptr == lg.data.ptr   # over the logits
         return host(loss), be.to_host(dl)
     return run
-
-
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("N, V", [(45, 50304), (300, 50304), (1000, 8200), (133, 4096), (1, 8200)])
-def test_cross_entropy_double_buffered_rows_have_the_one_row_kernels_bits(dtype, N, V, monkeypatch):
-    """cross_entropy.cu's double-buffered shared-memory rows (TR2_CE_SMEM_DB: one block an SM taking rows
-    blockIdx.x + k gridDim.x, the next row's copy in flight): loss and dlogits bit for bit the one-row kernel's, on
-    fewer rows than SMs, on several rows a block (300 and 1000 rows; 133: one SM's block takes a second row), ignored
-    rows among them (zero), written over the logits, three runs the same bits; and the loss within the tolerance
-    of float64."""
-    from tr2.cupy_side.gpu import cross_entropy as gpu_ce
-    be, ref = gpu_backend(dtype, False, True), NumpyBackend("float64")
-    kind = halfbits.KINDS[dtype]
-    g = gen(N * 7 + V)
-    raw = randn(g, N, V, scale=3.0).astype(np.float32)
-    raw[0, 5] = 40.0
-    bits = halfbits.to_bits(raw, kind)
-    targets = g.integers(0, V, size=N).astype(np.int64)
-    # Row 0's target is its dominant logit, except alone: then the mean loss is that row's ~3e-12, which float32
-    # cannot resolve beside an lse of 40 (it rounds to 0) and no relative tolerance can judge.
-    targets[0] = 5 if N > 1 else 6
-    if N > 2:
-        targets[1 + g.permutation(N - 1)[:max(1, N // 9)]] = -1
-
-    monkeypatch.setattr(gpu_ce, "GRAD_EX2", False)   # the double-buffered rows repeat the expf kernel's arithmetic
-    run = _ce_switched_run(be, bits, targets, "SMEM_DOUBLE_BUFFER", monkeypatch)
-    want_loss, want_dl = run(False)
-    tag = f"[{dtype} N={N} V={V}]"
-    for k in range(3):
-        loss, dl = run(True)
-        exact(f"double-buffered cross-entropy loss = one-row kernel's, run {k + 1} {tag}", loss, want_loss)
-        exact(f"double-buffered cross-entropy dlogits = one-row kernel's, run {k + 1} {tag}", dl, want_dl)
-    rows = targets < 0
-    exact(f"double-buffered cross-entropy dlogits of ignored rows {tag}", want_dl[rows].astype(np.float64),
-          np.zeros((int(rows.sum()), V)))
-    rl, _ = ref.cross_entropy_forward_backward(halfbits.from_bits(bits, kind).astype(np.float64), targets,
-                                               np.float64(1.0))
-    check(f"double-buffered cross-entropy loss {tag}", want_loss, rl, TOL_F32)
 
 
 # The share of dlogits the EX2 gradient pass may move by one unit of the last place: its probabilities lie within

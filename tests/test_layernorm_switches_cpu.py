@@ -8,38 +8,25 @@ def layernorm(over_stand_in_cupy):
     return over_stand_in_cupy("tr2.cupy_side.gpu.layernorm")
 
 
-def test_the_defaults_take_the_plain_register_rows(layernorm):
-    assert layernorm.BWD_BLOCKS == 2 and not layernorm.PREFETCH_SKIP
+def test_the_register_rows_at_the_models_widths(layernorm):
     for C in (384, 768, 1024):
         assert layernorm._rows_kernel("residual_layernorm_backward", C) == f"residual_layernorm_backward_c{C}"
         assert layernorm._rows_kernel("layernorm_backward", C) == f"layernorm_backward_c{C}"
+        assert layernorm._rows_kernel("residual_layernorm_forward", C) == f"residual_layernorm_forward_c{C}"
     assert layernorm._rows_kernel("residual_layernorm_backward", 1000) == "residual_layernorm_backward"
+    assert layernorm.register_rows   # on by default: the general body only where a test switches it off
 
 
-def test_three_blocks_where_built_and_only_for_the_residual_backward(layernorm, monkeypatch):
-    monkeypatch.setattr(layernorm, "BWD_BLOCKS", 3)
-    assert layernorm._rows_kernel("residual_layernorm_backward", 768) == "residual_layernorm_backward_c768_o3"
-    assert layernorm._rows_kernel("residual_layernorm_backward", 1024) == "residual_layernorm_backward_c1024_o3"
-    assert layernorm._rows_kernel("residual_layernorm_backward", 384) == "residual_layernorm_backward_c384"
-    assert layernorm._rows_kernel("residual_layernorm_backward_dwsum", 768) == "residual_layernorm_backward_dwsum_c768"
-    assert layernorm._rows_kernel("layernorm_backward", 768) == "layernorm_backward_c768"
-    assert layernorm._rows_kernel("residual_layernorm_forward", 768) == "residual_layernorm_forward_c768"
-
-
-def test_prefetch_and_three_blocks_together_are_refused(layernorm, monkeypatch):
-    monkeypatch.setattr(layernorm, "BWD_BLOCKS", 3)
-    monkeypatch.setattr(layernorm, "PREFETCH_SKIP", True)
-    with pytest.raises(ValueError, match="TR2_LN_BWD_PREFETCH=1 and TR2_LN_BWD_BLOCKS=3"):
-        layernorm._rows_kernel("residual_layernorm_backward", 768)
-    monkeypatch.setattr(layernorm, "BWD_BLOCKS", 2)
-    assert layernorm._rows_kernel("residual_layernorm_backward", 768) == "residual_layernorm_backward_c768_pf"
-
-
-def test_the_three_block_kernels_are_in_the_source():
+def test_the_removed_backward_forms_are_gone():
+    """The prefetching (_pf), three-block (_o3) and dw-finishing (*_dwsum) backward forms were removed (measured:
+    gpu.RETIRED): no kernel of theirs is left in the sources, and the module has no switch of theirs."""
     from pathlib import Path
-    src = (Path(__file__).resolve().parents[1] / "lib/tr2/cupy_side/kernels/residual_layernorm.cu").read_text()
-    for C in (768, 1024):
-        assert f"RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3({C})" in src
+    kernels = Path(__file__).resolve().parents[1] / "lib/tr2/cupy_side/kernels"
+    for name in ("layernorm.cu", "residual_layernorm.cu", "layernorm_backward.cuh"):
+        src = (kernels / name).read_text()
+        code = "\n".join(line.split("//", 1)[0] for line in src.splitlines())
+        for gone in ("_ROWS_O3", "_ROWS_PF", "_dwsum", "PREFETCH_SKIP", "layernorm_dw_finish", "LN_DW_"):
+            assert gone not in code, (name, gone)
 
 
 def test_the_bulk_form_is_on_by_default_and_sized_to_shared_memory(layernorm):
@@ -95,18 +82,6 @@ def test_the_bulk_form_takes_only_aligned_contiguous_rows_of_the_residual_backwa
         assert not layernorm._bulk_rows("residual_layernorm_backward", 768,
                                         rows[:k] + (_Rows(4096, False),) + rows[k + 1:])
     assert not layernorm._bulk_rows("residual_layernorm_backward", 768, (rows[0], _Rows(4100), *rows[2:]))
-    monkeypatch.setattr(layernorm, "FINAL_IN_KERNEL", True)
-    assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)     # dw summed in the kernel: not built
-    monkeypatch.setattr(layernorm, "FINAL_IN_KERNEL", False)
-    for switch, value in (("PREFETCH_SKIP", True), ("BWD_BLOCKS", 3)):
-        monkeypatch.setattr(layernorm, switch, value)
-        monkeypatch.delenv("TR2_LN_BWD_BULK", raising=False)   # on by default: the form named by its switch runs
-        assert not layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
-        monkeypatch.setenv("TR2_LN_BWD_BULK", "1")              # both named: refused
-        with pytest.raises(ValueError, match="TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3"):
-            layernorm._bulk_rows("residual_layernorm_backward", 768, rows)
-        monkeypatch.undo()
-        monkeypatch.setattr(layernorm, "BWD_BULK", 1)
 
 
 def test_the_bulk_kernels_are_in_the_source(layernorm):

@@ -491,6 +491,39 @@ def test_pytorchs_attention_kernels_are_named_beside_each_verdict(tmp_path):
     assert "eager fmha_cutlassB_f32_x 30.0 fmha_cutlassF_f32_x 10.0 (sum 40.0) attn_forward_tf32_hs32 4.0 (sum 4.0)" in text
 
 
+def test_the_cards_other_series_show_how_pytorchs_time_moves_between_them(tmp_path):
+    """A sceptic's question the page left open: the ranges inside one series (three runs, one machine, one hour) are
+    far narrower than PyTorch's own medians across the card's series (the H200 edition's gpt2-small bf16: 18.84-19.10
+    ms over five). The card's other finished series are listed beside, with that spread per configuration."""
+    import copy
+    from test_report import VERDICTS, _folder
+    root = tmp_path / "results"
+    make_results(root)
+    older = copy.deepcopy(VERDICTS)
+    older[0]["theirs"] = {"runs": 2, "median": 7.0, "fastest": 6.9, "slowest": 7.07}
+    _folder(root, "series", {"verdicts": older}, stamp="20261128-100000")
+    data = rp.build_table("demo", rp.choose_dirs("demo", root=root), tmp_path)
+    names = [s["name"] for s in data["other_series"]]
+    assert names == ["series-20261128-090000-demo", "series-20261128-100000-demo", "series-20261129-100000-demo"]
+    assert [s["shown"] for s in data["other_series"]] == [False, False, True]
+    b = next(x for x in data["between_series"] if x["config"] == "tiny/float32")
+    assert (b["series"], b["low"], b["high"]) == (2, 6.81, 7.0)
+    assert b["spread"] == pytest.approx(7.0 / 6.81 - 1) and b["inside"] == pytest.approx(max(7.07 / 6.9, 6.95 / 6.7) - 1)
+    soup = bs4.BeautifulSoup(rp.front_page_html(data), "html.parser")
+    said = " ".join(soup.find(id="other-series").find_next("p").get_text().split())
+    assert f"tiny/float32: PyTorch's eager median 6.810–7.000 ms over 2 series, {100 * (7.0 / 6.81 - 1):.2f}% apart" in said
+    rows = soup.find(id="other-series-table").find("tbody").find_all("tr")
+    assert {r["data-series"] for r in rows} == {"series-20261128-100000-demo", "series-20261129-100000-demo"}
+    # the card's one series alone: nothing to set beside it, and no section
+    import shutil
+    one = tmp_path / "one"
+    make_results(one)
+    shutil.rmtree(one / "series-20261128-090000-demo")
+    alone = rp.build_table("demo", rp.choose_dirs("demo", root=one), tmp_path)
+    assert alone["other_series"] == [] and alone["between_series"] == []
+    assert bs4.BeautifulSoup(rp.front_page_html(alone), "html.parser").find(id="other-series") is None
+
+
 def test_a_malformed_evidence_file_is_one_line(tmp_path, monkeypatch):
     from tr2 import Tr2Error
     root = tmp_path / "results"

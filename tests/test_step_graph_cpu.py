@@ -103,14 +103,13 @@ def graph_module(monkeypatch):
     fakes = {
         "cupy": cupy,
         f"{PKG}.runtime": types.SimpleNamespace(capturing=capturing, captured={"kernels": 0, "programmatic": 0}),
-        f"{PKG}.streams": types.SimpleNamespace(PRIORITY=False, ENABLED=False),
         f"{PKG}.tensors": types.SimpleNamespace(drop_unfilled=lambda: log.append("drop unfilled"),
                                                 fill_captured=lambda: log.append("fill captured")),
         f"{PKG}.blas": types.SimpleNamespace(_instance=None),
     }
     for name, module in fakes.items():
         monkeypatch.setitem(sys.modules, name, module)
-    for name in ("runtime", "streams", "tensors", "blas"):   # `from . import x` reads the package's attribute first
+    for name in ("runtime", "tensors", "blas"):   # `from . import x` reads the package's attribute first
         monkeypatch.setattr(sys.modules[PKG], name, fakes[f"{PKG}.{name}"], raising=False)
     monkeypatch.delitem(sys.modules, f"{PKG}.graph", raising=False)
     graph = importlib.import_module(f"{PKG}.graph")

@@ -165,7 +165,7 @@ class NumpyBackend:
         """A backward of `layernorms` LayerNorms starts (the CUDA backend may defer their dw finals to its end)."""
 
     def backward_done(self) -> None:
-        """Nothing runs beside the backward here (the CUDA backend's weight gradients on a side stream)."""
+        """The backward has ended (the CUDA backend runs its deferred LayerNorm dw finals here); nothing to do."""
 
     # ---- operations ----
     def embedding_forward(self, idx, wte, wpe, p=0.0, seed=0, offset=0, offset_add=None):

@@ -278,6 +278,46 @@ def attention_kernels(families_dir, html_dir) -> dict:
     return out
 
 
+def other_series(card_name: str, shown, html_dir, root=None) -> list[dict]:
+    """The card's other finished series folders beside the one the page shows (`shown`), oldest first, each with its
+    primary rows' medians: per configuration, how PyTorch's own median moved between series (other days, machines and
+    commits of ours) against the spread inside one series. A sceptic's question; no verdict reads these."""
+    shown = {Path(d).resolve() for d in shown}
+    out = []
+    for d in results_folders(root, stage="series", card=card_name):
+        if not is_finished(d):
+            continue
+        info = folder_info(d, html_dir)
+        rows = [{"config": f"{v['model']}/{v['dtype']}", "build": v["build"], "torch_mode": v.get("torch_mode"),
+                 "ours": (v.get("ours") or {}).get("median"), "theirs": (v.get("theirs") or {}).get("median"),
+                 "theirs_range": [(v.get("theirs") or {}).get(k) for k in ("fastest", "slowest")],
+                 "ratio": v.get("ratio")}
+                for v in explore.summary(d).get("verdicts", []) if v.get("primary")]
+        out.append({"name": info["name"], "link": info["link"], "shown": d.resolve() in shown,
+                    "commit": (info["conditions"].get("commit") or "")[:12],
+                    "date": info["conditions"].get("first_run") or info["conditions"].get("date"),
+                    "gpu": info["conditions"].get("gpu"), "rows": rows})
+    return out if len(out) > 1 else []
+
+
+def between_series(series: list[dict]) -> list[dict]:
+    """Per configuration and PyTorch mode: its medians across the series (`other_series`), their spread (largest over
+    smallest, less one) and the widest range inside one series (its slowest over its fastest, less one)."""
+    by: dict = {}
+    for s in series:
+        for r in s["rows"]:
+            if r["theirs"] is not None:
+                by.setdefault((r["config"], r["torch_mode"]), []).append(r)
+    out = []
+    for (config, mode), rows in by.items():
+        medians = [r["theirs"] for r in rows]
+        inside = [r["theirs_range"][1] / r["theirs_range"][0] - 1 for r in rows if None not in r["theirs_range"]]
+        out.append({"config": config, "torch_mode": mode, "series": len(rows), "low": min(medians),
+                    "high": max(medians), "spread": max(medians) / min(medians) - 1,
+                    "inside": max(inside) if inside else None})
+    return out
+
+
 def _check_of(v, link_, what):
     if v is None:
         return {"passed": None, "reason": f"{what} has no finished folder for this card (not run, or its runs not all in)", "link": None}
@@ -433,6 +473,9 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
         "preview": preview, "edition": edition, "beside": beside_rows,
         "compared": compared(dirs, infos, rows, devices),
         "evidence": ev,
+        "other_series": (others := other_series(card_name, [d for d, _i, _s in series], html_dir,
+                                                root=dirs[0].parent if dirs else None)),
+        "between_series": between_series(others),
     }
 
 

@@ -65,8 +65,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      "embedding_sort_place", "embedding_backward_wte", "embedding_backward_wte_sums",
                      "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_dw_final_stacked",
-                     "layernorm_backward_dwsum",
-                     *(f"layernorm_backward{dwsum}_c{c}" for dwsum in ("", "_dwsum") for c in REGISTER_ROW_SIZES)),
+                     *(f"layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(
         name for hs in (64, 32) for name in
         [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32") for kernel in ("forward", "backward_dkdv",
@@ -78,20 +77,16 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                 for kernel in ("dkdv_ds_l2", "dq_ds_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
-                "gelu_forward_f16_table", "gelu_backward_f16_table", "gelu_forward_f16_seg", "gelu_backward_f16_seg",
                 "gelu_forward_f16_fast", "gelu_backward_f16_fast"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
     "residual.cu": ("residual_forward",),
     "residual_layernorm.cu": ("residual_layernorm_forward", "residual_layernorm_backward", "residual_layernorm_dw_final",
-                              "residual_layernorm_backward_dwsum",
-                              *(f"residual_layernorm_{way}_c{c}{pf}" for way, pf in (("forward", ""), ("backward", ""),
-                                                                                     ("backward", "_pf"),
-                                                                                     ("backward", "_bulk"),
-                                                                                     ("backward_dwsum", ""))
+                              *(f"residual_layernorm_{way}_c{c}{form}" for way, form in (("forward", ""), ("backward", ""),
+                                                                                         ("backward", "_bulk"))
                                 for c in REGISTER_ROW_SIZES)),
     "cross_entropy.cu": ("cross_entropy_count", "cross_entropy_forward", "cross_entropy_forward_backward",
                          "cross_entropy_forward_smem", "cross_entropy_forward_backward_smem",
-                         "cross_entropy_forward_backward_smem_ex2", "cross_entropy_forward_backward_smem2",
+                         "cross_entropy_forward_backward_smem_ex2",
                          "cross_entropy_forward_warp", "cross_entropy_forward_backward_warp", "cross_entropy_mean"),
     "adamw.cu": ("adamw_update", "adamw_update_tied", "adamw_scalars", "loss_scale_update"),
     "global_norm.cu": ("global_norm_partial", "global_norm_partial_wide", "global_norm_final", "global_norm_final_wide"),
@@ -114,7 +109,7 @@ _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backwar
                        "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
-_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD|BACKWARD_DWSUM)_ROWS(_PF|_BULK)?\((\d+)\)', re.M)
+_LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS(_BULK)?\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
 _ATTN_GEOMETRY = re.compile(r'^template <(?:int K|)> struct Geometry(<KIND_F32>)? \{ static const int '
                             r'MT = (\d+), FWD = (\d+), DQ = (\d+), DKDV = (\d+); \};', re.M)
@@ -155,7 +150,7 @@ def declared_kernels(filename: str) -> list[str]:
     names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
     for macro, build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
-    names += [f"{prefix.lower()}_{way.lower()}_c{c}{pf.lower()}" for prefix, way, pf, c in _LN_ROWS_MACRO.findall(src)]
+    names += [f"{prefix.lower()}_{way.lower()}_c{c}{form.lower()}" for prefix, way, form, c in _LN_ROWS_MACRO.findall(src)]
     return names
 
 
@@ -227,7 +222,9 @@ class SwitchError(Tr2Error, ValueError):
 # Kernel switches removed from the program with the forms they chose, each with why. One still set in the environment
 # stops the run where the switches are read (kernel_switch: SwitchError naming it, its value and this reason), so that
 # a bench variant that sets one does not time the default under its name. The attention forms' sessions: attention.cu's
-# header and docs/perf.md; their code and tests before the removal, at ee6b673.
+# header and docs/perf.md; their code and tests before the removal, at ee6b673. The GELU, LayerNorm, loss and side
+# stream forms': the headers of gelu.cu, layernorm_backward.cuh, residual_layernorm.cu and cross_entropy.cu, gpu/graph.py's
+# docstring, and docs/perf.md; their code and tests before the removal, at 3f23587.
 _ATTN_WG_DKDV = ("the wgmma dK/dV kernels on cp.async and their forms (wg1, wg2; o, d, p, t), measured slower than "
                  "the TMA dK/dV (tenth to nineteenth sessions)")
 RETIRED: dict[str, str] = {
@@ -253,6 +250,19 @@ RETIRED: dict[str, str] = {
     "TR2_ATTN_DQ_TMA_RESIDENT": "the resident TMA dQ, measured slower (twenty-fifth session)",
     "TR2_ATTN_DQ_TMA_ORDER": "the TMA dQ with the heads fastest, measured slower (twenty-eighth session)",
     "TR2_ATTN_DS_GROUP_BATCHES": "the backward a group of batches at a time, measured slower (twenty-ninth session)",
+    "TR2_GELU_F16_TABLE": "float16 GELU by table (gelu_*_f16_table), measured slower (thirteenth session)",
+    "TR2_GELU_F16_SEG": "float16 GELU by segment (gelu_*_f16_seg), measured slower (twenty-ninth session)",
+    "TR2_LN_FINAL_IN_KERNEL": "the LayerNorm backward's dw finished by its last blocks (*_dwsum), measured slower (ninth "
+                              "session)",
+    "TR2_LN_BWD_PREFETCH": "the register-row LayerNorm backward with dskip loaded early (_pf), measured without a gain "
+                           "(twelfth session)",
+    "TR2_LN_BWD_BLOCKS": "the register-row LayerNorm backward at three blocks an SM (_o3), measured a loss "
+                         "(twenty-sixth session)",
+    "TR2_CE_SMEM_DB": "the loss's shared-memory rows double-buffered (_smem2), measured slower (thirtieth session)",
+    "TR2_SIDE_STREAM": "the weight gradients' products on a side stream (gpu/streams.py), measured within 1.3% of one "
+                       "stream and above PyTorch's peak memory (eighth session)",
+    "TR2_STREAM_PRIORITY": "the step graph's stream at the greatest priority beside the side stream (gpu/streams.py), "
+                           "measured without a difference (eighth session)",
 }
 
 

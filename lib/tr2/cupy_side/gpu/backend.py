@@ -29,7 +29,6 @@ from . import global_norm as _global_norm
 from . import layernorm as _layernorm
 from . import matmul as _matmul
 from . import nvrtc_watch as _nvrtc_watch
-from . import streams as _streams
 from . import residual as _residual
 from . import residual_layernorm as _residual_layernorm
 from .cast import from_half, zero
@@ -218,17 +217,15 @@ class CudaBackend:
             self.ctx.keep_half_copy(w)
 
     def synchronize(self) -> None:
-        _streams.join()
         cp.cuda.get_current_stream().synchronize()
 
     def backward_begin(self, layernorms: int) -> None:
         _layernorm.begin_deferred(layernorms)   # TR2_LN_DW_DEFER: their dw finals at backward_done
 
     def backward_done(self) -> None:
-        """What follows the backward (the gradient norm, AdamW) runs after every weight gradient's product,
-        the ones on the side stream too (gpu/streams.py), and after the deferred LayerNorm finals (gpu/layernorm.py)."""
+        """What follows the backward (the gradient norm, AdamW) runs after the deferred LayerNorm finals
+        (gpu/layernorm.py)."""
         _layernorm.finish_deferred()
-        _streams.join()
 
     # ---- operations ----
     def embedding_forward(self, idx, wte, wpe, p=0.0, seed=0, offset=0, offset_add=None):

@@ -92,12 +92,13 @@ class Cublas:
         handle = vp()
         self._check(lib.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate")
         self.handle = handle
-        # None: the workspace every stream shares; a stream's own (add_stream_workspace) under its pointer. By plan,
-        # each grows on demand and never shrinks; else WORKSPACE_BYTES from the start, as before the switch.
-        self._workspaces: dict = {None: self._first_workspace()}
-        # memsets.TWO_WORKSPACES: each stream's second workspace, and which of the two its last product took
-        self._seconds: dict = {}
-        self._turns: dict = {}
+        # The one workspace of every product, on whichever stream (the step's run on one). By plan, it grows on demand
+        # and never shrinks; else WORKSPACE_BYTES from the start, as before the switch. (A side stream's own workspace
+        # went with the side stream: gpu.RETIRED's TR2_SIDE_STREAM.)
+        self._workspace = self._first_workspace()
+        # memsets.TWO_WORKSPACES: the second workspace, and which of the two the last product took
+        self._second = None
+        self._turn = None
         # memsets.LEAVES: the arena of the step's products' own slots (allocated at the first product, outside a capture)
         self._arena = None
         # once a step graph is captured (graph.StepGraph.capture), a workspace replaced by a larger one is kept here
@@ -147,7 +148,7 @@ class Cublas:
             self._stream = ptr
 
     def _bind_workspace(self) -> None:
-        """cublasGemmEx's workspace: the current stream's, at WORKSPACE_BYTES, bound to the handle."""
+        """cublasGemmEx's workspace: the shared one, at WORKSPACE_BYTES, bound to the handle."""
         ws = self.workspace_for(self._stream, WORKSPACE_BYTES)
         bound = (ws.data.ptr, WORKSPACE_BYTES)
         if bound != self._bound_workspace:
@@ -155,23 +156,15 @@ class Cublas:
                         "cublasSetWorkspace")
             self._bound_workspace = bound
 
-    def add_stream_workspace(self, stream_ptr: int) -> None:
-        """A workspace of its own for products on this stream (gpu/streams.py's side stream), which may run while
-        another stream's product uses the common one: cuBLAS's results are reproducible only where concurrent
-        products do not share a workspace."""
-        if stream_ptr not in self._workspaces:
-            self._workspaces[stream_ptr] = self._first_workspace()
-
     def _first_workspace(self):
         return self._cp.empty(0 if WORKSPACE_BY_PLAN else WORKSPACE_BYTES, dtype=self._cp.uint8)
 
     def workspace_for(self, stream_ptr: int | None, need: int = 0):
-        """The workspace of products on stream_ptr, at least `need` bytes. A larger need replaces it (the old one
-        goes back to CuPy's pool, in stream order) with one from the default pool, counted in the peak: the graph's
-        warm-up allocates from the graph's pool, and a workspace outlives the step. Never inside a capture: the
-        captured products would keep the address of the one freed."""
-        key = stream_ptr if stream_ptr in self._workspaces else None
-        ws = self._workspaces[key]
+        """The workspace of products (on stream_ptr, whose capture is checked), at least `need` bytes. A larger need
+        replaces it (the old one goes back to CuPy's pool, in stream order) with one from the default pool, counted in
+        the peak: the graph's warm-up allocates from the graph's pool, and a workspace outlives the step. Never inside
+        a capture: the captured products would keep the address of the one freed."""
+        ws = self._workspace
         if need > ws.size:
             from . import runtime
             probe = getattr(self._cp.cuda.runtime, "streamIsCapturing", None)   # any capture: products.py's too
@@ -179,39 +172,38 @@ class Cublas:
                 raise RuntimeError(f"cuBLAS workspace: a product inside a capture needs {need} bytes, more than the "
                                    f"{ws.size} its warm-up allocated (a product the eager step did not run)")
             del ws   # this frame must not hold the old one while its successor is allocated
-            ws = self._replace(self._workspaces, key, need)
+            ws = self._replace("_workspace", need)
         return ws
 
-    def _replace(self, store: dict, key, nbytes: int):
-        """store[key] replaced by nbytes from the default pool, counted in the peak. The old one goes back to CuPy's
-        pool first (never both held), unless a step graph has been captured: its products may use the old address,
-        so it is kept (a product after the capture that needs more than the step's is not expected: eval's products
-        are the training forward's)."""
+    def _replace(self, name: str, nbytes: int):
+        """The workspace held as attribute `name` replaced by nbytes from the default pool, counted in the peak. The
+        old one goes back to CuPy's pool first (never both held), unless a step graph has been captured: its products
+        may use the old address, so it is kept (a product after the capture that needs more than the step's is not
+        expected: eval's products are the training forward's)."""
         from . import runtime
         if self.captured:
-            self._kept.append(store[key])
+            self._kept.append(getattr(self, name))
         else:
-            store[key] = self._cp.empty(0, dtype=self._cp.uint8)
-        store[key] = runtime.default_pool_array(nbytes)
-        return store[key]
+            setattr(self, name, self._cp.empty(0, dtype=self._cp.uint8))
+        setattr(self, name, runtime.default_pool_array(nbytes))
+        return getattr(self, name)
 
     def product_workspace(self, stream_ptr: int | None, need: int):
-        """The workspace a product of the step on stream_ptr is given: the stream's own (workspace_for); or, where
-        memsets.TWO_WORKSPACES is on and the product needs at most memsets.SECOND_BYTES, whichever of the stream's two
-        the stream's last product did not take, so that two such products in a row never share one and the second
-        one's memset can run before the first has ended (gpu/memsets.py). The second grows to the largest such need
-        seen (in the warm-up, never inside a capture): at most SECOND_BYTES more memory, where a copy of the first
-        would cost the float32 builds' 16.5 MB (their peak is within 3 MB of PyTorch's on the char model)."""
+        """The workspace a product of the step on stream_ptr is given: the shared one (workspace_for); or, where
+        memsets.TWO_WORKSPACES is on and the product needs at most memsets.SECOND_BYTES, whichever of the two the last
+        product did not take, so that two such products in a row never share one and the second one's memset can run
+        before the first has ended (gpu/memsets.py). The second grows to the largest such need seen (in the warm-up,
+        never inside a capture): at most SECOND_BYTES more memory, where a copy of the first would cost the float32
+        builds' 16.5 MB (their peak is within 3 MB of PyTorch's on the char model)."""
         ws = self.workspace_for(stream_ptr, need)
         if memsets.LEAVES:
             return self._slot_or(ws, need)
         if not memsets.TWO_WORKSPACES:
             return ws
-        key = stream_ptr if stream_ptr in self._workspaces else None
         if need > memsets.SECOND_BYTES:
-            self._turns[key] = "first"
+            self._turn = "first"
             return ws
-        second = self._seconds.get(key)
+        second = self._second
         if second is None or second.size < need:
             from . import runtime
             if runtime.is_capturing():
@@ -219,12 +211,12 @@ class Cublas:
                                    f"workspace, which has {0 if second is None else second.size} (a product the "
                                    f"warm-up did not run)")
             del second   # not held here while its successor is allocated
-            self._seconds.setdefault(key, self._cp.empty(0, dtype=self._cp.uint8))
-            self._replace(self._seconds, key, max(int(need), 1))
+            if self._second is None:
+                self._second = self._cp.empty(0, dtype=self._cp.uint8)
+            self._replace("_second", max(int(need), 1))
         # the one the last product did not take (a label, not the array: a replaced one must not be held here)
-        turn = "second" if self._turns.get(key) == "first" else "first"
-        self._turns[key] = turn
-        return self._seconds[key] if turn == "second" else ws
+        self._turn = "second" if self._turn == "first" else "first"
+        return self._second if self._turn == "second" else ws
 
     def _slot_or(self, ws, need: int):
         """(memsets.LEAVES) In the step's capture, a product's own slot of the arena where it needs at most
@@ -250,14 +242,13 @@ class Cublas:
             fill_f32(self._arena.view(self._cp.float32), 0.0)
 
     def workspace_line(self) -> str:
-        """The train log's account of the workspaces: the shared one's size (and each side stream's), and the largest
-        a cuBLASLt plan of the run names (cublasGemmEx asks for WORKSPACE_BYTES)."""
+        """The train log's account of the workspaces: the shared one's size, the largest a cuBLASLt plan of the run
+        names (cublasGemmEx asks for WORKSPACE_BYTES), and the second one's where products take two in turn."""
         largest = max((p.workspace for p in self.lt._plans.values()), default=0) if self.lt is not None else 0
-        sizes = {k: int(v.size) for k, v in self._workspaces.items()}
-        return (f"cuBLAS workspace: {sizes.pop(None)} bytes, the largest a cuBLASLt plan of this run needs {largest}"
-                + "".join(f"; a side stream's {n}" for n in sizes.values())
-                + "".join(f"; a second workspace of {int(v.size)} bytes{'' if k is None else ' (a side stream)'}, "
-                          f"products taking the two in turn" for k, v in self._seconds.items()))
+        return (f"cuBLAS workspace: {int(self._workspace.size)} bytes, the largest a cuBLASLt plan of this run needs "
+                f"{largest}"
+                + ("" if self._second is None else f"; a second workspace of {int(self._second.size)} bytes, products "
+                                                   f"taking the two in turn"))
 
     def _scalars(self, compute: int, alpha: float, beta: float):
         if compute == COMPUTE_64F:
@@ -301,8 +292,8 @@ class Cublas:
                                                            stride_a, ctypes.byref(b), vp(pc), c_type, ldc, stride_c,
                                                            batch, compute, GEMM_DEFAULT)
             what = f"cublasGemmStridedBatchedEx(M={M}, N={N}, K={K}, batch={batch})"
-        if memsets.TWO_WORKSPACES:   # cublasGemmEx's products take the stream's first workspace
-            self._turns[self._stream if self._stream in self._workspaces else None] = "first"
+        if memsets.TWO_WORKSPACES:   # cublasGemmEx's products take the first workspace
+            self._turn = "first"
         mover = memsets.active()
         # in the step's capture the Mover hears of this product too: it uses the stream's workspace, which a moved
         # memset of a later product must wait for (gpu/memsets.py)

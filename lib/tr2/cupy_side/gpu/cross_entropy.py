@@ -9,13 +9,11 @@ import cupy as cp
 
 from . import cross_entropy_plan, kernel_switch
 from .cast import fill_f32
-from .runtime import i32, launch, sm_count
+from .runtime import i32, launch
 
 FILE = "cross_entropy.cu"
-# Training's shared-memory rows double-buffered (TR2_CE_SMEM_DB=1: cross_entropy_forward_backward_smem2, one block an
-# SM with the next row's copy in flight; the one-row kernel's bits, the same thread count and body): off until its
-# GPU tests and a bench have run (written without a GPU; docs/perf.md, "Twenty-ninth session").
-SMEM_DOUBLE_BUFFER = bool(kernel_switch("TR2_CE_SMEM_DB", 0))
+# (Training's shared-memory rows double-buffered, TR2_CE_SMEM_DB, measured x1.335 slower and removed: cross_entropy.cu's
+# header, gpu.RETIRED.)
 # Training's shared-memory rows with the gradient pass's probabilities by exp2 (cross_entropy_forward_backward_smem_ex2;
 # the loss the expf kernel's bits, dlogits within a half-type ulp of them): on since the thirtieth session (call 6 of
 # results/h200-perf-20261204f: x0.880 alone in bf16, gpt2-small bf16's step -0.09 ms); TR2_CE_GRAD_EX2=0 the expf
@@ -94,10 +92,6 @@ def forward_backward(ctx, logits: "cp.ndarray", targets: "cp.ndarray", dloss):
         launch(FILE, "cross_entropy_forward_backward_warp", (N + threads // 32 - 1) // (threads // 32), threads,
                (losses, dlogits, logits, targets, d, count, i32(N), i32(V), i32(ld), i32(ldd), i32(lk),
                 i32(ctx.kind_of(dlogits))))
-    elif suffix == "_smem" and SMEM_DOUBLE_BUFFER:
-        launch(FILE, "cross_entropy_forward_backward_smem2", min(N, sm_count(cp.cuda.Device().id)), threads,
-               (losses, dlogits, logits, targets, d, count, i32(N), i32(V), i32(lk), i32(ctx.kind_of(dlogits))),
-               shared_mem=2 * shared, prefer_shared=True)
     else:
         ex2 = "_ex2" if suffix == "_smem" and GRAD_EX2 else ""
         launch(FILE, "cross_entropy_forward_backward" + suffix + ex2, N, threads,

@@ -4,52 +4,32 @@ bfloat16 inputs go through the table kernels (gelu.cu's header says why they pay
 computing kernels'); float32 through the computing kernels, which also fill the tables. float16 takes the kernels
 within an ulp (TR2_GELU_F16_FAST=1, the default since the thirtieth session: every output within one unit in the last
 place of the computing kernels', by one exponential and one reciprocal an element; gelu.cu's "Within an ulp"
-paragraph, ops/gelu.py's fast_*); with TR2_GELU_F16_FAST=0 its tables (TR2_GELU_F16_TABLE=1), the segment kernels
-(TR2_GELU_F16_SEG=1: the cubic a segment with a rounding certificate, gelu.cu's "by segment" paragraph; tables from
-gpu/gelu_segments.py, computed on the host), or else the computing kernels.
+paragraph, ops/gelu.py's fast_*); with TR2_GELU_F16_FAST=0 the computing kernels. (float16 by table and by segment,
+measured slower, were removed: gelu.cu's header and gpu.RETIRED.)
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import cupy as cp
 
-from . import gelu_segments, gelu_table, kernel_define, kernel_switch
+from . import gelu_table, kernel_define, kernel_switch
 from .halfbits import KIND_BF16, KIND_F16, KIND_F32, KINDS
 from .runtime import THREADS, blocks_for, i32, i64, launch, sm_count
 
 FILE = "gelu.cu"
 TABLE_THREADS = kernel_define(FILE, "GELU_TABLE_THREADS")
 TABLE_BLOCKS_PER_SM = kernel_define(FILE, "GELU_TABLE_BLOCKS_PER_SM")
-F16_TABLE_BLOCKS_PER_SM_FORWARD = kernel_define(FILE, "GELU_F16_TABLE_BLOCKS_PER_SM_FORWARD")
-F16_TABLE_BLOCKS_PER_SM_BACKWARD = kernel_define(FILE, "GELU_F16_TABLE_BLOCKS_PER_SM_BACKWARD")
-SEG_THREADS = kernel_define(FILE, "GELU_SEG_THREADS")
-SEG_BLOCKS_PER_SM_FORWARD = kernel_define(FILE, "GELU_SEG_BLOCKS_PER_SM_FORWARD")
-SEG_BLOCKS_PER_SM_BACKWARD = kernel_define(FILE, "GELU_SEG_BLOCKS_PER_SM_BACKWARD")
 
-# False: the half types take the computing kernels too (the reference the table kernels are tested against).
+# False: bfloat16 takes the computing kernels too (the reference the table kernels are tested against).
 USE_TABLE = True
-# float16 by table (TR2_GELU_F16_TABLE=1): its GPU tests pass on the H200, but it is slower than the computing kernels
-# and stays off: nanogpt's f16 step, kernels a step, forward 249.6 against 205.0 us, backward 358.6 against 324.6
-# (calls 2 and 3 of results/h200-perf-20261202d). Its tables (44 and 88 KB of shared memory a block) allow fewer
-# blocks an SM than bfloat16's. bfloat16's tables are on by USE_TABLE alone.
-F16_TABLE = bool(kernel_switch("TR2_GELU_F16_TABLE", 0))
-# float16 by segment (TR2_GELU_F16_SEG=1): the computing kernels' bits (its GPU tests pass on the H200: every code),
-# but slower and off: nanogpt's c_fc shape, forward 32.8 -> 51.6 us, backward 52.7 -> 55.0 us a launch (calls 6-7 of
-# results/h200-perf-20261204e: as many instructions as erff, and bank conflicts on its 24 KB tables; docs/perf.md,
-# "Twenty-ninth session"). Where both switches are on, float16 takes the segments.
-F16_SEG = bool(kernel_switch("TR2_GELU_F16_SEG", 0))
 # float16 within an ulp (TR2_GELU_F16_FAST): on by default (=1) since the thirtieth session (calls 8-11 of
 # results/h200-perf-20261204f: every GPU test of the tail-exact form passed, on every float16 code and every (x, dy)
 # pair of codes; forward 33.0 -> 28.4 and backward 52.7 -> 40.4 us a launch on nanogpt's shape; the char model's
 # float16 step -0.108 ms; docs/perf.md, "float16 GELU within an ulp"). Every float16 output within one unit in the last
 # place of the computing kernels' (the same bits on most codes), at ~19 / ~24 instructions an element against their
-# ~32 / ~48. 1: x <= -3.75 through the computing path (safe against erff's documented error); 2: that tail on the fast
-# path too, which the GPU tests REFUSED (-k tail_fast: up to 3 ulps off the device's erff there), so 2 is for study
-# only. 0: the computing kernels (or the segments / tables where those switches are on). Where it is on it takes
-# float16 before the segments and the tables.
-F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 1, (0, 1, 2))
+# ~32 / ~48; x <= -3.75 through the computing path (safe against erff's documented error). 0: the computing kernels.
+# (Value 2, that tail on the fast path too, was refused by its GPU tests in the same calls and removed.)
+F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 1)
 # The order GELU's kernels (computing, table, within an ulp) take their groups of eight in (TR2_GELU_REVERSE): 0 front
 # to back; 1 from the last group down, so that the part of the input its product wrote last, which may still sit in
 # the L2, is read first (gelu.cu's group_in_order says why); 2 the forward alone from the last down, 3 the backward
@@ -62,35 +42,17 @@ F16_FAST = kernel_switch("TR2_GELU_F16_FAST", 1, (0, 1, 2))
 REVERSE_SWITCH = kernel_switch("TR2_GELU_REVERSE", 1, (0, 1, 2, 3))
 REVERSE_FORWARD = REVERSE_SWITCH in (1, 2)
 REVERSE_BACKWARD = REVERSE_SWITCH in (1, 3)
-# the kernels' `tail` argument for each value of the switch (a float16 code: x at or below it takes the computing path)
-FAST_TAILS = {1: kernel_define(FILE, "GELU_FAST_TAIL_X"), 2: kernel_define(FILE, "GELU_FAST_TAIL_NONE")}
+# the fast kernels' `tail` argument (a float16 code, -3.75: x at or below it takes the computing path)
+FAST_TAIL = kernel_define(FILE, "GELU_FAST_TAIL_X")
 # gelu.cu's fast kernels index groups of eight in 32 bits: fewer elements than this (larger arrays take the others)
 FAST_MAX_N = 1 << 34
 
-
-@dataclass(frozen=True)
-class TableKernels:
-    """One half type's table kernels and their launch: blocks an SM of the persistent grids; dynamic: the tables
-    sit in dynamic shared memory, sized by the launch (float16's backward table exceeds the 48 KB a block may
-    declare statically), with the largest carveout asked for so that the blocks an SM fit together."""
-    forward: str
-    backward: str
-    forward_blocks_per_sm: int
-    backward_blocks_per_sm: int
-    dynamic: bool
-
-
-TABLE_KERNELS = {
-    KIND_BF16: TableKernels("gelu_forward_bf16_table", "gelu_backward_bf16_table", TABLE_BLOCKS_PER_SM,
-                            TABLE_BLOCKS_PER_SM, False),
-    KIND_F16: TableKernels("gelu_forward_f16_table", "gelu_backward_f16_table", F16_TABLE_BLOCKS_PER_SM_FORWARD,
-                           F16_TABLE_BLOCKS_PER_SM_BACKWARD, True),
-}
+# the half kind with table kernels (bfloat16), and its kernels
+TABLE_KIND = KIND_BF16
+TABLE_FORWARD, TABLE_BACKWARD = "gelu_forward_bf16_table", "gelu_backward_bf16_table"
 
 # (device id, kind) -> (forward table: uint16 half bits, backward table: float32 t), built once by `tables`
 _tables: dict[tuple[int, int], tuple["cp.ndarray", "cp.ndarray"]] = {}
-# device id -> (forward, backward) float16 segment tables (gelu_segments' packed layout), uploaded by `segment_tables`
-_segment_tables: dict[int, tuple["cp.ndarray", "cp.ndarray"]] = {}
 
 
 def _empty(ctx, shape):
@@ -110,27 +72,22 @@ def _blocks(n: int) -> int:
     return blocks_for(max(n // 8, n % 8))
 
 
-def _table_blocks(n: int, blocks_per_sm: int, threads: int = TABLE_THREADS) -> int:
+def _table_blocks(n: int) -> int:
     """A persistent grid: each block copies its table into shared memory once, so no more blocks than stay
-    resident together (blocks_per_sm an SM; fewer where n is small)."""
-    resident = sm_count(cp.cuda.Device().id) * blocks_per_sm
-    return blocks_for(max(n // 8, n % 8), threads, resident)
-
-
-def _table_launch(name: str, n: int, blocks_per_sm: int, table: "cp.ndarray", dynamic: bool, args) -> None:
-    shared = table.nbytes if dynamic else 0
-    launch(FILE, name, _table_blocks(n, blocks_per_sm), TABLE_THREADS, args, shared_mem=shared, prefer_shared=dynamic)
+    resident together (TABLE_BLOCKS_PER_SM an SM; fewer where n is small)."""
+    resident = sm_count(cp.cuda.Device().id) * TABLE_BLOCKS_PER_SM
+    return blocks_for(max(n // 8, n % 8), TABLE_THREADS, resident)
 
 
 def _kind_name(kind: int) -> str:
     return next((name for name, k in KINDS.items() if k == kind), f"kind {kind}")
 
 
-def tables(kind: int = KIND_BF16) -> tuple["cp.ndarray", "cp.ndarray"]:
-    """This device's tables of half kind `kind`, filled at the first call by the computing kernels themselves:
-    gelu_forward on the tabulated codes, and gelu_backward on them with dy = 1 (1 * t is t exactly) into float32.
-    The first call must run eagerly (it copies the codes from the host): CudaBackend makes it in the half builds,
-    before any step."""
+def tables(kind: int = TABLE_KIND) -> tuple["cp.ndarray", "cp.ndarray"]:
+    """This device's tables of half kind `kind` (bfloat16's, the one kind with tables), filled at the first call by the
+    computing kernels themselves: gelu_forward on the tabulated codes, and gelu_backward on them with dy = 1 (1 * t is
+    t exactly) into float32. The first call must run eagerly (it copies the codes from the host): CudaBackend makes it
+    in the bfloat16 build, before any step."""
     spec = gelu_table.spec(kind)
     key = (cp.cuda.Device().id, kind)
     built = _tables.get(key)
@@ -151,138 +108,74 @@ def tables(kind: int = KIND_BF16) -> tuple["cp.ndarray", "cp.ndarray"]:
     return built
 
 
-def segment_tables() -> tuple["cp.ndarray", "cp.ndarray"]:
-    """This device's float16 segment tables (forward, backward: float32, gelu_segments' layout), computed on the host
-    and uploaded at the first call, which must run eagerly (a host-to-device copy): CudaBackend makes it in the
-    float16 build where F16_SEG is on, before any step."""
-    key = cp.cuda.Device().id
-    built = _segment_tables.get(key)
-    if built is not None:
-        return built
-    if cp.cuda.get_current_stream().is_capturing():
-        raise RuntimeError("gelu: the float16 segment tables are uploaded at the first use, which must run eagerly, "
-                           "not inside a CUDA graph capture (run the step once first: gpu/graph.py's warmup)")
-    built = (cp.asarray(gelu_segments.forward_table().packed()), cp.asarray(gelu_segments.backward_table().packed()))
-    _segment_tables[key] = built
-    return built
-
-
-def by_segment_by_default(kind: int) -> bool:
-    """Whether float16 activations take the segment kernels when the caller does not say (F16_SEG)."""
-    return F16_SEG and kind == KIND_F16
-
-
 def prepare(kind: int) -> None:
     """The tables the activations of this kind take by default, built now (eagerly, before any capture)."""
-    if by_segment_by_default(kind):
-        segment_tables()
-    elif by_table_by_default(kind):
+    if by_table_by_default(kind):
         tables(kind)
 
 
-def _segment_choice(by_segment: bool | None, by_table: bool | None, applies: bool, what: str) -> bool:
-    """by_segment None: the segment kernel where it applies, F16_SEG is on and the caller did not name a form by
-    by_table (a test's by_table=False is the computing kernel, whatever the switch)."""
-    if by_segment is None:
-        return by_table is None and applies and F16_SEG
-    if by_segment and not applies:
-        raise ValueError(f"{what} by segment: {'x, dy and dx' if what.endswith('backward') else 'x and y'} must be "
-                         "float16")
-    if by_segment and by_table:
-        raise ValueError(f"{what}: by_table and by_segment both asked for")
-    return by_segment
-
-
-def _fast_choice(by_fast: bool | None, by_table: bool | None, by_segment: bool | None, applies: bool, n: int,
-                 what: str) -> bool:
+def _fast_choice(by_fast: bool | None, by_table: bool | None, applies: bool, n: int, what: str) -> bool:
     """by_fast None: the kernel within an ulp where it applies, F16_FAST is on, the caller named no other form and n
     fits its 32-bit group index (a test's by_table=False is the computing kernel, whatever the switch)."""
     if by_fast is None:
-        return by_table is None and by_segment is None and applies and F16_FAST and n < FAST_MAX_N
+        return by_table is None and applies and bool(F16_FAST) and n < FAST_MAX_N
     if by_fast and not applies:
         raise ValueError(f"{what} within an ulp: {'x, dy and dx' if what.endswith('backward') else 'x and y'} must be "
                          "float16")
-    if by_fast and (by_table or by_segment):
-        raise ValueError(f"{what}: within an ulp and {'by table' if by_table else 'by segment'} both asked for")
+    if by_fast and by_table:
+        raise ValueError(f"{what}: within an ulp and by table both asked for")
     if by_fast and n >= FAST_MAX_N:
         raise ValueError(f"{what} within an ulp: {n} elements, the kernel takes fewer than 2^34")
     return by_fast
 
 
-def fast_tail(tail: int | None = None) -> int:
-    """The fast kernels' tail code: `tail`, else the switch's (TR2_GELU_F16_FAST=2: GELU_FAST_TAIL_NONE), else
-    GELU_FAST_TAIL_X."""
-    return FAST_TAILS[2 if F16_FAST == 2 else 1] if tail is None else int(tail)
-
-
 def by_table_by_default(kind: int) -> bool:
-    """Whether activations of this kind take the table kernels when the caller does not say (USE_TABLE, and
-    F16_TABLE for float16)."""
-    return USE_TABLE and kind in TABLE_KERNELS and (kind != KIND_F16 or F16_TABLE)
-
-
-def _allowed() -> str:
-    return " or ".join(_kind_name(k) for k in TABLE_KERNELS)
+    """Whether activations of this kind take the table kernels when the caller does not say (USE_TABLE, bfloat16)."""
+    return USE_TABLE and kind == TABLE_KIND
 
 
 def launch_forward(y: "cp.ndarray", x: "cp.ndarray", x_kind: int, y_kind: int, by_table: bool | None = None,
-                   by_segment: bool | None = None, by_fast: bool | None = None, tail: int | None = None,
-                   reverse: bool | None = None) -> None:
-    """y = gelu(x); by_table None: the table kernel wherever it applies (x and y of one half type with tables,
-    by_table_by_default); by_segment: the float16 segment kernel (_segment_choice); by_fast: the float16 kernel within
-    an ulp (_fast_choice), its tail code fast_tail(tail); reverse: the kernel takes
-    their groups from the last down (None: REVERSE_FORWARD)."""
+                   by_fast: bool | None = None, reverse: bool | None = None) -> None:
+    """y = gelu(x); by_table None: the table kernel wherever it applies (x and y bfloat16, by_table_by_default);
+    by_fast: the float16 kernel within an ulp (_fast_choice); reverse: the kernel takes their groups from the last
+    down (None: REVERSE_FORWARD)."""
     n = x.size
     order = i32(REVERSE_FORWARD if reverse is None else reverse)
-    if _fast_choice(by_fast, by_table, by_segment, x_kind == y_kind == KIND_F16, n, "gelu_forward"):
-        launch(FILE, "gelu_forward_f16_fast", _blocks(n), THREADS, (y, x, i64(n), np.uint32(fast_tail(tail)), order))
+    if _fast_choice(by_fast, by_table, x_kind == y_kind == KIND_F16, n, "gelu_forward"):
+        launch(FILE, "gelu_forward_f16_fast", _blocks(n), THREADS, (y, x, i64(n), np.uint32(FAST_TAIL), order))
         return
-    if _segment_choice(by_segment, by_table, x_kind == y_kind == KIND_F16, "gelu_forward"):
-        table = segment_tables()[0]
-        launch(FILE, "gelu_forward_f16_seg", _table_blocks(n, SEG_BLOCKS_PER_SM_FORWARD, SEG_THREADS), SEG_THREADS,
-               (y, x, table, i64(n)))
-        return
-    applies = x_kind == y_kind and x_kind in TABLE_KERNELS
+    applies = x_kind == y_kind == TABLE_KIND
     if by_table is None:
         by_table = applies and by_table_by_default(x_kind)
     elif by_table and not applies:
-        raise ValueError(f"gelu_forward by table: x and y must be of one type with tables ({_allowed()}), not "
+        raise ValueError(f"gelu_forward by table: x and y must be {_kind_name(TABLE_KIND)}, not "
                          f"{_kind_name(x_kind)} and {_kind_name(y_kind)}")
     if by_table:
-        k = TABLE_KERNELS[x_kind]
         table = tables(x_kind)[0]
-        _table_launch(k.forward, n, k.forward_blocks_per_sm, table, k.dynamic, (y, x, table, i64(n), order))
+        launch(FILE, TABLE_FORWARD, _table_blocks(n), TABLE_THREADS, (y, x, table, i64(n), order))
     else:
         launch(FILE, "gelu_forward", _blocks(n), THREADS, (y, x, i64(n), i32(x_kind), i32(y_kind), order))
 
 
 def launch_backward(dx: "cp.ndarray", dy: "cp.ndarray", x: "cp.ndarray", dy_kind: int, x_kind: int, dx_kind: int,
-                    by_table: bool | None = None, by_segment: bool | None = None, by_fast: bool | None = None,
-                    tail: int | None = None, reverse: bool | None = None) -> None:
-    """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x of a half type with tables,
-    by_table_by_default); by_segment: the float16 segment kernel (x, dy and dx float16; _segment_choice); by_fast: the
-    float16 kernel within an ulp (x, dy and dx float16, the half roundings' kinds; _fast_choice), tail and reverse as
-    above (None: REVERSE_BACKWARD)."""
+                    by_table: bool | None = None, by_fast: bool | None = None, reverse: bool | None = None) -> None:
+    """dx = dy gelu'(x); by_table None: the table kernel wherever it applies (x bfloat16, by_table_by_default);
+    by_fast: the float16 kernel within an ulp (x, dy and dx float16, the half roundings' kinds; _fast_choice); reverse
+    as above (None: REVERSE_BACKWARD)."""
     n = x.size
     order = i32(REVERSE_BACKWARD if reverse is None else reverse)
-    if _fast_choice(by_fast, by_table, by_segment, dy_kind == x_kind == dx_kind == KIND_F16, n, "gelu_backward"):
-        launch(FILE, "gelu_backward_f16_fast", _blocks(n), THREADS, (dx, dy, x, i64(n), np.uint32(fast_tail(tail)), order))
+    if _fast_choice(by_fast, by_table, dy_kind == x_kind == dx_kind == KIND_F16, n, "gelu_backward"):
+        launch(FILE, "gelu_backward_f16_fast", _blocks(n), THREADS, (dx, dy, x, i64(n), np.uint32(FAST_TAIL), order))
         return
-    if _segment_choice(by_segment, by_table, dy_kind == x_kind == dx_kind == KIND_F16, "gelu_backward"):
-        table = segment_tables()[1]
-        launch(FILE, "gelu_backward_f16_seg", _table_blocks(n, SEG_BLOCKS_PER_SM_BACKWARD, SEG_THREADS),
-               SEG_THREADS, (dx, dy, x, table, i64(n)))
-        return
-    applies = x_kind in TABLE_KERNELS
+    applies = x_kind == TABLE_KIND
     if by_table is None:
         by_table = applies and by_table_by_default(x_kind)
     elif by_table and not applies:
-        raise ValueError(f"gelu_backward by table: x must be {_allowed()}, not {_kind_name(x_kind)}")
+        raise ValueError(f"gelu_backward by table: x must be {_kind_name(TABLE_KIND)}, not {_kind_name(x_kind)}")
     if by_table:
-        k = TABLE_KERNELS[x_kind]
         table = tables(x_kind)[1]
-        _table_launch(k.backward, n, k.backward_blocks_per_sm, table, k.dynamic,
-                      (dx, dy, x, table, i64(n), i32(dy_kind), i32(dx_kind), order))
+        launch(FILE, TABLE_BACKWARD, _table_blocks(n), TABLE_THREADS,
+               (dx, dy, x, table, i64(n), i32(dy_kind), i32(dx_kind), order))
     else:
         launch(FILE, "gelu_backward", _blocks(n), THREADS,
                (dx, dy, x, i64(n), i32(dy_kind), i32(x_kind), i32(dx_kind), order))

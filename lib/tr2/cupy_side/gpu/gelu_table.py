@@ -1,15 +1,13 @@
-"""Which half codes gelu.cu's table kernels look up, and where: a NumPy transcription of gelu_table_index (bfloat16)
-and gelu_f16_table_index (float16) of kernels/gelu.cu, with the constants read from the source. Pure NumPy, no GPU:
-gpu/gelu.py uploads `table_codes(kind)` to have the computing kernels fill the tables, and the CPU tests check the
-mapping.
+"""Which bfloat16 codes gelu.cu's table kernels look up, and where: a NumPy transcription of gelu_table_index of
+kernels/gelu.cu, with the constants read from the source. Pure NumPy, no GPU: gpu/gelu.py uploads `table_codes()` to
+have the computing kernels fill the tables, and the CPU tests check the mapping.
 
 A code's place is the code rotated left by one bit, (exponent << (m + 1)) | (mantissa << 1) | sign for a type of m
-mantissa bits, less the lowest tabulated exponent shifted alike, in unsigned 32-bit arithmetic: codes below the
-range wrap past the table's end, so one compare (index < size) tells a tabulated code: 2^-24 <= |x| < 16 in
-bfloat16, 2^-8 <= |x| < 8 in float16.
+mantissa bits (7), less the lowest tabulated exponent shifted alike, in unsigned 32-bit arithmetic: codes below the
+range wrap past the table's end, so one compare (index < size) tells a tabulated code: 2^-24 <= |x| < 16.
 
-The functions take the half kind (halfbits.KIND_BF16 or KIND_F16), bfloat16 where it is not given; EXP_LOW, EXP_END
-and SIZE are bfloat16's.
+The functions take the half kind, bfloat16 (halfbits.KIND_BF16) where it is not given, the one kind with tables
+(float16's were removed: gelu.cu's header); EXP_LOW, EXP_END and SIZE are bfloat16's.
 """
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernel_define
-from .halfbits import KIND_BF16, KIND_F16
+from .halfbits import KIND_BF16
 
 FILE = "gelu.cu"
 
@@ -36,8 +34,6 @@ class Spec:
 SPECS = {
     KIND_BF16: Spec("bfloat16", kernel_define(FILE, "GELU_TABLE_EXP_LOW"), kernel_define(FILE, "GELU_TABLE_EXP_END"),
                     kernel_define(FILE, "GELU_TABLE_SIZE"), 7),
-    KIND_F16: Spec("float16", kernel_define(FILE, "GELU_F16_TABLE_EXP_LOW"),
-                   kernel_define(FILE, "GELU_F16_TABLE_EXP_END"), kernel_define(FILE, "GELU_F16_TABLE_SIZE"), 10),
 }
 
 EXP_LOW = SPECS[KIND_BF16].exp_low   # biased exponent of 2^-24, the least tabulated bf16 magnitude
@@ -49,8 +45,7 @@ def spec(kind: int) -> Spec:
     try:
         return SPECS[kind]
     except KeyError:
-        raise ValueError(f"gelu tables: kind {kind}; tables exist for bfloat16 ({KIND_BF16}) and float16 "
-                         f"({KIND_F16})") from None
+        raise ValueError(f"gelu tables: kind {kind}; tables exist for bfloat16 ({KIND_BF16}) only") from None
 
 
 def _offset(s: Spec) -> np.uint32:

@@ -15,13 +15,16 @@ graph's. (A first version counted on the pool serving the capture the warm-up's 
 the H200 it did not, and the capture stopped with an error rather than record a stale table.)
 
 Everything, the caller's writes included, runs on `self.stream`: a graph cannot be captured on the
-legacy default stream, and one stream orders each replay after the writes before it.
+legacy default stream, and one stream orders each replay after the writes before it. (The weight gradients' products
+on a second stream beside it, gpu/streams.py with this stream at the greatest priority, TR2_SIDE_STREAM and
+TR2_STREAM_PRIORITY, were measured within 1.3% of one stream and above PyTorch's peak memory in the eighth session,
+docs/perf.md, and removed; before the removal, at 3f23587.)
 """
 from __future__ import annotations
 
 import cupy as cp
 
-from . import memsets, runtime, streams, tensors
+from . import memsets, runtime, tensors
 
 
 class StepGraph:
@@ -29,8 +32,7 @@ class StepGraph:
         """allocator_for(pool) -> malloc: the allocator that draws on the graph's pool (default: the pool's own;
         the backend's counts its bytes in the peak)."""
         self.body = body
-        # beside the weight gradients' side stream (gpu/streams.py, when on), the chain of the step goes first for an SM
-        self.stream = streams.high_priority_stream() if streams.PRIORITY else cp.cuda.Stream(non_blocking=True)
+        self.stream = cp.cuda.Stream(non_blocking=True)
         self.pool = cp.cuda.MemoryPool()
         self.malloc = allocator_for(self.pool) if allocator_for else self.pool.malloc
         self.graph = None

@@ -4,29 +4,15 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import REGISTER_ROW_SIZES, SwitchError, deferred_finals, dw_order, kernel_switch, switch_given
+from . import REGISTER_ROW_SIZES, deferred_finals, kernel_switch
 from .runtime import compute_capability, f32, i32, launch, sm_count
 
 FILE = "layernorm.cu"
 ROWS_PER_BLOCK = 8          # one warp per row
 register_rows = True        # the models' widths hold a row in registers (REGISTER_ROW_SIZES); off: the general body
-# On: the backward's own last blocks finish dw (the *_backward_dwsum kernels, layernorm_backward.cuh's
-# layernorm_dw_finish), one launch instead of two, in another fixed order (other bits, the same every run). Off until
-# the GPU tests have passed on the H200 (tests/test_kernels_gpu.py, "dwsum"): the *_dw_final kernel, as before.
-# TR2_LN_FINAL_IN_KERNEL=1 in the environment turns it on for a run (a bench variant).
-FINAL_IN_KERNEL = bool(kernel_switch("TR2_LN_FINAL_IN_KERNEL", 0))
-# On: residual_layernorm's register-row backward loads dskip's row with dy's and s's, before the row's means
-# (residual_layernorm_backward_c<C>_pf; the same bits). Its bit tests passed in call 1 of results/h200-perf-20261202c,
-# and the step did not gain in call 2 (ms, one round, off / on: nanogpt 4.28 / 4.33, gpt2-small 16.55 / 16.52,
-# gpt2-medium 43.12 / 43.27): off.
-PREFETCH_SKIP = bool(kernel_switch("TR2_LN_BWD_PREFETCH", 0))
-# 3: residual_layernorm's register-row backward at 768 and 1024 columns built for three blocks an SM
-# (residual_layernorm_backward_c<C>_o3: at most 80 registers where the plain kernels take 94 and 124; ptxas, NVRTC
-# 12.9: spills 40 and 248 bytes; the same bits). Why: Nsight Compute found the plain kernels at two blocks an SM, their
-# warps waiting on the row's loads (call 8 of results/h200-perf-20261204). Written in the twenty-fifth session after
-# its device time: NOT run on a GPU, off (2).
-BWD_BLOCKS = kernel_switch("TR2_LN_BWD_BLOCKS", 2, (2, 3))
-THREE_BLOCK_SIZES = (768, 1024)
+# (Removed, each measured: dw finished by the backward's own last blocks, TR2_LN_FINAL_IN_KERNEL, slower; the
+# register-row backward with dskip loaded early, TR2_LN_BWD_PREFETCH, no gain; and at three blocks an SM,
+# TR2_LN_BWD_BLOCKS=3, a loss: layernorm_backward.cuh's and residual_layernorm.cu's headers, gpu.RETIRED.)
 # On: residual_layernorm's register-row backward fed by the copy engine (residual_layernorm_backward_c<C>_bulk: one
 # block an SM taking the groups of eight rows in turn, each group's s, dskip and dy brought into a ring of shared
 # memory stages ahead by cp.async.bulk; the plain kernel's operations, partials and so bits). Why: the plain kernels
@@ -81,18 +67,11 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray", mean: "cp.
 
 
 def _rows_kernel(kernel: str, C: int) -> str:
-    """The register-row form of the kernel (the same formulas with the row held in registers) at the models' widths;
-    with PREFETCH_SKIP, residual_layernorm's that loads dskip early; with BWD_BLOCKS 3, residual_layernorm's built
-    for three blocks an SM (at THREE_BLOCK_SIZES)."""
+    """The register-row form of the kernel (the same formulas with the row held in registers) at the models'
+    widths."""
     if not (register_rows and C in REGISTER_ROW_SIZES):
         return kernel
-    if kernel != "residual_layernorm_backward":
-        return f"{kernel}_c{C}"
-    if PREFETCH_SKIP and BWD_BLOCKS == 3:
-        raise SwitchError("TR2_LN_BWD_PREFETCH=1 and TR2_LN_BWD_BLOCKS=3 name two forms of one kernel: one of them")
-    if BWD_BLOCKS == 3 and C in THREE_BLOCK_SIZES:
-        return f"{kernel}_c{C}_o3"
-    return f"{kernel}_c{C}{'_pf' if PREFETCH_SKIP else ''}"
+    return f"{kernel}_c{C}"
 
 
 def _bulk_stage_bytes(C: int, dy_itemsize: int, has_skip: bool) -> int:
@@ -125,31 +104,21 @@ def bulk_shared_bytes(C: int, dy_itemsize: int, has_skip: bool, stages: int) -> 
 
 def _bulk_rows(kernel: str, C: int, rows) -> bool:
     """Whether the bulk form takes this launch: switched on, residual_layernorm's backward at one of BULK_SIZES (at
-    every register-row width where BWD_BULK is 2),
-    dw by the final kernel, and every array the copy engine reads (s, dskip, dy, mean, rstd) contiguous at a
-    16-byte aligned address."""
+    every register-row width where BWD_BULK is 2), and every array the copy engine reads (s, dskip, dy, mean, rstd)
+    contiguous at a 16-byte aligned address."""
     sizes = BULK_SIZES if BWD_BULK == 1 else REGISTER_ROW_SIZES if BWD_BULK == 2 else ()
     if not (kernel == "residual_layernorm_backward" and register_rows and C in sizes):
         return False
-    if PREFETCH_SKIP or BWD_BLOCKS == 3:   # a form asked for by name wins over the default
-        if switch_given("TR2_LN_BWD_BULK"):
-            raise SwitchError("TR2_LN_BWD_BULK=1 and TR2_LN_BWD_PREFETCH=1 / TR2_LN_BWD_BLOCKS=3 name two forms of one "
-                             "kernel: one of them")
-        return False
-    return not FINAL_IN_KERNEL and all(a is None or (a.flags.c_contiguous and a.data.ptr % 16 == 0) for a in rows)
+    return all(a is None or (a.flags.c_contiguous and a.data.ptr % 16 == 0) for a in rows)
 
 
 def rows_backward(ctx, filename: str, kernel: str, final: str, N: int, C: int, args_of_part,
                   bulk_rows=None) -> "cp.ndarray":
     """Launches a backward kernel on layernorm_backward.cuh's body (a warp a row, ROWS_PER_BLOCK rows a block, the
     block's dw partial into `part`, its arguments args_of_part(part)), then `final`, which adds the partials in
-    order; -> dw. Shared by the plain LayerNorm and residual_layernorm. With FINAL_IN_KERNEL, one launch of
-    `kernel`_dwsum, which takes (dw, group sums, counters) after those arguments and sums the partials itself.
-    bulk_rows: residual_layernorm's (s, dskip or None, dy, mean, rstd), for the bulk form (_bulk_rows)."""
+    order; -> dw. Shared by the plain LayerNorm and residual_layernorm. bulk_rows: residual_layernorm's (s, dskip
+    or None, dy, mean, rstd), for the bulk form (_bulk_rows)."""
     grid = (N + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK
-    if FINAL_IN_KERNEL:
-        part = ctx.ws.get("ln_dw_part", (grid, C), np.float32)
-        return _rows_backward_dwsum(ctx, filename, kernel, grid, C, args_of_part(part))
     taken = _stack.take(grid, C) if _stack is not None else None   # DEFER_FINALS, inside a backward
     part = taken[0] if taken else ctx.ws.get("ln_dw_part", (grid, C), np.float32)
     stages = 0
@@ -195,16 +164,3 @@ def deferred_line() -> str | None:
         return None
     used, count = _last_deferred or (0, 0)
     return f"LayerNorm dw finals deferred (TR2_LN_DW_DEFER=1): {used} of {count} LayerNorms in one launch"
-
-
-def _rows_backward_dwsum(ctx, filename: str, kernel: str, grid: int, C: int, args: tuple) -> "cp.ndarray":
-    """The backward and dw's sum in one launch. The counters live in the workspace, zeroed at their first use (the
-    eager first step, before any capture) and left zero by every launch; one set a grid size, shared by the launches
-    of the step, which run one after another on one stream (as they share ln_dw_part already)."""
-    groups = len(dw_order.groups_of(grid))
-    group_sums = ctx.ws.get("ln_dw_group_sums", (groups, C), np.float32)
-    counters = ctx.ws.zeros("ln_dw_counters", (groups + 1,), np.int32)
-    dw = cp.empty((C,), dtype=np.float32)
-    launch(filename, _rows_kernel(f"{kernel}_dwsum", C), grid, 32 * ROWS_PER_BLOCK, args + (dw, group_sums, counters),
-           shared_mem=ROWS_PER_BLOCK * C * 4)
-    return dw

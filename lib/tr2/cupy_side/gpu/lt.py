@@ -8,8 +8,7 @@ its memset included, and products.py keeps the fastest in a record that runs rea
 
 A product whose shape the record lacks takes cuBLASLt's first candidate, the heuristic's own choice. Capture-safe as
 blas.py is: a shape's descriptors and algorithm are made on its first call (the first step runs eagerly, before any
-capture), the workspace is blas.py's, one a stream (no allocation inside cuBLAS; products on two streams at once
-never share one), alpha and beta are host scalars.
+capture), the workspace is blas.py's (no allocation inside cuBLAS), alpha and beta are host scalars.
 
 Reductions: outside half roundings no candidate may reduce split-K parts in a half output type (the reduction-scheme
 mask), as blas.py's DISALLOW_REDUCED_PRECISION_REDUCTION; every product here writes float32 there anyway.
@@ -192,7 +191,7 @@ class CublasLt:
     # ---- the product
     def matmul(self, plan: Plan, A: int, B: int, C: int, alpha, beta, stream: int, ws: int | None = None) -> int:
         """One product with the plan's algorithm on stream; returns cuBLAS's status. ws: the workspace's pointer
-        (the stream's own where None), at least plan.workspace bytes."""
+        (blas.Cublas.workspace_for's where None), at least plan.workspace bytes."""
         vp = ctypes.c_void_p
         lb, la, lc = plan.layouts
         if ws is None:

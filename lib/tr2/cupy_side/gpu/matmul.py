@@ -6,16 +6,13 @@ read as they are, a weight with a half copy (GpuContext.keep_half_copy, refreshe
 other float32 ones are cast into workspace buffers) and accumulates in float32. With
 half_roundings cuBLAS writes the half type (and may reduce in it): y, dx and dW are handed on as half bits
 (products read y and dx so; AdamW and the global norm read dW so, widening it exactly as they read it: no cast
-kernel for the 48-96 weight gradients of a GPT-2 step).
-
-With TR2_SIDE_STREAM=1 the weight gradient's product runs on a second stream beside the chain of input gradients
-(gpu/streams.py; off by default)."""
+kernel for the 48-96 weight gradients of a GPT-2 step)."""
 from __future__ import annotations
 
 import numpy as np
 import cupy as cp
 
-from . import blas, streams
+from . import blas
 from .cast import from_half, product_input
 from .halfbits import KIND_F32
 
@@ -106,14 +103,6 @@ def backward(ctx, dy: "cp.ndarray", x: "cp.ndarray", w: "cp.ndarray"):
     dx = cp.empty((N, K), dtype=ctx.out_dtype)
     dw = cp.empty((M, K), dtype=ctx.out_dtype)
 
-    def weight_gradient():   # dW = dy^T x
-        _mm(ctx, True, False, M, K, N, dya, M, xa, K, dw, K, out_name="mm_dw")
-    side = streams.side()
-    # beside the chain only where it reads the caller's arrays: a cast into a workspace buffer would be overwritten
-    # by the next product's cast on the main stream while the side stream still reads it
-    if side is not None and dya is dy and xa is x:
-        side.run(weight_gradient, dya, xa, dw)
-    else:
-        weight_gradient()
+    _mm(ctx, True, False, M, K, N, dya, M, xa, K, dw, K, out_name="mm_dw")   # dW = dy^T x
     _mm(ctx, False, False, N, K, M, dya, M, wa, K, dx, K, out_name="mm_dx")   # dx = dy W
     return dx, (dw if dyp is None else dw[:w.shape[0]])

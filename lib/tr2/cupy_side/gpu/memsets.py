@@ -33,11 +33,11 @@ of the graph starts after the last one has ended). M then runs beside the kernel
 follows the kernel before it as our kernels follow each other. (The CUDA driver permits adding and removing edges of
 the graph a capture is recording into, only not removing nodes.)
 
-Why that is safe: the workspace is used by the products on it and nothing else (blas.Cublas, a workspace a stream,
-never inside a kernel of ours), and the products on one workspace run one after another on its stream; so the bytes
+Why that is safe: the workspace is used by the products on it and nothing else (blas.Cublas's, never inside a kernel
+of ours), and the products on one workspace run one after another on the step's one stream; so the bytes
 M writes are touched by no node between the previous product's end and K. K still waits for M and for D, so it reads
 what it read before. Where two products follow each other directly (the backward's dW and dx products), the memset of
-the second can only move if the two use different workspaces: TR2_MEMSET_EARLY=2 gives each stream a second workspace
+the second can only move if the two use different workspaces: TR2_MEMSET_EARLY=2 gives the products a second workspace
 of at most SECOND_BYTES, and a product whose plan needs no more takes the one the product before it did not
 (blas.Cublas.product_workspace). The products' algorithms
 and workspace sizes are the record's either way, so the same bits (tests/test_graph_gpu.py).
@@ -46,8 +46,8 @@ The edges are added before the memset's old ones are removed (a refused removal 
 less, and counts as left in place), and every move is read back at once and again at the capture's end
 (Mover.verify, from runtime.capturing): a driver that did otherwise stops the capture with MemsetError.
 
-Values: 0 off; 1 the memsets moved, one workspace a stream; 2 moved, and a stream's products of small workspaces
-taking two workspaces in turn; 3 the memsets made leaves (below); 4 the leaves then removed (the default).
+Values: 0 off; 1 the memsets moved, one workspace; 2 moved, and the products of small workspaces taking two workspaces
+in turn; 3 the memsets made leaves (below); 4 the leaves then removed (the default).
 
 Value 3: in the step's capture each product whose plan needs
 at most SLOT_BYTES is given a workspace of its own, a slot of one arena (blas.Cublas.product_workspace), and the
@@ -97,7 +97,7 @@ def forms(value: int) -> dict:
 EARLY = kernel_switch("TR2_MEMSET_EARLY", 4, (0, 1, 2, 3, 4))
 TWO_WORKSPACES = forms(EARLY)["TWO_WORKSPACES"]
 # with TWO_WORKSPACES, the products that take the two in turn: those whose plan needs at most this many bytes (4 on
-# gpt2-small bf16); a larger one takes the stream's first and keeps its memset in place if it follows a product
+# gpt2-small bf16); a larger one takes the first and keeps its memset in place if it follows a product
 SECOND_BYTES = 1 << 20
 LEAVES = forms(EARLY)["LEAVES"]
 # value 4: the leaves' memset nodes destroyed once the capture has ended, before the graph is instantiated

@@ -40,6 +40,12 @@
 // ~0.45 ms instead of 0.80 (expected, not yet measured). The row arithmetic keeps its fixed order: the max by
 // packed half-type max (exact, so the same value as fmaxf), the sum in each thread over its vectors in order,
 // then the block's fixed tree (block_max, block_sum); expf and logf as in the other rows.
+//
+// Removed on 2026-12-05 (docs/perf.md, "Thirtieth session", call 1; its source and tests: before the removal, at
+// 3f23587): the shared-memory row double-buffered (cross_entropy_forward_backward_smem2, ce_rows_smem2: a persistent
+// grid of one block an SM with the next row's copy in flight; TR2_CE_SMEM_DB), the one-row kernel's bits but x1.335
+// its time in bf16 (633.5 against 474.4 us a launch, 8192 x 50304) and x1.333 in f16. gpu.RETIRED names the switch
+// (refused if still set).
 #include "common.cuh"
 
 // One element x into a thread's (m, s).
@@ -369,112 +375,6 @@ __device__ __forceinline__ void ce_row_smem(float* __restrict__ losses, void* dl
     }
 }
 
-// An ignored row (target -1): loss 0, dlogits 0.
-template <bool GRAD>
-__device__ __forceinline__ void ce_ignored_row(float* __restrict__ losses, void* dlogits, i64 row, int V, int nvec,
-                                               bool vec_out, int dlogit_kind) {
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    if (GRAD) {
-        const i64 r0 = row * V;
-        uint4* const out = (uint4*)((u16*)dlogits + r0);
-        if (vec_out)
-            for (int v = threadIdx.x; v < nvec; v += blockDim.x) out[v] = make_uint4(0, 0, 0, 0);
-        else
-            for (int j = threadIdx.x; j < V; j += blockDim.x) store_kind(dlogits, r0 + j, 0.0f, dlogit_kind);
-    }
-}
-
-// The row's copy into shared memory: thread threadIdx.x the vectors threadIdx.x + k blockDim.x, by cp.async.
-__device__ __forceinline__ void ce_copy_row(uint4* buf, const void* logits, i64 row, int V, int nvec) {
-    const uint4* src = (const uint4*)((const u16*)logits + row * V);
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) ce_cp_async16(&buf[v], src + v);
-}
-
-// The row's arithmetic on its copy in shared memory (buf; target t >= 0): max, sum, loss and, with GRAD, dlogits,
-// for the double-buffered kernel. It repeats ce_row_smem's arithmetic line for line (kept apart so that the one-row
-// kernel's machine code, which the H200 edition timed, stays as it was; tests/test_kernels_gpu.py holds the two to
-// the same bits). Each thread reads only the vectors it copied, so only the target's logit crosses threads (read by
-// thread 0 after block_sum's barriers).
-template <int LK, bool GRAD>
-__device__ __forceinline__ void ce_row_from_smem(const uint4* buf, float* __restrict__ losses, void* dlogits, i64 row,
-                                                 i64 t, const float* __restrict__ dloss,
-                                                 const float* __restrict__ count, int V, int nvec, bool vec_out,
-                                                 int dlogit_kind, float* red) {
-    const uint4* const ce_row_buf = buf;
-    const i64 r0 = row * V;
-    uint4* const out = GRAD ? (uint4*)((u16*)dlogits + r0) : nullptr;   // the row's dlogits as vectors (vec_out)
-    u32 m2 = ce_neg_inf2<LK>();
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-        const uint4 q = ce_row_buf[v];
-        m2 = ce_max2<LK>(ce_max2<LK>(m2, q.x), ce_max2<LK>(q.y, ce_max2<LK>(q.z, q.w)));
-    }
-    float m = fmaxf(load_from<LK>((u16)(m2 & 0xffffu)), load_from<LK>((u16)(m2 >> 16)));
-    m = block_max(m, red);
-    float s = 0.0f;
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-        const uint4 q = ce_row_buf[v];
-#pragma unroll
-        for (int e = 0; e < 8; e++) s += expf(vec_elem<LK>(q, e) - m);
-    }
-    s = block_sum(s, red);   // its barriers also make every thread's copy visible to thread 0
-    const float lse = logf(s) + m;
-    if (threadIdx.x == 0) losses[row] = lse - load_from<LK>(((const u16*)ce_row_buf)[t]);
-    if (!GRAD) return;
-    const float g = dloss[0] / fmaxf(count[0], 1.0f);
-    const int tv = (int)(t >> 3), te = (int)(t & 7);
-    for (int v = threadIdx.x; v < nvec; v += blockDim.x) {
-        const uint4 q = ce_row_buf[v];
-        float d[8];
-        if (v == tv) ce_grad_vec<LK, true>(d, q, lse, g, te);
-        else ce_grad_vec<LK, false>(d, q, lse, g, te);
-        if (vec_out) {
-            out[v] = make_uint4(pack2<LK>(d[0], d[1]), pack2<LK>(d[2], d[3]), pack2<LK>(d[4], d[5]),
-                                pack2<LK>(d[6], d[7]));
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++) store_kind(dlogits, r0 + (i64)v * 8 + e, d[e], dlogit_kind);
-        }
-    }
-}
-
-// The shared-memory row double-buffered (cross_entropy_forward_backward_smem2; TR2_CE_SMEM_DB=1, off by default):
-// a persistent grid of one 512-thread block an SM, each block taking the rows blockIdx.x + k gridDim.x, with two
-// rows of shared memory (4 V bytes: 197 KB for GPT-2's 50304): the next row's copy is in flight while this row's
-// max, sum and dlogits are computed and written.
-// Why: the one-row kernel moves 1.65 GB a step of gpt2-small bf16 at ~3.0 TB/s (536 us, 63% of the H200's
-// datasheet peak; results/cpu-roofline-20261204 from the edition's families at 0600b38). Its two blocks an SM each
-// copy a row, wait, then compute it with nothing of theirs in flight, so an SM asks memory for little while both
-// compute. Here a block always has the next row coming.
-// Bits: the same thread count and vector ownership, and ce_row_smem's arithmetic (ce_row_from_smem), so the same
-// bits as ce_row_smem row for row. cp.async.wait_group 1 leaves only the next row's group pending; each thread reads only
-// the vectors it copied itself, except thread 0's read of the target's logit, so a barrier ends each row before
-// its buffer takes the row after next. The empty group committed with the last row keeps the count right.
-template <int LK>
-__device__ __forceinline__ void ce_rows_smem2(float* __restrict__ losses, void* dlogits, const void* logits,
-                                              const i64* __restrict__ targets, const float* __restrict__ dloss,
-                                              const float* __restrict__ count, int N, int V, int dlogit_kind,
-                                              float* red) {
-    extern __shared__ uint4 ce_row_buf[];
-    const int nvec = V / 8;
-    const bool vec_out = dlogit_kind == LK && ((size_t)dlogits % 16 == 0);
-    i64 row = blockIdx.x;
-    if (row < N) ce_copy_row(ce_row_buf, logits, row, V, nvec);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    for (int it = 0; row < N; ++it, row += gridDim.x) {
-        uint4* const cur = ce_row_buf + (it & 1) * nvec;
-        uint4* const nxt = ce_row_buf + ((it + 1) & 1) * nvec;
-        const i64 next = row + gridDim.x;
-        if (next < N) ce_copy_row(nxt, logits, next, V, nvec);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-        const i64 t = targets[row];
-        if (t < 0) ce_ignored_row<true>(losses, dlogits, row, V, nvec, vec_out, dlogit_kind);
-        else ce_row_from_smem<LK, true>(cur, losses, dlogits, row, t, dloss, count, V, nvec, vec_out, dlogit_kind, red);
-        __syncthreads();
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 template <bool GRAD, bool EX2 = false>
 __device__ __forceinline__ void ce_dispatch_smem(float* losses, void* dlogits, const void* logits,
                                                  const i64* targets, const float* dloss, const float* count, int V,
@@ -594,20 +494,6 @@ cross_entropy_forward_backward_smem_ex2(float* __restrict__ losses, void* dlogit
                                         const float* __restrict__ count, int V, int logit_kind, int dlogit_kind) {
     grid_dependency_entry();
     ce_dispatch_smem<true, true>(losses, dlogits, logits, targets, dloss, count, V, logit_kind, dlogit_kind);
-}
-
-// The double-buffered form (ce_rows_smem2): min(N, SMs) blocks of CE_SMEM_THREADS threads, 4 V bytes of dynamic
-// shared memory a block (one block an SM).
-extern "C" __global__ void __launch_bounds__(CE_SMEM_THREADS, 1)
-cross_entropy_forward_backward_smem2(float* __restrict__ losses, void* dlogits, const void* logits,
-                                     const i64* __restrict__ targets, const float* __restrict__ dloss,
-                                     const float* __restrict__ count, int N, int V, int logit_kind, int dlogit_kind) {
-    grid_dependency_entry();
-    __shared__ float red[32];
-    if (logit_kind == KIND_BF16)
-        ce_rows_smem2<KIND_BF16>(losses, dlogits, logits, targets, dloss, count, N, V, dlogit_kind, red);
-    else
-        ce_rows_smem2<KIND_F16>(losses, dlogits, logits, targets, dloss, count, N, V, dlogit_kind, red);
 }
 
 // The same two on the warp row: CE_WARP_ROWS rows a block of 32 * CE_WARP_ROWS threads, grid ceil(N / CE_WARP_ROWS);

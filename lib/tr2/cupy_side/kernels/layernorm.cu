@@ -3,6 +3,9 @@
 // Backward: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w, xhat = (x - mean) * rstd;
 //   dw = sum over rows of dy * xhat in a fixed order. Both in layernorm_backward.cuh, whose body the fused
 //   residual + LayerNorm's backward runs too (so the two give the same bits).
+// Removed on 2026-12-05 (before the removal, at 3f23587): the backward with dw finished by its own last blocks
+//   (layernorm_backward_dwsum, layernorm_backward_dwsum_c<C>; TR2_LN_FINAL_IN_KERNEL), measured slower on every model
+//   in the ninth session (docs/perf.md; +0.114 ms a step of nanogpt); layernorm_backward.cuh's header says more.
 #include "common.cuh"
 #include "layernorm_backward.cuh"
 
@@ -71,33 +74,3 @@ extern "C" __global__ void layernorm_dw_final_stacked(float* __restrict__ dw, co
     grid_dependency_entry();
     layernorm_dw_final_body(dw + (i64)blockIdx.y * C, part + (i64)blockIdx.y * G * C, G, C);
 }
-
-// layernorm_backward with dw summed by its own last blocks instead of layernorm_dw_final (layernorm_backward.cuh's
-// layernorm_dw_finish): dw [C]; group_sums [ceil(G / LN_DW_GROUP), C] scratch; counters [ceil(G / LN_DW_GROUP) + 1]
-// zero at launch, left zero. A separate entry point: the kernels above keep their machine code.
-extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 8) layernorm_backward_dwsum(
-        float* __restrict__ dx, float* __restrict__ dw_part, const void* __restrict__ dy, const float* __restrict__ x,
-        const float* __restrict__ w, const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C,
-        int dy_kind, float* __restrict__ dw, float* group_sums, int* counters) {
-    grid_dependency_entry();
-    layernorm_backward_body(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N, C, dy_kind, KIND_F32, 0, 0, 0,
-                            nullptr, 0u, 1.0f);
-    layernorm_dw_finish(dw, group_sums, counters, dw_part, C);
-}
-
-// The same with each row held in registers: layernorm_backward_dwsum_c<C>.
-#define LAYERNORM_BACKWARD_DWSUM_ROWS(C_)                                                                        \
-    extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, LN_DW_ROWS_MIN_BLOCKS(C_))                      \
-    layernorm_backward_dwsum_c##C_(                                                                             \
-        float* __restrict__ dx, float* __restrict__ dw_part, const void* __restrict__ dy,                       \
-        const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ mean,                \
-        const float* __restrict__ rstd, int N, int C, int dy_kind, float* __restrict__ dw, float* group_sums,   \
-        int* counters) {                                                                                        \
-        grid_dependency_entry();                                                                                \
-        layernorm_backward_row_registers<C_ / 32>(dx, nullptr, dw_part, dy, nullptr, x, w, mean, rstd, N,       \
-                                                  dy_kind, KIND_F32, 0, 0, 0, nullptr, 0, 1.0f);                \
-        layernorm_dw_finish(dw, group_sums, counters, dw_part, C_);                                             \
-    }
-LAYERNORM_BACKWARD_DWSUM_ROWS(384)
-LAYERNORM_BACKWARD_DWSUM_ROWS(768)
-LAYERNORM_BACKWARD_DWSUM_ROWS(1024)

@@ -5,11 +5,16 @@
 //   db = dropout(ds) in db_kind                                      (db nullable; drop = 0: no dropout)
 //   dw = sum over rows of dy * shat, in a fixed order: each warp leaves its row's dy * shat in shared memory
 //        (dynamic, ROWS x C floats), the block adds its rows in warp order into dw_part[blockIdx.x, :], and the
-//        final kernel adds the blocks' partials (layernorm_dw_final_body), or, in the *_backward_dwsum kernels,
-//        the blocks that arrive last do (layernorm_dw_finish, at the end of this file).
+//        final kernel adds the blocks' partials (layernorm_dw_final_body).
 // Why dw here: it was a kernel of its own that read dy and s a second time (6 bytes an element; 25 launches and
 // 525 us a step of gpt2-small bf16, ~1.8 TB/s, call 6 of results/h200-perf-20261201); here it costs a
 // shared-memory store an element and 4 bytes a column a block.
+// Removed on 2026-12-05 (docs/perf.md by session; their source and tests: before the removal, at 3f23587): dw finished
+// by the backward's own last blocks instead of the final kernel (layernorm_dw_finish, the *_backward_dwsum kernels of
+// layernorm.cu and residual_layernorm.cu, two levels of ordered sums by tickets; TR2_LN_FINAL_IN_KERNEL: slower on
+// every model, ninth session, +0.114 ms a step of nanogpt, +0.271 of gpt2-small); and the register-row row with
+// dskip's row loaded beside dy's and s's (PREFETCH_SKIP, residual_layernorm.cu's _pf kernels; TR2_LN_BWD_PREFETCH: no
+// gain, twelfth session). gpu.RETIRED names the switches (each refused if still set).
 #pragma once
 #include "common.cuh"
 
@@ -130,12 +135,6 @@ __device__ __forceinline__ void store4_kind(void* p, i64 i, const float v[4], in
     }
 }
 
-// PREFETCH_SKIP: dskip's row is loaded with dy's and s's, before the row's two means, instead of a float4 at a time in
-// the second pass after them. Why (a hypothesis, to be measured): the second pass's dskip loads are a second
-// memory round trip a row, after the shuffles, with at most 8-16 warps an SM (56-127 registers) to hide it;
-// residual_layernorm_backward_c384 moves ~100 MB in 30.1 us (3.3 TB/s) where the forward moves 75 MB at up to
-// 3.9 TB/s (call 4 of results/h200-perf-20261202b, call 2 of results/h200-perf-20261202). The same arithmetic on
-// the same values: the same bits.
 // One row, lane L's columns held in registers: dy, s and dskip read at src0 + c from dy_src, s_src, skip_src (the
 // row in global memory, src0 = r0; or a copy of it in shared memory, src0 = 0: the bulk form below), ds and db
 // written at r0 + c, the row's dy * shat into dwr (shared memory). skip_src nullable. The pointers may alias no
@@ -157,7 +156,7 @@ __device__ __forceinline__ void row_w(float wk[4], const float held[4], const fl
     }
 }
 
-template <int CPL, bool PREFETCH_SKIP, bool W_ONCE = false>
+template <int CPL, bool W_ONCE = false>
 __device__ __forceinline__ void layernorm_backward_row(
         float* ds, void* db, float* dwr, const void* dy_src, const float* s_src, const float* skip_src, i64 src0,
         i64 r0, const float* __restrict__ w, float m, float r, int dy_kind, int db_kind, int drop, u64 seed,
@@ -165,7 +164,7 @@ __device__ __forceinline__ void layernorm_backward_row(
     static_assert(CPL % 4 == 0, "a lane's columns come in groups of four");
     constexpr int NV = CPL / 4, C = 32 * CPL;
     const int lane = threadIdx.x & 31;
-    float dyv[NV][4], sv[NV][4], skv[PREFETCH_SKIP ? NV : 1][4], wo[W_ONCE ? NV : 1][4];
+    float dyv[NV][4], sv[NV][4], wo[W_ONCE ? NV : 1][4];
 #pragma unroll
     for (int k = 0; k < NV; k++) {   // every load of the row issued before the first use
         const int c = 4 * lane + 128 * k;
@@ -175,7 +174,6 @@ __device__ __forceinline__ void layernorm_backward_row(
         }
         load4_kind(dy_src, src0 + c, dy_kind, dyv[k]);
         load4_kind(s_src, src0 + c, KIND_F32, sv[k]);
-        if (PREFETCH_SKIP && skip_src != nullptr) load4_kind(skip_src, src0 + c, KIND_F32, skv[PREFETCH_SKIP ? k : 0]);
     }
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
@@ -200,12 +198,7 @@ __device__ __forceinline__ void layernorm_backward_row(
         float wk[4];
         row_w<W_ONCE>(wk, wo[W_ONCE ? k : 0], w + c);
         float skip[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (PREFETCH_SKIP && skip_src != nullptr) {
-#pragma unroll
-            for (int j = 0; j < 4; j++) skip[j] = skv[PREFETCH_SKIP ? k : 0][j];
-        } else if (skip_src != nullptr) {
-            load4_kind(skip_src, src0 + c, KIND_F32, skip);
-        }
+        if (skip_src != nullptr) load4_kind(skip_src, src0 + c, KIND_F32, skip);
         float d[4], dwv[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -227,7 +220,7 @@ __device__ __forceinline__ void layernorm_backward_row(
     }
 }
 
-template <int CPL, bool PREFETCH_SKIP = false>
+template <int CPL>
 __device__ __forceinline__ void layernorm_backward_row_registers(
         float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,
@@ -240,102 +233,11 @@ __device__ __forceinline__ void layernorm_backward_row_registers(
     float* dwr = dw_rows + (i64)warp * C;
     if (row < N) {
         const i64 r0 = row * C;
-        layernorm_backward_row<CPL, PREFETCH_SKIP>(ds, db, dwr, dy, s, dskip, r0, r0, w, mean[row], rstd[row],
-                                                   dy_kind, db_kind, drop, seed, offset, offset_add, threshold,
-                                                   scale);
+        layernorm_backward_row<CPL>(ds, db, dwr, dy, s, dskip, r0, r0, w, mean[row], rstd[row], dy_kind, db_kind, drop,
+                                    seed, offset, offset_add, threshold, scale);
     } else {
         for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
     }
     __syncthreads();
     block_dw_partial(dw_part, dw_rows, C);
-}
-
-// ---- dw finished by the backward's own last blocks, no second launch (the *_backward_dwsum kernels) ----
-// Why: layernorm_dw_final is a launch of its own after every backward, 5-8 us on the H200 (24 a step on
-// gpt2-small: 128 us), most of it launch and graph-node overhead and 24-32 blocks waiting on L2. Here the blocks
-// that arrive last do the sum, in two levels so that no one block adds all G partials: the GS = LN_DW_GROUP
-// consecutive blocks of a group take tickets from the group's counter after storing their partials, and the block
-// that takes the group's last ticket adds the group's partials into group_sums[group]; then it takes a ticket from
-// the top counter, and the block that completes the last group adds the group sums into dw. Which block does a sum
-// changes from run to run; the sum's order does not (it depends on G, C and the block size only), so dw has the same
-// bits every run. With R = blockDim.x / 32 warps, sum_in_order(v_0 .. v_{P-1})[c] is
-//     the sum over k = 0 .. R-1 in order of t_k,   t_k = the sum over j = k, k + R, k + 2R, ... < P in order of v_j[c]
-// (each sum from 0.0f), and
-//     group_sums[q] = sum_in_order(dw_part[q GS .. min((q + 1) GS, G) - 1]),   dw = sum_in_order(group_sums)
-// (transcribed in gpu/dw_order.py, which the CPU tests check; the GPU tests ask the kernels for its bits).
-// Counters: one a group and the top one, zero at launch; the block that takes a counter's last ticket sets it back to
-// zero (no other ticket of it is left in this launch), so the next launch, a CUDA graph's replay too, finds zeros.
-#define LN_DW_GROUP 32
-// The *_dwsum kernels' launch bounds: the wrappers' block (32 x ROWS_PER_BLOCK threads), and the blocks an SM the
-// kernels without the finish reach (ptxas: 32 and 40 registers for the general bodies, 56-64 at 384, 94-127 at 768 and
-// 1024). Without them ptxas gave residual_layernorm_backward_dwsum_c384 71 registers (3 blocks an SM, not 4) and the
-// general bodies 40 and 48; with them each kernel keeps its blocks an SM, and nothing spills.
-#define LN_DW_THREADS 256
-#define LN_DW_ROWS_MIN_BLOCKS(C) ((C) == 384 ? 4 : 2)
-
-// The block's ticket from *counter, taken once the stores of every thread of the block before the call are visible to
-// the whole GPU; true, in every thread, in the block that takes ticket count - 1, which then sees every store the
-// other ticket holders made before theirs. A barrier, then thread 0's fence, atomic and fence, then a barrier: the way
-// cooperative groups' grid barrier orders a block's stores before its arrival and another block's loads after.
-__device__ __forceinline__ bool took_last_ticket(int* counter, int count) {
-    __shared__ int last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const bool is_last = atomicAdd(counter, 1) == count - 1;
-        if (is_last) atomicExch(counter, 0);
-        __threadfence();
-        last = is_last;
-    }
-    __syncthreads();
-    return last != 0;
-}
-
-// dst[c] = sum_in_order(rows 0 .. P-1 of src)[c] (src [P][C], other blocks' stores: read through L2 by ld.global.cg,
-// never from a line this SM's L1 may hold). Warp k keeps its t_k in its row of the block's dynamic shared memory
-// (R x C floats, the dw rows', free once took_last_ticket's barrier is passed), then thread c adds the R rows.
-__device__ __forceinline__ void add_rows_in_order(float* dst, const float* src, int P, int C) {
-    extern __shared__ float dw_rows[];
-    const int rows = blockDim.x >> 5, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float* slice = dw_rows + (i64)warp * C;
-    if ((C & 3) == 0) {   // 16-byte accesses (rows of C floats stay 16-byte aligned), the same sums column by column
-        for (int q = lane; q < C / 4; q += 32) {
-            float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-            for (int j = warp; j < P; j += rows) {
-                const float4 v = __ldcg((const float4*)(src + (i64)j * C) + q);
-                t.x += v.x;
-                t.y += v.y;
-                t.z += v.z;
-                t.w += v.w;
-            }
-            *((float4*)slice + q) = t;
-        }
-    } else {
-        for (int c = lane; c < C; c += 32) {
-            float t = 0.0f;
-#pragma unroll 4
-            for (int j = warp; j < P; j += rows) t += __ldcg(src + (i64)j * C + c);
-            slice[c] = t;
-        }
-    }
-    __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float u = 0.0f;
-        for (int k = 0; k < rows; k++) u += dw_rows[(i64)k * C + c];
-        dst[c] = u;
-    }
-}
-
-// Called by every block after the body (its partial stored in dw_part[blockIdx.x, :]); G = gridDim.x.
-// group_sums [ceil(G / GS), C] scratch; counters [ceil(G / GS) + 1]: the groups', then the top one.
-__device__ __forceinline__ void layernorm_dw_finish(float* dw, float* group_sums, int* counters, const float* dw_part,
-                                                    int C) {
-    const int G = gridDim.x, groups = (G + LN_DW_GROUP - 1) / LN_DW_GROUP;
-    const int group = blockIdx.x / LN_DW_GROUP, first = group * LN_DW_GROUP;
-    const int size = min(LN_DW_GROUP, G - first);   // the last group is short where G is no multiple of GS
-    if (!took_last_ticket(counters + group, size)) return;
-    add_rows_in_order(group_sums + (i64)group * C, dw_part + (i64)first * C, size, C);
-    if (!took_last_ticket(counters + groups, groups)) return;
-    add_rows_in_order(dw, group_sums, groups, C);
 }

@@ -16,6 +16,12 @@
 // read back between them, and backward's add of the two gradients, the dropout and the cast of the branch's
 // gradient to the half type three more. The arithmetic is theirs operation for operation: the products that were
 // rounded to float32 in memory are __fmul_rn here, so that no multiply-add contracts across a former store.
+// Backward forms measured and removed on 2026-12-05 (docs/perf.md by session; their source and tests: before the
+// removal, at 3f23587): the register-row backward with dskip's row loaded early (residual_layernorm_backward_c<C>_pf,
+// TR2_LN_BWD_PREFETCH: no gain, twelfth session), built for three blocks an SM (_c768_o3, _c1024_o3, TR2_LN_BWD_BLOCKS=3:
+// a loss, twenty-sixth session, c1024 60.1 against 44.1 us with 248 bytes spilled, gpt2-medium +0.64 ms a step), and
+// with dw finished by its own last blocks (residual_layernorm_backward_dwsum, _dwsum_c<C>, TR2_LN_FINAL_IN_KERNEL:
+// slower, ninth session). gpu.RETIRED names the switches (each refused if still set).
 #include "common.cuh"
 #include "layernorm_backward.cuh"
 #include "async_copy.cuh"
@@ -143,52 +149,27 @@ extern "C" __global__ void residual_layernorm_backward(float* __restrict__ ds, v
                             offset, offset_add, threshold, scale);
 }
 
-// The same for C = 32 * CPL, each row held in registers (layernorm_backward.cuh): residual_layernorm_backward_c<C>,
-// and its forms below, one entry point each (SUFFIX), the same body with other launch bounds (ATTRS) or PF.
-#define RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, SUFFIX, ATTRS, PF)                                             \
-    extern "C" __global__ void ATTRS residual_layernorm_backward_c##C_##SUFFIX(                                 \
+// The same for C = 32 * CPL, each row held in registers (layernorm_backward.cuh): residual_layernorm_backward_c<C>.
+#define RESIDUAL_LAYERNORM_BACKWARD_ROWS(C_)                                                                     \
+    extern "C" __global__ void residual_layernorm_backward_c##C_(                                               \
         float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
         const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
         const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
         int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale) {        \
         grid_dependency_entry();                                                                                 \
-        layernorm_backward_row_registers<C_ / 32, PF>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,  \
-                                                      db_kind, drop, seed, offset, offset_add, threshold, scale);\
+        layernorm_backward_row_registers<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,      \
+                                                  db_kind, drop, seed, offset, offset_add, threshold, scale);    \
     }
-#define RESIDUAL_LAYERNORM_BACKWARD_ROWS(C_) RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, , , false)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(384)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(768)
 RESIDUAL_LAYERNORM_BACKWARD_ROWS(1024)
-
-// The same with dskip's row loaded beside dy's and s's (layernorm_backward.cuh's PREFETCH_SKIP; the same bits):
-// residual_layernorm_backward_c<C>_pf, taken under TR2_LN_BWD_PREFETCH=1 (gpu/layernorm.py). Bounded to the blocks
-// an SM the kernels above reach at 768 and 1024 columns (two of 256 threads; unbounded, the held row took 134 and
-// 168 registers, one block an SM), three at 384 (80 registers).
-#define LN_PF_MIN_BLOCKS(C) ((C) == 384 ? 3 : 2)
-#define RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(C_)                                                                  \
-    RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, _pf, __launch_bounds__(LN_DW_THREADS, LN_PF_MIN_BLOCKS(C_)), true)
-RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(384)
-RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(768)
-RESIDUAL_LAYERNORM_BACKWARD_ROWS_PF(1024)
-
-// The same with three blocks an SM asked of ptxas (at most 85 registers; residual_layernorm_backward_c<C>_o3), taken
-// under TR2_LN_BWD_BLOCKS=3 (gpu/layernorm.py). Why: Nsight Compute on the kernels above (call 8 of
-// results/h200-perf-20261204, gpt2-small and gpt2-medium shapes): 94 and 124 registers hold them at two blocks of 256
-// threads an SM (25% occupancy, the register limit), the warps stall two thirds of their cycles on a long scoreboard
-// (the loads of the row) and DRAM moves 2.56 TB/s (53% of its peak), where the forward, at 64 registers and 50%, moves
-// 2.67 with less to do a byte. A third block gives the SM half as many rows in flight again. The same source: the same
-// operations in the same order, so the same bits; only the registers ptxas may use change.
-#define RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(C_)                                                                  \
-    RESIDUAL_LAYERNORM_BACKWARD_ROWS_FORM(C_, _o3, __launch_bounds__(LN_DW_THREADS, 3), false)
-RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(768)
-RESIDUAL_LAYERNORM_BACKWARD_ROWS_O3(1024)
 
 // ---- the register-row backward fed by the copy engine (residual_layernorm_backward_c<C>_bulk, TR2_LN_BWD_BULK=1) ----
 // Why: Nsight Compute (call 8 of results/h200-perf-20261204) has residual_layernorm_backward_c768 moving 2.56 TB/s,
 // 53% of the H200's DRAM peak, its warps waiting on the row's loads two thirds of their cycles: two blocks of eight
 // rows an SM (the registers' limit), each block loading, reducing its dw rows behind a barrier and storing before the
-// next can start, leave too few bytes in flight; a third block (_o3) spilled at 1024 and gained nothing at 768
-// (results/h200-perf-20261204b). Here the loads leave the warps: the same groups of eight rows (group g = rows
+// next can start, leave too few bytes in flight; a third block (the _o3 kernels, since removed) spilled at 1024 and
+// gained nothing at 768 (results/h200-perf-20261204b). Here the loads leave the warps: the same groups of eight rows (group g = rows
 // 8g .. 8g + 7, as blocks of the plain kernel), one block an SM taking groups g = blockIdx.x + i gridDim.x, and its
 // thread 0 handing each group's s, dskip and dy (three contiguous runs of 8 C elements) to the copy engine
 // (cp.async.bulk) stages ahead, into a ring of `stages` buffers in shared memory, each with an mbarrier that counts
@@ -267,11 +248,11 @@ __device__ __forceinline__ void residual_layernorm_backward_bulk_body(
             const i64 src = warp * C;
             const bool full_group = g * ROWS + ROWS <= N;
             const float* stats = (const float*)(buf + stats_at);
-            layernorm_backward_row<CPL, false, W_SHARED>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
-                                               dskip != nullptr ? (const float*)(buf + s_bytes) : nullptr, src,
-                                               row * C, W_SHARED ? w_s : w, full_group ? stats[warp] : mean[row],
-                                               full_group ? stats[ROWS + warp] : rstd[row], dy_kind, db_kind, drop,
-                                               seed, offset, offset_add, threshold, scale);
+            layernorm_backward_row<CPL, W_SHARED>(ds, db, dwr, buf + s_bytes + skip_bytes, (const float*)buf,
+                                                  dskip != nullptr ? (const float*)(buf + s_bytes) : nullptr, src,
+                                                  row * C, W_SHARED ? w_s : w, full_group ? stats[warp] : mean[row],
+                                                  full_group ? stats[ROWS + warp] : rstd[row], dy_kind, db_kind, drop,
+                                                  seed, offset, offset_add, threshold, scale);
         } else {
             for (int c = lane; c < C; c += 32) dwr[c] = 0.0f;
         }
@@ -306,37 +287,3 @@ extern "C" __global__ void residual_layernorm_dw_final(float* __restrict__ dw, c
     grid_dependency_entry();
     layernorm_dw_final_body(dw, part, G, C);
 }
-
-// residual_layernorm_backward with dw summed by its own last blocks instead of residual_layernorm_dw_final
-// (layernorm_backward.cuh's layernorm_dw_finish): dw [C]; group_sums [ceil(G / LN_DW_GROUP), C] scratch; counters
-// [ceil(G / LN_DW_GROUP) + 1] zero at launch, left zero. A separate entry point: the kernels above keep their
-// machine code.
-extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, 6) residual_layernorm_backward_dwsum(
-        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy,
-        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,
-        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,
-        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale,
-        float* __restrict__ dw, float* group_sums, int* counters) {
-    grid_dependency_entry();
-    layernorm_backward_body(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, C, dy_kind, db_kind, drop, seed,
-                            offset, offset_add, threshold, scale);
-    layernorm_dw_finish(dw, group_sums, counters, dw_part, C);
-}
-
-// The same with each row held in registers: residual_layernorm_backward_dwsum_c<C>.
-#define RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(C_)                                                               \
-    extern "C" __global__ void __launch_bounds__(LN_DW_THREADS, LN_DW_ROWS_MIN_BLOCKS(C_))                      \
-    residual_layernorm_backward_dwsum_c##C_(                                                                    \
-        float* __restrict__ ds, void* __restrict__ db, float* __restrict__ dw_part, const void* __restrict__ dy, \
-        const float* __restrict__ dskip, const float* __restrict__ s, const float* __restrict__ w,               \
-        const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C, int dy_kind, int db_kind,  \
-        int drop, u64 seed, u64 offset, const u64* __restrict__ offset_add, u32 threshold, float scale,          \
-        float* __restrict__ dw, float* group_sums, int* counters) {                                             \
-        grid_dependency_entry();                                                                                \
-        layernorm_backward_row_registers<C_ / 32>(ds, db, dw_part, dy, dskip, s, w, mean, rstd, N, dy_kind,      \
-                                                  db_kind, drop, seed, offset, offset_add, threshold, scale);   \
-        layernorm_dw_finish(dw, group_sums, counters, dw_part, C_);                                             \
-    }
-RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(384)
-RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(768)
-RESIDUAL_LAYERNORM_BACKWARD_DWSUM_ROWS(1024)
