@@ -88,6 +88,24 @@ def _with_and_without(tmp_path: Path, model: str, dtype: str, switch: str) -> tu
     return off, on, on_graph, out
 
 
+# gpu/attention.py's F32_PAIRS (TR2_ATTN_F32_PAIRS=1): float32 with TF32 takes the plain build's attention kernels
+# (operands as TF32 pairs, three products, as PyTorch's memory-efficient float32 kernels compute). Its graph must
+# replay its eager loop to the bit, it must train, and it must not be the default run (other attention arithmetic,
+# so other losses), yet stay near it: within method B's 1% at every one of 30 steps (a bound set before any run;
+# the kernels themselves are held to NumPy within 1e-5 by the kernel tests, as method B runs them).
+@pytest.mark.parametrize("model", ["nanogpt", "gpt2-small"])
+def test_float32_attention_in_tf32_pairs_replays_its_eager_loop(tmp_path, model):
+    default, pairs, pairs_graph, out = _with_and_without(tmp_path, model, "float32", "TR2_ATTN_F32_PAIRS")
+    assert "cuda graph:" in out
+    moved = _max_rel(default, pairs)
+    print(f"{model} float32: TF32 pairs against one TF32 product max rel {moved[0]:.2e} (step {moved[1]}); graph "
+          f"{_max_rel(pairs, pairs_graph)[0]:.2e}")
+    assert pairs_graph == pairs, f"the pairs build's graph parts from its eager loop: {_max_rel(pairs, pairs_graph)}"
+    assert pairs != default, "TR2_ATTN_F32_PAIRS=1 ran the default kernels"
+    assert moved[0] < 1e-2, f"the pairs build strays from the TF32 build: {moved}"
+    assert pairs[STEPS] < pairs[0] - 0.2
+
+
 # gpu/pdl.py: the captured launches programmatic (TR2_PDL=1), every kernel waiting for the one before it in
 # grid_dependency_entry. A kernel that read or wrote before its inputs were complete would change a loss somewhere
 # in 30 steps; the losses must equal the eager loop's (plain launches) to the bit. float16 for its device-side
