@@ -159,8 +159,9 @@ if [[ $STAGES == *,profile,* ]]; then
     name=$model$([ "$dtype" = bfloat16 ] || echo "-$dtype")${variant:+-$variant}
     envs=()   # a variant's bench.env sets the run's environment (the kernels stay this tree's)
     [ -n "$variant" ] && read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
+    hr=$([ "$dtype" = float32 ] || echo --half-roundings)   # the trainer refuses half roundings in float32
     env "${envs[@]}" timeout 150 python3 -m tr2.profile_run --window 100 130 --out "$W/prof-$name" --model "$model" --dtype "$dtype" \
-      --device cuda --steps 130 --seed 1337 --eval-interval 0 --log-interval 10 --side cupy --half-roundings \
+      --device cuda --steps 130 --seed 1337 --eval-interval 0 --log-interval 10 --side cupy $hr \
       --cuda-graph >"$W/prof-$name.log" 2>&1
     echo "== profile $name (exit $?, $(elapsed) s)"
     cp "$W/prof-$name/profile.json" "$W/profile-$name.json" 2>/dev/null

@@ -2134,7 +2134,9 @@ def test_products_and_kernels_capture_in_a_cuda_graph():
         cb.gemm_rm(False, True, 64, 80, 96, xh, blas.CUDA_R_16BF, 96, wh, blas.CUDA_R_16BF, 96, y, blas.CUDA_R_32F, 80,
                    blas.COMPUTE_32F)
         from tr2.cupy_side.gpu.runtime import THREADS, blocks_for, i32, i64, launch
-        launch("gelu.cu", "gelu_forward", blocks_for(y.size), THREADS, (z, y, i64(y.size), i32(0), i32(0)))
+        # gelu_forward(y, x, n, x_kind, y_kind, reverse): every parameter (a missing one is read past the host's
+        # argument array: the launch crashed the process once `reverse` was added and this call was not)
+        launch("gelu.cu", "gelu_forward", blocks_for(y.size), THREADS, (z, y, i64(y.size), i32(0), i32(0), i32(0)))
         graph = stream.end_capture()
         graph.launch()
     stream.synchronize()
