@@ -514,6 +514,7 @@ def test_the_cards_other_series_show_how_pytorchs_time_moves_between_them(tmp_pa
     assert f"tiny/float32: PyTorch's eager median 6.810–7.000 ms over 2 series, {100 * (7.0 / 6.81 - 1):.2f}% apart" in said
     rows = soup.find(id="other-series-table").find("tbody").find_all("tr")
     assert {r["data-series"] for r in rows} == {"series-20261128-100000-demo", "series-20261129-100000-demo"}
+    assert all("2.13.0+cpu" in r.get_text() for r in rows)   # each series' PyTorch named (MACHINE's)
     # the card's one series alone: nothing to set beside it, and no section
     import shutil
     one = tmp_path / "one"

@@ -296,7 +296,8 @@ def other_series(card_name: str, shown, html_dir, root=None) -> list[dict]:
         out.append({"name": info["name"], "link": info["link"], "shown": d.resolve() in shown,
                     "commit": (info["conditions"].get("commit") or "")[:12],
                     "date": info["conditions"].get("first_run") or info["conditions"].get("date"),
-                    "gpu": info["conditions"].get("gpu"), "rows": rows})
+                    "gpu": info["conditions"].get("gpu"),
+                    "torch": (info["conditions"].get("versions") or {}).get("torch"), "rows": rows})
     return out if len(out) > 1 else []
 
 
