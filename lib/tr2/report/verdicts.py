@@ -287,17 +287,17 @@ def other_series(card_name: str, shown, html_dir, root=None) -> list[dict]:
     for d in results_folders(root, stage="series", card=card_name):
         if not is_finished(d):
             continue
-        info = folder_info(d, html_dir)
+        # the folder's conditions and summary only (folder_info would also read its runs, commits and retirements)
+        row, summary = explore.folder_row(d), explore.summary(d)
         rows = [{"config": f"{v['model']}/{v['dtype']}", "build": v["build"], "torch_mode": v.get("torch_mode"),
                  "ours": (v.get("ours") or {}).get("median"), "theirs": (v.get("theirs") or {}).get("median"),
                  "theirs_range": [(v.get("theirs") or {}).get(k) for k in ("fastest", "slowest")],
                  "ratio": v.get("ratio")}
-                for v in explore.summary(d).get("verdicts", []) if v.get("primary")]
-        out.append({"name": info["name"], "link": info["link"], "shown": d.resolve() in shown,
-                    "commit": (info["conditions"].get("commit") or "")[:12],
-                    "date": info["conditions"].get("first_run") or info["conditions"].get("date"),
-                    "gpu": info["conditions"].get("gpu"),
-                    "torch": (info["conditions"].get("versions") or {}).get("torch"), "rows": rows})
+                for v in summary.get("verdicts", []) if v.get("primary")]
+        out.append({"name": row["folder"], "link": link(d, html_dir), "shown": d.resolve() in shown,
+                    "commit": (row.get("commit") or "")[:12],
+                    "date": (summary.get("conditions") or {}).get("first_run") or row.get("date"),
+                    "gpu": row.get("gpu"), "torch": (row.get("versions") or {}).get("torch"), "rows": rows})
     return out if len(out) > 1 else []
 
 
@@ -367,7 +367,8 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
             n_params, tokens = _model_facts(v["model"])
             ours_t = times.get(f"{v['model']}/{v['dtype']}/{v['build']}")
             # the fastest PyTorch configuration, our loop's or nanoGPT's (summaries before the nanogpt side: ours)
-            theirs_t = times.get(f"{v['model']}/{v['dtype']}/{v.get('torch_build') or 'torch-' + str(v.get('torch_mode'))}")
+            torch_build = v.get("torch_build") or f"torch-{v.get('torch_mode')}"
+            theirs_t = times.get(f"{v['model']}/{v['dtype']}/{torch_build}")
             a = check_a.get((v["model"], v["dtype"])) or _check_of(None, None, "method A")
             b = check_b.get(v["model"]) or _check_of(None, None, "method B")
             correct = a["passed"] is True and b["passed"] is True
@@ -403,7 +404,7 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
                 "series": info["name"], "link": info["link"],
                 # the mode and loop as the series summary names them (the row's "torch" above is the page's words)
                 "torch_mode": v.get("torch_mode"), "torch_loop": v.get("torch_loop", "torch"),
-                "torch_build": v.get("torch_build") or f"torch-{v.get('torch_mode')}",
+                "torch_build": torch_build,
                 "conditions": {**{k: cond.get(k) for k in ("card", "rounds", "window", "date", "commit")},
                                "gpu": cond.get("gpu") or cond.get("device"), "torch": cond["versions"].get("torch"),
                                "cupy": cond["versions"].get("cupy")},
