@@ -152,6 +152,7 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
     want = []
     for hs in (64, 32):
         want += [f"ATTN_KERNELS_F32(f32, true, {hs})", f"ATTN_KERNELS_F32(tf32, false, {hs})"]
+        want += [f"ATTN_KERNELS_F32_STREAMED(f32s, true, {hs})", f"ATTN_KERNELS_F32_STREAMED(tf32s, false, {hs})"]
         want += [f"ATTN_KERNELS_HALF({b}, {k}, {s}, {hs})" for b, k, s in
                  (("bf16", "KIND_BF16", "true"), ("bf16r", "KIND_BF16", "false"), ("f16", "KIND_F16", "true"),
                   ("f16r", "KIND_F16", "false"))]
@@ -181,3 +182,37 @@ def test_float32_attention_in_tf32_pairs_only_when_asked(attention, monkeypatch)
     monkeypatch.setattr(attention, "F32_PAIRS", True)
     for ctx, _off, on in cases:
         assert attention.build_name(ctx) == on
+
+
+def test_float32_attention_streamed_only_when_asked(attention, monkeypatch):
+    """TR2_ATTN_F32_STREAM: the float32 builds take the synchronous kernels by default and the streamed ones (f32s,
+    tf32s: two staging buffers, so twice the streamed tiles' shared memory, and the largest carveout) when set, the
+    pairs switch composing with it; the half builds do not move."""
+    assert attention.F32_STREAM is False
+    tf32, plain, half = _Ctx("float32", True), _Ctx("float32", False), _Ctx("bfloat16", True, True)
+    before = {k: attention.shared_bytes(tf32, k) for k in ("forward", "backward_dq", "backward_dkdv")}
+    half_before = attention.shared_bytes(half, "forward")
+    monkeypatch.setattr(attention, "F32_STREAM", True)
+    assert [attention.build_name(c) for c in (tf32, plain, half)] == ["tf32s", "f32s", "bf16r"]
+    monkeypatch.setattr(attention, "F32_PAIRS", True)
+    assert attention.build_name(tf32) == "f32s"
+    row = 68 * 4   # a staged float32 row (padded)
+    for k, rows in (("forward", 2 * 64), ("backward_dq", 2 * 64), ("backward_dkdv", 2 * 64)):
+        extra = 2 * 64 * 4 if k == "backward_dkdv" else 0   # a second buffer's lse and D rows
+        assert attention.shared_bytes(tf32, k) == before[k] + rows * row + extra, k
+    # two blocks an SM fit the H100's and H200's 227 KB a block of shared memory each (228 KB an SM, 1 KB reserved)
+    assert 2 * (max(attention.shared_bytes(tf32, k) for k in before) + 1024) <= 228 * 1024
+    assert attention.shared_bytes(half, "forward") == half_before
+
+
+def test_float32_streamed_kernels_ask_for_the_carveout(attention, monkeypatch):
+    """The streamed float32 kernels launch with prefer_shared (without it the driver may pick a split that fits one
+    block an SM); the synchronous ones, and the half builds' mma.sync kernels, as before."""
+    seen = []
+    monkeypatch.setattr(attention, "launch", lambda f, name, *a, **k: seen.append((name, k.get("prefer_shared"))))
+    ctx = _Ctx("float32", True)
+    attention._launch(ctx, "forward", 64, 1024, 96, ())
+    monkeypatch.setattr(attention, "F32_STREAM", True)
+    attention._launch(ctx, "forward", 64, 1024, 96, ())
+    attention._launch(_Ctx("bfloat16", False), "forward", 64, 1024, 96, ())
+    assert seen == [("attn_forward_tf32_hs64", False), ("attn_forward_tf32s_hs64", True), ("attn_forward_bf16_hs64", False)]

@@ -623,6 +623,50 @@ def test_attention(build, B, T, H, hs, p):
             exact(f"attention {name} run-to-run {tag}", b, a)
 
 
+@pytest.mark.parametrize("build", [("float32", False, False), ("float32", True, False)], ids=["f32", "tf32"])
+@pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_float32_streamed_is_the_synchronous_bits(build, B, T, H, hs, p, monkeypatch):
+    """The float32 builds' streamed kernels (TR2_ATTN_F32_STREAM=1: attn_*_f32s_ and attn_*_tf32s_, tiles copied raw
+    by cp.async into two buffers, the tf32 build's rounded where they land) against the synchronous ones (0): out,
+    lse and dqkv the same bits at every shape, with dropout and without, three runs identical, every allocation
+    poisoned; the launches recorded, so that both forms are known to have run."""
+    from tr2.cupy_side.gpu import attention
+    be = gpu_backend(*build)
+    g = gen(B * T * H + hs + int(p * 10) + 23)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    launched, real_launch = [], attention.launch
+
+    def recording_launch(filename, name, *a, **k):
+        launched.append(name)
+        return real_launch(filename, name, *a, **k)
+
+    monkeypatch.setattr(attention, "launch", recording_launch)
+
+    def run(streamed):
+        monkeypatch.setattr(attention, "F32_STREAM", streamed)
+        launched.clear()
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        dqkv = be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)
+        return [be.to_host(out), host(saved.lse), be.to_host(dqkv)], list(launched)
+
+    runs = [run(True) for _ in range(3)]
+    synchronous, sync_kernels = run(False)
+    base = "tf32" if build[1] else "f32"
+    for _, kernels in runs:
+        assert kernels == [f"attn_{k}_{base}s_hs{hs}" for k in ("forward", "backward_dq", "backward_dkdv")], kernels
+    assert sync_kernels == [f"attn_{k}_{base}_hs{hs}" for k in ("forward", "backward_dq", "backward_dkdv")]
+    tag = f"[{base} B={B} T={T} H={H} hs={hs} p={p} streamed]"
+    for name, a, b in zip(("out", "lse", "dqkv"), runs[0][0], synchronous):
+        assert np.isfinite(a).all(), f"attention {name} {tag}: an element left unwritten"
+        exact(f"attention {name}, streamed against synchronous {tag}", a, b)
+    for r, _ in runs[1:]:
+        for name, a, b in zip(("out", "lse", "dqkv"), runs[0][0], r):
+            exact(f"attention {name} run-to-run {tag}", b, a)
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])

@@ -50,14 +50,23 @@ class AttentionSaved:
 # float32 attention on these shapes is the memory-efficient kernels (fmha_cutlassF/B_f32, the families stage's
 # tables), whose float products are CUTLASS's three-TF32 form whatever allow_tf32 says (PyTorch's
 # mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType for float at sm80 and above: OpMultiplyAddFastF32), so 1
-# computes attention as PyTorch's float32 does and 0 more coarsely (docs/perf.md, forty-fourth session). Written
-# without a GPU: NOT yet run on one.
+# computes attention as PyTorch's float32 does and 0 more coarsely (docs/perf.md, forty-fourth session: on an H100,
+# call 3 of results/h100-perf-20261205k, the step x1.38 and x1.40 of the default's on nanogpt and gpt2-small; its
+# graph test passed there).
 F32_PAIRS = bool(kernel_switch("TR2_ATTN_F32_PAIRS", 0))
+
+# The float32 builds' tiles staged (0) synchronously into one buffer, each thread loading, rounding (tf32) and storing,
+# or (1) streamed: copied raw by cp.async into two buffers, the next tile's copy in flight while the current one
+# computes, and the tf32 build's tiles rounded in place where they land (attention.cu's land_tf32): the f32s and tf32s
+# kernels, the same operands and products, so the same bits (tests/test_kernels_gpu.py, "float32_streamed"). The
+# kernels hold 255 registers a thread (ptxas), two blocks an SM, and the synchronous staging left each block's warps
+# waiting on their loads every tile. Written before a GPU ran it (docs/perf.md, forty-fifth session).
+F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
 
 
 def build_name(ctx) -> str:
     if not ctx.half:
-        return "tf32" if ctx.tf32 and not F32_PAIRS else "f32"
+        return ("tf32" if ctx.tf32 and not F32_PAIRS else "f32") + ("s" if F32_STREAM else "")
     base = "bf16" if ctx.dtype == "bfloat16" else "f16"
     return base + ("r" if ctx.half_roundings else "")
 
@@ -73,10 +82,10 @@ def block_rows(ctx) -> int:
 
 def shared_bytes(ctx, kernel: str) -> int:
     """attention.cu's shared memory of one block: the block's own tiles, the streamed tiles in each staging
-    buffer (two in the half builds, cp.async), and dK/dV's staged lse and D; the half builds' backward
+    buffer (two in the half builds and the streamed float32 ones, cp.async), and dK/dV's staged lse and D; the half builds' backward
     ("backward": dK/dV with dQ) also its dS^T, [rows][streamed + 8] halves, twice in the exact build."""
     geometry = "backward_dkdv" if kernel == "backward" else kernel
-    rows, streamed, nbuf = block_rows(ctx), _geometry(ctx)[geometry], 2 if ctx.half else 1
+    rows, streamed, nbuf = block_rows(ctx), _geometry(ctx)[geometry], 2 if ctx.half or F32_STREAM else 1
     own = {"forward": 1, "backward_dq": 2, "backward_dkdv": 2}[geometry]
     extra = nbuf * 2 * streamed * 4 if geometry == "backward_dkdv" else 0
     if kernel == "backward":
@@ -89,8 +98,9 @@ def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
     name = f"attn_{kernel}_{build_name(ctx)}_hs{hs}"
     nbytes = shared_bytes(ctx, kernel)
     rows = block_rows(ctx)
+    # the streamed float32 kernels: 87-106 KB a block, two blocks an SM only with the largest carveout
     launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes,   # attention.cu: Grid
-           prefer_shared=False)
+           prefer_shared=not ctx.half and F32_STREAM)
 
 
 def _half(ctx, a, out=None):

@@ -332,7 +332,7 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-template <int K, bool SPLIT, int HS, int ROWS>
+template <int K, bool SPLIT, int HS, int ROWS, int NB = Pipe<K>::NBUF>
 __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Tile<K>::E* __restrict__ src, int row0,
                                       int T, int stride) {
     const int LD = Tile<K>::LD;
@@ -342,7 +342,11 @@ __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Til
 #pragma unroll
     for (int k = 0; k < EACH; ++k) {
         const int idx = threadIdx.x + k * NTHREADS, r = idx / PER_ROW, c = (idx % PER_ROW) * PIECE;
-        if constexpr (K == KIND_F32) {
+        if constexpr (K == KIND_F32 && NB == 2) {   // streamed: raw float32 by cp.async (land_tf32 rounds it after)
+            float* d = s + r * LD + c;
+            if (row0 + r < T) cp_async16(d, src + (i64)(row0 + r) * stride + c);
+            else *(float4*)d = make_float4(0.f, 0.f, 0.f, 0.f);
+        } else if constexpr (K == KIND_F32) {
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
             if (row0 + r < T) x = *(const float4*)(src + (i64)(row0 + r) * stride + c);
             if (!SPLIT) x = make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w));
@@ -355,34 +359,56 @@ __device__ __forceinline__ void stage(typename Tile<K>::E* s, const typename Til
     }
 }
 
+// The streamed float32 builds (NB = 2) of the tf32 build: the tile stage() copied raw is rounded to TF32 in place, each
+// thread the pieces it copied itself (stage's mapping), which cp.async.wait_group has made visible to that thread: the
+// values the synchronous staging stores, so the products read the same operands. The exact build (SPLIT) keeps raw
+// values and splits them where it reads them, as before.
+template <int HS, int ROWS>
+__device__ __forceinline__ void land_tf32(float* s) {
+    constexpr int LD = Tile<KIND_F32>::LD, PER_ROW = HS / 4, EACH = ROWS * PER_ROW / NTHREADS;
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) {
+        const int idx = threadIdx.x + k * NTHREADS, r = idx / PER_ROW, c = (idx % PER_ROW) * 4;
+        float4* p = (float4*)(s + r * LD + c);
+        const float4 x = *p;
+        *p = make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w));
+    }
+}
+
 // n floats of a row vector (zeros from T on) into shared memory, element tid of them (threads with tid outside
 // 0..n-1 copy nothing): by cp.async in the half builds (the copy joins the tile's commit group, so no thread
 // waits on a global load here), else by plain loads.
-template <int K>
+template <int K, int NB = Pipe<K>::NBUF>
 __device__ __forceinline__ void stage_row(float* s, const float* __restrict__ src, int i0, int n, int T, int tid) {
     if (tid < 0 || tid >= n) return;
     if (i0 + tid >= T) s[tid] = 0.0f;
-    else if constexpr (Pipe<K>::NBUF == 2) cp_async4(s + tid, src + i0 + tid);
+    else if constexpr (NB == 2) cp_async4(s + tid, src + i0 + tid);
     else s[tid] = src[i0 + tid];
 }
 
-// The streamed tiles of a loop of iterations 0..last. start() stages iteration 0 (half builds: into
+// The streamed tiles of a loop of iterations 0..last. start() stages iteration 0 (two buffers: into
 // buffer 0, in the commit group of whatever the block staged before); acquire(it) returns the buffer that
 // holds iteration it, complete and visible to every thread, having first started the next iteration's
-// copy into the other buffer (float32: staged synchronously into the one buffer); release() after the
-// iteration's reads, before the next acquire may overwrite the buffer. stage_fn(it, buf) stages one.
-template <int K, typename StageFn>
+// copy into the other buffer (one buffer, NB = 1: staged synchronously into it); release() after the
+// iteration's reads, before the next acquire may overwrite the buffer. stage_fn(it, buf) stages one;
+// land_fn(it, buf), two buffers only, runs after iteration it's copies have landed and before the block's barrier
+// (the streamed tf32 build rounds there what each thread copied: land_tf32).
+struct NoLand {
+    __device__ __forceinline__ void operator()(int, int) const {}
+};
+template <int K, typename StageFn, int NB = Pipe<K>::NBUF, typename LandFn = NoLand>
 struct Stream {
     StageFn stage_fn;
     int last;
+    LandFn land_fn;
     __device__ __forceinline__ void start() {
-        if constexpr (Pipe<K>::NBUF == 2) {
+        if constexpr (NB == 2) {
             stage_fn(0, 0);
             cp_async_commit();
         }
     }
     __device__ __forceinline__ int acquire(int it) {
-        if constexpr (Pipe<K>::NBUF == 2) {
+        if constexpr (NB == 2) {
             const int cur = it & 1;
             if (it < last) {
                 stage_fn(it + 1, cur ^ 1);
@@ -391,6 +417,7 @@ struct Stream {
             } else {
                 cp_async_wait<0>();
             }
+            land_fn(it, cur);
             __syncthreads();
             return cur;
         } else {
@@ -401,11 +428,15 @@ struct Stream {
         }
     }
     __device__ __forceinline__ void release() {
-        if constexpr (Pipe<K>::NBUF == 2) __syncthreads();
+        if constexpr (NB == 2) __syncthreads();
     }
 };
 template <int K, typename StageFn>
 __device__ __forceinline__ Stream<K, StageFn> make_stream(StageFn f, int last) { return Stream<K, StageFn>{f, last}; }
+template <int K, int NB, typename StageFn, typename LandFn>
+__device__ __forceinline__ Stream<K, StageFn, NB, LandFn> make_stream(StageFn f, LandFn land, int last) {
+    return Stream<K, StageFn, NB, LandFn>{f, last, land};
+}
 
 // Two adjacent output elements (idx even) in out_kind: float32, or the half type under half roundings.
 __device__ __forceinline__ void store_pair(void* base, i64 idx, float a, float b, int kind) {
@@ -599,7 +630,7 @@ __device__ __forceinline__ void tile_product(float s[MT][NT][4], const typename 
 }
 
 // ---------------------------------------------------------------------------------------------- forward
-template <int K, bool SPLIT, int HS, bool DROP>
+template <int K, bool SPLIT, int HS, bool DROP, int NB = Pipe<K>::NBUF>
 __device__ void attention_forward(void* __restrict__ out, float* __restrict__ lse,
                                   const typename Tile<K>::E* __restrict__ qkv, int T, int H, int out_kind,
                                   Dropout drop) {
@@ -618,11 +649,17 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
     const int r0 = qb * BR + warp * RW;         // the warp's first query
     const E* base = qkv + (i64)b * T * 3 * C;
     const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the last key tile a query of the block sees
-    auto kv = make_stream<K>([&](int kb, int buf) {
-        stage<K, SPLIT, HS, BC>(sKV + 2 * buf * BC * LD, base + C + h * HS, kb * BC, T, 3 * C);
-        stage<K, SPLIT, HS, BC>(sKV + (2 * buf + 1) * BC * LD, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    auto kv = make_stream<K, NB>([&](int kb, int buf) {
+        stage<K, SPLIT, HS, BC, NB>(sKV + 2 * buf * BC * LD, base + C + h * HS, kb * BC, T, 3 * C);
+        stage<K, SPLIT, HS, BC, NB>(sKV + (2 * buf + 1) * BC * LD, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    }, [&](int kb, int buf) {
+        if constexpr (K == KIND_F32 && !SPLIT && NB == 2) {   // q (in the first group) and the tile, to TF32
+            if (kb == 0) land_tf32<HS, BR>((float*)sQ);
+            land_tf32<HS, BC>((float*)(sKV + 2 * buf * BC * LD));
+            land_tf32<HS, BC>((float*)(sKV + (2 * buf + 1) * BC * LD));
+        }
     }, last);
-    stage<K, SPLIT, HS, BR>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    stage<K, SPLIT, HS, BR, NB>(sQ, base + h * HS, qb * BR, T, 3 * C);
     kv.start();
 
     constexpr float c = EXACT ? scale : scale * LOG2E;
@@ -1500,7 +1537,7 @@ __device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int r
 // down, and attention_backward_dq makes dQ.
 // DS (half roundings, unfolded): each warp also writes its dS^T rows of every tile it computes to ds_t (below,
 // attention_backward_dq_ds), rounded as dK's operand; EVICT: those stores marked evict-first in L2.
-template <int K, bool SPLIT, int HS, bool DQ, bool DROP, bool DS = false, bool EVICT = false>
+template <int K, bool SPLIT, int HS, bool DQ, bool DROP, bool DS = false, bool EVICT = false, int NB = Pipe<K>::NBUF>
 __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                         const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                         const float* __restrict__ Dvec, float* __restrict__ dq_acc,
@@ -1510,7 +1547,7 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
     constexpr int MT = Geometry<K>::MT, BC = Geometry<K>::DKDV, NT = BC / 8;
     constexpr int RW = 16 * MT, BR = NWARPS * RW, LD = Tile<K>::LD;
     constexpr bool EXACT = (K == KIND_F32 && SPLIT);
-    constexpr int NBUF = Pipe<K>::NBUF;
+    constexpr int NBUF = NB;
     // dS^T of the block (BR keys x BC queries, half bits; the exact build's remainders after it)
     constexpr int LDS = BC + 8;
     static_assert(!DQ || (K != KIND_F32 && BC % RW == 0 && BR % BC == 0 && BC == 32 && HS % 32 == 0),
@@ -1543,16 +1580,25 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
     const E* base = qkv + (i64)b * T * 3 * C;
     const E* gbase = dout + (i64)b * T * C;
     auto tile_of = [&](int it) { return DQ ? nqt - 1 - it : first + it; };
-    auto qo = make_stream<K>([&](int it, int buf) {
+    auto qo = make_stream<K, NB>([&](int it, int buf) {
         const int qt = tile_of(it);
-        stage<K, SPLIT, HS, BC>(sQO + 2 * buf * BC * LD, base + h * HS, qt * BC, T, 3 * C);
-        stage<K, SPLIT, HS, BC>(sQO + (2 * buf + 1) * BC * LD, gbase + h * HS, qt * BC, T, C);
+        stage<K, SPLIT, HS, BC, NB>(sQO + 2 * buf * BC * LD, base + h * HS, qt * BC, T, 3 * C);
+        stage<K, SPLIT, HS, BC, NB>(sQO + (2 * buf + 1) * BC * LD, gbase + h * HS, qt * BC, T, C);
         float* l = sLD + 2 * buf * BC;   // lse and D as stored (lse times lmul where read)
-        stage_row<K>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
-        stage_row<K>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
+        stage_row<K, NB>(l, lse + (i64)bh * T, qt * BC, BC, T, threadIdx.x);
+        stage_row<K, NB>(l + BC, Dvec + (i64)bh * T, qt * BC, BC, T, (int)threadIdx.x - BC);
+    }, [&](int it, int buf) {
+        if constexpr (K == KIND_F32 && !SPLIT && NB == 2) {   // k and v (in the first group), q and dO, to TF32
+            if (it == 0) {
+                land_tf32<HS, BR>((float*)sK);
+                land_tf32<HS, BR>((float*)sV);
+            }
+            land_tf32<HS, BC>((float*)(sQO + 2 * buf * BC * LD));
+            land_tf32<HS, BC>((float*)(sQO + (2 * buf + 1) * BC * LD));
+        }
     }, niter - 1);
-    stage<K, SPLIT, HS, BR>(sK, base + C + h * HS, kb * BR, T, 3 * C);
-    stage<K, SPLIT, HS, BR>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
+    stage<K, SPLIT, HS, BR, NB>(sK, base + C + h * HS, kb * BR, T, 3 * C);
+    stage<K, SPLIT, HS, BR, NB>(sV, base + 2 * C + h * HS, kb * BR, T, 3 * C);
     qo.start();
     float dk[MT][HS / 8][4], dv[MT][HS / 8][4];
 #pragma unroll
@@ -1707,7 +1753,7 @@ __device__ void attention_row_dots(float* __restrict__ Dvec, int* __restrict__ s
 
 // dQ of 4 * 16 * MT queries of one head. Warp rows are queries; the streamed tiles hold BC keys.
 // out: the forward's output, in out_kind (as dqkv is written); Dvec: written here, read by dK/dV after.
-template <int K, bool SPLIT, int HS, bool DROP>
+template <int K, bool SPLIT, int HS, bool DROP, int NB = Pipe<K>::NBUF>
 __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Tile<K>::E* __restrict__ qkv,
                                       const typename Tile<K>::E* __restrict__ dout, const float* __restrict__ lse,
                                       float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
@@ -1729,12 +1775,21 @@ __device__ void attention_backward_dq(void* __restrict__ dqkv, const typename Ti
     const int last = min(qb * BR + BR - 1, T - 1) / BC;
     constexpr float c = EXACT ? scale : scale * LOG2E, lmul = EXACT ? 1.0f : LOG2E;
     const E* base = qkv + (i64)b * T * 3 * C;
-    auto kv = make_stream<K>([&](int kb, int buf) {
-        stage<K, SPLIT, HS, BC>(sKV + 2 * buf * BC * LD, base + C + h * HS, kb * BC, T, 3 * C);
-        stage<K, SPLIT, HS, BC>(sKV + (2 * buf + 1) * BC * LD, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    auto kv = make_stream<K, NB>([&](int kb, int buf) {
+        stage<K, SPLIT, HS, BC, NB>(sKV + 2 * buf * BC * LD, base + C + h * HS, kb * BC, T, 3 * C);
+        stage<K, SPLIT, HS, BC, NB>(sKV + (2 * buf + 1) * BC * LD, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    }, [&](int kb, int buf) {
+        if constexpr (K == KIND_F32 && !SPLIT && NB == 2) {   // q and dO (in the first group) and the tile, to TF32
+            if (kb == 0) {
+                land_tf32<HS, BR>((float*)sQ);
+                land_tf32<HS, BR>((float*)sO);
+            }
+            land_tf32<HS, BC>((float*)(sKV + 2 * buf * BC * LD));
+            land_tf32<HS, BC>((float*)(sKV + (2 * buf + 1) * BC * LD));
+        }
     }, last);
-    stage<K, SPLIT, HS, BR>(sQ, base + h * HS, qb * BR, T, 3 * C);
-    stage<K, SPLIT, HS, BR>(sO, dout + (i64)b * T * C + h * HS, qb * BR, T, C);
+    stage<K, SPLIT, HS, BR, NB>(sQ, base + h * HS, qb * BR, T, 3 * C);
+    stage<K, SPLIT, HS, BR, NB>(sO, dout + (i64)b * T * C + h * HS, qb * BR, T, C);
     kv.start();
     float L[MT][2], Dr[MT][2];
 #pragma unroll
@@ -2274,15 +2329,15 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // Every build: attn_forward_<build>_hs<HS>; the backward unfolded, attn_backward_dq_ (which writes D), then
 // attn_backward_dkdv_. The half builds also fold it: attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters
 // zeroed), then attn_backward_<build>_hs<HS> (dK, dV and dQ); gpu/attention.py picks the form (FOLD_KEY_BLOCKS).
-#define ATTN_FORWARD(BUILD, K, SPLIT, HS) ATTN_FORWARD_BODY(, (NTHREADS), BUILD, K, SPLIT, HS)
-#define ATTN_FORWARD_BODY(SUFFIX, BOUNDS, BUILD, K, SPLIT, HS)                                                  \
+#define ATTN_FORWARD(BUILD, K, SPLIT, HS) ATTN_FORWARD_BODY(, (NTHREADS), BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
+#define ATTN_FORWARD_BODY(SUFFIX, BOUNDS, BUILD, K, SPLIT, HS, NB)                                              \
     extern "C" __global__ void __launch_bounds__ BOUNDS attn_forward##SUFFIX##_##BUILD##_hs##HS(                 \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
         u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_forward<K, SPLIT, HS, true>(out, lse, qkv, T, H, out_kind, d);              \
-        else attention_forward<K, SPLIT, HS, false>(out, lse, qkv, T, H, out_kind, d);                         \
+        if (use_dropout) attention_forward<K, SPLIT, HS, true, NB>(out, lse, qkv, T, H, out_kind, d);          \
+        else attention_forward<K, SPLIT, HS, false, NB>(out, lse, qkv, T, H, out_kind, d);                     \
     }
 // The forward on wgmma (half roundings, HS = 64): attn_forward_wg<NWG>_<bf16r|f16r>_hs64 (NWG warpgroups a block),
 // arguments as attn_forward_ plus the v tile's descriptor strides.
@@ -2316,7 +2371,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH,      \
                                                                                  sched, out_kind, d);          \
     }
-#define ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                      \
+#define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
+#define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB)                                                               \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
@@ -2324,11 +2380,11 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv<K, SPLIT, HS, false, true>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, \
-                                                               out_kind, d);                                   \
+            attention_backward_dkdv<K, SPLIT, HS, false, true, false, false, NB>(dqkv, qkv, dout, lse, Dvec, nullptr, \
+                                                                                 nullptr, T, H, out_kind, d);  \
         else                                                                                                   \
-            attention_backward_dkdv<K, SPLIT, HS, false, false>(dqkv, qkv, dout, lse, Dvec, nullptr, nullptr, T, H, \
-                                                                out_kind, d);                                  \
+            attention_backward_dkdv<K, SPLIT, HS, false, false, false, false, NB>(dqkv, qkv, dout, lse, Dvec, nullptr, \
+                                                                                  nullptr, T, H, out_kind, d); \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
@@ -2336,12 +2392,18 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_backward_dq<K, SPLIT, HS, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
-        else attention_backward_dq<K, SPLIT, HS, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
+        if (use_dropout) attention_backward_dq<K, SPLIT, HS, true, NB>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
+        else attention_backward_dq<K, SPLIT, HS, false, NB>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
     }
 #define ATTN_KERNELS_F32(BUILD, SPLIT, HS)                                                                      \
     ATTN_FORWARD(BUILD, KIND_F32, SPLIT, HS)                                                                   \
     ATTN_UNFOLDED(BUILD, KIND_F32, SPLIT, HS)
+// The float32 builds streamed (attn_*_f32s_, attn_*_tf32s_): the tiles copied raw by cp.async into two buffers, the
+// next one's copy in flight while the current one computes (NB = 2), as the half builds stream theirs; the same
+// operands and products as the synchronous kernels above, so their bits (tests/test_kernels_gpu.py asks for them).
+#define ATTN_KERNELS_F32_STREAMED(BUILD, SPLIT, HS)                                                             \
+    ATTN_FORWARD_BODY(, (NTHREADS), BUILD, KIND_F32, SPLIT, HS, 2)                                             \
+    ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 2)
 #define ATTN_KERNELS_HALF(BUILD, K, SPLIT, HS)                                                                  \
     ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                          \
     ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                         \
@@ -2417,6 +2479,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 
 ATTN_KERNELS_F32(f32, true, 64)
 ATTN_KERNELS_F32(tf32, false, 64)
+ATTN_KERNELS_F32_STREAMED(f32s, true, 64)
+ATTN_KERNELS_F32_STREAMED(tf32s, false, 64)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 64)
 ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 64)
 ATTN_KERNELS_HALF(f16, KIND_F16, true, 64)
@@ -2425,6 +2489,8 @@ ATTN_ROW_DOTS(bf16, KIND_BF16, 64)
 ATTN_ROW_DOTS(f16, KIND_F16, 64)
 ATTN_KERNELS_F32(f32, true, 32)
 ATTN_KERNELS_F32(tf32, false, 32)
+ATTN_KERNELS_F32_STREAMED(f32s, true, 32)
+ATTN_KERNELS_F32_STREAMED(tf32s, false, 32)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 32)
 ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 32)
 ATTN_KERNELS_HALF(f16, KIND_F16, true, 32)
