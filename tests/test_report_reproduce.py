@@ -204,13 +204,21 @@ SHA = hashlib.sha256(RECORD).hexdigest()
 CACHE = "/work/main/.cache/products/nvidia-h200-cublaslt130100.json"   # where the GPU machine's runs read it
 
 
-def _gpu_folder(root, stage, logs=(), kept=False):
+# what the GPU machine's runs have in their environment besides any switch: paths, the commit handed in, the deadline
+MACHINE_ENV = {"TR2_DATA": "/work/main/data", "TR2_DEADLINE": "1796492999", "TR2_GIT_COMMIT": A,
+               "TR2_KERNEL_CACHE": "/work/main/.cache/kernels", "TR2_PRODUCTS_DIR": "/work/main/.cache/products",
+               "TR2_PYTHON": "python3", "TR2_REQUIRE_CARD_GPU": "1"}
+
+
+def _gpu_folder(root, stage, logs=(), kept=False, env=MACHINE_ENV):
     """A GPU folder whose runs' logs name products records: logs, one (path, count, digest) a run; kept: the stage kept
-    the first in products/ and its record says so (tr2.products_kept, since 2026-12-05)."""
+    the first in products/ and its record says so (tr2.products_kept, since 2026-12-05); env: machine.json's
+    tr2_environment (None: not recorded, as before the thirtieth session)."""
     d = root / f"{stage}-20261205-120000-gpu-demo"
     (d / "logs").mkdir(parents=True)
     (d / "card.yaml").write_text(yaml.safe_dump(GPU))
-    (d / "machine.json").write_text(json.dumps(dict(MACHINE, commit=A, dirty="unknown")))
+    (d / "machine.json").write_text(json.dumps(dict(MACHINE, commit=A, dirty="unknown")
+                                               | ({} if env is None else {"tr2_environment": env})))
     (d / "summary.json").write_text(json.dumps({"stage": stage}))
     recs = []
     for n, (path, count, digest) in enumerate(logs):
@@ -282,3 +290,31 @@ def test_products_read_lists_each_record_once_with_its_copy(tmp_path):
          "kept": f"products/nvidia-h200-cublaslt130100-{SHA[:12]}.json", "not_kept": None, "runs": 2},
         {"name": "nvidia-h200-cublaslt130100.json", "sha256": None, "products": 0, "kept": None, "not_kept": None,
          "runs": 1}]
+
+
+def test_a_stage_command_sets_the_kernel_switches_its_runs_ran_with(tmp_path):
+    """The commands ran every folder with its commit's default kernels, whatever switches machine.json recorded (the
+    forty-fourth session's note: "reproduce commands pass no recorded TR2_* switches")."""
+    root = tmp_path / "results"
+    switched = _gpu_folder(root, "series", [(CACHE, 3, SHA)], kept=True,
+                           env=MACHINE_ENV | {"TR2_ATTN_F32_PAIRS": "1", "TR2_GELU_REVERSE": "0", "TR2_PDL": " ",
+                                              "TR2_SIDE_STREAM": "1"})   # blank: unset; the last one retired since
+    old = _gpu_folder(root, "method_a", [(CACHE, 3, SHA)], kept=True, env=None)
+    plain = _gpu_folder(root, "method_b", [(CACHE, 3, SHA)], kept=True)
+    (switched / "retired.jsonl").write_text(json.dumps({"key": "tiny/float32/cupy/9", "retired_at": "2026-12-05T13:00",
+                                                        "by_commit": A, "reason": "r", "rerun_commits": [A]}) + "\n")
+    infos = [verdicts.folder_info(d, tmp_path) for d in (switched, old, plain)]
+    cmds = verdicts.commands("gpu-demo", infos, tmp_path)
+    set_ = 'TR2_ATTN_F32_PAIRS=1 TR2_GELU_REVERSE=0 TR2_SIDE_STREAM=1 TR2_PRODUCTS_DIR="$PWD/'
+    steps = cmds[switched.name].partition("  # ")[0].split(" && ")
+    runs = [s for s in steps if "python -m tr2.runner series" in s and "latest" not in s]
+    assert len(runs) == 3 and all(s.startswith(set_) for s in runs[::2]), runs   # the stage, and the resume after the
+    # retirement (the retirement itself runs nothing)
+    assert "--retire" in runs[1] and not runs[1].startswith("TR2_")
+    assert not any(k in cmds[switched.name] for k in ("TR2_KERNEL_CACHE", "TR2_DEADLINE", "TR2_PDL", "TR2_DATA"))
+    assert "  # " not in cmds[switched.name]
+    assert "kernel switches its runs ran with are not recorded" in cmds[old.name].partition("  # ")[2]
+    assert cmds[plain.name].partition("  # ")[0].split(" && ")[-1].startswith('TR2_PRODUCTS_DIR="$PWD/')
+    assert "  # " not in cmds[plain.name]
+    assert {"TR2_ATTN_F32_PAIRS", "TR2_GELU_REVERSE", "TR2_SIDE_STREAM"} <= results.kernel_switch_names()
+    assert not {"TR2_KERNEL_CACHE", "TR2_PRODUCTS_DIR", "TR2_GIT_COMMIT"} & results.kernel_switch_names()

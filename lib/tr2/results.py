@@ -171,6 +171,30 @@ def tr2_environment_text(env) -> str | None:
     return ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "none"
 
 
+_SWITCH_READ = re.compile(r'kernel_switch\(\s*"(TR2_[A-Z0-9_]+)"')
+_SWITCH_RETIRED = re.compile(r'^    "(TR2_[A-Z0-9_]+)": ', re.M)   # gpu/__init__.py's RETIRED, one key a line
+
+
+def kernel_switch_names() -> frozenset:
+    """The kernel switches' names, read from the cupy side's sources (no CuPy needed): every `kernel_switch("TR2_...")`
+    the modules read, and the retired ones (gpu.RETIRED), which a folder made before their removal may have set. The
+    TR2_* variables outside it are the machine's (paths, the commit handed in, the deadline), not the program's."""
+    root = REPO_ROOT / "lib" / "tr2" / "cupy_side"
+    names = {n for path in root.rglob("*.py") for n in _SWITCH_READ.findall(path.read_text())}
+    return frozenset(names | set(_SWITCH_RETIRED.findall((root / "gpu" / "__init__.py").read_text())))
+
+
+def kernel_switches_set(path) -> Optional[dict]:
+    """The kernel switches a folder's runs ran with (machine.json's tr2_environment, kernel_switch_names' keys only,
+    blank values left out as kernel_switch reads them): {} where none was set, None where the folder predates the
+    record (before the thirtieth session), so what it ran with cannot be told."""
+    env = read_json(Path(path) / "machine.json").get("tr2_environment")
+    if env is None:
+        return None
+    names = kernel_switch_names()
+    return {k: str(v) for k, v in sorted(env.items()) if k in names and str(v).strip()}
+
+
 def read_json(path) -> dict:
     """A JSON file's contents; {} where it is missing or unreadable (a stage stopped before writing it)."""
     try:

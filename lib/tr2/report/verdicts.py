@@ -699,8 +699,9 @@ def commands(card_name, infos, html_dir, beside=(), out=None, repro: str = "resu
     that keeps one of its name and count (said as not exact), else the command stops there (test -f) and says where to
     put it. This report: its folders, those beside it (beside_checks' records), and out, the HTML file it was written
     to (None: no --out, which writes the default report/TR-2.html)."""
-    from ..results import folder_path, products_read   # here: the import block above is shared with other work
+    from ..results import folder_path, kernel_switches_set, products_read   # here: the block above is shared
     reads = {i["name"]: products_read(folder_path(i["path"])) for i in infos}
+    switches = {i["name"]: kernel_switches_set(folder_path(i["path"])) for i in infos}
     kept: dict = {}   # (record name, products) -> {sha256: a copy a folder of the page keeps}
     for i in infos:
         for r in reads[i["name"]]:
@@ -766,6 +767,12 @@ def commands(card_name, infos, html_dir, beside=(), out=None, repro: str = "resu
         elif c.get("device") not in (None, "cpu"):
             notes.append("its runs' logs do not name the products record its cupy runs read (.cache/products/ or "
                          "$TR2_PRODUCTS_DIR as the machine had them): not restored")
+        # the kernel switches its runs ran with, set for every run the command makes (the stage's and its resumes')
+        if switches[i["name"]] is None and c.get("device") not in (None, "cpu"):
+            notes.append("the kernel switches its runs ran with are not recorded (machine.json before the thirtieth "
+                         "session): the command runs the defaults of its commit")
+        elif switches[i["name"]]:
+            env = "".join(f"{k}={shlex.quote(v)} " for k, v in switches[i["name"]].items()) + env
         if commit:
             steps.append(f"git checkout {commit}")
         else:
