@@ -54,23 +54,6 @@ def step_time_boxes(runs):
     return fig
 
 
-def bands(bands_a, judge_from=None):
-    """Method A: the validation loss of each side, median over the seeds with its range shaded; a dotted line at
-    `judge_from`, the first judged evaluation, where given. The medians alone, from tr2.explore.bands_a: the
-    stage's own method_a.png is `method_a`, which draws every seed's curve as protocol §7 A publishes them."""
-    groups = list(bands_a.groupby(["folder", "model", "dtype"], sort=False))
-    fig, axes = _panels(len(groups))
-    for ax, ((f, m, t), d) in zip(axes, groups):
-        for side, s in d.groupby("side"):
-            ax.plot(s["step"], s["median"], color=SIDE_COLORS.get(side), marker=".", label=f"{side} (n={s['n'].max()})")
-            ax.fill_between(s["step"], s["min"], s["max"], color=SIDE_COLORS.get(side), alpha=0.25)
-        if judge_from is not None:
-            ax.axvline(judge_from, color="grey", ls=":", lw=1, label="judged from")
-        _steps_axis(ax, f"{f}\n{m}, {t}", "validation loss")
-    fig.tight_layout()
-    return fig
-
-
 SIDE_ORDER = ("torch", "nanogpt", "cupy")   # the reference first; the cupy side drawn over it
 
 
