@@ -73,19 +73,20 @@ def test_graph_replays_train_as_the_eager_loop(tmp_path, model, dtype):
     assert eager[STEPS] < eager[0] - 0.2  # it trained: both curves fall, not two flat ones that agree
 
 
-def _with_and_without(tmp_path: Path, model: str, dtype: str, switch: str, *extra) -> tuple[dict, dict, dict, str]:
-    """30 steps of the recorded batches from one start with `switch` 0 (eager), then 1 (eager, and graph): the three
-    runs' losses and the graph run's output; `extra`: further arguments of every run (e.g. --no-tf32)."""
+def _with_and_without(tmp_path: Path, model: str, dtype: str, switch: str, *extra,
+                      values=("0", "1")) -> tuple[dict, dict, dict, str]:
+    """30 steps of the recorded batches from one start with `switch` at values[0] (eager), then values[1] (eager, and
+    graph): the three runs' losses and the graph run's output; `extra`: further arguments of every run (--no-tf32)."""
     from tr2.data import write_batch_order
     from tr2.models import load_model
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
     common = (["--model", model, "--dtype", dtype, "--batches", order, *extra]
               + (["--half-roundings"] if dtype != "float32" else []))
-    off, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={switch: "0"})
+    off, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={switch: values[0]})
     common += ["--init", tmp_path / "init.npz"]
-    on, _ = _train(tmp_path, "on", *common, env={switch: "1"})
-    on_graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={switch: "1"})
+    on, _ = _train(tmp_path, "on", *common, env={switch: values[1]})
+    on_graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={switch: values[1]})
     return off, on, on_graph, out
 
 
@@ -107,23 +108,23 @@ def test_float32_attention_in_tf32_pairs_replays_its_eager_loop(tmp_path, model)
     assert pairs[STEPS] < pairs[0] - 0.2
 
 
-# gpu/attention.py's F32_STREAM (TR2_ATTN_F32_STREAM=1): the float32 builds' attention kernels streamed (cp.async, two
-# buffers), with the synchronous kernels' operands and products: the whole run must be the synchronous run to the
-# bit, eager and graph, in the tf32 build (the default float32) and the plain one (method B's, --no-tf32).
+# gpu/attention.py's F32_STREAM (TR2_ATTN_F32_STREAM=1: the float32 builds' attention kernels streamed, cp.async into
+# two buffers) and F32_BLOCKS (TR2_ATTN_F32_BLOCKS=3: bounded to three blocks an SM), each with the synchronous
+# kernels' operands and products: the whole run must be the default run to the bit, eager and graph, in the tf32 build
+# (the default float32) and the plain one (method B's, --no-tf32).
+@pytest.mark.parametrize("switch, values", [("TR2_ATTN_F32_STREAM", ("0", "1")), ("TR2_ATTN_F32_BLOCKS", ("2", "3"))],
+                         ids=["streamed", "three_blocks"])
 @pytest.mark.parametrize("model, tf32", [("nanogpt", True), ("gpt2-small", True), ("nanogpt", False)],
                          ids=["nanogpt-tf32", "gpt2-small-tf32", "nanogpt-plain"])
-def test_float32_attention_streamed_trains_to_the_bit(tmp_path, model, tf32):
-    if tf32:
-        synchronous, streamed, streamed_graph, out = _with_and_without(tmp_path, model, "float32", "TR2_ATTN_F32_STREAM")
-    else:
-        synchronous, streamed, streamed_graph, out = _with_and_without(tmp_path, model, "float32", "TR2_ATTN_F32_STREAM",
-                                                                       "--no-tf32")
+def test_float32_attention_forms_train_to_the_bit(tmp_path, model, tf32, switch, values):
+    extra = () if tf32 else ("--no-tf32",)
+    default, other, other_graph, out = _with_and_without(tmp_path, model, "float32", switch, *extra, values=values)
     assert "cuda graph:" in out
-    print(f"{model} float32 tf32={tf32}: streamed against synchronous max rel {_max_rel(synchronous, streamed)[0]:.2e}; "
-          f"graph {_max_rel(streamed, streamed_graph)[0]:.2e}")
-    assert streamed == synchronous, f"the streamed kernels moved a loss: {_max_rel(synchronous, streamed)}"
-    assert streamed_graph == streamed, f"the streamed graph parts from its eager loop: {_max_rel(streamed, streamed_graph)}"
-    assert streamed[STEPS] < streamed[0] - 0.2
+    print(f"{model} float32 tf32={tf32} {switch}={values[1]}: against {values[0]} max rel "
+          f"{_max_rel(default, other)[0]:.2e}; graph {_max_rel(other, other_graph)[0]:.2e}")
+    assert other == default, f"{switch}={values[1]} moved a loss: {_max_rel(default, other)}"
+    assert other_graph == other, f"{switch}={values[1]}'s graph parts from its eager loop: {_max_rel(other, other_graph)}"
+    assert other[STEPS] < other[0] - 0.2
 
 
 # gpu/pdl.py: the captured launches programmatic (TR2_PDL=1), every kernel waiting for the one before it in

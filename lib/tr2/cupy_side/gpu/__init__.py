@@ -68,7 +68,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      *(f"layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
     "attention.cu": tuple(
         name for hs in (64, 32) for name in
-        [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32", "f32s", "tf32s")
+        [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32", "f32s", "tf32s", "f32b3", "tf32b3")
          for kernel in ("forward", "backward_dkdv", "backward_dq")]
         + [f"attn_{kernel}_{build}_hs{hs}" for build in ("bf16", "bf16r", "f16", "f16r")
            for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
@@ -102,10 +102,11 @@ COMPILE_OPTIONS = ("--std=c++17",)
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
 # attention.cu's instantiation macros, and the kernels each declares
-_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32_STREAMED|ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|ATTN_FORWARD_WG1|'
-                         r'ATTN_DS)\((\w+), [\w, ]*?(\d+)\)', re.M)
+_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32_STREAMED|ATTN_KERNELS_F32_B3|ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|'
+                         r'ATTN_FORWARD_WG1|ATTN_DS)\((\w+), [\w, ]*?(\d+)\)', re.M)
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_F32_STREAMED": ("forward", "backward_dkdv", "backward_dq"),
+                       "ATTN_KERNELS_F32_B3": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
                        "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}

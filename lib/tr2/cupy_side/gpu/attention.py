@@ -62,11 +62,24 @@ F32_PAIRS = bool(kernel_switch("TR2_ATTN_F32_PAIRS", 0))
 # kernels hold 255 registers a thread (ptxas), two blocks an SM, and the synchronous staging left each block's warps
 # waiting on their loads every tile. Written before a GPU ran it (docs/perf.md, forty-fifth session).
 F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
+# The float32 builds' synchronous kernels at two blocks an SM (2: ptxas's 229-255 registers a thread) or three (3: the
+# f32b3 and tf32b3 kernels, bounded to 168 registers, spilling some; attention.cu's ATTN_KERNELS_F32_B3): the same
+# bits, more warps to hide latency. The streamed kernels' two buffers leave room for two blocks only, so 3 refuses
+# TR2_ATTN_F32_STREAM=1. Written before a GPU ran it (docs/perf.md, forty-fifth session).
+F32_BLOCKS = kernel_switch("TR2_ATTN_F32_BLOCKS", 2, (2, 3))
+
+
+def _float32_form() -> str:
+    """The float32 kernels' suffix: "" (synchronous, two blocks an SM), "s" (streamed) or "b3" (three blocks an SM)."""
+    if F32_STREAM and F32_BLOCKS == 3:
+        raise SwitchError("TR2_ATTN_F32_BLOCKS=3 with TR2_ATTN_F32_STREAM=1: the streamed kernels' two staging buffers "
+                          "leave shared memory for two blocks an SM only; allowed: one of them")
+    return "s" if F32_STREAM else "b3" if F32_BLOCKS == 3 else ""
 
 
 def build_name(ctx) -> str:
     if not ctx.half:
-        return ("tf32" if ctx.tf32 and not F32_PAIRS else "f32") + ("s" if F32_STREAM else "")
+        return ("tf32" if ctx.tf32 and not F32_PAIRS else "f32") + _float32_form()
     base = "bf16" if ctx.dtype == "bfloat16" else "f16"
     return base + ("r" if ctx.half_roundings else "")
 
@@ -98,9 +111,10 @@ def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
     name = f"attn_{kernel}_{build_name(ctx)}_hs{hs}"
     nbytes = shared_bytes(ctx, kernel)
     rows = block_rows(ctx)
-    # the streamed float32 kernels: 87-106 KB a block, two blocks an SM only with the largest carveout
+    # the streamed float32 kernels (87-106 KB a block, two blocks an SM) and those at three blocks an SM (52-70 KB a
+    # block) fit only with the largest carveout
     launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes,   # attention.cu: Grid
-           prefer_shared=not ctx.half and F32_STREAM)
+           prefer_shared=not ctx.half and bool(_float32_form()))
 
 
 def _half(ctx, a, out=None):

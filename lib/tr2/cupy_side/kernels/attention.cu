@@ -2371,9 +2371,9 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH,      \
                                                                                  sched, out_kind, d);          \
     }
-#define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
-#define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB)                                                               \
-    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
+#define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF, (NTHREADS))
+#define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB, BOUNDS)                                                       \
+    extern "C" __global__ void __launch_bounds__ BOUNDS attn_backward_dkdv_##BUILD##_hs##HS(                    \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
@@ -2386,7 +2386,7 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_backward_dkdv<K, SPLIT, HS, false, false, false, false, NB>(dqkv, qkv, dout, lse, Dvec, nullptr, \
                                                                                   nullptr, T, H, out_kind, d); \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
+    extern "C" __global__ void __launch_bounds__ BOUNDS attn_backward_dq_##BUILD##_hs##HS(                      \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
         const void* out, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset,                    \
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
@@ -2403,7 +2403,14 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // operands and products as the synchronous kernels above, so their bits (tests/test_kernels_gpu.py asks for them).
 #define ATTN_KERNELS_F32_STREAMED(BUILD, SPLIT, HS)                                                             \
     ATTN_FORWARD_BODY(, (NTHREADS), BUILD, KIND_F32, SPLIT, HS, 2)                                             \
-    ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 2)
+    ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 2, (NTHREADS))
+// The float32 builds at three blocks an SM (attn_*_f32b3_, attn_*_tf32b3_): the synchronous kernels above bounded to
+// 168 registers a thread (ptxas gives them 229-255 unbounded: two blocks an SM, eight warps), which spills (ptxas,
+// NVRTC 12.9, sm_90a: the tf32 forward 64 bytes, its dQ and dK/dV 264-388, the plain build's 248-1188), for twelve
+// warps an SM to hide the latency of loads, barriers and dependent products. The same arithmetic, so their bits.
+#define ATTN_KERNELS_F32_B3(BUILD, SPLIT, HS)                                                                   \
+    ATTN_FORWARD_BODY(, (NTHREADS, 3), BUILD, KIND_F32, SPLIT, HS, 1)                                          \
+    ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 1, (NTHREADS, 3))
 #define ATTN_KERNELS_HALF(BUILD, K, SPLIT, HS)                                                                  \
     ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                          \
     ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                         \
@@ -2481,6 +2488,8 @@ ATTN_KERNELS_F32(f32, true, 64)
 ATTN_KERNELS_F32(tf32, false, 64)
 ATTN_KERNELS_F32_STREAMED(f32s, true, 64)
 ATTN_KERNELS_F32_STREAMED(tf32s, false, 64)
+ATTN_KERNELS_F32_B3(f32b3, true, 64)
+ATTN_KERNELS_F32_B3(tf32b3, false, 64)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 64)
 ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 64)
 ATTN_KERNELS_HALF(f16, KIND_F16, true, 64)
@@ -2491,6 +2500,8 @@ ATTN_KERNELS_F32(f32, true, 32)
 ATTN_KERNELS_F32(tf32, false, 32)
 ATTN_KERNELS_F32_STREAMED(f32s, true, 32)
 ATTN_KERNELS_F32_STREAMED(tf32s, false, 32)
+ATTN_KERNELS_F32_B3(f32b3, true, 32)
+ATTN_KERNELS_F32_B3(tf32b3, false, 32)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 32)
 ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 32)
 ATTN_KERNELS_HALF(f16, KIND_F16, true, 32)
