@@ -58,7 +58,7 @@ F32_PAIRS = bool(kernel_switch("TR2_ATTN_F32_PAIRS", 0))
 # The float32 builds' tiles staged (0) synchronously into one buffer, each thread loading, rounding (tf32) and storing,
 # or (1) streamed: copied raw by cp.async into two buffers, the next tile's copy in flight while the current one
 # computes, and the tf32 build's tiles rounded in place where they land (attention.cu's land_tf32): the f32s and tf32s
-# kernels, the same operands and products, so the same bits (tests/test_kernels_gpu.py, "float32_streamed"). The
+# kernels, the same operands and products, so the same bits (tests/test_kernels_gpu.py, "float32_forms"). The
 # kernels hold 255 registers a thread (ptxas), two blocks an SM, and the synchronous staging left each block's warps
 # waiting on their loads every tile. Written before a GPU ran it (docs/perf.md, forty-fifth session).
 F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
@@ -95,8 +95,8 @@ def block_rows(ctx) -> int:
 
 def shared_bytes(ctx, kernel: str) -> int:
     """attention.cu's shared memory of one block: the block's own tiles, the streamed tiles in each staging
-    buffer (two in the half builds and the streamed float32 ones, cp.async), and dK/dV's staged lse and D; the half builds' backward
-    ("backward": dK/dV with dQ) also its dS^T, [rows][streamed + 8] halves, twice in the exact build."""
+    buffer (two in the half builds and the streamed float32 ones, cp.async), and dK/dV's staged lse and D; the half
+    builds' backward ("backward": dK/dV with dQ) also its dS^T, [rows][streamed + 8] halves, twice in the exact build."""
     geometry = "backward_dkdv" if kernel == "backward" else kernel
     rows, streamed, nbuf = block_rows(ctx), _geometry(ctx)[geometry], 2 if ctx.half or F32_STREAM else 1
     own = {"forward": 1, "backward_dq": 2, "backward_dkdv": 2}[geometry]
