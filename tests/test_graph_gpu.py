@@ -73,20 +73,18 @@ def test_graph_replays_train_as_the_eager_loop(tmp_path, model, dtype):
     assert eager[STEPS] < eager[0] - 0.2  # it trained: both curves fall, not two flat ones that agree
 
 
-def _with_and_without(tmp_path: Path, model: str, dtype: str, switch: str, *extra,
-                      values=("0", "1")) -> tuple[dict, dict, dict, str]:
-    """30 steps of the recorded batches from one start with `switch` at values[0] (eager), then values[1] (eager, and
-    graph): the three runs' losses and the graph run's output; `extra`: further arguments of every run (--no-tf32)."""
+def _with_and_without(tmp_path: Path, model: str, dtype: str, switch: str) -> tuple[dict, dict, dict, str]:
+    """30 steps of the recorded batches from one start with `switch` 0 (eager), then 1 (eager, and graph): the three
+    runs' losses and the graph run's output."""
     from tr2.data import write_batch_order
     from tr2.models import load_model
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = (["--model", model, "--dtype", dtype, "--batches", order, *extra]
-              + (["--half-roundings"] if dtype != "float32" else []))
-    off, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={switch: values[0]})
+    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
+    off, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={switch: "0"})
     common += ["--init", tmp_path / "init.npz"]
-    on, _ = _train(tmp_path, "on", *common, env={switch: values[1]})
-    on_graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={switch: values[1]})
+    on, _ = _train(tmp_path, "on", *common, env={switch: "1"})
+    on_graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={switch: "1"})
     return off, on, on_graph, out
 
 
@@ -117,14 +115,8 @@ def test_float32_attention_in_tf32_pairs_replays_its_eager_loop(tmp_path, model)
 @pytest.mark.parametrize("model, tf32", [("nanogpt", True), ("gpt2-small", True), ("nanogpt", False)],
                          ids=["nanogpt-tf32", "gpt2-small-tf32", "nanogpt-plain"])
 def test_float32_attention_forms_train_to_the_bit(tmp_path, model, tf32, switch, values):
-    extra = () if tf32 else ("--no-tf32",)
-    default, other, other_graph, out = _with_and_without(tmp_path, model, "float32", switch, *extra, values=values)
-    assert "cuda graph:" in out
-    print(f"{model} float32 tf32={tf32} {switch}={values[1]}: against {values[0]} max rel "
-          f"{_max_rel(default, other)[0]:.2e}; graph {_max_rel(other, other_graph)[0]:.2e}")
-    assert other == default, f"{switch}={values[1]} moved a loss: {_max_rel(default, other)}"
-    assert other_graph == other, f"{switch}={values[1]}'s graph parts from its eager loop: {_max_rel(other, other_graph)}"
-    assert other[STEPS] < other[0] - 0.2
+    _switch_changes_no_bit(tmp_path, model, "float32", switch, *values, f"float32 attention form (tf32={tf32})",
+                           *(() if tf32 else ("--no-tf32",)), wgmma=False)
 
 
 # gpu/pdl.py: the captured launches programmatic (TR2_PDL=1), every kernel waiting for the one before it in
@@ -170,18 +162,21 @@ def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
     assert cupy_update[STEPS] < cupy_update[0] - 0.2
 
 
-def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str, on: str, what: str) -> None:
-    """A whole run (half roundings in the half types) with the environment's `key` = on, eager and as a graph, from the
-    start and batch order of a run with it = off: both must have that run's losses to the bit, and the run must train.
-    Skipped off sm_90a, where the wgmma kernels these switches choose between do not run."""
+def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str, on: str, what: str, *extra,
+                           wgmma: bool = True) -> None:
+    """A whole run (half roundings in the half types; `extra`: further arguments of every run, e.g. --no-tf32) with the
+    environment's `key` = on, eager and as a graph, from the start and batch order of a run with it = off: both must
+    have that run's losses to the bit, and the run must train. wgmma: skipped off sm_90a, where the wgmma kernels the
+    switch chooses between do not run."""
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
     from tr2.models import load_model
-    if runtime.built_for(attention.FILE) != "sm_90a":
+    if wgmma and runtime.built_for(attention.FILE) != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", dtype, "--batches", order] + (["--half-roundings"] if dtype != "float32" else [])
+    common = (["--model", model, "--dtype", dtype, "--batches", order, *extra]
+              + (["--half-roundings"] if dtype != "float32" else []))
     without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={key: off})
     common += ["--init", tmp_path / "init.npz"]
     with_it, _ = _train(tmp_path, "on", *common, env={key: on})

@@ -110,6 +110,19 @@ def host(a) -> np.ndarray:
     return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
 
 
+def record_launches(monkeypatch, module) -> list:
+    """The names of the kernels `module` (a gpu wrapper) launches from here on, in order, each launch still made: the
+    list is cleared by the caller between the runs it compares."""
+    launched, real_launch = [], module.launch
+
+    def recording_launch(filename, name, *a, **k):
+        launched.append(name)
+        return real_launch(filename, name, *a, **k)
+
+    monkeypatch.setattr(module, "launch", recording_launch)
+    return launched
+
+
 def check(name: str, got, ref, tol: float, **info) -> float:
     g = host(got).astype(np.float64)
     r = np.asarray(ref, dtype=np.float64)
@@ -563,13 +576,7 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, monkeypatch):
     be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 11)
     forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
     assert attention.uses_wgmma(be.ctx, hs, T) and attention.forward_tma_form(T) == 7
-    launched, real_launch = [], attention.launch
-
-    def recording_launch(filename, name, *a, **k):
-        launched.append(name)
-        return real_launch(filename, name, *a, **k)
-
-    monkeypatch.setattr(attention, "launch", recording_launch)
+    launched = record_launches(monkeypatch, attention)
     runs = [forward() for _ in range(3)]
     tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawr]"
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
@@ -640,13 +647,7 @@ def test_attention_float32_forms_are_the_synchronous_bits(form, build, B, T, H, 
     C = H * hs
     qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
     seed, offset = 1337, rng.site_offset(11, 7, 1)
-    launched, real_launch = [], attention.launch
-
-    def recording_launch(filename, name, *a, **k):
-        launched.append(name)
-        return real_launch(filename, name, *a, **k)
-
-    monkeypatch.setattr(attention, "launch", recording_launch)
+    launched = record_launches(monkeypatch, attention)
 
     def run(other):
         monkeypatch.setattr(attention, "F32_STREAM", other and form == "s")
@@ -768,13 +769,7 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
-    launched, real_launch = [], attention.launch
-
-    def recording_launch(filename, name, *a, **k):
-        launched.append(name)
-        return real_launch(filename, name, *a, **k)
-
-    monkeypatch.setattr(attention, "launch", recording_launch)
+    launched = record_launches(monkeypatch, attention)
 
     def backward(wg):
         monkeypatch.setattr(attention, "USE_WG_DKDV", wg)
@@ -1459,19 +1454,15 @@ def test_residual_layernorm_backward_bulk_is_the_same_bits(build, N, C, skip, p,
     x, b, dy, bv, dyv, dskip, w, seed, offset, add = _residual_layernorm_inputs(kind, hr, N, C, 3 * N + C + int(p * 10))
     s, y, mean, rstd = be.residual_layernorm_forward(dev(x), b, dev(w), 1e-5, p, seed, offset, add)
     tag = f"[{dtype} hr={hr} N={N} C={C} p={p} skip={skip}]"
-    real_empty, launched, real_launch = cp.empty, [], layernorm.launch
+    real_empty = cp.empty
 
     def poisoned_empty(shape, dtype=float, *a, **k):
         out = real_empty(shape, dtype, *a, **k)
         out.view(cp.uint8).fill(0xFF)
         return out
 
-    def recording_launch(filename, name, *a, **k):
-        launched.append(name)
-        return real_launch(filename, name, *a, **k)
-
     monkeypatch.setattr(cp, "empty", poisoned_empty)
-    monkeypatch.setattr(layernorm, "launch", recording_launch)
+    launched = record_launches(monkeypatch, layernorm)
     monkeypatch.setattr(layernorm, "BULK_SIZES", (384, 768, 1024))   # every width it is built for, taken or not
     G = (N + layernorm.ROWS_PER_BLOCK - 1) // layernorm.ROWS_PER_BLOCK
     fits = layernorm.bulk_stages(C, dy.dtype.itemsize, skip) > 0   # float32 at 1024 with dskip: no two stages

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import os
@@ -175,6 +176,7 @@ _SWITCH_READ = re.compile(r'kernel_switch\(\s*"(TR2_[A-Z0-9_]+)"')
 _SWITCH_RETIRED = re.compile(r'^    "(TR2_[A-Z0-9_]+)": ', re.M)   # gpu/__init__.py's RETIRED, one key a line
 
 
+@functools.cache
 def kernel_switch_names() -> frozenset:
     """The kernel switches' names, read from the cupy side's sources (no CuPy needed): every `kernel_switch("TR2_...")`
     the modules read, and the retired ones (gpu.RETIRED), which a folder made before their removal may have set. The
