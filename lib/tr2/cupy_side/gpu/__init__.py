@@ -66,7 +66,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      "embedding_backward_wpe"),
     "layernorm.cu": ("layernorm_forward", "layernorm_backward", "layernorm_dw_final", "layernorm_dw_final_stacked",
                      *(f"layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
-    "attention.cu": tuple(
+    "attention.cu": ("tf32_round_check",) + tuple(
         name for hs in (64, 32) for name in
         [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32", "f32s", "tf32s", "f32b3", "tf32b3")
          for kernel in ("forward", "backward_dkdv", "backward_dq")]

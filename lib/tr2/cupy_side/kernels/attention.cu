@@ -114,10 +114,27 @@ template <> struct Pieces<KIND_F32> { static const int R = 2; };
 template <int K> struct AFrag { u32 hi[4 * Pieces<K>::R]; u32 lo[4 * Pieces<K>::R]; };
 template <int K> struct BFrag { u32 hi[2 * Pieces<K>::R]; u32 lo[2 * Pieces<K>::R]; };
 
-__device__ __forceinline__ float tf32_rne(float x) {  // as ops/precision.round_to_tf32 (ties to even)
+// x rounded to TF32, ties to even, as ops/precision.round_to_tf32: the low 13 bits cleared after adding half their
+// weight less one and the kept part's lowest bit (a carry into the exponent is the right rounding up to infinity).
+__device__ __forceinline__ float tf32_rne_formula(float x) {
     u32 b = __float_as_uint(x);
     b += ((b >> 13) & 1u) + 0xFFFu;
     return __uint_as_float(b & 0xFFFFE000u);
+}
+
+// The rounding the kernels use. From sm_90 on PTX has it as one instruction (cvt.rn.tf32.f32, SASS F2FP.TF32.F32)
+// where the formula takes four integer instructions; the exact float32 build splits every operand it reads from
+// shared memory (two roundings an element, each read by four warps), which made those instructions the largest
+// share of its loops (docs/perf.md, forty-sixth session). tf32_round_check below holds the two to the same bits on
+// every float32 bit pattern; elsewhere the formula itself.
+__device__ __forceinline__ float tf32_rne(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    u32 r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+#else
+    return tf32_rne_formula(x);
+#endif
 }
 
 template <int K> __device__ __forceinline__ float half_value(u16 h) { return load_from<K>(h); }
@@ -2520,3 +2537,32 @@ ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
+
+// tf32_rne against tf32_rne_formula on the float32 bit patterns first .. first + count - 1 (count at most 2^32 - first),
+// adding to counts: [0] the patterns that are not NaN where the two results differ in any bit (each also takes a slot
+// of examples, its pattern, while slots 0 .. max_examples - 1 last; which ones land there depends on timing), [1] the
+// NaN patterns tf32_rne does not keep NaN, [2] those the formula does not keep NaN (its carry runs through a NaN's
+// payload into the sign: the canonical NaN 0x7FFFFFFF becomes -0.0; ops/precision.round_to_tf32 keeps NaN), [3] the
+// patterns seen. Why a kernel: where tf32_rne is the instruction, the float32 builds' bits rest on it giving the
+// formula's result on every value.
+extern "C" __global__ void tf32_round_check(unsigned long long* counts, u32* examples, int max_examples, u32 first,
+                                            unsigned long long count) {
+    unsigned long long nan_lost = 0, nan_lost_formula = 0, seen = 0;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
+        const u32 bits = first + (u32)i;
+        const float x = __uint_as_float(bits);
+        const float a = tf32_rne(x), b = tf32_rne_formula(x);
+        ++seen;
+        if (x != x) {
+            nan_lost += (a == a);
+            nan_lost_formula += (b == b);
+        } else if (__float_as_uint(a) != __float_as_uint(b)) {
+            const unsigned long long slot = atomicAdd(&counts[0], 1ull);
+            if (slot < (unsigned long long)max_examples) examples[slot] = bits;
+        }
+    }
+    if (nan_lost) atomicAdd(&counts[1], nan_lost);
+    if (nan_lost_formula) atomicAdd(&counts[2], nan_lost_formula);
+    atomicAdd(&counts[3], seen);
+}

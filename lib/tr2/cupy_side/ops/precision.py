@@ -36,18 +36,29 @@ def _round_mantissa(x, dropped_bits: int, keep_mask: np.uint32) -> np.ndarray:
     x32 = np.asarray(x, dtype=np.float32)
     shape = x32.shape
     x32 = x32.reshape(-1)  # 1-d, so that 0-d inputs index like the rest
-    bits = x32.view(np.uint32)
-    out = bits >> np.uint32(dropped_bits)       # the lowest kept bit ...
-    out &= np.uint32(1)
-    out += np.uint32((1 << (dropped_bits - 1)) - 1)  # ... plus half an ulp minus one
-    out += bits
-    out &= keep_mask
-    out = out.view(np.float32)
+    out = _round_mantissa_bits(x32.view(np.uint32), dropped_bits, keep_mask).view(np.float32)
     # A NaN's payload can carry into the exponent or wrap around; keep NaN as NaN.
     nan = np.isnan(x32)
     if nan.any():
         out[nan] = x32[nan]
     return out.reshape(shape)
+
+
+def _round_mantissa_bits(bits: np.ndarray, dropped_bits: int, keep_mask: np.uint32) -> np.ndarray:
+    """The rounding on float32 bit patterns (uint32), NaN's payload carried like any other bits."""
+    out = bits >> np.uint32(dropped_bits)       # the lowest kept bit ...
+    out &= np.uint32(1)
+    out += np.uint32((1 << (dropped_bits - 1)) - 1)  # ... plus half an ulp minus one
+    out += bits
+    out &= keep_mask
+    return out
+
+
+def tf32_formula_bits(bits) -> np.ndarray:
+    """attention.cu's tf32_rne_formula on float32 bit patterns (uint32 in, uint32 out): round_to_tf32 where the input
+    is not NaN; a NaN's payload may carry into the exponent and the sign (0x7FFFFFFF gives -0.0), where round_to_tf32
+    keeps NaN. What tf32_round_check's count of NaN patterns the formula loses is held to (tests/test_kernels_gpu.py)."""
+    return _round_mantissa_bits(np.asarray(bits, dtype=np.uint32), 13, _KEEP_TF32)
 
 
 def round_to_bf16(x) -> np.ndarray:
