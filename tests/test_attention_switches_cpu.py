@@ -102,7 +102,8 @@ def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_i
 @pytest.mark.parametrize("key, raw", [("TR2_ATTN_WG_DKDV_TMA", "2"), ("TR2_ATTN_DKDV_TMA_FORM", "5"),
                                       ("TR2_ATTN_DS_EVICT_FIRST", "1"), ("TR2_ATTN_FWD_TMA", "7"),
                                       ("TR2_ATTN_DQ_TMA_ORDER", "1"), ("TR2_ATTN_DS_GROUP_BATCHES", "0"),
-                                      ("TR2_ATTN_FWD_PINGPONG", "1"), ("TR2_ATTN_DQ_DS_QUERIES", "64")])
+                                      ("TR2_ATTN_FWD_PINGPONG", "1"), ("TR2_ATTN_DQ_DS_QUERIES", "64"),
+                                      ("TR2_ATTN_F32_BLOCKS", "2")])
 def test_a_removed_switch_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw):
     """A switch whose forms were removed stops the run even at the value that was its default (the run would time
     the default under the variant's name), one line naming it, its value and why."""
@@ -153,7 +154,6 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
     for hs in (64, 32):
         want += [f"ATTN_KERNELS_F32(f32, true, {hs})", f"ATTN_KERNELS_F32(tf32, false, {hs})"]
         want += [f"ATTN_KERNELS_F32_STREAMED(f32s, true, {hs})", f"ATTN_KERNELS_F32_STREAMED(tf32s, false, {hs})"]
-        want += [f"ATTN_KERNELS_F32_B3(f32b3, true, {hs})", f"ATTN_KERNELS_F32_B3(tf32b3, false, {hs})"]
         want += [f"ATTN_KERNELS_HALF({b}, {k}, {s}, {hs})" for b, k, s in
                  (("bf16", "KIND_BF16", "true"), ("bf16r", "KIND_BF16", "false"), ("f16", "KIND_F16", "true"),
                   ("f16r", "KIND_F16", "false"))]
@@ -216,24 +216,4 @@ def test_float32_streamed_kernels_ask_for_the_carveout(attention, monkeypatch):
     monkeypatch.setattr(attention, "F32_STREAM", True)
     attention._launch(ctx, "forward", 64, 1024, 96, ())
     attention._launch(_Ctx("bfloat16", False), "forward", 64, 1024, 96, ())
-    monkeypatch.setattr(attention, "F32_STREAM", False)
-    monkeypatch.setattr(attention, "F32_BLOCKS", 3)
-    attention._launch(ctx, "backward_dq", 64, 1024, 96, ())
-    assert seen == [("attn_forward_tf32_hs64", False), ("attn_forward_tf32s_hs64", True), ("attn_forward_bf16_hs64", False),
-                    ("attn_backward_dq_tf32b3_hs64", True)]
-
-
-def test_float32_attention_at_three_blocks_only_when_asked(attention, monkeypatch):
-    """TR2_ATTN_F32_BLOCKS: 2 (the default) the synchronous kernels as ptxas sizes them, 3 those bounded to three blocks
-    an SM (f32b3, tf32b3), whose shared memory (one buffer) lets three share an SM; with the streamed kernels (two
-    buffers) it is refused, naming both switches; the half builds do not move."""
-    assert attention.F32_BLOCKS == 2
-    tf32, plain, half = _Ctx("float32", True), _Ctx("float32", False), _Ctx("float16", True, True)
-    monkeypatch.setattr(attention, "F32_BLOCKS", 3)
-    assert [attention.build_name(c) for c in (tf32, plain, half)] == ["tf32b3", "f32b3", "f16r"]
-    assert 3 * (max(attention.shared_bytes(tf32, k) for k in ("forward", "backward_dq", "backward_dkdv")) + 1024) \
-        <= 228 * 1024
-    monkeypatch.setattr(attention, "F32_STREAM", True)
-    with pytest.raises(attention.SwitchError, match="TR2_ATTN_F32_BLOCKS=3 with TR2_ATTN_F32_STREAM=1"):
-        attention.build_name(tf32)
-    assert attention.build_name(half) == "f16r"
+    assert seen == [("attn_forward_tf32_hs64", False), ("attn_forward_tf32s_hs64", True), ("attn_forward_bf16_hs64", False)]

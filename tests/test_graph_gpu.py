@@ -107,16 +107,13 @@ def test_float32_attention_in_tf32_pairs_replays_its_eager_loop(tmp_path, model)
 
 
 # gpu/attention.py's F32_STREAM (TR2_ATTN_F32_STREAM=1: the float32 builds' attention kernels streamed, cp.async into
-# two buffers) and F32_BLOCKS (TR2_ATTN_F32_BLOCKS=3: bounded to three blocks an SM), each with the synchronous
-# kernels' operands and products: the whole run must be the default run to the bit, eager and graph, in the tf32 build
-# (the default float32) and the plain one (method B's, --no-tf32).
-@pytest.mark.parametrize("switch, values", [("TR2_ATTN_F32_STREAM", ("0", "1")), ("TR2_ATTN_F32_BLOCKS", ("2", "3"))],
-                         ids=["streamed", "three_blocks"])
+# two buffers), with the synchronous kernels' operands and products: the whole run must be the default run to the bit,
+# eager and graph, in the tf32 build (the default float32) and the plain one (method B's, --no-tf32).
 @pytest.mark.parametrize("model, tf32", [("nanogpt", True), ("gpt2-small", True), ("nanogpt", False)],
                          ids=["nanogpt-tf32", "gpt2-small-tf32", "nanogpt-plain"])
-def test_float32_attention_forms_train_to_the_bit(tmp_path, model, tf32, switch, values):
-    _switch_changes_no_bit(tmp_path, model, "float32", switch, *values, f"float32 attention form (tf32={tf32})",
-                           *(() if tf32 else ("--no-tf32",)), wgmma=False)
+def test_float32_attention_forms_train_to_the_bit(tmp_path, model, tf32):
+    _switch_changes_no_bit(tmp_path, model, "float32", "TR2_ATTN_F32_STREAM", "0", "1",
+                           f"float32 attention streamed (tf32={tf32})", *(() if tf32 else ("--no-tf32",)), wgmma=False)
 
 
 # gpu/pdl.py: the captured launches programmatic (TR2_PDL=1), every kernel waiting for the one before it in

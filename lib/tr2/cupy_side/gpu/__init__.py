@@ -68,7 +68,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                      *(f"layernorm_backward_c{c}" for c in REGISTER_ROW_SIZES)),
     "attention.cu": ("tf32_round_check",) + tuple(
         name for hs in (64, 32) for name in
-        [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32", "f32s", "tf32s", "f32b3", "tf32b3")
+        [f"attn_{kernel}_{build}_hs{hs}" for build in ("f32", "tf32", "f32s", "tf32s")
          for kernel in ("forward", "backward_dkdv", "backward_dq")]
         + [f"attn_{kernel}_{build}_hs{hs}" for build in ("bf16", "bf16r", "f16", "f16r")
            for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
@@ -102,11 +102,10 @@ COMPILE_OPTIONS = ("--std=c++17",)
 _INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
 _KERNEL_DECL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?!__launch_bounds__)(\w+)\s*\(')
 # attention.cu's instantiation macros, and the kernels each declares
-_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32_STREAMED|ATTN_KERNELS_F32_B3|ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|'
+_ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32_STREAMED|ATTN_KERNELS_F32|ATTN_KERNELS_HALF|ATTN_ROW_DOTS|'
                          r'ATTN_FORWARD_WG1|ATTN_DS)\((\w+), [\w, ]*?(\d+)\)', re.M)
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_F32_STREAMED": ("forward", "backward_dkdv", "backward_dq"),
-                       "ATTN_KERNELS_F32_B3": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
                        "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
@@ -232,6 +231,8 @@ _ATTN_WG_DKDV = ("the wgmma dK/dV kernels on cp.async and their forms (wg1, wg2;
 RETIRED: dict[str, str] = {
     "TR2_ZERO_BY_KERNEL": "the step's zero fills by a kernel, measured without a lead (forty-second session; 5f7ef8a)",
     "TR2_STEP_GRAPHS": "the step as two graphs, measured without a lead (forty-second session; 5f7ef8a)",
+    "TR2_ATTN_F32_BLOCKS": "the float32 attention kernels at three blocks an SM (f32b3, tf32b3), measured slower on "
+                           "both GPT-2 shapes in both builds (forty-sixth session; e006cd8)",
     "TR2_ATTN_FWD_BLOCKS": "the mma.sync forward at three blocks an SM (forward3), measured slower (fourteenth session)",
     "TR2_ATTN_FWD_WGP": "the pipelined wgmma forward (wgp1, wgp2), measured slower (eleventh and fourteenth sessions)",
     "TR2_ATTN_FWD_WGP_NWG": "the pipelined wgmma forward (wgp1, wgp2), measured slower (eleventh and fourteenth sessions)",

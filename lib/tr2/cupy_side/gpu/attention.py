@@ -60,21 +60,15 @@ F32_PAIRS = bool(kernel_switch("TR2_ATTN_F32_PAIRS", 0))
 # computes, and the tf32 build's tiles rounded in place where they land (attention.cu's land_tf32): the f32s and tf32s
 # kernels, the same operands and products, so the same bits (tests/test_kernels_gpu.py, "float32_forms"). The
 # kernels hold 255 registers a thread (ptxas), two blocks an SM, and the synchronous staging left each block's warps
-# waiting on their loads every tile. Written before a GPU ran it (docs/perf.md, forty-fifth session).
+# waiting on their loads every tile. Measured (docs/perf.md, forty-sixth session, an H100): slower with one TF32 product
+# (x1.03 of attention on all three models), x0.94-0.95 with TF32 pairs on the GPT-2 shapes, about 2% of their steps:
+# under the 3% the rule asked of a default, so off.
 F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
-# The float32 builds' synchronous kernels at two blocks an SM (2: ptxas's 229-255 registers a thread) or three (3: the
-# f32b3 and tf32b3 kernels, bounded to 168 registers, spilling some; attention.cu's ATTN_KERNELS_F32_B3): the same
-# bits, more warps to hide latency. The streamed kernels' two buffers leave room for two blocks only, so 3 refuses
-# TR2_ATTN_F32_STREAM=1. Written before a GPU ran it (docs/perf.md, forty-fifth session).
-F32_BLOCKS = kernel_switch("TR2_ATTN_F32_BLOCKS", 2, (2, 3))
 
 
 def _float32_form() -> str:
-    """The float32 kernels' suffix: "" (synchronous, two blocks an SM), "s" (streamed) or "b3" (three blocks an SM)."""
-    if F32_STREAM and F32_BLOCKS == 3:
-        raise SwitchError("TR2_ATTN_F32_BLOCKS=3 with TR2_ATTN_F32_STREAM=1: the streamed kernels' two staging buffers "
-                          "leave shared memory for two blocks an SM only; allowed: one of them")
-    return "s" if F32_STREAM else "b3" if F32_BLOCKS == 3 else ""
+    """The float32 kernels' suffix: "" (synchronous) or "s" (streamed)."""
+    return "s" if F32_STREAM else ""
 
 
 def build_name(ctx) -> str:
@@ -111,8 +105,7 @@ def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
     name = f"attn_{kernel}_{build_name(ctx)}_hs{hs}"
     nbytes = shared_bytes(ctx, kernel)
     rows = block_rows(ctx)
-    # the streamed float32 kernels (87-106 KB a block, two blocks an SM) and those at three blocks an SM (52-70 KB a
-    # block) fit only with the largest carveout
+    # the streamed float32 kernels (87-106 KB a block, two blocks an SM) fit only with the largest carveout
     launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes,   # attention.cu: Grid
            prefer_shared=not ctx.half and bool(_float32_form()))
 

@@ -56,6 +56,8 @@
 // fourteenth; t, three blocks an SM: fourteenth; wg1 and wg2 themselves against the TMA dK/dV: nineteenth); the TMA
 // dK/dV's forms 0-4 (tma3, tmad, tmad3, tmar: twentieth; tma, not resident: twenty-fifth; the folded dQ, form 6, went
 // before, thirty-sixth); the TMA dQ with the heads fastest (tma_: twenty-eighth) and resident (tmar_: twenty-fifth).
+// Removed on 2026-12-06 (source and tests at e006cd8): the float32 kernels bounded to three blocks an SM (f32b3, tf32b3;
+// TR2_ATTN_F32_BLOCKS=3), slower than the two-block kernels on both GPT-2 shapes in both builds (forty-sixth session).
 // gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
@@ -2421,13 +2423,6 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 #define ATTN_KERNELS_F32_STREAMED(BUILD, SPLIT, HS)                                                             \
     ATTN_FORWARD_BODY(, (NTHREADS), BUILD, KIND_F32, SPLIT, HS, 2)                                             \
     ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 2, (NTHREADS))
-// The float32 builds at three blocks an SM (attn_*_f32b3_, attn_*_tf32b3_): the synchronous kernels above bounded to
-// 168 registers a thread (ptxas gives them 229-255 unbounded: two blocks an SM, eight warps), which spills (ptxas,
-// NVRTC 12.9, sm_90a: the tf32 forward 64 bytes, its dQ and dK/dV 264-388, the plain build's 248-1188), for twelve
-// warps an SM to hide the latency of loads, barriers and dependent products. The same arithmetic, so their bits.
-#define ATTN_KERNELS_F32_B3(BUILD, SPLIT, HS)                                                                   \
-    ATTN_FORWARD_BODY(, (NTHREADS, 3), BUILD, KIND_F32, SPLIT, HS, 1)                                          \
-    ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 1, (NTHREADS, 3))
 #define ATTN_KERNELS_HALF(BUILD, K, SPLIT, HS)                                                                  \
     ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                          \
     ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                         \
@@ -2505,8 +2500,6 @@ ATTN_KERNELS_F32(f32, true, 64)
 ATTN_KERNELS_F32(tf32, false, 64)
 ATTN_KERNELS_F32_STREAMED(f32s, true, 64)
 ATTN_KERNELS_F32_STREAMED(tf32s, false, 64)
-ATTN_KERNELS_F32_B3(f32b3, true, 64)
-ATTN_KERNELS_F32_B3(tf32b3, false, 64)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 64)
 ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 64)
 ATTN_KERNELS_HALF(f16, KIND_F16, true, 64)
@@ -2517,8 +2510,6 @@ ATTN_KERNELS_F32(f32, true, 32)
 ATTN_KERNELS_F32(tf32, false, 32)
 ATTN_KERNELS_F32_STREAMED(f32s, true, 32)
 ATTN_KERNELS_F32_STREAMED(tf32s, false, 32)
-ATTN_KERNELS_F32_B3(f32b3, true, 32)
-ATTN_KERNELS_F32_B3(tf32b3, false, 32)
 ATTN_KERNELS_HALF(bf16, KIND_BF16, true, 32)
 ATTN_KERNELS_HALF(bf16r, KIND_BF16, false, 32)
 ATTN_KERNELS_HALF(f16, KIND_F16, true, 32)
