@@ -35,7 +35,7 @@ done
 
 for spec in ${F32_BITS:-nanogpt:30 nanogpt:30:--no-tf32 gpt2-small:20 gpt2-small:20:--no-tf32}; do
   IFS=: read -r model steps flag <<<"$spec"
-  tag=$model${flag:+-no-tf32}
+  tag=$model${flag:+-${flag#--}}
   [ "$(left)" -gt 100 ] || { echo "== bits: out of time before $tag"; break; }
   for which in tree base; do
     PYTHONPATH="$(lib_of "$which")" timeout 90 python3 -m tr2.train --side cupy --model "$model" --dtype float32 \

@@ -128,7 +128,8 @@ __device__ __forceinline__ float tf32_rne_formula(float x) {
 // where the formula takes four integer instructions; the exact float32 build splits every operand it reads from
 // shared memory (two roundings an element, each read by four warps), which made those instructions the largest
 // share of its loops (docs/perf.md, forty-sixth session). tf32_round_check below holds the two to the same bits on
-// every float32 bit pattern; elsewhere the formula itself.
+// every float32 bit pattern that is not NaN (the instruction keeps NaN, where the formula loses some); elsewhere the
+// formula itself.
 __device__ __forceinline__ float tf32_rne(float x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     u32 r;
