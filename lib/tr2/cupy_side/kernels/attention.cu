@@ -2539,6 +2539,7 @@ ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
 // formula's result on every value.
 extern "C" __global__ void tf32_round_check(unsigned long long* counts, u32* examples, int max_examples, u32 first,
                                             unsigned long long count) {
+    grid_dependency_entry();
     unsigned long long nan_lost = 0, nan_lost_formula = 0, seen = 0;
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
