@@ -66,14 +66,9 @@ F32_PAIRS = bool(kernel_switch("TR2_ATTN_F32_PAIRS", 0))
 F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
 
 
-def _float32_form() -> str:
-    """The float32 kernels' suffix: "" (synchronous) or "s" (streamed)."""
-    return "s" if F32_STREAM else ""
-
-
 def build_name(ctx) -> str:
     if not ctx.half:
-        return ("tf32" if ctx.tf32 and not F32_PAIRS else "f32") + _float32_form()
+        return ("tf32" if ctx.tf32 and not F32_PAIRS else "f32") + ("s" if F32_STREAM else "")
     base = "bf16" if ctx.dtype == "bfloat16" else "f16"
     return base + ("r" if ctx.half_roundings else "")
 
@@ -107,7 +102,7 @@ def _launch(ctx, kernel: str, hs: int, T: int, BH: int, args) -> None:
     rows = block_rows(ctx)
     # the streamed float32 kernels (87-106 KB a block, two blocks an SM) fit only with the largest carveout
     launch(FILE, name, (BH, (T + rows - 1) // rows), THREADS, args, shared_mem=nbytes,   # attention.cu: Grid
-           prefer_shared=not ctx.half and bool(_float32_form()))
+           prefer_shared=not ctx.half and F32_STREAM)
 
 
 def _half(ctx, a, out=None):

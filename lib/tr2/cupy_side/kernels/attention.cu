@@ -2349,9 +2349,9 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // Every build: attn_forward_<build>_hs<HS>; the backward unfolded, attn_backward_dq_ (which writes D), then
 // attn_backward_dkdv_. The half builds also fold it: attn_row_dots_<bf16|f16>_hs<HS> (D, and the counters
 // zeroed), then attn_backward_<build>_hs<HS> (dK, dV and dQ); gpu/attention.py picks the form (FOLD_KEY_BLOCKS).
-#define ATTN_FORWARD(BUILD, K, SPLIT, HS) ATTN_FORWARD_BODY(, (NTHREADS), BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
-#define ATTN_FORWARD_BODY(SUFFIX, BOUNDS, BUILD, K, SPLIT, HS, NB)                                              \
-    extern "C" __global__ void __launch_bounds__ BOUNDS attn_forward##SUFFIX##_##BUILD##_hs##HS(                 \
+#define ATTN_FORWARD(BUILD, K, SPLIT, HS) ATTN_FORWARD_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
+#define ATTN_FORWARD_NB(BUILD, K, SPLIT, HS, NB)                                                                \
+    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_forward_##BUILD##_hs##HS(                       \
         void* out, float* lse, const Tile<K>::E* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,   \
         u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
         grid_dependency_entry();                                                                               \
@@ -2391,9 +2391,9 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH,      \
                                                                                  sched, out_kind, d);          \
     }
-#define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF, (NTHREADS))
-#define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB, BOUNDS)                                                       \
-    extern "C" __global__ void __launch_bounds__ BOUNDS attn_backward_dkdv_##BUILD##_hs##HS(                    \
+#define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
+#define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB)                                                               \
+    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, const float* Dvec,        \
         int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add,              \
         u32 threshold, float dscale) {                                                                         \
@@ -2406,7 +2406,7 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_backward_dkdv<K, SPLIT, HS, false, false, false, false, NB>(dqkv, qkv, dout, lse, Dvec, nullptr, \
                                                                                   nullptr, T, H, out_kind, d); \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__ BOUNDS attn_backward_dq_##BUILD##_hs##HS(                      \
+    extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dq_##BUILD##_hs##HS(                   \
         void* dqkv, const Tile<K>::E* qkv, const Tile<K>::E* dout, const float* lse, float* Dvec,              \
         const void* out, int T, int H, int out_kind, int use_dropout, u64 seed, u64 offset,                    \
         const u64* offset_add, u32 threshold, float dscale) {                                                  \
@@ -2422,8 +2422,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // next one's copy in flight while the current one computes (NB = 2), as the half builds stream theirs; the same
 // operands and products as the synchronous kernels above, so their bits (tests/test_kernels_gpu.py asks for them).
 #define ATTN_KERNELS_F32_STREAMED(BUILD, SPLIT, HS)                                                             \
-    ATTN_FORWARD_BODY(, (NTHREADS), BUILD, KIND_F32, SPLIT, HS, 2)                                             \
-    ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 2, (NTHREADS))
+    ATTN_FORWARD_NB(BUILD, KIND_F32, SPLIT, HS, 2)                                                             \
+    ATTN_UNFOLDED_NB(BUILD, KIND_F32, SPLIT, HS, 2)
 #define ATTN_KERNELS_HALF(BUILD, K, SPLIT, HS)                                                                  \
     ATTN_FORWARD(BUILD, K, SPLIT, HS)                                                                          \
     ATTN_UNFOLDED(BUILD, K, SPLIT, HS)                                                                         \
