@@ -669,6 +669,54 @@ def test_attention_float32_forms_are_the_synchronous_bits(build, B, T, H, hs, p,
             exact(f"attention {name} run-to-run {tag}", b, a)
 
 
+@pytest.mark.parametrize("build", [("float32", False, False), ("float32", True, False)], ids=["f32", "tf32"])
+@pytest.mark.parametrize("nwg", [1, 2])
+@pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_float32_wgmma_forward(build, nwg, B, T, H, hs, p, monkeypatch):
+    """The float32 builds' forward on wgmma (TR2_ATTN_F32_WG = 1 or 2 warpgroups a block: attn_forward_wgf<N>_f32_ with
+    TF32 pairs, attn_forward_wgf<N>_tf32_ with one TF32 product), then the mma.sync backward from its out and lse: out,
+    lse and dqkv against the float64 NumPy form within the build's tolerance (plain float32 1e-5 as test_attention),
+    every allocation poisoned, three runs the same bits; the launches recorded, so that the wgmma forward is known to have
+    run at head size 64 and the mma.sync forward at 32 (the switch leaves those alone)."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    monkeypatch.setattr(attention, "F32_WG", nwg)
+    be = gpu_backend(*build)
+    ref, tol = reference_for(*build, tf32_tol=TOL_TF32_ATTENTION)
+    g = gen(B * T * H + hs + int(p * 10) + 31)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    rt = ref.float_dtype
+    rout, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
+    rdqkv = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    launched = record_launches(monkeypatch, attention)
+    base = "tf32" if build[1] else "f32"
+    forward = f"attn_forward_wgf{nwg}_{base}_hs{hs}" if hs == 64 else f"attn_forward_{base}_hs{hs}"
+    tag = f"[{base} wgf{nwg} B={B} T={T} H={H} hs={hs} p={p}]"
+    runs = []
+    for _ in range(3):
+        launched.clear()
+        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+        dqkv = be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)
+        runs.append([be.to_host(out), host(saved.lse), be.to_host(dqkv)])
+        assert launched == [forward] + [f"attn_backward_{k}_{base}_hs{hs}" for k in ("dq", "dkdv")], launched
+    out, lse, dqkv = runs[0]
+    check(f"attention out {tag}", out, rout, tol)
+    check(f"attention lse {tag}", lse, rsaved[1], tol)
+    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
+        if T == 1 and part != "dv":   # as test_attention: one key, dq and dk are noise; measured against dv's size
+            noise = float(np.linalg.norm(dqkv[..., cols])) / float(np.linalg.norm(rdqkv[..., 2 * C:]))
+            assert noise <= tol, f"attention {part} {tag}: |{part}| / |dv| = {noise:.3e} > {tol:.1e}"
+            continue
+        check(f"attention {part} {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
+    for r in runs[1:]:
+        for name, a, b in zip(("out", "lse", "dqkv"), runs[0], r):
+            exact(f"attention {name} run-to-run {tag}", b, a)
+
+
 def test_tf32_rounding_is_the_formula_on_every_float32():
     """attention.cu's tf32_rne (on sm_90 the instruction cvt.rn.tf32.f32) against tf32_rne_formula, the bit formula
     the float32 builds rounded with before, on all 2^32 float32 bit patterns (tf32_round_check): the same bits on every

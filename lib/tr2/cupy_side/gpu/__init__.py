@@ -75,7 +75,8 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
         + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")])
         + tuple(f"attn_backward_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("bf16r", "f16r")
                 for kernel in ("dkdv_ds_l2", "dq_ds_l2"))
-        + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r")),
+        + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r"))
+        + tuple(f"attn_forward_wgf{nwg}_{build}_hs64" for nwg in (1, 2) for build in ("f32", "tf32")),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
                 "gelu_forward_f16_fast", "gelu_backward_f16_fast"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
@@ -109,6 +110,8 @@ _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backwar
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
                        "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
+# attention.cu's float32 forward on wgmma: ATTN_FORWARD_WGF(warpgroups, build, split, head size)
+_ATTN_WGF_MACRO = re.compile(r'^ATTN_FORWARD_WGF\((\d+), (\w+), \w+, (\d+)\)', re.M)
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS(_BULK)?\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
@@ -151,6 +154,7 @@ def declared_kernels(filename: str) -> list[str]:
     names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
     for macro, build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
+    names += [f"attn_forward_wgf{nwg}_{build}_hs{hs}" for nwg, build, hs in _ATTN_WGF_MACRO.findall(src)]
     names += [f"{prefix.lower()}_{way.lower()}_c{c}{form.lower()}" for prefix, way, form, c in _LN_ROWS_MACRO.findall(src)]
     return names
 

@@ -66,6 +66,27 @@ F32_PAIRS = bool(kernel_switch("TR2_ATTN_F32_PAIRS", 0))
 F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
 
 
+# The float32 builds' forward on warpgroup MMA (attention.cu's attention_forward_wgf, attn_forward_wgf<N>_<f32|tf32>_hs64):
+# head size 64 where attention.cu was built for sm_90a; N warpgroups of 64 queries a block (the switch's value; 0: the
+# mma.sync forward). Its products in TF32 on wgmma (pairs in the exact build, as the f32 kernels), each staged element
+# rounded or split once a block, Pd handed to the next product without shuffles (v's keys staged in the order that
+# makes the scores' accumulator the A fragment). Not the mma.sync forward's bits (the tensor cores add a slice's
+# products in another order): within the build's tolerance of the NumPy form (tests/test_kernels_gpu.py,
+# "float32_wgmma_forward"). Written in the forty-seventh session; off until measured.
+F32_WG = kernel_switch("TR2_ATTN_F32_WG", 0, (0, 1, 2))
+
+
+def f32_wg_shared_bytes(nwg: int, split: bool, hs: int = 64) -> int:
+    """attention_forward_wgf's dynamic shared memory: the block's q (64 nwg rows) and two buffers of a k and a
+    transposed v tile (64 keys), hs floats a row, twice over (hi and lo) in the exact build."""
+    pieces = 2 if split else 1
+    return (64 * nwg + 4 * 64) * hs * pieces * 4
+
+
+def uses_f32_wg(ctx, hs: int) -> bool:
+    return bool(F32_WG) and not ctx.half and hs == 64 and runtime.built_for(FILE) == "sm_90a"
+
+
 def build_name(ctx) -> str:
     if not ctx.half:
         return ("tf32" if ctx.tf32 and not F32_PAIRS else "f32") + ("s" if F32_STREAM else "")
@@ -227,6 +248,10 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     args = (out, lse, kqkv, i32(T), i32(H), i32(ctx.round_kind)) + _dropout_args(p, seed, offset, offset_add)
     if uses_wgmma(ctx, hs, T):
         _launch_wg(ctx, T, hs, B * H, build_name(ctx), args)
+    elif uses_f32_wg(ctx, hs):
+        split = not ctx.tf32 or F32_PAIRS
+        launch(FILE, f"attn_forward_wgf{F32_WG}_{'f32' if split else 'tf32'}_hs{hs}", (B * H, -(-T // (64 * F32_WG))),
+               128 * F32_WG, args, shared_mem=f32_wg_shared_bytes(F32_WG, split, hs), prefer_shared=True)
     else:
         _launch(ctx, "forward", hs, T, B * H, args)
     return out, AttentionSaved(out, lse, kqkv)

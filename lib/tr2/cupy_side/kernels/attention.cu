@@ -1028,6 +1028,265 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------- float32 forward on wgmma
+// The float32 builds (tf32: one TF32 product; f32: TF32 pairs, three products), HS = 64, on Hopper (sm_90a):
+// attention_forward's algorithm and arithmetic order with its products on warpgroup MMA, m64n64k8 in TF32. NWG
+// warpgroups a block, 64 queries each (warp w rows 16w..16w+15); the block streams 64-key tiles into two buffers.
+// Why: the mma.sync float32 kernels were bound by their instructions, not the tensor cores (gpt2-small's forward on an
+// H100, 0.222 ms a layer with one TF32 product, 58 TFLOP/s, and 0.365 with pairs: docs/perf.md, forty-sixth
+// session): every warp loaded and split (pairs) or rounded each B element it read, the four warps of a block the same
+// elements, and moved Pd between lanes by eight shuffles a slice. Here the tensor cores read the staged tiles
+// themselves, each element is rounded or split once a block, where it is staged, and Pd needs no shuffles (below).
+// TF32 wgmma reads both operands K-major only: q and k are staged as they lie (rows queries or keys, the product's
+// k = d contiguous), v transposed (rows d, the product's k = keys contiguous). The transposed v puts key 2t of each
+// 8-key group at position t and key 2t + 1 at position t + 4: a thread's accumulator holds keys 2t and 2t + 1 of an
+// n8 tile (registers e = 0, 1; rows g and g + 8 in e = 2, 3), where the A fragment of a k8 slice wants columns t and
+// t + 4, so in that key order the scores' accumulator is Pd's A fragment register for register (a0 = e0, a1 = e2,
+// a2 = e1, a3 = e3). The order changes which products the tensor core adds within a slice, not which slices.
+// Staged tiles hold TF32 values (the tf32 build's operands rounded, ties to even; the exact build's as hi and lo
+// tiles, x = hi + lo), in core matrices (8 rows x 4 floats, 128 contiguous bytes; CH = 16 chunks of 16 bytes a row).
+// The exact build sums each tile's Pd v apart and adds it to O with ordinary float adds, as acc_product does.
+template <int CH>
+__device__ __forceinline__ int core32(int r, int c) { return ((r >> 3) * CH + (c >> 2)) * 32 + (r & 7) * 4 + (c & 3); }
+
+__device__ __forceinline__ float4 tf32_hi(float4 x) { return make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w)); }
+__device__ __forceinline__ float4 tf32_lo(float4 x, float4 h) {
+    return make_float4(tf32_rne(x.x - h.x), tf32_rne(x.y - h.y), tf32_rne(x.z - h.z), tf32_rne(x.w - h.w));
+}
+
+// ROWS rows x HS columns of a [B, T, stride] float32 array, K-major: thread idx's 16 bytes (row group idx >> 3 / CH,
+// chunk idx >> 3 % CH, row idx & 7) land at floats 4 idx, so a warp's stores fill four whole core matrices, and its
+// loads read 64 contiguous bytes of each of eight rows. Rows at or past T are zeros.
+template <bool SPLIT, int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void stage_rows_tf32(float* hi, float* lo, const float* __restrict__ src, int row0, int T,
+                                                int stride) {
+    constexpr int CH = HS / 4, EACH = ROWS * CH / THREADS;
+    static_assert(ROWS * CH % THREADS == 0, "whole rounds of the block's threads");
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) {
+        const int idx = threadIdx.x + k * THREADS;
+        const int r = ((idx >> 3) / CH) * 8 + (idx & 7), c = (idx >> 3) % CH;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row0 + r < T) x = __ldg((const float4*)(src + (i64)(row0 + r) * stride) + c);
+        const float4 h = tf32_hi(x);
+        *(float4*)(hi + 4 * idx) = h;
+        if constexpr (SPLIT) *(float4*)(lo + 4 * idx) = tf32_lo(x, h);
+    }
+}
+
+// ROWS keys x HS columns of v transposed: tile row d, position p of key j (the order above). A warp writes one core
+// matrix an instruction, lane (d & 7) * 4 + (p & 3), all 32 banks; its loads read 32 contiguous bytes of four keys.
+template <bool SPLIT, int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void stage_cols_tf32(float* hi, float* lo, const float* __restrict__ src, int row0, int T,
+                                                int stride) {
+    constexpr int CHK = ROWS / 4, CORES = (HS / 8) * CHK, WARPS = THREADS / 32;
+    static_assert(CORES % WARPS == 0, "whole rounds of the block's warps");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int k = 0; k < CORES / WARPS; ++k) {
+        const int cm = warp + k * WARPS, dg = cm / CHK, ck = cm % CHK;
+        const int p = ck * 4 + (lane & 3), q = p & 7;
+        const int j = (p & ~7) + (q < 4 ? 2 * q : 2 * (q - 4) + 1), d = dg * 8 + (lane >> 2);
+        const float x = row0 + j < T ? __ldg(src + (i64)(row0 + j) * stride + d) : 0.0f;
+        const float hx = tf32_rne(x);
+        hi[cm * 32 + lane] = hx;
+        if constexpr (SPLIT) lo[cm * 32 + lane] = tf32_rne(x - hx);
+    }
+}
+
+// d (64 x 64) = a b + (accumulate ? d : 0), one k8 slice in TF32: a from shared memory (wg_mma_ss_tf32) or registers
+// (wg_mma_tf32, the A fragment as described above), b from shared memory, both K-major.
+#define WG_MMA_SS_TF32                                                                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " WG_D32 ", %32, %33, p, 1, 1;\n}\n"   \
+                 : WG_D32_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+#define WG_MMA_RS_TF32                                                                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                \
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " WG_D32                                \
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"                                                  \
+                 : WG_D32_ARGS(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate))
+__device__ __forceinline__ void wg_mma_ss_tf32(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate) {
+#ifdef ATTN_WGMMA
+    WG_MMA_SS_TF32;
+#endif
+}
+__device__ __forceinline__ void wg_mma_tf32(float (&d)[8][4], const u32 (&a)[4], u64 desc_b, int accumulate) {
+#ifdef ATTN_WGMMA
+    WG_MMA_RS_TF32;
+#endif
+}
+
+// The exact build's product of pieces, smallest first (as mma_acc): lo hi, hi lo, hi hi.
+template <int HS, int NWG, bool SPLIT, bool DROP>
+__device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
+                                      int T, int H, Dropout drop) {
+#ifdef ATTN_WGMMA
+    constexpr bool EXACT = SPLIT;
+    constexpr float scale = Scale<HS>::value, c = EXACT ? scale : scale * LOG2E;
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 4, CHK = BC / 4, THREADS = 128 * NWG;
+    constexpr int NP = SPLIT ? 2 : 1, QT = BR * HS, KT = BC * HS;   // pieces; floats of a q piece, of a k or v piece
+    static_assert(HS == 64, "one m64n64k8 a k8 slice of the scores");
+    extern __shared__ __align__(128) unsigned char smem[];
+    float* sQ = (float*)smem;    // q piece p (0 hi, 1 lo) at sQ + p QT
+    float* sKV = sQ + NP * QT;   // buffer b: k piece p at sKV + (2b NP + p) KT, v^T piece p at sKV + ((2b + 1) NP + p) KT
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = qb * BR + wg * 64;   // the warpgroup's first query
+    const int r0 = q0 + warp * 16;      // the warp's
+    const float* base = qkv + (i64)b * T * 3 * C;
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
+    const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
+    const float* sQw = sQ + wg * 64 * HS;                 // the warpgroup's 64 rows: eight row groups of core matrices
+    auto stage_kv = [&](int kb, int buf) {
+        float* k = sKV + 2 * buf * NP * KT;
+        stage_rows_tf32<SPLIT, HS, BC, THREADS>(k, k + KT, base + C + h * HS, kb * BC, T, 3 * C);
+        stage_cols_tf32<SPLIT, HS, BC, THREADS>(k + NP * KT, k + (NP + 1) * KT, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    };
+    stage_rows_tf32<SPLIT, HS, BR, THREADS>(sQ, sQ + QT, base + h * HS, qb * BR, T, 3 * C);
+    stage_kv(0, 0);
+    fence_proxy_async();
+    __syncthreads();
+    float o[HS / 8][4];
+    float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int kb = 0; kb <= last; ++kb) {
+        const int cur = kb & 1;
+        const float* sK = sKV + 2 * cur * NP * KT;
+        const float* sV = sK + NP * KT;
+        auto stage_next = [&]() {   // the other buffer: its last reader waited at the end of kb - 1
+            if (kb < last) stage_kv(kb + 1, cur ^ 1);
+        };
+        if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
+            stage_next();
+        } else {   // S = q k^T, in flight while the next tile is staged (one branch: no product in flight across a join)
+            float s[NT][4];
+            wg_fence();
+#pragma unroll
+            for (int k8 = 0; k8 < HS / 8; ++k8) {   // k8 slice = chunks 2 k8, 2 k8 + 1
+                const u64 qh = wg_desc(sQw + 2 * k8 * 32, 128, CH * 128), kh = wg_desc(sK + 2 * k8 * 32, 128, CH * 128);
+                if constexpr (SPLIT) {
+                    const u64 ql = wg_desc(sQw + QT + 2 * k8 * 32, 128, CH * 128);
+                    const u64 kl = wg_desc(sK + KT + 2 * k8 * 32, 128, CH * 128);
+                    wg_mma_ss_tf32(s, ql, kh, k8 > 0);
+                    wg_mma_ss_tf32(s, qh, kl, 1);
+                    wg_mma_ss_tf32(s, qh, kh, 1);
+                } else {
+                    wg_mma_ss_tf32(s, qh, kh, k8 > 0);
+                }
+            }
+            wg_commit();
+            stage_next();
+            wg_wait_all();
+            wg_hold(s);
+            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                i = r0 + g + 8 * (e >> 1);
+                j = kb * BC + n * 8 + 2 * t + (e & 1);
+            };
+            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;   // the warp's rows cross the diagonal or T
+            KeepBits<1, NT> keep{};
+            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
+            if (edge) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int i, j;
+                        at(0, n, e, i, j);
+                        if (j > i || j >= T) s[n][e] = NEG_INF;
+                    }
+            }
+            float mc[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                float mx = NEG_INF;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(mrow[r], mx);
+                mc[r] = (mnew == NEG_INF) ? 0.0f : mnew * c;   // a row with nothing visible yet
+                const float alpha = exp_c<EXACT>(mrow[r], c, mc[r]);
+                mrow[r] = mnew;
+                lrow[r] *= alpha;
+#pragma unroll
+                for (int n = 0; n < HS / 8; ++n) {
+                    o[n][2 * r] *= alpha;
+                    o[n][2 * r + 1] *= alpha;
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float p = exp_c<EXACT>(s[n][e], c, mc[e >> 1]);   // 0 where masked
+                    lrow[e >> 1] += p;
+                    s[n][e] = p;
+                }
+            if constexpr (DROP) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[n][e] *= keep(0, n, e) ? drop.scale : 0.0f;
+            }
+            // Pd as A fragments, every slice's before the first product reads one (wgmma reads its registers late)
+            u32 ah[NT][4], al[NT][4];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const float x[4] = {s[n][0], s[n][2], s[n][1], s[n][3]};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) tf32_operand<SPLIT, true>(x[e], ah[n][e], al[n][e]);
+            }
+            float part[SPLIT ? HS / 8 : 1][4];
+            wg_fence();
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {   // O += Pd v: k8 slice n = keys 8n.. = chunks 2n, 2n + 1 of v^T's rows
+                const u64 vh = wg_desc(sV + 2 * n * 32, 128, CHK * 128);
+                if constexpr (SPLIT) {
+                    const u64 vl = wg_desc(sV + KT + 2 * n * 32, 128, CHK * 128);
+                    wg_mma_tf32(part, al[n], vh, n > 0);
+                    wg_mma_tf32(part, ah[n], vl, 1);
+                    wg_mma_tf32(part, ah[n], vh, 1);
+                } else {
+                    wg_mma_tf32(o, ah[n], vh, 1);
+                }
+            }
+            wg_commit();
+            wg_wait_all();
+            if constexpr (SPLIT) {
+                wg_hold(part);
+#pragma unroll
+                for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[n][e] += part[n][e];
+            } else {
+                wg_hold(o);
+            }
+        }
+        fence_proxy_async();   // the next tile's stores, seen by the tensor cores' reads
+        __syncthreads();       // and every warpgroup done with this buffer before it is refilled
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int i = r0 + g + 8 * r;
+        if (i >= T) continue;
+        const float inv = 1.0f / l;
+        const i64 at = ((i64)b * T + i) * C + h * HS + 2 * t;
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) *(float2*)(out + at + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        if (t == 0) lse[(i64)bh * T + i] = mrow[r] * scale + logf(l);
+    }
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- the forward with a TMA producer (the design of attention_forward_tma_resident below; its first form, 64-key
 // tiles, written in the twelfth session and removed since: the header) ----
 // Why: every wgmma form above stages its tiles by cp.async from the warpgroups that also run the products and the
@@ -2374,6 +2633,17 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // x0.82), and both slower than mma.sync on the GPT-2 shapes (call 3 of results/h200-perf-20261201d);
 // gpu/attention.py takes this kernel only for rows of at most 256.
 #define ATTN_FORWARD_WG1(BUILD, K, HS) ATTN_FORWARD_WG_N(1, BUILD, K, HS)
+// The float32 forward on wgmma (attention_forward_wgf, HS = 64): attn_forward_wgf<NWG>_<f32|tf32>_hs64, NWG warpgroups
+// a block, arguments as attn_forward_'s (out_kind unread: the float32 builds write float32).
+#define ATTN_FORWARD_WGF(NWG, BUILD, SPLIT, HS)                                                                 \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_forward_wgf##NWG##_##BUILD##_hs##HS(       \
+        float* out, float* lse, const float* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,       \
+        u64 offset, const u64* offset_add, u32 threshold, float dscale) {                                      \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_forward_wgf<HS, NWG, SPLIT, true>(out, lse, qkv, T, H, d);                  \
+        else attention_forward_wgf<HS, NWG, SPLIT, false>(out, lse, qkv, T, H, d);                             \
+    }
 // Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
 // attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
 // (left zero); one block an SM.
@@ -2523,6 +2793,10 @@ ATTN_DS(bf16r, KIND_BF16, 32)
 ATTN_DS(f16r, KIND_F16, 32)
 ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
+ATTN_FORWARD_WGF(1, f32, true, 64)
+ATTN_FORWARD_WGF(1, tf32, false, 64)
+ATTN_FORWARD_WGF(2, f32, true, 64)
+ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
