@@ -1046,6 +1046,7 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 // Staged tiles hold TF32 values (the tf32 build's operands rounded, ties to even; the exact build's as hi and lo
 // tiles, x = hi + lo), in core matrices (8 rows x 4 floats, 128 contiguous bytes; CH = 16 chunks of 16 bytes a row).
 // The exact build sums each tile's Pd v apart and adds it to O with ordinary float adds, as acc_product does.
+// Shared memory: q (NP pieces), two buffers of k and v^T (NP pieces each), one landing buffer of a raw k and v tile.
 template <int CH>
 __device__ __forceinline__ int core32(int r, int c) { return ((r >> 3) * CH + (c >> 2)) * 32 + (r & 7) * 4 + (c & 3); }
 
@@ -1054,31 +1055,42 @@ __device__ __forceinline__ float4 tf32_lo(float4 x, float4 h) {
     return make_float4(tf32_rne(x.x - h.x), tf32_rne(x.y - h.y), tf32_rne(x.z - h.z), tf32_rne(x.w - h.w));
 }
 
-// ROWS rows x HS columns of a [B, T, stride] float32 array, K-major: thread idx's 16 bytes (row group idx >> 3 / CH,
-// chunk idx >> 3 % CH, row idx & 7) land at floats 4 idx, so a warp's stores fill four whole core matrices, and its
-// loads read 64 contiguous bytes of each of eight rows. Rows at or past T are zeros.
-template <bool SPLIT, int HS, int ROWS, int THREADS>
-__device__ __forceinline__ void stage_rows_tf32(float* hi, float* lo, const float* __restrict__ src, int row0, int T,
-                                                int stride) {
+// Staging in two steps, so that the loads are in flight a whole tile ahead: land_* copies a tile's raw float32 by
+// cp.async into a landing buffer laid out as the staged tile, each thread the elements it will itself round later
+// (no barrier between the copy and the rounding: cp.async.wait_group makes a thread's own copies visible to it);
+// fill_* rounds (tf32) or splits (pairs) each landed element into the tiles the tensor cores read. Rows at or past T
+// land as zeros. (Staging straight from global memory left the warps waiting on those loads every tile: 38% of the
+// stalls of the first draft under Nsight Compute, gpt2-small, results/h100-perf-20261206b call 3.)
+// Rows (q, k), K-major: thread idx's 16 bytes (row group (idx >> 3) / CH, chunk (idx >> 3) % CH, row idx & 7) lie at
+// floats 4 idx, so a warp fills four whole core matrices, reading 64 contiguous bytes of each of eight rows.
+template <int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void land_rows(float* land, const float* __restrict__ src, int row0, int T, int stride) {
     constexpr int CH = HS / 4, EACH = ROWS * CH / THREADS;
     static_assert(ROWS * CH % THREADS == 0, "whole rounds of the block's threads");
 #pragma unroll
     for (int k = 0; k < EACH; ++k) {
         const int idx = threadIdx.x + k * THREADS;
         const int r = ((idx >> 3) / CH) * 8 + (idx & 7), c = (idx >> 3) % CH;
-        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (row0 + r < T) x = __ldg((const float4*)(src + (i64)(row0 + r) * stride) + c);
+        if (row0 + r < T) cp_async16(land + 4 * idx, src + (i64)(row0 + r) * stride + 4 * c);
+        else *(float4*)(land + 4 * idx) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+template <bool SPLIT, int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void fill_rows(float* hi, float* lo, const float* land) {
+    constexpr int EACH = ROWS * (HS / 4) / THREADS;
+#pragma unroll
+    for (int k = 0; k < EACH; ++k) {
+        const int idx = threadIdx.x + k * THREADS;
+        const float4 x = *(const float4*)(land + 4 * idx);
         const float4 h = tf32_hi(x);
         *(float4*)(hi + 4 * idx) = h;
         if constexpr (SPLIT) *(float4*)(lo + 4 * idx) = tf32_lo(x, h);
     }
 }
-
-// ROWS keys x HS columns of v transposed: tile row d, position p of key j (the order above). A warp writes one core
-// matrix an instruction, lane (d & 7) * 4 + (p & 3), all 32 banks; its loads read 32 contiguous bytes of four keys.
-template <bool SPLIT, int HS, int ROWS, int THREADS>
-__device__ __forceinline__ void stage_cols_tf32(float* hi, float* lo, const float* __restrict__ src, int row0, int T,
-                                                int stride) {
+// v transposed: tile row d, position p of key j (the order above). A warp fills one core matrix an instruction,
+// lane (d & 7) * 4 + (p & 3) at float 32 cm + lane (all 32 banks), reading 32 contiguous bytes of four keys.
+template <int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void land_cols(float* land, const float* __restrict__ src, int row0, int T, int stride) {
     constexpr int CHK = ROWS / 4, CORES = (HS / 8) * CHK, WARPS = THREADS / 32;
     static_assert(CORES % WARPS == 0, "whole rounds of the block's warps");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1087,12 +1099,24 @@ __device__ __forceinline__ void stage_cols_tf32(float* hi, float* lo, const floa
         const int cm = warp + k * WARPS, dg = cm / CHK, ck = cm % CHK;
         const int p = ck * 4 + (lane & 3), q = p & 7;
         const int j = (p & ~7) + (q < 4 ? 2 * q : 2 * (q - 4) + 1), d = dg * 8 + (lane >> 2);
-        const float x = row0 + j < T ? __ldg(src + (i64)(row0 + j) * stride + d) : 0.0f;
-        const float hx = tf32_rne(x);
-        hi[cm * 32 + lane] = hx;
-        if constexpr (SPLIT) lo[cm * 32 + lane] = tf32_rne(x - hx);
+        if (row0 + j < T) cp_async4(land + cm * 32 + lane, src + (i64)(row0 + j) * stride + d);
+        else land[cm * 32 + lane] = 0.0f;
     }
 }
+template <bool SPLIT, int HS, int ROWS, int THREADS>
+__device__ __forceinline__ void fill_cols(float* hi, float* lo, const float* land) {
+    constexpr int CORES = (HS / 8) * (ROWS / 4), WARPS = THREADS / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int k = 0; k < CORES / WARPS; ++k) {
+        const int at = (warp + k * WARPS) * 32 + lane;
+        const float x = land[at], hx = tf32_rne(x);
+        hi[at] = hx;
+        if constexpr (SPLIT) lo[at] = tf32_rne(x - hx);
+    }
+}
+// cp.async.wait_group with the compiler told that shared memory changed (the landed tile is read right after)
+__device__ __forceinline__ void cp_async_landed() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // d (64 x 64) = a b + (accumulate ? d : 0), one k8 slice in TF32: a from shared memory (wg_mma_ss_tf32) or registers
 // (wg_mma_tf32, the A fragment as described above), b from shared memory, both K-major.
@@ -1129,6 +1153,7 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
     extern __shared__ __align__(128) unsigned char smem[];
     float* sQ = (float*)smem;    // q piece p (0 hi, 1 lo) at sQ + p QT
     float* sKV = sQ + NP * QT;   // buffer b: k piece p at sKV + (2b NP + p) KT, v^T piece p at sKV + ((2b + 1) NP + p) KT
+    float* sLand = sKV + 4 * NP * KT;   // the next tile's raw k, then v, as landed
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
@@ -1139,13 +1164,22 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
     const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
     const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
     const float* sQw = sQ + wg * 64 * HS;                 // the warpgroup's 64 rows: eight row groups of core matrices
-    auto stage_kv = [&](int kb, int buf) {
-        float* k = sKV + 2 * buf * NP * KT;
-        stage_rows_tf32<SPLIT, HS, BC, THREADS>(k, k + KT, base + C + h * HS, kb * BC, T, 3 * C);
-        stage_cols_tf32<SPLIT, HS, BC, THREADS>(k + NP * KT, k + (NP + 1) * KT, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+    auto land_kv = [&](int kb) {
+        land_rows<HS, BC, THREADS>(sLand, base + C + h * HS, kb * BC, T, 3 * C);
+        land_cols<HS, BC, THREADS>(sLand + KT, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+        cp_async_commit();
     };
-    stage_rows_tf32<SPLIT, HS, BR, THREADS>(sQ, sQ + QT, base + h * HS, qb * BR, T, 3 * C);
-    stage_kv(0, 0);
+    auto fill_kv = [&](int buf) {
+        float* k = sKV + 2 * buf * NP * KT;
+        fill_rows<SPLIT, HS, BC, THREADS>(k, k + KT, sLand);
+        fill_cols<SPLIT, HS, BC, THREADS>(k + NP * KT, k + (NP + 1) * KT, sLand + KT);
+    };
+    land_rows<HS, BR, THREADS>(sQ + (NP - 1) * QT, base + h * HS, qb * BR, T, 3 * C);   // q lands in its lo piece
+    land_kv(0);
+    cp_async_landed();
+    fill_rows<SPLIT, HS, BR, THREADS>(sQ, sQ + QT, sQ + (NP - 1) * QT);   // in place: each element read, then written
+    fill_kv(0);
+    if (last > 0) land_kv(1);
     fence_proxy_async();
     __syncthreads();
     float o[HS / 8][4];
@@ -1157,8 +1191,12 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
         const int cur = kb & 1;
         const float* sK = sKV + 2 * cur * NP * KT;
         const float* sV = sK + NP * KT;
-        auto stage_next = [&]() {   // the other buffer: its last reader waited at the end of kb - 1
-            if (kb < last) stage_kv(kb + 1, cur ^ 1);
+        auto stage_next = [&]() {   // into the other buffer (its last reader waited at the end of kb - 1), then the
+            if (kb < last) {        // tile after it starts landing
+                cp_async_landed();
+                fill_kv(cur ^ 1);
+                if (kb + 1 < last) land_kv(kb + 2);
+            }
         };
         if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
             stage_next();
