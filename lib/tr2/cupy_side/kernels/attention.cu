@@ -1062,19 +1062,29 @@ __device__ __forceinline__ float4 tf32_lo(float4 x, float4 h) {
 // land as zeros. (Staging straight from global memory left the warps waiting on those loads every tile: 38% of the
 // stalls of the first draft under Nsight Compute, gpt2-small, results/h100-perf-20261206b call 3.)
 // Rows (q, k), K-major: thread idx's 16 bytes (row group (idx >> 3) / CH, chunk (idx >> 3) % CH, row idx & 7) lie at
-// floats 4 idx, so a warp fills four whole core matrices, reading 64 contiguous bytes of each of eight rows.
+// floats 4 idx, so a warp fills four whole core matrices, reading 64 contiguous bytes of each of eight rows. A thread's
+// k-th 16 bytes (idx = tid + k THREADS) lie STEP rows below its first: its offsets are worked out once a kernel (the
+// first draft's per-element address arithmetic was most of its loop's instructions), and only tiles that reach past
+// T test their rows (FULL: the tile lies within T).
 template <int HS, int ROWS, int THREADS>
-__device__ __forceinline__ void land_rows(float* land, const float* __restrict__ src, int row0, int T, int stride) {
-    constexpr int CH = HS / 4, EACH = ROWS * CH / THREADS;
-    static_assert(ROWS * CH % THREADS == 0, "whole rounds of the block's threads");
-#pragma unroll
-    for (int k = 0; k < EACH; ++k) {
-        const int idx = threadIdx.x + k * THREADS;
-        const int r = ((idx >> 3) / CH) * 8 + (idx & 7), c = (idx >> 3) % CH;
-        if (row0 + r < T) cp_async16(land + 4 * idx, src + (i64)(row0 + r) * stride + 4 * c);
-        else *(float4*)(land + 4 * idx) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+struct LandRows {
+    static constexpr int CH = HS / 4, EACH = ROWS * CH / THREADS, STEP = THREADS / CH;
+    static_assert(ROWS * CH % THREADS == 0 && THREADS % (8 * CH) == 0, "whole row groups a round of the threads");
+    int r0, off;   // the thread's first row, and its first element's offset from the tile's first
+    __device__ __forceinline__ explicit LandRows(int stride) {
+        r0 = ((threadIdx.x >> 3) / CH) * 8 + (threadIdx.x & 7);
+        off = r0 * stride + 4 * ((threadIdx.x >> 3) % CH);
     }
-}
+    template <bool FULL>
+    __device__ __forceinline__ void land(float* dst, const float* __restrict__ tile, int rows_left, int stride) const {
+#pragma unroll
+        for (int k = 0; k < EACH; ++k) {
+            float* d = dst + 4 * (threadIdx.x + k * THREADS);
+            if (FULL || r0 + k * STEP < rows_left) cp_async16(d, tile + off + k * STEP * stride);
+            else *(float4*)d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+};
 template <bool SPLIT, int HS, int ROWS, int THREADS>
 __device__ __forceinline__ void fill_rows(float* hi, float* lo, const float* land) {
     constexpr int EACH = ROWS * (HS / 4) / THREADS;
@@ -1088,28 +1098,36 @@ __device__ __forceinline__ void fill_rows(float* hi, float* lo, const float* lan
     }
 }
 // v transposed: tile row d, position p of key j (the order above). A warp fills one core matrix an instruction,
-// lane (d & 7) * 4 + (p & 3) at float 32 cm + lane (all 32 banks), reading 32 contiguous bytes of four keys.
+// lane (d & 7) * 4 + (p & 3) at float 32 cm + lane (all 32 banks), reading 32 contiguous bytes of four keys. Warp w's
+// k-th core matrix is cm = w + k WARPS: d group k / R, chunk w + (k % R) WARPS of its row (R = CHK / WARPS), so its
+// key is the thread's first plus 4 WARPS (k % R) and its d the first plus 8 (k / R).
 template <int HS, int ROWS, int THREADS>
-__device__ __forceinline__ void land_cols(float* land, const float* __restrict__ src, int row0, int T, int stride) {
-    constexpr int CHK = ROWS / 4, CORES = (HS / 8) * CHK, WARPS = THREADS / 32;
-    static_assert(CORES % WARPS == 0, "whole rounds of the block's warps");
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int k = 0; k < CORES / WARPS; ++k) {
-        const int cm = warp + k * WARPS, dg = cm / CHK, ck = cm % CHK;
-        const int p = ck * 4 + (lane & 3), q = p & 7;
-        const int j = (p & ~7) + (q < 4 ? 2 * q : 2 * (q - 4) + 1), d = dg * 8 + (lane >> 2);
-        if (row0 + j < T) cp_async4(land + cm * 32 + lane, src + (i64)(row0 + j) * stride + d);
-        else land[cm * 32 + lane] = 0.0f;
+struct LandCols {
+    static constexpr int CHK = ROWS / 4, WARPS = THREADS / 32, R = CHK / WARPS, EACH = (HS / 8) * CHK / WARPS;
+    static_assert(CHK % WARPS == 0 && WARPS % 2 == 0, "whole chunk pairs a warp");
+    int j0, off;
+    __device__ __forceinline__ explicit LandCols(int stride) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = (warp & 1) * 4 + (lane & 3);
+        j0 = (warp >> 1) * 8 + (q < 4 ? 2 * q : 2 * (q - 4) + 1);
+        off = j0 * stride + (lane >> 2);
     }
-}
+    template <bool FULL>
+    __device__ __forceinline__ void land(float* dst, const float* __restrict__ tile, int rows_left, int stride) const {
+#pragma unroll
+        for (int k = 0; k < EACH; ++k) {
+            float* d = dst + threadIdx.x + k * THREADS;
+            if (FULL || j0 + (k % R) * 4 * WARPS < rows_left)
+                cp_async4(d, tile + off + (k % R) * 4 * WARPS * stride + (k / R) * 8);
+            else *d = 0.0f;
+        }
+    }
+};
 template <bool SPLIT, int HS, int ROWS, int THREADS>
 __device__ __forceinline__ void fill_cols(float* hi, float* lo, const float* land) {
-    constexpr int CORES = (HS / 8) * (ROWS / 4), WARPS = THREADS / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    constexpr int EACH = (HS / 8) * (ROWS / 4) / (THREADS / 32);
 #pragma unroll
-    for (int k = 0; k < CORES / WARPS; ++k) {
-        const int at = (warp + k * WARPS) * 32 + lane;
+    for (int k = 0; k < EACH; ++k) {
+        const int at = threadIdx.x + k * THREADS;
         const float x = land[at], hx = tf32_rne(x);
         hi[at] = hx;
         if constexpr (SPLIT) lo[at] = tf32_rne(x - hx);
@@ -1164,9 +1182,17 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
     const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
     const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
     const float* sQw = sQ + wg * 64 * HS;                 // the warpgroup's 64 rows: eight row groups of core matrices
+    const LandRows<HS, BC, THREADS> krows(3 * C);
+    const LandCols<HS, BC, THREADS> vcols(3 * C);
     auto land_kv = [&](int kb) {
-        land_rows<HS, BC, THREADS>(sLand, base + C + h * HS, kb * BC, T, 3 * C);
-        land_cols<HS, BC, THREADS>(sLand + KT, base + 2 * C + h * HS, kb * BC, T, 3 * C);
+        const float* k = base + (i64)kb * BC * 3 * C + C + h * HS;
+        if (kb * BC + BC <= T) {
+            krows.land<true>(sLand, k, BC, 3 * C);
+            vcols.land<true>(sLand + KT, k + C, BC, 3 * C);
+        } else {
+            krows.land<false>(sLand, k, T - kb * BC, 3 * C);
+            vcols.land<false>(sLand + KT, k + C, T - kb * BC, 3 * C);
+        }
         cp_async_commit();
     };
     auto fill_kv = [&](int buf) {
@@ -1174,7 +1200,8 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
         fill_rows<SPLIT, HS, BC, THREADS>(k, k + KT, sLand);
         fill_cols<SPLIT, HS, BC, THREADS>(k + NP * KT, k + (NP + 1) * KT, sLand + KT);
     };
-    land_rows<HS, BR, THREADS>(sQ + (NP - 1) * QT, base + h * HS, qb * BR, T, 3 * C);   // q lands in its lo piece
+    LandRows<HS, BR, THREADS>(3 * C).land<false>(sQ + (NP - 1) * QT, base + (i64)qb * BR * 3 * C + h * HS,   // q lands
+                                                  T - qb * BR, 3 * C);                                 // in its lo piece
     land_kv(0);
     cp_async_landed();
     fill_rows<SPLIT, HS, BR, THREADS>(sQ, sQ + QT, sQ + (NP - 1) * QT);   // in place: each element read, then written
