@@ -1047,8 +1047,11 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 // tiles, x = hi + lo), in core matrices (8 rows x 4 floats, 128 contiguous bytes; CH = 16 chunks of 16 bytes a row).
 // The exact build sums each tile's Pd v apart and adds it to O with ordinary float adds, as acc_product does.
 // Shared memory: q (NP pieces), two buffers of k and v^T (NP pieces each), one landing buffer of a raw k and v tile.
-template <int CH>
-__device__ __forceinline__ int core32(int r, int c) { return ((r >> 3) * CH + (c >> 2)) * 32 + (r & 7) * 4 + (c & 3); }
+// Measured (H100s, docs/perf.md, forty-seventh session): with pairs x0.64-0.81 of the mma.sync forward's time, with one
+// TF32 product about level with it. Nsight Compute (gpt2-small, one TF32 product): the tensor pipe busy 18% of the
+// time, one instruction issued in 22% of a scheduler's cycles; two warps a scheduler (218 registers, one block of 256
+// threads an SM) wait on shared memory and the exponentials (short scoreboard), fixed latencies, the landing's
+// 4-byte copies (the LSU queue) and the tile's barrier, each warp issuing about 610 instructions a 64 x 64 tile.
 
 __device__ __forceinline__ float4 tf32_hi(float4 x) { return make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w)); }
 __device__ __forceinline__ float4 tf32_lo(float4 x, float4 h) {
@@ -2699,7 +2702,9 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // gpu/attention.py takes this kernel only for rows of at most 256.
 #define ATTN_FORWARD_WG1(BUILD, K, HS) ATTN_FORWARD_WG_N(1, BUILD, K, HS)
 // The float32 forward on wgmma (attention_forward_wgf, HS = 64): attn_forward_wgf<NWG>_<f32|tf32>_hs64, NWG warpgroups
-// a block, arguments as attn_forward_'s (out_kind unread: the float32 builds write float32).
+// a block, arguments as attn_forward_'s (out_kind unread: the float32 builds write float32). Built with two warpgroups
+// only: one (a block of 64 queries staging its own k and v) ran slower than the mma.sync forward in every case measured
+// (docs/perf.md, forty-seventh session).
 #define ATTN_FORWARD_WGF(NWG, BUILD, SPLIT, HS)                                                                 \
     extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_forward_wgf##NWG##_##BUILD##_hs##HS(       \
         float* out, float* lse, const float* qkv, int T, int H, int out_kind, int use_dropout, u64 seed,       \
@@ -2858,8 +2863,6 @@ ATTN_DS(bf16r, KIND_BF16, 32)
 ATTN_DS(f16r, KIND_F16, 32)
 ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
-ATTN_FORWARD_WGF(1, f32, true, 64)
-ATTN_FORWARD_WGF(1, tf32, false, 64)
 ATTN_FORWARD_WGF(2, f32, true, 64)
 ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
