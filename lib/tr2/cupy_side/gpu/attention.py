@@ -85,9 +85,9 @@ F32_WG = kernel_switch("TR2_ATTN_F32_WG", 0, (0, 2))
 def f32_wg_shared_bytes(nwg: int, split: bool, hs: int = 64) -> int:
     """attention_forward_wgf's dynamic shared memory: the block's q (64 nwg rows) and two buffers of a k and a
     transposed v tile (64 keys), hs floats a row, twice over (hi and lo) in the exact build; and the landing buffer
-    of the next k and v tile, raw."""
+    of the next k and v tile, raw (v's rows padded to hs + 8 floats: attention.cu's LandCols)."""
     pieces = 2 if split else 1
-    return (64 * nwg + 4 * 64) * hs * pieces * 4 + 2 * 64 * hs * 4
+    return (64 * nwg + 4 * 64) * hs * pieces * 4 + 64 * (2 * hs + 8) * 4
 
 
 def uses_f32_wg(ctx, hs: int) -> bool:

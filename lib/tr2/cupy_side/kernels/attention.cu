@@ -1049,21 +1049,25 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 // Shared memory: q (NP pieces), two buffers of k and v^T (NP pieces each), one landing buffer of a raw k and v tile.
 // Measured (H100s, docs/perf.md, forty-seventh session): with pairs x0.64-0.81 of the mma.sync forward's time, with one
 // TF32 product about level with it. Nsight Compute (gpt2-small, one TF32 product): the tensor pipe busy 18% of the
-// time, one instruction issued in 22% of a scheduler's cycles; two warps a scheduler (218 registers, one block of 256
+// time, one instruction issued in 22% of a scheduler's cycles; two warps a scheduler (registers: one block of 256
 // threads an SM) wait on shared memory and the exponentials (short scoreboard), fixed latencies, the landing's
-// 4-byte copies (the LSU queue) and the tile's barrier, each warp issuing about 610 instructions a 64 x 64 tile.
+// 4-byte copies of v (the LSU queue; since replaced: LandCols) and the tile's barrier, each warp issuing about 610
+// instructions a 64 x 64 tile.
 
-__device__ __forceinline__ float4 tf32_hi(float4 x) { return make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w)); }
+__device__ __forceinline__ float4 tf32_hi(float4 x) {
+    return make_float4(tf32_rne(x.x), tf32_rne(x.y), tf32_rne(x.z), tf32_rne(x.w));
+}
 __device__ __forceinline__ float4 tf32_lo(float4 x, float4 h) {
     return make_float4(tf32_rne(x.x - h.x), tf32_rne(x.y - h.y), tf32_rne(x.z - h.z), tf32_rne(x.w - h.w));
 }
 
-// Staging in two steps, so that the loads are in flight a whole tile ahead: land_* copies a tile's raw float32 by
-// cp.async into a landing buffer laid out as the staged tile, each thread the elements it will itself round later
-// (no barrier between the copy and the rounding: cp.async.wait_group makes a thread's own copies visible to it);
-// fill_* rounds (tf32) or splits (pairs) each landed element into the tiles the tensor cores read. Rows at or past T
-// land as zeros. (Staging straight from global memory left the warps waiting on those loads every tile: 38% of the
-// stalls of the first draft under Nsight Compute, gpt2-small, results/h100-perf-20261206b call 3.)
+// Staging in two steps, so that the loads are in flight a whole tile ahead: land copies a tile's raw float32 by
+// cp.async into a landing buffer, each thread the elements it will itself round later (q, k: laid out as the staged
+// tile) or its warp will (v: the warp's rows, below), so no block barrier stands between the copy and the rounding
+// (cp.async.wait_group makes a thread's own copies visible to it, __syncwarp its warp's); fill rounds (tf32) or
+// splits (pairs) each landed element into the tiles the tensor cores read. Rows at or past T land as zeros. (Staging
+// straight from global memory left the warps waiting on those loads every tile: 38% of the stalls of the first draft
+// under Nsight Compute, gpt2-small, results/h100-perf-20261206b call 3.)
 // Rows (q, k), K-major: thread idx's 16 bytes (row group (idx >> 3) / CH, chunk (idx >> 3) % CH, row idx & 7) lie at
 // floats 4 idx, so a warp fills four whole core matrices, reading 64 contiguous bytes of each of eight rows. A thread's
 // k-th 16 bytes (idx = tid + k THREADS) lie STEP rows below its first: its offsets are worked out once a kernel (the
@@ -1101,43 +1105,59 @@ __device__ __forceinline__ void fill_rows(float* hi, float* lo, const float* lan
     }
 }
 // v transposed: tile row d, position p of key j (the order above). A warp fills one core matrix an instruction,
-// lane (d & 7) * 4 + (p & 3) at float 32 cm + lane (all 32 banks), reading 32 contiguous bytes of four keys. Warp w's
-// k-th core matrix is cm = w + k WARPS: d group k / R, chunk w + (k % R) WARPS of its row (R = CHK / WARPS), so its
-// key is the thread's first plus 4 WARPS (k % R) and its d the first plus 8 (k / R).
+// lane (d & 7) * 4 + (p & 3) at float 32 cm + lane (all 32 banks). Warp w's k-th core matrix is cm = w + k WARPS: d
+// group k / R, chunk w + (k % R) WARPS of its row (R = CHK / WARPS), so the warp reads 4 R keys, key (w >> 1) 8 +
+// 2 t' + (w & 1) + 4 WARPS m for t' < 4, m < R, and all HS columns of each. The warp lands those rows itself, 16 bytes
+// a copy, into rows t' + 4 m of its own part of the landing buffer (pitch LDV = HS + 8 floats: its transposing reads,
+// lanes over t' and d, hit 32 banks); so the fill needs the warp's own copies only (__syncwarp, no block barrier),
+// and the next landing waits on nothing but the warp's fill. (Four-byte copies straight into the transposed layout,
+// as first written, filled the LSU queue: 1.06 of the 7.4 cycles between a warp's issues, call 6 of
+// results/h100-perf-20261206b.)
 template <int HS, int ROWS, int THREADS>
 struct LandCols {
     static constexpr int CHK = ROWS / 4, WARPS = THREADS / 32, R = CHK / WARPS, EACH = (HS / 8) * CHK / WARPS;
-    static_assert(CHK % WARPS == 0 && WARPS % 2 == 0, "whole chunk pairs a warp");
-    int j0, off;
+    static constexpr int LDV = HS + 8, WROWS = 4 * R, CPR = HS / 4;   // pitch; a warp's rows; 16-byte chunks a row
+    static constexpr int LAND = WROWS * CPR / 32;                      // a lane's copies a tile
+    static_assert(CHK % WARPS == 0 && WARPS % 2 == 0 && WROWS * CPR % 32 == 0, "whole rounds");
+    static_assert(CPR == 16, "a lane's rows r0 + 2 i (r0 = lane / 16): row & 3 = r0 + 2 (i & 1), row >> 2 = i >> 1");
+    int key, src0, dst0;   // a lane's first row: its key, its source (from the tile's row 0), its landing place
     __device__ __forceinline__ explicit LandCols(int stride) {
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = (warp & 1) * 4 + (lane & 3);
-        j0 = (warp >> 1) * 8 + (q < 4 ? 2 * q : 2 * (q - 4) + 1);
-        off = j0 * stride + (lane >> 2);
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r0 = lane / CPR;
+        key = (warp >> 1) * 8 + (warp & 1) + 2 * r0;   // the warp's first key, plus row r0's: 2 (r0 & 3)
+        src0 = key * stride + 4 * (lane % CPR);
+        dst0 = (warp * WROWS + r0) * LDV + 4 * (lane % CPR);
     }
     template <bool FULL>
     __device__ __forceinline__ void land(float* dst, const float* __restrict__ tile, int rows_left, int stride) const {
 #pragma unroll
+        for (int i = 0; i < LAND; ++i) {   // the lane's rows r0 + 2 i: keys 4 (i & 1) + 4 WARPS (i >> 1) past its first
+            const int dkey = 4 * (i & 1) + 4 * WARPS * (i >> 1);
+            float* d = dst + dst0 + 2 * i * LDV;
+            if (FULL || key + dkey < rows_left) cp_async16(d, tile + src0 + dkey * stride);
+            else *(float4*)d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    // Lane (t', d & 7)'s element k: row t' + 4 (k % R), column (k / R) 8 + (lane >> 2), to the core matrix's float at
+    // tid + k THREADS (as cm * 32 + lane).
+    template <bool SPLIT>
+    __device__ __forceinline__ void fill(float* hi, float* lo, const float* land) const {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const float* src = land + warp * WROWS * LDV + (lane & 3) * LDV + (lane >> 2);
+#pragma unroll
         for (int k = 0; k < EACH; ++k) {
-            float* d = dst + threadIdx.x + k * THREADS;
-            if (FULL || j0 + (k % R) * 4 * WARPS < rows_left)
-                cp_async4(d, tile + off + (k % R) * 4 * WARPS * stride + (k / R) * 8);
-            else *d = 0.0f;
+            const int at = threadIdx.x + k * THREADS;
+            const float x = src[(k % R) * 4 * LDV + (k / R) * 8], hx = tf32_rne(x);
+            hi[at] = hx;
+            if constexpr (SPLIT) lo[at] = tf32_rne(x - hx);
         }
     }
 };
-template <bool SPLIT, int HS, int ROWS, int THREADS>
-__device__ __forceinline__ void fill_cols(float* hi, float* lo, const float* land) {
-    constexpr int EACH = (HS / 8) * (ROWS / 4) / (THREADS / 32);
-#pragma unroll
-    for (int k = 0; k < EACH; ++k) {
-        const int at = threadIdx.x + k * THREADS;
-        const float x = land[at], hx = tf32_rne(x);
-        hi[at] = hx;
-        if constexpr (SPLIT) lo[at] = tf32_rne(x - hx);
-    }
+// The thread's copies landed (cp.async.wait_group, the compiler told that shared memory changed), then the warp's:
+// the fill reads its own copies (q, k) and its warp's (v).
+__device__ __forceinline__ void cp_async_landed() {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncwarp();
 }
-// cp.async.wait_group with the compiler told that shared memory changed (the landed tile is read right after)
-__device__ __forceinline__ void cp_async_landed() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // d (64 x 64) = a b + (accumulate ? d : 0), one k8 slice in TF32: a from shared memory (wg_mma_ss_tf32) or registers
 // (wg_mma_tf32, the A fragment as described above), b from shared memory, both K-major.
@@ -1173,8 +1193,8 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
     static_assert(HS == 64, "one m64n64k8 a k8 slice of the scores");
     extern __shared__ __align__(128) unsigned char smem[];
     float* sQ = (float*)smem;    // q piece p (0 hi, 1 lo) at sQ + p QT
-    float* sKV = sQ + NP * QT;   // buffer b: k piece p at sKV + (2b NP + p) KT, v^T piece p at sKV + ((2b + 1) NP + p) KT
-    float* sLand = sKV + 4 * NP * KT;   // the next tile's raw k, then v, as landed
+    float* sKV = sQ + NP * QT;   // buffer b: k piece p at sKV + (2b NP + p) KT, v^T's at sKV + ((2b + 1) NP + p) KT
+    float* sLand = sKV + 4 * NP * KT;   // the next tile's raw k (as staged), then v (its warps' rows, padded)
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
@@ -1201,7 +1221,7 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
     auto fill_kv = [&](int buf) {
         float* k = sKV + 2 * buf * NP * KT;
         fill_rows<SPLIT, HS, BC, THREADS>(k, k + KT, sLand);
-        fill_cols<SPLIT, HS, BC, THREADS>(k + NP * KT, k + (NP + 1) * KT, sLand + KT);
+        vcols.fill<SPLIT>(k + NP * KT, k + (NP + 1) * KT, sLand + KT);
     };
     LandRows<HS, BR, THREADS>(3 * C).land<false>(sQ + (NP - 1) * QT, base + (i64)qb * BR * 3 * C + h * HS,   // q lands
                                                   T - qb * BR, 3 * C);                                 // in its lo piece
