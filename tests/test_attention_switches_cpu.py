@@ -161,7 +161,7 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
         want += [f"ATTN_ROW_DOTS(bf16, KIND_BF16, {hs})", f"ATTN_ROW_DOTS(f16, KIND_F16, {hs})"]
     want += [f"ATTN_DS({b}, {k}, {hs})" for hs in (64, 32) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     want += ["ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)", "ATTN_FORWARD_WG1(f16r, KIND_F16, 64)"]
-    want += [f"ATTN_FORWARD_WGF({n}, {b}, {s}, 64)" for n in (2,) for b, s in (("f32", "true"), ("tf32", "false"))]
+    want += ["ATTN_FORWARD_WGF(2, f32, true, 64)", "ATTN_FORWARD_WGF(2, tf32, false, 64)"]
     for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false)", "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]

@@ -596,21 +596,28 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, monkeypatch):
 def test_attention(build, B, T, H, hs, p):
     """Output, log-sum-exp and dqkv (dq, dk, dv) against the NumPy form; three runs give the same bits."""
     dtype, tf32, hr = build
+    attention_against_numpy(build, B, T, H, hs, p, 0, f"[{dtype} tf32={tf32} hr={hr} B={B} T={T} H={H} hs={hs} p={p}]")
+
+
+def attention_against_numpy(build, B, T, H, hs, p, seed_add: int, tag: str, each_run=None):
+    """test_attention's check, three runs of a forward and backward against the NumPy form; each_run() is called after
+    every run (a test's own assertions on it)."""
     be = gpu_backend(*build)
     ref, tol = reference_for(*build, tf32_tol=TOL_TF32_ATTENTION)
-    g = gen(B * T * H + hs + int(p * 10))
+    g = gen(B * T * H + hs + int(p * 10) + seed_add)
     C = H * hs
     qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
     seed, offset = 1337, rng.site_offset(11, 7, 1)
     rt = ref.float_dtype
     rout, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
     rdqkv = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
-    tag = f"[{dtype} tf32={tf32} hr={hr} B={B} T={T} H={H} hs={hs} p={p}]"
     runs = []
     for _ in range(3):
         out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
         dqkv = be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)
         runs.append([be.to_host(out), host(saved.lse), be.to_host(dqkv)])
+        if each_run is not None:
+            each_run()
     out, lse, dqkv = runs[0]
     check(f"attention out {tag}", out, rout, tol)
     check(f"attention lse {tag}", lse, rsaved[1], tol)
@@ -674,47 +681,23 @@ def test_attention_float32_forms_are_the_synchronous_bits(build, B, T, H, hs, p,
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_float32_wgmma_forward(build, B, T, H, hs, p, monkeypatch):
     """The float32 builds' forward on wgmma (TR2_ATTN_F32_WG=2, two warpgroups a block: attn_forward_wgf2_f32_ with
-    TF32 pairs, attn_forward_wgf<N>_tf32_ with one TF32 product), then the mma.sync backward from its out and lse: out,
-    lse and dqkv against the float64 NumPy form within the build's tolerance (plain float32 1e-5 as test_attention),
-    every allocation poisoned, three runs the same bits; the launches recorded, so that the wgmma forward is known to have
-    run at head size 64 and the mma.sync forward at 32 (the switch leaves those alone)."""
+    TF32 pairs, attn_forward_wgf2_tf32_ with one TF32 product), then the mma.sync backward from its out and lse:
+    test_attention's check (out, lse and dqkv against the float64 NumPy form within the build's tolerance, plain float32
+    1e-5; every allocation poisoned; three runs the same bits), the launches recorded in every run, so that the wgmma
+    forward is known to have run at head size 64 and the mma.sync forward at 32 (the switch leaves those alone)."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    nwg = 2
-    monkeypatch.setattr(attention, "F32_WG", nwg)
-    be = gpu_backend(*build)
-    ref, tol = reference_for(*build, tf32_tol=TOL_TF32_ATTENTION)
-    g = gen(B * T * H + hs + int(p * 10) + 31)
-    C = H * hs
-    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    rt = ref.float_dtype
-    rout, rsaved = ref.attention_forward(qkv.astype(rt), H, p, seed, offset)
-    rdqkv = ref.attention_backward(dout.astype(rt), qkv.astype(rt), rsaved, H, p, seed, offset)
+    monkeypatch.setattr(attention, "F32_WG", 2)
     launched = record_launches(monkeypatch, attention)
     base = "tf32" if build[1] else "f32"
-    forward = f"attn_forward_wgf{nwg}_{base}_hs{hs}" if hs == 64 else f"attn_forward_{base}_hs{hs}"
-    tag = f"[{base} wgf{nwg} B={B} T={T} H={H} hs={hs} p={p}]"
-    runs = []
-    for _ in range(3):
+    forward = f"attn_forward_wgf2_{base}_hs{hs}" if hs == 64 else f"attn_forward_{base}_hs{hs}"
+    expected = [forward] + [f"attn_backward_{k}_{base}_hs{hs}" for k in ("dq", "dkdv")]
+
+    def each_run():
+        assert launched == expected, launched
         launched.clear()
-        out, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
-        dqkv = be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)
-        runs.append([be.to_host(out), host(saved.lse), be.to_host(dqkv)])
-        assert launched == [forward] + [f"attn_backward_{k}_{base}_hs{hs}" for k in ("dq", "dkdv")], launched
-    out, lse, dqkv = runs[0]
-    check(f"attention out {tag}", out, rout, tol)
-    check(f"attention lse {tag}", lse, rsaved[1], tol)
-    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
-        if T == 1 and part != "dv":   # as test_attention: one key, dq and dk are noise; measured against dv's size
-            noise = float(np.linalg.norm(dqkv[..., cols])) / float(np.linalg.norm(rdqkv[..., 2 * C:]))
-            assert noise <= tol, f"attention {part} {tag}: |{part}| / |dv| = {noise:.3e} > {tol:.1e}"
-            continue
-        check(f"attention {part} {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
-    for r in runs[1:]:
-        for name, a, b in zip(("out", "lse", "dqkv"), runs[0], r):
-            exact(f"attention {name} run-to-run {tag}", b, a)
+    attention_against_numpy(build, B, T, H, hs, p, 31, f"[{base} wgf2 B={B} T={T} H={H} hs={hs} p={p}]", each_run)
 
 
 def test_tf32_rounding_is_the_formula_on_every_float32():

@@ -76,7 +76,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
         + tuple(f"attn_backward_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("bf16r", "f16r")
                 for kernel in ("dkdv_ds_l2", "dq_ds_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r"))
-        + tuple(f"attn_forward_wgf{nwg}_{build}_hs64" for nwg in (2,) for build in ("f32", "tf32")),
+        + tuple(f"attn_forward_wgf2_{build}_hs64" for build in ("f32", "tf32")),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
                 "gelu_forward_f16_fast", "gelu_backward_f16_fast"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
