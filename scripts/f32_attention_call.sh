@@ -7,8 +7,9 @@
 #          without TR2_ATTN_F32_PAIRS)
 #   bits   whole runs of both (python -m tr2.train, cupy side, float32, CUDA graph), for each MODEL:STEPS[:FLAG] of
 #          F32_BITS (FLAG --no-tf32: the plain float32 of method B, pairs attention), their metrics files compared
-#          byte for byte: "identical" or the first differing line
-# The base is .cache/variants/$F32_BASE/lib (default base), built by scripts/carry_prepare.sh with its cubins.
+#          byte for byte: "identical" or the first differing line; F32_BITS=" " (a space) runs none
+# The base is .cache/variants/$F32_BASE/lib (default base), built by scripts/carry_prepare.sh with its cubins; the call
+# stops if it is missing, so a call without whole runs names any variant the carry has (F32_BASE=treep).
 #   usage: bash scripts/f32_attention_call.sh OUT      F32_CALL_S: seconds the call may take (default 540)
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data, .cache/variants.
 set -u -o pipefail
