@@ -1046,6 +1046,9 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
 // Staged tiles hold TF32 values (the tf32 build's operands rounded, ties to even; the exact build's as hi and lo
 // tiles, x = hi + lo), in core matrices (8 rows x 4 floats, 128 contiguous bytes; CH = 16 chunks of 16 bytes a row).
 // The exact build sums each tile's Pd v apart and adds it to O with ordinary float adds, as acc_product does.
+// The masks and the online softmax are attention_forward_wg's lines, repeated rather than shared: a function shared
+// by the two changed attention_forward_wg's machine code (the char model's half-type forward; its two kernels 98560 ->
+// 98432 bytes of SASS when tried in the forty-seventh session), as the TMA forward found before (its header, below).
 // Shared memory: q (NP pieces), two buffers of k and v^T (NP pieces each), one landing buffer of a raw k and v tile.
 // Measured (H100s, docs/perf.md, forty-seventh session): with pairs x0.64-0.81 of the mma.sync forward's time, with one
 // TF32 product about level with it. Nsight Compute (gpt2-small, one TF32 product): the tensor pipe busy 18% of the
