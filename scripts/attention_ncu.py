@@ -1,8 +1,10 @@
-"""One forward and one backward of our attention kernels for Nsight Compute, after a warm-up pass of each (so that
-`ncu --launch-skip 3 --launch-count 3 -k regex:attn_` sees the forward, dQ and dK/dV kernels of the second pass,
-loaded and with their workspace allocated).
+"""One forward and one backward of our attention kernels for Nsight Compute, after a warm-up pass of each: the second
+pass runs between cudaProfilerStart and cudaProfilerStop, so that `ncu --profile-from-start off -k regex:attn_` sees
+every attention kernel of that pass, loaded and with its workspace allocated, however many the build launches (the
+half builds under half roundings four, the float32 builds three: a fixed --launch-skip 4 passed the float32 forward
+by, call 2 of results/h100-perf-20261206b).
 
-    ncu --clock-control none -k regex:attn_ --launch-skip 3 --launch-count 3 --section ... \
+    ncu --clock-control none -k regex:attn_ --profile-from-start off --section ... \
         python3 scripts/attention_ncu.py [model] [dtype] [half_roundings 0/1]
 """
 from __future__ import annotations
@@ -29,10 +31,14 @@ def main(argv) -> int:
     dout = cp.asarray(rs.standard_normal((B, T, C), dtype=np.float32))
     if be.ctx.half:
         qkv, dout = to_half(qkv, be.ctx.kind), to_half(dout, be.ctx.kind)
-    for _ in range(2):
+    for profiled in (False, True):
+        if profiled:
+            cp.cuda.runtime.deviceSynchronize()
+            cp.cuda.profiler.start()
         out, saved = be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32)
         be.attention_backward(dout, qkv, saved, H, cfg.dropout, 1337, 1 << 32)
     cp.cuda.runtime.deviceSynchronize()
+    cp.cuda.profiler.stop()
     print(f"attention {model} {dtype} hr={hr}: B={B} T={T} C={C} H={H} dropout={cfg.dropout}")
     return 0
 

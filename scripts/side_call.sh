@@ -17,8 +17,9 @@
 #   fwd      scripts/attention_forward_variants.py: the forward's kernels (mma.sync, wgmma, the TMA forward resident;
 #            TR2_FWD_VARIANTS limits them) in one process, before the bench; where the late tests failed, the TMA
 #            forms are left out
-#   ncu      Nsight Compute on the attention kernels of one forward and backward (scripts/attention_ncu.py, the
-#            second pass: forward, row dots, dK/dV, dQ) for each MODEL:DTYPE:HR[:VARIANT] of SIDE_NCU (default
+#   ncu      Nsight Compute on the attention kernels of one forward and backward (scripts/attention_ncu.py, every
+#            kernel of its second pass, between cudaProfilerStart and Stop: the half builds' forward, row dots, dK/dV
+#            and dQ, the float32 builds' forward, dQ and dK/dV) for each MODEL:DTYPE:HR[:VARIANT] of SIDE_NCU (default
 #            gpt2-small:bfloat16:1); VARIANT names .cache/variants/VARIANT, whose bench.env
 #            sets the run's environment (its lib is not used: the kernels are this tree's); VARIANT cudnn profiles
 #            PyTorch's cuDNN attention at the shape instead (scripts/sdpa_ncu.py). Speed of light, pipes,
@@ -136,7 +137,7 @@ if [[ $STAGES == *,ncu,* ]]; then
       read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
     fi
     env "${envs[@]}" timeout $(( $(left) - 60 < 150 ? $(left) - 60 : 150 )) ncu --clock-control none -k "$kernels" \
-      --launch-skip 4 --launch-count 4 --section SpeedOfLight --section WarpStateStats --section Occupancy \
+      --profile-from-start off --section SpeedOfLight --section WarpStateStats --section Occupancy \
       --section LaunchStats --section SchedulerStats --metrics "$pipes" \
       python3 $script "$model" "$dtype" $hr >"$W/ncu-$tag.txt" 2>&1
     echo "== ncu $tag (exit $?, $(elapsed) s; ${envs[*]:-default forms})"
