@@ -94,9 +94,15 @@ def uses_f32_wg(ctx, hs: int) -> bool:
     return bool(F32_WG) and not ctx.half and hs == 64 and runtime.built_for(FILE) == "sm_90a"
 
 
+def _float32_build(ctx) -> str:
+    """The float32 builds' arithmetic: "tf32" (one TF32 product) or "f32" (TF32 pairs: plain float32, or TF32 with
+    F32_PAIRS)."""
+    return "tf32" if ctx.tf32 and not F32_PAIRS else "f32"
+
+
 def build_name(ctx) -> str:
     if not ctx.half:
-        return ("tf32" if ctx.tf32 and not F32_PAIRS else "f32") + ("s" if F32_STREAM else "")
+        return _float32_build(ctx) + ("s" if F32_STREAM else "")
     base = "bf16" if ctx.dtype == "bfloat16" else "f16"
     return base + ("r" if ctx.half_roundings else "")
 
@@ -256,9 +262,9 @@ def forward(ctx, qkv: "cp.ndarray", n_head: int, p: float, seed: int, offset: in
     if uses_wgmma(ctx, hs, T):
         _launch_wg(ctx, T, hs, B * H, build_name(ctx), args)
     elif uses_f32_wg(ctx, hs):
-        split = not ctx.tf32 or F32_PAIRS
-        launch(FILE, f"attn_forward_wgf{F32_WG}_{'f32' if split else 'tf32'}_hs{hs}", (B * H, -(-T // (64 * F32_WG))),
-               128 * F32_WG, args, shared_mem=f32_wg_shared_bytes(F32_WG, split, hs), prefer_shared=True)
+        build = _float32_build(ctx)
+        launch(FILE, f"attn_forward_wgf{F32_WG}_{build}_hs{hs}", (B * H, -(-T // (64 * F32_WG))), 128 * F32_WG, args,
+               shared_mem=f32_wg_shared_bytes(F32_WG, build == "f32", hs), prefer_shared=True)
     else:
         _launch(ctx, "forward", hs, T, B * H, args)
     return out, AttentionSaved(out, lse, kqkv)
