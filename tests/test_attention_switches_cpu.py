@@ -222,18 +222,20 @@ def test_float32_streamed_kernels_ask_for_the_carveout(attention, monkeypatch):
     assert seen == [("attn_forward_tf32_hs64", False), ("attn_forward_tf32s_hs64", True), ("attn_forward_bf16_hs64", False)]
 
 
-def test_the_float32_wgmma_forward_only_when_asked_at_head_size_64_on_sm_90a(attention, monkeypatch):
-    """TR2_ATTN_F32_WG: off by default; set, the float32 builds (TF32, pairs, plain) take attention_forward_wgf where
-    attention.cu was built for sm_90a and the head size is 64; the half builds, head size 32 and other builds of the
-    file do not move. Its shared memory: the block's q (two warpgroups' rows) and two buffers of k and v^T, twice over
-    with pairs, and the landing buffer of the next tile: the pairs build's block fits the 227 KB a block may take."""
-    assert attention.F32_WG == 0
+def test_the_float32_wgmma_forward_by_default_at_head_size_64_on_sm_90a(attention, monkeypatch):
+    """TR2_ATTN_F32_WG: 2 by default (measured faster, docs/perf.md, forty-eighth session); the float32 builds (TF32,
+    pairs, plain) take attention_forward_wgf where attention.cu was built for sm_90a and the head size is 64; 0 gives
+    them the mma.sync forward back; the half builds, head size 32 and other builds of the file do not move. Its shared
+    memory: the block's q (two warpgroups' rows) and two buffers of k and v^T, twice over with pairs, and the landing
+    buffer of the next tile: the pairs build's block fits the 227 KB a block may take."""
+    assert attention.F32_WG == 2
     monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90a")
     tf32, plain, half = _Ctx("float32", True), _Ctx("float32", False), _Ctx("bfloat16", True, True)
-    assert not attention.uses_f32_wg(tf32, 64)
-    monkeypatch.setattr(attention, "F32_WG", 2)
     assert attention.uses_f32_wg(tf32, 64) and attention.uses_f32_wg(plain, 64)
     assert not attention.uses_f32_wg(tf32, 32) and not attention.uses_f32_wg(half, 64)
+    monkeypatch.setattr(attention, "F32_WG", 0)
+    assert not attention.uses_f32_wg(tf32, 64) and not attention.uses_f32_wg(plain, 64)
+    monkeypatch.setattr(attention, "F32_WG", 2)
     monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90")
     assert not attention.uses_f32_wg(tf32, 64)
     land = 64 * 64 * 4 + 64 * 72 * 4   # the next k and v tile, raw, v's rows padded

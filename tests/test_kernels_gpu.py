@@ -652,6 +652,7 @@ def test_attention_float32_forms_are_the_synchronous_bits(build, B, T, H, hs, p,
     C = H * hs
     qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
     seed, offset = 1337, rng.site_offset(11, 7, 1)
+    monkeypatch.setattr(attention, "F32_WG", 0)   # the streamed forms are the mma.sync kernels'
     launched = record_launches(monkeypatch, attention)
 
     def run(other):
@@ -679,25 +680,28 @@ def test_attention_float32_forms_are_the_synchronous_bits(build, B, T, H, hs, p,
 @pytest.mark.parametrize("build", [("float32", False, False), ("float32", True, False)], ids=["f32", "tf32"])
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_float32_wgmma_forward(build, B, T, H, hs, p, monkeypatch):
-    """The float32 builds' forward on wgmma (TR2_ATTN_F32_WG=2, two warpgroups a block: attn_forward_wgf2_f32_ with
-    TF32 pairs, attn_forward_wgf2_tf32_ with one TF32 product), then the mma.sync backward from its out and lse:
+@pytest.mark.parametrize("wg", [2, 0], ids=["wgmma", "mma_sync"])
+def test_attention_float32_forward_each_form(build, B, T, H, hs, p, wg, monkeypatch):
+    """The float32 builds' two forwards at head size 64: on wgmma (TR2_ATTN_F32_WG=2, the default, two warpgroups a
+    block: attn_forward_wgf2_f32_ with TF32 pairs, attn_forward_wgf2_tf32_ with one TF32 product) and on mma.sync
+    (TR2_ATTN_F32_WG=0, attn_forward_f32_ and _tf32_), each followed by the mma.sync backward from its out and lse:
     test_attention's check (out, lse and dqkv against the float64 NumPy form within the build's tolerance, plain float32
-    1e-5; every allocation poisoned; three runs the same bits), the launches recorded in every run, so that the wgmma
-    forward is known to have run at head size 64 and the mma.sync forward at 32 (the switch leaves those alone)."""
+    1e-5; every allocation poisoned; three runs the same bits), the launches recorded in every run, so that the form
+    asked for is known to have run at head size 64 and the mma.sync forward at 32 (the switch leaves those alone)."""
     from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
+    if wg and runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    monkeypatch.setattr(attention, "F32_WG", 2)
+    monkeypatch.setattr(attention, "F32_WG", wg)
     launched = record_launches(monkeypatch, attention)
     base = "tf32" if build[1] else "f32"
-    forward = f"attn_forward_wgf2_{base}_hs{hs}" if hs == 64 else f"attn_forward_{base}_hs{hs}"
+    forward = f"attn_forward_wgf2_{base}_hs{hs}" if hs == 64 and wg else f"attn_forward_{base}_hs{hs}"
     expected = [forward] + [f"attn_backward_{k}_{base}_hs{hs}" for k in ("dq", "dkdv")]
 
     def each_run():
         assert launched == expected, launched
         launched.clear()
-    attention_against_numpy(build, B, T, H, hs, p, 31, f"[{base} wgf2 B={B} T={T} H={H} hs={hs} p={p}]", each_run)
+    form = "wgf2" if wg else "mma.sync"
+    attention_against_numpy(build, B, T, H, hs, p, 31, f"[{base} {form} B={B} T={T} H={H} hs={hs} p={p}]", each_run)
 
 
 def test_tf32_rounding_is_the_formula_on_every_float32():

@@ -72,14 +72,15 @@ F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
 # element rounded or split once a block, Pd handed to the next product without shuffles (v's keys staged in the order
 # that makes the scores' accumulator the A fragment). Not the mma.sync forward's bits (the tensor cores add a slice's
 # products in another order): within the build's tolerance of the NumPy form (tests/test_kernels_gpu.py,
-# "float32_wgmma_forward"). Measured on H100s at 9c2319f (docs/perf.md, forty-seventh session;
-# results/h100-perf-20261206b; v's 16-byte landing since, not yet run on a GPU), the forward alone against the
-# mma.sync kernels: with TF32 pairs x0.69 on gpt2-small (0.278 against 0.403 ms a layer), x0.64 on gpt2-medium, x0.81
-# on nanogpt, the step -1.0 to -1.1 ms on gpt2-small and -3.1 on gpt2-medium (one round each); with one TF32 product
-# no faster (gpt2-small 0.220 against 0.211). Off: the default float32 build takes one TF32 product, which it does not
-# speed up; 2 with TR2_ATTN_F32_PAIRS=1 is the faster form of the pairs build. One warpgroup a block (the value 1, the
-# kernels attn_forward_wgf1_) ran slower than the mma.sync forward in every case measured and was removed.
-F32_WG = kernel_switch("TR2_ATTN_F32_WG", 0, (0, 2))
+# "float32_forward_each_form"). Measured on H100s (docs/perf.md, forty-seventh and forty-eighth sessions;
+# results/h100-perf-20261206b and -20261206c), the forward alone against the mma.sync kernels in one call at 73e0c3a
+# (v landed 16 bytes a copy): gpt2-small 0.204 against 0.224 ms a layer with one TF32 product, 0.261 against 0.402
+# with TF32 pairs; the step with one TF32 product -0.40 to -0.55 ms on gpt2-small and -0.62 to -1.55 on gpt2-medium
+# (faster in every one of six and five rounds), nanogpt level (within 0.013 ms either way); with pairs -1.2 ms on
+# gpt2-small and -3.4 on gpt2-medium. On by default (2) since the forty-eighth session; 0 is the mma.sync forward.
+# One warpgroup a block (the value 1, the kernels attn_forward_wgf1_) ran slower than the mma.sync forward in every
+# case measured and was removed.
+F32_WG = kernel_switch("TR2_ATTN_F32_WG", 2, (0, 2))
 
 
 def f32_wg_shared_bytes(nwg: int, split: bool, hs: int = 64) -> int:
