@@ -704,6 +704,29 @@ def test_attention_float32_forward_each_form(build, B, T, H, hs, p, wg, monkeypa
     attention_against_numpy(build, B, T, H, hs, p, 31, f"[{base} {form} B={B} T={T} H={H} hs={hs} p={p}]", each_run)
 
 
+@pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_float32_dkdv_wgmma(B, T, H, hs, p, monkeypatch):
+    """The float32 dK/dV on wgmma (TR2_ATTN_F32_WG_DKDV=1: attn_backward_dkdv_wgf2_tf32_hs64, one TF32 product),
+    after the default forward and the mma.sync dQ: test_attention's check (out, lse and dqkv against the float64 NumPy
+    form within the TF32 build's tolerance; every allocation poisoned; three runs the same bits), the launches recorded
+    in every run, so that it is known to have run at head size 64 and the mma.sync dK/dV at 32."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    monkeypatch.setattr(attention, "F32_WG_DKDV", 1)
+    launched = record_launches(monkeypatch, attention)
+    forward = "attn_forward_wgf2_tf32_hs64" if hs == 64 and attention.F32_WG else f"attn_forward_tf32_hs{hs}"
+    dkdv = "attn_backward_dkdv_wgf2_tf32_hs64" if hs == 64 else f"attn_backward_dkdv_tf32_hs{hs}"
+    expected = [forward, f"attn_backward_dq_tf32_hs{hs}", dkdv]
+
+    def each_run():
+        assert launched == expected, launched
+        launched.clear()
+    attention_against_numpy(("float32", True, False), B, T, H, hs, p, 37,
+                            f"[tf32 dkdv wgf2 B={B} T={T} H={H} hs={hs} p={p}]", each_run)
+
+
 def test_tf32_rounding_is_the_formula_on_every_float32():
     """attention.cu's tf32_rne (on sm_90 the instruction cvt.rn.tf32.f32) against tf32_rne_formula, the bit formula
     the float32 builds rounded with before, on all 2^32 float32 bit patterns (tf32_round_check): the same bits on every

@@ -83,6 +83,26 @@ F32_STREAM = bool(kernel_switch("TR2_ATTN_F32_STREAM", 0))
 F32_WG = kernel_switch("TR2_ATTN_F32_WG", 2, (0, 2))
 
 
+# The float32 dK/dV on wgmma (attention.cu's attention_backward_dkdv_wgf, attn_backward_dkdv_wgf2_tf32_hs64): head size
+# 64, one TF32 product (TF32 pairs would double every staged tile, past the shared memory a block may take), where
+# attention.cu was built for sm_90a; 1 takes it, 0 the mma.sync dK/dV. Written in the forty-eighth session after its
+# device time: NOT yet run on a GPU, so off.
+F32_WG_DKDV = kernel_switch("TR2_ATTN_F32_WG_DKDV", 0)
+
+
+def uses_f32_wg_dkdv(ctx, hs: int) -> bool:
+    return (bool(F32_WG_DKDV) and not ctx.half and _float32_build(ctx) == "tf32" and hs == 64
+            and runtime.built_for(FILE) == "sm_90a")
+
+
+def f32_wg_dkdv_shared_bytes(hs: int = 64) -> int:
+    """attention_backward_dkdv_wgf's dynamic shared memory (two warpgroups, 128 keys): the block's k and v, the query
+    tile's q and dO as rows and transposed, the next rows' landing (q, dO), the next transposed tiles' landing (their
+    warps' rows, padded to hs + 8 floats), and two buffers of the tile's lse and D."""
+    keys, tile = 128, 64
+    return (2 * keys * hs + 6 * tile * hs + 2 * tile * (hs + 8) + 4 * tile) * 4
+
+
 def f32_wg_shared_bytes(nwg: int, split: bool, hs: int = 64) -> int:
     """attention_forward_wgf's dynamic shared memory: the block's q (64 nwg rows) and two buffers of a k and a
     transposed v tile (64 keys), hs floats a row, twice over (hi and lo) in the exact build; and the landing buffer
@@ -436,7 +456,12 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     if not folds(ctx, T):
         _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H))
                 + tail)
-        _launch(ctx, "backward_dkdv", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail)
+        args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail
+        if uses_f32_wg_dkdv(ctx, hs):
+            launch(FILE, f"attn_backward_dkdv_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, args,
+                   shared_mem=f32_wg_dkdv_shared_bytes(hs), prefer_shared=True)
+        else:
+            _launch(ctx, "backward_dkdv", hs, T, B * H, args)
         return dqkv
     n_tiles = -(-T // _geometry(ctx)["backward_dkdv"])
     sync = ctx.ws.get("att_sync", (B * H * n_tiles + 1,), np.int32)   # a counter a (head, query tile), a ticket

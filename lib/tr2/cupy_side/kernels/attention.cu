@@ -1830,6 +1830,222 @@ __device__ __forceinline__ void store_dq(void* dqkv, const float dq[MT][COLS / 8
         }
 }
 
+// ---- the float32 dK/dV on wgmma (attention_backward_dkdv_wgf; one TF32 product) ----
+// Why: the float32 backward's mma.sync kernels are 590 of the 743 us a layer of gpt2-small's float32 attention once
+// the forward runs on wgmma (docs/perf.md, forty-eighth session), and each of their warps loads and rounds every B
+// fragment it multiplies. Here the dK/dV half of it: attention_backward_dkdv's arithmetic per (key, query tile) in
+// its order (S^T = k q^T, dPd^T = v dO^T, softmax_grad, dV += Pd^T dO, dK += dS^T q), the products on m64n64k8 TF32
+// wgmma. NWG warpgroups a block, 64 keys each (a warp's 16 keys and their registers as in the mma.sync kernel, whose
+// dropout draws and masks it repeats); the query tiles of 64 from the block's diagonal to the end.
+// TF32 wgmma reads K-major operands only, so the tile's q and dO are staged twice: as rows (B of S^T and dPd^T, as the
+// forward stages k) and transposed (B of dV and dK, as the forward stages v: queries ordered 0 2 4 6 1 3 5 7 within
+// each eight, so that Pd^T's and dS^T's accumulators are the A fragments register for register). k and v, the block's
+// own, are the A tiles of S^T and dPd^T (K-major, as the forward's q).
+// Staging in two halves a tile, each in flight under the products that do not read it: the rows of tile it + 1 are
+// filled while dV and dK of tile it run (they read the transposed tiles), and the transposed tiles of tile it while
+// S^T and dPd^T run (they read the rows). Each half has its own landing buffer, copied a tile ahead (rows as LandRows
+// lays them, so a thread fills its own; transposed as LandCols, a warp its own), with the tile's lse and D in the rows'
+// group; so a fill waits on its thread's (warp's) own copies only and one block barrier a half-tile publishes it.
+// Shared memory with two warpgroups: k and v 64 KB, the four filled tiles 64 KB, the landings 32 + 36 KB, lse and D
+// 1 KB: 197 KB, one block an SM. TF32 pairs (the exact build) would double every tile (over the 227 KB a block may
+// take): one TF32 product only. Not the mma.sync kernel's bits (the tensor cores add a slice's products in another
+// order): within the build's tolerance of the NumPy form (tests/test_kernels_gpu.py, "float32_dkdv_wgmma").
+template <int HS, int NWG, bool DROP>
+__device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
+                                            const float* __restrict__ dout, const float* __restrict__ lse,
+                                            const float* __restrict__ Dvec, int T, int H, int out_kind, Dropout drop) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;   // one TF32 product: exp2, as the tf32 kernels
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 4, CHK = BC / 4, THREADS = 128 * NWG;
+    constexpr int KT = BR * HS, QT = BC * HS;   // floats of the block's k (or v), of a query tile
+    static_assert(HS == 64, "one m64n64k8 a k8 slice of S^T");
+    typedef LandRows<HS, BC, THREADS> RowsLand;
+    typedef LandCols<HS, BC, THREADS> ColsLand;
+    extern __shared__ __align__(128) unsigned char smem[];
+    float* sK = (float*)smem;               // the block's k, then v: K-major, eight-row groups of core matrices
+    float* sV = sK + KT;
+    float* sQr = sV + KT;                   // the tile's q rows, dO rows, q^T, dO^T
+    float* sOr = sQr + QT;
+    float* sQt = sOr + QT;
+    float* sOt = sQt + QT;
+    float* sLandR = sOt + QT;               // the next rows' landing: q, then dO (as the fill reads them)
+    float* sLandC = sLandR + 2 * QT;        // the next transposed tiles' landing: q, then dO (their warps' rows)
+    float* sLD = sLandC + 2 * BC * ColsLand::LDV;   // buffer b: lse at 2b BC, D at (2b + 1) BC
+    const int nqt = (T + BC - 1) / BC;
+    const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: launched first
+    const int b = bh / H, h = bh % H, C = H * HS;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int k0w = kb * BR + wg * 64;   // the warpgroup's first key
+    const int k0 = k0w + warp * 16;      // the warp's
+    const int first = (kb * BR) / BC, niter = nqt - first;
+    const float* base = qkv + (i64)b * T * 3 * C + h * HS;
+    const float* obase = dout + (i64)b * T * C + h * HS;
+    const RowsLand qrows(3 * C), orows(C);
+    const ColsLand qcols(3 * C), ocols(C);
+    // lse and D of tile it, one element a thread (rows past T as 0): cp.async of 4 bytes, in the rows' group
+    auto land_ld = [&](int it) {
+        const int qt = first + it, e = (int)threadIdx.x;
+        if (e < 2 * BC) {
+            const int i = qt * BC + (e % BC);
+            float* d = sLD + 2 * (it & 1) * BC + e;
+            const float* src = (e < BC ? lse : Dvec) + (i64)bh * T + i;
+            if (i < T) cp_async4(d, src);
+            else *d = 0.0f;
+        }
+    };
+    auto land_rows = [&](int it) {   // committed whether or not a tile is left, so the groups count alike
+        if (it < niter) {
+            const int qt = first + it, left = T - qt * BC;
+            if (left >= BC) {
+                qrows.land<true>(sLandR, base + (i64)qt * BC * 3 * C, BC, 3 * C);
+                orows.land<true>(sLandR + QT, obase + (i64)qt * BC * C, BC, C);
+            } else {
+                qrows.land<false>(sLandR, base + (i64)qt * BC * 3 * C, left, 3 * C);
+                orows.land<false>(sLandR + QT, obase + (i64)qt * BC * C, left, C);
+            }
+            land_ld(it);
+        }
+        cp_async_commit();
+    };
+    auto land_cols = [&](int it) {
+        if (it < niter) {
+            const int qt = first + it, left = T - qt * BC;
+            if (left >= BC) {
+                qcols.land<true>(sLandC, base + (i64)qt * BC * 3 * C, BC, 3 * C);
+                ocols.land<true>(sLandC + BC * ColsLand::LDV, obase + (i64)qt * BC * C, BC, C);
+            } else {
+                qcols.land<false>(sLandC, base + (i64)qt * BC * 3 * C, left, 3 * C);
+                ocols.land<false>(sLandC + BC * ColsLand::LDV, obase + (i64)qt * BC * C, left, C);
+            }
+        }
+        cp_async_commit();
+    };
+    auto fill_rows_tile = [&]() {   // from the thread's own landed copies (waited before)
+        fill_rows<false, HS, BC, THREADS>(sQr, nullptr, sLandR);
+        fill_rows<false, HS, BC, THREADS>(sOr, nullptr, sLandR + QT);
+    };
+    auto fill_cols_tile = [&]() {   // from the warp's own landed rows (waited and __syncwarp before)
+        qcols.fill<false>(sQt, nullptr, sLandC);
+        ocols.fill<false>(sOt, nullptr, sLandC + BC * ColsLand::LDV);
+    };
+    {   // k and v land in place and are rounded there (each element read, then written, by the thread that copied it)
+        const LandRows<HS, BR, THREADS> kv(3 * C);
+        const int left = T - kb * BR;
+        kv.land<false>(sK, base + (i64)kb * BR * 3 * C + C, left, 3 * C);
+        kv.land<false>(sV, base + (i64)kb * BR * 3 * C + 2 * C, left, 3 * C);
+    }
+    land_rows(0);   // group: k, v, rows of tile 0
+    land_cols(0);   // group: tile 0's transposed tiles
+    land_rows(1);   // group: rows of tile 1
+    cp_async_wait<2>();   // k, v and tile 0's rows landed (the thread's own copies)
+    fill_rows<false, HS, BR, THREADS>(sK, nullptr, sK);
+    fill_rows<false, HS, BR, THREADS>(sV, nullptr, sV);
+    fill_rows_tile();
+    fence_proxy_async();
+    __syncthreads();
+    float dk[HS / 8][4], dv[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+    const float* sKw = sK + wg * 64 * HS;   // the warpgroup's 64 keys: eight row groups of core matrices
+    const float* sVw = sV + wg * 64 * HS;
+
+    // Each half-tile's products are issued and awaited inside one branch, its staging in both (no product's
+    // accumulators live across a join: ptxas would otherwise wait on them early and serialize the products).
+    auto stage_cols = [&](int it) {   // this tile's transposed tiles from their landing, then the next's copies
+        cp_async_wait<1>();           // landed (the next rows may still be in flight)
+        __syncwarp();
+        fill_cols_tile();
+        __syncwarp();   // the warp's lanes done reading its landed rows before any lane copies the next over them
+        land_cols(it + 1);
+    };
+    auto stage_rows = [&](int it) {   // the next tile's rows from their landing, then the copies of the one after
+        cp_async_wait<1>();           // landed (the next transposed tiles may still be in flight)
+        if (it + 1 < niter) fill_rows_tile();
+        land_rows(it + 2);
+    };
+    for (int it = 0; it < niter; ++it) {
+        const int qt = first + it;
+        // the warpgroup's keys all come after the tile's queries: every product would add zeros (uniform in it)
+        const bool skip = qt * BC + BC - 1 < k0w;
+        u32 ap[NT][4], as[NT][4];   // Pd^T and dS^T as A fragments (keys x queries, queries in the staged order)
+        if (skip) {
+            stage_cols(it);
+        } else {   // S^T = k q^T and dPd^T = v dO^T, in flight while the transposed tiles are filled
+            float p[1][NT][4], ds[1][NT][4];
+            wg_fence();
+#pragma unroll
+            for (int k8 = 0; k8 < HS / 8; ++k8) {
+                const u64 ka = wg_desc(sKw + 2 * k8 * 32, 128, CH * 128), qb = wg_desc(sQr + 2 * k8 * 32, 128, CH * 128);
+                wg_mma_ss_tf32(p[0], ka, qb, k8 > 0);
+            }
+#pragma unroll
+            for (int k8 = 0; k8 < HS / 8; ++k8) {
+                const u64 va = wg_desc(sVw + 2 * k8 * 32, 128, CH * 128), ob = wg_desc(sOr + 2 * k8 * 32, 128, CH * 128);
+                wg_mma_ss_tf32(ds[0], va, ob, k8 > 0);
+            }
+            wg_commit();
+            stage_cols(it);
+            wg_wait_all();
+            wg_hold(p[0]);
+            wg_hold(ds[0]);
+            const float* sL = sLD + 2 * (it & 1) * BC;
+            const float* sD = sL + BC;
+            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                i = qt * BC + n * 8 + 2 * t + (e & 1);
+                j = k0 + g + 8 * (e >> 1);
+            };
+            const bool edge = qt * BC < k0 + 16 - 1 || qt * BC + BC > T;   // the warp's keys cross the tile's diagonal
+            KeepBits<1, NT> keep{};
+            if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
+            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep,
+                                             [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
+                const int il = n * 8 + 2 * t + (e & 1);
+                Lc = sL[il] * LOG2E;
+                Dq = sD[il];
+            });
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const float x[4] = {p[0][n][0], p[0][n][2], p[0][n][1], p[0][n][3]};
+                const float y[4] = {ds[0][n][0], ds[0][n][2], ds[0][n][1], ds[0][n][3]};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    u32 lo;
+                    tf32_operand<false, true>(x[e], ap[n][e], lo);
+                    tf32_operand<false, true>(y[e], as[n][e], lo);
+                }
+            }
+        }
+        fence_proxy_async();   // the transposed tiles, seen by the tensor cores' reads
+        __syncthreads();       // and every warpgroup done reading the rows, before the next tile's are filled
+        if (skip) {
+            stage_rows(it);
+        } else {   // dV += Pd^T dO, dK += dS^T q, in flight while the next tile's rows are filled
+            wg_fence();
+#pragma unroll
+            for (int n = 0; n < NT; ++n)   // k8 slice n = queries 8n.. = chunks 2n, 2n + 1 of the transposed rows
+                wg_mma_tf32(dv, ap[n], wg_desc(sOt + 2 * n * 32, 128, CHK * 128), 1);
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+                wg_mma_tf32(dk, as[n], wg_desc(sQt + 2 * n * 32, 128, CHK * 128), 1);
+            wg_commit();
+            stage_rows(it);
+            wg_wait_all();
+            wg_hold(dv);
+            wg_hold(dk);
+        }
+        fence_proxy_async();   // the next rows, seen by the tensor cores' reads
+        __syncthreads();       // and every warpgroup done reading the transposed tiles, before the next are filled
+    }
+    cp_async_wait<0>();
+    store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
 // ---- dQ folded into the dK/dV kernel (the half builds): fixed-order sums of the key blocks' parts ----
 // A key block's part of a query tile's dQ is dS k over the block's keys. The parts of one tile are added in
 // key-block order, 0 first, through a float32 buffer dq_acc [BH, T, HS]: block 0 writes its part, block kb
@@ -2737,6 +2953,18 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         if (use_dropout) attention_forward_wgf<HS, NWG, SPLIT, true>(out, lse, qkv, T, H, d);                  \
         else attention_forward_wgf<HS, NWG, SPLIT, false>(out, lse, qkv, T, H, d);                             \
     }
+// The float32 dK/dV on wgmma (attention_backward_dkdv_wgf, HS = 64, one TF32 product): attn_backward_dkdv_wgf2_tf32_hs64,
+// two warpgroups a block (128 keys), arguments as attn_backward_dkdv_tf32_'s.
+#define ATTN_BACKWARD_DKDV_WGF(NWG, HS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dkdv_wgf##NWG##_tf32_hs##HS(      \
+        void* dqkv, const float* qkv, const float* dout, const float* lse, const float* Dvec, int T, int H,    \
+        int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold,             \
+        float dscale) {                                                                                        \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_backward_dkdv_wgf<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind, d); \
+        else attention_backward_dkdv_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind, d);      \
+    }
 // Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
 // attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
 // (left zero); one block an SM.
@@ -2888,6 +3116,7 @@ ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)
 ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
 ATTN_FORWARD_WGF(2, f32, true, 64)
 ATTN_FORWARD_WGF(2, tf32, false, 64)
+ATTN_BACKWARD_DKDV_WGF(2, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
