@@ -41,6 +41,8 @@
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
 //     the diagonal down. (The float32 builds' fragments are twice as wide and the registers hold no more.)
+//     On Hopper (sm_90a, HS = 64) the float32 builds' forward runs on wgmma (attention_forward_wgf), and with one TF32
+//     product dK/dV may too (attention_backward_dkdv_wgf, TR2_ATTN_F32_WG_DKDV=1: written, not yet run on a GPU).
 //   Every sum runs in a fixed order: no float atomics, the same bits on every run.
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
@@ -1936,11 +1938,11 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
     }
     land_rows(0);   // group: k, v, rows of tile 0
     land_cols(0);   // group: tile 0's transposed tiles
-    land_rows(1);   // group: rows of tile 1
-    cp_async_wait<2>();   // k, v and tile 0's rows landed (the thread's own copies)
+    cp_async_wait<1>();   // k, v and tile 0's rows landed (the thread's own copies)
     fill_rows<false, HS, BR, THREADS>(sK, nullptr, sK);
     fill_rows<false, HS, BR, THREADS>(sV, nullptr, sV);
     fill_rows_tile();
+    land_rows(1);   // group: rows of tile 1, into the landing just read (by this thread only)
     fence_proxy_async();
     __syncthreads();
     float dk[HS / 8][4], dv[HS / 8][4];
