@@ -653,6 +653,7 @@ def test_attention_float32_forms_are_the_synchronous_bits(build, B, T, H, hs, p,
     qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
     seed, offset = 1337, rng.site_offset(11, 7, 1)
     monkeypatch.setattr(attention, "F32_WG", 0)   # the streamed forms are the mma.sync kernels'
+    monkeypatch.setattr(attention, "F32_WG_DKDV", 0)
     launched = record_launches(monkeypatch, attention)
 
     def run(other):
@@ -692,6 +693,7 @@ def test_attention_float32_forward_each_form(build, B, T, H, hs, p, wg, monkeypa
     if wg and runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     monkeypatch.setattr(attention, "F32_WG", wg)
+    monkeypatch.setattr(attention, "F32_WG_DKDV", 0)   # the mma.sync dK/dV at every T, as the docstring says
     launched = record_launches(monkeypatch, attention)
     base = "tf32" if build[1] else "f32"
     forward = f"attn_forward_wgf2_{base}_hs{hs}" if hs == 64 and wg else f"attn_forward_{base}_hs{hs}"

@@ -85,14 +85,22 @@ F32_WG = kernel_switch("TR2_ATTN_F32_WG", 2, (0, 2))
 
 # The float32 dK/dV on wgmma (attention.cu's attention_backward_dkdv_wgf, attn_backward_dkdv_wgf2_tf32_hs64): head size
 # 64, one TF32 product (TF32 pairs would double every staged tile, past the shared memory a block may take), where
-# attention.cu was built for sm_90a; 1 takes it, 0 the mma.sync dK/dV. Written in the forty-eighth session after its
-# device time: NOT yet run on a GPU, so off.
-F32_WG_DKDV = kernel_switch("TR2_ATTN_F32_WG_DKDV", 0)
+# attention.cu was built for sm_90a; 1 takes it at every sequence length, 0 never (the mma.sync dK/dV), 2 (the default
+# since the forty-ninth session) where T > F32_WG_DKDV_MIN_T. Measured on an H100 in one call each against the mma.sync
+# kernel (docs/perf.md, forty-ninth session; results/h100-perf-20261206d): Nsight Compute 324.5 -> 272.2 us a layer on
+# gpt2-small and 426.9 -> 353.9 on gpt2-medium (T = 1024), the step -0.23 to -0.42 ms on gpt2-small and -1.36 to -1.53
+# on gpt2-medium, faster in all 5 rounds of each; but at nanogpt's T = 256 the kernel took 145.7 -> 149.8 us and the
+# step +0.033 ms, slower in 3 of 3 rounds: its 128-key blocks see 4 or 2 query tiles there, too few to repay the
+# staging of k and v and the block's two barriers a tile. Lengths between 256 and 1024 were not measured; the cut
+# sits at the one length seen to lose.
+F32_WG_DKDV = kernel_switch("TR2_ATTN_F32_WG_DKDV", 2, (0, 1, 2))
+F32_WG_DKDV_MIN_T = 256
 
 
-def uses_f32_wg_dkdv(ctx, hs: int) -> bool:
-    return (bool(F32_WG_DKDV) and not ctx.half and _float32_build(ctx) == "tf32" and hs == 64
-            and runtime.built_for(FILE) == "sm_90a")
+def uses_f32_wg_dkdv(ctx, hs: int, T: int) -> bool:
+    if F32_WG_DKDV == 0 or (F32_WG_DKDV == 2 and T <= F32_WG_DKDV_MIN_T):
+        return False
+    return (not ctx.half and _float32_build(ctx) == "tf32" and hs == 64 and runtime.built_for(FILE) == "sm_90a")
 
 
 def f32_wg_dkdv_shared_bytes(hs: int = 64) -> int:
@@ -457,7 +465,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H))
                 + tail)
         args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail
-        if uses_f32_wg_dkdv(ctx, hs):
+        if uses_f32_wg_dkdv(ctx, hs, T):
             launch(FILE, f"attn_backward_dkdv_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, args,
                    shared_mem=f32_wg_dkdv_shared_bytes(hs), prefer_shared=True)
         else:
