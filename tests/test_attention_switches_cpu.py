@@ -92,7 +92,8 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 7"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
-                                               ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2")])
+                                               ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
+                                               ("TR2_ATTN_F32_WG_DQ", "2", "0, 1")])
 def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw, allowed):
     """A misspelt bench variant must not run as the default and be timed as something else."""
     monkeypatch.setenv(key, raw)
@@ -148,7 +149,7 @@ def test_the_swapped_dq_kernels_are_in_the_source():
 
 def test_attention_cu_instantiates_the_programs_kernels_only():
     """attention.cu's instantiation lines: the kernels the switches at their defaults reach (and those TR2_ATTN_WG_DKDV=0,
-    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0 and TR2_ATTN_F32_WG_DKDV reach, and the half builds'
+    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV and TR2_ATTN_F32_WG_DQ=1 (not yet run) reach, and the half builds'
     recomputing backward, USE_DS's oracle), no form that was measured slower and removed (docs/perf.md; before the
     removal, at ee6b673)."""
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
@@ -163,7 +164,8 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
         want += [f"ATTN_ROW_DOTS(bf16, KIND_BF16, {hs})", f"ATTN_ROW_DOTS(f16, KIND_F16, {hs})"]
     want += [f"ATTN_DS({b}, {k}, {hs})" for hs in (64, 32) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     want += ["ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)", "ATTN_FORWARD_WG1(f16r, KIND_F16, 64)"]
-    want += ["ATTN_FORWARD_WGF(2, f32, true, 64)", "ATTN_FORWARD_WGF(2, tf32, false, 64)", "ATTN_BACKWARD_DKDV_WGF(2, 64)"]
+    want += ["ATTN_FORWARD_WGF(2, f32, true, 64)", "ATTN_FORWARD_WGF(2, tf32, false, 64)", "ATTN_BACKWARD_DKDV_WGF(2, 64)",
+             "ATTN_BACKWARD_DQ_WGF(2, 64)"]
     for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false)", "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
@@ -243,6 +245,28 @@ def test_the_float32_wgmma_forward_by_default_at_head_size_64_on_sm_90a(attentio
     land = 64 * 64 * 4 + 64 * 72 * 4   # the next k and v tile, raw, v's rows padded
     assert attention.f32_wg_shared_bytes(2, False) == (128 + 256) * 64 * 4 + land == 130 * 1024
     assert attention.f32_wg_shared_bytes(2, True) == 2 * (128 + 256) * 64 * 4 + land == 226 * 1024 <= 227 * 1024
+
+
+def test_the_float32_wgmma_dq_only_when_asked_in_the_one_product_build(attention, monkeypatch):
+    """TR2_ATTN_F32_WG_DQ: off by default (not yet run on a GPU); set, float32 with one TF32 product takes
+    attention_backward_dq_wgf at head size 64 where attention.cu was built for sm_90a, at every T. TF32 pairs and the
+    half builds keep their kernels. Its shared memory fits a block: the block's q and dO (128 queries), two buffers of
+    k, v and k^T, the landing of the next k and v (as staged) and k^T (rows padded to 72 floats)."""
+    assert attention.F32_WG_DQ == 0
+    monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90a")
+    tf32, plain, half = _Ctx("float32", True), _Ctx("float32", False), _Ctx("bfloat16", True, True)
+    assert not attention.uses_f32_wg_dq(tf32, 64)
+    monkeypatch.setattr(attention, "F32_WG_DQ", 1)
+    assert attention.uses_f32_wg_dq(tf32, 64)
+    assert not attention.uses_f32_wg_dq(plain, 64) and not attention.uses_f32_wg_dq(half, 64)
+    assert not attention.uses_f32_wg_dq(tf32, 32)
+    monkeypatch.setattr(attention, "F32_PAIRS", True)
+    assert not attention.uses_f32_wg_dq(tf32, 64)
+    monkeypatch.setattr(attention, "F32_PAIRS", False)
+    monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90")
+    assert not attention.uses_f32_wg_dq(tf32, 64)
+    qdo, buffers, land = 2 * 128 * 64 * 4, 2 * 3 * 64 * 64 * 4, 2 * 64 * 64 * 4 + 64 * 72 * 4
+    assert attention.f32_wg_dq_shared_bytes() == qdo + buffers + land == 215040 <= 227 * 1024
 
 
 def test_the_float32_wgmma_dkdv_past_256_in_the_one_product_build(attention, monkeypatch):

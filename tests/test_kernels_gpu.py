@@ -713,20 +713,60 @@ def test_attention_float32_dkdv_wgmma(B, T, H, hs, p, monkeypatch):
     after the default forward and the mma.sync dQ: test_attention's check (out, lse and dqkv against the float64 NumPy
     form within the TF32 build's tolerance; every allocation poisoned; three runs the same bits), the launches recorded
     in every run, so that it is known to have run at head size 64 and the mma.sync dK/dV at 32."""
+    dkdv = "attn_backward_dkdv_wgf2_tf32_hs64" if hs == 64 else f"attn_backward_dkdv_tf32_hs{hs}"
+    _, each_run = _float32_backward_launches(monkeypatch, "F32_WG_DKDV", hs, f"attn_backward_dq_tf32_hs{hs}", dkdv)
+    attention_against_numpy(("float32", True, False), B, T, H, hs, p, 37,
+                            f"[tf32 dkdv wgf2 B={B} T={T} H={H} hs={hs} p={p}]", each_run)
+
+
+def _float32_backward_launches(monkeypatch, switch: str, hs: int, dq: str, dkdv: str):
+    """For the float32 wgmma backward tests: skipped off sm_90a; attention's `switch` set to 1; the launches recorded,
+    and a check for each run that they were the default forward, then `dq`, then `dkdv` (clearing the record)."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    monkeypatch.setattr(attention, "F32_WG_DKDV", 1)
+    monkeypatch.setattr(attention, switch, 1)
     launched = record_launches(monkeypatch, attention)
     forward = "attn_forward_wgf2_tf32_hs64" if hs == 64 and attention.F32_WG else f"attn_forward_tf32_hs{hs}"
-    dkdv = "attn_backward_dkdv_wgf2_tf32_hs64" if hs == 64 else f"attn_backward_dkdv_tf32_hs{hs}"
-    expected = [forward, f"attn_backward_dq_tf32_hs{hs}", dkdv]
 
     def each_run():
-        assert launched == expected, launched
+        assert launched == [forward, dq, dkdv], launched
         launched.clear()
-    attention_against_numpy(("float32", True, False), B, T, H, hs, p, 37,
-                            f"[tf32 dkdv wgf2 B={B} T={T} H={H} hs={hs} p={p}]", each_run)
+    return launched, each_run
+
+
+@pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_float32_dq_wgmma(B, T, H, hs, p, monkeypatch):
+    """The float32 dQ on wgmma (TR2_ATTN_F32_WG_DQ=1: attn_backward_dq_wgf2_tf32_hs64, one TF32 product), between the
+    default forward and the default dK/dV: test_attention's check (out, lse and dqkv against the float64 NumPy form
+    within the TF32 build's tolerance; every allocation poisoned; three runs the same bits), the launches recorded in
+    every run, so that it is known to have run at head size 64 and the mma.sync dQ at 32. Then its D (the row dots it
+    writes for the dK/dV kernel) must be the mma.sync dQ's to the bit: the same inputs through both dQ kernels give dK
+    and dV the same bits."""
+    from tr2.cupy_side.gpu import attention
+    dq = "attn_backward_dq_wgf2_tf32_hs64" if hs == 64 else f"attn_backward_dq_tf32_hs{hs}"
+    # the default dK/dV: on wgmma past T = 256 (TR2_ATTN_F32_WG_DKDV=2)
+    dkdv = "attn_backward_dkdv_wgf2_tf32_hs64" if hs == 64 and T > 256 else f"attn_backward_dkdv_tf32_hs{hs}"
+    launched, each_run = _float32_backward_launches(monkeypatch, "F32_WG_DQ", hs, dq, dkdv)
+    be = gpu_backend("float32", True, False)
+    tag = f"[tf32 dq wgf2 B={B} T={T} H={H} hs={hs} p={p}]"
+    attention_against_numpy(("float32", True, False), B, T, H, hs, p, 41, tag, each_run)
+
+    g = gen(B * T * H + hs + int(p * 10) + 43)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 1)
+    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    by_form = {}
+    for form in (1, 0):
+        monkeypatch.setattr(attention, "F32_WG_DQ", form)
+        launched.clear()
+        by_form[form] = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+        assert launched[0] == (dq if form else f"attn_backward_dq_tf32_hs{hs}"), launched
+    wgf, mma_sync = by_form[1], by_form[0]
+    assert np.isfinite(wgf).all(), f"dqkv {tag}: an element left unwritten"
+    exact(f"attention dk, dv by the wgmma dQ's D against the mma.sync dQ's {tag}", wgf[..., C:], mma_sync[..., C:])
 
 
 def test_tf32_rounding_is_the_formula_on_every_float32():

@@ -103,6 +103,26 @@ def uses_f32_wg_dkdv(ctx, hs: int, T: int) -> bool:
     return (not ctx.half and _float32_build(ctx) == "tf32" and hs == 64 and runtime.built_for(FILE) == "sm_90a")
 
 
+# The float32 dQ on wgmma (attention.cu's attention_backward_dq_wgf, attn_backward_dq_wgf2_tf32_hs64): head size 64, one
+# TF32 product (pairs would double the staged tiles past a block's shared memory), where attention.cu was built for
+# sm_90a; 1 takes it, 0 the mma.sync dQ. Its D (the row dots the dK/dV kernel reads) is the mma.sync dQ's to the bit,
+# so dK and dV keep theirs. Written in the forty-ninth session after its device time: NOT yet run on a GPU, so off.
+F32_WG_DQ = kernel_switch("TR2_ATTN_F32_WG_DQ", 0)
+
+
+def uses_f32_wg_dq(ctx, hs: int) -> bool:
+    return (bool(F32_WG_DQ) and not ctx.half and _float32_build(ctx) == "tf32" and hs == 64
+            and runtime.built_for(FILE) == "sm_90a")
+
+
+def f32_wg_dq_shared_bytes(hs: int = 64) -> int:
+    """attention_backward_dq_wgf's dynamic shared memory (two warpgroups, 128 queries): the block's q and dO, two
+    buffers of a key tile's k, v and k^T, and the next tile's landing (k and v raw as staged, k^T's warps' rows padded
+    to hs + 8 floats)."""
+    queries, tile = 128, 64
+    return (2 * queries * hs + 6 * tile * hs + 2 * tile * hs + tile * (hs + 8)) * 4
+
+
 def f32_wg_dkdv_shared_bytes(hs: int = 64) -> int:
     """attention_backward_dkdv_wgf's dynamic shared memory (two warpgroups, 128 keys): the block's k and v, the query
     tile's q and dO as rows and transposed, the next rows' landing (q, dO), the next transposed tiles' landing (their
@@ -462,8 +482,12 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
                shared_mem=dq_ds_shared_bytes(queries))
         return dqkv
     if not folds(ctx, T):
-        _launch(ctx, "backward_dq", hs, T, B * H, (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H))
-                + tail)
+        dq_args = (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail
+        if uses_f32_wg_dq(ctx, hs):
+            launch(FILE, f"attn_backward_dq_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, dq_args,
+                   shared_mem=f32_wg_dq_shared_bytes(hs), prefer_shared=True)
+        else:
+            _launch(ctx, "backward_dq", hs, T, B * H, dq_args)
         args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail
         if uses_f32_wg_dkdv(ctx, hs, T):
             launch(FILE, f"attn_backward_dkdv_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, args,

@@ -41,8 +41,9 @@
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
 //     the diagonal down. (The float32 builds' fragments are twice as wide and the registers hold no more.)
-//     On Hopper (sm_90a, HS = 64) the float32 builds' forward runs on wgmma (attention_forward_wgf), and with one TF32
-//     product dK/dV may too (attention_backward_dkdv_wgf, TR2_ATTN_F32_WG_DKDV=1: written, not yet run on a GPU).
+//     On Hopper (sm_90a, HS = 64) the float32 builds' forward runs on wgmma (attention_forward_wgf), with one TF32
+//     product dK/dV too past T = 256 (attention_backward_dkdv_wgf, TR2_ATTN_F32_WG_DKDV), and dQ may (attention_
+//     backward_dq_wgf, TR2_ATTN_F32_WG_DQ=1: written, not yet run on a GPU).
 //   Every sum runs in a fixed order: no float atomics, the same bits on every run.
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
@@ -1186,6 +1187,14 @@ __device__ __forceinline__ void wg_mma_tf32(float (&d)[8][4], const u32 (&a)[4],
 #endif
 }
 
+// d (64 x 64) = a b^T over HS = 64 columns, one TF32 product: a and b two staged K-major tiles of 64 rows (core
+// matrices, 16 chunks a row), eight k8 slices in order. The backward's scores and their gradients (dK/dV, dQ).
+__device__ __forceinline__ void wg_mma_rows_tf32(float (&d)[8][4], const float* a, const float* b) {
+#pragma unroll
+    for (int k8 = 0; k8 < 8; ++k8)
+        wg_mma_ss_tf32(d, wg_desc(a + 2 * k8 * 32, 128, 16 * 128), wg_desc(b + 2 * k8 * 32, 128, 16 * 128), k8 > 0);
+}
+
 // The exact build's product of pieces, smallest first (as mma_acc): lo hi, hi lo, hi hi.
 template <int HS, int NWG, bool SPLIT, bool DROP>
 __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict__ lse, const float* __restrict__ qkv,
@@ -1858,7 +1867,7 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
                                             const float* __restrict__ Dvec, int T, int H, int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;   // one TF32 product: exp2, as the tf32 kernels
-    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CH = HS / 4, CHK = BC / 4, THREADS = 128 * NWG;
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CHK = BC / 4, THREADS = 128 * NWG;
     constexpr int KT = BR * HS, QT = BC * HS;   // floats of the block's k (or v), of a query tile
     static_assert(HS == 64, "one m64n64k8 a k8 slice of S^T");
     typedef LandRows<HS, BC, THREADS> RowsLand;
@@ -1977,16 +1986,8 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
         } else {   // S^T = k q^T and dPd^T = v dO^T, in flight while the transposed tiles are filled
             float p[1][NT][4], ds[1][NT][4];
             wg_fence();
-#pragma unroll
-            for (int k8 = 0; k8 < HS / 8; ++k8) {
-                const u64 ka = wg_desc(sKw + 2 * k8 * 32, 128, CH * 128), qb = wg_desc(sQr + 2 * k8 * 32, 128, CH * 128);
-                wg_mma_ss_tf32(p[0], ka, qb, k8 > 0);
-            }
-#pragma unroll
-            for (int k8 = 0; k8 < HS / 8; ++k8) {
-                const u64 va = wg_desc(sVw + 2 * k8 * 32, 128, CH * 128), ob = wg_desc(sOr + 2 * k8 * 32, 128, CH * 128);
-                wg_mma_ss_tf32(ds[0], va, ob, k8 > 0);
-            }
+            wg_mma_rows_tf32(p[0], sKw, sQr);
+            wg_mma_rows_tf32(ds[0], sVw, sOr);
             wg_commit();
             stage_cols(it);
             wg_wait_all();
@@ -2043,6 +2044,174 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
     }
     cp_async_wait<0>();
     store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
+// ---- the float32 dQ on wgmma (attention_backward_dq_wgf; one TF32 product) ----
+// Why: with the forward and the dK/dV on wgmma, the mma.sync dQ is the largest float32 attention kernel left (263 us
+// a layer of gpt2-small on an H100, 133 of nanogpt: results/h100-perf-20261206d, call 8). Here attention_backward_dq's
+// arithmetic per (query, key tile) in its order (S = q k^T, dPd = dO v^T, softmax_grad from the row's lse and D,
+// dQ += dS k), the products on m64n64k8 TF32 wgmma, laid out as attention_forward_wgf: NWG warpgroups a block, 64
+// queries each (a warp's 16 queries and their registers as in the mma.sync kernel, whose dropout draws and masks it
+// repeats), the key tiles of 64 from 0 to the block's diagonal. q and dO, the block's own, are staged once as the
+// A tiles of S and dPd (K-major rows, as the forward's q); each key tile's k and v as rows (B of S and dPd, as the
+// forward's k), and k again transposed (B of dQ += dS k, as the forward's v: keys ordered 0 2 4 6 1 3 5 7 within each
+// eight, so that dS's accumulator is the A fragment register for register). Two buffers of the three tiles: the next
+// tile's are filled from their landing while the products of this one run, and the one after starts landing (each
+// thread, or warp, fills what it landed itself: LandRows, LandCols). Shared memory with two warpgroups: q and dO 64 KB,
+// two buffers of k, v and k^T 96 KB, the landing 50 KB: 210 KB, one block an SM.
+// The masks and the dropout draws are attention_forward_wgf's lines, repeated rather than shared (a function shared
+// with the half-type forward changed that kernel's machine code: attention_forward_wgf's header).
+// D (the row dots dO . O) is the mma.sync kernel's to the bit: each lane t sums its row's columns 16 t.. 16 t + 15 of
+// dO rounded to TF32 (what that kernel staged) times O, in order, then the butterfly over t; it is written to Dvec for
+// the dK/dV kernel after, which so reads the values it read before. dQ is not the mma.sync kernel's bits (the tensor
+// cores add a slice's products in another order): within the build's tolerance of the NumPy form
+// (tests/test_kernels_gpu.py, "float32_dq_wgmma", which also holds dK and dV to the mma.sync dQ's run to the bit).
+template <int HS, int NWG, bool DROP>
+__device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
+                                          const float* __restrict__ dout, const float* __restrict__ lse,
+                                          float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
+                                          int out_kind, Dropout drop) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;   // one TF32 product: exp2, as the tf32 kernels
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CHK = BC / 4, THREADS = 128 * NWG;
+    constexpr int QT = BR * HS, KT = BC * HS;   // floats of the block's q (or dO), of a k, v or k^T tile
+    static_assert(HS == 64, "one m64n64k8 a k8 slice of S");
+    typedef LandCols<HS, BC, THREADS> ColsLand;
+    extern __shared__ __align__(128) unsigned char smem[];
+    float* sQ = (float*)smem;        // the block's q, then dO: K-major, eight-row groups of core matrices
+    float* sO = sQ + QT;
+    float* sKV = sO + QT;            // buffer b: k at sKV + 3b KT, v at + KT, k^T at + 2 KT
+    float* sLand = sKV + 6 * KT;     // the next tile's raw k and v (as staged), then k^T (its warps' rows, padded)
+    const int nqb = (T + BR - 1) / BR;
+    const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int q0 = qb * BR + wg * 64;   // the warpgroup's first query
+    const int r0 = q0 + warp * 16;      // the warp's
+    const float* base = qkv + (i64)b * T * 3 * C + h * HS;
+    const int last = min(qb * BR + BR - 1, T - 1) / BC;   // the block's last key tile
+    const int wg_last = min(q0 + 63, T - 1) / BC;        // the warpgroup's (its later ones are masked whole)
+    const float* sQw = sQ + wg * 64 * HS;                 // the warpgroup's 64 rows
+    const float* sOw = sO + wg * 64 * HS;
+    const LandRows<HS, BC, THREADS> kvrows(3 * C);
+    const ColsLand kcols(3 * C);
+    auto land_kv = [&](int kb) {
+        const float* k = base + (i64)kb * BC * 3 * C + C;
+        if (kb * BC + BC <= T) {
+            kvrows.land<true>(sLand, k, BC, 3 * C);
+            kvrows.land<true>(sLand + KT, k + C, BC, 3 * C);
+            kcols.land<true>(sLand + 2 * KT, k, BC, 3 * C);
+        } else {
+            kvrows.land<false>(sLand, k, T - kb * BC, 3 * C);
+            kvrows.land<false>(sLand + KT, k + C, T - kb * BC, 3 * C);
+            kcols.land<false>(sLand + 2 * KT, k, T - kb * BC, 3 * C);
+        }
+        cp_async_commit();
+    };
+    auto fill_kv = [&](int buf) {
+        float* k = sKV + 3 * buf * KT;
+        fill_rows<false, HS, BC, THREADS>(k, nullptr, sLand);
+        fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, sLand + KT);
+        kcols.fill<false>(k + 2 * KT, nullptr, sLand + 2 * KT);
+    };
+    {   // q and dO land in place and are rounded there (each element read, then written, by the thread that copied it)
+        const LandRows<HS, BR, THREADS> qrows(3 * C), orows(C);
+        qrows.land<false>(sQ, base + (i64)qb * BR * 3 * C, T - qb * BR, 3 * C);
+        orows.land<false>(sO, dout + ((i64)b * T + qb * BR) * C + h * HS, T - qb * BR, C);
+    }
+    land_kv(0);
+    // the warp's rows' lse and D (the mma.sync kernel's sums, above) while the copies are in flight
+    float L[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = r0 + g + 8 * r;
+        L[r] = i < T ? lse[(i64)bh * T + i] * LOG2E : 0.0f;
+        float acc = 0.0f;
+        if (i < T) {
+            const i64 at = ((i64)b * T + i) * C + h * HS + t * (HS / 4);
+#pragma unroll
+            for (int e = 0; e < HS / 4; ++e) acc += tf32_rne(dout[at + e]) * load_kind(out, at + e, out_kind);
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        Dr[r] = acc;
+        if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
+    }
+    cp_async_landed();
+    fill_rows<false, HS, BR, THREADS>(sQ, nullptr, sQ);
+    fill_rows<false, HS, BR, THREADS>(sO, nullptr, sO);
+    fill_kv(0);
+    __syncwarp();   // the warp's lanes done reading its landed k^T rows before any lane copies the next over them
+    if (last > 0) land_kv(1);
+    fence_proxy_async();
+    __syncthreads();
+    float dq[1][HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
+
+    for (int kb = 0; kb <= last; ++kb) {
+        const int cur = kb & 1;
+        const float* sK = sKV + 3 * cur * KT;
+        const float* sV = sK + KT;
+        const float* sKt = sK + 2 * KT;
+        auto stage_next = [&]() {   // into the other buffer (its last readers passed the barrier ending kb - 1), then
+            if (kb < last) {        // the tile after it starts landing
+                cp_async_landed();
+                fill_kv(cur ^ 1);
+                __syncwarp();
+                if (kb + 1 < last) land_kv(kb + 2);
+            }
+        };
+        if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
+            stage_next();
+        } else {   // S = q k^T and dPd = dO v^T, in flight while the next tile is staged
+            float p[1][NT][4], ds[1][NT][4];
+            wg_fence();
+            wg_mma_rows_tf32(p[0], sQw, sK);
+            wg_mma_rows_tf32(ds[0], sOw, sV);
+            wg_commit();
+            stage_next();
+            wg_wait_all();
+            wg_hold(p[0]);
+            wg_hold(ds[0]);
+            auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
+                i = r0 + g + 8 * (e >> 1);
+                j = kb * BC + n * 8 + 2 * t + (e & 1);
+            };
+            const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;   // the warp's rows cross the diagonal or T
+            KeepBits<1, NT> keep{};
+            if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(bh, T, edge, at);
+            softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep,
+                                             [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
+                at(mt, n, e, i, j);
+                Lc = L[e >> 1];
+                Dq = Dr[e >> 1];
+            });
+            u32 as[NT][4];   // dS as A fragments, every slice's before the first product reads one
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const float y[4] = {ds[0][n][0], ds[0][n][2], ds[0][n][1], ds[0][n][3]};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    u32 lo;
+                    tf32_operand<false, true>(y[e], as[n][e], lo);
+                }
+            }
+            wg_fence();
+#pragma unroll
+            for (int n = 0; n < NT; ++n)   // dQ += dS k: k8 slice n = keys 8n.. = chunks 2n, 2n + 1 of k^T's rows
+                wg_mma_tf32(dq[0], as[n], wg_desc(sKt + 2 * n * 32, 128, CHK * 128), 1);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(dq[0]);
+        }
+        fence_proxy_async();   // the next tile's stores, seen by the tensor cores' reads
+        __syncthreads();       // and every warpgroup done with this buffer before it is refilled
+    }
+    store_dq<HS, 1>(dqkv, dq, r0, b, h, T, C, out_kind, lane);
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
@@ -2967,6 +3136,18 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         if (use_dropout) attention_backward_dkdv_wgf<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind, d); \
         else attention_backward_dkdv_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind, d);      \
     }
+// The float32 dQ on wgmma (attention_backward_dq_wgf, HS = 64, one TF32 product): attn_backward_dq_wgf2_tf32_hs64, two
+// warpgroups a block (128 queries), arguments as attn_backward_dq_tf32_'s.
+#define ATTN_BACKWARD_DQ_WGF(NWG, HS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgf##NWG##_tf32_hs##HS(        \
+        void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec, const void* out, int T, \
+        int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold,      \
+        float dscale) {                                                                                        \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout) attention_backward_dq_wgf<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
+        else attention_backward_dq_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
+    }
 // Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
 // attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
 // (left zero); one block an SM.
@@ -3119,6 +3300,7 @@ ATTN_FORWARD_WG1(f16r, KIND_F16, 64)
 ATTN_FORWARD_WGF(2, f32, true, 64)
 ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_BACKWARD_DKDV_WGF(2, 64)
+ATTN_BACKWARD_DQ_WGF(2, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
