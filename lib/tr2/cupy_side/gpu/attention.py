@@ -88,8 +88,8 @@ F32_WG = kernel_switch("TR2_ATTN_F32_WG", 2, (0, 2))
 # attention.cu was built for sm_90a; 1 takes it at every sequence length, 0 never (the mma.sync dK/dV), 2 (the default
 # since the forty-ninth session) where T > F32_WG_DKDV_MIN_T. Measured on an H100 in one call each against the mma.sync
 # kernel (docs/perf.md, forty-ninth session; results/h100-perf-20261206d): Nsight Compute 324.5 -> 272.2 us a layer on
-# gpt2-small and 426.9 -> 353.9 on gpt2-medium (T = 1024), the step -0.23 to -0.42 ms on gpt2-small and -1.36 to -1.53
-# on gpt2-medium, faster in all 5 rounds of each; but at nanogpt's T = 256 the kernel took 145.7 -> 149.8 us and the
+# gpt2-small and 426.9 -> 353.9 on gpt2-medium (T = 1024), the step -0.21 to -0.42 ms a round on gpt2-small and -1.36 to
+# -1.53 on gpt2-medium, faster in all 5 rounds of each; but at nanogpt's T = 256 the kernel took 145.7 -> 149.8 us and the
 # step +0.033 ms, slower in 3 of 3 rounds: its 128-key blocks see 4 or 2 query tiles there, too few to repay the
 # staging of k and v and the block's two barriers a tile. Lengths between 256 and 1024 were not measured; the cut
 # sits at the one length seen to lose.
