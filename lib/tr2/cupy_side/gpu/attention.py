@@ -100,7 +100,13 @@ F32_WG_DKDV_MIN_T = 256
 def uses_f32_wg_dkdv(ctx, hs: int, T: int) -> bool:
     if F32_WG_DKDV == 0 or (F32_WG_DKDV == 2 and T <= F32_WG_DKDV_MIN_T):
         return False
-    return (not ctx.half and _float32_build(ctx) == "tf32" and hs == 64 and runtime.built_for(FILE) == "sm_90a")
+    return _f32_wg_backward_built(ctx, hs)
+
+
+def _f32_wg_backward_built(ctx, hs: int) -> bool:
+    """Where the float32 backward kernels on wgmma exist: one TF32 product, head size 64, attention.cu built for
+    sm_90a."""
+    return not ctx.half and _float32_build(ctx) == "tf32" and hs == 64 and runtime.built_for(FILE) == "sm_90a"
 
 
 # The float32 dQ on wgmma (attention.cu's attention_backward_dq_wgf, attn_backward_dq_wgf2_tf32_hs64): head size 64, one
@@ -111,8 +117,7 @@ F32_WG_DQ = kernel_switch("TR2_ATTN_F32_WG_DQ", 0)
 
 
 def uses_f32_wg_dq(ctx, hs: int) -> bool:
-    return (bool(F32_WG_DQ) and not ctx.half and _float32_build(ctx) == "tf32" and hs == 64
-            and runtime.built_for(FILE) == "sm_90a")
+    return bool(F32_WG_DQ) and _f32_wg_backward_built(ctx, hs)
 
 
 def f32_wg_dq_shared_bytes(hs: int = 64) -> int:
