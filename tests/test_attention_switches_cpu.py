@@ -93,7 +93,7 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
-                                               ("TR2_ATTN_F32_WG_DQ", "2", "0, 1")])
+                                               ("TR2_ATTN_F32_WG_DQ", "3", "0, 1, 2")])
 def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw, allowed):
     """A misspelt bench variant must not run as the default and be timed as something else."""
     monkeypatch.setenv(key, raw)
@@ -149,7 +149,7 @@ def test_the_swapped_dq_kernels_are_in_the_source():
 
 def test_attention_cu_instantiates_the_programs_kernels_only():
     """attention.cu's instantiation lines: the kernels the switches at their defaults reach (and those TR2_ATTN_WG_DKDV=0,
-    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV and TR2_ATTN_F32_WG_DQ=1 (not yet run) reach, and the half builds'
+    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV and TR2_ATTN_F32_WG_DQ reach, and the half builds'
     recomputing backward, USE_DS's oracle), no form that was measured slower and removed (docs/perf.md; before the
     removal, at ee6b673)."""
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
@@ -247,53 +247,40 @@ def test_the_float32_wgmma_forward_by_default_at_head_size_64_on_sm_90a(attentio
     assert attention.f32_wg_shared_bytes(2, True) == 2 * (128 + 256) * 64 * 4 + land == 226 * 1024 <= 227 * 1024
 
 
-def test_the_float32_wgmma_dq_only_when_asked_in_the_one_product_build(attention, monkeypatch):
-    """TR2_ATTN_F32_WG_DQ: off by default (not yet run on a GPU); set, float32 with one TF32 product takes
-    attention_backward_dq_wgf at head size 64 where attention.cu was built for sm_90a, at every T. TF32 pairs and the
-    half builds keep their kernels. Its shared memory fits a block: the block's q and dO (128 queries), two buffers of
-    k, v and k^T, the landing of the next k and v (as staged) and k^T (rows padded to 72 floats)."""
-    assert attention.F32_WG_DQ == 0
+@pytest.mark.parametrize("switch", ["F32_WG_DQ", "F32_WG_DKDV"])
+def test_the_float32_wgmma_backward_past_256_in_the_one_product_build(attention, monkeypatch, switch):
+    """TR2_ATTN_F32_WG_DQ and TR2_ATTN_F32_WG_DKDV: 2 by default, attention_backward_dq_wgf or _dkdv_wgf where T > 256
+    (each measured faster at T = 1024 and slower at 256: docs/perf.md, forty-ninth and fiftieth sessions), 1 at every
+    T, 0 never; only in float32 with one TF32 product, at head size 64, where attention.cu was built for sm_90a. TF32
+    pairs (plain float32, or TF32 with TR2_ATTN_F32_PAIRS) and the half builds keep their kernels."""
+    uses = getattr(attention, "uses_" + switch.lower())
+    assert getattr(attention, switch) == 2 and getattr(attention, switch + "_MIN_T") == 256
     monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90a")
     tf32, plain, half = _Ctx("float32", True), _Ctx("float32", False), _Ctx("bfloat16", True, True)
-    assert not attention.uses_f32_wg_dq(tf32, 64)
-    monkeypatch.setattr(attention, "F32_WG_DQ", 1)
-    assert attention.uses_f32_wg_dq(tf32, 64)
-    assert not attention.uses_f32_wg_dq(plain, 64) and not attention.uses_f32_wg_dq(half, 64)
-    assert not attention.uses_f32_wg_dq(tf32, 32)
-    monkeypatch.setattr(attention, "F32_PAIRS", True)
-    assert not attention.uses_f32_wg_dq(tf32, 64)
-    monkeypatch.setattr(attention, "F32_PAIRS", False)
-    monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90")
-    assert not attention.uses_f32_wg_dq(tf32, 64)
-    qdo, buffers, land = 2 * 128 * 64 * 4, 2 * 3 * 64 * 64 * 4, 2 * 64 * 64 * 4 + 64 * 72 * 4
-    assert attention.f32_wg_dq_shared_bytes() == qdo + buffers + land == 215040 <= 227 * 1024
-
-
-def test_the_float32_wgmma_dkdv_past_256_in_the_one_product_build(attention, monkeypatch):
-    """TR2_ATTN_F32_WG_DKDV: 2 by default, attention_backward_dkdv_wgf where T > 256 (measured faster at T = 1024 and
-    slower at 256: docs/perf.md, forty-ninth session), 1 at every T, 0 never; only in float32 with one TF32 product, at
-    head size 64, where attention.cu was built for sm_90a. TF32 pairs (plain float32, or TF32 with TR2_ATTN_F32_PAIRS)
-    and the half builds keep their kernels. Its shared memory fits a block: the block's k and v (128 keys), the tile's
-    four staged tiles, both landings and two buffers of lse and D."""
-    assert attention.F32_WG_DKDV == 2 and attention.F32_WG_DKDV_MIN_T == 256
-    monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90a")
-    tf32, plain, half = _Ctx("float32", True), _Ctx("float32", False), _Ctx("bfloat16", True, True)
-    assert [attention.uses_f32_wg_dkdv(tf32, 64, T) for T in (1, 255, 256, 257, 1024)] == [False] * 3 + [True] * 2
-    monkeypatch.setattr(attention, "F32_WG_DKDV", 1)
-    assert attention.uses_f32_wg_dkdv(tf32, 64, 1) and attention.uses_f32_wg_dkdv(tf32, 64, 256)
-    monkeypatch.setattr(attention, "F32_WG_DKDV", 0)
-    assert not attention.uses_f32_wg_dkdv(tf32, 64, 1024)
+    assert [uses(tf32, 64, T) for T in (1, 255, 256, 257, 1024)] == [False] * 3 + [True] * 2
+    monkeypatch.setattr(attention, switch, 1)
+    assert uses(tf32, 64, 1) and uses(tf32, 64, 256)
+    monkeypatch.setattr(attention, switch, 0)
+    assert not uses(tf32, 64, 1024)
     for on in (1, 2):
-        monkeypatch.setattr(attention, "F32_WG_DKDV", on)
-        assert attention.uses_f32_wg_dkdv(tf32, 64, 1024)
-        assert not attention.uses_f32_wg_dkdv(plain, 64, 1024) and not attention.uses_f32_wg_dkdv(half, 64, 1024)
-        assert not attention.uses_f32_wg_dkdv(tf32, 32, 1024)
+        monkeypatch.setattr(attention, switch, on)
+        assert uses(tf32, 64, 1024)
+        assert not uses(plain, 64, 1024) and not uses(half, 64, 1024)
+        assert not uses(tf32, 32, 1024)
         monkeypatch.setattr(attention, "F32_PAIRS", True)
-        assert not attention.uses_f32_wg_dkdv(tf32, 64, 1024)
+        assert not uses(tf32, 64, 1024)
         monkeypatch.setattr(attention, "F32_PAIRS", False)
         monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90")
-        assert not attention.uses_f32_wg_dkdv(tf32, 64, 1024)
+        assert not uses(tf32, 64, 1024)
         monkeypatch.setattr(attention.runtime, "built_for", lambda f: "sm_90a")
+
+
+def test_the_float32_wgmma_backward_kernels_fit_a_blocks_shared_memory(attention):
+    """attention_backward_dq_wgf: the block's q and dO (128 queries), two buffers of k, v and k^T, the landing of the
+    next k and v (as staged) and k^T (rows padded to 72 floats). attention_backward_dkdv_wgf: the block's k and v (128
+    keys), the tile's four staged tiles, both landings and two buffers of lse and D."""
+    qdo, buffers, land = 2 * 128 * 64 * 4, 2 * 3 * 64 * 64 * 4, 2 * 64 * 64 * 4 + 64 * 72 * 4
+    assert attention.f32_wg_dq_shared_bytes() == qdo + buffers + land == 215040 <= 227 * 1024
     kv, tiles, land_rows, land_cols, lse_d = 2 * 128 * 64 * 4, 4 * 64 * 64 * 4, 2 * 64 * 64 * 4, 2 * 64 * 72 * 4, 4 * 64 * 4
     assert attention.f32_wg_dkdv_shared_bytes() == kv + tiles + land_rows + land_cols + lse_d == 201728 <= 227 * 1024
 

@@ -109,12 +109,16 @@ def test_float32_attention_in_tf32_pairs_replays_its_eager_loop(tmp_path, model)
 # gpu/attention.py's F32_STREAM (TR2_ATTN_F32_STREAM=1: the float32 builds' attention kernels streamed, cp.async into
 # two buffers), with the synchronous kernels' operands and products: the whole run must be the default run to the bit,
 # eager and graph, in the tf32 build (the default float32) and the plain one (method B's, --no-tf32). Where the float32
-# forward runs on wgmma (TR2_ATTN_F32_WG=2, the default on sm_90a) only the backward is streamed in these runs, and on
-# gpt2-small's T = 1024 in the tf32 build only its dQ (the dK/dV runs on wgmma there: TR2_ATTN_F32_WG_DKDV=2); the
-# streamed kernels are held to the synchronous ones' bits by the kernel test ("float32_forms_are_the_synchronous_bits").
+# forward runs on wgmma (TR2_ATTN_F32_WG=2, the default on sm_90a) only the backward is streamed in these runs. On
+# gpt2-small's T = 1024 in the tf32 build both backward kernels run on wgmma by default (TR2_ATTN_F32_WG_DKDV=2,
+# TR2_ATTN_F32_WG_DQ=2), which would leave nothing streamed: that run takes the mma.sync dQ (TR2_ATTN_F32_WG_DQ=0), so
+# that its streamed dQ is what is compared. The streamed kernels are held to the synchronous ones' bits by the kernel
+# test ("float32_forms_are_the_synchronous_bits").
 @pytest.mark.parametrize("model, tf32", [("nanogpt", True), ("gpt2-small", True), ("nanogpt", False)],
                          ids=["nanogpt-tf32", "gpt2-small-tf32", "nanogpt-plain"])
-def test_float32_attention_forms_train_to_the_bit(tmp_path, model, tf32):
+def test_float32_attention_forms_train_to_the_bit(tmp_path, monkeypatch, model, tf32):
+    if model == "gpt2-small":
+        monkeypatch.setenv("TR2_ATTN_F32_WG_DQ", "0")   # the runs' environment is this process's
     _switch_changes_no_bit(tmp_path, model, "float32", "TR2_ATTN_F32_STREAM", "0", "1",
                            f"float32 attention streamed (tf32={tf32})", *(() if tf32 else ("--no-tf32",)), wgmma=False)
 

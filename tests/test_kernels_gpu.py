@@ -654,6 +654,7 @@ def test_attention_float32_forms_are_the_synchronous_bits(build, B, T, H, hs, p,
     seed, offset = 1337, rng.site_offset(11, 7, 1)
     monkeypatch.setattr(attention, "F32_WG", 0)   # the streamed forms are the mma.sync kernels'
     monkeypatch.setattr(attention, "F32_WG_DKDV", 0)
+    monkeypatch.setattr(attention, "F32_WG_DQ", 0)
     launched = record_launches(monkeypatch, attention)
 
     def run(other):
@@ -693,7 +694,8 @@ def test_attention_float32_forward_each_form(build, B, T, H, hs, p, wg, monkeypa
     if wg and runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     monkeypatch.setattr(attention, "F32_WG", wg)
-    monkeypatch.setattr(attention, "F32_WG_DKDV", 0)   # the mma.sync dK/dV at every T, as the docstring says
+    monkeypatch.setattr(attention, "F32_WG_DKDV", 0)   # the mma.sync dQ and dK/dV at every T, as the docstring says
+    monkeypatch.setattr(attention, "F32_WG_DQ", 0)
     launched = record_launches(monkeypatch, attention)
     base = "tf32" if build[1] else "f32"
     forward = f"attn_forward_wgf2_{base}_hs{hs}" if hs == 64 and wg else f"attn_forward_{base}_hs{hs}"
@@ -710,9 +712,12 @@ def test_attention_float32_forward_each_form(build, B, T, H, hs, p, wg, monkeypa
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_float32_dkdv_wgmma(B, T, H, hs, p, monkeypatch):
     """The float32 dK/dV on wgmma (TR2_ATTN_F32_WG_DKDV=1: attn_backward_dkdv_wgf2_tf32_hs64, one TF32 product),
-    after the default forward and the mma.sync dQ: test_attention's check (out, lse and dqkv against the float64 NumPy
-    form within the TF32 build's tolerance; every allocation poisoned; three runs the same bits), the launches recorded
-    in every run, so that it is known to have run at head size 64 and the mma.sync dK/dV at 32."""
+    after the default forward and the mma.sync dQ (TR2_ATTN_F32_WG_DQ=0): test_attention's check (out, lse and dqkv
+    against the float64 NumPy form within the TF32 build's tolerance; every allocation poisoned; three runs the same
+    bits), the launches recorded in every run, so that it is known to have run at head size 64 and the mma.sync dK/dV
+    at 32."""
+    from tr2.cupy_side.gpu import attention
+    monkeypatch.setattr(attention, "F32_WG_DQ", 0)   # the mma.sync dQ, as the docstring says
     dkdv = "attn_backward_dkdv_wgf2_tf32_hs64" if hs == 64 else f"attn_backward_dkdv_tf32_hs{hs}"
     _, each_run = _float32_backward_launches(monkeypatch, "F32_WG_DKDV", hs, f"attn_backward_dq_tf32_hs{hs}", dkdv)
     attention_against_numpy(("float32", True, False), B, T, H, hs, p, 37,

@@ -98,9 +98,12 @@ F32_WG_DKDV_MIN_T = 256
 
 
 def uses_f32_wg_dkdv(ctx, hs: int, T: int) -> bool:
-    if F32_WG_DKDV == 0 or (F32_WG_DKDV == 2 and T <= F32_WG_DKDV_MIN_T):
-        return False
-    return _f32_wg_backward_built(ctx, hs)
+    return _past_the_cut(F32_WG_DKDV, F32_WG_DKDV_MIN_T, T) and _f32_wg_backward_built(ctx, hs)
+
+
+def _past_the_cut(switch: int, min_t: int, T: int) -> bool:
+    """A float32 wgmma backward switch's rule: 1 at every T, 2 where T > min_t, 0 never."""
+    return switch == 1 or (switch == 2 and T > min_t)
 
 
 def _f32_wg_backward_built(ctx, hs: int) -> bool:
@@ -111,13 +114,19 @@ def _f32_wg_backward_built(ctx, hs: int) -> bool:
 
 # The float32 dQ on wgmma (attention.cu's attention_backward_dq_wgf, attn_backward_dq_wgf2_tf32_hs64): head size 64, one
 # TF32 product (pairs would double the staged tiles past a block's shared memory), where attention.cu was built for
-# sm_90a; 1 takes it, 0 the mma.sync dQ. Its D (the row dots the dK/dV kernel reads) is the mma.sync dQ's to the bit,
-# so dK and dV keep theirs. Written in the forty-ninth session after its device time: NOT yet run on a GPU, so off.
-F32_WG_DQ = kernel_switch("TR2_ATTN_F32_WG_DQ", 0)
+# sm_90a; 1 takes it at every sequence length, 0 never (the mma.sync dQ), 2 (the default since the fiftieth session)
+# where T > F32_WG_DQ_MIN_T. Its D (the row dots the dK/dV kernel reads) is the mma.sync dQ's to the bit, so dK and dV
+# keep theirs. Measured on an H100 in one call each against the mma.sync kernel (docs/perf.md, fiftieth session;
+# results/h100-perf-20261206e): Nsight Compute 263.6 -> 237.8 us a layer on gpt2-small and 348.1 -> 306.0 on
+# gpt2-medium (T = 1024), the step -0.25 ms on gpt2-small (one round against the tree) and -0.82, -0.92 on gpt2-medium;
+# at nanogpt's T = 256 the kernel took 134.7 -> 156.9 us (x1.17): as with the dK/dV, too few key tiles a block there to
+# repay the staging. The cut sits where the dK/dV's does, at the one length measured to lose.
+F32_WG_DQ = kernel_switch("TR2_ATTN_F32_WG_DQ", 2, (0, 1, 2))
+F32_WG_DQ_MIN_T = 256
 
 
-def uses_f32_wg_dq(ctx, hs: int) -> bool:
-    return bool(F32_WG_DQ) and _f32_wg_backward_built(ctx, hs)
+def uses_f32_wg_dq(ctx, hs: int, T: int) -> bool:
+    return _past_the_cut(F32_WG_DQ, F32_WG_DQ_MIN_T, T) and _f32_wg_backward_built(ctx, hs)
 
 
 def f32_wg_dq_shared_bytes(hs: int = 64) -> int:
@@ -488,7 +497,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         return dqkv
     if not folds(ctx, T):
         dq_args = (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail
-        if uses_f32_wg_dq(ctx, hs):
+        if uses_f32_wg_dq(ctx, hs, T):
             launch(FILE, f"attn_backward_dq_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, dq_args,
                    shared_mem=f32_wg_dq_shared_bytes(hs), prefer_shared=True)
         else:

@@ -42,8 +42,8 @@
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
 //     the diagonal down. (The float32 builds' fragments are twice as wide and the registers hold no more.)
 //     On Hopper (sm_90a, HS = 64) the float32 builds' forward runs on wgmma (attention_forward_wgf), with one TF32
-//     product dK/dV too past T = 256 (attention_backward_dkdv_wgf, TR2_ATTN_F32_WG_DKDV), and dQ may (attention_
-//     backward_dq_wgf, TR2_ATTN_F32_WG_DQ=1: written, not yet run on a GPU).
+//     product dK/dV and dQ too past T = 256 (attention_backward_dkdv_wgf, TR2_ATTN_F32_WG_DKDV; attention_backward_
+//     dq_wgf, TR2_ATTN_F32_WG_DQ).
 //   Every sum runs in a fixed order: no float atomics, the same bits on every run.
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
@@ -2069,6 +2069,8 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
 // the dK/dV kernel after, which so reads the values it read before. dQ is not the mma.sync kernel's bits (the tensor
 // cores add a slice's products in another order): within the build's tolerance of the NumPy form
 // (tests/test_kernels_gpu.py, "float32_dq_wgmma", which also holds dK and dV to the mma.sync dQ's run to the bit).
+// Measured on an H100 (results/h100-perf-20261206e): x0.90 of the mma.sync dQ at T = 1024, x1.17 at 256 (too few key
+// tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2).
 template <int HS, int NWG, bool DROP>
 __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
                                           const float* __restrict__ dout, const float* __restrict__ lse,
