@@ -216,11 +216,24 @@ def bench_runs(models=None) -> list:
     return runs
 
 
+def too_long_to_start(took_s: float | None, left_s: float) -> str | None:
+    """Why a bench run is not started: the last run of its configuration in this call took longer than the time left,
+    so its timeout would stop it and its device seconds would be lost (gpt2-medium's torch-default run of round 1 in
+    call 3 of results/h100-perf-20261206e: 77 s in round 0, started with 37 s left, killed, while a 13 s cupy run that
+    still fitted never ran). None where it may start, or where the configuration has not run yet in this call. The
+    estimate is its previous run's, compile included; later rounds run faster from the compile caches, so it errs
+    toward leaving a run out."""
+    if took_s is not None and took_s > left_s - 5:
+        return f"its last run took {took_s:.0f} s, {left_s:.0f} s left"
+    return None
+
+
 def phase_bench(out: Path, budget: float, table: list, models=None):
     d = out / "bench"
     d.mkdir(exist_ok=True)
     deadline = time.monotonic() + budget
     runs = bench_runs(models)
+    took = {}   # a configuration's last run's seconds in this call
     for rnd in range(ROUND0, ROUND0 + ROUNDS):
         k = rnd % max(1, len(runs))
         for model, dtype, steps, window, side, variant in runs[k:] + runs[:k]:
@@ -229,12 +242,16 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
                 table.append(f"bench: out of budget before round {rnd} {model} {dtype} {side} {variant}")
                 table.extend(bench_table(out / "bench.jsonl"))
                 return
+            name = f"{model}-{dtype}-{side}" + ("" if variant == "eager" and side == "cupy" else f"-{variant.replace('@', '-')}")
+            why = too_long_to_start(took.get(name), left)
+            if why:
+                table.append(f"bench r{rnd} {name}: not started ({why})")
+                continue
             hr = side == "cupy" and dtype != "float32"
             lib = variant.partition("@")[2] or None
             graph = side == "cupy" and variant.partition("@")[0] == "graph"
             cmd = train_cmd(side, model, dtype, steps, mode=variant if side == "torch" else None, hr=hr,
                             extra=["--log-interval", "10"] + (["--cuda-graph"] if graph else []))
-            name = f"{model}-{dtype}-{side}" + ("" if variant == "eager" and side == "cupy" else f"-{variant.replace('@', '-')}")
             # each configuration its own compile caches (tr2.configs.compile_caches says why)
             env = {**os.environ, **compile_caches(f"{model}_{dtype}_{side}-{variant}", REPO / ".cache" / "compile")}
             if lib:
@@ -256,6 +273,7 @@ def phase_bench(out: Path, budget: float, table: list, models=None):
                    # the run's own TR2_* variables (a variant's bench.env or TR2_BENCH_CUPY_ENV: its kernel switches)
                    "tr2_environment": {k: env[k] for k in sorted(env) if k.startswith("TR2_")}}
             append_jsonl(out / "bench.jsonl", rec)
+            took[name] = r.get("wall_s")
             table.append(f"bench r{rnd} {name}: {r.get('status')} clock {r.get('step_ms')} ms own "
                          f"{r.get('own_step_ms')} peak {r.get('peak_bytes')}")
     table.extend(bench_table(out / "bench.jsonl"))

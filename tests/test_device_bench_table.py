@@ -95,3 +95,57 @@ def test_a_variant_without_a_timed_run_gives_no_line(tmp_path):
     failed = {**_rec("cupy", 16.0, None, 0, lib="x"), "status": "failed", "step_ms": None}
     path.write_text(json.dumps(_rec("cupy", 16.1, None, 0)) + "\n" + json.dumps(failed) + "\n")
     assert device_bench.bench_table(path) == device_bench.bench_table(path)[:1]
+
+
+def test_a_run_that_cannot_finish_in_the_time_left_is_not_started():
+    assert device_bench.too_long_to_start(None, 31.0) is None           # not run yet in this call: no estimate
+    assert device_bench.too_long_to_start(13.0, 37.0) is None
+    why = device_bench.too_long_to_start(77.1, 37.3)
+    assert why == "its last run took 77 s, 37 s left"
+    assert device_bench.too_long_to_start(32.0, 37.0) is None           # 5 s kept for the run's start and end
+    assert device_bench.too_long_to_start(32.1, 37.0) is not None
+
+
+def test_the_bench_skips_the_long_run_and_runs_the_short_one_after_it(tmp_path, monkeypatch):
+    """Call 3 of results/h100-perf-20261206e, replayed with a stand-in clock: a round whose next run took longer than
+    what is left goes on to the runs that still fit, instead of starting one its timeout would kill."""
+    now = [0.0]
+    walls = {"torch": 60.0, "cupy": 12.0}
+    started = []
+
+    def run_clocked(cmd, log, env=None, timeout_s=None, window=None, on_line=None):
+        side = "torch" if "torch" in cmd else "cupy"
+        started.append((side, round(timeout_s)))
+        now[0] += walls[side]
+        return {"status": "ok", "step_ms": 10.0, "wall_s": walls[side], "peak_bytes": 1}
+
+    class _Sampler:
+        available, samples = False, []
+
+        def __init__(self, interval):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(device_bench.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(device_bench.clock, "run_clocked", run_clocked)
+    monkeypatch.setattr(device_bench, "GpuSampler", _Sampler)
+    monkeypatch.setattr(device_bench, "BENCH", [("gpt2-small", "float32", 200, (100, 200))])
+    monkeypatch.setattr(device_bench, "SELECT", set())
+    monkeypatch.setattr(device_bench, "CUPY_VARIANTS", ["graph"])
+    monkeypatch.setattr(device_bench, "CUPY_LIBS", {})
+    monkeypatch.setattr(device_bench, "TORCH_MODES", ["default"])
+    monkeypatch.setattr(device_bench, "ROUNDS", 2)
+    monkeypatch.setattr(device_bench, "ROUND0", 0)
+    monkeypatch.setattr(device_bench, "train_cmd", lambda side, *a, **k: [side])
+    table = []
+    # round 0: cupy (12 s), torch (60 s); round 1 rotated: torch first, with 110 - 72 = 38 s left: not started;
+    # then cupy, which fits
+    device_bench.phase_bench(tmp_path, 110.0, table)
+    assert [s for s, _ in started] == ["cupy", "torch", "cupy"]
+    assert "bench r1 gpt2-small-float32-torch-default: not started (its last run took 60 s, 38 s left)" in table
+    assert any(line.startswith("bench r1 gpt2-small-float32-cupy-graph: ok") for line in table)
