@@ -23,7 +23,7 @@
 #            gpt2-small:bfloat16:1); VARIANT names .cache/variants/VARIANT, whose bench.env
 #            sets the run's environment (its lib is not used: the kernels are this tree's); VARIANT cudnn profiles
 #            PyTorch's cuDNN attention at the shape instead (scripts/sdpa_ncu.py). Speed of light, pipes,
-#            stalls, occupancy, shared-memory bank conflicts; ncu-MODEL-DTYPE-HR[-VARIANT].txt
+#            stalls, occupancy, shared-memory bank conflicts, the memory workload; ncu-MODEL-DTYPE-HR[-VARIANT].txt
 #   epilogue scripts/probes/gelu_epilogue_probe.py: cuBLASLt's GELU_AUX / DGELU products against product + our GELU
 #            kernels on the MLP shapes (what a GELU in the products' epilogues could save)
 #   gproduct scripts/probes/gelu_product_probe.py: our TMA + wgmma product with the exact GELU (and its derivative) in
@@ -123,6 +123,9 @@ if [[ $STAGES == *,ncu,* ]]; then
   pipes+=",l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
   pipes+=",l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
   pipes+=",smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+  # which memory unit is the busy one (the float32 wgmma backward's "mem busy" of 64-71%, results/h100-perf-20261206e
+  # call 4, did not say): the L2's traffic and the DRAM's bytes (names the gpncu stage ran; the section adds the hit rate)
+  pipes+=",lts__t_bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum"
   # why a warp could not issue: cycles a stall reason holds a warp, per issued instruction (the thirteenth session's
   # call collected none, and could say only that most cycles had no eligible warp)
   pipes+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
@@ -138,11 +141,11 @@ if [[ $STAGES == *,ncu,* ]]; then
     fi
     env "${envs[@]}" timeout $(( $(left) - 60 < 150 ? $(left) - 60 : 150 )) ncu --clock-control none -k "$kernels" \
       --profile-from-start off --section SpeedOfLight --section WarpStateStats --section Occupancy \
-      --section LaunchStats --section SchedulerStats --metrics "$pipes" \
+      --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$pipes" \
       python3 $script "$model" "$dtype" $hr >"$W/ncu-$tag.txt" 2>&1
     echo "== ncu $tag (exit $?, $(elapsed) s; ${envs[*]:-default forms})"
-    grep -E "^  (attn_|cudnn|void cudnn)|Duration|tensor_op_gmma|tensor_op_hmma.*pct|bank_conflicts|No Eligible|Registers Per|Achieved Occ" \
-      "$W/ncu-$tag.txt" | head -60
+    grep -E "^  (attn_|cudnn|void cudnn)|Duration|tensor_op_gmma|tensor_op_hmma.*pct|bank_conflicts|No Eligible|Registers Per|Achieved Occ|Mem Busy|L2 Hit Rate |pipe_shared_cycles" \
+      "$W/ncu-$tag.txt" | head -80
     # the three largest stall reasons of each kernel
     awk '/^  (attn_|cudnn|void cudnn)/{k=$1=="void"?$2:$1} /issue_stalled_.*per_issue_active/{sub(/smsp__average_warps_issue_stalled_/,"",$1);
       sub(/_per_issue_active.ratio/,"",$1); gsub(/,/,"",$NF); print k, $1, $NF}' "$W/ncu-$tag.txt" | sort -k1,1 -k3,3gr | awk 'c[$1]++<3' 
