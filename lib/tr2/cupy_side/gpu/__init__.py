@@ -113,10 +113,8 @@ _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backwar
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
 # attention.cu's float32 forward on wgmma: ATTN_FORWARD_WGF(warpgroups, build, split, head size)
 _ATTN_WGF_MACRO = re.compile(r'^ATTN_FORWARD_WGF\((\d+), (\w+), \w+, (\d+)\)', re.M)
-# and its dK/dV (one TF32 product): ATTN_BACKWARD_DKDV_WGF(warpgroups, head size)
-_ATTN_DKDV_WGF_MACRO = re.compile(r'^ATTN_BACKWARD_DKDV_WGF\((\d+), (\d+)\)', re.M)
-# and its dQ: ATTN_BACKWARD_DQ_WGF(warpgroups, head size)
-_ATTN_DQ_WGF_MACRO = re.compile(r'^ATTN_BACKWARD_DQ_WGF\((\d+), (\d+)\)', re.M)
+# and its dK/dV and dQ (one TF32 product): ATTN_BACKWARD_DKDV_WGF / _DQ_WGF(warpgroups, head size)
+_ATTN_BWD_WGF_MACRO = re.compile(r'^ATTN_BACKWARD_(DKDV|DQ)_WGF\((\d+), (\d+)\)', re.M)
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS(_BULK)?\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
@@ -160,8 +158,7 @@ def declared_kernels(filename: str) -> list[str]:
     for macro, build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
     names += [f"attn_forward_wgf{nwg}_{build}_hs{hs}" for nwg, build, hs in _ATTN_WGF_MACRO.findall(src)]
-    names += [f"attn_backward_dkdv_wgf{nwg}_tf32_hs{hs}" for nwg, hs in _ATTN_DKDV_WGF_MACRO.findall(src)]
-    names += [f"attn_backward_dq_wgf{nwg}_tf32_hs{hs}" for nwg, hs in _ATTN_DQ_WGF_MACRO.findall(src)]
+    names += [f"attn_backward_{part.lower()}_wgf{nwg}_tf32_hs{hs}" for part, nwg, hs in _ATTN_BWD_WGF_MACRO.findall(src)]
     names += [f"{prefix.lower()}_{way.lower()}_c{c}{form.lower()}" for prefix, way, form, c in _LN_ROWS_MACRO.findall(src)]
     return names
 
