@@ -284,3 +284,14 @@ def test_the_float32_wgmma_backward_kernels_fit_a_blocks_shared_memory(attention
     kv, tiles, land_rows, land_cols, lse_d = 2 * 128 * 64 * 4, 4 * 64 * 64 * 4, 2 * 64 * 64 * 4, 2 * 64 * 72 * 4, 4 * 64 * 4
     assert attention.f32_wg_dkdv_shared_bytes() == kv + tiles + land_rows + land_cols + lse_d == 201728 <= 227 * 1024
 
+
+
+def test_the_wgmma_dq_refuses_arrays_off_16_bytes_naming_them(attention):
+    """attention_backward_dq_wgf reads dO and the forward's output 16 bytes a load (its row dots): an array that does
+    not start on 16 bytes is refused before the launch, with its name, shape and address; aligned ones pass."""
+    class _Array:
+        def __init__(self, ptr):
+            self.data, self.shape = type("Mem", (), {"ptr": ptr})(), (8, 1024, 768)
+    attention._aligned16("the row dots", dout=_Array(0x7F0000000000), out=_Array(0x7F0000000100))
+    with pytest.raises(ValueError, match=r"attention: out \(shape \(8, 1024, 768\)\) starts at 0x7f0000000104, not on"):
+        attention._aligned16("the row dots", dout=_Array(0x7F0000000000), out=_Array(0x7F0000000104))

@@ -209,6 +209,14 @@ def _half(ctx, a, out=None):
     return to_half(a, ctx.kind, out=out)
 
 
+def _aligned16(reader: str, **arrays) -> None:
+    """The kernel reads these arrays 16 bytes a load: each must start on a 16-byte boundary (fresh ones do)."""
+    for name, a in arrays.items():
+        if a.data.ptr % 16:
+            raise ValueError(f"attention: {name} (shape {a.shape}) starts at {a.data.ptr:#x}, not on the 16 bytes "
+                             f"{reader} reads it in")
+
+
 def _shape(qkv, n_head: int):
     B, T, C3 = qkv.shape
     C = C3 // 3
@@ -498,6 +506,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     if not folds(ctx, T):
         dq_args = (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail
         if uses_f32_wg_dq(ctx, hs, T):
+            _aligned16("the float32 wgmma dQ's row dots", dout=kdout, out=saved.out)
             launch(FILE, f"attn_backward_dq_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, dq_args,
                    shared_mem=f32_wg_dq_shared_bytes(hs), prefer_shared=True)
         else:

@@ -2125,17 +2125,37 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         orows.land<false>(sO, dout + ((i64)b * T + qb * BR) * C + h * HS, T - qb * BR, C);
     }
     land_kv(0);
-    // the warp's rows' lse and D (the mma.sync kernel's sums, above) while the copies are in flight
+    // the warp's rows' lse and D (the mma.sync kernel's sums, above) while the copies are in flight. The output is
+    // float32 here (the float32 builds' kind; gpu/attention.py launches this kernel in float32 only) and its rows are
+    // read 16 bytes a load, both rows' loads issued before the first product (a lane's 16 columns start 64 bytes
+    // apart: C is a multiple of HS, and gpu/attention.py checks both arrays' alignment): as 4-byte loads they were 64 a
+    // thread, which the LSU queue throttled (lg_throttle 1.74 of the 11.4 cycles between a warp's issues,
+    // results/h100-perf-20261206f call 1). The same products in the same order: the same bits.
+    if (out_kind != KIND_F32) __trap();
     float L[2], Dr[2];
+    float4 dl[2][HS / 16], ol[2][HS / 16];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = r0 + g + 8 * r;
+        const i64 at = ((i64)b * T + min(i, T - 1)) * C + h * HS + t * (HS / 4);
+#pragma unroll
+        for (int q = 0; q < HS / 16; ++q) {
+            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            dl[r][q] = i < T ? *(const float4*)(dout + at + 4 * q) : zero;
+            ol[r][q] = i < T ? *(const float4*)((const float*)out + at + 4 * q) : zero;
+        }
+    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int i = r0 + g + 8 * r;
         L[r] = i < T ? lse[(i64)bh * T + i] * LOG2E : 0.0f;
-        float acc = 0.0f;
-        if (i < T) {
-            const i64 at = ((i64)b * T + i) * C + h * HS + t * (HS / 4);
+        float acc = 0.0f;   // rows past T: products of zeros, so 0
 #pragma unroll
-            for (int e = 0; e < HS / 4; ++e) acc += tf32_rne(dout[at + e]) * load_kind(out, at + e, out_kind);
+        for (int q = 0; q < HS / 16; ++q) {
+            acc += tf32_rne(dl[r][q].x) * ol[r][q].x;
+            acc += tf32_rne(dl[r][q].y) * ol[r][q].y;
+            acc += tf32_rne(dl[r][q].z) * ol[r][q].z;
+            acc += tf32_rne(dl[r][q].w) * ol[r][q].w;
         }
         acc += __shfl_xor_sync(0xffffffffu, acc, 1);
         acc += __shfl_xor_sync(0xffffffffu, acc, 2);
