@@ -506,7 +506,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     if not folds(ctx, T):
         dq_args = (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail
         if uses_f32_wg_dq(ctx, hs, T):
-            _aligned16("the float32 wgmma dQ's row dots", dout=kdout, out=saved.out)
+            _aligned16("the float32 wgmma dQ", dout=kdout, out=saved.out)
             launch(FILE, f"attn_backward_dq_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, dq_args,
                    shared_mem=f32_wg_dq_shared_bytes(hs), prefer_shared=True)
         else:

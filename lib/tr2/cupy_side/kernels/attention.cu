@@ -2119,48 +2119,30 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, sLand + KT);
         kcols.fill<false>(k + 2 * KT, nullptr, sLand + 2 * KT);
     };
+    // The warp's rows' O, for D below: the output is float32 here (the float32 builds' kind; gpu/attention.py launches
+    // this kernel in float32 only), 16 bytes a load (a lane's 16 columns start 64 bytes apart: C is a multiple of HS,
+    // and gpu/attention.py checks the alignment), issued before the copies fill the LSU queue.
+    if (out_kind != KIND_F32) __trap();
+    float4 ol[2][HS / 16];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = r0 + g + 8 * r;
+        const i64 at = ((i64)b * T + min(i, T - 1)) * C + h * HS + t * (HS / 4);
+#pragma unroll
+        for (int q = 0; q < HS / 16; ++q)
+            ol[r][q] = i < T ? *(const float4*)((const float*)out + at + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     {   // q and dO land in place and are rounded there (each element read, then written, by the thread that copied it)
         const LandRows<HS, BR, THREADS> qrows(3 * C), orows(C);
         qrows.land<false>(sQ, base + (i64)qb * BR * 3 * C, T - qb * BR, 3 * C);
         orows.land<false>(sO, dout + ((i64)b * T + qb * BR) * C + h * HS, T - qb * BR, C);
     }
     land_kv(0);
-    // the warp's rows' lse and D (the mma.sync kernel's sums, above) while the copies are in flight. The output is
-    // float32 here (the float32 builds' kind; gpu/attention.py launches this kernel in float32 only) and its rows are
-    // read 16 bytes a load, both rows' loads issued before the first product (a lane's 16 columns start 64 bytes
-    // apart: C is a multiple of HS, and gpu/attention.py checks both arrays' alignment): as 4-byte loads they were 64 a
-    // thread, which the LSU queue throttled (lg_throttle 1.74 of the 11.4 cycles between a warp's issues,
-    // results/h100-perf-20261206f call 1). The same products in the same order: the same bits.
-    if (out_kind != KIND_F32) __trap();
     float L[2], Dr[2];
-    float4 dl[2][HS / 16], ol[2][HS / 16];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int i = r0 + g + 8 * r;
-        const i64 at = ((i64)b * T + min(i, T - 1)) * C + h * HS + t * (HS / 4);
-#pragma unroll
-        for (int q = 0; q < HS / 16; ++q) {
-            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            dl[r][q] = i < T ? *(const float4*)(dout + at + 4 * q) : zero;
-            ol[r][q] = i < T ? *(const float4*)((const float*)out + at + 4 * q) : zero;
-        }
-    }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int i = r0 + g + 8 * r;
         L[r] = i < T ? lse[(i64)bh * T + i] * LOG2E : 0.0f;
-        float acc = 0.0f;   // rows past T: products of zeros, so 0
-#pragma unroll
-        for (int q = 0; q < HS / 16; ++q) {
-            acc += tf32_rne(dl[r][q].x) * ol[r][q].x;
-            acc += tf32_rne(dl[r][q].y) * ol[r][q].y;
-            acc += tf32_rne(dl[r][q].z) * ol[r][q].z;
-            acc += tf32_rne(dl[r][q].w) * ol[r][q].w;
-        }
-        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-        Dr[r] = acc;
-        if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
     }
     cp_async_landed();
     fill_rows<false, HS, BR, THREADS>(sQ, nullptr, sQ);
@@ -2170,6 +2152,28 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
     if (last > 0) land_kv(1);
     fence_proxy_async();
     __syncthreads();
+    // D, the mma.sync kernel's sums (above): lane t's columns 16 t.. 16 t + 15 of dO rounded to TF32 times O, in order,
+    // then the butterfly over t. The rounded dO is the staged tile's (rows past T landed as zeros, so 0); reloading it
+    // from global memory after the copies cost 11% of this kernel's warp-stall samples, the loads queued behind the
+    // copies and their sums waiting on them (Nsight Compute's source view, results/h100-perf-20261206f call 2).
+    // Written to Dvec for the dK/dV kernel after, which so reads the values it read before.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = r0 + g + 8 * r, lr = i - qb * BR;   // the row in the block's staged tiles
+        float acc = 0.0f;
+#pragma unroll
+        for (int q = 0; q < HS / 16; ++q) {   // the row's 16 bytes of chunk 4 t + q (LandRows' layout)
+            const float4 d = *(const float4*)(sO + 4 * ((((lr >> 3) * (HS / 4) + 4 * t + q) << 3) + (lr & 7)));
+            acc += d.x * ol[r][q].x;
+            acc += d.y * ol[r][q].y;
+            acc += d.z * ol[r][q].z;
+            acc += d.w * ol[r][q].w;
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        Dr[r] = acc;
+        if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
+    }
     float dq[1][HS / 8][4];
 #pragma unroll
     for (int n = 0; n < HS / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
