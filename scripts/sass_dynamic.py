@@ -11,6 +11,14 @@ The third lists the N lines with the most stall samples, in the kernel's order: 
 samples, executed count and its two largest stall reasons (where a kernel waits: a barrier's branch, a product's
 wait).
 
+    python scripts/sass_dynamic.py A.csv.gz [B.csv.gz ...] --runs PERCENT
+
+The fourth cuts the kernel into runs of consecutive executed lines with one execution count (a line run once a warp
+is the prologue or the end; a loop body's lines run once a warp and iteration) and lists, in the kernel's order,
+those holding at least PERCENT of the stall samples: the lines, their count, samples, share, three largest reasons
+and four most frequent opcodes. Where a kernel spends its waiting, phase by phase (the float32 dQ's prologue held a
+third of its samples: docs/perf.md, fifty-first session).
+
 Per file: the kernel, its executed warp instructions in all, then the N heaviest opcodes (the mnemonic without its
 modifiers, so FFMA.FTZ counts as FFMA) with their executed count, share and the warp-stall samples on them; then the
 samples by stall reason.
@@ -95,7 +103,49 @@ def hot_lines(path: str, n: int) -> list[tuple]:
     return out
 
 
+def _reasons(r) -> Counter:
+    return Counter({k[len("stall_"):]: int(v or 0) for k, v in r.items()
+                    if k and k.startswith("stall_") and "(Not Issued)" not in k})
+
+
+def runs(path: str) -> list[dict]:
+    """Runs of consecutive executed lines with one execution count, in the kernel's order (lines never executed
+    skipped, not breaking a run): first and last line index, executed count a line, lines, samples, reasons
+    (Counter), opcodes (Counter)."""
+    _, rows = read(path)
+    out = []
+    for i, r in enumerate(rows):
+        n = int(r["Instructions Executed"] or 0)
+        if not n:
+            continue
+        if not out or out[-1]["executed"] != n:
+            out.append({"first": i, "last": i, "executed": n, "lines": 0, "samples": 0, "reasons": Counter(),
+                        "opcodes": Counter()})
+        run = out[-1]
+        run["last"], run["lines"] = i, run["lines"] + 1
+        run["samples"] += int(r["Warp Stall Sampling (All Samples)"] or 0)
+        run["reasons"] += _reasons(r)
+        run["opcodes"][opcode(r["Source"])] += 1
+    return out
+
+
 def main(argv) -> int:
+    if "--runs" in argv:
+        i = argv.index("--runs")
+        least = float(argv[i + 1])
+        for path in argv[:i] + argv[i + 2:]:
+            kernel, _ = read(path)
+            found = runs(path)
+            total = sum(run["samples"] for run in found)
+            print(f"{kernel}: {total:,} stall samples in {len(found)} runs of lines; those with {least:g}% or more:")
+            for run in found:
+                if run["samples"] < least / 100 * total:
+                    continue
+                why = ", ".join(f"{k} {v}" for k, v in run["reasons"].most_common(3) if v)
+                ops = " ".join(f"{k} {v}" for k, v in run["opcodes"].most_common(4))
+                print(f"  lines {run['first']:5d}-{run['last']:5d} executed {run['executed']:7d} a line, {run['lines']:4d} "
+                      f"lines, {run['samples']:6d} samples ({run['samples'] / max(total, 1):5.1%}): {why} | {ops}")
+        return 0
     if "--hot" in argv:
         i = argv.index("--hot")
         n = int(argv[i + 1])

@@ -119,3 +119,24 @@ def test_float_ops_in_order_and_compared(tmp_path, capsys):
     assert out[1].endswith("FFMA 2 FADD 0 FMUL 1  same sequence as the first: no")   # a contraction moved
     assert out[2].endswith("same sequence as the first: yes")
     assert fo.main([str(path)]) == 2
+
+
+def test_runs_of_lines_with_one_execution_count(tmp_path, capsys):
+    lines = ['"Kernel Name","k_demo",', HEADER,
+             _row("0x10", "LDG.E.128 R4, desc[UR4][R2.64]", 6, 8, 1, 5),     # the prologue: once a warp
+             _row("0x20", "FFMA R1, R4, R5, R1", 9, 8, 9, 0),
+             _row("0x30", "BRA 0x90", 1, 0, 1, 0),                           # never executed: skipped, no break
+             _row("0x40", "FFMA R1, R2, R3, R4", 2, 8, 2, 0),
+             _row("0x50", "HGMMA.64x64x8.F32.TF32 R8, R4, gdesc[UR8], R8", 3, 80, 3, 0),   # the loop: 10 times
+             _row("0x60", "MUFU.EX2 R5, R5", 1, 80, 0, 1),
+             _row("0x70", "STG.E [R2.64], R8", 1, 8, 1, 0)]                  # the end: once a warp again
+    path = tmp_path / "k.csv"
+    path.write_text("\n".join(lines) + "\n")
+    found = sd.runs(str(path))
+    assert [(r["first"], r["last"], r["executed"], r["lines"], r["samples"]) for r in found] == [
+        (0, 3, 8, 3, 17), (4, 5, 80, 2, 4), (6, 6, 8, 1, 1)]
+    assert found[0]["reasons"] == {"wait": 12, "no_inst": 5} and found[0]["opcodes"] == {"FFMA": 2, "LDG": 1}
+    assert sd.main([str(path), "--runs", "20"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "k_demo: 22 stall samples in 3 runs of lines; those with 20% or more:"
+    assert len(out) == 2 and out[1].split()[:2] == ["lines", "0-"] and "17 samples (77.3%): wait 12, no_inst 5" in out[1]
