@@ -2070,7 +2070,9 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
 // cores add a slice's products in another order): within the build's tolerance of the NumPy form
 // (tests/test_kernels_gpu.py, "float32_dq_wgmma", which also holds dK and dV to the mma.sync dQ's run to the bit).
 // Measured on an H100 (results/h100-perf-20261206e): x0.90 of the mma.sync dQ at T = 1024, x1.17 at 256 (too few key
-// tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2).
+// tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2). D summed
+// from the staged dO (below) since: x0.94-0.95 of that kernel at T = 1024 (results/h100-perf-20261206f, call 3). The
+// prologue still holds 30% of the warp-stall samples there, waiting on its copies (one block an SM: nothing overlaps).
 template <int HS, int NWG, bool DROP>
 __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
                                           const float* __restrict__ dout, const float* __restrict__ lse,
