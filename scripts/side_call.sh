@@ -24,6 +24,11 @@
 #            sets the run's environment (its lib is not used: the kernels are this tree's); VARIANT cudnn profiles
 #            PyTorch's cuDNN attention at the shape instead (scripts/sdpa_ncu.py). Speed of light, pipes,
 #            stalls, occupancy, shared-memory bank conflicts, the memory workload; ncu-MODEL-DTYPE-HR[-VARIANT].txt
+#   sv       Nsight Compute's source view (scripts/source_view.sh: executed instructions and stall samples a SASS line)
+#            of one launch of each MODEL:DTYPE:HR:KERNEL[:VARIANT] of SIDE_SV (default gpt2-small:float32:0:
+#            attn_backward_dq_wgf), KERNEL a regex, its launch in attention_ncu.py's second pass; VARIANT's lib and
+#            bench.env are used (.cache/variants/VARIANT); the pages in W/sv/NAME-sass.csv.gz (into logs.tgz), each
+#            read by scripts/sass_dynamic.py --runs 3 (where the kernel waits, prologue, loop and end apart)
 #   epilogue scripts/probes/gelu_epilogue_probe.py: cuBLASLt's GELU_AUX / DGELU products against product + our GELU
 #            kernels on the MLP shapes (what a GELU in the products' epilogues could save)
 #   gproduct scripts/probes/gelu_product_probe.py: our TMA + wgmma product with the exact GELU (and its derivative) in
@@ -151,6 +156,22 @@ if [[ $STAGES == *,ncu,* ]]; then
       sub(/_per_issue_active.ratio/,"",$1); gsub(/,/,"",$NF); print k, $1, $NF}' "$W/ncu-$tag.txt" | sort -k1,1 -k3,3gr | awk 'c[$1]++<3' 
   done
 fi
+if [[ $STAGES == *,sv,* ]]; then
+  for spec in ${SIDE_SV:-gpt2-small:float32:0:attn_backward_dq_wgf}; do
+    [ "$(left)" -gt 60 ] || break
+    IFS=: read -r model dtype hr kernel variant <<<"$spec"
+    lib=$PWD/lib envs=()
+    if [ -n "$variant" ]; then
+      lib=$PWD/.cache/variants/$variant/lib
+      read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
+    fi
+    name=$(tr -c 'A-Za-z0-9_.\n-' '_' <<<"$model-$dtype-$hr-$kernel${variant:+-$variant}")
+    env "${envs[@]}" PYTHONPATH="$lib:/tmp/site" bash scripts/source_view.sh "$W/sv" "$name" "$kernel" 1 \
+      $(( $(left) - 30 < 90 ? $(left) - 30 : 90 )) -- python3 scripts/attention_ncu.py "$model" "$dtype" "$hr"
+    rm -f "$W/sv/$name.ncu-rep"
+    [ -f "$W/sv/$name-sass.csv.gz" ] && python3 scripts/sass_dynamic.py "$W/sv/$name-sass.csv.gz" --runs 3
+  done
+fi
 if [[ $STAGES == *,fwd,* ]] && [ "$(left)" -gt 60 ]; then
   timeout 120 python3 scripts/attention_forward_variants.py "$W/fwd.jsonl" 3 20 >"$W/fwd.log" 2>&1
   echo "== attention forward kernels (exit $?, $(elapsed) s)"; tail -12 "$W/fwd.log"
@@ -185,4 +206,4 @@ if [[ $STAGES == *,variants,* ]] && [ "$(left)" -gt 40 ]; then
   echo "== attention backward forms (exit $?)"; tail -12 "$W/bwd.log"
 fi
 # what the stages left (a call's exit status is tar's: 0 unless none ran)
-(cd "$W" && tar czf "$OUT/logs.tgz" $(ls -d *.log *.jsonl *.txt profile-*.json bench 2>/dev/null))
+(cd "$W" && tar czf "$OUT/logs.tgz" $(ls -d *.log *.jsonl *.txt profile-*.json bench sv 2>/dev/null))
