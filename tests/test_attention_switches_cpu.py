@@ -149,8 +149,8 @@ def test_the_swapped_dq_kernels_are_in_the_source():
 
 def test_attention_cu_instantiates_the_programs_kernels_only():
     """attention.cu's instantiation lines: the kernels the switches at their defaults reach (and those TR2_ATTN_WG_DKDV=0,
-    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV and TR2_ATTN_F32_WG_DQ reach, and the half builds'
-    recomputing backward, USE_DS's oracle), no form that was measured slower and removed (docs/perf.md; before the
+    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV, TR2_ATTN_F32_WG_DQ and TR2_ATTN_F32_DQ_KT reach, and
+    the half builds' recomputing backward, USE_DS's oracle), no form that was measured slower and removed (docs/perf.md; before the
     removal, at ee6b673)."""
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
     lines = re.findall(r"^ATTN_\w+\(.*\)$", src, re.M)
@@ -165,7 +165,7 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
     want += [f"ATTN_DS({b}, {k}, {hs})" for hs in (64, 32) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     want += ["ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)", "ATTN_FORWARD_WG1(f16r, KIND_F16, 64)"]
     want += ["ATTN_FORWARD_WGF(2, f32, true, 64)", "ATTN_FORWARD_WGF(2, tf32, false, 64)", "ATTN_BACKWARD_DKDV_WGF(2, 64)",
-             "ATTN_BACKWARD_DQ_WGF(2, 64)"]
+             "ATTN_BACKWARD_DQ_WGF(2, 64)", "ATTN_BACKWARD_DQ_WGFK(2, 64)"]
     for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false)", "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
@@ -295,3 +295,14 @@ def test_the_wgmma_dq_refuses_arrays_off_16_bytes_naming_them(attention):
     attention._aligned16("the row dots", dout=_Array(0x7F0000000000), out=_Array(0x7F0000000100))
     with pytest.raises(ValueError, match=r"attention: out \(shape \(8, 1024, 768\)\) starts at 0x7f0000000104, not on"):
         attention._aligned16("the row dots", dout=_Array(0x7F0000000000), out=_Array(0x7F0000000104))
+
+
+def test_the_wgmma_dq_writes_k_transposed_from_the_staged_k_only_when_asked(attention, monkeypatch):
+    """TR2_ATTN_F32_DQ_KT: off by default (written, not yet run on a GPU); 1 names the kernel that writes k^T from the
+    staged k rows; both kernels are declared by attention.cu's instantiations."""
+    assert attention.F32_DQ_KT is False
+    assert attention.f32_wg_dq_kernel(64) == "attn_backward_dq_wgf2_tf32_hs64"
+    monkeypatch.setattr(attention, "F32_DQ_KT", True)
+    assert attention.f32_wg_dq_kernel(64) == "attn_backward_dq_wgfk2_tf32_hs64"
+    declared = gpu.declared_kernels("attention.cu")
+    assert {"attn_backward_dq_wgf2_tf32_hs64", "attn_backward_dq_wgfk2_tf32_hs64"} <= set(declared)

@@ -774,6 +774,42 @@ def test_attention_float32_dq_wgmma(B, T, H, hs, p, monkeypatch):
     exact(f"attention dk, dv by the wgmma dQ's D against the mma.sync dQ's {tag}", wgf[..., C:], mma_sync[..., C:])
 
 
+@pytest.mark.parametrize("B, T, H, hs", [shape for shape in ATTENTION_SHAPES if shape[3] == 64])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_float32_dq_wgmma_k_transposed_from_staged_k(B, T, H, hs, p, monkeypatch):
+    """TR2_ATTN_F32_DQ_KT=1 (attn_backward_dq_wgfk2_tf32_hs64: k^T written from the tile's staged k rows, not copied
+    again): the same inputs through it and through the default wgmma dQ (both at every T: TR2_ATTN_F32_WG_DQ=1) give
+    dqkv the same bits, every element written (its outputs poisoned first by the backend's allocation), three runs
+    alike; the launches recorded, so that each kernel is known to have run. k^T holds the same values in the same
+    places either way (tests/test_attention_f32_dq_kt_cpu.py), so dQ must not move by a bit."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    monkeypatch.setattr(attention, "F32_WG_DQ", 1)
+    launched = record_launches(monkeypatch, attention)
+    be = gpu_backend("float32", True, False)
+    tag = f"[tf32 dq wgfk2 B={B} T={T} H={H} hs={hs} p={p}]"
+    g = gen(B * T * H + hs + int(p * 10) + 47)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, 2)
+    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    by_form = {}
+    for kt in (False, True):
+        monkeypatch.setattr(attention, "F32_DQ_KT", kt)
+        runs = []
+        for _ in range(3):
+            launched.clear()
+            runs.append(be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)))
+            want = "attn_backward_dq_wgfk2_tf32_hs64" if kt else "attn_backward_dq_wgf2_tf32_hs64"
+            assert launched[0] == want, launched
+        for other in runs[1:]:
+            exact(f"attention dqkv, run against run {tag} kt={kt}", other, runs[0])
+        by_form[kt] = runs[0]
+    assert np.isfinite(by_form[True]).all(), f"dqkv {tag}: an element left unwritten"
+    exact(f"attention dqkv, k^T from the staged k against copied {tag}", by_form[True], by_form[False])
+
+
 def test_tf32_rounding_is_the_formula_on_every_float32():
     """attention.cu's tf32_rne (on sm_90 the instruction cvt.rn.tf32.f32) against tf32_rne_formula, the bit formula
     the float32 builds rounded with before, on all 2^32 float32 bit patterns (tf32_round_check): the same bits on every

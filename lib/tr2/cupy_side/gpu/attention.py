@@ -124,6 +124,18 @@ def _f32_wg_backward_built(ctx, hs: int) -> bool:
 F32_WG_DQ = kernel_switch("TR2_ATTN_F32_WG_DQ", 2, (0, 1, 2))
 F32_WG_DQ_MIN_T = 256
 
+# The wgmma dQ's k^T copied from global memory a second time and rounded (0, the default), or written from the tile's
+# staged, rounded k rows (1: attn_backward_dq_wgfk2_tf32_hs64; the same values in the same places, so the same bits):
+# each key tile's copies 48 -> 32 KB a block, for one more block barrier a tile. Written in the fifty-first session
+# from Nsight Compute's source view (results/h100-perf-20261206f: the loop's copies 10.6% of the kernel's stall
+# samples, lg_throttle most); NOT yet run on a GPU, so off.
+F32_DQ_KT = bool(kernel_switch("TR2_ATTN_F32_DQ_KT", 0))
+
+
+def f32_wg_dq_kernel(hs: int) -> str:
+    """The wgmma dQ kernel's name under TR2_ATTN_F32_DQ_KT."""
+    return f"attn_backward_dq_wgf{'k' if F32_DQ_KT else ''}2_tf32_hs{hs}"
+
 
 def uses_f32_wg_dq(ctx, hs: int, T: int) -> bool:
     return _past_the_cut(F32_WG_DQ, F32_WG_DQ_MIN_T, T) and _f32_wg_backward_built(ctx, hs)
@@ -507,7 +519,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         dq_args = (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail
         if uses_f32_wg_dq(ctx, hs, T):
             _aligned16("the float32 wgmma dQ", dout=kdout, out=saved.out)
-            launch(FILE, f"attn_backward_dq_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, dq_args,
+            launch(FILE, f32_wg_dq_kernel(hs), (B * H, -(-T // 128)), 256, dq_args,
                    shared_mem=f32_wg_dq_shared_bytes(hs), prefer_shared=True)
         else:
             _launch(ctx, "backward_dq", hs, T, B * H, dq_args)

@@ -2073,7 +2073,7 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
 // tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2). D summed
 // from the staged dO (below) since: x0.94-0.95 of that kernel at T = 1024 (results/h100-perf-20261206f, call 3). The
 // prologue still holds 30% of the warp-stall samples there, waiting on its copies (one block an SM: nothing overlaps).
-template <int HS, int NWG, bool DROP>
+template <int HS, int NWG, bool DROP, bool KT_FROM_K>
 __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
                                           const float* __restrict__ dout, const float* __restrict__ lse,
                                           float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
@@ -2107,11 +2107,11 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         if (kb * BC + BC <= T) {
             kvrows.land<true>(sLand, k, BC, 3 * C);
             kvrows.land<true>(sLand + KT, k + C, BC, 3 * C);
-            kcols.land<true>(sLand + 2 * KT, k, BC, 3 * C);
+            if constexpr (!KT_FROM_K) kcols.land<true>(sLand + 2 * KT, k, BC, 3 * C);
         } else {
             kvrows.land<false>(sLand, k, T - kb * BC, 3 * C);
             kvrows.land<false>(sLand + KT, k + C, T - kb * BC, 3 * C);
-            kcols.land<false>(sLand + 2 * KT, k, T - kb * BC, 3 * C);
+            if constexpr (!KT_FROM_K) kcols.land<false>(sLand + 2 * KT, k, T - kb * BC, 3 * C);
         }
         cp_async_commit();
     };
@@ -2119,7 +2119,21 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         float* k = sKV + 3 * buf * KT;
         fill_rows<false, HS, BC, THREADS>(k, nullptr, sLand);
         fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, sLand + KT);
-        kcols.fill<false>(k + 2 * KT, nullptr, sLand + 2 * KT);
+        if constexpr (!KT_FROM_K) kcols.fill<false>(k + 2 * KT, nullptr, sLand + 2 * KT);
+    };
+    // KT_FROM_K: k^T written from the staged (rounded) k rows of the tile, into one buffer (buffer 0's k^T place), in
+    // the layout LandCols' fill writes (the same values: the same bits), each thread the floats at tid + e THREADS:
+    // float e of lane l in warp w holds key (w >> 1) 8 + (w & 1) + 2 (l & 1) + 4 ((l >> 1) & 1) + 32 (e & 1) and column
+    // (e >> 1) 8 + (l >> 2) (LandCols' landing rows and fill, composed), read from LandRows' layout of the k tile.
+    auto k_transposed = [&](const float* k, float* kt) {
+        static_assert(THREADS == 256 && BC == 64 && HS == 64, "the key and column formula is LandCols' at 8 warps");
+        const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+        const int key0 = (w >> 1) * 8 + (w & 1) + 2 * (l & 1) + 4 * ((l >> 1) & 1);
+#pragma unroll
+        for (int e = 0; e < ColsLand::EACH; ++e) {
+            const int key = key0 + 32 * (e & 1), col = (e >> 1) * 8 + (l >> 2);
+            kt[threadIdx.x + e * THREADS] = k[4 * ((((key >> 3) * (HS / 4) + (col >> 2)) << 3) + (key & 7)) + (col & 3)];
+        }
     };
     // The warp's rows' O, for D below: the output is float32 here (the float32 builds' kind; gpu/attention.py launches
     // this kernel in float32 only), 16 bytes a load (a lane's 16 columns start 64 bytes apart: C is a multiple of HS,
@@ -2185,6 +2199,7 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         const float* sK = sKV + 3 * cur * KT;
         const float* sV = sK + KT;
         const float* sKt = sK + 2 * KT;
+        float* sKt1 = sKV + 2 * KT;   // KT_FROM_K: the one k^T buffer, written from sK each tile
         auto stage_next = [&]() {   // into the other buffer (its last readers passed the barrier ending kb - 1), then
             if (kb < last) {        // the tile after it starts landing
                 cp_async_landed();
@@ -2193,8 +2208,10 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
                 if (kb + 1 < last) land_kv(kb + 2);
             }
         };
+        u32 ask[KT_FROM_K ? NT : 1][4];   // KT_FROM_K: dS's A fragments, kept past the branch for the dQ product
         if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
             stage_next();
+            if constexpr (KT_FROM_K) k_transposed(sK, sKt1);   // the other warpgroup's dQ reads it
         } else {   // S = q k^T and dPd = dO v^T, in flight while the next tile is staged
             float p[1][NT][4], ds[1][NT][4];
             wg_fence();
@@ -2202,6 +2219,7 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
             wg_mma_rows_tf32(ds[0], sOw, sV);
             wg_commit();
             stage_next();
+            if constexpr (KT_FROM_K) k_transposed(sK, sKt1);   // its last reader, dQ of kb - 1, passed kb - 1's barrier
             wg_wait_all();
             wg_hold(p[0]);
             wg_hold(ds[0]);
@@ -2228,13 +2246,33 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
                     tf32_operand<false, true>(y[e], as[n][e], lo);
                 }
             }
-            wg_fence();
+            if constexpr (KT_FROM_K) {
 #pragma unroll
-            for (int n = 0; n < NT; ++n)   // dQ += dS k: k8 slice n = keys 8n.. = chunks 2n, 2n + 1 of k^T's rows
-                wg_mma_tf32(dq[0], as[n], wg_desc(sKt + 2 * n * 32, 128, CHK * 128), 1);
-            wg_commit();
-            wg_wait_all();
-            wg_hold(dq[0]);
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) ask[n][e] = as[n][e];
+            } else {
+                wg_fence();
+#pragma unroll
+                for (int n = 0; n < NT; ++n)   // dQ += dS k: k8 slice n = keys 8n.. = chunks 2n, 2n + 1 of k^T's rows
+                    wg_mma_tf32(dq[0], as[n], wg_desc(sKt + 2 * n * 32, 128, CHK * 128), 1);
+                wg_commit();
+                wg_wait_all();
+                wg_hold(dq[0]);
+            }
+        }
+        if constexpr (KT_FROM_K) {
+            fence_proxy_async();   // k^T, written by every thread, seen by the tensor cores' reads
+            __syncthreads();
+            if (kb <= wg_last) {   // no product in flight across a join: issued and awaited in this branch
+                wg_fence();
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+                    wg_mma_tf32(dq[0], ask[n], wg_desc(sKt1 + 2 * n * 32, 128, CHK * 128), 1);
+                wg_commit();
+                wg_wait_all();
+                wg_hold(dq[0]);
+            }
         }
         fence_proxy_async();   // the next tile's stores, seen by the tensor cores' reads
         __syncthreads();       // and every warpgroup done with this buffer before it is refilled
@@ -3165,17 +3203,21 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         else attention_backward_dkdv_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind, d);      \
     }
 // The float32 dQ on wgmma (attention_backward_dq_wgf, HS = 64, one TF32 product): attn_backward_dq_wgf2_tf32_hs64, two
-// warpgroups a block (128 queries), arguments as attn_backward_dq_tf32_'s.
-#define ATTN_BACKWARD_DQ_WGF(NWG, HS)                                                                           \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgf##NWG##_tf32_hs##HS(        \
+// warpgroups a block (128 queries), arguments as attn_backward_dq_tf32_'s; attn_backward_dq_wgfk2_tf32_hs64 writes k^T
+// from the staged k rows (KT_FROM_K: TR2_ATTN_F32_DQ_KT=1, gpu/attention.py; written in the fifty-first session, not
+// yet run on a GPU).
+#define ATTN_BACKWARD_DQ_WGF_FORM(NAME, NWG, KT, HS)                                                            \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgf##NAME##NWG##_tf32_hs##HS(  \
         void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec, const void* out, int T, \
         int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold,      \
         float dscale) {                                                                                        \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_backward_dq_wgf<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
-        else attention_backward_dq_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
+        if (use_dropout) attention_backward_dq_wgf<HS, NWG, true, KT>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
+        else attention_backward_dq_wgf<HS, NWG, false, KT>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
     }
+#define ATTN_BACKWARD_DQ_WGF(NWG, HS) ATTN_BACKWARD_DQ_WGF_FORM(, NWG, false, HS)
+#define ATTN_BACKWARD_DQ_WGFK(NWG, HS) ATTN_BACKWARD_DQ_WGF_FORM(k, NWG, true, HS)
 // Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
 // attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
 // (left zero); one block an SM.
@@ -3329,6 +3371,7 @@ ATTN_FORWARD_WGF(2, f32, true, 64)
 ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_BACKWARD_DKDV_WGF(2, 64)
 ATTN_BACKWARD_DQ_WGF(2, 64)
+ATTN_BACKWARD_DQ_WGFK(2, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
