@@ -724,6 +724,18 @@ def test_attention_float32_dkdv_wgmma(B, T, H, hs, p, monkeypatch):
                             f"[tf32 dkdv wgf2 B={B} T={T} H={H} hs={hs} p={p}]", each_run)
 
 
+def _forward_for_backward(be, B, T, H, hs, p, salt: int, site: int):
+    """Fresh random qkv and dO for a backward (the generator seeded from the shape and `salt`) and the forward's
+    saved state: (qkv, dout, saved, seed, offset), the dropout's seed and offset (dropout site `site`) as the forward
+    drew them."""
+    g = gen(B * T * H + hs + int(p * 10) + salt)
+    C = H * hs
+    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
+    seed, offset = 1337, rng.site_offset(11, 7, site)
+    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    return qkv, dout, saved, seed, offset
+
+
 def _float32_backward_launches(monkeypatch, switch: str, hs: int, dq: str, dkdv: str):
     """For the float32 wgmma backward tests: skipped off sm_90a; attention's `switch` set to 1; the launches recorded,
     and a check for each run that they were the default forward, then `dq`, then `dkdv` (clearing the record)."""
@@ -758,11 +770,8 @@ def test_attention_float32_dq_wgmma(B, T, H, hs, p, monkeypatch):
     tag = f"[tf32 dq wgf2 B={B} T={T} H={H} hs={hs} p={p}]"
     attention_against_numpy(("float32", True, False), B, T, H, hs, p, 41, tag, each_run)
 
-    g = gen(B * T * H + hs + int(p * 10) + 43)
+    qkv, dout, saved, seed, offset = _forward_for_backward(be, B, T, H, hs, p, 43, 1)
     C = H * hs
-    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
-    seed, offset = 1337, rng.site_offset(11, 7, 1)
-    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
     by_form = {}
     for form in (1, 0):
         monkeypatch.setattr(attention, "F32_WG_DQ", form)
@@ -789,11 +798,7 @@ def test_attention_float32_dq_wgmma_k_transposed_from_staged_k(B, T, H, hs, p, m
     launched = record_launches(monkeypatch, attention)
     be = gpu_backend("float32", True, False)
     tag = f"[tf32 dq wgfk2 B={B} T={T} H={H} hs={hs} p={p}]"
-    g = gen(B * T * H + hs + int(p * 10) + 47)
-    C = H * hs
-    qkv, dout = randn(g, B, T, 3 * C), randn(g, B, T, C)
-    seed, offset = 1337, rng.site_offset(11, 7, 2)
-    _, saved = be.attention_forward(dev(qkv), H, p, seed, offset)
+    qkv, dout, saved, seed, offset = _forward_for_backward(be, B, T, H, hs, p, 47, 2)
     by_form = {}
     for kt in (False, True):
         monkeypatch.setattr(attention, "F32_DQ_KT", kt)
