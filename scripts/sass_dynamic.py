@@ -53,6 +53,12 @@ def opcode(source: str) -> str:
     return mnemonic(source).split(".")[0]
 
 
+def _reasons(r) -> Counter:
+    """A source-page row's stall samples by reason (the Not Issued columns left out)."""
+    return Counter({k[len("stall_"):]: int(v or 0) for k, v in r.items()
+                    if k and k.startswith("stall_") and "(Not Issued)" not in k})
+
+
 def summarize(path: str, top: int) -> None:
     kernel, rows = read(path)
     executed, stalls = Counter(), Counter()
@@ -67,9 +73,7 @@ def summarize(path: str, top: int) -> None:
         print(f"  {op:<10} {n:>12,} {n / total:>7.1%} {stalls[op]:>8,} {stalls[op] / max(samples, 1):>7.1%}")
     reasons = Counter()
     for r in rows:
-        for key, value in r.items():
-            if key and key.startswith("stall_") and "(Not Issued)" not in key:
-                reasons[key[len("stall_"):]] += int(value or 0)
+        reasons += _reasons(r)
     print("  stall samples by reason: " + ", ".join(
         f"{k} {v:,} ({v / max(samples, 1):.0%})" for k, v in reasons.most_common(8) if v))
 
@@ -96,16 +100,9 @@ def hot_lines(path: str, n: int) -> list[tuple]:
     out = []
     for i in top:
         r = rows[i]
-        reasons = sorted(((k[len("stall_"):], int(v or 0)) for k, v in r.items()
-                          if k and k.startswith("stall_") and "(Not Issued)" not in k), key=lambda kv: -kv[1])
         out.append((i, " ".join(r["Source"].split()), samples[i], int(r["Instructions Executed"] or 0),
-                    [kv for kv in reasons[:2] if kv[1]]))
+                    [kv for kv in _reasons(r).most_common(2) if kv[1]]))
     return out
-
-
-def _reasons(r) -> Counter:
-    return Counter({k[len("stall_"):]: int(v or 0) for k, v in r.items()
-                    if k and k.startswith("stall_") and "(Not Issued)" not in k})
 
 
 def runs(path: str) -> list[dict]:

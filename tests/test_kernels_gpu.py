@@ -790,7 +790,7 @@ def test_attention_float32_dq_wgmma_k_transposed_from_staged_k(B, T, H, hs, p, m
     again): the same inputs through it and through the default wgmma dQ (both at every T: TR2_ATTN_F32_WG_DQ=1) give
     dqkv the same bits, every element written (its outputs poisoned first by the backend's allocation), three runs
     alike; the launches recorded, so that each kernel is known to have run. k^T holds the same values in the same
-    places either way (tests/test_attention_f32_dq_kt_cpu.py), so dQ must not move by a bit."""
+    places either way (tests/test_attention_f32_dq_wgf_cpu.py), so dQ must not move by a bit."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
