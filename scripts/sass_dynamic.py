@@ -4,6 +4,7 @@ it holds (nvdisasm's static counts, results/cpu-checks-20261204, say only the la
 
     python scripts/sass_dynamic.py A.csv.gz [B.csv.gz ...] [--top N]
     python scripts/sass_dynamic.py A.csv.gz [B.csv.gz ...] --lines STG,STSM,UTMASTG
+    python scripts/sass_dynamic.py A.csv.gz [B.csv.gz ...] --hot N
 
 The second form lists, for the instructions whose mnemonic (modifiers kept) starts with one of the prefixes, how
 many lines execute how many times each: where in the kernel (a loop, a once-an-item epilogue) they sit.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import pathlib
 import sys
 from collections import Counter
 
@@ -126,11 +128,69 @@ def runs(path: str) -> list[dict]:
     return out
 
 
+# Each option and what its value is: one of them at most a call, besides the files.
+OPTIONS = {"--top": "N, the heaviest opcodes listed (a whole number, 1 or more; default 25)",
+           "--lines": "PREFIXES, mnemonic prefixes joined by commas (STG,STSM)",
+           "--hot": "N, the lines with the most stall samples (a whole number, 1 or more)",
+           "--runs": "PERCENT, the least share of the samples a run listed holds (a number from 0 to 100)"}
+
+
+class UsageError(ValueError):
+    pass
+
+
+def parse(argv) -> tuple[str, str | None, list[str]]:
+    """argv -> (option, its value, the files); the option "--top" where none is given. Refuses, naming the argument,
+    its value and what is allowed: an unknown option, two options, an option without its value, a value of the wrong
+    kind, no file, a file that is not there."""
+    option, value, files = None, None, []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("-"):
+            if a not in OPTIONS:
+                raise UsageError(f"unknown option {a!r}: allowed are {', '.join(OPTIONS)} (and -h for help)")
+            if option is not None:
+                raise UsageError(f"{a!r} given after {option!r}: one option a call")
+            if i + 1 >= len(argv):
+                raise UsageError(f"{a} needs a value: {OPTIONS[a]}")
+            option, value = a, argv[i + 1]
+            i += 2
+            continue
+        files.append(a)
+        i += 1
+    option = option or "--top"
+    if value is not None:
+        try:
+            number = float(value) if option == "--runs" else int(value) if option != "--lines" else None
+        except ValueError:
+            number = None
+            if option != "--lines":
+                raise UsageError(f"{option} {value!r}: the value is {OPTIONS[option]}") from None
+        if option == "--runs" and not 0 <= number <= 100 or option in ("--top", "--hot") and number < 1:
+            raise UsageError(f"{option} {value!r}: the value is {OPTIONS[option]}")
+        if option == "--lines" and not all(value.split(",")):
+            raise UsageError(f"--lines {value!r}: the value is {OPTIONS['--lines']}")
+    if not files:
+        raise UsageError("no source page given (ncu -i REP --page source --csv --print-source sass, gzipped or not)")
+    missing = [f for f in files if not pathlib.Path(f).is_file()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)}")
+    return option, value, files
+
+
 def main(argv) -> int:
-    if "--runs" in argv:
-        i = argv.index("--runs")
-        least = float(argv[i + 1])
-        for path in argv[:i] + argv[i + 2:]:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    try:
+        option, value, files = parse(argv)
+    except UsageError as e:
+        print(f"sass_dynamic.py: {e}", file=sys.stderr)
+        return 2
+    if option == "--runs":
+        least = float(value)
+        for path in files:
             kernel, _ = read(path)
             found = runs(path)
             total = sum(run["samples"] for run in found)
@@ -143,10 +203,9 @@ def main(argv) -> int:
                 print(f"  lines {run['first']:5d}-{run['last']:5d} executed {run['executed']:7d} a line, {run['lines']:4d} "
                       f"lines, {run['samples']:6d} samples ({run['samples'] / max(total, 1):5.1%}): {why} | {ops}")
         return 0
-    if "--hot" in argv:
-        i = argv.index("--hot")
-        n = int(argv[i + 1])
-        for path in argv[:i] + argv[i + 2:]:
+    if option == "--hot":
+        n = int(value)
+        for path in files:
             kernel, rows = read(path)
             total = sum(int(r["Warp Stall Sampling (All Samples)"] or 0) for r in rows)
             print(f"{kernel}: {total:,} stall samples")
@@ -154,20 +213,15 @@ def main(argv) -> int:
                 why = ", ".join(f"{name} {v}" for name, v in reasons)
                 print(f"  {k:5d} {source[:60]:60} {smp:6d} ({smp / max(total, 1):4.0%}) executed {ex:8d}  {why}")
         return 0
-    if "--lines" in argv:
-        i = argv.index("--lines")
-        prefixes = argv[i + 1].split(",")
-        for path in argv[:i] + argv[i + 2:]:
+    if option == "--lines":
+        prefixes = value.split(",")
+        for path in files:
             print(read(path)[0])
             for op, n, k in lines_by_count(path, prefixes):
                 print(f"  {op:16} executed {n:6d} times a line, {k:3d} lines")
         return 0
-    top = 25
-    if "--top" in argv:
-        i = argv.index("--top")
-        top = int(argv[i + 1])
-        argv = argv[:i] + argv[i + 2:]
-    for path in argv:
+    top = int(value) if value is not None else 25
+    for path in files:
         summarize(path, top)
     return 0
 

@@ -140,3 +140,28 @@ def test_runs_of_lines_with_one_execution_count(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "k_demo: 22 stall samples in 3 runs of lines; those with 20% or more:"
     assert len(out) == 2 and out[1].split()[:2] == ["lines", "0-"] and "17 samples (77.3%): wait 12, no_inst 5" in out[1]
+
+
+def test_bad_arguments_are_refused_by_name(tmp_path, capsys):
+    path = tmp_path / "k.csv"
+    path.write_text("\n".join(['"Kernel Name","k_demo",', HEADER,
+                               _row("0x10", "FFMA R1, R2, R3, R4", 2, 8, 2, 0)]) + "\n")
+    page = str(path)
+    refused = {
+        (page, "--runs"): "--runs needs a value: PERCENT",
+        (page, "--runs", "half"): "--runs 'half': the value is PERCENT",
+        (page, "--runs", "120"): "--runs '120': the value is PERCENT",
+        (page, "--hot", "0"): "--hot '0': the value is N",
+        (page, "--top", "2.5"): "--top '2.5': the value is N",
+        (page, "--lines", "STG,"): "--lines 'STG,': the value is PREFIXES",
+        (page, "--hottest", "3"): "unknown option '--hottest': allowed are --top, --lines, --hot, --runs",
+        (page, "--hot", "3", "--runs", "5"): "'--runs' given after '--hot': one option a call",
+        ("--runs", "5"): "no source page given",
+        (str(tmp_path / "absent.csv"), "--runs", "5"): "no such file: " + str(tmp_path / "absent.csv"),
+    }
+    for argv, message in refused.items():
+        assert sd.main(list(argv)) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("sass_dynamic.py: " + message), (argv, err)
+    assert sd.main(["--help"]) == 0 and "--runs PERCENT" in capsys.readouterr().out
+    assert sd.main([page, "--hot", "1"]) == 0 and "FFMA R1, R2, R3, R4" in capsys.readouterr().out
