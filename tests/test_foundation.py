@@ -109,7 +109,11 @@ def test_schedule_warmup_cosine_floor():
     (["--side", "cupy", "--model", "tiny", "--steps", "1", "--device", "cpu", "--cuda-graph"],
      "--cuda-graph: the run is on the cpu; allowed only on cuda"),
     (["--side", "torch", "--model", "tiny"], "the following arguments are required: --steps"),
-    (["--side", "torch", "--model", "tiny", "--steps", "x"], "invalid int value: 'x'"),
+    (["--side", "torch", "--model", "tiny", "--steps", "x"], "error: --steps: 'x' is not allowed; allowed: an integer"),
+    (["--side", "torch", "--model", "tiny", "--steps", "1", "--eval-interval", "2.5"],
+     "error: --eval-interval: '2.5' is not allowed; allowed: an integer"),
+    (["--side", "torch", "--model", "tiny", "--steps", "1", "--dropout", "half"],
+     "error: --dropout: 'half' is not allowed; allowed: a number"),
     (["--side", "torch", "--model", "tiny", "--steps", "1", "--metrics", "/no-such-tr2-folder/m.jsonl"],
      "--metrics: '/no-such-tr2-folder/m.jsonl' lies in '/no-such-tr2-folder', which is not a folder; allowed: a file "
      "path in an existing folder"),

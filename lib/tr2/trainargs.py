@@ -102,8 +102,25 @@ class Parser(argparse.ArgumentParser):
         return ns, rest
 
     def error(self, message):
+        # argparse prefixes a value's own refusal (_integer, _number) with "argument "; the others name the key first
+        message = message[len("argument "):] if message.startswith("argument --") else message
         sys.stderr.write(f"{self.prog.split()[2]}: error: {message}\n")
         sys.exit(2)
+
+
+def _integer(text: str) -> int:
+    """An integer option's value; argparse puts the option's name before the refusal."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: an integer") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: a number") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,20 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     p.add_argument("--mode", default=None, help="torch and nanogpt: eager | default | reduce-overhead | max-autotune")
     p.add_argument("--device", default="auto", help="auto (cuda when there is one) | cpu | cuda")
-    p.add_argument("--steps", type=int, required=True, help="train iterations 0..N, as nanoGPT's max_iters")
-    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--steps", type=_integer, required=True, help="train iterations 0..N, as nanoGPT's max_iters")
+    p.add_argument("--seed", type=_integer, default=1337)
     p.add_argument("--init", default=None, help="start from this initial-weights .npz")
     p.add_argument("--save-init", default=None, help="write the initial weights to this .npz before training")
     p.add_argument("--batches", default=None, help="read the training batches from this recorded order (.npy)")
     p.add_argument("--no-tf32", dest="tf32", action="store_false", help="plain float32 products (no TF32)")
-    p.add_argument("--dropout", type=float, default=None, help="override the model's dropout")
-    p.add_argument("--eval-interval", type=int, default=0, help="evaluate every K steps (0: never)")
-    p.add_argument("--eval-iters", type=int, default=None, help="batches per split at each evaluation")
+    p.add_argument("--dropout", type=_number, default=None, help="override the model's dropout")
+    p.add_argument("--eval-interval", type=_integer, default=0, help="evaluate every K steps (0: never)")
+    p.add_argument("--eval-iters", type=_integer, default=None, help="batches per split at each evaluation")
     p.add_argument("--half-roundings", action="store_true", help="cupy only: round as PyTorch does in the half types")
     p.add_argument("--cuda-graph", action="store_true",
                    help="cupy on cuda only: capture the training step once as a CUDA graph and replay it")
     p.add_argument("--metrics", default=None, help="append every step's loss and every evaluation as JSON lines")
-    p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--log-interval", type=_integer, default=10)
     p.add_argument("--nanogpt", default=None, help="nanogpt only: the nanoGPT checkout, a relative path "
                    "taken from the repository's root as the card's nanogpt_path is (default ../shared/nanoGPT)")
     return p
