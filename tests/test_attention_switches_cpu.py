@@ -298,7 +298,7 @@ def test_the_wgmma_dq_refuses_arrays_off_16_bytes_naming_them(attention):
 
 
 def test_the_wgmma_dq_writes_k_transposed_from_the_staged_k_only_when_asked(attention, monkeypatch):
-    """TR2_ATTN_F32_DQ_KT: off by default (written, not yet run on a GPU); 1 names the kernel that writes k^T from the
+    """TR2_ATTN_F32_DQ_KT: off by default (measured slower on an H100, fifty-second session); 1 names the kernel that writes k^T from the
     staged k rows; both kernels are declared by attention.cu's instantiations."""
     assert attention.F32_DQ_KT is False
     assert attention.f32_wg_dq_kernel(64) == "attn_backward_dq_wgf2_tf32_hs64"

@@ -128,7 +128,10 @@ F32_WG_DQ_MIN_T = 256
 # staged, rounded k rows (1: attn_backward_dq_wgfk2_tf32_hs64; the same values in the same places, so the same bits):
 # each key tile's copies 48 -> 32 KB a block, for one more block barrier a tile. Written in the fifty-first session
 # from Nsight Compute's source view (results/h100-perf-20261206f: the loop's copies 10.6% of the kernel's stall
-# samples, lg_throttle most); NOT yet run on a GPU, so off.
+# samples, lg_throttle most). Measured in the fifty-second session on an H100 (results/h100-perf-20261206g): the same
+# bits (18 kernel cases, a 12-step graph run byte for byte) and slower, x1.007-1.012 of the default on both GPT-2
+# shapes, so off; kept because the shared memory it frees (34 KB: k^T's second buffer and its padded landing) is
+# what a resident form landing the next item's q and dO needs (docs/perf.md, fifty-second session).
 F32_DQ_KT = bool(kernel_switch("TR2_ATTN_F32_DQ_KT", 0))
 
 

@@ -3204,8 +3204,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     }
 // The float32 dQ on wgmma (attention_backward_dq_wgf, HS = 64, one TF32 product): attn_backward_dq_wgf2_tf32_hs64, two
 // warpgroups a block (128 queries), arguments as attn_backward_dq_tf32_'s; attn_backward_dq_wgfk2_tf32_hs64 writes k^T
-// from the staged k rows (KT_FROM_K: TR2_ATTN_F32_DQ_KT=1, gpu/attention.py; written in the fifty-first session, not
-// yet run on a GPU).
+// from the staged k rows (KT_FROM_K: TR2_ATTN_F32_DQ_KT=1, gpu/attention.py; written in the fifty-first session; the
+// same bits, and x1.007-1.012 of the default in the fifty-second: results/h100-perf-20261206g).
 #define ATTN_BACKWARD_DQ_WGF_FORM(NAME, NWG, KT, HS)                                                            \
     extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgf##NAME##NWG##_tf32_hs##HS(  \
         void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec, const void* out, int T, \
