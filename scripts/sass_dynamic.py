@@ -128,49 +128,60 @@ def runs(path: str) -> list[dict]:
     return out
 
 
-# Each option and what its value is: one of them at most a call, besides the files.
-OPTIONS = {"--top": "N, the heaviest opcodes listed (a whole number, 1 or more; default 25)",
-           "--lines": "PREFIXES, mnemonic prefixes joined by commas (STG,STSM)",
-           "--hot": "N, the lines with the most stall samples (a whole number, 1 or more)",
-           "--runs": "PERCENT, the least share of the samples a run listed holds (a number from 0 to 100)"}
+def _whole_at_least_1(text: str):
+    return int(text) if text.isdigit() and int(text) >= 1 else None
+
+
+def _percent(text: str):
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if 0 <= x <= 100 else None
+
+
+def _prefixes(text: str):
+    parts = text.split(",")
+    return parts if all(parts) else None
+
+
+# Each option: what its value is, and its reading (None where the value is not allowed). One option at most a call.
+OPTIONS = {"--top": ("N, the heaviest opcodes listed (a whole number, 1 or more; default 25)", _whole_at_least_1),
+           "--lines": ("PREFIXES, mnemonic prefixes joined by commas (STG,STSM)", _prefixes),
+           "--hot": ("N, the lines with the most stall samples (a whole number, 1 or more)", _whole_at_least_1),
+           "--runs": ("PERCENT, the least share of the samples a run listed holds (a number from 0 to 100)",
+                      _percent)}
 
 
 class UsageError(ValueError):
     pass
 
 
-def parse(argv) -> tuple[str, str | None, list[str]]:
-    """argv -> (option, its value, the files); the option "--top" where none is given. Refuses, naming the argument,
-    its value and what is allowed: an unknown option, two options, an option without its value, a value of the wrong
-    kind, no file, a file that is not there."""
-    option, value, files = None, None, []
+def parse(argv) -> tuple[str, object, list[str]]:
+    """argv -> (option, its value as read, the files); ("--top", 25) where no option is given. Refuses, naming the
+    argument, its value and what is allowed: an unknown option, two options, an option without its value, a value of
+    the wrong kind, no file, a file that is not there."""
+    option, value, files = "--top", 25, []
+    given = None
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a.startswith("-"):
-            if a not in OPTIONS:
-                raise UsageError(f"unknown option {a!r}: allowed are {', '.join(OPTIONS)} (and -h for help)")
-            if option is not None:
-                raise UsageError(f"{a!r} given after {option!r}: one option a call")
-            if i + 1 >= len(argv):
-                raise UsageError(f"{a} needs a value: {OPTIONS[a]}")
-            option, value = a, argv[i + 1]
-            i += 2
+        if not a.startswith("-"):
+            files.append(a)
+            i += 1
             continue
-        files.append(a)
-        i += 1
-    option = option or "--top"
-    if value is not None:
-        try:
-            number = float(value) if option == "--runs" else int(value) if option != "--lines" else None
-        except ValueError:
-            number = None
-            if option != "--lines":
-                raise UsageError(f"{option} {value!r}: the value is {OPTIONS[option]}") from None
-        if option == "--runs" and not 0 <= number <= 100 or option in ("--top", "--hot") and number < 1:
-            raise UsageError(f"{option} {value!r}: the value is {OPTIONS[option]}")
-        if option == "--lines" and not all(value.split(",")):
-            raise UsageError(f"--lines {value!r}: the value is {OPTIONS['--lines']}")
+        if a not in OPTIONS:
+            raise UsageError(f"unknown option {a!r}: allowed are {', '.join(OPTIONS)} (and -h for help)")
+        if given is not None:
+            raise UsageError(f"{a!r} given after {given!r}: one option a call")
+        what, reading = OPTIONS[a]
+        if i + 1 >= len(argv):
+            raise UsageError(f"{a} needs a value: {what}")
+        value = reading(argv[i + 1])
+        if value is None:
+            raise UsageError(f"{a} {argv[i + 1]!r}: the value is {what}")
+        option = given = a
+        i += 2
     if not files:
         raise UsageError("no source page given (ncu -i REP --page source --csv --print-source sass, gzipped or not)")
     missing = [f for f in files if not pathlib.Path(f).is_file()]
@@ -189,7 +200,7 @@ def main(argv) -> int:
         print(f"sass_dynamic.py: {e}", file=sys.stderr)
         return 2
     if option == "--runs":
-        least = float(value)
+        least = value
         for path in files:
             kernel, _ = read(path)
             found = runs(path)
@@ -204,7 +215,7 @@ def main(argv) -> int:
                       f"lines, {run['samples']:6d} samples ({run['samples'] / max(total, 1):5.1%}): {why} | {ops}")
         return 0
     if option == "--hot":
-        n = int(value)
+        n = value
         for path in files:
             kernel, rows = read(path)
             total = sum(int(r["Warp Stall Sampling (All Samples)"] or 0) for r in rows)
@@ -214,15 +225,14 @@ def main(argv) -> int:
                 print(f"  {k:5d} {source[:60]:60} {smp:6d} ({smp / max(total, 1):4.0%}) executed {ex:8d}  {why}")
         return 0
     if option == "--lines":
-        prefixes = value.split(",")
+        prefixes = value
         for path in files:
             print(read(path)[0])
             for op, n, k in lines_by_count(path, prefixes):
                 print(f"  {op:16} executed {n:6d} times a line, {k:3d} lines")
         return 0
-    top = int(value) if value is not None else 25
     for path in files:
-        summarize(path, top)
+        summarize(path, value)
     return 0
 
 
