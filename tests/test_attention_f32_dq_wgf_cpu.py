@@ -27,9 +27,9 @@ KT_LINES = ("const int key0 = (w >> 1) * 8 + (w & 1) + 2 * (l & 1) + 4 * ((l >> 
             "kt[threadIdx.x + e * THREADS] = k[4 * ((((key >> 3) * (HS / 4) + (col >> 2)) << 3) + (key & 7)) + (col & 3)];")
 
 
-def _kernel_source() -> str:
+def _kernel_source(function: str = "__device__ void attention_backward_dq_wgf(") -> str:
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
-    start = src.index("__device__ void attention_backward_dq_wgf(")
+    start = src.index(function)
     return src[start:src.index("\n}\n", start)]
 
 
@@ -88,12 +88,20 @@ def _k_transposed(k: np.ndarray) -> np.ndarray:
 
 
 def test_the_kernel_reads_d_and_writes_k_transposed_with_the_formulas_this_test_checks():
-    body = _kernel_source()
-    assert D_READ in body
-    assert "lr = i - qb * BR" in body and "const int i = r0 + g + 8 * r" in body
+    """The formulas live in the helpers both wgmma dQ kernels call (dq_row_dots, dq_k_transposed); the kernels must
+    call them with the block's first row and from the staged k rows."""
+    dots = _kernel_source("__device__ __forceinline__ void dq_row_dots(")
+    assert D_READ in dots
+    assert "lr = i - row0" in dots and "const int i = r0 + g + 8 * r" in dots
+    transposed = _kernel_source("__device__ __forceinline__ void dq_k_transposed(")
     for line in KT_LINES:
-        assert line in body, line
-    assert "if constexpr (KT_FROM_K) k_transposed(sK, sKt1);" in body
+        assert line in transposed, line
+    body = _kernel_source()
+    assert "dq_row_dots<HS>(Dr, Dvec, sO, ol, bh, T, r0, qb * BR, g, t);" in body
+    assert "if constexpr (KT_FROM_K) dq_k_transposed<HS, BC, THREADS>(sK, sKt1);" in body
+    resident = _kernel_source("__device__ void attention_backward_dq_wgf_resident(")
+    assert "dq_row_dots<HS>(Dr, Dvec, sO, ol, cur.bh, T, r0, cur.qb * BR, g, t);" in resident
+    assert "dq_k_transposed<HS, BC, THREADS>(sK, sKt);" in resident
 
 
 @pytest.mark.parametrize("rows_left", [128, 77, 1])

@@ -77,7 +77,8 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                 for kernel in ("dkdv_ds_l2", "dq_ds_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r"))
         + tuple(f"attn_forward_wgf2_{build}_hs64" for build in ("f32", "tf32"))
-        + ("attn_backward_dkdv_wgf2_tf32_hs64", "attn_backward_dq_wgf2_tf32_hs64", "attn_backward_dq_wgfk2_tf32_hs64"),
+        + ("attn_backward_dkdv_wgf2_tf32_hs64", "attn_backward_dq_wgf2_tf32_hs64", "attn_backward_dq_wgfk2_tf32_hs64",
+           "attn_backward_dq_wgfr2_tf32_hs64"),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
                 "gelu_forward_f16_fast", "gelu_backward_f16_fast"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
@@ -113,9 +114,9 @@ _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backwar
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
 # attention.cu's float32 forward on wgmma: ATTN_FORWARD_WGF(warpgroups, build, split, head size)
 _ATTN_WGF_MACRO = re.compile(r'^ATTN_FORWARD_WGF\((\d+), (\w+), \w+, (\d+)\)', re.M)
-# and its dK/dV and dQ (one TF32 product): ATTN_BACKWARD_DKDV_WGF / _DQ_WGF / _DQ_WGFK (k^T from the staged k)
+# and its dK/dV and dQ (one TF32 product): ATTN_BACKWARD_DKDV_WGF / _DQ_WGF / _DQ_WGFK (k^T from the staged k) / _DQ_WGFR (resident)
 # (warpgroups, head size)
-_ATTN_BWD_WGF_MACRO = re.compile(r'^ATTN_BACKWARD_(DKDV|DQ)_WGF(K?)\((\d+), (\d+)\)', re.M)
+_ATTN_BWD_WGF_MACRO = re.compile(r'^ATTN_BACKWARD_(DKDV|DQ)_WGF([KR]?)\((\d+), (\d+)\)', re.M)
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS(_BULK)?\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.

@@ -2073,6 +2073,66 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
 // tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2). D summed
 // from the staged dO (below) since: x0.94-0.95 of that kernel at T = 1024 (results/h100-perf-20261206f, call 3). The
 // prologue still holds 30% of the warp-stall samples there, waiting on its copies (one block an SM: nothing overlaps).
+// The float32 wgmma dQ's pieces shared by attention_backward_dq_wgf and its resident form (below).
+// A warp's rows' O for D: the output is float32 here (the float32 builds' kind; gpu/attention.py launches these kernels
+// in float32 only), 16 bytes a load (a lane's 16 columns start 64 bytes apart: C is a multiple of HS, and
+// gpu/attention.py checks the alignment); rows past T as zeros.
+template <int HS>
+__device__ __forceinline__ void dq_load_o(float4 (&ol)[2][HS / 16], const void* __restrict__ out, int b, int h, int T,
+                                          int C, int r0, int g, int t) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = r0 + g + 8 * r;
+        const i64 at = ((i64)b * T + min(i, T - 1)) * C + h * HS + t * (HS / 4);
+#pragma unroll
+        for (int q = 0; q < HS / 16; ++q)
+            ol[r][q] = i < T ? *(const float4*)((const float*)out + at + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+// D, the mma.sync kernel's sums: lane t's columns 16 t.. 16 t + 15 of dO rounded to TF32 times O, in order, then the
+// butterfly over t. The rounded dO is the staged tile's sO (LandRows' layout; rows past T landed as zeros, so 0) whose
+// first row is query row0; reloading it from global memory after the copies cost 11% of the default kernel's
+// warp-stall samples, the loads queued behind the copies and their sums waiting on them (Nsight Compute's source view,
+// results/h100-perf-20261206f call 2). Written to Dvec for the dK/dV kernel after, which so reads the values it read
+// before.
+template <int HS>
+__device__ __forceinline__ void dq_row_dots(float (&Dr)[2], float* __restrict__ Dvec, const float* sO,
+                                            const float4 (&ol)[2][HS / 16], int bh, int T, int r0, int row0, int g,
+                                            int t) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = r0 + g + 8 * r, lr = i - row0;   // the row in the block's staged tiles
+        float acc = 0.0f;
+#pragma unroll
+        for (int q = 0; q < HS / 16; ++q) {   // the row's 16 bytes of chunk 4 t + q (LandRows' layout)
+            const float4 d = *(const float4*)(sO + 4 * ((((lr >> 3) * (HS / 4) + 4 * t + q) << 3) + (lr & 7)));
+            acc += d.x * ol[r][q].x;
+            acc += d.y * ol[r][q].y;
+            acc += d.z * ol[r][q].z;
+            acc += d.w * ol[r][q].w;
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        Dr[r] = acc;
+        if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
+    }
+}
+// k^T written from a key tile's staged (rounded) k rows (LandRows' layout) in the layout LandCols' fill writes (the
+// same values: the same bits), each thread the floats at tid + e THREADS: float e of lane l in warp w holds key
+// (w >> 1) 8 + (w & 1) + 2 (l & 1) + 4 ((l >> 1) & 1) + 32 (e & 1) and column (e >> 1) 8 + (l >> 2) (LandCols' landing
+// rows and fill, composed).
+template <int HS, int BC, int THREADS>
+__device__ __forceinline__ void dq_k_transposed(const float* k, float* kt) {
+    static_assert(THREADS == 256 && BC == 64 && HS == 64, "the key and column formula is LandCols' at 8 warps");
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    const int key0 = (w >> 1) * 8 + (w & 1) + 2 * (l & 1) + 4 * ((l >> 1) & 1);
+#pragma unroll
+    for (int e = 0; e < LandCols<HS, BC, THREADS>::EACH; ++e) {
+        const int key = key0 + 32 * (e & 1), col = (e >> 1) * 8 + (l >> 2);
+        kt[threadIdx.x + e * THREADS] = k[4 * ((((key >> 3) * (HS / 4) + (col >> 2)) << 3) + (key & 7)) + (col & 3)];
+    }
+}
+
 template <int HS, int NWG, bool DROP, bool KT_FROM_K>
 __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
                                           const float* __restrict__ dout, const float* __restrict__ lse,
@@ -2121,33 +2181,12 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, sLand + KT);
         if constexpr (!KT_FROM_K) kcols.fill<false>(k + 2 * KT, nullptr, sLand + 2 * KT);
     };
-    // KT_FROM_K: k^T written from the staged (rounded) k rows of the tile, into one buffer (buffer 0's k^T place), in
-    // the layout LandCols' fill writes (the same values: the same bits), each thread the floats at tid + e THREADS:
-    // float e of lane l in warp w holds key (w >> 1) 8 + (w & 1) + 2 (l & 1) + 4 ((l >> 1) & 1) + 32 (e & 1) and column
-    // (e >> 1) 8 + (l >> 2) (LandCols' landing rows and fill, composed), read from LandRows' layout of the k tile.
-    auto k_transposed = [&](const float* k, float* kt) {
-        static_assert(THREADS == 256 && BC == 64 && HS == 64, "the key and column formula is LandCols' at 8 warps");
-        const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-        const int key0 = (w >> 1) * 8 + (w & 1) + 2 * (l & 1) + 4 * ((l >> 1) & 1);
-#pragma unroll
-        for (int e = 0; e < ColsLand::EACH; ++e) {
-            const int key = key0 + 32 * (e & 1), col = (e >> 1) * 8 + (l >> 2);
-            kt[threadIdx.x + e * THREADS] = k[4 * ((((key >> 3) * (HS / 4) + (col >> 2)) << 3) + (key & 7)) + (col & 3)];
-        }
-    };
-    // The warp's rows' O, for D below: the output is float32 here (the float32 builds' kind; gpu/attention.py launches
-    // this kernel in float32 only), 16 bytes a load (a lane's 16 columns start 64 bytes apart: C is a multiple of HS,
-    // and gpu/attention.py checks the alignment), issued before the copies fill the LSU queue.
+    // KT_FROM_K: k^T written from the staged (rounded) k rows of the tile (dq_k_transposed), into one buffer (buffer
+    // 0's k^T place).
+    // The warp's rows' O, for D below, issued before the copies fill the LSU queue.
     if (out_kind != KIND_F32) __trap();
     float4 ol[2][HS / 16];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int i = r0 + g + 8 * r;
-        const i64 at = ((i64)b * T + min(i, T - 1)) * C + h * HS + t * (HS / 4);
-#pragma unroll
-        for (int q = 0; q < HS / 16; ++q)
-            ol[r][q] = i < T ? *(const float4*)((const float*)out + at + 4 * q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    dq_load_o<HS>(ol, out, b, h, T, C, r0, g, t);
     {   // q and dO land in place and are rounded there (each element read, then written, by the thread that copied it)
         const LandRows<HS, BR, THREADS> qrows(3 * C), orows(C);
         qrows.land<false>(sQ, base + (i64)qb * BR * 3 * C, T - qb * BR, 3 * C);
@@ -2168,28 +2207,7 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
     if (last > 0) land_kv(1);
     fence_proxy_async();
     __syncthreads();
-    // D, the mma.sync kernel's sums (above): lane t's columns 16 t.. 16 t + 15 of dO rounded to TF32 times O, in order,
-    // then the butterfly over t. The rounded dO is the staged tile's (rows past T landed as zeros, so 0); reloading it
-    // from global memory after the copies cost 11% of this kernel's warp-stall samples, the loads queued behind the
-    // copies and their sums waiting on them (Nsight Compute's source view, results/h100-perf-20261206f call 2).
-    // Written to Dvec for the dK/dV kernel after, which so reads the values it read before.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int i = r0 + g + 8 * r, lr = i - qb * BR;   // the row in the block's staged tiles
-        float acc = 0.0f;
-#pragma unroll
-        for (int q = 0; q < HS / 16; ++q) {   // the row's 16 bytes of chunk 4 t + q (LandRows' layout)
-            const float4 d = *(const float4*)(sO + 4 * ((((lr >> 3) * (HS / 4) + 4 * t + q) << 3) + (lr & 7)));
-            acc += d.x * ol[r][q].x;
-            acc += d.y * ol[r][q].y;
-            acc += d.z * ol[r][q].z;
-            acc += d.w * ol[r][q].w;
-        }
-        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-        Dr[r] = acc;
-        if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
-    }
+    dq_row_dots<HS>(Dr, Dvec, sO, ol, bh, T, r0, qb * BR, g, t);   // D, from the staged dO
     float dq[1][HS / 8][4];
 #pragma unroll
     for (int n = 0; n < HS / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
@@ -2211,7 +2229,7 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         u32 ask[KT_FROM_K ? NT : 1][4];   // KT_FROM_K: dS's A fragments, kept past the branch for the dQ product
         if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
             stage_next();
-            if constexpr (KT_FROM_K) k_transposed(sK, sKt1);   // the other warpgroup's dQ reads it
+            if constexpr (KT_FROM_K) dq_k_transposed<HS, BC, THREADS>(sK, sKt1);   // the other warpgroup's dQ reads it
         } else {   // S = q k^T and dPd = dO v^T, in flight while the next tile is staged
             float p[1][NT][4], ds[1][NT][4];
             wg_fence();
@@ -2219,7 +2237,7 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
             wg_mma_rows_tf32(ds[0], sOw, sV);
             wg_commit();
             stage_next();
-            if constexpr (KT_FROM_K) k_transposed(sK, sKt1);   // its last reader, dQ of kb - 1, passed kb - 1's barrier
+            if constexpr (KT_FROM_K) dq_k_transposed<HS, BC, THREADS>(sK, sKt1);   // its last reader, dQ of kb - 1, passed kb - 1's barrier
             wg_wait_all();
             wg_hold(p[0]);
             wg_hold(ds[0]);
@@ -2278,6 +2296,217 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         __syncthreads();       // and every warpgroup done with this buffer before it is refilled
     }
     store_dq<HS, 1>(dqkv, dq, r0, b, h, T, C, out_kind, lane);
+#else
+    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
+#endif
+}
+
+// ---- the float32 wgmma dQ resident (attention_backward_dq_wgf_resident; TR2_ATTN_F32_DQ_RESIDENT=1) ----
+// Why: one block an SM, the default kernel (above) spends 30% of its warp-stall samples in its prologue, waiting on the
+// copies of its q, dO and first key tile with nothing to overlap them (Nsight Compute's source view, results/h100-perf-
+// 20261206f). Here one block an SM walks (head, query block) items, longest rows first, by ticket (resident_item, as
+// the TMA forms), and lands each item's q, dO and first two key tiles under the previous item's last two tiles, so an
+// item starts with its copies landed and rounded: only O's loads, D and the first products' issue are left.
+// Each item's arithmetic is attention_backward_dq_wgf's with k^T written from the staged k rows (KT_FROM_K), so its
+// bits are that kernel's, and so the default's (tests/test_kernels_gpu.py holds all three to the same bits).
+// The schedule: the key tiles of all the block's items are one stream, position s in buffer s & 1 (k, then v, each
+// landed in place by LandRows and rounded there by the thread that copied it). A tile s:
+//   1. S = q k^T and dPd = dO v^T issued (buffer s & 1, the item's q and dO);
+//   2. position s + 1's copies, the one group in flight, awaited and rounded in place (buffer (s + 1) & 1; where s + 1
+//      is the next item's tile 0, that item's q and dO too, in the other q/dO region); k^T written from k (buffer
+//      s & 1) into the one k^T tile;
+//   3. S and dPd awaited, softmax_grad, dS as A fragments; a block barrier (the middle one): k^T complete, and no
+//      reader left of buffer s & 1's k and v;
+//   4. position s + 2's copies into buffer s & 1 (where s + 2 is the next item's tile 0, with that item's q and dO into
+//      the other region: its readers, the item two back's, are long done);
+//   5. dQ += dS k^T; a block barrier (the end one): k^T free for the next tile, position s + 1's rounding seen by all.
+// The next item's ticket is drawn by thread 0 at an item's start and read after the item's first middle barrier (at
+// tile last - 1 at the earliest), so every item needs two key tiles or more (T > 64: gpu/attention.py keeps the
+// default kernel at and below that). Shared memory: two regions of q and dO 128 KB, two buffers of k and v 64 KB, k^T
+// 16 KB: 208 KB, one block an SM. O's rows for D are loaded as the default's are (global loads, 32 registers that
+// could not stay live across the loop), issued before the last item's dQ stores.
+template <int HS, int NWG, bool DROP>
+__device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, const float* __restrict__ qkv,
+                                                   const float* __restrict__ dout, const float* __restrict__ lse,
+                                                   float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
+                                                   int out_kind, Dropout drop, int BH, int* __restrict__ sched) {
+#ifdef ATTN_WGMMA
+    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
+    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CHK = BC / 4, THREADS = 128 * NWG;
+    constexpr int QT = BR * HS, KT = BC * HS;
+    static_assert(HS == 64 && NWG == 2, "k_transposed's formula is LandCols' at 8 warps, one m64n64k8 a k8 slice of S");
+    typedef LandCols<HS, BC, THREADS> ColsLand;
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ int next_item[2];   // the ticket of item n + 1 in slot (n + 1) & 1
+    float* sQO = (float*)smem;     // region r: q at sQO + 2 r QT, dO at + QT; item n in region n & 1
+    float* sKV = sQO + 4 * QT;     // position s: k at sKV + 2 (s & 1) KT, v at + KT
+    float* sKt = sKV + 4 * KT;     // k^T of the tile in hand, written from its k
+    if (out_kind != KIND_F32 || T <= BC) __trap();   // float32 output; two key tiles an item (above)
+    const int C = H * HS, nqb = (T + BR - 1) / BR, items = nqb * BH;
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const LandRows<HS, BC, THREADS> kvrows(3 * C);
+    const LandRows<HS, BR, THREADS> qrows(3 * C), orows(C);
+    struct Item {   // a (head, query block): the longest rows first, as the default's grid
+        int qb, bh, b, h, last;
+        const float* base;   // the head's q columns of its sequence's first row
+    };
+    auto decode = [&](int item) {
+        Item it;
+        it.qb = nqb - 1 - item / BH;
+        it.bh = item % BH;
+        it.b = it.bh / H;
+        it.h = it.bh % H;
+        it.last = min(it.qb * BR + BR - 1, T - 1) / BC;
+        it.base = qkv + (i64)it.b * T * 3 * C + it.h * HS;
+        return it;
+    };
+    auto land_tile = [&](const Item& it, int kb, int buf) {   // key tile kb's k and v into buffer buf, in place
+        const float* k = it.base + (i64)kb * BC * 3 * C + C;
+        float* dst = sKV + 2 * buf * KT;
+        if (kb * BC + BC <= T) {
+            kvrows.land<true>(dst, k, BC, 3 * C);
+            kvrows.land<true>(dst + KT, k + C, BC, 3 * C);
+        } else {
+            kvrows.land<false>(dst, k, T - kb * BC, 3 * C);
+            kvrows.land<false>(dst + KT, k + C, T - kb * BC, 3 * C);
+        }
+    };
+    auto land_qo = [&](const Item& it, int region) {
+        float* dst = sQO + 2 * region * QT;
+        qrows.land<false>(dst, it.base + (i64)it.qb * BR * 3 * C, T - it.qb * BR, 3 * C);
+        orows.land<false>(dst + QT, dout + ((i64)it.b * T + it.qb * BR) * C + it.h * HS, T - it.qb * BR, C);
+    };
+    auto round_tile = [&](int buf) {   // each thread its own copies (LandRows' places are fill_rows')
+        float* k = sKV + 2 * buf * KT;
+        fill_rows<false, HS, BC, THREADS>(k, nullptr, k);
+        fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, k + KT);
+    };
+    auto round_qo = [&](int region) {
+        float* q = sQO + 2 * region * QT;
+        fill_rows<false, HS, BR, THREADS>(q, nullptr, q);
+        fill_rows<false, HS, BR, THREADS>(q + QT, nullptr, q + QT);
+    };
+    float4 ol[2][HS / 16];   // the warp's rows of O, for D
+    float L[2];              // and their lse (times log2 e)
+    auto load_rows = [&](const Item& it) {
+        const int r0 = it.qb * BR + wg * 64 + warp * 16;
+        dq_load_o<HS>(ol, out, it.b, it.h, T, C, r0, g, t);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = r0 + g + 8 * r;
+            L[r] = i < T ? lse[(i64)it.bh * T + i] * LOG2E : 0.0f;
+        }
+    };
+
+    Item cur = decode(blockIdx.x);   // resident_item(sched, 0): the grid is at most the items
+    load_rows(cur);
+    land_qo(cur, 0);
+    land_tile(cur, 0, 0);
+    cp_async_commit();
+    land_tile(cur, 1, 1);
+    cp_async_commit();
+    asm volatile("cp.async.wait_group 1;" ::: "memory");   // q, dO and tile 0, the thread's own copies
+    round_qo(0);
+    round_tile(0);
+    fence_proxy_async();
+    __syncthreads();
+    int pos = 0;   // the stream position of the item's tile 0
+    for (int n = 0;; ++n) {
+        if (threadIdx.x == 0) {   // read by every thread after this item's first middle barrier
+            const int next = resident_item(sched, n + 1);
+            next_item[(n + 1) & 1] = next;
+            if (next >= items) resident_done(sched);   // every ticket this block will draw is drawn
+        }
+        const float* sQ = sQO + 2 * (n & 1) * QT;
+        const float* sO = sQ + QT;
+        const int q0 = cur.qb * BR + wg * 64, r0 = q0 + warp * 16;
+        const int wg_last = min(q0 + 63, T - 1) / BC;   // the warpgroup's last key tile (its later ones masked whole)
+        const float* sQw = sQ + wg * 64 * HS;
+        const float* sOw = sO + wg * 64 * HS;
+        float Dr[2];
+        dq_row_dots<HS>(Dr, Dvec, sO, ol, cur.bh, T, r0, cur.qb * BR, g, t);   // D, from the staged dO
+        float dq[1][HS / 8][4];
+#pragma unroll
+        for (int n8 = 0; n8 < HS / 8; ++n8) dq[0][n8][0] = dq[0][n8][1] = dq[0][n8][2] = dq[0][n8][3] = 0.0f;
+        int next = items;   // known from the item's first middle barrier on
+        for (int kb = 0; kb <= cur.last; ++kb) {
+            const int buf = (pos + kb) & 1;
+            const float* sK = sKV + 2 * buf * KT;
+            const float* sV = sK + KT;
+            auto stage = [&]() {   // position s + 1: landed (the one group in flight), rounded in place
+                if (kb < cur.last || next < items) {
+                    asm volatile("cp.async.wait_group 0;" ::: "memory");
+                    round_tile(buf ^ 1);
+                    if (kb == cur.last) round_qo((n + 1) & 1);
+                }
+                dq_k_transposed<HS, BC, THREADS>(sK, sKt);   // its last reader, dQ of s - 1, passed s - 1's end barrier
+            };
+            u32 ask[NT][4];   // dS's A fragments, kept past the middle barrier for the dQ product
+            if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
+                stage();
+            } else {
+                float p[1][NT][4], ds[1][NT][4];
+                wg_fence();
+                wg_mma_rows_tf32(p[0], sQw, sK);
+                wg_mma_rows_tf32(ds[0], sOw, sV);
+                wg_commit();
+                stage();
+                wg_wait_all();
+                wg_hold(p[0]);
+                wg_hold(ds[0]);
+                auto at = [&](int, int n8, int e, int& i, int& j) {   // register (n8, e): query i, key j
+                    i = r0 + g + 8 * (e >> 1);
+                    j = kb * BC + n8 * 8 + 2 * t + (e & 1);
+                };
+                const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
+                KeepBits<1, NT> keep{};
+                if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(cur.bh, T, edge, at);
+                softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep,
+                                                 [&](int mt, int n8, int e, int& i, int& j, float& Lc, float& Dq) {
+                    at(mt, n8, e, i, j);
+                    Lc = L[e >> 1];
+                    Dq = Dr[e >> 1];
+                });
+#pragma unroll
+                for (int n8 = 0; n8 < NT; ++n8) {
+                    const float y[4] = {ds[0][n8][0], ds[0][n8][2], ds[0][n8][1], ds[0][n8][3]};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        u32 lo;
+                        tf32_operand<false, true>(y[e], ask[n8][e], lo);
+                    }
+                }
+            }
+            fence_proxy_async();   // k^T, written by every thread, seen by the tensor cores' reads
+            __syncthreads();       // the middle barrier: buffer buf's k and v have no reader left
+            if (kb == 0) next = next_item[(n + 1) & 1];
+            if (kb + 2 <= cur.last) {
+                land_tile(cur, kb + 2, buf);
+                cp_async_commit();
+            } else if (next < items) {   // the next item's tile 0 (with its q and dO), then its tile 1
+                const Item nxt = decode(next);
+                if (kb + 1 == cur.last) land_qo(nxt, (n + 1) & 1);
+                land_tile(nxt, kb + 1 - cur.last, buf);
+                cp_async_commit();
+            }
+            if (kb <= wg_last) {   // dQ += dS k^T: k8 slice n8 = keys 8 n8.. = chunks 2 n8, 2 n8 + 1 of k^T's rows
+                wg_fence();
+#pragma unroll
+                for (int n8 = 0; n8 < NT; ++n8)
+                    wg_mma_tf32(dq[0], ask[n8], wg_desc(sKt + 2 * n8 * 32, 128, CHK * 128), 1);
+                wg_commit();
+                wg_wait_all();
+                wg_hold(dq[0]);
+            }
+            fence_proxy_async();   // position s + 1's rounding, seen by the tensor cores' reads
+            __syncthreads();       // the end barrier: every warpgroup done with k^T
+        }
+        if (next < items) load_rows(decode(next));   // O's and lse's loads in flight under the stores
+        store_dq<HS, 1>(dqkv, dq, r0, cur.b, cur.h, T, C, out_kind, lane);
+        if (next >= items) break;
+        pos += cur.last + 1;
+        cur = decode(next);
+    }
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
@@ -3218,6 +3447,21 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     }
 #define ATTN_BACKWARD_DQ_WGF(NWG, HS) ATTN_BACKWARD_DQ_WGF_FORM(, NWG, false, HS)
 #define ATTN_BACKWARD_DQ_WGFK(NWG, HS) ATTN_BACKWARD_DQ_WGF_FORM(k, NWG, true, HS)
+// The float32 wgmma dQ resident (attention_backward_dq_wgf_resident: TR2_ATTN_F32_DQ_RESIDENT=1, gpu/attention.py):
+// attn_backward_dq_wgfr2_tf32_hs64, arguments as attn_backward_dq_wgf2_'s, then the heads BH and sched, two ints zero at
+// launch (resident_item); one block an SM, T > 64.
+#define ATTN_BACKWARD_DQ_WGFR(NWG, HS)                                                                          \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgfr##NWG##_tf32_hs##HS(       \
+        void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec, const void* out, int T, \
+        int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold,      \
+        float dscale, int BH, int* sched) {                                                                    \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dq_wgf_resident<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d, BH, sched); \
+        else                                                                                                   \
+            attention_backward_dq_wgf_resident<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d, BH, sched); \
+    }
 // Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
 // attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
 // (left zero); one block an SM.
@@ -3372,6 +3616,7 @@ ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_BACKWARD_DKDV_WGF(2, 64)
 ATTN_BACKWARD_DQ_WGF(2, 64)
 ATTN_BACKWARD_DQ_WGFK(2, 64)
+ATTN_BACKWARD_DQ_WGFR(2, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One device call on a kernel switch (written for the fifty-third session's resident float32 dQ): its kernel tests,
+# then the kernel alone under Nsight Compute with the switch off and on in turn, then whole runs with it off and on,
+# their metrics files compared byte for byte.
+#   AB_SWITCH   the environment variable (e.g. TR2_ATTN_F32_DQ_RESIDENT); its values AB_OFF and AB_ON (default 0, 1)
+#   AB_TESTS    a pytest -k expression over tests/test_kernels_gpu.py (empty: none), under AB_TESTS_S (default 200)
+#   AB_KERNEL   ncu's kernel regex; AB_NCU MODEL:DTYPE:HR[,...] (default gpt2-small:float32:0,gpt2-medium:float32:0)
+#               run AB_ROUNDS times (default 2), off then on each time (scripts/attention_ncu.py, SpeedOfLight and
+#               Occupancy); the durations in durations.txt
+#   AB_BITS     MODEL:DTYPE:STEPS of the whole runs (python -m tr2.train, cupy side, CUDA graph; default
+#               gpt2-small:float32:12), off and on; "identical" or the first differing lines
+#   usage: bash scripts/switch_ab_call.sh OUT      AB_CALL_S: seconds the call may take (default 540)
+# Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data.
+set -u -o pipefail
+OUT=${1:?usage: switch_ab_call.sh OUT}
+: "${AB_SWITCH:?AB_SWITCH=<a switch variable>}"
+source scripts/device_env.sh || exit 1
+call_begin "$OUT" "${AB_CALL_S:-540}"
+OFF=${AB_OFF:-0} ON=${AB_ON:-1}
+mkdir -p "$OUT/ncu"
+if [ -n "${AB_TESTS:-}" ]; then
+  timeout "${AB_TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "$AB_TESTS" \
+    >"$OUT/tests.log" 2>&1
+  echo "== tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head; tail -1 "$OUT/tests.log"
+fi
+: >"$OUT/durations.txt"
+if [ -n "${AB_KERNEL:-}" ]; then
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for spec in ${AB_NCU:-gpt2-small:float32:0 gpt2-medium:float32:0}; do
+      IFS=: read -r model dtype hr <<<"$spec"
+      for value in "$OFF" "$ON"; do
+        [ "$(left)" -gt 90 ] || { echo "== ncu: out of time before round $round $spec $value"; break 3; }
+        f="$OUT/ncu/$model-$dtype-$hr-r$round-$value.txt"
+        env "$AB_SWITCH=$value" timeout 80 ncu --clock-control none -k "regex:$AB_KERNEL" --profile-from-start off \
+          --section SpeedOfLight --section Occupancy python3 scripts/attention_ncu.py "$model" "$dtype" "$hr" >"$f" 2>&1
+        rc=$?
+        awk -v tag="round $round $model $dtype hr=$hr $AB_SWITCH=$value" '
+          /^  [a-zA-Z_]+.*\(/ {name = $1} /Duration/ {print tag, name, $(NF-1), $NF}' "$f" | tee -a "$OUT/durations.txt"
+        [ $rc -eq 0 ] || echo "   ncu exit $rc"
+      done
+    done
+  done
+fi
+for spec in ${AB_BITS-gpt2-small:float32:12}; do
+  IFS=: read -r model dtype steps <<<"$spec"
+  [ "$(left)" -gt 60 ] || { echo "== bits: out of time before $spec"; break; }
+  for value in "$OFF" "$ON"; do
+    env "$AB_SWITCH=$value" timeout 100 python3 -m tr2.train --side cupy --model "$model" --dtype "$dtype" --device cuda \
+      --steps "$steps" --cuda-graph --eval-interval 0 --metrics "$OUT/m-$model-$dtype-$value.jsonl" \
+      >"$OUT/t-$model-$dtype-$value.log" 2>&1
+    echo "   $model $dtype $AB_SWITCH=$value: exit $?"
+  done
+  a="$OUT/m-$model-$dtype-$OFF.jsonl" b="$OUT/m-$model-$dtype-$ON.jsonl"
+  lines=$(cat "$a" 2>/dev/null | wc -l)
+  if [ -s "$a" ] && cmp -s "$a" "$b"; then
+    echo "== bits $spec: identical, $lines lines"
+  else
+    echo "== bits $spec: DIFFER or missing"
+    diff "$a" "$b" 2>&1 | head -4
+  fi
+done
+echo "== done ($(elapsed) s)"
+out_fold "$OUT"
