@@ -3,7 +3,7 @@ checked on the CPU: the kernel's rules (which stream position lands where, when 
 the next item's q and dO land, where the barriers stand), transcribed from its source into a model that runs every
 block's items and fails on any hazard:
 
-- a buffer or q/dO region is read (the products S and dPd, k^T's writes from k, D) only when it holds what the read
+- a k/v buffer or the q/dO tiles are read (the products S and dPd, k^T's writes from k, D) only when it holds what the read
   expects, rounded, and a block barrier has passed since the rounding (the rounding is each thread's own copies, the
   reads every thread's);
 - copies land in a buffer or region only where no read of what it held is still to come;
@@ -25,21 +25,22 @@ from tr2.cupy_side import gpu
 
 BR, BC = 128, 64
 KERNEL_LINES = (
-    "const int buf = (pos + kb) & 1;",
+    "const int buf1 = buf == 2 ? 0 : buf + 1, buf2 = buf1 == 2 ? 0 : buf1 + 1;",
     "if (kb < cur.last || next < items) {",
-    "if (kb == cur.last) round_qo((n + 1) & 1);",
-    "if (kb == 0) next = next_item[(n + 1) & 1];",
+    "round_tile(buf1);",
     "if (kb + 2 <= cur.last) {",
-    "land_tile(cur, kb + 2, buf);",
-    "if (kb + 1 == cur.last) land_qo(nxt, (n + 1) & 1);",
-    "land_tile(nxt, kb + 1 - cur.last, buf);",
-    "pos += cur.last + 1;",
+    "land_tile(cur, kb + 2, buf2);",
+    "land_tile(decode(next), kb + 1 - cur.last, buf2);",
+    "if (kb == cur.last && next < items) {",
+    "land_qo(decode(next));",
+    "if (n > 0) asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\");",
+    "const int next = next_item;",
+    "buf = buf1;",
     "it.qb = nqb - 1 - item / BH;",
     "it.last = min(it.qb * BR + BR - 1, T - 1) / BC;",
     'asm volatile("cp.async.wait_group 1;" ::: "memory");',
     'asm volatile("cp.async.wait_group 0;" ::: "memory");',
 )
-
 
 def _kernel_source() -> str:
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
@@ -62,8 +63,11 @@ class Place:
 
     def __init__(self, name):
         self.name, self.holds, self.rounded, self.published, self.group = name, None, False, False, None
+        self.reading = False   # a read (a product in flight, another warpgroup's) not yet past a block barrier
 
     def land(self, what, group):
+        if self.reading:
+            raise Hazard(f"{self.name}: {what} landed over {self.holds} while it may still be read")
         self.holds, self.rounded, self.published, self.group = what, False, False, group
 
     def round(self, what, complete):
@@ -77,6 +81,7 @@ class Place:
         if self.holds != what or not self.rounded or not self.published:
             raise Hazard(f"{self.name}: read {what}, holds {self.holds} (rounded {self.rounded}, "
                          f"published {self.published})")
+        self.reading = True
 
 
 def _last(item: int, T: int, BH: int) -> int:
@@ -88,8 +93,8 @@ def _last(item: int, T: int, BH: int) -> int:
 def run_block(items: list[int], T: int, BH: int) -> list[tuple]:
     """One block's walk over `items` (its blockIdx.x first, then its tickets), as the kernel runs it; returns the
     reads it made, in order, as ("kv", item, tile) and ("qo", item). Raises Hazard."""
-    bufs, regions = [Place("kv0"), Place("kv1")], [Place("qo0"), Place("qo1")]
-    places = bufs + regions
+    bufs, qo = [Place("kv0"), Place("kv1"), Place("kv2")], Place("qo")
+    places = bufs + [qo]
     groups, complete, reads = [], set(), []
 
     def commit(*landings):
@@ -104,6 +109,7 @@ def run_block(items: list[int], T: int, BH: int) -> list[tuple]:
 
     def barrier():
         for place in places:
+            place.reading = False
             if place.rounded:
                 place.published = True
 
@@ -111,47 +117,45 @@ def run_block(items: list[int], T: int, BH: int) -> list[tuple]:
         bufs[buf].read((item, tile))
         reads.append(("kv", item, tile))
 
-    def read_qo(region, item):
-        regions[region].read(item)
+    def read_qo(item):
+        qo.read(item)
         reads.append(("qo", item))
 
     cur = items[0]
-    commit((regions[0], cur), (bufs[0], (cur, 0)))   # q, dO and tile 0
+    commit((qo, cur), (bufs[0], (cur, 0)))   # q, dO and tile 0
     commit((bufs[1], (cur, 1)))
     wait(1)
-    regions[0].round(cur, complete)
     bufs[0].round((cur, 0), complete)
-    barrier()
-    pos = 0
+    buf = 0
     for n, cur in enumerate(items):
         last = _last(cur, T, BH)
         assert last >= 1, "every item two key tiles (T > 64)"
+        if n > 0:
+            wait(0)
+        qo.round(cur, complete)
+        barrier()   # the item's start; the next item known from here on
         nxt = items[n + 1] if n + 1 < len(items) else None
-        read_qo(n & 1, cur)   # D
+        read_qo(cur)   # D
         for kb in range(last + 1):
-            buf = (pos + kb) & 1
-            read_qo(n & 1, cur)        # S and dPd
-            read_kv(buf, cur, kb)      # S, dPd and k^T from k
+            buf1, buf2 = (buf + 1) % 3, (buf + 2) % 3
+            read_qo(cur)           # S and dPd
+            read_kv(buf, cur, kb)  # S, dPd and k^T from k
             if kb < last or nxt is not None:   # stage(): the next position awaited and rounded in place
                 wait(0)
-                bufs[buf ^ 1].round((cur, kb + 1) if kb < last else (nxt, 0), complete)
-                if kb == last:
-                    regions[(n + 1) & 1].round(nxt, complete)
-            barrier()   # the middle one
+                bufs[buf1].round((cur, kb + 1) if kb < last else (nxt, 0), complete)
             if kb + 2 <= last:
-                commit((bufs[buf], (cur, kb + 2)))
+                commit((bufs[buf2], (cur, kb + 2)))
             elif nxt is not None:
-                landings = [(bufs[buf], (nxt, kb + 1 - last))]
-                if kb + 1 == last:
-                    landings.append((regions[(n + 1) & 1], nxt))
-                commit(*landings)
+                commit((bufs[buf2], (nxt, kb + 1 - last)))
+            barrier()   # the middle one
+            if kb == last and nxt is not None:
+                commit((qo, nxt))
             barrier()   # the end one (dQ reads k^T only)
-        pos += last + 1
+            buf = buf1
     in_flight = [gid for gid in groups if gid not in complete]
     if in_flight:
         raise Hazard(f"groups {in_flight} still in flight at the end")
     return reads
-
 
 def _expected_reads(items, T, BH):
     out = []
@@ -181,16 +185,21 @@ def test_any_item_order_is_hazard_free():
 
 
 def test_the_model_catches_a_schedule_off_by_one():
-    """The checker can fail: landing the position after next one tile early overwrites a buffer still to be read."""
-    bufs = [Place("kv0"), Place("kv1")]
-    bufs[0].land(("i", 0), 0)
-    bufs[0].round(("i", 0), {0})
-    bufs[0].published = True
-    bufs[0].land(("i", 2), 1)   # position s + 2 landed before tile s's reads
+    """The checker can fail: landing over a buffer before its reads, or while they may be in flight, or rounding
+    before the copies were awaited."""
+    buf = Place("kv0")
+    buf.land(("i", 0), 0)
+    buf.round(("i", 0), {0})
+    buf.published = True
+    buf.read(("i", 0))
+    with pytest.raises(Hazard, match="may still be read"):
+        buf.land(("i", 3), 1)   # no block barrier since the read
+    buf.reading = False
+    buf.land(("i", 3), 1)
     with pytest.raises(Hazard, match="read"):
-        bufs[0].read(("i", 0))
+        buf.read(("i", 0))
     with pytest.raises(Hazard, match="before its copies"):
-        bufs[0].round(("i", 2), {0})
+        buf.round(("i", 3), {0})
 
 
 def _tickets(grid: int, items: int, rnd: random.Random) -> tuple[list[list[int]], list[int]]:

@@ -135,11 +135,12 @@ F32_WG_DQ_MIN_T = 256
 F32_DQ_KT = bool(kernel_switch("TR2_ATTN_F32_DQ_KT", 0))
 
 # The wgmma dQ resident (1: attn_backward_dq_wgfr2_tf32_hs64, attention.cu's attention_backward_dq_wgf_resident; 0,
-# the default, off): one block an SM walking the (head, query block) items by ticket, each item's q, dO and first two
-# key tiles landed under the previous item's last two tiles, so that the prologue's wait on its copies (30% of the
-# default kernel's stall samples, results/h100-perf-20261206f) overlaps work. The k^T form's arithmetic, so the
-# default's bits. Every item needs two key tiles (T > 64); at and below that the switch leaves the kernel above.
-# Written in the fifty-third session (docs/perf.md).
+# the default, off): one block an SM walking the (head, query block) items by ticket, each item's first two key tiles
+# landed under the previous item's last two and its q and dO under that item's last dQ product, so that the prologue's
+# wait on its copies (30% of the default kernel's stall samples, results/h100-perf-20261206f) overlaps work. The k^T
+# form's arithmetic, so the default's bits. Every item needs two key tiles (T > 64); at and below that the switch leaves
+# the kernel above. Written in the fifty-third session (docs/perf.md; its first form, with two k/v buffers, measured
+# x1.03-1.04 of the default: results/h100-perf-20261206i).
 F32_DQ_RESIDENT = bool(kernel_switch("TR2_ATTN_F32_DQ_RESIDENT", 0))
 F32_DQ_RESIDENT_MIN_T = 65
 
@@ -168,10 +169,10 @@ def f32_wg_dq_shared_bytes(hs: int = 64) -> int:
 
 
 def f32_dq_resident_shared_bytes(hs: int = 64) -> int:
-    """attention_backward_dq_wgf_resident's dynamic shared memory: two regions of a block's q and dO (128 queries),
-    two buffers of a key tile's k and v, one k^T tile."""
+    """attention_backward_dq_wgf_resident's dynamic shared memory: a block's q and dO (128 queries), three buffers of a
+    key tile's k and v, one k^T tile."""
     queries, tile = 128, 64
-    return (4 * queries * hs + 5 * tile * hs) * 4
+    return (2 * queries * hs + 7 * tile * hs) * 4
 
 
 def f32_wg_dkdv_shared_bytes(hs: int = 64) -> int:

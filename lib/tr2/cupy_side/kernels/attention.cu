@@ -2305,26 +2305,27 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
 // Why: one block an SM, the default kernel (above) spends 30% of its warp-stall samples in its prologue, waiting on the
 // copies of its q, dO and first key tile with nothing to overlap them (Nsight Compute's source view, results/h100-perf-
 // 20261206f). Here one block an SM walks (head, query block) items, longest rows first, by ticket (resident_item, as
-// the TMA forms), and lands each item's q, dO and first two key tiles under the previous item's last two tiles, so an
-// item starts with its copies landed and rounded: only O's loads, D and the first products' issue are left.
+// the TMA forms), and lands each item's first two key tiles under the previous item's last two tiles and its q and dO
+// under the previous item's last dQ product, so an item starts with most of its copies landed.
 // Each item's arithmetic is attention_backward_dq_wgf's with k^T written from the staged k rows (KT_FROM_K), so its
 // bits are that kernel's, and so the default's (tests/test_kernels_gpu.py holds all three to the same bits).
-// The schedule: the key tiles of all the block's items are one stream, position s in buffer s & 1 (k, then v, each
+// The schedule: the key tiles of all the block's items are one stream, position s in buffer s % 3 (k, then v, each
 // landed in place by LandRows and rounded there by the thread that copied it). A tile s:
-//   1. S = q k^T and dPd = dO v^T issued (buffer s & 1, the item's q and dO);
-//   2. position s + 1's copies, the one group in flight, awaited and rounded in place (buffer (s + 1) & 1; where s + 1
-//      is the next item's tile 0, that item's q and dO too, in the other q/dO region); k^T written from k (buffer
-//      s & 1) into the one k^T tile;
-//   3. S and dPd awaited, softmax_grad, dS as A fragments; a block barrier (the middle one): k^T complete, and no
-//      reader left of buffer s & 1's k and v;
-//   4. position s + 2's copies into buffer s & 1 (where s + 2 is the next item's tile 0, with that item's q and dO into
-//      the other region: its readers, the item two back's, are long done);
-//   5. dQ += dS k^T; a block barrier (the end one): k^T free for the next tile, position s + 1's rounding seen by all.
-// The next item's ticket is drawn by thread 0 at an item's start and read after the item's first middle barrier (at
-// tile last - 1 at the earliest), so every item needs two key tiles or more (T > 64: gpu/attention.py keeps the
-// default kernel at and below that). Shared memory: two regions of q and dO 128 KB, two buffers of k and v 64 KB, k^T
-// 16 KB: 208 KB, one block an SM. O's rows for D are loaded as the default's are (global loads, 32 registers that
-// could not stay live across the loop), issued before the last item's dQ stores.
+//   1. S = q k^T and dPd = dO v^T issued (buffer s % 3, the item's q and dO);
+//   2. position s + 1's copies, the one group in flight, awaited and rounded in place; position s + 2's copies issued
+//      into buffer (s + 2) % 3 (it held s - 1, whose readers passed s - 1's barriers), so each tile's copies have a
+//      whole tile to land, as the default's; k^T written from k (buffer s % 3) into the one k^T tile;
+//   3. S and dPd awaited, softmax_grad, dS as A fragments; a block barrier (the middle one): k^T complete, and at an
+//      item's last tile no reader left of its q and dO, whose region the next item's q and dO then land in;
+//   4. dQ += dS k^T; a block barrier (the end one): k^T free for the next tile, position s + 1's rounding seen by all.
+// An item starts by awaiting its q and dO (item 0: with tile 0) and rounding them in place, thread 0 drawing the next
+// item's ticket, and one block barrier, so every thread knows the next item before the item's first tile lands the next
+// item's tile 0 where the item has two key tiles. Every item needs two key tiles or more (T > 64: gpu/attention.py keeps
+// the default kernel at and below that). The fifty-third session's first form, two k/v buffers and two q/dO regions
+// (the next item's q and dO landed a tile earlier), gave each tile's copies half a tile to land and was x1.03-1.04 of
+// the default (results/h100-perf-20261206i, call 4). Shared memory: q and dO 64 KB, three buffers of k and v 96 KB, k^T
+// 16 KB: 176 KB, one block an SM. O's rows for D are loaded as the default's are (global loads, 32 registers that could
+// not stay live across the loop), issued before the last item's dQ stores.
 template <int HS, int NWG, bool DROP>
 __device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, const float* __restrict__ qkv,
                                                    const float* __restrict__ dout, const float* __restrict__ lse,
@@ -2334,18 +2335,20 @@ __device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, cons
     constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
     constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CHK = BC / 4, THREADS = 128 * NWG;
     constexpr int QT = BR * HS, KT = BC * HS;
-    static_assert(HS == 64 && NWG == 2, "k_transposed's formula is LandCols' at 8 warps, one m64n64k8 a k8 slice of S");
-    typedef LandCols<HS, BC, THREADS> ColsLand;
+    static_assert(HS == 64 && NWG == 2, "k^T's formula is LandCols' at 8 warps, one m64n64k8 a k8 slice of S");
     extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ int next_item[2];   // the ticket of item n + 1 in slot (n + 1) & 1
-    float* sQO = (float*)smem;     // region r: q at sQO + 2 r QT, dO at + QT; item n in region n & 1
-    float* sKV = sQO + 4 * QT;     // position s: k at sKV + 2 (s & 1) KT, v at + KT
-    float* sKt = sKV + 4 * KT;     // k^T of the tile in hand, written from its k
+    __shared__ int next_item;     // the block's next item, drawn at an item's start
+    float* sQ = (float*)smem;     // the item's q, then dO: K-major, eight-row groups of core matrices
+    float* sO = sQ + QT;
+    float* sKV = sO + QT;         // position s: k at sKV + 2 (s % 3) KT, v at + KT
+    float* sKt = sKV + 6 * KT;    // k^T of the tile in hand, written from its k
     if (out_kind != KIND_F32 || T <= BC) __trap();   // float32 output; two key tiles an item (above)
     const int C = H * HS, nqb = (T + BR - 1) / BR, items = nqb * BH;
     const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const LandRows<HS, BC, THREADS> kvrows(3 * C);
     const LandRows<HS, BR, THREADS> qrows(3 * C), orows(C);
+    const float* sQw = sQ + wg * 64 * HS;   // the warpgroup's 64 rows
+    const float* sOw = sO + wg * 64 * HS;
     struct Item {   // a (head, query block): the longest rows first, as the default's grid
         int qb, bh, b, h, last;
         const float* base;   // the head's q columns of its sequence's first row
@@ -2371,20 +2374,14 @@ __device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, cons
             kvrows.land<false>(dst + KT, k + C, T - kb * BC, 3 * C);
         }
     };
-    auto land_qo = [&](const Item& it, int region) {
-        float* dst = sQO + 2 * region * QT;
-        qrows.land<false>(dst, it.base + (i64)it.qb * BR * 3 * C, T - it.qb * BR, 3 * C);
-        orows.land<false>(dst + QT, dout + ((i64)it.b * T + it.qb * BR) * C + it.h * HS, T - it.qb * BR, C);
+    auto land_qo = [&](const Item& it) {
+        qrows.land<false>(sQ, it.base + (i64)it.qb * BR * 3 * C, T - it.qb * BR, 3 * C);
+        orows.land<false>(sO, dout + ((i64)it.b * T + it.qb * BR) * C + it.h * HS, T - it.qb * BR, C);
     };
     auto round_tile = [&](int buf) {   // each thread its own copies (LandRows' places are fill_rows')
         float* k = sKV + 2 * buf * KT;
         fill_rows<false, HS, BC, THREADS>(k, nullptr, k);
         fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, k + KT);
-    };
-    auto round_qo = [&](int region) {
-        float* q = sQO + 2 * region * QT;
-        fill_rows<false, HS, BR, THREADS>(q, nullptr, q);
-        fill_rows<false, HS, BR, THREADS>(q + QT, nullptr, q + QT);
     };
     float4 ol[2][HS / 16];   // the warp's rows of O, for D
     float L[2];              // and their lse (times log2 e)
@@ -2400,44 +2397,48 @@ __device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, cons
 
     Item cur = decode(blockIdx.x);   // resident_item(sched, 0): the grid is at most the items
     load_rows(cur);
-    land_qo(cur, 0);
+    land_qo(cur);
     land_tile(cur, 0, 0);
     cp_async_commit();
     land_tile(cur, 1, 1);
     cp_async_commit();
     asm volatile("cp.async.wait_group 1;" ::: "memory");   // q, dO and tile 0, the thread's own copies
-    round_qo(0);
     round_tile(0);
-    fence_proxy_async();
-    __syncthreads();
-    int pos = 0;   // the stream position of the item's tile 0
+    int buf = 0;   // the buffer of the item's tile 0
     for (int n = 0;; ++n) {
-        if (threadIdx.x == 0) {   // read by every thread after this item's first middle barrier
-            const int next = resident_item(sched, n + 1);
-            next_item[(n + 1) & 1] = next;
-            if (next >= items) resident_done(sched);   // every ticket this block will draw is drawn
+        if (n > 0) asm volatile("cp.async.wait_group 0;" ::: "memory");   // q and dO, landed last
+        fill_rows<false, HS, BR, THREADS>(sQ, nullptr, sQ);   // in place: each element read, then written
+        fill_rows<false, HS, BR, THREADS>(sO, nullptr, sO);
+        if (threadIdx.x == 0) {
+            const int drawn = resident_item(sched, n + 1);
+            next_item = drawn;
+            if (drawn >= items) resident_done(sched);   // every ticket this block will draw is drawn
         }
-        const float* sQ = sQO + 2 * (n & 1) * QT;
-        const float* sO = sQ + QT;
+        fence_proxy_async();
+        __syncthreads();   // q and dO rounded, the next item known
+        const int next = next_item;
         const int q0 = cur.qb * BR + wg * 64, r0 = q0 + warp * 16;
         const int wg_last = min(q0 + 63, T - 1) / BC;   // the warpgroup's last key tile (its later ones masked whole)
-        const float* sQw = sQ + wg * 64 * HS;
-        const float* sOw = sO + wg * 64 * HS;
         float Dr[2];
         dq_row_dots<HS>(Dr, Dvec, sO, ol, cur.bh, T, r0, cur.qb * BR, g, t);   // D, from the staged dO
         float dq[1][HS / 8][4];
 #pragma unroll
         for (int n8 = 0; n8 < HS / 8; ++n8) dq[0][n8][0] = dq[0][n8][1] = dq[0][n8][2] = dq[0][n8][3] = 0.0f;
-        int next = items;   // known from the item's first middle barrier on
         for (int kb = 0; kb <= cur.last; ++kb) {
-            const int buf = (pos + kb) & 1;
+            const int buf1 = buf == 2 ? 0 : buf + 1, buf2 = buf1 == 2 ? 0 : buf1 + 1;
             const float* sK = sKV + 2 * buf * KT;
             const float* sV = sK + KT;
-            auto stage = [&]() {   // position s + 1: landed (the one group in flight), rounded in place
-                if (kb < cur.last || next < items) {
+            auto stage = [&]() {
+                if (kb < cur.last || next < items) {   // position s + 1: landed (the one group in flight), rounded
                     asm volatile("cp.async.wait_group 0;" ::: "memory");
-                    round_tile(buf ^ 1);
-                    if (kb == cur.last) round_qo((n + 1) & 1);
+                    round_tile(buf1);
+                }
+                if (kb + 2 <= cur.last) {   // position s + 2 into the buffer position s - 1 left
+                    land_tile(cur, kb + 2, buf2);
+                    cp_async_commit();
+                } else if (next < items) {   // the next item's tile 0, then its tile 1
+                    land_tile(decode(next), kb + 1 - cur.last, buf2);
+                    cp_async_commit();
                 }
                 dq_k_transposed<HS, BC, THREADS>(sK, sKt);   // its last reader, dQ of s - 1, passed s - 1's end barrier
             };
@@ -2478,15 +2479,9 @@ __device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, cons
                 }
             }
             fence_proxy_async();   // k^T, written by every thread, seen by the tensor cores' reads
-            __syncthreads();       // the middle barrier: buffer buf's k and v have no reader left
-            if (kb == 0) next = next_item[(n + 1) & 1];
-            if (kb + 2 <= cur.last) {
-                land_tile(cur, kb + 2, buf);
-                cp_async_commit();
-            } else if (next < items) {   // the next item's tile 0 (with its q and dO), then its tile 1
-                const Item nxt = decode(next);
-                if (kb + 1 == cur.last) land_qo(nxt, (n + 1) & 1);
-                land_tile(nxt, kb + 1 - cur.last, buf);
+            __syncthreads();       // the middle barrier: k^T complete; S and dPd of every warpgroup awaited
+            if (kb == cur.last && next < items) {   // the next item's q and dO, where no reader of this item's is left
+                land_qo(decode(next));
                 cp_async_commit();
             }
             if (kb <= wg_last) {   // dQ += dS k^T: k8 slice n8 = keys 8 n8.. = chunks 2 n8, 2 n8 + 1 of k^T's rows
@@ -2500,11 +2495,11 @@ __device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, cons
             }
             fence_proxy_async();   // position s + 1's rounding, seen by the tensor cores' reads
             __syncthreads();       // the end barrier: every warpgroup done with k^T
+            buf = buf1;
         }
         if (next < items) load_rows(decode(next));   // O's and lse's loads in flight under the stores
         store_dq<HS, 1>(dqkv, dq, r0, cur.b, cur.h, T, C, out_kind, lane);
         if (next >= items) break;
-        pos += cur.last + 1;
         cur = decode(next);
     }
 #else
