@@ -2433,14 +2433,17 @@ __device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, cons
                     asm volatile("cp.async.wait_group 0;" ::: "memory");
                     round_tile(buf1);
                 }
-                if (kb + 2 <= cur.last) {   // position s + 2 into the buffer position s - 1 left
+                dq_k_transposed<HS, BC, THREADS>(sK, sKt);   // its last reader, dQ of s - 1, passed s - 1's end barrier
+                // Position s + 2 into the buffer position s - 1 left, issued last: the copies hold their address
+                // registers until the memory system takes them, which the wait on S and dPd then covers (issued
+                // before k^T, the first run of this form waited on them there: 8% of its stall samples, long_sb).
+                if (kb + 2 <= cur.last) {
                     land_tile(cur, kb + 2, buf2);
                     cp_async_commit();
                 } else if (next < items) {   // the next item's tile 0, then its tile 1
                     land_tile(decode(next), kb + 1 - cur.last, buf2);
                     cp_async_commit();
                 }
-                dq_k_transposed<HS, BC, THREADS>(sK, sKt);   // its last reader, dQ of s - 1, passed s - 1's end barrier
             };
             u32 ask[NT][4];   // dS's A fragments, kept past the middle barrier for the dQ product
             if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
