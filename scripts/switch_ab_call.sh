@@ -6,7 +6,8 @@
 #   AB_TESTS    a pytest -k expression over tests/test_kernels_gpu.py (empty: none), under AB_TESTS_S (default 200)
 #   AB_KERNEL   ncu's kernel regex; AB_NCU MODEL:DTYPE:HR[,...] (default gpt2-small:float32:0,gpt2-medium:float32:0)
 #               run AB_ROUNDS times (default 2), off then on each time (scripts/attention_ncu.py, SpeedOfLight and
-#               Occupancy); the durations in durations.txt
+#               Occupancy), each under AB_NCU_S seconds (default 60, and not started with fewer left); the durations
+#               in durations.txt
 #   AB_BITS     MODEL:DTYPE:STEPS of the whole runs (python -m tr2.train, cupy side, CUDA graph; default
 #               gpt2-small:float32:12), off and on; "identical" or the first differing lines
 #   usage: bash scripts/switch_ab_call.sh OUT      AB_CALL_S: seconds the call may take (default 540)
@@ -29,9 +30,9 @@ if [ -n "${AB_KERNEL:-}" ]; then
     for spec in ${AB_NCU:-gpt2-small:float32:0 gpt2-medium:float32:0}; do
       IFS=: read -r model dtype hr <<<"$spec"
       for value in "$OFF" "$ON"; do
-        [ "$(left)" -gt 90 ] || { echo "== ncu: out of time before round $round $spec $value"; break 3; }
+        [ "$(left)" -gt "${AB_NCU_S:-60}" ] || { echo "== ncu: out of time before round $round $spec $value"; break 3; }
         f="$OUT/ncu/$model-$dtype-$hr-r$round-$value.txt"
-        env "$AB_SWITCH=$value" timeout 80 ncu --clock-control none -k "regex:$AB_KERNEL" --profile-from-start off \
+        env "$AB_SWITCH=$value" timeout "${AB_NCU_S:-60}" ncu --clock-control none -k "regex:$AB_KERNEL" --profile-from-start off \
           --section SpeedOfLight --section Occupancy python3 scripts/attention_ncu.py "$model" "$dtype" "$hr" >"$f" 2>&1
         rc=$?
         awk -v tag="round $round $model $dtype hr=$hr $AB_SWITCH=$value" '
