@@ -2,7 +2,7 @@
 # One device call on a kernel switch (written for the fifty-third session's resident float32 dQ): its kernel tests,
 # then the kernel alone under Nsight Compute with the switch off and on in turn, then whole runs with it off and on,
 # their metrics files compared byte for byte.
-#   AB_SWITCH   the environment variable (e.g. TR2_ATTN_F32_DQ_RESIDENT); its values AB_OFF and AB_ON (default 0, 1)
+#   AB_SWITCH   the environment variable (e.g. TR2_ATTN_F32_WG_DQ); its values AB_OFF and AB_ON (default 0, 1)
 #   AB_TESTS    a pytest -k expression over tests/test_kernels_gpu.py (empty: none), under AB_TESTS_S (default 200)
 #   AB_KERNEL   ncu's kernel regex; AB_NCU MODEL:DTYPE:HR[,...] (default gpt2-small:float32:0,gpt2-medium:float32:0)
 #               run AB_ROUNDS times (default 2), off then on each time (scripts/attention_ncu.py, SpeedOfLight and

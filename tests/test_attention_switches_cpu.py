@@ -149,8 +149,8 @@ def test_the_swapped_dq_kernels_are_in_the_source():
 
 def test_attention_cu_instantiates_the_programs_kernels_only():
     """attention.cu's instantiation lines: the kernels the switches at their defaults reach (and those TR2_ATTN_WG_DKDV=0,
-    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV, TR2_ATTN_F32_WG_DQ, TR2_ATTN_F32_DQ_KT and
-    TR2_ATTN_F32_DQ_RESIDENT reach, and the half builds' recomputing backward, USE_DS's oracle), no form that was
+    TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV and TR2_ATTN_F32_WG_DQ reach, and the half builds'
+    recomputing backward, USE_DS's oracle), no form that was
     measured slower and removed (docs/perf.md; before the removal, at ee6b673)."""
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
     lines = re.findall(r"^ATTN_\w+\(.*\)$", src, re.M)
@@ -165,7 +165,7 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
     want += [f"ATTN_DS({b}, {k}, {hs})" for hs in (64, 32) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     want += ["ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)", "ATTN_FORWARD_WG1(f16r, KIND_F16, 64)"]
     want += ["ATTN_FORWARD_WGF(2, f32, true, 64)", "ATTN_FORWARD_WGF(2, tf32, false, 64)", "ATTN_BACKWARD_DKDV_WGF(2, 64)",
-             "ATTN_BACKWARD_DQ_WGF(2, 64)", "ATTN_BACKWARD_DQ_WGFK(2, 64)", "ATTN_BACKWARD_DQ_WGFR(2, 64)"]
+             "ATTN_BACKWARD_DQ_WGF(2, 64)"]
     for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false)", "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
@@ -283,11 +283,6 @@ def test_the_float32_wgmma_backward_kernels_fit_a_blocks_shared_memory(attention
     assert attention.f32_wg_dq_shared_bytes() == qdo + buffers + land == 215040 <= 227 * 1024
     kv, tiles, land_rows, land_cols, lse_d = 2 * 128 * 64 * 4, 4 * 64 * 64 * 4, 2 * 64 * 64 * 4, 2 * 64 * 72 * 4, 4 * 64 * 4
     assert attention.f32_wg_dkdv_shared_bytes() == kv + tiles + land_rows + land_cols + lse_d == 201728 <= 227 * 1024
-    # the resident dQ: q and dO, three buffers of k and v, one k^T; its static int (the next item) is kept 128 bytes by
-    # ptxas (scripts/ptxas_usage.py)
-    qdo, kv_buffers, kt = 2 * 128 * 64 * 4, 3 * 2 * 64 * 64 * 4, 64 * 64 * 4
-    assert attention.f32_dq_resident_shared_bytes() == qdo + kv_buffers + kt == 180224 <= 227 * 1024 - 128
-
 
 
 def test_the_wgmma_dq_refuses_arrays_off_16_bytes_naming_them(attention):
@@ -299,28 +294,3 @@ def test_the_wgmma_dq_refuses_arrays_off_16_bytes_naming_them(attention):
     attention._aligned16("the row dots", dout=_Array(0x7F0000000000), out=_Array(0x7F0000000100))
     with pytest.raises(ValueError, match=r"attention: out \(shape \(8, 1024, 768\)\) starts at 0x7f0000000104, not on"):
         attention._aligned16("the row dots", dout=_Array(0x7F0000000000), out=_Array(0x7F0000000104))
-
-
-def test_the_wgmma_dq_writes_k_transposed_from_the_staged_k_only_when_asked(attention, monkeypatch):
-    """TR2_ATTN_F32_DQ_KT: off by default (measured slower on an H100, fifty-second session); 1 names the kernel that writes k^T from the
-    staged k rows; both kernels are declared by attention.cu's instantiations."""
-    assert attention.F32_DQ_KT is False
-    assert attention.f32_wg_dq_kernel(64) == "attn_backward_dq_wgf2_tf32_hs64"
-    monkeypatch.setattr(attention, "F32_DQ_KT", True)
-    assert attention.f32_wg_dq_kernel(64) == "attn_backward_dq_wgfk2_tf32_hs64"
-    declared = gpu.declared_kernels("attention.cu")
-    assert {"attn_backward_dq_wgf2_tf32_hs64", "attn_backward_dq_wgfk2_tf32_hs64"} <= set(declared)
-
-
-def test_the_wgmma_dq_resident_only_when_asked_and_past_one_key_tile(attention, monkeypatch):
-    """TR2_ATTN_F32_DQ_RESIDENT: off by default; 1 names the resident kernel wherever every item has two key tiles
-    (T > 64), the k^T or default kernel at and below; the resident kernel is declared by attention.cu."""
-    assert attention.F32_DQ_RESIDENT is False
-    assert attention.f32_wg_dq_kernel(64, 1024) == "attn_backward_dq_wgf2_tf32_hs64"
-    monkeypatch.setattr(attention, "F32_DQ_RESIDENT", True)
-    assert attention.f32_wg_dq_kernel(64, 1024) == "attn_backward_dq_wgfr2_tf32_hs64"
-    assert attention.f32_wg_dq_kernel(64, 65) == "attn_backward_dq_wgfr2_tf32_hs64"
-    assert attention.f32_wg_dq_kernel(64, 64) == "attn_backward_dq_wgf2_tf32_hs64"
-    monkeypatch.setattr(attention, "F32_DQ_KT", True)
-    assert attention.f32_wg_dq_kernel(64, 7) == "attn_backward_dq_wgfk2_tf32_hs64"
-    assert "attn_backward_dq_wgfr2_tf32_hs64" in set(gpu.declared_kernels("attention.cu"))

@@ -783,60 +783,6 @@ def test_attention_float32_dq_wgmma(B, T, H, hs, p, monkeypatch):
     exact(f"attention dk, dv by the wgmma dQ's D against the mma.sync dQ's {tag}", wgf[..., C:], mma_sync[..., C:])
 
 
-def _float32_dq_form_against_default(monkeypatch, B, T, H, hs, p, switch: str, kernel: str, salt: int, tag: str,
-                                     blocks=None) -> None:
-    """A float32 wgmma dQ form (attention's `switch` True, launching `kernel`) against the default wgmma dQ, both at
-    every T (TR2_ATTN_F32_WG_DQ=1): the same inputs give dqkv the same bits, every element written (the outputs
-    poisoned first by the backend's allocation), three runs of each alike; the launches recorded, so that each kernel
-    is known to have run. blocks: an SM count the resident kernels' grid is capped by (None: the card's)."""
-    from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    monkeypatch.setattr(attention, "F32_WG_DQ", 1)
-    if blocks is not None:
-        monkeypatch.setattr(attention.runtime, "sm_count", lambda device: blocks)
-    launched = record_launches(monkeypatch, attention)
-    be = gpu_backend("float32", True, False)
-    tag = f"[{tag} B={B} T={T} H={H} hs={hs} p={p} blocks={blocks}]"
-    qkv, dout, saved, seed, offset = _forward_for_backward(be, B, T, H, hs, p, salt, 2)
-    by_form = {}
-    for form in (False, True):
-        monkeypatch.setattr(attention, switch, form)
-        runs = []
-        for _ in range(3):
-            launched.clear()
-            runs.append(be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset)))
-            assert launched[0] == (kernel if form else "attn_backward_dq_wgf2_tf32_hs64"), launched
-        for other in runs[1:]:
-            exact(f"attention dqkv, run against run {tag} {switch}={form}", other, runs[0])
-        by_form[form] = runs[0]
-    assert np.isfinite(by_form[True]).all(), f"dqkv {tag}: an element left unwritten"
-    exact(f"attention dqkv, {switch} against the default {tag}", by_form[True], by_form[False])
-
-
-@pytest.mark.parametrize("B, T, H, hs", [shape for shape in ATTENTION_SHAPES if shape[3] == 64])
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_float32_dq_wgmma_k_transposed_from_staged_k(B, T, H, hs, p, monkeypatch):
-    """TR2_ATTN_F32_DQ_KT=1 (attn_backward_dq_wgfk2_tf32_hs64: k^T written from the tile's staged k rows, not copied
-    again) gives dqkv the default wgmma dQ's bits (_float32_dq_form_against_default). k^T holds the same values in the
-    same places either way (tests/test_attention_f32_dq_wgf_cpu.py), so dQ must not move by a bit."""
-    _float32_dq_form_against_default(monkeypatch, B, T, H, hs, p, "F32_DQ_KT", "attn_backward_dq_wgfk2_tf32_hs64", 47,
-                                     "tf32 dq wgfk2")
-
-
-@pytest.mark.parametrize("B, T, H, hs", [shape for shape in ATTENTION_SHAPES if shape[3] == 64 and shape[1] > 64])
-@pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("blocks", [None, 1, 5])
-def test_attention_float32_dq_resident_is_the_default_bits(B, T, H, hs, p, blocks, monkeypatch):
-    """TR2_ATTN_F32_DQ_RESIDENT=1 (attn_backward_dq_wgfr2_tf32_hs64: one block an SM walking the (head, query block)
-    items by ticket, each item's copies landed under the previous item's last tiles) gives dqkv the default wgmma dQ's
-    bits, three runs alike (so its tickets are back at zero after each launch: a ticket left over would skip items and
-    leave them poisoned). blocks: the grid as on the card (None), or capped by a smaller SM count, so that one block
-    walks many items (1: all of them) and crosses every kind of item boundary (its schedule's CPU model:
-    tests/test_attention_f32_dq_resident_cpu.py)."""
-    _float32_dq_form_against_default(monkeypatch, B, T, H, hs, p, "F32_DQ_RESIDENT", "attn_backward_dq_wgfr2_tf32_hs64",
-                                     53, "tf32 dq wgfr2", blocks)
-
 def test_tf32_rounding_is_the_formula_on_every_float32():
     """attention.cu's tf32_rne (on sm_90 the instruction cvt.rn.tf32.f32) against tf32_rne_formula, the bit formula
     the float32 builds rounded with before, on all 2^32 float32 bit patterns (tf32_round_check): the same bits on every

@@ -77,8 +77,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
                 for kernel in ("dkdv_ds_l2", "dq_ds_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r"))
         + tuple(f"attn_forward_wgf2_{build}_hs64" for build in ("f32", "tf32"))
-        + ("attn_backward_dkdv_wgf2_tf32_hs64", "attn_backward_dq_wgf2_tf32_hs64", "attn_backward_dq_wgfk2_tf32_hs64",
-           "attn_backward_dq_wgfr2_tf32_hs64"),
+        + ("attn_backward_dkdv_wgf2_tf32_hs64", "attn_backward_dq_wgf2_tf32_hs64"),
     "gelu.cu": ("gelu_forward", "gelu_backward", "gelu_forward_bf16_table", "gelu_backward_bf16_table",
                 "gelu_forward_f16_fast", "gelu_backward_f16_fast"),
     "dropout.cu": ("dropout_apply", "dropout_mask", "dropout_bits"),
@@ -114,9 +113,8 @@ _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backwar
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
 # attention.cu's float32 forward on wgmma: ATTN_FORWARD_WGF(warpgroups, build, split, head size)
 _ATTN_WGF_MACRO = re.compile(r'^ATTN_FORWARD_WGF\((\d+), (\w+), \w+, (\d+)\)', re.M)
-# and its dK/dV and dQ (one TF32 product): ATTN_BACKWARD_DKDV_WGF / _DQ_WGF / _DQ_WGFK (k^T from the staged k) / _DQ_WGFR (resident)
-# (warpgroups, head size)
-_ATTN_BWD_WGF_MACRO = re.compile(r'^ATTN_BACKWARD_(DKDV|DQ)_WGF([KR]?)\((\d+), (\d+)\)', re.M)
+# and its dK/dV and dQ (one TF32 product): ATTN_BACKWARD_DKDV_WGF / _DQ_WGF (warpgroups, head size)
+_ATTN_BWD_WGF_MACRO = re.compile(r'^ATTN_BACKWARD_(DKDV|DQ)_WGF\((\d+), (\d+)\)', re.M)
 # layernorm.cu's and residual_layernorm.cu's instantiations of the register-row kernels, one a row size
 _LN_ROWS_MACRO = re.compile(r'^(LAYERNORM|RESIDUAL_LAYERNORM)_(FORWARD|BACKWARD)_ROWS(_BULK)?\((\d+)\)', re.M)
 # attention.cu's Geometry<K>: the half kinds' general template and float32's specialization.
@@ -160,8 +158,7 @@ def declared_kernels(filename: str) -> list[str]:
     for macro, build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
     names += [f"attn_forward_wgf{nwg}_{build}_hs{hs}" for nwg, build, hs in _ATTN_WGF_MACRO.findall(src)]
-    names += [f"attn_backward_{part.lower()}_wgf{k.lower()}{nwg}_tf32_hs{hs}"
-              for part, k, nwg, hs in _ATTN_BWD_WGF_MACRO.findall(src)]
+    names += [f"attn_backward_{part.lower()}_wgf{nwg}_tf32_hs{hs}" for part, nwg, hs in _ATTN_BWD_WGF_MACRO.findall(src)]
     names += [f"{prefix.lower()}_{way.lower()}_c{c}{form.lower()}" for prefix, way, form, c in _LN_ROWS_MACRO.findall(src)]
     return names
 
@@ -264,6 +261,10 @@ RETIRED: dict[str, str] = {
     "TR2_ATTN_DQ_TMA_RESIDENT": "the resident TMA dQ, measured slower (twenty-fifth session)",
     "TR2_ATTN_DQ_TMA_ORDER": "the TMA dQ with the heads fastest, measured slower (twenty-eighth session)",
     "TR2_ATTN_DS_GROUP_BATCHES": "the backward a group of batches at a time, measured slower (twenty-ninth session)",
+    "TR2_ATTN_F32_DQ_KT": "the float32 wgmma dQ's k^T written from the staged k rows (wgfk2), measured slower "
+                          "(fifty-second session; 6369b54)",
+    "TR2_ATTN_F32_DQ_RESIDENT": "the float32 wgmma dQ resident (wgfr2), three forms measured slower (fifty-third "
+                                "session; 6369b54)",
     "TR2_GELU_F16_TABLE": "float16 GELU by table (gelu_*_f16_table), measured slower (thirteenth session)",
     "TR2_GELU_F16_SEG": "float16 GELU by segment (gelu_*_f16_seg), measured slower (twenty-ninth session)",
     "TR2_LN_FINAL_IN_KERNEL": "the LayerNorm backward's dw finished by its last blocks (*_dwsum), measured slower (ninth "

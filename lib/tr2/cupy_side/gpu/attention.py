@@ -124,36 +124,9 @@ def _f32_wg_backward_built(ctx, hs: int) -> bool:
 F32_WG_DQ = kernel_switch("TR2_ATTN_F32_WG_DQ", 2, (0, 1, 2))
 F32_WG_DQ_MIN_T = 256
 
-# The wgmma dQ's k^T copied from global memory a second time and rounded (0, the default), or written from the tile's
-# staged, rounded k rows (1: attn_backward_dq_wgfk2_tf32_hs64; the same values in the same places, so the same bits):
-# each key tile's copies 48 -> 32 KB a block, for one more block barrier a tile. Written in the fifty-first session
-# from Nsight Compute's source view (results/h100-perf-20261206f: the loop's copies 10.6% of the kernel's stall
-# samples, lg_throttle most). Measured in the fifty-second session on an H100 (results/h100-perf-20261206g): the same
-# bits (18 kernel cases, a 12-step graph run byte for byte) and slower, x1.007-1.012 of the default on both GPT-2
-# shapes, so off; kept because the shared memory it frees (34 KB: k^T's second buffer and its padded landing) is
-# what a resident form landing the next item's q and dO needs (docs/perf.md, fifty-second session).
-F32_DQ_KT = bool(kernel_switch("TR2_ATTN_F32_DQ_KT", 0))
-
-# The wgmma dQ resident (1: attn_backward_dq_wgfr2_tf32_hs64, attention.cu's attention_backward_dq_wgf_resident; 0,
-# the default, off): one block an SM walking the (head, query block) items by ticket, each item's first two key tiles
-# landed under the previous item's last two and its q and dO under that item's last dQ product, so that the prologue's
-# wait on its copies (30% of the default kernel's stall samples, results/h100-perf-20261206f) overlaps work. The k^T
-# form's arithmetic, so the default's bits. Every item needs two key tiles (T > 64); at and below that the switch leaves
-# the kernel above. Written in the fifty-third session (docs/perf.md; its first form, with two k/v buffers, measured
-# x1.03-1.04 of the default: results/h100-perf-20261206i).
-F32_DQ_RESIDENT = bool(kernel_switch("TR2_ATTN_F32_DQ_RESIDENT", 0))
-F32_DQ_RESIDENT_MIN_T = 65
-
-
-def f32_dq_resident(T: int) -> bool:
-    return F32_DQ_RESIDENT and T >= F32_DQ_RESIDENT_MIN_T
-
-
-def f32_wg_dq_kernel(hs: int, T: int = 1024) -> str:
-    """The wgmma dQ kernel's name under TR2_ATTN_F32_DQ_RESIDENT and TR2_ATTN_F32_DQ_KT at sequence length T."""
-    if f32_dq_resident(T):
-        return f"attn_backward_dq_wgfr2_tf32_hs{hs}"
-    return f"attn_backward_dq_wgf{'k' if F32_DQ_KT else ''}2_tf32_hs{hs}"
+# Its forms measured slower and removed (gpu.RETIRED refuses their switches; the code and tests at 6369b54): k^T written
+# from the staged k rows (TR2_ATTN_F32_DQ_KT=1, fifty-second session) and a resident grid landing each item's copies
+# under the previous item's tiles (TR2_ATTN_F32_DQ_RESIDENT=1, fifty-third): docs/perf.md.
 
 
 def uses_f32_wg_dq(ctx, hs: int, T: int) -> bool:
@@ -166,13 +139,6 @@ def f32_wg_dq_shared_bytes(hs: int = 64) -> int:
     to hs + 8 floats)."""
     queries, tile = 128, 64
     return (2 * queries * hs + 6 * tile * hs + 2 * tile * hs + tile * (hs + 8)) * 4
-
-
-def f32_dq_resident_shared_bytes(hs: int = 64) -> int:
-    """attention_backward_dq_wgf_resident's dynamic shared memory: a block's q and dO (128 queries), three buffers of a
-    key tile's k and v, one k^T tile."""
-    queries, tile = 128, 64
-    return (2 * queries * hs + 7 * tile * hs) * 4
 
 
 def f32_wg_dkdv_shared_bytes(hs: int = 64) -> int:
@@ -545,13 +511,8 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         dq_args = (dqkv, saved.qkv, kdout, saved.lse, D, saved.out, i32(T), i32(H)) + tail
         if uses_f32_wg_dq(ctx, hs, T):
             _aligned16("the float32 wgmma dQ", dout=kdout, out=saved.out)
-            if f32_dq_resident(T):
-                extra, grid = _resident(ctx, B * H, T, "att_dq_tickets")
-                launch(FILE, f32_wg_dq_kernel(hs, T), grid, 256, dq_args + extra,
-                       shared_mem=f32_dq_resident_shared_bytes(hs), prefer_shared=True)
-            else:
-                launch(FILE, f32_wg_dq_kernel(hs, T), (B * H, -(-T // 128)), 256, dq_args,
-                       shared_mem=f32_wg_dq_shared_bytes(hs), prefer_shared=True)
+            launch(FILE, f"attn_backward_dq_wgf2_tf32_hs{hs}", (B * H, -(-T // 128)), 256, dq_args,
+                   shared_mem=f32_wg_dq_shared_bytes(hs), prefer_shared=True)
         else:
             _launch(ctx, "backward_dq", hs, T, B * H, dq_args)
         args = (dqkv, saved.qkv, kdout, saved.lse, D, i32(T), i32(H)) + tail

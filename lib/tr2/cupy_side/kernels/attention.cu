@@ -61,6 +61,9 @@
 // before, thirty-sixth); the TMA dQ with the heads fastest (tma_: twenty-eighth) and resident (tmar_: twenty-fifth).
 // Removed on 2026-12-06 (source and tests at e006cd8): the float32 kernels bounded to three blocks an SM (f32b3, tf32b3;
 // TR2_ATTN_F32_BLOCKS=3), slower than the two-block kernels on both GPT-2 shapes in both builds (forty-sixth session).
+// Removed on 2026-12-06 (source and tests at 6369b54): the float32 wgmma dQ's k^T written from the staged k rows
+// (wgfk2_; TR2_ATTN_F32_DQ_KT=1; fifty-second session) and its resident grid (wgfr2_; TR2_ATTN_F32_DQ_RESIDENT=1;
+// fifty-third), both slower than attention_backward_dq_wgf.
 // gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
@@ -2073,7 +2076,7 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
 // tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2). D summed
 // from the staged dO (below) since: x0.94-0.95 of that kernel at T = 1024 (results/h100-perf-20261206f, call 3). The
 // prologue still holds 30% of the warp-stall samples there, waiting on its copies (one block an SM: nothing overlaps).
-// The float32 wgmma dQ's pieces shared by attention_backward_dq_wgf and its resident form (below).
+// The float32 wgmma dQ's pieces (attention_backward_dq_wgf, below): its O loads and row dots.
 // A warp's rows' O for D: the output is float32 here (the float32 builds' kind; gpu/attention.py launches these kernels
 // in float32 only), 16 bytes a load (a lane's 16 columns start 64 bytes apart: C is a multiple of HS, and
 // gpu/attention.py checks the alignment); rows past T as zeros.
@@ -2117,23 +2120,7 @@ __device__ __forceinline__ void dq_row_dots(float (&Dr)[2], float* __restrict__ 
         if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
     }
 }
-// k^T written from a key tile's staged (rounded) k rows (LandRows' layout) in the layout LandCols' fill writes (the
-// same values: the same bits), each thread the floats at tid + e THREADS: float e of lane l in warp w holds key
-// (w >> 1) 8 + (w & 1) + 2 (l & 1) + 4 ((l >> 1) & 1) + 32 (e & 1) and column (e >> 1) 8 + (l >> 2) (LandCols' landing
-// rows and fill, composed).
-template <int HS, int BC, int THREADS>
-__device__ __forceinline__ void dq_k_transposed(const float* k, float* kt) {
-    static_assert(THREADS == 256 && BC == 64 && HS == 64, "the key and column formula is LandCols' at 8 warps");
-    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    const int key0 = (w >> 1) * 8 + (w & 1) + 2 * (l & 1) + 4 * ((l >> 1) & 1);
-#pragma unroll
-    for (int e = 0; e < LandCols<HS, BC, THREADS>::EACH; ++e) {
-        const int key = key0 + 32 * (e & 1), col = (e >> 1) * 8 + (l >> 2);
-        kt[threadIdx.x + e * THREADS] = k[4 * ((((key >> 3) * (HS / 4) + (col >> 2)) << 3) + (key & 7)) + (col & 3)];
-    }
-}
-
-template <int HS, int NWG, bool DROP, bool KT_FROM_K>
+template <int HS, int NWG, bool DROP>
 __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
                                           const float* __restrict__ dout, const float* __restrict__ lse,
                                           float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
@@ -2167,11 +2154,11 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         if (kb * BC + BC <= T) {
             kvrows.land<true>(sLand, k, BC, 3 * C);
             kvrows.land<true>(sLand + KT, k + C, BC, 3 * C);
-            if constexpr (!KT_FROM_K) kcols.land<true>(sLand + 2 * KT, k, BC, 3 * C);
+            kcols.land<true>(sLand + 2 * KT, k, BC, 3 * C);
         } else {
             kvrows.land<false>(sLand, k, T - kb * BC, 3 * C);
             kvrows.land<false>(sLand + KT, k + C, T - kb * BC, 3 * C);
-            if constexpr (!KT_FROM_K) kcols.land<false>(sLand + 2 * KT, k, T - kb * BC, 3 * C);
+            kcols.land<false>(sLand + 2 * KT, k, T - kb * BC, 3 * C);
         }
         cp_async_commit();
     };
@@ -2179,10 +2166,8 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         float* k = sKV + 3 * buf * KT;
         fill_rows<false, HS, BC, THREADS>(k, nullptr, sLand);
         fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, sLand + KT);
-        if constexpr (!KT_FROM_K) kcols.fill<false>(k + 2 * KT, nullptr, sLand + 2 * KT);
+        kcols.fill<false>(k + 2 * KT, nullptr, sLand + 2 * KT);
     };
-    // KT_FROM_K: k^T written from the staged (rounded) k rows of the tile (dq_k_transposed), into one buffer (buffer
-    // 0's k^T place).
     // The warp's rows' O, for D below, issued before the copies fill the LSU queue.
     if (out_kind != KIND_F32) __trap();
     float4 ol[2][HS / 16];
@@ -2217,7 +2202,6 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
         const float* sK = sKV + 3 * cur * KT;
         const float* sV = sK + KT;
         const float* sKt = sK + 2 * KT;
-        float* sKt1 = sKV + 2 * KT;   // KT_FROM_K: the one k^T buffer, written from sK each tile
         auto stage_next = [&]() {   // into the other buffer (its last readers passed the barrier ending kb - 1), then
             if (kb < last) {        // the tile after it starts landing
                 cp_async_landed();
@@ -2226,10 +2210,8 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
                 if (kb + 1 < last) land_kv(kb + 2);
             }
         };
-        u32 ask[KT_FROM_K ? NT : 1][4];   // KT_FROM_K: dS's A fragments, kept past the branch for the dQ product
         if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
             stage_next();
-            if constexpr (KT_FROM_K) dq_k_transposed<HS, BC, THREADS>(sK, sKt1);   // the other warpgroup's dQ reads it
         } else {   // S = q k^T and dPd = dO v^T, in flight while the next tile is staged
             float p[1][NT][4], ds[1][NT][4];
             wg_fence();
@@ -2237,7 +2219,6 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
             wg_mma_rows_tf32(ds[0], sOw, sV);
             wg_commit();
             stage_next();
-            if constexpr (KT_FROM_K) dq_k_transposed<HS, BC, THREADS>(sK, sKt1);   // its last reader, dQ of kb - 1, passed kb - 1's barrier
             wg_wait_all();
             wg_hold(p[0]);
             wg_hold(ds[0]);
@@ -2264,247 +2245,18 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
                     tf32_operand<false, true>(y[e], as[n][e], lo);
                 }
             }
-            if constexpr (KT_FROM_K) {
+            wg_fence();
 #pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) ask[n][e] = as[n][e];
-            } else {
-                wg_fence();
-#pragma unroll
-                for (int n = 0; n < NT; ++n)   // dQ += dS k: k8 slice n = keys 8n.. = chunks 2n, 2n + 1 of k^T's rows
-                    wg_mma_tf32(dq[0], as[n], wg_desc(sKt + 2 * n * 32, 128, CHK * 128), 1);
-                wg_commit();
-                wg_wait_all();
-                wg_hold(dq[0]);
-            }
-        }
-        if constexpr (KT_FROM_K) {
-            fence_proxy_async();   // k^T, written by every thread, seen by the tensor cores' reads
-            __syncthreads();
-            if (kb <= wg_last) {   // no product in flight across a join: issued and awaited in this branch
-                wg_fence();
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-                    wg_mma_tf32(dq[0], ask[n], wg_desc(sKt1 + 2 * n * 32, 128, CHK * 128), 1);
-                wg_commit();
-                wg_wait_all();
-                wg_hold(dq[0]);
-            }
+            for (int n = 0; n < NT; ++n)   // dQ += dS k: k8 slice n = keys 8n.. = chunks 2n, 2n + 1 of k^T's rows
+                wg_mma_tf32(dq[0], as[n], wg_desc(sKt + 2 * n * 32, 128, CHK * 128), 1);
+            wg_commit();
+            wg_wait_all();
+            wg_hold(dq[0]);
         }
         fence_proxy_async();   // the next tile's stores, seen by the tensor cores' reads
         __syncthreads();       // and every warpgroup done with this buffer before it is refilled
     }
     store_dq<HS, 1>(dqkv, dq, r0, b, h, T, C, out_kind, lane);
-#else
-    __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
-#endif
-}
-
-// ---- the float32 wgmma dQ resident (attention_backward_dq_wgf_resident; TR2_ATTN_F32_DQ_RESIDENT=1) ----
-// Why: one block an SM, the default kernel (above) spends 30% of its warp-stall samples in its prologue, waiting on the
-// copies of its q, dO and first key tile with nothing to overlap them (Nsight Compute's source view, results/h100-perf-
-// 20261206f). Here one block an SM walks (head, query block) items, longest rows first, by ticket (resident_item, as
-// the TMA forms), and lands each item's first two key tiles under the previous item's last two tiles and its q and dO
-// under the previous item's last dQ product, so an item starts with most of its copies landed.
-// Each item's arithmetic is attention_backward_dq_wgf's with k^T written from the staged k rows (KT_FROM_K), so its
-// bits are that kernel's, and so the default's (tests/test_kernels_gpu.py holds all three to the same bits).
-// The schedule: the key tiles of all the block's items are one stream, position s in buffer s % 3 (k, then v, each
-// landed in place by LandRows and rounded there by the thread that copied it). A tile s:
-//   1. S = q k^T and dPd = dO v^T issued (buffer s % 3, the item's q and dO);
-//   2. position s + 1's copies, the one group in flight, awaited and rounded in place; position s + 2's copies issued
-//      into buffer (s + 2) % 3 (it held s - 1, whose readers passed s - 1's barriers), so each tile's copies have a
-//      whole tile to land, as the default's; k^T written from k (buffer s % 3) into the one k^T tile;
-//   3. S and dPd awaited, softmax_grad, dS as A fragments; a block barrier (the middle one): k^T complete, and at an
-//      item's last tile no reader left of its q and dO, whose region the next item's q and dO then land in;
-//   4. dQ += dS k^T; a block barrier (the end one): k^T free for the next tile, position s + 1's rounding seen by all.
-// An item starts by awaiting its q and dO (item 0: with tile 0) and rounding them in place, thread 0 drawing the next
-// item's ticket, and one block barrier, so every thread knows the next item before the item's first tile lands the next
-// item's tile 0 where the item has two key tiles. Every item needs two key tiles or more (T > 64: gpu/attention.py keeps
-// the default kernel at and below that). The fifty-third session's first form, two k/v buffers and two q/dO regions
-// (the next item's q and dO landed a tile earlier), gave each tile's copies half a tile to land and was x1.03-1.04 of
-// the default (results/h100-perf-20261206i, call 4). Shared memory: q and dO 64 KB, three buffers of k and v 96 KB, k^T
-// 16 KB: 176 KB, one block an SM. O's rows for D are loaded as the default's are (global loads, 32 registers that could
-// not stay live across the loop), issued before the last item's dQ stores.
-template <int HS, int NWG, bool DROP>
-__device__ void attention_backward_dq_wgf_resident(void* __restrict__ dqkv, const float* __restrict__ qkv,
-                                                   const float* __restrict__ dout, const float* __restrict__ lse,
-                                                   float* __restrict__ Dvec, const void* __restrict__ out, int T, int H,
-                                                   int out_kind, Dropout drop, int BH, int* __restrict__ sched) {
-#ifdef ATTN_WGMMA
-    constexpr float scale = Scale<HS>::value, c = scale * LOG2E;
-    constexpr int BR = 64 * NWG, BC = 64, NT = BC / 8, CHK = BC / 4, THREADS = 128 * NWG;
-    constexpr int QT = BR * HS, KT = BC * HS;
-    static_assert(HS == 64 && NWG == 2, "k^T's formula is LandCols' at 8 warps, one m64n64k8 a k8 slice of S");
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ int next_item;     // the block's next item, drawn at an item's start
-    float* sQ = (float*)smem;     // the item's q, then dO: K-major, eight-row groups of core matrices
-    float* sO = sQ + QT;
-    float* sKV = sO + QT;         // position s: k at sKV + 2 (s % 3) KT, v at + KT
-    float* sKt = sKV + 6 * KT;    // k^T of the tile in hand, written from its k
-    if (out_kind != KIND_F32 || T <= BC) __trap();   // float32 output; two key tiles an item (above)
-    const int C = H * HS, nqb = (T + BR - 1) / BR, items = nqb * BH;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const LandRows<HS, BC, THREADS> kvrows(3 * C);
-    const LandRows<HS, BR, THREADS> qrows(3 * C), orows(C);
-    const float* sQw = sQ + wg * 64 * HS;   // the warpgroup's 64 rows
-    const float* sOw = sO + wg * 64 * HS;
-    struct Item {   // a (head, query block): the longest rows first, as the default's grid
-        int qb, bh, b, h, last;
-        const float* base;   // the head's q columns of its sequence's first row
-    };
-    auto decode = [&](int item) {
-        Item it;
-        it.qb = nqb - 1 - item / BH;
-        it.bh = item % BH;
-        it.b = it.bh / H;
-        it.h = it.bh % H;
-        it.last = min(it.qb * BR + BR - 1, T - 1) / BC;
-        it.base = qkv + (i64)it.b * T * 3 * C + it.h * HS;
-        return it;
-    };
-    auto land_tile = [&](const Item& it, int kb, int buf) {   // key tile kb's k and v into buffer buf, in place
-        const float* k = it.base + (i64)kb * BC * 3 * C + C;
-        float* dst = sKV + 2 * buf * KT;
-        if (kb * BC + BC <= T) {
-            kvrows.land<true>(dst, k, BC, 3 * C);
-            kvrows.land<true>(dst + KT, k + C, BC, 3 * C);
-        } else {
-            kvrows.land<false>(dst, k, T - kb * BC, 3 * C);
-            kvrows.land<false>(dst + KT, k + C, T - kb * BC, 3 * C);
-        }
-    };
-    auto land_qo = [&](const Item& it) {
-        qrows.land<false>(sQ, it.base + (i64)it.qb * BR * 3 * C, T - it.qb * BR, 3 * C);
-        orows.land<false>(sO, dout + ((i64)it.b * T + it.qb * BR) * C + it.h * HS, T - it.qb * BR, C);
-    };
-    auto round_tile = [&](int buf) {   // each thread its own copies (LandRows' places are fill_rows')
-        float* k = sKV + 2 * buf * KT;
-        fill_rows<false, HS, BC, THREADS>(k, nullptr, k);
-        fill_rows<false, HS, BC, THREADS>(k + KT, nullptr, k + KT);
-    };
-    float4 ol[2][HS / 16];   // the warp's rows of O, for D
-    float L[2];              // and their lse (times log2 e)
-    auto load_rows = [&](const Item& it) {
-        const int r0 = it.qb * BR + wg * 64 + warp * 16;
-        dq_load_o<HS>(ol, out, it.b, it.h, T, C, r0, g, t);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int i = r0 + g + 8 * r;
-            L[r] = i < T ? lse[(i64)it.bh * T + i] * LOG2E : 0.0f;
-        }
-    };
-
-    Item cur = decode(blockIdx.x);   // resident_item(sched, 0): the grid is at most the items
-    load_rows(cur);
-    land_qo(cur);
-    land_tile(cur, 0, 0);
-    cp_async_commit();
-    land_tile(cur, 1, 1);
-    cp_async_commit();
-    asm volatile("cp.async.wait_group 1;" ::: "memory");   // q, dO and tile 0, the thread's own copies
-    round_tile(0);
-    int buf = 0;   // the buffer of the item's tile 0
-    for (int n = 0;; ++n) {
-        if (n > 0) asm volatile("cp.async.wait_group 0;" ::: "memory");   // q and dO, landed last
-        fill_rows<false, HS, BR, THREADS>(sQ, nullptr, sQ);   // in place: each element read, then written
-        fill_rows<false, HS, BR, THREADS>(sO, nullptr, sO);
-        if (threadIdx.x == 0) {
-            const int drawn = resident_item(sched, n + 1);
-            next_item = drawn;
-            if (drawn >= items) resident_done(sched);   // every ticket this block will draw is drawn
-        }
-        fence_proxy_async();
-        __syncthreads();   // q and dO rounded, the next item known
-        const int next = next_item;
-        const int q0 = cur.qb * BR + wg * 64, r0 = q0 + warp * 16;
-        const int wg_last = min(q0 + 63, T - 1) / BC;   // the warpgroup's last key tile (its later ones masked whole)
-        float Dr[2];
-        dq_row_dots<HS>(Dr, Dvec, sO, ol, cur.bh, T, r0, cur.qb * BR, g, t);   // D, from the staged dO
-        float dq[1][HS / 8][4];
-#pragma unroll
-        for (int n8 = 0; n8 < HS / 8; ++n8) dq[0][n8][0] = dq[0][n8][1] = dq[0][n8][2] = dq[0][n8][3] = 0.0f;
-        for (int kb = 0; kb <= cur.last; ++kb) {
-            const int buf1 = buf == 2 ? 0 : buf + 1, buf2 = buf1 == 2 ? 0 : buf1 + 1;
-            const float* sK = sKV + 2 * buf * KT;
-            const float* sV = sK + KT;
-            auto stage = [&]() {
-                if (kb < cur.last || next < items) {   // position s + 1: landed (the one group in flight), rounded
-                    asm volatile("cp.async.wait_group 0;" ::: "memory");
-                    round_tile(buf1);
-                }
-                dq_k_transposed<HS, BC, THREADS>(sK, sKt);   // its last reader, dQ of s - 1, passed s - 1's end barrier
-                // Position s + 2 into the buffer position s - 1 left, issued last: the copies hold their address
-                // registers until the memory system takes them, which the wait on S and dPd then covers (issued
-                // before k^T, the first run of this form waited on them there: 8% of its stall samples, long_sb).
-                if (kb + 2 <= cur.last) {
-                    land_tile(cur, kb + 2, buf2);
-                    cp_async_commit();
-                } else if (next < items) {   // the next item's tile 0, then its tile 1
-                    land_tile(decode(next), kb + 1 - cur.last, buf2);
-                    cp_async_commit();
-                }
-            };
-            u32 ask[NT][4];   // dS's A fragments, kept past the middle barrier for the dQ product
-            if (kb > wg_last) {   // the warpgroup's queries all come before the tile's keys (uniform in the warpgroup)
-                stage();
-            } else {
-                float p[1][NT][4], ds[1][NT][4];
-                wg_fence();
-                wg_mma_rows_tf32(p[0], sQw, sK);
-                wg_mma_rows_tf32(ds[0], sOw, sV);
-                wg_commit();
-                stage();
-                wg_wait_all();
-                wg_hold(p[0]);
-                wg_hold(ds[0]);
-                auto at = [&](int, int n8, int e, int& i, int& j) {   // register (n8, e): query i, key j
-                    i = r0 + g + 8 * (e >> 1);
-                    j = kb * BC + n8 * 8 + 2 * t + (e & 1);
-                };
-                const bool edge = kb * BC + BC - 1 > r0 || kb * BC + BC > T;
-                KeepBits<1, NT> keep{};
-                if constexpr (DROP) keep = drop.keep_bits<ROW_PAIRS, 1, NT>(cur.bh, T, edge, at);
-                softmax_grad<false, DROP, 1, NT>(p, ds, edge, T, c, drop, keep,
-                                                 [&](int mt, int n8, int e, int& i, int& j, float& Lc, float& Dq) {
-                    at(mt, n8, e, i, j);
-                    Lc = L[e >> 1];
-                    Dq = Dr[e >> 1];
-                });
-#pragma unroll
-                for (int n8 = 0; n8 < NT; ++n8) {
-                    const float y[4] = {ds[0][n8][0], ds[0][n8][2], ds[0][n8][1], ds[0][n8][3]};
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        u32 lo;
-                        tf32_operand<false, true>(y[e], ask[n8][e], lo);
-                    }
-                }
-            }
-            fence_proxy_async();   // k^T, written by every thread, seen by the tensor cores' reads
-            __syncthreads();       // the middle barrier: k^T complete; S and dPd of every warpgroup awaited
-            if (kb == cur.last && next < items) {   // the next item's q and dO, where no reader of this item's is left
-                land_qo(decode(next));
-                cp_async_commit();
-            }
-            if (kb <= wg_last) {   // dQ += dS k^T: k8 slice n8 = keys 8 n8.. = chunks 2 n8, 2 n8 + 1 of k^T's rows
-                wg_fence();
-#pragma unroll
-                for (int n8 = 0; n8 < NT; ++n8)
-                    wg_mma_tf32(dq[0], ask[n8], wg_desc(sKt + 2 * n8 * 32, 128, CHK * 128), 1);
-                wg_commit();
-                wg_wait_all();
-                wg_hold(dq[0]);
-            }
-            fence_proxy_async();   // position s + 1's rounding, seen by the tensor cores' reads
-            __syncthreads();       // the end barrier: every warpgroup done with k^T
-            buf = buf1;
-        }
-        if (next < items) load_rows(decode(next));   // O's and lse's loads in flight under the stores
-        store_dq<HS, 1>(dqkv, dq, r0, cur.b, cur.h, T, C, out_kind, lane);
-        if (next >= items) break;
-        cur = decode(next);
-    }
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
@@ -3430,35 +3182,19 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         else attention_backward_dkdv_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, T, H, out_kind, d);      \
     }
 // The float32 dQ on wgmma (attention_backward_dq_wgf, HS = 64, one TF32 product): attn_backward_dq_wgf2_tf32_hs64, two
-// warpgroups a block (128 queries), arguments as attn_backward_dq_tf32_'s; attn_backward_dq_wgfk2_tf32_hs64 writes k^T
-// from the staged k rows (KT_FROM_K: TR2_ATTN_F32_DQ_KT=1, gpu/attention.py; written in the fifty-first session; the
-// same bits, and x1.007-1.012 of the default in the fifty-second: results/h100-perf-20261206g).
-#define ATTN_BACKWARD_DQ_WGF_FORM(NAME, NWG, KT, HS)                                                            \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgf##NAME##NWG##_tf32_hs##HS(  \
+// warpgroups a block (128 queries), arguments as attn_backward_dq_tf32_'s. Its forms measured slower and removed (the
+// code and tests at 6369b54): k^T written from the staged k rows (attn_backward_dq_wgfk2_, x1.007-1.012 of this kernel,
+// fifty-second session) and a resident grid landing each item's copies under the previous item's tiles
+// (attn_backward_dq_wgfr2_, three forms, x1.01-1.05, fifty-third session): docs/perf.md.
+#define ATTN_BACKWARD_DQ_WGF(NWG, HS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgf##NWG##_tf32_hs##HS(        \
         void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec, const void* out, int T, \
         int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold,      \
         float dscale) {                                                                                        \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout) attention_backward_dq_wgf<HS, NWG, true, KT>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
-        else attention_backward_dq_wgf<HS, NWG, false, KT>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
-    }
-#define ATTN_BACKWARD_DQ_WGF(NWG, HS) ATTN_BACKWARD_DQ_WGF_FORM(, NWG, false, HS)
-#define ATTN_BACKWARD_DQ_WGFK(NWG, HS) ATTN_BACKWARD_DQ_WGF_FORM(k, NWG, true, HS)
-// The float32 wgmma dQ resident (attention_backward_dq_wgf_resident: TR2_ATTN_F32_DQ_RESIDENT=1, gpu/attention.py):
-// attn_backward_dq_wgfr2_tf32_hs64, arguments as attn_backward_dq_wgf2_'s, then the heads BH and sched, two ints zero at
-// launch (resident_item); one block an SM, T > 64.
-#define ATTN_BACKWARD_DQ_WGFR(NWG, HS)                                                                          \
-    extern "C" __global__ void __launch_bounds__(128 * NWG, 1) attn_backward_dq_wgfr##NWG##_tf32_hs##HS(       \
-        void* dqkv, const float* qkv, const float* dout, const float* lse, float* Dvec, const void* out, int T, \
-        int H, int out_kind, int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold,      \
-        float dscale, int BH, int* sched) {                                                                    \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dq_wgf_resident<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d, BH, sched); \
-        else                                                                                                   \
-            attention_backward_dq_wgf_resident<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d, BH, sched); \
+        if (use_dropout) attention_backward_dq_wgf<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
+        else attention_backward_dq_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
     }
 // Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
 // attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
@@ -3613,8 +3349,6 @@ ATTN_FORWARD_WGF(2, f32, true, 64)
 ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_BACKWARD_DKDV_WGF(2, 64)
 ATTN_BACKWARD_DQ_WGF(2, 64)
-ATTN_BACKWARD_DQ_WGFK(2, 64)
-ATTN_BACKWARD_DQ_WGFR(2, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
