@@ -2052,32 +2052,8 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
 #endif
 }
 
-// ---- the float32 dQ on wgmma (attention_backward_dq_wgf; one TF32 product) ----
-// Why: with the forward and the dK/dV on wgmma, the mma.sync dQ is the largest float32 attention kernel left (263 us
-// a layer of gpt2-small on an H100, 133 of nanogpt: results/h100-perf-20261206d, call 8). Here attention_backward_dq's
-// arithmetic per (query, key tile) in its order (S = q k^T, dPd = dO v^T, softmax_grad from the row's lse and D,
-// dQ += dS k), the products on m64n64k8 TF32 wgmma, laid out as attention_forward_wgf: NWG warpgroups a block, 64
-// queries each (a warp's 16 queries and their registers as in the mma.sync kernel, whose dropout draws and masks it
-// repeats), the key tiles of 64 from 0 to the block's diagonal. q and dO, the block's own, are staged once as the
-// A tiles of S and dPd (K-major rows, as the forward's q); each key tile's k and v as rows (B of S and dPd, as the
-// forward's k), and k again transposed (B of dQ += dS k, as the forward's v: keys ordered 0 2 4 6 1 3 5 7 within each
-// eight, so that dS's accumulator is the A fragment register for register). Two buffers of the three tiles: the next
-// tile's are filled from their landing while the products of this one run, and the one after starts landing (each
-// thread, or warp, fills what it landed itself: LandRows, LandCols). Shared memory with two warpgroups: q and dO 64 KB,
-// two buffers of k, v and k^T 96 KB, the landing 50 KB: 210 KB, one block an SM.
-// The masks and the dropout draws are attention_forward_wgf's lines, repeated rather than shared (a function shared
-// with the half-type forward changed that kernel's machine code: attention_forward_wgf's header).
-// D (the row dots dO . O) is the mma.sync kernel's to the bit: each lane t sums its row's columns 16 t.. 16 t + 15 of
-// dO rounded to TF32 (what that kernel staged) times O, in order, then the butterfly over t; it is written to Dvec for
-// the dK/dV kernel after, which so reads the values it read before. dQ is not the mma.sync kernel's bits (the tensor
-// cores add a slice's products in another order): within the build's tolerance of the NumPy form
-// (tests/test_kernels_gpu.py, "float32_dq_wgmma", which also holds dK and dV to the mma.sync dQ's run to the bit).
-// Measured on an H100 (results/h100-perf-20261206e): x0.90 of the mma.sync dQ at T = 1024, x1.17 at 256 (too few key
-// tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2). D summed
-// from the staged dO (below) since: x0.94-0.95 of that kernel at T = 1024 (results/h100-perf-20261206f, call 3). The
-// prologue still holds 30% of the warp-stall samples there, waiting on its copies (one block an SM: nothing overlaps).
 // The float32 wgmma dQ's pieces (attention_backward_dq_wgf, below): its O loads and row dots.
-// A warp's rows' O for D: the output is float32 here (the float32 builds' kind; gpu/attention.py launches these kernels
+// A warp's rows' O for D: the output is float32 here (the float32 builds' kind; gpu/attention.py launches that kernel
 // in float32 only), 16 bytes a load (a lane's 16 columns start 64 bytes apart: C is a multiple of HS, and
 // gpu/attention.py checks the alignment); rows past T as zeros.
 template <int HS>
@@ -2120,6 +2096,33 @@ __device__ __forceinline__ void dq_row_dots(float (&Dr)[2], float* __restrict__ 
         if (t == 0 && i < T) Dvec[(i64)bh * T + i] = acc;
     }
 }
+
+// ---- the float32 dQ on wgmma (attention_backward_dq_wgf; one TF32 product) ----
+// Why: with the forward and the dK/dV on wgmma, the mma.sync dQ is the largest float32 attention kernel left (263 us
+// a layer of gpt2-small on an H100, 133 of nanogpt: results/h100-perf-20261206d, call 8). Here attention_backward_dq's
+// arithmetic per (query, key tile) in its order (S = q k^T, dPd = dO v^T, softmax_grad from the row's lse and D,
+// dQ += dS k), the products on m64n64k8 TF32 wgmma, laid out as attention_forward_wgf: NWG warpgroups a block, 64
+// queries each (a warp's 16 queries and their registers as in the mma.sync kernel, whose dropout draws and masks it
+// repeats), the key tiles of 64 from 0 to the block's diagonal. q and dO, the block's own, are staged once as the
+// A tiles of S and dPd (K-major rows, as the forward's q); each key tile's k and v as rows (B of S and dPd, as the
+// forward's k), and k again transposed (B of dQ += dS k, as the forward's v: keys ordered 0 2 4 6 1 3 5 7 within each
+// eight, so that dS's accumulator is the A fragment register for register). Two buffers of the three tiles: the next
+// tile's are filled from their landing while the products of this one run, and the one after starts landing (each
+// thread, or warp, fills what it landed itself: LandRows, LandCols). Shared memory with two warpgroups: q and dO 64 KB,
+// two buffers of k, v and k^T 96 KB, the landing 50 KB: 210 KB, one block an SM.
+// The masks and the dropout draws are attention_forward_wgf's lines, repeated rather than shared (a function shared
+// with the half-type forward changed that kernel's machine code: attention_forward_wgf's header).
+// D (the row dots dO . O) is the mma.sync kernel's to the bit: each lane t sums its row's columns 16 t.. 16 t + 15 of
+// dO rounded to TF32 (what that kernel staged) times O, in order, then the butterfly over t; it is written to Dvec for
+// the dK/dV kernel after, which so reads the values it read before. dQ is not the mma.sync kernel's bits (the tensor
+// cores add a slice's products in another order): within the build's tolerance of the NumPy form
+// (tests/test_kernels_gpu.py, "float32_dq_wgmma", which also holds dK and dV to the mma.sync dQ's run to the bit).
+// Measured on an H100 (results/h100-perf-20261206e): x0.90 of the mma.sync dQ at T = 1024, x1.17 at 256 (too few key
+// tiles a block to repay the staging), so gpu/attention.py takes it past T = 256 only (TR2_ATTN_F32_WG_DQ=2). D summed
+// from the staged dO (below) since: x0.94-0.95 of that kernel at T = 1024 (results/h100-perf-20261206f, call 3). The
+// prologue still holds 30% of the warp-stall samples there, waiting on its copies (one block an SM: nothing overlaps);
+// a resident grid that landed each item's copies under the previous item's tiles hid half of that and cost the loop
+// more, x1.01-1.05 of this kernel in three forms (fifty-third session, results/h100-perf-20261206i; removed).
 template <int HS, int NWG, bool DROP>
 __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* __restrict__ qkv,
                                           const float* __restrict__ dout, const float* __restrict__ lse,
