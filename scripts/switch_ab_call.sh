@@ -4,12 +4,12 @@
 # their metrics files compared byte for byte.
 #   AB_SWITCH   the environment variable (e.g. TR2_ATTN_F32_WG_DQ); its values AB_OFF and AB_ON (default 0, 1)
 #   AB_TESTS    a pytest -k expression over tests/test_kernels_gpu.py (empty: none), under AB_TESTS_S (default 200)
-#   AB_KERNEL   ncu's kernel regex; AB_NCU MODEL:DTYPE:HR[,...] (default gpt2-small:float32:0,gpt2-medium:float32:0)
-#               run AB_ROUNDS times (default 2), off then on each time (scripts/attention_ncu.py, SpeedOfLight and
+#   AB_KERNEL   ncu's kernel regex; AB_NCU the MODEL:DTYPE:HR runs, separated by spaces (default "gpt2-small:float32:0
+#               gpt2-medium:float32:0"), run AB_ROUNDS times (default 2), off then on each time (scripts/attention_ncu.py, SpeedOfLight and
 #               Occupancy), each under AB_NCU_S seconds (default 60, and not started with fewer left); the durations
 #               in durations.txt
-#   AB_BITS     MODEL:DTYPE:STEPS of the whole runs (python -m tr2.train, cupy side, CUDA graph; default
-#               gpt2-small:float32:12), off and on; "identical" or the first differing lines
+#   AB_BITS     the MODEL:DTYPE:STEPS of the whole runs, separated by spaces (python -m tr2.train, cupy side, CUDA
+#               graph; default gpt2-small:float32:12; empty: none), off and on; "identical" or the first differing lines
 #   usage: bash scripts/switch_ab_call.sh OUT      AB_CALL_S: seconds the call may take (default 540)
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data.
 set -u -o pipefail

@@ -150,8 +150,8 @@ def test_the_swapped_dq_kernels_are_in_the_source():
 def test_attention_cu_instantiates_the_programs_kernels_only():
     """attention.cu's instantiation lines: the kernels the switches at their defaults reach (and those TR2_ATTN_WG_DKDV=0,
     TR2_ATTN_DQ_TMA, TR2_ATTN_FWD_TMA_LONG=0, TR2_ATTN_F32_WG_DKDV and TR2_ATTN_F32_WG_DQ reach, and the half builds'
-    recomputing backward, USE_DS's oracle), no form that was
-    measured slower and removed (docs/perf.md; before the removal, at ee6b673)."""
+    recomputing backward, USE_DS's oracle), no form that was measured slower and removed (docs/perf.md; before the
+    removal, at ee6b673)."""
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
     lines = re.findall(r"^ATTN_\w+\(.*\)$", src, re.M)
     want = []
