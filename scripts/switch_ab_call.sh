@@ -9,7 +9,8 @@
 #               Occupancy), each under AB_NCU_S seconds (default 60, and not started with fewer left); the durations
 #               in durations.txt
 #   AB_BITS     the MODEL:DTYPE:STEPS of the whole runs, separated by spaces (python -m tr2.train, cupy side, CUDA
-#               graph; default gpt2-small:float32:12; empty: none), off and on; "identical" or the first differing lines
+#               graph; default gpt2-small:float32:12; empty: none), off and on; "identical" or the first differing
+#               lines. AB_DEVICE=cpu runs them on the CPU without the graph (the script's CPU test)
 #   usage: bash scripts/switch_ab_call.sh OUT      AB_CALL_S: seconds the call may take (default 540)
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data.
 set -u -o pipefail
@@ -42,12 +43,14 @@ if [ -n "${AB_KERNEL:-}" ]; then
     done
   done
 fi
+DEVICE=${AB_DEVICE:-cuda}
+GRAPH=$([ "$DEVICE" = cuda ] && echo --cuda-graph)
 for spec in ${AB_BITS-gpt2-small:float32:12}; do
   IFS=: read -r model dtype steps <<<"$spec"
   [ "$(left)" -gt 60 ] || { echo "== bits: out of time before $spec"; break; }
   for value in "$OFF" "$ON"; do
-    env "$AB_SWITCH=$value" timeout 100 python3 -m tr2.train --side cupy --model "$model" --dtype "$dtype" --device cuda \
-      --steps "$steps" --cuda-graph --eval-interval 0 --metrics "$OUT/m-$model-$dtype-$value.jsonl" \
+    env "$AB_SWITCH=$value" timeout 100 python3 -m tr2.train --side cupy --model "$model" --dtype "$dtype" --device "$DEVICE" \
+      --steps "$steps" $GRAPH --eval-interval 0 --metrics "$OUT/m-$model-$dtype-$value.jsonl" \
       >"$OUT/t-$model-$dtype-$value.log" 2>&1
     echo "   $model $dtype $AB_SWITCH=$value: exit $?"
   done

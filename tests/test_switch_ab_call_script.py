@@ -1,0 +1,54 @@
+"""scripts/switch_ab_call.sh, the device call that sets a kernel switch off and on in turn, run here without a GPU: a
+stand-in `ncu` first on PATH prints a kernel line and a duration that depend on the switch's value, so the table the
+script prints must carry each run's round, model and value in the order run; the whole runs go to the CPU (tiny model,
+AB_DEVICE=cpu), where off and on must write the same loss lines. A missing AB_SWITCH is refused before anything runs."""
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from tr2 import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "switch_ab_call.sh"
+STAND_IN_NCU = """#!/usr/bin/env bash
+# prints what ncu prints of one kernel: its name line and its duration, 100 + the switch's value microseconds
+echo '==PROF== Profiling "attn_stand_in": 0%....50%....100% - 2 passes'
+echo '  attn_stand_in_kernel (96, 8, 1)x(256, 1, 1), Context 1, Stream 7, Device 0, CC 9.0'
+echo "    Duration                         us       $((100 + TR2_AB_TEST_SWITCH)).50"
+"""
+
+
+def _env(tmp_path, **extra) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ncu").write_text(STAND_IN_NCU)
+    (bin_dir / "ncu").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AB_")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"   # python3: ours
+    env.update(extra)
+    return env
+
+
+def test_a_missing_switch_is_refused_before_anything_runs(tmp_path):
+    p = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], cwd=REPO_ROOT, env=_env(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "AB_SWITCH=<a switch variable>" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_runs_alternate_off_and_on_and_the_whole_runs_are_compared(tmp_path):
+    out = tmp_path / "out"
+    env = _env(tmp_path, AB_SWITCH="TR2_AB_TEST_SWITCH", AB_OFF="0", AB_ON="7", AB_KERNEL="attn_",
+               AB_NCU="tiny:float32:0", AB_ROUNDS="2", AB_NCU_S="30", AB_BITS="tiny:float32:2", AB_DEVICE="cpu",
+               AB_CALL_S="400")
+    p = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("round ")]
+    assert rows == [f"round {r} tiny float32 hr=0 TR2_AB_TEST_SWITCH={v} attn_stand_in_kernel us {100 + v}.50"
+                    for r in (1, 2) for v in (0, 7)], p.stdout
+    assert "== bits tiny:float32:2: identical, 3 lines" in p.stdout, p.stdout
+    with tarfile.open(out / "rest.tgz") as tar:   # out_fold: more than eight files come back as one archive
+        durations = tar.extractfile("./durations.txt").read().decode().splitlines()
+    assert durations == rows
