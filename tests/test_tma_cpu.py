@@ -49,7 +49,7 @@ def test_the_kernels_and_the_map_agree_on_the_box():
     swizzle."""
     from tr2.cupy_side import gpu
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
-    assert "constexpr int BR = 64 * NC, BC = 128, BOX = 64 * HS * 2, S = WS, KB = 2;" in src   # the forward
+    assert "constexpr int BR = 128, BC = 128, BOX = 64 * HS * 2, S = WS, KB = 2;" in src   # the forward
     assert "constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;" in src                    # dK/dV
     assert "constexpr int BR = 128, BK = 64, BOX = 64 * HS * 2, S = DQ_TMA_STAGES;" in src  # dQ
     assert tma.BOX == 64
@@ -67,10 +67,9 @@ def test_the_wide_forward_stacks_two_boxes_a_tile_and_fits_shared_memory():
     assert box == (64 // 8) * 1024   # the next box's first row is the 128-key tile's row 64
     stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "attention.py").read_text()
-    assert "return (2 * consumers + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024" in wrapper
-    assert "attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES, TURNS, NC>" in src
-    for consumers in (2, 3):   # form 7, form 9: two q buffers, the ring of 128-key stages
-        assert (2 * consumers + 4 * stages) * box + 1024 <= 227 * 1024
+    assert "return (4 + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024" in wrapper
+    assert "attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES, TURNS>" in src
+    assert (4 + 4 * stages) * box + 1024 <= 227 * 1024   # two q buffers, the ring of 128-key stages
 
 
 def test_the_resident_dkdv_walks_the_items_as_the_plain_forms_grid_did():
@@ -120,54 +119,3 @@ def test_tensor_map_args_of_a_stack_of_matrices():
         tma.tensor_map_args_3d(0, 7, 64)
     with pytest.raises(ValueError, match="multiple of 16 bytes"):
         tma.tensor_map_args_3d(2, 7, 100)
-
-
-def _form9_blocks(T: int, consumers: int = 3) -> list:
-    """attention_forward_tma_resident's query blocks of a head with three consumers (form 9), by the kernel's integer
-    arithmetic (C's division truncates; only on values >= 0 here, where Python's floor agrees): for each block, its
-    last key tile and, for each consumer, (q0, computes, the consumer's last key tile)."""
-    BR, BC = 64 * consumers, 128
-    nqb = -(-T // BR)
-    shift = 0 if consumers == 2 else (nqb * BR - T) // 64 * 64
-    blocks = []
-    for qb in range(nqb):
-        last = min(qb * BR - shift + BR - 1, T - 1) // BC
-        wgs = []
-        for cw in range(consumers):
-            q0 = qb * BR - shift + cw * 64
-            computes = (consumers == 2 or q0 >= 0) and q0 < T
-            wgs.append((q0, computes, min(q0 + 63, T - 1) // BC if computes else None))
-        blocks.append((last, wgs))
-    return blocks
-
-
-@pytest.mark.parametrize("T", [1, 7, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383, 384, 385, 1000, 1023,
-                               1024, 1025])
-def test_the_three_consumer_forward_covers_every_query_once_on_64_row_boundaries(T):
-    """Form 9 (tmawr3): its blocks start `shift` rows early, so the consumers with no queries are the first block's.
-    Every query 0..T-1 falls to exactly one computing consumer, whose 64 rows start on a multiple of 64 (so each computes
-    what a form 7 consumer computes, tile for tile: form 7's bits); each computing consumer's key tiles lie within its
-    block's, and every block has a computing consumer."""
-    from tr2.cupy_side import gpu
-    src = (gpu.KERNELS_DIR / "attention.cu").read_text()
-    assert "const int shift = NC == 2 ? 0 : (nqb * BR - T) / 64 * 64;" in src
-    assert "if ((NC == 2 || q0 >= 0) && q0 < T && kb <= wg_last)" in src
-    for consumers in (2, 3):
-        seen = []
-        for last, wgs in _form9_blocks(T, consumers):
-            assert any(c for _q0, c, _l in wgs)
-            for q0, computes, wg_last in wgs:
-                assert q0 % 64 == 0
-                if computes:
-                    assert 0 <= wg_last <= last
-                    seen += range(q0, min(q0 + 64, T))
-        assert sorted(seen) == list(range(T))
-
-
-def test_three_consumers_take_fewer_key_tiles_a_head():
-    """At T = 1024 a head's blocks take 1, 2, 4, 5, 7 and 8 key tiles (27) under form 9, against form 7's 36 (eight blocks
-    of 1 to 8), each tile serving three consumers instead of two; starting the blocks at query 0 would take 32."""
-    assert [last + 1 for last, _ in _form9_blocks(1024, 3)] == [1, 2, 4, 5, 7, 8]
-    assert sum(last + 1 for last, _ in _form9_blocks(1024, 2)) == 36
-    from_zero = [min(qb * 192 + 191, 1023) // 128 + 1 for qb in range(6)]
-    assert sum(from_zero) == 32

@@ -244,6 +244,7 @@ _dropout_args = _dropout.kernel_args
 # (TR2_ATTN_DKDV_TMA_FORM); the TMA dQ resident and with the heads fastest (TR2_ATTN_DQ_TMA_RESIDENT,
 # TR2_ATTN_DQ_TMA_ORDER); the backward a group of batches at a time (TR2_ATTN_DS_GROUP_BATCHES). attention.cu's header
 # names each with the docs/perf.md session that measured it; their code and tests: before the removal, at ee6b673.
+# Later: the TMA forward's form 9, three consumer warpgroups (TR2_ATTN_FWD_TMA_LONG=9, fifty-fourth session; at 8cd4f2d).
 
 
 # The forward on warpgroup MMA (attention.cu's attention_forward_wg): the half builds under half roundings, head
@@ -274,14 +275,9 @@ V_STRIDES = (1024, 128)
 # x0.859 of form 3, the step, medians of three rounds, 16.387 -> 16.366 ms and 42.842 -> 42.743
 # (results/h200-perf-20261203j, calls 5-8). TR2_ATTN_FWD_TMA_LONG=0 gives those rows the mma.sync forward (a bench
 # variant); 7, the default, this one.
-# Form 9 (tmawr3, fifty-fourth session, off): form 7 with three consumer warpgroups, 192 queries a block, so that each
-# k and v tile landed serves three warpgroups and an SM runs twelve consumer warps; its blocks start 64-row groups
-# early so that the short consumers fall in the block with the fewest tiles (attention.cu). Each warpgroup's arithmetic
-# is form 7's, so form 7's bits.
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7, 9))
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7))
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
-TMA_FORMS = {7: "tmawr", 9: "tmawr3"}   # the TMA forward's forms, by the switch's value: their kernels' names
-TMA_CONSUMERS = {7: 2, 9: 3}   # their consumer warpgroups of 64 queries (a producer warpgroup beside them)
+TMA_FORMS = {7: "tmawr"}   # the TMA forward's form left, by the switch's value: its kernel's name
 
 
 def forward_tma_form(T: int) -> int:
@@ -296,24 +292,24 @@ def uses_wgmma(ctx, hs: int, T: int) -> bool:
             and runtime.built_for(FILE) == "sm_90a")
 
 
-def tma_shared_bytes(hs: int, consumers: int = 2) -> int:
+def tma_shared_bytes(hs: int) -> int:
     """attention_forward_tma_resident's dynamic shared memory: FWD_TMAW_STAGES stages of two k and two v boxes, two
-    buffers of the consumers' q boxes, 64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the
+    buffers of the two consumers' q boxes, 64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the
     128B swizzle's period)."""
-    return (2 * consumers + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024
+    return (4 + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024
 
 
-def resident_grid(BH: int, T: int, sms: int, rows: int = 128) -> int:
-    """A resident kernel's blocks: one an SM, or one a work item (a head's `rows` queries, or 128 keys for the dK/dV
+def resident_grid(BH: int, T: int, sms: int) -> int:
+    """A resident kernel's blocks: one an SM, or one a work item (a head's 128 queries, or 128 keys for the dK/dV
     kernel) where there are fewer."""
-    return max(1, min(int(sms), BH * -(-T // rows)))
+    return max(1, min(int(sms), BH * -(-T // 128)))
 
 
-def _resident(ctx, BH: int, T: int, tickets: str, rows: int = 128) -> tuple:
+def _resident(ctx, BH: int, T: int, tickets: str) -> tuple:
     """A resident kernel's extra arguments (the heads, and its ticket pair: two ints the kernel leaves at zero, zeroed
-    once here, before any capture) and its grid (one block an SM, or one a work item of `rows`)."""
+    once here, before any capture) and its grid (one block an SM, or one a work item)."""
     sms = runtime.sm_count(cp.cuda.Device().id)
-    return (i32(BH), ctx.ws.zeros(tickets, (2,), np.int32)), (resident_grid(BH, T, sms, rows),)
+    return (i32(BH), ctx.ws.zeros(tickets, (2,), np.int32)), (resident_grid(BH, T, sms),)
 
 
 def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
@@ -322,10 +318,9 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
         qkv = args[2]
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
-        consumers = TMA_CONSUMERS[form]
-        extra, grid = _resident(ctx, BH, T, "att_fwd_tickets", 64 * consumers)
-        launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", grid, 128 * (consumers + 1),
-               args[:2] + (tmap,) + args[3:] + extra, shared_mem=tma_shared_bytes(hs, consumers), prefer_shared=True)
+        extra, grid = _resident(ctx, BH, T, "att_fwd_tickets")
+        launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", grid, 384, args[:2] + (tmap,) + args[3:] + extra,
+               shared_mem=tma_shared_bytes(hs), prefer_shared=True)
         return
     rows = 64   # one warpgroup a block: attention.cu instantiates attention_forward_wg in that form only
     launch(FILE, f"attn_forward_wg1_{name}_hs{hs}", (BH, -(-T // rows)), 128,

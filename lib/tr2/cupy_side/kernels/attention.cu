@@ -64,6 +64,8 @@
 // Removed on 2026-12-06 (source and tests at 6369b54): the float32 wgmma dQ's k^T written from the staged k rows
 // (wgfk2_; TR2_ATTN_F32_DQ_KT=1; fifty-second session) and its resident grid (wgfr2_; TR2_ATTN_F32_DQ_RESIDENT=1;
 // fifty-third), both slower than attention_backward_dq_wgf.
+// Removed on 2026-12-06 (source and tests at 8cd4f2d): the TMA forward with three consumer warpgroups, 192 queries a
+// block (tmawr3; TR2_ATTN_FWD_TMA_LONG=9; fifty-fourth session), form 7's bits and slower than it (x1.01-1.02).
 // gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
@@ -1650,14 +1652,13 @@ __device__ __forceinline__ void resident_done(int* sched) {
 // a barrier of 256 threads would complete it without them (a hang). A turn is taken only after the other's hand-over,
 // so no barrier ever holds two arrivals of one consumer. Where consumer 1 has no rows (q0 >= T, the last query block of
 // a T that is not a multiple of 128) neither takes turns in that item, and the pending hand-over waits for the next.
-template <int K, int HS, bool DROP, int WS, bool TURNS = false, int NC = 2>
+template <int K, int HS, bool DROP, int WS, bool TURNS = false>
 __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __restrict__ lse, const TensorMap* tmap,
                                                int T, int H, int BH, int* sched, int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value;
-    constexpr int BR = 64 * NC, BC = 128, BOX = 64 * HS * 2, S = WS, KB = 2;
+    constexpr int BR = 128, BC = 128, BOX = 64 * HS * 2, S = WS, KB = 2;
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
-    static_assert(NC == 2 || (NC == 3 && !TURNS), "two consumers, or three (form 9) without turns");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * S + 4];
     __shared__ int q_item[2];
@@ -1666,32 +1667,24 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
     u64* q_full = bars + 2 * S;    // q_full[b]: q buffer b's item index written and its 2 boxes arrived
     u64* q_empty = bars + 2 * S + 2;   // q_empty[b]: the 8 consumer warps are done with q buffer b
     unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
-    unsigned char* sQ = base;                   // q buffer b: consumer c's 64 queries at sQ + (NC b + c) BOX
-    unsigned char* sKV = base + 2 * NC * BOX;   // stage s: k at sKV + 4 s BOX, v at + 2 BOX
+    unsigned char* sQ = base;              // q buffer b: consumer c's 64 queries at sQ + (2 b + c) BOX
+    unsigned char* sKV = base + 4 * BOX;   // stage s: k at sKV + 4 s BOX, v at + 2 BOX
     const int nqb = (T + BR - 1) / BR, items = BH * nqb, C = H * HS;
-    // Query block qb's first query: qb BR, less `shift` where three consumers share a block (form 9): the whole 64-row
-    // groups the last block would hang past T move to the front of the first block instead, as rows before 0 that no
-    // consumer computes. Then the consumers that run short are the first block's, which has the fewest key tiles (at
-    // T = 1024: blocks of 1, 2, 4, 5, 7 and 8 tiles, 27 a head, where the blocks from 0 would take 2, 3, 5, 6, 8 and 8;
-    // form 7's pairs 36). Every consumer's 64 queries still start on a multiple of 64, as form 7's.
-    const int shift = NC == 2 ? 0 : (nqb * BR - T) / 64 * 64;
     const int wg = threadIdx.x >> 7;
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 4 * NC);
+            mbar_init(&empty[s], 8);
         }
         for (int b = 0; b < 2; ++b) {
             mbar_init(&q_full[b], 1);
-            mbar_init(&q_empty[b], 4 * NC);
+            mbar_init(&q_empty[b], 8);
         }
         mbar_init_fence();
     }
     __syncthreads();
     if (wg == 0) {   // the producer
-        // Three consumers (form 9) keep the 128 registers a thread of 512 starts with: ptxas compiles the whole kernel
-        // to its entry count (128), so registers handed to the consumers would stay unused.
-        if constexpr (NC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x != 0) return;
         int it = 0;   // key tiles loaded so far, over all items: the ring's stage and phase
         for (int n = 0;; ++n) {
@@ -1704,14 +1697,11 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
                 break;
             }
             const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H, row0 = b * T;
-            const int qfirst = qb * BR - shift;
-            const int last = min(qfirst + BR - 1, T - 1) / BC;
-            unsigned char* q = sQ + NC * qs * BOX;
-            mbar_expect_tx(&q_full[qs], NC * BOX);
-            // rows before 0 (form 9's first block) read the sequence before, or zeros before the first: no consumer
-            // computes them
-#pragma unroll
-            for (int c = 0; c < NC; ++c) tma_load_2d(q + c * BOX, tmap, &q_full[qs], h * HS, row0 + qfirst + 64 * c);
+            const int last = min(qb * BR + BR - 1, T - 1) / BC;
+            unsigned char* q = sQ + 2 * qs * BOX;
+            mbar_expect_tx(&q_full[qs], 2 * BOX);
+            tma_load_2d(q, tmap, &q_full[qs], h * HS, row0 + qb * BR);
+            tma_load_2d(q + BOX, tmap, &q_full[qs], h * HS, row0 + qb * BR + 64);
             for (int kb = 0; kb <= last; ++kb, ++it) {
                 const int s = it % S;
                 if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
@@ -1723,7 +1713,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
         resident_done(sched);   // every ticket this block will draw is drawn
         return;
     }
-    if constexpr (NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if (TURNS && cw == 1) bar_arrive_n<PP_SCHED0, 256>();   // consumer 0 takes the first turn
     int it = 0;
@@ -1733,11 +1723,11 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
         const int item = q_item[qs];
         if (item < 0) break;
         const int qb = nqb - 1 - item / BH, bh = item % BH, b = bh / H, h = bh % H;
-        const int last = min(qb * BR - shift + BR - 1, T - 1) / BC;
-        const int q0 = qb * BR - shift + cw * 64;   // the warpgroup's first query
+        const int last = min(qb * BR + BR - 1, T - 1) / BC;
+        const int q0 = qb * BR + cw * 64;           // the warpgroup's first query
         const int r0 = q0 + warp * 16;              // the warp's
         const int wg_last = min(q0 + 63, T - 1) / BC;
-        const u32 aq = smem_u32(sQ + (NC * qs + cw) * BOX);
+        const u32 aq = smem_u32(sQ + (2 * qs + cw) * BOX);
         float o[HS / 8][4];
         float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -1746,7 +1736,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
         for (int kb = 0; kb <= last; ++kb, ++it) {
             const int s = it % S;
             mbar_wait(&full[s], (it / S) & 1);
-            if ((NC == 2 || q0 >= 0) && q0 < T && kb <= wg_last)   // the warpgroup has queries in this block
+            if (q0 < T && kb <= wg_last)
                 tma_forward_tile<K, HS, DROP, BC, TURNS>(o, mrow, lrow, aq, smem_u32(sKV + 2 * KB * s * BOX), kb, r0,
                                                          g, t, T, bh, drop, turns, cw);
             __syncwarp();
@@ -1754,7 +1744,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&q_empty[qs]);   // and with the item's q (its last product has completed)
-        if (q0 >= T || (NC == 3 && q0 < 0)) continue;
+        if (q0 >= T) continue;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float l = lrow[r];
@@ -3214,19 +3204,19 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
 // attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
 // (left zero); one block an SM.
-#define ATTN_FORWARD_TMA_RESIDENT(NAME, BUILD, K, HS, TURNS, NC)                                                \
-    extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) attn_forward_##NAME##_##BUILD##_hs##HS(    \
+#define ATTN_FORWARD_TMA_RESIDENT(NAME, BUILD, K, HS, TURNS)                                                    \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
         void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched) {                                                                                          \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES, TURNS, NC>(out, lse, &tm, T, H, BH,    \
-                                                                                    sched, out_kind, d);       \
+            attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH, sched, \
+                                                                                out_kind, d);                  \
         else                                                                                                   \
-            attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES, TURNS, NC>(out, lse, &tm, T, H, BH,   \
-                                                                                     sched, out_kind, d);      \
+            attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH,      \
+                                                                                 sched, out_kind, d);          \
     }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
 #define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB)                                                               \
@@ -3364,10 +3354,8 @@ ATTN_FORWARD_WGF(2, f32, true, 64)
 ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_BACKWARD_DKDV_WGF(2, 64)
 ATTN_BACKWARD_DQ_WGF(2, 64)
-ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false, 2)
-ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false, 2)
-ATTN_FORWARD_TMA_RESIDENT(tmawr3, bf16r, KIND_BF16, 64, false, 3)
-ATTN_FORWARD_TMA_RESIDENT(tmawr3, f16r, KIND_F16, 64, false, 3)
+ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
+ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
