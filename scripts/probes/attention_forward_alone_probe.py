@@ -10,10 +10,14 @@ back ("warm": the previous call's qkv partly in the L2) and with a 256 MB buffer
 qkv comes from DRAM, as after the c_attn product in the step, nearly). Timed by torch.profiler (CUPTI: kernel
 durations, so host time is out); per kernel name the median and quartiles in µs. Rows go to OUT.jsonl as they are
 measured. No GPU: one line, exit 2.
+
+TR2_PROBE_PLAIN=1: no profiler, no rows; each side's `reps` forwards run warm, one after the other (ours first),
+for Nsight Compute to read the kernels (`ncu --clock-control none -k regex:'attn_forward|fprop' ...`).
 """
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 
@@ -77,6 +81,13 @@ def main() -> int:
         def ours():
             return be.attention_forward(qkv_ours, H, 0.0, 1337, 1 << 32)
 
+        if os.environ.get("TR2_PROBE_PLAIN") == "1":
+            for fn in (ours, theirs):
+                for _ in range(reps):
+                    fn()
+                torch.cuda.synchronize()
+                cp.cuda.Device().synchronize()
+            continue
         for side, fn in (("ours", ours), ("torch", theirs)):
             for l2 in ("warm", "cold"):
                 for _ in range(3):
