@@ -66,7 +66,8 @@ def test_the_dq_switch_moves_the_dq_kernel_only(attention, monkeypatch, dq_tma, 
 
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
     # on by default since the twentieth session; the resident form 7 since the twenty-fourth
-    assert attention.FWD_TMA_LONG == 7 and attention.TMA_FORMS == {7: "tmawr"}
+    assert attention.FWD_TMA_LONG == 7 and attention.TMA_FORMS == {7: "tmawr", 10: "tmawrd"}
+    assert attention.TMA_STAGES == {7: 2, 10: 4}
     assert attention.forward_tma_form(attention.WG_MAX_T) == 0
     assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 7
     monkeypatch.setattr(attention, "FWD_TMA_LONG", 0)   # TR2_ATTN_FWD_TMA_LONG=0: the mma.sync forward on long rows
@@ -88,9 +89,9 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
                                                # the TMA forward's forms 1-6, 8 and 9 were measured slower and removed
-                                               ("TR2_ATTN_FWD_TMA_LONG", "3", "0, 7"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 7"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "3", "0, 7, 10"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 7, 10"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
@@ -127,6 +128,41 @@ def test_the_tma_dkdv_kernel_fits_one_block_an_sm(attention):
 def test_the_tma_forward_fits_one_block_an_sm(attention):
     # tmawr: FWD_TMAW_STAGES stages of 128 keys (two k and two v boxes) and two buffers of the two q boxes
     assert attention.tma_shared_bytes(64) == (4 + 4 * attention.FWD_TMAW_STAGES) * 64 * 64 * 2 + 1024 <= 227 * 1024
+    # tmawrd (form 10): four stages, 161 KB
+    assert attention.tma_shared_bytes(64, 4) == 20 * 64 * 64 * 2 + 1024 == 164864 <= 227 * 1024
+
+
+@pytest.mark.parametrize("form, kernel, stages", [(7, "tmawr", 2), (10, "tmawrd", 4)])
+def test_the_tma_forward_launches_its_forms_kernel_and_ring(attention, monkeypatch, form, kernel, stages):
+    """TR2_ATTN_FWD_TMA_LONG's forms on long rows: a producer and two consumer warpgroups (128 queries an item), one
+    block an SM or one an item; form 10 the shared memory of its four stages; the tensor map of qkv in qkv's place and
+    the heads and tickets last."""
+    import types
+
+    import numpy as np
+    spec = importlib.util.spec_from_file_location("attention_launch_plan_under_test", PLAN_SCRIPT)
+    plan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plan)
+    launched = []
+    monkeypatch.setattr(attention, "FWD_TMA_LONG", form)
+    monkeypatch.setattr(attention, "launch", lambda f, name, grid, block, args, **k: launched.append((name, grid, block,
+                                                                                                     args, k)))
+    monkeypatch.setattr(attention._tma, "encode", lambda m, rows, cols, dt: ("map", m.data.ptr, rows, cols))
+    monkeypatch.setattr(attention.runtime, "sm_count", lambda d: 132)
+    monkeypatch.setattr(attention, "cp", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0))))
+    tickets = plan.FakeArray((2,), np.int32, 7 << 32)
+    ctx = types.SimpleNamespace(dtype="bfloat16", ws=types.SimpleNamespace(zeros=lambda name, shape, dt: tickets))
+    for B, H, T in ((2, 2, 1000), (8, 12, 1024)):
+        launched.clear()
+        qkv = plan.FakeArray((B, T, 3 * H * 64), np.uint16, 1 << 33)
+        attention._launch_wg(ctx, T, 64, B * H, "bf16r", ("out", "lse", qkv, T, H, 1, "dropout"))
+        (name, grid, block, args, k), = launched
+        assert name == f"attn_forward_{kernel}_bf16r_hs64" and block == 384
+        assert grid == (min(132, B * H * -(-T // 128)),)
+        assert args[:3] == ("out", "lse", ("map", 1 << 33, B * T, 3 * H * 64)) and args[3:7] == (T, H, 1, "dropout")
+        assert int(args[7]) == B * H and args[8] is tickets
+        assert k == {"shared_mem": (4 + 4 * stages) * 64 * 64 * 2 + 1024, "prefer_shared": True}
 
 
 def test_the_resident_kernels_take_one_block_an_sm_or_one_an_item(attention):
@@ -167,8 +203,9 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
     want += ["ATTN_FORWARD_WG1(bf16r, KIND_BF16, 64)", "ATTN_FORWARD_WG1(f16r, KIND_F16, 64)"]
     want += ["ATTN_FORWARD_WGF(2, f32, true, 64)", "ATTN_FORWARD_WGF(2, tf32, false, 64)", "ATTN_BACKWARD_DKDV_WGF(2, 64)",
              "ATTN_BACKWARD_DQ_WGF(2, 64)"]
-    for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false)", "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
-                  "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
+    for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false, FWD_TMAW_STAGES)",
+                  "ATTN_FORWARD_TMA_RESIDENT(tmawrd, {b}, {k}, 64, false, FWD_TMAWRD_STAGES)",   # form 10
+                  "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)", "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want
     assert "#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)" in src   # the evict-first forms only

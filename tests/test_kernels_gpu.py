@@ -590,6 +590,37 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention lse by TMA, 128-key tiles, run-to-run {tag}", r[1], runs[0][1])
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64] + [(2, 193, 2, 64), (1, 385, 3, 64)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_forward_deep_ring(build, B, T, H, hs, p, monkeypatch):
+    """Form 10 (attn_forward_tmawrd_, TR2_ATTN_FWD_TMA_LONG=10): form 7 with a ring of four stages, so the producer
+    runs up to three tiles ahead and the ring's phases wrap after four tiles (across items where a block takes several:
+    B = 3 T = 1024 H = 12). The consumers' arithmetic is form 7's, so out and lse are form 7's bits (every allocation
+    poisoned, three runs the same bits, its tickets left at zero), and within the type's tolerance of the NumPy form."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 11)
+    forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
+    form7 = forward()
+    monkeypatch.setattr(attention, "FWD_TMA_LONG", 10)
+    launched = record_launches(monkeypatch, attention)
+    runs = [forward() for _ in range(3)]
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawrd]"
+    kind = "bf16r" if build[0] == "bfloat16" else "f16r"
+    assert launched == [f"attn_forward_tmawrd_{kind}_hs64"] * 3, launched
+    tickets = be.ctx.ws.zeros("att_fwd_tickets", (2,), np.int32)
+    assert host(tickets).tolist() == [0, 0], f"the tickets left set after a launch {tag}: {host(tickets)}"
+    check(f"attention out by TMA, four stages {tag}", runs[0][0], rout, tol)
+    check(f"attention lse by TMA, four stages {tag}", runs[0][1], rlse, tol)
+    exact(f"attention out, four stages = form 7 {tag}", runs[0][0], form7[0])
+    exact(f"attention lse, four stages = form 7 {tag}", runs[0][1], form7[1])
+    for r in runs[1:]:
+        exact(f"attention out by TMA, four stages, run-to-run {tag}", r[0], runs[0][0])
+        exact(f"attention lse by TMA, four stages, run-to-run {tag}", r[1], runs[0][1])
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("B, T, H, hs", ATTENTION_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])

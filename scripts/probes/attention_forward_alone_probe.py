@@ -11,6 +11,8 @@ qkv comes from DRAM, as after the c_attn product in the step, nearly). Timed by 
 durations, so host time is out); per kernel name the median and quartiles in µs. Rows go to OUT.jsonl as they are
 measured. No GPU: one line, exit 2.
 
+TR2_PROBE_FORMS: the TMA forward's forms of ours to time on rows over 256 (gpu/attention.py's FWD_TMA_LONG, set in
+turn; default "7", the program's), each a side "ours" (form 7) or "ours-fN".
 TR2_PROBE_PLAIN=1: no profiler, no rows; each side's `reps` forwards run warm, one after the other (ours first),
 for Nsight Compute to read the kernels (`ncu --clock-control none -k regex:'attn_forward|fprop' ...`).
 """
@@ -56,6 +58,7 @@ def main() -> int:
     import numpy as np
     from torch.profiler import ProfilerActivity, profile
 
+    from tr2.cupy_side.gpu import attention
     from tr2.cupy_side.gpu.backend import CudaBackend
     from tr2.cupy_side.gpu.cast import to_half
     from tr2.models import load_model
@@ -63,6 +66,7 @@ def main() -> int:
     path = sys.argv[1]
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
     models = sys.argv[3].split(",") if len(sys.argv) > 3 else MODELS_DEFAULT
+    forms = [int(f) for f in os.environ.get("TR2_PROBE_FORMS", "7").split(",")]
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     rows = []
     for model in models:
@@ -78,17 +82,21 @@ def main() -> int:
             q, k, v = (a.view(B, T, H, C // H).transpose(1, 2) for a in (q, k, v))
             return F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=True)
 
-        def ours():
-            return be.attention_forward(qkv_ours, H, 0.0, 1337, 1 << 32)
+        def ours_form(form):
+            def ours():
+                attention.FWD_TMA_LONG = form
+                return be.attention_forward(qkv_ours, H, 0.0, 1337, 1 << 32)
+            return ours
 
+        sides = [("ours" if f == 7 else f"ours-f{f}", ours_form(f)) for f in forms] + [("torch", theirs)]
         if os.environ.get("TR2_PROBE_PLAIN") == "1":
-            for fn in (ours, theirs):
+            for _, fn in sides:
                 for _ in range(reps):
                     fn()
                 torch.cuda.synchronize()
                 cp.cuda.Device().synchronize()
             continue
-        for side, fn in (("ours", ours), ("torch", theirs)):
+        for side, fn in sides:
             for l2 in ("warm", "cold"):
                 for _ in range(3):
                     fn()

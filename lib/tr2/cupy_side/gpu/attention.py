@@ -275,9 +275,14 @@ V_STRIDES = (1024, 128)
 # x0.859 of form 3, the step, medians of three rounds, 16.387 -> 16.366 ms and 42.842 -> 42.743
 # (results/h200-perf-20261203j, calls 5-8). TR2_ATTN_FWD_TMA_LONG=0 gives those rows the mma.sync forward (a bench
 # variant); 7, the default, this one.
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7))
+# Form 10 (tmawrd, fifty-fifth session, off): form 7 with a ring of four stages instead of two, so that the copy engine
+# runs up to three tiles ahead (a cold L2 cost form 7 +8-10% alone on an H100, cuDNN's forward +2-3%); form 7's
+# arithmetic, so its bits.
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7, 10))
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
-TMA_FORMS = {7: "tmawr"}   # the TMA forward's form left, by the switch's value: its kernel's name
+FWD_TMAWRD_STAGES = kernel_define(FILE, "FWD_TMAWRD_STAGES")
+TMA_FORMS = {7: "tmawr", 10: "tmawrd"}   # the TMA forward's forms, by the switch's value: their kernels' names
+TMA_STAGES = {7: FWD_TMAW_STAGES, 10: FWD_TMAWRD_STAGES}   # and their rings' stages
 
 
 def forward_tma_form(T: int) -> int:
@@ -292,11 +297,11 @@ def uses_wgmma(ctx, hs: int, T: int) -> bool:
             and runtime.built_for(FILE) == "sm_90a")
 
 
-def tma_shared_bytes(hs: int) -> int:
-    """attention_forward_tma_resident's dynamic shared memory: FWD_TMAW_STAGES stages of two k and two v boxes, two
-    buffers of the two consumers' q boxes, 64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the
-    128B swizzle's period)."""
-    return (4 + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024
+def tma_shared_bytes(hs: int, stages: int = FWD_TMAW_STAGES) -> int:
+    """attention_forward_tma_resident's dynamic shared memory: `stages` stages of two k and two v boxes, two buffers of
+    the two consumers' q boxes, 64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B
+    swizzle's period)."""
+    return (4 + 4 * stages) * 64 * hs * 2 + 1024
 
 
 def resident_grid(BH: int, T: int, sms: int) -> int:
@@ -320,7 +325,7 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
         extra, grid = _resident(ctx, BH, T, "att_fwd_tickets")
         launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", grid, 384, args[:2] + (tmap,) + args[3:] + extra,
-               shared_mem=tma_shared_bytes(hs), prefer_shared=True)
+               shared_mem=tma_shared_bytes(hs, TMA_STAGES[form]), prefer_shared=True)
         return
     rows = 64   # one warpgroup a block: attention.cu instantiates attention_forward_wg in that form only
     launch(FILE, f"attn_forward_wg1_{name}_hs{hs}", (BH, -(-T // rows)), 128,

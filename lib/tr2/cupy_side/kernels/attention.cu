@@ -1486,6 +1486,13 @@ __device__ __forceinline__ void pp_turn_end(int wg) {
 // type's tolerance of the NumPy form (tests/test_kernels_gpu.py, "forward_tma_wide"), and three runs give the same
 // bits (every sum in a fixed order). The backward reads its lse and out as it reads any form's.
 #define FWD_TMAW_STAGES 2
+// Form 10 (tmawrd, TR2_ATTN_FWD_TMA_LONG=10; fifty-fifth session, off): form 7 with a ring of four stages, so that the
+// producer runs up to three 128-key tiles ahead of the consumers (and issues the next item's q that much earlier).
+// Why: alone on an H100 (results/h100-perf-20261206k, call 1) a cold L2 cost form 7 +8% on gpt2-small and +10% on
+// gpt2-medium where it cost cuDNN's forward +3% and +2%; in the step qkv arrives from the c_attn product, not from a
+// warm L2. The consumers' arithmetic is form 7's, tile for tile: form 7's bits. One block an SM, so the 64 KB more of
+// shared memory (161 KB a block) costs no occupancy; ptxas: 168 registers, no spill, as form 7.
+#define FWD_TMAWRD_STAGES 4
 
 // d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
 #define WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
@@ -3201,10 +3208,10 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         if (use_dropout) attention_backward_dq_wgf<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
         else attention_backward_dq_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
     }
-// Form 7 (attention_forward_tma_resident without TURNS): attn_forward_tmawr_<bf16r|f16r>_hs64, arguments as
-// attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and sched, two ints zero at launch
-// (left zero); one block an SM.
-#define ATTN_FORWARD_TMA_RESIDENT(NAME, BUILD, K, HS, TURNS)                                                    \
+// Forms 7 and 10 (attention_forward_tma_resident without TURNS, a ring of STAGES): attn_forward_<tmawr|tmawrd>_
+// <bf16r|f16r>_hs64, arguments as attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and
+// sched, two ints zero at launch (left zero); one block an SM.
+#define ATTN_FORWARD_TMA_RESIDENT(NAME, BUILD, K, HS, TURNS, STAGES)                                            \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
         void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
@@ -3212,11 +3219,11 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_forward_tma_resident<K, HS, true, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH, sched, \
-                                                                                out_kind, d);                  \
+            attention_forward_tma_resident<K, HS, true, STAGES, TURNS>(out, lse, &tm, T, H, BH, sched, out_kind, \
+                                                                       d);                                     \
         else                                                                                                   \
-            attention_forward_tma_resident<K, HS, false, FWD_TMAW_STAGES, TURNS>(out, lse, &tm, T, H, BH,      \
-                                                                                 sched, out_kind, d);          \
+            attention_forward_tma_resident<K, HS, false, STAGES, TURNS>(out, lse, &tm, T, H, BH, sched, out_kind, \
+                                                                        d);                                    \
     }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
 #define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB)                                                               \
@@ -3354,8 +3361,10 @@ ATTN_FORWARD_WGF(2, f32, true, 64)
 ATTN_FORWARD_WGF(2, tf32, false, 64)
 ATTN_BACKWARD_DKDV_WGF(2, 64)
 ATTN_BACKWARD_DQ_WGF(2, 64)
-ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false)
-ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false)
+ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false, FWD_TMAW_STAGES)
+ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false, FWD_TMAW_STAGES)
+ATTN_FORWARD_TMA_RESIDENT(tmawrd, bf16r, KIND_BF16, 64, false, FWD_TMAWRD_STAGES)
+ATTN_FORWARD_TMA_RESIDENT(tmawrd, f16r, KIND_F16, 64, false, FWD_TMAWRD_STAGES)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
