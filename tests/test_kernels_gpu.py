@@ -576,18 +576,27 @@ def test_attention_forward_tma_wide(build, B, T, H, hs, p, monkeypatch):
     be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 11)
     forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
     assert attention.uses_wgmma(be.ctx, hs, T) and attention.forward_tma_form(T) == 7
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawr]"
+    _tma_forward_three_runs(monkeypatch, be, forward, "tmawr", build, rout, rlse, tol, tag, "128-key tiles")
+
+
+def _tma_forward_three_runs(monkeypatch, be, forward, kernel, build, rout, rlse, tol, tag, what):
+    """Three runs of `forward` (a _tma_forward_runner with the form to test set): each launches the form's kernel once,
+    leaves its tickets at zero, and gives out and lse within tol of the NumPy form's rout and rlse, the same bits each
+    time; returns the first run's (out, lse)."""
+    from tr2.cupy_side.gpu import attention
     launched = record_launches(monkeypatch, attention)
     runs = [forward() for _ in range(3)]
-    tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawr]"
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
-    assert launched == [f"attn_forward_tmawr_{kind}_hs64"] * 3, launched
+    assert launched == [f"attn_forward_{kernel}_{kind}_hs64"] * 3, launched
     tickets = be.ctx.ws.zeros("att_fwd_tickets", (2,), np.int32)
     assert host(tickets).tolist() == [0, 0], f"the tickets left set after a launch {tag}: {host(tickets)}"
-    check(f"attention out by TMA, 128-key tiles {tag}", runs[0][0], rout, tol)
-    check(f"attention lse by TMA, 128-key tiles {tag}", runs[0][1], rlse, tol)
+    check(f"attention out by TMA, {what} {tag}", runs[0][0], rout, tol)
+    check(f"attention lse by TMA, {what} {tag}", runs[0][1], rlse, tol)
     for r in runs[1:]:
-        exact(f"attention out by TMA, 128-key tiles, run-to-run {tag}", r[0], runs[0][0])
-        exact(f"attention lse by TMA, 128-key tiles, run-to-run {tag}", r[1], runs[0][1])
+        exact(f"attention out by TMA, {what}, run-to-run {tag}", r[0], runs[0][0])
+        exact(f"attention lse by TMA, {what}, run-to-run {tag}", r[1], runs[0][1])
+    return runs[0]
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
@@ -605,20 +614,10 @@ def test_attention_forward_deep_ring(build, B, T, H, hs, p, monkeypatch):
     forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
     form7 = forward()
     monkeypatch.setattr(attention, "FWD_TMA_LONG", 10)
-    launched = record_launches(monkeypatch, attention)
-    runs = [forward() for _ in range(3)]
     tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawrd]"
-    kind = "bf16r" if build[0] == "bfloat16" else "f16r"
-    assert launched == [f"attn_forward_tmawrd_{kind}_hs64"] * 3, launched
-    tickets = be.ctx.ws.zeros("att_fwd_tickets", (2,), np.int32)
-    assert host(tickets).tolist() == [0, 0], f"the tickets left set after a launch {tag}: {host(tickets)}"
-    check(f"attention out by TMA, four stages {tag}", runs[0][0], rout, tol)
-    check(f"attention lse by TMA, four stages {tag}", runs[0][1], rlse, tol)
-    exact(f"attention out, four stages = form 7 {tag}", runs[0][0], form7[0])
-    exact(f"attention lse, four stages = form 7 {tag}", runs[0][1], form7[1])
-    for r in runs[1:]:
-        exact(f"attention out by TMA, four stages, run-to-run {tag}", r[0], runs[0][0])
-        exact(f"attention lse by TMA, four stages, run-to-run {tag}", r[1], runs[0][1])
+    out, lse = _tma_forward_three_runs(monkeypatch, be, forward, "tmawrd", build, rout, rlse, tol, tag, "four stages")
+    exact(f"attention out, four stages = form 7 {tag}", out, form7[0])
+    exact(f"attention lse, four stages = form 7 {tag}", lse, form7[1])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
