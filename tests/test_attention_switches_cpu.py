@@ -93,6 +93,7 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 7, 10"),
                                                ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
+                                               ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG_DQ", "3", "0, 1, 2")])
@@ -120,9 +121,22 @@ def test_a_removed_switch_stops_the_import_naming_it(monkeypatch, over_stand_in_
 
 def test_the_tma_dkdv_kernel_fits_one_block_an_sm(attention):
     """The resident TMA dK/dV's dynamic shared memory (the H200 gives a block at most 227 KB): two k and v buffers,
-    two stages of q, dO, lse and D, the dS^T rows, 1 KB."""
-    assert attention.DKDV_TMA_STAGES == 2
+    two stages of q, dO, lse and D (four in the deep ring), the dS^T rows, 1 KB."""
+    assert attention.DKDV_TMA_STAGES == 2 and attention.DKDV_TMAD_STAGES == 4
     assert attention.dkdv_tma_shared_bytes(64) == 86016 + 4 * 64 * 64 * 2 <= 227 * 1024
+    assert attention.dkdv_tma_shared_bytes(64, 4) == 86016 + 4 * 64 * 64 * 2 + 2 * (2 * 64 * 64 * 2 + 512) == 152576
+    assert 152576 <= 227 * 1024
+
+
+@pytest.mark.parametrize("deep, kernel, stages", [(0, "tmarr", 2), (1, "tmarrd", 4)])
+def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, monkeypatch, deep, kernel, stages):
+    assert attention.DKDV_DEEP == 0   # off by default
+    monkeypatch.setattr(attention, "DKDV_DEEP", deep)
+    name, nbytes = attention.dkdv_tma_kernel("bf16r", 64)
+    assert name == f"attn_backward_dkdv_ds_{kernel}_l2_bf16r_hs64"
+    assert nbytes == attention.dkdv_tma_shared_bytes(64, stages)
+    launched = _backward_launches(attention, monkeypatch, T=1024, dtype="bfloat16")
+    assert [n for n, _g, _a in launched][1] == name
 
 
 def test_the_tma_forward_fits_one_block_an_sm(attention):
@@ -205,7 +219,9 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
              "ATTN_BACKWARD_DQ_WGF(2, 64)"]
     for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false, FWD_TMAW_STAGES)",
                   "ATTN_FORWARD_TMA_RESIDENT(tmawrd, {b}, {k}, 64, false, FWD_TMAWRD_STAGES)",   # form 10
-                  "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)", "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
+                  "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
+                  "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
+                  "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want
     assert "#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)" in src   # the evict-first forms only

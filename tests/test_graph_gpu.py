@@ -207,6 +207,13 @@ def test_the_wgmma_backward_changes_no_bit(tmp_path, model, dtype):
     _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_WG_DKDV", "0", "1", "wgmma backward")
 
 
+# gpu/attention.py's DKDV_DEEP (TR2_ATTN_DKDV_DEEP=1, off): the resident TMA dK/dV with four stages of q and dO, the
+# same arithmetic as the two-stage default (tests/test_kernels_gpu.py, "dkdv_deep_ring"), so a whole run with it must
+# have the default's losses to the bit, eager and in the graph: gpt2-small (eight key blocks a head) in bfloat16.
+def test_the_deep_dkdv_ring_changes_no_bit(tmp_path):
+    _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DKDV_DEEP", "0", "1", "deep dK/dV ring")
+
+
 # gpu/gelu.py's REVERSE_SWITCH: GELU's groups of eight from the last down (value 1, the default since the forty-third
 # session) compute every element as front to back (value 0) does, so a whole run must have value 0's losses to the bit,
 # eager and in the graph: bfloat16's table kernels, float16's within an ulp, float32's computing kernels.

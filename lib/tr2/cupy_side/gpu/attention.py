@@ -391,17 +391,28 @@ DQ_DS_QUERIES = 128   # queries a block of attn_backward_dq_ds_l2_ (the 64-query
 # call 1 of results/h200-perf-20261204): 0.1009 / 0.1478 / 0.1975 on nanogpt / gpt2-small / gpt2-medium, x0.939 /
 # x0.972 / x0.974 of the plain TMA form, which had taken x0.93 / x0.80 / x0.82 of the wgmma kernel on cp.async
 # (call 6 of results/h200-perf-20261203e). TR2_ATTN_WG_DKDV=0 gives the mma.sync kernels (a bench variant).
+# TR2_ATTN_DKDV_DEEP=1 (fifty-fifth session, off): the same kernel with a ring of four stages of q and dO instead of
+# two (attn_backward_dkdv_ds_tmarrd_l2_), so the copies run three 64-query tiles ahead; the same arithmetic and bits.
 USE_WG_DKDV = bool(kernel_switch("TR2_ATTN_WG_DKDV", 1))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
+DKDV_DEEP = kernel_switch("TR2_ATTN_DKDV_DEEP", 0)
+DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
 
 
-def dkdv_tma_shared_bytes(hs: int) -> int:
+def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
     """attention_backward_dkdv_tma_resident's dynamic shared memory: two buffers of k and v of the block's 128 keys
-    (four 64 x hs boxes each), DKDV_TMA_STAGES stages of a q and a dO box and their lse and D rows (64 floats each),
-    each consumer warp's 16 rows of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B
-    swizzle's period)."""
+    (four 64 x hs boxes each), `stages` stages of a q and a dO box and their lse and D rows (64 floats each), each
+    consumer warp's 16 rows of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's
+    period)."""
     box = 64 * hs * 2
-    return 8 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
+    return 8 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
+
+
+def dkdv_tma_kernel(name: str, hs: int) -> tuple[str, int]:
+    """The resident TMA dK/dV kernel DKDV_DEEP chooses, and its shared memory."""
+    if DKDV_DEEP:
+        return f"attn_backward_dkdv_ds_tmarrd_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs, DKDV_TMAD_STAGES)
+    return f"attn_backward_dkdv_ds_tmarr_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs)
 
 
 def uses_wg_dkdv(ctx, hs: int) -> bool:
@@ -494,9 +505,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
             tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
             extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
-            launch(FILE, f"attn_backward_dkdv_ds_tmarr_l2_{name}_hs{hs}", grid, 384,
-                   (dqkv, tq, tdo, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail + extra,
-                   shared_mem=dkdv_tma_shared_bytes(hs), prefer_shared=True)
+            kernel, nbytes = dkdv_tma_kernel(name, hs)
+            launch(FILE, kernel, grid, 384, (dqkv, tq, tdo, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail + extra,
+                   shared_mem=nbytes, prefer_shared=True)
         else:
             launch(FILE, f"attn_backward_dkdv_ds_l2_{name}_hs{hs}", (B * H, -(-T // block_rows(ctx))), THREADS,
                    (dqkv, saved.qkv, kdout, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail,

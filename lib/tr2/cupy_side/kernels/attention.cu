@@ -2783,6 +2783,11 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
 // phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past the last): the mask gives them
 // probability 0, as the other forms' zero rows.
 #define DKDV_TMA_STAGES 2
+// The deep ring (attn_backward_dkdv_ds_tmarrd_l2_, TR2_ATTN_DKDV_DEEP=1; fifty-fifth session, off): the same kernel with
+// four stages of q, dO, lse and D, so the copies run up to three 64-query tiles ahead of the consumers (two stages
+// are one tile, about a microsecond, ahead: short of a load from DRAM; the forward's form 10 asks the same of its k
+// and v). The consumers' arithmetic is unchanged, so the default's bits; 149 KB of shared memory, one block an SM.
+#define DKDV_TMAD_STAGES 4
 
 // One 64-query tile of the TMA dK/dV kernel (attention_backward_dkdv_tma_resident; its plain form, removed, ran it
 // too): S^T and dPd^T, the softmax gradient, dS^T stored, dV and dK accumulated, each product awaited. k and v at ak
@@ -3298,22 +3303,23 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         attention_backward_dq_ds<K, HS, NWARPS * 16 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }
 #define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)
-// attn_backward_dkdv_ds_tmarr_l2_<bf16r|f16r>_hs64: the TMA dK/dV resident (attention_backward_dkdv_tma_resident);
-// arguments as attn_backward_dkdv_ds_l2_'s with the tensor maps of qkv and dO in their places, then the heads BH and
-// sched (two ints zero at launch, left zero); one block an SM.
-#define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS)                                                                    \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tmarr_l2_##BUILD##_hs##HS(      \
+// attn_backward_dkdv_ds_<tmarr|tmarrd>_l2_<bf16r|f16r>_hs64: the TMA dK/dV resident (attention_backward_dkdv_tma_
+// resident) with a ring of STAGES; arguments as attn_backward_dkdv_ds_l2_'s with the tensor maps of qkv and dO in their
+// places, then the heads BH and sched (two ints zero at launch, left zero); one block an SM.
+#define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS) ATTN_DKDV_TMA_RESIDENT_RING(tmarr, BUILD, K, HS, DKDV_TMA_STAGES)
+#define ATTN_DKDV_TMA_RESIDENT_RING(NAME, BUILD, K, HS, STAGES)                                                 \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_##NAME##_l2_##BUILD##_hs##HS(   \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
         u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH, int* sched) {        \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, BH, \
-                                                              sched, out_kind, d);                             \
+            attention_backward_dkdv_tma_resident<K, HS, true, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
+                                                                      H, BH, sched, out_kind, d);              \
         else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H,    \
-                                                               BH, sched, out_kind, d);                        \
+            attention_backward_dkdv_tma_resident<K, HS, false, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
+                                                                       H, BH, sched, out_kind, d);             \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind.
@@ -3367,6 +3373,8 @@ ATTN_FORWARD_TMA_RESIDENT(tmawrd, bf16r, KIND_BF16, 64, false, FWD_TMAWRD_STAGES
 ATTN_FORWARD_TMA_RESIDENT(tmawrd, f16r, KIND_F16, 64, false, FWD_TMAWRD_STAGES)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES)
+ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, f16r, KIND_F16, 64, DKDV_TMAD_STAGES)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
 
