@@ -922,6 +922,16 @@ def wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset):
     return _WG_DKDV_REFERENCE[key], tol
 
 
+def _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch):
+    """The wgmma backward tests' inputs (skipped where attention.cu is not built for sm_90a): gpu/attention.py, the
+    backend and ds_backward_inputs' arrays, and the list of the kernels attention launches from here on."""
+    from tr2.cupy_side.gpu import attention, runtime
+    if runtime.built_for("attention.cu") != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
+    return attention, be, qkv, dout, saved, seed, offset, record_launches(monkeypatch, attention)
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
@@ -938,11 +948,7 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
     session; its TMA form, nineteenth; that form resident, twenty-fifth; the TMA dQ against the mma.sync dQ, nineteenth
     and twentieth; its swapped grid, twenty-eighth); with the forms between removed, the kept kernels are held to each
     other directly."""
-    from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
-    launched = record_launches(monkeypatch, attention)
+    attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
 
     def backward(wg):
         monkeypatch.setattr(attention, "USE_WG_DKDV", wg)
@@ -981,11 +987,7 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
     against the default's two (attn_backward_dkdv_ds_tmarr_l2_): the consumers' arithmetic is the same, so dq, dk and dv
     the same bits (ds_t feeds dQ), three runs identical, within the type's tolerance of the NumPy form, every
     allocation poisoned, its tickets left at zero."""
-    from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    be, qkv, dout, saved, seed, offset = ds_backward_inputs(build, B, T, H, hs, p, 17, monkeypatch)
-    launched = record_launches(monkeypatch, attention)
+    attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
 
     def backward(deep):
         monkeypatch.setattr(attention, "DKDV_DEEP", deep)
