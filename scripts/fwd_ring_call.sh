@@ -10,7 +10,7 @@
 #   4. scripts/side_call.sh's bench: the step (graph) of the variants in .cache/variants (base; d: form 10; k: the deep
 #      dK/dV ring; dk: both), FWD_RING_ROUNDS rounds (default 1) of FWD_RING_SELECT (default gpt2-small and gpt2-medium
 #      bf16)
-#   usage: TR2_GIT_COMMIT=<40 hex> bash scripts/fwd_ring_call.sh OUT
+#   usage: TR2_GIT_COMMIT=<40 hex> [FWD_RING_LIMIT=590] bash scripts/fwd_ring_call.sh OUT   (the bench stops by then)
 # Carry data, .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, .cache/variants (VARIANTS="base=tree
 # d=tree:TR2_ATTN_FWD_TMA_LONG=10 k=tree:TR2_ATTN_DKDV_DEEP=1 dk=tree:TR2_ATTN_FWD_TMA_LONG=10,TR2_ATTN_DKDV_DEEP=1").
 set -u -o pipefail
@@ -27,7 +27,7 @@ echo "== graph = eager (exit $?, $(( $(date +%s) - T0 )) s)"; grep -E "^(FAILED|
 TR2_PROBE_FORMS=7,10 timeout 90 python3 scripts/probes/attention_forward_alone_probe.py "$OUT/alone.jsonl" 30 \
   gpt2-small,gpt2-medium >"$OUT/alone.log" 2>&1
 echo "== probe (exit $?, $(( $(date +%s) - T0 )) s)"; grep -v Warn "$OUT/alone.log" | grep -v "_warn_once" | tail -13
-left=$(( 590 - ($(date +%s) - T0) ))
+left=$(( ${FWD_RING_LIMIT:-590} - ($(date +%s) - T0) ))
 [ "$left" -gt 120 ] && SIDE_CALL_S=$left SIDE_STAGES=bench SIDE_LIBS=base=.cache/variants/base/lib,d=.cache/variants/d/lib,k=.cache/variants/k/lib,dk=.cache/variants/dk/lib \
   SIDE_SELECT=${FWD_RING_SELECT:-gpt2-small/bfloat16,gpt2-medium/bfloat16} SIDE_ROUNDS=${FWD_RING_ROUNDS:-1} SIDE_TORCH= \
   bash scripts/side_call.sh "$OUT/side"
