@@ -2,8 +2,9 @@
 # One device call on the deeper rings (docs/perf.md, fifty-fifth session): the half-type forward's form 10 (four stages
 # of k and v) against form 7, and the resident TMA dK/dV with four stages of q and dO (TR2_ATTN_DKDV_DEEP=1) against two.
 # In order of need, each stage started only with the time it takes left (FWD_RING_LIMIT, default 590 s, for the call):
-#   1. the kernel cases of both and form 7's (tests/test_kernels_gpu.py: deep_ring, tma_wide)
-#   2. scripts/probes/attention_forward_alone_probe.py with forms 7 and 10 and cuDNN's, L2 warm and cold
+#   1. scripts/probes/attention_forward_alone_probe.py with forms 7 and 10 and cuDNN's, L2 warm and cold
+#   2. the kernel cases of both and form 7's (tests/test_kernels_gpu.py; FWD_RING_TESTS, default "deep_ring or
+#      tma_wide", under FWD_RING_TESTS_S, default 150)
 #   3. scripts/side_call.sh's bench: the step (graph) of the variants in .cache/variants (base; d: form 10; k: the deep
 #      dK/dV ring; dk: both), FWD_RING_ROUNDS rounds (default 1) of FWD_RING_SELECT (default gpt2-small and gpt2-medium
 #      bf16), FWD_RING_AFTER_BENCH_S (default 150) kept for 4 and 5
@@ -20,12 +21,12 @@ LIMIT=${FWD_RING_LIMIT:-590}
 mkdir -p "$OUT"
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "$LIMIT"
-timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "deep_ring or tma_wide" \
-  >"$OUT/tests.log" 2>&1
-echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head; tail -1 "$OUT/tests.log"
 TR2_PROBE_FORMS=7,10 timeout 90 python3 scripts/probes/attention_forward_alone_probe.py "$OUT/alone.jsonl" 30 \
   gpt2-small,gpt2-medium >"$OUT/alone.log" 2>&1
 echo "== probe (exit $?, $(elapsed) s)"; grep -v Warn "$OUT/alone.log" | grep -v "_warn_once" | tail -13
+timeout ${FWD_RING_TESTS_S:-150} python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "${FWD_RING_TESTS:-deep_ring or tma_wide}" \
+  >"$OUT/tests.log" 2>&1
+echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head; tail -1 "$OUT/tests.log"
 L=$(( $(left) - ${FWD_RING_AFTER_BENCH_S:-150} ))
 [ "$L" -gt 100 ] && SIDE_CALL_S=$L SIDE_STAGES=bench \
   SIDE_LIBS=base=.cache/variants/base/lib,d=.cache/variants/d/lib,k=.cache/variants/k/lib,dk=.cache/variants/dk/lib \
