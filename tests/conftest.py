@@ -1,9 +1,18 @@
 """Fixtures shared by the test files."""
 import importlib
+import importlib.util
 import sys
 import types
 
 import pytest
+
+
+def load_script(path, name: str):
+    """A script of scripts/ (not a package) imported as module `name`, for its CPU tests."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def cuda_device_present() -> bool:

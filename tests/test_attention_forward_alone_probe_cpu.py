@@ -1,6 +1,5 @@
 """scripts/probes/attention_forward_alone_probe.py without a GPU: its quartiles, the kernel durations it reads from a
 profiler's events (CUDA kernels only, the flush's fill left out), and its one line and exit 2 where no GPU is."""
-import importlib.util
 import subprocess
 import sys
 import types
@@ -8,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import load_script
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "probes" / "attention_forward_alone_probe.py"
 
 
 @pytest.fixture
 def probe():
-    spec = importlib.util.spec_from_file_location("attention_forward_alone_probe_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "attention_forward_alone_probe_under_test")
 
 
 def test_quartiles_of_a_sample_and_of_one_value(probe):

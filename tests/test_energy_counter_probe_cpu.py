@@ -1,19 +1,17 @@
 """scripts/probes/energy_counter_probe.py's arithmetic without a GPU: the counter's changes, and what a window read
 at its two ends makes of a counter that steps (the probe's table decides the joules rule for marked windows)."""
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "probes" / "energy_counter_probe.py"
 
 
 @pytest.fixture
 def probe():
-    spec = importlib.util.spec_from_file_location("energy_counter_probe_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "energy_counter_probe_under_test")
 
 
 def test_only_the_readings_that_change_are_kept(probe):
