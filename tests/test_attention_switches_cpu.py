@@ -66,8 +66,8 @@ def test_the_dq_switch_moves_the_dq_kernel_only(attention, monkeypatch, dq_tma, 
 
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
     # on by default since the twentieth session; the resident form 7 since the twenty-fourth
-    assert attention.FWD_TMA_LONG == 7 and attention.TMA_FORMS == {7: "tmawr", 10: "tmawrd"}
-    assert attention.TMA_STAGES == {7: 2, 10: 4}
+    assert attention.FWD_TMA_LONG == 7 and attention.TMA_FORMS == {7: "tmawr", 10: "tmawrd", 11: "tmawrn"}
+    assert attention.TMA_STAGES == {7: 2, 10: 4, 11: 2} and attention.TMA_WITH_DROPOUT == {11: 7}
     assert attention.forward_tma_form(attention.WG_MAX_T) == 0
     assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 7
     monkeypatch.setattr(attention, "FWD_TMA_LONG", 0)   # TR2_ATTN_FWD_TMA_LONG=0: the mma.sync forward on long rows
@@ -89,9 +89,9 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
                                                # the TMA forward's forms 1-6, 8 and 9 were measured slower and removed
-                                               ("TR2_ATTN_FWD_TMA_LONG", "3", "0, 7, 10"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 7, 10"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "3", "0, 7, 10, 11"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 7, 10, 11"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10, 11"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
@@ -146,11 +146,14 @@ def test_the_tma_forward_fits_one_block_an_sm(attention):
     assert attention.tma_shared_bytes(64, 4) == 20 * 64 * 64 * 2 + 1024 == 164864 <= 227 * 1024
 
 
-@pytest.mark.parametrize("form, kernel, stages", [(7, "tmawr", 2), (10, "tmawrd", 4)])
-def test_the_tma_forward_launches_its_forms_kernel_and_ring(attention, monkeypatch, form, kernel, stages):
+@pytest.mark.parametrize("form, use_dropout, kernel, stages", [(7, 0, "tmawr", 2), (7, 1, "tmawr", 2),
+                                                              (10, 0, "tmawrd", 4), (10, 1, "tmawrd", 4),
+                                                              (11, 0, "tmawrn", 2), (11, 1, "tmawr", 2)])
+def test_the_tma_forward_launches_its_forms_kernel_and_ring(attention, monkeypatch, form, use_dropout, kernel, stages):
     """TR2_ATTN_FWD_TMA_LONG's forms on long rows: a producer and two consumer warpgroups (128 queries an item), one
-    block an SM or one an item; form 10 the shared memory of its four stages; the tensor map of qkv in qkv's place and
-    the heads and tickets last."""
+    block an SM or one an item; form 10 the shared memory of its four stages; form 11 its no-dropout kernel where the
+    rows draw no dropout and form 7's where they do; the tensor map of qkv in qkv's place and the heads and tickets
+    last."""
     import types
 
     import numpy as np
@@ -170,12 +173,13 @@ def test_the_tma_forward_launches_its_forms_kernel_and_ring(attention, monkeypat
     for B, H, T in ((2, 2, 1000), (8, 12, 1024)):
         launched.clear()
         qkv = plan.FakeArray((B, T, 3 * H * 64), np.uint16, 1 << 33)
-        attention._launch_wg(ctx, T, 64, B * H, "bf16r", ("out", "lse", qkv, T, H, 1, "dropout"))
+        attention._launch_wg(ctx, T, 64, B * H, "bf16r", ("out", "lse", qkv, T, H, 1, use_dropout, "seed"))
         (name, grid, block, args, k), = launched
         assert name == f"attn_forward_{kernel}_bf16r_hs64" and block == 384
         assert grid == (min(132, B * H * -(-T // 128)),)
-        assert args[:3] == ("out", "lse", ("map", 1 << 33, B * T, 3 * H * 64)) and args[3:7] == (T, H, 1, "dropout")
-        assert int(args[7]) == B * H and args[8] is tickets
+        assert args[:3] == ("out", "lse", ("map", 1 << 33, B * T, 3 * H * 64))
+        assert args[3:8] == (T, H, 1, use_dropout, "seed")
+        assert int(args[8]) == B * H and args[9] is tickets
         assert k == {"shared_mem": (4 + 4 * stages) * 64 * 64 * 2 + 1024, "prefer_shared": True}
 
 
@@ -219,6 +223,7 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
              "ATTN_BACKWARD_DQ_WGF(2, 64)"]
     for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false, FWD_TMAW_STAGES)",
                   "ATTN_FORWARD_TMA_RESIDENT(tmawrd, {b}, {k}, 64, false, FWD_TMAWRD_STAGES)",   # form 10
+                  "ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, {b}, {k}, 64, FWD_TMAW_STAGES)",   # form 11
                   "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):

@@ -244,9 +244,9 @@ def test_the_tied_wte_gradient_changes_no_bit(tmp_path, model, dtype):
 # gpu/attention.py's FWD_TMA_LONG 7 (the default): the TMA forward with 128-key tiles, resident, on rows over 256, which
 # has bits of its own (its online softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the
 # bit (one tensor map of qkv baked into each captured launch; the tickets, which each launch leaves at zero, replayed),
-# and the run must train. Form 10 (four stages, off) has form 7's bits, so its graph also replays its eager loop.
-# (Forms 3, 4, 6 and 9 were cases here until they were removed.)
-@pytest.mark.parametrize("form", ["7", "10"])
+# and the run must train. Forms 10 (four stages) and 11 (a kernel for rows without dropout), both off, have form 7's
+# bits, so their graphs also replay their eager loops. (Forms 3, 4, 6 and 9 were cases here until they were removed.)
+@pytest.mark.parametrize("form", ["7", "10", "11"])
 def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order

@@ -602,22 +602,27 @@ def _tma_forward_three_runs(monkeypatch, be, forward, kernel, build, rout, rlse,
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64] + [(2, 193, 2, 64), (1, 385, 3, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_forward_deep_ring(build, B, T, H, hs, p, monkeypatch):
-    """Form 10 (attn_forward_tmawrd_, TR2_ATTN_FWD_TMA_LONG=10): form 7 with a ring of four stages, so the producer
-    runs up to three tiles ahead and the ring's phases wrap after four tiles (across items where a block takes several:
-    B = 3 T = 1024 H = 12). The consumers' arithmetic is form 7's, so out and lse are form 7's bits (every allocation
-    poisoned, three runs the same bits, its tickets left at zero), and within the type's tolerance of the NumPy form."""
+@pytest.mark.parametrize("form", [10, 11], ids=["deep_ring", "no_dropout_kernel"])
+def test_attention_forward_form_keeps_form7s_bits(build, B, T, H, hs, p, form, monkeypatch):
+    """Form 10 (attn_forward_tmawrd_, TR2_ATTN_FWD_TMA_LONG=10): form 7 with a ring of four stages, so the producer runs
+    up to three tiles ahead and the ring's phases wrap after four tiles (across items where a block takes several:
+    B = 3 T = 1024 H = 12). Form 11 (attn_forward_tmawrn_, =11): form 7's code built for rows without dropout alone;
+    rows with dropout take form 7's kernel. The consumers' arithmetic is form 7's either way, so out and lse are form
+    7's bits (every allocation poisoned, three runs the same bits, the tickets left at zero), and within the type's
+    tolerance of the NumPy form."""
     from tr2.cupy_side.gpu import attention, runtime
     if runtime.built_for("attention.cu") != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
     be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 11)
     forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
     form7 = forward()
-    monkeypatch.setattr(attention, "FWD_TMA_LONG", 10)
-    tag = f"[{build[0]} B={B} T={T} H={H} p={p} tmawrd]"
-    out, lse = _tma_forward_three_runs(monkeypatch, be, forward, "tmawrd", build, rout, rlse, tol, tag, "four stages")
-    exact(f"attention out, four stages = form 7 {tag}", out, form7[0])
-    exact(f"attention lse, four stages = form 7 {tag}", lse, form7[1])
+    monkeypatch.setattr(attention, "FWD_TMA_LONG", form)
+    kernel = {10: "tmawrd", 11: "tmawr" if p > 0 else "tmawrn"}[form]
+    what = {10: "four stages", 11: "no-dropout kernel"}[form]
+    tag = f"[{build[0]} B={B} T={T} H={H} p={p} form {form}]"
+    out, lse = _tma_forward_three_runs(monkeypatch, be, forward, kernel, build, rout, rlse, tol, tag, what)
+    exact(f"attention out, {what} = form 7 {tag}", out, form7[0])
+    exact(f"attention lse, {what} = form 7 {tag}", lse, form7[1])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

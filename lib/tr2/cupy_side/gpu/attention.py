@@ -278,11 +278,15 @@ V_STRIDES = (1024, 128)
 # Form 10 (tmawrd, fifty-fifth session, off): form 7 with a ring of four stages instead of two, so that the copy engine
 # runs up to three tiles ahead (a cold L2 cost form 7 +8-10% alone on an H100, cuDNN's forward +2-3%); form 7's
 # arithmetic, so its bits.
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7, 10))
+# Form 11 (tmawrn, fifty-fifth session, off): form 7's kernel built for rows without dropout alone (30 KB of machine
+# code against 143: Nsight Compute has form 7 waiting on instruction fetch six times as often as cuDNN's forward);
+# rows with dropout take form 7's kernel. Form 7's arithmetic, so its bits.
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7, 10, 11))
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
 FWD_TMAWRD_STAGES = kernel_define(FILE, "FWD_TMAWRD_STAGES")
-TMA_FORMS = {7: "tmawr", 10: "tmawrd"}   # the TMA forward's forms, by the switch's value: their kernels' names
-TMA_STAGES = {7: FWD_TMAW_STAGES, 10: FWD_TMAWRD_STAGES}   # and their rings' stages
+TMA_FORMS = {7: "tmawr", 10: "tmawrd", 11: "tmawrn"}   # the TMA forward's forms, by the switch's value: kernel names
+TMA_STAGES = {7: FWD_TMAW_STAGES, 10: FWD_TMAWRD_STAGES, 11: FWD_TMAW_STAGES}   # and their rings' stages
+TMA_WITH_DROPOUT = {11: 7}   # a form built for rows without dropout: the form whose kernel takes rows with it
 
 
 def forward_tma_form(T: int) -> int:
@@ -324,6 +328,8 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
         extra, grid = _resident(ctx, BH, T, "att_fwd_tickets")
+        if form in TMA_WITH_DROPOUT and int(args[6]):   # args[6]: the kernels' use_dropout
+            form = TMA_WITH_DROPOUT[form]
         launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", grid, 384, args[:2] + (tmap,) + args[3:] + extra,
                shared_mem=tma_shared_bytes(hs, TMA_STAGES[form]), prefer_shared=True)
         return

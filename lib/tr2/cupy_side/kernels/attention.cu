@@ -1493,6 +1493,13 @@ __device__ __forceinline__ void pp_turn_end(int wg) {
 // warm L2. The consumers' arithmetic is form 7's, tile for tile: form 7's bits. One block an SM, so the 64 KB more of
 // shared memory (161 KB a block) costs no occupancy; ptxas: 168 registers, no spill, as form 7.
 #define FWD_TMAWRD_STAGES 4
+// Form 11 (tmawrn, TR2_ATTN_FWD_TMA_LONG=11; fifty-fifth session, off): form 7 built for rows without dropout only, so
+// that its kernel holds the no-dropout path alone: 1,848 instructions (30 KB) against form 7's 8,920 (143 KB, both
+// paths, the dropout path's loops unrolled with their keep bits), near cuDNN's fprop's 1,312. Rows with dropout take
+// form 7's kernel. Why: Nsight Compute puts 0.69 no-instruction stalls an issued instruction on form 7 against 0.11 on
+// cuDNN's forward (results/h100-perf-20261206k, call 1), recurring every 768 bytes through the straight-line softmax
+// of its source view; whether the instruction fetch suffers from the kernel's size or from the loop's own 9.7 KB is
+// what this form asks. The same template with DROP false, so form 7's arithmetic and bits (the kernel test asks).
 
 // d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
 #define WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
@@ -3230,6 +3237,18 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_forward_tma_resident<K, HS, false, STAGES, TURNS>(out, lse, &tm, T, H, BH, sched, out_kind, \
                                                                         d);                                    \
     }
+// Form 11: the kernel of rows without dropout alone (gpu/attention.py launches it where p = 0; a launch with dropout
+// stops on a trap rather than compute without the masks), arguments as form 7's.
+#define ATTN_FORWARD_TMA_RESIDENT_NODROP(NAME, BUILD, K, HS, STAGES)                                            \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
+        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
+        int* sched) {                                                                                          \
+        grid_dependency_entry();                                                                               \
+        if (use_dropout) __trap();                                                                             \
+        const Dropout d = make_dropout(0, seed, offset, offset_add, threshold, dscale);                        \
+        attention_forward_tma_resident<K, HS, false, STAGES, false>(out, lse, &tm, T, H, BH, sched, out_kind, d); \
+    }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
 #define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB)                                                               \
     extern "C" __global__ void __launch_bounds__(NTHREADS) attn_backward_dkdv_##BUILD##_hs##HS(                 \
@@ -3371,6 +3390,8 @@ ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false, FWD_TMAW_STAGES)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false, FWD_TMAW_STAGES)
 ATTN_FORWARD_TMA_RESIDENT(tmawrd, bf16r, KIND_BF16, 64, false, FWD_TMAWRD_STAGES)
 ATTN_FORWARD_TMA_RESIDENT(tmawrd, f16r, KIND_F16, 64, false, FWD_TMAWRD_STAGES)
+ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, bf16r, KIND_BF16, 64, FWD_TMAW_STAGES)
+ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, f16r, KIND_F16, 64, FWD_TMAW_STAGES)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES)
