@@ -1498,8 +1498,8 @@ __device__ __forceinline__ void pp_turn_end(int wg) {
 // paths, the dropout path's loops unrolled with their keep bits), near cuDNN's fprop's 1,312. Rows with dropout take
 // form 7's kernel. Why: Nsight Compute puts 0.69 no-instruction stalls an issued instruction on form 7 against 0.11 on
 // cuDNN's forward (results/h100-perf-20261206k, call 1), recurring every 768 bytes through the straight-line softmax
-// of its source view; whether the instruction fetch suffers from the kernel's size or from the loop's own 9.7 KB is
-// what this form asks. The same template with DROP false, so form 7's arithmetic and bits (the kernel test asks).
+// in form 7's source view (results/h100-perf-20261206j, call 3); whether the instruction fetch suffers from the
+// kernel's size or from the loop's own 9.7 KB is what this form asks. The same template with DROP false, so form 7's arithmetic and bits (the kernel test asks).
 
 // d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
 #define WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
