@@ -128,6 +128,8 @@ if [[ $STAGES == *,ncu,* ]]; then
   pipes+=",l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
   pipes+=",l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum"
   pipes+=",smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+  # the exponentials' pipe (MUFU, counted as XU) and the issue rate: the fifty-fifth session's forward against cuDNN's
+  pipes+=",sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
   # which memory unit is the busy one (the float32 wgmma backward's "mem busy" of 64-71%, results/h100-perf-20261206e
   # call 4, did not say): the L2's traffic and the DRAM's bytes (names the gpncu stage ran; the section adds the hit rate)
   pipes+=",lts__t_bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum"

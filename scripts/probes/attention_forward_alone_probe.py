@@ -13,8 +13,6 @@ measured. No GPU: one line, exit 2.
 
 TR2_PROBE_FORMS: the TMA forward's forms of ours to time on rows over 256 (gpu/attention.py's FWD_TMA_LONG, set in
 turn; default "7", the program's), each a side "ours" (form 7) or "ours-fN".
-TR2_PROBE_PLAIN=1: no profiler, no rows; each side's `reps` forwards run warm, one after the other (ours first),
-for Nsight Compute to read the kernels (`ncu --clock-control none -k regex:'attn_forward|fprop' ...`).
 """
 from __future__ import annotations
 
@@ -89,13 +87,6 @@ def main() -> int:
             return ours
 
         sides = [("ours" if f == 7 else f"ours-f{f}", ours_form(f)) for f in forms] + [("torch", theirs)]
-        if os.environ.get("TR2_PROBE_PLAIN") == "1":
-            for _, fn in sides:
-                for _ in range(reps):
-                    fn()
-                torch.cuda.synchronize()
-                cp.cuda.Device().synchronize()
-            continue
         for side, fn in sides:
             for l2 in ("warm", "cold"):
                 for _ in range(3):
