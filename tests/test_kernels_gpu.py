@@ -984,6 +984,23 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
         exact(f"attention dqkv, the wgmma backward, run-to-run {tag}", r, dqkv)
 
 
+def _backward_off_then_on(monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, setting: str,
+                          prefix: str):
+    """The backward with gpu/attention.py's `setting` at 0, then three times at 1: ((dqkv, the launched kernels whose
+    names start with `prefix`), [the same for each run at 1]); the resident dK/dV's tickets must be left at zero."""
+    def backward(value):
+        monkeypatch.setattr(attention, setting, value)
+        launched.clear()
+        dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+        return dqkv, [n for n in launched if n.startswith(prefix)]
+
+    default = backward(0)
+    runs = [backward(1) for _ in range(3)]
+    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
+    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
+    return default, runs
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
@@ -993,21 +1010,12 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
     the same bits (ds_t feeds dQ), three runs identical, within the type's tolerance of the NumPy form, every
     allocation poisoned, its tickets left at zero."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
-
-    def backward(deep):
-        monkeypatch.setattr(attention, "DKDV_DEEP", deep)
-        launched.clear()
-        dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
-        return dqkv, [n for n in launched if n.startswith("attn_backward_dkdv")]
-
-    default, default_kernels = backward(0)
-    runs = [backward(1) for _ in range(3)]
+    (default, default_kernels), runs = _backward_off_then_on(
+        monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, "DKDV_DEEP", "attn_backward_dkdv")
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
     assert default_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64"]
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_ds_tmarrd_l2_{kind}_hs64"]
-    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
-    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} deep ring]"
     dqkv, C = runs[0][0], H * hs
     rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
@@ -1017,6 +1025,31 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
             check(f"attention {part}, the deep ring {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
     for r, _ in runs[1:]:
         exact(f"attention dqkv, the deep ring, run-to-run {tag}", r, dqkv)
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dq_bulk(build, B, T, H, hs, p, monkeypatch):
+    """dQ inside the resident TMA dK/dV kernel by ordered bulk reductions (attn_backward_dkdvq_tmarb_,
+    TR2_ATTN_DQ_BULK=1) against the default (the TMA dK/dV with ds_t, then a dQ pass): one kernel after the row dots,
+    dk and dv the default's bits (the same tiles in the same order), dq within the type's tolerance of the NumPy form
+    (its own sums: 128-key blocks added in order), three runs identical, every allocation poisoned (dq_acc is stored
+    before it is read: key block 0 stores), the tickets left at zero."""
+    attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
+    (default, _), runs = _backward_off_then_on(
+        monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, "DQ_BULK", "attn_backward")
+    kind = "bf16r" if build[0] == "bfloat16" else "f16r"
+    for _, kernels in runs:
+        assert kernels == [f"attn_backward_dkdvq_tmarb_{kind}_hs64"]
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} dq bulk]"
+    dqkv, C = runs[0][0], H * hs
+    exact(f"attention dk and dv, the bulk form against the default {tag}", dqkv[..., C:], default[..., C:])
+    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
+    if T > 1:   # one key: dq is rounding noise (test_attention says why)
+        check(f"attention dq, the bulk form {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+    for r, _ in runs[1:]:
+        exact(f"attention dqkv, the bulk form, run-to-run {tag}", r, dqkv)
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

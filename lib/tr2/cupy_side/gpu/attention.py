@@ -414,6 +414,34 @@ def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
     return 8 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
+# dQ folded into the resident TMA dK/dV kernel by ordered bulk reductions (attention.cu's BULK form of
+# attention_backward_dkdv_tma_resident, attn_backward_dkdvq_tmarb_; fifty-sixth session, NOT run on a GPU, off): where
+# the wgmma dK/dV kernel runs, no ds_t and no dQ pass: each (key block, query tile)'s dQ part, split by columns between
+# the two consumers, goes through shared memory to a writer warp that adds it into a float32 buffer (dq_acc) by the
+# copy engine in key-block order, waiting on a turn a (head, query tile, half) that the row dots zero first; the last
+# key block of a tile writes dQ. dK and dV are the default's bits; dQ sums the same operands by 128-key blocks (within
+# the type's tolerance of the NumPy form, not the default's bits). attention.cu's header of the form says why the two
+# folds before lost and what this one does otherwise. 1: wherever the wgmma dK/dV kernel runs; 0: never. Two stages
+# of q and dO (TR2_ATTN_DKDV_DEEP=1 with it is refused at import).
+DQ_BULK = kernel_switch("TR2_ATTN_DQ_BULK", 0)
+DQB_PART = kernel_define(FILE, "DQB_PART")
+if DQ_BULK and DKDV_DEEP:
+    raise SwitchError("TR2_ATTN_DQ_BULK=1 with TR2_ATTN_DKDV_DEEP=1: the bulk form is built with two stages of q and "
+                      "dO only; unset one of them")
+
+
+def dq_bulk_shared_bytes(hs: int) -> int:
+    """The bulk form's dynamic shared memory: the default's k and v buffers and ring (dkdv_tma_shared_bytes without
+    the dS^T rows), two 128-row dS^T boxes and four 64 x 32 float32 part buffers."""
+    box = 64 * hs * 2
+    return 8 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 4 * box + 4 * DQB_PART * 4 + 1024
+
+
+def dq_bulk_runs(wg: bool) -> bool:
+    """Whether the bulk form runs: DQ_BULK, where the wgmma dK/dV kernel does (wg)."""
+    return bool(DQ_BULK) and wg
+
+
 def dkdv_tma_kernel(name: str, hs: int) -> tuple[str, int]:
     """The resident TMA dK/dV kernel DKDV_DEEP chooses, and its shared memory."""
     if DKDV_DEEP:
@@ -489,6 +517,20 @@ def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, 
             i32(T), i32(H), i32(ctx.round_kind)))
 
 
+def _backward_bulk(ctx, dqkv, kdout, saved, D, B: int, T: int, H: int, hs: int, kind: str, tail: tuple) -> None:
+    """The bulk form (DQ_BULK): the row dots, which also zero the turns, then one kernel for dK, dV and dQ."""
+    C, parts = H * hs, B * H * -(-T // 64) * 2   # a part a (head, 64-query tile, column half)
+    turns = ctx.ws.get("att_bulk_turns", (parts,), np.int32)
+    dq_acc = ctx.ws.get("att_bulk_dq_acc", (parts * DQB_PART,), np.float32)
+    _row_dots(ctx, D, turns, kdout, saved, B * T * H, T, H, kind, hs)
+    tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
+    tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
+    extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
+    launch(FILE, f"attn_backward_dkdvq_tmarb_{build_name(ctx)}_hs{hs}", grid, 384,
+           (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(T), i32(H)) + tail + extra,
+           shared_mem=dq_bulk_shared_bytes(hs), prefer_shared=True)
+
+
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
@@ -500,6 +542,9 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     if stores_ds(ctx, T):
         kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
         wg = uses_wg_dkdv(ctx, hs)
+        if dq_bulk_runs(wg):
+            _backward_bulk(ctx, dqkv, kdout, saved, D, B, T, H, hs, kind, tail)
+            return dqkv
         dq_tma = dq_tma_runs(T, wg)
         ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
         ldq, rows = ds_t.shape[2], B * T * H
