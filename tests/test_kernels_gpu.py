@@ -1047,7 +1047,12 @@ def test_attention_dq_bulk(build, B, T, H, hs, p, monkeypatch):
     exact(f"attention dk and dv, the bulk form against the default {tag}", dqkv[..., C:], default[..., C:])
     rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
     if T > 1:   # one key: dq is rounding noise (test_attention says why)
-        check(f"attention dq, the bulk form {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+        # each consumer's column half apart (the second reads k 64 bytes into its rows): a failure names the half
+        got, ref = (a[..., :C].reshape(B, T, H, hs) for a in (dqkv, rdqkv))
+        for half in (0, 1):
+            cols = slice(32 * half, 32 * half + 32)
+            check(f"attention dq, the bulk form, columns {cols.start}-{cols.stop - 1} of each head {tag}",
+                  got[..., cols], ref[..., cols], tol)
     for r, _ in runs[1:]:
         exact(f"attention dqkv, the bulk form, run-to-run {tag}", r, dqkv)
 
