@@ -3087,8 +3087,10 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
 // (results/h200-perf-20261204): its kernel cases and whole-run graph test the plain form's bits, the whole backward
 // alone x0.939 / x0.972 / x0.974 of it on nanogpt / gpt2-small / gpt2-medium; the default since.
 // BULK (above: dQ by ordered bulk reductions): no ds_t (ds_t, ldq unused), dQ's parts through dq_acc in the turns'
-// order; shared memory also holds the tile's 128-row dS^T box (two buffers) and each consumer's two part buffers, and
-// the producer warpgroup keeps 32 registers a thread for its writer warps.
+// order; shared memory also holds the tile's 128-row dS^T box (two buffers) and each consumer's two part buffers. The
+// writer warps live in the producer's 24 registers: setmaxnreg moves registers within the block's launch allocation
+// (384 x 168 = 64,512 = 128 x 24 + 256 x 240), so 32 for the producer left the consumers' setmaxnreg.inc 240 waiting
+// for registers that never came (the first run of the form hung so, call 1 of results/h100-perf-20261207).
 template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, bool BULK = false>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
@@ -3139,8 +3141,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     }
     __syncthreads();
     if (wg == 0) {   // the producer: its registers go to the consumers
-        if constexpr (BULK) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
-        else asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x == 0) {
             int it = 0;   // query tiles loaded so far, over all items: the ring's stage and phase
             for (int n = 0;; ++n) {
