@@ -40,7 +40,8 @@ from event_timing import timer
 TIMING = os.environ.get("TR2_VARIANT_TIMING", "graph")
 TIME = timer(TIMING)
 
-MODELS = ("nanogpt", "gpt2-small", "gpt2-medium")
+# TR2_BWD_MODELS=gpt2-small,...: only those models
+MODELS = tuple(m for m in os.environ.get("TR2_BWD_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m)
 SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DQ_BULK")
 _BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DQ_BULK=0)
 
