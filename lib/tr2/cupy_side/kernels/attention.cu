@@ -3029,7 +3029,7 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
     int* turn = turns + slot;
     if (kb > 0) {
         if (lane == 0) {
-            // a turn that never comes is a bug: stop the kernel (an error the caller sees) after about a second
+            // a turn that never comes is a bug: stop the kernel (an error the caller sees) after 2^25 polls (seconds)
             for (u32 spins = 0; ld_acquire(turn) != kb; ++spins) {
                 if (spins == (1u << 25)) __trap();
                 __nanosleep(32);
@@ -3231,9 +3231,9 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
 #pragma unroll
-                    for (int n = 0; n < 4; ++n)
-                        *(float2*)(part + dqb_index(16 * warp + g + 8 * r, 8 * n + 2 * t)) =
-                            make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+                    for (int n8 = 0; n8 < 4; ++n8)
+                        *(float2*)(part + dqb_index(16 * warp + g + 8 * r, 8 * n8 + 2 * t)) =
+                            make_float2(dq[n8][2 * r], dq[n8][2 * r + 1]);
                 if ((threadIdx.x & 127) == 0) part_meta[j] = make_int4(bh, qt, kb, 0);
                 fence_proxy_async();   // the part's stores, seen by the copy engine's reads
                 __syncwarp();
