@@ -2,6 +2,8 @@
 # One device call on the fifty-sixth session's form (docs/perf.md): dQ inside the resident TMA dK/dV kernel by ordered
 # bulk reductions (TR2_ATTN_DQ_BULK=1, attn_backward_dkdvq_tmarb_) against the default (dK/dV writing ds_t, then the
 # TMA dQ pass). In order of need, each stage started only with the time it takes left (BULK_LIMIT, default 590 s):
+#   0. scripts/probes/dq_bulk_smoke.py (one backward of gpt2-small's shape with the form beside the default, under
+#      BULK_SMOKE_S, default 60): where it fails or hangs, the rest of the call runs scripts/fwd_ring_call.sh instead
 #   1. its kernel cases (tests/test_kernels_gpu.py -k dq_bulk, or BULK_TESTS_K: dk and dv the default's bits, dq within
 #      the NumPy form's tolerance, three runs alike, poisoned allocations; BULK_TESTS_S, default 150); a case that traps
 #      (a turn that never came) ends only this stage
@@ -21,6 +23,16 @@ LIMIT=${BULK_LIMIT:-590}
 mkdir -p "$OUT"
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "$LIMIT"
+PYTHONPATH=lib:scripts timeout -k 10 "${BULK_SMOKE_S:-60}" python3 scripts/probes/dq_bulk_smoke.py gpt2-small \
+  >"$OUT/smoke.log" 2>&1
+smoke=$?
+echo "== smoke (exit $smoke, $(elapsed) s)"; grep -v Warn "$OUT/smoke.log" | tail -3
+if [ "$smoke" -ne 0 ]; then   # the form hangs or computes wrong: the rest of the call on the forward's forms instead
+  echo "== the bulk form failed its smoke run: scripts/fwd_ring_call.sh in the $(left) s left"
+  [ "$(left)" -gt 150 ] && FWD_RING_LIMIT=$(( $(left) - 5 )) bash scripts/fwd_ring_call.sh "$OUT/r"
+  out_fold "$OUT"
+  exit 0
+fi
 PYTHONUNBUFFERED=1 timeout "${BULK_TESTS_S:-150}" python3 -m pytest -v -p no:cacheprovider -rfE tests/test_kernels_gpu.py -k "${BULK_TESTS_K:-dq_bulk}" \
   >"$OUT/tests.log" 2>&1
 echo "== kernel tests (exit $?, $(elapsed) s)"; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head; tail -1 "$OUT/tests.log"
