@@ -4,7 +4,9 @@ forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], 
 under half roundings (`stores_ds`): D = rowsum(dO * out), then dK/dV, which also writes dS^T to a [B*H, T, ~T]
 half buffer, then dQ as one product over it; else folded (the exact half builds, T <= 256: `folds`): D (which also
 zeroes the backward's counters), then one kernel for dK, dV and dQ (dQ's key-block parts added in a fixed order
-through a float32 buffer [B*H, T, hs]); else dQ (which also writes D), then dK/dV. Each
+through a float32 buffer [B*H, T, hs]); else dQ (which also writes D), then dK/dV. With TR2_ATTN_DQ_BULK=1 (off)
+the half-roundings path on Hopper is D (which also zeroes the turns) and one kernel for dK, dV and dQ, dQ's parts
+added into a float32 workspace by the copy engine in key-block order (no dS^T buffer). Each
 kernel writes its own columns of one dqkv [B, T, 3C]. No T x T array of scores or probabilities exists anywhere
 (the dS^T buffer is the one T x T array, and only where it is used).
 
