@@ -7,6 +7,7 @@ each tile's part to the block's writer through two buffers (a part waits for a f
 in the order they came and adds part (bh, qt, kb) only when the turn of (bh, qt) says kb: key block 0 stores it, the
 next ones add it, key block qt // 2 adds it to the sum and writes the tile. The two consumers of a block run in step
 (the named barrier of each tile) and their column halves have turns of their own, alike: one stands for both here.
+Split 2 (TR2_ATTN_DQ_BULK=2, run_schedule_split2) has no barrier and one turn a tile for both consumers' parts.
 
 Under random interleavings the model must finish (no writer waits on a part that cannot come) and every tile must be
 written once, its parts added in key-block order as float32 adds: the bits the kernel's reductions make whatever the
@@ -17,12 +18,36 @@ import pytest
 BUFFERS = 2   # part buffers a consumer (attention.cu's part_full / part_empty pairs)
 
 
-def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = False) -> dict:
+def _tickets(BH: int, T: int, resident: int, reverse: bool) -> tuple:
+    """(query tiles a head, the items in ticket order, [the next ticket]): items are key block kb of head bh, ticket
+    kb BH + bh, the first `resident` by block index."""
     nqt, nkb = -(-T // 64), -(-T // 128)
     order = list(range(BH * nkb))
-    if reverse_tickets:
-        order = order[::-1]
-    next_ticket = [min(resident, len(order))]   # the first `resident` items go by block index
+    return nqt, order[::-1] if reverse else order, [min(resident, len(order))]
+
+
+def _draw(blk: dict, order: list, next_ticket: list) -> None:
+    """The block's producer draws its next item, or learns that none is left."""
+    if next_ticket[0] < len(order):
+        blk["items"].append(order[next_ticket[0]])
+        next_ticket[0] += 1
+    else:
+        blk["drawn_all"] = True
+
+
+def _assert_sums_in_order(r: dict, BH: int, units) -> None:
+    """Every tile written once, as its parts added in order as float32: units(qt) the tile's part indices in turn."""
+    assert set(r["written"]) == {(bh, qt) for bh in range(BH) for qt in range(r["nqt"])}
+    for (bh, qt), got in r["written"].items():
+        want = np.float32(0)
+        for n, unit in enumerate(units(qt)):
+            part = r["parts"][(bh, qt, unit)]
+            want = part if n == 0 else np.float32(want + part)
+        assert got == want, (bh, qt)
+
+
+def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = False) -> dict:
+    nqt, order, next_ticket = _tickets(BH, T, resident, reverse_tickets)
     parts, acc, turn, written = {}, {}, {}, {}
     blocks = []
     for b in range(min(resident, len(order))):
@@ -55,11 +80,7 @@ def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = Fa
         bi, what = moves[rng.integers(len(moves))]
         blk = blocks[bi]
         if what == "draw":
-            if next_ticket[0] < len(order):
-                blk["items"].append(order[next_ticket[0]])
-                next_ticket[0] += 1
-            else:
-                blk["drawn_all"] = True
+            _draw(blk, order, next_ticket)
         elif what == "compute":
             item = blk["items"][blk["done_items"]]
             kb, bh = item // BH, item % BH
@@ -87,13 +108,83 @@ def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = Fa
 def test_the_bulk_form_finishes_and_sums_in_key_block_order(BH, T, resident):
     for seed in range(3):
         r = run_schedule(BH, T, resident, np.random.default_rng(seed))
-        assert set(r["written"]) == {(bh, qt) for bh in range(BH) for qt in range(r["nqt"])}
-        for (bh, qt), got in r["written"].items():
-            want = np.float32(0)
-            for kb in range(qt // 2 + 1):
-                part = r["parts"][(bh, qt, kb)]
-                want = part if kb == 0 else np.float32(want + part)
-            assert got == want, (bh, qt)
+        _assert_sums_in_order(r, BH, lambda qt: range(qt // 2 + 1))   # key blocks 0 .. qt / 2
+
+
+STAGES = 2   # attention.cu's DKDV_TMA_STAGES: the q/dO ring both consumers of a block read
+
+
+def run_schedule_split2(BH: int, T: int, resident: int, rng, reverse_tickets: bool = False) -> dict:
+    """Split 2 (TR2_ATTN_DQ_BULK=2): no barrier holds a block's two consumers in step, so each has its own walk and
+    its own writer; they stay within the ring's STAGES tiles of each other (a stage is refilled once both released
+    it), and a third item waits for both to finish the item two before. Writer c adds unit u = 2 kb + c of tile qt when
+    the tile's one turn says u; unit 2 (qt // 2) + 1 writes the tile."""
+    nqt, order, next_ticket = _tickets(BH, T, resident, reverse_tickets)
+    parts, acc, turn, written = {}, {}, {}, {}
+    blocks = [{"items": [order[b]], "drawn_all": False, "tile": [0, 0], "done": [0, 0], "released": [0, 0],
+               "fifo": [[], []]} for b in range(min(resident, len(order)))]
+
+    def tiles(item):
+        return list(range(2 * (item // BH), nqt))
+
+    steps = 0
+    while True:
+        moves = []
+        for bi, blk in enumerate(blocks):
+            if not blk["drawn_all"] and len(blk["items"]) - min(blk["done"]) < 2:
+                moves.append((bi, "draw", 0))
+            for c in (0, 1):
+                if blk["done"][c] < len(blk["items"]) and len(blk["fifo"][c]) < BUFFERS \
+                        and blk["released"][1 - c] >= blk["released"][c] + 1 - STAGES:
+                    moves.append((bi, "compute", c))
+                if blk["fifo"][c]:
+                    bh, qt, kb = blk["fifo"][c][0]
+                    u = 2 * kb + c
+                    if u == 0 or turn.get((bh, qt), 0) == u:
+                        moves.append((bi, "write", c))
+        if not moves:
+            busy = [b for b in blocks if any(b["fifo"]) or min(b["done"]) < len(b["items"])]
+            assert not busy, f"deadlock after {steps} steps: {busy}"
+            break
+        bi, what, c = moves[rng.integers(len(moves))]
+        blk = blocks[bi]
+        if what == "draw":
+            _draw(blk, order, next_ticket)
+        elif what == "compute":
+            item = blk["items"][blk["done"][c]]
+            kb, bh = item // BH, item % BH
+            qt = tiles(item)[blk["tile"][c]]
+            parts[(bh, qt, 2 * kb + c)] = np.float32(rng.standard_normal())
+            blk["fifo"][c].append((bh, qt, kb))
+            blk["released"][c] += 1
+            blk["tile"][c] += 1
+            if blk["tile"][c] == len(tiles(item)):
+                blk["tile"][c], blk["done"][c] = 0, blk["done"][c] + 1
+        else:
+            bh, qt, kb = blk["fifo"][c].pop(0)
+            u = 2 * kb + c
+            part = parts[(bh, qt, u)]
+            if u == 2 * (qt // 2) + 1:
+                assert (bh, qt) not in written
+                written[(bh, qt)] = np.float32(acc[(bh, qt)] + part)
+            else:
+                acc[(bh, qt)] = part if u == 0 else np.float32(acc[(bh, qt)] + part)
+                turn[(bh, qt)] = u + 1
+        steps += 1
+    return {"parts": parts, "written": written, "nqt": nqt}
+
+
+@pytest.mark.parametrize("BH, T, resident", [(3, 1024, 2), (4, 1000, 3), (2, 65, 1), (5, 7, 2), (12, 512, 5),
+                                             (1, 1024, 1), (96, 1024, 132)])
+def test_split_2_finishes_and_sums_in_unit_order(BH, T, resident):
+    for seed in range(3):
+        r = run_schedule_split2(BH, T, resident, np.random.default_rng(seed))
+        _assert_sums_in_order(r, BH, lambda qt: range(2 * (qt // 2) + 2))   # units 0 .. 2 (qt / 2) + 1
+
+
+def test_the_split_2_model_finds_the_deadlock_of_tickets_handed_out_the_other_way():
+    with pytest.raises(AssertionError, match="deadlock"):
+        run_schedule_split2(2, 1024, 1, np.random.default_rng(0), reverse_tickets=True)
 
 
 def test_the_model_finds_the_deadlock_of_tickets_handed_out_the_other_way():

@@ -21,14 +21,20 @@ def attention(over_stand_in_cupy):
 PLAN_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "attention_launch_plan.py"
 
 
-def _backward_launches(attention, monkeypatch, **shape):
+def _backward_launch_records(attention, monkeypatch, **shape):
     """scripts/attention_launch_plan.py's record of backward() (half roundings, head size 64, attention.cu built for
-    sm_90a; gpt2-small's shape and dropout 0.2 unless `shape` says otherwise): [(kernel, grid, args)]."""
+    sm_90a; gpt2-small's shape and dropout 0.2 unless `shape` says otherwise): [(kernel, grid, block, args, keywords)]."""
     spec = importlib.util.spec_from_file_location("attention_launch_plan_under_test", PLAN_SCRIPT)
     plan = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plan)
     launched, _dqkv = plan.record_backward(attention, monkeypatch.setattr, **shape)
-    return [(name, grid, args) for name, grid, _block, args, _k in launched]
+    return launched
+
+
+def _backward_launches(attention, monkeypatch, **shape):
+    """_backward_launch_records' launches as [(kernel, grid, args)]."""
+    return [(name, grid, args) for name, grid, _block, args, _k in
+            _backward_launch_records(attention, monkeypatch, **shape)]
 
 
 @pytest.mark.parametrize("B, H, T, dq", [(8, 12, 1024, "tmaqf"), (8, 16, 1024, "tmaqf"), (3, 2, 1000, "tmaqf"),
@@ -95,7 +101,7 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10, 11"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
-                                               ("TR2_ATTN_DQ_BULK", "2", "0, 1"),
+                                               ("TR2_ATTN_DQ_BULK", "3", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG_DQ", "3", "0, 1, 2")])
@@ -143,32 +149,38 @@ def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, 
 
 def test_the_bulk_dq_with_the_deep_ring_stops_the_import(monkeypatch, over_stand_in_cupy):
     """The bulk form is built with two stages of q and dO only: both switches on must not run one of them silently."""
-    monkeypatch.setenv("TR2_ATTN_DQ_BULK", "1")
+    monkeypatch.setenv("TR2_ATTN_DQ_BULK", "2")
     monkeypatch.setenv("TR2_ATTN_DKDV_DEEP", "1")
     monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
-    with pytest.raises(gpu.SwitchError, match=r"^TR2_ATTN_DQ_BULK=1 with TR2_ATTN_DKDV_DEEP=1: .*unset one of them$"):
+    with pytest.raises(gpu.SwitchError, match=r"^TR2_ATTN_DQ_BULK=2 with TR2_ATTN_DKDV_DEEP=1: .*unset one of them$"):
         over_stand_in_cupy("tr2.cupy_side.gpu.attention")
 
 
 def test_the_bulk_dq_kernel_fits_one_block_an_sm(attention):
     """The bulk form's shared memory: the default's k/v buffers and two-stage ring without its dS^T rows, two 128-row
-    dS^T boxes (16 KB each) and four 64 x 32 float32 part buffers (8 KB each): 162 KB of the 227 a block may take."""
+    dS^T boxes (16 KB each) and four float32 part buffers, 64 x 32 in split 1 (8 KB each: 162 KB of the 227 a block
+    may take) and 64 x 64 in split 2 (16 KB each: 194 KB)."""
     assert attention.DQB_PART == 64 * 32
     box = 64 * 64 * 2
     assert attention.dq_bulk_shared_bytes(64) == 8 * box + 2 * (2 * box + 512) + 4 * box + 4 * 8192 + 1024 == 165888
-    assert 165888 <= 227 * 1024
+    assert attention.dq_bulk_shared_bytes(64, 2) == 165888 + 4 * 8192 == 198656
+    assert 198656 + 512 <= 227 * 1024   # and the kernel's static 512 bytes
 
 
 @pytest.mark.parametrize("B, H, T", [(8, 12, 1024), (8, 16, 1024), (3, 2, 1000), (64, 6, 256), (2, 3, 7), (1, 1, 1)])
 @pytest.mark.parametrize("dtype, name", [("bfloat16", "bf16"), ("float16", "f16")])
-def test_the_bulk_dq_launches_the_row_dots_then_one_kernel(attention, monkeypatch, B, H, T, dtype, name):
+@pytest.mark.parametrize("split, form", [(1, "tmarb"), (2, "tmarbk")])
+def test_the_bulk_dq_launches_the_row_dots_then_one_kernel(attention, monkeypatch, B, H, T, dtype, name, split, form):
     """TR2_ATTN_DQ_BULK=1: no ds_t and no dQ pass; the row dots zero the turns (a (head, 64-query tile, column half)
     each) on their way, then the one kernel: dqkv, the maps of qkv and dO, lse, D, dq_acc (a 2048-float part a turn),
     the turns, T, H, the rounding and dropout arguments, the heads and the tickets, one block an SM or one an item."""
     assert attention.DQ_BULK == 0   # off by default
-    monkeypatch.setattr(attention, "DQ_BULK", 1)
-    launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
-    assert [n for n, _g, _a in launched] == [f"attn_row_dots_{name}_hs64", f"attn_backward_dkdvq_tmarb_{name}r_hs64"]
+    monkeypatch.setattr(attention, "DQ_BULK", split)
+    records = _backward_launch_records(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
+    assert records[1][2] == 384 and records[1][4] == {"shared_mem": attention.dq_bulk_shared_bytes(64, split),
+                                                      "prefer_shared": True}
+    launched = [(n, g, a) for n, g, _b, a, _k in records]
+    assert [n for n, _g, _a in launched] == [f"attn_row_dots_{name}_hs64", f"attn_backward_dkdvq_{form}_{name}r_hs64"]
     parts = B * H * -(-T // 64) * 2
     _, _, dots = launched[0]
     turns = dots[1]
@@ -269,7 +281,8 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, {b}, {k}, 64, FWD_TMAW_STAGES)",   # form 11
                   "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
-                  "ATTN_DKDVQ_TMA_BULK({b}, {k}, 64)",   # TR2_ATTN_DQ_BULK=1
+                  "ATTN_DKDVQ_TMA_BULK(tmarb, 1, {b}, {k}, 64)",   # TR2_ATTN_DQ_BULK=1
+                  "ATTN_DKDVQ_TMA_BULK(tmarbk, 2, {b}, {k}, 64)",   # TR2_ATTN_DQ_BULK=2
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want

@@ -985,9 +985,9 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
 
 
 def _backward_off_then_on(monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, setting: str,
-                          prefix: str):
-    """The backward with gpu/attention.py's `setting` at 0, then three times at 1: ((dqkv, the launched kernels whose
-    names start with `prefix`), [the same for each run at 1]); the resident dK/dV's tickets must be left at zero."""
+                          prefix: str, on: int = 1):
+    """The backward with gpu/attention.py's `setting` at 0, then three times at `on`: ((dqkv, the launched kernels whose
+    names start with `prefix`), [the same for each run at `on`]); the resident dK/dV's tickets must be left at zero."""
     def backward(value):
         monkeypatch.setattr(attention, setting, value)
         launched.clear()
@@ -995,7 +995,7 @@ def _backward_off_then_on(monkeypatch, attention, be, qkv, dout, saved, H, p, se
         return dqkv, [n for n in launched if n.startswith(prefix)]
 
     default = backward(0)
-    runs = [backward(1) for _ in range(3)]
+    runs = [backward(on) for _ in range(3)]
     tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
     assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
     return default, runs
@@ -1030,19 +1030,21 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_dq_bulk(build, B, T, H, hs, p, monkeypatch):
-    """dQ inside the resident TMA dK/dV kernel by ordered bulk reductions (attn_backward_dkdvq_tmarb_,
-    TR2_ATTN_DQ_BULK=1) against the default (the TMA dK/dV with ds_t, then a dQ pass): one kernel after the row dots,
+@pytest.mark.parametrize("split, form", [(1, "tmarb"), (2, "tmarbk")], ids=["split1", "split2"])
+def test_attention_dq_bulk(build, B, T, H, hs, p, split, form, monkeypatch):
+    """dQ inside the resident TMA dK/dV kernel by ordered bulk reductions (TR2_ATTN_DQ_BULK=1, attn_backward_dkdvq_tmarb_:
+    each consumer a column half over the block's keys; 2, _tmarbk_: each all columns over its own keys) against the
+    default (the TMA dK/dV with ds_t, then a dQ pass): one kernel after the row dots,
     dk and dv the default's bits (the same tiles in the same order), dq within the type's tolerance of the NumPy form
     (its own sums: 128-key blocks added in order), three runs identical, every allocation poisoned (dq_acc is stored
     before it is read: key block 0 stores), the tickets left at zero."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
     (default, _), runs = _backward_off_then_on(
-        monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, "DQ_BULK", "attn_backward")
+        monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, "DQ_BULK", "attn_backward", split)
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
     for _, kernels in runs:
-        assert kernels == [f"attn_backward_dkdvq_tmarb_{kind}_hs64"]
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} dq bulk]"
+        assert kernels == [f"attn_backward_dkdvq_{form}_{kind}_hs64"]
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} dq bulk, split {split}]"
     dqkv, C = runs[0][0], H * hs
     exact(f"attention dk and dv, the bulk form against the default {tag}", dqkv[..., C:], default[..., C:])
     rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)

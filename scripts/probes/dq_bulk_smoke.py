@@ -1,11 +1,11 @@
-"""One backward of attention with the bulk form (TR2_ATTN_DQ_BULK=1, attn_backward_dkdvq_tmarb_) beside the default,
+"""One backward of attention with the bulk form (TR2_ATTN_DQ_BULK=SPLIT, 1 or 2) beside the default,
 on one model's shape (bf16 under half roundings, dropout as the model trains), before a device call spends its minutes
 on the form: its first run hung (docs/perf.md, fifty-sixth session), which cost a whole call. One line: whether dk and
 dv are the default's bits and how far dq lies from the default's (another order of sums, so not zero), then the
 verdict; exit 0 where the form may go on, 1 where it may not. Run it under `timeout`: a hang is the first thing it
 asks about.
 
-    PYTHONPATH=lib:scripts python3 scripts/probes/dq_bulk_smoke.py [MODEL]
+    PYTHONPATH=lib:scripts python3 scripts/probes/dq_bulk_smoke.py [MODEL [SPLIT]]
 """
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ def main(argv=None) -> int:
     from tr2.cupy_side.gpu.cast import to_half
     from tr2.models import load_model
 
-    model = (argv or sys.argv[1:] or ["gpt2-small"])[0]
+    args = list(argv if argv is not None else sys.argv[1:])
+    model = args[0] if args else "gpt2-small"
+    split = int(args[1]) if len(args) > 1 else 1
     cfg = load_model(model)
     B, T, C, H = cfg.batch_size, cfg.block_size, cfg.n_embd, cfg.n_head
     be = CudaBackend("bfloat16", tf32=True, half_roundings=True)
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
     _, saved = be.attention_forward(qkv, H, cfg.dropout, 1337, 1 << 32)
     outs = {}
     for bulk in (0, 1):
-        attention.DQ_BULK = bulk
+        attention.DQ_BULK = split if bulk else 0
         outs[bulk] = be.to_host(be.attention_backward(dout, qkv, saved, H, cfg.dropout, 1337, 1 << 32))
         cp.cuda.Device().synchronize()
     default, bulk = (outs[k].astype(np.float64) for k in (0, 1))
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
     dq_rel = float(np.abs(bulk[..., :C] - default[..., :C]).max() / max(np.abs(default[..., :C]).max(), 1e-30))
     same = bool(np.array_equal(outs[0][..., C:], outs[1][..., C:]))
     ok, why = verdict(same, dq_rel, finite)
-    print(f"dq bulk smoke {model} bf16: dk/dv {'the default bits' if same else 'DIFFER'}, dq max rel {dq_rel:.2e}: "
+    print(f"dq bulk smoke {model} bf16, split {split}: dk/dv {'the default bits' if same else 'DIFFER'}, dq max rel {dq_rel:.2e}: "
           f"{'PASS' if ok else 'FAIL'} ({why})", flush=True)
     return 0 if ok else 1
 

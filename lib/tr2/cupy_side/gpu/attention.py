@@ -423,20 +423,25 @@ def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
 # copy engine in key-block order, waiting on a turn a (head, query tile, half) that the row dots zero first; the last
 # key block of a tile writes dQ. dK and dV are the default's bits; dQ sums the same operands by 128-key blocks (within
 # the type's tolerance of the NumPy form, not the default's bits). attention.cu's header of the form says why the two
-# folds before lost and what this one does otherwise. 1: wherever the wgmma dK/dV kernel runs; 0: never. Two stages
-# of q and dO (TR2_ATTN_DKDV_DEEP=1 with it is refused at import).
-DQ_BULK = kernel_switch("TR2_ATTN_DQ_BULK", 0)
-DQB_PART = kernel_define(FILE, "DQB_PART")
+# folds before lost and what this one does otherwise. 1: wherever the wgmma dK/dV kernel runs, each consumer a column
+# half of the part over the block's 128 keys (attn_backward_dkdvq_tmarb_); 2: the same with each consumer all 64
+# columns over its own 64 keys, the two consumers' parts added in turn (attn_backward_dkdvq_tmarbk_: no barrier
+# between the consumers and no k descriptor inside its rows, twice the reductions; written after the first call hung,
+# so that the next can tell the two apart); 0: never. Two stages of q and dO (TR2_ATTN_DKDV_DEEP=1 with it is refused
+# at import).
+DQ_BULK = kernel_switch("TR2_ATTN_DQ_BULK", 0, (0, 1, 2))
+DQB_PART = kernel_define(FILE, "DQB_PART")   # floats of a split-1 part (64 queries x 32 columns); split 2's are twice
+DQ_BULK_KERNELS = {1: "tmarb", 2: "tmarbk"}
 if DQ_BULK and DKDV_DEEP:
-    raise SwitchError("TR2_ATTN_DQ_BULK=1 with TR2_ATTN_DKDV_DEEP=1: the bulk form is built with two stages of q and "
-                      "dO only; unset one of them")
+    raise SwitchError(f"TR2_ATTN_DQ_BULK={DQ_BULK} with TR2_ATTN_DKDV_DEEP=1: the bulk form is built with two stages "
+                      "of q and dO only; unset one of them")
 
 
-def dq_bulk_shared_bytes(hs: int) -> int:
+def dq_bulk_shared_bytes(hs: int, split: int = 1) -> int:
     """The bulk form's dynamic shared memory: the default's k and v buffers and ring (dkdv_tma_shared_bytes without
-    the dS^T rows), two 128-row dS^T boxes and four 64 x 32 float32 part buffers."""
+    the dS^T rows), two 128-row dS^T boxes and four float32 part buffers (64 x 32 in split 1, 64 x 64 in split 2)."""
     box = 64 * hs * 2
-    return 8 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 4 * box + 4 * DQB_PART * 4 + 1024
+    return 8 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 4 * box + 4 * split * DQB_PART * 4 + 1024
 
 
 def dq_bulk_runs(wg: bool) -> bool:
@@ -521,16 +526,16 @@ def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, 
 
 def _backward_bulk(ctx, dqkv, kdout, saved, D, B: int, T: int, H: int, hs: int, kind: str, tail: tuple) -> None:
     """The bulk form (DQ_BULK): the row dots, which also zero the turns, then one kernel for dK, dV and dQ."""
-    C, parts = H * hs, B * H * -(-T // 64) * 2   # a part a (head, 64-query tile, column half)
+    C, parts = H * hs, B * H * -(-T // 64) * 2   # a turn a (head, 64-query tile, column half; split 2 the first half)
     turns = ctx.ws.get("att_bulk_turns", (parts,), np.int32)
     dq_acc = ctx.ws.get("att_bulk_dq_acc", (parts * DQB_PART,), np.float32)
     _row_dots(ctx, D, turns, kdout, saved, B * T * H, T, H, kind, hs)
     tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
     tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
     extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
-    launch(FILE, f"attn_backward_dkdvq_tmarb_{build_name(ctx)}_hs{hs}", grid, 384,
+    launch(FILE, f"attn_backward_dkdvq_{DQ_BULK_KERNELS[DQ_BULK]}_{build_name(ctx)}_hs{hs}", grid, 384,
            (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(T), i32(H)) + tail + extra,
-           shared_mem=dq_bulk_shared_bytes(hs), prefer_shared=True)
+           shared_mem=dq_bulk_shared_bytes(hs, DQ_BULK), prefer_shared=True)
 
 
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,

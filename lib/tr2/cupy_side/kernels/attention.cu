@@ -2924,8 +2924,13 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // dK and dV are the default's, tile for tile: their bits. dQ sums the same dS^T operands by 128-key blocks: within the
 // type's tolerance of the NumPy form, not the default's bits. No ds_t, no dQ pass; dq_acc holds a layer's parts
 // (B H ceil(T/64) 16 KB: 25 MB on gpt2-small against ds_t's 201 MB).
+// Split 2 (attn_backward_dkdvq_tmarbk_, TR2_ATTN_DQ_BULK=2; written after the first call, beside split 1 above): each
+// consumer's part is the whole tile's 64 columns over its own 64 keys (m64n64k16 x 4 from its own dS^T rows and its
+// own k box: no named barrier between the consumers and no k descriptor 64 bytes into its rows, split 1's one
+// untested assumption), and the parts go in by units u = 2 kb + cw, one turn a (head, query tile): twice split 1's
+// reductions (16 KB a part), and unit 2 (qt / 2) + 1 writes dQ. Its own dQ bits (64-key parts).
 #define DQB_BAR 1   // the named barrier of the two consumer warpgroups (bar.sync 1, 256); 0 is __syncthreads'
-#define DQB_PART 2048   // floats of a part: 64 queries x 32 columns
+#define DQB_PART 2048   // floats of a split-1 part: 64 queries x 32 columns (a split-2 part is twice that)
 
 __device__ __forceinline__ void bulk_store_global(void* dst, const void* src, u32 bytes) {
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_u32(src)),
@@ -2963,19 +2968,29 @@ __device__ __forceinline__ void wg_mma_ss_tt_n32(float (&d)[4][4], u64 desc_a, u
 #endif
 }
 
-// Element (row, col) of a part (64 x 32 floats, in shared memory and in dq_acc alike): 16-byte chunk col / 4 of the
+// Element (row, col) of a part (64 x QC floats, in shared memory and in dq_acc alike): 16-byte chunk col / 4 of the
 // row at chunk (col / 4) ^ (row & 7), so that a warp's stores of its accumulators (eight rows, four chunks) and a
 // lane's row reads each touch 32 banks.
-__device__ __forceinline__ int dqb_index(int row, int col) { return row * 32 + ((((col >> 2) ^ row) & 7) << 2) + (col & 3); }
+template <int QC = 32>
+__device__ __forceinline__ int dqb_index(int row, int col) {
+    if constexpr (QC == 32) return row * 32 + ((((col >> 2) ^ row) & 7) << 2) + (col & 3);
+    else return row * QC + (((col >> 2) ^ (row & 7)) << 2) + (col & 3);
+}
 
 // One 64-query tile of the BULK kernel: tma_dkdv_tile's products and softmax gradient where the consumer's keys meet
 // the tile (`mine`; else Pd^T and dS^T are zeros: the products then add zeros to dK and dV, which are still the +0.0 of
 // their start, since only a block's first tile can miss consumer 1's keys), dS^T into the block's 128-row box (sds,
 // rows 64 cw ..; the copy engine's 128B swizzle: key row r's 16-byte chunk n at n ^ (r & 7)), then the part dq
 // (columns 32 cw ..) over the block's 128 keys. akk: the block's first k box (the second follows it). Every wgmma
-// outside the branch (ptxas serializes them where one's group spans a path it cannot prove uniform); all awaited.
-template <int K, int HS, bool DROP>
-__device__ __forceinline__ void tma_dkdvq_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4], float (&dq)[4][4],
+// outside the branch (ptxas serializes them where one's group spans a path it cannot prove uniform); all awaited. One
+// wgmma.fence before the first product covers dq too: no instruction touches its registers between it and dQ's wgmma.
+// SPLIT 2: the part is the tile's 64 columns over the consumer's own 64 keys (its rows of the box, its k box at ak),
+// no barrier.
+template <int K>
+__device__ __forceinline__ void wg_mma_ss_tt(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate);   // below
+template <int K, int HS, bool DROP, int SPLIT = 1>
+__device__ __forceinline__ void tma_dkdvq_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4],
+                                               float (&dq)[SPLIT == 2 ? 8 : 4][4],
                                                u32 ak, u32 av, u32 akk, unsigned char* sQO, float* sLD, int s, int qt,
                                                int k0, int g, int t, int T, int bh, const Dropout& drop,
                                                unsigned char* sds, int cw, int warp, bool mine) {
@@ -3005,12 +3020,20 @@ __device__ __forceinline__ void tma_dkdvq_tile(float (&dk)[HS / 8][4], float (&d
     const u64 do_mn = wg_desc_sw128(ao, TMA_V_LBO, TMA_V_SBO), dq_mn = wg_desc_sw128(aq, TMA_V_LBO, TMA_V_SBO);
     wg_fence();
     tma_dkdv_issue<K, HS>(dv, dk, pf, df, do_mn, dq_mn);
-    bar_sync_n<DQB_BAR, 256>();   // both consumers' rows of dS^T are in the box
-    const u64 ds_mn = wg_desc_sw128(smem_u32(sds), TMA_V_LBO, TMA_V_SBO);
-    const u64 k_mn = wg_desc_sw128(akk + 64 * cw, TMA_V_LBO, TMA_V_SBO);   // 64 bytes: column 32 of each k row
+    if constexpr (SPLIT == 2) {
+        const u64 ds_mn = wg_desc_sw128(smem_u32(sds + 64 * 128 * cw), TMA_V_LBO, TMA_V_SBO);   // its own 64 rows
+        const u64 k_mn = wg_desc_sw128(ak, TMA_V_LBO, TMA_V_SBO);
 #pragma unroll
-    for (int k16 = 0; k16 < 8; ++k16)   // a slice is 16 keys, 2048 bytes of both boxes
-        wg_mma_ss_tt_n32<K>(dq, ds_mn + 2048 / 16 * k16, k_mn + 2048 / 16 * k16, k16 > 0);
+        for (int k16 = 0; k16 < 4; ++k16)   // a slice is 16 keys, 2048 bytes
+            wg_mma_ss_tt<K>(dq, ds_mn + 2048 / 16 * k16, k_mn + 2048 / 16 * k16, k16 > 0);
+    } else {
+        bar_sync_n<DQB_BAR, 256>();   // both consumers' rows of dS^T are in the box
+        const u64 ds_mn = wg_desc_sw128(smem_u32(sds), TMA_V_LBO, TMA_V_SBO);
+        const u64 k_mn = wg_desc_sw128(akk + 64 * cw, TMA_V_LBO, TMA_V_SBO);   // 64 bytes: column 32 of each k row
+#pragma unroll
+        for (int k16 = 0; k16 < 8; ++k16)   // a slice is 16 keys, 2048 bytes of both boxes
+            wg_mma_ss_tt_n32<K>(dq, ds_mn + 2048 / 16 * k16, k_mn + 2048 / 16 * k16, k16 > 0);
+    }
     wg_commit();
     wg_wait_all();
     wg_hold(dv);
@@ -3021,16 +3044,20 @@ __device__ __forceinline__ void tma_dkdvq_tile(float (&dk)[HS / 8][4], float (&d
 // A writer warp's part of query tile qt from key block kb (at src in shared memory) into the sum, in turn: kb 0 stores
 // it, kb 1 .. qt / 2 - 1 add it (each after the one before has completed: turns[slot] counts them), kb qt / 2 adds it
 // to the sum read back and writes scale dQ, columns 32 c .., into dqkv in out_kind. Lane 0 waits and issues.
-template <int HS>
+// SPLIT 2: the units u = 2 kb + c in turn, one slot a (head, query tile) of twice the floats, all 64 columns; unit
+// 2 (qt / 2) + 1 writes dQ.
+template <int HS, int SPLIT = 1>
 __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc, int* turns, const float* src, int bh,
                                          int qt, int kb, int c, int nqt, int T, int H, int out_kind, int lane) {
-    const i64 slot = ((i64)bh * nqt + qt) * 2 + c;
-    float* acc = dq_acc + slot * DQB_PART;
+    constexpr int QC = SPLIT == 2 ? 64 : 32, PART = 64 * QC;
+    const i64 slot = SPLIT == 2 ? (i64)bh * nqt + qt : ((i64)bh * nqt + qt) * 2 + c;
+    const int u = SPLIT == 2 ? 2 * kb + c : kb, last = SPLIT == 2 ? 2 * (qt / 2) + 1 : qt / 2;
+    float* acc = dq_acc + slot * PART;
     int* turn = turns + slot;
-    if (kb > 0) {
+    if (u > 0) {
         if (lane == 0) {
             // a turn that never comes is a bug: stop the kernel (an error the caller sees) after 2^25 polls (seconds)
-            for (u32 spins = 0; ld_acquire(turn) != kb; ++spins) {
+            for (u32 spins = 0; ld_acquire(turn) != u; ++spins) {
                 if (spins == (1u << 25)) __trap();
                 __nanosleep(32);
             }
@@ -3038,13 +3065,13 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
         }
         __syncwarp();
     }
-    if (kb != qt / 2) {
+    if (u != last) {
         if (lane == 0) {
-            if (kb == 0) bulk_store_global(acc, src, DQB_PART * 4);
-            else bulk_reduce_add_f32(acc, src, DQB_PART * 4);
+            if (u == 0) bulk_store_global(acc, src, PART * 4);
+            else bulk_reduce_add_f32(acc, src, PART * 4);
             bulk_wait_all();
             fence_proxy_async_global();
-            st_release(turn, kb + 1);
+            st_release(turn, u + 1);
         }
         return;
     }
@@ -3053,12 +3080,12 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
     for (int rr = 0; rr < 2; ++rr) {
         const int row = lane + 32 * rr, i = qt * 64 + row;
         if (i >= T) continue;
-        const i64 at = ((i64)b * T + i) * 3 * C + h * HS + 32 * c;
+        const i64 at = ((i64)b * T + i) * 3 * C + h * HS + (SPLIT == 2 ? 0 : 32 * c);
 #pragma unroll 2
-        for (int k = 0; k < 8; ++k) {
-            const int idx = dqb_index(row, 4 * k);
+        for (int k = 0; k < QC / 4; ++k) {
+            const int idx = dqb_index<QC>(row, 4 * k);
             float4 x = *(const float4*)(src + idx);
-            if (kb > 0) {   // the key blocks before, then this one
+            if (u > 0) {   // the units before, then this one
                 const float4 a = __ldcg((const float4*)(acc + idx));
                 x.x = a.x + x.x;
                 x.y = a.y + x.y;
@@ -3070,7 +3097,6 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
         }
     }
 }
-
 
 // ---- the TMA dK/dV resident (form 5, tmarr): the plain TMA form above, one block an SM ----
 // Why: as the forward's form 7 (attention_forward_tma_resident, which took 13-14% off form 3 alone): the plain form
@@ -3091,7 +3117,7 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
 // writer warps live in the producer's 24 registers: setmaxnreg moves registers within the block's launch allocation
 // (384 x 168 = 64,512 = 128 x 24 + 256 x 240), so 32 for the producer left the consumers' setmaxnreg.inc 240 waiting
 // for registers that never came (the first run of the form hung so, call 1 of results/h100-perf-20261207).
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, bool BULK = false>
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int BULK = 0>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
@@ -3118,9 +3144,10 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     u16* sdS = (u16*)(sLD + 2 * S * BC);            // consumer warp w: 16 rows of BC + 8 halves
     // BULK: the dS^T boxes (buffer j at sDS + 2 j BOX, 128 key rows), the part buffers (2 c + j at sPart + (2 c + j)
     // DQB_PART), then the lse/D rows in sLD's place
+    constexpr int QC = BULK == 2 ? 64 : 32, PART = 64 * QC;   // a part's columns and floats (split 1 or 2)
     unsigned char* sDS = sQO + 2 * S * BOX;
     float* sPart = (float*)(sDS + 4 * BOX);
-    if constexpr (BULK) sLD = sPart + 4 * DQB_PART;
+    if constexpr (BULK) sLD = sPart + 4 * PART;
     const int nkb = (T + BR - 1) / BR, nqt = (T + BC - 1) / BC, items = BH * nkb, C = H * HS;
     const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
@@ -3188,7 +3215,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                 mbar_wait(&part_full[j], (n >> 1) & 1);
                 const int4 m = part_meta[j];
                 if (m.x < 0) break;
-                dq_write<HS>(dqkv, dq_acc, turns, sPart + j * DQB_PART, m.x, m.y, m.z, c, nqt, T, H, out_kind, lane);
+                dq_write<HS, BULK>(dqkv, dq_acc, turns, sPart + j * PART, m.x, m.y, m.z, c, nqt, T, H, out_kind, lane);
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&part_empty[j]);
             }
@@ -3219,20 +3246,20 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
             mbar_wait(&full[s], (it / S) & 1);
             if constexpr (BULK) {
                 // every tile makes a part of each consumer; the box and both consumers' tiles count alike (it)
-                float dq[4][4];
-                tma_dkdvq_tile<K, HS, DROP>(dk, dv, dq, ak, av, smem_u32(sKV + 4 * kvs * BOX), sQO, sLD, s, qt, k0, g,
-                                            t, T, bh, drop, sDS + 2 * (it & 1) * BOX, cw, warp,
-                                            qt * BC + BC - 1 >= K0);
+                float dq[QC / 8][4];
+                tma_dkdvq_tile<K, HS, DROP, BULK>(dk, dv, dq, ak, av, smem_u32(sKV + 4 * kvs * BOX), sQO, sLD, s, qt,
+                                                  k0, g, t, T, bh, drop, sDS + 2 * (it & 1) * BOX, cw, warp,
+                                                  qt * BC + BC - 1 >= K0);
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
                 const int j = 2 * cw + (parts & 1);
                 if (parts >= 2) mbar_wait(&part_empty[j], ((parts >> 1) - 1) & 1);
-                float* part = sPart + j * DQB_PART;
+                float* part = sPart + j * PART;
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
 #pragma unroll
-                    for (int n8 = 0; n8 < 4; ++n8)
-                        *(float2*)(part + dqb_index(16 * warp + g + 8 * r, 8 * n8 + 2 * t)) =
+                    for (int n8 = 0; n8 < QC / 8; ++n8)
+                        *(float2*)(part + dqb_index<QC>(16 * warp + g + 8 * r, 8 * n8 + 2 * t)) =
                             make_float2(dq[n8][2 * r], dq[n8][2 * r + 1]);
                 if ((threadIdx.x & 127) == 0) part_meta[j] = make_int4(bh, qt, kb, 0);
                 fence_proxy_async();   // the part's stores, seen by the copy engine's reads
@@ -3579,12 +3606,12 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_backward_dkdv_tma_resident<K, HS, false, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
                                                                        H, BH, sched, out_kind, d);             \
     }
-// attn_backward_dkdvq_tmarb_<bf16r|f16r>_hs64: the TMA dK/dV resident with dQ by ordered bulk reductions
-// (attention_backward_dkdv_tma_resident's BULK): arguments as attn_backward_dkdv_ds_tmarr_l2_'s with dq_acc (B H
-// ceil(T/64) 2 DQB_PART floats) and turns (B H ceil(T/64) 2 ints, zero at launch: attn_row_dots zeroes them) in place
-// of ds_t and ldq; one block an SM.
-#define ATTN_DKDVQ_TMA_BULK(BUILD, K, HS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdvq_tmarb_##BUILD##_hs##HS(           \
+// attn_backward_dkdvq_<tmarb|tmarbk>_<bf16r|f16r>_hs64: the TMA dK/dV resident with dQ by ordered bulk reductions
+// (attention_backward_dkdv_tma_resident's BULK, split 1 or 2): arguments as attn_backward_dkdv_ds_tmarr_l2_'s with
+// dq_acc (B H ceil(T/64) 2 DQB_PART floats) and turns (B H ceil(T/64) 2 ints, zero at launch: attn_row_dots zeroes
+// them; split 2 uses the first half) in place of ds_t and ldq; one block an SM.
+#define ATTN_DKDVQ_TMA_BULK(NAME, SPLIT, BUILD, K, HS)                                                          \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdvq_##NAME##_##BUILD##_hs##HS(        \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, float* dq_acc, int* turns, int T, int H, int out_kind,            \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
@@ -3592,10 +3619,10 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, true>(                          \
+            attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, SPLIT>(                         \
                 dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns);          \
         else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, true>(                         \
+            attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, SPLIT>(                        \
                 dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns);          \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
@@ -3654,8 +3681,10 @@ ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES)
 ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, f16r, KIND_F16, 64, DKDV_TMAD_STAGES)
-ATTN_DKDVQ_TMA_BULK(bf16r, KIND_BF16, 64)
-ATTN_DKDVQ_TMA_BULK(f16r, KIND_F16, 64)
+ATTN_DKDVQ_TMA_BULK(tmarb, 1, bf16r, KIND_BF16, 64)
+ATTN_DKDVQ_TMA_BULK(tmarb, 1, f16r, KIND_F16, 64)
+ATTN_DKDVQ_TMA_BULK(tmarbk, 2, bf16r, KIND_BF16, 64)
+ATTN_DKDVQ_TMA_BULK(tmarbk, 2, f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
 
