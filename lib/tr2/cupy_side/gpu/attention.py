@@ -412,8 +412,15 @@ def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
     (four 64 x hs boxes each), `stages` stages of a q and a dO box and their lse and D rows (64 floats each), each
     consumer warp's 16 rows of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's
     period)."""
+    return _dkdv_kv_and_ring_bytes(hs, stages) + 8 * 16 * 72 * 2
+
+
+def _dkdv_kv_and_ring_bytes(hs: int, stages: int) -> int:
+    """What the resident TMA dK/dV kernel's forms share of their dynamic shared memory: two buffers of the block's k
+    and v (four 64 x hs boxes each), `stages` stages of a q and a dO box with their lse and D rows, and 1 KB to put the
+    boxes on a 1024-byte boundary."""
     box = 64 * hs * 2
-    return 8 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
+    return 8 * box + stages * (2 * box + 2 * 64 * 4) + 1024
 
 
 # dQ folded into the resident TMA dK/dV kernel by ordered bulk reductions (attention.cu's BULK form of
@@ -440,8 +447,7 @@ if DQ_BULK and DKDV_DEEP:
 def dq_bulk_shared_bytes(hs: int, split: int = 1) -> int:
     """The bulk form's dynamic shared memory: the default's k and v buffers and ring (dkdv_tma_shared_bytes without
     the dS^T rows), two 128-row dS^T boxes and four float32 part buffers (64 x 32 in split 1, 64 x 64 in split 2)."""
-    box = 64 * hs * 2
-    return 8 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 4 * box + 4 * split * DQB_PART * 4 + 1024
+    return _dkdv_kv_and_ring_bytes(hs, DKDV_TMA_STAGES) + 4 * 64 * hs * 2 + 4 * split * DQB_PART * 4
 
 
 def dq_bulk_runs(wg: bool) -> bool:
