@@ -5,7 +5,9 @@ at most two key blocks (the char model), `fold` (dQ's parts added in key-block o
 `tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0) and `tmarrqf` (the same
 with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's bits, and `tmarb` /
 `tmarbk` (dQ inside the TMA dK/dV kernel by ordered bulk reductions, no ds_t: TR2_ATTN_DQ_BULK=1 and 2, column halves or
-key halves; dk and dv ds_l2's bits, dq its own). The default is tmarr on rows of at most 256 and tmarrqf on longer ones.
+key halves; dk and dv ds_l2's bits, dq its own), and, timing only with dq wrong, `tmarbu` / `tmarbz` (split 1 with its
+turns neither awaited nor passed, or with no copies at all: TR2_ATTN_DQ_BULK_DIAG=1 and 2). The default is tmarr on
+rows of at most 256 and tmarrqf on longer ones.
 The forms measured slower and removed (ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma
 dK/dV kernels on cp.async, wg1 / wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads
 fastest; the groups of batches: attention.cu's header) were forms here until then (before the removal, at ee6b673).
@@ -42,8 +44,8 @@ TIME = timer(TIMING)
 
 # TR2_BWD_MODELS=gpt2-small,...: only those models
 MODELS = tuple(m for m in os.environ.get("TR2_BWD_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m)
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DQ_BULK")
-_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DQ_BULK=0)
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DQ_BULK", "DQ_BULK_DIAG")
+_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DQ_BULK=0, DQ_BULK_DIAG=0)
 
 
 def _form(**changes) -> tuple:
@@ -57,8 +59,11 @@ def _form(**changes) -> tuple:
 
 FORMS = {"recompute": _form(USE_WG_DKDV=False, USE_DS=False), "ds_l2": _form(USE_WG_DKDV=False),
          "fold": _form(USE_WG_DKDV=False, USE_DS=False, FOLD_KEY_BLOCKS=2),
-         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarb": _form(DQ_BULK=1), "tmarbk": _form(DQ_BULK=2)}
-WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarb", "tmarbk")   # where attention.cu is built for sm_90a
+         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarb": _form(DQ_BULK=1), "tmarbk": _form(DQ_BULK=2),
+         # timing only, dq wrong (gpu/attention.py's DQ_BULK_DIAG): split 1 with its turns neither awaited nor passed
+         # (u: unordered) and with no copies at all (z)
+         "tmarbu": _form(DQ_BULK=1, DQ_BULK_DIAG=1), "tmarbz": _form(DQ_BULK=1, DQ_BULK_DIAG=2)}
+WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarb", "tmarbk", "tmarbu", "tmarbz")   # where attention.cu is built for sm_90a
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
 SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2"}
 SEED, OFFSET = 1337, 1 << 32

@@ -11,7 +11,8 @@
 #      default 150)
 #   2. where BULK_BWD_MIN_LEFT seconds (default 200) are left: the backward alone (scripts/attention_backward_variants.py,
 #      TR2_BWD_FORMS: tmarrqf, the default's form on long rows, and the passing splits' tmarb / tmarbk; the three models
-#      or TR2_BWD_MODELS, graph-timed, BULK_BWD_ROUNDS rounds, default 3)
+#      or TR2_BWD_MODELS, graph-timed, BULK_BWD_ROUNDS rounds, default 3; BULK_BWD_EXTRA: more forms, such as the
+#      timing-only tmarbu,tmarbz, where split 1 passed)
 #   3. the step (graph) of the variants in .cache/variants: base (the tree) and the passing splits' q (split 1) and q2
 #      (split 2), BULK_ROUNDS rounds (default 1) of BULK_SELECT (default gpt2-small and gpt2-medium bf16),
 #      BULK_AFTER_BENCH_S (default 110) kept for 4
@@ -48,6 +49,7 @@ for split in "${splits[@]}"; do
   forms+=,$([ "$split" = 1 ] && echo tmarb || echo tmarbk)
   variants+=" $([ "$split" = 1 ] && echo q || echo q2)"
 done
+[[ " ${splits[*]} " == *" 1 "* && -n "${BULK_BWD_EXTRA:-}" ]] && forms+=,$BULK_BWD_EXTRA
 if [ "$(left)" -gt "${BULK_BWD_MIN_LEFT:-200}" ]; then
   PYTHONUNBUFFERED=1 TR2_BWD_FORMS=$forms timeout $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) \
     python3 scripts/attention_backward_variants.py "$OUT/bwd.jsonl" "${BULK_BWD_ROUNDS:-3}" 20 >"$OUT/bwd.log" 2>&1

@@ -9,6 +9,11 @@ next ones add it, key block qt // 2 adds it to the sum and writes the tile. The 
 (the named barrier of each tile) and their column halves have turns of their own, alike: one stands for both here.
 Split 2 (TR2_ATTN_DQ_BULK=2, run_schedule_split2) has no barrier and one turn a tile for both consumers' parts.
 
+The writer passes a turn on only once its reduction has completed, and does not wait for that: the turn is owed while
+it takes the next part (attention.cu's OwedTurn). It pays an owed turn after issuing its next part, and before it
+waits on anything (no part ready, a turn not yet come, the last unit's sum): paying is bounded, so a writer never waits
+while it holds a turn. The model pays an owed turn in those places only.
+
 Under random interleavings the model must finish (no writer waits on a part that cannot come) and every tile must be
 written once, its parts added in key-block order as float32 adds: the bits the kernel's reductions make whatever the
 schedule. The kernel itself is tested on the GPU (tests/test_kernels_gpu.py, "dq_bulk")."""
@@ -46,12 +51,21 @@ def _assert_sums_in_order(r: dict, BH: int, units) -> None:
         assert got == want, (bh, qt)
 
 
-def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = False) -> dict:
+def _pay(owed: list, turn: dict) -> None:
+    """A writer's owed turn passed on (its reduction has completed by now)."""
+    if owed:
+        slot, value = owed.pop()
+        turn[slot] = value
+
+
+def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = False, pay_when_waiting: bool = True) -> dict:
+    """pay_when_waiting=False: a writer pays an owed turn only after issuing its next part, never before it waits (the
+    model must then find a deadlock: the check can fail)."""
     nqt, order, next_ticket = _tickets(BH, T, resident, reverse_tickets)
     parts, acc, turn, written = {}, {}, {}, {}
     blocks = []
     for b in range(min(resident, len(order))):
-        blocks.append({"items": [order[b]], "tile": 0, "done_items": 0, "fifo": [], "drawn_all": False})
+        blocks.append({"items": [order[b]], "tile": 0, "done_items": 0, "fifo": [], "drawn_all": False, "owed": []})
 
     def tiles(item):
         kb = item // BH
@@ -73,14 +87,20 @@ def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = Fa
                 bh, qt, kb = blk["fifo"][0]
                 if kb == 0 or turn.get((bh, qt), 0) == kb:
                     moves.append((bi, "write"))
+                elif blk["owed"] and pay_when_waiting:
+                    moves.append((bi, "pay"))   # the turn not yet come
+            elif blk["owed"] and pay_when_waiting:
+                moves.append((bi, "pay"))   # no part ready
         if not moves:
-            busy = [b for b in blocks if b["fifo"] or b["done_items"] < len(b["items"])]
+            busy = [b for b in blocks if b["fifo"] or b["done_items"] < len(b["items"]) or b["owed"]]
             assert not busy, f"deadlock after {steps} steps: {busy}"
             break
         bi, what = moves[rng.integers(len(moves))]
         blk = blocks[bi]
         if what == "draw":
             _draw(blk, order, next_ticket)
+        elif what == "pay":
+            _pay(blk["owed"], turn)
         elif what == "compute":
             item = blk["items"][blk["done_items"]]
             kb, bh = item // BH, item % BH
@@ -94,11 +114,13 @@ def run_schedule(BH: int, T: int, resident: int, rng, reverse_tickets: bool = Fa
             bh, qt, kb = blk["fifo"].pop(0)
             part = parts[(bh, qt, kb)]
             if kb == qt // 2:
+                _pay(blk["owed"], turn)
                 assert (bh, qt) not in written
                 written[(bh, qt)] = part if kb == 0 else np.float32(acc[(bh, qt)] + part)
             else:
                 acc[(bh, qt)] = part if kb == 0 else np.float32(acc[(bh, qt)] + part)
-                turn[(bh, qt)] = kb + 1
+                _pay(blk["owed"], turn)   # the part before's reduction, complete
+                blk["owed"].append(((bh, qt), kb + 1))
         steps += 1
     return {"parts": parts, "written": written, "nqt": nqt}
 
@@ -122,7 +144,7 @@ def run_schedule_split2(BH: int, T: int, resident: int, rng, reverse_tickets: bo
     nqt, order, next_ticket = _tickets(BH, T, resident, reverse_tickets)
     parts, acc, turn, written = {}, {}, {}, {}
     blocks = [{"items": [order[b]], "drawn_all": False, "tile": [0, 0], "done": [0, 0], "released": [0, 0],
-               "fifo": [[], []]} for b in range(min(resident, len(order)))]
+               "fifo": [[], []], "owed": [[], []]} for b in range(min(resident, len(order)))]
 
     def tiles(item):
         return list(range(2 * (item // BH), nqt))
@@ -142,14 +164,20 @@ def run_schedule_split2(BH: int, T: int, resident: int, rng, reverse_tickets: bo
                     u = 2 * kb + c
                     if u == 0 or turn.get((bh, qt), 0) == u:
                         moves.append((bi, "write", c))
+                    elif blk["owed"][c]:
+                        moves.append((bi, "pay", c))
+                elif blk["owed"][c]:
+                    moves.append((bi, "pay", c))
         if not moves:
-            busy = [b for b in blocks if any(b["fifo"]) or min(b["done"]) < len(b["items"])]
+            busy = [b for b in blocks if any(b["fifo"]) or min(b["done"]) < len(b["items"]) or any(b["owed"])]
             assert not busy, f"deadlock after {steps} steps: {busy}"
             break
         bi, what, c = moves[rng.integers(len(moves))]
         blk = blocks[bi]
         if what == "draw":
             _draw(blk, order, next_ticket)
+        elif what == "pay":
+            _pay(blk["owed"][c], turn)
         elif what == "compute":
             item = blk["items"][blk["done"][c]]
             kb, bh = item // BH, item % BH
@@ -165,11 +193,13 @@ def run_schedule_split2(BH: int, T: int, resident: int, rng, reverse_tickets: bo
             u = 2 * kb + c
             part = parts[(bh, qt, u)]
             if u == 2 * (qt // 2) + 1:
+                _pay(blk["owed"][c], turn)
                 assert (bh, qt) not in written
                 written[(bh, qt)] = np.float32(acc[(bh, qt)] + part)
             else:
                 acc[(bh, qt)] = part if u == 0 else np.float32(acc[(bh, qt)] + part)
-                turn[(bh, qt)] = u + 1
+                _pay(blk["owed"][c], turn)
+                blk["owed"][c].append(((bh, qt), u + 1))
         steps += 1
     return {"parts": parts, "written": written, "nqt": nqt}
 
@@ -193,3 +223,10 @@ def test_the_model_finds_the_deadlock_of_tickets_handed_out_the_other_way():
     out from key block 0 up: an item's writer only waits on items drawn before it.)"""
     with pytest.raises(AssertionError, match="deadlock"):
         run_schedule(2, 1024, 1, np.random.default_rng(0), reverse_tickets=True)
+
+
+def test_a_writer_that_waits_while_it_owes_a_turn_deadlocks_in_the_model():
+    """The rule that makes the owed turn safe, dropped: a writer that pays only after its next part waits for ever at
+    the end for a part that will not come, while others wait for its turn."""
+    with pytest.raises(AssertionError, match="deadlock"):
+        run_schedule(3, 1024, 2, np.random.default_rng(0), pay_when_waiting=False)

@@ -102,6 +102,7 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
                                                ("TR2_ATTN_DQ_BULK", "3", "0, 1, 2"),
+                                               ("TR2_ATTN_DQ_BULK_DIAG", "on", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG_DQ", "3", "0, 1, 2")])
@@ -156,6 +157,14 @@ def test_the_bulk_dq_with_the_deep_ring_stops_the_import(monkeypatch, over_stand
         over_stand_in_cupy("tr2.cupy_side.gpu.attention")
 
 
+def test_the_bulk_form_s_timing_diagnostic_without_the_form_stops_the_import(monkeypatch, over_stand_in_cupy):
+    """TR2_ATTN_DQ_BULK_DIAG times the bulk form only: set alone it would time the default under its name."""
+    monkeypatch.setenv("TR2_ATTN_DQ_BULK_DIAG", "1")
+    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
+    with pytest.raises(gpu.SwitchError, match=r"^TR2_ATTN_DQ_BULK_DIAG=1 without TR2_ATTN_DQ_BULK: .*unset the diagnostic$"):
+        over_stand_in_cupy("tr2.cupy_side.gpu.attention")
+
+
 def test_the_bulk_dq_kernel_fits_one_block_an_sm(attention):
     """The bulk form's shared memory: the default's k/v buffers and two-stage ring without its dS^T rows, two 128-row
     dS^T boxes (16 KB each) and four float32 part buffers, 64 x 32 in split 1 (8 KB each: 162 KB of the 227 a block
@@ -173,7 +182,7 @@ def test_the_bulk_dq_kernel_fits_one_block_an_sm(attention):
 def test_the_bulk_dq_launches_the_row_dots_then_one_kernel(attention, monkeypatch, B, H, T, dtype, name, split, form):
     """TR2_ATTN_DQ_BULK=1: no ds_t and no dQ pass; the row dots zero the turns (a (head, 64-query tile, column half)
     each) on their way, then the one kernel: dqkv, the maps of qkv and dO, lse, D, dq_acc (a 2048-float part a turn),
-    the turns, T, H, the rounding and dropout arguments, the heads and the tickets, one block an SM or one an item."""
+    the turns, the diagnostic (0), T, H, the rounding and dropout arguments, the heads and the tickets, one block an SM or one an item."""
     assert attention.DQ_BULK == 0   # off by default
     monkeypatch.setattr(attention, "DQ_BULK", split)
     records = _backward_launch_records(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
@@ -190,7 +199,8 @@ def test_the_bulk_dq_launches_the_row_dots_then_one_kernel(attention, monkeypatc
     assert args[0].shape == (B, T, 3 * H * 64)   # dqkv
     assert args[1] == ("map", 1 << 33, B * T, 3 * H * 64, 0) and args[2][0] == "map"   # qkv's and dO's maps
     assert args[5].shape == (parts * 2048,) and args[5].dtype == np.float32   # dq_acc
-    assert args[6] is turns and int(args[7]) == T and int(args[8]) == H
+    assert args[6] is turns and int(args[8]) == T and int(args[9]) == H
+    assert int(args[7]) == attention.DQ_BULK_DIAG == 0   # the timing-only modes off
     assert int(args[-2]) == B * H
 
 

@@ -439,6 +439,13 @@ def _dkdv_kv_and_ring_bytes(hs: int, stages: int) -> int:
 DQ_BULK = kernel_switch("TR2_ATTN_DQ_BULK", 0, (0, 1, 2))
 DQB_PART = kernel_define(FILE, "DQB_PART")   # floats of a split-1 part (64 queries x 32 columns); split 2's are twice
 DQ_BULK_KERNELS = {1: "tmarb", 2: "tmarbk"}
+# Timing only, never for a result (dQ comes out wrong): where the bulk form's time goes. 1: its writer warps wait for no
+# turn and pass none on, the reductions unordered and never awaited (the order's cost: the form's time less this);
+# 2: no copies at all, the last unit writing its own part as dQ (the copies' cost: 1's time less this). 0: the form.
+DQ_BULK_DIAG = kernel_switch("TR2_ATTN_DQ_BULK_DIAG", 0, (0, 1, 2))
+if DQ_BULK_DIAG and not DQ_BULK:
+    raise SwitchError(f"TR2_ATTN_DQ_BULK_DIAG={DQ_BULK_DIAG} without TR2_ATTN_DQ_BULK: it times the bulk form only; set "
+                      "TR2_ATTN_DQ_BULK to 1 or 2, or unset the diagnostic")
 if DQ_BULK and DKDV_DEEP:
     raise SwitchError(f"TR2_ATTN_DQ_BULK={DQ_BULK} with TR2_ATTN_DKDV_DEEP=1: the bulk form is built with two stages "
                       "of q and dO only; unset one of them")
@@ -540,7 +547,7 @@ def _backward_bulk(ctx, dqkv, kdout, saved, D, B: int, T: int, H: int, hs: int, 
     tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
     extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
     launch(FILE, f"attn_backward_dkdvq_{DQ_BULK_KERNELS[DQ_BULK]}_{build_name(ctx)}_hs{hs}", grid, 384,
-           (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(T), i32(H)) + tail + extra,
+           (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(DQ_BULK_DIAG), i32(T), i32(H)) + tail + extra,
            shared_mem=dq_bulk_shared_bytes(hs, DQ_BULK), prefer_shared=True)
 
 

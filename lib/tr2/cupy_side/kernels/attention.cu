@@ -2948,6 +2948,37 @@ __device__ __forceinline__ void bulk_wait_all() {
 // The thread's generic accesses to global memory ordered with the copy engine's (the turn's acquire before a reduction
 // it issues; the completed reduction before the release that passes the turn on).
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+// The thread's bulk copies committed as one group, and their reads of shared memory done (the part's buffer free again;
+// their writes may still be under way).
+__device__ __forceinline__ void bulk_commit_and_wait_read() {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Every group but the thread's newest complete (the owed turn's reduction, issued one part before).
+__device__ __forceinline__ void bulk_wait_all_but_newest() { asm volatile("cp.async.bulk.wait_group 1;" ::: "memory"); }
+// Whether the barrier's phase of this parity has completed, without waiting.
+__device__ __forceinline__ bool mbar_test(u64* bar, u32 parity) {
+    u32 done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+    return done;
+}
+// A turn the writer owes (lane 0's): its part's reduction issued, the release that passes the turn on waiting for the
+// reduction to complete, so that the writer takes the next part meanwhile (the first run waited for each reduction
+// before the next part: results/h100-perf-20261207b, slower than the default). Paid before the writer waits on anything
+// others decide (a part, a turn): paying is bounded (the copy completes by itself), so no writer holds a turn while
+// it waits, as in the first run.
+struct OwedTurn {
+    int* turn = nullptr;
+    int value = 0;
+};
+__device__ __forceinline__ void pay_owed(OwedTurn& owed) {
+    if (!owed.turn) return;
+    bulk_wait_all();
+    fence_proxy_async_global();
+    st_release(owed.turn, owed.value);
+    owed.turn = nullptr;
+}
 
 #define WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define WG_D16_ARGS(d)                                                                                         \
@@ -3043,38 +3074,53 @@ __device__ __forceinline__ void tma_dkdvq_tile(float (&dk)[HS / 8][4], float (&d
 
 // A writer warp's part of query tile qt from key block kb (at src in shared memory) into the sum, in turn: kb 0 stores
 // it, kb 1 .. qt / 2 - 1 add it (each after the one before has completed: turns[slot] counts them), kb qt / 2 adds it
-// to the sum read back and writes scale dQ, columns 32 c .., into dqkv in out_kind. Lane 0 waits and issues.
+// to the sum read back and writes scale dQ, columns 32 c .., into dqkv in out_kind. Lane 0 waits and issues; the turn
+// it passes on is owed (OwedTurn) until its next part is issued or it must wait.
 // SPLIT 2: the units u = 2 kb + c in turn, one slot a (head, query tile) of twice the floats, all 64 columns; unit
 // 2 (qt / 2) + 1 writes dQ.
+// diag (TR2_ATTN_DQ_BULK_DIAG, timing only, dQ wrong): 1 no turns waited or passed (the reductions unordered, never
+// awaited); 2 no copies at all (the last unit writes its own part).
 template <int HS, int SPLIT = 1>
 __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc, int* turns, const float* src, int bh,
-                                         int qt, int kb, int c, int nqt, int T, int H, int out_kind, int lane) {
+                                         int qt, int kb, int c, int nqt, int T, int H, int out_kind, int lane,
+                                         OwedTurn& owed, int diag) {
     constexpr int QC = SPLIT == 2 ? 64 : 32, PART = 64 * QC;
     const i64 slot = SPLIT == 2 ? (i64)bh * nqt + qt : ((i64)bh * nqt + qt) * 2 + c;
     const int u = SPLIT == 2 ? 2 * kb + c : kb, last = SPLIT == 2 ? 2 * (qt / 2) + 1 : qt / 2;
     float* acc = dq_acc + slot * PART;
     int* turn = turns + slot;
-    if (u > 0) {
+    if (u > 0 && diag == 0) {
         if (lane == 0) {
-            // a turn that never comes is a bug: stop the kernel (an error the caller sees) after 2^25 polls (seconds)
-            for (u32 spins = 0; ld_acquire(turn) != u; ++spins) {
-                if (spins == (1u << 25)) __trap();
-                __nanosleep(32);
+            if (ld_acquire(turn) != u) {
+                pay_owed(owed);   // it may be the turn awaited here
+                // a turn that never comes is a bug: stop the kernel (an error the caller sees) after 2^25 polls
+                for (u32 spins = 0; ld_acquire(turn) != u; ++spins) {
+                    if (spins == (1u << 25)) __trap();
+                    __nanosleep(32);
+                }
             }
             fence_proxy_async_global();
         }
         __syncwarp();
     }
     if (u != last) {
-        if (lane == 0) {
+        if (lane == 0 && diag != 2) {
             if (u == 0) bulk_store_global(acc, src, PART * 4);
             else bulk_reduce_add_f32(acc, src, PART * 4);
-            bulk_wait_all();
-            fence_proxy_async_global();
-            st_release(turn, u + 1);
+            bulk_commit_and_wait_read();
+            if (diag == 0) {
+                if (owed.turn) {
+                    bulk_wait_all_but_newest();
+                    fence_proxy_async_global();
+                    st_release(owed.turn, owed.value);
+                }
+                owed.turn = turn;
+                owed.value = u + 1;
+            }
         }
         return;
     }
+    if (lane == 0) pay_owed(owed);
     const int b = bh / H, h = bh % H, C = H * HS;
 #pragma unroll 1
     for (int rr = 0; rr < 2; ++rr) {
@@ -3085,7 +3131,7 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
         for (int k = 0; k < QC / 4; ++k) {
             const int idx = dqb_index<QC>(row, 4 * k);
             float4 x = *(const float4*)(src + idx);
-            if (u > 0) {   // the units before, then this one
+            if (u > 0 && diag != 2) {   // the units before, then this one
                 const float4 a = __ldcg((const float4*)(acc + idx));
                 x.x = a.x + x.x;
                 x.y = a.y + x.y;
@@ -3122,7 +3168,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
                                                      int out_kind, Dropout drop, float* __restrict__ dq_acc = nullptr,
-                                                     int* turns = nullptr) {
+                                                     int* turns = nullptr, int diag = 0) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value;
     constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
@@ -3210,15 +3256,19 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
             }
         } else if (BULK && (threadIdx.x >> 5) >= 2) {   // consumer c's writer warp (2 + c): its parts in turn
             const int c = (threadIdx.x >> 5) - 2;
+            OwedTurn owed;
             for (int n = 0;; ++n) {
                 const int j = 2 * c + (n & 1);
+                if (lane == 0 && owed.turn && !mbar_test(&part_full[j], (n >> 1) & 1)) pay_owed(owed);
                 mbar_wait(&part_full[j], (n >> 1) & 1);
                 const int4 m = part_meta[j];
                 if (m.x < 0) break;
-                dq_write<HS, BULK>(dqkv, dq_acc, turns, sPart + j * PART, m.x, m.y, m.z, c, nqt, T, H, out_kind, lane);
+                dq_write<HS, BULK>(dqkv, dq_acc, turns, sPart + j * PART, m.x, m.y, m.z, c, nqt, T, H, out_kind, lane,
+                                   owed, diag);
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&part_empty[j]);
             }
+            if (lane == 0) pay_owed(owed);
         }
         return;
     }
@@ -3608,22 +3658,22 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     }
 // attn_backward_dkdvq_<tmarb|tmarbk>_<bf16r|f16r>_hs64: the TMA dK/dV resident with dQ by ordered bulk reductions
 // (attention_backward_dkdv_tma_resident's BULK, split 1 or 2): arguments as attn_backward_dkdv_ds_tmarr_l2_'s with
-// dq_acc (B H ceil(T/64) 2 DQB_PART floats) and turns (B H ceil(T/64) 2 ints, zero at launch: attn_row_dots zeroes
-// them; split 2 uses the first half) in place of ds_t and ldq; one block an SM.
+// dq_acc (B H ceil(T/64) 2 DQB_PART floats), turns (B H ceil(T/64) 2 ints, zero at launch: attn_row_dots zeroes
+// them; split 2 uses the first half) and diag (0; dq_write's timing-only modes) in place of ds_t and ldq; one block an SM.
 #define ATTN_DKDVQ_TMA_BULK(NAME, SPLIT, BUILD, K, HS)                                                          \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdvq_##NAME##_##BUILD##_hs##HS(        \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, float* dq_acc, int* turns, int T, int H, int out_kind,            \
+        const float* lse, const float* Dvec, float* dq_acc, int* turns, int diag, int T, int H, int out_kind,  \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched) {                                                                                          \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
             attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, SPLIT>(                         \
-                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns);          \
+                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns, diag);    \
         else                                                                                                   \
             attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, SPLIT>(                        \
-                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns);          \
+                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns, diag);    \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind.
