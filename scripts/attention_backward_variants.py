@@ -1,21 +1,19 @@
-"""The attention backward's forms against each other in one process, on each model's shape (bf16 under half roundings,
-dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV), `ds_l2` (the row dots,
-the mma.sync dK/dV writing dS^T evict-first, dQ one mma.sync product over it: TR2_ATTN_WG_DKDV=0) and, where a head has
-at most two key blocks (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel); on Hopper
-`tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0) and `tmarrqf` (the same
-with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's bits, and `tmarb` /
-`tmarbk` (dQ inside the TMA dK/dV kernel by ordered bulk reductions, no ds_t: TR2_ATTN_DQ_BULK=1 and 2, column halves or
-key halves; dk and dv ds_l2's bits, dq its own), and, timing only with dq wrong, `tmarbu` / `tmarbz` (split 1 with its
-turns neither awaited nor passed, or with no copies at all: TR2_ATTN_DQ_BULK_DIAG=1 and 2). The default is tmarr on
-rows of at most 256 and tmarrqf on longer ones.
-The forms measured slower and removed (ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma
-dK/dV kernels on cp.async, wg1 / wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads
-fastest; the groups of batches: attention.cu's header) were forms here until then (before the removal, at ee6b673).
-First the forms' outputs against `recompute` (dv must be its bits under the dS-storing forms; dq and dk within a
-rounding of their half outputs: the row dots are summed in another order); then rounds in rotating order, each figure
-one backward call's share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph and replayed
-(TR2_VARIANT_TIMING=graph, the default: the host's work a call not counted, as in the training step's graph) or issued
-back to back (TR2_VARIANT_TIMING=eager); the table gives each form's median over the rounds and its ratio to
+"""The attention backward's forms against each other in one process, on each model's shape (bf16 under half
+roundings, dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV), `ds_l2` (the
+row dots, the mma.sync dK/dV writing dS^T evict-first, dQ one mma.sync product over it: TR2_ATTN_WG_DKDV=0) and, where
+a head has at most two key blocks (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV
+kernel); on Hopper `tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0)
+and `tmarrqf` (the same with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's
+bits. The default is tmarr on rows of at most 256 and tmarrqf on longer ones. The forms measured slower and removed
+(ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma dK/dV kernels on cp.async, wg1 /
+wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads fastest; the groups of
+batches: attention.cu's header) were forms here until then (before the removal, at ee6b673), and so were the bulk dQ
+forms (tmarb, tmarbk and the timing-only tmarbu, tmarbz: at 3d2f362). First the forms' outputs
+against `recompute` (dv must be its bits under the dS-storing forms; dq and dk within a rounding of their half
+outputs: the row dots are summed in another order); then rounds in rotating order, each figure one backward call's
+share (whatever launches the form makes) of `reps` calls, recorded as one CUDA graph and replayed
+(TR2_VARIANT_TIMING=graph, the default: the host's work a call not counted, as in the training step's graph) or
+issued back to back (TR2_VARIANT_TIMING=eager); the table gives each form's median over the rounds and its ratio to
 `recompute`.
 
     python3 scripts/attention_backward_variants.py OUT.jsonl [rounds] [reps]
@@ -44,8 +42,8 @@ TIME = timer(TIMING)
 
 # TR2_BWD_MODELS=gpt2-small,...: only those models
 MODELS = tuple(m for m in os.environ.get("TR2_BWD_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m)
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DQ_BULK", "DQ_BULK_DIAG")
-_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DQ_BULK=0, DQ_BULK_DIAG=0)
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA")
+_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0)
 
 
 def _form(**changes) -> tuple:
@@ -59,11 +57,8 @@ def _form(**changes) -> tuple:
 
 FORMS = {"recompute": _form(USE_WG_DKDV=False, USE_DS=False), "ds_l2": _form(USE_WG_DKDV=False),
          "fold": _form(USE_WG_DKDV=False, USE_DS=False, FOLD_KEY_BLOCKS=2),
-         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarb": _form(DQ_BULK=1), "tmarbk": _form(DQ_BULK=2),
-         # timing only, dq wrong (gpu/attention.py's DQ_BULK_DIAG): split 1 with its turns neither awaited nor passed
-         # (u: unordered) and with no copies at all (z)
-         "tmarbu": _form(DQ_BULK=1, DQ_BULK_DIAG=1), "tmarbz": _form(DQ_BULK=1, DQ_BULK_DIAG=2)}
-WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarb", "tmarbk", "tmarbu", "tmarbz")   # where attention.cu is built for sm_90a
+         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1)}
+WGMMA_FORMS = ("tmarr", "tmarrqf")   # where attention.cu is built for sm_90a
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
 SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2"}
 SEED, OFFSET = 1337, 1 << 32

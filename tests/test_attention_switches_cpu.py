@@ -7,7 +7,6 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tr2.cupy_side import gpu
@@ -21,20 +20,14 @@ def attention(over_stand_in_cupy):
 PLAN_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "attention_launch_plan.py"
 
 
-def _backward_launch_records(attention, monkeypatch, **shape):
+def _backward_launches(attention, monkeypatch, **shape):
     """scripts/attention_launch_plan.py's record of backward() (half roundings, head size 64, attention.cu built for
-    sm_90a; gpt2-small's shape and dropout 0.2 unless `shape` says otherwise): [(kernel, grid, block, args, keywords)]."""
+    sm_90a; gpt2-small's shape and dropout 0.2 unless `shape` says otherwise): [(kernel, grid, args)]."""
     spec = importlib.util.spec_from_file_location("attention_launch_plan_under_test", PLAN_SCRIPT)
     plan = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plan)
     launched, _dqkv = plan.record_backward(attention, monkeypatch.setattr, **shape)
-    return launched
-
-
-def _backward_launches(attention, monkeypatch, **shape):
-    """_backward_launch_records' launches as [(kernel, grid, args)]."""
-    return [(name, grid, args) for name, grid, _block, args, _k in
-            _backward_launch_records(attention, monkeypatch, **shape)]
+    return [(name, grid, args) for name, grid, _block, args, _k in launched]
 
 
 @pytest.mark.parametrize("B, H, T, dq", [(8, 12, 1024, "tmaqf"), (8, 16, 1024, "tmaqf"), (3, 2, 1000, "tmaqf"),
@@ -101,8 +94,6 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10, 11"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
-                                               ("TR2_ATTN_DQ_BULK", "3", "0, 1, 2"),
-                                               ("TR2_ATTN_DQ_BULK_DIAG", "on", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG_DQ", "3", "0, 1, 2")])
@@ -118,7 +109,8 @@ def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_i
                                       ("TR2_ATTN_DS_EVICT_FIRST", "1"), ("TR2_ATTN_FWD_TMA", "7"),
                                       ("TR2_ATTN_DQ_TMA_ORDER", "1"), ("TR2_ATTN_DS_GROUP_BATCHES", "0"),
                                       ("TR2_ATTN_FWD_PINGPONG", "1"), ("TR2_ATTN_DQ_DS_QUERIES", "64"),
-                                      ("TR2_ATTN_F32_BLOCKS", "2")])
+                                      ("TR2_ATTN_F32_BLOCKS", "2"), ("TR2_ATTN_DQ_BULK", "1"),
+                                      ("TR2_ATTN_DQ_BULK_DIAG", "0")])
 def test_a_removed_switch_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw):
     """A switch whose forms were removed stops the run even at the value that was its default (the run would time
     the default under the variant's name), one line naming it, its value and why."""
@@ -146,62 +138,6 @@ def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, 
     assert nbytes == attention.dkdv_tma_shared_bytes(64, stages)
     launched = _backward_launches(attention, monkeypatch, T=1024, dtype="bfloat16")
     assert [n for n, _g, _a in launched][1] == name
-
-
-def test_the_bulk_dq_with_the_deep_ring_stops_the_import(monkeypatch, over_stand_in_cupy):
-    """The bulk form is built with two stages of q and dO only: both switches on must not run one of them silently."""
-    monkeypatch.setenv("TR2_ATTN_DQ_BULK", "2")
-    monkeypatch.setenv("TR2_ATTN_DKDV_DEEP", "1")
-    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
-    with pytest.raises(gpu.SwitchError, match=r"^TR2_ATTN_DQ_BULK=2 with TR2_ATTN_DKDV_DEEP=1: .*unset one of them$"):
-        over_stand_in_cupy("tr2.cupy_side.gpu.attention")
-
-
-def test_the_bulk_form_s_timing_diagnostic_without_the_form_stops_the_import(monkeypatch, over_stand_in_cupy):
-    """TR2_ATTN_DQ_BULK_DIAG times the bulk form only: set alone it would time the default under its name."""
-    monkeypatch.setenv("TR2_ATTN_DQ_BULK_DIAG", "1")
-    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
-    with pytest.raises(gpu.SwitchError, match=r"^TR2_ATTN_DQ_BULK_DIAG=1 without TR2_ATTN_DQ_BULK: .*unset the diagnostic$"):
-        over_stand_in_cupy("tr2.cupy_side.gpu.attention")
-
-
-def test_the_bulk_dq_kernel_fits_one_block_an_sm(attention):
-    """The bulk form's shared memory: the default's k/v buffers and two-stage ring without its dS^T rows, two 128-row
-    dS^T boxes (16 KB each) and four float32 part buffers, 64 x 32 in split 1 (8 KB each: 162 KB of the 227 a block
-    may take) and 64 x 64 in split 2 (16 KB each: 194 KB)."""
-    assert attention.DQB_PART == 64 * 32
-    box = 64 * 64 * 2
-    assert attention.dq_bulk_shared_bytes(64) == 8 * box + 2 * (2 * box + 512) + 4 * box + 4 * 8192 + 1024 == 165888
-    assert attention.dq_bulk_shared_bytes(64, 2) == 165888 + 4 * 8192 == 198656
-    assert 198656 + 512 <= 227 * 1024   # and the kernel's static 512 bytes
-
-
-@pytest.mark.parametrize("B, H, T", [(8, 12, 1024), (8, 16, 1024), (3, 2, 1000), (64, 6, 256), (2, 3, 7), (1, 1, 1)])
-@pytest.mark.parametrize("dtype, name", [("bfloat16", "bf16"), ("float16", "f16")])
-@pytest.mark.parametrize("split, form", [(1, "tmarb"), (2, "tmarbk")])
-def test_the_bulk_dq_launches_the_row_dots_then_one_kernel(attention, monkeypatch, B, H, T, dtype, name, split, form):
-    """TR2_ATTN_DQ_BULK=1: no ds_t and no dQ pass; the row dots zero the turns (a (head, 64-query tile, column half)
-    each) on their way, then the one kernel: dqkv, the maps of qkv and dO, lse, D, dq_acc (a 2048-float part a turn),
-    the turns, the diagnostic (0), T, H, the rounding and dropout arguments, the heads and the tickets, one block an SM or one an item."""
-    assert attention.DQ_BULK == 0   # off by default
-    monkeypatch.setattr(attention, "DQ_BULK", split)
-    records = _backward_launch_records(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
-    assert records[1][2] == 384 and records[1][4] == {"shared_mem": attention.dq_bulk_shared_bytes(64, split),
-                                                      "prefer_shared": True}
-    launched = [(n, g, a) for n, g, _b, a, _k in records]
-    assert [n for n, _g, _a in launched] == [f"attn_row_dots_{name}_hs64", f"attn_backward_dkdvq_{form}_{name}r_hs64"]
-    parts = B * H * -(-T // 64) * 2
-    _, _, dots = launched[0]
-    turns = dots[1]
-    assert turns.shape == (parts,) and turns.dtype == np.int32 and int(dots[2]) == parts
-    _, grid, args = launched[1]
-    assert grid == (attention.resident_grid(B * H, T, 132),)
-    assert args[0].shape == (B, T, 3 * H * 64)   # dqkv
-    assert args[1] == ("map", 1 << 33, B * T, 3 * H * 64, 0) and args[2][0] == "map"   # qkv's and dO's maps
-    assert args[5].shape == (parts * 2048,) and args[5].dtype == np.float32   # dq_acc
-    assert args[6] is turns and int(args[8]) == T and int(args[9]) == H
-    assert int(args[7]) == attention.DQ_BULK_DIAG == 0   # the timing-only modes off
-    assert int(args[-2]) == B * H
 
 
 def test_the_tma_forward_fits_one_block_an_sm(attention):
@@ -291,8 +227,6 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, {b}, {k}, 64, FWD_TMAW_STAGES)",   # form 11
                   "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
-                  "ATTN_DKDVQ_TMA_BULK(tmarb, 1, {b}, {k}, 64)",   # TR2_ATTN_DQ_BULK=1
-                  "ATTN_DKDVQ_TMA_BULK(tmarbk, 2, {b}, {k}, 64)",   # TR2_ATTN_DQ_BULK=2
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want

@@ -268,34 +268,6 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     assert eager[STEPS] < eager[0] - 0.2
 
 
-# gpu/attention.py's DQ_BULK (TR2_ATTN_DQ_BULK=1 or 2, off): dQ inside the resident TMA dK/dV kernel by ordered bulk
-# reductions, whose dQ sums are its own (128-key blocks added in order; dK and dV the default's). The graph must replay
-# its eager loop to the bit (the turns zeroed by the captured row dots at every replay, the tickets left at zero,
-# dq_acc a workspace buffer), and the run must train, beside the default's losses (printed): gpt2-small (eight key
-# blocks a head, no dropout) and the char model (two, dropout 0.2) in bfloat16.
-@pytest.mark.parametrize("model", ["gpt2-small", "nanogpt"])
-@pytest.mark.parametrize("split", ["1", "2"], ids=["split1", "split2"])
-def test_the_bulk_dq_graph_replays_its_eager_loop(tmp_path, model, split):
-    from tr2.cupy_side.gpu import attention, runtime
-    from tr2.data import write_batch_order
-    from tr2.models import load_model
-    if runtime.built_for(attention.FILE) != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model(model)
-    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", "bfloat16", "--batches", order, "--half-roundings"]
-    default, _ = _train(tmp_path, "default", *common, "--save-init", tmp_path / "init.npz")
-    common += ["--init", tmp_path / "init.npz"]
-    eager, _ = _train(tmp_path, "bulk", *common, env={"TR2_ATTN_DQ_BULK": split})
-    graph, out = _train(tmp_path, "bulk-graph", *common, "--cuda-graph", env={"TR2_ATTN_DQ_BULK": split})
-    assert "cuda graph:" in out
-    print(f"{model} bfloat16, dQ by bulk reductions, split {split}: graph vs eager max rel "
-          f"{_max_rel(eager, graph)[0]:.2e}; against "
-          f"the default's run {_max_rel(default, eager)[0]:.2e} (step {_max_rel(default, eager)[1]})")
-    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
-    assert eager[STEPS] < eager[0] - 0.2
-
-
 # gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt
 # product gets the workspace size its plan names either way, so the losses must be the full workspace's to the bit
 # (eager, and graph: the workspace is sized in the warm-up, never inside the capture), and the peak in use falls by

@@ -1027,38 +1027,6 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv, the deep ring, run-to-run {tag}", r, dqkv)
 
 
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
-@pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("split, form", [(1, "tmarb"), (2, "tmarbk")], ids=["split1", "split2"])
-def test_attention_dq_bulk(build, B, T, H, hs, p, split, form, monkeypatch):
-    """dQ inside the resident TMA dK/dV kernel by ordered bulk reductions (TR2_ATTN_DQ_BULK=1, attn_backward_dkdvq_tmarb_:
-    each consumer a column half over the block's keys; 2, _tmarbk_: each all columns over its own keys) against the
-    default (the TMA dK/dV with ds_t, then a dQ pass): one kernel after the row dots,
-    dk and dv the default's bits (the same tiles in the same order), dq within the type's tolerance of the NumPy form
-    (its own sums: 128-key blocks added in order), three runs identical, every allocation poisoned (dq_acc is stored
-    before it is read: key block 0 stores), the tickets left at zero."""
-    attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
-    (default, _), runs = _backward_off_then_on(
-        monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, "DQ_BULK", "attn_backward", split)
-    kind = "bf16r" if build[0] == "bfloat16" else "f16r"
-    for _, kernels in runs:
-        assert kernels == [f"attn_backward_dkdvq_{form}_{kind}_hs64"]
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} dq bulk, split {split}]"
-    dqkv, C = runs[0][0], H * hs
-    exact(f"attention dk and dv, the bulk form against the default {tag}", dqkv[..., C:], default[..., C:])
-    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-    if T > 1:   # one key: dq is rounding noise (test_attention says why)
-        # each consumer's column half apart (the second reads k 64 bytes into its rows): a failure names the half
-        got, ref = (a[..., :C].reshape(B, T, H, hs) for a in (dqkv, rdqkv))
-        for half in (0, 1):
-            cols = slice(32 * half, 32 * half + 32)
-            check(f"attention dq, the bulk form, columns {cols.start}-{cols.stop - 1} of each head {tag}",
-                  got[..., cols], ref[..., cols], tol)
-    for r, _ in runs[1:]:
-        exact(f"attention dqkv, the bulk form, run-to-run {tag}", r, dqkv)
-
-
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("T", [63, 64, 130, 257, 258])
 def test_attention_dropout_masks_are_the_generators(build, T):

@@ -265,6 +265,10 @@ RETIRED: dict[str, str] = {
                           "(fifty-second session; 6369b54)",
     "TR2_ATTN_F32_DQ_RESIDENT": "the float32 wgmma dQ resident (wgfr2), three forms measured slower (fifty-third "
                                 "session; 6369b54)",
+    "TR2_ATTN_DQ_BULK": "dQ inside the resident TMA dK/dV kernel by ordered bulk reductions (tmarb, tmarbk), "
+                        "measured slower (fifty-sixth and fifty-seventh sessions; 3d2f362)",
+    "TR2_ATTN_DQ_BULK_DIAG": "the timing-only modes that measured where the bulk dQ form's time went, with the form "
+                             "(fifty-seventh session; 3d2f362)",
     "TR2_GELU_F16_TABLE": "float16 GELU by table (gelu_*_f16_table), measured slower (thirteenth session)",
     "TR2_GELU_F16_SEG": "float16 GELU by segment (gelu_*_f16_seg), measured slower (twenty-ninth session)",
     "TR2_LN_FINAL_IN_KERNEL": "the LayerNorm backward's dw finished by its last blocks (*_dwsum), measured slower (ninth "

@@ -4,9 +4,7 @@ forward(qkv [B, T, 3C]) -> out [B, T, C] and AttentionSaved(out, lse [B, H, T], 
 under half roundings (`stores_ds`): D = rowsum(dO * out), then dK/dV, which also writes dS^T to a [B*H, T, ~T]
 half buffer, then dQ as one product over it; else folded (the exact half builds, T <= 256: `folds`): D (which also
 zeroes the backward's counters), then one kernel for dK, dV and dQ (dQ's key-block parts added in a fixed order
-through a float32 buffer [B*H, T, hs]); else dQ (which also writes D), then dK/dV. With TR2_ATTN_DQ_BULK=1 (off)
-the half-roundings path on Hopper is D (which also zeroes the turns) and one kernel for dK, dV and dQ, dQ's parts
-added into a float32 workspace by the copy engine in key-block order (no dS^T buffer). Each
+through a float32 buffer [B*H, T, hs]); else dQ (which also writes D), then dK/dV. Each
 kernel writes its own columns of one dqkv [B, T, 3C]. No T x T array of scores or probabilities exists anywhere
 (the dS^T buffer is the one T x T array, and only where it is used).
 
@@ -412,54 +410,8 @@ def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
     (four 64 x hs boxes each), `stages` stages of a q and a dO box and their lse and D rows (64 floats each), each
     consumer warp's 16 rows of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's
     period)."""
-    return _dkdv_kv_and_ring_bytes(hs, stages) + 8 * 16 * 72 * 2
-
-
-def _dkdv_kv_and_ring_bytes(hs: int, stages: int) -> int:
-    """What the resident TMA dK/dV kernel's forms share of their dynamic shared memory: two buffers of the block's k
-    and v (four 64 x hs boxes each), `stages` stages of a q and a dO box with their lse and D rows, and 1 KB to put the
-    boxes on a 1024-byte boundary."""
     box = 64 * hs * 2
-    return 8 * box + stages * (2 * box + 2 * 64 * 4) + 1024
-
-
-# dQ folded into the resident TMA dK/dV kernel by ordered bulk reductions (attention.cu's BULK form of
-# attention_backward_dkdv_tma_resident, attn_backward_dkdvq_tmarb_; fifty-sixth session, NOT run on a GPU, off): where
-# the wgmma dK/dV kernel runs, no ds_t and no dQ pass: each (key block, query tile)'s dQ part, split by columns between
-# the two consumers, goes through shared memory to a writer warp that adds it into a float32 buffer (dq_acc) by the
-# copy engine in key-block order, waiting on a turn a (head, query tile, half) that the row dots zero first; the last
-# key block of a tile writes dQ. dK and dV are the default's bits; dQ sums the same operands by 128-key blocks (within
-# the type's tolerance of the NumPy form, not the default's bits). attention.cu's header of the form says why the two
-# folds before lost and what this one does otherwise. 1: wherever the wgmma dK/dV kernel runs, each consumer a column
-# half of the part over the block's 128 keys (attn_backward_dkdvq_tmarb_); 2: the same with each consumer all 64
-# columns over its own 64 keys, the two consumers' parts added in turn (attn_backward_dkdvq_tmarbk_: no barrier
-# between the consumers and no k descriptor inside its rows, twice the reductions; written after the first call hung,
-# so that the next can tell the two apart); 0: never. Two stages of q and dO (TR2_ATTN_DKDV_DEEP=1 with it is refused
-# at import).
-DQ_BULK = kernel_switch("TR2_ATTN_DQ_BULK", 0, (0, 1, 2))
-DQB_PART = kernel_define(FILE, "DQB_PART")   # floats of a split-1 part (64 queries x 32 columns); split 2's are twice
-DQ_BULK_KERNELS = {1: "tmarb", 2: "tmarbk"}
-# Timing only, never for a result (dQ comes out wrong): where the bulk form's time goes. 1: its writer warps wait for no
-# turn and pass none on, the reductions unordered and never awaited (the order's cost: the form's time less this);
-# 2: no copies at all, the last unit writing its own part as dQ (the copies' cost: 1's time less this). 0: the form.
-DQ_BULK_DIAG = kernel_switch("TR2_ATTN_DQ_BULK_DIAG", 0, (0, 1, 2))
-if DQ_BULK_DIAG and not DQ_BULK:
-    raise SwitchError(f"TR2_ATTN_DQ_BULK_DIAG={DQ_BULK_DIAG} without TR2_ATTN_DQ_BULK: it times the bulk form only; set "
-                      "TR2_ATTN_DQ_BULK to 1 or 2, or unset the diagnostic")
-if DQ_BULK and DKDV_DEEP:
-    raise SwitchError(f"TR2_ATTN_DQ_BULK={DQ_BULK} with TR2_ATTN_DKDV_DEEP=1: the bulk form is built with two stages "
-                      "of q and dO only; unset one of them")
-
-
-def dq_bulk_shared_bytes(hs: int, split: int = 1) -> int:
-    """The bulk form's dynamic shared memory: the default's k and v buffers and ring (dkdv_tma_shared_bytes without
-    the dS^T rows), two 128-row dS^T boxes and four float32 part buffers (64 x 32 in split 1, 64 x 64 in split 2)."""
-    return _dkdv_kv_and_ring_bytes(hs, DKDV_TMA_STAGES) + 4 * 64 * hs * 2 + 4 * split * DQB_PART * 4
-
-
-def dq_bulk_runs(wg: bool) -> bool:
-    """Whether the bulk form runs: DQ_BULK, where the wgmma dK/dV kernel does (wg)."""
-    return bool(DQ_BULK) and wg
+    return 8 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
 def dkdv_tma_kernel(name: str, hs: int) -> tuple[str, int]:
@@ -537,20 +489,6 @@ def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, 
             i32(T), i32(H), i32(ctx.round_kind)))
 
 
-def _backward_bulk(ctx, dqkv, kdout, saved, D, B: int, T: int, H: int, hs: int, kind: str, tail: tuple) -> None:
-    """The bulk form (DQ_BULK): the row dots, which also zero the turns, then one kernel for dK, dV and dQ."""
-    C, parts = H * hs, B * H * -(-T // 64) * 2   # a turn a (head, 64-query tile, column half; split 2 the first half)
-    turns = ctx.ws.get("att_bulk_turns", (parts,), np.int32)
-    dq_acc = ctx.ws.get("att_bulk_dq_acc", (parts * DQB_PART,), np.float32)
-    _row_dots(ctx, D, turns, kdout, saved, B * T * H, T, H, kind, hs)
-    tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
-    tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
-    extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
-    launch(FILE, f"attn_backward_dkdvq_{DQ_BULK_KERNELS[DQ_BULK]}_{build_name(ctx)}_hs{hs}", grid, 384,
-           (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(DQ_BULK_DIAG), i32(T), i32(H)) + tail + extra,
-           shared_mem=dq_bulk_shared_bytes(hs, DQ_BULK), prefer_shared=True)
-
-
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
@@ -562,9 +500,6 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
     if stores_ds(ctx, T):
         kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
         wg = uses_wg_dkdv(ctx, hs)
-        if dq_bulk_runs(wg):
-            _backward_bulk(ctx, dqkv, kdout, saved, D, B, T, H, hs, kind, tail)
-            return dqkv
         dq_tma = dq_tma_runs(T, wg)
         ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
         ldq, rows = ds_t.shape[2], B * T * H

@@ -44,10 +44,7 @@
 //     On Hopper (sm_90a, HS = 64) the float32 builds' forward runs on wgmma (attention_forward_wgf), with one TF32
 //     product dK/dV and dQ too past T = 256 (attention_backward_dkdv_wgf, TR2_ATTN_F32_WG_DKDV; attention_backward_
 //     dq_wgf, TR2_ATTN_F32_WG_DQ).
-//     With TR2_ATTN_DQ_BULK=1 (fifty-sixth session, off) dQ is made inside that dK/dV kernel instead, no dS^T stored:
-//     each (key block, query tile)'s part added into float32 by the copy engine's bulk reductions, in key-block order
-//     under a turn (attention_backward_dkdv_tma_resident's BULK, below).
-//   Every sum runs in a fixed order: no unordered float atomics, the same bits on every run.
+//   Every sum runs in a fixed order: no float atomics, the same bits on every run.
 //   A warp skips the mma of a tile where every key lies after every one of its queries (all masked: the
 //   result would be unchanged, bit for bit).
 //
@@ -69,6 +66,12 @@
 // fifty-third), both slower than attention_backward_dq_wgf.
 // Removed on 2026-12-06 (source and tests at 8cd4f2d): the TMA forward with three consumer warpgroups, 192 queries a
 // block (tmawr3; TR2_ATTN_FWD_TMA_LONG=9; fifty-fourth session), form 7's bits and slower than it (x1.01-1.02).
+// Removed on 2026-12-07 (source and tests at 3d2f362): dQ inside the resident TMA dK/dV kernel by ordered bulk
+// reductions (tmarb_, tmarbk_; TR2_ATTN_DQ_BULK=1, 2; fifty-sixth and fifty-seventh sessions): no dS^T buffer and no dQ
+// pass, each (key block, query tile)'s float32 part added by the copy engine (cp.reduce.async.bulk) in key-block order
+// under a turn. Correct, and x1.29-1.37 of the default's backward on the GPT-2 rows; with no copies at all the one
+// kernel took x0.93-0.97 of it, and with the copies unordered and never awaited x1.27-1.28 (results/h100-perf-20261207b):
+// the float32 reductions (16 KB a 64 x 128 tile pair, in the L2) cost more than the dS^T round trip they replace.
 // gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
@@ -2897,252 +2900,6 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
     wg_hold(dk);
 }
 
-// ---- dK/dV with dQ by ordered bulk reductions (BULK of the resident TMA dK/dV below, attn_backward_dkdvq_tmarb_;
-// gpu/attention.py's DQ_BULK; written in the fifty-sixth session, which had no device: NOT run on a GPU, off) ----
-// Why: on gpt2-small bf16 the backward's kernels take 1264.8 (dK/dV, which also writes every dS^T tile to ds_t) +
-// 532.6 (dQ, which reads them back) + 124.3 (row dots) us a step against cuDNN's one backward kernel's 1531.9
-// (results/families-20261205-175125-h200-edition): the dS^T round trip through HBM (~100 MB each way a layer) and a
-// second pass. cuDNN and FlashAttention add each key block's dQ part into float32 with atomics, in whatever order the
-// blocks come: not the same bits twice. Folded twice before, in a fixed order, and slower both times: the twelfth
-// session's kernel read, added and wrote each part back waiting on its loads (105 of its 311 us a layer), the
-// thirty-third's (tmaf, removed) added every 64-key unit's part by red.global.add.v2 inside the tile's path (x1.46 of
-// the two kernels it replaced on gpt2-small: 26.7 M reductions a layer, each tile waiting on them and on the turn of
-// the unit before, on a plain grid). Here the order is kept off the consumers' path:
-//   - one part a (key block, query tile, column half): consumer cw computes dQ's columns 32 cw .. 32 cw + 31 of the
-//     tile over the block's 128 keys (m64n32k16 x 8, both operands transposed from shared memory: dS^T from a
-//     128-row box both consumers write, between a named barrier of the two, and k from the block's two k boxes, 64
-//     bytes into their rows for cw 1), so a part is 8 KB and the reductions half tmaf's;
-//   - the part goes to shared memory (two buffers a consumer, its rows' 16-byte chunks swizzled by row) and from
-//     there to a writer warp of the producer warpgroup (warp 2 for consumer 0, 3 for 1), which waits for the turn
-//     and hands the part to the copy engine: cp.async.bulk (key block 0: a store, so nothing needs zeroing) or
-//     cp.reduce.async.bulk .add.f32 (key blocks 1 .. qt / 2 - 1) of 8 KB into dq_acc, waits for it and passes the turn
-//     on; key block qt / 2, the last with keys at or before the tile's queries, reads the sum, adds its part and writes
-//     scale dQ into dqkv (dq_write). Every element of dQ is ((p0 + p1) + p2) + ... in float32 on every run;
-//   - resident and ordered as the default (tmarr's tickets, ring and tiles from the diagonal up): an item waits only
-//     on items drawn before it, and only the items of the first wave that start beside their predecessor (key block
-//     1 of the first heads) wait at all (about two tiles, once).
-// dK and dV are the default's, tile for tile: their bits. dQ sums the same dS^T operands by 128-key blocks: within the
-// type's tolerance of the NumPy form, not the default's bits. No ds_t, no dQ pass; dq_acc holds a layer's parts
-// (B H ceil(T/64) 16 KB: 25 MB on gpt2-small against ds_t's 201 MB).
-// Split 2 (attn_backward_dkdvq_tmarbk_, TR2_ATTN_DQ_BULK=2; written after the first call, beside split 1 above): each
-// consumer's part is the whole tile's 64 columns over its own 64 keys (m64n64k16 x 4 from its own dS^T rows and its
-// own k box: no named barrier between the consumers and no k descriptor 64 bytes into its rows, split 1's one
-// untested assumption), and the parts go in by units u = 2 kb + cw, one turn a (head, query tile): twice split 1's
-// reductions (16 KB a part), and unit 2 (qt / 2) + 1 writes dQ. Its own dQ bits (64-key parts).
-#define DQB_BAR 1   // the named barrier of the two consumer warpgroups (bar.sync 1, 256); 0 is __syncthreads'
-#define DQB_PART 2048   // floats of a split-1 part: 64 queries x 32 columns (a split-2 part is twice that)
-
-__device__ __forceinline__ void bulk_store_global(void* dst, const void* src, u32 bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_u32(src)),
-                 "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, u32 bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
-                 "r"(smem_u32(src)), "r"(bytes) : "memory");
-}
-// The thread's bulk copies committed and complete (their writes done, not only their reads of shared memory).
-__device__ __forceinline__ void bulk_wait_all() {
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-// The thread's generic accesses to global memory ordered with the copy engine's (the turn's acquire before a reduction
-// it issues; the completed reduction before the release that passes the turn on).
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
-// The thread's bulk copies committed as one group, and their reads of shared memory done (the part's buffer free again;
-// their writes may still be under way).
-__device__ __forceinline__ void bulk_commit_and_wait_read() {
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-// Every group but the thread's newest complete (the owed turn's reduction, issued one part before).
-__device__ __forceinline__ void bulk_wait_all_but_newest() { asm volatile("cp.async.bulk.wait_group 1;" ::: "memory"); }
-// Whether the barrier's phase of this parity has completed, without waiting.
-__device__ __forceinline__ bool mbar_test(u64* bar, u32 parity) {
-    u32 done;
-    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
-    return done;
-}
-// A turn the writer owes (lane 0's): its part's reduction issued, the release that passes the turn on waiting for the
-// reduction to complete, so that the writer takes the next part meanwhile (the first run waited for each reduction
-// before the next part: results/h100-perf-20261207b, slower than the default). Paid before the writer waits on anything
-// others decide (a part, a turn): paying is bounded (the copy completes by itself), so no writer holds a turn while
-// it waits, as in the first run.
-struct OwedTurn {
-    int* turn = nullptr;
-    int value = 0;
-};
-__device__ __forceinline__ void pay_owed(OwedTurn& owed) {
-    if (!owed.turn) return;
-    bulk_wait_all();
-    fence_proxy_async_global();
-    st_release(owed.turn, owed.value);
-    owed.turn = nullptr;
-}
-
-#define WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define WG_D16_ARGS(d)                                                                                         \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),   \
-    "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),   \
-    "+f"(d[3][2]), "+f"(d[3][3])
-#define WG_MMA_SS_TT_N32(TYPE)                                                                                 \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                \
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " " WG_D16                       \
-                 ", %16, %17, p, 1, 1, 1, 1;\n}\n"                                                          \
-                 : WG_D16_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-// d (64 x 32) = a (64 x 16) b (16 x 32) + (accumulate ? d : 0), both in shared memory MN-major (transposed).
-template <int K>
-__device__ __forceinline__ void wg_mma_ss_tt_n32(float (&d)[4][4], u64 desc_a, u64 desc_b, int accumulate) {
-#ifdef ATTN_WGMMA
-    if constexpr (K == KIND_BF16) WG_MMA_SS_TT_N32("bf16");
-    else WG_MMA_SS_TT_N32("f16");
-#endif
-}
-
-// Element (row, col) of a part (64 x QC floats, in shared memory and in dq_acc alike): 16-byte chunk col / 4 of the
-// row at chunk (col / 4) ^ (row & 7), so that a warp's stores of its accumulators (eight rows, four chunks) and a
-// lane's row reads each touch 32 banks.
-template <int QC = 32>
-__device__ __forceinline__ int dqb_index(int row, int col) {
-    if constexpr (QC == 32) return row * 32 + ((((col >> 2) ^ row) & 7) << 2) + (col & 3);
-    else return row * QC + (((col >> 2) ^ (row & 7)) << 2) + (col & 3);
-}
-
-// One 64-query tile of the BULK kernel: tma_dkdv_tile's products and softmax gradient where the consumer's keys meet
-// the tile (`mine`; else Pd^T and dS^T are zeros: the products then add zeros to dK and dV, which are still the +0.0 of
-// their start, since only a block's first tile can miss consumer 1's keys), dS^T into the block's 128-row box (sds,
-// rows 64 cw ..; the copy engine's 128B swizzle: key row r's 16-byte chunk n at n ^ (r & 7)), then the part dq
-// (columns 32 cw ..) over the block's 128 keys. akk: the block's first k box (the second follows it). Every wgmma
-// outside the branch (ptxas serializes them where one's group spans a path it cannot prove uniform); all awaited. One
-// wgmma.fence before the first product covers dq too: no instruction touches its registers between it and dQ's wgmma.
-// SPLIT 2: the part is the tile's 64 columns over the consumer's own 64 keys (its rows of the box, its k box at ak),
-// no barrier.
-template <int K>
-__device__ __forceinline__ void wg_mma_ss_tt(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate);   // below
-template <int K, int HS, bool DROP, int SPLIT = 1>
-__device__ __forceinline__ void tma_dkdvq_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4],
-                                               float (&dq)[SPLIT == 2 ? 8 : 4][4],
-                                               u32 ak, u32 av, u32 akk, unsigned char* sQO, float* sLD, int s, int qt,
-                                               int k0, int g, int t, int T, int bh, const Dropout& drop,
-                                               unsigned char* sds, int cw, int warp, bool mine) {
-    constexpr int BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
-    const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
-    u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
-    if (mine) {
-        float p[1][NT][4], ds[1][NT][4];
-        tma_dkdv_scores<K, HS, DROP>(p, ds, ak, av, aq, ao, sLD + 2 * s * BC, qt, k0, g, t, T, bh, drop);
-        pack_a<K, NT>(pf, p[0]);
-        pack_a<K, NT>(df, ds[0]);
-    } else {
-#pragma unroll
-        for (int k16 = 0; k16 < NT / 2; ++k16)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) pf[k16][j] = df[k16][j] = 0u;
-    }
-    // df[k16][j] holds queries 16 k16 + 8 (j >> 1) + 2t, +1 of key row g + 8 (j & 1) (pack_a's layout)
-#pragma unroll
-    for (int k16 = 0; k16 < NT / 2; ++k16)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int r = 64 * cw + 16 * warp + g + 8 * (j & 1), n = 2 * k16 + (j >> 1);
-            *(u32*)(sds + r * 128 + ((n ^ (r & 7)) << 4) + 4 * t) = df[k16][j];
-        }
-    fence_proxy_async();   // the generic stores, seen by the wgmma reads of both consumers
-    const u64 do_mn = wg_desc_sw128(ao, TMA_V_LBO, TMA_V_SBO), dq_mn = wg_desc_sw128(aq, TMA_V_LBO, TMA_V_SBO);
-    wg_fence();
-    tma_dkdv_issue<K, HS>(dv, dk, pf, df, do_mn, dq_mn);
-    if constexpr (SPLIT == 2) {
-        const u64 ds_mn = wg_desc_sw128(smem_u32(sds + 64 * 128 * cw), TMA_V_LBO, TMA_V_SBO);   // its own 64 rows
-        const u64 k_mn = wg_desc_sw128(ak, TMA_V_LBO, TMA_V_SBO);
-#pragma unroll
-        for (int k16 = 0; k16 < 4; ++k16)   // a slice is 16 keys, 2048 bytes
-            wg_mma_ss_tt<K>(dq, ds_mn + 2048 / 16 * k16, k_mn + 2048 / 16 * k16, k16 > 0);
-    } else {
-        bar_sync_n<DQB_BAR, 256>();   // both consumers' rows of dS^T are in the box
-        const u64 ds_mn = wg_desc_sw128(smem_u32(sds), TMA_V_LBO, TMA_V_SBO);
-        const u64 k_mn = wg_desc_sw128(akk + 64 * cw, TMA_V_LBO, TMA_V_SBO);   // 64 bytes: column 32 of each k row
-#pragma unroll
-        for (int k16 = 0; k16 < 8; ++k16)   // a slice is 16 keys, 2048 bytes of both boxes
-            wg_mma_ss_tt_n32<K>(dq, ds_mn + 2048 / 16 * k16, k_mn + 2048 / 16 * k16, k16 > 0);
-    }
-    wg_commit();
-    wg_wait_all();
-    wg_hold(dv);
-    wg_hold(dk);
-    wg_hold(dq);
-}
-
-// A writer warp's part of query tile qt from key block kb (at src in shared memory) into the sum, in turn: kb 0 stores
-// it, kb 1 .. qt / 2 - 1 add it (each after the one before has completed: turns[slot] counts them), kb qt / 2 adds it
-// to the sum read back and writes scale dQ, columns 32 c .., into dqkv in out_kind. Lane 0 waits and issues; the turn
-// it passes on is owed (OwedTurn) until its next part is issued or it must wait.
-// SPLIT 2: the units u = 2 kb + c in turn, one slot a (head, query tile) of twice the floats, all 64 columns; unit
-// 2 (qt / 2) + 1 writes dQ.
-// diag (TR2_ATTN_DQ_BULK_DIAG, timing only, dQ wrong): 1 no turns waited or passed (the reductions unordered, never
-// awaited); 2 no copies at all (the last unit writes its own part).
-template <int HS, int SPLIT = 1>
-__device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc, int* turns, const float* src, int bh,
-                                         int qt, int kb, int c, int nqt, int T, int H, int out_kind, int lane,
-                                         OwedTurn& owed, int diag) {
-    constexpr int QC = SPLIT == 2 ? 64 : 32, PART = 64 * QC;
-    const i64 slot = SPLIT == 2 ? (i64)bh * nqt + qt : ((i64)bh * nqt + qt) * 2 + c;
-    const int u = SPLIT == 2 ? 2 * kb + c : kb, last = SPLIT == 2 ? 2 * (qt / 2) + 1 : qt / 2;
-    float* acc = dq_acc + slot * PART;
-    int* turn = turns + slot;
-    if (u > 0 && diag == 0) {
-        if (lane == 0) {
-            if (ld_acquire(turn) != u) {
-                pay_owed(owed);   // it may be the turn awaited here
-                // a turn that never comes is a bug: stop the kernel (an error the caller sees) after 2^25 polls
-                for (u32 spins = 0; ld_acquire(turn) != u; ++spins) {
-                    if (spins == (1u << 25)) __trap();
-                    __nanosleep(32);
-                }
-            }
-            fence_proxy_async_global();
-        }
-        __syncwarp();
-    }
-    if (u != last) {
-        if (lane == 0 && diag != 2) {
-            if (u == 0) bulk_store_global(acc, src, PART * 4);
-            else bulk_reduce_add_f32(acc, src, PART * 4);
-            bulk_commit_and_wait_read();
-            if (diag == 0) {
-                if (owed.turn) {
-                    bulk_wait_all_but_newest();
-                    fence_proxy_async_global();
-                    st_release(owed.turn, owed.value);
-                }
-                owed.turn = turn;
-                owed.value = u + 1;
-            }
-        }
-        return;
-    }
-    if (lane == 0) pay_owed(owed);
-    const int b = bh / H, h = bh % H, C = H * HS;
-#pragma unroll 1
-    for (int rr = 0; rr < 2; ++rr) {
-        const int row = lane + 32 * rr, i = qt * 64 + row;
-        if (i >= T) continue;
-        const i64 at = ((i64)b * T + i) * 3 * C + h * HS + (SPLIT == 2 ? 0 : 32 * c);
-#pragma unroll 2
-        for (int k = 0; k < QC / 4; ++k) {
-            const int idx = dqb_index<QC>(row, 4 * k);
-            float4 x = *(const float4*)(src + idx);
-            if (u > 0 && diag != 2) {   // the units before, then this one
-                const float4 a = __ldcg((const float4*)(acc + idx));
-                x.x = a.x + x.x;
-                x.y = a.y + x.y;
-                x.z = a.z + x.z;
-                x.w = a.w + x.w;
-            }
-            store_pair(dqkv, at + 4 * k, x.x * Scale<HS>::value, x.y * Scale<HS>::value, out_kind);
-            store_pair(dqkv, at + 4 * k + 2, x.z * Scale<HS>::value, x.w * Scale<HS>::value, out_kind);
-        }
-    }
-}
 
 // ---- the TMA dK/dV resident (form 5, tmarr): the plain TMA form above, one block an SM ----
 // Why: as the forward's form 7 (attention_forward_tma_resident, which took 13-14% off form 3 alone): the plain form
@@ -3158,42 +2915,27 @@ __device__ __forceinline__ void dq_write(void* dqkv, float* __restrict__ dq_acc,
 // (tma_dkdv_tile): its bits. Written in the twenty-fourth session; run in the twenty-fifth
 // (results/h200-perf-20261204): its kernel cases and whole-run graph test the plain form's bits, the whole backward
 // alone x0.939 / x0.972 / x0.974 of it on nanogpt / gpt2-small / gpt2-medium; the default since.
-// BULK (above: dQ by ordered bulk reductions): no ds_t (ds_t, ldq unused), dQ's parts through dq_acc in the turns'
-// order; shared memory also holds the tile's 128-row dS^T box (two buffers) and each consumer's two part buffers. The
-// writer warps live in the producer's 24 registers: setmaxnreg moves registers within the block's launch allocation
-// (384 x 168 = 64,512 = 128 x 24 + 256 x 240), so 32 for the producer left the consumers' setmaxnreg.inc 240 waiting
-// for registers that never came (the first run of the form hung so, call 1 of results/h100-perf-20261207).
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int BULK = 0>
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
-                                                     int out_kind, Dropout drop, float* __restrict__ dq_acc = nullptr,
-                                                     int* turns = nullptr, int diag = 0) {
+                                                     int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value;
     constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
     extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ __align__(8) u64 bars[2 * S + 4 + (BULK ? 8 : 0)];
+    __shared__ __align__(8) u64 bars[2 * S + 4];
     __shared__ int kv_item[2];
-    __shared__ int4 part_meta[BULK ? 4 : 1];   // BULK: part buffer 2 c + j's (head, query tile, key block), or -1: the end
     u64* full = bars;                  // full[s]: the q and dO boxes' arrival with their bytes, and the lse/D rows'
     u64* empty = bars + S;             // empty[s]: the 8 consumer warps are done with the stage
     u64* kv_full = bars + 2 * S;       // kv_full[b]: buffer b's item index written and its k and v boxes arrived
     u64* kv_empty = bars + 2 * S + 2;  // kv_empty[b]: the 8 consumer warps are done with buffer b
-    u64* part_full = bars + 2 * S + 4;   // BULK: part_full[2 c + j], consumer c's 4 warps have written buffer j
-    u64* part_empty = bars + 2 * S + 8;  // BULK: part_empty[2 c + j], its writer warp is done with it
     unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
     unsigned char* sKV = base;                      // buffer b: consumer c's 64 keys at sKV + (4 b + c) BOX, v + 2 BOX
     unsigned char* sQO = base + 8 * BOX;            // stage s: q at sQO + 2 s BOX, dO at + BOX
     float* sLD = (float*)(sQO + 2 * S * BOX);       // stage s: lse at 2 s BC, D at (2 s + 1) BC
     u16* sdS = (u16*)(sLD + 2 * S * BC);            // consumer warp w: 16 rows of BC + 8 halves
-    // BULK: the dS^T boxes (buffer j at sDS + 2 j BOX, 128 key rows), the part buffers (2 c + j at sPart + (2 c + j)
-    // DQB_PART), then the lse/D rows in sLD's place
-    constexpr int QC = BULK == 2 ? 64 : 32, PART = 64 * QC;   // a part's columns and floats (split 1 or 2)
-    unsigned char* sDS = sQO + 2 * S * BOX;
-    float* sPart = (float*)(sDS + 4 * BOX);
-    if constexpr (BULK) sLD = sPart + 4 * PART;
     const int nkb = (T + BR - 1) / BR, nqt = (T + BC - 1) / BC, items = BH * nkb, C = H * HS;
     const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
@@ -3205,11 +2947,6 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
             mbar_init(&kv_full[b], 1);
             mbar_init(&kv_empty[b], 8);
         }
-        if constexpr (BULK)
-            for (int j = 0; j < 4; ++j) {
-                mbar_init(&part_full[j], 4);
-                mbar_init(&part_empty[j], 1);
-            }
         mbar_init_fence();
     }
     __syncthreads();
@@ -3254,28 +2991,12 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                     stage_lse_d<BC>(sLD, full, s, qt, lse, Dvec, bh, T, lane);
                 }
             }
-        } else if (BULK && (threadIdx.x >> 5) >= 2) {   // consumer c's writer warp (2 + c): its parts in turn
-            const int c = (threadIdx.x >> 5) - 2;
-            OwedTurn owed;
-            for (int n = 0;; ++n) {
-                const int j = 2 * c + (n & 1);
-                if (lane == 0 && owed.turn && !mbar_test(&part_full[j], (n >> 1) & 1)) pay_owed(owed);
-                mbar_wait(&part_full[j], (n >> 1) & 1);
-                const int4 m = part_meta[j];
-                if (m.x < 0) break;
-                dq_write<HS, BULK>(dqkv, dq_acc, turns, sPart + j * PART, m.x, m.y, m.z, c, nqt, T, H, out_kind, lane,
-                                   owed, diag);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&part_empty[j]);
-            }
-            if (lane == 0) pay_owed(owed);
         }
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, cwarp = (threadIdx.x >> 5) - 4, g = lane >> 2, t = lane & 3;
     int it = 0;
-    int parts = 0;   // BULK: parts handed to the writer warp, over all items: its buffers' index and phase
     for (int n = 0;; ++n) {
         const int kvs = n & 1;
         mbar_wait(&kv_full[kvs], (n >> 1) & 1);
@@ -3294,46 +3015,15 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         for (int qt = first; qt < nqt; ++qt, ++it) {
             const int s = it % S;
             mbar_wait(&full[s], (it / S) & 1);
-            if constexpr (BULK) {
-                // every tile makes a part of each consumer; the box and both consumers' tiles count alike (it)
-                float dq[QC / 8][4];
-                tma_dkdvq_tile<K, HS, DROP, BULK>(dk, dv, dq, ak, av, smem_u32(sKV + 4 * kvs * BOX), sQO, sLD, s, qt,
-                                                  k0, g, t, T, bh, drop, sDS + 2 * (it & 1) * BOX, cw, warp,
-                                                  qt * BC + BC - 1 >= K0);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
-                const int j = 2 * cw + (parts & 1);
-                if (parts >= 2) mbar_wait(&part_empty[j], ((parts >> 1) - 1) & 1);
-                float* part = sPart + j * PART;
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-#pragma unroll
-                    for (int n8 = 0; n8 < QC / 8; ++n8)
-                        *(float2*)(part + dqb_index<QC>(16 * warp + g + 8 * r, 8 * n8 + 2 * t)) =
-                            make_float2(dq[n8][2 * r], dq[n8][2 * r + 1]);
-                if ((threadIdx.x & 127) == 0) part_meta[j] = make_int4(bh, qt, kb, 0);
-                fence_proxy_async();   // the part's stores, seen by the copy engine's reads
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&part_full[j]);
-                ++parts;
-            } else {
-                if (qt * BC + BC - 1 >= K0)   // else every query of the tile comes before the warpgroup's keys
-                    tma_dkdv_tile<K, HS, DROP>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS,
-                                               cwarp, lane);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
-            }
+            if (qt * BC + BC - 1 >= K0)   // else every query of the tile comes before the warpgroup's keys
+                tma_dkdv_tile<K, HS, DROP>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS,
+                                           cwarp, lane);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&kv_empty[kvs]);   // and with the item's k and v (its last product has completed)
         store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
-    }
-    if constexpr (BULK) {   // the writer's end
-        const int j = 2 * cw + (parts & 1);
-        if (parts >= 2) mbar_wait(&part_empty[j], ((parts >> 1) - 1) & 1);
-        if ((threadIdx.x & 127) == 0) part_meta[j] = make_int4(-1, 0, 0, 0);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&part_full[j]);
     }
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
@@ -3656,25 +3346,6 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_backward_dkdv_tma_resident<K, HS, false, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
                                                                        H, BH, sched, out_kind, d);             \
     }
-// attn_backward_dkdvq_<tmarb|tmarbk>_<bf16r|f16r>_hs64: the TMA dK/dV resident with dQ by ordered bulk reductions
-// (attention_backward_dkdv_tma_resident's BULK, split 1 or 2): arguments as attn_backward_dkdv_ds_tmarr_l2_'s with
-// dq_acc (B H ceil(T/64) 2 DQB_PART floats), turns (B H ceil(T/64) 2 ints, zero at launch: attn_row_dots zeroes
-// them; split 2 uses the first half) and diag (0; dq_write's timing-only modes) in place of ds_t and ldq; one block an SM.
-#define ATTN_DKDVQ_TMA_BULK(NAME, SPLIT, BUILD, K, HS)                                                          \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdvq_##NAME##_##BUILD##_hs##HS(        \
-        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, float* dq_acc, int* turns, int diag, int T, int H, int out_kind,  \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
-        int* sched) {                                                                                          \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, SPLIT>(                         \
-                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns, diag);    \
-        else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, SPLIT>(                        \
-                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, turns, diag);    \
-    }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind.
 #define ATTN_DQ_TMA_QF(BUILD, K, HS)                                                                            \
@@ -3731,10 +3402,6 @@ ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES)
 ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, f16r, KIND_F16, 64, DKDV_TMAD_STAGES)
-ATTN_DKDVQ_TMA_BULK(tmarb, 1, bf16r, KIND_BF16, 64)
-ATTN_DKDVQ_TMA_BULK(tmarb, 1, f16r, KIND_F16, 64)
-ATTN_DKDVQ_TMA_BULK(tmarbk, 2, bf16r, KIND_BF16, 64)
-ATTN_DKDVQ_TMA_BULK(tmarbk, 2, f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
 
