@@ -984,23 +984,6 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
         exact(f"attention dqkv, the wgmma backward, run-to-run {tag}", r, dqkv)
 
 
-def _backward_off_then_on(monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, setting: str,
-                          prefix: str, on: int = 1):
-    """The backward with gpu/attention.py's `setting` at 0, then three times at `on`: ((dqkv, the launched kernels whose
-    names start with `prefix`), [the same for each run at `on`]); the resident dK/dV's tickets must be left at zero."""
-    def backward(value):
-        monkeypatch.setattr(attention, setting, value)
-        launched.clear()
-        dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
-        return dqkv, [n for n in launched if n.startswith(prefix)]
-
-    default = backward(0)
-    runs = [backward(on) for _ in range(3)]
-    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
-    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
-    return default, runs
-
-
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
 @pytest.mark.parametrize("p", [0.0, 0.2])
@@ -1010,12 +993,21 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
     the same bits (ds_t feeds dQ), three runs identical, within the type's tolerance of the NumPy form, every
     allocation poisoned, its tickets left at zero."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
-    (default, default_kernels), runs = _backward_off_then_on(
-        monkeypatch, attention, be, qkv, dout, saved, H, p, seed, offset, launched, "DKDV_DEEP", "attn_backward_dkdv")
+
+    def backward(deep):
+        monkeypatch.setattr(attention, "DKDV_DEEP", deep)
+        launched.clear()
+        dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+        return dqkv, [n for n in launched if n.startswith("attn_backward_dkdv")]
+
+    default, default_kernels = backward(0)
+    runs = [backward(1) for _ in range(3)]
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
     assert default_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64"]
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_ds_tmarrd_l2_{kind}_hs64"]
+    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
+    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} deep ring]"
     dqkv, C = runs[0][0], H * hs
     rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
