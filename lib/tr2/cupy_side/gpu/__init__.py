@@ -174,14 +174,16 @@ def attention_geometry() -> dict:
     return found
 
 
-# The wgmma dK/dV kernel (attention_backward_dkdv_tma_resident) stores whole tiles of this many queries.
+# The wgmma dK/dV kernel (attention_backward_dkdv_tma_resident) stores whole tiles of this many queries (its
+# 128-query form, TR2_ATTN_DKDV_Q128, of twice this: gpu/attention.py's dkdv_query_tile).
 WG_DKDV_QUERY_TILE = 64
 
 
-def ds_row_halves(T: int, wgmma: bool) -> int:
+def ds_row_halves(T: int, wgmma: bool, wg_tile: int = WG_DKDV_QUERY_TILE) -> int:
     """The row width (ldq) of the stored dS^T, [B*H, T, ldq] halves: the dK/dV kernel's query tiles times their
-    width, the zeros past T included; the mma.sync kernel's tiles (Geometry's backward_dkdv) or the wgmma one's."""
-    tile = WG_DKDV_QUERY_TILE if wgmma else attention_geometry()["half"]["backward_dkdv"]
+    width, the zeros past T included; the mma.sync kernel's tiles (Geometry's backward_dkdv) or the wgmma one's
+    (wg_tile queries)."""
+    tile = wg_tile if wgmma else attention_geometry()["half"]["backward_dkdv"]
     return -(-T // tile) * tile
 
 
