@@ -2376,14 +2376,17 @@ __device__ __forceinline__ void store_ds_t_packed(u16* __restrict__ dst, int ldq
             stmatrix_x4(sw + (8 * r + (lane & 7)) * LDS + 32 * q + (lane >> 3) * 8, w);
         }
     __syncwarp();
-    constexpr int PIECES = NT * 8 / 8;
+    constexpr int PIECES = NT * 8 / 8, STEP = 32 / PIECES;   // 16-byte pieces a row; rows a step of the warp
+    const int row0 = lane / PIECES, c = (lane % PIECES) * 8;
+    u16* d = dst + (i64)row0 * ldq + c;   // stepped, not recomputed: ptxas kept eight offsets and spilled them
+    const i64 step = (i64)STEP * ldq;
 #pragma unroll
-    for (int k = 0; k < 16 * PIECES / 32; ++k) {
-        const int row = k * (32 / PIECES) + lane / PIECES, c = (lane % PIECES) * 8;
+    for (int k = 0; k < 16 / STEP; ++k, d += step) {
+        const int row = k * STEP + row0;
         const uint4 v = *(const uint4*)(sw + row * LDS + c);
         if (row < rows_left) {
-            if constexpr (EVICT) st_global16_policy(dst + (i64)row * ldq + c, v, l2_evict_first());
-            else *(uint4*)(dst + (i64)row * ldq + c) = v;
+            if constexpr (EVICT) st_global16_policy(d, v, l2_evict_first());
+            else *(uint4*)d = v;
         }
     }
 }
