@@ -17,11 +17,11 @@ BR_MMA = 128     # the mma.sync dK/dV kernel's keys a block
 BK = 64          # DSQ_KEYS: the dQ kernel's staged keys
 
 
-def ldq_of(T: int, wg: bool, tile: int = gpu.WG_DKDV_QUERY_TILE) -> int:
+def ldq_of(T: int, wg: bool) -> int:
     """ds_t's row width as gpu/attention.py's ds_shape takes it (gpu.ds_row_halves, the function itself: a
     transcription here let a row width the wgmma kernel overran pass on the CPU, call 3 of
-    results/h200-perf-20261201h); tile: the wgmma kernel's queries a tile (128 under TR2_ATTN_DKDV_Q128=1)."""
-    return gpu.ds_row_halves(T, wg, tile)
+    results/h200-perf-20261201h)."""
+    return gpu.ds_row_halves(T, wg)
 
 
 def written_mma_sync(T: int) -> np.ndarray:
@@ -39,22 +39,22 @@ def written_mma_sync(T: int) -> np.ndarray:
     return w
 
 
-def written_wgmma(T: int, nwg: int = 2, QT: int = 64) -> np.ndarray:
+def written_wgmma(T: int, nwg: int = 2) -> np.ndarray:
     """attention_backward_dkdv_tma_resident (as the wgmma kernels on cp.async before it, removed since: one or two
-    warpgroups a block): warpgroup keys K0..K0+63 (warps of 16), QT-query tiles from the one holding the block's first
+    warpgroups a block): warpgroup keys K0..K0+63 (warps of 16), 64-query tiles from the one holding the block's first
     key, a tile taken where its last query is at or past the warpgroup's first key; rows j < T,
-    every column of the tile (all below ldq, a multiple of QT)."""
-    ldq = ldq_of(T, True, QT)
+    every column of the tile (all below ldq, a multiple of 64)."""
+    ldq = ldq_of(T, True)
     w = np.zeros((T, ldq), dtype=bool)
     BR = 64 * nwg
-    nqt = -(-T // QT)
+    nqt = -(-T // 64)
     for kb in range(-(-T // BR)):
         for wg in range(nwg):
             K0 = kb * BR + wg * 64
-            for qt in range(kb * BR // QT, nqt):
-                if qt * QT + QT - 1 >= K0:
-                    assert qt * QT + QT <= ldq
-                    w[K0:min(K0 + 64, T), qt * QT:qt * QT + QT] = True
+            for qt in range(kb * BR // 64, nqt):
+                if qt * 64 + 63 >= K0:
+                    assert qt * 64 + 64 <= ldq
+                    w[K0:min(K0 + 64, T), qt * 64:qt * 64 + 64] = True
     return w
 
 
@@ -90,18 +90,9 @@ def test_mma_sync_dkdv_writes_all_the_dq_kernel_reads(T):
 
 
 @pytest.mark.parametrize("T", TS)
-@pytest.mark.parametrize("QT", [64, 128])
-def test_wgmma_dkdv_writes_all_the_dq_kernel_reads(T, QT):
-    missing = read_dq(T, ldq_of(T, True, QT), QUERIES) & ~written_wgmma(T, QT=QT)
-    assert not missing.any(), f"T={T} QT={QT}: {int(missing.sum())} elements read, never written"
-
-
-@pytest.mark.parametrize("T", TS)
-def test_the_128_query_tiles_write_all_the_64_query_tiles_write(T):
-    """TR2_ATTN_DKDV_Q128=1 writes a superset of the default's elements (every tile of 64 queries the default takes
-    lies inside one of 128 taken), so every reader of ds_t that the default serves is served."""
-    w64, w128 = written_wgmma(T), written_wgmma(T, QT=128)
-    assert not (w64 & ~w128[:, :w64.shape[1]]).any()
+def test_wgmma_dkdv_writes_all_the_dq_kernel_reads(T):
+    missing = read_dq(T, ldq_of(T, True), QUERIES) & ~written_wgmma(T)
+    assert not missing.any(), f"T={T}: {int(missing.sum())} elements read, never written"
 
 
 def test_the_transcription_can_fail():

@@ -94,7 +94,6 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10, 11"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
-                                               ("TR2_ATTN_DKDV_Q128", "2", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG_DQ", "3", "0, 1, 2")])
@@ -111,7 +110,7 @@ def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_i
                                       ("TR2_ATTN_DQ_TMA_ORDER", "1"), ("TR2_ATTN_DS_GROUP_BATCHES", "0"),
                                       ("TR2_ATTN_FWD_PINGPONG", "1"), ("TR2_ATTN_DQ_DS_QUERIES", "64"),
                                       ("TR2_ATTN_F32_BLOCKS", "2"), ("TR2_ATTN_DQ_BULK", "1"),
-                                      ("TR2_ATTN_DQ_BULK_DIAG", "0")])
+                                      ("TR2_ATTN_DQ_BULK_DIAG", "0"), ("TR2_ATTN_DKDV_Q128", "1")])
 def test_a_removed_switch_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw):
     """A switch whose forms were removed stops the run even at the value that was its default (the run would time
     the default under the variant's name), one line naming it, its value and why."""
@@ -139,26 +138,6 @@ def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, 
     assert nbytes == attention.dkdv_tma_shared_bytes(64, stages)
     launched = _backward_launches(attention, monkeypatch, T=1024, dtype="bfloat16")
     assert [n for n, _g, _a in launched][1] == name
-
-
-def test_the_dkdv_128_query_tiles(attention, monkeypatch):
-    """TR2_ATTN_DKDV_Q128=1: the tmarq kernel, its shared memory (stages of 128 q and dO rows, lse and D of 128
-    queries, dS^T rows of 136 halves: 165 KB, one block an SM under the H200's 227), ds_t's rows padded to 128 queries
-    and its ldq handed to the kernel; with the deep ring too, one line naming both."""
-    assert attention.DKDV_Q128 == 0 and attention.dkdv_query_tile() == 64   # off by default
-    monkeypatch.setattr(attention, "DKDV_Q128", 1)
-    assert attention.DKDV_TMAQ_STAGES == 2 and attention.dkdv_query_tile() == 128
-    name, nbytes = attention.dkdv_tma_kernel("f16r", 64)
-    assert name == "attn_backward_dkdv_ds_tmarq_l2_f16r_hs64"
-    assert nbytes == 8 * 8192 + 2 * (2 * 16384 + 2 * 128 * 4) + 8 * 16 * 136 * 2 + 1024 == 168960 <= 227 * 1024
-    for T, ldq in ((1000, 1024), (65, 128), (1024, 1024), (129, 256)):
-        launched = _backward_launches(attention, monkeypatch, T=T, dtype="bfloat16")
-        names = [n for n, _g, _a in launched]
-        assert names[1] == "attn_backward_dkdv_ds_tmarq_l2_bf16r_hs64"
-        assert int(launched[1][2][6]) == ldq and int(launched[1][2][7]) == T   # the kernel's ldq and T
-    monkeypatch.setattr(attention, "DKDV_DEEP", 1)
-    with pytest.raises(gpu.SwitchError, match=r"^TR2_ATTN_DKDV_DEEP=1 and TR2_ATTN_DKDV_Q128=1: one form"):
-        attention.dkdv_tma_kernel("bf16r", 64)
 
 
 def test_the_tma_forward_fits_one_block_an_sm(attention):
@@ -247,8 +226,7 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_FORWARD_TMA_RESIDENT(tmawrd, {b}, {k}, 64, false, FWD_TMAWRD_STAGES)",   # form 10
                   "ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, {b}, {k}, 64, FWD_TMAW_STAGES)",   # form 11
                   "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
-                  "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES, 64)",   # TR2_ATTN_DKDV_DEEP=1
-                  "ATTN_DKDV_TMA_RESIDENT_RING(tmarq, {b}, {k}, 64, DKDV_TMAQ_STAGES, 128)",   # TR2_ATTN_DKDV_Q128=1
+                  "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want

@@ -214,14 +214,6 @@ def test_the_deep_dkdv_ring_changes_no_bit(tmp_path):
     _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DKDV_DEEP", "0", "1", "deep dK/dV ring")
 
 
-# gpu/attention.py's DKDV_Q128 (TR2_ATTN_DKDV_Q128=1, off): the resident TMA dK/dV with 128-query tiles, built to give
-# the default's bits (tests/test_kernels_gpu.py, "dkdv_q128"): a whole run with it must have the default's losses to
-# the bit, eager and in the graph, on gpt2-small bfloat16 and on the char model (two key blocks a head, dQ by mma.sync).
-@pytest.mark.parametrize("model", ["gpt2-small", "nanogpt"])
-def test_the_dkdv_128_query_tiles_change_no_bit(tmp_path, model):
-    _switch_changes_no_bit(tmp_path, model, "bfloat16", "TR2_ATTN_DKDV_Q128", "0", "1", "dK/dV 128-query tiles")
-
-
 # gpu/gelu.py's REVERSE_SWITCH: GELU's groups of eight from the last down (value 1, the default since the forty-third
 # session) compute every element as front to back (value 0) does, so a whole run must have value 0's losses to the bit,
 # eager and in the graph: bfloat16's table kernels, float16's within an ulp, float32's computing kernels.

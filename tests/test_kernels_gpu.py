@@ -984,14 +984,18 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
         exact(f"attention dqkv, the wgmma backward, run-to-run {tag}", r, dqkv)
 
 
-def _dkdv_form_keeps_the_bits(build, B, T, H, hs, p, monkeypatch, setting: str, form: str, what: str) -> None:
-    """A form of the resident TMA dK/dV (gpu/attention.py's `setting` = 1, kernel attn_backward_dkdv_ds_<form>_l2_)
-    against the default (setting 0, tmarr): dq, dk and dv the default's bits (ds_t feeds dQ), three runs identical,
-    within the type's tolerance of the NumPy form, every allocation poisoned, its tickets left at zero."""
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
+    """The resident TMA dK/dV with a ring of four stages (attn_backward_dkdv_ds_tmarrd_l2_, TR2_ATTN_DKDV_DEEP=1)
+    against the default's two (attn_backward_dkdv_ds_tmarr_l2_): the consumers' arithmetic is the same, so dq, dk and dv
+    the same bits (ds_t feeds dQ), three runs identical, within the type's tolerance of the NumPy form, every
+    allocation poisoned, its tickets left at zero."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
 
-    def backward(on):
-        monkeypatch.setattr(attention, setting, on)
+    def backward(deep):
+        monkeypatch.setattr(attention, "DKDV_DEEP", deep)
         launched.clear()
         dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
         return dqkv, [n for n in launched if n.startswith("attn_backward_dkdv")]
@@ -1001,37 +1005,18 @@ def _dkdv_form_keeps_the_bits(build, B, T, H, hs, p, monkeypatch, setting: str, 
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
     assert default_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64"]
     for _, kernels in runs:
-        assert kernels == [f"attn_backward_dkdv_ds_{form}_l2_{kind}_hs64"]
+        assert kernels == [f"attn_backward_dkdv_ds_tmarrd_l2_{kind}_hs64"]
     tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
     assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} {what}]"
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} deep ring]"
     dqkv, C = runs[0][0], H * hs
     rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-    exact(f"attention dqkv, the {what} against the default {tag}", dqkv, default)
+    exact(f"attention dqkv, the deep ring against two stages {tag}", dqkv, default)
     for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
         if T > 1 or part == "dv":   # one key: dq and dk are rounding noise (test_attention says why)
-            check(f"attention {part}, the {what} {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
+            check(f"attention {part}, the deep ring {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
     for r, _ in runs[1:]:
-        exact(f"attention dqkv, the {what}, run-to-run {tag}", r, dqkv)
-
-
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
-    """The resident TMA dK/dV with a ring of four stages (attn_backward_dkdv_ds_tmarrd_l2_, TR2_ATTN_DKDV_DEEP=1)
-    against the default's two: the consumers' arithmetic is the same, so the default's bits."""
-    _dkdv_form_keeps_the_bits(build, B, T, H, hs, p, monkeypatch, "DKDV_DEEP", "tmarrd", "deep ring")
-
-
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_dkdv_q128(build, B, T, H, hs, p, monkeypatch):
-    """The resident TMA dK/dV with 128-query tiles (attn_backward_dkdv_ds_tmarq_l2_, TR2_ATTN_DKDV_Q128=1) against the
-    default's 64: every element of S^T and dPd^T the same sum, dV's and dK's k16 slices in the same order (the diagonal
-    tile's masked half adding zeros), so the default's bits whichever dQ kernel runs."""
-    _dkdv_form_keeps_the_bits(build, B, T, H, hs, p, monkeypatch, "DKDV_Q128", "tmarq", "128-query tiles")
+        exact(f"attention dqkv, the deep ring, run-to-run {tag}", r, dqkv)
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

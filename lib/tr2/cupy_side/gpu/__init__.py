@@ -174,16 +174,14 @@ def attention_geometry() -> dict:
     return found
 
 
-# The wgmma dK/dV kernel (attention_backward_dkdv_tma_resident) stores whole tiles of this many queries (its
-# 128-query form, TR2_ATTN_DKDV_Q128, of twice this: gpu/attention.py's dkdv_query_tile).
+# The wgmma dK/dV kernel (attention_backward_dkdv_tma_resident) stores whole tiles of this many queries.
 WG_DKDV_QUERY_TILE = 64
 
 
-def ds_row_halves(T: int, wgmma: bool, wg_tile: int = WG_DKDV_QUERY_TILE) -> int:
+def ds_row_halves(T: int, wgmma: bool) -> int:
     """The row width (ldq) of the stored dS^T, [B*H, T, ldq] halves: the dK/dV kernel's query tiles times their
-    width, the zeros past T included; the mma.sync kernel's tiles (Geometry's backward_dkdv) or the wgmma one's
-    (wg_tile queries)."""
-    tile = wg_tile if wgmma else attention_geometry()["half"]["backward_dkdv"]
+    width, the zeros past T included; the mma.sync kernel's tiles (Geometry's backward_dkdv) or the wgmma one's."""
+    tile = WG_DKDV_QUERY_TILE if wgmma else attention_geometry()["half"]["backward_dkdv"]
     return -(-T // tile) * tile
 
 
@@ -271,6 +269,8 @@ RETIRED: dict[str, str] = {
                         "measured slower (fifty-sixth and fifty-seventh sessions; 3d2f362)",
     "TR2_ATTN_DQ_BULK_DIAG": "the timing-only modes that measured where the bulk dQ form's time went, with the form "
                              "(fifty-seventh session; 3d2f362)",
+    "TR2_ATTN_DKDV_Q128": "the resident TMA dK/dV with 128-query tiles (tmarq), measured slower (fifty-eighth "
+                          "session; a05863e)",
     "TR2_GELU_F16_TABLE": "float16 GELU by table (gelu_*_f16_table), measured slower (thirteenth session)",
     "TR2_GELU_F16_SEG": "float16 GELU by segment (gelu_*_f16_seg), measured slower (twenty-ninth session)",
     "TR2_LN_FINAL_IN_KERNEL": "the LayerNorm backward's dw finished by its last blocks (*_dwsum), measured slower (ninth "

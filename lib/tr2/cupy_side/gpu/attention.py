@@ -403,35 +403,19 @@ USE_WG_DKDV = bool(kernel_switch("TR2_ATTN_WG_DKDV", 1))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 DKDV_DEEP = kernel_switch("TR2_ATTN_DKDV_DEEP", 0)
 DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
-# TR2_ATTN_DKDV_Q128=1 (fifty-eighth session, off): the same kernel with 128-query tiles (attn_backward_dkdv_ds_tmarq_
-# l2_): S^T and dPd^T by m64n128k16, eight k16 slices of dV and dK a tile, ds_t's rows padded to 128 queries; the
-# default's bits by construction (attention.cu, DKDV_TMAQ_STAGES, says why). Not with TR2_ATTN_DKDV_DEEP=1.
-DKDV_Q128 = kernel_switch("TR2_ATTN_DKDV_Q128", 0)
-DKDV_TMAQ_STAGES = kernel_define(FILE, "DKDV_TMAQ_STAGES")
 
 
-def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES, queries: int = WG_DKDV_QUERY_TILE) -> int:
+def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
     """attention_backward_dkdv_tma_resident's dynamic shared memory: two buffers of k and v of the block's 128 keys
-    (four 64 x hs boxes each), `stages` stages of a tile's q and dO (`queries` rows each) and their lse and D rows
-    (`queries` floats each), each consumer warp's 16 rows of dS^T (queries + 8 halves), and 1 KB to put the boxes on a
-    1024-byte boundary (the 128B swizzle's period)."""
+    (four 64 x hs boxes each), `stages` stages of a q and a dO box and their lse and D rows (64 floats each), each
+    consumer warp's 16 rows of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's
+    period)."""
     box = 64 * hs * 2
-    return 8 * box + stages * (2 * queries * hs * 2 + 2 * queries * 4) + 8 * 16 * (queries + 8) * 2 + 1024
-
-
-def dkdv_query_tile() -> int:
-    """The queries a tile of the resident TMA dK/dV kernel that runs (ds_t's rows are padded to a multiple)."""
-    return 2 * WG_DKDV_QUERY_TILE if DKDV_Q128 else WG_DKDV_QUERY_TILE
+    return 8 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
 def dkdv_tma_kernel(name: str, hs: int) -> tuple[str, int]:
-    """The resident TMA dK/dV kernel DKDV_DEEP and DKDV_Q128 choose, and its shared memory."""
-    if DKDV_DEEP and DKDV_Q128:
-        raise SwitchError("TR2_ATTN_DKDV_DEEP=1 and TR2_ATTN_DKDV_Q128=1: one form of the dK/dV kernel at a time "
-                          "(no kernel has both the four-stage ring and the 128-query tiles); unset one")
-    if DKDV_Q128:
-        return (f"attn_backward_dkdv_ds_tmarq_l2_{name}_hs{hs}",
-                dkdv_tma_shared_bytes(hs, DKDV_TMAQ_STAGES, dkdv_query_tile()))
+    """The resident TMA dK/dV kernel DKDV_DEEP chooses, and its shared memory."""
     if DKDV_DEEP:
         return f"attn_backward_dkdv_ds_tmarrd_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs, DKDV_TMAD_STAGES)
     return f"attn_backward_dkdv_ds_tmarr_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs)
@@ -447,7 +431,7 @@ def stores_ds(ctx, T: int) -> bool:
 
 def ds_shape(ctx, B: int, H: int, T: int, hs: int) -> tuple:
     """ds_t's shape: [B*H, T, ldq], ldq as gpu.ds_row_halves gives it for the dK/dV kernel that runs."""
-    return (B * H, T, ds_row_halves(T, uses_wg_dkdv(ctx, hs), dkdv_query_tile()))
+    return (B * H, T, ds_row_halves(T, uses_wg_dkdv(ctx, hs)))
 
 
 # dQ from the stored dS^T on a TMA producer and wgmma (attention.cu's attention_backward_dq_tma with QFAST,
@@ -522,7 +506,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         _row_dots(ctx, D, None, kdout, saved, rows, T, H, kind, hs)
         name = build_name(ctx)
         if wg:
-            if ldq % dkdv_query_tile():   # the kernel stores its query tiles whole
+            if ldq % WG_DKDV_QUERY_TILE:   # the kernel stores its query tiles whole
                 raise RuntimeError(f"attention: ds_t rows of {ldq} halves for the wgmma dK/dV kernel")
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
             tdo = _tma.encode(kdout, B * T, C, ctx.dtype)

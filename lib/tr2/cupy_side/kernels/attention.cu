@@ -72,6 +72,11 @@
 // under a turn. Correct, and x1.29-1.37 of the default's backward on the GPT-2 rows; with no copies at all the one
 // kernel took x0.93-0.97 of it, and with the copies unordered and never awaited x1.27-1.28 (results/h100-perf-20261207b):
 // the float32 reductions (16 KB a 64 x 128 tile pair, in the L2) cost more than the dS^T round trip they replace.
+// Removed on 2026-12-07 (source and tests at a05863e): the resident TMA dK/dV with 128-query tiles (tmarq; TR2_ATTN_
+// DKDV_Q128=1; fifty-eighth session): S^T and dPd^T by m64n128k16, dS^T stored from its packed fragments, the default's
+// bits, and slower: the backward alone x1.03-1.04 on the GPT-2 shapes and x1.23-1.25 on the char model, the second
+// warpgroup's masked half of each diagonal tile costing more than the per-tile work it saved (results/h100-perf-
+// 20261207c).
 // gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
@@ -2359,38 +2364,6 @@ __device__ __forceinline__ void store_ds_t(u16* __restrict__ dst, int ldq, int r
     }
 }
 
-// store_ds_t for one m16 tile (MT = 1) from its A fragments (pack_a's words: n8 tile n's register pair r is word
-// 2 (n & 1) + r of k16 slice n / 2, the pair half_operand would make of it), so that the float32 block can die first.
-template <int NT, int LDS, bool EVICT = false>
-__device__ __forceinline__ void store_ds_t_packed(u16* __restrict__ dst, int ldq, int rows_left, u16* sw,
-                                                  const u32 (&a)[NT / 2][4], int lane) {
-    static_assert(NT % 4 == 0, "one stmatrix.x4 an m16 tile's half of four n8 tiles");
-    __syncwarp();
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int q = 0; q < NT / 4; ++q) {
-            u32 w[4];
-#pragma unroll
-            for (int n = 0; n < 4; ++n) w[n] = a[(4 * q + n) >> 1][2 * ((4 * q + n) & 1) + r];
-            stmatrix_x4(sw + (8 * r + (lane & 7)) * LDS + 32 * q + (lane >> 3) * 8, w);
-        }
-    __syncwarp();
-    constexpr int PIECES = NT * 8 / 8, STEP = 32 / PIECES;   // 16-byte pieces a row; rows a step of the warp
-    const int row0 = lane / PIECES, c = (lane % PIECES) * 8;
-    u16* d = dst + (i64)row0 * ldq + c;   // stepped, not recomputed: ptxas kept eight offsets and spilled them
-    const i64 step = (i64)STEP * ldq;
-#pragma unroll
-    for (int k = 0; k < 16 / STEP; ++k, d += step) {
-        const int row = k * STEP + row0;
-        const uint4 v = *(const uint4*)(sw + row * LDS + c);
-        if (row < rows_left) {
-            if constexpr (EVICT) st_global16_policy(d, v, l2_evict_first());
-            else *(uint4*)d = v;
-        }
-    }
-}
-
 // dK and dV of 4 * 16 * MT keys of one head. Warp rows are keys; the streamed tiles hold BC queries.
 // DQ (the half builds): dQ too, as above; the query tiles run from the last down. Else from the diagonal
 // down, and attention_backward_dq makes dQ.
@@ -2833,17 +2806,6 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
 // are one tile, about a microsecond, ahead: short of a load from DRAM; the forward's form 10 asks the same of its k
 // and v). The consumers' arithmetic is unchanged, so the default's bits; 149 KB of shared memory, one block an SM.
 #define DKDV_TMAD_STAGES 4
-// The 128-query tiles (attn_backward_dkdv_ds_tmarq_l2_, TR2_ATTN_DKDV_Q128=1; fifty-eighth session, off): the same
-// kernel with each stage two 64-query boxes of q and of dO side by side, so that S^T and dPd^T are m64n128k16 (a
-// warp's 16 keys x 128 queries, 64 registers each) and dV and dK take eight k16 slices a tile. Why: the scores' products
-// read both operands from shared memory, and m64n64k16 wants 4 KB of it a 32-clock product at the tensor cores' rate,
-// the 128 bytes a clock shared memory gives (n128: 6 KB in 64 clocks); and each tile's mbarrier round, two commit-wait
-// rounds and softmax bookkeeping come half as often (the forward's 128-key tiles took x0.86-0.87 of its 64-key form).
-// FlashAttention-3's Hopper backward at head size 64 takes 128 x 128 tiles likewise. Bits: each element of S^T and
-// dPd^T is the same 64-term product (the n extent does not change an element's sum), and dV's and dK's k16 slices come
-// in the same query order, the masked half of the diagonal tile that the 64-query form skips adding exact zeros: the
-// default's bits, dS^T included (the kernel tests ask). ds_t's rows are padded to 128 queries (gpu.ds_row_halves).
-#define DKDV_TMAQ_STAGES 2
 
 // One 64-query tile of the TMA dK/dV kernel (attention_backward_dkdv_tma_resident; its plain form, removed, ran it
 // too): S^T and dPd^T, the softmax gradient, dS^T stored, dV and dK accumulated, each product awaited. k and v at ak
@@ -2872,13 +2834,13 @@ __device__ __forceinline__ float4 lse_d_pair(const float* sL, int k0) { return *
 
 // The head of a TMA dK/dV tile (tma_dkdv_tile): S^T = k q^T and dPd^T = v dO^T from the stage's
 // boxes, awaited, then the softmax gradient: p leaves as Pd^T, ds as dS^T (C registers, float32).
-template <int K, int HS, bool DROP, int BC = 64>
-__device__ __forceinline__ void tma_dkdv_scores(float (&p)[1][BC / 8][4], float (&ds)[1][BC / 8][4], u32 ak, u32 av,
-                                                u32 aq, u32 ao, const float* sL, int qt, int k0, int g, int t, int T,
-                                                int bh, const Dropout& drop) {
+template <int K, int HS, bool DROP>
+__device__ __forceinline__ void tma_dkdv_scores(float (&p)[1][8][4], float (&ds)[1][8][4], u32 ak, u32 av, u32 aq,
+                                                u32 ao, const float* sL, int qt, int k0, int g, int t, int T, int bh,
+                                                const Dropout& drop) {
     constexpr float c = Scale<HS>::value * LOG2E;
-    constexpr int NT = BC / 8;
-    static_assert(BC == 64 || BC == 128, "64- or 128-query tiles: m64n64k16 or m64n128k16");
+    constexpr int BC = 64, NT = BC / 8;
+    static_assert(NT == 8, "64-query tiles");
     auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
         i = qt * BC + n * 8 + 2 * t + (e & 1);
         j = k0 + g + 8 * (e >> 1);
@@ -2912,43 +2874,35 @@ __device__ __forceinline__ void tma_dkdv_scores(float (&p)[1][BC / 8][4], float 
 
 // A TMA dK/dV tile's accumulating products, issued (the caller commits and waits): dV += Pd^T dO and dK += dS^T q,
 // 16 queries a slice, the A fragments from registers, the dO and q boxes MN-major (2048 bytes a slice).
-template <int K, int HS, int KS = 4>
-__device__ __forceinline__ void tma_dkdv_issue(float (&dv)[HS / 8][4], float (&dk)[HS / 8][4], const u32 (&pf)[KS][4],
-                                               const u32 (&df)[KS][4], u64 do_mn, u64 dq_mn) {
+template <int K, int HS>
+__device__ __forceinline__ void tma_dkdv_issue(float (&dv)[HS / 8][4], float (&dk)[HS / 8][4], const u32 (&pf)[4][4],
+                                               const u32 (&df)[4][4], u64 do_mn, u64 dq_mn) {
 #pragma unroll
-    for (int k16 = 0; k16 < KS; ++k16)   // dV += Pd^T dO
+    for (int k16 = 0; k16 < 4; ++k16)   // dV += Pd^T dO
         wg_mma<K, true>(dv, pf[k16], do_mn + 2048 / 16 * k16, 1);
 #pragma unroll
-    for (int k16 = 0; k16 < KS; ++k16)   // dK += dS^T q
+    for (int k16 = 0; k16 < 4; ++k16)   // dK += dS^T q
         wg_mma<K, true>(dk, df[k16], dq_mn + 2048 / 16 * k16, 1);
 }
 
-template <int K, int HS, bool DROP, int BC = 64>
+template <int K, int HS, bool DROP>
 __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4], u32 ak, u32 av,
                                               unsigned char* sQO, float* sLD, int s, int qt, int k0, int g, int t,
                                               int T, int bh, const Dropout& drop, u16* __restrict__ ds_t, int ldq,
                                               u16* sdS, int cwarp, int lane) {
-    constexpr int NT = BC / 8, BOX = BC * HS * 2, LDS = BC + 8;   // BOX: a stage's q (or dO) rows, BC / 64 boxes
+    constexpr int BC = 64, NT = BC / 8, BOX = 64 * HS * 2, LDS = BC + 8;
     const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
     float p[1][NT][4], ds[1][NT][4];
-    tma_dkdv_scores<K, HS, DROP, BC>(p, ds, ak, av, aq, ao, sLD + 2 * s * BC, qt, k0, g, t, T, bh, drop);
+    tma_dkdv_scores<K, HS, DROP>(p, ds, ak, av, aq, ao, sLD + 2 * s * BC, qt, k0, g, t, T, bh, drop);
     // the MN-major descriptors (dO and q as the B of dV and dK) step 2048 bytes a slice
     const u64 do_mn = wg_desc_sw128(ao, TMA_V_LBO, TMA_V_SBO), dq_mn = wg_desc_sw128(aq, TMA_V_LBO, TMA_V_SBO);
     u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
     pack_a<K, NT>(pf, p[0]);   // first: P^T's registers are free while dS^T is stored (ptxas: fewer spills)
-    if constexpr (BC == 64) {
-        store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                        sdS + cwarp * 16 * LDS, ds, lane);
-        pack_a<K, NT>(df, ds[0]);
-    } else {
-        // dS^T stored from its A fragments, the same words: at 128 queries the float32 dS^T (64 registers) live
-        // through the stores left ptxas short of registers (C7512: every wgmma serialized, 236 bytes spilled)
-        pack_a<K, NT>(df, ds[0]);
-        store_ds_t_packed<NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
-                                         sdS + cwarp * 16 * LDS, df, lane);
-    }
+    store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+                                    sdS + cwarp * 16 * LDS, ds, lane);
+    pack_a<K, NT>(df, ds[0]);
     wg_fence();
-    tma_dkdv_issue<K, HS, NT / 2>(dv, dk, pf, df, do_mn, dq_mn);
+    tma_dkdv_issue<K, HS>(dv, dk, pf, df, do_mn, dq_mn);
     wg_commit();
     wg_wait_all();
     wg_hold(dv);
@@ -2970,14 +2924,14 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // (tma_dkdv_tile): its bits. Written in the twenty-fourth session; run in the twenty-fifth
 // (results/h200-perf-20261204): its kernel cases and whole-run graph test the plain form's bits, the whole backward
 // alone x0.939 / x0.972 / x0.974 of it on nanogpt / gpt2-small / gpt2-medium; the default since.
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int BC = 64>
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
                                                      int out_kind, Dropout drop) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value;
-    constexpr int BR = 128, BOX = 64 * HS * 2, QBOX = BC * HS * 2;   // QBOX: a stage's q (or dO), BC / 64 boxes
+    constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * S + 4];
@@ -2988,8 +2942,8 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     u64* kv_empty = bars + 2 * S + 2;  // kv_empty[b]: the 8 consumer warps are done with buffer b
     unsigned char* base = smem + ((1024u - (smem_u32(smem) & 1023u)) & 1023u);   // the swizzle repeats every 1 KB
     unsigned char* sKV = base;                      // buffer b: consumer c's 64 keys at sKV + (4 b + c) BOX, v + 2 BOX
-    unsigned char* sQO = base + 8 * BOX;            // stage s: q at sQO + 2 s QBOX, dO at + QBOX
-    float* sLD = (float*)(sQO + 2 * S * QBOX);      // stage s: lse at 2 s BC, D at (2 s + 1) BC
+    unsigned char* sQO = base + 8 * BOX;            // stage s: q at sQO + 2 s BOX, dO at + BOX
+    float* sLD = (float*)(sQO + 2 * S * BOX);       // stage s: lse at 2 s BC, D at (2 s + 1) BC
     u16* sdS = (u16*)(sLD + 2 * S * BC);            // consumer warp w: 16 rows of BC + 8 halves
     const int nkb = (T + BR - 1) / BR, nqt = (T + BC - 1) / BC, items = BH * nkb, C = H * HS;
     const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
@@ -3026,13 +2980,9 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                 for (int qt = first; qt < nqt; ++qt, ++it) {
                     const int s = it % S;
                     if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
-                    mbar_expect_tx(&full[s], 2 * QBOX);
-#pragma unroll
-                    for (int r = 0; r < BC / 64; ++r)   // the 64-row boxes side by side: one descriptor spans them
-                        tma_load_2d(sQO + 2 * s * QBOX + r * BOX, tq, &full[s], h * HS, row0 + qt * BC + 64 * r);
-#pragma unroll
-                    for (int r = 0; r < BC / 64; ++r)
-                        tma_load_2d(sQO + (2 * s + 1) * QBOX + r * BOX, tdo, &full[s], h * HS, row0 + qt * BC + 64 * r);
+                    mbar_expect_tx(&full[s], 2 * BOX);
+                    tma_load_2d(sQO + 2 * s * BOX, tq, &full[s], h * HS, row0 + qt * BC);
+                    tma_load_2d(sQO + (2 * s + 1) * BOX, tdo, &full[s], h * HS, row0 + qt * BC);
                 }
             }
             resident_done(sched);   // every ticket this block will draw is drawn
@@ -3075,7 +3025,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
             const int s = it % S;
             mbar_wait(&full[s], (it / S) & 1);
             if (qt * BC + BC - 1 >= K0)   // else every query of the tile comes before the warpgroup's keys
-                tma_dkdv_tile<K, HS, DROP, BC>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS,
+                tma_dkdv_tile<K, HS, DROP>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS,
                                            cwarp, lane);
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
@@ -3390,8 +3340,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // attn_backward_dkdv_ds_<tmarr|tmarrd>_l2_<bf16r|f16r>_hs64: the TMA dK/dV resident (attention_backward_dkdv_tma_
 // resident) with a ring of STAGES; arguments as attn_backward_dkdv_ds_l2_'s with the tensor maps of qkv and dO in their
 // places, then the heads BH and sched (two ints zero at launch, left zero); one block an SM.
-#define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS) ATTN_DKDV_TMA_RESIDENT_RING(tmarr, BUILD, K, HS, DKDV_TMA_STAGES, 64)
-#define ATTN_DKDV_TMA_RESIDENT_RING(NAME, BUILD, K, HS, STAGES, BQ)                                             \
+#define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS) ATTN_DKDV_TMA_RESIDENT_RING(tmarr, BUILD, K, HS, DKDV_TMA_STAGES)
+#define ATTN_DKDV_TMA_RESIDENT_RING(NAME, BUILD, K, HS, STAGES)                                                 \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_##NAME##_l2_##BUILD##_hs##HS(   \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
@@ -3399,11 +3349,11 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true, STAGES, BQ>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, \
-                                                                          T, H, BH, sched, out_kind, d);       \
+            attention_backward_dkdv_tma_resident<K, HS, true, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
+                                                                      H, BH, sched, out_kind, d);              \
         else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false, STAGES, BQ>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, \
-                                                                           T, H, BH, sched, out_kind, d);      \
+            attention_backward_dkdv_tma_resident<K, HS, false, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
+                                                                       H, BH, sched, out_kind, d);             \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind.
@@ -3459,10 +3409,8 @@ ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, bf16r, KIND_BF16, 64, FWD_TMAW_STAGES)
 ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, f16r, KIND_F16, 64, FWD_TMAW_STAGES)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
-ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES, 64)
-ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, f16r, KIND_F16, 64, DKDV_TMAD_STAGES, 64)
-ATTN_DKDV_TMA_RESIDENT_RING(tmarq, bf16r, KIND_BF16, 64, DKDV_TMAQ_STAGES, 128)
-ATTN_DKDV_TMA_RESIDENT_RING(tmarq, f16r, KIND_F16, 64, DKDV_TMAQ_STAGES, 128)
+ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES)
+ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, f16r, KIND_F16, 64, DKDV_TMAD_STAGES)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
 
