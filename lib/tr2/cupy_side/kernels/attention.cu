@@ -77,6 +77,9 @@
 // bits, and slower: the backward alone x1.03-1.04 on the GPT-2 shapes and x1.23-1.25 on the char model, the second
 // warpgroup's masked half of each diagonal tile costing more than the per-tile work it saved (results/h100-perf-
 // 20261207c).
+// Reverted on 2026-12-07 (source at d146431): the TMA dK/dV's lse and D of a query pair in one 16-byte load (the stage
+// interleaved by pairs), the same bits with 4% fewer instructions and slower, x1.08 under Nsight Compute on gpt2-small
+// (10.07 against 8.94 cycles an issued instruction; results/h100-perf-20261207c, call 2).
 // gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
@@ -2811,26 +2814,21 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
 // too): S^T and dPd^T, the softmax gradient, dS^T stored, dV and dK accumulated, each product awaited. k and v at ak
 // and av, stage s's q and dO boxes in sQO and its lse and D rows in sLD. Inlined, the machine code of the kernels it
 // was taken from was unchanged (scripts/cubin_text_compare.py, results/cpu-checks-20261203j).
-// The TMA dK/dV kernel's lse/D warp: query tile qt's lse and D rows (zeros past T) into stage s (2 BC floats at
-// 2 s BC of sLD), then its arrival on full[s] (a release: the warp's stores before it). Interleaved by query pairs:
-// queries 2m and 2m + 1 give lse, lse, D, D at 4 m, so that a consumer thread, whose registers hold query pairs
-// (2t, 2t + 1 of each n8 tile), reads both values of a pair with one 16-byte load (lse_d_pair). Until the fifty-eighth
-// session lse and D lay in two rows and the consumers read them a float at a time: 32 loads a 64-query tile where 8 do.
-template <int BC>
+// The TMA dK/dV kernel's lse/D warp: query tile qt's lse and D rows (zeros past T) into stage s (lse at 2 s BC, D at
+// (2 s + 1) BC of sLD), then its arrival on full[s] (a release: the warp's stores before it). WITH_D false: lse only
+// (form 4, whose producer warps made D; removed).
+template <int BC, bool WITH_D = true>
 __device__ __forceinline__ void stage_lse_d(float* sLD, u64* full, int s, int qt, const float* __restrict__ lse,
                                             const float* __restrict__ Dvec, int bh, int T, int lane) {
     float* l = sLD + 2 * s * BC;
     for (int k = lane; k < BC; k += 32) {
-        const int i = qt * BC + k, at = 4 * (k >> 1) + (k & 1);
-        l[at] = i < T ? lse[(i64)bh * T + i] : 0.0f;
-        l[at + 2] = i < T ? Dvec[(i64)bh * T + i] : 0.0f;
+        const int i = qt * BC + k;
+        l[k] = i < T ? lse[(i64)bh * T + i] : 0.0f;
+        if constexpr (WITH_D) l[BC + k] = i < T ? Dvec[(i64)bh * T + i] : 0.0f;
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&full[s]);
 }
-
-// The lse and D of queries k0 and k0 + 1 (k0 even, in the tile) from a stage stage_lse_d wrote: lse, lse, D, D.
-__device__ __forceinline__ float4 lse_d_pair(const float* sL, int k0) { return *(const float4*)(sL + 2 * k0); }
 
 // The head of a TMA dK/dV tile (tma_dkdv_tile): S^T = k q^T and dPd^T = v dO^T from the stage's
 // boxes, awaited, then the softmax gradient: p leaves as Pd^T, ds as dS^T (C registers, float32).
@@ -2841,6 +2839,7 @@ __device__ __forceinline__ void tma_dkdv_scores(float (&p)[1][8][4], float (&ds)
     constexpr float c = Scale<HS>::value * LOG2E;
     constexpr int BC = 64, NT = BC / 8;
     static_assert(NT == 8, "64-query tiles");
+    const float* sD = sL + BC;
     auto at = [&](int, int n, int e, int& i, int& j) {   // register (n, e): query i, key j
         i = qt * BC + n * 8 + 2 * t + (e & 1);
         j = k0 + g + 8 * (e >> 1);
@@ -2850,9 +2849,9 @@ __device__ __forceinline__ void tma_dkdv_scores(float (&p)[1][8][4], float (&ds)
     if constexpr (DROP) keep = drop.keep_bits<LANE_PAIRS, 1, NT>(bh, T, edge, at);
     auto coords = [&](int mt, int n, int e, int& i, int& j, float& Lc, float& Dq) {
         at(mt, n, e, i, j);
-        const float4 ld = lse_d_pair(sL, n * 8 + 2 * t);   // the same address for e = 0..3: one load an n8 tile
-        Lc = ((e & 1) ? ld.y : ld.x) * LOG2E;
-        Dq = (e & 1) ? ld.w : ld.z;
+        const int il = n * 8 + 2 * t + (e & 1);
+        Lc = sL[il] * LOG2E;
+        Dq = sD[il];
     };
     // Each box's descriptor once, each k16 slice's by its offset in the start-address field (tma_forward_tile says
     // why that is the same descriptor): the K-major ones step 32 bytes a slice.
