@@ -4,7 +4,8 @@
 #                           NVRTC from TR2_NVRTC or wherever cubins.py finds one), files at the archive's top level
 #   .cache/variants/NAME/   lib/ and params/ of a commit (git archive) or of this tree, and bench.env (KEY=VALUE lines:
 #                           scripts/device_bench.py sets them for that variant's runs)
-#   .cache/products         the products record folder RECORD (a results/ folder of a committed call)
+#   .cache/products         the products records of the folder RECORD (a results/ folder of a committed call, or a
+#                           stage folder's products/), each under the name its card and cuBLASLt version give
 #   .cache/nanoGPT, data/   ../shared/nanoGPT and ../shared/data/shakespeare
 # Then the carry's size (the device tool takes 64 MiB in all) and the run tool's carry list.
 #   usage: RECORD=results/h200-perf-20261202c/record-call3 \
@@ -40,7 +41,10 @@ for spec in ${VARIANTS:-}; do
   echo "variant $name: $rev, bench.env: $(tr '\n' ' ' <"$d/bench.env")"
 done
 tar cJf .cache/kernels.tar.xz -C "$KERNELS" .
-rm -rf .cache/products && mkdir -p .cache/products && cp "$RECORD"/*.json .cache/products/
+# each record under the name its content gives (card, cuBLASLt version), the one the runs look for: a results
+# folder keeps its copy as NAME-<digest>.json, under which no run finds it (the 59th session's edition runs read none)
+rm -rf .cache/products && mkdir -p .cache/products
+TR2_PRODUCTS_DIR=.cache/products PYTHONPATH=lib python3 -m tr2.cupy_side.products --place "$RECORD"/*.json
 rm -rf .cache/nanoGPT && cp -r ../shared/nanoGPT .cache/nanoGPT
 mkdir -p data && cp -r ../shared/data/shakespeare/* data/
 du -shc data .cache/kernels.tar.xz .cache/products .cache/nanoGPT .cache/variants | tail -1 | sed 's/total/carried in all (at most 64 MiB)/'

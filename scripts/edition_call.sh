@@ -36,6 +36,9 @@ export TR2_DEADLINE=$(( CALL_START + LIMIT_S - 10 ))
 # an H200 card where another GPU came (the device tool lends H100s too) stops in one line before any run, rather than
 # spend the call timing the wrong card (lib/tr2/cards.py, check_machine)
 export TR2_REQUIRE_CARD_GPU=1
+# and a cupy run without its card's products record stops (the stage before its first run, each run at its backend)
+# rather than time cuBLASLt's heuristic choices as the edition's program (lib/tr2/cupy_side/products.py, required)
+export TR2_REQUIRE_PRODUCTS=1
 for spec in "$@"; do
   stage=${spec%%=*} target=${spec#*=} target=${target%/}
   left_s=$(left)

@@ -70,6 +70,16 @@ def select(folder: Path, patterns: list) -> list:
                        "finished trainer run")
 
 
+def check_recorded_files(folder: Path, records: list) -> None:
+    """Each chosen run's recorded metrics file is in the folder, before the reruns take their minutes (the fifty-ninth
+    session's first check found a folder that had travelled without its files and stopped on a traceback)."""
+    missing = [r["metrics"] for r in records if not (folder / r["metrics"]).is_file()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise Tr2Error(f"FOLDER: {folder.name} lacks the recorded metrics file(s) {shown}; allowed: a folder that "
+                       "holds its runs' files (on the device: `scripts/device_tree.sh slim FOLDER` keeps them)")
+
+
 def check_steps(steps: int, records: list) -> None:
     shortest = min(int(flag_value(r["cmd"], "--steps")) for r in records)
     if not 0 <= steps <= shortest:
@@ -146,6 +156,7 @@ def main(argv=None) -> int:
             raise Tr2Error(f"--scratch: {str(scratch)!r} is a file; allowed: a folder (made if missing) for the reruns' "
                            "files")
         records = select(folder, a.runs)
+        check_recorded_files(folder, records)
         check_steps(a.steps, records)
     except Tr2Error as e:
         sys.stderr.write(f"identity_check: error: {e}\n")

@@ -280,6 +280,7 @@ def test_an_h200_card_on_an_h100_runs_with_one_line_saying_so(monkeypatch, capsy
     c.update(device="cuda", machine="nvidia-h200")
     monkeypatch.setattr(cards, "cuda_available", lambda side: True)
     monkeypatch.setattr(cards, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", "0")   # the products record: the next test's
     cards.check_machine(c)
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["tr2: card smoke names machine 'nvidia-h200' and this machine's GPU is NVIDIA H100 80GB HBM3: its "
@@ -297,6 +298,45 @@ def test_an_h200_card_on_an_h100_runs_with_one_line_saying_so(monkeypatch, capsy
     monkeypatch.setenv("TR2_REQUIRE_CARD_GPU", "yes")   # not read as off: said, whatever the GPU
     with pytest.raises(Tr2Error, match=r"^TR2_REQUIRE_CARD_GPU: 'yes' is not allowed; allowed: 1 \(a card naming"):
         cards.check_machine(c)
+
+
+def test_a_gpu_stage_without_the_products_record_stops_before_its_runs(tmp_path, monkeypatch):
+    """A stage of a GPU card needs this GPU's products record (the protocol's amendment 4.3) unless
+    TR2_REQUIRE_PRODUCTS=0: one line before any run. The fifty-ninth session's edition runs timed cuBLASLt's heuristic
+    for want of this check, the record carried under its kept name."""
+    import tr2.cards as cards
+    c = load_card(CARDS / "smoke.yaml")
+    c.update(device="cuda", machine="nvidia-h200")
+    monkeypatch.setattr(cards, "cuda_available", lambda side: True)
+    monkeypatch.setattr(cards, "gpu_names", lambda: ["NVIDIA H200"])
+    monkeypatch.setenv("TR2_PRODUCTS_DIR", str(tmp_path))
+    monkeypatch.delenv("TR2_REQUIRE_PRODUCTS", raising=False)
+    (tmp_path / "nvidia-h200-cublaslt130100-35893974ed25.json").write_text("{}")   # a kept copy's name
+    with pytest.raises(Tr2Error) as e:
+        cards.check_machine(c)
+    assert str(e.value) == ("no products record for this machine's GPU 'NVIDIA H200' (nvidia-h200-cublaslt<version>.json); "
+                            f"{tmp_path} holds nvidia-h200-cublaslt130100-35893974ed25.json; allowed: `make products` "
+                            "here first (the protocol's amendment 4.3: each product's cuBLASLt algorithm timed on the "
+                            "card, once per GPU model and cuBLASLt version), a record placed there (`python -m "
+                            "tr2.cupy_side.products --place FILE`), or TR2_REQUIRE_PRODUCTS=0 to time cuBLASLt's "
+                            "heuristic choices instead (outside the protocol)")
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", "1")   # as scripts/edition_call.sh runs the stages: the same
+    with pytest.raises(Tr2Error, match=r"^no products record for this machine's GPU 'NVIDIA H200'"):
+        cards.check_machine(c)
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", "0")
+    cards.check_machine(c)   # asked for: runs, the heuristic choosing
+    monkeypatch.delenv("TR2_REQUIRE_PRODUCTS")
+    (tmp_path / "nvidia-h200-cublaslt130100.json").write_text("{}")
+    cards.check_machine(c)   # a record of its name: a run checks its own version (products.check_required)
+    monkeypatch.setattr(cards, "gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    with pytest.raises(Tr2Error, match=r"^no products record for this machine's GPU 'NVIDIA H100 80GB HBM3' "
+                                       r"\(nvidia-h100-80gb-hbm3-cublaslt<version>"):
+        cards.check_machine(c)
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", "on")
+    with pytest.raises(Tr2Error, match=r"^TR2_REQUIRE_PRODUCTS: 'on' is not allowed; allowed: 1 "):
+        cards.check_machine(c)
+    c.update(device="cpu")
+    cards.check_machine(c)   # a CPU card's runs have no products to time
 
 
 def test_runner_refuses_a_resume_on_another_gpu_model(tmp_path, monkeypatch):

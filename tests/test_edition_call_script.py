@@ -58,3 +58,22 @@ def test_a_stage_on_a_fresh_folder_comes_back_packed(tmp_path):
     finally:
         for d in set(RESULTS_DIR.glob("method_b-*-smoke")) - before:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_stages_run_requiring_the_cards_gpu_and_its_products_record(tmp_path):
+    """The stages see TR2_REQUIRE_CARD_GPU=1 and TR2_REQUIRE_PRODUCTS=1 (lib/tr2/cards.py check_machine,
+    lib/tr2/cupy_side/products.py check_required): a stand-in python3 first on PATH records what `-m tr2.runner`
+    was given, in the environment the script hands it."""
+    stub = tmp_path / "bin" / "python3"
+    stub.parent.mkdir()
+    seen = tmp_path / "seen.txt"
+    stub.write_text("#!/bin/sh\n"
+                    f'case "$*" in *tr2.runner*) echo "$* CARD_GPU=$TR2_REQUIRE_CARD_GPU PRODUCTS=$TR2_REQUIRE_PRODUCTS" '
+                    f'>>{seen};; esac\nexit 0\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("TR2_REQUIRE_PRODUCTS", None)
+    p = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "60", "series=no-such-card-here"], cwd=REPO_ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert seen.read_text() == "-m tr2.runner series --card no-such-card-here --runs-only CARD_GPU=1 PRODUCTS=1\n"

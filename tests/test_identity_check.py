@@ -118,6 +118,17 @@ def test_bad_input_is_one_line(folder, tmp_path, capsys, runs, steps, said):
     assert not out.exists()
 
 
+def test_a_folder_without_its_recorded_files_is_refused_before_any_rerun(folder, tmp_path, capsys):
+    (folder / "runs" / "tiny_float32_cupy_1337.metrics.jsonl").unlink()   # the folder travelled without its files
+    out = tmp_path / "x.jsonl"
+    assert check(folder, out, "tiny/*") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"identity_check: error: FOLDER: {folder.name} lacks the recorded metrics file(s) "
+                   "runs/tiny_float32_cupy_1337.metrics.jsonl; allowed: a folder that holds its runs' files (on the "
+                   "device: `scripts/device_tree.sh slim FOLDER` keeps them)"]
+    assert not out.exists() and not (tmp_path / "x.runs").exists()   # nothing ran
+
+
 def test_the_scratch_folder_can_lie_outside_the_output_folder(folder, tmp_path):
     """On the device $OUT returns 8 files at most: the reruns' files must be able to go elsewhere."""
     out, scratch = tmp_path / "out" / "identity.jsonl", tmp_path / "scratch"

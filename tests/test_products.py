@@ -68,3 +68,89 @@ def test_builds_and_models_are_checked_by_name(capsys):
             products.main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and err[0].startswith("tr2.cupy_side.products: error: " + said), err
+
+
+# ------------------------------------------------------------------ the record where a run must read it, and its name
+RECORD_BODY = {"card": "NVIDIA H200", "cublaslt_version": 130100,
+               "products": {products.key_text(KEY): {"algo": list(range(8)), "workspace": 0, "ms": 0.1}}}
+
+
+@pytest.mark.parametrize("value, run, stage", [("", False, True), ("0", False, False), ("1", True, True),
+                                               (" 1 ", True, True)])
+def test_the_requirement_is_read_from_the_environment(monkeypatch, value, run, stage):
+    """Unset: off for a single run (products.check_required), on for a GPU card's stage (cards.check_products_record)."""
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", value)
+    assert products.required() is run
+    assert products.required(default=True) is stage
+
+
+def test_a_bad_requirement_value_is_refused_naming_what_is_allowed(monkeypatch):
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", "yes")
+    with pytest.raises(products.RecordError, match=r"^TR2_REQUIRE_PRODUCTS: 'yes' is not allowed; allowed: 1 "):
+        products.required()
+
+
+def test_a_required_record_that_is_missing_stops_the_run_naming_the_file_and_the_folder(tmp_path, monkeypatch):
+    # the fifty-ninth session's carry: the record under its kept name (digest appended), which no run looks for
+    (tmp_path / "nvidia-h200-cublaslt130100-35893974ed25.json").write_text(json.dumps(RECORD_BODY))
+    path = tmp_path / "nvidia-h200-cublaslt130100.json"
+    monkeypatch.delenv("TR2_REQUIRE_PRODUCTS", raising=False)
+    products.check_required(path, None, "NVIDIA H200", 130100)   # not required: the heuristic chooses, no word
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", "1")
+    products.check_required(path, "ab" * 32, "NVIDIA H200", 130100)   # a record was read: nothing to say
+    with pytest.raises(products.RecordError) as e:
+        products.check_required(path, None, "NVIDIA H200", 130100)
+    assert str(e.value) == (
+        f"TR2_REQUIRE_PRODUCTS=1 and there is no products record at {path} (card 'NVIDIA H200', cuBLASLt 130100); "
+        f"{tmp_path} holds nvidia-h200-cublaslt130100-35893974ed25.json; allowed: the record under that name "
+        "(`python -m tr2.cupy_side.products --place FILE` puts a record under the name its content gives; "
+        "`python -m tr2.cupy_side.products` builds one), or TR2_REQUIRE_PRODUCTS unset to let cuBLASLt's heuristic "
+        "choose")
+    assert products.folder_listing(tmp_path / "none") == f"{tmp_path / 'none'} does not exist"
+    (tmp_path / "empty").mkdir()
+    assert products.folder_listing(tmp_path / "empty") == f"{tmp_path / 'empty'} is empty"
+    for i in range(8):
+        (tmp_path / "empty" / f"f{i}.json").write_text("{}")
+    assert products.folder_listing(tmp_path / "empty").endswith("holds f0.json, f1.json, f2.json, f3.json, f4.json, "
+                                                                "f5.json and 2 more")
+
+
+def test_place_puts_each_record_under_the_name_its_content_gives(tmp_path, monkeypatch):
+    kept = tmp_path / "kept" / "nvidia-h200-cublaslt130100-35893974ed25.json"
+    kept.parent.mkdir()
+    kept.write_text(json.dumps(RECORD_BODY))
+    other = tmp_path / "kept" / "anything.json"
+    other.write_text(json.dumps(dict(RECORD_BODY, card="NVIDIA H100 80GB HBM3")))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TR2_PRODUCTS_DIR", str(cache))
+    assert products.canonical_name(kept) == "nvidia-h200-cublaslt130100.json"
+    assert products.main(["--place", str(kept), str(other)]) == 0
+    assert sorted(p.name for p in cache.iterdir()) == ["nvidia-h100-80gb-hbm3-cublaslt130100.json",
+                                                       "nvidia-h200-cublaslt130100.json"]
+    # the name the runs look for now holds the record, byte for byte
+    assert products.record_path("NVIDIA H200", 130100).read_bytes() == kept.read_bytes()
+    assert products.records_for("NVIDIA H200") == [cache / "nvidia-h200-cublaslt130100.json"]
+    (cache / kept.name).write_bytes(kept.read_bytes())   # a kept copy's name beside it is no record a run reads
+    assert products.records_for("NVIDIA H200") == [cache / "nvidia-h200-cublaslt130100.json"]
+    assert products.records_for("NVIDIA H100 PCIe") == []
+
+
+def test_place_refuses_two_records_of_one_name_and_a_file_that_is_not_one(tmp_path, monkeypatch, capsys):
+    a, b, bad = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "bad.json"
+    a.write_text(json.dumps(RECORD_BODY))
+    b.write_text(json.dumps(dict(RECORD_BODY, products={})))
+    bad.write_text(json.dumps({"products": {}}))   # a record without its card: no name to give it
+    cache = tmp_path / "cache"
+    with pytest.raises(products.RecordError, match=f"^products records {a} and {b} both name "
+                                                   "nvidia-h200-cublaslt130100.json and differ"):
+        products.place([a, b], cache)
+    assert not cache.exists()   # refused before anything was copied
+    with pytest.raises(products.RecordError, match=f"^products record {bad}: its 'card' and 'cublaslt_version' "
+                                                   "give no name .KeyError"):
+        products.place([bad], cache)
+    with pytest.raises(products.RecordError, match=f"^products record {tmp_path / 'no.json'}: not a file"):
+        products.place([tmp_path / "no.json"], cache)
+    monkeypatch.setenv("TR2_PRODUCTS_DIR", str(cache))
+    with pytest.raises(SystemExit) as e:
+        products.main(["--place", str(a), str(b)])
+    assert e.value.code == 2 and "both name nvidia-h200-cublaslt130100.json and differ" in capsys.readouterr().err

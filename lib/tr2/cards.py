@@ -384,7 +384,7 @@ def check_machine(card: dict) -> None:
     verified (md5). A problem is one line (Tr2Error). A cuda card whose `machine` names another GPU model than this
     machine's (the H200 cards on an H100) runs, with one line on stderr saying so: its folders time this GPU; with
     TR2_REQUIRE_CARD_GPU=1 in the environment (scripts/edition_call.sh sets it: an edition's device minutes are
-    scarce) it is refused instead."""
+    scarce) it is refused instead. A cuda card also needs this GPU's products record (check_products_record)."""
     if card["device"] == "cuda":
         missing = [side for side in ("torch", "cupy") if not cuda_available(side)]
         if missing:
@@ -405,12 +405,35 @@ def check_machine(card: dict) -> None:
             sys.stderr.write(f"tr2: card {card['card']} names machine {card['machine']!r} and this machine's GPU is "
                              f"{here}: its runs time this GPU, not an {wanted} (machine.json "
                              f"and the report name it), and the GPU minutes modelled from {wanted} runs do not apply\n")
+        check_products_record(names)
     for m in card["models"]:
         for name in DATA_FILES[load_model(m).dataset]:
             data_file(name)
     if "nanogpt" in card["torch_loops"]:
         checkout_path(card["nanogpt_path"], key="nanogpt_path")
     check_rules(card)
+
+
+def check_products_record(names: list[str]) -> None:
+    """The cupy runs' products record for this machine's GPU is in the record folder before any run of a GPU card
+    starts (some cuBLASLt version of it: a run checks its own where TR2_REQUIRE_PRODUCTS=1,
+    cupy_side.products.check_required): the protocol's amendment 4.3 times the products on the card, and without a
+    record cuBLASLt's heuristic would choose them, silently (the fifty-ninth session's edition runs). On unless
+    TR2_REQUIRE_PRODUCTS=0."""
+    from .cupy_side import products   # here: the record's names, no GPU needed
+    try:
+        if not products.required(default=True):
+            return
+    except products.RecordError as e:
+        raise Tr2Error(str(e)) from None
+    for name in sorted(set(names)):
+        if not products.records_for(name):
+            raise Tr2Error(f"no products record for this machine's GPU {name!r} "
+                           f"({products.slug(name)}-cublaslt<version>.json); {products.folder_listing(products.record_dir())}; "
+                           "allowed: `make products` here first (the protocol's amendment 4.3: each product's cuBLASLt "
+                           "algorithm timed on the card, once per GPU model and cuBLASLt version), a record placed there "
+                           "(`python -m tr2.cupy_side.products --place FILE`), or TR2_REQUIRE_PRODUCTS=0 to time "
+                           "cuBLASLt's heuristic choices instead (outside the protocol)")
 
 
 def check_rules(card: dict) -> None:

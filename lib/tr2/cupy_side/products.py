@@ -11,6 +11,10 @@ each key's candidates (cuBLASLt's list, its own first) are timed on scratch oper
 alignments, cublasGemmEx beside them for the record, and the fastest kept with its time and configuration. They are
 timed as replays of a captured graph by default (how the step runs them: a candidate that needs cuBLAS's memset
 before its kernel pays the graph node's gap there), `--timing eager` as eager calls back to back.
+
+A stage of a GPU card stops before its first run where the folder holds no record of this GPU (tr2.cards, unless
+TR2_REQUIRE_PRODUCTS=0), and with TR2_REQUIRE_PRODUCTS=1 each run stops at its backend without its own. A copy kept
+by a results folder (NAME-<digest>.json) goes back under the name runs look for with `--place FILE`.
 """
 from __future__ import annotations
 
@@ -99,6 +103,83 @@ def read_record_digest(path: Path) -> tuple[dict, str | None]:
     return products, hashlib.sha256(raw).hexdigest()
 
 
+def required(default: bool = False) -> bool:
+    """TR2_REQUIRE_PRODUCTS: 1 where a run must read its card's record, 0 where a missing record means cuBLASLt's
+    heuristic chooses; unset, `default`: off for a single run (tr2.train, the tests), on for a stage on a GPU card
+    (tr2.cards.check_products_record: the protocol's amendment 4.3 times the products). The 59th session's edition
+    runs read none, the carry having named the file by its digest, and took the heuristic's choices without a word."""
+    value = os.environ.get("TR2_REQUIRE_PRODUCTS", "").strip()
+    if value not in ("", "0", "1"):
+        raise RecordError(f"TR2_REQUIRE_PRODUCTS: {value!r} is not allowed; allowed: 1 (a run without its card's "
+                          "products record stops), 0 (cuBLASLt's heuristic chooses where there is none), or unset")
+    return default if value == "" else value == "1"
+
+
+def folder_listing(folder: Path) -> str:
+    """What a record folder holds, said in a few words, for an error that names the file it lacks."""
+    if not folder.is_dir():
+        return f"{folder} does not exist"
+    names = sorted(p.name for p in folder.iterdir())
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return f"{folder} holds {shown}" if names else f"{folder} is empty"
+
+
+def check_required(path: Path, digest: str | None, card: str, version: int) -> None:
+    """Stop where TR2_REQUIRE_PRODUCTS=1 and the run read no record (digest None), naming the file it looked for,
+    what the folder holds and how to put the record there."""
+    if digest is None and required():
+        raise RecordError(
+            f"TR2_REQUIRE_PRODUCTS=1 and there is no products record at {path} (card {card!r}, cuBLASLt {version}); "
+            f"{folder_listing(path.parent)}; allowed: the record under that name (`python -m tr2.cupy_side.products "
+            f"--place FILE` puts a record under the name its content gives; `python -m tr2.cupy_side.products` "
+            "builds one), or TR2_REQUIRE_PRODUCTS unset to let cuBLASLt's heuristic choose")
+
+
+def records_for(card: str) -> list[Path]:
+    """The records of a card in the record folder, any cuBLASLt version (the stage's check before its runs, which
+    knows the GPU's name but not yet the cuBLASLt version its runs will load)."""
+    folder = record_dir()
+    name = re.compile(re.escape(slug(card)) + r"-cublaslt[0-9]+\.json")   # not a kept copy's NAME-<digest>.json
+    return sorted(p for p in folder.iterdir() if name.fullmatch(p.name)) if folder.is_dir() else []
+
+
+def canonical_name(path: Path) -> str:
+    """The file name a record's own content gives it (its card and cuBLASLt version): the one record_path looks
+    for. A file that is not a record, or lacks either field, stops here naming the file."""
+    read_record_digest(path)   # a record, or RecordError naming the file
+    try:
+        data = json.loads(path.read_bytes().decode())
+        return f"{slug(str(data['card']))}-cublaslt{int(data['cublaslt_version'])}.json"
+    except (KeyError, TypeError, ValueError) as e:
+        raise RecordError(f"products record {path}: its 'card' and 'cublaslt_version' give no name "
+                          f"({type(e).__name__}: {e})") from None
+
+
+def place(sources: list[Path], folder: Path) -> list[tuple[Path, Path]]:
+    """Copy each record into `folder` under its canonical name (a copy kept by a results folder carries its digest
+    in its name, under which no run finds it). Two sources for one name with different bytes are refused before
+    anything is copied. Returns (source, destination) pairs."""
+    by_name: dict[str, Path] = {}
+    for src in sources:
+        if not src.is_file():
+            raise RecordError(f"products record {src}: not a file; allowed: a record's JSON file")
+        name = canonical_name(src)
+        if name in by_name and by_name[name].read_bytes() != src.read_bytes():
+            raise RecordError(f"products records {by_name[name]} and {src} both name {name} and differ; allowed: one "
+                              "record for each card and cuBLASLt version")
+        by_name[name] = src
+    folder.mkdir(parents=True, exist_ok=True)
+    pairs = []
+    for name, src in by_name.items():
+        dest = folder / name
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=name + ".", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(src.read_bytes())
+        os.replace(tmp, dest)
+        pairs.append((src, dest))
+    return pairs
+
+
 def write_record(path: Path, card: str, version: int, products: dict) -> None:
     """The whole record, atomically (a reader sees the old file or the new one, never a part)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,9 +213,12 @@ def load_record(version: int) -> tuple[dict, Path]:
 
 
 def load_record_digest(version: int) -> tuple[dict, Path, str | None]:
-    """load_record's record and path, and the sha256 of the file as read (None: no record)."""
-    path = record_path(device_name(), version)
+    """load_record's record and path, and the sha256 of the file as read (None: no record). Where
+    TR2_REQUIRE_PRODUCTS=1 a missing record stops the run (check_required)."""
+    card = device_name()
+    path = record_path(card, version)
     products, digest = read_record_digest(path)
+    check_required(path, digest, card, version)
     return products, path, digest
 
 
@@ -303,7 +387,18 @@ def main(argv=None) -> int:
     p.add_argument("--timing", choices=("graph", "eager"), default="graph",
                    help="candidates timed as replays of a captured graph (how the step runs them; default) or as "
                         "eager calls back to back (the records before 2026-12-01's eighth session)")
+    p.add_argument("--place", nargs="+", metavar="FILE", type=Path,
+                   help="no timing, no GPU: copy each record FILE into the record folder (.cache/products or "
+                        "$TR2_PRODUCTS_DIR) under the name its card and cuBLASLt version give, the one runs look for")
     args = p.parse_args(argv)
+    if args.place:
+        try:
+            pairs = place(args.place, record_dir())
+        except RecordError as e:
+            p.error(str(e))
+        for src, dest in pairs:
+            print(f"products record {src} -> {dest}")
+        return 0
     try:
         builds = parse_builds(args.builds)
     except ValueError as e:
