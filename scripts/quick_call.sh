@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The quick card on the GPU machine (the device tool's copy of the repo, no network): every stage of CARD
 # (default h200-quick) through tr2.runner, then the report, as `make all CARD=...` runs them where a .venv
-# can be set up. Carry: .whl (../shared/wheels/device), .cache/kernels, .cache/nanoGPT (a copy of the
+# can be set up. Carry: .whl (../shared/wheels/device), .cache/kernels, .cache/products (scripts/carry_prepare.sh: a
+# GPU stage stops before its first run without this GPU's record), .cache/nanoGPT (a copy of the
 # nanoGPT checkout, put where the card's default nanogpt_path looks: ../shared/nanoGPT), data.
 # Writes under OUT after each stage: machine.txt, times.txt (stage, exit code, seconds), logs.tgz and
 # results.tgz (the card's results folders without .npz, and the report), so a call stopped at its limit

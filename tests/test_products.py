@@ -104,7 +104,7 @@ def test_a_required_record_that_is_missing_stops_the_run_naming_the_file_and_the
         f"TR2_REQUIRE_PRODUCTS=1 and there is no products record at {path} (card 'NVIDIA H200', cuBLASLt 130100); "
         f"{tmp_path} holds nvidia-h200-cublaslt130100-35893974ed25.json; allowed: the record under that name "
         "(`python -m tr2.cupy_side.products --place FILE` puts a record under the name its content gives; "
-        "`python -m tr2.cupy_side.products` builds one), or TR2_REQUIRE_PRODUCTS unset to let cuBLASLt's heuristic "
+        "`python -m tr2.cupy_side.products` builds one), or TR2_REQUIRE_PRODUCTS=0 to let cuBLASLt's heuristic "
         "choose")
     assert products.folder_listing(tmp_path / "none") == f"{tmp_path / 'none'} does not exist"
     (tmp_path / "empty").mkdir()

@@ -132,7 +132,7 @@ def check_required(path: Path, digest: str | None, card: str, version: int) -> N
             f"TR2_REQUIRE_PRODUCTS=1 and there is no products record at {path} (card {card!r}, cuBLASLt {version}); "
             f"{folder_listing(path.parent)}; allowed: the record under that name (`python -m tr2.cupy_side.products "
             f"--place FILE` puts a record under the name its content gives; `python -m tr2.cupy_side.products` "
-            "builds one), or TR2_REQUIRE_PRODUCTS unset to let cuBLASLt's heuristic choose")
+            "builds one), or TR2_REQUIRE_PRODUCTS=0 to let cuBLASLt's heuristic choose")
 
 
 def records_for(card: str) -> list[Path]:
@@ -421,6 +421,8 @@ def main(argv=None) -> int:
     lt, card = cublas.lt, device_name()
     path = record_path(card, lt.version)
     products = read_record(path)
+    # the record being built cannot be required of the steps that gather its keys (gather_keys' backends)
+    os.environ["TR2_REQUIRE_PRODUCTS"] = "0"
     print(f"products record {path} ({len(products)} products); card {card}, cuBLASLt {lt.version}", flush=True)
     for model in models:
         for build in builds:
