@@ -105,6 +105,27 @@ def test_a_timed_record_is_written_read_back_and_used(tmp_path, monkeypatch):
     assert rel(to_f64(C, "bf16"), a @ b.T) <= 1e-2
 
 
+def test_a_required_record_that_is_missing_stops_the_backend_and_one_present_is_read(tmp_path, monkeypatch):
+    """TR2_REQUIRE_PRODUCTS=1 on the GPU: the record this device and cuBLASLt version look for, absent, stops
+    load_record_digest (where a run's backend reads it) naming the path; placed (`--place`, from a kept copy's name), it
+    is read with its digest. The CPU half: tests/test_products.py."""
+    monkeypatch.setenv("TR2_PRODUCTS_DIR", str(tmp_path))
+    monkeypatch.setenv("TR2_REQUIRE_PRODUCTS", "1")
+    cb = blas.get_cublas()
+    if cb.lt is None:
+        cb.attach_lt()
+    version, card = cb.lt.version, products.device_name()
+    want = products.record_path(card, version)
+    kept = tmp_path / "kept" / f"{want.stem}-0123456789ab.json"
+    kept.parent.mkdir()
+    products.write_record(kept, card, version, {})
+    with pytest.raises(products.RecordError, match=f"^TR2_REQUIRE_PRODUCTS=1 and there is no products record at {want}"):
+        products.load_record_digest(version)
+    assert products.place([kept], tmp_path) == [(kept, want)]
+    record, path, digest = products.load_record_digest(version)
+    assert (record, path) == ({}, want) and digest is not None
+
+
 # gpu/memsets.py on the driver, in seconds (before any training run): three products of gpt2-small's c_attn forward
 # shape in bf16 under half roundings (the record's plan asks for a 4-byte workspace, which cuBLAS zeroes with a memset
 # before its kernel) captured back to back, TR2_MEMSET_EARLY=2's two workspaces taken in turn. The first memset has
