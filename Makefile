@@ -77,10 +77,11 @@ bench: setup  ## one clocked run of every model and type on both sides (tiny sta
 report: setup  ## stitch the newest executed notebooks of CARD into report/TR-2.html
 	$(PY) -m tr2.report $(NEED_CARD)--card $(CARD) --out report/TR-2.html
 
-# On a GPU the products record comes first (the protocol's amendment 4.3; keys already timed are skipped, so it times
-# once per GPU model and cuBLASLt version): without it every GPU stage stops before its first run (tr2.cards).
+# On a GPU the products record comes first, for the card's models and builds (the protocol's amendment 4.3; keys
+# already timed are skipped, so each is timed once per GPU model and cuBLASLt version): without a record every GPU
+# stage stops before its first run (tr2.cards).
 all: setup  ## every stage on the default card, then the report (the main job)
-	@if [ -n "$(HAS_GPU)" ]; then $(PY) -m tr2.cupy_side.products $(if $(MODELS),--models $(MODELS)) $(if $(BUILDS),--builds $(BUILDS)); fi
+	@if [ -n "$(HAS_GPU)" ]; then $(PY) -m tr2.cupy_side.products $(if $(MODELS)$(BUILDS),$(if $(MODELS),--models $(MODELS)) $(if $(BUILDS),--builds $(BUILDS)),$(NEED_CARD)--card $(CARD)); fi
 	$(call RUN_STAGE,series)
 	$(call RUN_STAGE,method_a)
 	$(call RUN_STAGE,method_b)

@@ -154,3 +154,27 @@ def test_place_refuses_two_records_of_one_name_and_a_file_that_is_not_one(tmp_pa
     with pytest.raises(SystemExit) as e:
         products.main(["--place", str(a), str(b)])
     assert e.value.code == 2 and "both name nvidia-h200-cublaslt130100.json and differ" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("card, models, builds", [
+    ("h200", "nanogpt,gpt2-small,gpt2-medium", "tf32,bf16,bf16r,f16,f16r,f32"),   # the exact builds too (rule 22)
+    ("h200-edition", "nanogpt,gpt2-small", "tf32,bf16r,f32"),
+    ("h200-quick", "nanogpt", "bf16r,f32"),   # method B's plain float32 on every card (rule 54)
+])
+def test_a_card_names_the_models_and_builds_its_cupy_runs_take(card, models, builds):
+    from tr2.cards import load_card
+    assert products.card_builds(load_card(card)) == (models, builds)
+    assert products.parse_builds(builds)   # every build a name the timing knows
+
+
+def test_card_is_refused_beside_models_or_builds_and_a_bad_card_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        products.main(["--card", "h200-quick", "--builds", "bf16r"])
+    assert e.value.code == 2
+    assert "--card: 'h200-quick' with --models or --builds is not allowed; allowed: --card alone" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        products.main(["--card", "no-such-card"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and err == [f"tr2.cupy_side.products: error: card file: 'no-such-card' does not exist; "
+                                         f"{err[0].split('does not exist; ', 1)[1]}"], err
+    assert "allowed: a YAML file such as params/cards/cpu.yaml, or a name: cpu | h200 |" in err[0]

@@ -379,10 +379,27 @@ def gather_keys(model: str, build: str) -> set:
         lt.collect = None
 
 
+DEFAULT_MODELS, DEFAULT_BUILDS = "nanogpt,gpt2-small,gpt2-medium", "bf16r,f16r,tf32,f32"
+
+
+def card_builds(card: dict) -> tuple[str, str]:
+    """The --models and --builds whose products a card's cupy runs take: its models; float32's TF32 build where the
+    card has float32, each half type's builds with and without half roundings as the card builds them, and plain
+    float32 always (method B runs on every card: protocol rule 54)."""
+    from ..configs import cupy_builds   # here: the card's rules, no GPU needed
+    builds = ["tf32"] if "float32" in card["dtypes"] else []
+    for dtype, stem in (("bfloat16", "bf16"), ("float16", "f16")):
+        if dtype in card["dtypes"]:
+            builds += [stem + ("r" if hr else "") for hr in cupy_builds(card, dtype)]
+    return ",".join(card["models"]), ",".join(builds + ["f32"])
+
+
 def main(argv=None) -> int:
     p = Parser(prog="python -m tr2.cupy_side.products", description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="nanogpt,gpt2-small,gpt2-medium")
-    p.add_argument("--builds", default="bf16r,f16r,tf32,f32")
+    p.add_argument("--models", help=f"comma-separated models (default {DEFAULT_MODELS})")
+    p.add_argument("--builds", help=f"comma-separated builds (default {DEFAULT_BUILDS})")
+    p.add_argument("--card", help="the models and builds a card's cupy runs take (a name under params/cards/ or a "
+                                  "file), instead of --models and --builds: what `make all` times first on a GPU")
     p.add_argument("--retime", action="store_true", help="time keys the record already holds again")
     p.add_argument("--timing", choices=("graph", "eager"), default="graph",
                    help="candidates timed as replays of a captured graph (how the step runs them; default) or as "
@@ -399,6 +416,19 @@ def main(argv=None) -> int:
         for src, dest in pairs:
             print(f"products record {src} -> {dest}")
         return 0
+    if args.card is not None:
+        if args.models is not None or args.builds is not None:
+            p.error(f"--card: {args.card!r} with --models or --builds is not allowed; allowed: --card alone (its models "
+                    "and builds), or --models and --builds")
+        from .. import Tr2Error
+        from ..cards import load_card
+        try:
+            args.models, args.builds = card_builds(load_card(args.card))
+        except Tr2Error as e:
+            p.error(str(e))
+        print(f"card {args.card}: --models {args.models} --builds {args.builds}", flush=True)
+    args.models = DEFAULT_MODELS if args.models is None else args.models
+    args.builds = DEFAULT_BUILDS if args.builds is None else args.builds
     try:
         builds = parse_builds(args.builds)
     except ValueError as e:
