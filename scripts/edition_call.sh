@@ -2,8 +2,8 @@
 # One device call of a card run in pieces (the H200 edition: docs/h200-edition.md), on the GPU machine: each
 # STAGE=TARGET runs `python3 -m tr2.runner STAGE --runs-only`, on a fresh folder where TARGET is a card's name and
 # resuming it where TARGET is a results folder, one after another, all under one `timeout LIMIT_S`. Then the card's
-# results folders (CARD, from the first target or the folders' names) go back in OUT/results.tgz without their .npz
-# and caches, so a stage the timeout stopped still comes back, with machine.txt, each stage's log and times.txt
+# results folders that the call wrote in (CARD, from the targets or the folders' names) go back in OUT/results.tgz
+# without their .npz and caches, so a stage the timeout stopped still comes back, with machine.txt, each stage's log and times.txt
 # (stage, exit code, seconds; 124: stopped by the timeout; 75: stopped before a run the limit would cut); the
 # script exits with the first stage's code that is not 0 (after packing), else 0. Notebooks are rendered afterwards
 # on the CPU machine
@@ -29,6 +29,7 @@ for spec in "$@"; do
 done
 source scripts/device_env.sh || exit 1
 call_begin "$OUT" "$LIMIT_S"
+touch "$W/started"   # the archive takes the folders written in after this
 # a stage starts no run that its measured runs (else, in a fresh folder, scripts/h200_minutes.py's model) say would end
 # past the call's limit (10 s kept for packing): it stops with exit code 75 instead, and the next call resumes it
 # (lib/tr2/stage.py, run_plan)
@@ -54,9 +55,21 @@ for spec in "$@"; do
   [ "$rc" -eq 0 ] || [ "${first_rc:-0}" -ne 0 ] || first_rc=$rc
   echo "$stage rc $rc $(( $(date +%s) - t0 )) s" | tee -a "$OUT/times.txt"
 done
+# only the card's folders this call wrote in: an archive holding every folder of the card carried stale copies of
+# folders a later call had extended, which overwrote them when the archives were unpacked out of order (the
+# fifty-ninth session: call 3's copy of the series folder undid call 2's last runs)
 folders=()
-for c in $(printf '%s\n' "${cards[@]}" | sort -u); do folders+=($(ls -d results/*-[0-9]*-[0-9]*-"$c" 2>/dev/null)); done
-tar czf "$OUT/results.tgz" --exclude='*.npz' --exclude='*/cache' "${folders[@]}"
+for c in $(printf '%s\n' "${cards[@]}" | sort -u); do
+  for f in $(ls -d results/*-[0-9]*-[0-9]*-"$c" 2>/dev/null); do
+    [ -n "$(find "$f" -newer "$W/started" -print -quit)" ] && folders+=("$f")
+  done
+done
+if [ "${#folders[@]}" -gt 0 ]; then
+  tar czf "$OUT/results.tgz" --exclude='*.npz' --exclude='*/cache' "${folders[@]}"
+  echo "results.tgz: ${folders[*]}"
+else
+  echo "results.tgz: not written (no folder of the card was written in by this call)"
+fi
 for spec in "$@"; do tail -c 600 "$OUT/${spec%%=*}.log" 2>/dev/null; echo; done
 cat "$OUT/times.txt"
 out_fold "$OUT"   # more than 8 files (many stages' logs) would not all come back

@@ -42,7 +42,15 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, args, says):
 def test_a_stage_on_a_fresh_folder_comes_back_packed(tmp_path):
     before = set(RESULTS_DIR.glob("method_b-*-smoke"))
     out = tmp_path / "out"
+    # a folder of the same card that the call does not write in stays out of the archive (unpacked later, a stale copy
+    # would overwrite what another call added to it)
+    old = RESULTS_DIR / "series-20000101-000000-smoke"
     try:
+        (old / "logs").mkdir(parents=True)
+        (old / "runs.jsonl").write_text("")
+        os.utime(old / "runs.jsonl", (946684800, 946684800))
+        os.utime(old / "logs", (946684800, 946684800))
+        os.utime(old, (946684800, 946684800))
         p = _call(out, "method_b=smoke")
         made = set(RESULTS_DIR.glob("method_b-*-smoke")) - before
         assert p.returncode == 0, p.stdout + p.stderr + "".join(f.read_text() for f in out.glob("*.log"))
@@ -55,7 +63,9 @@ def test_a_stage_on_a_fresh_folder_comes_back_packed(tmp_path):
             names = t.getnames()
         assert f"results/{folder.name}/runs.jsonl" in names and f"results/{folder.name}/summary.json" in names
         assert not [n for n in names if n.endswith(".npz")]
+        assert not [n for n in names if old.name in n]
     finally:
+        shutil.rmtree(old, ignore_errors=True)
         for d in set(RESULTS_DIR.glob("method_b-*-smoke")) - before:
             shutil.rmtree(d, ignore_errors=True)
 
