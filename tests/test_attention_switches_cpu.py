@@ -64,6 +64,20 @@ def test_the_dq_switch_moves_the_dq_kernel_only(attention, monkeypatch, dq_tma, 
                                              dq_name]
 
 
+def test_the_wide_row_dots_run_where_switched_on_and_both_arrays_start_on_16_bytes(attention, monkeypatch):
+    """TR2_ATTN_ROW_DOTS_WIDE (off by default): attn_row_dots_wide_ only where dO and out start on 16 bytes, the 2-byte
+    loads' kernel otherwise (the same bits either way); the default backward launches the loop's kernel."""
+    assert attention.ROW_DOTS_WIDE is False
+    assert attention.row_dots_kernel("bf16", 64, 256, 512) == "attn_row_dots_bf16_hs64"
+    monkeypatch.setattr(attention, "ROW_DOTS_WIDE", True)
+    assert attention.row_dots_kernel("bf16", 64, 256, 512) == "attn_row_dots_wide_bf16_hs64"
+    assert attention.row_dots_kernel("f16", 32, 4096, 16) == "attn_row_dots_wide_f16_hs32"
+    assert attention.row_dots_kernel("bf16", 64, 256 + 8, 512) == "attn_row_dots_bf16_hs64"
+    assert attention.row_dots_kernel("f16", 64, 256, 512 + 2) == "attn_row_dots_f16_hs64"
+    launched = _backward_launches(attention, monkeypatch)
+    assert launched[0][0] == "attn_row_dots_wide_bf16_hs64"   # the plan's stand-in arrays are fresh: aligned
+
+
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
     # on by default since the twentieth session; the resident form 7 since the twenty-fourth
     assert attention.FWD_TMA_LONG == 7 and attention.TMA_FORMS == {7: "tmawr", 10: "tmawrd", 11: "tmawrn"}

@@ -890,6 +890,39 @@ def test_attention_backward_with_ds_stored(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv run-to-run {tag}", r, dqkv)
 
 
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+@pytest.mark.parametrize("out_kind", ["half", "f32"])
+@pytest.mark.parametrize("rows, T, H, hs", [(1, 1, 1, 64), (7 * 3, 7, 3, 32), (2 * 65 * 2, 65, 2, 64),
+                                            (8 * 1024 * 12, 1024, 12, 64)])
+def test_attention_row_dots_wide_gives_the_loops_bits(kind, out_kind, rows, T, H, hs):
+    """attn_row_dots_wide_ (TR2_ATTN_ROW_DOTS_WIDE=1: a thread's elements of dO and out in one load each) against
+    attn_row_dots_ (2-byte loads): D the same bits for a half or a float32 out, the sync ints zeroed by both; D within
+    the type's rounding of the float64 row sums of the same operands (the NumPy form: every input exact in float32)."""
+    from tr2.cupy_side.gpu import attention
+    from tr2.cupy_side.gpu.runtime import i32, launch
+    hk = halfbits.KIND_BF16 if kind == "bf16" else halfbits.KIND_F16
+    g = gen(rows + hs)
+    dout = halfbits.to_bits(randn(g, rows, hs), hk)
+    okind = hk if out_kind == "half" else halfbits.KIND_F32
+    out = halfbits.to_bits(randn(g, rows, hs), hk) if out_kind == "half" else randn(g, rows, hs)
+    want = (halfbits.from_bits(dout, hk).astype(np.float64)
+            * (halfbits.from_bits(out, hk) if out_kind == "half" else out).astype(np.float64)).sum(axis=1)
+    B = rows // (T * H)
+    want = want.reshape(B, T, H).transpose(0, 2, 1)   # D[b, h, i] of row (b T + i) H + h
+    got = {}
+    for name in (f"attn_row_dots_{kind}_hs{hs}", f"attn_row_dots_wide_{kind}_hs{hs}"):
+        D = dev(np.full((B, H, T), np.nan, dtype=np.float32))
+        sync = dev(np.full(37, -1, dtype=np.int32))
+        launch(attention.FILE, name, -(-8 * rows // attention.ROW_DOTS_THREADS), attention.ROW_DOTS_THREADS,
+               (D, sync, i32(sync.size), dev(dout), dev(out), i32(rows), i32(T), i32(H), i32(okind)))
+        assert host(sync).tolist() == [0] * 37, f"{name}: the sync ints not zeroed"
+        got[name] = host(D)
+    loop, wide = got.values()
+    tag = f"[{kind} out {out_kind} rows={rows} T={T} H={H} hs={hs}]"
+    exact(f"attention row dots, wide = loop {tag}", wide, loop)
+    check(f"attention row dots against float64 {tag}", wide, want, 1e-5)
+
+
 def ds_backward_inputs(build, B, T, H, hs, p, salt, monkeypatch):
     """(backend, qkv, dout, saved, seed, offset) for the tests that compare forms of the dS-stored backward: the
     fold switched off so that every shape stores dS, random q, k, v and dO, and the forward's saved values."""

@@ -72,7 +72,7 @@ FILE_KERNELS: dict[str, tuple[str, ...]] = {
          for kernel in ("forward", "backward_dkdv", "backward_dq")]
         + [f"attn_{kernel}_{build}_hs{hs}" for build in ("bf16", "bf16r", "f16", "f16r")
            for kernel in ("forward", "backward_dkdv", "backward_dq", "backward")]
-        + [f"attn_row_dots_{kind}_hs{hs}" for kind in ("bf16", "f16")])
+        + [f"attn_row_dots{wide}_{kind}_hs{hs}" for kind in ("bf16", "f16") for wide in ("", "_wide")])
         + tuple(f"attn_backward_{kernel}_{build}_hs{hs}" for hs in (64, 32) for build in ("bf16r", "f16r")
                 for kernel in ("dkdv_ds_l2", "dq_ds_l2"))
         + tuple(f"attn_forward_wg1_{build}_hs64" for build in ("bf16r", "f16r"))
@@ -109,7 +109,7 @@ _ATTN_MACRO = re.compile(r'^(ATTN_KERNELS_F32_STREAMED|ATTN_KERNELS_F32|ATTN_KER
 _ATTN_MACRO_KERNELS = {"ATTN_KERNELS_F32": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_F32_STREAMED": ("forward", "backward_dkdv", "backward_dq"),
                        "ATTN_KERNELS_HALF": ("forward", "backward_dkdv", "backward_dq", "backward"),
-                       "ATTN_ROW_DOTS": ("row_dots",), "ATTN_FORWARD_WG1": ("forward_wg1",),
+                       "ATTN_ROW_DOTS": ("row_dots", "row_dots_wide"), "ATTN_FORWARD_WG1": ("forward_wg1",),
                        "ATTN_DS": ("backward_dkdv_ds_l2", "backward_dq_ds_l2")}
 # attention.cu's float32 forward on wgmma: ATTN_FORWARD_WGF(warpgroups, build, split, head size)
 _ATTN_WGF_MACRO = re.compile(r'^ATTN_FORWARD_WGF\((\d+), (\w+), \w+, (\d+)\)', re.M)

@@ -31,6 +31,8 @@ FILE = "attention.cu"
 HEAD_SIZES = (32, 64)
 THREADS = 128         # four warps
 ROW_DOTS_THREADS = 256   # attn_row_dots: eight threads a row
+# attn_row_dots_wide (each thread's elements in one load; the same bits): off until measured (row_dots_kernel)
+ROW_DOTS_WIDE = bool(kernel_switch("TR2_ATTN_ROW_DOTS_WIDE", 0))
 # attention.cu's Geometry: m16 tiles a warp (a block owns 4 * 16 * mt rows), rows of each kernel's streamed tiles
 GEOMETRY = attention_geometry()
 _ROW_BYTES = {True: 72 * 2, False: 68 * 4}   # a staged row: half tiles, float32 tiles (padded)
@@ -482,9 +484,17 @@ def dq_ds_shared_bytes(queries: int) -> int:
     return 2 * DSQ_KEYS * (queries + 8 + 72) * 2
 
 
+def row_dots_kernel(kind: str, hs: int, dout_ptr: int, out_ptr: int) -> str:
+    """The row dots' kernel: with TR2_ATTN_ROW_DOTS_WIDE=1 the one reading a thread's elements in one load each where
+    dO and out start on 16 bytes (fresh arrays do), else the loop of 2-byte loads; the same bits."""
+    wide = ROW_DOTS_WIDE and dout_ptr % 16 == 0 and out_ptr % 16 == 0
+    return f"attn_row_dots{'_wide' if wide else ''}_{kind}_hs{hs}"
+
+
 def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, hs: int) -> None:
     """attn_row_dots: D of every row; with sync (an int32 array, or None) its ints zeroed for the kernel after it."""
-    launch(FILE, f"attn_row_dots_{kind}_hs{hs}", -(-8 * rows // ROW_DOTS_THREADS), ROW_DOTS_THREADS,
+    launch(FILE, row_dots_kernel(kind, hs, kdout.data.ptr, saved.out.data.ptr), -(-8 * rows // ROW_DOTS_THREADS),
+           ROW_DOTS_THREADS,
            (D, NULL if sync is None else sync, i32(0 if sync is None else sync.size), kdout, saved.out, i32(rows),
             i32(T), i32(H), i32(ctx.round_kind)))
 
