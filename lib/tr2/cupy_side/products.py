@@ -64,8 +64,14 @@ def record_dir() -> Path:
     return Path(env) if env else REPO / ".cache" / "products"
 
 
+def record_name(card: str, version: int) -> str:
+    """The file name of a card's record for a cuBLASLt version: the one runs look for (record_path), and the one
+    --place gives a record from its own content (canonical_name)."""
+    return f"{slug(card)}-cublaslt{version}.json"
+
+
 def record_path(card: str, version: int) -> Path:
-    return record_dir() / f"{slug(card)}-cublaslt{version}.json"
+    return record_dir() / record_name(card, version)
 
 
 def fastest(times: list) -> int:
@@ -139,7 +145,8 @@ def records_for(card: str) -> list[Path]:
     """The records of a card in the record folder, any cuBLASLt version (the stage's check before its runs, which
     knows the GPU's name but not yet the cuBLASLt version its runs will load)."""
     folder = record_dir()
-    name = re.compile(re.escape(slug(card)) + r"-cublaslt[0-9]+\.json")   # not a kept copy's NAME-<digest>.json
+    # record_name's form, any version; not a kept copy's NAME-<digest>.json
+    name = re.compile(re.escape(slug(card)) + r"-cublaslt[0-9]+\.json")
     return sorted(p for p in folder.iterdir() if name.fullmatch(p.name)) if folder.is_dir() else []
 
 
@@ -149,7 +156,7 @@ def canonical_name(path: Path) -> str:
     read_record_digest(path)   # a record, or RecordError naming the file
     try:
         data = json.loads(path.read_bytes().decode())
-        return f"{slug(str(data['card']))}-cublaslt{int(data['cublaslt_version'])}.json"
+        return record_name(str(data["card"]), int(data["cublaslt_version"]))
     except (KeyError, TypeError, ValueError) as e:
         raise RecordError(f"products record {path}: its 'card' and 'cublaslt_version' give no name "
                           f"({type(e).__name__}: {e})") from None

@@ -2563,7 +2563,16 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
 // as the products read it, out as the forward wrote it, in out_kind), eight threads a row, each HS / 8 columns
 // in order, their sums added in one butterfly; and sync (n_sync ints: the dK/dV kernel's counters and ticket)
 // zeroed, since that kernel runs next. Rows r = (b T + i) H + h, the order of the memory.
-template <int K, int HS>
+// WIDE (attn_row_dots_wide_, TR2_ATTN_ROW_DOTS_WIDE=1, off: NOT yet run on a GPU): a thread's HS / 8 elements of dO
+// and of out read in one load each (two for a float32 out at HS 64), 16 bytes a load at HS 64 where the loop issues
+// sixteen 2-byte loads (10.5 us a layer of gpt2-small under Nsight Compute, results/h200-perf-20261202d call 3: about
+// 2.4 TB/s of the 25 MB it reads); the products added in the loop's order by the same expression, so the same bits;
+// dout and out must start on 16 bytes (gpu/attention.py checks; the loop otherwise); the row's place by 32-bit
+// divisions (rows is an int).
+template <int PER> struct alignas(2 * PER) HalfRun { u16 h[PER]; };
+template <int PER> struct alignas(16) FloatRun { float f[PER]; };
+
+template <int K, int HS, bool WIDE = false>
 __device__ void attention_row_dots(float* __restrict__ Dvec, int* __restrict__ sync, int n_sync,
                                    const u16* __restrict__ dout, const void* __restrict__ out, int rows, int T, int H,
                                    int out_kind) {
@@ -2574,57 +2583,37 @@ __device__ void attention_row_dots(float* __restrict__ Dvec, int* __restrict__ s
     float acc = 0.0f;
     if (r < rows) {
         const i64 at = r * HS + (id % 8) * PER;
+        if constexpr (WIDE) {
+            const HalfRun<PER> d = *(const HalfRun<PER>*)(dout + at);
+            float o[PER];
+            if (out_kind == KIND_F32) {
+                const FloatRun<PER> v = *(const FloatRun<PER>*)((const float*)out + at);
 #pragma unroll
-        for (int e = 0; e < PER; ++e) acc += load_from<K>(dout[at + e]) * load_kind(out, at + e, out_kind);
+                for (int e = 0; e < PER; ++e) o[e] = v.f[e];
+            } else {
+                const HalfRun<PER> v = *(const HalfRun<PER>*)((const u16*)out + at);
+#pragma unroll
+                for (int e = 0; e < PER; ++e)
+                    o[e] = out_kind == KIND_BF16 ? bf16_bits_to_f32(v.h[e]) : f16_bits_to_f32(v.h[e]);
+            }
+#pragma unroll
+            for (int e = 0; e < PER; ++e) acc += load_from<K>(d.h[e]) * o[e];
+        } else {
+#pragma unroll
+            for (int e = 0; e < PER; ++e) acc += load_from<K>(dout[at + e]) * load_kind(out, at + e, out_kind);
+        }
     }
     acc += __shfl_xor_sync(0xffffffffu, acc, 4);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     if (r < rows && id % 8 == 0) {
-        const int h = (int)(r % H), i = (int)((r / H) % T), b = (int)(r / ((i64)H * T));
-        Dvec[((i64)b * H + h) * T + i] = acc;
-    }
-}
-
-// attention_row_dots with each thread's HS / 8 consecutive elements of dO and of out read in one load each (two for a
-// float32 out at HS 64): 16 bytes a load at HS 64 where the loop above issues sixteen 2-byte loads (10.5 us a layer of
-// gpt2-small under Nsight Compute, results/h200-perf-20261202d call 3: about 2.4 TB/s of the 25 MB it reads). The
-// products are added in the loop's order, e ascending, by the same expression: the same bits. dout and out must start on 16 bytes
-// (gpu/attention.py checks; the scalar kernel otherwise). TR2_ATTN_ROW_DOTS_WIDE=1 (off: NOT yet run on a GPU).
-template <int PER> struct alignas(2 * PER) HalfRun { u16 h[PER]; };
-template <int PER> struct alignas(16) FloatRun { float f[PER]; };
-
-template <int K, int HS>
-__device__ void attention_row_dots_wide(float* __restrict__ Dvec, int* __restrict__ sync, int n_sync,
-                                        const u16* __restrict__ dout, const void* __restrict__ out, int rows, int T,
-                                        int H, int out_kind) {
-    const i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    for (i64 s = id; s < n_sync; s += (i64)gridDim.x * blockDim.x) sync[s] = 0;
-    constexpr int PER = HS / 8;
-    const i64 r = id / 8;
-    float acc = 0.0f;
-    if (r < rows) {
-        const i64 at = r * HS + (id % 8) * PER;
-        const HalfRun<PER> d = *(const HalfRun<PER>*)(dout + at);
-        float o[PER];
-        if (out_kind == KIND_F32) {
-            const FloatRun<PER> v = *(const FloatRun<PER>*)((const float*)out + at);
-#pragma unroll
-            for (int e = 0; e < PER; ++e) o[e] = v.f[e];
+        if constexpr (WIDE) {
+            const int ri = (int)r, h = ri % H, i = (ri / H) % T, b = ri / (H * T);
+            Dvec[((i64)b * H + h) * T + i] = acc;
         } else {
-            const HalfRun<PER> v = *(const HalfRun<PER>*)((const u16*)out + at);
-#pragma unroll
-            for (int e = 0; e < PER; ++e) o[e] = out_kind == KIND_BF16 ? bf16_bits_to_f32(v.h[e]) : f16_bits_to_f32(v.h[e]);
+            const int h = (int)(r % H), i = (int)((r / H) % T), b = (int)(r / ((i64)H * T));
+            Dvec[((i64)b * H + h) * T + i] = acc;
         }
-#pragma unroll
-        for (int e = 0; e < PER; ++e) acc += load_from<K>(d.h[e]) * o[e];
-    }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    if (r < rows && id % 8 == 0) {   // rows is an int: the row's place by 32-bit divisions (the loop's are 64-bit)
-        const int ri = (int)r, h = ri % H, i = (ri / H) % T, b = ri / (H * T);
-        Dvec[((i64)b * H + h) * T + i] = acc;
     }
 }
 
@@ -3415,7 +3404,7 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
                                                                  const u16* dout, const void* out, int rows, int T, \
                                                                  int H, int out_kind) {                        \
         grid_dependency_entry();                                                                               \
-        attention_row_dots_wide<K, HS>(Dvec, sync, n_sync, dout, out, rows, T, H, out_kind);                   \
+        attention_row_dots<K, HS, true>(Dvec, sync, n_sync, dout, out, rows, T, H, out_kind);                  \
     }
 
 ATTN_KERNELS_F32(f32, true, 64)
