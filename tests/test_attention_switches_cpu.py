@@ -38,7 +38,7 @@ def test_the_backward_defaults_resident_tma_dkdv_and_the_tma_dq_on_long_rows(att
     rows over WG_MAX_T, else the mma.sync dQ from ds_t (128 queries a block), both evict-first forms."""
     launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
     dq_name = {"tmaqf": "attn_backward_dq_ds_tmaqf_bf16r_hs64", "l2": "attn_backward_dq_ds_l2_bf16r_hs64"}[dq]
-    assert [n for n, _g, _a in launched] == ["attn_row_dots_bf16_hs64", "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
+    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
                                              dq_name]
     _, grid, args = launched[1]
     assert grid == (attention.resident_grid(B * H, T, 132),) and int(args[-2]) == B * H
@@ -51,7 +51,7 @@ def test_the_mma_sync_backward_with_the_wgmma_dkdv_switched_off(attention, monke
     monkeypatch.setattr(attention, "USE_WG_DKDV", False)
     for T in (256, 1024):
         launched = _backward_launches(attention, monkeypatch, T=T)
-        assert [n for n, _g, _a in launched] == ["attn_row_dots_bf16_hs64", "attn_backward_dkdv_ds_l2_bf16r_hs64",
+        assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_ds_l2_bf16r_hs64",
                                                  "attn_backward_dq_ds_l2_bf16r_hs64"]
 
 
@@ -60,22 +60,23 @@ def test_the_mma_sync_backward_with_the_wgmma_dkdv_switched_off(attention, monke
 def test_the_dq_switch_moves_the_dq_kernel_only(attention, monkeypatch, dq_tma, T, dq_name):
     monkeypatch.setattr(attention, "DQ_TMA", dq_tma)
     launched = _backward_launches(attention, monkeypatch, T=T, dtype="float16")
-    assert [n for n, _g, _a in launched] == ["attn_row_dots_f16_hs64", "attn_backward_dkdv_ds_tmarr_l2_f16r_hs64",
+    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_f16_hs64", "attn_backward_dkdv_ds_tmarr_l2_f16r_hs64",
                                              dq_name]
 
 
 def test_the_wide_row_dots_run_where_switched_on_and_both_arrays_start_on_16_bytes(attention, monkeypatch):
-    """TR2_ATTN_ROW_DOTS_WIDE (off by default): attn_row_dots_wide_ only where dO and out start on 16 bytes, the 2-byte
-    loads' kernel otherwise (the same bits either way); the default backward launches the loop's kernel."""
-    assert attention.ROW_DOTS_WIDE is False
-    assert attention.row_dots_kernel("bf16", 64, 256, 512) == "attn_row_dots_bf16_hs64"
-    monkeypatch.setattr(attention, "ROW_DOTS_WIDE", True)
+    """TR2_ATTN_ROW_DOTS_WIDE (on by default): attn_row_dots_wide_ only where dO and out start on 16 bytes, the 2-byte
+    loads' kernel otherwise (the same bits either way), and always where switched off."""
+    assert attention.ROW_DOTS_WIDE is True
     assert attention.row_dots_kernel("bf16", 64, 256, 512) == "attn_row_dots_wide_bf16_hs64"
     assert attention.row_dots_kernel("f16", 32, 4096, 16) == "attn_row_dots_wide_f16_hs32"
     assert attention.row_dots_kernel("bf16", 64, 256 + 8, 512) == "attn_row_dots_bf16_hs64"
     assert attention.row_dots_kernel("f16", 64, 256, 512 + 2) == "attn_row_dots_f16_hs64"
     launched = _backward_launches(attention, monkeypatch)
     assert launched[0][0] == "attn_row_dots_wide_bf16_hs64"   # the plan's stand-in arrays are fresh: aligned
+    monkeypatch.setattr(attention, "ROW_DOTS_WIDE", False)
+    assert attention.row_dots_kernel("bf16", 64, 256, 512) == "attn_row_dots_bf16_hs64"
+    assert _backward_launches(attention, monkeypatch)[0][0] == "attn_row_dots_bf16_hs64"
 
 
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):

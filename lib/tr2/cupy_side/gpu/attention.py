@@ -31,8 +31,9 @@ FILE = "attention.cu"
 HEAD_SIZES = (32, 64)
 THREADS = 128         # four warps
 ROW_DOTS_THREADS = 256   # attn_row_dots: eight threads a row
-# attn_row_dots_wide (each thread's elements in one load; the same bits): off until measured (row_dots_kernel)
-ROW_DOTS_WIDE = bool(kernel_switch("TR2_ATTN_ROW_DOTS_WIDE", 0))
+# attn_row_dots_wide (each thread's elements in one load; the same bits): on since the sixtieth session's H100 measure,
+# x0.92-0.95 of the loop's kernel under Nsight Compute (results/h100-perf-20261207d); row_dots_kernel
+ROW_DOTS_WIDE = bool(kernel_switch("TR2_ATTN_ROW_DOTS_WIDE", 1))
 # attention.cu's Geometry: m16 tiles a warp (a block owns 4 * 16 * mt rows), rows of each kernel's streamed tiles
 GEOMETRY = attention_geometry()
 _ROW_BYTES = {True: 72 * 2, False: 68 * 4}   # a staged row: half tiles, float32 tiles (padded)
@@ -485,7 +486,7 @@ def dq_ds_shared_bytes(queries: int) -> int:
 
 
 def row_dots_kernel(kind: str, hs: int, dout_ptr: int, out_ptr: int) -> str:
-    """The row dots' kernel: with TR2_ATTN_ROW_DOTS_WIDE=1 the one reading a thread's elements in one load each where
+    """The row dots' kernel: with TR2_ATTN_ROW_DOTS_WIDE=1 (the default) the one reading a thread's elements in one load each where
     dO and out start on 16 bytes (fresh arrays do), else the loop of 2-byte loads; the same bits."""
     wide = ROW_DOTS_WIDE and dout_ptr % 16 == 0 and out_ptr % 16 == 0
     return f"attn_row_dots{'_wide' if wide else ''}_{kind}_hs{hs}"

@@ -2563,7 +2563,8 @@ __device__ void attention_backward_dkdv(void* __restrict__ dqkv, const typename 
 // as the products read it, out as the forward wrote it, in out_kind), eight threads a row, each HS / 8 columns
 // in order, their sums added in one butterfly; and sync (n_sync ints: the dK/dV kernel's counters and ticket)
 // zeroed, since that kernel runs next. Rows r = (b T + i) H + h, the order of the memory.
-// WIDE (attn_row_dots_wide_, TR2_ATTN_ROW_DOTS_WIDE=1, off: NOT yet run on a GPU): a thread's HS / 8 elements of dO
+// WIDE (attn_row_dots_wide_, TR2_ATTN_ROW_DOTS_WIDE=1, the default since the sixtieth session: x0.92-0.95 of the
+// loop's kernel on an H100 under Nsight Compute, results/h100-perf-20261207d): a thread's HS / 8 elements of dO
 // and of out read in one load each (two for a float32 out at HS 64), 16 bytes a load at HS 64 where the loop issues
 // sixteen 2-byte loads (10.5 us a layer of gpt2-small under Nsight Compute, results/h200-perf-20261202d call 3: about
 // 2.4 TB/s of the 25 MB it reads); the products added in the loop's order by the same expression, so the same bits;
