@@ -4,7 +4,8 @@ row dots, the mma.sync dK/dV writing dS^T evict-first, dQ one mma.sync product o
 a head has at most two key blocks (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV
 kernel); on Hopper `tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0)
 and `tmarrqf` (the same with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's
-bits. The default is tmarr on rows of at most 256 and tmarrqf on longer ones. The forms measured slower and removed
+bits, and `tmarrqg` (tmarrqf grouped: the dK/dV's heads in groups, ds_t stored without the evict-first policy, the dQ's
+heads newest first: TR2_ATTN_DS_GROUPED=1; tmarrqf's bits). The default is tmarr on rows of at most 256 and tmarrqf on longer ones. The forms measured slower and removed
 (ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma dK/dV kernels on cp.async, wg1 /
 wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads fastest; the groups of
 batches: attention.cu's header) were forms here until then (before the removal, at ee6b673), and so were the bulk dQ
@@ -42,8 +43,8 @@ TIME = timer(TIMING)
 
 # TR2_BWD_MODELS=gpt2-small,...: only those models
 MODELS = tuple(m for m in os.environ.get("TR2_BWD_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m)
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA")
-_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0)
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DS_GROUPED")
+_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DS_GROUPED=False)
 
 
 def _form(**changes) -> tuple:
@@ -57,10 +58,10 @@ def _form(**changes) -> tuple:
 
 FORMS = {"recompute": _form(USE_WG_DKDV=False, USE_DS=False), "ds_l2": _form(USE_WG_DKDV=False),
          "fold": _form(USE_WG_DKDV=False, USE_DS=False, FOLD_KEY_BLOCKS=2),
-         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1)}
-WGMMA_FORMS = ("tmarr", "tmarrqf")   # where attention.cu is built for sm_90a
+         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarrqg": _form(DQ_TMA=1, DS_GROUPED=True)}
+WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarrqg")   # where attention.cu is built for sm_90a
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
-SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2"}
+SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2", "tmarrqg": "tmarrqf"}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,tmarr: only those forms (recompute, the reference of the table, always)

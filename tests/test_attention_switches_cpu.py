@@ -38,8 +38,8 @@ def test_the_backward_defaults_resident_tma_dkdv_and_the_tma_dq_on_long_rows(att
     rows over WG_MAX_T, else the mma.sync dQ from ds_t (128 queries a block), both evict-first forms."""
     launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
     dq_name = {"tmaqf": "attn_backward_dq_ds_tmaqf_bf16r_hs64", "l2": "attn_backward_dq_ds_l2_bf16r_hs64"}[dq]
-    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
-                                             dq_name]
+    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64",
+                                             "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64", dq_name]
     _, grid, args = launched[1]
     assert grid == (attention.resident_grid(B * H, T, 132),) and int(args[-2]) == B * H
     _, grid, args = launched[2]
@@ -109,6 +109,7 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
                                                ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10, 11"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
                                                ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
+                                               ("TR2_ATTN_DS_GROUPED", "2", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
                                                ("TR2_ATTN_F32_WG_DQ", "3", "0, 1, 2")])
@@ -153,6 +154,48 @@ def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, 
     assert nbytes == attention.dkdv_tma_shared_bytes(64, stages)
     launched = _backward_launches(attention, monkeypatch, T=1024, dtype="bfloat16")
     assert [n for n, _g, _a in launched][1] == name
+
+
+@pytest.mark.parametrize("T, dtype, names", [
+    (1024, "bfloat16", ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_ds_tmarrg_bf16r_hs64",
+                        "attn_backward_dq_ds_tmaqn_bf16r_hs64"]),
+    (257, "float16", ["attn_row_dots_wide_f16_hs64", "attn_backward_dkdv_ds_tmarrg_f16r_hs64",
+                      "attn_backward_dq_ds_tmaqn_f16r_hs64"]),
+    # rows of 256 and fewer: the mma.sync dQ reads ds_t (evict-first), so the default's kernels
+    (256, "bfloat16", ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
+                       "attn_backward_dq_ds_l2_bf16r_hs64"])])
+def test_the_grouped_backward_runs_where_the_tma_dq_follows(attention, monkeypatch, T, dtype, names):
+    """TR2_ATTN_DS_GROUPED=1 (off by default): the grouped dK/dV and the newest-first TMA dQ on rows over WG_MAX_T, with
+    the default's grids, shared memory and arguments; the default elsewhere; not with the deep ring."""
+    assert attention.DS_GROUPED is False
+    default = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
+    monkeypatch.setattr(attention, "DS_GROUPED", True)
+    launched = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
+    assert [n for n, _g, _a in launched] == names
+    assert [(g, len(a)) for _n, g, a in launched] == [(g, len(a)) for _n, g, a in default]
+    if T > attention.WG_MAX_T:
+        assert attention.dkdv_tma_kernel("bf16r", 64, grouped=True)[1] == attention.dkdv_tma_shared_bytes(64)
+        monkeypatch.setattr(attention, "DKDV_DEEP", 1)
+        with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DS_GROUPED=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
+            _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
+
+
+@pytest.mark.parametrize("BH, nkb, grid", [(96, 8, 132), (128, 8, 132), (36, 8, 132), (2, 8, 16), (6, 9, 54),
+                                           (384, 2, 132), (1, 1, 1), (5, 3, 7)])
+def test_the_grouped_items_cover_every_key_block_of_every_head_once(attention, BH, nkb, grid):
+    """The grouped dK/dV's order (grouped_items, attention.cu's dkdv_item<1>): every (key block, head) once; heads in
+    groups of ceil(grid / nkb) in order, the last group what is left; within a group key block by key block, the
+    longest (key block 0) first."""
+    order = attention.grouped_items(BH, nkb, grid)
+    assert sorted(order) == [(kb, bh) for kb in range(nkb) for bh in range(BH)]
+    G = -(-grid // nkb)
+    for start in range(0, BH * nkb, G * nkb):
+        part = order[start:start + G * nkb]
+        heads = sorted({bh for _kb, bh in part})
+        assert heads == list(range(start // nkb, min(BH, start // nkb + G)))
+        assert [kb for kb, _bh in part] == sorted(kb for kb, _bh in part)
+    if G >= BH:   # one group: the default's order
+        assert order == [(j // BH, j % BH) for j in range(BH * nkb)]
 
 
 def test_the_tma_forward_fits_one_block_an_sm(attention):
@@ -242,7 +285,8 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, {b}, {k}, 64, FWD_TMAW_STAGES)",   # form 11
                   "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
-                  "ATTN_DQ_TMA_QF({b}, {k}, 64)"):
+                  "ATTN_DQ_TMA_QF({b}, {k}, 64)",
+                  "ATTN_DKDV_TMA_GROUPED({b}, {k}, 64)", "ATTN_DQ_TMA_QN({b}, {k}, 64)"):   # TR2_ATTN_DS_GROUPED=1
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want
     assert "#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)" in src   # the evict-first forms only

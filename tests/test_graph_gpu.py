@@ -214,6 +214,13 @@ def test_the_deep_dkdv_ring_changes_no_bit(tmp_path):
     _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DKDV_DEEP", "0", "1", "deep dK/dV ring")
 
 
+# gpu/attention.py's DS_GROUPED (TR2_ATTN_DS_GROUPED=1, off): the grouped dK/dV and the newest-first TMA dQ compute
+# what the default's items and blocks do (tests/test_kernels_gpu.py, "grouped_backward"), so a whole run with them must
+# have the default's losses to the bit, eager and in the graph: gpt2-small (96 heads in groups) in bfloat16.
+def test_the_grouped_backward_changes_no_bit(tmp_path):
+    _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DS_GROUPED", "0", "1", "grouped backward")
+
+
 # gpu/gelu.py's REVERSE_SWITCH: GELU's groups of eight from the last down (value 1, the default since the forty-third
 # session) compute every element as front to back (value 0) does, so a whole run must have value 0's losses to the bit,
 # eager and in the graph: bfloat16's table kernels, float16's within an ulp, float32's computing kernels.

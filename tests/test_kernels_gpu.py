@@ -1052,6 +1052,43 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv, the deep ring, run-to-run {tag}", r, dqkv)
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in WG_DKDV_SHAPES if s[1] > 256] + [(4, 1024, 16, 64)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
+    """The grouped dK/dV (attn_backward_dkdv_ds_tmarrg_: heads in groups, ds_t stored without the evict-first policy)
+    and the TMA dQ newest heads first (attn_backward_dq_ds_tmaqn_), TR2_ATTN_DS_GROUPED=1, against the default's
+    tmarr and tmaqf: each item and block computes what it does by default, so dq, dk and dv the same bits; three runs
+    identical; within the type's tolerance of the NumPy form; every allocation poisoned (an item the order missed
+    would leave its dK, dV and ds_t tiles unwritten); the tickets left at zero. (4, 1024, 16): 512 items, on 132 SMs
+    four groups of 17 heads, the last of 13 (its NumPy form would take minutes: the default's bits stand for it)."""
+    attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
+
+    def backward(grouped):
+        monkeypatch.setattr(attention, "DS_GROUPED", grouped)
+        launched.clear()
+        dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+        return dqkv, [n for n in launched if n.startswith("attn_backward_")]
+
+    default, default_kernels = backward(False)
+    runs = [backward(True) for _ in range(3)]
+    kind = "bf16r" if build[0] == "bfloat16" else "f16r"
+    assert default_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64", f"attn_backward_dq_ds_tmaqf_{kind}_hs64"]
+    for _, kernels in runs:
+        assert kernels == [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
+    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
+    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} grouped]"
+    dqkv, C = runs[0][0], H * hs
+    exact(f"attention dqkv, grouped against the default {tag}", dqkv, default)
+    if (B, T, H, hs) in WG_DKDV_SHAPES:
+        rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
+        for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
+            check(f"attention {part}, grouped {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
+    for r, _ in runs[1:]:
+        exact(f"attention dqkv, grouped, run-to-run {tag}", r, dqkv)
+
+
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
 @pytest.mark.parametrize("T", [63, 64, 130, 257, 258])
 def test_attention_dropout_masks_are_the_generators(build, T):

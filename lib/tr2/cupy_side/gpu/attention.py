@@ -406,6 +406,12 @@ USE_WG_DKDV = bool(kernel_switch("TR2_ATTN_WG_DKDV", 1))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 DKDV_DEEP = kernel_switch("TR2_ATTN_DKDV_DEEP", 0)
 DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
+# TR2_ATTN_DS_GROUPED=1 (sixtieth session, off: NOT yet run on a GPU): where the TMA dQ runs after the resident dK/dV,
+# the dK/dV takes the heads in groups of about one item a block (key block by key block within a group, attention.cu's
+# dkdv_item ORDER 1, attn_backward_dkdv_ds_tmarrg_) and stores ds_t without the evict-first policy, and the dQ takes the
+# heads newest first (attn_backward_dq_ds_tmaqn_), so that the last groups' ds_t is read from the L2. Every item and
+# block computes what it does by default: the same bits. With the two-stage ring only (not with TR2_ATTN_DKDV_DEEP=1).
+DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 0))
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -417,8 +423,26 @@ def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
     return 8 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
-def dkdv_tma_kernel(name: str, hs: int) -> tuple[str, int]:
-    """The resident TMA dK/dV kernel DKDV_DEEP chooses, and its shared memory."""
+def grouped_items(BH: int, nkb: int, grid: int) -> list:
+    """(key block, head) of each item of the grouped dK/dV in ticket order, as attention.cu's dkdv_item<1> computes
+    it: G = ceil(grid / nkb) heads a group (the last group what is left), key block by key block within a group."""
+    G = -(-grid // nkb)
+    order = []
+    for item in range(BH * nkb):
+        grp, r = divmod(item, G * nkb)
+        in_group = min(G, BH - grp * G)
+        order.append((r // in_group, grp * G + r % in_group))
+    return order
+
+
+def dkdv_tma_kernel(name: str, hs: int, grouped: bool = False) -> tuple[str, int]:
+    """The resident TMA dK/dV kernel DKDV_DEEP chooses, or the grouped one (DS_GROUPED, where the TMA dQ follows), and
+    its shared memory."""
+    if grouped:
+        if DKDV_DEEP:
+            raise SwitchError("TR2_ATTN_DS_GROUPED=1 with TR2_ATTN_DKDV_DEEP=1: the grouped dK/dV is built on the "
+                              "two-stage ring only; allowed: one of the two")
+        return f"attn_backward_dkdv_ds_tmarrg_{name}_hs{hs}", dkdv_tma_shared_bytes(hs)
     if DKDV_DEEP:
         return f"attn_backward_dkdv_ds_tmarrd_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs, DKDV_TMAD_STAGES)
     return f"attn_backward_dkdv_ds_tmarr_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs)
@@ -522,7 +546,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
             tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
             extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
-            kernel, nbytes = dkdv_tma_kernel(name, hs)
+            kernel, nbytes = dkdv_tma_kernel(name, hs, grouped=DS_GROUPED and dq_tma)
             launch(FILE, kernel, grid, 384, (dqkv, tq, tdo, saved.lse, D, ds_t, i32(ldq), i32(T), i32(H)) + tail + extra,
                    shared_mem=nbytes, prefer_shared=True)
         else:
@@ -532,7 +556,8 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         if dq_tma:
             tds = _tma.encode(ds_t, T, ldq, ctx.dtype, planes=B * H)
             tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
-            launch(FILE, f"attn_backward_dq_ds_tmaqf_{name}_hs{hs}", dq_tma_grid(T, B * H), 384,
+            dq_form = "tmaqn" if DS_GROUPED else "tmaqf"   # the heads newest first after the grouped dK/dV
+            launch(FILE, f"attn_backward_dq_ds_{dq_form}_{name}_hs{hs}", dq_tma_grid(T, B * H), 384,
                    (dqkv, tds, tq, i32(T), i32(H), i32(ctx.round_kind)), shared_mem=dq_tma_shared_bytes(hs),
                    prefer_shared=True)
             return dqkv

@@ -2916,7 +2916,7 @@ __device__ __forceinline__ void tma_dkdv_issue(float (&dv)[HS / 8][4], float (&d
         wg_mma<K, true>(dk, df[k16], dq_mn + 2048 / 16 * k16, 1);
 }
 
-template <int K, int HS, bool DROP>
+template <int K, int HS, bool DROP, bool EVICT = true>
 __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4], u32 ak, u32 av,
                                               unsigned char* sQO, float* sLD, int s, int qt, int k0, int g, int t,
                                               int T, int bh, const Dropout& drop, u16* __restrict__ ds_t, int ldq,
@@ -2929,7 +2929,7 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
     const u64 do_mn = wg_desc_sw128(ao, TMA_V_LBO, TMA_V_SBO), dq_mn = wg_desc_sw128(aq, TMA_V_LBO, TMA_V_SBO);
     u32 pf[NT / 2][4], df[NT / 2][4];   // Pd^T and dS^T as A fragments, rounded to the half type
     pack_a<K, NT>(pf, p[0]);   // first: P^T's registers are free while dS^T is stored (ptxas: fewer spills)
-    store_ds_t<K, 1, NT, LDS, true>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
+    store_ds_t<K, 1, NT, LDS, EVICT>(ds_t + ((i64)bh * T + k0) * ldq + qt * BC, ldq, T - k0,
                                     sdS + cwarp * 16 * LDS, ds, lane);
     pack_a<K, NT>(df, ds[0]);
     wg_fence();
@@ -2955,7 +2955,31 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // (tma_dkdv_tile): its bits. Written in the twenty-fourth session; run in the twenty-fifth
 // (results/h200-perf-20261204): its kernel cases and whole-run graph test the plain form's bits, the whole backward
 // alone x0.939 / x0.972 / x0.974 of it on nanogpt / gpt2-small / gpt2-medium; the default since.
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES>
+// The resident dK/dV's item as (key block kb, head bh). ORDER 0 (tmarr): key block by key block over all heads, the
+// longest items first. ORDER 1 (tmarrg, TR2_ATTN_DS_GROUPED=1, sixtieth session, off: NOT yet run on a GPU): the heads
+// in groups of G = ceil(grid / nkb), about one item a block, group after group and key block by key block within a
+// group; the grouped form stores ds_t without the evict-first policy and the TMA dQ after it takes the heads newest
+// first (attention_backward_dq_tma's NEWEST). Why: ds_t (~113 MB a layer of gpt2-small) is stored evict-first, so the
+// dQ pass reads all of it from DRAM (twenty-ninth session: L2 hit rate 25-27%, ~126 MB read); the evict-first policy
+// was there to keep ds_t from pushing out the q and dO tiles that key-block-major items reread across the whole
+// kernel (ninth session). Grouped, a head's q and dO are reread only within its group's wave, so the policy can go,
+// and the last groups' ds_t (about the L2's size) is still in the L2 when the dQ pass, newest heads first, reads it.
+// The twenty-ninth session's groups of batches did not find ds_t in the L2, but they stored it evict-first.
+// Every item computes what it computes in ORDER 0: the same bits.
+template <int ORDER>
+__device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, int& bh) {
+    if constexpr (ORDER == 0) {
+        kb = item / BH;
+        bh = item % BH;
+    } else {
+        const int G = ((int)gridDim.x + nkb - 1) / nkb, per = G * nkb, grp = item / per, r = item - grp * per;
+        const int in_group = min(G, BH - grp * G);   // the last group may be smaller
+        kb = r / in_group;
+        bh = grp * G + r % in_group;
+    }
+}
+
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
@@ -3003,7 +3027,9 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                     mbar_arrive(&kv_full[kvs]);   // no boxes: the phase completes on this arrival; all stop
                     break;
                 }
-                const int kb = item / BH, bh = item % BH, b = bh / H, h = bh % H, row0 = b * T;
+                int kb, bh;
+                dkdv_item<ORDER>(item, BH, nkb, kb, bh);
+                const int b = bh / H, h = bh % H, row0 = b * T;
                 const int first = (kb * BR) / BC;
                 unsigned char* sK = sKV + 4 * kvs * BOX;
                 mbar_expect_tx(&kv_full[kvs], 4 * BOX);
@@ -3024,7 +3050,8 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                 mbar_wait(&kv_full[kvs], (n >> 1) & 1);   // the item's index (and its k and v, which it does not read)
                 const int item = kv_item[kvs];
                 if (item < 0) break;
-                const int kb = item / BH, bh = item % BH;
+                int kb, bh;
+                dkdv_item<ORDER>(item, BH, nkb, kb, bh);
                 for (int qt = (kb * BR) / BC; qt < nqt; ++qt, ++it) {
                     const int s = it % S;
                     if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
@@ -3042,7 +3069,9 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         mbar_wait(&kv_full[kvs], (n >> 1) & 1);
         const int item = kv_item[kvs];
         if (item < 0) break;
-        const int kb = item / BH, bh = item % BH, b = bh / H, h = bh % H;
+        int kb, bh;
+        dkdv_item<ORDER>(item, BH, nkb, kb, bh);
+        const int b = bh / H, h = bh % H;
         const int first = (kb * BR) / BC;
         const int K0 = kb * BR + cw * 64;         // the warpgroup's first key
         const int k0 = K0 + warp * 16;            // the warp's
@@ -3056,8 +3085,8 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
             const int s = it % S;
             mbar_wait(&full[s], (it / S) & 1);
             if (qt * BC + BC - 1 >= K0)   // else every query of the tile comes before the warpgroup's keys
-                tma_dkdv_tile<K, HS, DROP>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t, ldq, sdS,
-                                           cwarp, lane);
+                tma_dkdv_tile<K, HS, DROP, ORDER == 0>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t,
+                                                       ldq, sdS, cwarp, lane);
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
         }
@@ -3133,7 +3162,9 @@ __device__ __forceinline__ void tma_dq_step(float (&dq)[HS / 8][4], unsigned cha
 // full barrier, DRAM-bound: ds_t is stored evict-first), and with the heads fastest each 2 KB row of ds_t is read in
 // 256-byte pieces by eight blocks far apart in time; a head's blocks together read a key row's pieces at about the same
 // time and its k boxes from L2. The same blocks, the same arithmetic: the same bits.
-template <int K, int HS, bool QFAST = false>
+// NEWEST (attn_backward_dq_ds_tmaqn_, after the grouped dK/dV only, TR2_ATTN_DS_GROUPED=1): the heads taken last
+// first, so the ds_t the grouped dK/dV wrote last, still in the L2, is read before the pass's own loads push it out.
+template <int K, int HS, bool QFAST = false, bool NEWEST = false>
 __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorMap* tds, const TensorMap* tq, int T,
                                           int H, int out_kind) {
 #ifdef ATTN_WGMMA
@@ -3147,7 +3178,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     // stage s at base + 3 s BOX: k's 64 keys, then consumer 0's and consumer 1's dS^T (64 keys x 64 queries each)
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)(QFAST ? blockIdx.x : blockIdx.y);   // the longest rows first
-    const int bh = QFAST ? blockIdx.y : blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
+    const int bh = QFAST ? (NEWEST ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y) : (int)blockIdx.x;
+    const int b = bh / H, h = bh % H, C = H * HS;
     const int last = min(qb * BR + BR - 1, T - 1) / BK;   // the block's last key step
     const int wg = threadIdx.x >> 7;
     if (threadIdx.x == 0) {
@@ -3386,6 +3418,22 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_backward_dkdv_tma_resident<K, HS, false, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
                                                                        H, BH, sched, out_kind, d);             \
     }
+// The grouped resident dK/dV (ORDER 1, ds_t stored without the evict-first policy): attn_backward_dkdv_ds_tmarrg_<build>_hs64,
+// the same arguments.
+#define ATTN_DKDV_TMA_GROUPED(BUILD, K, HS)                                                                     \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tmarrg_##BUILD##_hs##HS(        \
+        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
+        const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
+        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH, int* sched) {        \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, 1>(dqkv, &tq, &tdo, lse, Dvec, ds_t, \
+                                                                                ldq, T, H, BH, sched, out_kind, d); \
+        else                                                                                                   \
+            attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, 1>(dqkv, &tq, &tdo, lse, Dvec, ds_t, \
+                                                                                 ldq, T, H, BH, sched, out_kind, d); \
+    }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind.
 #define ATTN_DQ_TMA_QF(BUILD, K, HS)                                                                            \
@@ -3394,6 +3442,14 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         int out_kind) {                                                                                        \
         grid_dependency_entry();                                                                               \
         attention_backward_dq_tma<K, HS, true>(dqkv, &tds, &tq, T, H, out_kind);                               \
+    }
+// and with NEWEST, after the grouped dK/dV: attn_backward_dq_ds_tmaqn_<build>_hs64, the same arguments and grid.
+#define ATTN_DQ_TMA_QN(BUILD, K, HS)                                                                            \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tmaqn_##BUILD##_hs##HS(           \
+        void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
+        int out_kind) {                                                                                        \
+        grid_dependency_entry();                                                                               \
+        attention_backward_dq_tma<K, HS, true, true>(dqkv, &tds, &tq, T, H, out_kind);                         \
     }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
@@ -3450,6 +3506,10 @@ ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES)
 ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, f16r, KIND_F16, 64, DKDV_TMAD_STAGES)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_GROUPED(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA_GROUPED(f16r, KIND_F16, 64)
+ATTN_DQ_TMA_QN(bf16r, KIND_BF16, 64)
+ATTN_DQ_TMA_QN(f16r, KIND_F16, 64)
 
 // tf32_rne against tf32_rne_formula on the float32 bit patterns first .. first + count - 1 (count at most 2^32 - first),
 // adding to counts: [0] the patterns that are not NaN where the two results differ in any bit (each also takes a slot
