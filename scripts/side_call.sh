@@ -23,7 +23,8 @@
 #            gpt2-small:bfloat16:1); VARIANT names .cache/variants/VARIANT, whose bench.env
 #            sets the run's environment (its lib is not used: the kernels are this tree's); VARIANT cudnn profiles
 #            PyTorch's cuDNN attention at the shape instead (scripts/sdpa_ncu.py). Speed of light, pipes,
-#            stalls, occupancy, shared-memory bank conflicts, the memory workload; ncu-MODEL-DTYPE-HR[-VARIANT].txt
+#            stalls, occupancy, shared-memory bank conflicts, the memory workload; ncu-MODEL-DTYPE-HR[-VARIANT].txt;
+#            SIDE_NCU_FLAGS more of ncu's options (e.g. --cache-control none --replay-mode application)
 #   sv       Nsight Compute's source view (scripts/source_view.sh: executed instructions and stall samples a SASS line)
 #            of one launch of each MODEL:DTYPE:HR:KERNEL[:VARIANT] of SIDE_SV (default gpt2-small:float32:0:
 #            attn_backward_dq_wgf), KERNEL a regex, its launch in attention_ncu.py's second pass; VARIANT's lib and
@@ -136,7 +137,8 @@ if [[ $STAGES == *,ncu,* ]]; then
   # why a warp could not issue: cycles a stall reason holds a warp, per issued instruction (the thirteenth session's
   # call collected none, and could say only that most cycles had no eligible warp)
   pipes+=",regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
-  for spec in ${SIDE_NCU:-gpt2-small:bfloat16:1}; do
+  ncu_specs=${SIDE_NCU:-gpt2-small:bfloat16:1}
+  for spec in ${ncu_specs//,/ }; do   # specs apart by spaces or commas
     [ "$(left)" -gt 90 ] || break
     IFS=: read -r model dtype hr variant <<<"$spec"
     tag=$model-$dtype-$hr${variant:+-$variant}
@@ -146,8 +148,10 @@ if [[ $STAGES == *,ncu,* ]]; then
     elif [ -n "$variant" ]; then
       read -r -a envs <<<"$(cat ".cache/variants/$variant/bench.env" 2>/dev/null | tr '\n' ' ')"
     fi
+    # SIDE_NCU_FLAGS: more of ncu's options, e.g. "--cache-control none --replay-mode application" so that a kernel
+    # finds the L2 as the kernel before it left it (ncu flushes the caches before each pass by default)
     env "${envs[@]}" timeout $(( $(left) - 60 < 150 ? $(left) - 60 : 150 )) ncu --clock-control none -k "$kernels" \
-      --profile-from-start off --section SpeedOfLight --section WarpStateStats --section Occupancy \
+      ${SIDE_NCU_FLAGS:-} --profile-from-start off --section SpeedOfLight --section WarpStateStats --section Occupancy \
       --section LaunchStats --section SchedulerStats --section MemoryWorkloadAnalysis --metrics "$pipes" \
       python3 $script "$model" "$dtype" $hr >"$W/ncu-$tag.txt" 2>&1
     echo "== ncu $tag (exit $?, $(elapsed) s; ${envs[*]:-default forms})"

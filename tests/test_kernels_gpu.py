@@ -960,6 +960,15 @@ def wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset):
     return _WG_DKDV_REFERENCE[key], tol
 
 
+def _backward_with(monkeypatch, attention, setting, value, be, launched, prefix, dout, qkv, saved, H, p, seed, offset):
+    """One backward with gpu/attention.py's `setting` at `value`: dqkv on the host, and the kernels it launched whose
+    names start with `prefix`."""
+    monkeypatch.setattr(attention, setting, value)
+    launched.clear()
+    dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
+    return dqkv, [n for n in launched if n.startswith(prefix)]
+
+
 def _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch):
     """The wgmma backward tests' inputs (skipped where attention.cu is not built for sm_90a): gpu/attention.py, the
     backend and ds_backward_inputs' arrays, and the list of the kernels attention launches from here on."""
@@ -1028,10 +1037,8 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
 
     def backward(deep):
-        monkeypatch.setattr(attention, "DKDV_DEEP", deep)
-        launched.clear()
-        dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
-        return dqkv, [n for n in launched if n.startswith("attn_backward_dkdv")]
+        return _backward_with(monkeypatch, attention, "DKDV_DEEP", deep, be, launched, "attn_backward_dkdv",
+                              dout, qkv, saved, H, p, seed, offset)
 
     default, default_kernels = backward(0)
     runs = [backward(1) for _ in range(3)]
@@ -1065,10 +1072,8 @@ def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
 
     def backward(grouped):
-        monkeypatch.setattr(attention, "DS_GROUPED", grouped)
-        launched.clear()
-        dqkv = be.to_host(be.attention_backward(dev(dout), dev(qkv), saved, H, p, seed, offset))
-        return dqkv, [n for n in launched if n.startswith("attn_backward_")]
+        return _backward_with(monkeypatch, attention, "DS_GROUPED", grouped, be, launched, "attn_backward_",
+                              dout, qkv, saved, H, p, seed, offset)
 
     default, default_kernels = backward(False)
     runs = [backward(True) for _ in range(3)]

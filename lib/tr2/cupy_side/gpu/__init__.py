@@ -154,7 +154,7 @@ def load_source(filename: str) -> str:
 def declared_kernels(filename: str) -> list[str]:
     """Names of the extern "C" kernels a source declares (directly or through its instantiation macros)."""
     src = (KERNELS_DIR / filename).read_text()
-    names = [n for n in _KERNEL_DECL.findall(src) if n != "NAME"]
+    names = [n for n in _KERNEL_DECL.findall(src) if n not in ("NAME", "KERNEL")]   # macros' placeholders
     for macro, build, hs in _ATTN_MACRO.findall(src):
         names += [f"attn_{k}_{build}_hs{hs}" for k in _ATTN_MACRO_KERNELS[macro]]
     names += [f"attn_forward_wgf{nwg}_{build}_hs{hs}" for nwg, build, hs in _ATTN_WGF_MACRO.findall(src)]

@@ -3405,51 +3405,36 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // places, then the heads BH and sched (two ints zero at launch, left zero); one block an SM.
 #define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS) ATTN_DKDV_TMA_RESIDENT_RING(tmarr, BUILD, K, HS, DKDV_TMA_STAGES)
 #define ATTN_DKDV_TMA_RESIDENT_RING(NAME, BUILD, K, HS, STAGES)                                                 \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_##NAME##_l2_##BUILD##_hs##HS(   \
-        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
-        u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH, int* sched) {        \
-        grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
-                                                                      H, BH, sched, out_kind, d);              \
-        else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false, STAGES>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, \
-                                                                       H, BH, sched, out_kind, d);             \
-    }
-// The grouped resident dK/dV (ORDER 1, ds_t stored without the evict-first policy): attn_backward_dkdv_ds_tmarrg_<build>_hs64,
-// the same arguments.
+    ATTN_DKDV_TMA_KERNEL(attn_backward_dkdv_ds_##NAME##_l2_##BUILD##_hs##HS, K, HS, STAGES, 0)
+// The grouped resident dK/dV (ORDER 1, ds_t stored without the evict-first policy): attn_backward_dkdv_ds_tmarrg_
+// <bf16r|f16r>_hs64, the same arguments.
 #define ATTN_DKDV_TMA_GROUPED(BUILD, K, HS)                                                                     \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_ds_tmarrg_##BUILD##_hs##HS(        \
+    ATTN_DKDV_TMA_KERNEL(attn_backward_dkdv_ds_tmarrg_##BUILD##_hs##HS, K, HS, DKDV_TMA_STAGES, 1)
+#define ATTN_DKDV_TMA_KERNEL(KERNEL, K, HS, STAGES, ORDER)                                                      \
+    extern "C" __global__ void __launch_bounds__(384, 1) KERNEL(                                               \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
         u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH, int* sched) {        \
         grid_dependency_entry();                                                                               \
         const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
         if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, 1>(dqkv, &tq, &tdo, lse, Dvec, ds_t, \
-                                                                                ldq, T, H, BH, sched, out_kind, d); \
+            attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, \
+                                                                             T, H, BH, sched, out_kind, d);    \
         else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, 1>(dqkv, &tq, &tdo, lse, Dvec, ds_t, \
-                                                                                 ldq, T, H, BH, sched, out_kind, d); \
+            attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, \
+                                                                              T, H, BH, sched, out_kind, d);   \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
-// BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind.
-#define ATTN_DQ_TMA_QF(BUILD, K, HS)                                                                            \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tmaqf_##BUILD##_hs##HS(           \
+// BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind. With NEWEST, after the grouped dK/dV:
+// attn_backward_dq_ds_tmaqn_<bf16r|f16r>_hs64, the same arguments and grid.
+#define ATTN_DQ_TMA_QF(BUILD, K, HS) ATTN_DQ_TMA_KERNEL(attn_backward_dq_ds_tmaqf_##BUILD##_hs##HS, K, HS, false)
+#define ATTN_DQ_TMA_QN(BUILD, K, HS) ATTN_DQ_TMA_KERNEL(attn_backward_dq_ds_tmaqn_##BUILD##_hs##HS, K, HS, true)
+#define ATTN_DQ_TMA_KERNEL(KERNEL, K, HS, NEWEST)                                                               \
+    extern "C" __global__ void __launch_bounds__(384, 1) KERNEL(                                               \
         void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
         int out_kind) {                                                                                        \
         grid_dependency_entry();                                                                               \
-        attention_backward_dq_tma<K, HS, true>(dqkv, &tds, &tq, T, H, out_kind);                               \
-    }
-// and with NEWEST, after the grouped dK/dV: attn_backward_dq_ds_tmaqn_<build>_hs64, the same arguments and grid.
-#define ATTN_DQ_TMA_QN(BUILD, K, HS)                                                                            \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dq_ds_tmaqn_##BUILD##_hs##HS(           \
-        void* dqkv, const __grid_constant__ TensorMap tds, const __grid_constant__ TensorMap tq, int T, int H, \
-        int out_kind) {                                                                                        \
-        grid_dependency_entry();                                                                               \
-        attention_backward_dq_tma<K, HS, true, true>(dqkv, &tds, &tq, T, H, out_kind);                         \
+        attention_backward_dq_tma<K, HS, true, NEWEST>(dqkv, &tds, &tq, T, H, out_kind);                       \
     }
 #define ATTN_ROW_DOTS(NAME, K, HS)                                                                              \
     extern "C" __global__ void attn_row_dots_##NAME##_hs##HS(float* Dvec, int* sync, int n_sync, const u16* dout, \
