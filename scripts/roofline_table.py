@@ -1,10 +1,11 @@
 """Each kernel of OUR program's training step against the H200's roofline: the least bytes it must move to or from
 device memory (its inputs read once, its outputs written once), the FLOPs of the matrix products and the attention
-kernels, the time torch.profiler measured (a committed families folder's kernels.csv), and from these the achieved
+kernels, the time torch.profiler measured (a committed families folder's kernels.csv, or one tr2.profile_run profile
+JSON of the cupy side under half roundings, its kernels grouped by params/families.tsv), and from these the achieved
 TB/s and TFLOP/s, their fractions of the datasheet peaks, and the time the kernel would take at 90% of them: the most
 any rewrite of it could still save.
 
-    .venv/bin/python scripts/roofline_table.py FAMILIES_FOLDER KEY OUT.csv
+    .venv/bin/python scripts/roofline_table.py FAMILIES_FOLDER|PROFILE.json KEY OUT.csv [--gpu h200|h100]
     e.g. results/families-20261204-143545-h200-edition gpt2-small/bfloat16/cupy-hr OUT.csv
 
 The byte model is of the half builds under half roundings (bfloat16 or float16 with half_roundings, the 'cupy-hr'
@@ -15,7 +16,8 @@ achieved rate can exceed the model's TB/s; where it exceeds the peak, the kernel
 Every kernel of the key is in the table: the ones with no model (or whose launches a step differ from the model's)
 are listed as "not modelled" with their time, never dropped.
 
-PEAKS ARE DATASHEET FIGURES (NVIDIA H200 SXM: 4.8 TB/s HBM3e, 989 TFLOP/s dense BF16/FP16 tensor), not measured.
+PEAKS ARE DATASHEET FIGURES (NVIDIA H200 SXM: 4.8 TB/s HBM3e, 989 TFLOP/s dense BF16/FP16 tensor; with --gpu h100,
+the H100 SXM5's: 3.35 TB/s HBM3, the same 989 TFLOP/s), not measured.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 HBM_PEAK = 4.8e12        # bytes/s, H200 SXM datasheet (HBM3e)
+PEAKS = {"h200": (4.8e12, 989e12), "h100": (3.35e12, 989e12)}   # --gpu: (HBM bytes/s, dense bf16 FLOP/s), datasheets
 BF16_PEAK = 989e12       # FLOP/s, H200 SXM datasheet, dense BF16 tensor (1979 is with 2:4 sparsity)
 FRACTION = 0.9           # "at 90% of peak"
 H = 2                    # bytes of a half-type element (bf16/f16 as uint16 bits, gpu/context.py store_dtype)
@@ -333,7 +336,7 @@ def _fmt(v, spec):
 
 
 def render(t: pd.DataFrame, f: pd.DataFrame, key: str, source: str) -> str:
-    out = [f"Roofline of {key}, kernels.csv of {source}",
+    out = [f"Roofline of {key}, the kernels of {source}",
            f"peaks (datasheet, not measured): HBM {HBM_PEAK / 1e12:g} TB/s, dense bf16 {BF16_PEAK / 1e12:g} TFLOP/s; "
            f"floor = max(bytes at {FRACTION:.0%} of HBM, FLOPs at {FRACTION:.0%} of bf16); bytes: a floor (inputs read "
            "once, outputs written once)", ""]
@@ -375,18 +378,45 @@ def render(t: pd.DataFrame, f: pd.DataFrame, key: str, source: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def profile_kernels(path: Path) -> tuple[pd.DataFrame | None, str]:
+    """kernels.csv's frame for one tr2.profile_run profile (its kernels a step over its window, families by
+    params/families.tsv, the key model/dtype/cupy-hr where it is the cupy side under half roundings), or (None, why)."""
+    import json
+    from tr2.families import family_of, load_rules
+    p = json.loads(path.read_text())
+    if p.get("status") != "ok" or not p.get("steps_in_window"):
+        return None, f"{path}: not a finished profile (status {p.get('status')!r}, {p.get('steps_in_window')} steps)"
+    side = "cupy-hr" if p.get("side") == "cupy" and p.get("half_roundings") else str(p.get("side"))
+    key, rules, n = f"{p['model']}/{p['dtype']}/{side}", load_rules(), p["steps_in_window"]
+    rows = [{"key": key, "name": k["name"], "family": family_of(k["name"], rules), "us_per_step": k["total_us"] / n,
+             "launches_per_step": k["launches"] / n} for k in p["kernels"]]
+    return pd.DataFrame(rows, columns=["key", "name", "family", "us_per_step", "launches_per_step"]), ""
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
-    folder, key, out = Path(argv[0]), argv[1], Path(argv[2])
-    if not (folder / "kernels.csv").is_file():
-        print(f"{folder}: no kernels.csv (a families stage's folder, e.g. results/families-20261204-143545-h200-edition)",
+    global HBM_PEAK, BF16_PEAK
+    gpu = "h200"
+    if len(argv) == 5 and argv[3] == "--gpu":
+        argv, gpu = argv[:3], argv[4]
+    if len(argv) != 3 or gpu not in PEAKS:
+        print(__doc__.split("\n\n")[1] + (f"\n--gpu {gpu!r}: allowed {', '.join(PEAKS)}" if gpu not in PEAKS else ""),
               file=sys.stderr)
         return 2
-    kernels = pd.read_csv(folder / "kernels.csv")
+    HBM_PEAK, BF16_PEAK = PEAKS[gpu]
+    folder, key, out = Path(argv[0]), argv[1], Path(argv[2])
+    if folder.suffix == ".json" and folder.is_file():
+        kernels, why = profile_kernels(folder)
+        if kernels is None:
+            print(why, file=sys.stderr)
+            return 2
+    elif not (folder / "kernels.csv").is_file():
+        print(f"{folder}: no kernels.csv (a families stage's folder, e.g. results/families-20261204-143545-h200-edition)"
+              " and not a profile's .json", file=sys.stderr)
+        return 2
+    else:
+        kernels = pd.read_csv(folder / "kernels.csv")
     if key not in set(kernels["key"]):
-        print(f"key {key!r} not in {folder / 'kernels.csv'}; there: {', '.join(sorted(set(kernels['key'])))}", file=sys.stderr)
+        print(f"key {key!r} not in {folder}; there: {', '.join(sorted(set(kernels['key'])))}", file=sys.stderr)
         return 2
     model, dtype = key.split("/")[:2]
     if dtype not in ("bfloat16", "float16") or not key.endswith("-hr"):

@@ -1,6 +1,7 @@
 """scripts/roofline_table.py: the byte and FLOP model on a tiny made-up shape against hand-computed numbers, and the
 table keeps every kernel of its key (the ones it has no model for flagged, with their time)."""
 import importlib.util
+import json
 import math
 import sys
 
@@ -106,6 +107,30 @@ def test_table_keeps_every_kernel(tmp_path, capsys):
     assert math.isclose(f.loc["other", "us_not_modelled"], 5.0)
     text = capsys.readouterr().out
     assert "mystery_kernel" in text and "not modelled" in text
+
+
+def test_a_profile_and_the_h100_peaks(tmp_path, capsys):
+    """A tr2.profile_run profile as the source: its kernels a step over the window, families by params/families.tsv,
+    the key from its model, type and side; --gpu h100 takes the H100 SXM5's 3.35 TB/s for the fractions."""
+    profile = {"status": "ok", "steps_in_window": 4, "side": "cupy", "half_roundings": True, "model": "tiny",
+               "dtype": "bfloat16", "kernels": [{"name": "gelu_forward_bf16_table", "total_us": 4.0, "launches": 8},
+                                                {"name": "mystery_kernel", "total_us": 20.0, "launches": 8}]}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    out = tmp_path / "out.csv"
+    assert rt.main([str(path), "tiny/bfloat16/cupy-hr", str(out), "--gpu", "h100"]) == 0
+    by = pd.read_csv(out).set_index("kernel")
+    assert by.loc["gelu_forward_bf16_table", "family"] == "gelu" and by.loc["mystery_kernel", "us_per_step"] == 5.0
+    nbytes = 2 * 2 * 8 * 64 * 256 * 2   # as test_table_keeps_every_kernel's, in 1 us a step
+    assert math.isclose(by.loc["gelu_forward_bf16_table", "pct_hbm_peak"], 100 * nbytes / 1e-6 / 3.35e12)
+    assert "HBM 3.35 TB/s" in capsys.readouterr().out
+    assert rt.main([str(path), "tiny/bfloat16/cupy-hr", str(out), "--gpu", "a100"]) == 2
+    assert "--gpu 'a100': allowed h200, h100" in capsys.readouterr().err
+    path.write_text(json.dumps(profile | {"status": "timeout"}))
+    assert rt.main([str(path), "tiny/bfloat16/cupy-hr", str(out)]) == 2
+    assert "not a finished profile" in capsys.readouterr().err
+    rt.main([str(tmp_path / "missing"), "tiny/bfloat16/cupy-hr", str(out)])   # the peaks back at the default's
+    assert rt.HBM_PEAK == 4.8e12
 
 
 @pytest.mark.parametrize("args, said", [
