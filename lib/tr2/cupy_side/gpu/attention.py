@@ -510,8 +510,8 @@ def dq_ds_shared_bytes(queries: int) -> int:
 
 
 def row_dots_kernel(kind: str, hs: int, dout_ptr: int, out_ptr: int) -> str:
-    """The row dots' kernel: with TR2_ATTN_ROW_DOTS_WIDE=1 (the default) the one reading a thread's elements in one load each where
-    dO and out start on 16 bytes (fresh arrays do), else the loop of 2-byte loads; the same bits."""
+    """The row dots' kernel: with TR2_ATTN_ROW_DOTS_WIDE=1 (the default) the one reading a thread's elements in one
+    load each where dO and out start on 16 bytes (fresh arrays do), else the loop of 2-byte loads; the same bits."""
     wide = ROW_DOTS_WIDE and dout_ptr % 16 == 0 and out_ptr % 16 == 0
     return f"attn_row_dots{'_wide' if wide else ''}_{kind}_hs{hs}"
 

@@ -2959,7 +2959,7 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // longest items first. ORDER 1 (tmarrg, TR2_ATTN_DS_GROUPED=1, sixtieth session, off: NOT yet run on a GPU): the heads
 // in groups of G = ceil(grid / nkb), about one item a block, group after group and key block by key block within a
 // group; the grouped form stores ds_t without the evict-first policy and the TMA dQ after it takes the heads newest
-// first (attention_backward_dq_tma's NEWEST). Why: ds_t (~113 MB a layer of gpt2-small) is stored evict-first, so the
+// first (attention_backward_dq_tma's NEWEST). Why: ds_t (~107 MB a layer of gpt2-small) is stored evict-first, so the
 // dQ pass reads all of it from DRAM (twenty-ninth session: L2 hit rate 25-27%, ~126 MB read); the evict-first policy
 // was there to keep ds_t from pushing out the q and dO tiles that key-block-major items reread across the whole
 // kernel (ninth session). Grouped, a head's q and dO are reread only within its group's wave, so the policy can go,
