@@ -30,8 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 HBM_PEAK = 4.8e12        # bytes/s, H200 SXM datasheet (HBM3e)
-PEAKS = {"h200": (4.8e12, 989e12), "h100": (3.35e12, 989e12)}   # --gpu: (HBM bytes/s, dense bf16 FLOP/s), datasheets
 BF16_PEAK = 989e12       # FLOP/s, H200 SXM datasheet, dense BF16 tensor (1979 is with 2:4 sparsity)
+# --gpu: (HBM bytes/s, dense bf16 FLOP/s); the H100 SXM5's datasheet: 3.35 TB/s HBM3, the same tensor rate
+PEAKS = {"h200": (HBM_PEAK, BF16_PEAK), "h100": (3.35e12, BF16_PEAK)}
 FRACTION = 0.9           # "at 90% of peak"
 H = 2                    # bytes of a half-type element (bf16/f16 as uint16 bits, gpu/context.py store_dtype)
 F = 4                    # float32
@@ -289,8 +290,11 @@ COLUMNS = ["family", "kernel", "launches", "us_per_step", "MB_per_step", "GFLOP_
            "TFLOP_s", "pct_bf16_peak", "bound", "us_mem90", "us_flop90", "us_floor90", "saving_us", "status", "what"]
 
 
-def table(kernels: pd.DataFrame, key: str, s: Shapes, model: str | None = None) -> pd.DataFrame:
-    """One row per kernel of `key` in kernels.csv's frame, every one kept."""
+def table(kernels: pd.DataFrame, key: str, s: Shapes, model: str | None = None,
+          peaks: tuple = (HBM_PEAK, BF16_PEAK)) -> pd.DataFrame:
+    """One row per kernel of `key` in kernels.csv's frame, every one kept; `peaks` (HBM bytes/s, bf16 FLOP/s) the
+    GPU's (PEAKS)."""
+    hbm_peak, bf16_peak = peaks
     rows = []
     for _, r in kernels[kernels["key"] == key].iterrows():
         us, n = float(r["us_per_step"]), float(r["launches_per_step"])
@@ -300,20 +304,20 @@ def table(kernels: pd.DataFrame, key: str, s: Shapes, model: str | None = None) 
             why = "not modelled" if c is None else f"not modelled (model expects {c.launches:g} launches)"
             rows.append(row | {"status": why, "bound": "", "what": "" if c is None else c.what})
             continue
-        mem90 = c.bytes / (FRACTION * HBM_PEAK) * 1e6
-        flop90 = c.flops / (FRACTION * BF16_PEAK) * 1e6
+        mem90 = c.bytes / (FRACTION * hbm_peak) * 1e6
+        flop90 = c.flops / (FRACTION * bf16_peak) * 1e6
         floor = max(mem90, flop90)
         rows.append(row | {
             "MB_per_step": c.bytes / 1e6, "GFLOP_per_step": c.flops / 1e9,
-            "TB_s": c.bytes / (us * 1e-6) / 1e12, "pct_hbm_peak": 100 * c.bytes / (us * 1e-6) / HBM_PEAK,
+            "TB_s": c.bytes / (us * 1e-6) / 1e12, "pct_hbm_peak": 100 * c.bytes / (us * 1e-6) / hbm_peak,
             "TFLOP_s": c.flops / (us * 1e-6) / 1e12 if c.flops else float("nan"),
-            "pct_bf16_peak": 100 * c.flops / (us * 1e-6) / BF16_PEAK if c.flops else float("nan"),
+            "pct_bf16_peak": 100 * c.flops / (us * 1e-6) / bf16_peak if c.flops else float("nan"),
             "bound": c.bound, "us_mem90": mem90, "us_flop90": flop90, "us_floor90": floor,
             "saving_us": max(0.0, us - floor), "status": "modelled", "what": c.what})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def families(t: pd.DataFrame) -> pd.DataFrame:
+def families(t: pd.DataFrame, hbm_peak: float = HBM_PEAK) -> pd.DataFrame:
     m = t[t["status"] == "modelled"]
     g = t.groupby("family").agg(launches=("launches", "sum"), us_per_step=("us_per_step", "sum"))
     gm = m.groupby("family").agg(us_modelled=("us_per_step", "sum"), MB_per_step=("MB_per_step", "sum"),
@@ -323,7 +327,7 @@ def families(t: pd.DataFrame) -> pd.DataFrame:
                            "saving_us": 0.0})
     f["us_not_modelled"] = f["us_per_step"] - f["us_modelled"]
     f["TB_s"] = f["MB_per_step"] / f["us_modelled"].where(f["us_modelled"] > 0)   # MB/us = TB/s
-    f["pct_hbm_peak"] = 100 * f["TB_s"] * 1e12 / HBM_PEAK
+    f["pct_hbm_peak"] = 100 * f["TB_s"] * 1e12 / hbm_peak
     f["TFLOP_s"] = (f["GFLOP_per_step"] / f["us_modelled"].where(f["us_modelled"] > 0) * 1e3).where(f["GFLOP_per_step"] > 0)
     f["memory_bound_saving_us"] = m[m["bound"] == "memory"].groupby("family")["saving_us"].sum()
     f["compute_bound_saving_us"] = m[m["bound"] == "compute"].groupby("family")["saving_us"].sum()
@@ -335,9 +339,9 @@ def _fmt(v, spec):
     return "" if (v is None or (isinstance(v, float) and math.isnan(v))) else format(v, spec)
 
 
-def render(t: pd.DataFrame, f: pd.DataFrame, key: str, source: str) -> str:
+def render(t: pd.DataFrame, f: pd.DataFrame, key: str, source: str, peaks: tuple = (HBM_PEAK, BF16_PEAK)) -> str:
     out = [f"Roofline of {key}, the kernels of {source}",
-           f"peaks (datasheet, not measured): HBM {HBM_PEAK / 1e12:g} TB/s, dense bf16 {BF16_PEAK / 1e12:g} TFLOP/s; "
+           f"peaks (datasheet, not measured): HBM {peaks[0] / 1e12:g} TB/s, dense bf16 {peaks[1] / 1e12:g} TFLOP/s; "
            f"floor = max(bytes at {FRACTION:.0%} of HBM, FLOPs at {FRACTION:.0%} of bf16); bytes: a floor (inputs read "
            "once, outputs written once)", ""]
     head = (f"{'kernel':58s} {'fam':13s} {'launch':>6s} {'us/step':>8s} {'MB/step':>8s} {'TB/s':>5s} {'%HBM':>5s} "
@@ -394,7 +398,6 @@ def profile_kernels(path: Path) -> tuple[pd.DataFrame | None, str]:
 
 
 def main(argv: list[str]) -> int:
-    global HBM_PEAK, BF16_PEAK
     gpu = "h200"
     if len(argv) == 5 and argv[3] == "--gpu":
         argv, gpu = argv[:3], argv[4]
@@ -402,7 +405,7 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1] + (f"\n--gpu {gpu!r}: allowed {', '.join(PEAKS)}" if gpu not in PEAKS else ""),
               file=sys.stderr)
         return 2
-    HBM_PEAK, BF16_PEAK = PEAKS[gpu]
+    peaks = PEAKS[gpu]
     folder, key, out = Path(argv[0]), argv[1], Path(argv[2])
     if folder.suffix == ".json" and folder.is_file():
         kernels, why = profile_kernels(folder)
@@ -423,11 +426,11 @@ def main(argv: list[str]) -> int:
         print(f"{key}: the byte model is of the half builds under half roundings (cupy-hr) only", file=sys.stderr)
         return 2
     s = shapes_of(model)
-    t = table(kernels, key, s, model)
-    f = families(t)
+    t = table(kernels, key, s, model, peaks)
+    f = families(t, peaks[0])
     t.to_csv(out, index=False)
     f.to_csv(out.with_name(out.stem + "-families.csv"), index=False)
-    print(render(t, f, key, str(folder)), end="")
+    print(render(t, f, key, str(folder), peaks), end="")
     return 0
 
 
