@@ -69,14 +69,17 @@ if [[ $STAGES == *,tests,* ]]; then
     grep -E "^(FAILED|ERROR)" "$W/pytest_late.log" | head; tail -2 "$W/pytest_late.log"
     if [ "$late" -ne 0 ]; then   # the TMA forms did not pass: not timed below
       # A hang (124) may be any of them: all are left out. Otherwise only the forms whose tests failed: the forward's
-      # TMA form (tmawr: test_attention_forward_tma_wide) and the backward's TMA dK/dV with either dQ (tmarr, tmarrqf:
-      # test_attention_wgmma_backward_is_the_mma_sync_bits). An empty list would mean every form: the reference alone
-      # instead.
-      drop_fwd='tmawr' drop_bwd='tmarr|tmarrqf'
+      # TMA form (tmawr: test_attention_forward_tma_wide) and the backward's TMA dK/dV with either dQ (tmarr, tmarrqf,
+      # and tmarrqg, the grouped pair the default runs on long rows: test_attention_wgmma_backward_is_the_mma_sync_bits),
+      # or the grouped pair alone (test_attention_grouped_backward). An empty list would mean every form: the reference
+      # alone instead.
+      drop_fwd='tmawr' drop_bwd='tmarr|tmarrqf|tmarrqg'
       if [ "$late" -ne 124 ]; then
         failed=$(grep -E "^(FAILED|ERROR)" "$W/pytest_late.log")
         grep -q forward_tma <<<"$failed" || drop_fwd=none_such
-        grep -q wgmma_backward <<<"$failed" || drop_bwd=none_such
+        if ! grep -q wgmma_backward <<<"$failed"; then
+          if grep -q grouped_backward <<<"$failed"; then drop_bwd=tmarrqg; else drop_bwd=none_such; fi
+        fi
       fi
       fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vxE "$drop_fwd" | paste -sd, -)
       bwd=$(echo "${TR2_BWD_FORMS:-}" | tr ',' '\n' | grep -vxE "$drop_bwd" | paste -sd, -)

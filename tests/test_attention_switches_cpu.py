@@ -30,20 +30,22 @@ def _backward_launches(attention, monkeypatch, **shape):
     return [(name, grid, args) for name, grid, _block, args, _k in launched]
 
 
-@pytest.mark.parametrize("B, H, T, dq", [(8, 12, 1024, "tmaqf"), (8, 16, 1024, "tmaqf"), (3, 2, 1000, "tmaqf"),
-                                         (2, 3, 257, "tmaqf"), (64, 6, 256, "l2"), (2, 3, 7, "l2"), (1, 1, 1, "l2")])
-def test_the_backward_defaults_resident_tma_dkdv_and_the_tma_dq_on_long_rows(attention, monkeypatch, B, H, T, dq):
+@pytest.mark.parametrize("B, H, T, form", [(8, 12, 1024, "grouped"), (8, 16, 1024, "grouped"),
+                                           (3, 2, 1000, "grouped"), (2, 3, 257, "grouped"), (64, 6, 256, "l2"),
+                                           (2, 3, 7, "l2"), (1, 1, 1, "l2")])
+def test_the_backward_defaults_resident_tma_dkdv_and_the_tma_dq_on_long_rows(attention, monkeypatch, B, H, T, form):
     """Under half roundings at head size 64 on Hopper: the row dots, the TMA dK/dV resident (one block an SM or one a
-    128-key block, its heads and tickets last), then dQ on the TMA producer with the query blocks the grid's x for
-    rows over WG_MAX_T, else the mma.sync dQ from ds_t (128 queries a block), both evict-first forms."""
+    128-key block, its heads and tickets last), then for rows over WG_MAX_T the grouped dK/dV (ds_t kept in the L2)
+    and dQ on the TMA producer, the heads newest first, with the query blocks the grid's x; else the evict-first dK/dV
+    and the mma.sync dQ from ds_t (128 queries a block)."""
     launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
-    dq_name = {"tmaqf": "attn_backward_dq_ds_tmaqf_bf16r_hs64", "l2": "attn_backward_dq_ds_l2_bf16r_hs64"}[dq]
-    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64",
-                                             "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64", dq_name]
+    names = {"grouped": ["attn_backward_dkdv_ds_tmarrg_bf16r_hs64", "attn_backward_dq_ds_tmaqn_bf16r_hs64"],
+             "l2": ["attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64", "attn_backward_dq_ds_l2_bf16r_hs64"]}[form]
+    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64", *names]
     _, grid, args = launched[1]
     assert grid == (attention.resident_grid(B * H, T, 132),) and int(args[-2]) == B * H
     _, grid, args = launched[2]
-    assert grid == ((-(-T // 128), B * H) if dq == "tmaqf" else (B * H, -(-T // 128)))
+    assert grid == ((-(-T // 128), B * H) if form == "grouped" else (B * H, -(-T // 128)))
 
 
 def test_the_mma_sync_backward_with_the_wgmma_dkdv_switched_off(attention, monkeypatch):
@@ -55,13 +57,17 @@ def test_the_mma_sync_backward_with_the_wgmma_dkdv_switched_off(attention, monke
                                                  "attn_backward_dq_ds_l2_bf16r_hs64"]
 
 
-@pytest.mark.parametrize("dq_tma, T, dq_name", [(1, 256, "attn_backward_dq_ds_tmaqf_f16r_hs64"),
-                                                (0, 1024, "attn_backward_dq_ds_l2_f16r_hs64")])
-def test_the_dq_switch_moves_the_dq_kernel_only(attention, monkeypatch, dq_tma, T, dq_name):
+@pytest.mark.parametrize("dq_tma, T, grouped, dq_name", [(1, 256, True, "attn_backward_dq_ds_tmaqn_f16r_hs64"),
+                                                        (1, 256, False, "attn_backward_dq_ds_tmaqf_f16r_hs64"),
+                                                        (0, 1024, True, "attn_backward_dq_ds_l2_f16r_hs64")])
+def test_the_dq_switch_moves_the_dq_kernel_and_the_grouping_with_it(attention, monkeypatch, dq_tma, T, grouped,
+                                                                     dq_name):
+    """The grouped dK/dV (the default) runs where the TMA dQ follows it, wherever TR2_ATTN_DQ_TMA puts that."""
     monkeypatch.setattr(attention, "DQ_TMA", dq_tma)
+    monkeypatch.setattr(attention, "DS_GROUPED", grouped)
     launched = _backward_launches(attention, monkeypatch, T=T, dtype="float16")
-    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_f16_hs64", "attn_backward_dkdv_ds_tmarr_l2_f16r_hs64",
-                                             dq_name]
+    dkdv = "attn_backward_dkdv_ds_tmarrg_f16r_hs64" if grouped and dq_tma else "attn_backward_dkdv_ds_tmarr_l2_f16r_hs64"
+    assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_f16_hs64", dkdv, dq_name]
 
 
 def test_the_wide_row_dots_run_where_switched_on_and_both_arrays_start_on_16_bytes(attention, monkeypatch):
@@ -149,6 +155,7 @@ def test_the_tma_dkdv_kernel_fits_one_block_an_sm(attention):
 def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, monkeypatch, deep, kernel, stages):
     assert attention.DKDV_DEEP == 0   # off by default
     monkeypatch.setattr(attention, "DKDV_DEEP", deep)
+    monkeypatch.setattr(attention, "DS_GROUPED", False)   # as TR2_ATTN_DKDV_DEEP=1 alone sets it (the test below)
     name, nbytes = attention.dkdv_tma_kernel("bf16r", 64)
     assert name == f"attn_backward_dkdv_ds_{kernel}_l2_bf16r_hs64"
     assert nbytes == attention.dkdv_tma_shared_bytes(64, stages)
@@ -165,19 +172,46 @@ def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, 
     (256, "bfloat16", ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
                        "attn_backward_dq_ds_l2_bf16r_hs64"])])
 def test_the_grouped_backward_runs_where_the_tma_dq_follows(attention, monkeypatch, T, dtype, names):
-    """TR2_ATTN_DS_GROUPED=1 (off by default): the grouped dK/dV and the newest-first TMA dQ on rows over WG_MAX_T, with
-    the default's grids, shared memory and arguments; the default elsewhere; not with the deep ring."""
-    assert attention.DS_GROUPED is False
-    default = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
-    monkeypatch.setattr(attention, "DS_GROUPED", True)
+    """TR2_ATTN_DS_GROUPED=1 (on by default since the sixty-first session): the grouped dK/dV and the newest-first TMA
+    dQ on rows over WG_MAX_T, with the ungrouped form's grids, shared memory and arguments; the ungrouped form
+    elsewhere; not with the deep ring."""
+    assert attention.DS_GROUPED is True
     launched = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
+    monkeypatch.setattr(attention, "DS_GROUPED", False)
+    ungrouped = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
+    monkeypatch.setattr(attention, "DS_GROUPED", True)
     assert [n for n, _g, _a in launched] == names
-    assert [(g, len(a)) for _n, g, a in launched] == [(g, len(a)) for _n, g, a in default]
+    assert [(g, len(a)) for _n, g, a in launched] == [(g, len(a)) for _n, g, a in ungrouped]
+    if T > attention.WG_MAX_T:
+        assert [n for n, _g, _a in ungrouped][1:] == [names[1].replace("tmarrg_", "tmarr_l2_"),
+                                                      names[2].replace("tmaqn", "tmaqf")]
     if T > attention.WG_MAX_T:
         assert attention.dkdv_tma_kernel("bf16r", 64, grouped=True)[1] == attention.dkdv_tma_shared_bytes(64)
         monkeypatch.setattr(attention, "DKDV_DEEP", 1)
         with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DS_GROUPED=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
             _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
+
+
+@pytest.mark.parametrize("env, grouped, dkdv", [({}, True, "tmarrg"),
+                                                ({"TR2_ATTN_DS_GROUPED": "0"}, False, "tmarr_l2"),
+                                                ({"TR2_ATTN_DKDV_DEEP": "1"}, False, "tmarrd_l2"),
+                                                ({"TR2_ATTN_DKDV_DEEP": "1", "TR2_ATTN_DS_GROUPED": "1"}, True, None)])
+def test_the_deep_ring_alone_turns_the_grouping_off_and_both_given_stop_the_run(monkeypatch, over_stand_in_cupy, env,
+                                                                                grouped, dkdv):
+    """DS_GROUPED's default follows TR2_ATTN_DKDV_DEEP (the grouped dK/dV has the two-stage ring only): the deep ring
+    asked for alone runs ungrouped; both asked for stop the run at its first long-row backward, naming both."""
+    for key in ("TR2_ATTN_DS_GROUPED", "TR2_ATTN_DKDV_DEEP"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
+    attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
+    assert attention.DS_GROUPED is grouped
+    if dkdv is None:
+        with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DS_GROUPED=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
+            _backward_launches(attention, monkeypatch, T=1024)
+    else:
+        assert _backward_launches(attention, monkeypatch, T=1024)[1][0] == f"attn_backward_dkdv_ds_{dkdv}_bf16r_hs64"
 
 
 @pytest.mark.parametrize("BH, nkb, grid", [(96, 8, 132), (128, 8, 132), (36, 8, 132), (2, 8, 16), (6, 9, 54),

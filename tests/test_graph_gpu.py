@@ -214,9 +214,10 @@ def test_the_deep_dkdv_ring_changes_no_bit(tmp_path):
     _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DKDV_DEEP", "0", "1", "deep dK/dV ring")
 
 
-# gpu/attention.py's DS_GROUPED (TR2_ATTN_DS_GROUPED=1, off): the grouped dK/dV and the newest-first TMA dQ compute
-# what the default's items and blocks do (tests/test_kernels_gpu.py, "grouped_backward"), so a whole run with them must
-# have the default's losses to the bit, eager and in the graph: gpt2-small (96 heads in groups) in bfloat16.
+# gpu/attention.py's DS_GROUPED (TR2_ATTN_DS_GROUPED=1, on since the sixty-first session): the grouped dK/dV and the
+# newest-first TMA dQ compute what the ungrouped items and blocks do (tests/test_kernels_gpu.py, "grouped_backward"), so
+# a whole run with them must have the ungrouped losses to the bit, eager and in the graph: gpt2-small (96 heads in
+# groups) in bfloat16.
 def test_the_grouped_backward_changes_no_bit(tmp_path):
     _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DS_GROUPED", "0", "1", "grouped backward")
 

@@ -984,9 +984,11 @@ def _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch):
 @pytest.mark.parametrize("p", [0.0, 0.2])
 @pytest.mark.parametrize("dq_tma", [2, 1], ids=["dq_default", "dq_tma"])
 def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq_tma, monkeypatch):
-    """The backward on Hopper as it runs by default (the TMA dK/dV resident, attn_backward_dkdv_ds_tmarr_l2_, then dQ
-    on the TMA producer with the query blocks fastest, attn_backward_dq_ds_tmaqf_, on rows over WG_MAX_T and from ds_t
-    by mma.sync, attn_backward_dq_ds_l2_, on the others; dq_tma: TR2_ATTN_DQ_TMA=1, the TMA dQ at every T) against the
+    """The backward on Hopper as it runs by default (the TMA dK/dV resident; on rows over WG_MAX_T grouped,
+    attn_backward_dkdv_ds_tmarrg_, then dQ on the TMA producer with the query blocks fastest and the heads newest first,
+    attn_backward_dq_ds_tmaqn_; on the others attn_backward_dkdv_ds_tmarr_l2_, then dQ from ds_t by mma.sync,
+    attn_backward_dq_ds_l2_; dq_tma: TR2_ATTN_DQ_TMA=1, the grouped pair at every T; with TR2_ATTN_DS_GROUPED=0 the
+    ungrouped dK/dV and attn_backward_dq_ds_tmaqf_ wherever the TMA dQ runs) against the
     mma.sync dK/dV and dQ kernels (attn_backward_dkdv_ds_l2_ and attn_backward_dq_ds_l2_, TR2_ATTN_WG_DKDV=0): dq, dk
     and dv the same bits, three runs identical, within the type's tolerance of the NumPy form, every allocation
     poisoned (an element left unwritten fails); the launches recorded, so that the kernels named are known to have
@@ -1008,9 +1010,12 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
     runs = [backward(True) for _ in range(3)]
     mma_sync, mma_sync_kernels = backward(False)
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
-    dq = "tmaqf" if dq_tma == 1 or T > attention.WG_MAX_T else "l2"
+    tma_dq = dq_tma == 1 or T > attention.WG_MAX_T
+    grouped = attention.DS_GROUPED and tma_dq
+    dkdv = "tmarrg" if grouped else "tmarr_l2"
+    dq = ("tmaqn" if grouped else "tmaqf") if tma_dq else "l2"
     for _, kernels in runs:
-        assert kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64", f"attn_backward_dq_ds_{dq}_{kind}_hs64"]
+        assert kernels == [f"attn_backward_dkdv_ds_{dkdv}_{kind}_hs64", f"attn_backward_dq_ds_{dq}_{kind}_hs64"]
     assert mma_sync_kernels == [f"attn_backward_dkdv_ds_l2_{kind}_hs64", f"attn_backward_dq_ds_l2_{kind}_hs64"]
     tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
     assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
@@ -1033,8 +1038,10 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
     """The resident TMA dK/dV with a ring of four stages (attn_backward_dkdv_ds_tmarrd_l2_, TR2_ATTN_DKDV_DEEP=1)
     against the default's two (attn_backward_dkdv_ds_tmarr_l2_): the consumers' arithmetic is the same, so dq, dk and dv
     the same bits (ds_t feeds dQ), three runs identical, within the type's tolerance of the NumPy form, every
-    allocation poisoned, its tickets left at zero."""
+    allocation poisoned, its tickets left at zero. Ungrouped on both sides, as TR2_ATTN_DKDV_DEEP=1 alone runs (the
+    grouped dK/dV has the two-stage ring only)."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
+    monkeypatch.setattr(attention, "DS_GROUPED", False)
 
     def backward(deep):
         return _backward_with(monkeypatch, attention, "DKDV_DEEP", deep, be, launched, "attn_backward_dkdv",
@@ -1064,28 +1071,30 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
     """The grouped dK/dV (attn_backward_dkdv_ds_tmarrg_: heads in groups, ds_t stored without the evict-first policy)
-    and the TMA dQ newest heads first (attn_backward_dq_ds_tmaqn_), TR2_ATTN_DS_GROUPED=1, against the default's
-    tmarr and tmaqf: each item and block computes what it does by default, so dq, dk and dv the same bits; three runs
+    and the TMA dQ newest heads first (attn_backward_dq_ds_tmaqn_), TR2_ATTN_DS_GROUPED=1 (the default since the
+    sixty-first session), against the ungrouped tmarr and tmaqf (TR2_ATTN_DS_GROUPED=0): each item and block computes
+    what it does ungrouped, so dq, dk and dv the same bits; three runs
     identical; within the type's tolerance of the NumPy form; every allocation poisoned (an item the order missed
     would leave its dK, dV and ds_t tiles unwritten); the tickets left at zero. (4, 1024, 16): 512 items, on 132 SMs
-    four groups of 17 heads, the last of 13 (its NumPy form would take minutes: the default's bits stand for it)."""
+    four groups of 17 heads, the last of 13 (its NumPy form would take minutes: the ungrouped bits stand for it)."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
 
     def backward(grouped):
         return _backward_with(monkeypatch, attention, "DS_GROUPED", grouped, be, launched, "attn_backward_",
                               dout, qkv, saved, H, p, seed, offset)
 
-    default, default_kernels = backward(False)
+    ungrouped, ungrouped_kernels = backward(False)
     runs = [backward(True) for _ in range(3)]
     kind = "bf16r" if build[0] == "bfloat16" else "f16r"
-    assert default_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64", f"attn_backward_dq_ds_tmaqf_{kind}_hs64"]
+    assert ungrouped_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64",
+                                 f"attn_backward_dq_ds_tmaqf_{kind}_hs64"]
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
     tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
     assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} grouped]"
     dqkv, C = runs[0][0], H * hs
-    exact(f"attention dqkv, grouped against the default {tag}", dqkv, default)
+    exact(f"attention dqkv, grouped against ungrouped {tag}", dqkv, ungrouped)
     if (B, T, H, hs) in WG_DKDV_SHAPES:
         rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
         for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):

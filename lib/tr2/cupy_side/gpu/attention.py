@@ -406,12 +406,15 @@ USE_WG_DKDV = bool(kernel_switch("TR2_ATTN_WG_DKDV", 1))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
 DKDV_DEEP = kernel_switch("TR2_ATTN_DKDV_DEEP", 0)
 DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
-# TR2_ATTN_DS_GROUPED=1 (sixtieth session, off: NOT yet run on a GPU): where the TMA dQ runs after the resident dK/dV,
-# the dK/dV takes the heads in groups of about one item a block (key block by key block within a group, attention.cu's
-# dkdv_item ORDER 1, attn_backward_dkdv_ds_tmarrg_) and stores ds_t without the evict-first policy, and the dQ takes the
-# heads newest first (attn_backward_dq_ds_tmaqn_), so that the last groups' ds_t is read from the L2. Every item and
-# block computes what it does by default: the same bits. With the two-stage ring only (not with TR2_ATTN_DKDV_DEEP=1).
-DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 0))
+# TR2_ATTN_DS_GROUPED=1 (built in the sixtieth session, on since the sixty-first): where the TMA dQ runs after the
+# resident dK/dV, the dK/dV takes the heads in groups of about one item a block (key block by key block within a group,
+# attention.cu's dkdv_item ORDER 1, attn_backward_dkdv_ds_tmarrg_) and stores ds_t without the evict-first policy, and
+# the dQ takes the heads newest first (attn_backward_dq_ds_tmaqn_), so that the last groups' ds_t is read from the L2.
+# Every item and block computes what it does in the ungrouped form: the same bits. On an H100
+# (results/h100-perf-20261207f) the backward alone x0.972 / x0.933 of the ungrouped form on gpt2-small / gpt2-medium,
+# the step -0.055 / -0.245 ms (bf16, three rounds). Built on the two-stage ring only: TR2_ATTN_DKDV_DEEP=1 turns it off
+# unless it is set too, which stops the run (dkdv_tma_kernel).
+DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 0 if DKDV_DEEP else 1))
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
