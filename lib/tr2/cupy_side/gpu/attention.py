@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import SwitchError, WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch
+from . import (SwitchError, WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch,
+               switch_given)
 from . import dropout as _dropout
 from . import tma as _tma
 from .cast import to_half
@@ -414,7 +415,9 @@ DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
 # (results/h100-perf-20261207f) the backward alone x0.972 / x0.933 of the ungrouped form on gpt2-small / gpt2-medium,
 # the step -0.055 / -0.245 ms (bf16, three rounds). Built on the two-stage ring only: TR2_ATTN_DKDV_DEEP=1 turns it off
 # unless it is set too, which stops the run (dkdv_tma_kernel).
-DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 0 if DKDV_DEEP else 1))
+DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 1))
+if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
+    DS_GROUPED = False   # the deep ring asked for alone runs ungrouped
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
