@@ -5,7 +5,8 @@ has at most two key blocks (the char model), `fold` (dQ's parts added in key-blo
 Hopper `tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0) and `tmarrqf`
 (the same with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's bits, and
 `tmarrqg` (tmarrqf grouped: the dK/dV's heads in groups, ds_t stored without the evict-first policy, the dQ's heads
-newest first: TR2_ATTN_DS_GROUPED=1; tmarrqf's bits). The default is tmarr on rows of at most 256 and tmarrqg on
+newest first: TR2_ATTN_DS_GROUPED=1; tmarrqf's bits) and `tmarrqc` (dQ chained through the dK/dV kernel, no ds_t:
+TR2_ATTN_DQ_CHAIN=1; tmarrqg's dk and dv bits, dq in a new order). The default is tmarr on rows of at most 256 and tmarrqg on
 longer ones (tmarrqf until the sixty-first session). The forms measured slower and removed (ds and ds64 without the
 evict-first L2 policy or at 64 queries a block; the wgmma dK/dV kernels on cp.async, wg1 / wg2 and their forms; the
 TMA dK/dV's other forms; the TMA dQ resident or with the heads fastest; the groups of batches: attention.cu's header)
@@ -44,8 +45,8 @@ TIME = timer(TIMING)
 
 # TR2_BWD_MODELS=gpt2-small,...: only those models
 MODELS = tuple(m for m in os.environ.get("TR2_BWD_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m)
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DS_GROUPED")
-_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DS_GROUPED=False)
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DS_GROUPED", "DQ_CHAIN")
+_BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DS_GROUPED=False, DQ_CHAIN=False)
 
 
 def _form(**changes) -> tuple:
@@ -59,8 +60,11 @@ def _form(**changes) -> tuple:
 
 FORMS = {"recompute": _form(USE_WG_DKDV=False, USE_DS=False), "ds_l2": _form(USE_WG_DKDV=False),
          "fold": _form(USE_WG_DKDV=False, USE_DS=False, FOLD_KEY_BLOCKS=2),
-         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarrqg": _form(DQ_TMA=1, DS_GROUPED=True)}
-WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarrqg")   # where attention.cu is built for sm_90a
+         "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarrqg": _form(DQ_TMA=1, DS_GROUPED=True),
+         "tmarrqc": _form(DQ_TMA=1, DQ_CHAIN=True)}
+WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarrqg", "tmarrqc")   # where attention.cu is built for sm_90a
+# forms whose dk and dv are another's bits, dq not (a new order of its sum): each pair is checked where both ran
+SAME_DKDV = {"tmarrqc": "tmarrqg"}
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
 SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2", "tmarrqg": "tmarrqf"}
 SEED, OFFSET = 1337, 1 << 32
@@ -119,6 +123,10 @@ def main() -> int:
             if f in outs and ref in outs:
                 same = np.array_equal(outs[f], outs[ref])
                 print(f"{model:12} {f} {'has' if same else 'is NOT'} {ref}'s bits", flush=True)
+        for f, ref in SAME_DKDV.items():
+            if f in outs and ref in outs:
+                same = np.array_equal(outs[f][..., C:], outs[ref][..., C:])
+                print(f"{model:12} {f} {'has' if same else 'is NOT'} {ref}'s dk and dv bits", flush=True)
         for f in names:
             d = np.abs(outs[f] - outs["recompute"])
             rel = {part: float(d[..., s].max() / max(np.abs(outs["recompute"][..., s]).max(), 1e-30))

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tr2.cupy_side import gpu
@@ -214,6 +215,49 @@ def test_the_deep_ring_alone_turns_the_grouping_off_and_both_given_stop_the_run(
         assert _backward_launches(attention, monkeypatch, T=1024)[1][0] == f"attn_backward_dkdv_ds_{dkdv}_bf16r_hs64"
 
 
+@pytest.mark.parametrize("T, dtype", [(1024, "bfloat16"), (257, "float16"), (1000, "bfloat16")])
+def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(attention, monkeypatch, T, dtype):
+    """TR2_ATTN_DQ_CHAIN=1 (off by default) on rows where the TMA dQ would run: the row dots, given the chain's
+    counters (a head and 64-query tile each) to zero, then attn_backward_dkdv_dqc_ on the resident grid, with the
+    running sums' slots (64 x 64 floats a head and tile) and the counters in ds_t's and ldq's places; no dQ kernel. On
+    rows of 256 and fewer nothing moves; with the deep ring it stops the run."""
+    assert attention.DQ_CHAIN is False
+    B, H = 2, 3
+    default = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
+    monkeypatch.setattr(attention, "DQ_CHAIN", True)
+    launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
+    kind, build = ("bf16", "bf16r") if dtype == "bfloat16" else ("f16", "f16r")
+    assert [n for n, _g, _a in launched] == [f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_dqc_{build}_hs64"]
+    nqt = -(-T // 64)
+    (_, _, dots), (_, grid, args) = launched
+    turns, acc = args[6], args[5]
+    assert dots[1] is turns and int(dots[2]) == B * H * nqt and turns.dtype == np.int32
+    assert acc.shape == (B * H * nqt, 64 * 64) and acc.dtype == np.float32
+    assert grid == default[1][1] and len(args) == len(default[1][2])   # the grouped kernel's grid and arity
+    assert int(args[-2]) == B * H
+    assert attention.dkdv_chain_shared_bytes(64) == attention.dkdv_tma_shared_bytes(64) - 8 * 16 * 72 * 2 + 2 * 8192 \
+        + 16384 <= 227 * 1024
+    assert [n for n, _g, _a in _backward_launches(attention, monkeypatch, B=B, H=H, T=256, dtype=dtype)] == [
+        f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_ds_tmarr_l2_{build}_hs64",
+        f"attn_backward_dq_ds_l2_{build}_hs64"]   # no TMA dQ on rows of 256: the default's kernels
+    monkeypatch.setattr(attention, "DKDV_DEEP", 1)
+    with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
+        _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
+
+
+@pytest.mark.parametrize("BH, nkb, grid", [(96, 8, 132), (128, 8, 132), (36, 8, 132), (5, 3, 7), (1, 1, 1)])
+def test_the_chain_takes_each_group_shortest_key_block_first(attention, BH, nkb, grid):
+    """chain_items (attention.cu's dkdv_item<2>): grouped_items' groups, the key blocks from the last down, so that a
+    chain turn (key block kb waits for kb + 1 of its head) waits only on an earlier ticket: no deadlock whatever
+    the scheduler does."""
+    order = attention.chain_items(BH, nkb, grid)
+    assert sorted(order) == [(kb, bh) for kb in range(nkb) for bh in range(BH)]
+    ticket = {item: n for n, item in enumerate(order)}
+    assert all(ticket[(kb + 1, bh)] < ticket[(kb, bh)] for kb in range(nkb - 1) for bh in range(BH))
+    G = -(-grid // nkb)
+    assert order[:min(G, BH)] == [(nkb - 1, bh) for bh in range(min(G, BH))]
+
+
 @pytest.mark.parametrize("BH, nkb, grid", [(96, 8, 132), (128, 8, 132), (36, 8, 132), (2, 8, 16), (6, 9, 54),
                                            (384, 2, 132), (1, 1, 1), (5, 3, 7)])
 def test_the_grouped_items_cover_every_key_block_of_every_head_once(attention, BH, nkb, grid):
@@ -320,7 +364,8 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)",
-                  "ATTN_DKDV_TMA_GROUPED({b}, {k}, 64)", "ATTN_DQ_TMA_QN({b}, {k}, 64)"):   # TR2_ATTN_DS_GROUPED=1
+                  "ATTN_DKDV_TMA_GROUPED({b}, {k}, 64)", "ATTN_DQ_TMA_QN({b}, {k}, 64)",   # TR2_ATTN_DS_GROUPED=1
+                  "ATTN_DKDV_TMA_CHAIN({b}, {k}, 64)"):   # TR2_ATTN_DQ_CHAIN=1
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want
     assert "#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)" in src   # the evict-first forms only

@@ -276,6 +276,38 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     assert eager[STEPS] < eager[0] - 0.2
 
 
+# gpu/attention.py's DQ_CHAIN (TR2_ATTN_DQ_CHAIN=1, off): the chained dQ sums its parts in a new fixed order, so its
+# losses are not the default's bits; what must hold: its graph replays its eager loop to the bit (the counters zeroed
+# by the row dots and the tickets left at zero by every launch, replayed), its losses stay within a rounding's
+# reach of the default's run from the same start (1e-2 relative over the steps: the bf16 run's own spread between
+# dropout masks is ~1e-3, test_graph_replays_train_as_the_eager_loop's print), and the run trains. gpt2-small bfloat16
+# and float16 (eight key blocks a head, the chain's full length).
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, dtype):
+    from tr2.cupy_side.gpu import attention, runtime
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    if runtime.built_for(attention.FILE) != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    cfg = load_model("gpt2-small")
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", "gpt2-small", "--dtype", dtype, "--batches", order, "--half-roundings"]
+    default, _ = _train(tmp_path, "default", *common, "--save-init", tmp_path / "init.npz",
+                        env={"TR2_ATTN_DQ_CHAIN": "0"})
+    common += ["--init", tmp_path / "init.npz"]
+    eager, _ = _train(tmp_path, "chain", *common, env={"TR2_ATTN_DQ_CHAIN": "1"})
+    eager2, _ = _train(tmp_path, "chain2", *common, env={"TR2_ATTN_DQ_CHAIN": "1"})
+    graph, out = _train(tmp_path, "chain-graph", *common, "--cuda-graph", env={"TR2_ATTN_DQ_CHAIN": "1"})
+    assert "cuda graph:" in out
+    rel, step = _max_rel(default, eager)
+    print(f"gpt2-small {dtype}, chained dQ: graph vs eager {_max_rel(eager, graph)[0]:.2e}; against the default's run "
+          f"{rel:.2e} (step {step})")
+    assert eager2 == eager, f"the chained dQ repeats itself: {_max_rel(eager, eager2)}"
+    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
+    assert rel < 1e-2, f"the chained dQ's losses part from the default's: {rel:.2e} at step {step}"
+    assert eager[STEPS] < eager[0] - 0.2
+
+
 # gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt
 # product gets the workspace size its plan names either way, so the losses must be the full workspace's to the bit
 # (eager, and graph: the workspace is sized in the warm-up, never inside the capture), and the peak in use falls by

@@ -1066,6 +1066,24 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv, the deep ring, run-to-run {tag}", r, dqkv)
 
 
+def _switched_runs(build, B, T, H, hs, p, monkeypatch, setting: str):
+    """A wgmma backward case (_wgmma_backward_case) run once with gpu/attention.py's `setting` False and three times
+    True: (its inputs as that gives them, (dqkv, attn_backward_ kernels) off, [(dqkv, kernels)] on, the build's kernel
+    suffix), the resident kernel's tickets checked left at zero."""
+    case = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
+    attention, be, qkv, dout, saved, seed, offset, launched = case
+
+    def backward(value):
+        return _backward_with(monkeypatch, attention, setting, value, be, launched, "attn_backward_",
+                              dout, qkv, saved, H, p, seed, offset)
+
+    off = backward(False)
+    runs = [backward(True) for _ in range(3)]
+    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
+    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
+    return case, off, runs, "bf16r" if build[0] == "bfloat16" else "f16r"
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", [s for s in WG_DKDV_SHAPES if s[1] > 256] + [(4, 1024, 16, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.2])
@@ -1077,21 +1095,12 @@ def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
     identical; within the type's tolerance of the NumPy form; every allocation poisoned (an item the order missed
     would leave its dK, dV and ds_t tiles unwritten); the tickets left at zero. (4, 1024, 16): 512 items, on 132 SMs
     four groups of 17 heads, the last of 13 (its NumPy form would take minutes: the ungrouped bits stand for it)."""
-    attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
-
-    def backward(grouped):
-        return _backward_with(monkeypatch, attention, "DS_GROUPED", grouped, be, launched, "attn_backward_",
-                              dout, qkv, saved, H, p, seed, offset)
-
-    ungrouped, ungrouped_kernels = backward(False)
-    runs = [backward(True) for _ in range(3)]
-    kind = "bf16r" if build[0] == "bfloat16" else "f16r"
+    (_, _, qkv, dout, _, seed, offset, _), (ungrouped, ungrouped_kernels), runs, kind = _switched_runs(
+        build, B, T, H, hs, p, monkeypatch, "DS_GROUPED")
     assert ungrouped_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64",
                                  f"attn_backward_dq_ds_tmaqf_{kind}_hs64"]
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
-    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
-    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} grouped]"
     dqkv, C = runs[0][0], H * hs
     exact(f"attention dqkv, grouped against ungrouped {tag}", dqkv, ungrouped)
@@ -1101,6 +1110,35 @@ def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
             check(f"attention {part}, grouped {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
     for r, _ in runs[1:]:
         exact(f"attention dqkv, grouped, run-to-run {tag}", r, dqkv)
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", [s for s in WG_DKDV_SHAPES if s[1] > 256] + [(4, 1024, 16, 64)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
+    """The chained dQ (attn_backward_dkdv_dqc_, TR2_ATTN_DQ_CHAIN=1: one kernel, no ds_t, each query tile's dQ parts
+    summed keys descending through the items) against the default (the grouped dK/dV and the TMA dQ): dk and dv the
+    same bits (the same tiles' arithmetic); dq within the type's tolerance of the NumPy form and of the default's dq
+    (a new order of the same float32 parts); three runs identical (the order is fixed, whatever the scheduling);
+    every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the tickets left at zero.
+    (4, 1024, 16): 1024 items in groups of 17 heads on 132 SMs, the chain's waits across groups' edges (its NumPy
+    form would take minutes: the default's dq and dk, dv bits stand for it)."""
+    (_, _, qkv, dout, _, seed, offset, _), (default, default_kernels), runs, kind = _switched_runs(
+        build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN")
+    assert default_kernels == [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
+    for _, kernels in runs:
+        assert kernels == [f"attn_backward_dkdv_dqc_{kind}_hs64"]
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} chained dQ]"
+    dqkv, C = runs[0][0], H * hs
+    assert np.isfinite(dqkv).all(), f"attention dqkv {tag}: an element left unwritten"
+    exact(f"attention dk and dv, chained against the default {tag}", dqkv[..., C:], default[..., C:])
+    _, tol = reference_for(*build)
+    check(f"attention dq, chained against the default's {tag}", dqkv[..., :C], default[..., :C], tol)
+    if (B, T, H, hs) in WG_DKDV_SHAPES:
+        rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
+        check(f"attention dq, chained {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+    for r, _ in runs[1:]:
+        exact(f"attention dqkv, chained, run-to-run {tag}", r, dqkv)
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

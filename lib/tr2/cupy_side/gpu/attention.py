@@ -418,6 +418,13 @@ DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
 DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 1))
 if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
     DS_GROUPED = False   # the deep ring asked for alone runs ungrouped
+# TR2_ATTN_DQ_CHAIN=1 (sixty-first session, off: NOT yet run on a GPU): where the TMA dQ would follow the resident
+# dK/dV, one kernel instead of both and of ds_t (attention.cu's attn_backward_dkdv_dqc_): each warpgroup's 64-key part
+# of a query tile's dQ (its staged dS^T times its k) added to a running float32 sum handed from item to item, the keys
+# descending (dq_acc, a 64 x 64 slot a head and query tile; dq_turn, a counter each, zeroed by the row dots), the
+# items in groups with the shortest key block first (chain_items). dK and dV: the grouped kernel's bits; dQ: a new
+# fixed order (within the type's tolerance of the NumPy form; three runs alike). Not with TR2_ATTN_DKDV_DEEP=1.
+DQ_CHAIN = bool(kernel_switch("TR2_ATTN_DQ_CHAIN", 0))
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -439,6 +446,23 @@ def grouped_items(BH: int, nkb: int, grid: int) -> list:
         in_group = min(G, BH - grp * G)
         order.append((r // in_group, grp * G + r % in_group))
     return order
+
+
+def chain_items(BH: int, nkb: int, grid: int) -> list:
+    """(key block, head) of each item of the chained dQ's dK/dV in ticket order, as attention.cu's dkdv_item<2>
+    computes it: grouped_items' groups with the key blocks from the last down, so that the item a chain turn waits for
+    (the head's next key block) always has the earlier ticket."""
+    order = []
+    for kb, bh in grouped_items(BH, nkb, grid):
+        order.append((nkb - 1 - kb, bh))
+    return order
+
+
+def dkdv_chain_shared_bytes(hs: int) -> int:
+    """attn_backward_dkdv_dqc_'s dynamic shared memory: dkdv_tma_shared_bytes' k, v and ring, then (in the dS^T rows'
+    place) each consumer's swizzled 64 x 64 dS^T tile and the 64 x 64 float32 handoff buffer, and the 1 KB."""
+    box = 64 * hs * 2
+    return 8 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 2 * box + 64 * 64 * 4 + 1024
 
 
 def dkdv_tma_kernel(name: str, hs: int, grouped: bool = False) -> tuple[str, int]:
@@ -530,6 +554,26 @@ def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, 
             i32(T), i32(H), i32(ctx.round_kind)))
 
 
+def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int, hs: int, kind: str, name: str,
+                      tail: tuple) -> "cp.ndarray":
+    """DQ_CHAIN's backward: the row dots (zeroing the chain's counters), then attn_backward_dkdv_dqc_, which writes dQ,
+    dK and dV; no ds_t."""
+    if DKDV_DEEP:
+        raise SwitchError("TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DKDV_DEEP=1: the chained dQ is built on the two-stage ring "
+                          "only; allowed: one of the two")
+    nqt = -(-T // 64)
+    turns = ctx.ws.get("att_dq_turns", (B * H * nqt,), np.int32)           # parts added so far, a head and tile
+    dq_acc = ctx.ws.get("att_dq_chain", (B * H * nqt, 64 * hs), np.float32)  # the running sums, a 64 x hs slot each
+    _row_dots(ctx, D, turns, kdout, saved, B * T * H, T, H, kind, hs)
+    tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
+    tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
+    extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
+    launch(FILE, f"attn_backward_dkdv_dqc_{name}_hs{hs}", grid, 384,
+           (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(T), i32(H)) + tail + extra,
+           shared_mem=dkdv_chain_shared_bytes(hs), prefer_shared=True)
+    return dqkv
+
+
 def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, n_head: int, p: float,
              seed: int, offset: int, offset_add=None) -> "cp.ndarray":
     B, T, C, hs = _shape(qkv, n_head)
@@ -542,10 +586,12 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         kind = "bf16" if ctx.dtype == "bfloat16" else "f16"
         wg = uses_wg_dkdv(ctx, hs)
         dq_tma = dq_tma_runs(T, wg)
+        name = build_name(ctx)
+        if wg and dq_tma and DQ_CHAIN:
+            return _backward_chained(ctx, dqkv, D, kdout, saved, B, T, H, C, hs, kind, name, tail)
         ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
         ldq, rows = ds_t.shape[2], B * T * H
         _row_dots(ctx, D, None, kdout, saved, rows, T, H, kind, hs)
-        name = build_name(ctx)
         if wg:
             if ldq % WG_DKDV_QUERY_TILE:   # the kernel stores its query tiles whole
                 raise RuntimeError(f"attention: ds_t rows of {ldq} halves for the wgmma dK/dV kernel")

@@ -879,16 +879,25 @@ __device__ __forceinline__ void wg_mma(float (&d)[8][4], const u32 (&a)[4], u64 
 // d = a b + (accumulate ? d : 0) with a (64 x 16) in shared memory too, both K-major. (q as register fragments,
 // loaded once before the loop, lost its registers to Pd's in ptxas's allocation: every tile after the first read
 // Pd as q. Read from shared memory, q needs no registers at all.)
-#define WG_MMA_SS(TYPE)                                                                                        \
+// TRANS: the transpose flags of a and b ("0, 0": both K-major; "1, 1": both MN-major, wg_mma_ss_tt).
+#define WG_MMA_SS(TYPE, TRANS)                                                                                 \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " WG_D32                       \
-                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                          \
+                 ", %32, %33, p, 1, 1, " TRANS ";\n}\n"                                                       \
                  : WG_D32_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
 template <int K>
 __device__ __forceinline__ void wg_mma_ss(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate) {
 #ifdef ATTN_WGMMA
-    if constexpr (K == KIND_BF16) WG_MMA_SS("bf16");
-    else WG_MMA_SS("f16");
+    if constexpr (K == KIND_BF16) WG_MMA_SS("bf16", "0, 0");
+    else WG_MMA_SS("f16", "0, 0");
+#endif
+}
+// d = a b + (accumulate ? d : 0), a (64 x 16) and b (16 x 64) in shared memory, both MN-major (transposed).
+template <int K>
+__device__ __forceinline__ void wg_mma_ss_tt(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate) {
+#ifdef ATTN_WGMMA
+    if constexpr (K == KIND_BF16) WG_MMA_SS("bf16", "1, 1");
+    else WG_MMA_SS("f16", "1, 1");
 #endif
 }
 
@@ -2967,6 +2976,8 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // The twenty-ninth session's groups of batches did not find ds_t in the L2, but they stored it evict-first.
 // Every item computes what it computes in ORDER 0: the same bits. Measured (H100, results/h100-perf-20261207f): on
 // gpt2-medium the dK/dV's L2 hit rate 61% -> 79%, the kernel 152.6 -> 142.0 us, the dQ 72.7 -> 69.4 us.
+// ORDER 2 (the chained dQ's, attn_backward_dkdv_dqc_): ORDER 1's groups with the key blocks taken from the last (the
+// shortest) down, so that an item's turns in the chain wait only on items with earlier tickets.
 template <int ORDER>
 __device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, int& bh) {
     if constexpr (ORDER == 0) {
@@ -2975,16 +2986,158 @@ __device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, in
     } else {
         const int G = ((int)gridDim.x + nkb - 1) / nkb, per = G * nkb, grp = item / per, r = item - grp * per;
         const int in_group = min(G, BH - grp * G);   // the last group may be smaller
-        kb = r / in_group;
+        kb = ORDER == 2 ? nkb - 1 - r / in_group : r / in_group;
         bh = grp * G + r % in_group;
     }
 }
 
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0>
+// ---- dQ chained through the dK/dV kernel (TR2_ATTN_DQ_CHAIN=1, attn_backward_dkdv_dqc_; sixty-first session, off:
+// NOT yet run on a GPU) ----
+// Why: after the grouped dK/dV the TMA dQ pass still reads ds_t back, ~110 MB a layer of gpt2-small from DRAM (52.99
+// us on an H100, beside 110.37 us of dK/dV; results/h100-perf-20261207f), and the dK/dV kernel's ds_t stores are 117 of
+// the 166 MB it moves. Here no ds_t and no dQ pass: each consumer warpgroup stages its dS^T tile in shared memory,
+// laid as a TMA box of ds_t lands (stage_ds_t_swizzled), and multiplies it by its own k box (chain_dq_part: the TMA
+// dQ's product, m64n64k16 on both operands MN-major): its 64 keys' part of the query tile's dQ, from zero. The parts
+// are added in a fixed order, the keys descending: the tile's sum starts at the warpgroup holding its diagonal and
+// ends at key 0's, whose warpgroup (key block 0's first) writes dQ. Between items the running float32 sum goes
+// through global memory (dq_acc: a 64 x 64 slot a head and query tile, in the accumulators' register order, read
+// through the L2 only: an SM may meet the same slot in two items) and a counter a head and tile (dq_turn: the parts
+// added so far, zeroed by the row dots before the launch); between a block's two warpgroups through shared memory
+// (two named barriers, CHAIN_FULL and CHAIN_EMPTY). An item waits only for the item of the next key block of its
+// head, which ORDER 2 tickets earlier; scripts/probes/dq_chain_sim.py models that order: an item meets its turn
+// about two tiles after the one before it took it, so a handoff of up to ~3 tiles' time is hidden, and the price is
+// the added product (~0.9 of today's dK/dV + dQ at a quarter of a tile's work; above 1.0 from about 0.35). dK and dV:
+// the grouped kernel's arithmetic, tile for tile, so its bits; dQ: a new fixed order of the same float32 parts.
+#define CHAIN_FULL 5    // warpgroup 1's running sum in the handoff buffer (1 arrives, 0 waits)
+#define CHAIN_EMPTY 6   // warpgroup 0 has read it (0 arrives, 1 waits before writing the next)
+#define CHAIN_WG0 3     // warpgroup 0's own barrier (its dS^T rows written; its slot written before the counter)
+#define CHAIN_WG1 4     // warpgroup 1's (its dS^T rows written; the turn seen before its loads)
+
+// The warp's dS^T rows (keys 16 warp + g and + 8, as dK's A fragments df hold them: pack_a's roundings, which
+// store_ds_t's are) into the warpgroup's 64 x 64 tile at sT as a 128B-swizzled TMA box lands: 16-byte piece c of
+// row r at piece c ^ (r & 7) (r & 7 is g here). A warp's 32 lanes write 32 distinct banks.
+template <int NT>
+__device__ __forceinline__ void stage_ds_t_swizzled(unsigned char* sT, const u32 (&df)[NT / 2][4], int warp, int g,
+                                                    int t) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *(u32*)(sT + (16 * warp + g + 8 * h) * 128 + ((n ^ g) << 4) + 4 * t) = df[n >> 1][2 * (n & 1) + h];
+}
+
+// part = dS k over the warpgroup's 64 keys (issued; the caller commits and waits): the staged dS^T at a_ds and the
+// warpgroup's k box at ak, both MN-major, 16 keys (2048 bytes of each) a slice, the first slice overwriting.
+template <int K, int HS>
+__device__ __forceinline__ void chain_dq_part(float (&part)[HS / 8][4], u32 a_ds, u32 ak) {
+    const u64 dd = wg_desc_sw128(a_ds, TMA_V_LBO, TMA_V_SBO), dk = wg_desc_sw128(ak, TMA_V_LBO, TMA_V_SBO);
+#pragma unroll
+    for (int k16 = 0; k16 < 4; ++k16) wg_mma_ss_tt<K>(part, dd + 2048 / 16 * k16, dk + 2048 / 16 * k16, k16 > 0);
+}
+
+// A chained dK/dV tile: tma_dkdv_tile's products and roundings, dS^T staged in shared memory instead of stored to
+// ds_t, and the warpgroup's dQ part (dS k) issued with dV and dK.
+template <int K, int HS, bool DROP>
+__device__ __forceinline__ void tma_dkdv_chain_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4],
+                                                    float (&part)[HS / 8][4], u32 ak, u32 av, unsigned char* sQO,
+                                                    float* sLD, int s, int qt, int k0, int g, int t, int T, int bh,
+                                                    const Dropout& drop, unsigned char* sT, int cw, int warp) {
+    constexpr int BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
+    const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
+    float p[1][NT][4], ds[1][NT][4];
+    tma_dkdv_scores<K, HS, DROP>(p, ds, ak, av, aq, ao, sLD + 2 * s * BC, qt, k0, g, t, T, bh, drop);
+    const u64 do_mn = wg_desc_sw128(ao, TMA_V_LBO, TMA_V_SBO), dq_mn = wg_desc_sw128(aq, TMA_V_LBO, TMA_V_SBO);
+    u32 pf[NT / 2][4], df[NT / 2][4];
+    pack_a<K, NT>(pf, p[0]);
+    pack_a<K, NT>(df, ds[0]);
+    stage_ds_t_swizzled<NT>(sT, df, warp, g, t);   // the last tile's dQ part has completed (its wait_group)
+    fence_proxy_async();                            // the rows, seen by the tensor cores' reads
+    if (cw == 0) bar_sync_n<CHAIN_WG0, 128>();      // the warpgroup's four warps' rows
+    else bar_sync_n<CHAIN_WG1, 128>();
+    wg_fence();
+    tma_dkdv_issue<K, HS>(dv, dk, pf, df, do_mn, dq_mn);
+    chain_dq_part<K, HS>(part, smem_u32(sT), ak);
+    wg_commit();
+    wg_wait_all();
+    wg_hold(dv);
+    wg_hold(dk);
+    wg_hold(part);
+}
+
+// The running sum's slot of (head bh, query tile qt) in dq_acc: a warpgroup's 128 threads' 32 floats, thread-fastest
+// in float4s, so each warp's loads and stores are 512 contiguous bytes.
+__device__ __forceinline__ float4* chain_slot(float* dq_acc, int bh, int nqt, int qt) {
+    return (float4*)(dq_acc + ((i64)bh * nqt + qt) * 4096) + (threadIdx.x & 127);
+}
+
+// The warpgroup's turn in query tile qt's chain, its part made: warpgroup cw of key block kb holds 64-key step
+// j = 2 kb + cw, and tile qt's parts go j = qt, qt - 1, .., 0. Warpgroup 1 adds the sum so far (from key block kb + 1's
+// warpgroup 0 through dq_acc, once the tile's counter says qt - j parts are in) unless it starts the sum, and hands the
+// result to warpgroup 0; warpgroup 0 adds its part to that (or starts the sum, on its diagonal tile) and writes the
+// sum to dq_acc with the counter at qt - j + 1, or, holding key 0, writes dQ. A turn that never comes is a bug: the
+// kernel stops (an error the caller sees) after ~a second of polls.
+template <int HS>
+__device__ __forceinline__ void chain_turn(float (&part)[1][HS / 8][4], void* dqkv, float* dq_acc, int* dq_turn,
+                                           float4* sHand, bool& handed, int cw, int kb, int qt, int bh, int nqt, int b,
+                                           int h, int T, int C, int out_kind, int warp, int lane) {
+    const int j = 2 * kb + cw, tid = threadIdx.x & 127;
+    int* turn = dq_turn + (i64)bh * nqt + qt;
+    float (&v)[HS / 8][4] = part[0];
+    if (cw == 1) {
+        if (j < qt) {   // key block kb + 1's warpgroup 0 had its turn before
+            if (tid == 0)
+                for (u32 spins = 0; ld_acquire(turn) != qt - j; ++spins) {
+                    if (spins == (1u << 25)) __trap();
+                    __nanosleep(32);
+                }
+            bar_sync_n<CHAIN_WG1, 128>();
+            const float4* slot = chain_slot(dq_acc, bh, nqt, qt);
+#pragma unroll
+            for (int n = 0; n < HS / 8; ++n) {
+                const float4 a = __ldcg(slot + 128 * n);
+                v[n][0] += a.x;
+                v[n][1] += a.y;
+                v[n][2] += a.z;
+                v[n][3] += a.w;
+            }
+        }
+        if (handed) bar_sync_n<CHAIN_EMPTY, 256>();   // warpgroup 0 has read the last one
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) sHand[128 * n + tid] = make_float4(v[n][0], v[n][1], v[n][2], v[n][3]);
+        bar_arrive_n<CHAIN_FULL, 256>();
+        handed = true;
+        return;
+    }
+    if (j < qt) {   // warpgroup 1 of this item had the turn before
+        bar_sync_n<CHAIN_FULL, 256>();
+#pragma unroll
+        for (int n = 0; n < HS / 8; ++n) {
+            const float4 a = sHand[128 * n + tid];
+            v[n][0] += a.x;
+            v[n][1] += a.y;
+            v[n][2] += a.z;
+            v[n][3] += a.w;
+        }
+        bar_arrive_n<CHAIN_EMPTY, 256>();
+    }
+    if (kb == 0) {   // key 0: the last part
+        store_dq<HS, 1>(dqkv, part, qt * 64 + warp * 16, b, h, T, C, out_kind, lane);
+        return;
+    }
+    float4* slot = chain_slot(dq_acc, bh, nqt, qt);
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) __stcg(slot + 128 * n, make_float4(v[n][0], v[n][1], v[n][2], v[n][3]));
+    bar_sync_n<CHAIN_WG0, 128>();   // every thread's part of the sum is in dq_acc
+    if (tid == 0) st_release(turn, qt - j + 1);
+}
+
+// CHAIN (ORDER 2): dQ chained through the items instead of ds_t (above); dq_acc and dq_turn its slots and counters.
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0, bool CHAIN = false>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
-                                                     int out_kind, Dropout drop) {
+                                                     int out_kind, Dropout drop, float* __restrict__ dq_acc = nullptr,
+                                                     int* __restrict__ dq_turn = nullptr) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value;
     constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
@@ -3001,6 +3154,10 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     unsigned char* sQO = base + 8 * BOX;            // stage s: q at sQO + 2 s BOX, dO at + BOX
     float* sLD = (float*)(sQO + 2 * S * BOX);       // stage s: lse at 2 s BC, D at (2 s + 1) BC
     u16* sdS = (u16*)(sLD + 2 * S * BC);            // consumer warp w: 16 rows of BC + 8 halves
+    // CHAIN, in sdS's place (on 1 KB: 8 BOX + S (2 BOX + 2 BC floats)): consumer c's swizzled dS^T tile at
+    // sChain + c BOX, then the handoff buffer of warpgroup 1's running sum (64 x 64 floats)
+    unsigned char* sChain = (unsigned char*)sdS;
+    float4* sHand = (float4*)(sChain + 2 * BOX);
     const int nkb = (T + BR - 1) / BR, nqt = (T + BC - 1) / BC, items = BH * nkb, C = H * HS;
     const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
@@ -3065,6 +3222,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, cwarp = (threadIdx.x >> 5) - 4, g = lane >> 2, t = lane & 3;
     int it = 0;
+    bool handed = false;   // CHAIN: warpgroup 1 has filled the handoff buffer before (it waits for its reading)
     for (int n = 0;; ++n) {
         const int kvs = n & 1;
         mbar_wait(&kv_full[kvs], (n >> 1) & 1);
@@ -3085,7 +3243,19 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         for (int qt = first; qt < nqt; ++qt, ++it) {
             const int s = it % S;
             mbar_wait(&full[s], (it / S) & 1);
-            if (qt * BC + BC - 1 >= K0)   // else every query of the tile comes before the warpgroup's keys
+            const bool active = qt * BC + BC - 1 >= K0;   // else every query of the tile comes before the warpgroup's keys
+            if constexpr (CHAIN) {
+                float part[1][HS / 8][4];   // store_dq's layout: one m16 tile of queries a warp
+                if (active)
+                    tma_dkdv_chain_tile<K, HS, DROP>(dk, dv, part[0], ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop,
+                                                     sChain + cw * BOX, cw, warp);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
+                if (active) chain_turn<HS>(part, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, qt, bh, nqt, b, h, T,
+                                           C, out_kind, warp, lane);
+                continue;
+            }
+            if (active)
                 tma_dkdv_tile<K, HS, DROP, ORDER == 0>(dk, dv, ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop, ds_t,
                                                        ldq, sdS, cwarp, lane);
             __syncwarp();
@@ -3095,6 +3265,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         if (lane == 0) mbar_arrive(&kv_empty[kvs]);   // and with the item's k and v (its last product has completed)
         store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
     }
+    if (CHAIN && cw == 1 && handed) bar_sync_n<CHAIN_EMPTY, 256>();   // warpgroup 0's last reading: arrivals even
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
@@ -3123,20 +3294,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TensorMap* tmap, u6
     asm volatile(
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
         ::"r"(smem_u32(dst)), "l"((u64)tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar)) : "memory");
-}
-
-// d = a b + (accumulate ? d : 0), a (64 x 16) and b (16 x 64) in shared memory, both MN-major (transposed).
-#define WG_MMA_SS_TT(TYPE)                                                                                     \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " WG_D32                       \
-                 ", %32, %33, p, 1, 1, 1, 1;\n}\n"                                                          \
-                 : WG_D32_ARGS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate))
-template <int K>
-__device__ __forceinline__ void wg_mma_ss_tt(float (&d)[8][4], u64 desc_a, u64 desc_b, int accumulate) {
-#ifdef ATTN_WGMMA
-    if constexpr (K == KIND_BF16) WG_MMA_SS_TT("bf16");
-    else WG_MMA_SS_TT("f16");
-#endif
 }
 
 // One key step of the TMA dQ (attention_backward_dq_tma): dQ += dS k for consumer cw's 64
@@ -3425,6 +3582,24 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
             attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, \
                                                                               T, H, BH, sched, out_kind, d);   \
     }
+// The chained dQ's dK/dV (ORDER 2, CHAIN): attn_backward_dkdv_dqc_<bf16r|f16r>_hs64, the grouped kernel's arguments
+// with dq_acc (float32, a 64 x 64 slot a head and query tile) and dq_turn (an int a head and query tile, zero at launch)
+// in ds_t's and ldq's places; it writes dQ too.
+#define ATTN_DKDV_TMA_CHAIN(BUILD, K, HS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_dqc_##BUILD##_hs##HS(              \
+        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
+        const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
+        int* sched) {                                                                                          \
+        grid_dependency_entry();                                                                               \
+        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
+        if (use_dropout)                                                                                       \
+            attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, 2, true>(                       \
+                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, dq_turn);        \
+        else                                                                                                   \
+            attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, 2, true>(                      \
+                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, dq_turn);        \
+    }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind. With NEWEST, after the grouped dK/dV:
 // attn_backward_dq_ds_tmaqn_<bf16r|f16r>_hs64, the same arguments and grid.
@@ -3496,6 +3671,8 @@ ATTN_DKDV_TMA_GROUPED(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_GROUPED(f16r, KIND_F16, 64)
 ATTN_DQ_TMA_QN(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QN(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_CHAIN(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA_CHAIN(f16r, KIND_F16, 64)
 
 // tf32_rne against tf32_rne_formula on the float32 bit patterns first .. first + count - 1 (count at most 2^32 - first),
 // adding to counts: [0] the patterns that are not NaN where the two results differ in any bit (each also takes a slot
