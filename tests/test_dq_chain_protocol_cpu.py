@@ -1,0 +1,123 @@
+"""The chained dQ's protocol (attention.cu's chain_turn and dkdv_item<2>, TR2_ATTN_DQ_CHAIN=1), played out without a
+GPU: blocks take items by tickets as the resident kernel does (the first by blockIdx.x, then the producer draws the
+next ticket while the consumers work on the current item, the worst case for a deadlock), and each item's warpgroups
+take their turns for its query tiles with the kernel's counter values, in random interleavings. What must hold: no
+schedule deadlocks, every turn finds the running sum its counter promises, and each query tile's dQ is written once,
+by key block 0's warpgroup 0, with its 64-key parts added keys descending (qt, qt - 1, .., 0): the fixed order whose
+bits the GPU test asks to repeat. The rules below are chain_turn's, transcribed; a change there must change them."""
+import functools
+import random
+
+import pytest
+
+
+def chain_items(BH: int, nkb: int, grid: int) -> list:
+    """dkdv_item<2>: groups of ceil(grid / nkb) heads, key blocks from the last down within a group."""
+    G = -(-grid // nkb)
+    out = []
+    for g0 in range(0, BH, G):
+        heads = range(g0, min(g0 + G, BH))
+        out += [(nkb - 1 - r, bh) for r in range(nkb) for bh in heads]
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def item_turns(kb: int, nqt: int) -> tuple:
+    """An item's turns in its consumers' order: for each query tile from its diagonal, warpgroup 1's (where its keys
+    are not all after the tile's queries: qt >= 2 kb + 1), then warpgroup 0's."""
+    turns = []
+    for qt in range(2 * kb, nqt):
+        if qt >= 2 * kb + 1:
+            turns.append((1, qt))
+        turns.append((0, qt))
+    return tuple(turns)
+
+
+def play(T: int, BH: int, grid: int, rng: random.Random, order=chain_items) -> dict:
+    """One random schedule of the items in `order`'s tickets: {(bh, qt): the parts of the written dQ, in the order
+    added}; raises on a deadlock, a turn finding another sum than its counter promises, or a tile written twice."""
+    nkb, nqt = -(-T // 128), -(-T // 64)
+    tickets = order(BH, nkb, grid)
+    grid = min(grid, len(tickets))
+    counter = {(bh, qt): 0 for bh in range(BH) for qt in range(nqt)}   # zeroed by the row dots
+    slot = {}                                                          # dq_acc: the running sums
+    hand = {}                                                          # a block's handoff buffer
+    written = {}
+    nxt = grid
+    blocks = []
+    for b in range(grid):   # [items held (current first), turn index in the current]
+        blocks.append([[tickets[b]], 0])
+
+    def draw(block):
+        nonlocal nxt
+        if nxt < len(tickets):
+            block[0].append(tickets[nxt])
+            nxt += 1
+
+    for b in blocks:
+        draw(b)   # the producer's prefetch while the first item runs
+    while any(b[0] for b in blocks):
+        ready = []
+        for i, (held, k) in enumerate(blocks):
+            if not held:
+                continue
+            kb, bh = held[0]
+            cw, qt = item_turns(kb, nqt)[k]
+            j = 2 * kb + cw
+            # chain_turn: warpgroup 1 waits for qt - j parts unless it starts the sum (j == qt)
+            if cw == 1 and j < qt and counter[(bh, qt)] != qt - j:
+                continue
+            ready.append(i)
+        if not ready:
+            raise AssertionError(f"deadlock: {[(b[0][:1], b[1]) for b in blocks if b[0]]}")
+        i = rng.choice(ready)
+        held, k = blocks[i]
+        kb, bh = held[0]
+        cw, qt = item_turns(kb, nqt)[k]
+        j = 2 * kb + cw
+        if cw == 1:
+            running = [j] if j == qt else slot.pop((bh, qt)) + [j]
+            assert running == list(range(qt, j - 1, -1)), (bh, qt, j, running)
+            hand[i] = running
+        else:
+            running = (hand.pop(i) if j < qt else []) + [j]
+            assert running == list(range(qt, j - 1, -1)), (bh, qt, j, running)
+            if kb == 0:
+                assert (bh, qt) not in written
+                written[(bh, qt)] = running
+            else:
+                slot[(bh, qt)] = running
+                counter[(bh, qt)] = qt - j + 1   # chain_turn's st_release
+        blocks[i][1] += 1
+        if blocks[i][1] == len(item_turns(kb, nqt)):   # the item is done: the next one starts, another is drawn
+            held.pop(0)
+            blocks[i][1] = 0
+            if held:
+                draw(blocks[i])
+    assert not slot and not hand
+    return written
+
+
+@pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 5), (1000, 6, 4), (257, 3, 2), (1024, 3, 1),
+                                         (320, 5, 3), (1024, 40, 33)])
+def test_every_schedule_finishes_and_sums_each_tile_keys_descending(T, BH, grid):
+    nqt = -(-T // 64)
+    for seed in range(4):
+        written = play(T, BH, grid, random.Random(seed))
+        assert sorted(written) == [(bh, qt) for bh in range(BH) for qt in range(nqt)]
+        assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items())
+
+
+def test_the_transcribed_order_is_the_kernels(over_stand_in_cupy):
+    attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
+    for BH, nkb, grid in ((96, 8, 132), (5, 3, 7), (3, 8, 1)):
+        assert chain_items(BH, nkb, grid) == attention.chain_items(BH, nkb, grid)
+
+
+def test_a_key_block_ascending_ticket_order_can_deadlock():
+    """Why the shortest key blocks go first: with the longest first (ORDER 1's tickets), one block holding key block 0
+    and the producer's prefetch of key block 1 behind it waits forever on its own next item."""
+    def longest_first(BH, nkb, grid):
+        return [(nkb - 1 - kb, bh) for kb, bh in chain_items(BH, nkb, grid)]
+    with pytest.raises(AssertionError, match="^deadlock"):
+        play(1024, 1, 1, random.Random(0), longest_first)
