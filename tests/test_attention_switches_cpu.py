@@ -215,12 +215,13 @@ def test_the_deep_ring_alone_turns_the_grouping_off_and_both_given_stop_the_run(
         assert _backward_launches(attention, monkeypatch, T=1024)[1][0] == f"attn_backward_dkdv_ds_{dkdv}_bf16r_hs64"
 
 
-@pytest.mark.parametrize("T, dtype", [(1024, "bfloat16"), (257, "float16"), (1000, "bfloat16")])
+@pytest.mark.parametrize("T, dtype", [(1024, "bfloat16"), (257, "float16"), (1000, "bfloat16"), (256, "bfloat16"),
+                                     (7, "float16")])
 def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(attention, monkeypatch, T, dtype):
-    """TR2_ATTN_DQ_CHAIN=1 (off by default) on rows where the TMA dQ would run: the row dots, given the chain's
-    counters (a head and 64-query tile each) to zero, then attn_backward_dkdv_dqc_ on the resident grid, with the
-    running sums' slots (64 x 64 floats a head and tile) and the counters in ds_t's and ldq's places; no dQ kernel. On
-    rows of 256 and fewer nothing moves; with the deep ring it stops the run."""
+    """TR2_ATTN_DQ_CHAIN=1 (off by default) wherever the TMA dK/dV runs, rows of any length: the row dots, given the
+    chain's counters (a head and 64-query tile each) to zero, then attn_backward_dkdv_dqc_ on the resident grid, with
+    the running sums' slots (64 x 64 floats a head and tile) and the counters in ds_t's and ldq's places; no dQ kernel.
+    With the wgmma dK/dV switched off nothing moves; with the deep ring it stops the run."""
     assert attention.DQ_CHAIN is False
     B, H = 2, 3
     default = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
@@ -237,9 +238,11 @@ def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(
     assert int(args[-2]) == B * H
     assert attention.dkdv_chain_shared_bytes(64) == attention.dkdv_tma_shared_bytes(64) - 8 * 16 * 72 * 2 + 2 * 8192 \
         + 16384 <= 227 * 1024
-    assert [n for n, _g, _a in _backward_launches(attention, monkeypatch, B=B, H=H, T=256, dtype=dtype)] == [
-        f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_ds_tmarr_l2_{build}_hs64",
-        f"attn_backward_dq_ds_l2_{build}_hs64"]   # no TMA dQ on rows of 256: the default's kernels
+    monkeypatch.setattr(attention, "USE_WG_DKDV", False)
+    assert [n for n, _g, _a in _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)] == [
+        f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_ds_l2_{build}_hs64",
+        f"attn_backward_dq_ds_l2_{build}_hs64"]   # the mma.sync kernels: no chain
+    monkeypatch.setattr(attention, "USE_WG_DKDV", True)
     monkeypatch.setattr(attention, "DKDV_DEEP", 1)
     with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
         _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)

@@ -99,7 +99,8 @@ def play(T: int, BH: int, grid: int, rng: random.Random, order=chain_items) -> d
 
 
 @pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 5), (1000, 6, 4), (257, 3, 2), (1024, 3, 1),
-                                         (320, 5, 3), (1024, 40, 33)])
+                                         (320, 5, 3), (1024, 40, 33), (256, 384, 132), (127, 6, 4), (7, 3, 2),
+                                         (1, 2, 2), (192, 5, 3)])
 def test_every_schedule_finishes_and_sums_each_tile_keys_descending(T, BH, grid):
     nqt = -(-T // 64)
     for seed in range(4):

@@ -1113,30 +1113,34 @@ def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", [s for s in WG_DKDV_SHAPES if s[1] > 256] + [(4, 1024, 16, 64)])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES + [(4, 1024, 16, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
     """The chained dQ (attn_backward_dkdv_dqc_, TR2_ATTN_DQ_CHAIN=1: one kernel, no ds_t, each query tile's dQ parts
-    summed keys descending through the items) against the default (the grouped dK/dV and the TMA dQ): dk and dv the
-    same bits (the same tiles' arithmetic); dq within the type's tolerance of the NumPy form and of the default's dq
+    summed keys descending through the items) against the default (the grouped dK/dV and the TMA dQ on rows over 256,
+    the TMA dK/dV and the mma.sync dQ on the others; every shape of the wgmma backward's tests, one key to 1024): dk
+    and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of the NumPy form and of the default's dq
     (a new order of the same float32 parts); three runs identical (the order is fixed, whatever the scheduling);
     every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the tickets left at zero.
     (4, 1024, 16): 1024 items in groups of 17 heads on 132 SMs, the chain's waits across groups' edges (its NumPy
     form would take minutes: the default's dq and dk, dv bits stand for it)."""
     (_, _, qkv, dout, _, seed, offset, _), (default, default_kernels), runs, kind = _switched_runs(
         build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN")
-    assert default_kernels == [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
+    assert default_kernels == ([f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
+                               if T > 256 else [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64",
+                                                f"attn_backward_dq_ds_l2_{kind}_hs64"])
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_dqc_{kind}_hs64"]
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} chained dQ]"
     dqkv, C = runs[0][0], H * hs
     assert np.isfinite(dqkv).all(), f"attention dqkv {tag}: an element left unwritten"
     exact(f"attention dk and dv, chained against the default {tag}", dqkv[..., C:], default[..., C:])
-    _, tol = reference_for(*build)
-    check(f"attention dq, chained against the default's {tag}", dqkv[..., :C], default[..., :C], tol)
-    if (B, T, H, hs) in WG_DKDV_SHAPES:
-        rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-        check(f"attention dq, chained {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+    if T > 1:   # one key: dq is rounding noise (test_attention says why)
+        _, tol = reference_for(*build)
+        check(f"attention dq, chained against the default's {tag}", dqkv[..., :C], default[..., :C], tol)
+        if (B, T, H, hs) in WG_DKDV_SHAPES:
+            rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
+            check(f"attention dq, chained {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
     for r, _ in runs[1:]:
         exact(f"attention dqkv, chained, run-to-run {tag}", r, dqkv)
 

@@ -418,12 +418,13 @@ DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
 DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 1))
 if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
     DS_GROUPED = False   # the deep ring asked for alone runs ungrouped
-# TR2_ATTN_DQ_CHAIN=1 (sixty-first session, off: NOT yet run on a GPU): where the TMA dQ would follow the resident
-# dK/dV, one kernel instead of both and of ds_t (attention.cu's attn_backward_dkdv_dqc_): each warpgroup's 64-key part
-# of a query tile's dQ (its staged dS^T times its k) added to a running float32 sum handed from item to item, the keys
-# descending (dq_acc, a 64 x 64 slot a head and query tile; dq_turn, a counter each, zeroed by the row dots), the
-# items in groups with the shortest key block first (chain_items). dK and dV: the grouped kernel's bits; dQ: a new
-# fixed order (within the type's tolerance of the NumPy form; three runs alike). Not with TR2_ATTN_DKDV_DEEP=1.
+# TR2_ATTN_DQ_CHAIN=1 (sixty-first session, off: NOT yet run on a GPU): wherever the resident TMA dK/dV runs (half
+# roundings, head size 64, sm_90a; rows of any length), one kernel instead of it, the dQ pass and ds_t (attention.cu's
+# attn_backward_dkdv_dqc_): each warpgroup's 64-key part of a query tile's dQ (its staged dS^T times its k) added to a
+# running float32 sum handed from item to item, the keys descending (dq_acc, a 64 x 64 slot a head and query tile;
+# dq_turn, a counter each, zeroed by the row dots), the items in groups with the shortest key block first
+# (chain_items). dK and dV: the grouped kernel's bits; dQ: a new fixed order (within the type's tolerance of the NumPy
+# form; three runs alike). Not with TR2_ATTN_DKDV_DEEP=1.
 DQ_CHAIN = bool(kernel_switch("TR2_ATTN_DQ_CHAIN", 0))
 
 
@@ -587,7 +588,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         wg = uses_wg_dkdv(ctx, hs)
         dq_tma = dq_tma_runs(T, wg)
         name = build_name(ctx)
-        if wg and dq_tma and DQ_CHAIN:
+        if wg and DQ_CHAIN:
             return _backward_chained(ctx, dqkv, D, kdout, saved, B, T, H, C, hs, kind, name, tail)
         ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
         ldq, rows = ds_t.shape[2], B * T * H
