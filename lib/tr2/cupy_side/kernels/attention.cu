@@ -36,7 +36,9 @@
 //     [BH, T, ~T] half buffer; then dQ = scale dS k, one product, read back from it (attention_backward_dq_ds).
 //     On Hopper (sm_90a, HS = 64) the dK/dV part runs on wgmma with a TMA producer instead, resident
 //     (attention_backward_dkdv_tma_resident, below), with the same bits; on rows over 256 dQ too
-//     (attention_backward_dq_tma, the mma.sync dQ's bits in every case tested).
+//     (attention_backward_dq_tma, the mma.sync dQ's bits in every case tested). With TR2_ATTN_DQ_CHAIN=1 (off,
+//     sixty-first session) one kernel instead and no buffer: each warpgroup's part of dQ added to a running sum
+//     handed from item to item in a fixed order (attn_backward_dkdv_dqc_, "dQ chained through the dK/dV kernel").
 //   backward unfolded (the float32 builds, and the exact half builds past two key blocks): dQ first, one block per
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
