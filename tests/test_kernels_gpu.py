@@ -1119,11 +1119,11 @@ def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
     """The chained dQ (attn_backward_dkdv_dqc_, TR2_ATTN_DQ_CHAIN=1: one kernel, no ds_t, each query tile's dQ parts
     summed keys descending through the items) against the default (the grouped dK/dV and the TMA dQ on rows over 256,
     the TMA dK/dV and the mma.sync dQ on the others; every shape of the wgmma backward's tests, one key to 1024): dk
-    and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of the NumPy form and of the default's dq
-    (a new order of the same float32 parts); three runs identical (the order is fixed, whatever the scheduling);
-    every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the tickets left at zero.
-    (4, 1024, 16): 1024 items in groups of 17 heads on 132 SMs, the chain's waits across groups' edges (its NumPy
-    form would take minutes: the default's dq and dk, dv bits stand for it)."""
+    and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of the NumPy form and of the
+    default's dq (a new order of the same float32 parts); three runs identical (the order is fixed, whatever the
+    scheduling); every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the tickets
+    left at zero. (4, 1024, 16): 512 items in groups of 17 heads on 132 SMs, the chain's waits across the groups'
+    edges (its NumPy form would take minutes: the default's dq and dk, dv bits stand for it)."""
     (_, _, qkv, dout, _, seed, offset, _), (default, default_kernels), runs, kind = _switched_runs(
         build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN")
     assert default_kernels == ([f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
