@@ -109,6 +109,23 @@ def test_every_schedule_finishes_and_sums_each_tile_keys_descending(T, BH, grid)
         assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items())
 
 
+def staggered(S: int):
+    """dq_chain_sim's staggerS order (a candidate, not the kernel's): each head's key blocks shortest first, S tickets
+    apart, the heads interleaved."""
+    def order(BH, nkb, grid):
+        items = [(bh, kb) for bh in range(BH) for kb in range(nkb)]
+        return [(kb, bh) for bh, kb in sorted(items, key=lambda it: (it[0] + S * (nkb - 1 - it[1]), -it[1]))]
+    return order
+
+
+@pytest.mark.parametrize("S", [1, 8])
+@pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 3), (257, 5, 2)])
+def test_the_staggered_candidate_order_finishes_too(S, T, BH, grid):
+    nqt = -(-T // 64)
+    written = play(T, BH, grid, random.Random(S), staggered(S))
+    assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items()) and len(written) == BH * nqt
+
+
 def test_the_transcribed_order_is_the_kernels(over_stand_in_cupy):
     attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
     for BH, nkb, grid in ((96, 8, 132), (5, 3, 7), (3, 8, 1)):

@@ -29,6 +29,17 @@ def test_the_grouped_tickets_are_the_kernels_order(over_stand_in_cupy, BH, nkb, 
     assert sim.tickets(BH, nkb, grid, "grouped_rev") == [(bh, kb) for kb, bh in attention.chain_items(BH, nkb, grid)]
 
 
+@pytest.mark.parametrize("S", [1, 8, 16])
+def test_the_staggered_tickets_take_each_heads_key_blocks_shortest_first(S):
+    """staggerS: every item once; a head's key block kb + 1 ticketed before kb (so the chain's waits are on earlier
+    tickets, as grouped_rev's); the heads interleaved."""
+    order = sim.tickets(12, 8, 132, f"stagger{S}")
+    assert sorted(order) == [(bh, kb) for bh in range(12) for kb in range(8)]
+    at = {item: n for n, item in enumerate(order)}
+    assert all(at[(bh, kb + 1)] < at[(bh, kb)] for bh in range(12) for kb in range(7))
+    assert order[:2] == [(0, 7), (1, 7)]   # ties on the key go to the shorter key block
+
+
 def test_an_item_runs_its_tiles_with_the_dq_steps_lag_tiles_behind():
     assert sim.item_ops(6, 16, "asc", 1, 0.25) == [("main", 12, 1.0), ("main", 13, 1.0), ("dq", 12, 0.25),
                                                    ("main", 14, 1.0), ("dq", 13, 0.25), ("main", 15, 1.0),

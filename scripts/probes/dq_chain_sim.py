@@ -8,7 +8,8 @@ Units: one query tile's dK/dV work (S^T, dP^T, dS, dV, dK) is 1; the dQ step (dS
 DQ. An item runs its tiles in order (ascending queries, as now, or descending) and may run its dQ steps up to LAG
 tiles behind its main steps (dS^T tiles kept in shared memory meanwhile); one consumer sequence an item (the two
 warpgroups in step). Tickets in the kernel's orders: grouped (ceil(grid / key blocks) heads a group, key block by key
-block within it, longest first), grouped_rev (the same groups, shortest first) or key-block major over all heads. The
+block within it, longest first), grouped_rev (the same groups, shortest first), key-block major over all heads, or
+staggerS (each head's key blocks shortest first, S tickets apart, the heads interleaved). The
 chain runs in ascending key blocks (the TMA dQ's own order, so its bits) or descending (new bits). Compared with the
 program today: the same tickets without the chain or the dQ steps, then the dQ pass, whose measured ratio to the
 dK/dV kernel (Nsight Compute, results/h100-perf-20261207f) is passed as DQ_PASS. The program's chained form
@@ -28,6 +29,10 @@ def tickets(BH: int, nkb: int, grid: int, order: str) -> list[tuple[int, int]]:
     """(head, key block) of each ticket, as attention.cu's dkdv_item<ORDER> hands them out."""
     if order == "kbmajor":
         return [(bh, kb) for kb in range(nkb) for bh in range(BH)]
+    if order.startswith("stagger"):   # staggerS: by h + S (nkb - 1 - kb), the longer key block after: each head's
+        S = int(order[len("stagger"):])   # key blocks shortest first, S tickets apart, the heads interleaved
+        items = [(bh, kb) for bh in range(BH) for kb in range(nkb)]
+        return sorted(items, key=lambda it: (it[0] + S * (nkb - 1 - it[1]), -it[1]))
     G = -(-grid // nkb)
     out = []
     key_blocks = range(nkb - 1, -1, -1) if order == "grouped_rev" else range(nkb)   # _rev: the shortest first
@@ -130,7 +135,8 @@ def main() -> None:
     ap.add_argument("--latency", default="0.5,1.0,1.5", help="the handoff's latency L, in tiles")
     ap.add_argument("--forms", default="asc/asc,asc/desc,desc/asc,desc/desc",
                     help="tile order / chain order pairs")
-    ap.add_argument("--tickets", default="grouped", help="grouped, grouped_rev (key blocks shortest first), kbmajor")
+    ap.add_argument("--tickets", default="grouped",
+                    help="grouped, grouped_rev (key blocks shortest first), kbmajor, staggerS (see tickets)")
     args = ap.parse_args()
 
     def floats(text: str) -> list[float]:
