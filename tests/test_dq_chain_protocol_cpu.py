@@ -6,19 +6,23 @@ schedule deadlocks, every turn finds the running sum its counter promises, and e
 by key block 0's warpgroup 0, with its 64-key parts added keys descending (qt, qt - 1, .., 0): the fixed order whose
 bits the GPU test asks to repeat. The rules below are chain_turn's, transcribed; a change there must change them."""
 import functools
+import importlib.util
 import random
+from pathlib import Path
 
 import pytest
 
 
-def chain_items(BH: int, nkb: int, grid: int) -> list:
-    """dkdv_item<2>: groups of ceil(grid / nkb) heads, key blocks from the last down within a group."""
-    G = -(-grid // nkb)
-    out = []
-    for g0 in range(0, BH, G):
-        heads = range(g0, min(g0 + G, BH))
-        out += [(nkb - 1 - r, bh) for r in range(nkb) for bh in heads]
-    return out
+_SIM = Path(__file__).parents[1] / "scripts" / "probes" / "dq_chain_sim.py"
+_spec = importlib.util.spec_from_file_location("dq_chain_sim", _SIM)
+sim = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sim)
+
+
+@pytest.fixture
+def chain_items(over_stand_in_cupy):
+    """The kernel's ticket order as gpu/attention.py mirrors it (dkdv_item<2>): (key block, head) a ticket."""
+    return over_stand_in_cupy("tr2.cupy_side.gpu.attention").chain_items
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,7 +37,7 @@ def item_turns(kb: int, nqt: int) -> tuple:
     return tuple(turns)
 
 
-def play(T: int, BH: int, grid: int, rng: random.Random, order=chain_items) -> dict:
+def play(T: int, BH: int, grid: int, rng: random.Random, order) -> dict:
     """One random schedule of the items in `order`'s tickets: {(bh, qt): the parts of the written dQ, in the order
     added}; raises on a deadlock, a turn finding another sum than its counter promises, or a tile written twice."""
     nkb, nqt = -(-T // 128), -(-T // 64)
@@ -101,38 +105,25 @@ def play(T: int, BH: int, grid: int, rng: random.Random, order=chain_items) -> d
 @pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 5), (1000, 6, 4), (257, 3, 2), (1024, 3, 1),
                                          (320, 5, 3), (1024, 40, 33), (256, 384, 132), (127, 6, 4), (7, 3, 2),
                                          (1, 2, 2), (192, 5, 3)])
-def test_every_schedule_finishes_and_sums_each_tile_keys_descending(T, BH, grid):
+def test_every_schedule_finishes_and_sums_each_tile_keys_descending(chain_items, T, BH, grid):
     nqt = -(-T // 64)
     for seed in range(4):
-        written = play(T, BH, grid, random.Random(seed))
+        written = play(T, BH, grid, random.Random(seed), chain_items)
         assert sorted(written) == [(bh, qt) for bh in range(BH) for qt in range(nqt)]
         assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items())
-
-
-def staggered(S: int):
-    """dq_chain_sim's staggerS order (a candidate, not the kernel's): each head's key blocks shortest first, S tickets
-    apart, the heads interleaved."""
-    def order(BH, nkb, grid):
-        items = [(bh, kb) for bh in range(BH) for kb in range(nkb)]
-        return [(kb, bh) for bh, kb in sorted(items, key=lambda it: (it[0] + S * (nkb - 1 - it[1]), -it[1]))]
-    return order
 
 
 @pytest.mark.parametrize("S", [1, 8])
 @pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 3), (257, 5, 2)])
 def test_the_staggered_candidate_order_finishes_too(S, T, BH, grid):
     nqt = -(-T // 64)
-    written = play(T, BH, grid, random.Random(S), staggered(S))
+    def staggered(BH, nkb, grid):   # dq_chain_sim's staggerS order (a candidate, not the kernel's)
+        return [(kb, bh) for bh, kb in sim.tickets(BH, nkb, grid, f"stagger{S}")]
+    written = play(T, BH, grid, random.Random(S), staggered)
     assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items()) and len(written) == BH * nqt
 
 
-def test_the_transcribed_order_is_the_kernels(over_stand_in_cupy):
-    attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
-    for BH, nkb, grid in ((96, 8, 132), (5, 3, 7), (3, 8, 1)):
-        assert chain_items(BH, nkb, grid) == attention.chain_items(BH, nkb, grid)
-
-
-def test_a_key_block_ascending_ticket_order_can_deadlock():
+def test_a_key_block_ascending_ticket_order_can_deadlock(chain_items):
     """Why the shortest key blocks go first: with the longest first (ORDER 1's tickets), one block holding key block 0
     and the producer's prefetch of key block 1 behind it waits forever on its own next item."""
     def longest_first(BH, nkb, grid):

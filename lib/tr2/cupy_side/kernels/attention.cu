@@ -3273,6 +3273,25 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
 #endif
 }
 
+// The resident dK/dV kernels' body (ATTN_DKDV_TMA_KERNEL, ATTN_DKDV_TMA_CHAIN): the dropout made from the launch's
+// arguments, and the form compiled with it or without (DROP) chosen per launch.
+template <int K, int HS, int STAGES, int ORDER, bool CHAIN = false>
+__device__ __forceinline__ void dkdv_tma_entry(void* dqkv, const TensorMap* tq, const TensorMap* tdo, const float* lse,
+                                               const float* Dvec, u16* ds_t, int ldq, int T, int H, int BH,
+                                               int* sched, int out_kind, int use_dropout, u64 seed, u64 offset,
+                                               const u64* offset_add, u32 threshold, float dscale,
+                                               float* dq_acc = nullptr, int* dq_turn = nullptr) {
+    const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);
+    if (use_dropout)
+        attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq, T,
+                                                                                H, BH, sched, out_kind, d, dq_acc,
+                                                                                dq_turn);
+    else
+        attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq,
+                                                                                 T, H, BH, sched, out_kind, d, dq_acc,
+                                                                                 dq_turn);
+}
+
 // ---- dQ from the stored dS^T on a TMA producer and wgmma (gpu/attention.py's DQ_TMA; written in the eighteenth
 // session, on rows over 256 by default since the twentieth) ----
 // Why: attention_backward_dq_ds moves about 100 MB of dS^T a layer of gpt2-small bf16 into registers by cp.async and
@@ -3576,13 +3595,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         const float* lse, const float* Dvec, u16* ds_t, int ldq, int T, int H, int out_kind, int use_dropout,  \
         u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH, int* sched) {        \
         grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, \
-                                                                             T, H, BH, sched, out_kind, d);    \
-        else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, \
-                                                                              T, H, BH, sched, out_kind, d);   \
+        dkdv_tma_entry<K, HS, STAGES, ORDER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, BH, sched, out_kind, \
+                                             use_dropout, seed, offset, offset_add, threshold, dscale);        \
     }
 // The chained dQ's dK/dV (ORDER 2, CHAIN): attn_backward_dkdv_dqc_<bf16r|f16r>_hs64, the grouped kernel's arguments
 // with dq_acc (float32, a 64 x 64 slot a head and query tile) and dq_turn (an int a head and query tile, zero at launch)
@@ -3594,13 +3608,9 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched) {                                                                                          \
         grid_dependency_entry();                                                                               \
-        const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);              \
-        if (use_dropout)                                                                                       \
-            attention_backward_dkdv_tma_resident<K, HS, true, DKDV_TMA_STAGES, 2, true>(                       \
-                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, dq_turn);        \
-        else                                                                                                   \
-            attention_backward_dkdv_tma_resident<K, HS, false, DKDV_TMA_STAGES, 2, true>(                      \
-                dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, out_kind, d, dq_acc, dq_turn);        \
+        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 2, true>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, \
+                                                        out_kind, use_dropout, seed, offset, offset_add,       \
+                                                        threshold, dscale, dq_acc, dq_turn);                   \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind. With NEWEST, after the grouped dK/dV:
