@@ -32,21 +32,22 @@ def _backward_launches(attention, monkeypatch, **shape):
 
 
 @pytest.mark.parametrize("B, H, T, form", [(8, 12, 1024, "grouped"), (8, 16, 1024, "grouped"),
-                                           (3, 2, 1000, "grouped"), (2, 3, 257, "grouped"), (64, 6, 256, "l2"),
-                                           (2, 3, 7, "l2"), (1, 1, 1, "l2")])
+                                           (3, 2, 1000, "grouped"), (2, 3, 257, "grouped"), (64, 6, 256, "chained"),
+                                           (2, 3, 7, "chained"), (1, 1, 1, "chained")])
 def test_the_backward_defaults_resident_tma_dkdv_and_the_tma_dq_on_long_rows(attention, monkeypatch, B, H, T, form):
     """Under half roundings at head size 64 on Hopper: the row dots, the TMA dK/dV resident (one block an SM or one a
     128-key block, its heads and tickets last), then for rows over WG_MAX_T the grouped dK/dV (ds_t kept in the L2)
-    and dQ on the TMA producer, the heads newest first, with the query blocks the grid's x; else the evict-first dK/dV
-    and the mma.sync dQ from ds_t (128 queries a block)."""
+    and dQ on the TMA producer, the heads newest first, with the query blocks the grid's x; on the others the chained
+    dQ (TR2_ATTN_DQ_CHAIN's default 2), that same resident kernel writing dQ too: no ds_t, no dQ kernel."""
     launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
     names = {"grouped": ["attn_backward_dkdv_ds_tmarrg_bf16r_hs64", "attn_backward_dq_ds_tmaqn_bf16r_hs64"],
-             "l2": ["attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64", "attn_backward_dq_ds_l2_bf16r_hs64"]}[form]
+             "chained": ["attn_backward_dkdv_dqc_bf16r_hs64"]}[form]
     assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64", *names]
     _, grid, args = launched[1]
     assert grid == (attention.resident_grid(B * H, T, 132),) and int(args[-2]) == B * H
-    _, grid, args = launched[2]
-    assert grid == ((-(-T // 128), B * H) if form == "grouped" else (B * H, -(-T // 128)))
+    if form == "grouped":
+        _, grid, args = launched[2]
+        assert grid == (-(-T // 128), B * H)
 
 
 def test_the_mma_sync_backward_with_the_wgmma_dkdv_switched_off(attention, monkeypatch):
@@ -63,7 +64,9 @@ def test_the_mma_sync_backward_with_the_wgmma_dkdv_switched_off(attention, monke
                                                         (0, 1024, True, "attn_backward_dq_ds_l2_f16r_hs64")])
 def test_the_dq_switch_moves_the_dq_kernel_and_the_grouping_with_it(attention, monkeypatch, dq_tma, T, grouped,
                                                                      dq_name):
-    """The grouped dK/dV (the default) runs where the TMA dQ follows it, wherever TR2_ATTN_DQ_TMA puts that."""
+    """The grouped dK/dV (the default) runs where the TMA dQ follows it, wherever TR2_ATTN_DQ_TMA puts that (the
+    chained dQ off here: where the TMA dQ does not follow, its default takes the rows; its own test below)."""
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)
     monkeypatch.setattr(attention, "DQ_TMA", dq_tma)
     monkeypatch.setattr(attention, "DS_GROUPED", grouped)
     launched = _backward_launches(attention, monkeypatch, T=T, dtype="float16")
@@ -169,14 +172,15 @@ def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, 
                         "attn_backward_dq_ds_tmaqn_bf16r_hs64"]),
     (257, "float16", ["attn_row_dots_wide_f16_hs64", "attn_backward_dkdv_ds_tmarrg_f16r_hs64",
                       "attn_backward_dq_ds_tmaqn_f16r_hs64"]),
-    # rows of 256 and fewer: the mma.sync dQ reads ds_t (evict-first), so the default's kernels
+    # rows of 256 and fewer, the chained dQ off: the mma.sync dQ reads ds_t (evict-first), the ungrouped kernels
     (256, "bfloat16", ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
                        "attn_backward_dq_ds_l2_bf16r_hs64"])])
 def test_the_grouped_backward_runs_where_the_tma_dq_follows(attention, monkeypatch, T, dtype, names):
     """TR2_ATTN_DS_GROUPED=1 (on by default since the sixty-first session): the grouped dK/dV and the newest-first TMA
     dQ on rows over WG_MAX_T, with the ungrouped form's grids, shared memory and arguments; the ungrouped form
-    elsewhere; not with the deep ring."""
+    elsewhere; not with the deep ring. (The chained dQ off: on rows of at most WG_MAX_T its default takes them.)"""
     assert attention.DS_GROUPED is True
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)
     launched = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
     monkeypatch.setattr(attention, "DS_GROUPED", False)
     ungrouped = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
@@ -218,23 +222,38 @@ def test_the_deep_ring_alone_turns_the_grouping_off_and_both_given_stop_the_run(
 @pytest.mark.parametrize("T, dtype", [(1024, "bfloat16"), (257, "float16"), (1000, "bfloat16"), (256, "bfloat16"),
                                      (7, "float16")])
 def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(attention, monkeypatch, T, dtype):
-    """TR2_ATTN_DQ_CHAIN=1 (off by default) wherever the TMA dK/dV runs, rows of any length: the row dots, given the
-    chain's counters (a head and 64-query tile each) to zero, then attn_backward_dkdv_dqc_ on the resident grid, with
-    the running sums' slots (64 x 64 floats a head and tile) and the counters in ds_t's and ldq's places; no dQ kernel.
-    With the wgmma dK/dV switched off nothing moves; with the deep ring it stops the run."""
-    assert attention.DQ_CHAIN is False
+    """TR2_ATTN_DQ_CHAIN: 1 wherever the TMA dK/dV runs, rows of any length; 2 (the default) where the TMA dQ would not
+    follow (rows of at most WG_MAX_T, unless TR2_ATTN_DQ_TMA=1; at every length with TR2_ATTN_DQ_TMA=0); 0 never.
+    Where it runs: the row dots, given the chain's counters (a head and 64-query tile each) to zero, then
+    attn_backward_dkdv_dqc_ on the resident grid, with the running sums' slots (64 x 64 floats a head and tile) and the
+    counters in ds_t's and ldq's places; no dQ kernel. With the wgmma dK/dV switched off nothing moves; with the deep
+    ring it stops the run."""
+    assert attention.DQ_CHAIN == 2
     B, H = 2, 3
-    default = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
-    monkeypatch.setattr(attention, "DQ_CHAIN", True)
-    launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
     kind, build = ("bf16", "bf16r") if dtype == "bfloat16" else ("f16", "f16r")
-    assert [n for n, _g, _a in launched] == [f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_dqc_{build}_hs64"]
+    chained = [f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_dqc_{build}_hs64"]
+
+    def names(chain, dq_tma=2):
+        monkeypatch.setattr(attention, "DQ_CHAIN", chain)
+        monkeypatch.setattr(attention, "DQ_TMA", dq_tma)
+        return [n for n, _g, _a in _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)]
+
+    unchained = names(0)
+    assert names(2) == (chained if T <= attention.WG_MAX_T else unchained)
+    assert names(2, dq_tma=1) == names(0, dq_tma=1) != chained   # the TMA dQ follows at every length: no chain
+    assert names(2, dq_tma=0) == chained                          # the mma.sync dQ would follow at every length
+    monkeypatch.setattr(attention, "DQ_TMA", 2)
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)
+    default = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
+    monkeypatch.setattr(attention, "DQ_CHAIN", 1)
+    launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
+    assert [n for n, _g, _a in launched] == chained
     nqt = -(-T // 64)
     (_, _, dots), (_, grid, args) = launched
     turns, acc = args[6], args[5]
     assert dots[1] is turns and int(dots[2]) == B * H * nqt and turns.dtype == np.int32
     assert acc.shape == (B * H * nqt, 64 * 64) and acc.dtype == np.float32
-    assert grid == default[1][1] and len(args) == len(default[1][2])   # the grouped kernel's grid and arity
+    assert grid == default[1][1] and len(args) == len(default[1][2])   # the unchained kernel's grid and arity
     assert int(args[-2]) == B * H
     assert attention.dkdv_chain_shared_bytes(64) == attention.dkdv_tma_shared_bytes(64) - 8 * 16 * 72 * 2 + 2 * 8192 \
         + 16384 <= 227 * 1024
@@ -244,8 +263,39 @@ def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(
         f"attn_backward_dq_ds_l2_{build}_hs64"]   # the mma.sync kernels: no chain
     monkeypatch.setattr(attention, "USE_WG_DKDV", True)
     monkeypatch.setattr(attention, "DKDV_DEEP", 1)
-    with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
+    with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: "
+                                              "TR2_ATTN_DQ_CHAIN=0 with the deep ring, or the deep ring unset$"):
         _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
+
+
+@pytest.mark.parametrize("env, chain, stops", [({}, 2, False), ({"TR2_ATTN_DQ_CHAIN": "0"}, 0, False),
+                                               ({"TR2_ATTN_DKDV_DEEP": "1"}, 0, False),
+                                               ({"TR2_ATTN_DKDV_DEEP": "1", "TR2_ATTN_DQ_CHAIN": "2"}, 2, True),
+                                               ({"TR2_ATTN_DQ_CHAIN": "3"}, None, True)])
+def test_the_deep_ring_alone_turns_the_chain_off_and_both_given_stop_the_run(monkeypatch, over_stand_in_cupy, env,
+                                                                             chain, stops):
+    """DQ_CHAIN's default follows TR2_ATTN_DKDV_DEEP as DS_GROUPED's does (the chained dQ has the two-stage ring only):
+    the deep ring asked for alone runs unchained; both asked for stop the char model's backward (rows of 256), naming
+    both; a value outside 0, 1 and 2 stops the import, naming the key, the value and what is allowed."""
+    for key in ("TR2_ATTN_DQ_CHAIN", "TR2_ATTN_DS_GROUPED", "TR2_ATTN_DKDV_DEEP"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
+    if chain is None:
+        with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN='3': allowed values are 0, 1, 2$"):
+            over_stand_in_cupy("tr2.cupy_side.gpu.attention")
+        return
+    attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
+    assert attention.DQ_CHAIN == chain
+    if stops:
+        with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN=2 with TR2_ATTN_DKDV_DEEP=1: "):
+            _backward_launches(attention, monkeypatch, B=64, H=6, T=256)
+        return
+    kernel = _backward_launches(attention, monkeypatch, B=64, H=6, T=256)[1][0]
+    deep = "TR2_ATTN_DKDV_DEEP" in env
+    assert kernel == ("attn_backward_dkdv_dqc_bf16r_hs64" if chain else
+                      f"attn_backward_dkdv_ds_{'tmarrd_l2' if deep else 'tmarr_l2'}_bf16r_hs64")
 
 
 @pytest.mark.parametrize("BH, nkb, grid", [(96, 8, 132), (128, 8, 132), (36, 8, 132), (5, 3, 7), (1, 1, 1)])

@@ -167,11 +167,11 @@ def test_the_loss_scale_kernel_changes_no_bit(tmp_path):
 
 
 def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str, on: str, what: str, *extra,
-                           wgmma: bool = True) -> None:
+                           wgmma: bool = True, fixed: dict | None = None) -> None:
     """A whole run (half roundings in the half types; `extra`: further arguments of every run, e.g. --no-tf32) with the
     environment's `key` = on, eager and as a graph, from the start and batch order of a run with it = off: both must
     have that run's losses to the bit, and the run must train. wgmma: skipped off sm_90a, where the wgmma kernels the
-    switch chooses between do not run."""
+    switch chooses between do not run; fixed: more of the environment, the same in every run."""
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
     from tr2.models import load_model
@@ -181,10 +181,11 @@ def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str,
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
     common = (["--model", model, "--dtype", dtype, "--batches", order, *extra]
               + (["--half-roundings"] if dtype != "float32" else []))
-    without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={key: off})
+    fixed = fixed or {}
+    without, _ = _train(tmp_path, "off", *common, "--save-init", tmp_path / "init.npz", env={**fixed, key: off})
     common += ["--init", tmp_path / "init.npz"]
-    with_it, _ = _train(tmp_path, "on", *common, env={key: on})
-    graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={key: on})
+    with_it, _ = _train(tmp_path, "on", *common, env={**fixed, key: on})
+    graph, out = _train(tmp_path, "on-graph", *common, "--cuda-graph", env={**fixed, key: on})
     assert "cuda graph:" in out
     print(f"{model} {dtype}: {what} ({key}={on} against {off}) max rel {_max_rel(without, with_it)[0]:.2e}, "
           f"graph {_max_rel(without, graph)[0]:.2e}")
@@ -200,11 +201,13 @@ def _switch_changes_no_bit(tmp_path, model: str, dtype: str, key: str, off: str,
 # (rows of 1024, eight key blocks a head, 768 items a launch) in bfloat16 and float16 (its device-side skips), the char
 # model (rows of 256: the mma.sync dQ after the TMA dK/dV) in bfloat16. (Until the forms between them were removed,
 # before the removal, at ee6b673, this test ran the TMA dK/dV against the wgmma kernel on cp.async, and the resident
-# forms against their plain ones.)
+# forms against their plain ones.) The chained dQ off in both (TR2_ATTN_DQ_CHAIN=0): its default takes the char model's
+# rows, with a dQ order of its own (test_the_chained_dq_graph_replays_its_eager_loop).
 @pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("gpt2-small", "float16"),
                                           ("nanogpt", "bfloat16")])
 def test_the_wgmma_backward_changes_no_bit(tmp_path, model, dtype):
-    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_WG_DKDV", "0", "1", "wgmma backward")
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_WG_DKDV", "0", "1", "wgmma backward",
+                           fixed={"TR2_ATTN_DQ_CHAIN": "0"})
 
 
 # gpu/attention.py's DKDV_DEEP (TR2_ATTN_DKDV_DEEP=1, off): the resident TMA dK/dV with four stages of q and dO, the
@@ -233,10 +236,11 @@ def test_the_gelu_order_changes_no_bit(tmp_path, model, dtype):
 # gpu/attention.py's DQ_TMA: dQ from ds_t on a TMA producer and wgmma (1: at every T, against 0: never). Its kernel
 # tests found the mma.sync dQ's bits in all 88 cases (call 7 of results/h200-perf-20261203e), so a whole run with it
 # must have the losses of the run without it to the bit, eager and in the graph (its two tensor maps baked into the
-# captured launch).
+# captured launch). The chained dQ off in both (it would take the rows wherever the TMA dQ does not follow).
 @pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("nanogpt", "float16")])
 def test_the_tma_dq_kernel_changes_no_bit(tmp_path, model, dtype):
-    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_TMA", "0", "1", "TMA dQ kernel")
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_TMA", "0", "1", "TMA dQ kernel",
+                           fixed={"TR2_ATTN_DQ_CHAIN": "0"})
 
 
 # gpu/backend.py's TIED_WTE: the tied wte's gradient as lm_head's half dW plus the embedding's sums, added where the
@@ -276,35 +280,37 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     assert eager[STEPS] < eager[0] - 0.2
 
 
-# gpu/attention.py's DQ_CHAIN (TR2_ATTN_DQ_CHAIN=1, off): the chained dQ sums its parts in a new fixed order, so its
-# losses are not the default's bits; what must hold: its graph replays its eager loop to the bit (the counters zeroed
-# by the row dots and the tickets left at zero by every launch, replayed), its losses stay within a rounding's
-# reach of the default's run from the same start (1e-2 relative over the steps: the bf16 run's own spread between
-# dropout masks is ~1e-3, test_graph_replays_train_as_the_eager_loop's print), and the run trains. gpt2-small bfloat16
-# and float16 (eight key blocks a head, the chain's full length).
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, dtype):
+# gpu/attention.py's DQ_CHAIN (TR2_ATTN_DQ_CHAIN=1 at every length; the default 2 on rows of at most 256): the chained
+# dQ sums its parts in a new fixed order, so its losses are not the unchained form's bits; what must hold: its graph
+# replays its eager loop to the bit (the counters zeroed by the row dots and the tickets left at zero by every launch,
+# replayed), its losses stay within a rounding's reach of the unchained run from the same start (1e-2 relative over
+# the steps: the bf16 run's own spread between dropout masks is ~1e-3, test_graph_replays_train_as_the_eager_loop's
+# print), and the run trains. gpt2-small bfloat16 and float16 (eight key blocks a head, the chain's full length); the
+# char model in bfloat16 (rows of 256, where the default runs it).
+@pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("gpt2-small", "float16"),
+                                          ("nanogpt", "bfloat16")])
+def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, model, dtype):
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
     from tr2.models import load_model
     if runtime.built_for(attention.FILE) != "sm_90a":
         pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model("gpt2-small")
+    cfg = load_model(model)
     order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", "gpt2-small", "--dtype", dtype, "--batches", order, "--half-roundings"]
-    default, _ = _train(tmp_path, "default", *common, "--save-init", tmp_path / "init.npz",
-                        env={"TR2_ATTN_DQ_CHAIN": "0"})
+    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
+    unchained, _ = _train(tmp_path, "unchained", *common, "--save-init", tmp_path / "init.npz",
+                          env={"TR2_ATTN_DQ_CHAIN": "0"})
     common += ["--init", tmp_path / "init.npz"]
     eager, _ = _train(tmp_path, "chain", *common, env={"TR2_ATTN_DQ_CHAIN": "1"})
     eager2, _ = _train(tmp_path, "chain2", *common, env={"TR2_ATTN_DQ_CHAIN": "1"})
     graph, out = _train(tmp_path, "chain-graph", *common, "--cuda-graph", env={"TR2_ATTN_DQ_CHAIN": "1"})
     assert "cuda graph:" in out
-    rel, step = _max_rel(default, eager)
-    print(f"gpt2-small {dtype}, chained dQ: graph vs eager {_max_rel(eager, graph)[0]:.2e}; against the default's run "
+    rel, step = _max_rel(unchained, eager)
+    print(f"{model} {dtype}, chained dQ: graph vs eager {_max_rel(eager, graph)[0]:.2e}; against the unchained run "
           f"{rel:.2e} (step {step})")
     assert eager2 == eager, f"the chained dQ repeats itself: {_max_rel(eager, eager2)}"
     assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
-    assert rel < 1e-2, f"the chained dQ's losses part from the default's: {rel:.2e} at step {step}"
+    assert rel < 1e-2, f"the chained dQ's losses part from the unchained run's: {rel:.2e} at step {step}"
     assert eager[STEPS] < eager[0] - 0.2
 
 

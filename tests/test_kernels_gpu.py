@@ -858,9 +858,11 @@ def test_attention_backward_with_ds_stored(build, B, T, H, hs, p, monkeypatch):
     and dk against the NumPy form; dv the bits of the recomputing form (dS not stored, not folded: the same kernel
     computes dv, with stores added; dk not: its D comes from the row-dots kernel, summed in another order than the
     recomputing dQ kernel sums it, and moved a few roundings in call 2 of results/h200-perf-20261201f); three runs
-    the same bits."""
+    the same bits. The chained dQ off (its default takes rows of at most 256 at head size 64, storing no dS;
+    test_attention_dq_chain holds it to this form)."""
     from tr2.cupy_side.gpu import attention
     monkeypatch.setattr(attention, "FOLD_KEY_BLOCKS", 0)
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)
     dtype, tf32, hr = build
     be = gpu_backend(*build)
     ref, tol = reference_for(*build)
@@ -996,8 +998,10 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
     forms between them, each tested against the one before (the wgmma dK/dV on cp.async against mma.sync, ninth
     session; its TMA form, nineteenth; that form resident, twenty-fifth; the TMA dQ against the mma.sync dQ, nineteenth
     and twentieth; its swapped grid, twenty-eighth); with the forms between removed, the kept kernels are held to each
-    other directly."""
+    other directly. The chained dQ off (TR2_ATTN_DQ_CHAIN=0; its default 2 takes the rows of at most 256, in a dQ
+    order of its own: test_attention_dq_chain)."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)
 
     def backward(wg):
         monkeypatch.setattr(attention, "USE_WG_DKDV", wg)
@@ -1042,6 +1046,7 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
     grouped dK/dV has the two-stage ring only)."""
     attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
     monkeypatch.setattr(attention, "DS_GROUPED", False)
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # as TR2_ATTN_DKDV_DEEP=1 alone runs it too
 
     def backward(deep):
         return _backward_with(monkeypatch, attention, "DKDV_DEEP", deep, be, launched, "attn_backward_dkdv",
@@ -1117,30 +1122,40 @@ def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
     """The chained dQ (attn_backward_dkdv_dqc_, TR2_ATTN_DQ_CHAIN=1: one kernel, no ds_t, each query tile's dQ parts
-    summed keys descending through the items) against the default (the grouped dK/dV and the TMA dQ on rows over 256,
-    the TMA dK/dV and the mma.sync dQ on the others; every shape of the wgmma backward's tests, one key to 1024): dk
-    and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of the NumPy form and of the
-    default's dq (a new order of the same float32 parts); three runs identical (the order is fixed, whatever the
-    scheduling); every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the tickets
-    left at zero. (4, 1024, 16): 512 items in groups of 17 heads on 132 SMs, the chain's waits across the groups'
-    edges (its NumPy form would take minutes: the default's dq and dk, dv bits stand for it)."""
-    (_, _, qkv, dout, _, seed, offset, _), (default, default_kernels), runs, kind = _switched_runs(
-        build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN")
-    assert default_kernels == ([f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
-                               if T > 256 else [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64",
-                                                f"attn_backward_dq_ds_l2_{kind}_hs64"])
+    summed keys descending through the items) against the unchained form (TR2_ATTN_DQ_CHAIN=0: the grouped dK/dV and
+    the TMA dQ on rows over 256, the TMA dK/dV and the mma.sync dQ on the others; every shape of the wgmma backward's
+    tests, one key to 1024): dk and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of
+    the NumPy form and of the unchained dq (a new order of the same float32 parts), and on one key (dq rounding noise
+    in exact arithmetic) small beside dv, as test_attention_backward_with_ds_stored holds the stored form; three runs
+    identical (the order is fixed, whatever the scheduling); every allocation poisoned (a part the chain dropped, or a
+    tile no turn wrote, shows); the tickets left at zero. The default (2) runs the chain on rows of at most 256 and the
+    unchained form on the others, with their bits. (4, 1024, 16): 512 items in groups of 17 heads on 132 SMs, the
+    chain's waits across the groups' edges (its NumPy form would take minutes: the unchained dq and dk, dv bits stand
+    for it)."""
+    case, (unchained, unchained_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN")
+    attention, be, qkv, dout, saved, seed, offset, launched = case
+    assert unchained_kernels == (
+        [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"] if T > 256
+        else [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64", f"attn_backward_dq_ds_l2_{kind}_hs64"])
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_dqc_{kind}_hs64"]
+    default, default_kernels = _backward_with(monkeypatch, attention, "DQ_CHAIN", 2, be, launched, "attn_backward_",
+                                              dout, qkv, saved, H, p, seed, offset)
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} chained dQ]"
     dqkv, C = runs[0][0], H * hs
+    exact(f"attention dqkv, the default (TR2_ATTN_DQ_CHAIN=2) {tag}", default, dqkv if T <= 256 else unchained)
+    assert default_kernels == (runs[0][1] if T <= 256 else unchained_kernels)
     assert np.isfinite(dqkv).all(), f"attention dqkv {tag}: an element left unwritten"
-    exact(f"attention dk and dv, chained against the default {tag}", dqkv[..., C:], default[..., C:])
-    if T > 1:   # one key: dq is rounding noise (test_attention says why)
-        _, tol = reference_for(*build)
-        check(f"attention dq, chained against the default's {tag}", dqkv[..., :C], default[..., :C], tol)
+    exact(f"attention dk and dv, chained against the unchained form {tag}", dqkv[..., C:], unchained[..., C:])
+    _, tol = reference_for(*build)
+    if T > 1:
+        check(f"attention dq, chained against the unchained form's {tag}", dqkv[..., :C], unchained[..., :C], tol)
         if (B, T, H, hs) in WG_DKDV_SHAPES:
             rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
             check(f"attention dq, chained {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+    else:   # one key: dq is zero in exact arithmetic (test_attention says why), measured against |dv|
+        noise = float(np.linalg.norm(dqkv[..., :C])) / float(np.linalg.norm(dqkv[..., 2 * C:]))
+        assert noise <= tol, f"attention dq {tag}: |dq| / |dv| = {noise:.3e} > {tol:.1e}"
     for r, _ in runs[1:]:
         exact(f"attention dqkv, chained, run-to-run {tag}", r, dqkv)
 

@@ -418,14 +418,21 @@ DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
 DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 1))
 if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
     DS_GROUPED = False   # the deep ring asked for alone runs ungrouped
-# TR2_ATTN_DQ_CHAIN=1 (sixty-first session, off: NOT yet run on a GPU): wherever the resident TMA dK/dV runs (half
-# roundings, head size 64, sm_90a; rows of any length), one kernel instead of it, the dQ pass and ds_t (attention.cu's
+# TR2_ATTN_DQ_CHAIN (built in the sixty-first session; 2, the default, since the sixty-second): where the resident TMA
+# dK/dV runs (half roundings, head size 64, sm_90a), one kernel instead of it, the dQ pass and ds_t (attention.cu's
 # attn_backward_dkdv_dqc_): each warpgroup's 64-key part of a query tile's dQ (its staged dS^T times its k) added to a
 # running float32 sum handed from item to item, the keys descending (dq_acc, a 64 x 64 slot a head and query tile;
 # dq_turn, a counter each, zeroed by the row dots), the items in groups with the shortest key block first
 # (chain_items). dK and dV: the grouped kernel's bits; dQ: a new fixed order (within the type's tolerance of the NumPy
-# form; three runs alike). Not with TR2_ATTN_DKDV_DEEP=1.
-DQ_CHAIN = bool(kernel_switch("TR2_ATTN_DQ_CHAIN", 0))
+# form; three runs alike). 1: on rows of any length; 2: where the TMA dQ would not follow (rows of at most WG_MAX_T,
+# unless TR2_ATTN_DQ_TMA=1), in place of the TMA dK/dV and the mma.sync dQ; 0: never. On an H100
+# (results/h100-perf-20261207g; bf16, graphs, three rounds) the backward alone against the default before it: x0.916 on
+# the char model's rows of 256 (the step -0.069 ms bf16, -0.067 f16, faster in every round), x1.010 on gpt2-small's
+# rows of 1024 and x0.983 on gpt2-medium's (its step +0.027 ms): so 2. Rows between 257 and 1023 were not measured.
+# Not with TR2_ATTN_DKDV_DEEP=1: the deep ring asked for alone runs unchained (as it runs ungrouped).
+DQ_CHAIN = kernel_switch("TR2_ATTN_DQ_CHAIN", 2, (0, 1, 2))
+if DKDV_DEEP and not switch_given("TR2_ATTN_DQ_CHAIN"):
+    DQ_CHAIN = 0
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -555,16 +562,25 @@ def _row_dots(ctx, D, sync, kdout, saved, rows: int, T: int, H: int, kind: str, 
             i32(T), i32(H), i32(ctx.round_kind)))
 
 
+def dq_chain_runs(T: int, wg: bool) -> bool:
+    """Whether the chained dQ kernel (DQ_CHAIN above) takes the backward of rows of T; wg: the wgmma dK/dV kernel runs
+    (the chain is built on it)."""
+    return wg and (DQ_CHAIN == 1 or (DQ_CHAIN == 2 and not dq_tma_runs(T, wg)))
+
+
 def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int, hs: int, kind: str, name: str,
                       tail: tuple) -> "cp.ndarray":
     """DQ_CHAIN's backward: the row dots (zeroing the chain's counters), then attn_backward_dkdv_dqc_, which writes dQ,
     dK and dV; no ds_t."""
     if DKDV_DEEP:
-        raise SwitchError("TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DKDV_DEEP=1: the chained dQ is built on the two-stage ring "
-                          "only; allowed: one of the two")
+        raise SwitchError(f"TR2_ATTN_DQ_CHAIN={DQ_CHAIN} with TR2_ATTN_DKDV_DEEP=1: the chained dQ is built on the "
+                          "two-stage ring only; allowed: TR2_ATTN_DQ_CHAIN=0 with the deep ring, or the deep ring unset")
     nqt = -(-T // 64)
     turns = ctx.ws.get("att_dq_turns", (B * H * nqt,), np.int32)           # parts added so far, a head and tile
-    dq_acc = ctx.ws.get("att_dq_chain", (B * H * nqt, 64 * hs), np.float32)  # the running sums, a 64 x hs slot each
+    # the running sums, a 64 x hs slot each: from the pool for this launch only, as ds_t is (every slot a turn reads was
+    # written by an earlier turn of the same launch, so nothing needs zeroing), not a workspace kept between layers
+    # (kept, it added its 25 MB to the char model's peak, results/h100-perf-20261207g)
+    dq_acc = cp.empty((B * H * nqt, 64 * hs), dtype=np.float32)
     _row_dots(ctx, D, turns, kdout, saved, B * T * H, T, H, kind, hs)
     tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
     tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
@@ -588,7 +604,7 @@ def backward(ctx, dout: "cp.ndarray", qkv: "cp.ndarray", saved: AttentionSaved, 
         wg = uses_wg_dkdv(ctx, hs)
         dq_tma = dq_tma_runs(T, wg)
         name = build_name(ctx)
-        if wg and DQ_CHAIN:
+        if dq_chain_runs(T, wg):
             return _backward_chained(ctx, dqkv, D, kdout, saved, B, T, H, C, hs, kind, name, tail)
         ds_t = cp.empty(ds_shape(ctx, B, H, T, hs), dtype=np.uint16)
         ldq, rows = ds_t.shape[2], B * T * H

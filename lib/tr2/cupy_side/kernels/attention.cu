@@ -36,9 +36,10 @@
 //     [BH, T, ~T] half buffer; then dQ = scale dS k, one product, read back from it (attention_backward_dq_ds).
 //     On Hopper (sm_90a, HS = 64) the dK/dV part runs on wgmma with a TMA producer instead, resident
 //     (attention_backward_dkdv_tma_resident, below), with the same bits; on rows over 256 dQ too
-//     (attention_backward_dq_tma, the mma.sync dQ's bits in every case tested). With TR2_ATTN_DQ_CHAIN=1 (off,
-//     sixty-first session) one kernel instead and no buffer: each warpgroup's part of dQ added to a running sum
-//     handed from item to item in a fixed order (attn_backward_dkdv_dqc_, "dQ chained through the dK/dV kernel").
+//     (attention_backward_dq_tma, the mma.sync dQ's bits in every case tested). On rows of at most 256 (since the
+//     sixty-second session; TR2_ATTN_DQ_CHAIN) one kernel instead and no buffer: each warpgroup's part of dQ added
+//     to a running sum handed from item to item in a fixed order (attn_backward_dkdv_dqc_, "dQ chained through the
+//     dK/dV kernel").
 //   backward unfolded (the float32 builds, and the exact half builds past two key blocks): dQ first, one block per
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
@@ -2993,8 +2994,8 @@ __device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, in
     }
 }
 
-// ---- dQ chained through the dK/dV kernel (TR2_ATTN_DQ_CHAIN=1, attn_backward_dkdv_dqc_; sixty-first session, off:
-// NOT yet run on a GPU) ----
+// ---- dQ chained through the dK/dV kernel (attn_backward_dkdv_dqc_, TR2_ATTN_DQ_CHAIN; built in the sixty-first
+// session; by default on rows of at most 256 since the sixty-second, results/h100-perf-20261207g) ----
 // Why: after the grouped dK/dV the TMA dQ pass still reads ds_t back, ~110 MB a layer of gpt2-small from DRAM (52.99
 // us on an H100, beside 110.37 us of dK/dV; results/h100-perf-20261207f), and the dK/dV kernel's ds_t stores are 117 of
 // the 166 MB it moves. Here no ds_t and no dQ pass: each consumer warpgroup stages its dS^T tile in shared memory,
@@ -3010,6 +3011,9 @@ __device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, in
 // about two tiles after the one before it took it, so a handoff of up to ~3 tiles' time is hidden, and the price is
 // the added product (~0.9 of today's dK/dV + dQ at a quarter of a tile's work; above 1.0 from about 0.35). dK and dV:
 // the grouped kernel's arithmetic, tile for tile, so its bits; dQ: a new fixed order of the same float32 parts.
+// Measured on an H100 (the backward alone, bf16): x0.916 of the TMA dK/dV and mma.sync dQ on the char model's rows of
+// 256, but x1.010 / x0.983 of the grouped dK/dV and TMA dQ on gpt2-small / gpt2-medium's rows of 1024; one hop of the
+// sum between two blocks took ~1.4 us (scripts/probes/dq_handoff_probe.py), ~0.7 of a tile's work as modelled.
 #define CHAIN_FULL 5    // warpgroup 1's running sum in the handoff buffer (1 arrives, 0 waits)
 #define CHAIN_EMPTY 6   // warpgroup 0 has read it (0 arrives, 1 waits before writing the next)
 #define CHAIN_WG0 3     // warpgroup 0's own barrier (its dS^T rows written; its slot written before the counter)
