@@ -268,6 +268,47 @@ def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(
         _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
 
 
+@pytest.mark.parametrize("S", [4, 8, 16])
+@pytest.mark.parametrize("B, H, T, chain", [(8, 12, 1024, 1), (8, 16, 1024, 1), (64, 6, 256, 2), (2, 3, 7, 2),
+                                            (3, 2, 1000, 1)])
+def test_the_staggered_chain_reads_its_items_from_a_table(attention, monkeypatch, S, B, H, T, chain):
+    """TR2_ATTN_DQ_CHAIN_STAGGER=S (off by default) wherever the chain runs: attn_backward_dkdv_dqs_, the chained
+    kernel's launch (grid, shared memory, arguments) with one more, the table of its items in ticket order, kb << 16 | bh
+    each: stagger_items', a permutation of the items in which every head's key blocks go shortest first (a chain turn
+    waits only on an earlier ticket), the heads interleaved."""
+    assert attention.DQ_CHAIN_STAGGER == 0
+    monkeypatch.setattr(attention, "DQ_CHAIN", chain)
+    chained = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
+    monkeypatch.setattr(attention, "DQ_CHAIN_STAGGER", S)
+    staggered = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
+    assert [n for n, _g, _a in chained] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_dqc_bf16r_hs64"]
+    assert [n for n, _g, _a in staggered] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_dqs_bf16r_hs64"]
+    (_, grid, args), (_, grid0, args0) = staggered[1], chained[1]
+    assert grid == grid0 and len(args) == len(args0) + 1
+    def kinds(values):   # each argument's type by name (every plan brings its own stand-in class) and shape
+        return [(type(a).__name__, getattr(a, "shape", None)) for a in values]
+    assert kinds(args[:-1]) == kinds(args0)
+    BH, nkb = B * H, -(-T // 128)
+    table = args[-1].values
+    assert table.dtype == np.int32 and table.shape == (BH * nkb,)
+    order = [(int(v) >> 16, int(v) & 0xFFFF) for v in table]
+    assert order == attention.stagger_items(BH, nkb, S)
+    assert sorted(order) == [(kb, bh) for kb in range(nkb) for bh in range(BH)]
+    ticket = {item: n for n, item in enumerate(order)}
+    assert all(ticket[(kb + 1, bh)] < ticket[(kb, bh)] for kb in range(nkb - 1) for bh in range(BH))
+    if BH > S and nkb > 1:   # the heads interleave: a head's second item comes after S other heads' first
+        assert order[:S + 1] == [(nkb - 1, bh) for bh in range(S + 1)]
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # no chain, nothing staggered
+    assert "attn_backward_dkdv_dqs_bf16r_hs64" not in [n for n, _g, _a in
+                                                       _backward_launches(attention, monkeypatch, B=B, H=H, T=T)]
+
+
+def test_the_staggered_table_refuses_more_heads_than_it_packs(attention):
+    with pytest.raises(ValueError, match="^the staggered chain's table holds heads below 65536; B \\* H = 65536$"):
+        attention.chain_order_table(1 << 16, 8, 8)
+    assert attention.chain_order_table(2, 2, 4).tolist() == [1 << 16 | 0, 1 << 16 | 1, 0, 1]
+
+
 @pytest.mark.parametrize("env, chain, stops", [({}, 2, False), ({"TR2_ATTN_DQ_CHAIN": "0"}, 0, False),
                                                ({"TR2_ATTN_DKDV_DEEP": "1"}, 0, False),
                                                ({"TR2_ATTN_DKDV_DEEP": "1", "TR2_ATTN_DQ_CHAIN": "2"}, 2, True),
@@ -418,7 +459,8 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_GROUPED({b}, {k}, 64)", "ATTN_DQ_TMA_QN({b}, {k}, 64)",   # TR2_ATTN_DS_GROUPED=1
-                  "ATTN_DKDV_TMA_CHAIN({b}, {k}, 64)"):   # TR2_ATTN_DQ_CHAIN=1
+                  "ATTN_DKDV_TMA_CHAIN({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN
+                  "ATTN_DKDV_TMA_CHAIN_STAGGERED({b}, {k}, 64)"):   # TR2_ATTN_DQ_CHAIN_STAGGER
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want
     assert "#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)" in src   # the evict-first forms only

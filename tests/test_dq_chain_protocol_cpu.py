@@ -113,14 +113,18 @@ def test_every_schedule_finishes_and_sums_each_tile_keys_descending(chain_items,
         assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items())
 
 
-@pytest.mark.parametrize("S", [1, 8])
-@pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 3), (257, 5, 2)])
-def test_the_staggered_candidate_order_finishes_too(S, T, BH, grid):
-    nqt = -(-T // 64)
-    def staggered(BH, nkb, grid):   # dq_chain_sim's staggerS order (a candidate, not the kernel's)
-        return [(kb, bh) for bh, kb in sim.tickets(BH, nkb, grid, f"stagger{S}")]
-    written = play(T, BH, grid, random.Random(S), staggered)
-    assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items()) and len(written) == BH * nqt
+@pytest.mark.parametrize("S", [4, 8, 16])
+@pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 3), (257, 5, 2), (256, 384, 132), (7, 3, 2)])
+def test_the_staggered_order_finishes_too(over_stand_in_cupy, S, T, BH, grid):
+    """TR2_ATTN_DQ_CHAIN_STAGGER's order (attention.stagger_items, the table attention.cu's ORDER 3 reads), which is
+    dq_chain_sim's staggerS: every schedule finishes, each tile summed keys descending and written once."""
+    attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
+    nkb, nqt = -(-T // 128), -(-T // 64)
+    assert attention.stagger_items(BH, nkb, S) == [(kb, bh) for bh, kb in sim.tickets(BH, nkb, grid, f"stagger{S}")]
+    for seed in range(3):
+        written = play(T, BH, grid, random.Random(seed), lambda BH, nkb, grid: attention.stagger_items(BH, nkb, S))
+        assert sorted(written) == [(bh, qt) for bh in range(BH) for qt in range(nqt)]
+        assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items())
 
 
 def test_a_key_block_ascending_ticket_order_can_deadlock(chain_items):

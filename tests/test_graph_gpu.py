@@ -314,6 +314,15 @@ def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, model, dtype):
     assert eager[STEPS] < eager[0] - 0.2
 
 
+# gpu/attention.py's DQ_CHAIN_STAGGER (TR2_ATTN_DQ_CHAIN_STAGGER=8, off): the chain's items in the staggered order
+# compute what they compute in the grouped order and add each query tile's parts in the same order
+# (tests/test_kernels_gpu.py, "dq_chain_staggered"), so a whole run must have the chained run's losses to the bit, eager
+# and in the graph (its table written once, before the capture): gpt2-small bfloat16 with the chain at every length.
+def test_the_staggered_chain_changes_no_bit(tmp_path):
+    _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DQ_CHAIN_STAGGER", "0", "8", "staggered chain",
+                           fixed={"TR2_ATTN_DQ_CHAIN": "1"})
+
+
 # gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt
 # product gets the workspace size its plan names either way, so the losses must be the full workspace's to the bit
 # (eager, and graph: the workspace is sized in the warm-up, never inside the capture), and the peak in use falls by

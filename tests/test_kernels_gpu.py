@@ -1071,19 +1071,23 @@ def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv, the deep ring, run-to-run {tag}", r, dqkv)
 
 
-def _switched_runs(build, B, T, H, hs, p, monkeypatch, setting: str):
-    """A wgmma backward case (_wgmma_backward_case) run once with gpu/attention.py's `setting` False and three times
-    True: (its inputs as that gives them, (dqkv, attn_backward_ kernels) off, [(dqkv, kernels)] on, the build's kernel
-    suffix), the resident kernel's tickets checked left at zero."""
+def _switched_runs(build, B, T, H, hs, p, monkeypatch, setting: str, values: tuple = (False, True),
+                   fixed: dict | None = None):
+    """A wgmma backward case (_wgmma_backward_case) run once with gpu/attention.py's `setting` at values[0] (False)
+    and three times at values[1] (True), the settings of `fixed` held: (its inputs as that gives them, (dqkv,
+    attn_backward_ kernels) off, [(dqkv, kernels)] on, the build's kernel suffix), the resident kernel's tickets
+    checked left at zero."""
     case = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
     attention, be, qkv, dout, saved, seed, offset, launched = case
+    for name, value in (fixed or {}).items():
+        monkeypatch.setattr(attention, name, value)
 
     def backward(value):
         return _backward_with(monkeypatch, attention, setting, value, be, launched, "attn_backward_",
                               dout, qkv, saved, H, p, seed, offset)
 
-    off = backward(False)
-    runs = [backward(True) for _ in range(3)]
+    off = backward(values[0])
+    runs = [backward(values[1]) for _ in range(3)]
     tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
     assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
     return case, off, runs, "bf16r" if build[0] == "bfloat16" else "f16r"
@@ -1158,6 +1162,27 @@ def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
         assert noise <= tol, f"attention dq {tag}: |dq| / |dv| = {noise:.3e} > {tol:.1e}"
     for r, _ in runs[1:]:
         exact(f"attention dqkv, chained, run-to-run {tag}", r, dqkv)
+
+
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES + [(4, 1024, 16, 64)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+@pytest.mark.parametrize("S", [8, 4])
+def test_attention_dq_chain_staggered(build, B, T, H, hs, p, S, monkeypatch):
+    """The staggered chain (attn_backward_dkdv_dqs_, TR2_ATTN_DQ_CHAIN_STAGGER=S: the items in the table's order)
+    against the chained kernel in its grouped order (attn_backward_dkdv_dqc_): every item computes the same tiles and
+    every query tile's parts are added in the same order (keys descending), whichever block takes them when, so dq, dk
+    and dv the same bits; three runs identical; every allocation poisoned; the tickets left at zero."""
+    _, (chained, chained_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN_STAGGER",
+                                                               values=(0, S), fixed={"DQ_CHAIN": 1})
+    assert chained_kernels == [f"attn_backward_dkdv_dqc_{kind}_hs64"]
+    for _, kernels in runs:
+        assert kernels == [f"attn_backward_dkdv_dqs_{kind}_hs64"]
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} staggered {S}]"
+    assert np.isfinite(runs[0][0]).all(), f"attention dqkv {tag}: an element left unwritten"
+    exact(f"attention dqkv, staggered against the grouped chain {tag}", runs[0][0], chained)
+    for r, _ in runs[1:]:
+        exact(f"attention dqkv, staggered, run-to-run {tag}", r, runs[0][0])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -433,6 +433,15 @@ if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
 DQ_CHAIN = kernel_switch("TR2_ATTN_DQ_CHAIN", 2, (0, 1, 2))
 if DKDV_DEEP and not switch_given("TR2_ATTN_DQ_CHAIN"):
     DQ_CHAIN = 0
+# TR2_ATTN_DQ_CHAIN_STAGGER=S (sixty-second session, off: NOT yet run on a GPU): wherever the chained dQ runs, its items
+# in the staggered order instead (attention.cu's ORDER 3, attn_backward_dkdv_dqs_; stagger_items): by bh + S (nkb - 1 -
+# kb), from a table the host writes once. Why: with the grouped order the blocks end each group on its longest items
+# together and idle (scripts/probes/dq_chain_sim.py: 15.5% of the span on gpt2-small, against 9.7% without the chain);
+# staggered, 12.7%, and the modelled backward 0.874 instead of 0.903 of today's at a dQ step of a quarter tile. The
+# chain measured x1.010 / x0.983 of the unchained backward on gpt2-small / gpt2-medium (results/h100-perf-20261207g),
+# about the model's figure for a dQ step of 0.4 tile, where staggering gives ~0.98 / ~0.96 in the model. The same
+# tiles' arithmetic and the same chain order a query tile: the chained kernel's bits. 0: the grouped order.
+DQ_CHAIN_STAGGER = kernel_switch("TR2_ATTN_DQ_CHAIN_STAGGER", 0, (0, 4, 8, 16))
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -464,6 +473,22 @@ def chain_items(BH: int, nkb: int, grid: int) -> list:
     for kb, bh in grouped_items(BH, nkb, grid):
         order.append((nkb - 1 - kb, bh))
     return order
+
+
+def stagger_items(BH: int, nkb: int, S: int) -> list:
+    """(key block, head) of each item of the staggered chain in ticket order (attention.cu's ORDER 3 reads them from
+    the table chain_order_table makes): by bh + S (nkb - 1 - kb), and on a tie the shorter key block first, so that
+    every head's key blocks go shortest first, S tickets apart (a chain turn waits only on an earlier ticket: no
+    deadlock), and the heads interleave."""
+    items = [(kb, bh) for bh in range(BH) for kb in range(nkb)]
+    return sorted(items, key=lambda it: (it[1] + S * (nkb - 1 - it[0]), -it[0]))
+
+
+def chain_order_table(BH: int, nkb: int, S: int) -> np.ndarray:
+    """stagger_items as the kernel reads them: kb << 16 | bh each, int32 (BH below 2^16)."""
+    if not 0 < BH < 1 << 16:
+        raise ValueError(f"the staggered chain's table holds heads below 65536; B * H = {BH}")
+    return np.array([kb << 16 | bh for kb, bh in stagger_items(BH, nkb, S)], dtype=np.int32)
 
 
 def dkdv_chain_shared_bytes(hs: int) -> int:
@@ -585,7 +610,13 @@ def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int
     tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
     tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
     extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
-    launch(FILE, f"attn_backward_dkdv_dqc_{name}_hs{hs}", grid, 384,
+    kernel = "dqc"
+    if DQ_CHAIN_STAGGER:   # the table, written once a shape (the first call is eager, before any capture)
+        nkb = -(-T // 128)
+        table = chain_order_table(B * H, nkb, DQ_CHAIN_STAGGER)
+        extra += (ctx.ws.constant(f"att_dq_chain_order:{B * H}:{nkb}:{DQ_CHAIN_STAGGER}", table),)
+        kernel = "dqs"
+    launch(FILE, f"attn_backward_dkdv_{kernel}_{name}_hs{hs}", grid, 384,
            (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(T), i32(H)) + tail + extra,
            shared_mem=dkdv_chain_shared_bytes(hs), prefer_shared=True)
     return dqkv

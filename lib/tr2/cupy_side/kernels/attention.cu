@@ -2980,10 +2980,17 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // Every item computes what it computes in ORDER 0: the same bits. Measured (H100, results/h100-perf-20261207f): on
 // gpt2-medium the dK/dV's L2 hit rate 61% -> 79%, the kernel 152.6 -> 142.0 us, the dQ 72.7 -> 69.4 us.
 // ORDER 2 (the chained dQ's, attn_backward_dkdv_dqc_): ORDER 1's groups with the key blocks taken from the last (the
-// shortest) down, so that an item's turns in the chain wait only on items with earlier tickets.
+// shortest) down, so that an item's turns in the chain wait only on items with earlier tickets. ORDER 3 (the staggered
+// chain's, attn_backward_dkdv_dqs_): the items as the host's table lists them, kb << 16 | bh each (gpu/attention.py's
+// stagger_items: by bh + S (nkb - 1 - kb), each head's key blocks still shortest first, so the same no-deadlock
+// argument; the heads interleaved, so that the blocks do not all end a group on its longest items at once).
 template <int ORDER>
-__device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, int& bh) {
-    if constexpr (ORDER == 0) {
+__device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, int& bh, const int* order = nullptr) {
+    if constexpr (ORDER == 3) {
+        const int v = __ldg(order + item);
+        kb = v >> 16;
+        bh = v & 0xFFFF;
+    } else if constexpr (ORDER == 0) {
         kb = item / BH;
         bh = item % BH;
     } else {
@@ -3137,13 +3144,15 @@ __device__ __forceinline__ void chain_turn(float (&part)[1][HS / 8][4], void* dq
     if (tid == 0) st_release(turn, qt - j + 1);
 }
 
-// CHAIN (ORDER 2): dQ chained through the items instead of ds_t (above); dq_acc and dq_turn its slots and counters.
+// CHAIN (ORDER 2 or 3): dQ chained through the items instead of ds_t (above); dq_acc and dq_turn its slots and
+// counters; order ORDER 3's table.
 template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0, bool CHAIN = false>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
                                                      int out_kind, Dropout drop, float* __restrict__ dq_acc = nullptr,
-                                                     int* __restrict__ dq_turn = nullptr) {
+                                                     int* __restrict__ dq_turn = nullptr,
+                                                     const int* __restrict__ order = nullptr) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value;
     constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
@@ -3192,7 +3201,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                     break;
                 }
                 int kb, bh;
-                dkdv_item<ORDER>(item, BH, nkb, kb, bh);
+                dkdv_item<ORDER>(item, BH, nkb, kb, bh, order);
                 const int b = bh / H, h = bh % H, row0 = b * T;
                 const int first = (kb * BR) / BC;
                 unsigned char* sK = sKV + 4 * kvs * BOX;
@@ -3215,7 +3224,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                 const int item = kv_item[kvs];
                 if (item < 0) break;
                 int kb, bh;
-                dkdv_item<ORDER>(item, BH, nkb, kb, bh);
+                dkdv_item<ORDER>(item, BH, nkb, kb, bh, order);
                 for (int qt = (kb * BR) / BC; qt < nqt; ++qt, ++it) {
                     const int s = it % S;
                     if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
@@ -3235,7 +3244,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         const int item = kv_item[kvs];
         if (item < 0) break;
         int kb, bh;
-        dkdv_item<ORDER>(item, BH, nkb, kb, bh);
+        dkdv_item<ORDER>(item, BH, nkb, kb, bh, order);
         const int b = bh / H, h = bh % H;
         const int first = (kb * BR) / BC;
         const int K0 = kb * BR + cw * 64;         // the warpgroup's first key
@@ -3284,16 +3293,17 @@ __device__ __forceinline__ void dkdv_tma_entry(void* dqkv, const TensorMap* tq, 
                                                const float* Dvec, u16* ds_t, int ldq, int T, int H, int BH,
                                                int* sched, int out_kind, int use_dropout, u64 seed, u64 offset,
                                                const u64* offset_add, u32 threshold, float dscale,
-                                               float* dq_acc = nullptr, int* dq_turn = nullptr) {
+                                               float* dq_acc = nullptr, int* dq_turn = nullptr,
+                                               const int* order = nullptr) {
     const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);
     if (use_dropout)
         attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq, T,
                                                                                 H, BH, sched, out_kind, d, dq_acc,
-                                                                                dq_turn);
+                                                                                dq_turn, order);
     else
         attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq,
                                                                                  T, H, BH, sched, out_kind, d, dq_acc,
-                                                                                 dq_turn);
+                                                                                 dq_turn, order);
 }
 
 // ---- dQ from the stored dS^T on a TMA producer and wgmma (gpu/attention.py's DQ_TMA; written in the eighteenth
@@ -3616,6 +3626,19 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
                                                         out_kind, use_dropout, seed, offset, offset_add,       \
                                                         threshold, dscale, dq_acc, dq_turn);                   \
     }
+// The staggered chain (ORDER 3; TR2_ATTN_DQ_CHAIN_STAGGER, off): attn_backward_dkdv_dqs_<bf16r|f16r>_hs64, the chained
+// kernel's arguments and then order, the items in ticket order (kb << 16 | bh each, BH nkb of them).
+#define ATTN_DKDV_TMA_CHAIN_STAGGERED(BUILD, K, HS)                                                             \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_dqs_##BUILD##_hs##HS(              \
+        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
+        const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
+        int* sched, const int* order) {                                                                        \
+        grid_dependency_entry();                                                                               \
+        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 3, true>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, \
+                                                        out_kind, use_dropout, seed, offset, offset_add,       \
+                                                        threshold, dscale, dq_acc, dq_turn, order);            \
+    }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind. With NEWEST, after the grouped dK/dV:
 // attn_backward_dq_ds_tmaqn_<bf16r|f16r>_hs64, the same arguments and grid.
@@ -3689,6 +3712,8 @@ ATTN_DQ_TMA_QN(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QN(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_CHAIN(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_CHAIN(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_CHAIN_STAGGERED(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA_CHAIN_STAGGERED(f16r, KIND_F16, 64)
 
 // tf32_rne against tf32_rne_formula on the float32 bit patterns first .. first + count - 1 (count at most 2^32 - first),
 // adding to counts: [0] the patterns that are not NaN where the two results differ in any bit (each also takes a slot
