@@ -7,7 +7,8 @@ Hopper `tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync
 `tmarrqg` (tmarrqf grouped: the dK/dV's heads in groups, ds_t stored without the evict-first policy, the dQ's heads
 newest first: TR2_ATTN_DS_GROUPED=1; tmarrqf's bits) and `tmarrqc` (dQ chained through the dK/dV kernel, no ds_t:
 TR2_ATTN_DQ_CHAIN=1; tmarrqg's dk and dv bits, dq in a new order) and `tmarrqs` (tmarrqc's items in the
-staggered order: TR2_ATTN_DQ_CHAIN_STAGGER=8; tmarrqc's bits). The default is tmarrqc on rows of at most 256
+staggered order: TR2_ATTN_DQ_CHAIN_STAGGER=8; tmarrqc's bits), `tmarrql` and `tmarrqsl` (each turn taken while the next
+tile's products run: TR2_ATTN_DQ_CHAIN_LAG=1; tmarrqc's bits). The default is tmarrqc on rows of at most 256
 (tmarr until the sixty-second session) and tmarrqg on longer ones (tmarrqf until the sixty-first). The forms measured
 slower and removed (ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma dK/dV kernels on
 cp.async, wg1 / wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads fastest; the
@@ -45,9 +46,10 @@ TIME = timer(TIMING)
 
 # TR2_BWD_MODELS=gpt2-small,...: only those models
 MODELS = tuple(m for m in os.environ.get("TR2_BWD_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m)
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DS_GROUPED", "DQ_CHAIN", "DQ_CHAIN_STAGGER")
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DS_GROUPED", "DQ_CHAIN", "DQ_CHAIN_STAGGER",
+            "DQ_CHAIN_LAG")
 _BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DS_GROUPED=False, DQ_CHAIN=False,
-             DQ_CHAIN_STAGGER=0)
+             DQ_CHAIN_STAGGER=0, DQ_CHAIN_LAG=False)
 
 
 def _form(**changes) -> tuple:
@@ -62,12 +64,16 @@ def _form(**changes) -> tuple:
 FORMS = {"recompute": _form(USE_WG_DKDV=False, USE_DS=False), "ds_l2": _form(USE_WG_DKDV=False),
          "fold": _form(USE_WG_DKDV=False, USE_DS=False, FOLD_KEY_BLOCKS=2),
          "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarrqg": _form(DQ_TMA=1, DS_GROUPED=True),
-         "tmarrqc": _form(DQ_TMA=1, DQ_CHAIN=True), "tmarrqs": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_STAGGER=8)}
-WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarrqg", "tmarrqc", "tmarrqs")   # where attention.cu is built for sm_90a
+         "tmarrqc": _form(DQ_TMA=1, DQ_CHAIN=True), "tmarrqs": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_STAGGER=8),
+         "tmarrql": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_LAG=True),
+         "tmarrqsl": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_STAGGER=8, DQ_CHAIN_LAG=True)}
+# where attention.cu is built for sm_90a
+WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarrqg", "tmarrqc", "tmarrqs", "tmarrql", "tmarrqsl")
 # forms whose dk and dv are another's bits, dq not (a new order of its sum): each pair is checked where both ran
 SAME_DKDV = {"tmarrqc": "tmarrqg"}
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
-SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2", "tmarrqg": "tmarrqf", "tmarrqs": "tmarrqc"}
+SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2", "tmarrqg": "tmarrqf", "tmarrqs": "tmarrqc", "tmarrql": "tmarrqc",
+             "tmarrqsl": "tmarrqc"}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,tmarr: only those forms (recompute, the reference of the table, always)

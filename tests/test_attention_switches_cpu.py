@@ -21,14 +21,27 @@ def attention(over_stand_in_cupy):
 PLAN_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "attention_launch_plan.py"
 
 
-def _backward_launches(attention, monkeypatch, **shape):
-    """scripts/attention_launch_plan.py's record of backward() (half roundings, head size 64, attention.cu built for
-    sm_90a; gpt2-small's shape and dropout 0.2 unless `shape` says otherwise): [(kernel, grid, args)]."""
+def _recorded(attention, monkeypatch, **shape) -> tuple:
+    """scripts/attention_launch_plan.py (a fresh copy of the module) and its record of backward() (half roundings, head
+    size 64, attention.cu built for sm_90a; gpt2-small's shape and dropout 0.2 unless `shape` says otherwise)."""
     spec = importlib.util.spec_from_file_location("attention_launch_plan_under_test", PLAN_SCRIPT)
     plan = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plan)
     launched, _dqkv = plan.record_backward(attention, monkeypatch.setattr, **shape)
+    return plan, launched
+
+
+def _backward_launches(attention, monkeypatch, **shape):
+    """_recorded's launches: [(kernel, grid, args)]."""
+    _plan, launched = _recorded(attention, monkeypatch, **shape)
     return [(name, grid, args) for name, grid, _block, args, _k in launched]
+
+
+def plan_launches(attention, monkeypatch, **shape):
+    """_recorded's launches whole (kernel, grid, block, arguments, keywords) in the plan's JSON form (arrays by address,
+    shape and type), so that two plans compare by value."""
+    plan, launched = _recorded(attention, monkeypatch, **shape)
+    return [plan.plain(list(launch)) for launch in launched]
 
 
 @pytest.mark.parametrize("B, H, T, form", [(8, 12, 1024, "grouped"), (8, 16, 1024, "grouped"),
@@ -303,6 +316,25 @@ def test_the_staggered_chain_reads_its_items_from_a_table(attention, monkeypatch
                                                        _backward_launches(attention, monkeypatch, B=B, H=H, T=T)]
 
 
+@pytest.mark.parametrize("stagger, kernel", [(0, "dqcl"), (8, "dqsl")])
+@pytest.mark.parametrize("B, H, T, chain", [(8, 12, 1024, 1), (64, 6, 256, 2)])
+def test_the_lagged_chain_is_the_chained_launch_under_another_kernel(attention, monkeypatch, stagger, kernel, B, H, T,
+                                                                     chain):
+    """TR2_ATTN_DQ_CHAIN_LAG=1 (off by default): wherever the chain runs, staggered or not, the same launch (grid,
+    block, shared memory, every argument) of the lagged kernel."""
+    assert attention.DQ_CHAIN_LAG is False
+    monkeypatch.setattr(attention, "DQ_CHAIN", chain)
+    monkeypatch.setattr(attention, "DQ_CHAIN_STAGGER", stagger)
+    unlagged = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
+    monkeypatch.setattr(attention, "DQ_CHAIN_LAG", True)
+    lagged = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
+    assert [launch[0] for launch in lagged] == ["attn_row_dots_wide_bf16_hs64", f"attn_backward_dkdv_{kernel}_bf16r_hs64"]
+    assert [launch[0] for launch in unlagged][1] == f"attn_backward_dkdv_{kernel[:-1]}_bf16r_hs64"
+    assert [launch[1:] for launch in lagged] == [launch[1:] for launch in unlagged]
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # no chain: nothing lagged
+    assert all("dkdv_dq" not in launch[0] for launch in plan_launches(attention, monkeypatch, B=B, H=H, T=T))
+
+
 def test_the_staggered_table_refuses_more_heads_than_it_packs(attention):
     with pytest.raises(ValueError, match="^the staggered chain's table holds heads below 65536; B \\* H = 65536$"):
         attention.chain_order_table(1 << 16, 8, 8)
@@ -460,7 +492,9 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_GROUPED({b}, {k}, 64)", "ATTN_DQ_TMA_QN({b}, {k}, 64)",   # TR2_ATTN_DS_GROUPED=1
                   "ATTN_DKDV_TMA_CHAIN({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN
-                  "ATTN_DKDV_TMA_CHAIN_STAGGERED({b}, {k}, 64)"):   # TR2_ATTN_DQ_CHAIN_STAGGER
+                  "ATTN_DKDV_TMA_CHAIN_STAGGERED({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN_STAGGER
+                  "ATTN_DKDV_TMA_CHAIN_LAG({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN_LAG
+                  "ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG({b}, {k}, 64)"):
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want
     assert "#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)" in src   # the evict-first forms only

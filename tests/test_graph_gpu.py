@@ -316,11 +316,21 @@ def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, model, dtype):
 
 # gpu/attention.py's DQ_CHAIN_STAGGER (TR2_ATTN_DQ_CHAIN_STAGGER=8, off): the chain's items in the staggered order
 # compute what they compute in the grouped order and add each query tile's parts in the same order
-# (tests/test_kernels_gpu.py, "dq_chain_staggered"), so a whole run must have the chained run's losses to the bit, eager
+# (tests/test_kernels_gpu.py, "dq_chain_forms_keep_the_bits"), so a whole run must have the chained run's losses to the bit, eager
 # and in the graph (its table written once, before the capture): gpt2-small bfloat16 with the chain at every length.
 def test_the_staggered_chain_changes_no_bit(tmp_path):
     _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DQ_CHAIN_STAGGER", "0", "8", "staggered chain",
                            fixed={"TR2_ATTN_DQ_CHAIN": "1"})
+
+
+# gpu/attention.py's DQ_CHAIN_LAG (TR2_ATTN_DQ_CHAIN_LAG=1, off): each turn taken a tile later, the same parts in the
+# same order (tests/test_kernels_gpu.py, "dq_chain_forms_keep_the_bits"), so a whole run must have the unlagged chain's losses to the
+# bit, eager and in the graph: gpt2-small bfloat16 with the chain at every length, and the char model in float16 where
+# the default runs the chain.
+@pytest.mark.parametrize("model, dtype, chain", [("gpt2-small", "bfloat16", "1"), ("nanogpt", "float16", "2")])
+def test_the_lagged_chain_changes_no_bit(tmp_path, model, dtype, chain):
+    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_CHAIN_LAG", "0", "1", "lagged chain",
+                           fixed={"TR2_ATTN_DQ_CHAIN": chain})
 
 
 # gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt

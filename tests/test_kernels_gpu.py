@@ -1164,25 +1164,37 @@ def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv, chained, run-to-run {tag}", r, dqkv)
 
 
+# (setting, its value, the settings held, the kernel without it, the kernel with it)
+CHAIN_FORMS = {"staggered8": ("DQ_CHAIN_STAGGER", 8, {}, "dqc", "dqs"),
+               "staggered4": ("DQ_CHAIN_STAGGER", 4, {}, "dqc", "dqs"),
+               "lagged": ("DQ_CHAIN_LAG", True, {}, "dqc", "dqcl"),
+               "lagged_staggered8": ("DQ_CHAIN_LAG", True, {"DQ_CHAIN_STAGGER": 8}, "dqs", "dqsl")}
+
+
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES + [(4, 1024, 16, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("S", [8, 4])
-def test_attention_dq_chain_staggered(build, B, T, H, hs, p, S, monkeypatch):
-    """The staggered chain (attn_backward_dkdv_dqs_, TR2_ATTN_DQ_CHAIN_STAGGER=S: the items in the table's order)
-    against the chained kernel in its grouped order (attn_backward_dkdv_dqc_): every item computes the same tiles and
-    every query tile's parts are added in the same order (keys descending), whichever block takes them when, so dq, dk
-    and dv the same bits; three runs identical; every allocation poisoned; the tickets left at zero."""
-    _, (chained, chained_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN_STAGGER",
-                                                               values=(0, S), fixed={"DQ_CHAIN": 1})
-    assert chained_kernels == [f"attn_backward_dkdv_dqc_{kind}_hs64"]
+@pytest.mark.parametrize("form", list(CHAIN_FORMS))
+def test_attention_dq_chain_forms_keep_the_bits(build, B, T, H, hs, p, form, monkeypatch):
+    """The chain's other forms (the chain on at every length) against the form they change: the staggered order
+    (TR2_ATTN_DQ_CHAIN_STAGGER=S, attn_backward_dkdv_dqs_: the items in the table's order) and the lagged turns
+    (TR2_ATTN_DQ_CHAIN_LAG=1, attn_backward_dkdv_dqcl_ / _dqsl_: each warpgroup's turn for a tile taken while its next
+    tile's products run). Every item computes the same tiles and every query tile's parts are added in the same order
+    (keys descending), whichever block takes them when, so dq, dk and dv the same bits; three runs identical; every
+    allocation poisoned; the tickets left at zero. A turn that never comes traps (the late tests' limit stops them
+    rather than hang)."""
+    setting, value, held, off_kernel, on_kernel = CHAIN_FORMS[form]
+    _, (off, off_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch, setting,
+                                                       values=(type(value)(0), value),
+                                                       fixed={"DQ_CHAIN": 1, **held})
+    assert off_kernels == [f"attn_backward_dkdv_{off_kernel}_{kind}_hs64"]
     for _, kernels in runs:
-        assert kernels == [f"attn_backward_dkdv_dqs_{kind}_hs64"]
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} staggered {S}]"
+        assert kernels == [f"attn_backward_dkdv_{on_kernel}_{kind}_hs64"]
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} {form}]"
     assert np.isfinite(runs[0][0]).all(), f"attention dqkv {tag}: an element left unwritten"
-    exact(f"attention dqkv, staggered against the grouped chain {tag}", runs[0][0], chained)
+    exact(f"attention dqkv, {on_kernel} against {off_kernel} {tag}", runs[0][0], off)
     for r, _ in runs[1:]:
-        exact(f"attention dqkv, staggered, run-to-run {tag}", r, runs[0][0])
+        exact(f"attention dqkv, {on_kernel}, run-to-run {tag}", r, runs[0][0])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

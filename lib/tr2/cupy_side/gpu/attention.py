@@ -442,6 +442,11 @@ if DKDV_DEEP and not switch_given("TR2_ATTN_DQ_CHAIN"):
 # about the model's figure for a dQ step of 0.4 tile, where staggering gives ~0.98 / ~0.96 in the model. The same
 # tiles' arithmetic and the same chain order a query tile: the chained kernel's bits. 0: the grouped order.
 DQ_CHAIN_STAGGER = kernel_switch("TR2_ATTN_DQ_CHAIN_STAGGER", 0, (0, 4, 8, 16))
+# TR2_ATTN_DQ_CHAIN_LAG=1 (sixty-second session, off: NOT yet run on a GPU): wherever the chained dQ runs, each
+# warpgroup's turn for a query tile taken while its next tile's products run, not after them (attention.cu's LAG,
+# attn_backward_dkdv_dqcl_ / _dqsl_ with the staggered order): a turn is round trips through the L2 that unlagged wait
+# with the tensor cores idle. The same parts in the same order: the unlagged kernel's bits.
+DQ_CHAIN_LAG = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_LAG", 0))
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -616,6 +621,8 @@ def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int
         table = chain_order_table(B * H, nkb, DQ_CHAIN_STAGGER)
         extra += (ctx.ws.constant(f"att_dq_chain_order:{B * H}:{nkb}:{DQ_CHAIN_STAGGER}", table),)
         kernel = "dqs"
+    if DQ_CHAIN_LAG:
+        kernel += "l"
     launch(FILE, f"attn_backward_dkdv_{kernel}_{name}_hs{hs}", grid, 384,
            (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(T), i32(H)) + tail + extra,
            shared_mem=dkdv_chain_shared_bytes(hs), prefer_shared=True)

@@ -3049,12 +3049,14 @@ __device__ __forceinline__ void chain_dq_part(float (&part)[HS / 8][4], u32 a_ds
 }
 
 // A chained dK/dV tile: tma_dkdv_tile's products and roundings, dS^T staged in shared memory instead of stored to
-// ds_t, and the warpgroup's dQ part (dS k) issued with dV and dK.
-template <int K, int HS, bool DROP>
+// ds_t, and the warpgroup's dQ part (dS k) issued with dV and dK; `between` runs while those three products are in
+// flight (the lagged chain's turn of the tile before: it touches none of their registers).
+template <int K, int HS, bool DROP, typename Between>
 __device__ __forceinline__ void tma_dkdv_chain_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4],
                                                     float (&part)[HS / 8][4], u32 ak, u32 av, unsigned char* sQO,
                                                     float* sLD, int s, int qt, int k0, int g, int t, int T, int bh,
-                                                    const Dropout& drop, unsigned char* sT, int cw, int warp) {
+                                                    const Dropout& drop, unsigned char* sT, int cw, int warp,
+                                                    Between between) {
     constexpr int BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
     const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
     float p[1][NT][4], ds[1][NT][4];
@@ -3071,6 +3073,7 @@ __device__ __forceinline__ void tma_dkdv_chain_tile(float (&dk)[HS / 8][4], floa
     tma_dkdv_issue<K, HS>(dv, dk, pf, df, do_mn, dq_mn);
     chain_dq_part<K, HS>(part, smem_u32(sT), ak);
     wg_commit();
+    between();
     wg_wait_all();
     wg_hold(dv);
     wg_hold(dk);
@@ -3145,8 +3148,15 @@ __device__ __forceinline__ void chain_turn(float (&part)[1][HS / 8][4], void* dq
 }
 
 // CHAIN (ORDER 2 or 3): dQ chained through the items instead of ds_t (above); dq_acc and dq_turn its slots and
-// counters; order ORDER 3's table.
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0, bool CHAIN = false>
+// counters; order ORDER 3's table. LAG (TR2_ATTN_DQ_CHAIN_LAG=1, sixty-second session, off: NOT yet run on a GPU): a
+// warpgroup's turn for a tile taken while the next tile's dV, dK and dQ products run (its part kept in prev), the
+// item's last after its tiles. Why: a turn is round trips through the L2 (the counter's acquire, the 16 KB slot's
+// loads, its stores and the release: ~1.4 us a hop between two blocks, scripts/probes/dq_handoff_probe.py), and
+// unlagged every one of them waits with the tensor cores idle; the chained backward measured as if its dQ step cost
+// 0.4 of a tile's work where its product is about 0.2 (docs/perf.md, sixty-second session). The same parts added in
+// the same order: the unlagged kernel's bits. The chain's next item meets each turn a tile later (the model:
+// dq_chain_sim's lag 1).
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0, bool CHAIN = false, bool LAG = false>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
@@ -3238,6 +3248,8 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, cwarp = (threadIdx.x >> 5) - 4, g = lane >> 2, t = lane & 3;
     int it = 0;
     bool handed = false;   // CHAIN: warpgroup 1 has filled the handoff buffer before (it waits for its reading)
+    float prev[1][HS / 8][4];   // LAG: the part of query tile prev_qt, its turn not yet taken (prev_qt >= 0)
+    int prev_qt = -1;
     for (int n = 0;; ++n) {
         const int kvs = n & 1;
         mbar_wait(&kv_full[kvs], (n >> 1) & 1);
@@ -3261,13 +3273,29 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
             const bool active = qt * BC + BC - 1 >= K0;   // else every query of the tile comes before the warpgroup's keys
             if constexpr (CHAIN) {
                 float part[1][HS / 8][4];   // store_dq's layout: one m16 tile of queries a warp
+                // LAG: the tile before's turn (a warpgroup's tiles, once active, stay active to the item's end)
+                auto lagged_turn = [&]() {
+                    if (LAG && prev_qt >= 0)
+                        chain_turn<HS>(prev, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, prev_qt, bh, nqt, b, h, T,
+                                       C, out_kind, warp, lane);
+                };
                 if (active)
                     tma_dkdv_chain_tile<K, HS, DROP>(dk, dv, part[0], ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop,
-                                                     sChain + cw * BOX, cw, warp);
+                                                     sChain + cw * BOX, cw, warp, lagged_turn);
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
-                if (active) chain_turn<HS>(part, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, qt, bh, nqt, b, h, T,
-                                           C, out_kind, warp, lane);
+                if (active) {
+                    if constexpr (LAG) {
+#pragma unroll
+                        for (int j = 0; j < HS / 8; ++j)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) prev[0][j][e] = part[0][j][e];
+                        prev_qt = qt;
+                    } else {
+                        chain_turn<HS>(part, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, qt, bh, nqt, b, h, T, C,
+                                       out_kind, warp, lane);
+                    }
+                }
                 continue;
             }
             if (active)
@@ -3278,6 +3306,11 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&kv_empty[kvs]);   // and with the item's k and v (its last product has completed)
+        if (LAG && prev_qt >= 0) {   // the item's last tile's turn
+            chain_turn<HS>(prev, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, prev_qt, bh, nqt, b, h, T, C, out_kind,
+                           warp, lane);
+            prev_qt = -1;
+        }
         store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
     }
     if (CHAIN && cw == 1 && handed) bar_sync_n<CHAIN_EMPTY, 256>();   // warpgroup 0's last reading: arrivals even
@@ -3288,7 +3321,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
 
 // The resident dK/dV kernels' body (ATTN_DKDV_TMA_KERNEL, ATTN_DKDV_TMA_CHAIN): the dropout made from the launch's
 // arguments, and the form compiled with it or without (DROP) chosen per launch.
-template <int K, int HS, int STAGES, int ORDER, bool CHAIN = false>
+template <int K, int HS, int STAGES, int ORDER, bool CHAIN = false, bool LAG = false>
 __device__ __forceinline__ void dkdv_tma_entry(void* dqkv, const TensorMap* tq, const TensorMap* tdo, const float* lse,
                                                const float* Dvec, u16* ds_t, int ldq, int T, int H, int BH,
                                                int* sched, int out_kind, int use_dropout, u64 seed, u64 offset,
@@ -3297,13 +3330,13 @@ __device__ __forceinline__ void dkdv_tma_entry(void* dqkv, const TensorMap* tq, 
                                                const int* order = nullptr) {
     const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);
     if (use_dropout)
-        attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq, T,
-                                                                                H, BH, sched, out_kind, d, dq_acc,
-                                                                                dq_turn, order);
+        attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER, CHAIN, LAG>(dqkv, tq, tdo, lse, Dvec, ds_t,
+                                                                                     ldq, T, H, BH, sched, out_kind, d,
+                                                                                     dq_acc, dq_turn, order);
     else
-        attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq,
-                                                                                 T, H, BH, sched, out_kind, d, dq_acc,
-                                                                                 dq_turn, order);
+        attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER, CHAIN, LAG>(dqkv, tq, tdo, lse, Dvec, ds_t,
+                                                                                      ldq, T, H, BH, sched, out_kind,
+                                                                                      d, dq_acc, dq_turn, order);
 }
 
 // ---- dQ from the stored dS^T on a TMA producer and wgmma (gpu/attention.py's DQ_TMA; written in the eighteenth
@@ -3614,30 +3647,40 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     }
 // The chained dQ's dK/dV (ORDER 2, CHAIN): attn_backward_dkdv_dqc_<bf16r|f16r>_hs64, the grouped kernel's arguments
 // with dq_acc (float32, a 64 x 64 slot a head and query tile) and dq_turn (an int a head and query tile, zero at launch)
-// in ds_t's and ldq's places; it writes dQ too.
-#define ATTN_DKDV_TMA_CHAIN(BUILD, K, HS)                                                                       \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_dqc_##BUILD##_hs##HS(              \
+// in ds_t's and ldq's places; it writes dQ too. Lagged (TR2_ATTN_DQ_CHAIN_LAG=1): attn_backward_dkdv_dqcl_, the same
+// arguments.
+#define ATTN_DKDV_TMA_CHAIN(BUILD, K, HS) ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqc_##BUILD##_hs##HS, K, HS, false)
+#define ATTN_DKDV_TMA_CHAIN_LAG(BUILD, K, HS)                                                                   \
+    ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqcl_##BUILD##_hs##HS, K, HS, true)
+#define ATTN_DKDV_TMA_CHAIN_KERNEL(KERNEL, K, HS, LAG)                                                          \
+    extern "C" __global__ void __launch_bounds__(384, 1) KERNEL(                                               \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched) {                                                                                          \
         grid_dependency_entry();                                                                               \
-        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 2, true>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, \
-                                                        out_kind, use_dropout, seed, offset, offset_add,       \
-                                                        threshold, dscale, dq_acc, dq_turn);                   \
+        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 2, true, LAG>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH,  \
+                                                             sched, out_kind, use_dropout, seed, offset,       \
+                                                             offset_add, threshold, dscale, dq_acc, dq_turn);  \
     }
 // The staggered chain (ORDER 3; TR2_ATTN_DQ_CHAIN_STAGGER, off): attn_backward_dkdv_dqs_<bf16r|f16r>_hs64, the chained
-// kernel's arguments and then order, the items in ticket order (kb << 16 | bh each, BH nkb of them).
+// kernel's arguments and then order, the items in ticket order (kb << 16 | bh each, BH nkb of them). Lagged:
+// attn_backward_dkdv_dqsl_, the same arguments.
 #define ATTN_DKDV_TMA_CHAIN_STAGGERED(BUILD, K, HS)                                                             \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_dqs_##BUILD##_hs##HS(              \
+    ATTN_DKDV_TMA_CHAIN_TABLE_KERNEL(attn_backward_dkdv_dqs_##BUILD##_hs##HS, K, HS, false)
+#define ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(BUILD, K, HS)                                                         \
+    ATTN_DKDV_TMA_CHAIN_TABLE_KERNEL(attn_backward_dkdv_dqsl_##BUILD##_hs##HS, K, HS, true)
+#define ATTN_DKDV_TMA_CHAIN_TABLE_KERNEL(KERNEL, K, HS, LAG)                                                    \
+    extern "C" __global__ void __launch_bounds__(384, 1) KERNEL(                                               \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched, const int* order) {                                                                        \
         grid_dependency_entry();                                                                               \
-        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 3, true>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, sched, \
-                                                        out_kind, use_dropout, seed, offset, offset_add,       \
-                                                        threshold, dscale, dq_acc, dq_turn, order);            \
+        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 3, true, LAG>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH,  \
+                                                             sched, out_kind, use_dropout, seed, offset,       \
+                                                             offset_add, threshold, dscale, dq_acc, dq_turn,   \
+                                                             order);                                           \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind. With NEWEST, after the grouped dK/dV:
@@ -3714,6 +3757,10 @@ ATTN_DKDV_TMA_CHAIN(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_CHAIN(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_CHAIN_STAGGERED(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_CHAIN_STAGGERED(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_CHAIN_LAG(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA_CHAIN_LAG(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(f16r, KIND_F16, 64)
 
 // tf32_rne against tf32_rne_formula on the float32 bit patterns first .. first + count - 1 (count at most 2^32 - first),
 // adding to counts: [0] the patterns that are not NaN where the two results differ in any bit (each also takes a slot
