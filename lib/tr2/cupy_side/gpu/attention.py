@@ -17,6 +17,8 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import cupy as cp
 
@@ -489,11 +491,15 @@ def stagger_items(BH: int, nkb: int, S: int) -> list:
     return sorted(items, key=lambda it: (it[1] + S * (nkb - 1 - it[0]), -it[0]))
 
 
+@functools.lru_cache(maxsize=None)
 def chain_order_table(BH: int, nkb: int, S: int) -> np.ndarray:
-    """stagger_items as the kernel reads them: kb << 16 | bh each, int32 (BH below 2^16)."""
+    """stagger_items as the kernel reads them: kb << 16 | bh each, int32 (BH below 2^16); made once a shape (an eager
+    step asks for it every layer), read-only."""
     if not 0 < BH < 1 << 16:
         raise ValueError(f"the staggered chain's table holds heads below 65536; B * H = {BH}")
-    return np.array([kb << 16 | bh for kb, bh in stagger_items(BH, nkb, S)], dtype=np.int32)
+    table = np.array([kb << 16 | bh for kb, bh in stagger_items(BH, nkb, S)], dtype=np.int32)
+    table.setflags(write=False)
+    return table
 
 
 def dkdv_chain_shared_bytes(hs: int) -> int:
