@@ -476,10 +476,7 @@ def chain_items(BH: int, nkb: int, grid: int) -> list:
     """(key block, head) of each item of the chained dQ's dK/dV in ticket order, as attention.cu's dkdv_item<2>
     computes it: grouped_items' groups with the key blocks from the last down, so that the item a chain turn waits for
     (the head's next key block) always has the earlier ticket."""
-    order = []
-    for kb, bh in grouped_items(BH, nkb, grid):
-        order.append((nkb - 1 - kb, bh))
-    return order
+    return [(nkb - 1 - kb, bh) for kb, bh in grouped_items(BH, nkb, grid)]
 
 
 def stagger_items(BH: int, nkb: int, S: int) -> list:
