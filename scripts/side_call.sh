@@ -73,18 +73,19 @@ if [[ $STAGES == *,tests,* ]]; then
       # and tmarrqg, the grouped pair the default runs on long rows: test_attention_wgmma_backward_is_the_mma_sync_bits),
       # or the grouped pair alone (test_attention_grouped_backward), or the chained dQ (tmarrqc: test_attention_dq_chain;
       # the staggered and lagged chains with it), or those alone (test_attention_dq_chain_forms_keep_the_bits, its
-      # staggered or lagged cases).
+      # staggered or lagged cases), or the ascending chain alone (tmarrqa: test_attention_dq_chain_ascending).
       # An empty list would mean every form: the reference alone instead.
-      drop_fwd='tmawr' drop_bwd='tmarr|tmarrqf|tmarrqg|tmarrqc|tmarrqs|tmarrql|tmarrqsl'
+      drop_fwd='tmawr' drop_bwd='tmarr|tmarrqf|tmarrqg|tmarrqc|tmarrqs|tmarrql|tmarrqsl|tmarrqa'
       if [ "$late" -ne 124 ]; then
         failed=$(grep -E "^(FAILED|ERROR)" "$W/pytest_late.log")
         grep -q forward_tma <<<"$failed" || drop_fwd=none_such
         if ! grep -q wgmma_backward <<<"$failed"; then
           drop_bwd=none_such
           grep -q grouped_backward <<<"$failed" && drop_bwd="$drop_bwd|tmarrqg"
-          grep -q 'dq_chain\[' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqc|tmarrqs|tmarrql|tmarrqsl"
+          grep -q 'dq_chain\[' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqc|tmarrqs|tmarrql|tmarrqsl|tmarrqa"
           grep -qE 'dq_chain_forms_keep_the_bits\[[^]]*staggered' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqs|tmarrqsl"
           grep -qE 'dq_chain_forms_keep_the_bits\[[^]]*lagged' <<<"$failed" && drop_bwd="$drop_bwd|tmarrql|tmarrqsl"
+          grep -q 'dq_chain_ascending\[' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqa"
         fi
       fi
       fwd=$(echo "${TR2_FWD_VARIANTS:-}" | tr ',' '\n' | grep -vxE "$drop_fwd" | paste -sd, -)

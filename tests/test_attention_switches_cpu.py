@@ -335,6 +335,30 @@ def test_the_lagged_chain_is_the_chained_launch_under_another_kernel(attention, 
     assert all("dkdv_dq" not in launch[0] for launch in plan_launches(attention, monkeypatch, B=B, H=H, T=T))
 
 
+@pytest.mark.parametrize("B, H, T, chain", [(8, 12, 1024, 1), (64, 6, 256, 2), (2, 3, 1, 1)])
+def test_the_ascending_chain_is_the_chained_launch_under_another_kernel(attention, monkeypatch, B, H, T, chain):
+    """TR2_ATTN_DQ_CHAIN_ASC=1 (off by default): wherever the chain runs, the same launch (grid, block, shared memory,
+    every argument: the key-block-major tickets come from the kernel's ORDER 0, no table) of the ascending kernel;
+    nothing where the chain does not run; with the staggered order or the lagged turns, a SwitchError naming both."""
+    assert attention.DQ_CHAIN_ASC is False
+    monkeypatch.setattr(attention, "DQ_CHAIN", chain)
+    descending = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
+    monkeypatch.setattr(attention, "DQ_CHAIN_ASC", True)
+    ascending = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
+    assert [launch[0] for launch in ascending] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_dqa_bf16r_hs64"]
+    assert [launch[0] for launch in descending][1] == "attn_backward_dkdv_dqc_bf16r_hs64"
+    assert [launch[1:] for launch in ascending] == [launch[1:] for launch in descending]
+    for setting, value, shown in (("DQ_CHAIN_STAGGER", 8, "TR2_ATTN_DQ_CHAIN_STAGGER=8 and TR2_ATTN_DQ_CHAIN_LAG=0"),
+                                  ("DQ_CHAIN_LAG", True, "TR2_ATTN_DQ_CHAIN_STAGGER=0 and TR2_ATTN_DQ_CHAIN_LAG=1")):
+        with monkeypatch.context() as m:
+            m.setattr(attention, setting, value)
+            with pytest.raises(attention.SwitchError, match=f"^TR2_ATTN_DQ_CHAIN_ASC=1 with {shown}: .*allowed: the "
+                                                            "ascending chain with both at 0$"):
+                plan_launches(attention, monkeypatch, B=B, H=H, T=T)
+    monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # no chain: nothing ascending
+    assert all("dkdv_dq" not in launch[0] for launch in plan_launches(attention, monkeypatch, B=B, H=H, T=T))
+
+
 def test_the_staggered_table_refuses_more_heads_than_it_packs(attention):
     with pytest.raises(ValueError, match="^the staggered chain's table holds heads below 65536; B \\* H = 65536$"):
         attention.chain_order_table(1 << 16, 8, 8)
@@ -494,7 +518,8 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_DKDV_TMA_CHAIN({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN
                   "ATTN_DKDV_TMA_CHAIN_STAGGERED({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN_STAGGER
                   "ATTN_DKDV_TMA_CHAIN_LAG({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN_LAG
-                  "ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG({b}, {k}, 64)"):
+                  "ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG({b}, {k}, 64)",
+                  "ATTN_DKDV_TMA_CHAIN_ASC({b}, {k}, 64)"):   # TR2_ATTN_DQ_CHAIN_ASC
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want
     assert "#define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)" in src   # the evict-first forms only

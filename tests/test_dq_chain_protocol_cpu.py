@@ -1,4 +1,5 @@
-"""The chained dQ's protocol (attention.cu's chain_turn and dkdv_item<2>, TR2_ATTN_DQ_CHAIN=1), played out without a
+"""The chained dQ's protocol (attention.cu's chain_turn and dkdv_item<2>, TR2_ATTN_DQ_CHAIN=1; chain_turn_asc and
+dkdv_item<0>, TR2_ATTN_DQ_CHAIN_ASC=1), played out without a
 GPU: blocks take items by tickets as the resident kernel does (the first by blockIdx.x, then the producer draws the
 next ticket while the consumers work on the current item, the worst case for a deadlock), and each item's warpgroups
 take their turns for its query tiles with the kernel's counter values, in random interleavings. What must hold: no
@@ -26,20 +27,80 @@ def chain_items(over_stand_in_cupy):
 
 
 @functools.lru_cache(maxsize=None)
-def item_turns(kb: int, nqt: int) -> tuple:
-    """An item's turns in its consumers' order: for each query tile from its diagonal, warpgroup 1's (where its keys
-    are not all after the tile's queries: qt >= 2 kb + 1), then warpgroup 0's."""
+def item_turns(kb: int, nqt: int, first: int = 1) -> tuple:
+    """An item's turns in its consumers' order: for each query tile from its diagonal, warpgroup `first`'s and the
+    other's, warpgroup 1's only where its keys are not all after the tile's queries (qt >= 2 kb + 1). chain_turn:
+    warpgroup 1 first; chain_turn_asc: warpgroup 0."""
     turns = []
     for qt in range(2 * kb, nqt):
-        if qt >= 2 * kb + 1:
-            turns.append((1, qt))
-        turns.append((0, qt))
+        for cw in (first, 1 - first):
+            if cw == 0 or qt >= 2 * kb + 1:
+                turns.append((cw, qt))
     return tuple(turns)
 
 
-def play(T: int, BH: int, grid: int, rng: random.Random, order) -> dict:
-    """One random schedule of the items in `order`'s tickets: {(bh, qt): the parts of the written dQ, in the order
-    added}; raises on a deadlock, a turn finding another sum than its counter promises, or a tile written twice."""
+class Descending:
+    """chain_turn's rules, transcribed: tile qt's parts keys descending (qt, qt - 1, .., 0)."""
+    first = 1
+
+    @staticmethod
+    def waits(cw: int, j: int, qt: int, count: int) -> bool:
+        # warpgroup 1 waits for qt - j parts unless it starts the sum (j == qt)
+        return cw == 1 and j < qt and count != qt - j
+
+    @staticmethod
+    def take(i, kb, bh, cw, qt, slot, hand, counter, written) -> list:
+        j = 2 * kb + cw
+        if cw == 1:
+            running = [j] if j == qt else slot.pop((bh, qt)) + [j]
+            hand[i] = running
+        else:
+            running = (hand.pop(i) if j < qt else []) + [j]
+            if kb == 0:
+                assert (bh, qt) not in written
+                written[(bh, qt)] = running
+            else:
+                slot[(bh, qt)] = running
+                counter[(bh, qt)] = qt - j + 1   # chain_turn's st_release
+        return running
+
+    @staticmethod
+    def summed(qt: int, j: int) -> list:
+        return list(range(qt, j - 1, -1))
+
+
+class Ascending:
+    """chain_turn_asc's rules, transcribed: tile qt's parts keys ascending (0, 1, .., qt)."""
+    first = 0
+
+    @staticmethod
+    def waits(cw: int, j: int, qt: int, count: int) -> bool:
+        # warpgroup 0 waits for j parts unless it holds key 0
+        return cw == 0 and j > 0 and count != j
+
+    @staticmethod
+    def take(i, kb, bh, cw, qt, slot, hand, counter, written) -> list:
+        j = 2 * kb + cw
+        running = ((slot.pop((bh, qt)) if j > 0 else []) if cw == 0 else hand.pop(i)) + [j]
+        if j == qt:   # the diagonal: the last part
+            assert (bh, qt) not in written
+            written[(bh, qt)] = running
+        elif cw == 0:
+            hand[i] = running
+        else:
+            slot[(bh, qt)] = running
+            counter[(bh, qt)] = j + 1   # chain_turn_asc's st_release
+        return running
+
+    @staticmethod
+    def summed(qt: int, j: int) -> list:
+        return list(range(j + 1))
+
+
+def play(T: int, BH: int, grid: int, rng: random.Random, order, rules=Descending) -> dict:
+    """One random schedule of the items in `order`'s tickets under `rules`: {(bh, qt): the parts of the written dQ,
+    in the order added}; raises on a deadlock, a turn finding another sum than its counter promises, or a tile
+    written twice."""
     nkb, nqt = -(-T // 128), -(-T // 64)
     tickets = order(BH, nkb, grid)
     grid = min(grid, len(tickets))
@@ -66,40 +127,53 @@ def play(T: int, BH: int, grid: int, rng: random.Random, order) -> dict:
             if not held:
                 continue
             kb, bh = held[0]
-            cw, qt = item_turns(kb, nqt)[k]
-            j = 2 * kb + cw
-            # chain_turn: warpgroup 1 waits for qt - j parts unless it starts the sum (j == qt)
-            if cw == 1 and j < qt and counter[(bh, qt)] != qt - j:
-                continue
-            ready.append(i)
+            cw, qt = item_turns(kb, nqt, rules.first)[k]
+            if not rules.waits(cw, 2 * kb + cw, qt, counter[(bh, qt)]):
+                ready.append(i)
         if not ready:
             raise AssertionError(f"deadlock: {[(b[0][:1], b[1]) for b in blocks if b[0]]}")
         i = rng.choice(ready)
         held, k = blocks[i]
         kb, bh = held[0]
-        cw, qt = item_turns(kb, nqt)[k]
-        j = 2 * kb + cw
-        if cw == 1:
-            running = [j] if j == qt else slot.pop((bh, qt)) + [j]
-            assert running == list(range(qt, j - 1, -1)), (bh, qt, j, running)
-            hand[i] = running
-        else:
-            running = (hand.pop(i) if j < qt else []) + [j]
-            assert running == list(range(qt, j - 1, -1)), (bh, qt, j, running)
-            if kb == 0:
-                assert (bh, qt) not in written
-                written[(bh, qt)] = running
-            else:
-                slot[(bh, qt)] = running
-                counter[(bh, qt)] = qt - j + 1   # chain_turn's st_release
+        cw, qt = item_turns(kb, nqt, rules.first)[k]
+        running = rules.take(i, kb, bh, cw, qt, slot, hand, counter, written)
+        assert running == rules.summed(qt, 2 * kb + cw), (bh, qt, 2 * kb + cw, running)
         blocks[i][1] += 1
-        if blocks[i][1] == len(item_turns(kb, nqt)):   # the item is done: the next one starts, another is drawn
+        if blocks[i][1] == len(item_turns(kb, nqt, rules.first)):   # the item is done: the next one starts
             held.pop(0)
             blocks[i][1] = 0
             if held:
                 draw(blocks[i])
     assert not slot and not hand
     return written
+
+
+def key_block_major(BH: int, nkb: int, grid: int) -> list:
+    """dkdv_item<0>'s tickets, transcribed (kb = item / BH, bh = item % BH): the ascending chain's order."""
+    return [(item // BH, item % BH) for item in range(BH * nkb)]
+
+
+@pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 5), (1000, 6, 4), (257, 3, 2), (1024, 3, 1),
+                                         (320, 5, 3), (1024, 40, 33), (256, 384, 132), (127, 6, 4), (7, 3, 2),
+                                         (1, 2, 2), (192, 5, 3), (1024, 1, 1)])
+def test_the_ascending_chain_finishes_and_sums_each_tile_keys_ascending(T, BH, grid):
+    """TR2_ATTN_DQ_CHAIN_ASC's protocol on ORDER 0's tickets (key block by key block, the longest first): no schedule
+    deadlocks (a turn waits on key block kb - 1, an earlier ticket, so the earliest unfinished ticket is always some
+    block's current item and free to go), each tile written once, its parts keys ascending (0, 1, .., qt). It is
+    dq_chain_sim's kbmajor order."""
+    nkb, nqt = -(-T // 128), -(-T // 64)
+    assert key_block_major(BH, nkb, grid) == [(kb, bh) for bh, kb in sim.tickets(BH, nkb, grid, "kbmajor")]
+    for seed in range(4):
+        written = play(T, BH, grid, random.Random(seed), key_block_major, Ascending)
+        assert sorted(written) == [(bh, qt) for bh in range(BH) for qt in range(nqt)]
+        assert all(parts == list(range(qt + 1)) for (bh, qt), parts in written.items())
+
+
+def test_the_ascending_chain_on_the_grouped_shortest_first_tickets_deadlocks(chain_items):
+    """Why ORDER 0 and not the descending chain's tickets: there a turn waits on key block kb - 1, a later ticket, and
+    one block holding the shortest key block and prefetching the next waits forever."""
+    with pytest.raises(AssertionError, match="^deadlock"):
+        play(1024, 1, 1, random.Random(0), chain_items, Ascending)
 
 
 @pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 5), (1000, 6, 4), (257, 3, 2), (1024, 3, 1),

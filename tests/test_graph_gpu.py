@@ -314,6 +314,38 @@ def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, model, dtype):
     assert eager[STEPS] < eager[0] - 0.2
 
 
+# gpu/attention.py's DQ_CHAIN_ASC (TR2_ATTN_DQ_CHAIN_ASC=1, off): the chain keys ascending on key-block-major tickets,
+# dq's parts in another fixed order, so its losses are not the descending chain's bits; what must hold is what holds
+# for the chain (above): its graph replays its eager loop to the bit, it repeats itself, its losses stay within 1e-2
+# of the descending chain's run from the same start, and it trains. gpt2-small bfloat16 (the chain at every length)
+# and the char model in float16 (rows of 256, where the default runs the chain).
+@pytest.mark.parametrize("model, dtype, chain", [("gpt2-small", "bfloat16", "1"), ("nanogpt", "float16", "2")])
+def test_the_ascending_chain_graph_replays_its_eager_loop(tmp_path, model, dtype, chain):
+    from tr2.cupy_side.gpu import attention, runtime
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    if runtime.built_for(attention.FILE) != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
+    env = {"TR2_ATTN_DQ_CHAIN": chain, "TR2_ATTN_DQ_CHAIN_ASC": "1"}
+    descending, _ = _train(tmp_path, "descending", *common, "--save-init", tmp_path / "init.npz",
+                           env={"TR2_ATTN_DQ_CHAIN": chain})
+    common += ["--init", tmp_path / "init.npz"]
+    eager, _ = _train(tmp_path, "ascending", *common, env=env)
+    eager2, _ = _train(tmp_path, "ascending2", *common, env=env)
+    graph, out = _train(tmp_path, "ascending-graph", *common, "--cuda-graph", env=env)
+    assert "cuda graph:" in out
+    rel, step = _max_rel(descending, eager)
+    print(f"{model} {dtype}, ascending chain: graph vs eager {_max_rel(eager, graph)[0]:.2e}; against the descending "
+          f"chain {rel:.2e} (step {step})")
+    assert eager2 == eager, f"the ascending chain repeats itself: {_max_rel(eager, eager2)}"
+    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
+    assert rel < 1e-2, f"the ascending chain's losses part from the descending chain's: {rel:.2e} at step {step}"
+    assert eager[STEPS] < eager[0] - 0.2
+
+
 # gpu/attention.py's DQ_CHAIN_STAGGER (TR2_ATTN_DQ_CHAIN_STAGGER=8, off): the chain's items in the staggered order
 # compute what they compute in the grouped order and add each query tile's parts in the same order
 # (tests/test_kernels_gpu.py, "dq_chain_forms_keep_the_bits"), so a whole run must have the chained run's losses to the bit, eager

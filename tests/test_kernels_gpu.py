@@ -1164,6 +1164,40 @@ def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
         exact(f"attention dqkv, chained, run-to-run {tag}", r, dqkv)
 
 
+@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
+@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES + [(4, 1024, 16, 64)])
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_attention_dq_chain_ascending(build, B, T, H, hs, p, monkeypatch):
+    """The ascending chain (TR2_ATTN_DQ_CHAIN_ASC=1, attn_backward_dkdv_dqa_: each query tile's dQ parts summed keys
+    ascending, the items key block by key block, the longest first) against the descending chain it replaces (the
+    chain on at every length): dk and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of
+    the descending chain's and of the NumPy form (a new order of the same float32 parts), and on one key small beside
+    dv; three runs identical; every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the
+    tickets left at zero. A turn that never comes traps. (4, 1024, 16): 512 items on 132 SMs, the key blocks of a
+    head's chain in different waves."""
+    case, (descending, descending_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch,
+                                                                        "DQ_CHAIN_ASC", fixed={"DQ_CHAIN": 1})
+    _, _, qkv, dout, _, seed, offset, _ = case
+    assert descending_kernels == [f"attn_backward_dkdv_dqc_{kind}_hs64"]
+    for _, kernels in runs:
+        assert kernels == [f"attn_backward_dkdv_dqa_{kind}_hs64"]
+    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} ascending chain]"
+    dqkv, C = runs[0][0], H * hs
+    assert np.isfinite(dqkv).all(), f"attention dqkv {tag}: an element left unwritten"
+    exact(f"attention dk and dv, ascending against descending {tag}", dqkv[..., C:], descending[..., C:])
+    _, tol = reference_for(*build)
+    if T > 1:
+        check(f"attention dq, ascending against descending {tag}", dqkv[..., :C], descending[..., :C], tol)
+        if (B, T, H, hs) in WG_DKDV_SHAPES:
+            rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
+            check(f"attention dq, ascending chain {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+    else:   # one key: dq is zero in exact arithmetic (test_attention says why), measured against |dv|
+        noise = float(np.linalg.norm(dqkv[..., :C])) / float(np.linalg.norm(dqkv[..., 2 * C:]))
+        assert noise <= tol, f"attention dq {tag}: |dq| / |dv| = {noise:.3e} > {tol:.1e}"
+    for r, _ in runs[1:]:
+        exact(f"attention dqkv, ascending chain, run-to-run {tag}", r, dqkv)
+
+
 # (setting, its value, the settings held, the kernel without it, the kernel with it)
 CHAIN_FORMS = {"staggered8": ("DQ_CHAIN_STAGGER", 8, {}, "dqc", "dqs"),
                "staggered4": ("DQ_CHAIN_STAGGER", 4, {}, "dqc", "dqs"),

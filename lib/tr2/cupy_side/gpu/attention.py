@@ -435,20 +435,34 @@ if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
 DQ_CHAIN = kernel_switch("TR2_ATTN_DQ_CHAIN", 2, (0, 1, 2))
 if DKDV_DEEP and not switch_given("TR2_ATTN_DQ_CHAIN"):
     DQ_CHAIN = 0
-# TR2_ATTN_DQ_CHAIN_STAGGER=S (sixty-second session, off: NOT yet run on a GPU): wherever the chained dQ runs, its items
-# in the staggered order instead (attention.cu's ORDER 3, attn_backward_dkdv_dqs_; stagger_items): by bh + S (nkb - 1 -
-# kb), from a table the host writes once. Why: with the grouped order the blocks end each group on its longest items
-# together and idle (scripts/probes/dq_chain_sim.py: 15.5% of the span on gpt2-small, against 9.7% without the chain);
-# staggered, 12.7%, and the modelled backward 0.874 instead of 0.903 of today's at a dQ step of a quarter tile. The
-# chain measured x1.010 / x0.983 of the unchained backward on gpt2-small / gpt2-medium (results/h100-perf-20261207g),
-# about the model's figure for a dQ step of 0.4 tile, where staggering gives ~0.98 / ~0.96 in the model. The same
-# tiles' arithmetic and the same chain order a query tile: the chained kernel's bits. 0: the grouped order.
+# TR2_ATTN_DQ_CHAIN_STAGGER=S (sixty-second session, off; measured no faster in the sixty-third, below): wherever the
+# chained dQ runs, its items in the staggered order instead (attention.cu's ORDER 3, attn_backward_dkdv_dqs_;
+# stagger_items): by bh + S (nkb - 1 - kb), from a table the host writes once. Why: with the grouped order the blocks
+# end each group on its longest items together and idle (scripts/probes/dq_chain_sim.py: 15.5% of the span on
+# gpt2-small, against 9.7% without the chain); staggered, 12.7%, and the modelled backward 0.874 instead of 0.903 of
+# today's at a dQ step of a quarter tile. The chain measured x1.010 / x0.983 of the unchained backward on gpt2-small /
+# gpt2-medium (results/h100-perf-20261207g), about the model's figure for a dQ step of 0.4 tile, where staggering gives
+# ~0.98 / ~0.96 in the model. The same tiles' arithmetic and the same chain order a query tile: the chained kernel's
+# bits. 0: the grouped order. Measured (H100, results/h100-perf-20261207h, the backward alone, bf16, three rounds):
+# x1.001 / x1.019 of the chained one on gpt2-small / gpt2-medium (the prediction, x0.96-0.98, wrong), x0.984 on the char
+# model.
 DQ_CHAIN_STAGGER = kernel_switch("TR2_ATTN_DQ_CHAIN_STAGGER", 0, (0, 4, 8, 16))
-# TR2_ATTN_DQ_CHAIN_LAG=1 (sixty-second session, off: NOT yet run on a GPU): wherever the chained dQ runs, each
-# warpgroup's turn for a query tile taken while its next tile's products run, not after them (attention.cu's LAG,
-# attn_backward_dkdv_dqcl_ / _dqsl_ with the staggered order): a turn is round trips through the L2 that unlagged wait
-# with the tensor cores idle. The same parts in the same order: the unlagged kernel's bits.
+# TR2_ATTN_DQ_CHAIN_LAG=1 (sixty-second session, off; measured slower in the sixty-third, below): wherever the chained
+# dQ runs, each warpgroup's turn for a query tile taken while its next tile's products run, not after them
+# (attention.cu's LAG, attn_backward_dkdv_dqcl_ / _dqsl_ with the staggered order): a turn is round trips through the L2
+# that unlagged wait with the tensor cores idle. The same parts in the same order: the unlagged kernel's bits. Measured
+# (the same call): x1.023 / x1.024 of the unlagged chain on gpt2-small / gpt2-medium (the prediction, x0.93-0.97,
+# wrong).
 DQ_CHAIN_LAG = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_LAG", 0))
+# TR2_ATTN_DQ_CHAIN_ASC=1 (sixty-third session, off: NOT yet run on a GPU): wherever the chained dQ runs, the chain keys
+# ascending (attention.cu's chain_turn_asc, attn_backward_dkdv_dqa_) on key-block-major tickets, the longest items first
+# (ORDER 0), instead of keys descending on the grouped tickets shortest first. Why: Nsight Compute of the chained kernel
+# (results/h100-perf-20261207h) finds the SMs active 83-85% of its cycles against 90% of the grouped dK/dV's, as
+# scripts/probes/dq_chain_sim.py models (15.5% idle against 9.7%): a descending chain must end on long items, and the
+# staggered order (12.7% in the model) measured no faster; ascending, the model gives 7.1% / 1.4% idle and x0.919 /
+# x0.881 of the unchained backward on gpt2-small / gpt2-medium. dK and dV the unchained bits; dQ its own order (the
+# keys ascending). Not with the staggered order or the lagged turns (built on the descending chain).
+DQ_CHAIN_ASC = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_ASC", 0))
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -603,8 +617,8 @@ def dq_chain_runs(T: int, wg: bool) -> bool:
 
 def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int, hs: int, kind: str, name: str,
                       tail: tuple) -> "cp.ndarray":
-    """DQ_CHAIN's backward: the row dots (zeroing the chain's counters), then attn_backward_dkdv_dqc_, which writes dQ,
-    dK and dV; no ds_t."""
+    """DQ_CHAIN's backward: the row dots (zeroing the chain's counters), then attn_backward_dkdv_dqc_ (or the form
+    DQ_CHAIN_ASC, DQ_CHAIN_STAGGER and DQ_CHAIN_LAG choose), which writes dQ, dK and dV; no ds_t."""
     if DKDV_DEEP:
         raise SwitchError(f"TR2_ATTN_DQ_CHAIN={DQ_CHAIN} with TR2_ATTN_DKDV_DEEP=1: the chained dQ is built on the "
                           "two-stage ring only; allowed: TR2_ATTN_DQ_CHAIN=0 with the deep ring, or the deep ring unset")
@@ -619,7 +633,13 @@ def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int
     tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
     extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
     kernel = "dqc"
-    if DQ_CHAIN_STAGGER:   # the table, written once a shape (the first call is eager, before any capture)
+    if DQ_CHAIN_ASC:
+        if DQ_CHAIN_STAGGER or DQ_CHAIN_LAG:
+            raise SwitchError(f"TR2_ATTN_DQ_CHAIN_ASC=1 with TR2_ATTN_DQ_CHAIN_STAGGER={DQ_CHAIN_STAGGER} and "
+                              f"TR2_ATTN_DQ_CHAIN_LAG={int(DQ_CHAIN_LAG)}: the staggered order and the lagged turns are "
+                              "built on the descending chain only; allowed: the ascending chain with both at 0")
+        kernel = "dqa"
+    elif DQ_CHAIN_STAGGER:   # the table, written once a shape (the first call is eager, before any capture)
         nkb = -(-T // 128)
         table = chain_order_table(B * H, nkb, DQ_CHAIN_STAGGER)
         extra += (ctx.ws.constant(f"att_dq_chain_order:{B * H}:{nkb}:{DQ_CHAIN_STAGGER}", table),)

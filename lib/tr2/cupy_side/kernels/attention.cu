@@ -2984,6 +2984,8 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // chain's, attn_backward_dkdv_dqs_): the items as the host's table lists them, kb << 16 | bh each (gpu/attention.py's
 // stagger_items: by bh + S (nkb - 1 - kb), each head's key blocks still shortest first, so the same no-deadlock
 // argument; the heads interleaved, so that the blocks do not all end a group on its longest items at once).
+// ORDER 0 with CHAIN (attn_backward_dkdv_dqa_, TR2_ATTN_DQ_CHAIN_ASC): the chain keys ascending, whose turns wait on
+// key block kb - 1, which ORDER 0 tickets earlier (chain_turn_asc).
 template <int ORDER>
 __device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, int& bh, const int* order = nullptr) {
     if constexpr (ORDER == 3) {
@@ -3086,69 +3088,122 @@ __device__ __forceinline__ float4* chain_slot(float* dq_acc, int bh, int nqt, in
     return (float4*)(dq_acc + ((i64)bh * nqt + qt) * 4096) + (threadIdx.x & 127);
 }
 
+// The pieces of a turn. chain_wait: thread 0 polls the tile's counter until it reads `want` (a turn that never comes
+// is a bug: the kernel stops, an error the caller sees, after ~a second of polls), then the warpgroup's barrier BAR.
+// chain_add: the running sum read from src (dq_acc's slot through the L2, or the handoff buffer) added to v.
+// chain_hand: v into the handoff buffer for the block's other warpgroup, once it has read the last one.
+// chain_pass: v to dq_acc's slot and, once every thread's part is there, the counter at `count`.
+template <int BAR>
+__device__ __forceinline__ void chain_wait(const int* turn, int want) {
+    if ((threadIdx.x & 127) == 0)
+        for (u32 spins = 0; ld_acquire(turn) != want; ++spins) {
+            if (spins == (1u << 25)) __trap();
+            __nanosleep(32);
+        }
+    bar_sync_n<BAR, 128>();
+}
+
+template <int HS, bool GLOBAL>
+__device__ __forceinline__ void chain_add(float (&v)[HS / 8][4], const float4* src) {
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+        const float4 a = GLOBAL ? __ldcg(src + 128 * n) : src[128 * n];
+        v[n][0] += a.x;
+        v[n][1] += a.y;
+        v[n][2] += a.z;
+        v[n][3] += a.w;
+    }
+}
+
+template <int HS>
+__device__ __forceinline__ void chain_hand(const float (&v)[HS / 8][4], float4* sHand, bool& handed) {
+    if (handed) bar_sync_n<CHAIN_EMPTY, 256>();   // the other warpgroup has read the last one
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n)
+        sHand[128 * n + (threadIdx.x & 127)] = make_float4(v[n][0], v[n][1], v[n][2], v[n][3]);
+    bar_arrive_n<CHAIN_FULL, 256>();
+    handed = true;
+}
+
+template <int HS, int BAR>
+__device__ __forceinline__ void chain_pass(const float (&v)[HS / 8][4], float4* slot, int* turn, int count) {
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) __stcg(slot + 128 * n, make_float4(v[n][0], v[n][1], v[n][2], v[n][3]));
+    bar_sync_n<BAR, 128>();   // every thread's part of the sum is in dq_acc
+    if ((threadIdx.x & 127) == 0) st_release(turn, count);
+}
+
 // The warpgroup's turn in query tile qt's chain, its part made: warpgroup cw of key block kb holds 64-key step
 // j = 2 kb + cw, and tile qt's parts go j = qt, qt - 1, .., 0. Warpgroup 1 adds the sum so far (from key block kb + 1's
 // warpgroup 0 through dq_acc, once the tile's counter says qt - j parts are in) unless it starts the sum, and hands the
 // result to warpgroup 0; warpgroup 0 adds its part to that (or starts the sum, on its diagonal tile) and writes the
-// sum to dq_acc with the counter at qt - j + 1, or, holding key 0, writes dQ. A turn that never comes is a bug: the
-// kernel stops (an error the caller sees) after ~a second of polls.
+// sum to dq_acc with the counter at qt - j + 1, or, holding key 0, writes dQ.
 template <int HS>
 __device__ __forceinline__ void chain_turn(float (&part)[1][HS / 8][4], void* dqkv, float* dq_acc, int* dq_turn,
                                            float4* sHand, bool& handed, int cw, int kb, int qt, int bh, int nqt, int b,
                                            int h, int T, int C, int out_kind, int warp, int lane) {
-    const int j = 2 * kb + cw, tid = threadIdx.x & 127;
+    const int j = 2 * kb + cw;
     int* turn = dq_turn + (i64)bh * nqt + qt;
     float (&v)[HS / 8][4] = part[0];
     if (cw == 1) {
         if (j < qt) {   // key block kb + 1's warpgroup 0 had its turn before
-            if (tid == 0)
-                for (u32 spins = 0; ld_acquire(turn) != qt - j; ++spins) {
-                    if (spins == (1u << 25)) __trap();
-                    __nanosleep(32);
-                }
-            bar_sync_n<CHAIN_WG1, 128>();
-            const float4* slot = chain_slot(dq_acc, bh, nqt, qt);
-#pragma unroll
-            for (int n = 0; n < HS / 8; ++n) {
-                const float4 a = __ldcg(slot + 128 * n);
-                v[n][0] += a.x;
-                v[n][1] += a.y;
-                v[n][2] += a.z;
-                v[n][3] += a.w;
-            }
+            chain_wait<CHAIN_WG1>(turn, qt - j);
+            chain_add<HS, true>(v, chain_slot(dq_acc, bh, nqt, qt));
         }
-        if (handed) bar_sync_n<CHAIN_EMPTY, 256>();   // warpgroup 0 has read the last one
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) sHand[128 * n + tid] = make_float4(v[n][0], v[n][1], v[n][2], v[n][3]);
-        bar_arrive_n<CHAIN_FULL, 256>();
-        handed = true;
+        chain_hand<HS>(v, sHand, handed);
         return;
     }
     if (j < qt) {   // warpgroup 1 of this item had the turn before
         bar_sync_n<CHAIN_FULL, 256>();
-#pragma unroll
-        for (int n = 0; n < HS / 8; ++n) {
-            const float4 a = sHand[128 * n + tid];
-            v[n][0] += a.x;
-            v[n][1] += a.y;
-            v[n][2] += a.z;
-            v[n][3] += a.w;
-        }
+        chain_add<HS, false>(v, sHand + (threadIdx.x & 127));
         bar_arrive_n<CHAIN_EMPTY, 256>();
     }
     if (kb == 0) {   // key 0: the last part
         store_dq<HS, 1>(dqkv, part, qt * 64 + warp * 16, b, h, T, C, out_kind, lane);
         return;
     }
-    float4* slot = chain_slot(dq_acc, bh, nqt, qt);
-#pragma unroll
-    for (int n = 0; n < HS / 8; ++n) __stcg(slot + 128 * n, make_float4(v[n][0], v[n][1], v[n][2], v[n][3]));
-    bar_sync_n<CHAIN_WG0, 128>();   // every thread's part of the sum is in dq_acc
-    if (tid == 0) st_release(turn, qt - j + 1);
+    chain_pass<HS, CHAIN_WG0>(v, chain_slot(dq_acc, bh, nqt, qt), turn, qt - j + 1);
 }
 
-// CHAIN (ORDER 2 or 3): dQ chained through the items instead of ds_t (above); dq_acc and dq_turn its slots and
-// counters; order ORDER 3's table. LAG (TR2_ATTN_DQ_CHAIN_LAG=1, sixty-second session, off: NOT yet run on a GPU): a
+// The ascending chain's turn (ORDER 0, attn_backward_dkdv_dqa_; TR2_ATTN_DQ_CHAIN_ASC, sixty-third session): tile
+// qt's parts go j = 0, 1, .., qt, so within an item warpgroup 0 (step 2 kb) comes first. It adds the sum so far (from
+// key block kb - 1's warpgroup 1 through dq_acc, once the tile's counter says j parts are in) unless it holds key 0, and
+// hands the result to warpgroup 1, or, on the item's first tile (qt = 2 kb: its diagonal, where warpgroup 1 has no
+// part), writes dQ. Warpgroup 1 adds its part to that and writes dQ on its diagonal (qt = 2 kb + 1), else the sum to
+// dq_acc with the counter at j + 1. The item a turn waits for (key block kb - 1) has the earlier ticket in ORDER 0.
+// Why the other direction: the descending chain needs each head's key blocks shortest first, so every order of its
+// tickets ends on long items and the blocks idle at the end (Nsight Compute, results/h100-perf-20261207h: the SMs
+// active 83% of the chained kernel's cycles against 90% of the grouped one's); ascending, the tickets go longest first.
+template <int HS>
+__device__ __forceinline__ void chain_turn_asc(float (&part)[1][HS / 8][4], void* dqkv, float* dq_acc, int* dq_turn,
+                                               float4* sHand, bool& handed, int cw, int kb, int qt, int bh, int nqt,
+                                               int b, int h, int T, int C, int out_kind, int warp, int lane) {
+    const int j = 2 * kb + cw;
+    int* turn = dq_turn + (i64)bh * nqt + qt;
+    float (&v)[HS / 8][4] = part[0];
+    if (cw == 0) {
+        if (j > 0) {   // key block kb - 1's warpgroup 1 had its turn before
+            chain_wait<CHAIN_WG0>(turn, j);
+            chain_add<HS, true>(v, chain_slot(dq_acc, bh, nqt, qt));
+        }
+        if (j == qt)   // the diagonal, warpgroup 1 with no part of the tile: the last part
+            store_dq<HS, 1>(dqkv, part, qt * 64 + warp * 16, b, h, T, C, out_kind, lane);
+        else
+            chain_hand<HS>(v, sHand, handed);
+        return;
+    }
+    bar_sync_n<CHAIN_FULL, 256>();   // warpgroup 0's sum: it always has a part before this one (2 kb < j <= qt)
+    chain_add<HS, false>(v, sHand + (threadIdx.x & 127));
+    bar_arrive_n<CHAIN_EMPTY, 256>();
+    if (j == qt)   // the diagonal: the last part
+        store_dq<HS, 1>(dqkv, part, qt * 64 + warp * 16, b, h, T, C, out_kind, lane);
+    else
+        chain_pass<HS, CHAIN_WG1>(v, chain_slot(dq_acc, bh, nqt, qt), turn, j + 1);
+}
+
+// CHAIN (ORDER 2 or 3, keys descending; ORDER 0, ascending: chain_turn_asc): dQ chained through the items instead of
+// ds_t (above); dq_acc and dq_turn its slots and counters; order ORDER 3's table. LAG (TR2_ATTN_DQ_CHAIN_LAG=1,
+// sixty-second session, off; measured slower in the sixty-third, results/h100-perf-20261207h): a
 // warpgroup's turn for a tile taken while the next tile's dV, dK and dQ products run (its part kept in prev), the
 // item's last after its tiles. Why: a turn is round trips through the L2 (the counter's acquire, the 16 KB slot's
 // loads, its stores and the release: ~1.4 us a hop between two blocks, scripts/probes/dq_handoff_probe.py), and
@@ -3167,6 +3222,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     constexpr float scale = Scale<HS>::value;
     constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
+    static_assert(!(LAG && ORDER == 0), "the lagged turns are built on the descending chain only");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * S + 4];
     __shared__ int kv_item[2];
@@ -3291,6 +3347,9 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
 #pragma unroll
                             for (int e = 0; e < 4; ++e) prev[0][j][e] = part[0][j][e];
                         prev_qt = qt;
+                    } else if constexpr (ORDER == 0) {
+                        chain_turn_asc<HS>(part, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, qt, bh, nqt, b, h, T,
+                                           C, out_kind, warp, lane);
                     } else {
                         chain_turn<HS>(part, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, qt, bh, nqt, b, h, T, C,
                                        out_kind, warp, lane);
@@ -3313,7 +3372,8 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         }
         store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
     }
-    if (CHAIN && cw == 1 && handed) bar_sync_n<CHAIN_EMPTY, 256>();   // warpgroup 0's last reading: arrivals even
+    // the handoff's writer waits for its last reading (warpgroup 1's descending, 0's ascending): arrivals even
+    if (CHAIN && cw == (ORDER == 0 ? 0 : 1) && handed) bar_sync_n<CHAIN_EMPTY, 256>();
 #else
     __trap();   // launched only where the file was built for sm_90a (gpu/attention.py)
 #endif
@@ -3663,6 +3723,19 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
                                                              sched, out_kind, use_dropout, seed, offset,       \
                                                              offset_add, threshold, dscale, dq_acc, dq_turn);  \
     }
+// The ascending chain (ORDER 0, chain_turn_asc; TR2_ATTN_DQ_CHAIN_ASC, off): attn_backward_dkdv_dqa_<bf16r|f16r>_hs64,
+// the chained kernel's arguments.
+#define ATTN_DKDV_TMA_CHAIN_ASC(BUILD, K, HS)                                                                   \
+    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_dqa_##BUILD##_hs##HS(              \
+        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
+        const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
+        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
+        int* sched) {                                                                                          \
+        grid_dependency_entry();                                                                               \
+        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 0, true, false>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, \
+                                                               sched, out_kind, use_dropout, seed, offset,     \
+                                                               offset_add, threshold, dscale, dq_acc, dq_turn); \
+    }
 // The staggered chain (ORDER 3; TR2_ATTN_DQ_CHAIN_STAGGER, off): attn_backward_dkdv_dqs_<bf16r|f16r>_hs64, the chained
 // kernel's arguments and then order, the items in ticket order (kb << 16 | bh each, BH nkb of them). Lagged:
 // attn_backward_dkdv_dqsl_, the same arguments.
@@ -3761,6 +3834,8 @@ ATTN_DKDV_TMA_CHAIN_LAG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_CHAIN_LAG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(f16r, KIND_F16, 64)
+ATTN_DKDV_TMA_CHAIN_ASC(bf16r, KIND_BF16, 64)
+ATTN_DKDV_TMA_CHAIN_ASC(f16r, KIND_F16, 64)
 
 // tf32_rne against tf32_rne_formula on the float32 bit patterns first .. first + count - 1 (count at most 2^32 - first),
 // adding to counts: [0] the patterns that are not NaN where the two results differ in any bit (each also takes a slot
