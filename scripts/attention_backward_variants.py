@@ -1,22 +1,22 @@
 """The attention backward's forms against each other in one process, on each model's shape (bf16 under half roundings,
 dropout as the model trains): `recompute` (attn_backward_dq recomputes S and dPd, then dK/dV), `ds_l2` (the row dots,
-the mma.sync dK/dV writing dS^T evict-first, dQ one mma.sync product over it: TR2_ATTN_WG_DKDV=0) and, where a head
-has at most two key blocks (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel); on
-Hopper `tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0) and `tmarrqf`
-(the same with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's bits, and
-`tmarrqg` (tmarrqf grouped: the dK/dV's heads in groups, ds_t stored without the evict-first policy, the dQ's heads
-newest first: TR2_ATTN_DS_GROUPED=1; tmarrqf's bits) and `tmarrqc` (dQ chained through the dK/dV kernel, no ds_t:
-TR2_ATTN_DQ_CHAIN=1; tmarrqg's dk and dv bits, dq in a new order) and `tmarrqs` (tmarrqc's items in the
-staggered order: TR2_ATTN_DQ_CHAIN_STAGGER=8; tmarrqc's bits), `tmarrql` and `tmarrqsl` (each turn taken while the next
-tile's products run: TR2_ATTN_DQ_CHAIN_LAG=1; tmarrqc's bits), `tmarrqa` (the chain keys ascending on key-block-major
-tickets: TR2_ATTN_DQ_CHAIN_ASC=1; tmarrqg's dk and dv bits, dq in another order). The default is tmarrqc on rows of at most 256
+the mma.sync dK/dV writing dS^T evict-first, dQ one mma.sync product over it: TR2_ATTN_WG_DKDV=0) and, where a head has
+at most two key blocks (the char model), `fold` (dQ's parts added in key-block order inside the dK/dV kernel); on Hopper
+`tmarr` (dK/dV on the TMA producer and wgmma, resident, then the mma.sync dQ: TR2_ATTN_DQ_TMA=0) and `tmarrqf` (the same
+with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's bits, and `tmarrqg`
+(tmarrqf grouped: the dK/dV's heads in groups, ds_t stored without the evict-first policy, the dQ's heads newest first:
+TR2_ATTN_DS_GROUPED=1; tmarrqf's bits) and `tmarrqc` (dQ chained through the dK/dV kernel, no ds_t: TR2_ATTN_DQ_CHAIN=1;
+tmarrqg's dk and dv bits, dq in a new order) and `tmarrqs` (tmarrqc's items in the staggered order:
+TR2_ATTN_DQ_CHAIN_STAGGER=8; tmarrqc's bits), `tmarrql` and `tmarrqsl` (each turn taken while the next tile's products
+run: TR2_ATTN_DQ_CHAIN_LAG=1; tmarrqc's bits), `tmarrqa` (the chain keys ascending on key-block-major tickets:
+TR2_ATTN_DQ_CHAIN_ASC=1; tmarrqg's dk and dv bits, dq in another order). The default is tmarrqc on rows of at most 256
 (tmarr until the sixty-second session) and tmarrqg on longer ones (tmarrqf until the sixty-first). The forms measured
 slower and removed (ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma dK/dV kernels on
 cp.async, wg1 / wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads fastest; the
 groups of batches: attention.cu's header) were forms here until then (before the removal, at ee6b673), and so were the
 bulk dQ forms (tmarb, tmarbk and the timing-only tmarbu, tmarbz: at 3d2f362). First the forms' outputs against
-`recompute` (dv must be its bits under the dS-storing forms; dq and dk within a rounding of their half outputs: the
-row dots are summed in another order); then rounds in rotating order, each figure one backward call's share (whatever
+`recompute` (dv must be its bits under the dS-storing forms; dq and dk within a rounding of their half outputs: the row
+dots are summed in another order); then rounds in rotating order, each figure one backward call's share (whatever
 launches the form makes) of `reps` calls, recorded as one CUDA graph and replayed (TR2_VARIANT_TIMING=graph, the
 default: the host's work a call not counted, as in the training step's graph) or issued back to back
 (TR2_VARIANT_TIMING=eager); the table gives each form's median over the rounds and its ratio to `recompute`.

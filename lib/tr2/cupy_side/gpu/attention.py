@@ -454,14 +454,14 @@ DQ_CHAIN_STAGGER = kernel_switch("TR2_ATTN_DQ_CHAIN_STAGGER", 0, (0, 4, 8, 16))
 # (the same call): x1.023 / x1.024 of the unlagged chain on gpt2-small / gpt2-medium (the prediction, x0.93-0.97,
 # wrong).
 DQ_CHAIN_LAG = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_LAG", 0))
-# TR2_ATTN_DQ_CHAIN_ASC=1 (sixty-third session, off): wherever the chained dQ runs, the chain keys
-# ascending (attention.cu's chain_turn_asc, attn_backward_dkdv_dqa_) on key-block-major tickets, the longest items first
-# (ORDER 0), instead of keys descending on the grouped tickets shortest first. Why: Nsight Compute of the chained kernel
+# TR2_ATTN_DQ_CHAIN_ASC=1 (sixty-third session, off): wherever the chained dQ runs, the chain keys ascending
+# (attention.cu's chain_turn_asc, attn_backward_dkdv_dqa_) on key-block-major tickets, the longest items first (ORDER
+# 0), instead of keys descending on the grouped tickets shortest first. Why: Nsight Compute of the chained kernel
 # (results/h100-perf-20261207h) finds the SMs active 83-85% of its cycles against 90% of the grouped dK/dV's, as
 # scripts/probes/dq_chain_sim.py models (15.5% idle against 9.7%): a descending chain must end on long items, and the
 # staggered order (12.7% in the model) measured no faster; ascending, the model gives 7.1% / 1.4% idle and x0.919 /
-# x0.881 of the unchained backward on gpt2-small / gpt2-medium. dK and dV the unchained bits; dQ its own order (the
-# keys ascending). Not with the staggered order or the lagged turns (built on the descending chain). Measured (H100,
+# x0.881 of the unchained backward on gpt2-small / gpt2-medium. dK and dV the unchained bits; dQ its own order (the keys
+# ascending). Not with the staggered order or the lagged turns (built on the descending chain). Measured (H100,
 # results/h100-perf-20261207h call 7, the backward alone, bf16): x1.006 / x1.040 of the default on gpt2-small /
 # gpt2-medium (the prediction wrong: the model counts no memory, and these tickets reread q and dO from the L2 at every
 # key block), but x0.938 of the descending chain on the char model's rows of 256; its step there not yet measured in

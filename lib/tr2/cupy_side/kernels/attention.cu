@@ -3174,6 +3174,9 @@ __device__ __forceinline__ void chain_turn(float (&part)[1][HS / 8][4], void* dq
 // Why the other direction: the descending chain needs each head's key blocks shortest first, so every order of its
 // tickets ends on long items and the blocks idle at the end (Nsight Compute, results/h100-perf-20261207h: the SMs
 // active 83% of the chained kernel's cycles against 90% of the grouped one's); ascending, the tickets go longest first.
+// Measured on an H100 (results/h100-perf-20261207h, the backward alone, bf16): x0.938 of the descending chain on the
+// char model's rows of 256, but x1.006 / x1.040 of the grouped default on gpt2-small / gpt2-medium (the model that
+// chose it counts no memory: these tickets reread each head's q and dO at every key block). Off.
 template <int HS>
 __device__ __forceinline__ void chain_turn_asc(float (&part)[1][HS / 8][4], void* dqkv, float* dq_acc, int* dq_turn,
                                                float4* sHand, bool& handed, int cw, int kb, int qt, int bh, int nqt,
