@@ -14,6 +14,12 @@ chain runs in ascending key blocks (the TMA dQ's own order, so its bits) or desc
 program today: the same tickets without the chain or the dQ steps, then the dQ pass, whose measured ratio to the
 dK/dV kernel (Nsight Compute, results/h100-perf-20261207f) is passed as DQ_PASS. The program's chained form
 (TR2_ATTN_DQ_CHAIN=1, attention.cu's attn_backward_dkdv_dqc_) is grouped_rev, ascending tiles, descending chain.
+Its limits, measured (results/h100-perf-20261207h, one H100): the idle shares it gives the grouped dK/dV (9.7%) and
+the descending chain (15.5%) are Nsight Compute's (9.7% and 16.8% of the SMs' cycles), but it counts no memory: it
+put the ascending chain on key-block-major tickets at x0.919 / x0.881 of today's backward on gpt2-small / gpt2-medium,
+where it ran at x1.006 / x1.040 (those tickets reread every head's q and dO at each key block and hold up to a layer's
+running sums in flight); on the char model's rows of 256 it was right (x0.90 modelled, x0.938 measured against the
+descending chain). Orders that change what the L2 holds need a measurement, not this model.
 
     python3 scripts/probes/dq_chain_sim.py [--bh 96] [--t 1024] [--grid 132] [--dq-pass 0.480] [--dq 0.15,0.25]
         [--lag 0,1] [--latency 0.5,1.0] [--forms asc/desc,desc/asc]
