@@ -280,6 +280,32 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
     assert eager[STEPS] < eager[0] - 0.2
 
 
+def _chain_replays_its_eager_loop(tmp_path, model: str, dtype: str, form: str, base: str, base_env: dict, env: dict):
+    """A dQ chain's form (env) against a run of `base` (base_env) from the same start: its graph replays its eager
+    loop to the bit, it repeats itself, its losses stay within 1e-2 relative of the base run's, and it trains."""
+    from tr2.cupy_side.gpu import attention, runtime
+    from tr2.data import write_batch_order
+    from tr2.models import load_model
+    if runtime.built_for(attention.FILE) != "sm_90a":
+        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
+    cfg = load_model(model)
+    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
+    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
+    reference, _ = _train(tmp_path, "base", *common, "--save-init", tmp_path / "init.npz", env=base_env)
+    common += ["--init", tmp_path / "init.npz"]
+    eager, _ = _train(tmp_path, "form", *common, env=env)
+    eager2, _ = _train(tmp_path, "form2", *common, env=env)
+    graph, out = _train(tmp_path, "form-graph", *common, "--cuda-graph", env=env)
+    assert "cuda graph:" in out
+    rel, step = _max_rel(reference, eager)
+    print(f"{model} {dtype}, {form}: graph vs eager {_max_rel(eager, graph)[0]:.2e}; against the {base} run "
+          f"{rel:.2e} (step {step})")
+    assert eager2 == eager, f"the {form} repeats itself: {_max_rel(eager, eager2)}"
+    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
+    assert rel < 1e-2, f"the {form}'s losses part from the {base} run's: {rel:.2e} at step {step}"
+    assert eager[STEPS] < eager[0] - 0.2
+
+
 # gpu/attention.py's DQ_CHAIN (TR2_ATTN_DQ_CHAIN=1 at every length; the default 2 on rows of at most 256): the chained
 # dQ sums its parts in a new fixed order, so its losses are not the unchained form's bits; what must hold: its graph
 # replays its eager loop to the bit (the counters zeroed by the row dots and the tickets left at zero by every launch,
@@ -290,60 +316,19 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
 @pytest.mark.parametrize("model, dtype", [("gpt2-small", "bfloat16"), ("gpt2-small", "float16"),
                                           ("nanogpt", "bfloat16")])
 def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, model, dtype):
-    from tr2.cupy_side.gpu import attention, runtime
-    from tr2.data import write_batch_order
-    from tr2.models import load_model
-    if runtime.built_for(attention.FILE) != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model(model)
-    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
-    unchained, _ = _train(tmp_path, "unchained", *common, "--save-init", tmp_path / "init.npz",
-                          env={"TR2_ATTN_DQ_CHAIN": "0"})
-    common += ["--init", tmp_path / "init.npz"]
-    eager, _ = _train(tmp_path, "chain", *common, env={"TR2_ATTN_DQ_CHAIN": "1"})
-    eager2, _ = _train(tmp_path, "chain2", *common, env={"TR2_ATTN_DQ_CHAIN": "1"})
-    graph, out = _train(tmp_path, "chain-graph", *common, "--cuda-graph", env={"TR2_ATTN_DQ_CHAIN": "1"})
-    assert "cuda graph:" in out
-    rel, step = _max_rel(unchained, eager)
-    print(f"{model} {dtype}, chained dQ: graph vs eager {_max_rel(eager, graph)[0]:.2e}; against the unchained run "
-          f"{rel:.2e} (step {step})")
-    assert eager2 == eager, f"the chained dQ repeats itself: {_max_rel(eager, eager2)}"
-    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
-    assert rel < 1e-2, f"the chained dQ's losses part from the unchained run's: {rel:.2e} at step {step}"
-    assert eager[STEPS] < eager[0] - 0.2
+    _chain_replays_its_eager_loop(tmp_path, model, dtype, "chained dQ", "unchained", {"TR2_ATTN_DQ_CHAIN": "0"},
+                                  {"TR2_ATTN_DQ_CHAIN": "1"})
 
 
 # gpu/attention.py's DQ_CHAIN_ASC (TR2_ATTN_DQ_CHAIN_ASC=1, off): the chain keys ascending on key-block-major tickets,
 # dq's parts in another fixed order, so its losses are not the descending chain's bits; what must hold is what holds
-# for the chain (above): its graph replays its eager loop to the bit, it repeats itself, its losses stay within 1e-2
-# of the descending chain's run from the same start, and it trains. gpt2-small bfloat16 (the chain at every length)
-# and the char model in float16 (rows of 256, where the default runs the chain).
+# for the chain (above), against the descending chain's run from the same start. gpt2-small bfloat16 (the chain at
+# every length) and the char model in float16 (rows of 256, where the default runs the chain).
 @pytest.mark.parametrize("model, dtype, chain", [("gpt2-small", "bfloat16", "1"), ("nanogpt", "float16", "2")])
 def test_the_ascending_chain_graph_replays_its_eager_loop(tmp_path, model, dtype, chain):
-    from tr2.cupy_side.gpu import attention, runtime
-    from tr2.data import write_batch_order
-    from tr2.models import load_model
-    if runtime.built_for(attention.FILE) != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    cfg = load_model(model)
-    order = write_batch_order(tmp_path / "order.npy", cfg.dataset, cfg.block_size, cfg.batch_size, STEPS, seed=1337)
-    common = ["--model", model, "--dtype", dtype, "--batches", order, "--half-roundings"]
-    env = {"TR2_ATTN_DQ_CHAIN": chain, "TR2_ATTN_DQ_CHAIN_ASC": "1"}
-    descending, _ = _train(tmp_path, "descending", *common, "--save-init", tmp_path / "init.npz",
-                           env={"TR2_ATTN_DQ_CHAIN": chain})
-    common += ["--init", tmp_path / "init.npz"]
-    eager, _ = _train(tmp_path, "ascending", *common, env=env)
-    eager2, _ = _train(tmp_path, "ascending2", *common, env=env)
-    graph, out = _train(tmp_path, "ascending-graph", *common, "--cuda-graph", env=env)
-    assert "cuda graph:" in out
-    rel, step = _max_rel(descending, eager)
-    print(f"{model} {dtype}, ascending chain: graph vs eager {_max_rel(eager, graph)[0]:.2e}; against the descending "
-          f"chain {rel:.2e} (step {step})")
-    assert eager2 == eager, f"the ascending chain repeats itself: {_max_rel(eager, eager2)}"
-    assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
-    assert rel < 1e-2, f"the ascending chain's losses part from the descending chain's: {rel:.2e} at step {step}"
-    assert eager[STEPS] < eager[0] - 0.2
+    _chain_replays_its_eager_loop(tmp_path, model, dtype, "ascending chain", "descending chain",
+                                  {"TR2_ATTN_DQ_CHAIN": chain},
+                                  {"TR2_ATTN_DQ_CHAIN": chain, "TR2_ATTN_DQ_CHAIN_ASC": "1"})
 
 
 # gpu/attention.py's DQ_CHAIN_STAGGER (TR2_ATTN_DQ_CHAIN_STAGGER=8, off): the chain's items in the staggered order

@@ -1146,22 +1146,32 @@ def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
     default, default_kernels = _backward_with(monkeypatch, attention, "DQ_CHAIN", 2, be, launched, "attn_backward_",
                                               dout, qkv, saved, H, p, seed, offset)
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} chained dQ]"
-    dqkv, C = runs[0][0], H * hs
+    dqkv = runs[0][0]
     exact(f"attention dqkv, the default (TR2_ATTN_DQ_CHAIN=2) {tag}", default, dqkv if T <= 256 else unchained)
     assert default_kernels == (runs[0][1] if T <= 256 else unchained_kernels)
     assert np.isfinite(dqkv).all(), f"attention dqkv {tag}: an element left unwritten"
-    exact(f"attention dk and dv, chained against the unchained form {tag}", dqkv[..., C:], unchained[..., C:])
+    _check_chained_dqkv(build, B, T, H, hs, p, qkv, dout, seed, offset, runs, unchained, "chained",
+                        "the unchained form", tag)
+
+
+def _check_chained_dqkv(build, B, T, H, hs, p, qkv, dout, seed, offset, runs, other, form: str, other_form: str,
+                        tag: str):
+    """A chained form's dqkv (runs[0]) against `other`, the form it changes: dk and dv the same bits; dq within the
+    type's tolerance of other's and of the NumPy form (where the shape has one), and on one key small beside dv (dq
+    is zero in exact arithmetic, test_attention says why); every run of runs the first's bits."""
+    dqkv, C = runs[0][0], H * hs
+    exact(f"attention dk and dv, {form} against {other_form} {tag}", dqkv[..., C:], other[..., C:])
     _, tol = reference_for(*build)
     if T > 1:
-        check(f"attention dq, chained against the unchained form's {tag}", dqkv[..., :C], unchained[..., :C], tol)
+        check(f"attention dq, {form} against {other_form}'s {tag}", dqkv[..., :C], other[..., :C], tol)
         if (B, T, H, hs) in WG_DKDV_SHAPES:
             rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-            check(f"attention dq, chained {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
-    else:   # one key: dq is zero in exact arithmetic (test_attention says why), measured against |dv|
+            check(f"attention dq, {form} {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
+    else:
         noise = float(np.linalg.norm(dqkv[..., :C])) / float(np.linalg.norm(dqkv[..., 2 * C:]))
         assert noise <= tol, f"attention dq {tag}: |dq| / |dv| = {noise:.3e} > {tol:.1e}"
     for r, _ in runs[1:]:
-        exact(f"attention dqkv, chained, run-to-run {tag}", r, dqkv)
+        exact(f"attention dqkv, {form}, run-to-run {tag}", r, dqkv)
 
 
 @pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
@@ -1182,20 +1192,9 @@ def test_attention_dq_chain_ascending(build, B, T, H, hs, p, monkeypatch):
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_dqa_{kind}_hs64"]
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} ascending chain]"
-    dqkv, C = runs[0][0], H * hs
-    assert np.isfinite(dqkv).all(), f"attention dqkv {tag}: an element left unwritten"
-    exact(f"attention dk and dv, ascending against descending {tag}", dqkv[..., C:], descending[..., C:])
-    _, tol = reference_for(*build)
-    if T > 1:
-        check(f"attention dq, ascending against descending {tag}", dqkv[..., :C], descending[..., :C], tol)
-        if (B, T, H, hs) in WG_DKDV_SHAPES:
-            rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-            check(f"attention dq, ascending chain {tag}", dqkv[..., :C], rdqkv[..., :C], tol)
-    else:   # one key: dq is zero in exact arithmetic (test_attention says why), measured against |dv|
-        noise = float(np.linalg.norm(dqkv[..., :C])) / float(np.linalg.norm(dqkv[..., 2 * C:]))
-        assert noise <= tol, f"attention dq {tag}: |dq| / |dv| = {noise:.3e} > {tol:.1e}"
-    for r, _ in runs[1:]:
-        exact(f"attention dqkv, ascending chain, run-to-run {tag}", r, dqkv)
+    assert np.isfinite(runs[0][0]).all(), f"attention dqkv {tag}: an element left unwritten"
+    _check_chained_dqkv(build, B, T, H, hs, p, qkv, dout, seed, offset, runs, descending, "ascending chain",
+                        "the descending chain", tag)
 
 
 # (setting, its value, the settings held, the kernel without it, the kernel with it)

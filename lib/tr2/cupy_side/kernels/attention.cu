@@ -3712,32 +3712,23 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
 // with dq_acc (float32, a 64 x 64 slot a head and query tile) and dq_turn (an int a head and query tile, zero at launch)
 // in ds_t's and ldq's places; it writes dQ too. Lagged (TR2_ATTN_DQ_CHAIN_LAG=1): attn_backward_dkdv_dqcl_, the same
 // arguments.
-#define ATTN_DKDV_TMA_CHAIN(BUILD, K, HS) ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqc_##BUILD##_hs##HS, K, HS, false)
+#define ATTN_DKDV_TMA_CHAIN(BUILD, K, HS) ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqc_##BUILD##_hs##HS, K, HS, 2, false)
 #define ATTN_DKDV_TMA_CHAIN_LAG(BUILD, K, HS)                                                                   \
-    ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqcl_##BUILD##_hs##HS, K, HS, true)
-#define ATTN_DKDV_TMA_CHAIN_KERNEL(KERNEL, K, HS, LAG)                                                          \
+    ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqcl_##BUILD##_hs##HS, K, HS, 2, true)
+// The ascending chain (ORDER 0, chain_turn_asc; TR2_ATTN_DQ_CHAIN_ASC, off): attn_backward_dkdv_dqa_<bf16r|f16r>_hs64,
+// the chained kernel's arguments.
+#define ATTN_DKDV_TMA_CHAIN_ASC(BUILD, K, HS)                                                                   \
+    ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqa_##BUILD##_hs##HS, K, HS, 0, false)
+#define ATTN_DKDV_TMA_CHAIN_KERNEL(KERNEL, K, HS, ORDER, LAG)                                                   \
     extern "C" __global__ void __launch_bounds__(384, 1) KERNEL(                                               \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched) {                                                                                          \
         grid_dependency_entry();                                                                               \
-        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 2, true, LAG>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH,  \
-                                                             sched, out_kind, use_dropout, seed, offset,       \
-                                                             offset_add, threshold, dscale, dq_acc, dq_turn);  \
-    }
-// The ascending chain (ORDER 0, chain_turn_asc; TR2_ATTN_DQ_CHAIN_ASC, off): attn_backward_dkdv_dqa_<bf16r|f16r>_hs64,
-// the chained kernel's arguments.
-#define ATTN_DKDV_TMA_CHAIN_ASC(BUILD, K, HS)                                                                   \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_backward_dkdv_dqa_##BUILD##_hs##HS(              \
-        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
-        int* sched) {                                                                                          \
-        grid_dependency_entry();                                                                               \
-        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 0, true, false>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH, \
-                                                               sched, out_kind, use_dropout, seed, offset,     \
-                                                               offset_add, threshold, dscale, dq_acc, dq_turn); \
+        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, ORDER, true, LAG>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, \
+                                                                 BH, sched, out_kind, use_dropout, seed, offset, \
+                                                                 offset_add, threshold, dscale, dq_acc, dq_turn); \
     }
 // The staggered chain (ORDER 3; TR2_ATTN_DQ_CHAIN_STAGGER, off): attn_backward_dkdv_dqs_<bf16r|f16r>_hs64, the chained
 // kernel's arguments and then order, the items in ticket order (kb << 16 | bh each, BH nkb of them). Lagged:
