@@ -6,15 +6,15 @@ at most two key blocks (the char model), `fold` (dQ's parts added in key-block o
 with dQ on the TMA producer, the query blocks fastest: TR2_ATTN_DQ_TMA=1), both with ds_l2's bits, and `tmarrqg`
 (tmarrqf grouped: the dK/dV's heads in groups, ds_t stored without the evict-first policy, the dQ's heads newest first:
 TR2_ATTN_DS_GROUPED=1; tmarrqf's bits) and `tmarrqc` (dQ chained through the dK/dV kernel, no ds_t: TR2_ATTN_DQ_CHAIN=1;
-tmarrqg's dk and dv bits, dq in a new order) and `tmarrqs` (tmarrqc's items in the staggered order:
-TR2_ATTN_DQ_CHAIN_STAGGER=8; tmarrqc's bits), `tmarrql` and `tmarrqsl` (each turn taken while the next tile's products
-run: TR2_ATTN_DQ_CHAIN_LAG=1; tmarrqc's bits), `tmarrqa` (the chain keys ascending on key-block-major tickets:
-TR2_ATTN_DQ_CHAIN_ASC=1; tmarrqg's dk and dv bits, dq in another order). The default is tmarrqc on rows of at most 256
-(tmarr until the sixty-second session) and tmarrqg on longer ones (tmarrqf until the sixty-first). The forms measured
+tmarrqg's dk and dv bits, dq in a new order; the keys descending: TR2_ATTN_DQ_CHAIN_ASC=0) and `tmarrqa` (the chain
+keys ascending on key-block-major tickets: TR2_ATTN_DQ_CHAIN_ASC=1; tmarrqg's dk and dv bits, dq in another order). The
+default is tmarrqa on rows of at most 256 (tmarr until the sixty-second session, tmarrqc until the sixty-fourth) and
+tmarrqg on longer ones (tmarrqf until the sixty-first). The forms measured
 slower and removed (ds and ds64 without the evict-first L2 policy or at 64 queries a block; the wgmma dK/dV kernels on
 cp.async, wg1 / wg2 and their forms; the TMA dK/dV's other forms; the TMA dQ resident or with the heads fastest; the
 groups of batches: attention.cu's header) were forms here until then (before the removal, at ee6b673), and so were the
-bulk dQ forms (tmarb, tmarbk and the timing-only tmarbu, tmarbz: at 3d2f362). First the forms' outputs against
+bulk dQ forms (tmarb, tmarbk and the timing-only tmarbu, tmarbz: at 3d2f362), and the descending chain's staggered
+and lagged forms (tmarrqs, tmarrql, tmarrqsl: at 97e8ecd). First the forms' outputs against
 `recompute` (dv must be its bits under the dS-storing forms; dq and dk within a rounding of their half outputs: the row
 dots are summed in another order); then rounds in rotating order, each figure one backward call's share (whatever
 launches the form makes) of `reps` calls, recorded as one CUDA graph and replayed (TR2_VARIANT_TIMING=graph, the
@@ -47,10 +47,9 @@ TIME = timer(TIMING)
 
 # TR2_BWD_MODELS=gpt2-small,...: only those models
 MODELS = tuple(m for m in os.environ.get("TR2_BWD_MODELS", "nanogpt,gpt2-small,gpt2-medium").split(",") if m)
-SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DS_GROUPED", "DQ_CHAIN", "DQ_CHAIN_STAGGER",
-            "DQ_CHAIN_LAG", "DQ_CHAIN_ASC")
+SETTINGS = ("FOLD_KEY_BLOCKS", "USE_DS", "USE_WG_DKDV", "DQ_TMA", "DS_GROUPED", "DQ_CHAIN", "DQ_CHAIN_ASC")
 _BASE = dict(FOLD_KEY_BLOCKS=0, USE_DS=True, USE_WG_DKDV=True, DQ_TMA=0, DS_GROUPED=False, DQ_CHAIN=False,
-             DQ_CHAIN_STAGGER=0, DQ_CHAIN_LAG=False, DQ_CHAIN_ASC=False)
+             DQ_CHAIN_ASC=False)
 
 
 def _form(**changes) -> tuple:
@@ -65,17 +64,13 @@ def _form(**changes) -> tuple:
 FORMS = {"recompute": _form(USE_WG_DKDV=False, USE_DS=False), "ds_l2": _form(USE_WG_DKDV=False),
          "fold": _form(USE_WG_DKDV=False, USE_DS=False, FOLD_KEY_BLOCKS=2),
          "tmarr": _form(), "tmarrqf": _form(DQ_TMA=1), "tmarrqg": _form(DQ_TMA=1, DS_GROUPED=True),
-         "tmarrqc": _form(DQ_TMA=1, DQ_CHAIN=True), "tmarrqs": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_STAGGER=8),
-         "tmarrql": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_LAG=True),
-         "tmarrqsl": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_STAGGER=8, DQ_CHAIN_LAG=True),
-         "tmarrqa": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_ASC=True)}
+         "tmarrqc": _form(DQ_TMA=1, DQ_CHAIN=True), "tmarrqa": _form(DQ_TMA=1, DQ_CHAIN=True, DQ_CHAIN_ASC=True)}
 # where attention.cu is built for sm_90a
-WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarrqg", "tmarrqc", "tmarrqs", "tmarrql", "tmarrqsl", "tmarrqa")
+WGMMA_FORMS = ("tmarr", "tmarrqf", "tmarrqg", "tmarrqc", "tmarrqa")
 # forms whose dk and dv are another's bits, dq not (a new order of its sum): each pair is checked where both ran
 SAME_DKDV = {"tmarrqc": "tmarrqg", "tmarrqa": "tmarrqg"}
 # forms built to give another's bits (dq, dk and dv alike): each pair is checked where both ran
-SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2", "tmarrqg": "tmarrqf", "tmarrqs": "tmarrqc", "tmarrql": "tmarrqc",
-             "tmarrqsl": "tmarrqc"}
+SAME_BITS = {"tmarr": "ds_l2", "tmarrqf": "ds_l2", "tmarrqg": "tmarrqf"}
 SEED, OFFSET = 1337, 1 << 32
 _OWN = tuple(getattr(attention, name) for name in SETTINGS)
 # TR2_BWD_FORMS=ds_l2,tmarr: only those forms (recompute, the reference of the table, always)

@@ -71,20 +71,18 @@ if [[ $STAGES == *,tests,* ]]; then
       # A hang (124) may be any of them: all are left out. Otherwise only the forms whose tests failed: the forward's
       # TMA form (tmawr: test_attention_forward_tma_wide) and the backward's TMA dK/dV with either dQ (tmarr, tmarrqf,
       # and tmarrqg, the grouped pair the default runs on long rows: test_attention_wgmma_backward_is_the_mma_sync_bits),
-      # or the grouped pair alone (test_attention_grouped_backward), or the chained dQ (tmarrqc: test_attention_dq_chain;
-      # the staggered and lagged chains with it), or those alone (test_attention_dq_chain_forms_keep_the_bits, its
-      # staggered or lagged cases), or the ascending chain alone (tmarrqa: test_attention_dq_chain_ascending).
+      # or the grouped pair alone (test_attention_grouped_backward), or the descending chain (tmarrqc:
+      # test_attention_dq_chain; the ascending chain with it, their turns share their pieces), or the ascending chain
+      # alone (tmarrqa: test_attention_dq_chain_ascending).
       # An empty list would mean every form: the reference alone instead.
-      drop_fwd='tmawr' drop_bwd='tmarr|tmarrqf|tmarrqg|tmarrqc|tmarrqs|tmarrql|tmarrqsl|tmarrqa'
+      drop_fwd='tmawr' drop_bwd='tmarr|tmarrqf|tmarrqg|tmarrqc|tmarrqa'
       if [ "$late" -ne 124 ]; then
         failed=$(grep -E "^(FAILED|ERROR)" "$W/pytest_late.log")
         grep -q forward_tma <<<"$failed" || drop_fwd=none_such
         if ! grep -q wgmma_backward <<<"$failed"; then
           drop_bwd=none_such
           grep -q grouped_backward <<<"$failed" && drop_bwd="$drop_bwd|tmarrqg"
-          grep -q 'dq_chain\[' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqc|tmarrqs|tmarrql|tmarrqsl|tmarrqa"
-          grep -qE 'dq_chain_forms_keep_the_bits\[[^]]*staggered' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqs|tmarrqsl"
-          grep -qE 'dq_chain_forms_keep_the_bits\[[^]]*lagged' <<<"$failed" && drop_bwd="$drop_bwd|tmarrql|tmarrqsl"
+          grep -q 'dq_chain\[' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqc|tmarrqa"
           grep -q 'dq_chain_ascending\[' <<<"$failed" && drop_bwd="$drop_bwd|tmarrqa"
         fi
       fi

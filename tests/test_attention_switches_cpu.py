@@ -51,10 +51,11 @@ def test_the_backward_defaults_resident_tma_dkdv_and_the_tma_dq_on_long_rows(att
     """Under half roundings at head size 64 on Hopper: the row dots, the TMA dK/dV resident (one block an SM or one a
     128-key block, its heads and tickets last), then for rows over WG_MAX_T the grouped dK/dV (ds_t kept in the L2)
     and dQ on the TMA producer, the heads newest first, with the query blocks the grid's x; on the others the chained
-    dQ (TR2_ATTN_DQ_CHAIN's default 2), that same resident kernel writing dQ too: no ds_t, no dQ kernel."""
+    dQ (TR2_ATTN_DQ_CHAIN's default 2, keys ascending: TR2_ATTN_DQ_CHAIN_ASC's default 1), that same resident kernel
+    writing dQ too: no ds_t, no dQ kernel."""
     launched = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
     names = {"grouped": ["attn_backward_dkdv_ds_tmarrg_bf16r_hs64", "attn_backward_dq_ds_tmaqn_bf16r_hs64"],
-             "chained": ["attn_backward_dkdv_dqc_bf16r_hs64"]}[form]
+             "chained": ["attn_backward_dkdv_dqa_bf16r_hs64"]}[form]
     assert [n for n, _g, _a in launched] == ["attn_row_dots_wide_bf16_hs64", *names]
     _, grid, args = launched[1]
     assert grid == (attention.resident_grid(B * H, T, 132),) and int(args[-2]) == B * H
@@ -236,15 +237,15 @@ def test_the_deep_ring_alone_turns_the_grouping_off_and_both_given_stop_the_run(
                                      (7, "float16")])
 def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(attention, monkeypatch, T, dtype):
     """TR2_ATTN_DQ_CHAIN: 1 wherever the TMA dK/dV runs, rows of any length; 2 (the default) where the TMA dQ would not
-    follow (rows of at most WG_MAX_T, unless TR2_ATTN_DQ_TMA=1; at every length with TR2_ATTN_DQ_TMA=0); 0 never.
-    Where it runs: the row dots, given the chain's counters (a head and 64-query tile each) to zero, then
-    attn_backward_dkdv_dqc_ on the resident grid, with the running sums' slots (64 x 64 floats a head and tile) and the
-    counters in ds_t's and ldq's places; no dQ kernel. With the wgmma dK/dV switched off nothing moves; with the deep
-    ring it stops the run."""
+    follow (rows of at most WG_MAX_T, unless TR2_ATTN_DQ_TMA=1; at every length with TR2_ATTN_DQ_TMA=0); 0 never. Where
+    it runs: the row dots, given the chain's counters (a head and 64-query tile each) to zero, then
+    attn_backward_dkdv_dqa_ (the ascending chain, DQ_CHAIN_ASC's default) on the resident grid, with the running sums'
+    slots (64 x 64 floats a head and tile) and the counters in ds_t's and ldq's places; no dQ kernel. With the wgmma
+    dK/dV switched off nothing moves; with the deep ring it stops the run."""
     assert attention.DQ_CHAIN == 2
     B, H = 2, 3
     kind, build = ("bf16", "bf16r") if dtype == "bfloat16" else ("f16", "f16r")
-    chained = [f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_dqc_{build}_hs64"]
+    chained = [f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_dqa_{build}_hs64"]
 
     def names(chain, dq_tma=2):
         monkeypatch.setattr(attention, "DQ_CHAIN", chain)
@@ -281,88 +282,44 @@ def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(
         _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
 
 
-@pytest.mark.parametrize("S", [4, 8, 16])
-@pytest.mark.parametrize("B, H, T, chain", [(8, 12, 1024, 1), (8, 16, 1024, 1), (64, 6, 256, 2), (2, 3, 7, 2),
-                                            (3, 2, 1000, 1)])
-def test_the_staggered_chain_reads_its_items_from_a_table(attention, monkeypatch, S, B, H, T, chain):
-    """TR2_ATTN_DQ_CHAIN_STAGGER=S (off by default) wherever the chain runs: attn_backward_dkdv_dqs_, the chained
-    kernel's launch (grid, shared memory, arguments) with one more, the table of its items in ticket order, kb << 16 | bh
-    each: stagger_items', a permutation of the items in which every head's key blocks go shortest first (a chain turn
-    waits only on an earlier ticket), the heads interleaved."""
-    assert attention.DQ_CHAIN_STAGGER == 0
-    monkeypatch.setattr(attention, "DQ_CHAIN", chain)
-    chained = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
-    monkeypatch.setattr(attention, "DQ_CHAIN_STAGGER", S)
-    staggered = _backward_launches(attention, monkeypatch, B=B, H=H, T=T)
-    assert [n for n, _g, _a in chained] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_dqc_bf16r_hs64"]
-    assert [n for n, _g, _a in staggered] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_dqs_bf16r_hs64"]
-    (_, grid, args), (_, grid0, args0) = staggered[1], chained[1]
-    assert grid == grid0 and len(args) == len(args0) + 1
-    def kinds(values):   # each argument's type by name (every plan brings its own stand-in class) and shape
-        return [(type(a).__name__, getattr(a, "shape", None)) for a in values]
-    assert kinds(args[:-1]) == kinds(args0)
-    BH, nkb = B * H, -(-T // 128)
-    table = args[-1].values
-    assert table.dtype == np.int32 and table.shape == (BH * nkb,)
-    order = [(int(v) >> 16, int(v) & 0xFFFF) for v in table]
-    assert order == attention.stagger_items(BH, nkb, S)
-    assert sorted(order) == [(kb, bh) for kb in range(nkb) for bh in range(BH)]
-    ticket = {item: n for n, item in enumerate(order)}
-    assert all(ticket[(kb + 1, bh)] < ticket[(kb, bh)] for kb in range(nkb - 1) for bh in range(BH))
-    if BH > S and nkb > 1:   # the heads interleave: a head's second item comes after S other heads' first
-        assert order[:S + 1] == [(nkb - 1, bh) for bh in range(S + 1)]
-    monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # no chain, nothing staggered
-    assert "attn_backward_dkdv_dqs_bf16r_hs64" not in [n for n, _g, _a in
-                                                       _backward_launches(attention, monkeypatch, B=B, H=H, T=T)]
-
-
-@pytest.mark.parametrize("stagger, kernel", [(0, "dqcl"), (8, "dqsl")])
-@pytest.mark.parametrize("B, H, T, chain", [(8, 12, 1024, 1), (64, 6, 256, 2)])
-def test_the_lagged_chain_is_the_chained_launch_under_another_kernel(attention, monkeypatch, stagger, kernel, B, H, T,
-                                                                     chain):
-    """TR2_ATTN_DQ_CHAIN_LAG=1 (off by default): wherever the chain runs, staggered or not, the same launch (grid,
-    block, shared memory, every argument) of the lagged kernel."""
-    assert attention.DQ_CHAIN_LAG is False
-    monkeypatch.setattr(attention, "DQ_CHAIN", chain)
-    monkeypatch.setattr(attention, "DQ_CHAIN_STAGGER", stagger)
-    unlagged = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
-    monkeypatch.setattr(attention, "DQ_CHAIN_LAG", True)
-    lagged = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
-    assert [launch[0] for launch in lagged] == ["attn_row_dots_wide_bf16_hs64", f"attn_backward_dkdv_{kernel}_bf16r_hs64"]
-    assert [launch[0] for launch in unlagged][1] == f"attn_backward_dkdv_{kernel[:-1]}_bf16r_hs64"
-    assert [launch[1:] for launch in lagged] == [launch[1:] for launch in unlagged]
-    monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # no chain: nothing lagged
-    assert all("dkdv_dq" not in launch[0] for launch in plan_launches(attention, monkeypatch, B=B, H=H, T=T))
-
-
 @pytest.mark.parametrize("B, H, T, chain", [(8, 12, 1024, 1), (64, 6, 256, 2), (2, 3, 1, 1)])
 def test_the_ascending_chain_is_the_chained_launch_under_another_kernel(attention, monkeypatch, B, H, T, chain):
-    """TR2_ATTN_DQ_CHAIN_ASC=1 (off by default): wherever the chain runs, the same launch (grid, block, shared memory,
-    every argument: the key-block-major tickets come from the kernel's ORDER 0, no table) of the ascending kernel;
-    nothing where the chain does not run; with the staggered order or the lagged turns, a SwitchError naming both."""
-    assert attention.DQ_CHAIN_ASC is False
+    """TR2_ATTN_DQ_CHAIN_ASC (1 by default since the sixty-fourth session): wherever the chain runs, the same launch
+    (grid, block, shared memory, every argument: the key-block-major tickets come from the kernel's ORDER 0, no table)
+    of the ascending kernel, and with 0 of the descending one; nothing where the chain does not run."""
+    assert attention.DQ_CHAIN_ASC is True
     monkeypatch.setattr(attention, "DQ_CHAIN", chain)
-    descending = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
-    monkeypatch.setattr(attention, "DQ_CHAIN_ASC", True)
     ascending = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
+    monkeypatch.setattr(attention, "DQ_CHAIN_ASC", False)
+    descending = plan_launches(attention, monkeypatch, B=B, H=H, T=T)
     assert [launch[0] for launch in ascending] == ["attn_row_dots_wide_bf16_hs64", "attn_backward_dkdv_dqa_bf16r_hs64"]
     assert [launch[0] for launch in descending][1] == "attn_backward_dkdv_dqc_bf16r_hs64"
     assert [launch[1:] for launch in ascending] == [launch[1:] for launch in descending]
-    for setting, value, shown in (("DQ_CHAIN_STAGGER", 8, "TR2_ATTN_DQ_CHAIN_STAGGER=8 and TR2_ATTN_DQ_CHAIN_LAG=0"),
-                                  ("DQ_CHAIN_LAG", True, "TR2_ATTN_DQ_CHAIN_STAGGER=0 and TR2_ATTN_DQ_CHAIN_LAG=1")):
-        with monkeypatch.context() as m:
-            m.setattr(attention, setting, value)
-            with pytest.raises(attention.SwitchError, match=f"^TR2_ATTN_DQ_CHAIN_ASC=1 with {shown}: .*allowed: the "
-                                                            "ascending chain with both at 0$"):
-                plan_launches(attention, monkeypatch, B=B, H=H, T=T)
     monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # no chain: nothing ascending
+    monkeypatch.setattr(attention, "DQ_CHAIN_ASC", True)
     assert all("dkdv_dq" not in launch[0] for launch in plan_launches(attention, monkeypatch, B=B, H=H, T=T))
 
 
-def test_the_staggered_table_refuses_more_heads_than_it_packs(attention):
-    with pytest.raises(ValueError, match="^the staggered chain's table holds heads below 65536; B \\* H = 65536$"):
-        attention.chain_order_table(1 << 16, 8, 8)
-    assert attention.chain_order_table(2, 2, 4).tolist() == [1 << 16 | 0, 1 << 16 | 1, 0, 1]
+@pytest.mark.parametrize("env, ascending", [({}, True), ({"TR2_ATTN_DQ_CHAIN_ASC": "0"}, False),
+                                            ({"TR2_ATTN_DQ_CHAIN_ASC": "1"}, True), ({"TR2_ATTN_DQ_CHAIN_ASC": "2"}, None),
+                                            ({"TR2_ATTN_DQ_CHAIN_STAGGER": "8"}, None),
+                                            ({"TR2_ATTN_DQ_CHAIN_LAG": "1"}, None)])
+def test_the_chain_s_direction_from_the_environment(over_stand_in_cupy, monkeypatch, env, ascending):
+    """TR2_ATTN_DQ_CHAIN_ASC read at import: unset or 1 ascending, 0 descending, any other value stops the run naming
+    it; the removed staggered and lagged chains' switches stop it too (gpu.RETIRED), naming the switch and why."""
+    for key in ("TR2_ATTN_DQ_CHAIN_ASC", "TR2_ATTN_DQ_CHAIN_STAGGER", "TR2_ATTN_DQ_CHAIN_LAG"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
+    if ascending is None:
+        key, value = next(iter(env.items()))
+        shown = (f"^{key}='{value}': allowed values are 0, 1$" if key == "TR2_ATTN_DQ_CHAIN_ASC"
+                 else f"^{key}='{value}': removed with the descending chain's")
+        with pytest.raises(gpu.SwitchError, match=shown):
+            over_stand_in_cupy("tr2.cupy_side.gpu.attention")
+        return
+    assert over_stand_in_cupy("tr2.cupy_side.gpu.attention").DQ_CHAIN_ASC is ascending
 
 
 @pytest.mark.parametrize("env, chain, stops", [({}, 2, False), ({"TR2_ATTN_DQ_CHAIN": "0"}, 0, False),
@@ -391,7 +348,7 @@ def test_the_deep_ring_alone_turns_the_chain_off_and_both_given_stop_the_run(mon
         return
     kernel = _backward_launches(attention, monkeypatch, B=64, H=6, T=256)[1][0]
     deep = "TR2_ATTN_DKDV_DEEP" in env
-    assert kernel == ("attn_backward_dkdv_dqc_bf16r_hs64" if chain else
+    assert kernel == ("attn_backward_dkdv_dqa_bf16r_hs64" if chain else
                       f"attn_backward_dkdv_ds_{'tmarrd_l2' if deep else 'tmarr_l2'}_bf16r_hs64")
 
 
@@ -516,9 +473,6 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_GROUPED({b}, {k}, 64)", "ATTN_DQ_TMA_QN({b}, {k}, 64)",   # TR2_ATTN_DS_GROUPED=1
                   "ATTN_DKDV_TMA_CHAIN({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN
-                  "ATTN_DKDV_TMA_CHAIN_STAGGERED({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN_STAGGER
-                  "ATTN_DKDV_TMA_CHAIN_LAG({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN_LAG
-                  "ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_CHAIN_ASC({b}, {k}, 64)"):   # TR2_ATTN_DQ_CHAIN_ASC
         want += [macro.format(b=b, k=k) for b, k in (("bf16r", "KIND_BF16"), ("f16r", "KIND_F16"))]
     assert lines == want

@@ -1,5 +1,5 @@
-"""The chained dQ's protocol (attention.cu's chain_turn and dkdv_item<2>, TR2_ATTN_DQ_CHAIN=1; chain_turn_asc and
-dkdv_item<0>, TR2_ATTN_DQ_CHAIN_ASC=1), played out without a
+"""The chained dQ's protocol (attention.cu's chain_turn and dkdv_item<2>, TR2_ATTN_DQ_CHAIN_ASC=0; chain_turn_asc and
+dkdv_item<0>, TR2_ATTN_DQ_CHAIN_ASC=1, the default), played out without a
 GPU: blocks take items by tickets as the resident kernel does (the first by blockIdx.x, then the producer draws the
 next ticket while the consumers work on the current item, the worst case for a deadlock), and each item's warpgroups
 take their turns for its query tiles with the kernel's counter values, in random interleavings. What must hold: no
@@ -183,20 +183,6 @@ def test_every_schedule_finishes_and_sums_each_tile_keys_descending(chain_items,
     nqt = -(-T // 64)
     for seed in range(4):
         written = play(T, BH, grid, random.Random(seed), chain_items)
-        assert sorted(written) == [(bh, qt) for bh in range(BH) for qt in range(nqt)]
-        assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items())
-
-
-@pytest.mark.parametrize("S", [4, 8, 16])
-@pytest.mark.parametrize("T, BH, grid", [(1024, 96, 132), (1024, 8, 3), (257, 5, 2), (256, 384, 132), (7, 3, 2)])
-def test_the_staggered_order_finishes_too(over_stand_in_cupy, S, T, BH, grid):
-    """TR2_ATTN_DQ_CHAIN_STAGGER's order (attention.stagger_items, the table attention.cu's ORDER 3 reads), which is
-    dq_chain_sim's staggerS: every schedule finishes, each tile summed keys descending and written once."""
-    attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
-    nkb, nqt = -(-T // 128), -(-T // 64)
-    assert attention.stagger_items(BH, nkb, S) == [(kb, bh) for bh, kb in sim.tickets(BH, nkb, grid, f"stagger{S}")]
-    for seed in range(3):
-        written = play(T, BH, grid, random.Random(seed), lambda BH, nkb, grid: attention.stagger_items(BH, nkb, S))
         assert sorted(written) == [(bh, qt) for bh in range(BH) for qt in range(nqt)]
         assert all(parts == list(range(qt, -1, -1)) for (bh, qt), parts in written.items())
 

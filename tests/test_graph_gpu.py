@@ -306,8 +306,9 @@ def _chain_replays_its_eager_loop(tmp_path, model: str, dtype: str, form: str, b
     assert eager[STEPS] < eager[0] - 0.2
 
 
-# gpu/attention.py's DQ_CHAIN (TR2_ATTN_DQ_CHAIN=1 at every length; the default 2 on rows of at most 256): the chained
-# dQ sums its parts in a new fixed order, so its losses are not the unchained form's bits; what must hold: its graph
+# gpu/attention.py's DQ_CHAIN (TR2_ATTN_DQ_CHAIN=1 at every length; the default 2 on rows of at most 256; the keys
+# ascending, DQ_CHAIN_ASC's default): the chained dQ sums its parts in a new fixed order, so its losses are not the
+# unchained form's bits; what must hold: its graph
 # replays its eager loop to the bit (the counters zeroed by the row dots and the tickets left at zero by every launch,
 # replayed), its losses stay within a rounding's reach of the unchained run from the same start (1e-2 relative over
 # the steps: the bf16 run's own spread between dropout masks is ~1e-3, test_graph_replays_train_as_the_eager_loop's
@@ -320,34 +321,16 @@ def test_the_chained_dq_graph_replays_its_eager_loop(tmp_path, model, dtype):
                                   {"TR2_ATTN_DQ_CHAIN": "1"})
 
 
-# gpu/attention.py's DQ_CHAIN_ASC (TR2_ATTN_DQ_CHAIN_ASC=1, off): the chain keys ascending on key-block-major tickets,
-# dq's parts in another fixed order, so its losses are not the descending chain's bits; what must hold is what holds
-# for the chain (above), against the descending chain's run from the same start. gpt2-small bfloat16 (the chain at
-# every length) and the char model in float16 (rows of 256, where the default runs the chain).
+# gpu/attention.py's DQ_CHAIN_ASC (TR2_ATTN_DQ_CHAIN_ASC=1, the default since the sixty-fourth session; 0 the keys
+# descending): the chain keys ascending on key-block-major tickets, dq's parts in another fixed order, so its losses
+# are not the descending chain's bits; what must hold is what holds for the chain (above), against the descending
+# chain's run from the same start. gpt2-small bfloat16 (the chain at every length) and the char model in float16 (rows
+# of 256, where the default runs the chain).
 @pytest.mark.parametrize("model, dtype, chain", [("gpt2-small", "bfloat16", "1"), ("nanogpt", "float16", "2")])
 def test_the_ascending_chain_graph_replays_its_eager_loop(tmp_path, model, dtype, chain):
     _chain_replays_its_eager_loop(tmp_path, model, dtype, "ascending chain", "descending chain",
-                                  {"TR2_ATTN_DQ_CHAIN": chain},
+                                  {"TR2_ATTN_DQ_CHAIN": chain, "TR2_ATTN_DQ_CHAIN_ASC": "0"},
                                   {"TR2_ATTN_DQ_CHAIN": chain, "TR2_ATTN_DQ_CHAIN_ASC": "1"})
-
-
-# gpu/attention.py's DQ_CHAIN_STAGGER (TR2_ATTN_DQ_CHAIN_STAGGER=8, off): the chain's items in the staggered order
-# compute what they compute in the grouped order and add each query tile's parts in the same order
-# (tests/test_kernels_gpu.py, "dq_chain_forms_keep_the_bits"), so a whole run must have the chained run's losses to the bit, eager
-# and in the graph (its table written once, before the capture): gpt2-small bfloat16 with the chain at every length.
-def test_the_staggered_chain_changes_no_bit(tmp_path):
-    _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DQ_CHAIN_STAGGER", "0", "8", "staggered chain",
-                           fixed={"TR2_ATTN_DQ_CHAIN": "1"})
-
-
-# gpu/attention.py's DQ_CHAIN_LAG (TR2_ATTN_DQ_CHAIN_LAG=1, off): each turn taken a tile later, the same parts in the
-# same order (tests/test_kernels_gpu.py, "dq_chain_forms_keep_the_bits"), so a whole run must have the unlagged chain's losses to the
-# bit, eager and in the graph: gpt2-small bfloat16 with the chain at every length, and the char model in float16 where
-# the default runs the chain.
-@pytest.mark.parametrize("model, dtype, chain", [("gpt2-small", "bfloat16", "1"), ("nanogpt", "float16", "2")])
-def test_the_lagged_chain_changes_no_bit(tmp_path, model, dtype, chain):
-    _switch_changes_no_bit(tmp_path, model, dtype, "TR2_ATTN_DQ_CHAIN_LAG", "0", "1", "lagged chain",
-                           fixed={"TR2_ATTN_DQ_CHAIN": chain})
 
 
 # gpu/blas.py's WORKSPACE_BY_PLAN: the cuBLAS workspace only as large as the run's products need. Every cuBLASLt

@@ -1125,18 +1125,20 @@ def test_attention_grouped_backward(build, B, T, H, hs, p, monkeypatch):
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES + [(4, 1024, 16, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dq_chain(build, B, T, H, hs, p, monkeypatch):
-    """The chained dQ (attn_backward_dkdv_dqc_, TR2_ATTN_DQ_CHAIN=1: one kernel, no ds_t, each query tile's dQ parts
-    summed keys descending through the items) against the unchained form (TR2_ATTN_DQ_CHAIN=0: the grouped dK/dV and
-    the TMA dQ on rows over 256, the TMA dK/dV and the mma.sync dQ on the others; every shape of the wgmma backward's
-    tests, one key to 1024): dk and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of
-    the NumPy form and of the unchained dq (a new order of the same float32 parts), and on one key (dq rounding noise
-    in exact arithmetic) small beside dv, as test_attention_backward_with_ds_stored holds the stored form; three runs
-    identical (the order is fixed, whatever the scheduling); every allocation poisoned (a part the chain dropped, or a
-    tile no turn wrote, shows); the tickets left at zero. The default (2) runs the chain on rows of at most 256 and the
-    unchained form on the others, with their bits. (4, 1024, 16): 512 items in groups of 17 heads on 132 SMs, the
-    chain's waits across the groups' edges (its NumPy form would take minutes: the unchained dq and dk, dv bits stand
-    for it)."""
-    case, (unchained, unchained_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN")
+    """The descending chained dQ (attn_backward_dkdv_dqc_, TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DQ_CHAIN_ASC=0: one kernel,
+    no ds_t, each query tile's dQ parts summed keys descending through the items) against the unchained form
+    (TR2_ATTN_DQ_CHAIN=0: the grouped dK/dV and the TMA dQ on rows over 256, the TMA dK/dV and the mma.sync dQ on the
+    others; every shape of the wgmma backward's tests, one key to 1024): dk and dv the same bits (the same tiles'
+    arithmetic); dq within the type's tolerance of the NumPy form and of the unchained dq (a new order of the same
+    float32 parts), and on one key (dq rounding noise in exact arithmetic) small beside dv, as
+    test_attention_backward_with_ds_stored holds the stored form; three runs identical (the order is fixed, whatever the
+    scheduling); every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the tickets left
+    at zero. TR2_ATTN_DQ_CHAIN's default (2) runs the chain on rows of at most 256 and the unchained form on the others,
+    with their bits (the ascending chain's test holds its default). (4, 1024, 16): 512 items in groups of 17 heads on
+    132 SMs, the chain's waits across the groups' edges (its NumPy form would take minutes: the unchained dq and dk, dv
+    bits stand for it)."""
+    case, (unchained, unchained_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch, "DQ_CHAIN",
+                                                                      fixed={"DQ_CHAIN_ASC": False})
     attention, be, qkv, dout, saved, seed, offset, launched = case
     assert unchained_kernels == (
         [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"] if T > 256
@@ -1178,56 +1180,33 @@ def _check_chained_dqkv(build, B, T, H, hs, p, qkv, dout, seed, offset, runs, ot
 @pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES + [(4, 1024, 16, 64)])
 @pytest.mark.parametrize("p", [0.0, 0.2])
 def test_attention_dq_chain_ascending(build, B, T, H, hs, p, monkeypatch):
-    """The ascending chain (TR2_ATTN_DQ_CHAIN_ASC=1, attn_backward_dkdv_dqa_: each query tile's dQ parts summed keys
-    ascending, the items key block by key block, the longest first) against the descending chain it replaces (the
-    chain on at every length): dk and dv the same bits (the same tiles' arithmetic); dq within the type's tolerance of
-    the descending chain's and of the NumPy form (a new order of the same float32 parts), and on one key small beside
-    dv; three runs identical; every allocation poisoned (a part the chain dropped, or a tile no turn wrote, shows); the
-    tickets left at zero. A turn that never comes traps. (4, 1024, 16): 512 items on 132 SMs, the key blocks of a
-    head's chain in different waves."""
+    """The ascending chain (TR2_ATTN_DQ_CHAIN_ASC=1, the default since the sixty-fourth session, attn_backward_dkdv_dqa_:
+    each query tile's dQ parts summed keys ascending, the items key block by key block, the longest first) against the
+    descending chain it replaced (TR2_ATTN_DQ_CHAIN_ASC=0; the chain on at every length): dk and dv the same bits (the
+    same tiles' arithmetic); dq within the type's tolerance of the descending chain's and of the NumPy form (a new order
+    of the same float32 parts), and on one key small beside dv; three runs identical; every allocation poisoned (a part
+    the chain dropped, or a tile no turn wrote, shows); the tickets left at zero. A turn that never comes traps. The
+    defaults (TR2_ATTN_DQ_CHAIN=2 with the ascending chain) run it on rows of at most 256, with its bits, and the
+    grouped dK/dV and TMA dQ on longer rows. (4, 1024, 16): 512 items on 132 SMs, the key blocks of a head's chain in
+    different waves."""
     case, (descending, descending_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch,
                                                                         "DQ_CHAIN_ASC", fixed={"DQ_CHAIN": 1})
-    _, _, qkv, dout, _, seed, offset, _ = case
+    attention, be, qkv, dout, saved, seed, offset, launched = case
     assert descending_kernels == [f"attn_backward_dkdv_dqc_{kind}_hs64"]
     for _, kernels in runs:
         assert kernels == [f"attn_backward_dkdv_dqa_{kind}_hs64"]
     tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} ascending chain]"
+    assert attention.DQ_CHAIN_ASC is True   # _switched_runs left it on, as the default has it
+    default, default_kernels = _backward_with(monkeypatch, attention, "DQ_CHAIN", 2, be, launched, "attn_backward_",
+                                              dout, qkv, saved, H, p, seed, offset)
+    if T <= 256:
+        assert default_kernels == runs[0][1]
+        exact(f"attention dqkv, the defaults {tag}", default, runs[0][0])
+    else:   # the unchained form's bits there: test_attention_dq_chain
+        assert default_kernels == [f"attn_backward_dkdv_ds_tmarrg_{kind}_hs64", f"attn_backward_dq_ds_tmaqn_{kind}_hs64"]
     assert np.isfinite(runs[0][0]).all(), f"attention dqkv {tag}: an element left unwritten"
     _check_chained_dqkv(build, B, T, H, hs, p, qkv, dout, seed, offset, runs, descending, "ascending chain",
                         "the descending chain", tag)
-
-
-# (setting, its value, the settings held, the kernel without it, the kernel with it)
-CHAIN_FORMS = {"staggered8": ("DQ_CHAIN_STAGGER", 8, {}, "dqc", "dqs"),
-               "staggered4": ("DQ_CHAIN_STAGGER", 4, {}, "dqc", "dqs"),
-               "lagged": ("DQ_CHAIN_LAG", True, {}, "dqc", "dqcl"),
-               "lagged_staggered8": ("DQ_CHAIN_LAG", True, {"DQ_CHAIN_STAGGER": 8}, "dqs", "dqsl")}
-
-
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES + [(4, 1024, 16, 64)])
-@pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("form", list(CHAIN_FORMS))
-def test_attention_dq_chain_forms_keep_the_bits(build, B, T, H, hs, p, form, monkeypatch):
-    """The chain's other forms (the chain on at every length) against the form they change: the staggered order
-    (TR2_ATTN_DQ_CHAIN_STAGGER=S, attn_backward_dkdv_dqs_: the items in the table's order) and the lagged turns
-    (TR2_ATTN_DQ_CHAIN_LAG=1, attn_backward_dkdv_dqcl_ / _dqsl_: each warpgroup's turn for a tile taken while its next
-    tile's products run). Every item computes the same tiles and every query tile's parts are added in the same order
-    (keys descending), whichever block takes them when, so dq, dk and dv the same bits; three runs identical; every
-    allocation poisoned; the tickets left at zero. A turn that never comes traps (the late tests' limit stops them
-    rather than hang)."""
-    setting, value, held, off_kernel, on_kernel = CHAIN_FORMS[form]
-    _, (off, off_kernels), runs, kind = _switched_runs(build, B, T, H, hs, p, monkeypatch, setting,
-                                                       values=(type(value)(0), value),
-                                                       fixed={"DQ_CHAIN": 1, **held})
-    assert off_kernels == [f"attn_backward_dkdv_{off_kernel}_{kind}_hs64"]
-    for _, kernels in runs:
-        assert kernels == [f"attn_backward_dkdv_{on_kernel}_{kind}_hs64"]
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} {form}]"
-    assert np.isfinite(runs[0][0]).all(), f"attention dqkv {tag}: an element left unwritten"
-    exact(f"attention dqkv, {on_kernel} against {off_kernel} {tag}", runs[0][0], off)
-    for r, _ in runs[1:]:
-        exact(f"attention dqkv, {on_kernel}, run-to-run {tag}", r, runs[0][0])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)

@@ -271,6 +271,10 @@ RETIRED: dict[str, str] = {
                              "(fifty-seventh session; 3d2f362)",
     "TR2_ATTN_DKDV_Q128": "the resident TMA dK/dV with 128-query tiles (tmarq), measured slower (fifty-eighth "
                           "session; a05863e)",
+    "TR2_ATTN_DQ_CHAIN_STAGGER": "the descending chain's items in a staggered order (dqs), its bits and measured no "
+                                 "faster (sixty-second and sixty-third sessions; 97e8ecd)",
+    "TR2_ATTN_DQ_CHAIN_LAG": "the descending chain's turns a tile late (dqcl, dqsl), its bits and measured slower "
+                             "(sixty-second and sixty-third sessions; 97e8ecd)",
     "TR2_GELU_F16_TABLE": "float16 GELU by table (gelu_*_f16_table), measured slower (thirteenth session)",
     "TR2_GELU_F16_SEG": "float16 GELU by segment (gelu_*_f16_seg), measured slower (twenty-ninth session)",
     "TR2_LN_FINAL_IN_KERNEL": "the LayerNorm backward's dw finished by its last blocks (*_dwsum), measured slower (ninth "

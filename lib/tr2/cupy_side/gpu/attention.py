@@ -17,7 +17,6 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import cupy as cp
@@ -423,7 +422,8 @@ if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
 # TR2_ATTN_DQ_CHAIN (built in the sixty-first session; 2, the default, since the sixty-second): where the resident TMA
 # dK/dV runs (half roundings, head size 64, sm_90a), one kernel instead of it, the dQ pass and ds_t (attention.cu's
 # attn_backward_dkdv_dqc_): each warpgroup's 64-key part of a query tile's dQ (its staged dS^T times its k) added to a
-# running float32 sum handed from item to item, the keys descending (dq_acc, a 64 x 64 slot a head and query tile;
+# running float32 sum handed from item to item, the keys descending as first built (ascending by default since the
+# sixty-fourth session: DQ_CHAIN_ASC below) (dq_acc, a 64 x 64 slot a head and query tile;
 # dq_turn, a counter each, zeroed by the row dots), the items in groups with the shortest key block first
 # (chain_items). dK and dV: the grouped kernel's bits; dQ: a new fixed order (within the type's tolerance of the NumPy
 # form; three runs alike). 1: on rows of any length; 2: where the TMA dQ would not follow (rows of at most WG_MAX_T,
@@ -435,38 +435,21 @@ if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
 DQ_CHAIN = kernel_switch("TR2_ATTN_DQ_CHAIN", 2, (0, 1, 2))
 if DKDV_DEEP and not switch_given("TR2_ATTN_DQ_CHAIN"):
     DQ_CHAIN = 0
-# TR2_ATTN_DQ_CHAIN_STAGGER=S (sixty-second session, off; measured no faster in the sixty-third, below): wherever the
-# chained dQ runs, its items in the staggered order instead (attention.cu's ORDER 3, attn_backward_dkdv_dqs_;
-# stagger_items): by bh + S (nkb - 1 - kb), from a table the host writes once. Why: with the grouped order the blocks
-# end each group on its longest items together and idle (scripts/probes/dq_chain_sim.py: 15.5% of the span on
-# gpt2-small, against 9.7% without the chain); staggered, 12.7%, and the modelled backward 0.874 instead of 0.903 of
-# today's at a dQ step of a quarter tile. The chain measured x1.010 / x0.983 of the unchained backward on gpt2-small /
-# gpt2-medium (results/h100-perf-20261207g), about the model's figure for a dQ step of 0.4 tile, where staggering gives
-# ~0.98 / ~0.96 in the model. The same tiles' arithmetic and the same chain order a query tile: the chained kernel's
-# bits. 0: the grouped order. Measured (H100, results/h100-perf-20261207h, the backward alone, bf16, three rounds):
-# x1.001 / x1.019 of the chained one on gpt2-small / gpt2-medium (the prediction, x0.96-0.98, wrong), x0.984 on the char
-# model.
-DQ_CHAIN_STAGGER = kernel_switch("TR2_ATTN_DQ_CHAIN_STAGGER", 0, (0, 4, 8, 16))
-# TR2_ATTN_DQ_CHAIN_LAG=1 (sixty-second session, off; measured slower in the sixty-third, below): wherever the chained
-# dQ runs, each warpgroup's turn for a query tile taken while its next tile's products run, not after them
-# (attention.cu's LAG, attn_backward_dkdv_dqcl_ / _dqsl_ with the staggered order): a turn is round trips through the L2
-# that unlagged wait with the tensor cores idle. The same parts in the same order: the unlagged kernel's bits. Measured
-# (the same call): x1.023 / x1.024 of the unlagged chain on gpt2-small / gpt2-medium (the prediction, x0.93-0.97,
-# wrong).
-DQ_CHAIN_LAG = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_LAG", 0))
-# TR2_ATTN_DQ_CHAIN_ASC=1 (sixty-third session, off): wherever the chained dQ runs, the chain keys ascending
-# (attention.cu's chain_turn_asc, attn_backward_dkdv_dqa_) on key-block-major tickets, the longest items first (ORDER
-# 0), instead of keys descending on the grouped tickets shortest first. Why: Nsight Compute of the chained kernel
-# (results/h100-perf-20261207h) finds the SMs active 83-85% of its cycles against 90% of the grouped dK/dV's, as
-# scripts/probes/dq_chain_sim.py models (15.5% idle against 9.7%): a descending chain must end on long items, and the
-# staggered order (12.7% in the model) measured no faster; ascending, the model gives 7.1% / 1.4% idle and x0.919 /
-# x0.881 of the unchained backward on gpt2-small / gpt2-medium. dK and dV the unchained bits; dQ its own order (the keys
-# ascending). Not with the staggered order or the lagged turns (built on the descending chain). Measured (H100,
-# results/h100-perf-20261207h call 7, the backward alone, bf16): x1.006 / x1.040 of the default on gpt2-small /
-# gpt2-medium (the prediction wrong: the model counts no memory, and these tickets reread q and dO from the L2 at every
-# key block), but x0.938 of the descending chain on the char model's rows of 256; its step there not yet measured in
-# full rounds. So 0.
-DQ_CHAIN_ASC = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_ASC", 0))
+# TR2_ATTN_DQ_CHAIN_ASC (built in the sixty-third session; 1, the default, since the sixty-fourth): wherever the chained
+# dQ runs, the chain keys ascending (attention.cu's chain_turn_asc, attn_backward_dkdv_dqa_) on key-block-major tickets,
+# the longest items first (ORDER 0); 0: keys descending on the grouped tickets shortest first (attn_backward_dkdv_dqc_).
+# Why: Nsight Compute of the descending chain (results/h100-perf-20261207h) finds the SMs active 83-85% of its cycles
+# against 90% of the grouped dK/dV's, as scripts/probes/dq_chain_sim.py models (15.5% idle against 9.7%): a descending
+# chain must end on long items. dK and dV the unchained bits; dQ its own order (the keys ascending). Measured (H100,
+# the backward alone, bf16, results/h100-perf-20261207h call 7): x0.938 of the descending chain on the char model's rows
+# of 256, but x1.006 / x1.040 of the grouped default on gpt2-small / gpt2-medium (the model counts no memory: these
+# tickets reread each head's q and dO from the L2 at every key block: on gpt2-medium an L2 hit rate of 52% against the
+# descending chain's 80%, with 3.7% of its cycles idle against 14.5%, results/h100-perf-20261207i call 1). The char
+# model's step, three rounds against the descending chain: -0.025 ms bf16, -0.023 ms f16, faster in 6 of 6 (the same
+# call). The default chain (DQ_CHAIN 2) runs only on rows of at most 256, so there it is the ascending one.
+# (The descending chain's staggered order and lagged turns, TR2_ATTN_DQ_CHAIN_STAGGER and _LAG, were removed on
+# 2026-12-07: gpu.RETIRED.)
+DQ_CHAIN_ASC = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_ASC", 1))
 
 
 def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
@@ -495,26 +478,6 @@ def chain_items(BH: int, nkb: int, grid: int) -> list:
     computes it: grouped_items' groups with the key blocks from the last down, so that the item a chain turn waits for
     (the head's next key block) always has the earlier ticket."""
     return [(nkb - 1 - kb, bh) for kb, bh in grouped_items(BH, nkb, grid)]
-
-
-def stagger_items(BH: int, nkb: int, S: int) -> list:
-    """(key block, head) of each item of the staggered chain in ticket order (attention.cu's ORDER 3 reads them from
-    the table chain_order_table makes): by bh + S (nkb - 1 - kb), and on a tie the shorter key block first, so that
-    every head's key blocks go shortest first, S tickets apart (a chain turn waits only on an earlier ticket: no
-    deadlock), and the heads interleave."""
-    items = [(kb, bh) for bh in range(BH) for kb in range(nkb)]
-    return sorted(items, key=lambda it: (it[1] + S * (nkb - 1 - it[0]), -it[0]))
-
-
-@functools.lru_cache(maxsize=None)
-def chain_order_table(BH: int, nkb: int, S: int) -> np.ndarray:
-    """stagger_items as the kernel reads them: kb << 16 | bh each, int32 (BH below 2^16); made once a shape (an eager
-    step asks for it every layer), read-only."""
-    if not 0 < BH < 1 << 16:
-        raise ValueError(f"the staggered chain's table holds heads below 65536; B * H = {BH}")
-    table = np.array([kb << 16 | bh for kb, bh in stagger_items(BH, nkb, S)], dtype=np.int32)
-    table.setflags(write=False)
-    return table
 
 
 def dkdv_chain_shared_bytes(hs: int) -> int:
@@ -621,8 +584,8 @@ def dq_chain_runs(T: int, wg: bool) -> bool:
 
 def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int, hs: int, kind: str, name: str,
                       tail: tuple) -> "cp.ndarray":
-    """DQ_CHAIN's backward: the row dots (zeroing the chain's counters), then attn_backward_dkdv_dqc_ (or the form
-    DQ_CHAIN_ASC, DQ_CHAIN_STAGGER and DQ_CHAIN_LAG choose), which writes dQ, dK and dV; no ds_t."""
+    """DQ_CHAIN's backward: the row dots (zeroing the chain's counters), then attn_backward_dkdv_dqa_ (keys ascending;
+    attn_backward_dkdv_dqc_, keys descending, where DQ_CHAIN_ASC is 0), which writes dQ, dK and dV; no ds_t."""
     if DKDV_DEEP:
         raise SwitchError(f"TR2_ATTN_DQ_CHAIN={DQ_CHAIN} with TR2_ATTN_DKDV_DEEP=1: the chained dQ is built on the "
                           "two-stage ring only; allowed: TR2_ATTN_DQ_CHAIN=0 with the deep ring, or the deep ring unset")
@@ -636,20 +599,7 @@ def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int
     tq = _tma.encode(saved.qkv, B * T, 3 * C, ctx.dtype)
     tdo = _tma.encode(kdout, B * T, C, ctx.dtype)
     extra, grid = _resident(ctx, B * H, T, "att_dkdv_tickets")
-    kernel = "dqc"
-    if DQ_CHAIN_ASC:
-        if DQ_CHAIN_STAGGER or DQ_CHAIN_LAG:
-            raise SwitchError(f"TR2_ATTN_DQ_CHAIN_ASC=1 with TR2_ATTN_DQ_CHAIN_STAGGER={DQ_CHAIN_STAGGER} and "
-                              f"TR2_ATTN_DQ_CHAIN_LAG={int(DQ_CHAIN_LAG)}: the staggered order and the lagged turns are "
-                              "built on the descending chain only; allowed: the ascending chain with both at 0")
-        kernel = "dqa"
-    elif DQ_CHAIN_STAGGER:   # the table, written once a shape (the first call is eager, before any capture)
-        nkb = -(-T // 128)
-        table = chain_order_table(B * H, nkb, DQ_CHAIN_STAGGER)
-        extra += (ctx.ws.constant(f"att_dq_chain_order:{B * H}:{nkb}:{DQ_CHAIN_STAGGER}", table),)
-        kernel = "dqs"
-    if DQ_CHAIN_LAG:
-        kernel += "l"
+    kernel = "dqa" if DQ_CHAIN_ASC else "dqc"
     launch(FILE, f"attn_backward_dkdv_{kernel}_{name}_hs{hs}", grid, 384,
            (dqkv, tq, tdo, saved.lse, D, dq_acc, turns, i32(T), i32(H)) + tail + extra,
            shared_mem=dkdv_chain_shared_bytes(hs), prefer_shared=True)

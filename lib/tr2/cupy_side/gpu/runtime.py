@@ -212,11 +212,6 @@ class Workspace:
         themselves (layernorm_backward.cuh's tickets), so the first use, eager before any graph capture, zeroes them."""
         return self._fetch("zeros:" + name, shape, dtype, cp.zeros)
 
-    def constant(self, name: str, values: np.ndarray) -> "cp.ndarray":
-        """A table the host computes (`values`, the same whenever `name` is asked for: name its parameters), copied to
-        the device when first asked for and kept: the first use, eager before any graph capture, copies it."""
-        return self._fetch("constant:" + name, values.shape, values.dtype, lambda shape, dtype: cp.asarray(values))
-
     def _fetch(self, name: str, shape, dtype, allocate) -> "cp.ndarray":
         shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         key = (name, shape, np.dtype(dtype).str)

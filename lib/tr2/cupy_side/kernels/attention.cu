@@ -39,7 +39,7 @@
 //     (attention_backward_dq_tma, the mma.sync dQ's bits in every case tested). On rows of at most 256 (since the
 //     sixty-second session; TR2_ATTN_DQ_CHAIN) one kernel instead and no buffer: each warpgroup's part of dQ added
 //     to a running sum handed from item to item in a fixed order (attn_backward_dkdv_dqc_, "dQ chained through the
-//     dK/dV kernel").
+//     dK/dV kernel"; keys ascending since the sixty-fourth session, attn_backward_dkdv_dqa_, chain_turn_asc).
 //   backward unfolded (the float32 builds, and the exact half builds past two key blocks): dQ first, one block per
 //     (4 * 16 * MT queries, bh), which also writes D: a loop over the key tiles up to the diagonal, S = q k^T,
 //     P, dPd = dO v^T, dS, dQ += dS k; dQ *= scale. Then dK, dV as above without dQ, the query tiles from
@@ -83,6 +83,10 @@
 // Reverted on 2026-12-07 (source at d146431): the TMA dK/dV's lse and D of a query pair in one 16-byte load (the stage
 // interleaved by pairs), the same bits with 4% fewer instructions and slower, x1.08 under Nsight Compute on gpt2-small
 // (10.07 against 8.94 cycles an issued instruction; results/h100-perf-20261207c, call 2).
+// Removed on 2026-12-07 (source and tests at 97e8ecd): the descending chain's staggered order and lagged turns (dqs_,
+// dqcl_, dqsl_; TR2_ATTN_DQ_CHAIN_STAGGER, TR2_ATTN_DQ_CHAIN_LAG; sixty-second session): the descending chain's bits,
+// and the backward alone x1.001 / x1.019 (staggered) and x1.023 / x1.024 (lagged) of it on gpt2-small / gpt2-medium
+// (results/h100-perf-20261207h, call 2).
 // gpu/attention.py's comments and gpu.RETIRED name the switches that chose them (each refused if still set).
 //
 // Why two m16 tiles a warp in the half builds (MT = 2): a warp reads each B fragment (a k or v slice) from
@@ -2979,20 +2983,13 @@ __device__ __forceinline__ void tma_dkdv_tile(float (&dk)[HS / 8][4], float (&dv
 // The twenty-ninth session's groups of batches did not find ds_t in the L2, but they stored it evict-first.
 // Every item computes what it computes in ORDER 0: the same bits. Measured (H100, results/h100-perf-20261207f): on
 // gpt2-medium the dK/dV's L2 hit rate 61% -> 79%, the kernel 152.6 -> 142.0 us, the dQ 72.7 -> 69.4 us.
-// ORDER 2 (the chained dQ's, attn_backward_dkdv_dqc_): ORDER 1's groups with the key blocks taken from the last (the
-// shortest) down, so that an item's turns in the chain wait only on items with earlier tickets. ORDER 3 (the staggered
-// chain's, attn_backward_dkdv_dqs_): the items as the host's table lists them, kb << 16 | bh each (gpu/attention.py's
-// stagger_items: by bh + S (nkb - 1 - kb), each head's key blocks still shortest first, so the same no-deadlock
-// argument; the heads interleaved, so that the blocks do not all end a group on its longest items at once).
-// ORDER 0 with CHAIN (attn_backward_dkdv_dqa_, TR2_ATTN_DQ_CHAIN_ASC): the chain keys ascending, whose turns wait on
-// key block kb - 1, which ORDER 0 tickets earlier (chain_turn_asc).
+// ORDER 2 (the descending chain's, attn_backward_dkdv_dqc_): ORDER 1's groups with the key blocks taken from the last
+// (the shortest) down, so that an item's turns in the chain wait only on items with earlier tickets.
+// ORDER 0 with CHAIN (attn_backward_dkdv_dqa_, TR2_ATTN_DQ_CHAIN_ASC, the chain's default): the chain keys ascending,
+// whose turns wait on key block kb - 1, which ORDER 0 tickets earlier (chain_turn_asc).
 template <int ORDER>
-__device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, int& bh, const int* order = nullptr) {
-    if constexpr (ORDER == 3) {
-        const int v = __ldg(order + item);
-        kb = v >> 16;
-        bh = v & 0xFFFF;
-    } else if constexpr (ORDER == 0) {
+__device__ __forceinline__ void dkdv_item(int item, int BH, int nkb, int& kb, int& bh) {
+    if constexpr (ORDER == 0) {
         kb = item / BH;
         bh = item % BH;
     } else {
@@ -3051,14 +3048,12 @@ __device__ __forceinline__ void chain_dq_part(float (&part)[HS / 8][4], u32 a_ds
 }
 
 // A chained dK/dV tile: tma_dkdv_tile's products and roundings, dS^T staged in shared memory instead of stored to
-// ds_t, and the warpgroup's dQ part (dS k) issued with dV and dK; `between` runs while those three products are in
-// flight (the lagged chain's turn of the tile before: it touches none of their registers).
-template <int K, int HS, bool DROP, typename Between>
+// ds_t, and the warpgroup's dQ part (dS k) issued with dV and dK.
+template <int K, int HS, bool DROP>
 __device__ __forceinline__ void tma_dkdv_chain_tile(float (&dk)[HS / 8][4], float (&dv)[HS / 8][4],
                                                     float (&part)[HS / 8][4], u32 ak, u32 av, unsigned char* sQO,
                                                     float* sLD, int s, int qt, int k0, int g, int t, int T, int bh,
-                                                    const Dropout& drop, unsigned char* sT, int cw, int warp,
-                                                    Between between) {
+                                                    const Dropout& drop, unsigned char* sT, int cw, int warp) {
     constexpr int BC = 64, NT = BC / 8, BOX = 64 * HS * 2;
     const u32 aq = smem_u32(sQO + 2 * s * BOX), ao = aq + BOX;
     float p[1][NT][4], ds[1][NT][4];
@@ -3075,7 +3070,6 @@ __device__ __forceinline__ void tma_dkdv_chain_tile(float (&dk)[HS / 8][4], floa
     tma_dkdv_issue<K, HS>(dv, dk, pf, df, do_mn, dq_mn);
     chain_dq_part<K, HS>(part, smem_u32(sT), ak);
     wg_commit();
-    between();
     wg_wait_all();
     wg_hold(dv);
     wg_hold(dk);
@@ -3176,7 +3170,10 @@ __device__ __forceinline__ void chain_turn(float (&part)[1][HS / 8][4], void* dq
 // active 83% of the chained kernel's cycles against 90% of the grouped one's); ascending, the tickets go longest first.
 // Measured on an H100 (results/h100-perf-20261207h, the backward alone, bf16): x0.938 of the descending chain on the
 // char model's rows of 256, but x1.006 / x1.040 of the grouped default on gpt2-small / gpt2-medium (the model that
-// chose it counts no memory: these tickets reread each head's q and dO at every key block). Off.
+// chose it counts no memory: these tickets reread each head's q and dO at every key block; on gpt2-medium its L2 hit
+// rate 52% against the descending chain's 80%, its SMs idle 3.7% of its cycles against 14.5%, Nsight Compute,
+// results/h100-perf-20261207i call 1). The char model's step with it: -0.025 ms bf16, -0.023 f16, faster in 6 of 6
+// rounds (the same call). So the chain's default (gpu/attention.py's DQ_CHAIN_ASC).
 template <int HS>
 __device__ __forceinline__ void chain_turn_asc(float (&part)[1][HS / 8][4], void* dqkv, float* dq_acc, int* dq_turn,
                                                float4* sHand, bool& handed, int cw, int kb, int qt, int bh, int nqt,
@@ -3204,28 +3201,18 @@ __device__ __forceinline__ void chain_turn_asc(float (&part)[1][HS / 8][4], void
         chain_pass<HS, CHAIN_WG1>(v, chain_slot(dq_acc, bh, nqt, qt), turn, j + 1);
 }
 
-// CHAIN (ORDER 2 or 3, keys descending; ORDER 0, ascending: chain_turn_asc): dQ chained through the items instead of
-// ds_t (above); dq_acc and dq_turn its slots and counters; order ORDER 3's table. LAG (TR2_ATTN_DQ_CHAIN_LAG=1,
-// sixty-second session, off; measured slower in the sixty-third, results/h100-perf-20261207h): a
-// warpgroup's turn for a tile taken while the next tile's dV, dK and dQ products run (its part kept in prev), the
-// item's last after its tiles. Why: a turn is round trips through the L2 (the counter's acquire, the 16 KB slot's
-// loads, its stores and the release: ~1.4 us a hop between two blocks, scripts/probes/dq_handoff_probe.py), and
-// unlagged every one of them waits with the tensor cores idle; the chained backward measured as if its dQ step cost
-// 0.4 of a tile's work where its product is about 0.2 (docs/perf.md, sixty-second session). The same parts added in
-// the same order: the unlagged kernel's bits. The chain's next item meets each turn a tile later (the model:
-// dq_chain_sim's lag 1).
-template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0, bool CHAIN = false, bool LAG = false>
+// CHAIN (ORDER 2, keys descending; ORDER 0, ascending: chain_turn_asc): dQ chained through the items instead of ds_t
+// (above); dq_acc and dq_turn its slots and counters.
+template <int K, int HS, bool DROP, int S = DKDV_TMA_STAGES, int ORDER = 0, bool CHAIN = false>
 __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, const TensorMap* tq, const TensorMap* tdo,
                                                      const float* __restrict__ lse, const float* __restrict__ Dvec,
                                                      u16* __restrict__ ds_t, int ldq, int T, int H, int BH, int* sched,
                                                      int out_kind, Dropout drop, float* __restrict__ dq_acc = nullptr,
-                                                     int* __restrict__ dq_turn = nullptr,
-                                                     const int* __restrict__ order = nullptr) {
+                                                     int* __restrict__ dq_turn = nullptr) {
 #ifdef ATTN_WGMMA
     constexpr float scale = Scale<HS>::value;
     constexpr int BR = 128, BC = 64, BOX = 64 * HS * 2;
     static_assert(HS == 64, "one 128-byte row a key or query: the 128B swizzle's row");
-    static_assert(!(LAG && ORDER == 0), "the lagged turns are built on the descending chain only");
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ __align__(8) u64 bars[2 * S + 4];
     __shared__ int kv_item[2];
@@ -3270,7 +3257,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                     break;
                 }
                 int kb, bh;
-                dkdv_item<ORDER>(item, BH, nkb, kb, bh, order);
+                dkdv_item<ORDER>(item, BH, nkb, kb, bh);
                 const int b = bh / H, h = bh % H, row0 = b * T;
                 const int first = (kb * BR) / BC;
                 unsigned char* sK = sKV + 4 * kvs * BOX;
@@ -3293,7 +3280,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
                 const int item = kv_item[kvs];
                 if (item < 0) break;
                 int kb, bh;
-                dkdv_item<ORDER>(item, BH, nkb, kb, bh, order);
+                dkdv_item<ORDER>(item, BH, nkb, kb, bh);
                 for (int qt = (kb * BR) / BC; qt < nqt; ++qt, ++it) {
                     const int s = it % S;
                     if (it >= S) mbar_wait(&empty[s], ((it / S) - 1) & 1);
@@ -3306,16 +3293,14 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     const int cw = wg - 1, warp = (threadIdx.x >> 5) & 3, cwarp = (threadIdx.x >> 5) - 4, g = lane >> 2, t = lane & 3;
     int it = 0;
-    bool handed = false;   // CHAIN: warpgroup 1 has filled the handoff buffer before (it waits for its reading)
-    float prev[1][HS / 8][4];   // LAG: the part of query tile prev_qt, its turn not yet taken (prev_qt >= 0)
-    int prev_qt = -1;
+    bool handed = false;   // CHAIN: the warpgroup has filled the handoff buffer before (it waits for its reading)
     for (int n = 0;; ++n) {
         const int kvs = n & 1;
         mbar_wait(&kv_full[kvs], (n >> 1) & 1);
         const int item = kv_item[kvs];
         if (item < 0) break;
         int kb, bh;
-        dkdv_item<ORDER>(item, BH, nkb, kb, bh, order);
+        dkdv_item<ORDER>(item, BH, nkb, kb, bh);
         const int b = bh / H, h = bh % H;
         const int first = (kb * BR) / BC;
         const int K0 = kb * BR + cw * 64;         // the warpgroup's first key
@@ -3332,25 +3317,13 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
             const bool active = qt * BC + BC - 1 >= K0;   // else every query of the tile comes before the warpgroup's keys
             if constexpr (CHAIN) {
                 float part[1][HS / 8][4];   // store_dq's layout: one m16 tile of queries a warp
-                // LAG: the tile before's turn (a warpgroup's tiles, once active, stay active to the item's end)
-                auto lagged_turn = [&]() {
-                    if (LAG && prev_qt >= 0)
-                        chain_turn<HS>(prev, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, prev_qt, bh, nqt, b, h, T,
-                                       C, out_kind, warp, lane);
-                };
                 if (active)
                     tma_dkdv_chain_tile<K, HS, DROP>(dk, dv, part[0], ak, av, sQO, sLD, s, qt, k0, g, t, T, bh, drop,
-                                                     sChain + cw * BOX, cw, warp, lagged_turn);
+                                                     sChain + cw * BOX, cw, warp);
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done with the stage
                 if (active) {
-                    if constexpr (LAG) {
-#pragma unroll
-                        for (int j = 0; j < HS / 8; ++j)
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) prev[0][j][e] = part[0][j][e];
-                        prev_qt = qt;
-                    } else if constexpr (ORDER == 0) {
+                    if constexpr (ORDER == 0) {
                         chain_turn_asc<HS>(part, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, qt, bh, nqt, b, h, T,
                                            C, out_kind, warp, lane);
                     } else {
@@ -3368,11 +3341,6 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&kv_empty[kvs]);   // and with the item's k and v (its last product has completed)
-        if (LAG && prev_qt >= 0) {   // the item's last tile's turn
-            chain_turn<HS>(prev, dqkv, dq_acc, dq_turn, sHand, handed, cw, kb, prev_qt, bh, nqt, b, h, T, C, out_kind,
-                           warp, lane);
-            prev_qt = -1;
-        }
         store_dkdv<HS>(dqkv, dk, dv, k0, g, t, b, h, T, C, out_kind);
     }
     // the handoff's writer waits for its last reading (warpgroup 1's descending, 0's ascending): arrivals even
@@ -3384,22 +3352,21 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
 
 // The resident dK/dV kernels' body (ATTN_DKDV_TMA_KERNEL, ATTN_DKDV_TMA_CHAIN): the dropout made from the launch's
 // arguments, and the form compiled with it or without (DROP) chosen per launch.
-template <int K, int HS, int STAGES, int ORDER, bool CHAIN = false, bool LAG = false>
+template <int K, int HS, int STAGES, int ORDER, bool CHAIN = false>
 __device__ __forceinline__ void dkdv_tma_entry(void* dqkv, const TensorMap* tq, const TensorMap* tdo, const float* lse,
                                                const float* Dvec, u16* ds_t, int ldq, int T, int H, int BH,
                                                int* sched, int out_kind, int use_dropout, u64 seed, u64 offset,
                                                const u64* offset_add, u32 threshold, float dscale,
-                                               float* dq_acc = nullptr, int* dq_turn = nullptr,
-                                               const int* order = nullptr) {
+                                               float* dq_acc = nullptr, int* dq_turn = nullptr) {
     const Dropout d = make_dropout(use_dropout, seed, offset, offset_add, threshold, dscale);
     if (use_dropout)
-        attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER, CHAIN, LAG>(dqkv, tq, tdo, lse, Dvec, ds_t,
-                                                                                     ldq, T, H, BH, sched, out_kind, d,
-                                                                                     dq_acc, dq_turn, order);
+        attention_backward_dkdv_tma_resident<K, HS, true, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq, T,
+                                                                                H, BH, sched, out_kind, d, dq_acc,
+                                                                                dq_turn);
     else
-        attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER, CHAIN, LAG>(dqkv, tq, tdo, lse, Dvec, ds_t,
-                                                                                      ldq, T, H, BH, sched, out_kind,
-                                                                                      d, dq_acc, dq_turn, order);
+        attention_backward_dkdv_tma_resident<K, HS, false, STAGES, ORDER, CHAIN>(dqkv, tq, tdo, lse, Dvec, ds_t, ldq, T,
+                                                                                 H, BH, sched, out_kind, d, dq_acc,
+                                                                                 dq_turn);
 }
 
 // ---- dQ from the stored dS^T on a TMA producer and wgmma (gpu/attention.py's DQ_TMA; written in the eighteenth
@@ -3708,46 +3675,24 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         dkdv_tma_entry<K, HS, STAGES, ORDER>(dqkv, &tq, &tdo, lse, Dvec, ds_t, ldq, T, H, BH, sched, out_kind, \
                                              use_dropout, seed, offset, offset_add, threshold, dscale);        \
     }
-// The chained dQ's dK/dV (ORDER 2, CHAIN): attn_backward_dkdv_dqc_<bf16r|f16r>_hs64, the grouped kernel's arguments
-// with dq_acc (float32, a 64 x 64 slot a head and query tile) and dq_turn (an int a head and query tile, zero at launch)
-// in ds_t's and ldq's places; it writes dQ too. Lagged (TR2_ATTN_DQ_CHAIN_LAG=1): attn_backward_dkdv_dqcl_, the same
-// arguments.
-#define ATTN_DKDV_TMA_CHAIN(BUILD, K, HS) ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqc_##BUILD##_hs##HS, K, HS, 2, false)
-#define ATTN_DKDV_TMA_CHAIN_LAG(BUILD, K, HS)                                                                   \
-    ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqcl_##BUILD##_hs##HS, K, HS, 2, true)
-// The ascending chain (ORDER 0, chain_turn_asc; TR2_ATTN_DQ_CHAIN_ASC, off): attn_backward_dkdv_dqa_<bf16r|f16r>_hs64,
-// the chained kernel's arguments.
+// The descending chain's dK/dV (ORDER 2, CHAIN; TR2_ATTN_DQ_CHAIN_ASC=0): attn_backward_dkdv_dqc_<bf16r|f16r>_hs64,
+// the grouped kernel's arguments with dq_acc (float32, a 64 x 64 slot a head and query tile) and dq_turn (an int a head
+// and query tile, zero at launch) in ds_t's and ldq's places; it writes dQ too.
+#define ATTN_DKDV_TMA_CHAIN(BUILD, K, HS) ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqc_##BUILD##_hs##HS, K, HS, 2)
+// The ascending chain (ORDER 0, chain_turn_asc; TR2_ATTN_DQ_CHAIN_ASC, the chain's default since the sixty-fourth
+// session): attn_backward_dkdv_dqa_<bf16r|f16r>_hs64, the same arguments.
 #define ATTN_DKDV_TMA_CHAIN_ASC(BUILD, K, HS)                                                                   \
-    ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqa_##BUILD##_hs##HS, K, HS, 0, false)
-#define ATTN_DKDV_TMA_CHAIN_KERNEL(KERNEL, K, HS, ORDER, LAG)                                                   \
+    ATTN_DKDV_TMA_CHAIN_KERNEL(attn_backward_dkdv_dqa_##BUILD##_hs##HS, K, HS, 0)
+#define ATTN_DKDV_TMA_CHAIN_KERNEL(KERNEL, K, HS, ORDER)                                                        \
     extern "C" __global__ void __launch_bounds__(384, 1) KERNEL(                                               \
         void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
         const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
         int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
         int* sched) {                                                                                          \
         grid_dependency_entry();                                                                               \
-        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, ORDER, true, LAG>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, \
-                                                                 BH, sched, out_kind, use_dropout, seed, offset, \
-                                                                 offset_add, threshold, dscale, dq_acc, dq_turn); \
-    }
-// The staggered chain (ORDER 3; TR2_ATTN_DQ_CHAIN_STAGGER, off): attn_backward_dkdv_dqs_<bf16r|f16r>_hs64, the chained
-// kernel's arguments and then order, the items in ticket order (kb << 16 | bh each, BH nkb of them). Lagged:
-// attn_backward_dkdv_dqsl_, the same arguments.
-#define ATTN_DKDV_TMA_CHAIN_STAGGERED(BUILD, K, HS)                                                             \
-    ATTN_DKDV_TMA_CHAIN_TABLE_KERNEL(attn_backward_dkdv_dqs_##BUILD##_hs##HS, K, HS, false)
-#define ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(BUILD, K, HS)                                                         \
-    ATTN_DKDV_TMA_CHAIN_TABLE_KERNEL(attn_backward_dkdv_dqsl_##BUILD##_hs##HS, K, HS, true)
-#define ATTN_DKDV_TMA_CHAIN_TABLE_KERNEL(KERNEL, K, HS, LAG)                                                    \
-    extern "C" __global__ void __launch_bounds__(384, 1) KERNEL(                                               \
-        void* dqkv, const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tdo,               \
-        const float* lse, const float* Dvec, float* dq_acc, int* dq_turn, int T, int H, int out_kind,          \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
-        int* sched, const int* order) {                                                                        \
-        grid_dependency_entry();                                                                               \
-        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, 3, true, LAG>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH,  \
-                                                             sched, out_kind, use_dropout, seed, offset,       \
-                                                             offset_add, threshold, dscale, dq_acc, dq_turn,   \
-                                                             order);                                           \
+        dkdv_tma_entry<K, HS, DKDV_TMA_STAGES, ORDER, true>(dqkv, &tq, &tdo, lse, Dvec, nullptr, 0, T, H, BH,   \
+                                                            sched, out_kind, use_dropout, seed, offset, offset_add, \
+                                                            threshold, dscale, dq_acc, dq_turn);                  \
     }
 // The TMA dQ (attention_backward_dq_tma with QFAST): attn_backward_dq_ds_tmaqf_<bf16r|f16r>_hs64, grid (query blocks,
 // BH); arguments dqkv, the tensor maps of ds_t (planes) and qkv, T, H, out_kind. With NEWEST, after the grouped dK/dV:
@@ -3822,12 +3767,6 @@ ATTN_DQ_TMA_QN(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QN(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_CHAIN(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_CHAIN(f16r, KIND_F16, 64)
-ATTN_DKDV_TMA_CHAIN_STAGGERED(bf16r, KIND_BF16, 64)
-ATTN_DKDV_TMA_CHAIN_STAGGERED(f16r, KIND_F16, 64)
-ATTN_DKDV_TMA_CHAIN_LAG(bf16r, KIND_BF16, 64)
-ATTN_DKDV_TMA_CHAIN_LAG(f16r, KIND_F16, 64)
-ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(bf16r, KIND_BF16, 64)
-ATTN_DKDV_TMA_CHAIN_STAGGERED_LAG(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_CHAIN_ASC(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_CHAIN_ASC(f16r, KIND_F16, 64)
 
