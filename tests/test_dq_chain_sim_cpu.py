@@ -29,6 +29,15 @@ def test_the_grouped_tickets_are_the_kernels_order(over_stand_in_cupy, BH, nkb, 
     assert sim.tickets(BH, nkb, grid, "grouped_rev") == [(bh, kb) for kb, bh in attention.chain_items(BH, nkb, grid)]
 
 
+def test_groups_of_g_heads_lie_between_the_grouped_and_the_key_block_major_tickets():
+    """groupsG: G heads a group, key block by key block within it, longest first; G = ceil(grid / nkb) is grouped,
+    G at least BH is key-block major."""
+    assert sim.tickets(96, 8, 132, "groups17") == sim.tickets(96, 8, 132, "grouped")
+    assert sim.tickets(96, 8, 132, "groups96") == sim.tickets(96, 8, 132, "kbmajor")
+    assert sim.tickets(5, 2, 7, "groups2") == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1), (4, 0),
+                                              (4, 1)]
+
+
 @pytest.mark.parametrize("S", [1, 8, 16])
 def test_the_staggered_tickets_take_each_heads_key_blocks_shortest_first(S):
     """staggerS: every item once; a head's key block kb + 1 ticketed before kb (so the chain's waits are on earlier

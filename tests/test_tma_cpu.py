@@ -77,7 +77,7 @@ def test_the_wide_forward_stacks_two_boxes_a_tile_and_fits_shared_memory():
 
 def test_the_resident_dkdv_walks_the_items_as_the_plain_forms_grid_did():
     """attention_backward_dkdv_tma_resident (form 5) takes item j as key block j / BH of head j % BH (dkdv_item's
-    ORDER 0; ORDER 1, the grouped form, and ORDER 2 and 3, the chain's, tests/test_attention_switches_cpu.py): the grid
+    ORDER 0; ORDER 1, the grouped form, and ORDER 2, the descending chain's, tests/test_attention_switches_cpu.py): the grid
     of the plain form (removed since: blockIdx.x the head, blockIdx.y the key block, the first key blocks, which see the
     most queries, first) in launch order. Its producer thread, its lse/D warp and its consumers map an item alike and
     walk the same query tiles of each item (first = key block x 128 / 64 to the last), so the ring's stage and phase
@@ -85,9 +85,9 @@ def test_the_resident_dkdv_walks_the_items_as_the_plain_forms_grid_did():
     from tr2.cupy_side import gpu
     src = (gpu.KERNELS_DIR / "attention.cu").read_text()
     body = src.split("__device__ void attention_backward_dkdv_tma_resident(", 1)[1].split("\n}\n", 1)[0]
-    assert body.count("dkdv_item<ORDER>(item, BH, nkb, kb, bh, order);") == 3
+    assert body.count("dkdv_item<ORDER>(item, BH, nkb, kb, bh);") == 3
     item = src.split("__device__ __forceinline__ void dkdv_item(", 1)[1].split("\n}\n", 1)[0]
-    assert "} else if constexpr (ORDER == 0) {\n        kb = item / BH;\n        bh = item % BH;\n    } else {" in item
+    assert "    if constexpr (ORDER == 0) {\n        kb = item / BH;\n        bh = item % BH;\n    } else {" in item
     assert body.count("for (int qt = first; qt < nqt; ++qt, ++it) {") == 2
     assert body.count("for (int qt = (kb * BR) / BC; qt < nqt; ++qt, ++it) {") == 1
     assert "mbar_wait(&kv_empty[kvs], ((n >> 1) - 1) & 1);" in body

@@ -8,7 +8,8 @@ Units: one query tile's dK/dV work (S^T, dP^T, dS, dV, dK) is 1; the dQ step (dS
 DQ. An item runs its tiles in order (ascending queries, as now, or descending) and may run its dQ steps up to LAG
 tiles behind its main steps (dS^T tiles kept in shared memory meanwhile); one consumer sequence an item (the two
 warpgroups in step). Tickets in the kernel's orders: grouped (ceil(grid / key blocks) heads a group, key block by key
-block within it, longest first), grouped_rev (the same groups, shortest first), key-block major over all heads, or
+block within it, longest first), grouped_rev (the same groups, shortest first), groupsG (groups of G heads, longest
+first: between grouped and key-block major, which hold q and dO of G heads in the L2), key-block major over all heads, or
 staggerS (each head's key blocks shortest first, S tickets apart, the heads interleaved). The
 chain runs in ascending key blocks (the TMA dQ's own order, so its bits) or descending (new bits). Compared with the
 program today: the same tickets without the chain or the dQ steps, then the dQ pass, whose measured ratio to the
@@ -39,7 +40,8 @@ def tickets(BH: int, nkb: int, grid: int, order: str) -> list[tuple[int, int]]:
         S = int(order[len("stagger"):])   # key blocks shortest first, S tickets apart, the heads interleaved
         items = [(bh, kb) for bh in range(BH) for kb in range(nkb)]
         return sorted(items, key=lambda it: (it[0] + S * (nkb - 1 - it[1]), -it[1]))
-    G = -(-grid // nkb)
+    # grouped: ceil(grid / nkb) heads a group, about one wave; groupsG: G heads a group (between grouped and kbmajor)
+    G = int(order[len("groups"):]) if order.startswith("groups") else -(-grid // nkb)
     out = []
     key_blocks = range(nkb - 1, -1, -1) if order == "grouped_rev" else range(nkb)   # _rev: the shortest first
     for g0 in range(0, BH, G):
@@ -142,7 +144,8 @@ def main() -> None:
     ap.add_argument("--forms", default="asc/asc,asc/desc,desc/asc,desc/desc",
                     help="tile order / chain order pairs")
     ap.add_argument("--tickets", default="grouped",
-                    help="grouped, grouped_rev (key blocks shortest first), kbmajor, staggerS (see tickets)")
+                    help="grouped, grouped_rev (key blocks shortest first), groupsG (G heads a group), kbmajor, "
+                         "staggerS (see tickets)")
     args = ap.parse_args()
 
     def floats(text: str) -> list[float]:
