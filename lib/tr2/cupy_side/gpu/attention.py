@@ -17,7 +17,6 @@ values), bf16r / f16r (half roundings). Head sizes: 32 and 64 (every model here 
 """
 from __future__ import annotations
 
-
 import numpy as np
 import cupy as cp
 
@@ -422,16 +421,16 @@ if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
 # TR2_ATTN_DQ_CHAIN (built in the sixty-first session; 2, the default, since the sixty-second): where the resident TMA
 # dK/dV runs (half roundings, head size 64, sm_90a), one kernel instead of it, the dQ pass and ds_t (attention.cu's
 # attn_backward_dkdv_dqc_): each warpgroup's 64-key part of a query tile's dQ (its staged dS^T times its k) added to a
-# running float32 sum handed from item to item, the keys descending as first built (ascending by default since the
-# sixty-fourth session: DQ_CHAIN_ASC below) (dq_acc, a 64 x 64 slot a head and query tile;
-# dq_turn, a counter each, zeroed by the row dots), the items in groups with the shortest key block first
-# (chain_items). dK and dV: the grouped kernel's bits; dQ: a new fixed order (within the type's tolerance of the NumPy
-# form; three runs alike). 1: on rows of any length; 2: where the TMA dQ would not follow (rows of at most WG_MAX_T,
-# unless TR2_ATTN_DQ_TMA=1), in place of the TMA dK/dV and the mma.sync dQ; 0: never. On an H100
-# (results/h100-perf-20261207g; bf16, graphs, three rounds) the backward alone against the default before it: x0.916 on
-# the char model's rows of 256 (the step -0.069 ms bf16, -0.067 f16, faster in every round), x1.010 on gpt2-small's
-# rows of 1024 and x0.983 on gpt2-medium's (its step +0.027 ms): so 2. Rows between 257 and 1023 were not measured.
-# Not with TR2_ATTN_DKDV_DEEP=1: the deep ring asked for alone runs unchained (as it runs ungrouped).
+# running float32 sum handed from item to item (dq_acc, a 64 x 64 slot a head and query tile; dq_turn, a counter each,
+# zeroed by the row dots), as first built the keys descending with the items in groups, the shortest key block first
+# (chain_items; the keys ascending by default since the sixty-fourth session: DQ_CHAIN_ASC below). dK and dV: the
+# grouped kernel's bits; dQ: a new fixed order (within the type's tolerance of the NumPy form; three runs alike). 1: on
+# rows of any length; 2: where the TMA dQ would not follow (rows of at most WG_MAX_T, unless TR2_ATTN_DQ_TMA=1), in
+# place of the TMA dK/dV and the mma.sync dQ; 0: never. On an H100 (results/h100-perf-20261207g; bf16, graphs, three
+# rounds) the backward alone against the default before it: x0.916 on the char model's rows of 256 (the step -0.069 ms
+# bf16, -0.067 f16, faster in every round), x1.010 on gpt2-small's rows of 1024 and x0.983 on gpt2-medium's (its step
+# +0.027 ms): so 2. Rows between 257 and 1023 were not measured. Not with TR2_ATTN_DKDV_DEEP=1: the deep ring asked for
+# alone runs unchained (as it runs ungrouped).
 DQ_CHAIN = kernel_switch("TR2_ATTN_DQ_CHAIN", 2, (0, 1, 2))
 if DKDV_DEEP and not switch_given("TR2_ATTN_DQ_CHAIN"):
     DQ_CHAIN = 0
