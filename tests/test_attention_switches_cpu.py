@@ -105,8 +105,7 @@ def test_the_wide_row_dots_run_where_switched_on_and_both_arrays_start_on_16_byt
 
 def test_the_long_rows_forward_form_applies_over_wg_max_t_only(attention, monkeypatch):
     # on by default since the twentieth session; the resident form 7 since the twenty-fourth
-    assert attention.FWD_TMA_LONG == 7 and attention.TMA_FORMS == {7: "tmawr", 10: "tmawrd", 11: "tmawrn"}
-    assert attention.TMA_STAGES == {7: 2, 10: 4, 11: 2} and attention.TMA_WITH_DROPOUT == {11: 7}
+    assert attention.FWD_TMA_LONG == 7 and attention.FWD_TMAW_STAGES == 2
     assert attention.forward_tma_form(attention.WG_MAX_T) == 0
     assert attention.forward_tma_form(attention.WG_MAX_T + 1) == 7
     monkeypatch.setattr(attention, "FWD_TMA_LONG", 0)   # TR2_ATTN_FWD_TMA_LONG=0: the mma.sync forward on long rows
@@ -127,12 +126,12 @@ def test_the_tma_dq_runs_on_long_rows_after_the_wgmma_dkdv_kernel_by_default(att
 
 
 @pytest.mark.parametrize("key, raw, allowed", [("TR2_ATTN_DQ_TMA", "on", "0, 1, 2"),
-                                               # the TMA forward's forms 1-6, 8 and 9 were measured slower and removed
-                                               ("TR2_ATTN_FWD_TMA_LONG", "3", "0, 7, 10, 11"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "8", "0, 7, 10, 11"),
-                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7, 10, 11"),
+                                               # the TMA forward's forms 1-6 and 8-11 were removed (no gain)
+                                               ("TR2_ATTN_FWD_TMA_LONG", "3", "0, 7"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "9", "0, 7"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "10", "0, 7"),
+                                               ("TR2_ATTN_FWD_TMA_LONG", "11", "0, 7"),
                                                ("TR2_ATTN_WG_DKDV", "2", "0, 1"),
-                                               ("TR2_ATTN_DKDV_DEEP", "4", "0, 1"),
                                                ("TR2_ATTN_DS_GROUPED", "2", "0, 1"),
                                                ("TR2_ATTN_F32_WG", "1", "0, 2"),
                                                ("TR2_ATTN_F32_WG_DKDV", "3", "0, 1, 2"),
@@ -150,7 +149,8 @@ def test_a_bad_switch_value_stops_the_import_naming_it(monkeypatch, over_stand_i
                                       ("TR2_ATTN_DQ_TMA_ORDER", "1"), ("TR2_ATTN_DS_GROUP_BATCHES", "0"),
                                       ("TR2_ATTN_FWD_PINGPONG", "1"), ("TR2_ATTN_DQ_DS_QUERIES", "64"),
                                       ("TR2_ATTN_F32_BLOCKS", "2"), ("TR2_ATTN_DQ_BULK", "1"),
-                                      ("TR2_ATTN_DQ_BULK_DIAG", "0"), ("TR2_ATTN_DKDV_Q128", "1")])
+                                      ("TR2_ATTN_DQ_BULK_DIAG", "0"), ("TR2_ATTN_DKDV_Q128", "1"),
+                                      ("TR2_ATTN_DKDV_DEEP", "0"), ("TR2_ATTN_DQ_CHAIN_LAG", "0")])
 def test_a_removed_switch_stops_the_import_naming_it(monkeypatch, over_stand_in_cupy, key, raw):
     """A switch whose forms were removed stops the run even at the value that was its default (the run would time
     the default under the variant's name), one line naming it, its value and why."""
@@ -162,23 +162,11 @@ def test_a_removed_switch_stops_the_import_naming_it(monkeypatch, over_stand_in_
 
 def test_the_tma_dkdv_kernel_fits_one_block_an_sm(attention):
     """The resident TMA dK/dV's dynamic shared memory (the H200 gives a block at most 227 KB): two k and v buffers,
-    two stages of q, dO, lse and D (four in the deep ring), the dS^T rows, 1 KB."""
-    assert attention.DKDV_TMA_STAGES == 2 and attention.DKDV_TMAD_STAGES == 4
+    two stages of q, dO, lse and D, the dS^T rows, 1 KB."""
+    assert attention.DKDV_TMA_STAGES == 2
     assert attention.dkdv_tma_shared_bytes(64) == 86016 + 4 * 64 * 64 * 2 <= 227 * 1024
-    assert attention.dkdv_tma_shared_bytes(64, 4) == 86016 + 4 * 64 * 64 * 2 + 2 * (2 * 64 * 64 * 2 + 512) == 152576
-    assert 152576 <= 227 * 1024
-
-
-@pytest.mark.parametrize("deep, kernel, stages", [(0, "tmarr", 2), (1, "tmarrd", 4)])
-def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, monkeypatch, deep, kernel, stages):
-    assert attention.DKDV_DEEP == 0   # off by default
-    monkeypatch.setattr(attention, "DKDV_DEEP", deep)
-    monkeypatch.setattr(attention, "DS_GROUPED", False)   # as TR2_ATTN_DKDV_DEEP=1 alone sets it (the test below)
-    name, nbytes = attention.dkdv_tma_kernel("bf16r", 64)
-    assert name == f"attn_backward_dkdv_ds_{kernel}_l2_bf16r_hs64"
-    assert nbytes == attention.dkdv_tma_shared_bytes(64, stages)
-    launched = _backward_launches(attention, monkeypatch, T=1024, dtype="bfloat16")
-    assert [n for n, _g, _a in launched][1] == name
+    assert attention.dkdv_tma_kernel("bf16r", 64) == ("attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64",
+                                                      attention.dkdv_tma_shared_bytes(64))
 
 
 @pytest.mark.parametrize("T, dtype, names", [
@@ -192,7 +180,7 @@ def test_the_dkdv_ring_switch_names_the_kernel_and_its_shared_memory(attention, 
 def test_the_grouped_backward_runs_where_the_tma_dq_follows(attention, monkeypatch, T, dtype, names):
     """TR2_ATTN_DS_GROUPED=1 (on by default since the sixty-first session): the grouped dK/dV and the newest-first TMA
     dQ on rows over WG_MAX_T, with the ungrouped form's grids, shared memory and arguments; the ungrouped form
-    elsewhere; not with the deep ring. (The chained dQ off: on rows of at most WG_MAX_T its default takes them.)"""
+    elsewhere. (The chained dQ off: on rows of at most WG_MAX_T its default takes them.)"""
     assert attention.DS_GROUPED is True
     monkeypatch.setattr(attention, "DQ_CHAIN", 0)
     launched = _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
@@ -206,31 +194,6 @@ def test_the_grouped_backward_runs_where_the_tma_dq_follows(attention, monkeypat
                                                       names[2].replace("tmaqn", "tmaqf")]
     if T > attention.WG_MAX_T:
         assert attention.dkdv_tma_kernel("bf16r", 64, grouped=True)[1] == attention.dkdv_tma_shared_bytes(64)
-        monkeypatch.setattr(attention, "DKDV_DEEP", 1)
-        with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DS_GROUPED=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
-            _backward_launches(attention, monkeypatch, T=T, dtype=dtype)
-
-
-@pytest.mark.parametrize("env, grouped, dkdv", [({}, True, "tmarrg"),
-                                                ({"TR2_ATTN_DS_GROUPED": "0"}, False, "tmarr_l2"),
-                                                ({"TR2_ATTN_DKDV_DEEP": "1"}, False, "tmarrd_l2"),
-                                                ({"TR2_ATTN_DKDV_DEEP": "1", "TR2_ATTN_DS_GROUPED": "1"}, True, None)])
-def test_the_deep_ring_alone_turns_the_grouping_off_and_both_given_stop_the_run(monkeypatch, over_stand_in_cupy, env,
-                                                                                grouped, dkdv):
-    """DS_GROUPED's default follows TR2_ATTN_DKDV_DEEP (the grouped dK/dV has the two-stage ring only): the deep ring
-    asked for alone runs ungrouped; both asked for stop the run at its first long-row backward, naming both."""
-    for key in ("TR2_ATTN_DS_GROUPED", "TR2_ATTN_DKDV_DEEP"):
-        monkeypatch.delenv(key, raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
-    attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
-    assert attention.DS_GROUPED is grouped
-    if dkdv is None:
-        with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DS_GROUPED=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: one"):
-            _backward_launches(attention, monkeypatch, T=1024)
-    else:
-        assert _backward_launches(attention, monkeypatch, T=1024)[1][0] == f"attn_backward_dkdv_ds_{dkdv}_bf16r_hs64"
 
 
 @pytest.mark.parametrize("T, dtype", [(1024, "bfloat16"), (257, "float16"), (1000, "bfloat16"), (256, "bfloat16"),
@@ -241,7 +204,7 @@ def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(
     it runs: the row dots, given the chain's counters (a head and 64-query tile each) to zero, then
     attn_backward_dkdv_dqa_ (the ascending chain, DQ_CHAIN_ASC's default) on the resident grid, with the running sums'
     slots (64 x 64 floats a head and tile) and the counters in ds_t's and ldq's places; no dQ kernel. With the wgmma
-    dK/dV switched off nothing moves; with the deep ring it stops the run."""
+    dK/dV switched off nothing moves."""
     assert attention.DQ_CHAIN == 2
     B, H = 2, 3
     kind, build = ("bf16", "bf16r") if dtype == "bfloat16" else ("f16", "f16r")
@@ -275,11 +238,6 @@ def test_the_chained_dq_is_one_kernel_after_the_row_dots_that_zero_its_counters(
     assert [n for n, _g, _a in _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)] == [
         f"attn_row_dots_wide_{kind}_hs64", f"attn_backward_dkdv_ds_l2_{build}_hs64",
         f"attn_backward_dq_ds_l2_{build}_hs64"]   # the mma.sync kernels: no chain
-    monkeypatch.setattr(attention, "USE_WG_DKDV", True)
-    monkeypatch.setattr(attention, "DKDV_DEEP", 1)
-    with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN=1 with TR2_ATTN_DKDV_DEEP=1: .*allowed: "
-                                              "TR2_ATTN_DQ_CHAIN=0 with the deep ring, or the deep ring unset$"):
-        _backward_launches(attention, monkeypatch, B=B, H=H, T=T, dtype=dtype)
 
 
 @pytest.mark.parametrize("B, H, T, chain", [(8, 12, 1024, 1), (64, 6, 256, 2), (2, 3, 1, 1)])
@@ -322,17 +280,11 @@ def test_the_chain_s_direction_from_the_environment(over_stand_in_cupy, monkeypa
     assert over_stand_in_cupy("tr2.cupy_side.gpu.attention").DQ_CHAIN_ASC is ascending
 
 
-@pytest.mark.parametrize("env, chain, stops", [({}, 2, False), ({"TR2_ATTN_DQ_CHAIN": "0"}, 0, False),
-                                               ({"TR2_ATTN_DKDV_DEEP": "1"}, 0, False),
-                                               ({"TR2_ATTN_DKDV_DEEP": "1", "TR2_ATTN_DQ_CHAIN": "2"}, 2, True),
-                                               ({"TR2_ATTN_DQ_CHAIN": "3"}, None, True)])
-def test_the_deep_ring_alone_turns_the_chain_off_and_both_given_stop_the_run(monkeypatch, over_stand_in_cupy, env,
-                                                                             chain, stops):
-    """DQ_CHAIN's default follows TR2_ATTN_DKDV_DEEP as DS_GROUPED's does (the chained dQ has the two-stage ring only):
-    the deep ring asked for alone runs unchained; both asked for stop the char model's backward (rows of 256), naming
-    both; a value outside 0, 1 and 2 stops the import, naming the key, the value and what is allowed."""
-    for key in ("TR2_ATTN_DQ_CHAIN", "TR2_ATTN_DS_GROUPED", "TR2_ATTN_DKDV_DEEP"):
-        monkeypatch.delenv(key, raising=False)
+@pytest.mark.parametrize("env, chain", [({}, 2), ({"TR2_ATTN_DQ_CHAIN": "0"}, 0), ({"TR2_ATTN_DQ_CHAIN": "3"}, None)])
+def test_the_chain_from_the_environment(monkeypatch, over_stand_in_cupy, env, chain):
+    """TR2_ATTN_DQ_CHAIN read at import: unset 2, which runs the chain on the char model's rows of 256; 0 the unchained
+    kernels there; a value outside 0, 1 and 2 stops the import, naming the key, the value and what is allowed."""
+    monkeypatch.delenv("TR2_ATTN_DQ_CHAIN", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delitem(sys.modules, "tr2.cupy_side.gpu.attention", raising=False)
@@ -342,14 +294,8 @@ def test_the_deep_ring_alone_turns_the_chain_off_and_both_given_stop_the_run(mon
         return
     attention = over_stand_in_cupy("tr2.cupy_side.gpu.attention")
     assert attention.DQ_CHAIN == chain
-    if stops:
-        with pytest.raises(gpu.SwitchError, match="^TR2_ATTN_DQ_CHAIN=2 with TR2_ATTN_DKDV_DEEP=1: "):
-            _backward_launches(attention, monkeypatch, B=64, H=6, T=256)
-        return
     kernel = _backward_launches(attention, monkeypatch, B=64, H=6, T=256)[1][0]
-    deep = "TR2_ATTN_DKDV_DEEP" in env
-    assert kernel == ("attn_backward_dkdv_dqa_bf16r_hs64" if chain else
-                      f"attn_backward_dkdv_ds_{'tmarrd_l2' if deep else 'tmarr_l2'}_bf16r_hs64")
+    assert kernel == ("attn_backward_dkdv_dqa_bf16r_hs64" if chain else "attn_backward_dkdv_ds_tmarr_l2_bf16r_hs64")
 
 
 @pytest.mark.parametrize("BH, nkb, grid", [(96, 8, 132), (128, 8, 132), (36, 8, 132), (5, 3, 7), (1, 1, 1)])
@@ -386,18 +332,14 @@ def test_the_grouped_items_cover_every_key_block_of_every_head_once(attention, B
 def test_the_tma_forward_fits_one_block_an_sm(attention):
     # tmawr: FWD_TMAW_STAGES stages of 128 keys (two k and two v boxes) and two buffers of the two q boxes
     assert attention.tma_shared_bytes(64) == (4 + 4 * attention.FWD_TMAW_STAGES) * 64 * 64 * 2 + 1024 <= 227 * 1024
-    # tmawrd (form 10): four stages, 161 KB
-    assert attention.tma_shared_bytes(64, 4) == 20 * 64 * 64 * 2 + 1024 == 164864 <= 227 * 1024
 
 
-@pytest.mark.parametrize("form, use_dropout, kernel, stages", [(7, 0, "tmawr", 2), (7, 1, "tmawr", 2),
-                                                              (10, 0, "tmawrd", 4), (10, 1, "tmawrd", 4),
-                                                              (11, 0, "tmawrn", 2), (11, 1, "tmawr", 2)])
-def test_the_tma_forward_launches_its_forms_kernel_and_ring(attention, monkeypatch, form, use_dropout, kernel, stages):
-    """TR2_ATTN_FWD_TMA_LONG's forms on long rows: a producer and two consumer warpgroups (128 queries an item), one
-    block an SM or one an item; form 10 the shared memory of its four stages; form 11 its no-dropout kernel where the
-    rows draw no dropout and form 7's where they do; the tensor map of qkv in qkv's place and the heads and tickets
-    last."""
+@pytest.mark.parametrize("use_dropout", [0, 1])
+def test_the_tma_forward_launches_its_kernel_and_ring(attention, monkeypatch, use_dropout):
+    """TR2_ATTN_FWD_TMA_LONG's form 7 on long rows: a producer and two consumer warpgroups (128 queries an item), one
+    block an SM or one an item, the shared memory of its two stages, with or without dropout; the tensor map of qkv in
+    qkv's place and the heads and tickets last."""
+    form, kernel, stages = 7, "tmawr", 2
     import types
 
     import numpy as np
@@ -466,10 +408,7 @@ def test_attention_cu_instantiates_the_programs_kernels_only():
     want += ["ATTN_FORWARD_WGF(2, f32, true, 64)", "ATTN_FORWARD_WGF(2, tf32, false, 64)", "ATTN_BACKWARD_DKDV_WGF(2, 64)",
              "ATTN_BACKWARD_DQ_WGF(2, 64)"]
     for macro in ("ATTN_FORWARD_TMA_RESIDENT(tmawr, {b}, {k}, 64, false, FWD_TMAW_STAGES)",
-                  "ATTN_FORWARD_TMA_RESIDENT(tmawrd, {b}, {k}, 64, false, FWD_TMAWRD_STAGES)",   # form 10
-                  "ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, {b}, {k}, 64, FWD_TMAW_STAGES)",   # form 11
                   "ATTN_DKDV_TMA_RESIDENT({b}, {k}, 64)",
-                  "ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, {b}, {k}, 64, DKDV_TMAD_STAGES)",   # TR2_ATTN_DKDV_DEEP=1
                   "ATTN_DQ_TMA_QF({b}, {k}, 64)",
                   "ATTN_DKDV_TMA_GROUPED({b}, {k}, 64)", "ATTN_DQ_TMA_QN({b}, {k}, 64)",   # TR2_ATTN_DS_GROUPED=1
                   "ATTN_DKDV_TMA_CHAIN({b}, {k}, 64)",   # TR2_ATTN_DQ_CHAIN

@@ -210,13 +210,6 @@ def test_the_wgmma_backward_changes_no_bit(tmp_path, model, dtype):
                            fixed={"TR2_ATTN_DQ_CHAIN": "0"})
 
 
-# gpu/attention.py's DKDV_DEEP (TR2_ATTN_DKDV_DEEP=1, off): the resident TMA dK/dV with four stages of q and dO, the
-# same arithmetic as the two-stage default (tests/test_kernels_gpu.py, "dkdv_deep_ring"), so a whole run with it must
-# have the default's losses to the bit, eager and in the graph: gpt2-small (eight key blocks a head) in bfloat16.
-def test_the_deep_dkdv_ring_changes_no_bit(tmp_path):
-    _switch_changes_no_bit(tmp_path, "gpt2-small", "bfloat16", "TR2_ATTN_DKDV_DEEP", "0", "1", "deep dK/dV ring")
-
-
 # gpu/attention.py's DS_GROUPED (TR2_ATTN_DS_GROUPED=1, on since the sixty-first session): the grouped dK/dV and the
 # newest-first TMA dQ compute what the ungrouped items and blocks do (tests/test_kernels_gpu.py, "grouped_backward"), so
 # a whole run with them must have the ungrouped losses to the bit, eager and in the graph: gpt2-small (96 heads in
@@ -256,10 +249,9 @@ def test_the_tied_wte_gradient_changes_no_bit(tmp_path, model, dtype):
 # gpu/attention.py's FWD_TMA_LONG 7 (the default): the TMA forward with 128-key tiles, resident, on rows over 256, which
 # has bits of its own (its online softmax's maxima over 128 keys at a time). The graph must replay its eager loop to the
 # bit (one tensor map of qkv baked into each captured launch; the tickets, which each launch leaves at zero, replayed),
-# and the run must train. Forms 10 (four stages) and 11 (a kernel for rows without dropout), both off, have form 7's
-# bits, so their graphs also replay their eager loops. (Forms 3, 4, 6 and 9 were cases here until they were removed.)
-@pytest.mark.parametrize("form", ["7", "10", "11"])
-def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path, form):
+# and the run must train. (Forms 3, 4, 6 and 9-11 were cases here until they were removed.)
+def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path):
+    form = "7"
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
     from tr2.models import load_model

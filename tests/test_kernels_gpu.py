@@ -526,7 +526,7 @@ def test_attention_forward_runs_on_wgmma_on_hopper():
     ctx = SimpleNamespace(half=True, half_roundings=True)
     assert attention.uses_wgmma(ctx, 64, 256) == hopper
     assert attention.uses_wgmma(ctx, 64, 1) == hopper
-    assert attention.FWD_TMA_LONG == 7 and attention.TMA_FORMS[attention.forward_tma_form(257)] == "tmawr"
+    assert attention.FWD_TMA_LONG == 7 and attention.forward_tma_form(257) == 7
     assert attention.forward_tma_form(256) == 0
     assert attention.uses_wgmma(ctx, 64, 257) == hopper
     assert not attention.uses_wgmma(ctx, 32, 256)
@@ -597,32 +597,6 @@ def _tma_forward_three_runs(monkeypatch, be, forward, kernel, build, rout, rlse,
         exact(f"attention out by TMA, {what}, run-to-run {tag}", r[0], runs[0][0])
         exact(f"attention lse by TMA, {what}, run-to-run {tag}", r[1], runs[0][1])
     return runs[0]
-
-
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", [s for s in ATTENTION_SHAPES if s[3] == 64] + [(2, 193, 2, 64), (1, 385, 3, 64)])
-@pytest.mark.parametrize("p", [0.0, 0.2])
-@pytest.mark.parametrize("form", [10, 11], ids=["deep_ring", "no_dropout_kernel"])
-def test_attention_forward_form_keeps_form7s_bits(build, B, T, H, hs, p, form, monkeypatch):
-    """Form 10 (attn_forward_tmawrd_, TR2_ATTN_FWD_TMA_LONG=10): form 7 with a ring of four stages, so the producer runs
-    up to three tiles ahead and the ring's phases wrap after four tiles (across items where a block takes several:
-    B = 3 T = 1024 H = 12). Form 11 (attn_forward_tmawrn_, =11): form 7's code built for rows without dropout alone;
-    rows with dropout take form 7's kernel. The consumers' arithmetic is form 7's either way, so out and lse are form
-    7's bits (every allocation poisoned, three runs the same bits, the tickets left at zero), and within the type's
-    tolerance of the NumPy form."""
-    from tr2.cupy_side.gpu import attention, runtime
-    if runtime.built_for("attention.cu") != "sm_90a":
-        pytest.skip("the wgmma kernels run where attention.cu is built for sm_90a")
-    be, tol, qkv, seed, offset, rout, rlse = forward_case(build, B, T, H, hs, p, 11)
-    forward = _tma_forward_runner(monkeypatch, be, qkv, H, p, seed, offset)
-    form7 = forward()
-    monkeypatch.setattr(attention, "FWD_TMA_LONG", form)
-    kernel = {10: "tmawrd", 11: "tmawr" if p > 0 else "tmawrn"}[form]
-    what = {10: "four stages", 11: "no-dropout kernel"}[form]
-    tag = f"[{build[0]} B={B} T={T} H={H} p={p} form {form}]"
-    out, lse = _tma_forward_three_runs(monkeypatch, be, forward, kernel, build, rout, rlse, tol, tag, what)
-    exact(f"attention out, {what} = form 7 {tag}", out, form7[0])
-    exact(f"attention lse, {what} = form 7 {tag}", lse, form7[1])
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=BUILD_IDS)
@@ -1033,42 +1007,6 @@ def test_attention_wgmma_backward_is_the_mma_sync_bits(build, B, T, H, hs, p, dq
             check(f"attention {part}, the wgmma backward {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
     for r, _ in runs[1:]:
         exact(f"attention dqkv, the wgmma backward, run-to-run {tag}", r, dqkv)
-
-
-@pytest.mark.parametrize("build", [("bfloat16", False, True), ("float16", False, True)], ids=["bf16hr", "fp16hr"])
-@pytest.mark.parametrize("B, T, H, hs", WG_DKDV_SHAPES)
-@pytest.mark.parametrize("p", [0.0, 0.2])
-def test_attention_dkdv_deep_ring(build, B, T, H, hs, p, monkeypatch):
-    """The resident TMA dK/dV with a ring of four stages (attn_backward_dkdv_ds_tmarrd_l2_, TR2_ATTN_DKDV_DEEP=1)
-    against the default's two (attn_backward_dkdv_ds_tmarr_l2_): the consumers' arithmetic is the same, so dq, dk and dv
-    the same bits (ds_t feeds dQ), three runs identical, within the type's tolerance of the NumPy form, every
-    allocation poisoned, its tickets left at zero. Ungrouped on both sides, as TR2_ATTN_DKDV_DEEP=1 alone runs (the
-    grouped dK/dV has the two-stage ring only)."""
-    attention, be, qkv, dout, saved, seed, offset, launched = _wgmma_backward_case(build, B, T, H, hs, p, monkeypatch)
-    monkeypatch.setattr(attention, "DS_GROUPED", False)
-    monkeypatch.setattr(attention, "DQ_CHAIN", 0)   # as TR2_ATTN_DKDV_DEEP=1 alone runs it too
-
-    def backward(deep):
-        return _backward_with(monkeypatch, attention, "DKDV_DEEP", deep, be, launched, "attn_backward_dkdv",
-                              dout, qkv, saved, H, p, seed, offset)
-
-    default, default_kernels = backward(0)
-    runs = [backward(1) for _ in range(3)]
-    kind = "bf16r" if build[0] == "bfloat16" else "f16r"
-    assert default_kernels == [f"attn_backward_dkdv_ds_tmarr_l2_{kind}_hs64"]
-    for _, kernels in runs:
-        assert kernels == [f"attn_backward_dkdv_ds_tmarrd_l2_{kind}_hs64"]
-    tickets = host(be.ctx.ws.zeros("att_dkdv_tickets", (2,), np.int32))
-    assert tickets.tolist() == [0, 0], f"the dK/dV tickets left set: {tickets}"
-    tag = f"[{build[0]} B={B} T={T} H={H} hs={hs} p={p} deep ring]"
-    dqkv, C = runs[0][0], H * hs
-    rdqkv, tol = wg_dkdv_reference(build, B, T, H, hs, p, qkv, dout, seed, offset)
-    exact(f"attention dqkv, the deep ring against two stages {tag}", dqkv, default)
-    for part, cols in (("dq", slice(0, C)), ("dk", slice(C, 2 * C)), ("dv", slice(2 * C, 3 * C))):
-        if T > 1 or part == "dv":   # one key: dq and dk are rounding noise (test_attention says why)
-            check(f"attention {part}, the deep ring {tag}", dqkv[..., cols], rdqkv[..., cols], tol)
-    for r, _ in runs[1:]:
-        exact(f"attention dqkv, the deep ring, run-to-run {tag}", r, dqkv)
 
 
 def _switched_runs(build, B, T, H, hs, p, monkeypatch, setting: str, values: tuple = (False, True),

@@ -58,7 +58,7 @@ def test_the_kernels_and_the_map_agree_on_the_box():
 def test_the_wide_forward_stacks_two_boxes_a_tile_and_fits_shared_memory():
     """attention_forward_tma_resident (form 7, 128-key tiles): two 64-row boxes side by side a tile, so that one
     128B-swizzled descriptor (8-row groups 1024 bytes apart) spans them: the second box starts 8 groups on. Its
-    stages (FWD_TMAW_STAGES; form 10's FWD_TMAWRD_STAGES) and two q buffers (gpu/attention.py's tma_shared_bytes,
+    stages (FWD_TMAW_STAGES) and two q buffers (gpu/attention.py's tma_shared_bytes,
     which needs CuPy to import: its formula here, and tests/test_attention_switches_cpu.py calls it) fit a block's
     shared memory on the H200 (227 KB)."""
     from tr2.cupy_side import gpu
@@ -68,11 +68,9 @@ def test_the_wide_forward_stacks_two_boxes_a_tile_and_fits_shared_memory():
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "attention.py").read_text()
     assert "return (4 + 4 * stages) * 64 * hs * 2 + 1024" in wrapper
     assert "attention_forward_tma_resident<K, HS, true, STAGES, TURNS>" in src
-    for name in ("tmawr", "tmawrd"):   # each form's instantiation names its ring's define
-        define = "FWD_TMAW_STAGES" if name == "tmawr" else "FWD_TMAWRD_STAGES"
-        assert f"ATTN_FORWARD_TMA_RESIDENT({name}, bf16r, KIND_BF16, 64, false, {define})" in src
-        stages = gpu.kernel_define("attention.cu", define)
-        assert (4 + 4 * stages) * box + 1024 <= 227 * 1024   # two q buffers, the ring of 128-key stages
+    assert "ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false, FWD_TMAW_STAGES)" in src
+    stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")
+    assert (4 + 4 * stages) * box + 1024 <= 227 * 1024   # two q buffers, the ring of 128-key stages
 
 
 def test_the_resident_dkdv_walks_the_items_as_the_plain_forms_grid_did():

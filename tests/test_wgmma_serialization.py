@@ -25,8 +25,8 @@ _spec.loader.exec_module(ptxas_usage)
 # and rewrote them; a form added here would need its reason.)
 KNOWN: dict = {}
 # the instantiation lines of every wgmma form (attention.cu's last lines)
-WGMMA_FORMS = (r"^ATTN_(FORWARD_WG1|FORWARD_WGF|BACKWARD_DKDV_WGF|BACKWARD_DQ_WGF|FORWARD_TMA_RESIDENT(?:_NODROP)?"
-               r"|DKDV_TMA_RESIDENT(?:_RING)?|DKDV_TMA_GROUPED|DKDV_TMA_CHAIN(?:_ASC)?|DQ_TMA_QF|DQ_TMA_QN)\(")
+WGMMA_FORMS = (r"^ATTN_(FORWARD_WG1|FORWARD_WGF|BACKWARD_DKDV_WGF|BACKWARD_DQ_WGF|FORWARD_TMA_RESIDENT"
+               r"|DKDV_TMA_RESIDENT|DKDV_TMA_GROUPED|DKDV_TMA_CHAIN(?:_ASC)?|DQ_TMA_QF|DQ_TMA_QN)\(")
 
 
 def _ptxas_usage(keep: str) -> list:
@@ -61,9 +61,9 @@ def test_no_wgmma_kernel_is_serialized_but_the_known():
     built = {line.split()[0] for line in lines if "registers" in line and line.startswith("attn_")}
     # the test compiled what it names: every wgmma kernel attention.cu builds, both half types and the float32 ones
     assert built == {f"attn_{k}_{b}_hs64" for b in ("bf16r", "f16r")
-                     for k in ("forward_wg1", "forward_tmawr", "forward_tmawrd", "forward_tmawrn", "backward_dkdv_ds_tmarr_l2",
-                               "backward_dkdv_ds_tmarrd_l2", "backward_dq_ds_tmaqf", "backward_dkdv_ds_tmarrg",
-                               "backward_dq_ds_tmaqn", "backward_dkdv_dqc", "backward_dkdv_dqa")} | {
+                     for k in ("forward_wg1", "forward_tmawr", "backward_dkdv_ds_tmarr_l2", "backward_dq_ds_tmaqf",
+                               "backward_dkdv_ds_tmarrg", "backward_dq_ds_tmaqn", "backward_dkdv_dqc",
+                               "backward_dkdv_dqa")} | {
         "attn_forward_wgf2_f32_hs64", "attn_forward_wgf2_tf32_hs64", "attn_backward_dkdv_wgf2_tf32_hs64",
         "attn_backward_dq_wgf2_tf32_hs64"}
     assert set(KNOWN) <= built

@@ -12,7 +12,9 @@ durations, so host time is out); per kernel name the median and quartiles in µs
 measured. No GPU: one line, exit 2.
 
 TR2_PROBE_FORMS: the TMA forward's forms of ours to time on rows over 256 (gpu/attention.py's FWD_TMA_LONG, set in
-turn; default "7", the program's), each a side "ours" (form 7) or "ours-fN".
+turn; default "7", the program's), each a side "ours" (form 7) or "ours-fN". Form 7 is the only one left (forms 10
+and 11, which this probe measured in the fifty-seventh session, were removed on 2026-12-07); another value stops the
+probe.
 """
 from __future__ import annotations
 
@@ -65,6 +67,8 @@ def main() -> int:
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 30
     models = sys.argv[3].split(",") if len(sys.argv) > 3 else MODELS_DEFAULT
     forms = [int(f) for f in os.environ.get("TR2_PROBE_FORMS", "7").split(",")]
+    if set(forms) - {7}:
+        raise SystemExit(f"TR2_PROBE_FORMS={os.environ['TR2_PROBE_FORMS']}: allowed: 7 (the TMA forward's one form)")
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     rows = []
     for model in models:

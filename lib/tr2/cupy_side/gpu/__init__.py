@@ -271,6 +271,8 @@ RETIRED: dict[str, str] = {
                              "(fifty-seventh session; 3d2f362)",
     "TR2_ATTN_DKDV_Q128": "the resident TMA dK/dV with 128-query tiles (tmarq), measured slower (fifty-eighth "
                           "session; a05863e)",
+    "TR2_ATTN_DKDV_DEEP": "the resident TMA dK/dV with four stages of q and dO (tmarrd), its step measured in one round "
+                          "only, before the grouped order it could not join (fifty-fifth session; 1a3ac90)",
     "TR2_ATTN_DQ_CHAIN_STAGGER": "the descending chain's items in a staggered order (dqs), its bits and measured no "
                                  "faster (sixty-second and sixty-third sessions; 97e8ecd)",
     "TR2_ATTN_DQ_CHAIN_LAG": "the descending chain's turns a tile late (dqcl, dqsl), its bits and measured slower "

@@ -20,8 +20,7 @@ from __future__ import annotations
 import numpy as np
 import cupy as cp
 
-from . import (SwitchError, WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch,
-               switch_given)
+from . import SwitchError, WG_DKDV_QUERY_TILE, attention_geometry, ds_row_halves, kernel_define, kernel_switch
 from . import dropout as _dropout
 from . import tma as _tma
 from .cast import to_half
@@ -248,7 +247,9 @@ _dropout_args = _dropout.kernel_args
 # (TR2_ATTN_DKDV_TMA_FORM); the TMA dQ resident and with the heads fastest (TR2_ATTN_DQ_TMA_RESIDENT,
 # TR2_ATTN_DQ_TMA_ORDER); the backward a group of batches at a time (TR2_ATTN_DS_GROUP_BATCHES). attention.cu's header
 # names each with the docs/perf.md session that measured it; their code and tests: before the removal, at ee6b673.
-# Later: the TMA forward's form 9, three consumer warpgroups (TR2_ATTN_FWD_TMA_LONG=9, fifty-fourth session; at 8cd4f2d).
+# Later: the TMA forward's form 9, three consumer warpgroups (TR2_ATTN_FWD_TMA_LONG=9, fifty-fourth session; at 8cd4f2d);
+# its forms 10 (four stages of k and v) and 11 (no dropout path) and the TMA dK/dV's four-stage ring (TR2_ATTN_DKDV_DEEP;
+# fifty-fifth session; at 1a3ac90).
 
 
 # The forward on warpgroup MMA (attention.cu's attention_forward_wg): the half builds under half roundings, head
@@ -278,24 +279,14 @@ V_STRIDES = (1024, 128)
 # gpt2-medium, on by default since the twentieth session; form 7 since the twenty-fourth: form 3's bits, alone x0.872 /
 # x0.859 of form 3, the step, medians of three rounds, 16.387 -> 16.366 ms and 42.842 -> 42.743
 # (results/h200-perf-20261203j, calls 5-8). TR2_ATTN_FWD_TMA_LONG=0 gives those rows the mma.sync forward (a bench
-# variant); 7, the default, this one.
-# Form 10 (tmawrd, fifty-fifth session, off): form 7 with a ring of four stages instead of two, so that the copy engine
-# runs up to three tiles ahead (a cold L2 cost form 7 +8-10% alone on an H100, cuDNN's forward +2-3%); form 7's
-# arithmetic, so its bits.
-# Form 11 (tmawrn, fifty-fifth session, off): form 7's kernel built for rows without dropout alone (30 KB of machine
-# code against 143: Nsight Compute has form 7 waiting on instruction fetch six times as often as cuDNN's forward);
-# rows with dropout take form 7's kernel. Form 7's arithmetic, so its bits.
-FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7, 10, 11))
+# variant); 7, the default, this one. (Its forms 10 and 11, the values 10 and 11, were removed on 2026-12-07: above.)
+FWD_TMA_LONG = kernel_switch("TR2_ATTN_FWD_TMA_LONG", 7, (0, 7))
 FWD_TMAW_STAGES = kernel_define(FILE, "FWD_TMAW_STAGES")
-FWD_TMAWRD_STAGES = kernel_define(FILE, "FWD_TMAWRD_STAGES")
-TMA_FORMS = {7: "tmawr", 10: "tmawrd", 11: "tmawrn"}   # the TMA forward's forms, by the switch's value: kernel names
-TMA_STAGES = {7: FWD_TMAW_STAGES, 10: FWD_TMAWRD_STAGES, 11: FWD_TMAW_STAGES}   # and their rings' stages
-TMA_WITH_DROPOUT = {11: 7}   # a form built for rows without dropout: the form whose kernel takes rows with it
 
 
 def forward_tma_form(T: int) -> int:
-    """The TMA forward's form that rows of T take (TMA_FORMS' keys), 0 for none: FWD_TMA_LONG for rows over
-    WG_MAX_T."""
+    """The TMA forward's form that rows of T take, 0 for none: FWD_TMA_LONG (7, attn_forward_tmawr_, unless a bench
+    variant sets 0) for rows over WG_MAX_T."""
     return FWD_TMA_LONG if T > WG_MAX_T else 0
 
 
@@ -332,10 +323,8 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
         rows, cols = qkv.size // qkv.shape[-1], qkv.shape[-1]
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
         extra, grid = _resident(ctx, BH, T, "att_fwd_tickets")
-        if form in TMA_WITH_DROPOUT and int(args[6]):   # args[6]: the kernels' use_dropout
-            form = TMA_WITH_DROPOUT[form]
-        launch(FILE, f"attn_forward_{TMA_FORMS[form]}_{name}_hs{hs}", grid, 384, args[:2] + (tmap,) + args[3:] + extra,
-               shared_mem=tma_shared_bytes(hs, TMA_STAGES[form]), prefer_shared=True)
+        launch(FILE, f"attn_forward_tmawr_{name}_hs{hs}", grid, 384, args[:2] + (tmap,) + args[3:] + extra,
+               shared_mem=tma_shared_bytes(hs, FWD_TMAW_STAGES), prefer_shared=True)
         return
     rows = 64   # one warpgroup a block: attention.cu instantiates attention_forward_wg in that form only
     launch(FILE, f"attn_forward_wg1_{name}_hs{hs}", (BH, -(-T // rows)), 128,
@@ -401,23 +390,16 @@ DQ_DS_QUERIES = 128   # queries a block of attn_backward_dq_ds_l2_ (the 64-query
 # call 1 of results/h200-perf-20261204): 0.1009 / 0.1478 / 0.1975 on nanogpt / gpt2-small / gpt2-medium, x0.939 /
 # x0.972 / x0.974 of the plain TMA form, which had taken x0.93 / x0.80 / x0.82 of the wgmma kernel on cp.async
 # (call 6 of results/h200-perf-20261203e). TR2_ATTN_WG_DKDV=0 gives the mma.sync kernels (a bench variant).
-# TR2_ATTN_DKDV_DEEP=1 (fifty-fifth session, off): the same kernel with a ring of four stages of q and dO instead of
-# two (attn_backward_dkdv_ds_tmarrd_l2_), so the copies run three 64-query tiles ahead; the same arithmetic and bits.
 USE_WG_DKDV = bool(kernel_switch("TR2_ATTN_WG_DKDV", 1))
 DKDV_TMA_STAGES = kernel_define(FILE, "DKDV_TMA_STAGES")
-DKDV_DEEP = kernel_switch("TR2_ATTN_DKDV_DEEP", 0)
-DKDV_TMAD_STAGES = kernel_define(FILE, "DKDV_TMAD_STAGES")
 # TR2_ATTN_DS_GROUPED=1 (built in the sixtieth session, on since the sixty-first): where the TMA dQ runs after the
 # resident dK/dV, the dK/dV takes the heads in groups of about one item a block (key block by key block within a group,
 # attention.cu's dkdv_item ORDER 1, attn_backward_dkdv_ds_tmarrg_) and stores ds_t without the evict-first policy, and
 # the dQ takes the heads newest first (attn_backward_dq_ds_tmaqn_), so that the last groups' ds_t is read from the L2.
 # Every item and block computes what it does in the ungrouped form: the same bits. On an H100
 # (results/h100-perf-20261207f) the backward alone x0.972 / x0.933 of the ungrouped form on gpt2-small / gpt2-medium,
-# the step -0.055 / -0.245 ms (bf16, three rounds). Built on the two-stage ring only: TR2_ATTN_DKDV_DEEP=1 turns it off
-# unless it is set too, which stops the run (dkdv_tma_kernel).
+# the step -0.055 / -0.245 ms (bf16, three rounds).
 DS_GROUPED = bool(kernel_switch("TR2_ATTN_DS_GROUPED", 1))
-if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
-    DS_GROUPED = False   # the deep ring asked for alone runs ungrouped
 # TR2_ATTN_DQ_CHAIN (built in the sixty-first session; 2, the default, since the sixty-second): where the resident TMA
 # dK/dV runs (half roundings, head size 64, sm_90a), one kernel instead of it, the dQ pass and ds_t (attention.cu's
 # attn_backward_dkdv_dqc_): each warpgroup's 64-key part of a query tile's dQ (its staged dS^T times its k) added to a
@@ -429,11 +411,8 @@ if DKDV_DEEP and not switch_given("TR2_ATTN_DS_GROUPED"):
 # place of the TMA dK/dV and the mma.sync dQ; 0: never. On an H100 (results/h100-perf-20261207g; bf16, graphs, three
 # rounds) the backward alone against the default before it: x0.916 on the char model's rows of 256 (the step -0.069 ms
 # bf16, -0.067 f16, faster in every round), x1.010 on gpt2-small's rows of 1024 and x0.983 on gpt2-medium's (its step
-# +0.027 ms): so 2. Rows between 257 and 1023 were not measured. Not with TR2_ATTN_DKDV_DEEP=1: the deep ring asked for
-# alone runs unchained (as it runs ungrouped).
+# +0.027 ms): so 2. Rows between 257 and 1023 were not measured.
 DQ_CHAIN = kernel_switch("TR2_ATTN_DQ_CHAIN", 2, (0, 1, 2))
-if DKDV_DEEP and not switch_given("TR2_ATTN_DQ_CHAIN"):
-    DQ_CHAIN = 0
 # TR2_ATTN_DQ_CHAIN_ASC (built in the sixty-third session; 1, the default, since the sixty-fourth): wherever the chained
 # dQ runs, the chain keys ascending (attention.cu's chain_turn_asc, attn_backward_dkdv_dqa_) on key-block-major tickets,
 # the longest items first (ORDER 0); 0: keys descending on the grouped tickets shortest first (attn_backward_dkdv_dqc_).
@@ -487,15 +466,10 @@ def dkdv_chain_shared_bytes(hs: int) -> int:
 
 
 def dkdv_tma_kernel(name: str, hs: int, grouped: bool = False) -> tuple[str, int]:
-    """The resident TMA dK/dV kernel DKDV_DEEP chooses, or the grouped one (DS_GROUPED, where the TMA dQ follows), and
-    its shared memory."""
+    """The resident TMA dK/dV kernel, or the grouped one (DS_GROUPED, where the TMA dQ follows), and its shared
+    memory."""
     if grouped:
-        if DKDV_DEEP:
-            raise SwitchError("TR2_ATTN_DS_GROUPED=1 with TR2_ATTN_DKDV_DEEP=1: the grouped dK/dV is built on the "
-                              "two-stage ring only; allowed: one of the two")
         return f"attn_backward_dkdv_ds_tmarrg_{name}_hs{hs}", dkdv_tma_shared_bytes(hs)
-    if DKDV_DEEP:
-        return f"attn_backward_dkdv_ds_tmarrd_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs, DKDV_TMAD_STAGES)
     return f"attn_backward_dkdv_ds_tmarr_l2_{name}_hs{hs}", dkdv_tma_shared_bytes(hs)
 
 
@@ -585,9 +559,6 @@ def _backward_chained(ctx, dqkv, D, kdout, saved, B: int, T: int, H: int, C: int
                       tail: tuple) -> "cp.ndarray":
     """DQ_CHAIN's backward: the row dots (zeroing the chain's counters), then attn_backward_dkdv_dqa_ (keys ascending;
     attn_backward_dkdv_dqc_, keys descending, where DQ_CHAIN_ASC is 0), which writes dQ, dK and dV; no ds_t."""
-    if DKDV_DEEP:
-        raise SwitchError(f"TR2_ATTN_DQ_CHAIN={DQ_CHAIN} with TR2_ATTN_DKDV_DEEP=1: the chained dQ is built on the "
-                          "two-stage ring only; allowed: TR2_ATTN_DQ_CHAIN=0 with the deep ring, or the deep ring unset")
     nqt = -(-T // 64)
     turns = ctx.ws.get("att_dq_turns", (B * H * nqt,), np.int32)           # parts added so far, a head and tile
     # the running sums, a 64 x hs slot each: from the pool for this launch only, as ds_t is (every slot a turn reads was

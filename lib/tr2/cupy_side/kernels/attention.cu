@@ -83,6 +83,12 @@
 // Reverted on 2026-12-07 (source at d146431): the TMA dK/dV's lse and D of a query pair in one 16-byte load (the stage
 // interleaved by pairs), the same bits with 4% fewer instructions and slower, x1.08 under Nsight Compute on gpt2-small
 // (10.07 against 8.94 cycles an issued instruction; results/h100-perf-20261207c, call 2).
+// Removed on 2026-12-07 (source and tests at 1a3ac90): the TMA forward with four stages of k and v (tmawrd;
+// TR2_ATTN_FWD_TMA_LONG=10; fifty-fifth session): form 7's bits, x0.96 of it alone from a warm L2 but no faster in the
+// step, three rounds on gpt2-small and gpt2-medium (results/h100-perf-20261207i, call 2); form 7 built for rows without
+// dropout alone (tmawrn; TR2_ATTN_FWD_TMA_LONG=11): x1.006-1.010 of it alone (results/h100-perf-20261207b); the
+// resident dK/dV with four stages of q and dO (tmarrd; TR2_ATTN_DKDV_DEEP=1; fifty-fifth session): the default's bits,
+// its step measured in one round only before the grouped order, which it could not join, took its place.
 // Removed on 2026-12-07 (source and tests at 97e8ecd): the descending chain's staggered order and lagged turns (dqs_,
 // dqcl_, dqsl_; TR2_ATTN_DQ_CHAIN_STAGGER, TR2_ATTN_DQ_CHAIN_LAG; sixty-second session): the descending chain's bits,
 // and the backward alone x1.001 / x1.019 (staggered) and x1.023 / x1.024 (lagged) of it on gpt2-small / gpt2-medium
@@ -1516,20 +1522,6 @@ __device__ __forceinline__ void pp_turn_end(int wg) {
 // type's tolerance of the NumPy form (tests/test_kernels_gpu.py, "forward_tma_wide"), and three runs give the same
 // bits (every sum in a fixed order). The backward reads its lse and out as it reads any form's.
 #define FWD_TMAW_STAGES 2
-// Form 10 (tmawrd, TR2_ATTN_FWD_TMA_LONG=10; fifty-fifth session, off): form 7 with a ring of four stages, so that the
-// producer runs up to three 128-key tiles ahead of the consumers (and issues the next item's q that much earlier).
-// Why: alone on an H100 (results/h100-perf-20261206k, call 1) a cold L2 cost form 7 +8% on gpt2-small and +10% on
-// gpt2-medium where it cost cuDNN's forward +3% and +2%; in the step qkv arrives from the c_attn product, not from a
-// warm L2. The consumers' arithmetic is form 7's, tile for tile: form 7's bits. One block an SM, so the 64 KB more of
-// shared memory (161 KB a block) costs no occupancy; ptxas: 168 registers, no spill, as form 7.
-#define FWD_TMAWRD_STAGES 4
-// Form 11 (tmawrn, TR2_ATTN_FWD_TMA_LONG=11; fifty-fifth session, off): form 7 built for rows without dropout only, so
-// that its kernel holds the no-dropout path alone: 1,848 instructions (30 KB) against form 7's 8,920 (143 KB, both
-// paths, the dropout path's loops unrolled with their keep bits), near cuDNN's fprop's 1,312. Rows with dropout take
-// form 7's kernel. Why: Nsight Compute puts 0.69 no-instruction stalls an issued instruction on form 7 against 0.11 on
-// cuDNN's forward (results/h100-perf-20261206k, call 1), recurring every 768 bytes through the straight-line softmax
-// in form 7's source view (results/h100-perf-20261206j, call 3); whether the instruction fetch suffers from the
-// kernel's size or from the loop's own 9.7 KB is what this form asks. The same template with DROP false, so form 7's arithmetic and bits (the kernel test asks).
 
 // d (64 x 128, a warp's 16 rows as 16 n8 tiles) = a b + (accumulate ? d : 0), a and b in shared memory, K-major.
 #define WG_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
@@ -2852,11 +2844,6 @@ __device__ void attention_backward_dq_ds(void* __restrict__ dqkv, const u16* __r
 // phase of the ring. Box rows past T hold the next sequence's q and dO (or zeros past the last): the mask gives them
 // probability 0, as the other forms' zero rows.
 #define DKDV_TMA_STAGES 2
-// The deep ring (attn_backward_dkdv_ds_tmarrd_l2_, TR2_ATTN_DKDV_DEEP=1; fifty-fifth session, off): the same kernel with
-// four stages of q, dO, lse and D, so the copies run up to three 64-query tiles ahead of the consumers (two stages
-// are one tile, about a microsecond, ahead: short of a load from DRAM; the forward's form 10 asks the same of its k
-// and v). The consumers' arithmetic is unchanged, so the default's bits; 149 KB of shared memory, one block an SM.
-#define DKDV_TMAD_STAGES 4
 
 // One 64-query tile of the TMA dK/dV kernel (attention_backward_dkdv_tma_resident; its plain form, removed, ran it
 // too): S^T and dPd^T, the softmax gradient, dS^T stored, dV and dK accumulated, each product awaited. k and v at ak
@@ -3554,8 +3541,8 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         if (use_dropout) attention_backward_dq_wgf<HS, NWG, true>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d); \
         else attention_backward_dq_wgf<HS, NWG, false>(dqkv, qkv, dout, lse, Dvec, out, T, H, out_kind, d);   \
     }
-// Forms 7 and 10 (attention_forward_tma_resident without TURNS, a ring of STAGES): attn_forward_<tmawr|tmawrd>_
-// <bf16r|f16r>_hs64, arguments as attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and
+// Form 7 (attention_forward_tma_resident without TURNS, a ring of STAGES): attn_forward_tmawr_<bf16r|f16r>_hs64,
+// arguments as attn_forward_'s with the tensor map of qkv in qkv's place, then the heads BH and
 // sched, two ints zero at launch (left zero); one block an SM.
 #define ATTN_FORWARD_TMA_RESIDENT(NAME, BUILD, K, HS, TURNS, STAGES)                                            \
     extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
@@ -3570,18 +3557,6 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         else                                                                                                   \
             attention_forward_tma_resident<K, HS, false, STAGES, TURNS>(out, lse, &tm, T, H, BH, sched, out_kind, \
                                                                         d);                                    \
-    }
-// Form 11: the kernel of rows without dropout alone (gpu/attention.py launches it where p = 0; a launch with dropout
-// stops on a trap rather than compute without the masks), arguments as form 7's.
-#define ATTN_FORWARD_TMA_RESIDENT_NODROP(NAME, BUILD, K, HS, STAGES)                                            \
-    extern "C" __global__ void __launch_bounds__(384, 1) attn_forward_##NAME##_##BUILD##_hs##HS(               \
-        void* out, float* lse, const __grid_constant__ TensorMap tm, int T, int H, int out_kind,               \
-        int use_dropout, u64 seed, u64 offset, const u64* offset_add, u32 threshold, float dscale, int BH,     \
-        int* sched) {                                                                                          \
-        grid_dependency_entry();                                                                               \
-        if (use_dropout) __trap();                                                                             \
-        const Dropout d = make_dropout(0, seed, offset, offset_add, threshold, dscale);                        \
-        attention_forward_tma_resident<K, HS, false, STAGES, false>(out, lse, &tm, T, H, BH, sched, out_kind, d); \
     }
 #define ATTN_UNFOLDED(BUILD, K, SPLIT, HS) ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, Pipe<K>::NBUF)
 #define ATTN_UNFOLDED_NB(BUILD, K, SPLIT, HS, NB)                                                               \
@@ -3656,12 +3631,11 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
         attention_backward_dq_ds<K, HS, NWARPS * 16 * Geometry<K>::MT, EVICT>(dqkv, qkv, ds_t, ldq, T, H, out_kind); \
     }
 #define ATTN_DS(BUILD, K, HS) ATTN_DS_FORM(l2_, true, BUILD, K, HS)
-// attn_backward_dkdv_ds_<tmarr|tmarrd>_l2_<bf16r|f16r>_hs64: the TMA dK/dV resident (attention_backward_dkdv_tma_
-// resident) with a ring of STAGES; arguments as attn_backward_dkdv_ds_l2_'s with the tensor maps of qkv and dO in their
+// attn_backward_dkdv_ds_tmarr_l2_<bf16r|f16r>_hs64: the TMA dK/dV resident (attention_backward_dkdv_tma_
+// resident) with a ring of DKDV_TMA_STAGES; arguments as attn_backward_dkdv_ds_l2_'s with the tensor maps of qkv and dO in their
 // places, then the heads BH and sched (two ints zero at launch, left zero); one block an SM.
-#define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS) ATTN_DKDV_TMA_RESIDENT_RING(tmarr, BUILD, K, HS, DKDV_TMA_STAGES)
-#define ATTN_DKDV_TMA_RESIDENT_RING(NAME, BUILD, K, HS, STAGES)                                                 \
-    ATTN_DKDV_TMA_KERNEL(attn_backward_dkdv_ds_##NAME##_l2_##BUILD##_hs##HS, K, HS, STAGES, 0)
+#define ATTN_DKDV_TMA_RESIDENT(BUILD, K, HS)                                                                    \
+    ATTN_DKDV_TMA_KERNEL(attn_backward_dkdv_ds_tmarr_l2_##BUILD##_hs##HS, K, HS, DKDV_TMA_STAGES, 0)
 // The grouped resident dK/dV (ORDER 1, ds_t stored without the evict-first policy): attn_backward_dkdv_ds_tmarrg_
 // <bf16r|f16r>_hs64, the same arguments.
 #define ATTN_DKDV_TMA_GROUPED(BUILD, K, HS)                                                                     \
@@ -3751,14 +3725,8 @@ ATTN_BACKWARD_DKDV_WGF(2, 64)
 ATTN_BACKWARD_DQ_WGF(2, 64)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false, FWD_TMAW_STAGES)
 ATTN_FORWARD_TMA_RESIDENT(tmawr, f16r, KIND_F16, 64, false, FWD_TMAW_STAGES)
-ATTN_FORWARD_TMA_RESIDENT(tmawrd, bf16r, KIND_BF16, 64, false, FWD_TMAWRD_STAGES)
-ATTN_FORWARD_TMA_RESIDENT(tmawrd, f16r, KIND_F16, 64, false, FWD_TMAWRD_STAGES)
-ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, bf16r, KIND_BF16, 64, FWD_TMAW_STAGES)
-ATTN_FORWARD_TMA_RESIDENT_NODROP(tmawrn, f16r, KIND_F16, 64, FWD_TMAW_STAGES)
 ATTN_DKDV_TMA_RESIDENT(bf16r, KIND_BF16, 64)
 ATTN_DKDV_TMA_RESIDENT(f16r, KIND_F16, 64)
-ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, bf16r, KIND_BF16, 64, DKDV_TMAD_STAGES)
-ATTN_DKDV_TMA_RESIDENT_RING(tmarrd, f16r, KIND_F16, 64, DKDV_TMAD_STAGES)
 ATTN_DQ_TMA_QF(bf16r, KIND_BF16, 64)
 ATTN_DQ_TMA_QF(f16r, KIND_F16, 64)
 ATTN_DKDV_TMA_GROUPED(bf16r, KIND_BF16, 64)
