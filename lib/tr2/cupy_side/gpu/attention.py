@@ -249,7 +249,7 @@ _dropout_args = _dropout.kernel_args
 # names each with the docs/perf.md session that measured it; their code and tests: before the removal, at ee6b673.
 # Later: the TMA forward's form 9, three consumer warpgroups (TR2_ATTN_FWD_TMA_LONG=9, fifty-fourth session; at 8cd4f2d);
 # its forms 10 (four stages of k and v) and 11 (no dropout path) and the TMA dK/dV's four-stage ring (TR2_ATTN_DKDV_DEEP;
-# fifty-fifth session; at 1a3ac90).
+# fifty-fifth session; no faster in the step, or alone; at 1a3ac90).
 
 
 # The forward on warpgroup MMA (attention.cu's attention_forward_wg): the half builds under half roundings, head
