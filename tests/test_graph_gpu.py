@@ -251,7 +251,6 @@ def test_the_tied_wte_gradient_changes_no_bit(tmp_path, model, dtype):
 # bit (one tensor map of qkv baked into each captured launch; the tickets, which each launch leaves at zero, replayed),
 # and the run must train. (Forms 3, 4, 6 and 9-11 were cases here until they were removed.)
 def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path):
-    form = "7"
     from tr2.cupy_side.gpu import attention, runtime
     from tr2.data import write_batch_order
     from tr2.models import load_model
@@ -263,10 +262,10 @@ def test_the_wide_tma_forward_graph_replays_its_eager_loop(tmp_path):
     mma, _ = _train(tmp_path, "mma", *common, "--save-init", tmp_path / "init.npz",
                     env={"TR2_ATTN_FWD_TMA_LONG": "0"})   # the mma.sync forward
     common += ["--init", tmp_path / "init.npz"]
-    eager, _ = _train(tmp_path, "tmaw", *common, env={"TR2_ATTN_FWD_TMA_LONG": form})
-    graph, out = _train(tmp_path, "tmaw-graph", *common, "--cuda-graph", env={"TR2_ATTN_FWD_TMA_LONG": form})
+    eager, _ = _train(tmp_path, "tmaw", *common, env={"TR2_ATTN_FWD_TMA_LONG": "7"})
+    graph, out = _train(tmp_path, "tmaw-graph", *common, "--cuda-graph", env={"TR2_ATTN_FWD_TMA_LONG": "7"})
     assert "cuda graph:" in out
-    print(f"gpt2-small bfloat16, TMA forward {form}: graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}; "
+    print(f"gpt2-small bfloat16, TMA forward 7: graph vs eager max rel {_max_rel(eager, graph)[0]:.2e}; "
           f"against the mma.sync forward's run {_max_rel(mma, eager)[0]:.2e} (step {_max_rel(mma, eager)[1]})")
     assert graph == eager, f"the graph parts from the eager loop: {_max_rel(eager, graph)}"
     assert eager[STEPS] < eager[0] - 0.2

@@ -66,7 +66,7 @@ def test_the_wide_forward_stacks_two_boxes_a_tile_and_fits_shared_memory():
     box = tma.BOX * 64 * 2
     assert box == (64 // 8) * 1024   # the next box's first row is the 128-key tile's row 64
     wrapper = (gpu.KERNELS_DIR.parent / "gpu" / "attention.py").read_text()
-    assert "return (4 + 4 * stages) * 64 * hs * 2 + 1024" in wrapper
+    assert "return (4 + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024" in wrapper
     assert "attention_forward_tma_resident<K, HS, true, STAGES, TURNS>" in src
     assert "ATTN_FORWARD_TMA_RESIDENT(tmawr, bf16r, KIND_BF16, 64, false, FWD_TMAW_STAGES)" in src
     stages = gpu.kernel_define("attention.cu", "FWD_TMAW_STAGES")

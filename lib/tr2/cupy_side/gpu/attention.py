@@ -296,11 +296,11 @@ def uses_wgmma(ctx, hs: int, T: int) -> bool:
             and runtime.built_for(FILE) == "sm_90a")
 
 
-def tma_shared_bytes(hs: int, stages: int = FWD_TMAW_STAGES) -> int:
-    """attention_forward_tma_resident's dynamic shared memory: `stages` stages of two k and two v boxes, two buffers of
-    the two consumers' q boxes, 64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the 128B
-    swizzle's period)."""
-    return (4 + 4 * stages) * 64 * hs * 2 + 1024
+def tma_shared_bytes(hs: int) -> int:
+    """attention_forward_tma_resident's dynamic shared memory: FWD_TMAW_STAGES stages of two k and two v boxes, two
+    buffers of the two consumers' q boxes, 64 x hs halves each, and 1 KB to put the first on a 1024-byte boundary (the
+    128B swizzle's period)."""
+    return (4 + 4 * FWD_TMAW_STAGES) * 64 * hs * 2 + 1024
 
 
 def resident_grid(BH: int, T: int, sms: int) -> int:
@@ -324,7 +324,7 @@ def _launch_wg(ctx, T: int, hs: int, BH: int, name: str, args) -> None:
         tmap = _tma.encode(qkv, rows, cols, ctx.dtype)   # in qkv's place; no v strides (the boxes are swizzled)
         extra, grid = _resident(ctx, BH, T, "att_fwd_tickets")
         launch(FILE, f"attn_forward_tmawr_{name}_hs{hs}", grid, 384, args[:2] + (tmap,) + args[3:] + extra,
-               shared_mem=tma_shared_bytes(hs, FWD_TMAW_STAGES), prefer_shared=True)
+               shared_mem=tma_shared_bytes(hs), prefer_shared=True)
         return
     rows = 64   # one warpgroup a block: attention.cu instantiates attention_forward_wg in that form only
     launch(FILE, f"attn_forward_wg1_{name}_hs{hs}", (BH, -(-T // rows)), 128,
@@ -430,13 +430,13 @@ DQ_CHAIN = kernel_switch("TR2_ATTN_DQ_CHAIN", 2, (0, 1, 2))
 DQ_CHAIN_ASC = bool(kernel_switch("TR2_ATTN_DQ_CHAIN_ASC", 1))
 
 
-def dkdv_tma_shared_bytes(hs: int, stages: int = DKDV_TMA_STAGES) -> int:
+def dkdv_tma_shared_bytes(hs: int) -> int:
     """attention_backward_dkdv_tma_resident's dynamic shared memory: two buffers of k and v of the block's 128 keys
-    (four 64 x hs boxes each), `stages` stages of a q and a dO box and their lse and D rows (64 floats each), each
+    (four 64 x hs boxes each), DKDV_TMA_STAGES stages of a q and a dO box and their lse and D rows (64 floats each), each
     consumer warp's 16 rows of dS^T (72 halves), and 1 KB to put the boxes on a 1024-byte boundary (the 128B swizzle's
     period)."""
     box = 64 * hs * 2
-    return 8 * box + stages * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
+    return 8 * box + DKDV_TMA_STAGES * (2 * box + 2 * 64 * 4) + 8 * 16 * 72 * 2 + 1024
 
 
 def grouped_items(BH: int, nkb: int, grid: int) -> list:
