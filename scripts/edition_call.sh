@@ -28,6 +28,31 @@ for spec in "$@"; do
   fi
 done
 source scripts/device_env.sh || exit 1
+# A resumed folder's runs are recorded at TR2_GIT_COMMIT, the caller's word. Where it names the commit the folder was
+# begun at while lib/tr2 here is another program (a later session's lib, not restored for the call), the new runs
+# would carry that commit's name over another program's times: refused in one line before anything runs. A resume at
+# another commit (method A's refresh after tr2.retire) names that commit and passes.
+for spec in "$@"; do
+  target=${spec#*=} target=${target%/}
+  [ -d "$target" ] || continue
+  python3 - "$target" <<'PY' || exit 2
+import json, os, sys
+from pathlib import Path
+from tr2.sysinfo import lib_digest
+folder = Path(sys.argv[1])
+try:
+    begun = json.loads((folder / "machine.json").read_text())
+except (OSError, ValueError):
+    sys.exit(0)   # nothing recorded to compare with (the stage says what is wrong with such a folder)
+commit, recorded, claimed, here = begun.get("commit"), begun.get("lib_digest"), os.environ.get("TR2_GIT_COMMIT"), lib_digest()
+if commit and recorded and claimed and claimed == commit and here != recorded:
+    print(f"edition_call.sh: {str(folder)!r} was begun at {commit[:12]} with lib/tr2 digest {recorded}, and TR2_GIT_COMMIT "
+          f"names that commit while lib/tr2 here has digest {here}: its runs would carry {commit[:12]}'s name over another "
+          f"program; allowed: lib/tr2 as at {commit[:12]} (git restore --source={commit[:12]} -- lib/tr2), or "
+          "TR2_GIT_COMMIT naming the commit whose lib/tr2 is here", file=sys.stderr)
+    sys.exit(1)
+PY
+done
 call_begin "$OUT" "$LIMIT_S"
 touch "$W/started"   # the archive takes the folders written in after this
 # a stage starts no run that its measured runs (else, in a fresh folder, scripts/h200_minutes.py's model) say would end

@@ -1,5 +1,6 @@
 """scripts/edition_call.sh, the device call of a card run in pieces, run here on the smoke card: a stage on a fresh
 folder, the card's folders back in results.tgz without their .npz, and a bad stage name refused in one line."""
+import json
 import os
 import shutil
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tr2 import REPO_ROOT, RESULTS_DIR
+from tr2.sysinfo import lib_digest
 
 SCRIPT = REPO_ROOT / "scripts" / "edition_call.sh"
 
@@ -88,3 +90,39 @@ def test_the_stages_run_requiring_the_cards_gpu_and_its_products_record(tmp_path
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert seen.read_text() == "-m tr2.runner series --card no-such-card-here --runs-only CARD_GPU=1 PRODUCTS=1\n"
+
+
+def _begun_folder(tmp_path, commit, digest):
+    """A results folder as a stage begins one: its machine.json names the commit and lib/tr2's digest."""
+    d = tmp_path / "series-20000101-000000-smoke"
+    (d / "logs").mkdir(parents=True)
+    (d / "machine.json").write_text(json.dumps({"commit": commit, "lib_digest": digest}))
+    return d
+
+
+def _resume(tmp_path, folder, commit):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "TR2_GIT_COMMIT": commit}
+    return subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out"), "60", f"series={folder}"], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_resume_naming_the_folders_commit_over_another_program_is_refused(tmp_path):
+    commit = "a" * 40
+    d = _begun_folder(tmp_path, commit, "0" * 16)   # no lib/tr2 has this digest
+    p = _resume(tmp_path, d, commit)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert (f"was begun at {'a' * 12} with lib/tr2 digest {'0' * 16}, and TR2_GIT_COMMIT names that commit while "
+            f"lib/tr2 here has digest {lib_digest()}") in p.stderr, p.stderr
+    assert "allowed: lib/tr2 as at aaaaaaaaaaaa (git restore --source=aaaaaaaaaaaa -- lib/tr2)" in p.stderr
+    assert not (tmp_path / "out").exists()   # refused before anything ran or was written
+
+
+@pytest.mark.parametrize("case", ["same program", "another commit named"])
+def test_a_resume_of_the_same_program_or_at_another_named_commit_passes_the_check(tmp_path, case):
+    commit = "b" * 40
+    d = _begun_folder(tmp_path, commit, lib_digest() if case == "same program" else "0" * 16)
+    p = _resume(tmp_path, d, commit if case == "same program" else "c" * 40)
+    # the stage itself then ran on the stand-in folder (and stopped on it): the check let it through
+    assert "was begun at" not in p.stderr, p.stderr
+    assert (tmp_path / "out" / "times.txt").read_text().startswith("series rc "), p.stdout + p.stderr

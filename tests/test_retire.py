@@ -10,6 +10,7 @@ import pytest
 
 from tr2 import explore, method_a, runner, stage
 from tr2.results import is_finished, read_jsonl
+from tr2.sysinfo import lib_digest
 from test_method_a import FAKE, _card
 
 A, B = "a" * 40, "b" * 40
@@ -53,6 +54,9 @@ def test_every_record_carries_the_commit_of_its_session(finished):
     recs = read_jsonl(finished / "runs.jsonl")
     assert len(recs) == 6 and {r["commit"] for r in recs} == {A}
     assert [s["commit"] for s in read_jsonl(finished / "sessions.jsonl")] == [A]
+    # and the program that ran, which the commit (the caller's word here: TR2_GIT_COMMIT) does not prove
+    assert {r["lib_digest"] for r in recs} == {lib_digest()}
+    assert [s["lib_digest"] for s in read_jsonl(finished / "sessions.jsonl")] == [lib_digest()]
 
 
 def test_retire_moves_records_and_files_and_unfinishes_the_folder(finished, capsys):

@@ -208,6 +208,61 @@ def test_a_cuda_folder_goes_on_only_on_its_gpu_model(tmp_path, monkeypatch):
     stage.open_folder("series", cpu, d2).close()   # a CPU card's runs do not use the GPU
 
 
+def _program(commit, digest, dirty=False):
+    return {**_machine(), "commit": commit, "dirty": dirty, "lib_digest": digest}
+
+
+def test_a_folder_goes_on_under_its_commit_only_with_that_commits_program(tmp_path, monkeypatch):
+    """The commit a record names is the caller's word (TR2_GIT_COMMIT on the GPU machine); a resume naming the
+    folder's commit while lib/tr2 is another program would put that program's runs under the commit's name: refused in
+    one line before anything is written. The same program goes on; another commit named goes on (a resume after
+    tr2.retire); a dirty tree says itself that it is not its commit's program. The session lines and each run record
+    carry the digest."""
+    d = tmp_path / "res"
+    c = card()
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _program("a" * 40, "1" * 16))
+    stage.open_folder("series", c, d).close()
+    stage.open_folder("series", c, d).close()   # the same program again: fine
+    held, sessions = (d / "machine.json").read_bytes(), (d / "sessions.jsonl").read_bytes()
+    assert [r["lib_digest"] for r in read_jsonl(d / "sessions.jsonl")] == ["1" * 16] * 2
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _program("a" * 40, "2" * 16))
+    with pytest.raises(Tr2Error) as e:
+        stage.open_folder("series", c, d)
+    assert str(e.value) == (
+        f"results_dir: {str(d.resolve())!r} holds records made at aaaaaaaaaaaa with lib/tr2 digest 1111111111111111, and "
+        "this process names the same commit while lib/tr2 here has digest 2222222222222222: its runs would carry "
+        "aaaaaaaaaaaa's name over another program; allowed: lib/tr2 as at aaaaaaaaaaaa (git restore "
+        "--source=aaaaaaaaaaaa -- lib/tr2), or the name of the commit whose lib/tr2 is here (TR2_GIT_COMMIT, or "
+        "commit the change)")
+    assert (d / "machine.json").read_bytes() == held and (d / "sessions.jsonl").read_bytes() == sessions
+    with pytest.raises(Tr2Error, match=r"^results_dir: .* holds records made at aaaaaaaaaaaa"):
+        series.run(c, d, progress=False)   # the stage itself, not only the runner, refuses
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _program("a" * 40, "2" * 16, dirty=True))
+    stage.open_folder("series", c, d).close()   # a dirty tree: not its commit's program, and says so
+    monkeypatch.setattr(stage.sysinfo, "machine_info", lambda: _program("b" * 40, "2" * 16))
+    folder = stage.open_folder("series", c, d)  # another commit named: a resume at another program, told apart
+    try:
+        assert (folder.commit, folder.lib_digest) == ("b" * 40, "2" * 16)
+    finally:
+        folder.close()
+
+
+@pytest.mark.parametrize("earlier,now,hit", [
+    ([{"commit": "c", "lib_digest": "x"}], ("c", "y", False), 0),
+    ([{"commit": "c", "lib_digest": "x"}], ("c", "x", False), None),
+    ([{"commit": "c", "lib_digest": "x"}], ("d", "y", False), None),
+    ([{"commit": "c", "lib_digest": "x", "dirty": True}], ("c", "y", False), None),
+    ([{"commit": "c", "lib_digest": "x"}], ("c", "y", True), None),
+    ([{"commit": "c", "lib_digest": "x"}], ("c", "y", "unknown"), 0),     # the GPU machine: no .git to ask
+    ([{"commit": "c"}, {"commit": "c", "lib_digest": None}], ("c", "y", False), None),   # records from before
+    ([{"commit": "unknown", "lib_digest": "x"}], ("unknown", "y", False), None),
+    ([{"commit": "c", "lib_digest": "y"}, {"commit": "c", "lib_digest": "x"}], ("c", "y", False), 1),
+])
+def test_program_conflict_is_the_first_record_of_the_commit_under_another_program(earlier, now, hit):
+    got = stage.program_conflict(earlier, *now)
+    assert got is (None if hit is None else earlier[hit])
+
+
 def test_the_h200_minutes_model_estimates_only_folders_started_on_an_h200(tmp_path):
     c = card()
     c["machine"] = "nvidia-h200"

@@ -38,10 +38,13 @@ def finished_keys(runs_path) -> dict:
 class Folder:
     """A stage's results folder, held (locked) until closed, with the card it holds."""
 
-    def __init__(self, path: Path, stage: str, lock, card: dict, commit: Optional[str] = None):
+    def __init__(self, path: Path, stage: str, lock, card: dict, commit: Optional[str] = None,
+                 lib_digest: Optional[str] = None):
         # commit: what this process records for its session (sessions.jsonl); each record it appends carries it,
-        # so that runs of one folder made at different commits (a resume after tr2.retire) can be told apart
-        self.path, self.stage, self._lock, self.card, self.commit = path, stage, lock, card, commit
+        # so that runs of one folder made at different commits (a resume after tr2.retire) can be told apart; and
+        # lib_digest, the program that ran (the commit is the caller's word: sysinfo.lib_digest says why)
+        self.path, self.stage, self._lock, self.card = path, stage, lock, card
+        self.commit, self.lib_digest = commit, lib_digest
 
     def records(self, name: str = RUNS) -> list[dict]:
         return read_jsonl(self.path / name)
@@ -108,9 +111,37 @@ def check_same_gpu_model(d: Path, card: dict, info: dict, key: str = "results_di
                        f"{' + '.join(there)}, or start a new folder for this card here")
 
 
+def program_conflict(earlier: Iterable[dict], commit, digest, dirty) -> Optional[dict]:
+    """The first of a folder's earlier records (its machine.json, then its sessions.jsonl lines) that names the same
+    commit as this process but another lib/tr2 digest, where neither tree says it was dirty; None where there is none.
+    Why: the commit a record carries is the caller's word (TR2_GIT_COMMIT on the GPU machine, which has no .git) and
+    the digest is the program that ran (sysinfo.lib_digest); the same name over two programs would put one program's
+    runs in a folder under another's name. A dirty tree records that it is not its commit's program; records without a
+    commit or a digest (from before either was kept) are not compared."""
+    if not commit or commit == "unknown" or not digest or dirty is True:
+        return None
+    return next((e for e in earlier if isinstance(e, dict) and e.get("commit") == commit and e.get("lib_digest")
+                 and e["lib_digest"] != digest and e.get("dirty") is not True), None)
+
+
+def check_same_program(d: Path, info: dict, key: str = "results_dir") -> None:
+    """One line (Tr2Error, naming `key`) where this process names a commit the folder's records ran at with another
+    lib/tr2 (program_conflict)."""
+    earlier = [m for m in [held_machine(d)] if m is not None] + read_jsonl(Path(d) / "sessions.jsonl")
+    commit = info.get("commit")
+    hit = program_conflict(earlier, commit, info.get("lib_digest"), info.get("dirty"))
+    if hit is not None:
+        raise Tr2Error(f"{key}: {str(d)!r} holds records made at {commit[:12]} with lib/tr2 digest {hit['lib_digest']}, "
+                       f"and this process names the same commit while lib/tr2 here has digest {info['lib_digest']}: "
+                       f"its runs would carry {commit[:12]}'s name over another program; allowed: lib/tr2 as at "
+                       f"{commit[:12]} (git restore --source={commit[:12]} -- lib/tr2), or the name of the commit "
+                       "whose lib/tr2 is here (TR2_GIT_COMMIT, or commit the change)")
+
+
 def hold_card(d: Path, card: dict, key: str = "results_dir") -> dict:
     """The folder holds `card` (the one it was started with, else one line) and was started on this machine's GPU
-    model (`check_same_gpu_model`), card.yaml and machine.json (each written once, when missing); returns this
+    model (`check_same_gpu_model`) under another name for its program (`check_same_program`), card.yaml and
+    machine.json (each written once, when missing); returns this
     machine's record. The runner calls it before the notebook starts, so that a folder it made can be resumed even
     if the notebook stops before its stage opens it; both checks come before card.yaml, machine.json or
     sessions.jsonl is written (the lock file and logs/ may already be there)."""
@@ -120,6 +151,7 @@ def hold_card(d: Path, card: dict, key: str = "results_dir") -> dict:
     except Exception as e:  # noqa: BLE001 - a machine record is wanted, never worth a stopped stage
         info = {"error": str(e)}
     check_same_gpu_model(d, card, info, key)
+    check_same_program(d, info, key)
     if not (d / "card.yaml").is_file():
         write_text_atomic(d / "card.yaml", dump_card(card))
     if not (d / "machine.json").is_file():
@@ -137,11 +169,12 @@ def open_folder(stage: str, card: dict, results_dir=None) -> Folder:
         info = hold_card(d, card)
         append_jsonl(d / "sessions.jsonl", {"stage": stage, "started": info.get("date"), "host": info.get("host"),
                                             "commit": info.get("commit"), "dirty": info.get("dirty"),
+                                            "lib_digest": info.get("lib_digest"),
                                             "gpus": [g.get("uuid") for g in info.get("gpus") or []]})
     except BaseException:
         lock.close()
         raise
-    return Folder(d, stage, lock, card, info.get("commit"))
+    return Folder(d, stage, lock, card, info.get("commit"), info.get("lib_digest"))
 
 
 def progress(total: int, desc: str, initial: int = 0, enabled: bool = True):
@@ -410,7 +443,7 @@ def run_plan(folder: Folder, plan: Iterable, run_one: Callable, *, desc: str, ke
         """Append a finished piece's record; returns the error that ends the stage, if it does."""
         # when the run ended (a report's "measured to"; records from before 2026-12-05 carry none but the series'
         # start times and parallel runs' ended_unix)
-        rec = {**rec, "key": key(piece), "commit": folder.commit,
+        rec = {**rec, "key": key(piece), "commit": folder.commit, "lib_digest": folder.lib_digest,
                "ended": rec.get("ended") or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         # which products record a cupy GPU run read, and a copy of it in the folder (tr2.products_kept)
         kept = products_kept.keep(folder.path, rec.get("log"))
