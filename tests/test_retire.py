@@ -4,11 +4,12 @@ runs again at the new commit, the summary covers the whole set, and the report's
 import hashlib
 import json
 import re
+import subprocess
 import sys
 
 import pytest
 
-from tr2 import explore, method_a, runner, stage
+from tr2 import REPO_ROOT, explore, method_a, runner, stage
 from tr2.results import is_finished, read_jsonl
 from tr2.sysinfo import lib_digest
 from test_method_a import FAKE, _card
@@ -287,3 +288,64 @@ def test_retire_differing_moves_nothing_when_all_repeat_or_the_check_cannot_deci
     assert _retire_differing(finished, ident) == 2 and "holds no line" in capsys.readouterr().err
     assert _retire_differing(finished, tmp_path / "none.jsonl") == 2 and "is not a file" in capsys.readouterr().err
     assert snapshot(finished) == before
+
+
+def _head():
+    p = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip("no git checkout here: no commit's lib/tr2 to compare with")
+    return p.stdout.strip()
+
+
+def _rename_commit(d, old, new, digest=None):
+    """Every record of folder d naming commit `old` names `new` instead (and, given, the lib/tr2 digest `digest`)."""
+    for name in ("machine.json",):
+        m = json.loads((d / name).read_text())
+        (d / name).write_text(json.dumps({**m, "commit": new, **({"lib_digest": digest} if digest else {})}))
+    for name in ("sessions.jsonl", "runs.jsonl"):
+        recs = read_jsonl(d / name)
+        (d / name).write_text("".join(json.dumps({**r, "commit": new if r.get("commit") == old else r.get("commit"),
+                                                  **({"lib_digest": digest} if digest else {})}) + "\n" for r in recs))
+
+
+def test_program_digests_set_each_commits_records_beside_its_committed_lib(finished):
+    """The programs a folder's records say ran (their lib/tr2 digests) against lib/tr2 as committed at the commit they
+    name: equal; not equal (a later lib under an earlier commit's name); a commit this clone lacks (A: not told)."""
+    got = explore.program_digests(finished)
+    assert [(g["commit"], g["lib_digest"], g["records"], g["same"]) for g in got] == [(A, lib_digest(), 8, None)]
+    head = _head()
+    committed = explore.committed_digest(head)
+    assert committed is not None and explore.committed_digest(A) is None
+    _rename_commit(finished, A, head, committed)
+    (g,) = explore.program_digests(finished)
+    assert (g["commit"], g["lib_digest"], g["records"], g["committed_digest"], g["same"]) == (head, committed, 8,
+                                                                                            committed, True)
+    _rename_commit(finished, head, head, "0" * 16)
+    (g,) = explore.program_digests(finished)
+    assert (g["lib_digest"], g["committed_digest"], g["same"]) == ("0" * 16, committed, False)
+
+
+def test_the_front_page_flags_records_whose_program_is_not_their_commits(finished, tmp_path):
+    from tr2.report.front import front_page_html
+    from tr2.report.verdicts import build_table
+    bs4 = pytest.importorskip("bs4")
+    head = _head()
+    committed = explore.committed_digest(head)
+    _rename_commit(finished, A, head, committed)
+    data = build_table("test", [finished], tmp_path)
+    assert data["programs_differ"] is False
+    soup = bs4.BeautifulSoup(front_page_html(data), "html.parser")
+    row = soup.find(id="commits-table").find("tr", attrs={"data-folder": finished.name})
+    (shown,) = row.find_all("span", class_="program")
+    assert shown["data-same"] == "yes" and f"{head[:12]}: {committed}, the commit's, 8 records" in " ".join(shown.get_text().split())
+    assert "not the program" not in soup.find(id="commits-note").get_text()
+    _rename_commit(finished, head, head, "0" * 16)
+    data = build_table("test", [finished], tmp_path)
+    assert data["programs_differ"] is True
+    soup = bs4.BeautifulSoup(front_page_html(data), "html.parser")
+    row = soup.find(id="commits-table").find("tr", attrs={"data-folder": finished.name})
+    (shown,) = row.find_all("span", class_="program")
+    assert shown["data-same"] == "no"
+    assert f"{head[:12]}: {'0' * 16}, not the commit's ({committed}), 8 records" in " ".join(shown.get_text().split())
+    assert "Some records name a commit whose lib/tr2 is not the program they recorded" in " ".join(
+        soup.find(id="commits-note").get_text().split())

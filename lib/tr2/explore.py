@@ -10,6 +10,7 @@ so that folders can be set side by side. A folder that lacks a table (a stage st
 from __future__ import annotations
 
 import datetime
+import functools
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +19,7 @@ import pandas as pd
 from .results import (EXTENDED, RETIRED, STAGES, conditions, parse_folder_name, read_json, read_jsonl, read_yaml,
                       results_folders, runs_file, stage_of)
 from .retry import drop_retried
-from . import Tr2Error
+from . import Tr2Error, sysinfo
 
 FOLDER_COLUMNS = ["folder", "card", "commit"]  # in front of every table's rows
 
@@ -287,6 +288,41 @@ def commit_runs(path, stage=None) -> list[dict]:
     for name, recs in (("runs", _run_records(p, stage)), ("retired", _retired_records(p))):
         for r in recs:
             row(r.get("commit") or first)[name] += 1
+    return list(rows.values())
+
+
+@functools.lru_cache(maxsize=None)
+def committed_digest(commit: str) -> Optional[str]:
+    """The lib/tr2 digest as committed at `commit` (sysinfo.commit_lib_digest), None where git here cannot give it (no
+    git, or a commit this clone does not hold)."""
+    try:
+        return sysinfo.commit_lib_digest(commit)
+    except (ValueError, OSError):
+        return None
+
+
+def program_digests(path, stage=None) -> list[dict]:
+    """The programs a folder's records say ran, beside their commits' (a sceptic's check: on the GPU machine the commit
+    is the caller's word, TR2_GIT_COMMIT, and the lib/tr2 digest is what ran): per (commit, recorded digest) pair that
+    its machine.json, session lines and run records (kept and retired) name, in the order first seen, the number of
+    records (`records`), and `same`: whether the digest equals lib/tr2 as committed at the commit (None where it cannot
+    be told: no digest recorded, records from before 2026-12-05, or git here cannot give the commit's)."""
+    p = Path(path)
+    first = first_commit(p)
+    machine = read_json(p / "machine.json")   # {} where missing: nothing to count
+    recs = ([machine] if machine else []) + read_jsonl(p / "sessions.jsonl") + _run_records(p, stage) \
+        + _retired_records(p)
+    rows: dict = {}
+    for r in recs:
+        commit = r.get("commit") or first
+        row = rows.setdefault((commit, r.get("lib_digest")), {"commit": commit, "lib_digest": r.get("lib_digest"),
+                                                              "records": 0})
+        row["records"] += 1
+    for row in rows.values():
+        c, g = row["commit"], row["lib_digest"]
+        want = committed_digest(c) if c and c != "unknown" and g else None
+        row["committed_digest"] = want
+        row["same"] = None if want is None else want == g
     return list(rows.values())
 
 

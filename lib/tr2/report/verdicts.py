@@ -69,6 +69,9 @@ def folder_info(d, html_dir) -> dict:
             # calls made before sessions.jsonl recorded their GPUs: the count of machines says nothing of them
             "calls_machine_unrecorded": explore.calls_without_machine(d),
             "commits": explore.commit_runs(d, row["stage"]), "retired": explore.retired_runs(d),
+            # the program each commit's records say ran, against lib/tr2 as committed there (the commit on the GPU
+            # machine is the caller's word)
+            "programs": explore.program_digests(d, row["stage"]),
             "extended": explore.extensions(d)}
 
 
@@ -461,6 +464,7 @@ def build_table(card_name: str, dirs, html_dir, beside=None) -> dict:
         # a folder whose runs span commits (a resume after tr2.retire) differs as two stages at two commits do
         "commits": commits, "commits_differ": len(set(commits.values()).union(*map(run_commits, infos))) > 1,
         "run_commits": sorted(c for c in set(commits.values()).union(*map(run_commits, infos)) if c),
+        "programs_differ": any(g["same"] is False for i in infos for g in i["programs"]),
         "minutes_of_runs": round(sum(i["time"]["seconds"] for i in infos) / 60, 1),
         "machine": _machine(series[-1][1] if series else infos[0], series[-1][0] if series else None),
         "commands": commands(card_name, infos, html_dir, beside_rows),
