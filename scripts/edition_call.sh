@@ -45,7 +45,8 @@ try:
 except (OSError, ValueError):
     sys.exit(0)   # nothing recorded to compare with (the stage says what is wrong with such a folder)
 commit, recorded, claimed, here = begun.get("commit"), begun.get("lib_digest"), os.environ.get("TR2_GIT_COMMIT"), lib_digest()
-if commit and recorded and claimed and claimed == commit and here != recorded:
+same = claimed and commit and min(len(claimed), len(commit)) >= 7 and (claimed.startswith(commit) or commit.startswith(claimed))
+if recorded and (same or claimed == commit) and here != recorded:
     print(f"edition_call.sh: {str(folder)!r} was begun at {commit[:12]} with lib/tr2 digest {recorded}, and TR2_GIT_COMMIT "
           f"names that commit while lib/tr2 here has digest {here}: its runs would carry {commit[:12]}'s name over another "
           f"program; allowed: lib/tr2 as at {commit[:12]} (git restore --source={commit[:12]} -- lib/tr2), or "

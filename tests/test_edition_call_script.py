@@ -107,10 +107,11 @@ def _resume(tmp_path, folder, commit):
                           env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_a_resume_naming_the_folders_commit_over_another_program_is_refused(tmp_path):
+@pytest.mark.parametrize("named", ["a" * 40, "a" * 7])   # in full, or abbreviated
+def test_a_resume_naming_the_folders_commit_over_another_program_is_refused(tmp_path, named):
     commit = "a" * 40
     d = _begun_folder(tmp_path, commit, "0" * 16)   # no lib/tr2 has this digest
-    p = _resume(tmp_path, d, commit)
+    p = _resume(tmp_path, d, named)
     assert p.returncode == 2, p.stdout + p.stderr
     assert (f"was begun at {'a' * 12} with lib/tr2 digest {'0' * 16}, and TR2_GIT_COMMIT names that commit while "
             f"lib/tr2 here has digest {lib_digest()}") in p.stderr, p.stderr

@@ -257,6 +257,9 @@ def test_a_folder_goes_on_under_its_commit_only_with_that_commits_program(tmp_pa
     ([{"commit": "c"}, {"commit": "c", "lib_digest": None}], ("c", "y", False), None),   # records from before
     ([{"commit": "unknown", "lib_digest": "x"}], ("unknown", "y", False), None),
     ([{"commit": "c", "lib_digest": "y"}, {"commit": "c", "lib_digest": "x"}], ("c", "y", False), 1),
+    ([{"commit": "a" * 40, "lib_digest": "x"}], ("a" * 7, "y", False), 0),   # abbreviated: one commit
+    ([{"commit": "a" * 7, "lib_digest": "x"}], ("a" * 40, "y", False), 0),
+    ([{"commit": "a" * 40, "lib_digest": "x"}], ("a" * 6, "y", False), None),   # too short to name one
 ])
 def test_program_conflict_is_the_first_record_of_the_commit_under_another_program(earlier, now, hit):
     got = stage.program_conflict(earlier, *now)

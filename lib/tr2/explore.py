@@ -306,7 +306,8 @@ def program_digests(path, stage=None) -> list[dict]:
     is the caller's word, TR2_GIT_COMMIT, and the lib/tr2 digest is what ran): per (commit, recorded digest) pair that
     its machine.json, session lines and run records (kept and retired) name, in the order first seen, the number of
     records (`records`), and `same`: whether the digest equals lib/tr2 as committed at the commit (None where it cannot
-    be told: no digest recorded, records from before 2026-12-05, or git here cannot give the commit's)."""
+    be told: no digest recorded, as in session lines and run records from before 2026-12-07 and machine.json files from
+    before 2026-12-05, or git here cannot give the commit's)."""
     p = Path(path)
     first = first_commit(p)
     machine = read_json(p / "machine.json")   # {} where missing: nothing to count

@@ -117,11 +117,19 @@ def program_conflict(earlier: Iterable[dict], commit, digest, dirty) -> Optional
     Why: the commit a record carries is the caller's word (TR2_GIT_COMMIT on the GPU machine, which has no .git) and
     the digest is the program that ran (sysinfo.lib_digest); the same name over two programs would put one program's
     runs in a folder under another's name. A dirty tree records that it is not its commit's program; records without a
-    commit or a digest (from before either was kept) are not compared."""
+    commit or a digest (from before either was kept) are not compared. One commit may be named in full and abbreviated
+    (at least 7 hex digits): a prefix of the other names the same commit."""
     if not commit or commit == "unknown" or not digest or dirty is True:
         return None
-    return next((e for e in earlier if isinstance(e, dict) and e.get("commit") == commit and e.get("lib_digest")
-                 and e["lib_digest"] != digest and e.get("dirty") is not True), None)
+    return next((e for e in earlier if isinstance(e, dict) and same_commit(e.get("commit"), commit)
+                 and e.get("lib_digest") and e["lib_digest"] != digest and e.get("dirty") is not True), None)
+
+
+def same_commit(a, b) -> bool:
+    """Whether two commit names name one commit: equal, or one an abbreviation (7 or more characters) of the other."""
+    if not isinstance(a, str) or not isinstance(b, str) or min(len(a), len(b)) < 7:
+        return a == b
+    return a.startswith(b) or b.startswith(a)
 
 
 def check_same_program(d: Path, info: dict, key: str = "results_dir") -> None:
@@ -140,8 +148,8 @@ def check_same_program(d: Path, info: dict, key: str = "results_dir") -> None:
 
 def hold_card(d: Path, card: dict, key: str = "results_dir") -> dict:
     """The folder holds `card` (the one it was started with, else one line) and was started on this machine's GPU
-    model (`check_same_gpu_model`) under another name for its program (`check_same_program`), card.yaml and
-    machine.json (each written once, when missing); returns this
+    model (`check_same_gpu_model`), and goes on under its commit's name only with that commit's program
+    (`check_same_program`); card.yaml and machine.json (each written once, when missing); returns this
     machine's record. The runner calls it before the notebook starts, so that a folder it made can be resumed even
     if the notebook stops before its stage opens it; both checks come before card.yaml, machine.json or
     sessions.jsonl is written (the lock file and logs/ may already be there)."""
