@@ -44,12 +44,8 @@ def record_backward(attention, set_attr=setattr, B=8, H=12, T=1024, p=0.2, dtype
     C, addresses = H * 64, iter(range(1 << 40, 1 << 50, 1 << 36))
     fake_cp = types.SimpleNamespace(empty=lambda shape, dtype: FakeArray(shape, dtype, next(addresses)),
                                     cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0)))
-    def constant(name, values):   # a table the host writes: kept on the stand-in, so that a test reads what the kernel would
-        table = FakeArray(values.shape, values.dtype, next(addresses))
-        table.values = values
-        return table
     ws = types.SimpleNamespace(get=lambda name, shape, dt: FakeArray(shape, dt, next(addresses)),
-                               zeros=lambda name, shape, dt: FakeArray(shape, dt, 7 << 32), constant=constant)
+                               zeros=lambda name, shape, dt: FakeArray(shape, dt, 7 << 32))
     ctx = types.SimpleNamespace(half=True, half_roundings=True, dtype=dtype, out_dtype=np.uint16, round_kind=1,
                                 kind=1, tf32=True, ws=ws)
     launched = []

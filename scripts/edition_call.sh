@@ -31,7 +31,9 @@ source scripts/device_env.sh || exit 1
 # A resumed folder's runs are recorded at TR2_GIT_COMMIT, the caller's word. Where it names the commit the folder was
 # begun at while lib/tr2 here is another program (a later session's lib, not restored for the call), the new runs
 # would carry that commit's name over another program's times: refused in one line before anything runs. A resume at
-# another commit (method A's refresh after tr2.retire) names that commit and passes.
+# another commit (method A's refresh after tr2.retire) names that commit and passes. The rule is stage.program_conflict's
+# (which every stage applies since 883a5be), written out here because a resume may run a lib/tr2 restored to a commit
+# from before it (the series begun at 44e2bd9).
 for spec in "$@"; do
   target=${spec#*=} target=${target%/}
   [ -d "$target" ] || continue
