@@ -10,6 +10,8 @@
 # (`python -m tr2.runner STAGE --render DIR`).
 #   usage: TR2_GIT_COMMIT=<the commit's 40-hex hash> bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET ...
 #   e.g.   bash scripts/edition_call.sh $OUT 560 method_a=results/method_a-20261202-170258-h200-edition
+#   first, on the CPU machine: TR2_PREFLIGHT=1 TR2_GIT_COMMIT=... bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET ...
+#   (the arguments, each resumed folder's program and the carry checked; nothing run or written)
 set -u -o pipefail
 usage="usage: bash scripts/edition_call.sh OUT LIMIT_S STAGE=TARGET [STAGE=TARGET ...]"
 [ $# -ge 3 ] || { echo "edition_call.sh: OUT, LIMIT_S and at least one STAGE=TARGET needed, $# argument(s) given; $usage" >&2; exit 2; }
@@ -23,11 +25,23 @@ for spec in "$@"; do
   [ -n "$target" ] && [ "$target" != "$spec" ] || { echo "edition_call.sh: '$spec' names no TARGET; allowed: STAGE=CARD (a fresh folder) or STAGE=results/FOLDER (resumed)" >&2; exit 2; }
   if [ -d "$target" ]; then
     cards+=("${target##*-[0-9][0-9][0-9][0-9][0-9][0-9]-}")   # results/STAGE-YYYYMMDD-HHMMSS-CARD
+  elif [[ $target == */* ]]; then
+    # a folder to resume that is not here (the slim tree left it out) would reach the runner as a card's name
+    echo "edition_call.sh: '$target' in '$spec' is no folder here; allowed: STAGE=CARD (a fresh folder) or STAGE=results/FOLDER present in the tree (scripts/device_tree.sh slim keeps the folders it is given)" >&2; exit 2
   else
     cards+=("$target")
   fi
 done
-source scripts/device_env.sh || exit 1
+# TR2_PREFLIGHT=1, on the CPU machine before the device call: the checks below that need no GPU (the arguments, the
+# program of each resumed folder, and the carry: scripts/carry_check.py), then exit 0 or the failed check's code,
+# nothing run or written
+preflight=${TR2_PREFLIGHT:-0}
+case $preflight in 0|1) ;; *) echo "edition_call.sh: TR2_PREFLIGHT '$preflight' is not allowed; allowed: 1 (check only, on the CPU machine) or 0" >&2; exit 2;; esac
+if [ "$preflight" = 1 ]; then
+  export PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}"
+else
+  source scripts/device_env.sh || exit 1
+fi
 # A resumed folder's runs are recorded at TR2_GIT_COMMIT, the caller's word. Where it names the commit the folder was
 # begun at while lib/tr2 here is another program (a later session's lib, not restored for the call), the new runs
 # would carry that commit's name over another program's times: refused in one line before anything runs. A resume at
@@ -56,6 +70,11 @@ if recorded and (same or claimed == commit) and here != recorded:
     sys.exit(1)
 PY
 done
+if [ "$preflight" = 1 ]; then
+  python3 scripts/carry_check.py $(printf '%s\n' "${cards[@]}" | sort -u) || exit 1
+  echo "edition_call.sh: preflight passed (arguments, programs, carry); nothing run"
+  exit 0
+fi
 call_begin "$OUT" "$LIMIT_S"
 touch "$W/started"   # the archive takes the folders written in after this
 # a stage starts no run that its measured runs (else, in a fresh folder, scripts/h200_minutes.py's model) say would end
