@@ -831,6 +831,23 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 #define ATTN_WGMMA 1
 #endif
 
+// The warpgroup index, read back from lane 0 (ATTN_UNIFORM_WG, sixty-seventh session): the same number in every lane,
+// so the same descriptors, products and bits. Why: computed from threadIdx.x the compiler cannot prove it warp-uniform,
+// so every shared-memory address derived from it (the q, k, v, dO and dS^T boxes a warpgroup reads) is built in
+// ordinary registers and moved to uniform ones (R2UR) before each warpgroup product, and the consumer loops branch as
+// if divergent (BRA.DIV). Read back by a shuffle, the addresses stay on the uniform datapath: the key-tile loop of the
+// TMA forward 610 -> 543 instructions, the TMA dK/dV's 835 -> 751, the chained dK/dV's 1470 -> 1327, the mma.sync-sized
+// wgmma forward's 553 -> 525 (ptxas of NVRTC 12.9, results/cpu-checks-20261208b/uniform_wg_sass.txt). The float32 wgmma
+// kernels (attention_forward_wgf, attention_backward_dkdv_wgf, _dq_wgf) keep theirs: not measured.
+#define ATTN_UNIFORM_WG 1
+__device__ __forceinline__ int warpgroup_index() {
+#if ATTN_UNIFORM_WG
+    return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+#else
+    return (int)(threadIdx.x >> 7);
+#endif
+}
+
 // A shared-memory matrix descriptor without swizzle: start address, LBO and SBO (bytes, 16-byte units), layout 0.
 __device__ __forceinline__ u64 wg_desc(const void* p, u32 lbo, u32 sbo) {
     const u64 addr = (u64)(u32)__cvta_generic_to_shared(p);
@@ -949,7 +966,7 @@ __device__ void attention_forward_wg(void* __restrict__ out, float* __restrict__
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wg = warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qb * BR + wg * 64;           // the warpgroup's first query
     const int r0 = q0 + warp * 16;              // the warp's
     const u16* base = qkv + (i64)b * T * 3 * C;
@@ -1706,7 +1723,7 @@ __device__ void attention_forward_tma_resident(void* __restrict__ out, float* __
     unsigned char* sQ = base;              // q buffer b: consumer c's 64 queries at sQ + (2 b + c) BOX
     unsigned char* sKV = base + 4 * BOX;   // stage s: k at sKV + 4 s BOX, v at + 2 BOX
     const int nqb = (T + BR - 1) / BR, items = BH * nqb, C = H * HS;
-    const int wg = threadIdx.x >> 7;
+    const int wg = warpgroup_index();
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(&full[s], 1);
@@ -3217,7 +3234,7 @@ __device__ void attention_backward_dkdv_tma_resident(void* __restrict__ dqkv, co
     unsigned char* sChain = (unsigned char*)sdS;
     float4* sHand = (float4*)(sChain + 2 * BOX);
     const int nkb = (T + BR - 1) / BR, nqt = (T + BC - 1) / BC, items = BH * nkb, C = H * HS;
-    const int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
+    const int wg = warpgroup_index(), lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(&full[s], 2);   // the copies' arrival, the lse/D warp's
@@ -3424,7 +3441,7 @@ __device__ void attention_backward_dq_tma(void* __restrict__ dqkv, const TensorM
     const int bh = QFAST ? (NEWEST ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y) : (int)blockIdx.x;
     const int b = bh / H, h = bh % H, C = H * HS;
     const int last = min(qb * BR + BR - 1, T - 1) / BK;   // the block's last key step
-    const int wg = threadIdx.x >> 7;
+    const int wg = warpgroup_index();
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(&full[s], 1);
