@@ -836,9 +836,10 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 // so every shared-memory address derived from it (the q, k, v, dO and dS^T boxes a warpgroup reads) is built in
 // ordinary registers and moved to uniform ones (R2UR) before each warpgroup product, and the consumer loops branch as
 // if divergent (BRA.DIV). Read back by a shuffle, the addresses stay on the uniform datapath: the key-tile loop of the
-// TMA forward 610 -> 543 instructions, the TMA dK/dV's 835 -> 751, the chained dK/dV's 1470 -> 1327, the mma.sync-sized
-// wgmma forward's 553 -> 525 (ptxas of NVRTC 12.9, results/cpu-checks-20261208b/uniform_wg_sass.txt). The float32 wgmma
-// kernels (attention_forward_wgf, attention_backward_dkdv_wgf, _dq_wgf) keep theirs: not measured.
+// TMA forward 610 -> 543 instructions, the resident dK/dV's 835 -> 751 (grouped: 750), the chained dK/dV's 1470 -> 1326,
+// the one-warpgroup wgmma forward's 553 -> 525 (NVRTC 12.9's SASS, results/cpu-checks-20261208b/uniform_wg_sass.txt;
+// not yet run on a GPU: docs/perf.md, sixty-seventh session). The float32 wgmma kernels (attention_forward_wgf,
+// attention_backward_dkdv_wgf, _dq_wgf) keep threadIdx.x >> 7: not measured.
 #define ATTN_UNIFORM_WG 1
 __device__ __forceinline__ int warpgroup_index() {
 #if ATTN_UNIFORM_WG
