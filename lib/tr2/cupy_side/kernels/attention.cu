@@ -838,9 +838,10 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 // if divergent (BRA.DIV). Read back by a shuffle, the addresses stay on the uniform datapath: the key-tile loop of the
 // TMA forward 610 -> 543 instructions, the resident dK/dV's 835 -> 751 (grouped: 750), the chained dK/dV's 1470 -> 1326,
 // the one-warpgroup wgmma forward's 553 -> 525 (NVRTC 12.9's SASS, results/cpu-checks-20261208b/uniform_wg_sass.txt;
-// not yet run on a GPU: docs/perf.md, sixty-seventh session). The float32 wgmma kernels (attention_forward_wgf,
-// attention_backward_dkdv_wgf, _dq_wgf) keep threadIdx.x >> 7: not measured.
-#define ATTN_UNIFORM_WG 1
+// not yet run on a GPU: docs/perf.md, sixty-seventh session). Off (0, the code as before) until a GPU call has run the
+// kernel cases and the graph = eager test with it on and timed it; the build with it on is commit 19e270c's. The float32
+// wgmma kernels (attention_forward_wgf, attention_backward_dkdv_wgf, _dq_wgf) keep threadIdx.x >> 7: not measured.
+#define ATTN_UNIFORM_WG 0
 __device__ __forceinline__ int warpgroup_index() {
 #if ATTN_UNIFORM_WG
     return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
