@@ -42,8 +42,7 @@ def kernels_problem(kernels_dir: Path, archive: Path) -> str | None:
         return f"no {archive}; make the carry with {PREPARE}"
     with tarfile.open(archive) as t:
         have = {Path(n).name for n in t.getnames()}
-    missing = sorted(path_for(f.name, "sm_90").name for f in sorted(kernels_dir.glob("*.cu"))
-                     if path_for(f.name, "sm_90").name not in have)
+    missing = sorted({path_for(f.name, "sm_90").name for f in kernels_dir.glob("*.cu")} - have)
     if missing:
         return (f"{archive} lacks the cubins of this tree's sources: {', '.join(missing)} (a kernel changed since the "
                 f"carry was made); make it again with {PREPARE}")
