@@ -52,3 +52,56 @@ def test_the_runs_alternate_off_and_on_and_the_whole_runs_are_compared(tmp_path)
     with tarfile.open(out / "rest.tgz") as tar:   # out_fold: more than eight files come back as one archive
         durations = tar.extractfile("./durations.txt").read().decode().splitlines()
     assert durations == rows
+
+
+def _lib_copy(tmp_path, name, edit=None) -> Path:
+    """This tree's lib/ and params/ copied as scripts/carry_prepare.sh places a variant's (NAME/lib, NAME/params),
+    one file's text replaced where edit = (path under lib/, old, new) is given."""
+    import shutil
+    d = tmp_path / name
+    shutil.copytree(REPO_ROOT / "lib", d / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "params", d / "params")
+    if edit:
+        path, old, new = edit
+        text = (d / "lib" / path).read_text()
+        assert old in text
+        (d / "lib" / path).write_text(text.replace(old, new, 1))
+    return d / "lib"
+
+
+def _data() -> str:
+    """The data folder this tree's runs read: a copied lib/ looks beside itself, where no data lies (on the device
+    scripts/device_env.sh names the carried data/ in TR2_DATA)."""
+    from tr2.data import data_file
+    return str(data_file("input.txt").parent)
+
+
+def test_a_lib_as_the_off_program_gives_identical_runs_where_it_is_this_program(tmp_path):
+    out = tmp_path / "out"
+    env = _env(tmp_path, AB_LIB_OFF=str(_lib_copy(tmp_path, "off")), TR2_DATA=_data(), AB_BITS="tiny:float32:2", AB_DEVICE="cpu",
+               AB_CALL_S="300")
+    p = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "tiny float32 lib=off: exit 0" in p.stdout and "tiny float32 lib=on: exit 0" in p.stdout, p.stdout
+    assert "== bits tiny:float32:2: identical, 3 lines" in p.stdout, p.stdout
+
+
+def test_a_lib_that_computes_otherwise_is_found_different(tmp_path):
+    # the off program's final LayerNorm with another epsilon: other losses, which the comparison must report
+    lib = _lib_copy(tmp_path, "other", ("tr2/cupy_side/model.py", "self.cfg.eps_ln)", "self.cfg.eps_ln * 2)"))
+    out = tmp_path / "out"
+    env = _env(tmp_path, AB_LIB_OFF=str(lib), TR2_DATA=_data(), AB_BITS="tiny:float32:2", AB_DEVICE="cpu", AB_CALL_S="300")
+    p = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert "== bits tiny:float32:2: DIFFER or missing" in p.stdout, p.stdout
+    assert "tiny float32 lib=off: exit 0" in p.stdout, p.stdout   # it ran: the difference is in its losses
+
+
+def test_a_lib_folder_without_tr2_is_refused_before_anything_runs(tmp_path):
+    (tmp_path / "empty").mkdir()
+    p = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], cwd=REPO_ROOT,
+                       env=_env(tmp_path, AB_LIB_OFF=str(tmp_path / "empty")), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and f"AB_LIB_OFF={tmp_path / 'empty'}: no tr2 package there" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()

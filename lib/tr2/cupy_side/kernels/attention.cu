@@ -839,16 +839,17 @@ __device__ void attention_forward(void* __restrict__ out, float* __restrict__ ls
 // TMA forward 610 -> 543 instructions, the resident dK/dV's 835 -> 751 (grouped: 750), the chained dK/dV's 1470 -> 1326,
 // the one-warpgroup wgmma forward's 553 -> 525 (NVRTC 12.9's SASS, results/cpu-checks-20261208b/uniform_wg_sass.txt;
 // not yet run on a GPU: docs/perf.md, sixty-seventh session). Off (0, the code as before) until a GPU call has run the
-// kernel cases and the graph = eager test with it on and timed it; the build with it on is commit 19e270c's. The float32
-// wgmma kernels (attention_forward_wgf, attention_backward_dkdv_wgf, _dq_wgf) keep threadIdx.x >> 7: not measured.
+// kernel cases and the graph = eager test with it on and timed it; the build with it on is commit 19e270c's.
+// ATTN_UNIFORM_WG_F32 does the same for the float32 wgmma kernels (attention_forward_wgf, attention_backward_dkdv_wgf,
+// _dq_wgf; sixty-eighth session, results/cpu-checks-20261208d), apart so that each is turned on after its own check.
 #define ATTN_UNIFORM_WG 0
-__device__ __forceinline__ int warpgroup_index() {
-#if ATTN_UNIFORM_WG
-    return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
-#else
-    return (int)(threadIdx.x >> 7);
-#endif
+#define ATTN_UNIFORM_WG_F32 0
+template <bool UNIFORM>
+__device__ __forceinline__ int warpgroup_index_if() {
+    return UNIFORM ? __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0) : (int)(threadIdx.x >> 7);
 }
+__device__ __forceinline__ int warpgroup_index() { return warpgroup_index_if<ATTN_UNIFORM_WG != 0>(); }
+__device__ __forceinline__ int warpgroup_index_f32() { return warpgroup_index_if<ATTN_UNIFORM_WG_F32 != 0>(); }
 
 // A shared-memory matrix descriptor without swizzle: start address, LBO and SBO (bytes, 16-byte units), layout 0.
 __device__ __forceinline__ u64 wg_desc(const void* p, u32 lbo, u32 sbo) {
@@ -1272,7 +1273,7 @@ __device__ void attention_forward_wgf(float* __restrict__ out, float* __restrict
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first (Grid, at the top)
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wg = warpgroup_index_f32(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qb * BR + wg * 64;   // the warpgroup's first query
     const int r0 = q0 + warp * 16;      // the warp's
     const float* base = qkv + (i64)b * T * 3 * C;
@@ -1945,7 +1946,7 @@ __device__ void attention_backward_dkdv_wgf(void* __restrict__ dqkv, const float
     const int nqt = (T + BC - 1) / BC;
     const int kb = (int)blockIdx.y, bh = (int)blockIdx.x;   // the first key blocks see the most queries: launched first
     const int b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wg = warpgroup_index_f32(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int k0w = kb * BR + wg * 64;   // the warpgroup's first key
     const int k0 = k0w + warp * 16;      // the warp's
     const int first = (kb * BR) / BC, niter = nqt - first;
@@ -2199,7 +2200,7 @@ __device__ void attention_backward_dq_wgf(void* __restrict__ dqkv, const float* 
     const int nqb = (T + BR - 1) / BR;
     const int qb = nqb - 1 - (int)blockIdx.y;   // the longest rows first
     const int bh = blockIdx.x, b = bh / H, h = bh % H, C = H * HS;
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wg = warpgroup_index_f32(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int q0 = qb * BR + wg * 64;   // the warpgroup's first query
     const int r0 = q0 + warp * 16;      // the warp's
     const float* base = qkv + (i64)b * T * 3 * C + h * HS;
