@@ -11,9 +11,11 @@
 #               gpt2-medium:float32:0"), run AB_ROUNDS times (default 2), off then on each time (scripts/attention_ncu.py, SpeedOfLight and
 #               Occupancy), each under AB_NCU_S seconds (default 60, and not started with fewer left); the durations
 #               in durations.txt
-#   AB_BITS     the MODEL:DTYPE:STEPS of the whole runs, separated by spaces (python -m tr2.train, cupy side, CUDA
-#               graph; default gpt2-small:float32:12; empty: none), off and on; "identical" or the first differing
-#               lines. AB_DEVICE=cpu runs them on the CPU without the graph (the script's CPU test)
+#   AB_BITS     the MODEL:DTYPE:STEPS[:BUILD] of the whole runs, separated by spaces (python -m tr2.train, cupy side,
+#               CUDA graph; BUILD hr adds --half-roundings, the build the H200 cards compare and the one the half types'
+#               wgmma and TMA attention kernels serve, notf32 adds --no-tf32, plain float32 as method B runs it; default
+#               gpt2-small:float32:12; empty: none), off and on; "identical" or the first differing lines.
+#               AB_DEVICE=cpu runs them on the CPU without the graph (the script's CPU test)
 #   usage: bash scripts/switch_ab_call.sh OUT      AB_CALL_S: seconds the call may take (default 540)
 # Carry .cache/kernels.tar.xz, .cache/products, .cache/nanoGPT, data.
 set -u -o pipefail
@@ -62,15 +64,21 @@ fi
 DEVICE=${AB_DEVICE:-cuda}
 GRAPH=$([ "$DEVICE" = cuda ] && echo --cuda-graph)
 for spec in ${AB_BITS-gpt2-small:float32:12}; do
-  IFS=: read -r model dtype steps <<<"$spec"
+  IFS=: read -r model dtype steps build <<<"$spec"
+  case ${build:-} in
+    '') flag='' tag=$model-$dtype ;;
+    hr) flag=--half-roundings tag=$model-$dtype-hr ;;
+    notf32) flag=--no-tf32 tag=$model-$dtype-notf32 ;;
+    *) echo "== bits $spec: BUILD '$build' is not allowed; allowed: hr (--half-roundings), notf32 (--no-tf32) or none"; continue ;;
+  esac
   [ "$(left)" -gt 60 ] || { echo "== bits: out of time before $spec"; break; }
   for value in "$OFF" "$ON"; do
     as_value "$value" timeout 100 python3 -m tr2.train --side cupy --model "$model" --dtype "$dtype" --device "$DEVICE" \
-      --steps "$steps" $GRAPH --eval-interval 0 --metrics "$OUT/m-$model-$dtype-$value.jsonl" \
-      >"$OUT/t-$model-$dtype-$value.log" 2>&1
-    echo "   $model $dtype $AB_SWITCH=$value: exit $?"
+      --steps "$steps" $GRAPH $flag --eval-interval 0 --metrics "$OUT/m-$tag-$value.jsonl" \
+      >"$OUT/t-$tag-$value.log" 2>&1
+    echo "   $model $dtype${flag:+ $flag} $AB_SWITCH=$value: exit $?"
   done
-  a="$OUT/m-$model-$dtype-$OFF.jsonl" b="$OUT/m-$model-$dtype-$ON.jsonl"
+  a="$OUT/m-$tag-$OFF.jsonl" b="$OUT/m-$tag-$ON.jsonl"
   lines=$(cat "$a" 2>/dev/null | wc -l)
   if [ -s "$a" ] && cmp -s "$a" "$b"; then
     echo "== bits $spec: identical, $lines lines"

@@ -78,13 +78,20 @@ def _data() -> str:
 
 def test_a_lib_as_the_off_program_gives_identical_runs_where_it_is_this_program(tmp_path):
     out = tmp_path / "out"
-    env = _env(tmp_path, AB_LIB_OFF=str(_lib_copy(tmp_path, "off")), TR2_DATA=_data(), AB_BITS="tiny:float32:2", AB_DEVICE="cpu",
-               AB_CALL_S="300")
+    env = _env(tmp_path, AB_LIB_OFF=str(_lib_copy(tmp_path, "off")), TR2_DATA=_data(),
+               AB_BITS="tiny:float32:2 tiny:bfloat16:2:hr tiny:float32:2:notf32 tiny:float32:2:7", AB_DEVICE="cpu", AB_CALL_S="300")
     p = subprocess.run(["bash", str(SCRIPT), str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "tiny float32 lib=off: exit 0" in p.stdout and "tiny float32 lib=on: exit 0" in p.stdout, p.stdout
     assert "== bits tiny:float32:2: identical, 3 lines" in p.stdout, p.stdout
+    # the half-roundings build, which the half types' wgmma and TMA kernels serve on the GPU
+    assert "tiny bfloat16 --half-roundings lib=off: exit 0" in p.stdout, p.stdout
+    assert "== bits tiny:bfloat16:2:hr: identical, 3 lines" in p.stdout, p.stdout
+    # plain float32, as method B runs it
+    assert "tiny float32 --no-tf32 lib=on: exit 0" in p.stdout, p.stdout
+    assert "== bits tiny:float32:2:notf32: identical, 3 lines" in p.stdout, p.stdout
+    assert "== bits tiny:float32:2:7: BUILD '7' is not allowed; allowed: hr (--half-roundings), notf32" in p.stdout, p.stdout
 
 
 def test_a_lib_that_computes_otherwise_is_found_different(tmp_path):
