@@ -33,6 +33,8 @@ for spec in "${@:2}"; do
   [[ $t == results/* ]] && keep+=("$t")
 done
 echo "== 1. lib/tr2 as at $COMMIT"
+# from here a step that fails leaves lib/tr2 (and perhaps the tree's sparse checkout) changed: say how to undo it
+trap 'echo "edition_prepare.sh: stopped; to undo: git restore --source=HEAD -- lib/tr2; bash scripts/device_tree.sh full" >&2' EXIT
 git restore --source="$COMMIT" -- lib/tr2
 echo "lib digest $(PYTHONPATH=lib python3 -m tr2.sysinfo lib-digest) (as at $name: $(PYTHONPATH=lib python3 -m tr2.sysinfo lib-digest "$COMMIT"))"
 echo "== 2. the carry"
@@ -41,6 +43,7 @@ echo "== 3. the tree slimmed"
 bash scripts/device_tree.sh slim "${keep[@]}"
 echo "== 4. the preflight"
 TR2_PREFLIGHT=1 TR2_GIT_COMMIT="$COMMIT" bash scripts/edition_call.sh /tmp/edition-preflight-out "$@"
+trap - EXIT
 cat <<TXT
 == prepared. The device call (kind nvidia-h200; carry ["data", ".cache/kernels.tar.xz", ".cache/products", ".cache/nanoGPT", ".cache/variants"]):
 nvidia-smi -L | grep -q H200 || { nvidia-smi -L; echo NOT H200; exit 3; }; TR2_GIT_COMMIT=$COMMIT bash scripts/edition_call.sh \$OUT/e $*
