@@ -12,11 +12,13 @@
 # Then the device call's command line, and what undoes steps 1 and 3 after it.
 #   usage: bash scripts/edition_prepare.sh LIMIT_S STAGE=TARGET ...     (EDITION_COMMIT, RECORD; TR2_NVRTC: NVRTC)
 #   e.g.   bash scripts/edition_prepare.sh 545 series=results/series-20261207-195207-h200-edition families=h200-edition
-# Refused before anything changes: fewer than two arguments, an EDITION_COMMIT or RECORD that is not here, changes
-# under lib/ not committed (step 1 would overwrite them).
+# Refused before anything changes: fewer than two arguments, a LIMIT_S edition_call.sh would refuse, an EDITION_COMMIT
+# or RECORD that is not here, changes under lib/ not committed (step 1 would overwrite them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "edition_prepare.sh: LIMIT_S and at least one STAGE=TARGET needed, $# argument(s) given; usage: bash scripts/edition_prepare.sh LIMIT_S STAGE=TARGET ..." >&2; exit 2; }
+# edition_call.sh's own rule for LIMIT_S, asked here too: its preflight comes last, after the tree has changed
+[[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 30 ] || { echo "edition_prepare.sh: LIMIT_S '$1' is not allowed; allowed: whole seconds, 30 or more" >&2; exit 2; }
 name=${EDITION_COMMIT:-44e2bd9}
 COMMIT=$(git rev-parse --verify -q "$name^{commit}") || { echo "edition_prepare.sh: EDITION_COMMIT '$name' is no commit here" >&2; exit 2; }
 RECORD=${RECORD:-results/h100-perf-20261205g/record}

@@ -21,6 +21,7 @@ def _run(cwd, *args, **env):
 
 @pytest.mark.parametrize("args,env,says", [
     (("545",), {}, "LIMIT_S and at least one STAGE=TARGET needed, 1 argument(s) given"),
+    (("9m", "series=smoke"), {}, "LIMIT_S '9m' is not allowed; allowed: whole seconds, 30 or more"),
     (("545", "series=smoke"), {"EDITION_COMMIT": "nosuchcommit"}, "EDITION_COMMIT 'nosuchcommit' is no commit here"),
     (("545", "series=smoke"), {"RECORD": "results/no-such-folder"}, "RECORD 'results/no-such-folder' is no folder here"),
 ])
