@@ -47,7 +47,7 @@ echo "== 4. the preflight"
 TR2_PREFLIGHT=1 TR2_GIT_COMMIT="$COMMIT" bash scripts/edition_call.sh /tmp/edition-preflight-out "$@"
 trap - EXIT
 cat <<TXT
-== prepared. The device call (kind nvidia-h200; carry ["data", ".cache/kernels.tar.xz", ".cache/products", ".cache/nanoGPT", ".cache/variants"]):
+== prepared. The device call (kind nvidia-h200; carry: the list step 2 printed, scripts/carry_prepare.sh's):
 nvidia-smi -L | grep -q H200 || { nvidia-smi -L; echo NOT H200; exit 3; }; TR2_GIT_COMMIT=$COMMIT bash scripts/edition_call.sh \$OUT/e $*
 After it, on this machine: git restore --source=HEAD -- lib/tr2; bash scripts/device_tree.sh full
 TXT
